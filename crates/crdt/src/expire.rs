@@ -1,0 +1,1 @@
+//! The TTL register: concurrent EXPIREs resolve to the longest TTL; PERSIST beats EXPIRE.

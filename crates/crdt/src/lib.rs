@@ -1,0 +1,44 @@
+//! Conflict-free replicated data types for Meridian.
+//!
+//! Pure data types: no I/O, no clocks, no threads. Time (`now_ms`) and randomness are
+//! parameters. Every type applies a local operation, reports what the operation must carry
+//! to other replicas, and applies the same operation arriving from a remote replica.
+//! Not here: wire encoding (the server's op log and the syncer), storage and commands (`server`).
+//!
+//! # Layout
+//! - `dot`: `ReplicaId`, `Stamp` (a write's identity and its LWW order), `VersionVector`.
+//! - `hlc`: hybrid logical clock values and the clock that issues them.
+//! - `bytes`: `SmallBytes`, right-sized byte strings stored inline when short.
+//! - `num`: `Dec`, the exact decimal used for float increments and INCRBYFLOAT.
+//! - `counter`: per-replica increment totals and the observed baseline that resets them.
+//! - `mvreg`: multi-value register of concurrent writes, shown as last-writer-wins.
+//! - `string`: the string value: a register plus a counter (SET, APPEND, INCR...).
+//! - `expire`: the TTL register: the longest concurrent TTL wins, PERSIST beats EXPIRE.
+//! - `orset`: add-wins observed-remove set.
+//! - `key`: `KeyState`, one key's typed value, TTL and removal context; the type-conflict rule.
+//! - `op`: `Effect`, what one write replicates.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+
+pub mod bytes;
+pub mod counter;
+pub mod dot;
+pub mod expire;
+pub mod hlc;
+pub mod key;
+pub mod mvreg;
+pub mod num;
+pub mod op;
+pub mod orset;
+pub mod string;
+
+pub use crate::bytes::SmallBytes;
+pub use crate::counter::{Counter, Delta, IncTotals};
+pub use crate::dot::{ReplicaId, Stamp, VersionVector};
+pub use crate::expire::{Expire, ExpireReg};
+pub use crate::hlc::{Hlc, HlcClock};
+pub use crate::key::{KeyState, TypeTag, Value};
+pub use crate::mvreg::MvReg;
+pub use crate::num::Dec;
+pub use crate::op::Effect;
+pub use crate::orset::OrSet;
+pub use crate::string::{StrCrdt, StrView};

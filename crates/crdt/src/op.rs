@@ -1,0 +1,1 @@
+//! `Effect`: what one write replicates.

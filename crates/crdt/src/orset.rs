@@ -1,0 +1,1 @@
+//! Add-wins observed-remove set.
