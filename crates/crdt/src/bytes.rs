@@ -3,13 +3,14 @@
 //! 24 bytes on the stack; up to 22 bytes are stored inline, longer strings in one exact-size
 //! heap allocation. Redis strings are bytes, not UTF-8.
 
-/// An immutable byte string; see the module doc.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// An immutable byte string; see the module doc. Equality, order and hash are those of the
+/// byte slice, so `&[u8]` looks it up in maps (`Borrow<[u8]>`).
+#[derive(Clone)]
 pub struct SmallBytes {
     repr: Repr,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 enum Repr {
     // Invariant: len <= INLINE_MAX.
     Inline { len: u8, buf: [u8; SmallBytes::INLINE_MAX] },
@@ -81,6 +82,38 @@ impl std::ops::Deref for SmallBytes {
     }
 }
 
+impl PartialEq for SmallBytes {
+    fn eq(&self, other: &SmallBytes) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for SmallBytes {}
+
+impl PartialOrd for SmallBytes {
+    fn partial_cmp(&self, other: &SmallBytes) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SmallBytes {
+    fn cmp(&self, other: &SmallBytes) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl std::hash::Hash for SmallBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for SmallBytes {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::fmt::Debug for SmallBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "b\"{}\"", self.as_slice().escape_ascii())
@@ -102,5 +135,13 @@ mod tests {
         assert_eq!(b.heap_bytes(), SmallBytes::INLINE_MAX + 1);
         assert_eq!(b.len(), SmallBytes::INLINE_MAX + 1);
         assert_eq!(SmallBytes::from_vec(b"hi".to_vec()).as_slice(), b"hi");
+    }
+
+    #[test]
+    fn order_is_the_byte_order_across_representations() {
+        let short = SmallBytes::copy_from(b"b");
+        let long = SmallBytes::copy_from(&[b'a'; SmallBytes::INLINE_MAX + 5]);
+        assert!(long < short);
+        assert!(SmallBytes::copy_from(b"ab") > SmallBytes::copy_from(b"a"));
     }
 }

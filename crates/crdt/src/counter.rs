@@ -5,3 +5,195 @@
 //! with the larger `n` (it extends the other). A SET or DEL that observed totals `b` records `b`
 //! as the baseline; the counter's contribution is `Σ_origin (totals - baseline)`, so
 //! increments the SET did not observe are added on top of its value.
+
+use smallvec::SmallVec;
+
+use crate::dot::{ReplicaId, Stamp};
+use crate::hlc::Hlc;
+use crate::num::Dec;
+
+/// One increment: INCR/INCRBY/DECRBY carry `Int`, INCRBYFLOAT carries `Float`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Delta {
+    Int(i64),
+    Float(Dec),
+}
+
+/// Running totals of one origin's increments at one key: `n` increments so far, the sum of
+/// the integer ones and the sum of the float ones. Totals with a larger `n` extend those with
+/// a smaller `n` from the same origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct IncTotals {
+    pub n: u64,
+    pub int: i128,
+    pub float: Dec,
+}
+
+impl IncTotals {
+    /// The one of `a` and `b` that extends the other (larger `n`; `a` on a tie).
+    pub fn merge(a: IncTotals, b: IncTotals) -> IncTotals {
+        if b.n > a.n { b } else { a }
+    }
+}
+
+/// One origin's entry: its totals, the observed baseline, and the hlc of its last increment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Entry {
+    origin: ReplicaId,
+    totals: IncTotals,
+    baseline: IncTotals,
+    /// Hlc of the last increment applied (`Hlc::ZERO` when none): duplicate filter and the
+    /// stamp the type-conflict rule uses.
+    last: Hlc,
+}
+
+/// Per-origin increment totals and baselines. Sorted by origin, one entry per origin.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Counter {
+    entries: SmallVec<[Entry; 1]>,
+}
+
+impl Counter {
+    pub fn new() -> Counter {
+        Counter { entries: SmallVec::new() }
+    }
+
+    fn entry(&mut self, origin: ReplicaId) -> Option<&mut Entry> {
+        let i = match self.entries.binary_search_by_key(&origin, |e| e.origin) {
+            Ok(i) => i,
+            Err(i) => {
+                let e = Entry { origin, totals: IncTotals::default(), baseline: IncTotals::default(), last: Hlc::ZERO };
+                self.entries.insert(i, e);
+                i
+            }
+        };
+        self.entries.get_mut(i)
+    }
+
+    /// Applies the increment named `stamp`. Returns false (and changes nothing) for a
+    /// duplicate: origins deliver in issue order, so an hlc at or below the last one seen
+    /// from that origin was applied already.
+    pub fn apply_inc(&mut self, stamp: Stamp, delta: &Delta) -> bool {
+        let Some(e) = self.entry(stamp.replica) else { return false };
+        if stamp.hlc <= e.last && e.last != Hlc::ZERO {
+            return false;
+        }
+        e.last = stamp.hlc;
+        e.totals.n += 1;
+        match delta {
+            Delta::Int(v) => e.totals.int = e.totals.int.saturating_add(i128::from(*v)),
+            Delta::Float(d) => {
+                e.totals.float = e.totals.float.add(*d).unwrap_or(e.totals.float);
+            }
+        }
+        true
+    }
+
+    /// Every origin's totals, as a SET or DEL carries them.
+    pub fn observed(&self) -> SmallVec<[(ReplicaId, IncTotals); 1]> {
+        self.entries.iter().map(|e| (e.origin, IncTotals::merge(e.totals, e.baseline))).collect()
+    }
+
+    pub fn totals(&self) -> impl Iterator<Item = (ReplicaId, &IncTotals)> + '_ {
+        self.entries.iter().map(|e| (e.origin, &e.totals))
+    }
+
+    /// Records `observed` as baseline: per origin, the one with the larger `n` wins.
+    pub fn reset(&mut self, observed: &[(ReplicaId, IncTotals)]) {
+        for &(origin, t) in observed {
+            if t.n == 0 {
+                continue;
+            }
+            if let Some(e) = self.entry(origin) {
+                e.baseline = IncTotals::merge(e.baseline, t);
+            }
+        }
+    }
+
+    /// `Σ (totals - baseline)` over origins whose totals extend their baseline: the integer
+    /// sum, the float sum, and whether the unobserved float increments add up to non-zero.
+    pub fn unobserved(&self) -> (i128, Dec, bool) {
+        let mut int: i128 = 0;
+        let mut float = Dec::ZERO;
+        let mut any_float = false;
+        for e in &self.entries {
+            if e.totals.n <= e.baseline.n {
+                continue;
+            }
+            int = int.saturating_add(e.totals.int.saturating_sub(e.baseline.int));
+            if e.totals.float != e.baseline.float {
+                any_float = true;
+                let d = e.totals.float.add(e.baseline.float.neg()).unwrap_or(Dec::ZERO);
+                float = float.add(d).unwrap_or(float);
+            }
+        }
+        (int, float, any_float)
+    }
+
+    /// True when every origin's totals are covered by its baseline: the counter adds nothing.
+    pub fn is_clear(&self) -> bool {
+        self.entries.iter().all(|e| e.totals.n <= e.baseline.n)
+    }
+
+    /// The stamp of the newest increment not covered by a baseline (for the type-conflict rule).
+    pub fn live_stamp(&self) -> Option<Stamp> {
+        self.entries
+            .iter()
+            .filter(|e| e.totals.n > e.baseline.n)
+            .map(|e| Stamp { hlc: e.last, replica: e.origin })
+            .max()
+    }
+
+    /// Stamps of the last increment per origin (what a removal observes).
+    pub fn last_stamps(&self) -> impl Iterator<Item = Stamp> + '_ {
+        self.entries.iter().filter(|e| e.last != Hlc::ZERO).map(|e| Stamp { hlc: e.last, replica: e.origin })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+    }
+
+    #[test]
+    fn increments_add_up_and_duplicates_are_ignored() {
+        let mut c = Counter::new();
+        assert!(c.apply_inc(st(1, 1), &Delta::Int(7)));
+        assert!(c.apply_inc(st(1, 2), &Delta::Int(3)));
+        assert!(!c.apply_inc(st(1, 1), &Delta::Int(7)));
+        assert_eq!(c.unobserved(), (10, Dec::ZERO, false));
+        assert!(!c.is_clear());
+    }
+
+    #[test]
+    fn reset_hides_observed_increments_only() {
+        let mut c = Counter::new();
+        c.apply_inc(st(1, 1), &Delta::Int(7));
+        let seen = c.observed();
+        c.apply_inc(st(2, 2), &Delta::Float(Dec::parse(b"0.5").unwrap()));
+        c.reset(&seen);
+        assert_eq!(c.unobserved(), (0, Dec::parse(b"0.5").unwrap(), true));
+        c.reset(&c.observed());
+        assert!(c.is_clear());
+        assert_eq!(c.live_stamp(), None);
+    }
+
+    #[test]
+    fn baseline_before_increments_arrive() {
+        let mut c = Counter::new();
+        c.reset(&[(ReplicaId(1), IncTotals { n: 2, int: 5, float: Dec::ZERO })]);
+        c.apply_inc(st(1, 1), &Delta::Int(2));
+        c.apply_inc(st(2, 1), &Delta::Int(3));
+        assert!(c.is_clear());
+        c.apply_inc(st(3, 1), &Delta::Int(4));
+        assert_eq!(c.unobserved().0, 4);
+        assert_eq!(c.live_stamp(), Some(st(3, 1)));
+    }
+}

@@ -100,6 +100,11 @@ impl VersionVector {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+
+    /// Drops the entries `stable` covers (every stamp they name was delivered everywhere).
+    pub fn forget_covered(&mut self, stable: &VersionVector) {
+        self.entries.retain(|e| e.1 > stable.get(e.0));
+    }
 }
 
 #[cfg(test)]

@@ -1,1 +1,85 @@
 //! The TTL register: concurrent EXPIREs resolve to the longest TTL; PERSIST beats EXPIRE.
+//!
+//! Each EXPIRE/PEXPIRE/EXPIREAT/PERSIST (and a SET with EX/PX) is a write of an `Expire`;
+//! a write removes the expire writes it observed. Of the concurrent writes left, any
+//! `Persist` wins (no TTL); otherwise the latest deadline wins.
+
+use crate::dot::{Stamp, VersionVector};
+use crate::mvreg::MvReg;
+
+/// One expire write: no TTL, or a deadline in Unix milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Expire {
+    Persist,
+    AtMs(u64),
+}
+
+/// Concurrent expire writes, resolved as described in the module doc.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ExpireReg(pub MvReg<Expire>);
+
+impl ExpireReg {
+    pub fn new() -> ExpireReg {
+        ExpireReg(MvReg::new())
+    }
+
+    /// Removes the observed expire writes and adds this one.
+    pub fn write(&mut self, stamp: Stamp, expire: Expire, observed: &VersionVector) -> bool {
+        self.0.write(stamp, expire, observed)
+    }
+
+    pub fn remove(&mut self, observed: &VersionVector) -> bool {
+        self.0.remove(observed)
+    }
+
+    /// The deadline in force: `None` when no write is held or any concurrent write is
+    /// `Persist`; otherwise the latest `AtMs`.
+    pub fn at_ms(&self) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for (_, e) in self.0.iter() {
+            match e {
+                Expire::Persist => return None,
+                Expire::AtMs(t) => best = Some(best.map_or(*t, |b| b.max(*t))),
+            }
+        }
+        best
+    }
+
+    /// True when the writes held have no effect (none, or only `Persist`).
+    pub fn is_inert(&self) -> bool {
+        self.0.iter().all(|(_, e)| *e == Expire::Persist)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dot::ReplicaId;
+    use crate::hlc::Hlc;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+    }
+
+    #[test]
+    fn longest_ttl_wins_and_persist_beats_expire() {
+        let none = VersionVector::new();
+        let mut r = ExpireReg::new();
+        assert_eq!(r.at_ms(), None);
+        r.write(st(5, 1), Expire::AtMs(10_000), &none);
+        r.write(st(4, 2), Expire::AtMs(50_000), &none);
+        assert_eq!(r.at_ms(), Some(50_000));
+        r.write(st(3, 3), Expire::Persist, &none);
+        assert_eq!(r.at_ms(), None);
+        let mut seen = VersionVector::new();
+        seen.observe(st(5, 1));
+        seen.observe(st(4, 2));
+        seen.observe(st(3, 3));
+        r.write(st(6, 1), Expire::AtMs(7), &seen);
+        assert_eq!(r.at_ms(), Some(7));
+    }
+}

@@ -1,1 +1,567 @@
 //! One key's CRDT state: typed value, TTL register, and the removal context.
+//!
+//! `KeyState::apply(stamp, effect)` applies a local or remote write; applying the same set of
+//! writes in any order (each origin's in issue order), with duplicates, gives the same state.
+//!
+//! Removal contexts. Ops from different origins arrive in any order, so a write can arrive
+//! after a removal that had observed it; the removal's context is kept until it is causally
+//! stable and such a late write is dropped. Three contexts, each the merge of the `Observed`
+//! stamps of the removals of one kind, so that each write is tested against exactly the
+//! removals that remove its kind:
+//! - `removed` (inline): DEL and SET without KEEPTTL, which remove values and expire writes;
+//! - `value_removed`: SET KEEPTTL, APPEND, SETRANGE..., which remove values only;
+//! - `expire_removed`: EXPIRE and PERSIST, which remove expire writes only.
+//!
+//! Type conflicts (SET k ∥ SADD k). Each live value has the highest stamp of its live writes;
+//! the value with the highest such stamp is visible, the others stay live but hidden, so the
+//! result does not depend on arrival order. A write that observed a hidden value removes it
+//! (SET and DEL remove what they observed, of any type). See docs/conflicts.md.
+
+use smallvec::SmallVec;
+
+use crate::counter::IncTotals;
+use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::expire::{Expire, ExpireReg};
+use crate::op::{Effect, Observed};
+use crate::orset::OrSet;
+use crate::string::{StrCrdt, StrView};
+
+/// A key's type as clients see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TypeTag {
+    String,
+    Set,
+}
+
+/// One typed value of a key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Value {
+    Str(StrCrdt),
+    Set(OrSet),
+}
+
+impl Value {
+    pub fn type_tag(&self) -> TypeTag {
+        match self {
+            Value::Str(_) => TypeTag::String,
+            Value::Set(_) => TypeTag::Set,
+        }
+    }
+
+    /// Whether it shows anything.
+    pub fn is_live(&self) -> bool {
+        match self {
+            Value::Str(s) => s.is_live(),
+            Value::Set(s) => !s.is_empty(),
+        }
+    }
+
+    /// The highest stamp among its live writes (the type-conflict order).
+    pub fn live_stamp(&self) -> Option<Stamp> {
+        match self {
+            Value::Str(s) => s.live_stamp(),
+            Value::Set(s) => s.max_stamp(),
+        }
+    }
+
+    /// Holds nothing at all: neither live writes nor metadata.
+    fn is_blank(&self) -> bool {
+        match self {
+            Value::Str(s) => !s.is_live() && s.counter().is_none(),
+            Value::Set(s) => s.is_empty() && !s.has_metadata(),
+        }
+    }
+
+    fn has_metadata(&self) -> bool {
+        match self {
+            Value::Str(s) => s.has_metadata(),
+            Value::Set(s) => s.has_metadata(),
+        }
+    }
+
+    fn observe_into(&self, vv: &mut VersionVector) {
+        match self {
+            Value::Str(s) => s.observe_into(vv),
+            Value::Set(s) => s.observe_into(vv),
+        }
+    }
+
+    fn remove_observed(&mut self, observed: &Observed) {
+        match self {
+            Value::Str(s) => s.remove(&observed.stamps, &observed.incs),
+            Value::Set(s) => {
+                s.remove_observed(&observed.stamps);
+            }
+        }
+    }
+}
+
+/// What `KeyState::apply` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The effect made a second type live at the key (a type conflict began here).
+    pub type_conflict: bool,
+    /// The effect's own write was dropped: a duplicate, or covered by a removal already applied.
+    pub ignored: bool,
+}
+
+/// Rare parts of a key, boxed so that a plain key stays small.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+struct Extra {
+    /// Live values of types that lost a type conflict, and dead values that still hold
+    /// metadata. At most one value per type across `value` and `hidden`.
+    hidden: Vec<Value>,
+    expire: ExpireReg,
+    expire_removed: VersionVector,
+    value_removed: VersionVector,
+}
+
+impl Extra {
+    fn is_blank(&self) -> bool {
+        self.hidden.is_empty()
+            && self.expire.is_empty()
+            && self.expire_removed.is_empty()
+            && self.value_removed.is_empty()
+    }
+}
+
+/// One key's replicated state. See the module doc.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct KeyState {
+    /// The visible value when one is live; otherwise a dead value holding metadata, or none.
+    value: Option<Value>,
+    /// Merged contexts of DEL and SET-without-KEEPTTL.
+    removed: VersionVector,
+    extra: Option<Box<Extra>>,
+}
+
+/// Bytes of a `KeyState` (a string value inline, the rest boxed).
+pub const KEY_STATE_BYTES_MAX: usize = 96;
+const _: () = assert!(std::mem::size_of::<KeyState>() <= KEY_STATE_BYTES_MAX);
+
+impl KeyState {
+    pub fn new() -> KeyState {
+        KeyState::default()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Value> + '_ {
+        self.value.iter().chain(self.extra.iter().flat_map(|x| x.hidden.iter()))
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> + '_ {
+        let KeyState { value, extra, .. } = self;
+        value.iter_mut().chain(extra.iter_mut().flat_map(|x| x.hidden.iter_mut()))
+    }
+
+    fn extra_mut(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
+    fn value_covered(&self, stamp: Stamp) -> bool {
+        self.removed.covers(stamp) || self.extra.as_ref().is_some_and(|x| x.value_removed.covers(stamp))
+    }
+
+    fn expire_covered(&self, stamp: Stamp) -> bool {
+        self.removed.covers(stamp) || self.extra.as_ref().is_some_and(|x| x.expire_removed.covers(stamp))
+    }
+
+    /// Takes the value of type `tag` out (from `value` or `hidden`).
+    fn take(&mut self, tag: TypeTag) -> Option<Value> {
+        if self.value.as_ref().is_some_and(|v| v.type_tag() == tag) {
+            return self.value.take();
+        }
+        let x = self.extra.as_mut()?;
+        let i = x.hidden.iter().position(|v| v.type_tag() == tag)?;
+        Some(x.hidden.swap_remove(i))
+    }
+
+    /// Puts a value back; `normalize` then decides which one is visible.
+    fn put(&mut self, v: Value) {
+        if self.value.is_none() {
+            self.value = Some(v);
+        } else {
+            self.extra_mut().hidden.push(v);
+        }
+    }
+
+    fn take_str(&mut self) -> StrCrdt {
+        match self.take(TypeTag::String) {
+            Some(Value::Str(s)) => s,
+            Some(other) => {
+                self.put(other);
+                StrCrdt::new()
+            }
+            None => StrCrdt::new(),
+        }
+    }
+
+    fn take_set(&mut self) -> OrSet {
+        match self.take(TypeTag::Set) {
+            Some(Value::Set(s)) => s,
+            Some(other) => {
+                self.put(other);
+                OrSet::new()
+            }
+            None => OrSet::new(),
+        }
+    }
+
+    fn live_types(&self) -> usize {
+        self.values().filter(|v| v.is_live()).count()
+    }
+
+    /// Removes from every value what `observed` covers; records counter baselines even when
+    /// no string value is held yet (the increments may arrive later).
+    fn remove_values(&mut self, observed: &Observed) {
+        let mut has_str = false;
+        for v in self.values_mut() {
+            has_str |= v.type_tag() == TypeTag::String;
+            v.remove_observed(observed);
+        }
+        if !has_str && !observed.incs.is_empty() {
+            let mut s = StrCrdt::new();
+            s.remove(&VersionVector::new(), &observed.incs);
+            self.put(Value::Str(s));
+        }
+    }
+
+    /// Re-establishes the invariants: blank values dropped, the live value with the highest
+    /// stamp in `value`, the rest in `hidden`, no empty `extra`.
+    fn normalize(&mut self) {
+        let single = self.extra.as_ref().is_none_or(|x| x.hidden.is_empty());
+        if single {
+            if self.value.as_ref().is_some_and(|v| v.is_blank()) {
+                self.value = None;
+            }
+        } else {
+            let hidden = self.extra.as_mut().map(|x| std::mem::take(&mut x.hidden)).unwrap_or_default();
+            let mut all: SmallVec<[Value; 2]> =
+                self.value.take().into_iter().chain(hidden).filter(|v| !v.is_blank()).collect();
+            let win = all
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_live())
+                .max_by_key(|(_, v)| v.live_stamp())
+                .map_or(0, |(i, _)| i);
+            if win < all.len() {
+                self.value = Some(all.remove(win));
+            }
+            if !all.is_empty() {
+                self.extra_mut().hidden = all.into_vec();
+            }
+        }
+        if self.extra.as_ref().is_some_and(|x| x.is_blank()) {
+            self.extra = None;
+        }
+    }
+
+    /// Everything seen at this key: a local removal carries it.
+    pub fn observed(&self) -> Observed {
+        let mut stamps = self.removed.clone();
+        let mut incs: SmallVec<[(ReplicaId, IncTotals); 1]> = SmallVec::new();
+        for v in self.values() {
+            v.observe_into(&mut stamps);
+            if let Value::Str(s) = v {
+                if let Some(c) = s.counter() {
+                    incs = c.observed();
+                }
+            }
+        }
+        if let Some(x) = &self.extra {
+            stamps.merge(&x.value_removed);
+            stamps.merge(&x.expire_removed);
+            for (s, _) in x.expire.0.iter() {
+                stamps.observe(*s);
+            }
+        }
+        Observed { stamps, incs }
+    }
+
+    /// Applies the write `stamp` with `effect`, local or remote. Idempotent and convergent.
+    pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, effect: &Effect<B>) -> Applied {
+        let before = self.live_types();
+        let ignored = match effect {
+            Effect::Assign { value, observed, keep_ttl } => {
+                if !observed.stamps.is_empty() {
+                    if *keep_ttl {
+                        self.extra_mut().value_removed.merge(&observed.stamps);
+                    } else {
+                        self.removed.merge(&observed.stamps);
+                        if let Some(x) = &mut self.extra {
+                            x.expire.remove(&observed.stamps);
+                        }
+                    }
+                }
+                self.remove_values(observed);
+                if self.value_covered(stamp) {
+                    true
+                } else {
+                    let mut s = self.take_str();
+                    let fresh = s.assign(stamp, value.as_ref());
+                    self.put(Value::Str(s));
+                    !fresh
+                }
+            }
+            Effect::Incr { delta } => {
+                let mut s = self.take_str();
+                let fresh = s.incr(stamp, delta);
+                self.put(Value::Str(s));
+                !fresh
+            }
+            Effect::Remove { observed } => {
+                self.removed.merge(&observed.stamps);
+                if let Some(x) = &mut self.extra {
+                    x.expire.remove(&observed.stamps);
+                }
+                self.remove_values(observed);
+                false
+            }
+            Effect::Expire { expire, observed } => {
+                if !observed.is_empty() {
+                    let x = self.extra_mut();
+                    x.expire_removed.merge(observed);
+                    x.expire.remove(observed);
+                }
+                if self.expire_covered(stamp) {
+                    true
+                } else {
+                    !self.extra_mut().expire.write(stamp, *expire, &VersionVector::new())
+                }
+            }
+            Effect::SetAdd { member } => {
+                if self.value_covered(stamp) {
+                    true
+                } else {
+                    let mut s = self.take_set();
+                    let fresh = s.add(stamp, member.as_ref());
+                    self.put(Value::Set(s));
+                    !fresh
+                }
+            }
+            Effect::SetRem { member, observed } => {
+                if !self.removed.dominates(observed) {
+                    let mut s = self.take_set();
+                    s.remove(member.as_ref(), observed);
+                    self.put(Value::Set(s));
+                }
+                false
+            }
+        };
+        self.normalize();
+        let after = self.live_types();
+        Applied { type_conflict: !ignored && before < 2 && after >= 2, ignored }
+    }
+
+    /// The effect of SET/APPEND/SETRANGE... writing `value`. `keep_ttl` (SET KEEPTTL, APPEND,
+    /// SETRANGE) is kept only when the key exists with expire writes; otherwise the write also
+    /// removes the observed expire writes (Redis: a new key has no TTL).
+    pub fn assign_effect<B: AsRef<[u8]>>(&self, value: B, keep_ttl: bool) -> Effect<B> {
+        let keep = keep_ttl && !self.is_empty() && self.extra.as_ref().is_some_and(|x| !x.expire.is_empty());
+        Effect::Assign { value, observed: self.observed(), keep_ttl: keep }
+    }
+
+    /// The effect of DEL/UNLINK/expiry of this key.
+    pub fn remove_effect<B: AsRef<[u8]>>(&self) -> Effect<B> {
+        Effect::Remove { observed: self.observed() }
+    }
+
+    /// The effect of EXPIRE (`AtMs`) or PERSIST (`Persist`).
+    pub fn expire_effect<B: AsRef<[u8]>>(&self, expire: Expire) -> Effect<B> {
+        Effect::Expire { expire, observed: self.observed().stamps }
+    }
+
+    /// The effect of SREM of `member`.
+    pub fn set_rem_effect<B: AsRef<[u8]>>(&self, member: B) -> Effect<B> {
+        Effect::SetRem { member, observed: self.observed().stamps }
+    }
+
+    /// The string shown; `None` when the key is empty or not a string.
+    pub fn view_str(&self) -> Option<StrView<'_>> {
+        match &self.value {
+            Some(Value::Str(s)) => s.view(),
+            _ => None,
+        }
+    }
+
+    /// The visible type; `None` when the key is empty.
+    pub fn type_tag(&self) -> Option<TypeTag> {
+        self.value.as_ref().filter(|v| v.is_live()).map(Value::type_tag)
+    }
+
+    /// The visible set; `None` when the key is empty or not a set.
+    pub fn set(&self) -> Option<&OrSet> {
+        match &self.value {
+            Some(Value::Set(s)) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The visible value (`None` when the key is empty).
+    pub fn value(&self) -> Option<&Value> {
+        self.value.as_ref().filter(|v| v.is_live())
+    }
+
+    /// Live values of other types hidden by a type conflict.
+    pub fn hidden(&self) -> impl Iterator<Item = &Value> + '_ {
+        self.extra.iter().flat_map(|x| x.hidden.iter()).filter(|v| v.is_live())
+    }
+
+    /// The key's deadline in Unix ms; `None` when it has no TTL or is empty.
+    pub fn expire_at_ms(&self) -> Option<u64> {
+        if self.is_empty() {
+            return None;
+        }
+        self.extra.as_ref().and_then(|x| x.expire.at_ms())
+    }
+
+    /// The expire register (all concurrent expire writes held).
+    pub fn expire_reg(&self) -> Option<&ExpireReg> {
+        self.extra.as_ref().map(|x| &x.expire)
+    }
+
+    /// No visible value: the key does not exist for clients.
+    pub fn is_empty(&self) -> bool {
+        !self.value.as_ref().is_some_and(|v| v.is_live())
+    }
+
+    /// Whether metadata that `collect_all` would drop is held (removal contexts, cleared
+    /// counters, set removal contexts, dead values, expire writes with no effect). An empty
+    /// key without metadata can be dropped from the keyspace.
+    pub fn has_metadata(&self) -> bool {
+        if !self.removed.is_empty() {
+            return true;
+        }
+        if self.values().any(|v| v.has_metadata() || !v.is_live()) {
+            return true;
+        }
+        self.extra.as_ref().is_some_and(|x| {
+            !x.value_removed.is_empty()
+                || !x.expire_removed.is_empty()
+                || (!x.expire.is_empty() && (x.expire.is_inert() || self.is_empty()))
+        })
+    }
+
+    /// Drops all removal metadata: removal contexts, cleared counters, set removal contexts,
+    /// expire writes with no effect (PERSIST only) and expire writes of an empty key. Only
+    /// for a replica with no peers, where every write is causally stable.
+    pub fn collect_all(&mut self) {
+        self.removed = VersionVector::new();
+        let empty = self.is_empty();
+        for v in self.values_mut() {
+            match v {
+                Value::Str(s) => s.collect_all(),
+                Value::Set(s) => s.collect(None),
+            }
+        }
+        if let Some(x) = &mut self.extra {
+            x.value_removed = VersionVector::new();
+            x.expire_removed = VersionVector::new();
+            if empty || x.expire.is_inert() {
+                x.expire = ExpireReg::new();
+            }
+            // Dead values that only held metadata are blank now; normalize drops them.
+        }
+        self.normalize();
+    }
+
+    /// Drops the removal contexts `stable` covers: `stable` must be a version vector that
+    /// every replica has delivered (no write it covers can still arrive). Live writes and
+    /// counter totals are kept.
+    pub fn collect(&mut self, stable: &VersionVector) {
+        self.removed.forget_covered(stable);
+        for v in self.values_mut() {
+            if let Value::Set(s) = v {
+                s.collect(Some(stable));
+            }
+        }
+        if let Some(x) = &mut self.extra {
+            x.value_removed.forget_covered(stable);
+            x.expire_removed.forget_covered(stable);
+        }
+        self.normalize();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counter::Delta;
+    use crate::dot::ReplicaId;
+    use crate::hlc::Hlc;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+    }
+
+    type E = Effect<&'static [u8]>;
+
+    #[test]
+    fn sizes_stay_small() {
+        assert!(std::mem::size_of::<KeyState>() <= KEY_STATE_BYTES_MAX);
+    }
+
+    #[test]
+    fn set_incr_append_like_redis() {
+        let mut k = KeyState::new();
+        let e: E = k.assign_effect(b"10", false);
+        k.apply(st(1, 1), &e);
+        k.apply(st(2, 1), &E::Incr { delta: Delta::Int(1) });
+        assert_eq!(k.view_str(), Some(StrView::Int(11)));
+        let mut bytes = k.view_str().unwrap().to_bytes();
+        bytes.extend_from_slice(b"x");
+        let e = k.assign_effect(bytes, true);
+        k.apply(st(3, 1), &e);
+        assert_eq!(k.view_str(), Some(StrView::Bytes(b"11x")));
+        assert_eq!(k.type_tag(), Some(TypeTag::String));
+    }
+
+    #[test]
+    fn del_removes_and_late_write_stays_removed() {
+        let mut a = KeyState::new();
+        let set: E = E::Assign { value: b"v", observed: Observed::new(), keep_ttl: false };
+        a.apply(st(1, 1), &set);
+        let del: E = a.remove_effect();
+        // Another replica receives the DEL before the SET.
+        let mut b = KeyState::new();
+        b.apply(st(2, 2), &del);
+        let r = b.apply(st(1, 1), &set);
+        assert!(r.ignored);
+        assert!(b.is_empty());
+        a.apply(st(2, 2), &del);
+        assert!(a.is_empty());
+        assert!(a.has_metadata());
+        a.collect_all();
+        assert!(!a.has_metadata());
+        assert_eq!(a, KeyState::new());
+    }
+
+    #[test]
+    fn type_conflict_latest_stamp_wins_and_observing_write_clears_it() {
+        let mut k = KeyState::new();
+        let set: E = E::Assign { value: b"v", observed: Observed::new(), keep_ttl: false };
+        let sadd: E = E::SetAdd { member: b"m" };
+        assert!(!k.apply(st(5, 1), &set).type_conflict);
+        let r = k.apply(st(4, 2), &sadd);
+        assert!(r.type_conflict);
+        assert_eq!(k.type_tag(), Some(TypeTag::String));
+        assert_eq!(k.hidden().count(), 1);
+        let del: E = k.remove_effect();
+        k.apply(st(6, 1), &del);
+        assert!(k.is_empty());
+    }
+
+    #[test]
+    fn expire_longest_wins_and_orphans_do_not_show() {
+        let mut k = KeyState::new();
+        let set: E = k.assign_effect(b"v", false);
+        k.apply(st(1, 1), &set);
+        let e1: E = k.expire_effect(Expire::AtMs(10));
+        let e2: E = k.expire_effect(Expire::AtMs(50));
+        k.apply(st(2, 1), &e1);
+        k.apply(st(2, 2), &e2);
+        assert_eq!(k.expire_at_ms(), Some(50));
+        let p: E = E::Expire { expire: Expire::Persist, observed: VersionVector::new() };
+        k.apply(st(3, 3), &p);
+        assert_eq!(k.expire_at_ms(), None);
+    }
+}

@@ -1,1 +1,52 @@
 //! `Effect`: what one write replicates.
+//!
+//! A write is named by its `Stamp`. The server builds the effect of a command from the key's
+//! current state (`KeyState::observed` and the view), applies it locally with
+//! `KeyState::apply`, and sends `(stamp, effect)` to the other replicas, which apply it the same
+//! way. Removals carry `Observed`: they remove only what the issuing replica had seen.
+
+use smallvec::SmallVec;
+
+use crate::counter::{Delta, IncTotals};
+use crate::dot::{ReplicaId, VersionVector};
+use crate::expire::Expire;
+
+/// What the issuing replica had seen at a key when it issued a removal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Observed {
+    /// Every stamp seen at the key: register writes, increments, expire writes, set dots,
+    /// and the removal contexts held. The server may also merge in its delivered (or stable)
+    /// version vector: with per-origin FIFO delivery, everything it covers has been seen.
+    pub stamps: VersionVector,
+    /// Counter totals seen, per origin.
+    pub incs: SmallVec<[(ReplicaId, IncTotals); 1]>,
+}
+
+impl Observed {
+    pub fn new() -> Observed {
+        Observed::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stamps.is_empty() && self.incs.is_empty()
+    }
+}
+
+/// The effect of one write on one key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Effect<B: AsRef<[u8]>> {
+    /// SET, GETSET, APPEND, SETRANGE, SETBIT...: removes what `observed` covers (string
+    /// writes, values of any type, increments, and unless `keep_ttl` the expire writes), then
+    /// writes `value`. A TTL set with the value (SET EX) is a separate `Expire` effect.
+    Assign { value: B, observed: Observed, keep_ttl: bool },
+    /// INCR, INCRBY, DECRBY, INCRBYFLOAT.
+    Incr { delta: Delta },
+    /// DEL, UNLINK, expiry, FLUSH: removes everything `observed` covers.
+    Remove { observed: Observed },
+    /// EXPIRE family and PERSIST: removes the expire writes `observed` covers, adds this one.
+    Expire { expire: Expire, observed: VersionVector },
+    /// SADD of one member.
+    SetAdd { member: B },
+    /// SREM of one member: removes the dots of it that `observed` covers.
+    SetRem { member: B, observed: VersionVector },
+}

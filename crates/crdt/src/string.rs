@@ -1,1 +1,226 @@
 //! The string value: a register of the assigned bytes plus a counter of increments.
+//!
+//! SET, APPEND, SETRANGE, GETSET... assign bytes (LWW on `Stamp` among concurrent writes) and
+//! reset the increments they observed; INCR, INCRBY, DECRBY, INCRBYFLOAT add to the counter.
+//! The value shown is the assigned bytes plus the increments no assignment observed:
+//! - no unobserved increment: the bytes (Redis's value exactly);
+//! - base (the bytes, or 0 when nothing is assigned) is a number: `base + increments`, an
+//!   integer when base and every unobserved increment are integers, saturating at the `i64`
+//!   bounds, else a `Dec`;
+//! - base is not a number (SET "abc" ∥ INCR): the increments are ignored and the bytes shown.
+
+use crate::bytes::SmallBytes;
+use crate::counter::{Counter, Delta, IncTotals};
+use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::mvreg::MvReg;
+use crate::num::Dec;
+
+/// A string key's value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct StrCrdt {
+    reg: MvReg<SmallBytes>,
+    counter: Option<Box<Counter>>,
+}
+
+/// Size of `StrCrdt`: one inline write (stamp and 24-byte bytes) plus the counter pointer.
+pub const STR_CRDT_BYTES_MAX: usize = 56;
+const _: () = assert!(std::mem::size_of::<StrCrdt>() <= STR_CRDT_BYTES_MAX);
+
+/// What a string key shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrView<'a> {
+    Bytes(&'a [u8]),
+    Int(i64),
+    Float(Dec),
+}
+
+impl StrView<'_> {
+    /// The bytes a GET returns (`Float` printed the way Redis prints INCRBYFLOAT results).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            StrView::Bytes(b) => b.to_vec(),
+            StrView::Int(v) => v.to_string().into_bytes(),
+            StrView::Float(d) => d.format_redis().into_bytes(),
+        }
+    }
+}
+
+/// Redis `string2ll`: optional `-`, no leading zeros (except "0"), no `+`, no spaces, fits i64.
+pub fn parse_i64_redis(s: &[u8]) -> Option<i64> {
+    if s == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, s),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    let mut v: i128 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i128::from(c - b'0');
+        if v > i128::from(i64::MAX) + 1 {
+            return None;
+        }
+    }
+    i64::try_from(if negative { -v } else { v }).ok()
+}
+
+impl StrCrdt {
+    pub fn new() -> StrCrdt {
+        StrCrdt::default()
+    }
+
+    /// The value shown; `None` when nothing is assigned and no increment is unobserved.
+    pub fn view(&self) -> Option<StrView<'_>> {
+        let bytes = self.reg.visible().map(|(_, b)| b.as_slice());
+        let counter = match &self.counter {
+            Some(c) if !c.is_clear() => c,
+            _ => return bytes.map(StrView::Bytes),
+        };
+        let (int, float, any_float) = counter.unobserved();
+        let base_int = match bytes {
+            None => Some(0),
+            Some(b) => parse_i64_redis(b),
+        };
+        if let (Some(base), false) = (base_int, any_float) {
+            let sum = i128::from(base).saturating_add(int);
+            let clamped = sum.clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+            return Some(StrView::Int(i64::try_from(clamped).unwrap_or(i64::MAX)));
+        }
+        let base = match (base_int, bytes) {
+            (Some(v), _) => Dec::from_i64(v),
+            (None, Some(b)) => match Dec::parse(b) {
+                Some(d) => d,
+                None => return Some(StrView::Bytes(b)),
+            },
+            (None, None) => Dec::ZERO,
+        };
+        let total = base.add(Dec::from_i128(int)).and_then(|d| d.add(float));
+        match (total, bytes) {
+            (Some(d), _) => Some(StrView::Float(d)),
+            (None, Some(b)) => Some(StrView::Bytes(b)),
+            (None, None) => Some(StrView::Float(Dec::ZERO)),
+        }
+    }
+
+    /// Removes the assigned writes covered by `stamps` and resets the increments in `incs`.
+    pub fn remove(&mut self, stamps: &VersionVector, incs: &[(ReplicaId, IncTotals)]) {
+        self.reg.remove(stamps);
+        if !incs.is_empty() {
+            self.counter.get_or_insert_with(Box::default).reset(incs);
+        }
+    }
+
+    /// Adds the assigned write `stamp` (the caller has applied the write's removals).
+    pub fn assign(&mut self, stamp: Stamp, value: &[u8]) -> bool {
+        self.reg.write(stamp, SmallBytes::copy_from(value), &VersionVector::new())
+    }
+
+    /// Applies one increment; false for a duplicate.
+    pub fn incr(&mut self, stamp: Stamp, delta: &Delta) -> bool {
+        self.counter.get_or_insert_with(Box::default).apply_inc(stamp, delta)
+    }
+
+    pub fn reg(&self) -> &MvReg<SmallBytes> {
+        &self.reg
+    }
+
+    pub fn counter(&self) -> Option<&Counter> {
+        self.counter.as_deref()
+    }
+
+    /// Whether the value shows anything.
+    pub fn is_live(&self) -> bool {
+        !self.reg.is_empty() || self.counter.as_ref().is_some_and(|c| !c.is_clear())
+    }
+
+    /// The highest stamp among assigned writes and unobserved increments.
+    pub fn live_stamp(&self) -> Option<Stamp> {
+        let r = self.reg.visible().map(|(s, _)| *s);
+        let c = self.counter.as_ref().and_then(|c| c.live_stamp());
+        r.max(c)
+    }
+
+    /// Adds the stamps held (writes, last increment per origin) to `vv`.
+    pub fn observe_into(&self, vv: &mut VersionVector) {
+        for (s, _) in self.reg.iter() {
+            vv.observe(*s);
+        }
+        if let Some(c) = &self.counter {
+            for s in c.last_stamps() {
+                vv.observe(s);
+            }
+        }
+    }
+
+    /// Whether a cleared counter (pure metadata) is held.
+    pub fn has_metadata(&self) -> bool {
+        self.counter.as_ref().is_some_and(|c| c.is_clear())
+    }
+
+    /// Drops a cleared counter (only safe when no replica can still send increments or
+    /// removals referring to its totals: no peers).
+    pub fn collect_all(&mut self) {
+        if self.counter.as_ref().is_some_and(|c| c.is_clear()) {
+            self.counter = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hlc::Hlc;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+    }
+
+    #[test]
+    fn parses_integers_like_string2ll() {
+        assert_eq!(parse_i64_redis(b"0"), Some(0));
+        assert_eq!(parse_i64_redis(b"-12"), Some(-12));
+        assert_eq!(parse_i64_redis(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64_redis(b"-9223372036854775808"), Some(i64::MIN));
+        for s in ["", "-", "-0", "01", "+1", " 1", "1 ", "9223372036854775808", "1.0", "1e3"] {
+            assert_eq!(parse_i64_redis(s.as_bytes()), None, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn set_then_incr_shows_an_integer() {
+        let mut s = StrCrdt::new();
+        s.assign(st(1, 1), b"10");
+        assert_eq!(s.view(), Some(StrView::Bytes(b"10")));
+        s.incr(st(2, 1), &Delta::Int(1));
+        assert_eq!(s.view(), Some(StrView::Int(11)));
+    }
+
+    #[test]
+    fn float_increments_and_non_numeric_base() {
+        let mut s = StrCrdt::new();
+        s.incr(st(1, 1), &Delta::Float(Dec::parse(b"10.5").unwrap()));
+        s.incr(st(2, 1), &Delta::Float(Dec::parse(b"0.1").unwrap()));
+        assert_eq!(s.view().unwrap().to_bytes(), b"10.6");
+        s.assign(st(3, 2), b"abc");
+        assert_eq!(s.view(), Some(StrView::Bytes(b"abc")));
+        let mut t = StrCrdt::new();
+        t.assign(st(1, 1), b"1.5");
+        t.incr(st(2, 2), &Delta::Int(1));
+        assert_eq!(t.view().unwrap().to_bytes(), b"2.5");
+    }
+
+    #[test]
+    fn integer_overflow_saturates() {
+        let mut s = StrCrdt::new();
+        s.assign(st(1, 1), b"9223372036854775800");
+        s.incr(st(2, 2), &Delta::Int(100));
+        assert_eq!(s.view(), Some(StrView::Int(i64::MAX)));
+    }
+}
