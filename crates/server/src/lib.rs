@@ -1,1 +1,36 @@
+//! The Meridian server: a Redis-compatible RESP server whose keyspace holds CRDT values.
+//!
+//! A shard is one pinned thread running a single-threaded runtime that owns its part of the
+//! keyspace; connections on that thread run commands against it without locks. Every write is
+//! applied to a CRDT (`meridian_crdt`) and recorded as an op in the shard's op log, which the
+//! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
+//!
+//! # Layout
+//! - `config`: defaults, TOML file and flags.
+//! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
+//! - `shard`: what a shard owns.
+//! - `conn`: one connection's read–parse–execute–write loop.
+//! - `client`: per-connection state and what other connections may see of it.
+//! - `resp`: the request parser and the reply builder.
+//! - `cmd`: the command table, dispatch, and the command families.
+//! - `keyspace`: databases, lookups with lazy expiry, the single write path.
+//! - `oplog`: the in-memory log of ops this shard originated.
+//! - `slot`: key-to-slot hashing and the slot-to-shard table.
+//! - `stats`: counters, slow log, latency monitor.
+//! - `error`: `CmdError` and the only spelling of Redis's error texts.
+//! - `time`: wall-clock helpers.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod client;
+pub mod cmd;
+pub mod config;
+pub mod conn;
+pub mod error;
+pub mod keyspace;
+pub mod oplog;
+pub mod resp;
+pub mod server;
+pub mod shard;
+pub mod slot;
+pub mod stats;
+pub mod time;

@@ -1,1 +1,94 @@
-fn main() {}
+//! The `meridian` binary: `meridian server [flags]` runs a server.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use meridian_server::config::Config;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[derive(Parser, Debug)]
+#[command(name = "meridian", version, about = "Redis-compatible active-active key-value server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the server (embedded defaults, then --config FILE, then flags).
+    Server(ServerFlags),
+}
+
+/// Each flag overrides the TOML key of the same name.
+#[derive(Args, Debug, Default)]
+struct ServerFlags {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    bind: Option<String>,
+    #[arg(long)]
+    port: Option<u16>,
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long)]
+    databases: Option<u32>,
+    #[arg(long)]
+    site: Option<String>,
+    #[arg(long)]
+    proto_max_bulk_len: Option<u64>,
+    #[arg(long)]
+    client_query_buffer_limit: Option<u64>,
+    #[arg(long)]
+    maxclients: Option<u32>,
+    #[arg(long)]
+    timeout: Option<u64>,
+    #[arg(long)]
+    hz: Option<u32>,
+    #[arg(long, allow_negative_numbers = true)]
+    slowlog_log_slower_than: Option<i64>,
+    #[arg(long)]
+    slowlog_max_len: Option<u64>,
+    #[arg(long)]
+    latency_monitor_threshold: Option<u64>,
+    #[arg(long)]
+    backlog_bytes_max: Option<u64>,
+    #[arg(long)]
+    log_level: Option<String>,
+    #[arg(long, allow_negative_numbers = true)]
+    debug_clock_offset_ms: Option<i64>,
+}
+
+impl ServerFlags {
+    fn resolve(self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        macro_rules! over {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
+        }
+        over!(bind, port, dir, databases, site, proto_max_bulk_len, client_query_buffer_limit, maxclients, timeout, hz,
+            slowlog_log_slower_than, slowlog_max_len, latency_monitor_threshold, backlog_bytes_max, log_level,
+            debug_clock_offset_ms);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(flags) => {
+            let config = flags.resolve().context("invalid configuration")?;
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
+            tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+            meridian_server::server::run(config).context("server failed")?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Argument parsing shared by handlers, with Redis's exact acceptance rules.
+
+use crate::error::CmdError;
+
+/// Redis's `string2ll`: optional '-', no '+', no leading zeros (except "0"), no spaces,
+/// fits in i64. Returns None otherwise.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    if b == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    if neg {
+        if v > (i64::MAX as u64) + 1 {
+            return None;
+        }
+        Some((v as i64).wrapping_neg())
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// An integer argument, or `ERR value is not an integer or out of range`.
+pub fn int_arg(b: &[u8]) -> Result<i64, CmdError> {
+    parse_i64(b).ok_or(CmdError::NotInteger)
+}
+
+/// Redis's `string2d`/`getDoubleFromObject` acceptance: what `strtod` parses fully, with no
+/// leading space, not NaN. Accepts "inf", "-inf", "+inf", "infinity" as C does.
+pub fn parse_f64(b: &[u8]) -> Option<f64> {
+    if b.is_empty() || b.first().is_some_and(|c| c.is_ascii_whitespace()) {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    let lower = s.to_ascii_lowercase();
+    let t = lower.strip_prefix('+').or_else(|| lower.strip_prefix('-')).unwrap_or(&lower);
+    let v = if t == "inf" || t == "infinity" {
+        if lower.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY }
+    } else {
+        if t.starts_with("0x") || t.contains("nan") || t.contains("inf") {
+            return None;
+        }
+        s.parse::<f64>().ok()?
+    };
+    if v.is_nan() { None } else { Some(v) }
+}
+
+/// A float argument, or `ERR value is not a valid float`.
+pub fn float_arg(b: &[u8]) -> Result<f64, CmdError> {
+    parse_f64(b).ok_or(CmdError::NotFloat)
+}
+
+/// ASCII case-insensitive comparison with a lowercase literal.
+pub fn eq_ic(arg: &[u8], lower: &str) -> bool {
+    arg.eq_ignore_ascii_case(lower.as_bytes())
+}
+
+/// Redis's `sdscatrepr`: a quoted, escaped representation (MONITOR, CLIENT LIST args).
+pub fn repr_into(out: &mut Vec<u8>, b: &[u8]) {
+    out.push(b'"');
+    for &c in b {
+        match c {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x07 => out.extend_from_slice(b"\\a"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            c if c.is_ascii_graphic() || c == b' ' => out.push(c),
+            c => out.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
+/// Redis's `stringmatchlen` glob matching (KEYS, SCAN MATCH, CONFIG GET, PUBSUB): `*`, `?`,
+/// `[...]` with ranges and `^` negation, `\` escapes; `nocase` folds ASCII case.
+pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
+    glob_match_impl(pattern, s, nocase, 0)
+}
+
+/// Nesting of `*` handled by recursion in Redis; bounded here so hostile patterns cannot
+/// exhaust the stack.
+const GLOB_DEPTH_MAX: usize = 1000;
+
+fn glob_match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
+    if depth > GLOB_DEPTH_MAX {
+        return false;
+    }
+    let fold = |c: u8| if nocase { c.to_ascii_lowercase() } else { c };
+    while let Some((&pc, prest)) = p.split_first() {
+        match pc {
+            b'*' => {
+                let mut rest = prest;
+                while let Some((b'*', r)) = rest.split_first() {
+                    rest = r;
+                }
+                if rest.is_empty() {
+                    return true;
+                }
+                let mut t = s;
+                loop {
+                    if glob_match_impl(rest, t, nocase, depth + 1) {
+                        return true;
+                    }
+                    match t.split_first() {
+                        Some((_, tr)) => t = tr,
+                        None => return false,
+                    }
+                }
+            }
+            b'?' => {
+                let Some((_, sr)) = s.split_first() else { return false };
+                s = sr;
+                p = prest;
+            }
+            b'[' => {
+                let Some((&sc, sr)) = s.split_first() else { return false };
+                let mut q = prest;
+                let not = matches!(q.first(), Some(b'^'));
+                if not {
+                    q = q.get(1..).unwrap_or_default();
+                }
+                let mut matched = false;
+                loop {
+                    match q.first() {
+                        None => break,
+                        Some(b']') => break,
+                        Some(b'\\') if q.len() >= 2 => {
+                            if q.get(1).copied() == Some(sc) {
+                                matched = true;
+                            }
+                            q = q.get(2..).unwrap_or_default();
+                        }
+                        Some(&a) if q.len() >= 3 && q.get(1) == Some(&b'-') => {
+                            let b = q.get(2).copied().unwrap_or(a);
+                            let (lo, hi) = if a > b { (b, a) } else { (a, b) };
+                            let c = fold(sc);
+                            if (fold(lo)..=fold(hi)).contains(&c) || (lo..=hi).contains(&sc) {
+                                matched = true;
+                            }
+                            q = q.get(3..).unwrap_or_default();
+                        }
+                        Some(&a) => {
+                            if fold(a) == fold(sc) {
+                                matched = true;
+                            }
+                            q = q.get(1..).unwrap_or_default();
+                        }
+                    }
+                }
+                if not {
+                    matched = !matched;
+                }
+                if !matched {
+                    return false;
+                }
+                // Skip the closing ']' if present (an unterminated class ends the pattern).
+                p = q.get(1..).unwrap_or_default();
+                s = sr;
+            }
+            b'\\' if prest.len() >= 1 => {
+                let Some((&sc, sr)) = s.split_first() else { return false };
+                let lit = prest.first().copied().unwrap_or(b'\\');
+                if fold(lit) != fold(sc) {
+                    return false;
+                }
+                s = sr;
+                p = prest.get(1..).unwrap_or_default();
+            }
+            _ => {
+                let Some((&sc, sr)) = s.split_first() else { return false };
+                if fold(pc) != fold(sc) {
+                    return false;
+                }
+                s = sr;
+                p = prest;
+            }
+        }
+    }
+    s.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string2ll_rules() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [&b"9223372036854775808"[..], b"+1", b"01", b" 1", b"1 ", b"", b"-", b"-0", b"1.0", b"abc"] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn floats_like_strtod() {
+        assert_eq!(parse_f64(b"1.5"), Some(1.5));
+        assert_eq!(parse_f64(b"inf"), Some(f64::INFINITY));
+        assert_eq!(parse_f64(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_f64(b"1e3"), Some(1000.0));
+        assert_eq!(parse_f64(b"nan"), None);
+        assert_eq!(parse_f64(b" 1"), None);
+        assert_eq!(parse_f64(b"1x"), None);
+    }
+
+    #[test]
+    fn glob() {
+        assert!(glob_match(b"*", b"anything", false));
+        assert!(glob_match(b"h?llo", b"hello", false));
+        assert!(glob_match(b"h[ae]llo", b"hallo", false));
+        assert!(!glob_match(b"h[^e]llo", b"hello", false));
+        assert!(glob_match(b"h[a-b]llo", b"hbllo", false));
+        assert!(glob_match(b"a\\*b", b"a*b", false));
+        assert!(!glob_match(b"a\\*b", b"axb", false));
+        assert!(glob_match(b"KEY*", b"key1", true));
+        assert!(!glob_match(b"foo", b"foobar", false));
+        assert!(glob_match(b"*a*a*a*a*a*a*a*a*b", b"aaaaaaaaaaaaaaaaaaaaaaaab", false));
+    }
+
+    #[test]
+    fn repr_escapes() {
+        let mut v = Vec::new();
+        repr_into(&mut v, b"a\"b\n\x01");
+        assert_eq!(v, b"\"a\\\"b\\n\\x01\"");
+    }
+}

@@ -1,0 +1,133 @@
+//! Connection commands: PING ECHO HELLO QUIT RESET SELECT, and CLIENT.
+
+use super::args::{eq_ic, int_arg, parse_i64};
+use super::{Ctx, Handler};
+use crate::error::CmdError;
+use crate::resp::reply::Proto;
+
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("ping", ping),
+    ("echo", echo),
+    ("hello", hello),
+    ("quit", quit),
+    ("reset", reset),
+    ("select", select),
+];
+
+/// PING [message]: `+PONG`, or the message as a bulk string. A subscribed RESP2 client gets
+/// `["pong", message]` (pub/sub arrives with its issue).
+fn ping(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    match argv.get(1) {
+        None => ctx.out.simple("PONG"),
+        Some(m) => ctx.out.bulk(m),
+    }
+    Ok(())
+}
+
+fn echo(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.bulk(argv.get(1).copied().unwrap_or_default());
+    Ok(())
+}
+
+/// QUIT: `+OK`, then the connection closes once the reply is written.
+fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.ok();
+    ctx.client.close_after_reply = true;
+    Ok(())
+}
+
+/// SELECT index.
+fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let arg = argv.get(1).copied().unwrap_or_default();
+    let Some(n) = parse_i64(arg) else {
+        return Err(CmdError::NotInteger);
+    };
+    if n < 0 || n as u64 >= ctx.shard.dbs.len() as u64 {
+        return Err(CmdError::DbIndexOutOfRange);
+    }
+    ctx.client.select(n as usize);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// RESET: leaves MULTI, drops WATCHes, leaves MONITOR, selects db 0, RESP2, no name.
+fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.client.multi = None;
+    ctx.client.shared.in_multi.set(false);
+    ctx.shard.unwatch_all(&ctx.client.dirty);
+    ctx.client.watched.clear();
+    ctx.client.shared.watched.set(0);
+    ctx.client.dirty.set(false);
+    if ctx.client.shared.is_monitor.get() {
+        ctx.client.shared.is_monitor.set(false);
+        let id = ctx.client.id();
+        ctx.shard.monitors.retain(|m| m.id != id);
+    }
+    ctx.client.select(0);
+    ctx.out.proto = Proto::Resp2;
+    ctx.client.shared.proto.set(Proto::Resp2);
+    *ctx.client.shared.name.borrow_mut() = None;
+    ctx.out.simple("RESET");
+    Ok(())
+}
+
+/// HELLO [protover [AUTH username password] [SETNAME clientname]].
+fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let mut proto = ctx.out.proto;
+    let mut i = 1;
+    if let Some(v) = argv.get(1) {
+        let Ok(ver) = int_arg(v) else {
+            return Err(CmdError::Err("Protocol version is not an integer or out of range".to_string()));
+        };
+        proto = match ver {
+            2 => Proto::Resp2,
+            3 => Proto::Resp3,
+            _ => return Err(CmdError::Raw("NOPROTO unsupported protocol version".to_string())),
+        };
+        i = 2;
+    }
+    let mut setname: Option<&[u8]> = None;
+    while i < argv.len() {
+        let opt = argv.get(i).copied().unwrap_or_default();
+        let more = argv.len() - i - 1;
+        if eq_ic(opt, "auth") && more >= 2 {
+            // No ACL users or requirepass exist: only the default user, which takes any
+            // password ("nopass"), as Redis with no requirepass.
+            if argv.get(i + 1).copied().unwrap_or_default() != b"default" {
+                return Err(CmdError::Raw("WRONGPASS invalid username-password pair or user is disabled.".to_string()));
+            }
+            i += 3;
+        } else if eq_ic(opt, "setname") && more >= 1 {
+            let name = argv.get(i + 1).copied().unwrap_or_default();
+            if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+                return Err(CmdError::Err("Client names cannot contain spaces, newlines or special characters.".to_string()));
+            }
+            setname = Some(name);
+            i += 2;
+        } else {
+            return Err(CmdError::Err(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(opt))));
+        }
+    }
+    if let Some(name) = setname {
+        *ctx.client.shared.name.borrow_mut() = if name.is_empty() { None } else { Some(name.to_vec()) };
+    }
+    ctx.out.proto = proto;
+    ctx.client.shared.proto.set(proto);
+    let out = &mut *ctx.out;
+    out.map(7);
+    out.bulk(b"server");
+    out.bulk(b"redis");
+    out.bulk(b"version");
+    out.bulk(crate::server::REDIS_VERSION.as_bytes());
+    out.bulk(b"proto");
+    out.int(if proto == Proto::Resp3 { 3 } else { 2 });
+    out.bulk(b"id");
+    out.int(ctx.client.id() as i64);
+    out.bulk(b"mode");
+    out.bulk(b"standalone");
+    out.bulk(b"role");
+    out.bulk(b"master");
+    out.bulk(b"modules");
+    out.array(0);
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! Commands: the table, dispatch, and one module per command family.
+//!
+//! `execute` is the path of every command: look up the table, check arity, queue it when the
+//! client is inside MULTI, run the handler, then count it (commandstats, errorstats), feed the
+//! slow log and MONITOR clients. Handlers reply through `Ctx::out` and return `CmdError` for
+//! error replies, whose texts live in `crate::error`.
+//!
+//! # Layout
+//! - `table`: `CommandMeta`, `CommandSpec`, `Table`, flags.
+//! - `meta`: generated metadata of every command (from Redis 7.0's COMMAND INFO/DOCS).
+//! - `args`: argument parsing shared by handlers (integers, floats, options).
+//! - `connection`: PING ECHO HELLO QUIT RESET SELECT.
+//! - `client`: CLIENT and its subcommands.
+//! - `string`: GET SET ... INCRBYFLOAT.
+//! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
+//! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
+//! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
+//! - `command`: COMMAND and its subcommands.
+
+pub mod args;
+pub mod client;
+pub mod command;
+pub mod connection;
+pub mod keys;
+pub mod meta;
+pub mod server;
+pub mod string;
+pub mod table;
+pub mod tx;
+
+use std::sync::OnceLock;
+
+use crate::client::{Client, MULTI_QUEUED_MAX, QueuedCommand};
+use crate::error::CmdError;
+use crate::resp::reply::Reply;
+use crate::shard::Shard;
+use table::{CommandSpec, Flags, Table};
+
+/// A command handler: `argv[0]` is the command name (for a subcommand, `argv[1]` is its name).
+/// Arity was checked before the call.
+pub type Handler = fn(&mut Ctx<'_>, &[&[u8]]) -> Result<(), CmdError>;
+
+/// What a handler may touch while it runs.
+pub struct Ctx<'a> {
+    pub shard: &'a mut Shard,
+    pub client: &'a mut Client,
+    pub out: &'a mut Reply,
+    /// Wall-clock milliseconds, fixed for the whole command (and for a whole EXEC).
+    pub now_ms: u64,
+    pub spec: &'static CommandSpec,
+}
+
+impl Ctx<'_> {
+    /// The client's selected database.
+    pub fn db(&self) -> usize {
+        self.client.db
+    }
+}
+
+/// Every handler of every family, in the order `COMMAND` lists them.
+pub fn all_handlers() -> Vec<(&'static str, Handler)> {
+    let mut v = Vec::new();
+    v.extend_from_slice(connection::HANDLERS);
+    v.extend_from_slice(client::HANDLERS);
+    v.extend_from_slice(string::HANDLERS);
+    v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(tx::HANDLERS);
+    v.extend_from_slice(server::HANDLERS);
+    v.extend_from_slice(command::HANDLERS);
+    v
+}
+
+/// The process-wide command table, built on first use.
+pub fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| match Table::build(meta::META, &all_handlers()) {
+        Ok(t) => t,
+        // The shipped table is checked by a unit test; an inconsistent build is a bug.
+        Err(e) => panic!("command table: {e}"),
+    })
+}
+
+/// Names of commands a client inside MULTI runs at once instead of queuing.
+fn runs_inside_multi(name: &str) -> bool {
+    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+}
+
+/// Resolves `argv` to a command (a subcommand for containers) and checks its arity.
+pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static CommandSpec, CmdError> {
+    let name = argv.first().copied().unwrap_or_default();
+    let Some(mut spec) = table.lookup(name) else {
+        return Err(CmdError::unknown_command(name, argv.get(1..).unwrap_or_default()));
+    };
+    if spec.is_container {
+        if let Some(sub) = argv.get(1) {
+            match table.lookup_sub(spec.meta.name, sub) {
+                Some(s) => spec = s,
+                None => {
+                    let sub_shown = sub.get(..sub.len().min(128)).unwrap_or(sub);
+                    return Err(CmdError::UnknownSubcommand {
+                        cmd: String::from_utf8_lossy(name).to_ascii_uppercase(),
+                        sub: String::from_utf8_lossy(sub_shown).into_owned(),
+                    });
+                }
+            }
+        }
+    }
+    let arity = spec.meta.arity;
+    let argc = argv.len() as i64;
+    if (arity > 0 && argc != i64::from(arity)) || (arity < 0 && argc < -i64::from(arity)) {
+        return Err(CmdError::WrongArity(spec.meta.name.to_string()));
+    }
+    Ok(spec)
+}
+
+/// Runs one command from a client: the path described in the module doc.
+pub fn execute(shard: &mut Shard, client: &mut Client, out: &mut Reply, argv: &[&[u8]], now_ms: u64) {
+    if argv.is_empty() {
+        return;
+    }
+    let table = shard.table;
+    let spec = match resolve(table, argv) {
+        Ok(spec) => spec,
+        Err(e) => {
+            if let Some(m) = client.multi.as_mut() {
+                m.aborted = true;
+            }
+            if let Ok(spec) = resolve_container_or_base(table, argv) {
+                if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+                    st.rejected_calls += 1;
+                }
+            }
+            reply_error(shard, out, &e);
+            return;
+        }
+    };
+    if let Some(m) = client.multi.as_mut() {
+        if !runs_inside_multi(spec.meta.name) {
+            if m.queued.len() >= MULTI_QUEUED_MAX {
+                m.aborted = true;
+                reply_error(shard, out, &CmdError::Err("too many commands queued in MULTI".to_string()));
+                return;
+            }
+            if spec.meta.flags.contains(Flags::NO_MULTI) {
+                m.aborted = true;
+                reply_error(shard, out, &CmdError::Err("Command not allowed inside a transaction".to_string()));
+                return;
+            }
+            m.queued.push(QueuedCommand { args: argv.iter().map(|a| a.to_vec()).collect() });
+            out.simple("QUEUED");
+            return;
+        }
+    }
+    call(shard, client, out, spec, argv, now_ms);
+}
+
+/// For statistics of rejected calls: the command whose arity failed, if the name resolved.
+fn resolve_container_or_base(table: &'static Table, argv: &[&[u8]]) -> Result<&'static CommandSpec, ()> {
+    let name = argv.first().copied().unwrap_or_default();
+    let spec = table.lookup(name).ok_or(())?;
+    if spec.is_container {
+        if let Some(sub) = argv.get(1) {
+            return table.lookup_sub(spec.meta.name, sub).ok_or(());
+        }
+    }
+    Ok(spec)
+}
+
+/// Runs a resolved command now (also used by EXEC for queued commands).
+pub fn call(shard: &mut Shard, client: &mut Client, out: &mut Reply, spec: &'static CommandSpec, argv: &[&[u8]], now_ms: u64) {
+    let Some(handler) = spec.handler else {
+        reply_error(shard, out, &CmdError::WrongArity(spec.meta.name.to_string()));
+        return;
+    };
+    let started = std::time::Instant::now();
+    let result = {
+        let mut ctx = Ctx { shard: &mut *shard, client: &mut *client, out: &mut *out, now_ms, spec };
+        handler(&mut ctx, argv)
+    };
+    let usec = started.elapsed().as_micros() as u64;
+    client.shared.last_cmd.set(spec.meta.name);
+    shard.stats.total_commands_processed += 1;
+    if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+        st.calls += 1;
+        st.usec += usec;
+        if result.is_err() {
+            st.failed_calls += 1;
+        }
+    }
+    if let Err(e) = &result {
+        reply_error(shard, out, e);
+    }
+    let flags = spec.meta.flags;
+    let threshold = shard.config.slowlog_log_slower_than;
+    if threshold >= 0 && usec >= threshold as u64 && !flags.contains(Flags::SKIP_SLOWLOG) {
+        let peer = client.shared.addr.to_string();
+        let name = client.shared.name.borrow().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+        shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
+    }
+    let lat_threshold = shard.config.latency_monitor_threshold;
+    if lat_threshold > 0 {
+        let event = if flags.contains(Flags::FAST) { "fast-command" } else { "command" };
+        shard.latency.record(event, now_ms / 1000, usec / 1000, lat_threshold);
+    }
+    if !shard.monitors.is_empty() && !flags.contains(Flags::SKIP_MONITOR) && !flags.contains(Flags::ADMIN) {
+        feed_monitors(shard, client, argv, now_ms);
+    }
+}
+
+/// Writes an error reply and counts it in errorstats.
+pub fn reply_error(shard: &mut Shard, out: &mut Reply, e: &CmdError) {
+    out.error(e);
+    shard.stats.count_error(&e.code());
+}
+
+/// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
+fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64) {
+    let mut line = Vec::with_capacity(64);
+    let micros = now_ms * 1000 + u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_micros() % 1000).unwrap_or(0));
+    line.extend_from_slice(format!("+{}.{:06} [{} {}]", micros / 1_000_000, micros % 1_000_000, client.db, client.shared.addr).as_bytes());
+    for a in argv {
+        line.push(b' ');
+        args::repr_into(&mut line, a);
+    }
+    line.extend_from_slice(b"\r\n");
+    for m in &shard.monitors {
+        if m.id != client.id() {
+            m.monitor_out.borrow_mut().extend_from_slice(&line);
+            m.wake.notify_one();
+        }
+    }
+}

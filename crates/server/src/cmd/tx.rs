@@ -1,0 +1,109 @@
+//! Transactions: MULTI EXEC DISCARD WATCH UNWATCH.
+//!
+//! Queued commands run back to back on the shard thread, so a transaction is atomic: no other
+//! command interleaves. WATCH marks the client dirty when a watched key is written (or
+//! expires) before EXEC, which then answers a null array.
+
+use super::{Ctx, Handler};
+use crate::client::MultiState;
+use crate::error::CmdError;
+
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("multi", multi),
+    ("exec", exec),
+    ("discard", discard),
+    ("watch", watch),
+    ("unwatch", unwatch),
+];
+
+fn multi(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::Err("MULTI calls can not be nested".to_string()));
+    }
+    ctx.client.multi = Some(MultiState::default());
+    ctx.client.shared.in_multi.set(true);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn discard(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.client.multi.is_none() {
+        return Err(CmdError::Err("DISCARD without MULTI".to_string()));
+    }
+    end_transaction(ctx);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Leaves MULTI and drops every WATCH.
+fn end_transaction(ctx: &mut Ctx<'_>) {
+    ctx.client.multi = None;
+    ctx.client.shared.in_multi.set(false);
+    clear_watches(ctx);
+}
+
+fn clear_watches(ctx: &mut Ctx<'_>) {
+    ctx.shard.unwatch_all(&ctx.client.dirty);
+    ctx.client.watched.clear();
+    ctx.client.shared.watched.set(0);
+    ctx.client.dirty.set(false);
+}
+
+fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    let Some(state) = ctx.client.multi.take() else {
+        return Err(CmdError::Err("EXEC without MULTI".to_string()));
+    };
+    ctx.client.shared.in_multi.set(false);
+    if state.aborted {
+        clear_watches(ctx);
+        return Err(CmdError::Raw("EXECABORT Transaction discarded because of previous errors.".to_string()));
+    }
+    // A watched key that expired since WATCH counts as modified, as in Redis 7.0.
+    let expired = ctx.client.watched.iter().any(|(db, key)| {
+        let hash = ctx.shard.hash_key(key);
+        ctx.shard
+            .dbs
+            .get(*db)
+            .and_then(|d| d.get(hash, key))
+            .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= ctx.now_ms))
+    });
+    if ctx.client.dirty.get() || expired {
+        clear_watches(ctx);
+        ctx.out.null_array();
+        return Ok(());
+    }
+    clear_watches(ctx);
+    ctx.out.array(state.queued.len());
+    let table = ctx.shard.table;
+    for q in &state.queued {
+        let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+        match super::resolve(table, &argv) {
+            Ok(spec) => super::call(ctx.shard, ctx.client, ctx.out, spec, &argv, ctx.now_ms),
+            Err(e) => super::reply_error(ctx.shard, ctx.out, &e),
+        }
+    }
+    Ok(())
+}
+
+fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::Err("WATCH inside MULTI is not allowed".to_string()));
+    }
+    let db = ctx.client.db;
+    for key in argv.get(1..).unwrap_or_default() {
+        if ctx.client.watched.iter().any(|(d, k)| *d == db && k.as_slice() == *key) {
+            continue;
+        }
+        ctx.client.watched.push((db, key.to_vec()));
+        ctx.shard.watched.entry((db, key.to_vec())).or_default().push(ctx.client.dirty.clone());
+    }
+    ctx.client.shared.watched.set(ctx.client.watched.len());
+    ctx.out.ok();
+    Ok(())
+}
+
+fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    clear_watches(ctx);
+    ctx.out.ok();
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! One client connection: read, parse, execute, write replies in batches.
+//!
+//! Each read may hold many pipelined commands; all complete ones run in order and their
+//! replies go out in one write. The parser resumes across reads, so a large argument arriving
+//! in pieces is scanned once. A protocol error is answered with Redis's text, then the
+//! connection closes, as Redis does.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::{Buf as _, BytesMut};
+use smallvec::SmallVec;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::client::Client;
+use crate::cmd;
+use crate::resp::parse::{ParseLimits, Parsed, Parser};
+use crate::resp::reply::Reply;
+use crate::shard::Shard;
+
+/// Initial read buffer per connection; it grows for large arguments.
+pub const READ_BUF_BYTES_INITIAL: usize = 16 * 1024;
+/// Reads are at least this large, so a pipeline is taken in few system calls.
+pub const READ_CHUNK_BYTES_MIN: usize = 16 * 1024;
+/// Output kept allocated between batches; a larger buffer is released after use.
+pub const REPLY_BUF_BYTES_KEPT: usize = 64 * 1024;
+
+/// Serves one accepted connection until it closes, is killed, or the server stops.
+pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+    let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(a), Ok(l)) => (a, l),
+        _ => return,
+    };
+    let _ = stream.set_nodelay(true);
+    let (shared, limits, maxclients) = {
+        let mut s = shard.borrow_mut();
+        let now = s.now_ms();
+        let limits = ParseLimits { bulk_bytes_max: s.config.proto_max_bulk_len as i64, authenticated: true };
+        let maxclients = s.clients.len() >= s.config.maxclients as usize;
+        if maxclients {
+            s.stats.rejected_connections += 1;
+        }
+        (s.register_client(addr, laddr, now), limits, maxclients)
+    };
+    let mut client = Client::new(shared.clone());
+    if maxclients {
+        let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+        shard.borrow_mut().unregister_client(client.id(), &client.dirty);
+        return;
+    }
+    let mut parser = Parser::new(limits);
+    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+    let mut out = Reply::new();
+    'conn: loop {
+        if shared.killed.get() {
+            break;
+        }
+        let want = parser.bytes_hint().unwrap_or(0).saturating_sub(rbuf.len()).max(READ_CHUNK_BYTES_MIN);
+        rbuf.reserve(want);
+        let n = if shared.is_monitor.get() {
+            tokio::select! {
+                r = stream.read_buf(&mut rbuf) => r,
+                () = shared.wake.notified() => {
+                    let pending = std::mem::take(&mut *shared.monitor_out.borrow_mut());
+                    if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
+                        break 'conn;
+                    }
+                    continue 'conn;
+                }
+            }
+        } else {
+            tokio::select! {
+                r = stream.read_buf(&mut rbuf) => r,
+                () = shared.wake.notified() => continue 'conn,
+            }
+        };
+        let n = match n {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let query_limit;
+        {
+            let mut guard = shard.borrow_mut();
+            let s = &mut *guard;
+            s.stats.net_input_bytes += n as u64;
+            query_limit = s.config.client_query_buffer_limit as usize;
+            let now = s.now_ms();
+            shared.last_interaction_ms.set(now);
+            let mut pos = 0usize;
+            loop {
+                let buf = rbuf.get(pos..).unwrap_or_default();
+                match parser.next(buf) {
+                    Parsed::Command { consumed } => {
+                        let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
+                        parser.args(buf, &mut argv);
+                        cmd::execute(s, &mut client, &mut out, &argv, now);
+                        pos += consumed;
+                        if client.close_after_reply || shared.killed.get() {
+                            break;
+                        }
+                    }
+                    Parsed::Skip { consumed } => pos += consumed,
+                    Parsed::Incomplete => break,
+                    Parsed::Error(e) => {
+                        out.error_text(&e.message());
+                        s.stats.count_error("ERR");
+                        client.close_after_reply = true;
+                        break;
+                    }
+                }
+            }
+            rbuf.advance(pos);
+            shared.qbuf_bytes.set(rbuf.len());
+            s.stats.net_output_bytes += out.len() as u64;
+        }
+        if !out.is_empty() {
+            if stream.write_all(&out.buf).await.is_err() {
+                break;
+            }
+            out.clear();
+            if out.buf.capacity() > REPLY_BUF_BYTES_KEPT {
+                out.buf.shrink_to(REPLY_BUF_BYTES_KEPT);
+            }
+        }
+        if client.close_after_reply {
+            break;
+        }
+        if rbuf.len() > query_limit {
+            tracing::warn!(client = %addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+            break;
+        }
+    }
+    let _ = stream.shutdown().await;
+    shard.borrow_mut().unregister_client(client.id(), &client.dirty);
+}

@@ -1,0 +1,275 @@
+//! The keyspace of one shard: logical databases of keys, each holding a CRDT `KeyState`.
+//!
+//! Every local write goes through `Shard::write_key`, which stamps it with the shard's hybrid
+//! logical clock, applies the effect to the key's CRDT state, appends the op to the op log,
+//! wakes WATCHers and drops the key once nothing is visible. Reads go through
+//! `Shard::lookup_read`, which expires keys lazily first. Both are the only paths to the data.
+
+use hashbrown::HashTable;
+use meridian_crdt::key::Applied;
+use meridian_crdt::{Effect, KeyState, Stamp};
+
+use crate::shard::Shard;
+
+/// One key: its name and CRDT state.
+#[derive(Debug)]
+pub struct Entry {
+    pub key: Box<[u8]>,
+    pub state: KeyState,
+    /// Last access, in seconds of the shard's LRU clock (OBJECT IDLETIME).
+    pub lru_s: u32,
+}
+
+/// One logical database (SELECT n).
+#[derive(Debug)]
+pub struct Db {
+    pub table: HashTable<Entry>,
+    /// Keys whose state carries a TTL (for INFO keyspace and to skip idle expiry cycles).
+    pub expires: usize,
+    /// Bucket index where the next active expiry cycle resumes.
+    pub expire_cursor: usize,
+}
+
+impl Db {
+    pub fn new() -> Db {
+        Db { table: HashTable::new(), expires: 0, expire_cursor: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Entry> {
+        self.table.find(hash, |e| &*e.key == key)
+    }
+
+    pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Entry> {
+        self.table.find_mut(hash, |e| &*e.key == key)
+    }
+}
+
+impl Default for Db {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Seconds on the 24-bit LRU clock Redis uses for OBJECT IDLETIME.
+pub fn lru_clock(now_ms: u64) -> u32 {
+    ((now_ms / 1000) & 0x00ff_ffff) as u32
+}
+
+/// What a write did, for the handler's reply.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Written {
+    pub applied: Applied,
+    /// Whether the key held a visible value before the write.
+    pub existed: bool,
+}
+
+impl Shard {
+    pub fn hash_key(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Whether `db` is a valid index (handlers check it before touching a database).
+    pub fn db_ok(&self, db: usize) -> bool {
+        db < self.dbs.len()
+    }
+
+    /// Looks a key up for reading: expires it first when its TTL has passed, counts a
+    /// keyspace hit or miss, and refreshes its LRU clock. `None` when it does not exist.
+    pub fn lookup_read(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&KeyState> {
+        let hash = self.hash_key(key);
+        self.expire_if_needed(db, hash, key, now_ms);
+        let lru = lru_clock(now_ms);
+        let found = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)).filter(|e| !e.state.is_empty());
+        match found {
+            Some(e) => {
+                e.lru_s = lru;
+                self.stats.keyspace_hits += 1;
+                Some(&e.state)
+            }
+            None => {
+                self.stats.keyspace_misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Looks a key up without touching statistics or the LRU clock (TYPE-like inspection,
+    /// write preparation). Expires it first when its TTL has passed.
+    pub fn lookup_quiet(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        let hash = self.hash_key(key);
+        self.expire_if_needed(db, hash, key, now_ms);
+        self.dbs.get(db).and_then(|d| d.get(hash, key)).filter(|e| !e.state.is_empty())
+    }
+
+    /// Applies one local write to `key` in `db`. `build` sees the key's current state (empty
+    /// when the key does not exist) and returns the effect; the effect is stamped, applied,
+    /// logged and replicated. Expired keys are removed first, as Redis does before a write.
+    pub fn write_key<B, F>(&mut self, db: usize, key: &[u8], now_ms: u64, build: F) -> Written
+    where
+        B: AsRef<[u8]>,
+        F: FnOnce(&KeyState) -> Effect<B>,
+    {
+        let hash = self.hash_key(key);
+        self.expire_if_needed(db, hash, key, now_ms);
+        let empty = KeyState::new();
+        let (effect, existed) = {
+            let current = self.dbs.get(db).and_then(|d| d.get(hash, key)).map(|e| &e.state);
+            let state = current.unwrap_or(&empty);
+            (build(state), !state.is_empty())
+        };
+        let applied = self.apply_effect(db, hash, key, now_ms, &effect);
+        Written { applied, existed }
+    }
+
+    /// Stamps and applies `effect` as a local op on `key` (hash given), logs it, wakes
+    /// watchers and removes the key's entry when nothing visible or pending is left.
+    fn apply_effect<B: AsRef<[u8]>>(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64, effect: &Effect<B>) -> Applied {
+        let hlc = self.clock.tick(now_ms);
+        let stamp = Stamp { hlc, replica: self.replica };
+        self.seq += 1;
+        let seq = self.seq;
+        let keep_metadata = self.peers > 0;
+        let lru = lru_clock(now_ms);
+        let Some(d) = self.dbs.get_mut(db) else {
+            return Applied::default();
+        };
+        let hasher = &self.hasher;
+        let entry = d
+            .table
+            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
+            .or_insert_with(|| Entry { key: Box::from(key), state: KeyState::new(), lru_s: lru });
+        let had_ttl = entry.get().state.expire_at_ms().is_some();
+        let applied = entry.into_mut().state.apply(stamp, effect);
+        let mut remove = false;
+        if let Some(e) = d.get_mut(hash, key) {
+            e.lru_s = lru;
+            if e.state.is_empty() {
+                if !keep_metadata {
+                    e.state.collect_all();
+                }
+                remove = !e.state.has_metadata();
+            }
+            let has_ttl = !remove && e.state.expire_at_ms().is_some();
+            match (had_ttl, has_ttl) {
+                (false, true) => d.expires += 1,
+                (true, false) => d.expires = d.expires.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if remove {
+            if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
+                occupied.remove();
+            }
+        }
+        if applied.type_conflict {
+            self.stats.type_conflicts += 1;
+        }
+        self.stats.dirty += 1;
+        self.oplog.append(seq, hlc, db, key, effect);
+        self.touch_watched(db, key);
+        applied
+    }
+
+    /// Expires `key` now if its TTL has passed: a local Remove of everything observed.
+    /// Returns whether it expired.
+    pub fn expire_if_needed(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64) -> bool {
+        let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
+            Some(e) if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) => e.state.observed(),
+            _ => return false,
+        };
+        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &Effect::Remove { observed });
+        self.stats.expired_keys += 1;
+        true
+    }
+
+    /// Deletes `key` (DEL/UNLINK): removes everything observed. Returns whether it existed.
+    pub fn delete_key(&mut self, db: usize, key: &[u8], now_ms: u64) -> bool {
+        let hash = self.hash_key(key);
+        self.expire_if_needed(db, hash, key, now_ms);
+        let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
+            Some(e) if !e.state.is_empty() => e.state.observed(),
+            _ => return false,
+        };
+        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &Effect::Remove { observed });
+        true
+    }
+
+    /// Removes every key of `db` (FLUSHDB): one observed-remove per key. Returns the count.
+    pub fn flush_db(&mut self, db: usize, now_ms: u64) -> usize {
+        let keys: Vec<Box<[u8]>> = match self.dbs.get(db) {
+            Some(d) => d.table.iter().map(|e| e.key.clone()).collect(),
+            None => return 0,
+        };
+        let mut n = 0;
+        for k in keys {
+            if self.delete_key(db, &k, now_ms) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// One active expiry cycle over `db`: examines buckets from the saved cursor, expiring
+    /// what has passed, until `buckets_max` buckets were examined or the end of the table.
+    /// Returns the number of keys expired.
+    pub fn active_expire_db(&mut self, db: usize, now_ms: u64, buckets_max: usize) -> usize {
+        let (start, n_buckets) = match self.dbs.get(db) {
+            Some(d) if d.expires > 0 => (d.expire_cursor, d.table.num_buckets()),
+            _ => return 0,
+        };
+        let start = if start >= n_buckets { 0 } else { start };
+        let end = start.saturating_add(buckets_max).min(n_buckets);
+        let mut due: Vec<Box<[u8]>> = Vec::new();
+        if let Some(d) = self.dbs.get(db) {
+            for i in start..end {
+                if let Some(e) = d.table.get_bucket(i) {
+                    if e.state.expire_at_ms().is_some_and(|at| at <= now_ms) && !e.state.is_empty() {
+                        due.push(e.key.clone());
+                    }
+                }
+            }
+        }
+        if let Some(d) = self.dbs.get_mut(db) {
+            d.expire_cursor = if end >= n_buckets { 0 } else { end };
+        }
+        let mut expired = 0;
+        for k in due {
+            let hash = self.hash_key(&k);
+            if self.expire_if_needed(db, hash, &k, now_ms) {
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// Marks clients watching `key` dirty (their EXEC will fail).
+    pub fn touch_watched(&mut self, db: usize, key: &[u8]) {
+        if self.watched.is_empty() {
+            return;
+        }
+        if let Some(flags) = self.watched.get(&(db, key.to_vec())) {
+            for f in flags {
+                f.set(true);
+            }
+        }
+    }
+
+    /// Marks every client watching any key of `db` dirty (FLUSHDB/FLUSHALL/SWAPDB).
+    pub fn touch_watched_db(&mut self, db: usize) {
+        for ((d, _), flags) in self.watched.iter() {
+            if *d == db {
+                for f in flags {
+                    f.set(true);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Process start-up: the listener, the shard thread, the periodic cycle, and shutdown.
+//!
+//! This build runs one shard. Its thread is pinned to the first allowed core and runs a
+//! `current_thread` runtime with a `LocalSet`; every connection of the process is a task there.
+//! The main thread waits for SIGINT/SIGTERM and tells the shard to stop.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::shard::Shard;
+
+/// Listen backlog (Redis `tcp-backlog`).
+pub const TCP_BACKLOG: i32 = 511;
+
+/// Start-up and runtime failures of the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    #[error("cannot start runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("shard thread failed: {0}")]
+    Shard(String),
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(config: Config) -> Result<(), ServerError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let listener = bind(&config)?;
+    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
+    let shard_thread = std::thread::Builder::new()
+        .name("shard-0".to_string())
+        .spawn(move || run_shard(0, config, listener, stop_rx))
+        .map_err(ServerError::Runtime)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+    rt.block_on(async {
+        wait_for_signal().await;
+    });
+    tracing::info!("received shutdown signal, stopping");
+    let _ = stop_tx.send(true);
+    match shard_thread.join() {
+        Ok(r) => r,
+        Err(_) => Err(ServerError::Shard("panicked".to_string())),
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the process is stopped by the default action.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
+    let addr_text = format!("{}:{}", config.bind, config.port);
+    let err = |source| ServerError::Listen { addr: addr_text.clone(), source };
+    let ip: std::net::IpAddr = config
+        .bind
+        .parse()
+        .map_err(|_| err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address")))?;
+    let addr = std::net::SocketAddr::new(ip, config.port);
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(err)?;
+    socket.set_reuse_address(true).map_err(err)?;
+    socket.bind(&addr.into()).map_err(err)?;
+    socket.listen(TCP_BACKLOG).map_err(err)?;
+    socket.set_nonblocking(true).map_err(err)?;
+    Ok(socket.into())
+}
+
+/// The shard thread: pins itself, builds its runtime, accepts connections, runs the
+/// periodic cycle, and returns when `stop` turns true.
+fn run_shard(index: u8, config: Config, listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) -> Result<(), ServerError> {
+    if let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.get(usize::from(index)).copied()) {
+        core_affinity::set_for_current(core);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
+        let now = crate::time::wall_ms();
+        let shard = Rc::new(RefCell::new(Shard::new(index, config, crate::cmd::table(), now)));
+        tokio::task::spawn_local(periodic(shard.clone()));
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    match accepted {
+                        Ok((stream, _)) => {
+                            tokio::task::spawn_local(crate::conn::serve(shard.clone(), stream));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+                _ = stop.changed() => break,
+            }
+        }
+        let mut s = shard.borrow_mut();
+        s.shutting_down = true;
+        for c in s.clients.values() {
+            c.kill();
+        }
+        Ok(())
+    })
+}
+
+/// Buckets examined per database per cycle; a pass over a large table spans several cycles.
+pub const EXPIRE_CYCLE_BUCKETS_MAX: usize = 64 * 1024;
+
+/// Runs `hz` times a second: active expiry, idle-client timeouts, ops-per-second sampling.
+async fn periodic(shard: Rc<RefCell<Shard>>) {
+    loop {
+        let hz = shard.borrow().config.hz.max(1);
+        tokio::time::sleep(Duration::from_millis(1000 / u64::from(hz))).await;
+        let mut s = shard.borrow_mut();
+        if s.shutting_down {
+            return;
+        }
+        let now = s.now_ms();
+        let started = std::time::Instant::now();
+        for db in 0..s.dbs.len() {
+            s.active_expire_db(db, now, EXPIRE_CYCLE_BUCKETS_MAX);
+        }
+        s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
+        let total = s.stats.total_commands_processed;
+        s.stats.ops_sample.sample(now, total);
+        let timeout_s = s.config.timeout;
+        if timeout_s > 0 {
+            for c in s.clients.values() {
+                let idle_ms = now.saturating_sub(c.last_interaction_ms.get());
+                if idle_ms > timeout_s * 1000 && !c.is_monitor.get() {
+                    c.kill();
+                }
+            }
+        }
+    }
+}
+
+/// The Redis version Meridian reports (HELLO, INFO): the one whose behaviour it follows.
+pub const REDIS_VERSION: &str = "7.0.15";

@@ -1,0 +1,133 @@
+//! A shard: one thread, one single-threaded runtime, and the part of the keyspace it owns.
+//!
+//! The shard owns its databases, clock, op log, statistics and client registry outright;
+//! connection tasks on the same thread borrow it for the length of one command, never across
+//! an `.await`. No lock and no atomic is on the data path.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use hashbrown::HashMap;
+use meridian_crdt::{HlcClock, ReplicaId};
+
+use crate::client::ClientShared;
+use crate::cmd::table::Table;
+use crate::config::Config;
+use crate::keyspace::Db;
+use crate::oplog::OpLog;
+use crate::stats::{LatencyMonitor, SlowLog, Stats};
+
+/// The state one shard thread owns.
+#[derive(Debug)]
+pub struct Shard {
+    pub index: u8,
+    pub replica: ReplicaId,
+    /// Runtime settings (CONFIG SET changes them).
+    pub config: Config,
+    pub table: &'static Table,
+    pub dbs: Vec<Db>,
+    /// Keyed hash for every keyspace table: clients choose keys, so it must resist HashDoS.
+    pub hasher: ahash::RandomState,
+    pub clock: HlcClock,
+    /// Sequence number of the last op this shard originated.
+    pub seq: u64,
+    pub oplog: OpLog,
+    /// Number of peer sites; with none, removal metadata is dropped at once.
+    pub peers: usize,
+    pub stats: Stats,
+    pub slowlog: SlowLog,
+    pub latency: LatencyMonitor,
+    /// Connected clients by id (ids increase, so this is connection order).
+    pub clients: BTreeMap<u64, Rc<ClientShared>>,
+    pub next_client_id: u64,
+    /// Keys watched by some client: (db, key) → the watchers' dirty flags.
+    pub watched: HashMap<(usize, Vec<u8>), Vec<Rc<Cell<bool>>>>,
+    /// Clients in MONITOR mode.
+    pub monitors: Vec<Rc<ClientShared>>,
+    /// Process start, for INFO uptime.
+    pub started_ms: u64,
+    /// 40 hex characters naming this run (INFO run_id).
+    pub run_id: String,
+    /// Set when the server is shutting down.
+    pub shutting_down: bool,
+}
+
+impl Shard {
+    pub fn new(index: u8, config: Config, table: &'static Table, now_ms: u64) -> Shard {
+        let replica = ReplicaId::for_site_shard(&config.site, index);
+        let dbs = (0..config.databases).map(|_| Db::new()).collect();
+        let oplog = OpLog::new(replica, config.backlog_bytes_max);
+        let slowlog = SlowLog::new(config.slowlog_max_len);
+        Shard {
+            index,
+            replica,
+            table,
+            dbs,
+            hasher: ahash::RandomState::new(),
+            clock: HlcClock::new(),
+            seq: 0,
+            oplog,
+            peers: 0,
+            stats: Stats::new(table.len()),
+            slowlog,
+            latency: LatencyMonitor::default(),
+            clients: BTreeMap::new(),
+            next_client_id: 1,
+            watched: HashMap::new(),
+            monitors: Vec::new(),
+            started_ms: now_ms,
+            run_id: random_hex40(),
+            shutting_down: false,
+            config,
+        }
+    }
+
+    /// Wall-clock milliseconds, shifted by the test-only `debug-clock-offset-ms`.
+    pub fn now_ms(&self) -> u64 {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        wall.saturating_add_signed(self.config.debug_clock_offset_ms)
+    }
+
+    /// Total keys with a visible or pending state, over all databases.
+    pub fn key_count(&self) -> usize {
+        self.dbs.iter().map(Db::len).sum()
+    }
+
+    /// Registers a new client and returns its shared state.
+    pub fn register_client(&mut self, addr: std::net::SocketAddr, laddr: std::net::SocketAddr, now_ms: u64) -> Rc<ClientShared> {
+        let id = self.next_client_id;
+        self.next_client_id += 1;
+        let shared = Rc::new(ClientShared::new(id, addr, laddr, now_ms));
+        self.clients.insert(id, shared.clone());
+        self.stats.total_connections_received += 1;
+        shared
+    }
+
+    /// Forgets a client: its registry entry, monitor slot and watches.
+    pub fn unregister_client(&mut self, id: u64, dirty: &Rc<Cell<bool>>) {
+        self.clients.remove(&id);
+        self.monitors.retain(|m| m.id != id);
+        self.unwatch_all(dirty);
+    }
+
+    /// Drops every watch whose flag is `dirty` (UNWATCH, EXEC, DISCARD, disconnect).
+    pub fn unwatch_all(&mut self, dirty: &Rc<Cell<bool>>) {
+        if self.watched.is_empty() {
+            return;
+        }
+        self.watched.retain(|_, flags| {
+            flags.retain(|f| !Rc::ptr_eq(f, dirty));
+            !flags.is_empty()
+        });
+    }
+}
+
+fn random_hex40() -> String {
+    use rand::RngExt as _;
+    let mut rng = rand::rng();
+    (0..40).map(|_| char::from(b"0123456789abcdef"[rng.random_range(0..16usize)])).collect()
+}

@@ -1,0 +1,230 @@
+//! Shard statistics, the slow log and the latency monitor.
+//!
+//! Plain per-shard fields incremented on the hot path (`u64 += 1`, no atomics); INFO reads
+//! them on the same thread.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// Per-command counters (INFO commandstats).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CmdStat {
+    pub calls: u64,
+    pub usec: u64,
+    pub rejected_calls: u64,
+    pub failed_calls: u64,
+}
+
+/// Counters of one shard.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub total_connections_received: u64,
+    pub rejected_connections: u64,
+    pub total_commands_processed: u64,
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+    pub expired_keys: u64,
+    pub expired_stale_perc: f64,
+    pub expire_cycle_cpu_milliseconds: u64,
+    /// Writes since start (Redis `rdb_changes_since_last_save` analogue).
+    pub dirty: u64,
+    pub total_error_replies: u64,
+    /// Per error code ("ERR", "WRONGTYPE"...): count (INFO errorstats).
+    pub errors: BTreeMap<String, u64>,
+    /// Indexed like `Table::specs`.
+    pub commands: Vec<CmdStat>,
+    /// Concurrent writes of different types to one key (INFO crdt `crdt_type_conflicts`).
+    pub type_conflicts: u64,
+    /// Ops per second over the last sample window (INFO stats `instantaneous_ops_per_sec`).
+    pub ops_sample: OpsSampler,
+    /// Highest `used_memory` seen (INFO memory `used_memory_peak`); raised by `note_memory`.
+    pub used_memory_peak: u64,
+    /// DEBUG SET-ACTIVE-EXPIRE 0 turns the active expiry cycle off (tests); kept by `reset`.
+    pub active_expire_disabled: bool,
+}
+
+impl Stats {
+    pub fn new(n_commands: usize) -> Stats {
+        Stats { commands: vec![CmdStat::default(); n_commands], ..Stats::default() }
+    }
+
+    /// Counts an error reply under its code.
+    pub fn count_error(&mut self, code: &str) {
+        self.total_error_replies += 1;
+        if let Some(n) = self.errors.get_mut(code) {
+            *n += 1;
+        } else if self.errors.len() < ERROR_CODES_MAX {
+            self.errors.insert(code.to_string(), 1);
+        }
+    }
+
+    /// CONFIG RESETSTAT: clears every counter, as Redis's `resetServerStats` plus the
+    /// command and error tables. Kept: `dirty` (Redis keeps `server.dirty`, INFO
+    /// `rdb_changes_since_last_save`) and the DEBUG flag.
+    pub fn reset(&mut self) {
+        let n = self.commands.len();
+        let dirty = self.dirty;
+        let active_expire_disabled = self.active_expire_disabled;
+        *self = Stats::new(n);
+        self.dirty = dirty;
+        self.active_expire_disabled = active_expire_disabled;
+    }
+
+    /// Records the current memory use for the peak (Redis updates it in cron and in INFO).
+    pub fn note_memory(&mut self, used: u64) {
+        self.used_memory_peak = self.used_memory_peak.max(used);
+    }
+}
+
+/// Most distinct error codes tracked, as Redis's `ERROR_STATS_NUMBER`.
+pub const ERROR_CODES_MAX: usize = 128;
+
+/// A moving sample of commands per second, like Redis's `trackInstantaneousMetric`.
+#[derive(Debug, Default, Clone)]
+pub struct OpsSampler {
+    samples: VecDeque<u64>,
+    last_ms: u64,
+    last_count: u64,
+}
+
+/// Samples kept for `instantaneous_ops_per_sec` (Redis: 16).
+pub const OPS_SAMPLES_MAX: usize = 16;
+
+impl OpsSampler {
+    /// Records the command count at `now_ms` (called from the periodic timer).
+    pub fn sample(&mut self, now_ms: u64, total_commands: u64) {
+        if self.last_ms != 0 && now_ms > self.last_ms {
+            let ops = (total_commands - self.last_count) * 1000 / (now_ms - self.last_ms);
+            if self.samples.len() == OPS_SAMPLES_MAX {
+                self.samples.pop_front();
+            }
+            self.samples.push_back(ops);
+        }
+        self.last_ms = now_ms;
+        self.last_count = total_commands;
+    }
+
+    pub fn per_sec(&self) -> u64 {
+        if self.samples.is_empty() {
+            0
+        } else {
+            self.samples.iter().sum::<u64>() / self.samples.len() as u64
+        }
+    }
+}
+
+/// One slow log entry.
+#[derive(Debug, Clone)]
+pub struct SlowEntry {
+    pub id: u64,
+    pub time_s: u64,
+    pub duration_us: u64,
+    /// Arguments, at most `SLOWLOG_ARGC_MAX` of them, each cut to `SLOWLOG_ARG_BYTES_MAX`.
+    pub args: Vec<Vec<u8>>,
+    pub peer: String,
+    pub name: String,
+}
+
+/// Redis keeps at most 32 arguments of a slow command, each at most 128 bytes.
+pub const SLOWLOG_ARGC_MAX: usize = 32;
+pub const SLOWLOG_ARG_BYTES_MAX: usize = 128;
+
+/// The slow log (SLOWLOG GET/LEN/RESET).
+#[derive(Debug, Clone, Default)]
+pub struct SlowLog {
+    pub entries: VecDeque<SlowEntry>,
+    pub next_id: u64,
+    pub len_max: u64,
+}
+
+impl SlowLog {
+    pub fn new(len_max: u64) -> SlowLog {
+        SlowLog { entries: VecDeque::new(), next_id: 0, len_max }
+    }
+
+    /// Records a command that took `duration_us`, with Redis's argument truncation.
+    pub fn push(&mut self, time_s: u64, duration_us: u64, argv: &[&[u8]], peer: String, name: String) {
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        let shown = argv.len().min(SLOWLOG_ARGC_MAX);
+        for (i, a) in argv.iter().take(shown).enumerate() {
+            if i == SLOWLOG_ARGC_MAX - 1 && argv.len() > SLOWLOG_ARGC_MAX {
+                args.push(format!("... ({} more arguments)", argv.len() - SLOWLOG_ARGC_MAX + 1).into_bytes());
+                break;
+            }
+            if a.len() > SLOWLOG_ARG_BYTES_MAX {
+                let mut v = a.get(..SLOWLOG_ARG_BYTES_MAX).unwrap_or(a).to_vec();
+                v.extend_from_slice(format!("... ({} more bytes)", a.len() - SLOWLOG_ARG_BYTES_MAX).as_bytes());
+                args.push(v);
+            } else {
+                args.push(a.to_vec());
+            }
+        }
+        self.entries.push_front(SlowEntry { id: self.next_id, time_s, duration_us, args, peer, name });
+        self.next_id += 1;
+        self.trim();
+    }
+
+    pub fn trim(&mut self) {
+        while self.entries.len() as u64 > self.len_max {
+            self.entries.pop_back();
+        }
+    }
+}
+
+/// Latency events (LATENCY LATEST/HISTORY/RESET): per event, the latest and the history.
+#[derive(Debug, Clone, Default)]
+pub struct LatencyMonitor {
+    pub events: BTreeMap<String, LatencyEvent>,
+}
+
+/// Samples kept per event (Redis: 160).
+pub const LATENCY_SAMPLES_MAX: usize = 160;
+
+#[derive(Debug, Clone, Default)]
+pub struct LatencyEvent {
+    /// (unix seconds, milliseconds) samples, oldest first.
+    pub samples: VecDeque<(u64, u64)>,
+    pub max_ms: u64,
+}
+
+impl LatencyMonitor {
+    /// Records `ms` for `event` at `time_s` when it reaches `threshold_ms` (0: monitor off).
+    pub fn record(&mut self, event: &str, time_s: u64, ms: u64, threshold_ms: u64) {
+        if threshold_ms == 0 || ms < threshold_ms {
+            return;
+        }
+        let e = self.events.entry(event.to_string()).or_default();
+        if let Some(last) = e.samples.back_mut() {
+            if last.0 == time_s {
+                last.1 = last.1.max(ms);
+                e.max_ms = e.max_ms.max(ms);
+                return;
+            }
+        }
+        if e.samples.len() == LATENCY_SAMPLES_MAX {
+            e.samples.pop_front();
+        }
+        e.samples.push_back((time_s, ms));
+        e.max_ms = e.max_ms.max(ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slowlog_truncates_like_redis() {
+        let mut s = SlowLog::new(2);
+        let big = vec![b'x'; 130];
+        let many: Vec<&[u8]> = (0..40).map(|_| &b"a"[..]).collect();
+        s.push(1, 10, &[b"set", &big], String::new(), String::new());
+        assert_eq!(s.entries[0].args[1].len(), 128 + "... (2 more bytes)".len());
+        s.push(1, 10, &many, String::new(), String::new());
+        assert_eq!(s.entries[0].args.len(), 32);
+        assert_eq!(s.entries[0].args[31], b"... (9 more arguments)");
+        s.push(1, 10, &[b"x"], String::new(), String::new());
+        assert_eq!(s.entries.len(), 2, "len_max is kept");
+    }
+}
