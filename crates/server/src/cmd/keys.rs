@@ -1,0 +1,888 @@
+//! Generic key commands: DEL UNLINK EXISTS TYPE KEYS SCAN RANDOMKEY RENAME RENAMENX COPY TOUCH,
+//! the expiry commands (EXPIRE PEXPIRE EXPIREAT PEXPIREAT TTL PTTL EXPIRETIME PEXPIRETIME
+//! PERSIST) and OBJECT.
+//!
+//! Semantics follow Redis 7.0 (`db.c`, `expire.c`, `object.c`). Every write goes through
+//! `Shard::write_key` / `Shard::delete_key`, so it is stamped, logged and replicated as a CRDT
+//! effect: RENAME is "read the source, delete it, assign the destination (+ expire)"; EXPIRE is
+//! an `Expire` write that removes the expire writes it observed.
+//!
+//! Key statistics follow Redis's lookup flags: EXISTS, TYPE, TTL..., OBJECT count a keyspace
+//! hit or miss without refreshing the LRU clock (`LOOKUP_NOTOUCH`); TOUCH and COPY's source
+//! refresh it; write paths (DEL, RENAME, EXPIRE, PERSIST) count nothing.
+
+use meridian_crdt::{Effect, Expire, KeyState, StrView, TypeTag};
+
+use super::args::{eq_ic, glob_match, int_arg, parse_i64};
+use super::{Ctx, Handler};
+use crate::error::CmdError;
+use crate::keyspace::{Entry, lru_clock};
+
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("del", del),
+    ("unlink", del),
+    ("exists", exists),
+    ("type", type_cmd),
+    ("keys", keys),
+    ("scan", scan),
+    ("randomkey", randomkey),
+    ("rename", rename),
+    ("renamenx", renamenx),
+    ("copy", copy),
+    ("touch", touch),
+    ("expire", expire),
+    ("pexpire", pexpire),
+    ("expireat", expireat),
+    ("pexpireat", pexpireat),
+    ("ttl", ttl),
+    ("pttl", pttl),
+    ("expiretime", expiretime),
+    ("pexpiretime", pexpiretime),
+    ("persist", persist),
+    ("object|encoding", object_encoding),
+    ("object|refcount", object_refcount),
+    ("object|idletime", object_idletime),
+    ("object|freq", object_freq),
+    ("object|help", object_help),
+];
+
+// ---------------------------------------------------------------------------------------------
+// Lookup helpers
+
+/// `lookupKeyReadWithFlags(LOOKUP_NOTOUCH)`: expires the key if due, counts a keyspace hit or
+/// miss, leaves the LRU clock alone. `f` sees the live entry.
+fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
+    let now = ctx.now_ms;
+    let r = ctx.shard.lookup_quiet(db, key, now).map(f);
+    if r.is_some() {
+        ctx.shard.stats.keyspace_hits += 1;
+    } else {
+        ctx.shard.stats.keyspace_misses += 1;
+    }
+    r
+}
+
+/// A key's value copied out of the keyspace (RENAME, COPY).
+enum Snapshot {
+    Str(Vec<u8>),
+    Set(Vec<Vec<u8>>),
+}
+
+fn snapshot(state: &KeyState) -> Option<Snapshot> {
+    match state.type_tag()? {
+        TypeTag::String => state.view_str().map(|v| Snapshot::Str(v.to_bytes())),
+        TypeTag::Set => state
+            .set()
+            .map(|s| Snapshot::Set(s.members().map(<[u8]>::to_vec).collect())),
+    }
+}
+
+/// Writes `value` (and the deadline `at_ms`) to `key` in `db`, replacing whatever is there.
+fn write_snapshot(ctx: &mut Ctx<'_>, db: usize, key: &[u8], value: &Snapshot, at_ms: Option<u64>) {
+    let now = ctx.now_ms;
+    match value {
+        Snapshot::Str(bytes) => {
+            ctx.shard
+                .write_key(db, key, now, |st| st.assign_effect(bytes.as_slice(), false));
+        }
+        Snapshot::Set(members) => {
+            ctx.shard.delete_key(db, key, now);
+            for m in members {
+                ctx.shard.write_key(db, key, now, |_| Effect::SetAdd {
+                    member: m.as_slice(),
+                });
+            }
+        }
+    }
+    if let Some(at) = at_ms {
+        ctx.shard.write_key(db, key, now, |st| {
+            st.expire_effect::<&[u8]>(Expire::AtMs(at))
+        });
+    }
+}
+
+fn type_name(tag: Option<TypeTag>) -> &'static str {
+    match tag {
+        None => "none",
+        Some(TypeTag::String) => "string",
+        Some(TypeTag::Set) => "set",
+    }
+}
+
+/// Whether an entry is visible and not past its deadline (KEYS/SCAN/RANDOMKEY filtering).
+fn is_live(e: &Entry, now_ms: u64) -> bool {
+    !e.state.is_empty() && !e.state.expire_at_ms().is_some_and(|at| at <= now_ms)
+}
+
+// ---------------------------------------------------------------------------------------------
+// DEL UNLINK EXISTS TYPE TOUCH
+
+fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let mut n = 0;
+    for key in argv.iter().skip(1) {
+        if ctx.shard.delete_key(db, key, now) {
+            n += 1;
+        }
+    }
+    ctx.out.int(n);
+    Ok(())
+}
+
+fn exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let mut n = 0;
+    for key in argv.iter().skip(1) {
+        if peek(ctx, db, key, |_| ()).is_some() {
+            n += 1;
+        }
+    }
+    ctx.out.int(n);
+    Ok(())
+}
+
+fn type_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let tag = peek(ctx, db, argv.get(1).copied().unwrap_or_default(), |e| {
+        e.state.type_tag()
+    })
+    .flatten();
+    ctx.out.simple(type_name(tag));
+    Ok(())
+}
+
+fn touch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let mut n = 0;
+    for key in argv.iter().skip(1) {
+        if ctx.shard.lookup_read(db, key, now).is_some() {
+            n += 1;
+        }
+    }
+    ctx.out.int(n);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// KEYS SCAN RANDOMKEY
+
+fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let pattern = argv.get(1).copied().unwrap_or_default();
+    let all = pattern == b"*";
+    let now = ctx.now_ms;
+    let db = ctx.db();
+    let found: Vec<&[u8]> = match ctx.shard.dbs.get(db) {
+        Some(d) => d
+            .table
+            .iter()
+            .filter(|e| is_live(e, now) && (all || glob_match(pattern, &e.key, false)))
+            .map(|e| &*e.key)
+            .collect(),
+        None => Vec::new(),
+    };
+    ctx.out.array(found.len());
+    for k in found {
+        ctx.out.bulk(k);
+    }
+    Ok(())
+}
+
+/// Redis parses SCAN cursors with `strtoul`: leading '+' or '-' (negation wraps), leading
+/// zeros, and the empty string (cursor 0) are accepted; leading space, trailing bytes, no
+/// digits and overflow are not. Like C, a NUL byte ends the argument.
+fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let b = match arg.iter().position(|&c| c == 0) {
+        Some(i) => arg.get(..i).unwrap_or_default(),
+        None => arg,
+    };
+    match b.first() {
+        None => return Some(0),
+        Some(c) if matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
+        _ => {}
+    }
+    let (neg, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// Bits of a SCAN cursor below this hold the bucket index; above it, log2 of the table's
+/// bucket count when the cursor was issued.
+const CURSOR_TAG_SHIFT: u32 = 58;
+const CURSOR_INDEX_MASK: u64 = (1 << CURSOR_TAG_SHIFT) - 1;
+
+fn cursor_tag(num_buckets: usize) -> u64 {
+    u64::from(num_buckets.max(1).trailing_zeros())
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+///
+/// The cursor is a bucket index into the database's hashbrown table, tagged in its top bits
+/// with log2 of the table's bucket count. One call visits buckets from the index until it has
+/// `count` keys or has looked at `count * 10` buckets, then returns the next index (or "0" at
+/// the end of the table). Filters (MATCH, expired keys, TYPE) apply after collection, as in
+/// Redis, so a call may return fewer than `count` keys, even none, with a non-zero cursor.
+///
+/// Guarantees: a key present from the start to the end of a full iteration is returned at
+/// least once, provided the table is not rehashed in place meanwhile; a key may be returned
+/// more than once. When the table was resized since the cursor was issued (its tag differs
+/// from the table's bucket count), the iteration restarts at bucket 0, so keys already
+/// returned come again (never missed). A hashbrown in-place rehash (same bucket count, after
+/// many deletions followed by insertions) moves keys between buckets without changing the
+/// bucket count, and keys may then be missed or repeated: unlike Redis's reverse-binary
+/// cursor, this cursor cannot survive that. An arbitrary cursor that does not match the
+/// table restarts the iteration too.
+fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let cursor = parse_cursor(argv.get(1).copied().unwrap_or_default())
+        .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
+    let mut count: u64 = 10;
+    let mut pattern: Option<&[u8]> = None;
+    let mut type_filter: Option<&[u8]> = None;
+    let mut i = 2;
+    while let Some(opt) = argv.get(i) {
+        let value = argv.get(i + 1).copied();
+        match value {
+            Some(v) if eq_ic(opt, "count") => {
+                let c = int_arg(v)?;
+                if c < 1 {
+                    return Err(CmdError::Syntax);
+                }
+                count = c as u64;
+            }
+            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
+            Some(v) if eq_ic(opt, "type") => type_filter = Some(v),
+            _ => return Err(CmdError::Syntax),
+        }
+        i += 2;
+    }
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let Some(d) = ctx.shard.dbs.get(db) else {
+        return Err(CmdError::DbIndexOutOfRange);
+    };
+    let n_buckets = d.table.num_buckets();
+    let tag = cursor_tag(n_buckets);
+    let mut idx = if cursor != 0 && cursor >> CURSOR_TAG_SHIFT == tag {
+        (cursor & CURSOR_INDEX_MASK) as usize
+    } else {
+        0
+    };
+    if idx >= n_buckets {
+        idx = 0;
+    }
+    let mut collected: Vec<(Box<[u8]>, bool, Option<TypeTag>)> = Vec::new();
+    let mut visits_left = count.saturating_mul(10);
+    if !d.is_empty() {
+        while idx < n_buckets && visits_left > 0 && (collected.len() as u64) < count {
+            if let Some(e) = d.table.get_bucket(idx) {
+                if !e.state.is_empty() {
+                    let expired = e.state.expire_at_ms().is_some_and(|at| at <= now);
+                    collected.push((e.key.clone(), expired, e.state.type_tag()));
+                }
+            }
+            idx += 1;
+            visits_left -= 1;
+        }
+    } else {
+        idx = n_buckets;
+    }
+    let next = if idx >= n_buckets {
+        0
+    } else {
+        (tag << CURSOR_TAG_SHIFT) | idx as u64
+    };
+    let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(collected.len());
+    for (key, expired, tag) in collected {
+        if let Some(p) = pattern {
+            if !glob_match(p, &key, false) {
+                continue;
+            }
+        }
+        if expired {
+            let hash = ctx.shard.hash_key(&key);
+            ctx.shard.expire_if_needed(db, hash, &key, now);
+            continue;
+        }
+        if let Some(t) = type_filter {
+            if !t.eq_ignore_ascii_case(type_name(tag).as_bytes()) {
+                continue;
+            }
+        }
+        keys.push(key);
+    }
+    ctx.out.array(2);
+    ctx.out.bulk(next.to_string().as_bytes());
+    ctx.out.array(keys.len());
+    for k in &keys {
+        ctx.out.bulk(k);
+    }
+    Ok(())
+}
+
+/// Random buckets probed before RANDOMKEY falls back to a walk of the table.
+const RANDOMKEY_PROBES: usize = 64;
+
+/// A RANDOMKEY candidate: true (and `found` set) when live; expired keys are noted.
+fn random_candidate(
+    e: &Entry,
+    now_ms: u64,
+    expired: &mut Vec<Box<[u8]>>,
+    found: &mut Option<Box<[u8]>>,
+) -> bool {
+    if e.state.is_empty() {
+        return false;
+    }
+    if e.state.expire_at_ms().is_some_and(|at| at <= now_ms) {
+        expired.push(e.key.clone());
+        return false;
+    }
+    *found = Some(e.key.clone());
+    true
+}
+
+/// RANDOMKEY: probes random buckets (a hashbrown table is at least ~44% full after growth, so
+/// a few probes usually hit); after `RANDOMKEY_PROBES` misses (a sparse table after many
+/// deletions, or mostly expired keys) walks the table from a random bucket and returns the
+/// first live key, which is not uniform. Expired keys met on the way are deleted, as Redis's
+/// `dbRandomKey` does.
+fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    use rand::RngExt as _;
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let mut expired: Vec<Box<[u8]>> = Vec::new();
+    let mut found: Option<Box<[u8]>> = None;
+    if let Some(d) = ctx.shard.dbs.get(db) {
+        let n = d.table.num_buckets();
+        if !d.is_empty() && n > 0 {
+            let mut rng = rand::rng();
+            for _ in 0..RANDOMKEY_PROBES {
+                if let Some(e) = d.table.get_bucket(rng.random_range(0..n)) {
+                    if random_candidate(e, now, &mut expired, &mut found) {
+                        break;
+                    }
+                }
+            }
+            if found.is_none() {
+                let start = rng.random_range(0..n);
+                for k in 0..n {
+                    if let Some(e) = d.table.get_bucket((start + k) % n) {
+                        if random_candidate(e, now, &mut expired, &mut found) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    expired.sort();
+    expired.dedup();
+    for k in &expired {
+        let hash = ctx.shard.hash_key(k);
+        ctx.shard.expire_if_needed(db, hash, k, now);
+    }
+    match found {
+        Some(k) => ctx.out.bulk(&k),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// RENAME RENAMENX COPY
+
+fn rename(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    rename_generic(ctx, argv, false)
+}
+
+fn renamenx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    rename_generic(ctx, argv, true)
+}
+
+fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), CmdError> {
+    let src = argv.get(1).copied().unwrap_or_default();
+    let dst = argv.get(2).copied().unwrap_or_default();
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let Some((value, at_ms)) = ctx
+        .shard
+        .lookup_quiet(db, src, now)
+        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms())))
+    else {
+        return Err(CmdError::NoSuchKey);
+    };
+    if src == dst {
+        if nx {
+            ctx.out.int(0);
+        } else {
+            ctx.out.ok();
+        }
+        return Ok(());
+    }
+    if nx && ctx.shard.lookup_quiet(db, dst, now).is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.shard.delete_key(db, src, now);
+    write_snapshot(ctx, db, dst, &value, at_ms);
+    if nx {
+        ctx.out.int(1);
+    } else {
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
+/// COPY source destination [DB destination-db] [REPLACE].
+fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let src = argv.get(1).copied().unwrap_or_default();
+    let dst = argv.get(2).copied().unwrap_or_default();
+    let src_db = ctx.db();
+    let mut dst_db = src_db;
+    let mut replace = false;
+    let mut j = 3;
+    while let Some(opt) = argv.get(j) {
+        if eq_ic(opt, "replace") {
+            replace = true;
+        } else if eq_ic(opt, "db") && j + 1 < argv.len() {
+            let v = argv.get(j + 1).copied().unwrap_or_default();
+            let id = parse_i64(v)
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or(CmdError::NotInteger)?;
+            match usize::try_from(id) {
+                Ok(id) if ctx.shard.db_ok(id) => dst_db = id,
+                _ => return Err(CmdError::DbIndexOutOfRange),
+            }
+            j += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    if src_db == dst_db && src == dst {
+        return Err(CmdError::Err(
+            "source and destination objects are the same".to_string(),
+        ));
+    }
+    let now = ctx.now_ms;
+    let Some((value, at_ms)) = ctx
+        .shard
+        .lookup_read(src_db, src, now)
+        .and_then(|st| Some((snapshot(st)?, st.expire_at_ms())))
+    else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    if ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
+        if !replace {
+            ctx.out.int(0);
+            return Ok(());
+        }
+    }
+    write_snapshot(ctx, dst_db, dst, &value, at_ms);
+    ctx.out.int(1);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// EXPIRE PEXPIRE EXPIREAT PEXPIREAT PERSIST
+
+#[derive(Clone, Copy, Default)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+/// `parseExtendedExpireArgumentsOrReply`.
+fn parse_expire_flags(argv: &[&[u8]]) -> Result<ExpireFlags, CmdError> {
+    let mut f = ExpireFlags::default();
+    for opt in argv.iter().skip(3) {
+        if eq_ic(opt, "nx") {
+            f.nx = true;
+        } else if eq_ic(opt, "xx") {
+            f.xx = true;
+        } else if eq_ic(opt, "gt") {
+            f.gt = true;
+        } else if eq_ic(opt, "lt") {
+            f.lt = true;
+        } else {
+            let shown = match opt.iter().position(|&c| c == 0) {
+                Some(i) => opt.get(..i).unwrap_or_default(),
+                None => opt,
+            };
+            return Err(CmdError::Err(format!(
+                "Unsupported option {}",
+                String::from_utf8_lossy(shown)
+            )));
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(CmdError::Err(
+            "NX and XX, GT or LT options at the same time are not compatible".to_string(),
+        ));
+    }
+    if f.gt && f.lt {
+        return Err(CmdError::Err(
+            "GT and LT options at the same time are not compatible".to_string(),
+        ));
+    }
+    Ok(f)
+}
+
+fn expire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let base = ctx.now_ms as i64;
+    expire_generic(ctx, argv, base, true)
+}
+
+fn pexpire(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let base = ctx.now_ms as i64;
+    expire_generic(ctx, argv, base, false)
+}
+
+fn expireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    expire_generic(ctx, argv, 0, true)
+}
+
+fn pexpireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    expire_generic(ctx, argv, 0, false)
+}
+
+/// The deadline `when` (in seconds when `seconds`) plus `base_ms`, or the overflow error.
+fn expire_deadline(name: &str, when: i64, base_ms: i64, seconds: bool) -> Result<i64, CmdError> {
+    let err = || CmdError::InvalidExpire(name.to_string());
+    let when = if seconds {
+        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+            return Err(err());
+        }
+        when * 1000
+    } else {
+        when
+    };
+    if when > i64::MAX - base_ms {
+        return Err(err());
+    }
+    Ok(when + base_ms)
+}
+
+/// `expireGenericCommand` of Redis 7.0.
+fn expire_generic(
+    ctx: &mut Ctx<'_>,
+    argv: &[&[u8]],
+    base_ms: i64,
+    seconds: bool,
+) -> Result<(), CmdError> {
+    let key = argv.get(1).copied().unwrap_or_default();
+    let flags = parse_expire_flags(argv)?;
+    let when = int_arg(argv.get(2).copied().unwrap_or_default())?;
+    let when = expire_deadline(ctx.spec.meta.name, when, base_ms, seconds)?;
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let Some(current) = ctx
+        .shard
+        .lookup_quiet(db, key, now)
+        .map(|e| e.state.expire_at_ms())
+    else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    // -1 stands for "no TTL", as in Redis (an infinite TTL for GT and LT).
+    let current = current.map_or(-1, |at| i64::try_from(at).unwrap_or(i64::MAX));
+    let refused = (flags.nx && current != -1)
+        || (flags.xx && current == -1)
+        || (flags.gt && (when <= current || current == -1))
+        || (flags.lt && current != -1 && when >= current);
+    if refused {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    if when <= now as i64 {
+        // Already expired: deleted at once, as an explicit DEL.
+        ctx.shard.delete_key(db, key, now);
+    } else {
+        let at = when as u64;
+        ctx.shard.write_key(db, key, now, |st| {
+            st.expire_effect::<&[u8]>(Expire::AtMs(at))
+        });
+    }
+    ctx.out.int(1);
+    Ok(())
+}
+
+fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = argv.get(1).copied().unwrap_or_default();
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let has_ttl = ctx
+        .shard
+        .lookup_quiet(db, key, now)
+        .is_some_and(|e| e.state.expire_at_ms().is_some());
+    if has_ttl {
+        ctx.shard.write_key(db, key, now, |st| {
+            st.expire_effect::<&[u8]>(Expire::Persist)
+        });
+    }
+    ctx.out.int(i64::from(has_ttl));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// TTL PTTL EXPIRETIME PEXPIRETIME
+
+fn ttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    ttl_generic(ctx, argv, false, false)
+}
+
+fn pttl(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    ttl_generic(ctx, argv, true, false)
+}
+
+fn expiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    ttl_generic(ctx, argv, false, true)
+}
+
+fn pexpiretime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    ttl_generic(ctx, argv, true, true)
+}
+
+/// `ttlGenericCommand`: -2 when the key does not exist, -1 when it has no TTL; seconds are
+/// rounded to the nearest ((ms + 500) / 1000).
+fn ttl_generic(
+    ctx: &mut Ctx<'_>,
+    argv: &[&[u8]],
+    ms: bool,
+    absolute: bool,
+) -> Result<(), CmdError> {
+    let key = argv.get(1).copied().unwrap_or_default();
+    let db = ctx.db();
+    let now = ctx.now_ms as i64;
+    let Some(at) = peek(ctx, db, key, |e| e.state.expire_at_ms()) else {
+        ctx.out.int(-2);
+        return Ok(());
+    };
+    let Some(at) = at else {
+        ctx.out.int(-1);
+        return Ok(());
+    };
+    let at = i64::try_from(at).unwrap_or(i64::MAX);
+    let t = if absolute { at } else { at.saturating_sub(now) }.max(0);
+    ctx.out
+        .int(if ms { t } else { t.saturating_add(500) / 1000 });
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// OBJECT
+
+/// Redis's `OBJ_SHARED_INTEGERS`: integers 0..10000 are shared objects.
+const SHARED_INTEGERS: i64 = 10_000;
+/// `OBJ_ENCODING_EMBSTR_SIZE_LIMIT`.
+const EMBSTR_SIZE_LIMIT: usize = 44;
+/// `LRU_CLOCK_MAX`: the LRU clock is 24 bits.
+const LRU_CLOCK_MAX: u32 = 0x00ff_ffff;
+
+/// The encoding Redis 7.0 gives the same string after `tryObjectEncoding` (SET): "int" for a
+/// string that `string2l` parses (at most 20 bytes), "embstr" up to 44 bytes, else "raw".
+/// Counter results (INCR...) are "int"; INCRBYFLOAT results are "embstr".
+fn str_encoding(v: &StrView<'_>) -> (&'static str, Option<i64>) {
+    match v {
+        StrView::Int(n) => ("int", Some(*n)),
+        StrView::Float(d) => (
+            if d.format_redis().len() <= EMBSTR_SIZE_LIMIT {
+                "embstr"
+            } else {
+                "raw"
+            },
+            None,
+        ),
+        StrView::Bytes(b) => match parse_i64(b) {
+            Some(n) => ("int", Some(n)),
+            None if b.len() <= EMBSTR_SIZE_LIMIT => ("embstr", None),
+            None => ("raw", None),
+        },
+    }
+}
+
+/// Redis 7.0's set encodings: "intset" when every member is an integer and there are at most
+/// 512 (`set-max-intset-entries`), else "hashtable" (7.0 has no listpack sets).
+fn set_encoding(state: &KeyState) -> &'static str {
+    match state.set() {
+        Some(s) if s.len() <= 512 && s.members().all(|m| parse_i64(m).is_some()) => "intset",
+        _ => "hashtable",
+    }
+}
+
+fn object_key<'a>(argv: &[&'a [u8]]) -> &'a [u8] {
+    argv.get(2).copied().unwrap_or_default()
+}
+
+fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
+        Some(TypeTag::Set) => set_encoding(&e.state),
+        _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
+    });
+    match enc {
+        Some(enc) => ctx.out.bulk(enc.as_bytes()),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let rc = peek(ctx, db, object_key(argv), |e| {
+        match e.state.view_str().map(|v| str_encoding(&v)) {
+            Some(("int", Some(n))) if (0..SHARED_INTEGERS).contains(&n) => i64::from(i32::MAX),
+            _ => 1,
+        }
+    });
+    match rc {
+        Some(rc) => ctx.out.int(rc),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+/// Seconds since the key's last access on the 24-bit LRU clock (`estimateObjectIdleTime`).
+fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
+    let now = lru_clock(now_ms);
+    let idle = if now >= lru_s {
+        now - lru_s
+    } else {
+        now + (LRU_CLOCK_MAX - lru_s)
+    };
+    i64::from(idle)
+}
+
+fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    match peek(ctx, db, object_key(argv), |e| idle_seconds(e.lru_s, now)) {
+        Some(s) => ctx.out.int(s),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+/// No LFU maxmemory policy exists here, so OBJECT FREQ always answers Redis's error for a
+/// server without one (after the key lookup, as Redis does).
+fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    if peek(ctx, db, object_key(argv), |_| ()).is_none() {
+        ctx.out.null();
+        return Ok(());
+    }
+    Err(CmdError::Err(
+        "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+            .to_string(),
+    ))
+}
+
+const OBJECT_HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+];
+
+fn object_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.array(OBJECT_HELP.len());
+    for line in OBJECT_HELP {
+        ctx.out.simple(line);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_like_strtoul() {
+        assert_eq!(parse_cursor(b"0"), Some(0));
+        assert_eq!(parse_cursor(b""), Some(0));
+        assert_eq!(parse_cursor(b"+5"), Some(5));
+        assert_eq!(parse_cursor(b"-0"), Some(0));
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b"007"), Some(7));
+        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b"18446744073709551616"[..],
+            b" 0",
+            b"0x",
+            b"abc",
+            b"+",
+            b"-",
+            b"1 ",
+        ] {
+            assert_eq!(
+                parse_cursor(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn expire_overflow() {
+        assert!(expire_deadline("expire", i64::MAX / 1000 + 1, 0, true).is_err());
+        assert!(expire_deadline("expire", i64::MIN / 1000 - 1, 0, true).is_err());
+        assert!(expire_deadline("pexpire", i64::MAX, 1, false).is_err());
+        assert_eq!(expire_deadline("expire", 10, 5, true), Ok(10_005));
+        assert_eq!(expire_deadline("pexpireat", -5, 0, false), Ok(-5));
+        let e = expire_deadline("pexpire", i64::MAX, 1, false)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("ERR invalid expire time in 'pexpire' command")
+        );
+    }
+
+    #[test]
+    fn encodings_like_redis() {
+        assert_eq!(str_encoding(&StrView::Bytes(b"123")).0, "int");
+        assert_eq!(str_encoding(&StrView::Bytes(b"-5")).0, "int");
+        assert_eq!(str_encoding(&StrView::Bytes(b"01")).0, "embstr");
+        assert_eq!(
+            str_encoding(&StrView::Bytes(b"12345678901234567890")).0,
+            "embstr"
+        );
+        assert_eq!(str_encoding(&StrView::Bytes(&[b'a'; 44])).0, "embstr");
+        assert_eq!(str_encoding(&StrView::Bytes(&[b'a'; 45])).0, "raw");
+        assert_eq!(str_encoding(&StrView::Int(7)).0, "int");
+    }
+
+    #[test]
+    fn idle_wraps_like_redis() {
+        assert_eq!(idle_seconds(lru_clock(10_000), 15_000), 5);
+        assert_eq!(idle_seconds(LRU_CLOCK_MAX - 1, 1000), 2);
+    }
+}
