@@ -414,6 +414,13 @@ impl KeyState {
         self.extra.as_ref().and_then(|x| x.expire.at_ms())
     }
 
+    /// An empty key that still holds expire writes (left by DEL ∥ EXPIRE). A command that
+    /// creates the key should first apply and send `remove_effect()`, as Redis creates keys
+    /// without a TTL.
+    pub fn has_orphan_expire(&self) -> bool {
+        self.is_empty() && self.extra.as_ref().is_some_and(|x| !x.expire.is_empty())
+    }
+
     /// The expire register (all concurrent expire writes held).
     pub fn expire_reg(&self) -> Option<&ExpireReg> {
         self.extra.as_ref().map(|x| &x.expire)

@@ -469,3 +469,15 @@ mod tests {
         assert_eq!(Dec::from_i128(i128::MAX).to_i64_exact(), None);
     }
 }
+
+impl Dec {
+    /// The coefficient and exponent (`self == coef × 10^exp`), for binary encodings.
+    pub fn to_parts(&self) -> (i128, i32) {
+        (self.coef, self.exp)
+    }
+
+    /// Rebuilds a `Dec` from `to_parts` output (canonicalizing it); `None` when out of range.
+    pub fn from_parts(coef: i128, exp: i32) -> Option<Dec> {
+        Dec::build(coef < 0, coef.unsigned_abs(), i64::from(exp), false)
+    }
+}

@@ -37,10 +37,12 @@ impl OrSet {
     /// removal of this member had observed it.
     pub fn add(&mut self, stamp: Stamp, member: &[u8]) -> bool {
         if let Some(e) = self.elems.get_mut(member) {
-            if e.removed.covers(stamp) || e.dots.contains(&stamp) {
+            // Covered by a removal, or held already (or superseded by a newer add from the same
+            // replica, which had observed this one): a duplicate.
+            if e.removed.covers(stamp) || e.dots.iter().any(|d| d.replica == stamp.replica && d.hlc >= stamp.hlc) {
                 return false;
             }
-            e.dots.retain(|d| d.replica != stamp.replica || d.hlc > stamp.hlc);
+            e.dots.retain(|d| d.replica != stamp.replica);
             e.dots.push(stamp);
             return true;
         }
