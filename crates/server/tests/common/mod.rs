@@ -1,0 +1,486 @@
+//! Helpers shared by the integration tests: start a Meridian server or the reference
+//! `redis-server` on a free port in a temporary directory, and a raw blocking RESP client
+//! that reads exactly one reply at a time (RESP2 and RESP3).
+
+#![allow(dead_code)]
+
+use std::io::{self, Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to accept its first connection.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default read timeout of a [`Raw`] client.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A port that was free a moment ago (bind port 0, read it, release it).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
+/// accepts a connection. Panics with the log when the process exits or never listens.
+fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
+    let log_path = dir.join("server.log");
+    let log = std::fs::File::create(&log_path).expect("create server.log");
+    let log_err = log.try_clone().expect("clone server.log");
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return child;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("{program} exited with {status} before listening on {port}; log:\n{log}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("{program} did not listen on {port} within {START_TIMEOUT:?}; log:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A Meridian server (`meridian server --port P --dir D`), killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts with extra flags after `--port` and `--dir`.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--port".into(),
+            port.to_string(),
+            "--dir".into(),
+            dir.path().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = spawn_and_wait(env!("CARGO_BIN_EXE_meridian"), &args, dir.path(), port);
+        Server { child, port, dir }
+    }
+
+    pub fn connect(&self) -> Raw {
+        Raw::connect(self.port)
+    }
+
+    /// The server's log so far (stdout and stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The reference `redis-server` (7.0.15), killed on drop.
+pub struct RedisRef {
+    pub child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl RedisRef {
+    /// Whether `redis-server` is on PATH.
+    pub fn available() -> bool {
+        Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    pub fn start() -> RedisRef {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir.path().display().to_string(),
+            "--enable-debug-command",
+            "yes",
+            "--daemonize",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let child = spawn_and_wait("redis-server", &args, dir.path(), port);
+        RedisRef { child, port, dir }
+    }
+
+    pub fn connect(&self) -> Raw {
+        Raw::connect(self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for RedisRef {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Encodes a command as a RESP multibulk.
+pub fn cmd(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Length of the first complete RESP2/RESP3 value in `buf`; `Ok(None)` when more bytes are
+/// needed, `Err` when the bytes are not a valid reply.
+pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    value_end(buf, 0)
+}
+
+fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+    buf.get(from..)?.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
+}
+
+fn parse_len(line: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| format!("bad length {:?}", String::from_utf8_lossy(line)))
+}
+
+/// End offset (exclusive) of the value starting at `at`.
+fn value_end(buf: &[u8], at: usize) -> Result<Option<usize>, String> {
+    let Some(&kind) = buf.get(at) else { return Ok(None) };
+    let Some(eol) = line_end(buf, at + 1) else { return Ok(None) };
+    let line = &buf[at + 1..eol];
+    let after = eol + 2;
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(Some(after)),
+        b'$' | b'=' | b'!' => {
+            let n = parse_len(line)?;
+            if n < 0 {
+                return Ok(Some(after));
+            }
+            let end = after + n as usize + 2;
+            if buf.len() < end {
+                return Ok(None);
+            }
+            if &buf[end - 2..end] != b"\r\n" {
+                return Err("bulk not terminated by CRLF".into());
+            }
+            Ok(Some(end))
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = parse_len(line)?;
+            if n < 0 {
+                return Ok(Some(after));
+            }
+            let items = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+            let mut pos = after;
+            for _ in 0..items {
+                match value_end(buf, pos)? {
+                    Some(end) => pos = end,
+                    None => return Ok(None),
+                }
+            }
+            if kind == b'|' {
+                // An attribute is followed by the value it describes.
+                return value_end(buf, pos);
+            }
+            Ok(Some(pos))
+        }
+        other => Err(format!("unknown reply type byte {:?}", other as char)),
+    }
+}
+
+/// Escapes bytes for messages: printable ASCII as is, `\r` `\n` `\t` `\\` `"`, else `\xHH`.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() + 2);
+    for &b in bytes {
+        match b {
+            b'\r' => s.push_str("\\r"),
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            b'\\' => s.push_str("\\\\"),
+            b'"' => s.push_str("\\\""),
+            0x20..=0x7e => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s
+}
+
+/// A raw blocking RESP connection.
+pub struct Raw {
+    pub stream: TcpStream,
+    /// Bytes read but not yet returned.
+    buf: Vec<u8>,
+    /// The peer closed its side (a read returned 0 or the connection was reset).
+    eof: bool,
+}
+
+impl Raw {
+    pub fn connect(port: u16) -> Raw {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
+        let _ = stream.set_nodelay(true);
+        stream.set_read_timeout(Some(READ_TIMEOUT)).expect("set_read_timeout");
+        Raw { stream, buf: Vec::new(), eof: false }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write to server");
+    }
+
+    /// Writes, reporting errors (the peer may have closed already).
+    pub fn try_send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Sends a command as a multibulk.
+    pub fn send_cmd(&mut self, args: &[&[u8]]) {
+        self.send(&cmd(args));
+    }
+
+    /// Sends a command and reads its reply.
+    pub fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.send_cmd(args);
+        self.read_reply()
+    }
+
+    /// One read into the buffer; `Ok(0)` at EOF. A reset counts as EOF.
+    fn fill(&mut self, timeout: Duration) -> io::Result<usize> {
+        if self.eof {
+            return Ok(0);
+        }
+        self.stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        let mut chunk = [0u8; 64 * 1024];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => {
+                self.eof = true;
+                Ok(0)
+            }
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(n)
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted) => {
+                self.eof = true;
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads exactly one complete reply within `timeout`.
+    pub fn try_read_reply(&mut self, timeout: Duration) -> io::Result<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match reply_len(&self.buf) {
+                Ok(Some(n)) => return Ok(self.buf.drain(..n).collect()),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{e} in {}", escape(&self.buf)),
+                    ));
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no complete reply within {timeout:?}; have {}", escape(&self.buf)),
+                ));
+            }
+            match self.fill(left) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("connection closed; have {}", escape(&self.buf)),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads exactly one complete reply; panics after [`READ_TIMEOUT`] or on close.
+    pub fn read_reply(&mut self) -> Vec<u8> {
+        self.try_read_reply(READ_TIMEOUT).unwrap_or_else(|e| panic!("read_reply: {e}"))
+    }
+
+    /// Reads whatever arrives until the peer closes or nothing arrives for `quiet`; returns
+    /// the bytes (including any buffered ones) and whether the connection is closed.
+    pub fn read_until_quiet(&mut self, quiet: Duration) -> (Vec<u8>, bool) {
+        loop {
+            match self.fill(quiet) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        (std::mem::take(&mut self.buf), self.eof)
+    }
+
+    /// Whether the peer has closed: a read returns 0 (or a reset) within `timeout`. Bytes
+    /// that arrive meanwhile are kept for the next read.
+    pub fn is_closed(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.eof {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match self.fill(left) {
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        self.eof
+    }
+
+    /// Bytes received but not returned yet.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Splits a line into arguments like redis-cli (`sdssplitargs`): double quotes with
+/// `\xHH` `\n` `\r` `\t` `\b` `\a` `\\` `\"` escapes, single quotes with `\'`; a closing
+/// quote must be followed by a space or the end. `None` on unbalanced quotes.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut args = Vec::new();
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        while i < n && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= n {
+            return Some(args);
+        }
+        let mut cur = Vec::new();
+        let mut in_dq = false;
+        let mut in_sq = false;
+        loop {
+            if in_dq {
+                if i >= n {
+                    return None;
+                }
+                let c = line[i];
+                if c == b'\\' && i + 3 < n && line[i + 1] == b'x' && is_hex(line[i + 2]) && is_hex(line[i + 3]) {
+                    cur.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
+                    i += 3;
+                } else if c == b'\\' && i + 1 < n {
+                    i += 1;
+                    cur.push(match line[i] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 0x08,
+                        b'a' => 0x07,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else if in_sq {
+                if i >= n {
+                    return None;
+                }
+                let c = line[i];
+                if c == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
+                    i += 1;
+                    cur.push(b'\'');
+                } else if c == b'\'' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else {
+                if i >= n {
+                    break;
+                }
+                match line[i] {
+                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    b'"' => in_dq = true,
+                    b'\'' => in_sq = true,
+                    c => cur.push(c),
+                }
+            }
+            i += 1;
+        }
+        args.push(cur);
+    }
+}
+
+fn is_hex(b: u8) -> bool {
+    b.is_ascii_hexdigit()
+}
+
+fn hex(b: u8) -> u8 {
+    match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        _ => b - b'A' + 10,
+    }
+}
