@@ -59,7 +59,12 @@ struct Side {
 impl Side {
     fn new(name: &'static str, target: Target) -> Side {
         let conn = Raw::connect(target.port());
-        Side { name, target, conn, resp3: false }
+        Side {
+            name,
+            target,
+            conn,
+            resp3: false,
+        }
     }
 
     /// Sends one command and reads its reply; on failure reconnects (so later lines still
@@ -139,7 +144,10 @@ fn corpus_files() -> Vec<PathBuf> {
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().contains(&filter)))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&filter))
+        })
         .collect();
     files.sort();
     files
@@ -147,7 +155,10 @@ fn corpus_files() -> Vec<PathBuf> {
 
 fn run_file(path: &Path, self_check: bool) -> FileResult {
     let text = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let mut redis = Side::new("redis", Target::Redis(RedisRef::start()));
     let other = if self_check {
         Target::Redis(RedisRef::start())
@@ -174,7 +185,9 @@ fn run_file(path: &Path, self_check: bool) -> FileResult {
         } else {
             (parse_line(line, &file_name, line_no), true)
         };
-        let is_hello = args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"hello"));
+        let is_hello = args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(b"hello"));
         let mut expected = redis.exchange(&args);
         let mut actual = meridian.exchange(&args);
         if is_hello {
@@ -208,7 +221,9 @@ fn run_file(path: &Path, self_check: bool) -> FileResult {
             result.not_compared += 1;
             for (name, reply) in [(redis.name, &expected), (meridian.name, &actual)] {
                 if let Err(e) = reply {
-                    result.mismatches.push(format!("{location}\n    {name} gave no reply: {e}"));
+                    result
+                        .mismatches
+                        .push(format!("{location}\n    {name} gave no reply: {e}"));
                 }
             }
         }
@@ -239,7 +254,9 @@ fn corpus_matches_redis() {
         let r = run_file(path, self_check);
         eprintln!(
             "{}: {} compared, {} not compared, {} mismatches",
-            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             r.compared,
             r.not_compared,
             r.mismatches.len()
@@ -262,7 +279,10 @@ fn corpus_line_splitting() {
     let cases: &[(&[u8], &[&[u8]])] = &[
         (b"SET k v", &[b"SET", b"k", b"v"]),
         (b"  SET   \"a b\"  'c d' ", &[b"SET", b"a b", b"c d"]),
-        (b"SET \"\\x00\\r\\n\\t\\\\\\\"\" x", &[b"SET", b"\0\r\n\t\\\"", b"x"]),
+        (
+            b"SET \"\\x00\\r\\n\\t\\\\\\\"\" x",
+            &[b"SET", b"\0\r\n\t\\\"", b"x"],
+        ),
         (b"SET 'it\\'s' \"\"", &[b"SET", b"it's", b""]),
     ];
     for (line, expected) in cases {
@@ -278,5 +298,8 @@ fn corpus_line_splitting() {
 fn hello_id_is_masked() {
     let reply = b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$2\r\nid\r\n:17\r\n$4\r\nmode\r\n";
     let masked = mask_hello_id(reply);
-    assert_eq!(masked, b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$2\r\nid\r\n:ID\r\n$4\r\nmode\r\n");
+    assert_eq!(
+        masked,
+        b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$2\r\nid\r\n:ID\r\n$4\r\nmode\r\n"
+    );
 }

@@ -180,7 +180,10 @@ pub fn reply_len(buf: &[u8]) -> Result<Option<usize>, String> {
 }
 
 fn line_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf.get(from..)?.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
+    buf.get(from..)?
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|i| from + i)
 }
 
 fn parse_len(line: &[u8]) -> Result<i64, String> {
@@ -192,8 +195,12 @@ fn parse_len(line: &[u8]) -> Result<i64, String> {
 
 /// End offset (exclusive) of the value starting at `at`.
 fn value_end(buf: &[u8], at: usize) -> Result<Option<usize>, String> {
-    let Some(&kind) = buf.get(at) else { return Ok(None) };
-    let Some(eol) = line_end(buf, at + 1) else { return Ok(None) };
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some(eol) = line_end(buf, at + 1) else {
+        return Ok(None);
+    };
     let line = &buf[at + 1..eol];
     let after = eol + 2;
     match kind {
@@ -217,7 +224,11 @@ fn value_end(buf: &[u8], at: usize) -> Result<Option<usize>, String> {
             if n < 0 {
                 return Ok(Some(after));
             }
-            let items = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+            let items = if matches!(kind, b'%' | b'|') {
+                2 * n
+            } else {
+                n
+            };
             let mut pos = after;
             for _ in 0..items {
                 match value_end(buf, pos)? {
@@ -266,8 +277,14 @@ impl Raw {
         let stream = TcpStream::connect(("127.0.0.1", port))
             .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
         let _ = stream.set_nodelay(true);
-        stream.set_read_timeout(Some(READ_TIMEOUT)).expect("set_read_timeout");
-        Raw { stream, buf: Vec::new(), eof: false }
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -295,7 +312,8 @@ impl Raw {
         if self.eof {
             return Ok(0);
         }
-        self.stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        self.stream
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
         let mut chunk = [0u8; 64 * 1024];
         match self.stream.read(&mut chunk) {
             Ok(0) => {
@@ -306,7 +324,12 @@ impl Raw {
                 self.buf.extend_from_slice(&chunk[..n]);
                 Ok(n)
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
                 self.eof = true;
                 Ok(0)
             }
@@ -332,7 +355,10 @@ impl Raw {
             if left.is_zero() {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no complete reply within {timeout:?}; have {}", escape(&self.buf)),
+                    format!(
+                        "no complete reply within {timeout:?}; have {}",
+                        escape(&self.buf)
+                    ),
                 ));
             }
             match self.fill(left) {
@@ -343,7 +369,11 @@ impl Raw {
                     ));
                 }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -351,7 +381,8 @@ impl Raw {
 
     /// Reads exactly one complete reply; panics after [`READ_TIMEOUT`] or on close.
     pub fn read_reply(&mut self) -> Vec<u8> {
-        self.try_read_reply(READ_TIMEOUT).unwrap_or_else(|e| panic!("read_reply: {e}"))
+        self.try_read_reply(READ_TIMEOUT)
+            .unwrap_or_else(|e| panic!("read_reply: {e}"))
     }
 
     /// Reads whatever arrives until the peer closes or nothing arrives for `quiet`; returns
@@ -417,7 +448,12 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                     return None;
                 }
                 let c = line[i];
-                if c == b'\\' && i + 3 < n && line[i + 1] == b'x' && is_hex(line[i + 2]) && is_hex(line[i + 3]) {
+                if c == b'\\'
+                    && i + 3 < n
+                    && line[i + 1] == b'x'
+                    && is_hex(line[i + 2])
+                    && is_hex(line[i + 3])
+                {
                     cur.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
                     i += 3;
                 } else if c == b'\\' && i + 1 < n {
