@@ -46,7 +46,10 @@ pub struct Stats {
 
 impl Stats {
     pub fn new(n_commands: usize) -> Stats {
-        Stats { commands: vec![CmdStat::default(); n_commands], ..Stats::default() }
+        Stats {
+            commands: vec![CmdStat::default(); n_commands],
+            ..Stats::default()
+        }
     }
 
     /// Counts an error reply under its code.
@@ -140,27 +143,50 @@ pub struct SlowLog {
 
 impl SlowLog {
     pub fn new(len_max: u64) -> SlowLog {
-        SlowLog { entries: VecDeque::new(), next_id: 0, len_max }
+        SlowLog {
+            entries: VecDeque::new(),
+            next_id: 0,
+            len_max,
+        }
     }
 
     /// Records a command that took `duration_us`, with Redis's argument truncation.
-    pub fn push(&mut self, time_s: u64, duration_us: u64, argv: &[&[u8]], peer: String, name: String) {
+    pub fn push(
+        &mut self,
+        time_s: u64,
+        duration_us: u64,
+        argv: &[&[u8]],
+        peer: String,
+        name: String,
+    ) {
         let mut args: Vec<Vec<u8>> = Vec::new();
         let shown = argv.len().min(SLOWLOG_ARGC_MAX);
         for (i, a) in argv.iter().take(shown).enumerate() {
             if i == SLOWLOG_ARGC_MAX - 1 && argv.len() > SLOWLOG_ARGC_MAX {
-                args.push(format!("... ({} more arguments)", argv.len() - SLOWLOG_ARGC_MAX + 1).into_bytes());
+                args.push(
+                    format!("... ({} more arguments)", argv.len() - SLOWLOG_ARGC_MAX + 1)
+                        .into_bytes(),
+                );
                 break;
             }
             if a.len() > SLOWLOG_ARG_BYTES_MAX {
                 let mut v = a.get(..SLOWLOG_ARG_BYTES_MAX).unwrap_or(a).to_vec();
-                v.extend_from_slice(format!("... ({} more bytes)", a.len() - SLOWLOG_ARG_BYTES_MAX).as_bytes());
+                v.extend_from_slice(
+                    format!("... ({} more bytes)", a.len() - SLOWLOG_ARG_BYTES_MAX).as_bytes(),
+                );
                 args.push(v);
             } else {
                 args.push(a.to_vec());
             }
         }
-        self.entries.push_front(SlowEntry { id: self.next_id, time_s, duration_us, args, peer, name });
+        self.entries.push_front(SlowEntry {
+            id: self.next_id,
+            time_s,
+            duration_us,
+            args,
+            peer,
+            name,
+        });
         self.next_id += 1;
         self.trim();
     }

@@ -1,0 +1,1626 @@
+//! Server commands: INFO CONFIG TIME DBSIZE FLUSHDB FLUSHALL SLOWLOG LATENCY DEBUG MONITOR
+//! SHUTDOWN.
+//!
+//! Texts and reply shapes follow Redis 7.0.15 (`server.c` genRedisInfoString, `config.c`,
+//! `slowlog.c`, `latency.c`, `debug.c`). INFO reports only what is true for Meridian: fields
+//! of features Meridian lacks (persistence, replication in Redis's sense) carry the values
+//! Redis shows when the feature is off.
+
+use std::fmt::Write as _;
+
+use super::args::{eq_ic, glob_match, parse_f64, parse_i64};
+use super::{Ctx, Handler};
+use crate::error::CmdError;
+use crate::shard::Shard;
+
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("info", info),
+    ("config|get", config_get),
+    ("config|set", config_set),
+    ("config|resetstat", config_resetstat),
+    ("config|rewrite", config_rewrite),
+    ("config|help", config_help),
+    ("time", time),
+    ("dbsize", dbsize),
+    ("flushdb", flushdb),
+    ("flushall", flushall),
+    ("slowlog|get", slowlog_get),
+    ("slowlog|len", slowlog_len),
+    ("slowlog|reset", slowlog_reset),
+    ("slowlog|help", slowlog_help),
+    ("latency|latest", latency_latest),
+    ("latency|history", latency_history),
+    ("latency|reset", latency_reset),
+    ("latency|help", latency_help),
+    ("debug", debug),
+    ("monitor", monitor),
+    ("shutdown", shutdown),
+];
+
+// ---------------------------------------------------------------------------------------
+// Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
+
+fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+    ctx.out.array(lines.len() + 3);
+    ctx.out.simple(&format!(
+        "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    ));
+    for l in lines {
+        ctx.out.simple(l);
+    }
+    ctx.out.simple("HELP");
+    ctx.out.simple("    Prints this help.");
+}
+
+/// Redis's `addReplySubcommandSyntaxError`.
+fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+    let cmd =
+        String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
+    let sub = argv.get(1).copied().unwrap_or_default();
+    let sub = String::from_utf8_lossy(sub.get(..sub.len().min(128)).unwrap_or(sub)).into_owned();
+    CmdError::Err(format!(
+        "unknown subcommand or wrong number of arguments for '{sub}'. Try {cmd} HELP."
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// INFO
+
+/// Sections INFO prints with no argument or "default" (Redis's, then Meridian's `crdt`).
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "module_list",
+    "errorstats",
+    "cluster",
+    "keyspace",
+    "crdt",
+];
+
+/// Which sections a list of INFO arguments asks for (Redis 7.0's `genInfoSectionDict`).
+struct Sections {
+    all: bool,
+    names: Vec<String>,
+}
+
+impl Sections {
+    fn parse(args: &[&[u8]]) -> Sections {
+        let mut s = Sections {
+            all: false,
+            names: Vec::new(),
+        };
+        if args.is_empty() {
+            s.names = DEFAULT_SECTIONS.iter().map(|n| n.to_string()).collect();
+            return s;
+        }
+        for a in args {
+            if eq_ic(a, "all") || eq_ic(a, "everything") {
+                s.all = true;
+            } else if eq_ic(a, "default") {
+                s.names
+                    .extend(DEFAULT_SECTIONS.iter().map(|n| n.to_string()));
+            } else {
+                s.names
+                    .push(String::from_utf8_lossy(a).to_ascii_lowercase());
+            }
+        }
+        s
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.all || self.names.iter().any(|n| n == name)
+    }
+}
+
+/// INFO [section ...]: a bulk string in RESP2, a verbatim "txt" string in RESP3.
+fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let sections = Sections::parse(argv.get(1..).unwrap_or_default());
+    let text = info_string(ctx.shard, &sections, ctx.now_ms);
+    ctx.out.verbatim(b"txt", text.as_bytes());
+    Ok(())
+}
+
+/// Starts a section: "\r\n" between sections, then "# Title\r\n".
+fn section(out: &mut String, count: &mut usize, title: &str) {
+    if *count > 0 {
+        out.push_str("\r\n");
+    }
+    *count += 1;
+    out.push_str("# ");
+    out.push_str(title);
+    out.push_str("\r\n");
+}
+
+/// Appends "key:value\r\n".
+fn field(out: &mut String, key: &str, value: impl std::fmt::Display) {
+    let _ = write!(out, "{key}:{value}\r\n");
+}
+
+fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
+    let mut out = String::with_capacity(4096);
+    let mut n = 0usize;
+    if s.has("server") {
+        section(&mut out, &mut n, "Server");
+        info_server(shard, &mut out, now_ms);
+    }
+    if s.has("clients") {
+        section(&mut out, &mut n, "Clients");
+        info_clients(shard, &mut out);
+    }
+    if s.has("memory") {
+        section(&mut out, &mut n, "Memory");
+        info_memory(shard, &mut out);
+    }
+    if s.has("persistence") {
+        section(&mut out, &mut n, "Persistence");
+        info_persistence(shard, &mut out);
+    }
+    if s.has("stats") {
+        section(&mut out, &mut n, "Stats");
+        info_stats(shard, &mut out);
+    }
+    if s.has("replication") {
+        section(&mut out, &mut n, "Replication");
+        info_replication(shard, &mut out);
+    }
+    if s.has("cpu") {
+        section(&mut out, &mut n, "CPU");
+        info_cpu(&mut out);
+    }
+    if s.has("module_list") || s.has("modules") {
+        section(&mut out, &mut n, "Modules");
+    }
+    if s.has("commandstats") {
+        section(&mut out, &mut n, "Commandstats");
+        for spec in &shard.table.specs {
+            let Some(st) = shard.stats.commands.get(spec.idx) else {
+                continue;
+            };
+            if st.calls == 0 && st.failed_calls == 0 && st.rejected_calls == 0 {
+                continue;
+            }
+            let per_call = if st.calls == 0 {
+                0.0
+            } else {
+                st.usec as f64 / st.calls as f64
+            };
+            let _ = write!(
+                out,
+                "cmdstat_{}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                spec.meta.name, st.calls, st.usec, per_call, st.rejected_calls, st.failed_calls
+            );
+        }
+    }
+    if s.has("errorstats") {
+        section(&mut out, &mut n, "Errorstats");
+        for (code, count) in &shard.stats.errors {
+            let _ = write!(out, "errorstat_{code}:count={count}\r\n");
+        }
+    }
+    if s.has("cluster") {
+        section(&mut out, &mut n, "Cluster");
+        field(&mut out, "cluster_enabled", 0);
+    }
+    if s.has("keyspace") {
+        section(&mut out, &mut n, "Keyspace");
+        for (i, db) in shard.dbs.iter().enumerate() {
+            if !db.is_empty() {
+                let _ = write!(
+                    out,
+                    "db{i}:keys={},expires={},avg_ttl=0\r\n",
+                    db.len(),
+                    db.expires
+                );
+            }
+        }
+    }
+    if s.has("crdt") {
+        section(&mut out, &mut n, "CRDT");
+        info_crdt(shard, &mut out);
+    }
+    out
+}
+
+fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
+    let uptime_s = now_ms.saturating_sub(shard.started_ms) / 1000;
+    let os = format!(
+        "{} {} {}",
+        read_trimmed("/proc/sys/kernel/ostype").unwrap_or_else(|| "Linux".to_string()),
+        read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        std::env::consts::ARCH
+    );
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let wall_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    field(out, "redis_version", crate::server::REDIS_VERSION);
+    field(out, "redis_git_sha1", "00000000");
+    field(out, "redis_git_dirty", 0);
+    field(out, "redis_build_id", "0");
+    field(out, "redis_mode", "standalone");
+    field(out, "meridian_version", env!("CARGO_PKG_VERSION"));
+    field(out, "os", os);
+    field(out, "arch_bits", usize::BITS);
+    field(out, "monotonic_clock", "POSIX clock_gettime");
+    field(out, "multiplexing_api", "epoll");
+    field(out, "process_id", std::process::id());
+    field(out, "process_supervised", "no");
+    field(out, "run_id", &shard.run_id);
+    field(out, "tcp_port", shard.config.port);
+    field(out, "server_time_usec", wall_us);
+    field(out, "uptime_in_seconds", uptime_s);
+    field(out, "uptime_in_days", uptime_s / 86400);
+    field(out, "hz", shard.config.hz);
+    field(out, "configured_hz", shard.config.hz);
+    field(out, "lru_clock", crate::keyspace::lru_clock(now_ms));
+    field(out, "executable", exe);
+    field(out, "config_file", "");
+    field(out, "io_threads_active", 0);
+}
+
+fn info_clients(shard: &Shard, out: &mut String) {
+    let max_in = shard
+        .clients
+        .values()
+        .map(|c| c.qbuf_bytes.get())
+        .max()
+        .unwrap_or(0);
+    let max_out = shard
+        .clients
+        .values()
+        .map(|c| c.obuf_bytes.get())
+        .max()
+        .unwrap_or(0);
+    field(out, "connected_clients", shard.clients.len());
+    field(out, "cluster_connections", 0);
+    field(out, "maxclients", shard.config.maxclients);
+    field(out, "client_recent_max_input_buffer", max_in);
+    field(out, "client_recent_max_output_buffer", max_out);
+    field(out, "blocked_clients", 0);
+    field(out, "tracking_clients", 0);
+    field(out, "clients_in_timeout_table", 0);
+}
+
+/// Memory figures: the allocator's (jemalloc) and the process's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryUse {
+    pub allocated: u64,
+    pub active: u64,
+    pub resident: u64,
+    pub rss: u64,
+}
+
+/// Reads jemalloc's statistics (after advancing its epoch) and the process RSS. Where jemalloc
+/// is not the allocator (unit tests), its counters are near zero and `used_memory` falls back
+/// to the RSS.
+pub fn memory_use() -> MemoryUse {
+    let _ = tikv_jemalloc_ctl::epoch::advance();
+    let read = |r: Result<usize, tikv_jemalloc_ctl::Error>| r.map(|v| v as u64).unwrap_or(0);
+    MemoryUse {
+        allocated: read(tikv_jemalloc_ctl::stats::allocated::read()),
+        active: read(tikv_jemalloc_ctl::stats::active::read()),
+        resident: read(tikv_jemalloc_ctl::stats::resident::read()),
+        rss: process_rss(),
+    }
+}
+
+/// Resident set size from /proc/self/statm (pages × 4096 on every platform Meridian runs on).
+fn process_rss() -> u64 {
+    read_trimmed("/proc/self/statm")
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn total_system_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Redis's `bytesToHuman`.
+pub fn bytes_to_human(n: u64) -> String {
+    const K: u64 = 1024;
+    let d = n as f64;
+    if n < K {
+        format!("{n}B")
+    } else if n < K * K {
+        format!("{:.2}K", d / K as f64)
+    } else if n < K * K * K {
+        format!("{:.2}M", d / (K * K) as f64)
+    } else if n < K * K * K * K {
+        format!("{:.2}G", d / (K * K * K) as f64)
+    } else if n < K * K * K * K * K {
+        format!("{:.2}T", d / (K * K * K * K) as f64)
+    } else if n < K * K * K * K * K * K {
+        format!("{:.2}P", d / (K * K * K * K * K) as f64)
+    } else {
+        format!("{n}B")
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+fn info_memory(shard: &mut Shard, out: &mut String) {
+    let m = memory_use();
+    let used = if m.allocated > 0 { m.allocated } else { m.rss };
+    shard.stats.note_memory(used);
+    let peak = shard.stats.used_memory_peak.max(used);
+    let total = total_system_memory();
+    let version = tikv_jemalloc_ctl::version::read().unwrap_or("");
+    let version = version.split('-').next().unwrap_or("");
+    field(out, "used_memory", used);
+    field(out, "used_memory_human", bytes_to_human(used));
+    field(out, "used_memory_rss", m.rss);
+    field(out, "used_memory_rss_human", bytes_to_human(m.rss));
+    field(out, "used_memory_peak", peak);
+    field(out, "used_memory_peak_human", bytes_to_human(peak));
+    field(
+        out,
+        "used_memory_peak_perc",
+        format!("{:.2}%", ratio(used, peak) * 100.0),
+    );
+    field(out, "allocator_allocated", m.allocated);
+    field(out, "allocator_active", m.active);
+    field(out, "allocator_resident", m.resident);
+    field(out, "total_system_memory", total);
+    field(out, "total_system_memory_human", bytes_to_human(total));
+    field(out, "maxmemory", 0);
+    field(out, "maxmemory_human", "0B");
+    field(out, "maxmemory_policy", "noeviction");
+    field(
+        out,
+        "allocator_frag_ratio",
+        format!("{:.2}", ratio(m.active, m.allocated)),
+    );
+    field(
+        out,
+        "allocator_frag_bytes",
+        m.active.saturating_sub(m.allocated),
+    );
+    field(
+        out,
+        "allocator_rss_ratio",
+        format!("{:.2}", ratio(m.resident, m.active)),
+    );
+    field(
+        out,
+        "allocator_rss_bytes",
+        m.resident.saturating_sub(m.active),
+    );
+    field(
+        out,
+        "rss_overhead_ratio",
+        format!("{:.2}", ratio(m.rss, m.resident)),
+    );
+    field(out, "rss_overhead_bytes", m.rss.saturating_sub(m.resident));
+    field(
+        out,
+        "mem_fragmentation_ratio",
+        format!("{:.2}", ratio(m.rss, used)),
+    );
+    field(out, "mem_fragmentation_bytes", m.rss as i64 - used as i64);
+    field(out, "mem_not_counted_for_evict", 0);
+    field(
+        out,
+        "mem_allocator",
+        if version.is_empty() {
+            "jemalloc".to_string()
+        } else {
+            format!("jemalloc-{version}")
+        },
+    );
+    field(out, "active_defrag_running", 0);
+    field(out, "lazyfree_pending_objects", 0);
+    field(out, "lazyfreed_objects", 0);
+}
+
+fn info_persistence(shard: &Shard, out: &mut String) {
+    field(out, "loading", 0);
+    field(out, "async_loading", 0);
+    field(out, "current_cow_peak", 0);
+    field(out, "current_cow_size", 0);
+    field(out, "current_cow_size_age", 0);
+    field(out, "current_fork_perc", "0.00");
+    field(out, "current_save_keys_processed", 0);
+    field(out, "current_save_keys_total", 0);
+    field(out, "rdb_changes_since_last_save", shard.stats.dirty);
+    field(out, "rdb_bgsave_in_progress", 0);
+    field(out, "rdb_last_save_time", shard.started_ms / 1000);
+    field(out, "rdb_last_bgsave_status", "ok");
+    field(out, "rdb_last_bgsave_time_sec", -1);
+    field(out, "rdb_current_bgsave_time_sec", -1);
+    field(out, "rdb_saves", 0);
+    field(out, "rdb_last_cow_size", 0);
+    field(out, "rdb_last_load_keys_expired", 0);
+    field(out, "rdb_last_load_keys_loaded", 0);
+    field(out, "aof_enabled", 0);
+    field(out, "aof_rewrite_in_progress", 0);
+    field(out, "aof_rewrite_scheduled", 0);
+    field(out, "aof_last_rewrite_time_sec", -1);
+    field(out, "aof_current_rewrite_time_sec", -1);
+    field(out, "aof_last_bgrewrite_status", "ok");
+    field(out, "aof_rewrites", 0);
+    field(out, "aof_rewrites_consecutive_failures", 0);
+    field(out, "aof_last_write_status", "ok");
+    field(out, "aof_last_cow_size", 0);
+    field(out, "module_fork_in_progress", 0);
+    field(out, "module_fork_last_cow_size", 0);
+}
+
+fn info_stats(shard: &Shard, out: &mut String) {
+    let st = &shard.stats;
+    field(
+        out,
+        "total_connections_received",
+        st.total_connections_received,
+    );
+    field(out, "total_commands_processed", st.total_commands_processed);
+    field(out, "instantaneous_ops_per_sec", st.ops_sample.per_sec());
+    field(out, "total_net_input_bytes", st.net_input_bytes);
+    field(out, "total_net_output_bytes", st.net_output_bytes);
+    field(out, "total_net_repl_input_bytes", 0);
+    field(out, "total_net_repl_output_bytes", 0);
+    field(out, "rejected_connections", st.rejected_connections);
+    field(out, "sync_full", 0);
+    field(out, "sync_partial_ok", 0);
+    field(out, "sync_partial_err", 0);
+    field(out, "expired_keys", st.expired_keys);
+    field(
+        out,
+        "expired_stale_perc",
+        format!("{:.2}", st.expired_stale_perc),
+    );
+    field(
+        out,
+        "expire_cycle_cpu_milliseconds",
+        st.expire_cycle_cpu_milliseconds,
+    );
+    field(out, "evicted_keys", 0);
+    field(out, "evicted_clients", 0);
+    field(out, "keyspace_hits", st.keyspace_hits);
+    field(out, "keyspace_misses", st.keyspace_misses);
+    field(out, "pubsub_channels", 0);
+    field(out, "pubsub_patterns", 0);
+    field(out, "pubsubshard_channels", 0);
+    field(out, "latest_fork_usec", 0);
+    field(out, "total_forks", 0);
+    field(out, "total_error_replies", st.total_error_replies);
+    field(out, "dump_payload_sanitizations", 0);
+}
+
+fn info_replication(shard: &Shard, out: &mut String) {
+    field(out, "role", "master");
+    field(out, "connected_slaves", 0);
+    field(out, "master_failover_state", "no-failover");
+    field(out, "master_replid", &shard.run_id);
+    field(
+        out,
+        "master_replid2",
+        "0000000000000000000000000000000000000000",
+    );
+    field(out, "master_repl_offset", 0);
+    field(out, "second_repl_offset", -1);
+    field(out, "repl_backlog_active", 0);
+    field(out, "repl_backlog_size", shard.config.backlog_bytes_max);
+    field(out, "repl_backlog_first_byte_offset", 0);
+    field(out, "repl_backlog_histlen", 0);
+}
+
+/// Clock ticks per second of /proc times (USER_HZ, 100 on Linux's user-visible interfaces).
+const USER_HZ: u64 = 100;
+
+/// (utime, stime, cutime, cstime) in ticks from a /proc `stat` file.
+fn proc_times(path: &str) -> Option<[u64; 4]> {
+    let text = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = text.get(text.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17.
+    let get = |i: usize| {
+        f.get(i)
+            .and_then(|v| v.parse::<i64>().ok())
+            .map(|v| v.max(0) as u64)
+    };
+    Some([get(11)?, get(12)?, get(13)?, get(14)?])
+}
+
+/// "%ld.%06ld" seconds of `ticks`.
+fn cpu_secs(ticks: u64) -> String {
+    let us = ticks * (1_000_000 / USER_HZ);
+    format!("{}.{:06}", us / 1_000_000, us % 1_000_000)
+}
+
+fn info_cpu(out: &mut String) {
+    let p = proc_times("/proc/self/stat").unwrap_or_default();
+    let t = proc_times("/proc/thread-self/stat").unwrap_or_default();
+    field(out, "used_cpu_sys", cpu_secs(p[1]));
+    field(out, "used_cpu_user", cpu_secs(p[0]));
+    field(out, "used_cpu_sys_children", cpu_secs(p[3]));
+    field(out, "used_cpu_user_children", cpu_secs(p[2]));
+    field(out, "used_cpu_sys_main_thread", cpu_secs(t[1]));
+    field(out, "used_cpu_user_main_thread", cpu_secs(t[0]));
+}
+
+fn info_crdt(shard: &Shard, out: &mut String) {
+    field(out, "crdt_site", &shard.config.site);
+    field(out, "crdt_replica_id", shard.replica.0);
+    field(out, "crdt_shards", 1);
+    field(out, "crdt_seq", shard.seq);
+    field(out, "crdt_clock", shard.clock.last().0);
+    field(out, "crdt_oplog_bytes", shard.oplog.bytes());
+    field(out, "crdt_oplog_ops", shard.oplog.ops());
+    field(out, "crdt_type_conflicts", shard.stats.type_conflicts);
+    field(out, "crdt_peers", shard.peers);
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// CONFIG
+
+/// How CONFIG SET treats a parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Modifiable,
+    /// Redis: "can't set immutable config".
+    Immutable,
+    /// Redis (enable-protected-configs no): "can't set protected config".
+    Protected,
+    /// A Redis parameter whose feature Meridian lacks: the current value is accepted (no-op),
+    /// any other valid value is refused as immutable.
+    Fixed,
+}
+
+/// How a value parses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Integer in [min, max] (Redis INTEGER_CONFIG).
+    Int {
+        min: i64,
+        max: i64,
+    },
+    /// Bytes with optional unit (Redis MEMORY_CONFIG).
+    Mem {
+        min: i64,
+        max: i64,
+    },
+    Bool,
+    /// One of the listed words.
+    Enum(&'static [&'static str]),
+    Text,
+}
+
+struct Param {
+    name: &'static str,
+    access: Access,
+    kind: Kind,
+}
+
+const EVICTION_POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
+
+const PARAMS: &[Param] = &[
+    Param {
+        name: "bind",
+        access: Access::Immutable,
+        kind: Kind::Text,
+    },
+    Param {
+        name: "port",
+        access: Access::Immutable,
+        kind: Kind::Int { min: 0, max: 65535 },
+    },
+    Param {
+        name: "dir",
+        access: Access::Protected,
+        kind: Kind::Text,
+    },
+    Param {
+        name: "databases",
+        access: Access::Immutable,
+        kind: Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    },
+    Param {
+        name: "proto-max-bulk-len",
+        access: Access::Modifiable,
+        kind: Kind::Mem {
+            min: 1024 * 1024,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "client-query-buffer-limit",
+        access: Access::Modifiable,
+        kind: Kind::Mem {
+            min: 1024 * 1024,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "maxclients",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 1,
+            max: u32::MAX as i64,
+        },
+    },
+    Param {
+        name: "timeout",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+    },
+    Param {
+        name: "hz",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+    },
+    Param {
+        name: "slowlog-log-slower-than",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: -1,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "slowlog-max-len",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "latency-monitor-threshold",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "save",
+        access: Access::Fixed,
+        kind: Kind::Text,
+    },
+    Param {
+        name: "appendonly",
+        access: Access::Fixed,
+        kind: Kind::Bool,
+    },
+    Param {
+        name: "maxmemory",
+        access: Access::Fixed,
+        kind: Kind::Mem {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "maxmemory-policy",
+        access: Access::Fixed,
+        kind: Kind::Enum(EVICTION_POLICIES),
+    },
+];
+
+/// Redis's `hz` range after clamping (CONFIG_MIN_HZ, CONFIG_MAX_HZ).
+const HZ_MIN: i64 = 1;
+const HZ_MAX: i64 = 500;
+
+fn find_param(name: &[u8]) -> Option<&'static Param> {
+    PARAMS
+        .iter()
+        .find(|p| p.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The value CONFIG GET shows.
+fn param_value(shard: &Shard, name: &str) -> String {
+    let c = &shard.config;
+    match name {
+        "bind" => c.bind.clone(),
+        "port" => c.port.to_string(),
+        "dir" => std::fs::canonicalize(&c.dir)
+            .unwrap_or_else(|_| c.dir.clone())
+            .display()
+            .to_string(),
+        "databases" => c.databases.to_string(),
+        "proto-max-bulk-len" => c.proto_max_bulk_len.to_string(),
+        "client-query-buffer-limit" => c.client_query_buffer_limit.to_string(),
+        "maxclients" => c.maxclients.to_string(),
+        "timeout" => c.timeout.to_string(),
+        "hz" => c.hz.to_string(),
+        "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
+        "slowlog-max-len" => c.slowlog_max_len.to_string(),
+        "latency-monitor-threshold" => c.latency_monitor_threshold.to_string(),
+        "save" => String::new(),
+        "appendonly" => "no".to_string(),
+        "maxmemory" => "0".to_string(),
+        "maxmemory-policy" => "noeviction".to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Redis's `memtoull`: digits with an optional unit b, k, kb, m, mb, g, gb (any case).
+pub fn parse_memory(v: &[u8]) -> Option<u64> {
+    let digits = v.iter().take_while(|c| c.is_ascii_digit()).count();
+    let (num, unit) = v.split_at(digits);
+    if num.is_empty() {
+        return None;
+    }
+    let unit = String::from_utf8_lossy(unit).to_ascii_lowercase();
+    let mul: u64 = match unit.as_str() {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    let n: u64 = std::str::from_utf8(num).ok()?.parse().ok()?;
+    n.checked_mul(mul)
+}
+
+/// A parsed CONFIG SET value.
+#[derive(Clone, Debug)]
+enum Value {
+    Int(i64),
+    Text(String),
+}
+
+/// Parses and checks `v` for `p` (Redis's parse, then boundary check), without applying it.
+fn parse_value(p: &Param, v: &[u8]) -> Result<Value, String> {
+    match p.kind {
+        Kind::Int { min, max } => {
+            let n = parse_i64(v)
+                .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())?;
+            if n < min || n > max {
+                return Err(format!(
+                    "argument must be between {min} and {max} inclusive"
+                ));
+            }
+            Ok(Value::Int(n))
+        }
+        Kind::Mem { min, max } => {
+            let n = parse_memory(v).ok_or_else(|| "argument must be a memory value".to_string())?;
+            // Redis stores the unsigned result in a signed field: above i64::MAX wraps negative.
+            let n = n as i64;
+            if n < min || n > max {
+                return Err(format!(
+                    "argument must be between {min} and {max} inclusive"
+                ));
+            }
+            Ok(Value::Int(n))
+        }
+        Kind::Bool => {
+            if eq_ic(v, "yes") {
+                Ok(Value::Text("yes".to_string()))
+            } else if eq_ic(v, "no") {
+                Ok(Value::Text("no".to_string()))
+            } else {
+                Err("argument must be 'yes' or 'no'".to_string())
+            }
+        }
+        Kind::Enum(words) => words
+            .iter()
+            .find(|w| eq_ic(v, w))
+            .map(|w| Value::Text(w.to_string()))
+            .ok_or_else(|| {
+                format!(
+                    "argument(s) must be one of the following: {}",
+                    words.join(", ")
+                )
+            }),
+        Kind::Text => Ok(Value::Text(String::from_utf8_lossy(v).into_owned())),
+    }
+}
+
+/// Applies a checked value.
+fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
+    let Value::Int(n) = *v else { return };
+    let c = &mut shard.config;
+    match name {
+        "proto-max-bulk-len" => c.proto_max_bulk_len = n as u64,
+        "client-query-buffer-limit" => c.client_query_buffer_limit = n as u64,
+        "maxclients" => c.maxclients = n as u32,
+        "timeout" => c.timeout = n as u64,
+        "hz" => c.hz = n.clamp(HZ_MIN, HZ_MAX) as u32,
+        "slowlog-log-slower-than" => c.slowlog_log_slower_than = n,
+        "slowlog-max-len" => {
+            c.slowlog_max_len = n as u64;
+            shard.slowlog.len_max = n as u64;
+            shard.slowlog.trim();
+        }
+        "latency-monitor-threshold" => c.latency_monitor_threshold = n as u64,
+        _ => {}
+    }
+}
+
+/// CONFIG GET pattern [pattern ...]: a map of matching parameters (Redis 7.0).
+fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let mut matches: Vec<(String, &'static Param)> = Vec::new();
+    let seen = |m: &[(String, &Param)], p: &Param| m.iter().any(|(_, q)| std::ptr::eq(*q, p));
+    for pat in argv.get(2..).unwrap_or_default() {
+        if !pat.iter().any(|c| matches!(c, b'[' | b'*' | b'?')) {
+            // An exact name answers under the name as given (Redis looks it up directly).
+            if let Some(p) = find_param(pat) {
+                if !seen(&matches, p) {
+                    matches.push((String::from_utf8_lossy(pat).into_owned(), p));
+                }
+            }
+            continue;
+        }
+        for p in PARAMS {
+            if !seen(&matches, p) && glob_match(pat, p.name.as_bytes(), true) {
+                matches.push((p.name.to_string(), p));
+            }
+        }
+    }
+    ctx.out.map(matches.len());
+    for (name, p) in &matches {
+        ctx.out.bulk(name.as_bytes());
+        ctx.out.bulk(param_value(ctx.shard, p.name).as_bytes());
+    }
+    Ok(())
+}
+
+/// CONFIG SET parameter value [parameter value ...]: all or nothing (Redis 7.0).
+fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if argv.len() < 4 || argv.len() % 2 == 1 {
+        return Err(CmdError::Syntax);
+    }
+    let pairs: Vec<(&[u8], &[u8])> = argv
+        .get(2..)
+        .unwrap_or_default()
+        .chunks_exact(2)
+        .map(|c| {
+            (
+                c.first().copied().unwrap_or_default(),
+                c.get(1).copied().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let failed = |arg: &[u8], why: &str| {
+        CmdError::Err(format!(
+            "CONFIG SET failed (possibly related to argument '{}') - {why}",
+            String::from_utf8_lossy(arg)
+        ))
+    };
+    // First pass (Redis's order): unknown names win over every other error, then the first
+    // immutable/protected/duplicate parameter.
+    let mut unknown: Option<&[u8]> = None;
+    let mut first_err: Option<CmdError> = None;
+    let mut found: Vec<(&'static Param, &[u8])> = Vec::new();
+    for &(name, value) in &pairs {
+        let Some(p) = find_param(name) else {
+            unknown.get_or_insert(name);
+            continue;
+        };
+        if unknown.is_some() || first_err.is_some() {
+            continue;
+        }
+        if p.access == Access::Immutable {
+            first_err = Some(failed(name, "can't set immutable config"));
+        } else if p.access == Access::Protected {
+            first_err = Some(failed(name, "can't set protected config"));
+        } else if found.iter().any(|(q, _)| std::ptr::eq(*q, p)) {
+            first_err = Some(failed(name, "duplicate parameter"));
+        }
+        found.push((p, value));
+    }
+    if let Some(name) = unknown {
+        return Err(CmdError::Err(format!(
+            "Unknown option or number of arguments for CONFIG SET - '{}'",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    // Second pass: parse every value; nothing is applied unless all are valid.
+    let mut parsed: Vec<(&'static Param, Value)> = Vec::with_capacity(found.len());
+    for (p, value) in found {
+        let v = parse_value(p, value).map_err(|why| failed(p.name.as_bytes(), &why))?;
+        if p.access == Access::Fixed {
+            let current = param_value(ctx.shard, p.name);
+            let same = match &v {
+                Value::Int(n) => current == n.to_string(),
+                Value::Text(t) => t.trim() == current,
+            };
+            if !same {
+                return Err(failed(p.name.as_bytes(), "can't set immutable config"));
+            }
+        }
+        parsed.push((p, v));
+    }
+    for (p, v) in &parsed {
+        apply_value(ctx.shard, p.name, v);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CONFIG RESETSTAT: statistics, command and error tables (not the slow log).
+fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.shard.stats.reset();
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CONFIG REWRITE: Meridian's settings come from flags or a TOML file it does not rewrite.
+fn config_rewrite(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    Err(CmdError::Err(
+        "The server is running without a config file".to_string(),
+    ))
+}
+
+fn config_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    reply_help(
+        ctx,
+        "CONFIG",
+        &[
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+            "REWRITE",
+            "    Rewrite the configuration file.",
+        ],
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// TIME DBSIZE FLUSHDB FLUSHALL
+
+fn time(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    ctx.out.array(2);
+    ctx.out.bulk_int(d.as_secs() as i64);
+    ctx.out.bulk_int(i64::from(d.subsec_micros()));
+    Ok(())
+}
+
+fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    let n = ctx.shard.dbs.get(ctx.client.db).map_or(0, |d| d.len());
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+/// Redis's `getFlushCommandFlags`: nothing, ASYNC or SYNC. Both run synchronously here.
+fn flush_mode(argv: &[&[u8]]) -> Result<(), CmdError> {
+    match argv.len() {
+        1 => Ok(()),
+        2 if argv
+            .get(1)
+            .is_some_and(|a| eq_ic(a, "sync") || eq_ic(a, "async")) =>
+        {
+            Ok(())
+        }
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+/// FLUSHDB [ASYNC|SYNC]. Each existing key is removed through the write path (replicated
+/// and waking its WATCHers, as Redis touches only watched keys that existed).
+fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    flush_mode(argv)?;
+    let db = ctx.client.db;
+    ctx.shard.flush_db(db, ctx.now_ms);
+    ctx.out.ok();
+    Ok(())
+}
+
+fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    flush_mode(argv)?;
+    for db in 0..ctx.shard.dbs.len() {
+        ctx.shard.flush_db(db, ctx.now_ms);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// SLOWLOG
+
+/// SLOWLOG GET [count]: newest first; count defaults to 10, -1 means all.
+fn slowlog_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if argv.len() > 3 {
+        return Err(subcommand_syntax_error(argv));
+    }
+    let mut count: usize = 10;
+    if let Some(a) = argv.get(2) {
+        let msg = || CmdError::Err("count should be greater than or equal to -1".to_string());
+        let n = parse_i64(a).ok_or_else(msg)?;
+        if n < -1 {
+            return Err(msg());
+        }
+        count = if n == -1 { usize::MAX } else { n as usize };
+    }
+    let entries: Vec<_> = ctx
+        .shard
+        .slowlog
+        .entries
+        .iter()
+        .take(count)
+        .cloned()
+        .collect();
+    let out = &mut *ctx.out;
+    out.array(entries.len());
+    for e in &entries {
+        out.array(6);
+        out.int(e.id as i64);
+        out.int(e.time_s as i64);
+        out.int(e.duration_us as i64);
+        out.array(e.args.len());
+        for a in &e.args {
+            out.bulk(a);
+        }
+        out.bulk(e.peer.as_bytes());
+        out.bulk(e.name.as_bytes());
+    }
+    Ok(())
+}
+
+fn slowlog_len(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.int(ctx.shard.slowlog.entries.len() as i64);
+    Ok(())
+}
+
+fn slowlog_reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.shard.slowlog.entries.clear();
+    ctx.out.ok();
+    Ok(())
+}
+
+fn slowlog_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    reply_help(
+        ctx,
+        "SLOWLOG",
+        &[
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+        ],
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// LATENCY
+
+/// LATENCY LATEST: [event, time of the latest sample, its latency, the all-time max].
+fn latency_latest(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    let out = &mut *ctx.out;
+    out.array(ctx.shard.latency.events.len());
+    for (name, e) in &ctx.shard.latency.events {
+        let (t, ms) = e.samples.back().copied().unwrap_or((0, 0));
+        out.array(4);
+        out.bulk(name.as_bytes());
+        out.int(t as i64);
+        out.int(ms as i64);
+        out.int(e.max_ms as i64);
+    }
+    Ok(())
+}
+
+/// LATENCY HISTORY event: [time, latency] pairs, oldest first; unknown event: empty.
+fn latency_history(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let name = String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default()).into_owned();
+    let out = &mut *ctx.out;
+    match ctx.shard.latency.events.get(&name) {
+        None => out.array(0),
+        Some(e) => {
+            out.array(e.samples.len());
+            for &(t, ms) in &e.samples {
+                out.array(2);
+                out.int(t as i64);
+                out.int(ms as i64);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// LATENCY RESET [event ...]: the number of event series reset.
+fn latency_reset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let events = &mut ctx.shard.latency.events;
+    let n = if argv.len() == 2 {
+        let n = events.len();
+        events.clear();
+        n
+    } else {
+        argv.get(2..)
+            .unwrap_or_default()
+            .iter()
+            .filter(|a| events.remove(String::from_utf8_lossy(a).as_ref()).is_some())
+            .count()
+    };
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+fn latency_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    reply_help(
+        ctx,
+        "LATENCY",
+        &[
+            "DOCTOR",
+            "    Return a human readable latency analysis report.",
+            "GRAPH <event>",
+            "    Return an ASCII latency graph for the <event> class.",
+            "HISTORY <event>",
+            "    Return time-latency samples for the <event> class.",
+            "LATEST",
+            "    Return the latest latency samples for all events.",
+            "RESET [<event> ...]",
+            "    Reset latency data of one or more <event> classes.",
+            "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+            "    If no commands are specified then all histograms are replied.",
+        ],
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// DEBUG
+
+/// DEBUG subcommand ...: a single command whose first argument the handler parses, as in
+/// Redis 7.0. Only the subcommands Meridian can honour exist.
+fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let sub = argv.get(1).copied().unwrap_or_default();
+    let argc = argv.len();
+    if eq_ic(sub, "help") && argc == 2 {
+        reply_help(
+            ctx,
+            "DEBUG",
+            &[
+                "ERROR <string>",
+                "    Return a Redis protocol error with <string> as message. Useful for clients",
+                "    unit tests to simulate Redis errors.",
+                "LOG <message>",
+                "    Write <message> to the server log.",
+                "SET-ACTIVE-EXPIRE <0|1>",
+                "    Setting it to 0 disables expiring keys in background when they are not",
+                "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
+                "    default.",
+                "SLEEP <seconds>",
+                "    Stop the server for <seconds>. Decimals allowed.",
+            ],
+        );
+        return Ok(());
+    }
+    if eq_ic(sub, "sleep") && argc == 3 {
+        // Redis: strtod, whatever it parses (0 for junk); the shard thread blocks, as Redis's
+        // main thread does.
+        let secs = parse_f64(argv.get(2).copied().unwrap_or_default()).unwrap_or(0.0);
+        let us = (secs * 1_000_000.0) as i64;
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us as u64));
+        }
+        ctx.out.ok();
+        return Ok(());
+    }
+    if eq_ic(sub, "set-active-expire") && argc == 3 {
+        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
+        ctx.shard.stats.active_expire_disabled = v == 0;
+        ctx.out.ok();
+        return Ok(());
+    }
+    if eq_ic(sub, "error") && argc == 3 {
+        let text = String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default()).into_owned();
+        return Err(CmdError::Raw(text));
+    }
+    if eq_ic(sub, "log") && argc == 3 {
+        tracing::warn!(
+            "DEBUG LOG: {}",
+            String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default())
+        );
+        ctx.out.ok();
+        return Ok(());
+    }
+    Err(subcommand_syntax_error(argv))
+}
+
+/// C's `atoi`: optional sign and leading digits, 0 otherwise.
+fn c_atoi(b: &[u8]) -> i64 {
+    let t = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .and_then(|i| b.get(i..))
+        .unwrap_or_default();
+    let (neg, t) = match t.split_first() {
+        Some((b'-', r)) => (true, r),
+        Some((b'+', r)) => (false, r),
+        _ => (false, t),
+    };
+    let mut v: i64 = 0;
+    for &c in t.iter().take_while(|c| c.is_ascii_digit()) {
+        v = v.saturating_mul(10).saturating_add(i64::from(c - b'0'));
+    }
+    if neg { -v } else { v }
+}
+
+// ---------------------------------------------------------------------------------------
+// MONITOR SHUTDOWN
+
+/// MONITOR: `+OK`, then this connection receives every command other clients run. A client
+/// already monitoring gets no reply, as in Redis.
+fn monitor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.client.shared.is_monitor.get() {
+        return Ok(());
+    }
+    ctx.client.shared.is_monitor.set(true);
+    ctx.shard.monitors.push(ctx.client.shared.clone());
+    ctx.out.ok();
+    Ok(())
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Meridian keeps nothing on disk, so there is
+/// nothing to save: SAVE fails unless FORCE, as Redis does when its save fails. Otherwise the
+/// process exits at once, without a reply, like Redis.
+fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let (mut nosave, mut save, mut now, mut force, mut abort) = (false, false, false, false, false);
+    for a in argv.get(1..).unwrap_or_default() {
+        if eq_ic(a, "nosave") {
+            nosave = true;
+        } else if eq_ic(a, "save") {
+            save = true;
+        } else if eq_ic(a, "now") {
+            now = true;
+        } else if eq_ic(a, "force") {
+            force = true;
+        } else if eq_ic(a, "abort") {
+            abort = true;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    if (abort && (nosave || save || now || force)) || (nosave && save) {
+        return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::Err("No shutdown in progress.".to_string()));
+    }
+    if save && !force {
+        tracing::warn!("SHUTDOWN SAVE refused: this server has no persistence");
+        return Err(CmdError::Err(
+            "Errors trying to SHUTDOWN. Check logs.".to_string(),
+        ));
+    }
+    tracing::warn!("User requested shutdown...");
+    ctx.shard.shutting_down = true;
+    for c in ctx.shard.clients.values() {
+        c.kill();
+    }
+    tracing::warn!("Meridian is now ready to exit, bye bye...");
+    std::process::exit(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::client::{Client, ClientShared};
+    use crate::config::Config;
+    use crate::resp::reply::{Proto, Reply};
+
+    struct T {
+        shard: Shard,
+        client: Client,
+        out: Reply,
+    }
+
+    impl T {
+        fn new() -> T {
+            let shard = Shard::new(
+                0,
+                Config::default(),
+                crate::cmd::table(),
+                crate::time::wall_ms(),
+            );
+            let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
+            let client = Client::new(Rc::new(ClientShared::new(1, addr, addr, 0)));
+            T {
+                shard,
+                client,
+                out: Reply::new(),
+            }
+        }
+
+        fn run(&mut self, args: &[&str]) -> String {
+            self.out.clear();
+            let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            let now = crate::time::wall_ms();
+            crate::cmd::execute(&mut self.shard, &mut self.client, &mut self.out, &argv, now);
+            String::from_utf8_lossy(&self.out.buf).into_owned()
+        }
+    }
+
+    #[test]
+    fn handlers_are_in_the_table() {
+        let t = crate::cmd::table();
+        for (name, _) in HANDLERS {
+            let base = name.split('|').next().unwrap();
+            assert!(t.lookup(base.as_bytes()).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn human_bytes() {
+        assert_eq!(bytes_to_human(1023), "1023B");
+        assert_eq!(bytes_to_human(916456), "894.98K");
+        assert_eq!(bytes_to_human(6774784), "6.46M");
+        assert_eq!(bytes_to_human(25276514304), "23.54G");
+    }
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_memory(b"1mb"), Some(1 << 20));
+        assert_eq!(parse_memory(b"1GB"), Some(1 << 30));
+        assert_eq!(parse_memory(b"2k"), Some(2000));
+        assert_eq!(parse_memory(b"10"), Some(10));
+        assert_eq!(parse_memory(b"-1"), None);
+        assert_eq!(parse_memory(b"1xb"), None);
+        assert_eq!(parse_memory(b""), None);
+    }
+
+    #[test]
+    fn info_sections() {
+        let mut t = T::new();
+        let r = t.run(&["info"]);
+        for s in [
+            "# Server\r\n",
+            "# Clients",
+            "# Memory",
+            "# Persistence",
+            "# Stats",
+            "# Replication",
+            "# CPU",
+            "# Keyspace",
+            "# CRDT",
+        ] {
+            assert!(r.contains(s), "{s} missing");
+        }
+        assert!(!r.contains("# Commandstats"));
+        assert!(r.contains("redis_version:7.0.15\r\n"));
+        assert!(r.contains("\r\n\r\n# Clients\r\n"));
+        let r = t.run(&["info", "server", "CLIENTS"]);
+        assert!(r.contains("# Server") && r.contains("# Clients") && !r.contains("# Memory"));
+        assert_eq!(t.run(&["info", "nosuch"]), "$0\r\n\r\n");
+        let r = t.run(&["info", "commandstats"]);
+        assert!(r.contains("cmdstat_info:calls=3,"), "{r}");
+        t.run(&["config", "get"]);
+        t.run(&["config", "nosuch"]);
+        let r = t.run(&["info", "commandstats", "errorstats"]);
+        assert!(r.contains("cmdstat_config|get:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0"), "{r}");
+        assert!(r.contains("errorstat_ERR:count=2"), "{r}");
+        t.out.proto = Proto::Resp3;
+        let r = t.run(&["info", "cpu"]);
+        assert!(
+            r.starts_with('=') && r.contains("txt:# CPU\r\nused_cpu_sys:"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn config_round_trip_and_errors() {
+        let mut t = T::new();
+        assert_eq!(
+            t.run(&["config", "get", "maxmemory"]),
+            "*2\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "hz", "20", "timeout", "5"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "get", "hz", "HZ", "time*"]),
+            "*4\r\n$2\r\nhz\r\n$2\r\n20\r\n$7\r\ntimeout\r\n$1\r\n5\r\n"
+        );
+        assert_eq!(t.run(&["config", "set", "hz", "1000"]), "+OK\r\n");
+        assert_eq!(t.shard.config.hz, 500);
+        assert_eq!(
+            t.run(&["config", "set", "foo", "1"]),
+            "-ERR Unknown option or number of arguments for CONFIG SET - 'foo'\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "databases", "3"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "timeout", "7", "hz", "abc"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'hz') - argument couldn't be parsed into an integer\r\n"
+        );
+        assert_eq!(t.shard.config.timeout, 5, "nothing applied on failure");
+        assert_eq!(
+            t.run(&["config", "set", "hz", "5", "Hz", "6"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'Hz') - duplicate parameter\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "hz", "5", "x"]),
+            "-ERR syntax error\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "proto-max-bulk-len", "10"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'proto-max-bulk-len') - argument must be between 1048576 and 9223372036854775807 inclusive\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "proto-max-bulk-len", "2mb"]),
+            "+OK\r\n"
+        );
+        assert_eq!(t.shard.config.proto_max_bulk_len, 2 << 20);
+        assert_eq!(
+            t.run(&[
+                "config",
+                "set",
+                "save",
+                "",
+                "appendonly",
+                "no",
+                "maxmemory",
+                "0"
+            ]),
+            "+OK\r\n"
+        );
+        assert!(
+            t.run(&["config", "set", "appendonly", "yes"])
+                .contains("immutable")
+        );
+        assert!(
+            t.run(&["config", "set", "dir", "/tmp"])
+                .contains("can't set protected config")
+        );
+        for i in 0..5 {
+            t.shard
+                .slowlog
+                .push(0, 1, &[b"x"], String::new(), i.to_string());
+        }
+        assert_eq!(t.run(&["config", "set", "slowlog-max-len", "2"]), "+OK\r\n");
+        assert_eq!(t.shard.slowlog.entries.len(), 2);
+        assert_eq!(
+            t.run(&["config", "rewrite"]),
+            "-ERR The server is running without a config file\r\n"
+        );
+        assert!(
+            t.run(&["config", "help"])
+                .starts_with("*11\r\n+CONFIG <subcommand>")
+        );
+    }
+
+    #[test]
+    fn resetstat_keeps_slowlog_and_dirty() {
+        let mut t = T::new();
+        t.shard.stats.dirty = 3;
+        t.shard
+            .slowlog
+            .push(0, 1, &[b"x"], String::new(), String::new());
+        t.run(&["dbsize"]);
+        assert_eq!(t.run(&["config", "resetstat"]), "+OK\r\n");
+        assert_eq!(
+            t.shard.stats.total_commands_processed, 1,
+            "RESETSTAT itself counts"
+        );
+        assert_eq!(t.shard.stats.dirty, 3);
+        assert_eq!(t.shard.slowlog.entries.len(), 1);
+    }
+
+    #[test]
+    fn slowlog_and_latency() {
+        let mut t = T::new();
+        t.shard.config.slowlog_log_slower_than = 0;
+        t.run(&["dbsize"]);
+        assert_eq!(t.run(&["slowlog", "len"]), ":1\r\n");
+        let r = t.run(&["slowlog", "get"]);
+        assert!(
+            r.starts_with("*2\r\n*6\r\n:1\r\n") || r.starts_with("*2\r\n*6\r\n:"),
+            "{r}"
+        );
+        assert!(
+            r.contains("$6\r\ndbsize\r\n$14\r\n127.0.0.1:5000\r\n$0\r\n"),
+            "{r}"
+        );
+        assert_eq!(
+            t.run(&["slowlog", "get", "-2"]),
+            "-ERR count should be greater than or equal to -1\r\n"
+        );
+        assert_eq!(
+            t.run(&["slowlog", "get", "1", "2"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP.\r\n"
+        );
+        assert_eq!(t.run(&["slowlog", "reset"]), "+OK\r\n");
+        t.shard.latency.record("command", 10, 5, 1);
+        t.shard.latency.record("command", 11, 7, 1);
+        assert_eq!(
+            t.run(&["latency", "latest"]),
+            "*1\r\n*4\r\n$7\r\ncommand\r\n:11\r\n:7\r\n:7\r\n"
+        );
+        assert_eq!(
+            t.run(&["latency", "history", "command"]),
+            "*2\r\n*2\r\n:10\r\n:5\r\n*2\r\n:11\r\n:7\r\n"
+        );
+        assert_eq!(t.run(&["latency", "history", "nope"]), "*0\r\n");
+        assert_eq!(t.run(&["latency", "reset", "nope", "command"]), ":1\r\n");
+        assert_eq!(t.run(&["latency", "reset"]), ":0\r\n");
+    }
+
+    #[test]
+    fn misc_commands() {
+        let mut t = T::new();
+        assert!(t.run(&["time"]).starts_with("*2\r\n$10\r\n"));
+        assert_eq!(t.run(&["dbsize"]), ":0\r\n");
+        assert_eq!(t.run(&["flushall"]), "+OK\r\n");
+        assert_eq!(t.run(&["flushdb", "async"]), "+OK\r\n");
+        assert_eq!(t.run(&["flushdb", "foo"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["debug", "sleep", "0"]), "+OK\r\n");
+        assert_eq!(
+            t.run(&["debug", "sleep"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'sleep'. Try DEBUG HELP.\r\n"
+        );
+        assert_eq!(t.run(&["debug", "set-active-expire", "0"]), "+OK\r\n");
+        assert!(t.shard.stats.active_expire_disabled);
+        assert_eq!(t.run(&["debug", "error", "FOO bar"]), "-FOO bar\r\n");
+        assert_eq!(
+            t.run(&["shutdown", "abort"]),
+            "-ERR No shutdown in progress.\r\n"
+        );
+        assert_eq!(
+            t.run(&["shutdown", "abort", "now"]),
+            "-ERR syntax error\r\n"
+        );
+        assert_eq!(t.run(&["monitor"]), "+OK\r\n");
+        assert_eq!(t.run(&["monitor"]), "");
+        assert_eq!(t.shard.monitors.len(), 1);
+    }
+}
