@@ -13,7 +13,10 @@ pub struct SmallBytes {
 #[derive(Clone)]
 enum Repr {
     // Invariant: len <= INLINE_MAX.
-    Inline { len: u8, buf: [u8; SmallBytes::INLINE_MAX] },
+    Inline {
+        len: u8,
+        buf: [u8; SmallBytes::INLINE_MAX],
+    },
     Heap(Box<[u8]>),
 }
 
@@ -21,7 +24,12 @@ impl SmallBytes {
     pub const INLINE_MAX: usize = 22;
 
     pub fn new() -> SmallBytes {
-        SmallBytes { repr: Repr::Inline { len: 0, buf: [0; Self::INLINE_MAX] } }
+        SmallBytes {
+            repr: Repr::Inline {
+                len: 0,
+                buf: [0; Self::INLINE_MAX],
+            },
+        }
     }
 
     /// One copy of `bytes` into right-sized storage.
@@ -31,9 +39,16 @@ impl SmallBytes {
             if let Some(dst) = buf.get_mut(..bytes.len()) {
                 dst.copy_from_slice(bytes);
             }
-            SmallBytes { repr: Repr::Inline { len: bytes.len() as u8, buf } }
+            SmallBytes {
+                repr: Repr::Inline {
+                    len: bytes.len() as u8,
+                    buf,
+                },
+            }
         } else {
-            SmallBytes { repr: Repr::Heap(Box::from(bytes)) }
+            SmallBytes {
+                repr: Repr::Heap(Box::from(bytes)),
+            }
         }
     }
 
@@ -41,7 +56,9 @@ impl SmallBytes {
         if v.len() <= Self::INLINE_MAX {
             Self::copy_from(&v)
         } else {
-            SmallBytes { repr: Repr::Heap(v.into_boxed_slice()) }
+            SmallBytes {
+                repr: Repr::Heap(v.into_boxed_slice()),
+            }
         }
     }
 

@@ -55,14 +55,21 @@ pub struct Counter {
 
 impl Counter {
     pub fn new() -> Counter {
-        Counter { entries: SmallVec::new() }
+        Counter {
+            entries: SmallVec::new(),
+        }
     }
 
     fn entry(&mut self, origin: ReplicaId) -> Option<&mut Entry> {
         let i = match self.entries.binary_search_by_key(&origin, |e| e.origin) {
             Ok(i) => i,
             Err(i) => {
-                let e = Entry { origin, totals: IncTotals::default(), baseline: IncTotals::default(), last: Hlc::ZERO };
+                let e = Entry {
+                    origin,
+                    totals: IncTotals::default(),
+                    baseline: IncTotals::default(),
+                    last: Hlc::ZERO,
+                };
                 self.entries.insert(i, e);
                 i
             }
@@ -74,7 +81,9 @@ impl Counter {
     /// duplicate: origins deliver in issue order, so an hlc at or below the last one seen
     /// from that origin was applied already.
     pub fn apply_inc(&mut self, stamp: Stamp, delta: &Delta) -> bool {
-        let Some(e) = self.entry(stamp.replica) else { return false };
+        let Some(e) = self.entry(stamp.replica) else {
+            return false;
+        };
         if stamp.hlc <= e.last && e.last != Hlc::ZERO {
             return false;
         }
@@ -91,7 +100,10 @@ impl Counter {
 
     /// Every origin's totals, as a SET or DEL carries them.
     pub fn observed(&self) -> SmallVec<[(ReplicaId, IncTotals); 1]> {
-        self.entries.iter().map(|e| (e.origin, IncTotals::merge(e.totals, e.baseline))).collect()
+        self.entries
+            .iter()
+            .map(|e| (e.origin, IncTotals::merge(e.totals, e.baseline)))
+            .collect()
     }
 
     pub fn totals(&self) -> impl Iterator<Item = (ReplicaId, &IncTotals)> + '_ {
@@ -123,7 +135,11 @@ impl Counter {
             int = int.saturating_add(e.totals.int.saturating_sub(e.baseline.int));
             if e.totals.float != e.baseline.float {
                 any_float = true;
-                let d = e.totals.float.add(e.baseline.float.neg()).unwrap_or(Dec::ZERO);
+                let d = e
+                    .totals
+                    .float
+                    .add(e.baseline.float.neg())
+                    .unwrap_or(Dec::ZERO);
                 float = float.add(d).unwrap_or(float);
             }
         }
@@ -140,13 +156,22 @@ impl Counter {
         self.entries
             .iter()
             .filter(|e| e.totals.n > e.baseline.n)
-            .map(|e| Stamp { hlc: e.last, replica: e.origin })
+            .map(|e| Stamp {
+                hlc: e.last,
+                replica: e.origin,
+            })
             .max()
     }
 
     /// Stamps of the last increment per origin (what a removal observes).
     pub fn last_stamps(&self) -> impl Iterator<Item = Stamp> + '_ {
-        self.entries.iter().filter(|e| e.last != Hlc::ZERO).map(|e| Stamp { hlc: e.last, replica: e.origin })
+        self.entries
+            .iter()
+            .filter(|e| e.last != Hlc::ZERO)
+            .map(|e| Stamp {
+                hlc: e.last,
+                replica: e.origin,
+            })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -159,7 +184,10 @@ mod tests {
     use super::*;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]
@@ -188,7 +216,14 @@ mod tests {
     #[test]
     fn baseline_before_increments_arrive() {
         let mut c = Counter::new();
-        c.reset(&[(ReplicaId(1), IncTotals { n: 2, int: 5, float: Dec::ZERO })]);
+        c.reset(&[(
+            ReplicaId(1),
+            IncTotals {
+                n: 2,
+                int: 5,
+                float: Dec::ZERO,
+            },
+        )]);
         c.apply_inc(st(1, 1), &Delta::Int(2));
         c.apply_inc(st(2, 1), &Delta::Int(3));
         assert!(c.is_clear());

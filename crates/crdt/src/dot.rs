@@ -44,7 +44,9 @@ pub struct VersionVector {
 
 impl VersionVector {
     pub fn new() -> VersionVector {
-        VersionVector { entries: SmallVec::new() }
+        VersionVector {
+            entries: SmallVec::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -113,7 +115,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]

@@ -62,7 +62,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]

@@ -58,7 +58,11 @@ impl HlcClock {
     /// every value issued or observed before.
     pub fn tick(&mut self, now_ms: u64) -> Hlc {
         let wall = Hlc::from_parts(now_ms, 0);
-        self.last = if wall > self.last { wall } else { Hlc(self.last.0 + 1) };
+        self.last = if wall > self.last {
+            wall
+        } else {
+            Hlc(self.last.0 + 1)
+        };
         self.last
     }
 
@@ -66,7 +70,11 @@ impl HlcClock {
     /// `ClockSkew` (and changes nothing) when it is more than `skew_ms_max` ahead of `now_ms`.
     pub fn observe(&mut self, remote: Hlc, now_ms: u64, skew_ms_max: u64) -> Result<(), ClockSkew> {
         if remote.physical_ms() > now_ms.saturating_add(skew_ms_max) {
-            return Err(ClockSkew { remote_ms: remote.physical_ms(), local_ms: now_ms, skew_ms_max });
+            return Err(ClockSkew {
+                remote_ms: remote.physical_ms(),
+                local_ms: now_ms,
+                skew_ms_max,
+            });
         }
         if remote > self.last {
             self.last = remote;

@@ -145,12 +145,16 @@ impl KeyState {
     }
 
     fn values(&self) -> impl Iterator<Item = &Value> + '_ {
-        self.value.iter().chain(self.extra.iter().flat_map(|x| x.hidden.iter()))
+        self.value
+            .iter()
+            .chain(self.extra.iter().flat_map(|x| x.hidden.iter()))
     }
 
     fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> + '_ {
         let KeyState { value, extra, .. } = self;
-        value.iter_mut().chain(extra.iter_mut().flat_map(|x| x.hidden.iter_mut()))
+        value
+            .iter_mut()
+            .chain(extra.iter_mut().flat_map(|x| x.hidden.iter_mut()))
     }
 
     fn extra_mut(&mut self) -> &mut Extra {
@@ -158,11 +162,19 @@ impl KeyState {
     }
 
     fn value_covered(&self, stamp: Stamp) -> bool {
-        self.removed.covers(stamp) || self.extra.as_ref().is_some_and(|x| x.value_removed.covers(stamp))
+        self.removed.covers(stamp)
+            || self
+                .extra
+                .as_ref()
+                .is_some_and(|x| x.value_removed.covers(stamp))
     }
 
     fn expire_covered(&self, stamp: Stamp) -> bool {
-        self.removed.covers(stamp) || self.extra.as_ref().is_some_and(|x| x.expire_removed.covers(stamp))
+        self.removed.covers(stamp)
+            || self
+                .extra
+                .as_ref()
+                .is_some_and(|x| x.expire_removed.covers(stamp))
     }
 
     /// Takes the value of type `tag` out (from `value` or `hidden`).
@@ -234,9 +246,18 @@ impl KeyState {
                 self.value = None;
             }
         } else {
-            let hidden = self.extra.as_mut().map(|x| std::mem::take(&mut x.hidden)).unwrap_or_default();
-            let mut all: SmallVec<[Value; 2]> =
-                self.value.take().into_iter().chain(hidden).filter(|v| !v.is_blank()).collect();
+            let hidden = self
+                .extra
+                .as_mut()
+                .map(|x| std::mem::take(&mut x.hidden))
+                .unwrap_or_default();
+            let mut all: SmallVec<[Value; 2]> = self
+                .value
+                .take()
+                .into_iter()
+                .chain(hidden)
+                .filter(|v| !v.is_blank())
+                .collect();
             let win = all
                 .iter()
                 .enumerate()
@@ -281,7 +302,11 @@ impl KeyState {
     pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, effect: &Effect<B>) -> Applied {
         let before = self.live_types();
         let ignored = match effect {
-            Effect::Assign { value, observed, keep_ttl } => {
+            Effect::Assign {
+                value,
+                observed,
+                keep_ttl,
+            } => {
                 if !observed.stamps.is_empty() {
                     if *keep_ttl {
                         self.extra_mut().value_removed.merge(&observed.stamps);
@@ -325,7 +350,10 @@ impl KeyState {
                 if self.expire_covered(stamp) {
                     true
                 } else {
-                    !self.extra_mut().expire.write(stamp, *expire, &VersionVector::new())
+                    !self
+                        .extra_mut()
+                        .expire
+                        .write(stamp, *expire, &VersionVector::new())
                 }
             }
             Effect::SetAdd { member } => {
@@ -349,30 +377,47 @@ impl KeyState {
         };
         self.normalize();
         let after = self.live_types();
-        Applied { type_conflict: !ignored && before < 2 && after >= 2, ignored }
+        Applied {
+            type_conflict: !ignored && before < 2 && after >= 2,
+            ignored,
+        }
     }
 
     /// The effect of SET/APPEND/SETRANGE... writing `value`. `keep_ttl` (SET KEEPTTL, APPEND,
     /// SETRANGE) is kept only when the key exists with expire writes; otherwise the write also
     /// removes the observed expire writes (Redis: a new key has no TTL).
     pub fn assign_effect<B: AsRef<[u8]>>(&self, value: B, keep_ttl: bool) -> Effect<B> {
-        let keep = keep_ttl && !self.is_empty() && self.extra.as_ref().is_some_and(|x| !x.expire.is_empty());
-        Effect::Assign { value, observed: self.observed(), keep_ttl: keep }
+        let keep = keep_ttl
+            && !self.is_empty()
+            && self.extra.as_ref().is_some_and(|x| !x.expire.is_empty());
+        Effect::Assign {
+            value,
+            observed: self.observed(),
+            keep_ttl: keep,
+        }
     }
 
     /// The effect of DEL/UNLINK/expiry of this key.
     pub fn remove_effect<B: AsRef<[u8]>>(&self) -> Effect<B> {
-        Effect::Remove { observed: self.observed() }
+        Effect::Remove {
+            observed: self.observed(),
+        }
     }
 
     /// The effect of EXPIRE (`AtMs`) or PERSIST (`Persist`).
     pub fn expire_effect<B: AsRef<[u8]>>(&self, expire: Expire) -> Effect<B> {
-        Effect::Expire { expire, observed: self.observed().stamps }
+        Effect::Expire {
+            expire,
+            observed: self.observed().stamps,
+        }
     }
 
     /// The effect of SREM of `member`.
     pub fn set_rem_effect<B: AsRef<[u8]>>(&self, member: B) -> Effect<B> {
-        Effect::SetRem { member, observed: self.observed().stamps }
+        Effect::SetRem {
+            member,
+            observed: self.observed().stamps,
+        }
     }
 
     /// The string shown; `None` when the key is empty or not a string.
@@ -385,7 +430,10 @@ impl KeyState {
 
     /// The visible type; `None` when the key is empty.
     pub fn type_tag(&self) -> Option<TypeTag> {
-        self.value.as_ref().filter(|v| v.is_live()).map(Value::type_tag)
+        self.value
+            .as_ref()
+            .filter(|v| v.is_live())
+            .map(Value::type_tag)
     }
 
     /// The visible set; `None` when the key is empty or not a set.
@@ -403,7 +451,10 @@ impl KeyState {
 
     /// Live values of other types hidden by a type conflict.
     pub fn hidden(&self) -> impl Iterator<Item = &Value> + '_ {
-        self.extra.iter().flat_map(|x| x.hidden.iter()).filter(|v| v.is_live())
+        self.extra
+            .iter()
+            .flat_map(|x| x.hidden.iter())
+            .filter(|v| v.is_live())
     }
 
     /// The key's deadline in Unix ms; `None` when it has no TTL or is empty.
@@ -497,7 +548,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     type E = Effect<&'static [u8]>;
@@ -512,7 +566,12 @@ mod tests {
         let mut k = KeyState::new();
         let e: E = k.assign_effect(b"10", false);
         k.apply(st(1, 1), &e);
-        k.apply(st(2, 1), &E::Incr { delta: Delta::Int(1) });
+        k.apply(
+            st(2, 1),
+            &E::Incr {
+                delta: Delta::Int(1),
+            },
+        );
         assert_eq!(k.view_str(), Some(StrView::Int(11)));
         let mut bytes = k.view_str().unwrap().to_bytes();
         bytes.extend_from_slice(b"x");
@@ -525,7 +584,11 @@ mod tests {
     #[test]
     fn del_removes_and_late_write_stays_removed() {
         let mut a = KeyState::new();
-        let set: E = E::Assign { value: b"v", observed: Observed::new(), keep_ttl: false };
+        let set: E = E::Assign {
+            value: b"v",
+            observed: Observed::new(),
+            keep_ttl: false,
+        };
         a.apply(st(1, 1), &set);
         let del: E = a.remove_effect();
         // Another replica receives the DEL before the SET.
@@ -545,7 +608,11 @@ mod tests {
     #[test]
     fn type_conflict_latest_stamp_wins_and_observing_write_clears_it() {
         let mut k = KeyState::new();
-        let set: E = E::Assign { value: b"v", observed: Observed::new(), keep_ttl: false };
+        let set: E = E::Assign {
+            value: b"v",
+            observed: Observed::new(),
+            keep_ttl: false,
+        };
         let sadd: E = E::SetAdd { member: b"m" };
         assert!(!k.apply(st(5, 1), &set).type_conflict);
         let r = k.apply(st(4, 2), &sadd);
@@ -567,7 +634,10 @@ mod tests {
         k.apply(st(2, 1), &e1);
         k.apply(st(2, 2), &e2);
         assert_eq!(k.expire_at_ms(), Some(50));
-        let p: E = E::Expire { expire: Expire::Persist, observed: VersionVector::new() };
+        let p: E = E::Expire {
+            expire: Expire::Persist,
+            observed: VersionVector::new(),
+        };
         k.apply(st(3, 3), &p);
         assert_eq!(k.expire_at_ms(), None);
     }

@@ -17,7 +17,10 @@
 //! - `orset`: add-wins observed-remove set.
 //! - `key`: `KeyState`, one key's typed value, TTL and removal context; the type-conflict rule.
 //! - `op`: `Effect`, what one write replicates.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 pub mod bytes;
 pub mod counter;

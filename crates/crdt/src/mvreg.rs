@@ -19,7 +19,9 @@ pub struct MvReg<T> {
 
 impl<T> Default for MvReg<T> {
     fn default() -> Self {
-        MvReg { writes: SmallVec::new() }
+        MvReg {
+            writes: SmallVec::new(),
+        }
     }
 }
 
@@ -74,7 +76,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]

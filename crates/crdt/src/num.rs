@@ -91,7 +91,10 @@ impl Dec {
         }
         let exp = i32::try_from(exp).ok()?;
         let coef = i128::try_from(mag).ok()?;
-        Some(Dec { coef: if negative { -coef } else { coef }, exp })
+        Some(Dec {
+            coef: if negative { -coef } else { coef },
+            exp,
+        })
     }
 
     pub fn from_i64(v: i64) -> Dec {
@@ -206,7 +209,9 @@ impl Dec {
         Dec::build(negative, mag, exp, inexact)
     }
 
-    /// `self + other`, rounded to `DIGITS_MAX` digits; `None` past `long double`'s range.
+    /// `self + other`, rounded to `DIGITS_MAX` digits; `None` past `long double`'s range
+    /// (so not `std::ops::Add`).
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, other: Dec) -> Option<Dec> {
         if self.coef == 0 {
             return Some(other);
@@ -215,7 +220,11 @@ impl Dec {
             return Some(self);
         }
         // big: the operand with the larger exponent.
-        let (big, small) = if self.exp >= other.exp { (self, other) } else { (other, self) };
+        let (big, small) = if self.exp >= other.exp {
+            (self, other)
+        } else {
+            (other, self)
+        };
         let gap = i64::from(big.exp) - i64::from(small.exp);
         // Scale big up to at most 37 digits (fits i128 with room for a carry).
         let room = 37 - digits(big.coef.unsigned_abs());
@@ -239,8 +248,12 @@ impl Dec {
         Dec::build(sum < 0, sum.unsigned_abs(), e, inexact)
     }
 
+    #[allow(clippy::should_implement_trait)]
     pub fn neg(self) -> Dec {
-        Dec { coef: -self.coef, exp: self.exp }
+        Dec {
+            coef: -self.coef,
+            exp: self.exp,
+        }
     }
 
     pub fn is_zero(&self) -> bool {
@@ -254,7 +267,9 @@ impl Dec {
     /// The value as an `i64` when it is a whole number that fits.
     pub fn to_i64_exact(&self) -> Option<i64> {
         if self.exp >= 0 {
-            let v = self.coef.checked_mul(pow10(u32::try_from(self.exp).ok()?)?)?;
+            let v = self
+                .coef
+                .checked_mul(pow10(u32::try_from(self.exp).ok()?)?)?;
             i64::try_from(v).ok()
         } else {
             // canonical: coef has no trailing zero, so a negative exponent means a fraction
@@ -264,7 +279,9 @@ impl Dec {
 
     /// The nearest `f64` (infinite beyond its range).
     pub fn to_f64(&self) -> f64 {
-        format!("{}e{}", self.coef, self.exp).parse::<f64>().unwrap_or(f64::NAN)
+        format!("{}e{}", self.coef, self.exp)
+            .parse::<f64>()
+            .unwrap_or(f64::NAN)
     }
 
     /// Redis's `ld2string(.., LD_STR_HUMAN)`: `%.17Lf` (rounded half-even on the decimal
@@ -298,7 +315,10 @@ impl Dec {
             let (a, b) = ds.split_at(ds.len() - frac_len);
             (a.to_string(), b.to_string())
         } else {
-            ("0".to_string(), format!("{}{}", "0".repeat(frac_len - ds.len()), ds))
+            (
+                "0".to_string(),
+                format!("{}{}", "0".repeat(frac_len - ds.len()), ds),
+            )
         };
         let frac_trim = frac_part.trim_end_matches('0');
         out.push_str(&int_part);
@@ -339,9 +359,28 @@ impl Ord for Dec {
     }
 }
 
+impl std::ops::Neg for Dec {
+    type Output = Dec;
+    fn neg(self) -> Dec {
+        Dec::neg(self)
+    }
+}
+
 impl PartialOrd for Dec {
     fn partial_cmp(&self, other: &Dec) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+impl Dec {
+    /// The coefficient and exponent (`self == coef × 10^exp`), for binary encodings.
+    pub fn to_parts(&self) -> (i128, i32) {
+        (self.coef, self.exp)
+    }
+
+    /// Rebuilds a `Dec` from `to_parts` output (canonicalizing it); `None` when out of range.
+    pub fn from_parts(coef: i128, exp: i32) -> Option<Dec> {
+        Dec::build(coef < 0, coef.unsigned_abs(), i64::from(exp), false)
     }
 }
 
@@ -371,7 +410,21 @@ mod tests {
 
     #[test]
     fn parse_accepts_strtold_decimal_forms() {
-        for s in ["1", "+1", "-1", "1.", ".5", "-.5", "00012.3400", "1e5", "1E+5", "1e-5", "0", "-0", "0.0e0"] {
+        for s in [
+            "1",
+            "+1",
+            "-1",
+            "1.",
+            ".5",
+            "-.5",
+            "00012.3400",
+            "1e5",
+            "1E+5",
+            "1e-5",
+            "0",
+            "-0",
+            "0.0e0",
+        ] {
             assert!(Dec::parse(s.as_bytes()).is_some(), "{s}");
         }
         assert_eq!(p(".5").format_redis(), "0.5");
@@ -384,8 +437,8 @@ mod tests {
     #[test]
     fn parse_rejects_the_rest() {
         for s in [
-            "", " 1", "1 ", "+", "-", ".", "e5", "1e", "1e+", "1.2.3", "nan", "inf", "-inf", "0x10", "1x", "--1",
-            "1e99999", "1e-99999",
+            "", " 1", "1 ", "+", "-", ".", "e5", "1e", "1e+", "1.2.3", "nan", "inf", "-inf",
+            "0x10", "1x", "--1", "1e99999", "1e-99999",
         ] {
             assert!(Dec::parse(s.as_bytes()).is_none(), "{s:?}");
         }
@@ -424,11 +477,23 @@ mod tests {
         assert_eq!(big.add(tiny.neg()).unwrap(), big); // 99..9.99..9 rounds up to 1e40
         let e34 = p("1e34");
         assert_eq!(e34.add(p("5")).unwrap(), e34); // tie, even
-        assert_eq!(e34.add(p("4.999999999999999999999999999999999")).unwrap(), e34);
-        assert_eq!(e34.add(p("5.000000000000000000000000000000001")).unwrap(), p("1000000000000000000000000000000001e1"));
-        assert_eq!(e34.add(p("15")).unwrap(), p("1000000000000000000000000000000002e1")); // tie, even up
+        assert_eq!(
+            e34.add(p("4.999999999999999999999999999999999")).unwrap(),
+            e34
+        );
+        assert_eq!(
+            e34.add(p("5.000000000000000000000000000000001")).unwrap(),
+            p("1000000000000000000000000000000001e1")
+        );
+        assert_eq!(
+            e34.add(p("15")).unwrap(),
+            p("1000000000000000000000000000000002e1")
+        ); // tie, even up
         assert_eq!(p("1e36").add(p("-0.0000001")).unwrap(), p("1e36"));
-        assert_eq!(p("1e20").add(p("0.1")).unwrap().format_redis(), "100000000000000000000.1");
+        assert_eq!(
+            p("1e20").add(p("0.1")).unwrap().format_redis(),
+            "100000000000000000000.1"
+        );
         // exactly half at the 34th digit plus a tiny bit -> up
         let a = p("1e33");
         let b = p("0.5");
@@ -447,11 +512,17 @@ mod tests {
 
     #[test]
     fn formats_with_17_decimals() {
-        assert_eq!(p("0.123456789012345678").format_redis(), "0.12345678901234568");
+        assert_eq!(
+            p("0.123456789012345678").format_redis(),
+            "0.12345678901234568"
+        );
         assert_eq!(p("0.000000000000000001").format_redis(), "0");
         assert_eq!(p("-0.000000000000000001").format_redis(), "0");
         assert_eq!(p("0.000000000000000005").format_redis(), "0");
-        assert_eq!(p("0.000000000000000015").format_redis(), "0.00000000000000002");
+        assert_eq!(
+            p("0.000000000000000015").format_redis(),
+            "0.00000000000000002"
+        );
         assert_eq!(p("-12.5").format_redis(), "-12.5");
         assert_eq!(p("1e-300").format_redis(), "0");
         assert_eq!(p("1.5e20").format_redis(), "150000000000000000000");
@@ -467,17 +538,5 @@ mod tests {
         assert_eq!(p("2.5").to_f64(), 2.5);
         assert_eq!(Dec::from_i64(-7).format_redis(), "-7");
         assert_eq!(Dec::from_i128(i128::MAX).to_i64_exact(), None);
-    }
-}
-
-impl Dec {
-    /// The coefficient and exponent (`self == coef × 10^exp`), for binary encodings.
-    pub fn to_parts(&self) -> (i128, i32) {
-        (self.coef, self.exp)
-    }
-
-    /// Rebuilds a `Dec` from `to_parts` output (canonicalizing it); `None` when out of range.
-    pub fn from_parts(coef: i128, exp: i32) -> Option<Dec> {
-        Dec::build(coef < 0, coef.unsigned_abs(), i64::from(exp), false)
     }
 }

@@ -38,13 +38,20 @@ pub enum Effect<B: AsRef<[u8]>> {
     /// SET, GETSET, APPEND, SETRANGE, SETBIT...: removes what `observed` covers (string
     /// writes, values of any type, increments, and unless `keep_ttl` the expire writes), then
     /// writes `value`. A TTL set with the value (SET EX) is a separate `Expire` effect.
-    Assign { value: B, observed: Observed, keep_ttl: bool },
+    Assign {
+        value: B,
+        observed: Observed,
+        keep_ttl: bool,
+    },
     /// INCR, INCRBY, DECRBY, INCRBYFLOAT.
     Incr { delta: Delta },
     /// DEL, UNLINK, expiry, FLUSH: removes everything `observed` covers.
     Remove { observed: Observed },
     /// EXPIRE family and PERSIST: removes the expire writes `observed` covers, adds this one.
-    Expire { expire: Expire, observed: VersionVector },
+    Expire {
+        expire: Expire,
+        observed: VersionVector,
+    },
     /// SADD of one member.
     SetAdd { member: B },
     /// SREM of one member: removes the dots of it that `observed` covers.

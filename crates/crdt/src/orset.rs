@@ -39,7 +39,11 @@ impl OrSet {
         if let Some(e) = self.elems.get_mut(member) {
             // Covered by a removal, or held already (or superseded by a newer add from the same
             // replica, which had observed this one): a duplicate.
-            if e.removed.covers(stamp) || e.dots.iter().any(|d| d.replica == stamp.replica && d.hlc >= stamp.hlc) {
+            if e.removed.covers(stamp)
+                || e.dots
+                    .iter()
+                    .any(|d| d.replica == stamp.replica && d.hlc >= stamp.hlc)
+            {
                 return false;
             }
             e.dots.retain(|d| d.replica != stamp.replica);
@@ -48,7 +52,13 @@ impl OrSet {
         }
         let mut dots = SmallVec::new();
         dots.push(stamp);
-        self.elems.insert(SmallBytes::copy_from(member), Elem { dots, removed: VersionVector::new() });
+        self.elems.insert(
+            SmallBytes::copy_from(member),
+            Elem {
+                dots,
+                removed: VersionVector::new(),
+            },
+        );
         true
     }
 
@@ -63,7 +73,10 @@ impl OrSet {
                 e.removed.merge(observed);
             }
             None => {
-                let e = Elem { dots: SmallVec::new(), removed: observed.clone() };
+                let e = Elem {
+                    dots: SmallVec::new(),
+                    removed: observed.clone(),
+                };
                 self.elems.insert(SmallBytes::copy_from(member), e);
             }
         }
@@ -98,12 +111,18 @@ impl OrSet {
 
     /// Members present, in byte order.
     pub fn members(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.elems.iter().filter(|(_, e)| !e.dots.is_empty()).map(|(k, _)| k.as_slice())
+        self.elems
+            .iter()
+            .filter(|(_, e)| !e.dots.is_empty())
+            .map(|(k, _)| k.as_slice())
     }
 
     /// The highest dot present.
     pub fn max_stamp(&self) -> Option<Stamp> {
-        self.elems.values().flat_map(|e| e.dots.iter().copied()).max()
+        self.elems
+            .values()
+            .flat_map(|e| e.dots.iter().copied())
+            .max()
     }
 
     /// Adds every dot present and every removal context to `vv`.
@@ -141,7 +160,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]
@@ -159,7 +181,10 @@ mod tests {
             v
         });
         assert!(!s.contains(b"x"));
-        assert!(!s.add(st(2, 2), b"x"), "late dot covered by a removal is dropped");
+        assert!(
+            !s.add(st(2, 2), b"x"),
+            "late dot covered by a removal is dropped"
+        );
         assert!(s.has_metadata());
         s.collect(None);
         assert!(!s.has_metadata());

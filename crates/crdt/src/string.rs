@@ -119,12 +119,15 @@ impl StrCrdt {
 
     /// Adds the assigned write `stamp` (the caller has applied the write's removals).
     pub fn assign(&mut self, stamp: Stamp, value: &[u8]) -> bool {
-        self.reg.write(stamp, SmallBytes::copy_from(value), &VersionVector::new())
+        self.reg
+            .write(stamp, SmallBytes::copy_from(value), &VersionVector::new())
     }
 
     /// Applies one increment; false for a duplicate.
     pub fn incr(&mut self, stamp: Stamp, delta: &Delta) -> bool {
-        self.counter.get_or_insert_with(Box::default).apply_inc(stamp, delta)
+        self.counter
+            .get_or_insert_with(Box::default)
+            .apply_inc(stamp, delta)
     }
 
     pub fn reg(&self) -> &MvReg<SmallBytes> {
@@ -179,7 +182,10 @@ mod tests {
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
-        Stamp { hlc: Hlc(h), replica: ReplicaId(r) }
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
     }
 
     #[test]
@@ -188,7 +194,18 @@ mod tests {
         assert_eq!(parse_i64_redis(b"-12"), Some(-12));
         assert_eq!(parse_i64_redis(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_i64_redis(b"-9223372036854775808"), Some(i64::MIN));
-        for s in ["", "-", "-0", "01", "+1", " 1", "1 ", "9223372036854775808", "1.0", "1e3"] {
+        for s in [
+            "",
+            "-",
+            "-0",
+            "01",
+            "+1",
+            " 1",
+            "1 ",
+            "9223372036854775808",
+            "1.0",
+            "1e3",
+        ] {
             assert_eq!(parse_i64_redis(s.as_bytes()), None, "{s:?}");
         }
     }

@@ -6,7 +6,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Msg, Net, Replica, Reply, digest_view};
-use meridian_crdt::{Counter, Delta, Dec, Hlc, IncTotals, KeyState, ReplicaId, Stamp, VersionVector};
+use meridian_crdt::{
+    Counter, Dec, Delta, Hlc, IncTotals, KeyState, ReplicaId, Stamp, VersionVector,
+};
 use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
@@ -95,7 +97,9 @@ fn replay(logs: &[Vec<Msg>], picks: &[usize]) -> BTreeMap<Vec<u8>, KeyState> {
     let mut keys: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
     let mut cur = vec![0usize; logs.len()];
     let apply = |m: &Msg, keys: &mut BTreeMap<Vec<u8>, KeyState>| {
-        keys.entry(m.key.clone()).or_default().apply(m.stamp, &m.effect);
+        keys.entry(m.key.clone())
+            .or_default()
+            .apply(m.stamp, &m.effect);
     };
     for &p in picks {
         let o = p % logs.len();
@@ -113,7 +117,10 @@ fn replay(logs: &[Vec<Msg>], picks: &[usize]) -> BTreeMap<Vec<u8>, KeyState> {
 }
 
 fn digest(keys: &BTreeMap<Vec<u8>, KeyState>) -> Vec<(Vec<u8>, String)> {
-    keys.iter().filter(|(_, k)| !k.is_empty()).map(|(n, k)| (n.clone(), digest_view(k))).collect()
+    keys.iter()
+        .filter(|(_, k)| !k.is_empty())
+        .map(|(n, k)| (n.clone(), digest_view(k)))
+        .collect()
 }
 
 proptest! {
@@ -252,7 +259,13 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
     };
     match op {
         Op::Set(v) => {
-            m.insert(key.to_vec(), (Model::Str(format!("{}", i32::from(*v) * 7 - 10).into_bytes()), None));
+            m.insert(
+                key.to_vec(),
+                (
+                    Model::Str(format!("{}", i32::from(*v) * 7 - 10).into_bytes()),
+                    None,
+                ),
+            );
             Reply::Ok
         }
         Op::Append(v) => {
@@ -276,7 +289,9 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
                     None => return Reply::NotANumber,
                 },
             };
-            let Some(n) = base.checked_add(i64::from(*d)) else { return Reply::NotANumber };
+            let Some(n) = base.checked_add(i64::from(*d)) else {
+                return Reply::NotANumber;
+            };
             m.insert(key.to_vec(), (Model::Str(n.to_string().into_bytes()), ttl));
             Reply::Int(n)
         }
@@ -315,15 +330,21 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
             if cur_str.is_some() {
                 return Reply::WrongType;
             }
-            let e = m.entry(key.to_vec()).or_insert((Model::Set(BTreeSet::new()), None));
-            let Model::Set(s) = &mut e.0 else { return Reply::WrongType };
+            let e = m
+                .entry(key.to_vec())
+                .or_insert((Model::Set(BTreeSet::new()), None));
+            let Model::Set(s) = &mut e.0 else {
+                return Reply::WrongType;
+            };
             Reply::Int(i64::from(s.insert(vec![b'a' + x])))
         }
         Op::SRem(x) => {
             if cur_str.is_some() {
                 return Reply::WrongType;
             }
-            let Some((Model::Set(s), _)) = m.get_mut(key) else { return Reply::Int(0) };
+            let Some((Model::Set(s), _)) = m.get_mut(key) else {
+                return Reply::Int(0);
+            };
             let removed = s.remove(&vec![b'a' + x]);
             if s.is_empty() {
                 m.remove(key);

@@ -19,7 +19,10 @@ fn bulk(s: &str) -> Reply {
 }
 
 fn members(r: &Replica, k: &[u8]) -> Vec<String> {
-    r.smembers(k).into_iter().map(|m| String::from_utf8(m).unwrap()).collect()
+    r.smembers(k)
+        .into_iter()
+        .map(|m| String::from_utf8(m).unwrap())
+        .collect()
 }
 
 #[test]

@@ -73,12 +73,19 @@ impl Replica {
 
     /// Issues a local write: stamp, apply, queue.
     pub fn issue(&mut self, key: &[u8], effect: Effect<Vec<u8>>) {
-        let stamp = Stamp { hlc: self.clock.tick(self.now_ms), replica: self.id };
+        let stamp = Stamp {
+            hlc: self.clock.tick(self.now_ms),
+            replica: self.id,
+        };
         let mut k = self.key(key);
         let a = k.apply(stamp, &effect);
         self.count(a);
         self.store(key, k);
-        self.outbox.push(Msg { key: key.to_vec(), stamp, effect });
+        self.outbox.push(Msg {
+            key: key.to_vec(),
+            stamp,
+            effect,
+        });
     }
 
     fn count(&mut self, a: Applied) {
@@ -106,7 +113,9 @@ impl Replica {
         let k = self.key(key);
         match k.type_tag() {
             None => Reply::Nil,
-            Some(TypeTag::String) => k.view_str().map_or(Reply::Nil, |v| Reply::Bulk(v.to_bytes())),
+            Some(TypeTag::String) => k
+                .view_str()
+                .map_or(Reply::Nil, |v| Reply::Bulk(v.to_bytes())),
             Some(_) => Reply::WrongType,
         }
     }
@@ -143,8 +152,15 @@ impl Replica {
                 None => return Reply::NotANumber,
             },
         };
-        let Some(new) = cur.checked_add(by) else { return Reply::NotANumber };
-        self.issue(key, Effect::Incr { delta: Delta::Int(by) });
+        let Some(new) = cur.checked_add(by) else {
+            return Reply::NotANumber;
+        };
+        self.issue(
+            key,
+            Effect::Incr {
+                delta: Delta::Int(by),
+            },
+        );
         Reply::Int(new)
     }
 
@@ -163,9 +179,18 @@ impl Replica {
                 None => return Reply::NotANumber,
             },
         };
-        let Some(by) = Dec::parse(by.as_bytes()) else { return Reply::NotANumber };
-        let Some(new) = cur.add(by) else { return Reply::NotANumber };
-        self.issue(key, Effect::Incr { delta: Delta::Float(by) });
+        let Some(by) = Dec::parse(by.as_bytes()) else {
+            return Reply::NotANumber;
+        };
+        let Some(new) = cur.add(by) else {
+            return Reply::NotANumber;
+        };
+        self.issue(
+            key,
+            Effect::Incr {
+                delta: Delta::Float(by),
+            },
+        );
         Reply::Bulk(new.format_redis().into_bytes())
     }
 
@@ -206,7 +231,12 @@ impl Replica {
             return Reply::WrongType;
         }
         let new = !k.set().is_some_and(|s| s.contains(member));
-        self.issue(key, Effect::SetAdd { member: member.to_vec() });
+        self.issue(
+            key,
+            Effect::SetAdd {
+                member: member.to_vec(),
+            },
+        );
         Reply::Int(i64::from(new))
     }
 
@@ -219,13 +249,20 @@ impl Replica {
             return Reply::Int(0);
         }
         // Removing the last member deletes the key (and its TTL), as in Redis.
-        let e = if k.set().is_some_and(|s| s.len() == 1) { k.remove_effect() } else { k.set_rem_effect(member.to_vec()) };
+        let e = if k.set().is_some_and(|s| s.len() == 1) {
+            k.remove_effect()
+        } else {
+            k.set_rem_effect(member.to_vec())
+        };
         self.issue(key, e);
         Reply::Int(1)
     }
 
     pub fn smembers(&self, key: &[u8]) -> Vec<Vec<u8>> {
-        self.key(key).set().map(|s| s.members().map(<[u8]>::to_vec).collect()).unwrap_or_default()
+        self.key(key)
+            .set()
+            .map(|s| s.members().map(<[u8]>::to_vec).collect())
+            .unwrap_or_default()
     }
 
     pub fn ttl_at(&self, key: &[u8]) -> Option<u64> {
@@ -234,7 +271,11 @@ impl Replica {
 
     /// What a client can see of every key.
     pub fn digest(&self) -> Vec<(Vec<u8>, String)> {
-        self.keys.iter().filter(|(_, k)| !k.is_empty()).map(|(name, k)| (name.clone(), digest_view(k))).collect()
+        self.keys
+            .iter()
+            .filter(|(_, k)| !k.is_empty())
+            .map(|(name, k)| (name.clone(), digest_view(k)))
+            .collect()
     }
 }
 
@@ -242,7 +283,11 @@ impl Replica {
 pub fn digest_view(k: &KeyState) -> String {
     let value = match k.type_tag() {
         None => "none".to_string(),
-        Some(TypeTag::String) => format!("string {:?}", k.view_str().map(|v| v.to_bytes().escape_ascii().to_string())),
+        Some(TypeTag::String) => format!(
+            "string {:?}",
+            k.view_str()
+                .map(|v| v.to_bytes().escape_ascii().to_string())
+        ),
         Some(TypeTag::Set) => {
             let m: Vec<String> = k
                 .set()
@@ -261,7 +306,9 @@ pub struct Net {
 
 impl Net {
     pub fn new(n: usize) -> Net {
-        Net { cursor: vec![vec![0; n]; n] }
+        Net {
+            cursor: vec![vec![0; n]; n],
+        }
     }
 
     /// Delivers up to `k` pending messages from `from` to `to`, in order.
@@ -271,7 +318,9 @@ impl Net {
         }
         for _ in 0..k {
             let i = self.cursor[from][to];
-            let Some(m) = rs[from].outbox.get(i).cloned() else { return };
+            let Some(m) = rs[from].outbox.get(i).cloned() else {
+                return;
+            };
             self.cursor[from][to] += 1;
             rs[to].receive(&m);
         }
