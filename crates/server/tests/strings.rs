@@ -15,6 +15,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = TcpListener::bind("127.0.0.1:0")
             .expect("bind")
@@ -24,6 +28,7 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_meridian"))
             .args(["server", "--port", &port.to_string(), "--dir"])
             .arg(dir.path())
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -542,4 +547,20 @@ fn wrong_type_and_resp3() {
         assert_eq!(c.q("SET s v"), OK);
         assert_eq!(c.q("GET s"), bulk("v"));
     }
+}
+
+#[test]
+fn proto_max_bulk_len_limits_append_and_setrange() {
+    let s = Server::start_with(&["--proto-max-bulk-len", "1048576"]);
+    let mut c = s.client();
+    let too_long = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n";
+    assert_eq!(c.q("SETRANGE k 1048575 x"), int(1_048_576));
+    assert_eq!(c.q("APPEND k x"), too_long);
+    assert_eq!(c.q("APPEND k "), int(1_048_576));
+    assert_eq!(c.q("SETRANGE k 1048576 x"), too_long);
+    assert_eq!(c.q("SETRANGE k 1048575 y"), int(1_048_576));
+    assert_eq!(c.q("GETRANGE k -2 -1"), "$2\r\n\0y\r\n");
+    assert_eq!(c.q("SETRANGE other 1048576 x"), too_long);
+    assert_eq!(c.q("EXISTS other"), int(0));
+    assert_eq!(c.q("STRLEN k"), int(1_048_576));
 }
