@@ -1,0 +1,302 @@
+//! Server commands (INFO CONFIG SLOWLOG MONITOR FLUSHALL DBSIZE TIME DEBUG SHUTDOWN) against
+//! the real `meridian` binary, over raw RESP.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Raw, Server};
+
+fn call(c: &mut Raw, args: &[&str]) -> Vec<u8> {
+    let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.call(&argv)
+}
+
+fn text(c: &mut Raw, args: &[&str]) -> String {
+    String::from_utf8_lossy(&call(c, args)).into_owned()
+}
+
+/// The body of a bulk reply.
+fn bulk_body(reply: &[u8]) -> String {
+    let s = String::from_utf8_lossy(reply).into_owned();
+    let start = s.find("\r\n").map_or(0, |i| i + 2);
+    s.get(start..s.len().saturating_sub(2))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// INFO fields as (section, key, value).
+fn parse_info(body: &str) -> Vec<(String, String, String)> {
+    let mut section = String::new();
+    let mut v = Vec::new();
+    for line in body.split("\r\n") {
+        if let Some(t) = line.strip_prefix("# ") {
+            section = t.to_string();
+        } else if let Some((k, val)) = line.split_once(':') {
+            v.push((section.clone(), k.to_string(), val.to_string()));
+        } else {
+            assert!(line.is_empty(), "unparseable INFO line {line:?}");
+        }
+    }
+    v
+}
+
+fn info_field(fields: &[(String, String, String)], key: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(_, k, _)| k == key)
+        .map(|(_, _, v)| v.clone())
+}
+
+#[test]
+fn info_sections_are_present_and_parseable() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(call(&mut c, &["SET", "k", "v"]), b"+OK\r\n");
+    let body = bulk_body(&call(&mut c, &["INFO"]));
+    assert!(
+        body.starts_with("# Server\r\nredis_version:7.0.15\r\n"),
+        "{body}"
+    );
+    let fields = parse_info(&body);
+    let sections: Vec<&str> = {
+        let mut v: Vec<&str> = fields.iter().map(|(s, _, _)| s.as_str()).collect();
+        v.dedup();
+        v
+    };
+    for want in [
+        "Server",
+        "Clients",
+        "Memory",
+        "Persistence",
+        "Stats",
+        "Replication",
+        "CPU",
+        "Keyspace",
+        "CRDT",
+    ] {
+        assert!(
+            sections.contains(&want),
+            "section {want} missing: {sections:?}"
+        );
+    }
+    // What redis-cli --stat and redis-benchmark read.
+    for key in [
+        "used_memory",
+        "used_memory_human",
+        "used_memory_rss",
+        "connected_clients",
+        "blocked_clients",
+        "total_commands_processed",
+        "total_connections_received",
+        "instantaneous_ops_per_sec",
+        "role",
+        "loading",
+        "rdb_changes_since_last_save",
+        "aof_enabled",
+        "used_cpu_sys",
+        "crdt_seq",
+        "crdt_oplog_ops",
+    ] {
+        assert!(info_field(&fields, key).is_some(), "{key} missing");
+    }
+    assert_eq!(
+        info_field(&fields, "db0").as_deref(),
+        Some("keys=1,expires=0,avg_ttl=0")
+    );
+    assert_eq!(info_field(&fields, "role").as_deref(), Some("master"));
+    assert_eq!(info_field(&fields, "tcp_port"), Some(s.port.to_string()));
+    let used: u64 = info_field(&fields, "used_memory").unwrap().parse().unwrap();
+    assert!(used > 0);
+    assert!(
+        info_field(&fields, "mem_allocator")
+            .unwrap()
+            .starts_with("jemalloc")
+    );
+
+    // Multi-section form, commandstats, errorstats.
+    let _ = call(&mut c, &["NOSUCHCMD"]);
+    let body = bulk_body(&call(&mut c, &["INFO", "commandstats", "ERRORSTATS"]));
+    assert!(body.starts_with("# Commandstats\r\n"), "{body}");
+    assert!(body.contains("cmdstat_set:calls=1,usec="), "{body}");
+    assert!(
+        body.contains("\r\n\r\n# Errorstats\r\nerrorstat_ERR:count=1\r\n"),
+        "{body}"
+    );
+    assert_eq!(call(&mut c, &["INFO", "nosuchsection"]), b"$0\r\n\r\n");
+
+    // RESP3: a verbatim string.
+    let _ = call(&mut c, &["HELLO", "3"]);
+    let r = text(&mut c, &["INFO", "server"]);
+    assert!(
+        r.starts_with('=') && r.contains("\r\ntxt:# Server\r\n"),
+        "{r}"
+    );
+}
+
+#[test]
+fn config_get_set_round_trips_and_errors() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "save"]),
+        "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "appendonly"]),
+        "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"
+    );
+    assert_eq!(
+        text(
+            &mut c,
+            &["CONFIG", "SET", "timeout", "30", "slowlog-max-len", "64"]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "timeout", "slowlog-max*"]),
+        "*4\r\n$7\r\ntimeout\r\n$2\r\n30\r\n$15\r\nslowlog-max-len\r\n$2\r\n64\r\n"
+    );
+    assert_eq!(
+        text(
+            &mut c,
+            &["CONFIG", "SET", "client-query-buffer-limit", "2mb"]
+        ),
+        "+OK\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "client-query-buffer-limit"]),
+        "*2\r\n$25\r\nclient-query-buffer-limit\r\n$7\r\n2097152\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "SET", "foo", "bar"]),
+        "-ERR Unknown option or number of arguments for CONFIG SET - 'foo'\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "SET", "databases", "2"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
+    );
+    assert_eq!(
+        text(
+            &mut c,
+            &["CONFIG", "SET", "timeout", "1", "maxclients", "x"]
+        ),
+        "-ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "timeout"]),
+        "*2\r\n$7\r\ntimeout\r\n$2\r\n30\r\n"
+    );
+    assert_eq!(text(&mut c, &["CONFIG", "GET", "nosuch*"]), "*0\r\n");
+    assert_eq!(
+        text(&mut c, &["CONFIG", "REWRITE"]),
+        "-ERR The server is running without a config file\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "NOPE"]),
+        "-ERR unknown subcommand 'NOPE'. Try CONFIG HELP.\r\n"
+    );
+    let _ = call(&mut c, &["HELLO", "3"]);
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "maxmemory"]),
+        "%1\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n"
+    );
+}
+
+#[test]
+fn slowlog_records_with_threshold_zero() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(
+        text(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(text(&mut c, &["SLOWLOG", "RESET"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["CLIENT", "SETNAME", "me"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["SET", "a", "b"]), "+OK\r\n");
+    let r = text(&mut c, &["SLOWLOG", "GET", "1"]);
+    assert!(r.starts_with("*1\r\n*6\r\n:"), "{r}");
+    assert!(
+        r.contains("*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n"),
+        "{r}"
+    );
+    assert!(r.ends_with("$2\r\nme\r\n"), "{r}");
+    let len = text(&mut c, &["SLOWLOG", "LEN"]);
+    assert!(len.starts_with(':') && len != ":0\r\n", "{len}");
+    assert!(text(&mut c, &["SLOWLOG", "HELP"]).starts_with("*12\r\n+SLOWLOG <subcommand>"));
+}
+
+#[test]
+fn monitor_sees_other_clients() {
+    let s = Server::start();
+    let mut m = s.connect();
+    assert_eq!(text(&mut m, &["MONITOR"]), "+OK\r\n");
+    let mut c = s.connect();
+    assert_eq!(text(&mut c, &["SET", "mk", "v 1"]), "+OK\r\n");
+    let line = m.read_reply();
+    let line = String::from_utf8_lossy(&line).into_owned();
+    assert!(
+        line.starts_with('+') && line.ends_with(" \"SET\" \"mk\" \"v 1\"\r\n"),
+        "{line}"
+    );
+    assert!(line.contains(" [0 127.0.0.1:"), "{line}");
+}
+
+#[test]
+fn flushall_dbsize_time_debug() {
+    let s = Server::start();
+    let mut c = s.connect();
+    for k in ["a", "b", "c"] {
+        assert_eq!(text(&mut c, &["SET", k, "1"]), "+OK\r\n");
+    }
+    assert_eq!(text(&mut c, &["DBSIZE"]), ":3\r\n");
+    assert_eq!(text(&mut c, &["SELECT", "1"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["SET", "x", "1"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["FLUSHDB"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["DBSIZE"]), ":0\r\n");
+    assert_eq!(text(&mut c, &["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["DBSIZE"]), ":3\r\n");
+    assert_eq!(text(&mut c, &["FLUSHALL", "SYNC"]), "+OK\r\n");
+    assert_eq!(text(&mut c, &["DBSIZE"]), ":0\r\n");
+    assert_eq!(
+        text(&mut c, &["FLUSHALL", "LATER"]),
+        "-ERR syntax error\r\n"
+    );
+
+    let r = text(&mut c, &["TIME"]);
+    let parts: Vec<&str> = r.split("\r\n").collect();
+    assert_eq!(parts.first(), Some(&"*2"), "{r}");
+    let secs: u64 = parts.get(2).unwrap().parse().unwrap();
+    let micros: u64 = parts.get(4).unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(secs.abs_diff(now) <= 2 && micros < 1_000_000, "{r}");
+
+    assert_eq!(text(&mut c, &["DEBUG", "SLEEP", "0"]), "+OK\r\n");
+    let started = std::time::Instant::now();
+    assert_eq!(text(&mut c, &["DEBUG", "SLEEP", "0.2"]), "+OK\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    assert_eq!(
+        text(&mut c, &["DEBUG", "NOPE"]),
+        "-ERR unknown subcommand or wrong number of arguments for 'NOPE'. Try DEBUG HELP.\r\n"
+    );
+}
+
+#[test]
+fn shutdown_exits() {
+    let mut s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(
+        text(&mut c, &["SHUTDOWN", "ABORT"]),
+        "-ERR No shutdown in progress.\r\n"
+    );
+    c.send_cmd(&[b"SHUTDOWN", b"NOSAVE"]);
+    assert!(c.is_closed(Duration::from_secs(5)));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.is_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!s.is_running(), "server still running after SHUTDOWN");
+}
