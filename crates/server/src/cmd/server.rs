@@ -237,10 +237,7 @@ fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let wall_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
+    let wall_us = clock_us(shard);
     field(out, "redis_version", crate::server::REDIS_VERSION);
     field(out, "redis_git_sha1", "00000000");
     field(out, "redis_git_dirty", 0);
@@ -924,14 +921,16 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             String::from_utf8_lossy(arg)
         ))
     };
-    // First pass (Redis's order): unknown names win over every other error, then the first
-    // immutable/protected/duplicate parameter.
+    // First pass, in Redis's order: the first unknown, immutable, protected or duplicate
+    // parameter is the error.
     let mut unknown: Option<&[u8]> = None;
     let mut first_err: Option<CmdError> = None;
     let mut found: Vec<(&'static Param, &[u8])> = Vec::new();
     for &(name, value) in &pairs {
         let Some(p) = find_param(name) else {
-            unknown.get_or_insert(name);
+            if unknown.is_none() && first_err.is_none() {
+                unknown = Some(name);
+            }
             continue;
         };
         if unknown.is_some() || first_err.is_some() {
@@ -1014,13 +1013,20 @@ fn config_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 // TIME DBSIZE FLUSHDB FLUSHALL
 
 fn time(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let us = clock_us(ctx.shard);
     ctx.out.array(2);
-    ctx.out.bulk_int(d.as_secs() as i64);
-    ctx.out.bulk_int(i64::from(d.subsec_micros()));
+    ctx.out.bulk_int((us / 1_000_000) as i64);
+    ctx.out.bulk_int((us % 1_000_000) as i64);
     Ok(())
+}
+
+/// Wall-clock microseconds, shifted like `Shard::now_ms` by the test-only clock offset.
+fn clock_us(shard: &Shard) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    wall.saturating_add_signed(shard.config.debug_clock_offset_ms.saturating_mul(1000))
 }
 
 fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
@@ -1470,6 +1476,14 @@ mod tests {
             "*4\r\n$2\r\nhz\r\n$2\r\n20\r\n$7\r\ntimeout\r\n$1\r\n5\r\n"
         );
         assert_eq!(t.run(&["config", "set", "hz", "1000"]), "+OK\r\n");
+        assert!(
+            t.run(&["config", "set", "databases", "1", "foo", "1"])
+                .contains("'databases') - can't set immutable")
+        );
+        assert!(
+            t.run(&["config", "set", "foo", "1", "databases", "1"])
+                .contains("CONFIG SET - 'foo'")
+        );
         assert_eq!(t.shard.config.hz, 500);
         assert_eq!(
             t.run(&["config", "set", "foo", "1"]),
