@@ -521,6 +521,9 @@ fn strlen(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// The byte range GETRANGE returns for `start..=end` of a `len`-byte string, as Redis 7.0
 /// computes it (negative indexes from the end, clamped); `None` for the empty string.
 fn getrange_bounds(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
+    if start < 0 && end < 0 && start > end {
+        return None;
+    }
     let len = i128::try_from(len).unwrap_or(i128::MAX);
     let (mut s, mut e) = (i128::from(start), i128::from(end));
     if s < 0 {
@@ -882,7 +885,8 @@ mod tests {
         assert_eq!(r(5, 5, 10), None);
         assert_eq!(r(5, 0, 100), Some((0, 4)));
         assert_eq!(r(5, -100, -50), Some((0, 0)));
-        assert_eq!(r(5, -100, -200), Some((0, 0)));
+        assert_eq!(r(5, -100, -200), None);
+        assert_eq!(r(5, -100, i64::MIN), None);
         assert_eq!(r(5, 3, 1), None);
         assert_eq!(r(0, 0, -1), None);
         assert_eq!(r(5, i64::MIN, i64::MAX), Some((0, 4)));
