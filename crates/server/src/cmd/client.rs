@@ -165,11 +165,11 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
         c.id, c.addr, c.laddr
     );
     out.extend_from_slice(name);
-    let _ = write!(
+    let _ = writeln!(
         out,
         " age={age} idle={idle} flags={flags} db={db} sub=0 psub=0 ssub=0 multi={} qbuf={qbuf} qbuf-free=0 \
          argv-mem={argv_mem} multi-mem={multi_mem} rbs={REPLY_BUF_BYTES} rbp={rbp} obl={obl} oll=0 omem=0 \
-         tot-mem={tot_mem} events=r cmd={cmd} user=default redir=-1 resp={resp}\n",
+         tot-mem={tot_mem} events=r cmd={cmd} user=default redir=-1 resp={resp}",
         multi.map_or(-1, |n| n as i64),
     );
 }
@@ -447,7 +447,7 @@ mod tests {
             "{s}"
         );
         let fields: Vec<&str> = s.trim_end().split(' ').collect();
-        assert_eq!(fields.len(), 27);
+        assert_eq!(fields.len(), 28);
         assert!(fields.iter().all(|f| f.contains('=')));
     }
 }
