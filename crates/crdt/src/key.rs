@@ -524,7 +524,9 @@ impl KeyState {
 
     /// Drops the removal contexts `stable` covers: `stable` must be a version vector that
     /// every replica has delivered (no write it covers can still arrive). Live writes and
-    /// counter totals are kept.
+    /// counter totals are kept. Afterwards a redelivered duplicate of a write `stable` covers
+    /// could come back: the caller must filter duplicates before `apply` (per-origin sequence
+    /// numbers), as it does anyway.
     pub fn collect(&mut self, stable: &VersionVector) {
         self.removed.forget_covered(stable);
         for v in self.values_mut() {
