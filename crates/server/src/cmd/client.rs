@@ -117,6 +117,8 @@ struct SelfView {
     multi: Option<usize>,
     multi_mem: usize,
     argv_mem: usize,
+    /// The running command's request size (it is still in the query buffer in Redis).
+    qbuf: usize,
     proto: Proto,
     rbp: usize,
 }
@@ -143,7 +145,7 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     let age = (now_ms / 1000).saturating_sub(c.created_ms / 1000);
     let idle = (now_ms / 1000).saturating_sub(c.last_interaction_ms.get() / 1000);
     let db = me.map_or(c.db.get(), |m| m.db);
-    let qbuf = c.qbuf_bytes.get();
+    let qbuf = me.map_or(c.qbuf_bytes.get(), |m| m.qbuf);
     let argv_mem = me.map_or(0, |m| m.argv_mem);
     let multi_mem = me.map_or(0, |m| m.multi_mem);
     let rbp = me.map_or(0, |m| m.rbp);
@@ -190,9 +192,20 @@ fn self_view(ctx: &Ctx<'_>, argv: &[&[u8]]) -> SelfView {
                 .sum()
         }),
         argv_mem: argv.iter().map(|a| a.len()).sum(),
+        qbuf: request_len(argv),
         proto: ctx.out.proto,
         rbp: ctx.out.len(),
     }
+}
+
+/// Bytes of `argv` encoded as a RESP request (`*n` then one bulk string per argument).
+fn request_len(argv: &[&[u8]]) -> usize {
+    let digits = |n: usize| n.to_string().len();
+    3 + digits(argv.len())
+        + argv
+            .iter()
+            .map(|a| 5 + digits(a.len()) + a.len())
+            .sum::<usize>()
 }
 
 /// Appends the line of registered client `c`, using `me` when it is the current connection.
@@ -418,6 +431,12 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_size() {
+        assert_eq!(request_len(&[b"CLIENT", b"LIST"]), 26);
+        assert_eq!(request_len(&[b"EXEC"]), 14);
+    }
 
     #[test]
     fn names() {
