@@ -74,38 +74,74 @@ pub const DATABASES_MAX: u32 = 1024;
 impl Config {
     /// Reads a TOML file over the defaults.
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_toml(&text).map_err(|e| match e {
-            ConfigError::Parse { message, .. } => ConfigError::Parse { path: path.display().to_string(), message },
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
             other => other,
         })
     }
 
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: String::new(), message: e.to_string() })?;
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: String::new(),
+            message: e.to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     /// Checks every value; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.to_string(), message });
+        let bad = |key: &str, message: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                message,
+            })
+        };
         if self.bind.parse::<std::net::IpAddr>().is_err() {
             return bad("bind", format!("'{}' is not an IP address", self.bind));
         }
         if self.databases == 0 || self.databases > DATABASES_MAX {
-            return bad("databases", format!("must be between 1 and {DATABASES_MAX}, got {}", self.databases));
+            return bad(
+                "databases",
+                format!(
+                    "must be between 1 and {DATABASES_MAX}, got {}",
+                    self.databases
+                ),
+            );
         }
-        if self.site.is_empty() || self.site.len() > 32 || !self.site.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return bad("site", format!("'{}' must be 1-32 characters of [A-Za-z0-9_-]", self.site));
+        if self.site.is_empty()
+            || self.site.len() > 32
+            || !self
+                .site
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return bad(
+                "site",
+                format!("'{}' must be 1-32 characters of [A-Za-z0-9_-]", self.site),
+            );
         }
         if self.proto_max_bulk_len < 1024 * 1024 {
-            return bad("proto-max-bulk-len", format!("must be at least 1048576, got {}", self.proto_max_bulk_len));
+            return bad(
+                "proto-max-bulk-len",
+                format!("must be at least 1048576, got {}", self.proto_max_bulk_len),
+            );
         }
         if self.client_query_buffer_limit < 1024 * 1024 {
-            return bad("client-query-buffer-limit", format!("must be at least 1048576, got {}", self.client_query_buffer_limit));
+            return bad(
+                "client-query-buffer-limit",
+                format!(
+                    "must be at least 1048576, got {}",
+                    self.client_query_buffer_limit
+                ),
+            );
         }
         if self.maxclients == 0 {
             return bad("maxclients", "must be at least 1".to_string());
@@ -113,8 +149,15 @@ impl Config {
         if !(1..=500).contains(&self.hz) {
             return bad("hz", format!("must be between 1 and 500, got {}", self.hz));
         }
-        if self.log_level.parse::<tracing_subscriber::EnvFilter>().is_err() {
-            return bad("log-level", format!("'{}' is not a log filter", self.log_level));
+        if self
+            .log_level
+            .parse::<tracing_subscriber::EnvFilter>()
+            .is_err()
+        {
+            return bad(
+                "log-level",
+                format!("'{}' is not a log filter", self.log_level),
+            );
         }
         Ok(())
     }
@@ -137,8 +180,16 @@ mod tests {
         assert!(e.contains("port"), "{e}");
         let e = Config::from_toml("databases = 0").unwrap_err().to_string();
         assert!(e.contains("databases"), "{e}");
-        let e = Config::from_toml("bind = \"nope\"").unwrap_err().to_string();
+        let e = Config::from_toml("bind = \"nope\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bind"), "{e}");
+    }
+
+    #[test]
+    fn example_file_is_the_embedded_default() {
+        let text = include_str!("../../../deploy/meridian.example.toml");
+        assert_eq!(Config::from_toml(text).unwrap(), Config::default());
     }
 
     #[test]

@@ -36,7 +36,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
     let (shared, limits, maxclients) = {
         let mut s = shard.borrow_mut();
         let now = s.now_ms();
-        let limits = ParseLimits { bulk_bytes_max: s.config.proto_max_bulk_len as i64, authenticated: true };
+        let limits = ParseLimits {
+            bulk_bytes_max: s.config.proto_max_bulk_len as i64,
+            authenticated: true,
+        };
         let maxclients = s.clients.len() >= s.config.maxclients as usize;
         if maxclients {
             s.stats.rejected_connections += 1;
@@ -45,8 +48,12 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
     };
     let mut client = Client::new(shared.clone());
     if maxclients {
-        let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
-        shard.borrow_mut().unregister_client(client.id(), &client.dirty);
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        shard
+            .borrow_mut()
+            .unregister_client(client.id(), &client.dirty);
         return;
     }
     let mut parser = Parser::new(limits);
@@ -56,7 +63,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         if shared.killed.get() {
             break;
         }
-        let want = parser.bytes_hint().unwrap_or(0).saturating_sub(rbuf.len()).max(READ_CHUNK_BYTES_MIN);
+        let want = parser
+            .bytes_hint()
+            .unwrap_or(0)
+            .saturating_sub(rbuf.len())
+            .max(READ_CHUNK_BYTES_MIN);
         rbuf.reserve(want);
         let n = if shared.is_monitor.get() {
             tokio::select! {
@@ -85,6 +96,8 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             let s = &mut *guard;
             s.stats.net_input_bytes += n as u64;
             query_limit = s.config.client_query_buffer_limit as usize;
+            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
+            parser.set_limits(ParseLimits { bulk_bytes_max: s.config.proto_max_bulk_len as i64, authenticated: true });
             let now = s.now_ms();
             shared.last_interaction_ms.set(now);
             let mut pos = 0usize;
@@ -132,5 +145,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         }
     }
     let _ = stream.shutdown().await;
-    shard.borrow_mut().unregister_client(client.id(), &client.dirty);
+    shard
+        .borrow_mut()
+        .unregister_client(client.id(), &client.dirty);
 }

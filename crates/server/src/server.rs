@@ -21,7 +21,10 @@ pub const TCP_BACKLOG: i32 = 511;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: String, source: std::io::Error },
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("cannot start runtime: {0}")]
     Runtime(std::io::Error),
     #[error("shard thread failed: {0}")]
@@ -32,13 +35,19 @@ pub enum ServerError {
 pub fn run(config: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
     let shard_thread = std::thread::Builder::new()
         .name("shard-0".to_string())
         .spawn(move || run_shard(0, config, listener, stop_rx))
         .map_err(ServerError::Runtime)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
     rt.block_on(async {
         wait_for_signal().await;
     });
@@ -52,7 +61,10 @@ pub fn run(config: Config) -> Result<(), ServerError> {
 
 async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         // Without signal handlers the process is stopped by the default action.
         std::future::pending::<()>().await;
         return;
@@ -65,13 +77,23 @@ async fn wait_for_signal() {
 
 fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
     let addr_text = format!("{}:{}", config.bind, config.port);
-    let err = |source| ServerError::Listen { addr: addr_text.clone(), source };
-    let ip: std::net::IpAddr = config
-        .bind
-        .parse()
-        .map_err(|_| err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address")))?;
+    let err = |source| ServerError::Listen {
+        addr: addr_text.clone(),
+        source,
+    };
+    let ip: std::net::IpAddr = config.bind.parse().map_err(|_| {
+        err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "bad address",
+        ))
+    })?;
     let addr = std::net::SocketAddr::new(ip, config.port);
-    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(err)?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(err)?;
     socket.set_reuse_address(true).map_err(err)?;
     socket.bind(&addr.into()).map_err(err)?;
     socket.listen(TCP_BACKLOG).map_err(err)?;
@@ -81,16 +103,31 @@ fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
 
 /// The shard thread: pins itself, builds its runtime, accepts connections, runs the
 /// periodic cycle, and returns when `stop` turns true.
-fn run_shard(index: u8, config: Config, listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) -> Result<(), ServerError> {
-    if let Some(core) = core_affinity::get_core_ids().and_then(|ids| ids.get(usize::from(index)).copied()) {
+fn run_shard(
+    index: u8,
+    config: Config,
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    if let Some(core) =
+        core_affinity::get_core_ids().and_then(|ids| ids.get(usize::from(index)).copied())
+    {
         core_affinity::set_for_current(core);
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ServerError::Runtime)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
         let now = crate::time::wall_ms();
-        let shard = Rc::new(RefCell::new(Shard::new(index, config, crate::cmd::table(), now)));
+        let shard = Rc::new(RefCell::new(Shard::new(
+            index,
+            config,
+            crate::cmd::table(),
+            now,
+        )));
         tokio::task::spawn_local(periodic(shard.clone()));
         loop {
             tokio::select! {
@@ -130,11 +167,14 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
             return;
         }
         let now = s.now_ms();
-        let started = std::time::Instant::now();
-        for db in 0..s.dbs.len() {
-            s.active_expire_db(db, now, EXPIRE_CYCLE_BUCKETS_MAX);
+        if !s.stats.active_expire_disabled {
+            let started = std::time::Instant::now();
+            for db in 0..s.dbs.len() {
+                s.active_expire_db(db, now, EXPIRE_CYCLE_BUCKETS_MAX);
+            }
+            s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
         }
-        s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
+        s.stats.note_memory(crate::cmd::server::memory_use().allocated);
         let total = s.stats.total_commands_processed;
         s.stats.ops_sample.sample(now, total);
         let timeout_s = s.config.timeout;
