@@ -116,6 +116,8 @@ struct SelfView {
     cmd: &'static str,
     multi: Option<usize>,
     multi_mem: usize,
+    /// A watched key changed (flag 'd'); only the connection itself can see it.
+    dirty_cas: bool,
     argv_mem: usize,
     /// The running command's request size (it is still in the query buffer in Redis).
     qbuf: usize,
@@ -136,6 +138,9 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     };
     if multi.is_some() {
         flags.push('x');
+    }
+    if me.is_some_and(|m| m.dirty_cas) {
+        flags.push('d');
     }
     if flags.is_empty() {
         flags.push('N');
@@ -191,6 +196,7 @@ fn self_view(ctx: &Ctx<'_>, argv: &[&[u8]]) -> SelfView {
                 .map(Vec::len)
                 .sum()
         }),
+        dirty_cas: ctx.client.dirty.get(),
         argv_mem: argv.iter().map(|a| a.len()).sum(),
         qbuf: request_len(argv),
         proto: ctx.out.proto,
