@@ -135,8 +135,8 @@ pub struct KeyState {
     extra: Option<Box<Extra>>,
 }
 
-/// Bytes of a `KeyState` (a string value inline, the rest boxed).
-pub const KEY_STATE_BYTES_MAX: usize = 96;
+/// Bytes of a `KeyState`: the value (one string write inline) 48, removal context 24, box 8.
+pub const KEY_STATE_BYTES_MAX: usize = 80;
 const _: () = assert!(std::mem::size_of::<KeyState>() <= KEY_STATE_BYTES_MAX);
 
 impl KeyState {

@@ -12,18 +12,27 @@
 use crate::bytes::SmallBytes;
 use crate::counter::{Counter, Delta, IncTotals};
 use crate::dot::{ReplicaId, Stamp, VersionVector};
-use crate::mvreg::MvReg;
 use crate::num::Dec;
 
-/// A string key's value.
+/// A string key's value: a multi-value register of assigned bytes (the write with the highest
+/// stamp inline, concurrent ones boxed) and a counter (boxed).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct StrCrdt {
-    reg: MvReg<SmallBytes>,
-    counter: Option<Box<Counter>>,
+    /// The assigned write with the highest stamp; `None` when nothing is assigned.
+    head: Option<(Stamp, SmallBytes)>,
+    rare: Option<Box<StrRare>>,
 }
 
-/// Size of `StrCrdt`: one inline write (stamp and 24-byte bytes) plus the counter pointer.
-pub const STR_CRDT_BYTES_MAX: usize = 56;
+/// The rare parts of a string: concurrent assigned writes and the counter.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+struct StrRare {
+    // Invariant: sorted by stamp, every stamp below head's; empty when head is None.
+    others: Vec<(Stamp, SmallBytes)>,
+    counter: Option<Counter>,
+}
+
+/// Size of `StrCrdt`: one inline write (16-byte stamp, 24-byte bytes) plus one pointer.
+pub const STR_CRDT_BYTES_MAX: usize = 48;
 const _: () = assert!(std::mem::size_of::<StrCrdt>() <= STR_CRDT_BYTES_MAX);
 
 /// What a string key shows.
@@ -76,10 +85,32 @@ impl StrCrdt {
         StrCrdt::default()
     }
 
+    fn counter_ref(&self) -> Option<&Counter> {
+        self.rare.as_ref().and_then(|r| r.counter.as_ref())
+    }
+
+    fn counter_mut(&mut self) -> &mut Counter {
+        self.rare
+            .get_or_insert_with(Box::default)
+            .counter
+            .get_or_insert_with(Counter::new)
+    }
+
+    /// Drops the boxed part when it holds nothing.
+    fn tidy(&mut self) {
+        if self
+            .rare
+            .as_ref()
+            .is_some_and(|r| r.others.is_empty() && r.counter.is_none())
+        {
+            self.rare = None;
+        }
+    }
+
     /// The value shown; `None` when nothing is assigned and no increment is unobserved.
     pub fn view(&self) -> Option<StrView<'_>> {
-        let bytes = self.reg.visible().map(|(_, b)| b.as_slice());
-        let counter = match &self.counter {
+        let bytes = self.head.as_ref().map(|(_, b)| b.as_slice());
+        let counter = match self.counter_ref() {
             Some(c) if !c.is_clear() => c,
             _ => return bytes.map(StrView::Bytes),
         };
@@ -111,51 +142,81 @@ impl StrCrdt {
 
     /// Removes the assigned writes covered by `stamps` and resets the increments in `incs`.
     pub fn remove(&mut self, stamps: &VersionVector, incs: &[(ReplicaId, IncTotals)]) {
-        self.reg.remove(stamps);
-        if !incs.is_empty() {
-            self.counter.get_or_insert_with(Box::default).reset(incs);
+        if let Some(r) = &mut self.rare {
+            r.others.retain(|w| !stamps.covers(w.0));
         }
+        if self.head.as_ref().is_some_and(|w| stamps.covers(w.0)) {
+            self.head = self.rare.as_mut().and_then(|r| r.others.pop());
+        }
+        if !incs.is_empty() {
+            self.counter_mut().reset(incs);
+        }
+        self.tidy();
     }
 
     /// Adds the assigned write `stamp` (the caller has applied the write's removals).
+    /// Returns false when a write with that stamp is held already.
     pub fn assign(&mut self, stamp: Stamp, value: &[u8]) -> bool {
-        self.reg
-            .write(stamp, SmallBytes::copy_from(value), &VersionVector::new())
+        if self.writes().any(|(s, _)| *s == stamp) {
+            return false;
+        }
+        let new = (stamp, SmallBytes::copy_from(value));
+        let below = match self.head.take() {
+            None => {
+                self.head = Some(new);
+                return true;
+            }
+            Some(head) if head.0 < stamp => {
+                self.head = Some(new);
+                head
+            }
+            Some(head) => {
+                self.head = Some(head);
+                new
+            }
+        };
+        let others = &mut self.rare.get_or_insert_with(Box::default).others;
+        let i = others.partition_point(|w| w.0 < below.0);
+        others.insert(i, below);
+        true
     }
 
     /// Applies one increment; false for a duplicate.
     pub fn incr(&mut self, stamp: Stamp, delta: &Delta) -> bool {
-        self.counter
-            .get_or_insert_with(Box::default)
-            .apply_inc(stamp, delta)
+        self.counter_mut().apply_inc(stamp, delta)
     }
 
-    pub fn reg(&self) -> &MvReg<SmallBytes> {
-        &self.reg
+    /// The assigned writes held: the shown one first, then concurrent ones.
+    pub fn writes(&self) -> impl Iterator<Item = (&Stamp, &[u8])> + '_ {
+        let others = self.rare.iter().flat_map(|r| r.others.iter().rev());
+        self.head
+            .iter()
+            .chain(others)
+            .map(|(s, b)| (s, b.as_slice()))
     }
 
     pub fn counter(&self) -> Option<&Counter> {
-        self.counter.as_deref()
+        self.counter_ref()
     }
 
     /// Whether the value shows anything.
     pub fn is_live(&self) -> bool {
-        !self.reg.is_empty() || self.counter.as_ref().is_some_and(|c| !c.is_clear())
+        self.head.is_some() || self.counter_ref().is_some_and(|c| !c.is_clear())
     }
 
     /// The highest stamp among assigned writes and unobserved increments.
     pub fn live_stamp(&self) -> Option<Stamp> {
-        let r = self.reg.visible().map(|(s, _)| *s);
-        let c = self.counter.as_ref().and_then(|c| c.live_stamp());
+        let r = self.head.as_ref().map(|(s, _)| *s);
+        let c = self.counter_ref().and_then(|c| c.live_stamp());
         r.max(c)
     }
 
     /// Adds the stamps held (writes, last increment per origin) to `vv`.
     pub fn observe_into(&self, vv: &mut VersionVector) {
-        for (s, _) in self.reg.iter() {
+        for (s, _) in self.writes() {
             vv.observe(*s);
         }
-        if let Some(c) = &self.counter {
+        if let Some(c) = self.counter_ref() {
             for s in c.last_stamps() {
                 vv.observe(s);
             }
@@ -164,15 +225,18 @@ impl StrCrdt {
 
     /// Whether a cleared counter (pure metadata) is held.
     pub fn has_metadata(&self) -> bool {
-        self.counter.as_ref().is_some_and(|c| c.is_clear())
+        self.counter_ref().is_some_and(|c| c.is_clear())
     }
 
     /// Drops a cleared counter (only safe when no replica can still send increments or
     /// removals referring to its totals: no peers).
     pub fn collect_all(&mut self) {
-        if self.counter.as_ref().is_some_and(|c| c.is_clear()) {
-            self.counter = None;
+        if let Some(r) = &mut self.rare {
+            if r.counter.as_ref().is_some_and(|c| c.is_clear()) {
+                r.counter = None;
+            }
         }
+        self.tidy();
     }
 }
 
@@ -231,6 +295,26 @@ mod tests {
         t.assign(st(1, 1), b"1.5");
         t.incr(st(2, 2), &Delta::Int(1));
         assert_eq!(t.view().unwrap().to_bytes(), b"2.5");
+    }
+
+    #[test]
+    fn concurrent_writes_show_the_highest_and_removal_promotes_the_next() {
+        let mut s = StrCrdt::new();
+        assert!(s.assign(st(2, 1), b"b"));
+        assert!(s.assign(st(3, 2), b"c"));
+        assert!(s.assign(st(1, 3), b"a"));
+        assert!(!s.assign(st(1, 3), b"a"));
+        assert_eq!(s.view(), Some(StrView::Bytes(b"c")));
+        assert_eq!(s.writes().count(), 3);
+        let mut seen = VersionVector::new();
+        seen.observe(st(3, 2));
+        s.remove(&seen, &[]);
+        assert_eq!(s.view(), Some(StrView::Bytes(b"b")));
+        seen.observe(st(2, 1));
+        seen.observe(st(1, 3));
+        s.remove(&seen, &[]);
+        assert_eq!(s.view(), None);
+        assert_eq!(s, StrCrdt::new());
     }
 
     #[test]
