@@ -8,7 +8,7 @@
 //! stable and such a late write is dropped. Three contexts, each the merge of the `Observed`
 //! stamps of the removals of one kind, so that each write is tested against exactly the
 //! removals that remove its kind:
-//! - `removed` (inline): DEL and SET without KEEPTTL, which remove values and expire writes;
+//! - `removed`: DEL and SET without KEEPTTL, which remove values and expire writes;
 //! - `value_removed`: SET KEEPTTL, APPEND, SETRANGE..., which remove values only;
 //! - `expire_removed`: EXPIRE and PERSIST, which remove expire writes only.
 //!
@@ -111,6 +111,8 @@ struct Extra {
     /// Live values of types that lost a type conflict, and dead values that still hold
     /// metadata. At most one value per type across `value` and `hidden`.
     hidden: Vec<Value>,
+    /// Merged contexts of DEL and SET-without-KEEPTTL.
+    removed: VersionVector,
     expire: ExpireReg,
     expire_removed: VersionVector,
     value_removed: VersionVector,
@@ -119,6 +121,7 @@ struct Extra {
 impl Extra {
     fn is_blank(&self) -> bool {
         self.hidden.is_empty()
+            && self.removed.is_empty()
             && self.expire.is_empty()
             && self.expire_removed.is_empty()
             && self.value_removed.is_empty()
@@ -130,13 +133,14 @@ impl Extra {
 pub struct KeyState {
     /// The visible value when one is live; otherwise a dead value holding metadata, or none.
     value: Option<Value>,
-    /// Merged contexts of DEL and SET-without-KEEPTTL.
-    removed: VersionVector,
+    /// Removal contexts, TTL and hidden values: absent for most keys. Keeping even the
+    /// removal context out of line matters: the keyspace table holds this struct inline, and
+    /// with no peers the server drops removal metadata after every write.
     extra: Option<Box<Extra>>,
 }
 
-/// Bytes of a `KeyState`: the value (one string write inline) 48, removal context 24, box 8.
-pub const KEY_STATE_BYTES_MAX: usize = 80;
+/// Bytes of a `KeyState`: the value (one string write inline) 48, box 8.
+pub const KEY_STATE_BYTES_MAX: usize = 56;
 const _: () = assert!(std::mem::size_of::<KeyState>() <= KEY_STATE_BYTES_MAX);
 
 impl KeyState {
@@ -162,19 +166,22 @@ impl KeyState {
     }
 
     fn value_covered(&self, stamp: Stamp) -> bool {
-        self.removed.covers(stamp)
-            || self
-                .extra
-                .as_ref()
-                .is_some_and(|x| x.value_removed.covers(stamp))
+        self.extra
+            .as_ref()
+            .is_some_and(|x| x.removed.covers(stamp) || x.value_removed.covers(stamp))
     }
 
     fn expire_covered(&self, stamp: Stamp) -> bool {
-        self.removed.covers(stamp)
-            || self
-                .extra
-                .as_ref()
-                .is_some_and(|x| x.expire_removed.covers(stamp))
+        self.extra
+            .as_ref()
+            .is_some_and(|x| x.removed.covers(stamp) || x.expire_removed.covers(stamp))
+    }
+
+    /// Merges a DEL / SET-without-KEEPTTL context (allocating the rare part only if needed).
+    fn merge_removed(&mut self, observed: &VersionVector) {
+        if !observed.is_empty() {
+            self.extra_mut().removed.merge(observed);
+        }
     }
 
     /// Takes the value of type `tag` out (from `value` or `hidden`).
@@ -278,7 +285,7 @@ impl KeyState {
 
     /// Everything seen at this key: a local removal carries it.
     pub fn observed(&self) -> Observed {
-        let mut stamps = self.removed.clone();
+        let mut stamps = VersionVector::new();
         let mut incs: SmallVec<[(ReplicaId, IncTotals); 1]> = SmallVec::new();
         for v in self.values() {
             v.observe_into(&mut stamps);
@@ -289,6 +296,7 @@ impl KeyState {
             }
         }
         if let Some(x) = &self.extra {
+            stamps.merge(&x.removed);
             stamps.merge(&x.value_removed);
             stamps.merge(&x.expire_removed);
             for (s, _) in x.expire.0.iter() {
@@ -311,7 +319,7 @@ impl KeyState {
                     if *keep_ttl {
                         self.extra_mut().value_removed.merge(&observed.stamps);
                     } else {
-                        self.removed.merge(&observed.stamps);
+                        self.merge_removed(&observed.stamps);
                         if let Some(x) = &mut self.extra {
                             x.expire.remove(&observed.stamps);
                         }
@@ -334,7 +342,7 @@ impl KeyState {
                 !fresh
             }
             Effect::Remove { observed } => {
-                self.removed.merge(&observed.stamps);
+                self.merge_removed(&observed.stamps);
                 if let Some(x) = &mut self.extra {
                     x.expire.remove(&observed.stamps);
                 }
@@ -367,7 +375,11 @@ impl KeyState {
                 }
             }
             Effect::SetRem { member, observed } => {
-                if !self.removed.dominates(observed) {
+                let dominated = match &self.extra {
+                    Some(x) => x.removed.dominates(observed),
+                    None => observed.is_empty(),
+                };
+                if !dominated {
                     let mut s = self.take_set();
                     s.remove(member.as_ref(), observed);
                     self.put(Value::Set(s));
@@ -486,14 +498,12 @@ impl KeyState {
     /// counters, set removal contexts, dead values, expire writes with no effect). An empty
     /// key without metadata can be dropped from the keyspace.
     pub fn has_metadata(&self) -> bool {
-        if !self.removed.is_empty() {
-            return true;
-        }
         if self.values().any(|v| v.has_metadata() || !v.is_live()) {
             return true;
         }
         self.extra.as_ref().is_some_and(|x| {
-            !x.value_removed.is_empty()
+            !x.removed.is_empty()
+                || !x.value_removed.is_empty()
                 || !x.expire_removed.is_empty()
                 || (!x.expire.is_empty() && (x.expire.is_inert() || self.is_empty()))
         })
@@ -503,7 +513,6 @@ impl KeyState {
     /// expire writes with no effect (PERSIST only) and expire writes of an empty key. Only
     /// for a replica with no peers, where every write is causally stable.
     pub fn collect_all(&mut self) {
-        self.removed = VersionVector::new();
         let empty = self.is_empty();
         for v in self.values_mut() {
             match v {
@@ -512,6 +521,7 @@ impl KeyState {
             }
         }
         if let Some(x) = &mut self.extra {
+            x.removed = VersionVector::new();
             x.value_removed = VersionVector::new();
             x.expire_removed = VersionVector::new();
             if empty || x.expire.is_inert() {
@@ -528,13 +538,13 @@ impl KeyState {
     /// could come back: the caller must filter duplicates before `apply` (per-origin sequence
     /// numbers), as it does anyway.
     pub fn collect(&mut self, stable: &VersionVector) {
-        self.removed.forget_covered(stable);
         for v in self.values_mut() {
             if let Value::Set(s) = v {
                 s.collect(Some(stable));
             }
         }
         if let Some(x) = &mut self.extra {
+            x.removed.forget_covered(stable);
             x.value_removed.forget_covered(stable);
             x.expire_removed.forget_covered(stable);
         }

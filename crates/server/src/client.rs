@@ -107,7 +107,14 @@ pub struct Client {
 
 impl Client {
     pub fn new(shared: Rc<ClientShared>) -> Client {
-        Client { shared, db: 0, multi: None, watched: Vec::new(), dirty: Rc::new(Cell::new(false)), close_after_reply: false }
+        Client {
+            shared,
+            db: 0,
+            multi: None,
+            watched: Vec::new(),
+            dirty: Rc::new(Cell::new(false)),
+            close_after_reply: false,
+        }
     }
 
     pub fn id(&self) -> u64 {

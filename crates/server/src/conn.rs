@@ -97,7 +97,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             s.stats.net_input_bytes += n as u64;
             query_limit = s.config.client_query_buffer_limit as usize;
             // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
-            parser.set_limits(ParseLimits { bulk_bytes_max: s.config.proto_max_bulk_len as i64, authenticated: true });
+            parser.set_limits(ParseLimits {
+                bulk_bytes_max: s.config.proto_max_bulk_len as i64,
+                authenticated: true,
+            });
             let now = s.now_ms();
             shared.last_interaction_ms.set(now);
             let mut pos = 0usize;

@@ -85,7 +85,10 @@ impl CmdError {
         }
         let name = c_str(name);
         let name_part = name.get(..name.len().min(128)).unwrap_or(name);
-        CmdError::UnknownCommand { name: sanitize(name_part), args: shown }
+        CmdError::UnknownCommand {
+            name: sanitize(name_part),
+            args: shown,
+        }
     }
 }
 
@@ -105,7 +108,10 @@ fn sanitize(b: &[u8]) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
     #[error("config key '{key}': {message}")]
@@ -122,8 +128,14 @@ mod tests {
         CmdError::WrongArity("get".into()).write_text(&mut v);
         assert_eq!(v, b"ERR wrong number of arguments for 'get' command");
         let e = CmdError::unknown_command(b"FOO", &[b"a", b"b"]);
-        assert_eq!(e.to_string(), "ERR unknown command 'FOO', with args beginning with: 'a' 'b' ");
-        assert_eq!(CmdError::unknown_command(b"x", &[]).to_string(), "ERR unknown command 'x', with args beginning with: ");
+        assert_eq!(
+            e.to_string(),
+            "ERR unknown command 'FOO', with args beginning with: 'a' 'b' "
+        );
+        assert_eq!(
+            CmdError::unknown_command(b"x", &[]).to_string(),
+            "ERR unknown command 'x', with args beginning with: "
+        );
         assert_eq!(CmdError::WrongType.code(), "WRONGTYPE");
     }
 }

@@ -32,7 +32,11 @@ pub struct Db {
 
 impl Db {
     pub fn new() -> Db {
-        Db { table: HashTable::new(), expires: 0, expire_cursor: 0 }
+        Db {
+            table: HashTable::new(),
+            expires: 0,
+            expire_cursor: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -87,7 +91,11 @@ impl Shard {
         let hash = self.hash_key(key);
         self.expire_if_needed(db, hash, key, now_ms);
         let lru = lru_clock(now_ms);
-        let found = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)).filter(|e| !e.state.is_empty());
+        let found = self
+            .dbs
+            .get_mut(db)
+            .and_then(|d| d.get_mut(hash, key))
+            .filter(|e| !e.state.is_empty());
         match found {
             Some(e) => {
                 e.lru_s = lru;
@@ -106,7 +114,10 @@ impl Shard {
     pub fn lookup_quiet(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let hash = self.hash_key(key);
         self.expire_if_needed(db, hash, key, now_ms);
-        self.dbs.get(db).and_then(|d| d.get(hash, key)).filter(|e| !e.state.is_empty())
+        self.dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .filter(|e| !e.state.is_empty())
     }
 
     /// Applies one local write to `key` in `db`. `build` sees the key's current state (empty
@@ -119,9 +130,24 @@ impl Shard {
     {
         let hash = self.hash_key(key);
         self.expire_if_needed(db, hash, key, now_ms);
+        // A TTL left on an empty key by a concurrent EXPIRE ∥ DEL must not attach to the key
+        // this write may create: Redis creates keys without a TTL.
+        let orphan = self
+            .dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .filter(|e| e.state.has_orphan_expire())
+            .map(|e| e.state.remove_effect::<&[u8]>());
+        if let Some(effect) = orphan {
+            self.apply_effect(db, hash, key, now_ms, &effect);
+        }
         let empty = KeyState::new();
         let (effect, existed) = {
-            let current = self.dbs.get(db).and_then(|d| d.get(hash, key)).map(|e| &e.state);
+            let current = self
+                .dbs
+                .get(db)
+                .and_then(|d| d.get(hash, key))
+                .map(|e| &e.state);
             let state = current.unwrap_or(&empty);
             (build(state), !state.is_empty())
         };
@@ -131,9 +157,19 @@ impl Shard {
 
     /// Stamps and applies `effect` as a local op on `key` (hash given), logs it, wakes
     /// watchers and removes the key's entry when nothing visible or pending is left.
-    fn apply_effect<B: AsRef<[u8]>>(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64, effect: &Effect<B>) -> Applied {
+    fn apply_effect<B: AsRef<[u8]>>(
+        &mut self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        now_ms: u64,
+        effect: &Effect<B>,
+    ) -> Applied {
         let hlc = self.clock.tick(now_ms);
-        let stamp = Stamp { hlc, replica: self.replica };
+        let stamp = Stamp {
+            hlc,
+            replica: self.replica,
+        };
         self.seq += 1;
         let seq = self.seq;
         let keep_metadata = self.peers > 0;
@@ -145,16 +181,22 @@ impl Shard {
         let entry = d
             .table
             .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| Entry { key: Box::from(key), state: KeyState::new(), lru_s: lru });
+            .or_insert_with(|| Entry {
+                key: Box::from(key),
+                state: KeyState::new(),
+                lru_s: lru,
+            });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
         let mut remove = false;
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
+            // With no peers every write is causally stable at once: drop removal metadata now,
+            // so a single site keeps neither tombstones nor removal contexts.
+            if !keep_metadata && e.state.has_metadata() {
+                e.state.collect_all();
+            }
             if e.state.is_empty() {
-                if !keep_metadata {
-                    e.state.collect_all();
-                }
                 remove = !e.state.has_metadata();
             }
             let has_ttl = !remove && e.state.expire_at_ms().is_some();
@@ -182,7 +224,11 @@ impl Shard {
     /// Returns whether it expired.
     pub fn expire_if_needed(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64) -> bool {
         let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
-            Some(e) if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) => e.state.observed(),
+            Some(e)
+                if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) =>
+            {
+                e.state.observed()
+            }
             _ => return false,
         };
         self.apply_effect::<&[u8]>(db, hash, key, now_ms, &Effect::Remove { observed });
@@ -231,7 +277,8 @@ impl Shard {
         if let Some(d) = self.dbs.get(db) {
             for i in start..end {
                 if let Some(e) = d.table.get_bucket(i) {
-                    if e.state.expire_at_ms().is_some_and(|at| at <= now_ms) && !e.state.is_empty() {
+                    if e.state.expire_at_ms().is_some_and(|at| at <= now_ms) && !e.state.is_empty()
+                    {
                         due.push(e.key.clone());
                     }
                 }

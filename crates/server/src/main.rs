@@ -10,7 +10,11 @@ use meridian_server::config::Config;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "meridian", version, about = "Redis-compatible active-active key-value server")]
+#[command(
+    name = "meridian",
+    version,
+    about = "Redis-compatible active-active key-value server"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -71,9 +75,24 @@ impl ServerFlags {
         macro_rules! over {
             ($($f:ident),*) => { $( if let Some(v) = self.$f { c.$f = v; } )* };
         }
-        over!(bind, port, dir, databases, site, proto_max_bulk_len, client_query_buffer_limit, maxclients, timeout, hz,
-            slowlog_log_slower_than, slowlog_max_len, latency_monitor_threshold, backlog_bytes_max, log_level,
-            debug_clock_offset_ms);
+        over!(
+            bind,
+            port,
+            dir,
+            databases,
+            site,
+            proto_max_bulk_len,
+            client_query_buffer_limit,
+            maxclients,
+            timeout,
+            hz,
+            slowlog_log_slower_than,
+            slowlog_max_len,
+            latency_monitor_threshold,
+            backlog_bytes_max,
+            log_level,
+            debug_clock_offset_ms
+        );
         c.validate()?;
         Ok(c)
     }
@@ -86,7 +105,10 @@ fn main() -> anyhow::Result<()> {
             let config = flags.resolve().context("invalid configuration")?;
             let filter = tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-            tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_target(false)
+                .init();
             meridian_server::server::run(config).context("server failed")?;
             Ok(())
         }

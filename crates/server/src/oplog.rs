@@ -46,7 +46,12 @@ pub struct OpLog {
 
 impl OpLog {
     pub fn new(origin: ReplicaId, bytes_max: u64) -> OpLog {
-        OpLog { origin, chunks: VecDeque::new(), bytes: 0, bytes_max }
+        OpLog {
+            origin,
+            chunks: VecDeque::new(),
+            bytes: 0,
+            bytes_max,
+        }
     }
 
     pub fn set_bytes_max(&mut self, bytes_max: u64) {
@@ -70,14 +75,39 @@ impl OpLog {
     }
 
     /// Appends one op. `seq` must be the previous one plus 1.
-    pub fn append<B: AsRef<[u8]>>(&mut self, seq: u64, hlc: Hlc, db: usize, key: &[u8], effect: &Effect<B>) {
-        let needs_new = self.chunks.back().is_none_or(|c| c.buf.len() >= CHUNK_BYTES);
+    pub fn append<B: AsRef<[u8]>>(
+        &mut self,
+        seq: u64,
+        hlc: Hlc,
+        db: usize,
+        key: &[u8],
+        effect: &Effect<B>,
+    ) {
+        let needs_new = self
+            .chunks
+            .back()
+            .is_none_or(|c| c.buf.len() >= CHUNK_BYTES);
         if needs_new {
-            self.chunks.push_back(Chunk { first_seq: seq, last_seq: seq, ops: 0, buf: Vec::with_capacity(CHUNK_BYTES) });
+            self.chunks.push_back(Chunk {
+                first_seq: seq,
+                last_seq: seq,
+                ops: 0,
+                buf: Vec::with_capacity(CHUNK_BYTES),
+            });
         }
-        let Some(chunk) = self.chunks.back_mut() else { return };
+        let Some(chunk) = self.chunks.back_mut() else {
+            return;
+        };
         let before = chunk.buf.len();
-        encode(&mut chunk.buf, self.origin, seq, hlc, db as u16, key, effect);
+        encode(
+            &mut chunk.buf,
+            self.origin,
+            seq,
+            hlc,
+            db as u16,
+            key,
+            effect,
+        );
         chunk.last_seq = seq;
         chunk.ops += 1;
         self.bytes += chunk.buf.len() - before;
@@ -133,7 +163,10 @@ pub struct OpRecord {
 
 impl OpRecord {
     pub fn stamp(&self) -> Stamp {
-        Stamp { hlc: self.hlc, replica: self.origin }
+        Stamp {
+            hlc: self.hlc,
+            replica: self.origin,
+        }
     }
 }
 
@@ -147,7 +180,11 @@ pub enum OpDecodeError {
     #[error("unknown effect tag {0}")]
     BadTag(u8),
     #[error("{what}: {n} entries exceed {max}")]
-    TooManyEntries { what: &'static str, n: usize, max: usize },
+    TooManyEntries {
+        what: &'static str,
+        n: usize,
+        max: usize,
+    },
     #[error("decimal out of range")]
     BadDecimal,
     #[error("record length {len} does not match its contents ({used} bytes used)")]
@@ -162,7 +199,15 @@ const TAG_SET_ADD: u8 = 5;
 const TAG_SET_REM: u8 = 6;
 
 /// Appends one record to `out`.
-pub fn encode<B: AsRef<[u8]>>(out: &mut Vec<u8>, origin: ReplicaId, seq: u64, hlc: Hlc, db: u16, key: &[u8], effect: &Effect<B>) {
+pub fn encode<B: AsRef<[u8]>>(
+    out: &mut Vec<u8>,
+    origin: ReplicaId,
+    seq: u64,
+    hlc: Hlc,
+    db: u16,
+    key: &[u8],
+    effect: &Effect<B>,
+) {
     let len_at = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.extend_from_slice(&seq.to_le_bytes());
@@ -171,7 +216,11 @@ pub fn encode<B: AsRef<[u8]>>(out: &mut Vec<u8>, origin: ReplicaId, seq: u64, hl
     out.extend_from_slice(&db.to_le_bytes());
     put_bytes(out, key);
     match effect {
-        Effect::Assign { value, observed, keep_ttl } => {
+        Effect::Assign {
+            value,
+            observed,
+            keep_ttl,
+        } => {
             out.push(TAG_ASSIGN);
             out.push(u8::from(*keep_ttl));
             put_observed(out, observed);
@@ -268,7 +317,10 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], OpDecodeError> {
         let end = self.pos.checked_add(n).ok_or(OpDecodeError::Truncated)?;
-        let s = self.buf.get(self.pos..end).ok_or(OpDecodeError::Truncated)?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(OpDecodeError::Truncated)?;
         self.pos = end;
         Ok(s)
     }
@@ -305,7 +357,11 @@ impl<'a> Reader<'a> {
     fn count(&mut self, what: &'static str) -> Result<usize, OpDecodeError> {
         let n = self.varint()? as usize;
         if n > VV_ENTRIES_MAX {
-            return Err(OpDecodeError::TooManyEntries { what, n, max: VV_ENTRIES_MAX });
+            return Err(OpDecodeError::TooManyEntries {
+                what,
+                n,
+                max: VV_ENTRIES_MAX,
+            });
         }
         Ok(n)
     }
@@ -322,7 +378,10 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             let r = u32::from_le_bytes(self.array()?);
             let h = u64::from_le_bytes(self.array()?);
-            vv.observe(Stamp { hlc: Hlc(h), replica: ReplicaId(r) });
+            vv.observe(Stamp {
+                hlc: Hlc(h),
+                replica: ReplicaId(r),
+            });
         }
         Ok(vv)
     }
@@ -336,7 +395,14 @@ impl<'a> Reader<'a> {
             let total_n = u64::from_le_bytes(self.array()?);
             let int = i128::from_le_bytes(self.array()?);
             let float = self.dec()?;
-            incs.push((r, IncTotals { n: total_n, int, float }));
+            incs.push((
+                r,
+                IncTotals {
+                    n: total_n,
+                    int,
+                    float,
+                },
+            ));
         }
         Ok(Observed { stamps, incs })
     }
@@ -347,7 +413,10 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
     let mut r = Reader { buf, pos: 0 };
     let len = u32::from_le_bytes(r.array()?) as usize;
     if len > RECORD_BYTES_MAX {
-        return Err(OpDecodeError::TooLarge { len, max: RECORD_BYTES_MAX });
+        return Err(OpDecodeError::TooLarge {
+            len,
+            max: RECORD_BYTES_MAX,
+        });
     }
     let body = r.take(len)?;
     let mut b = Reader { buf: body, pos: 0 };
@@ -362,33 +431,59 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
             let keep_ttl = b.u8()? != 0;
             let observed = b.observed()?;
             let value = b.bytes()?;
-            Effect::Assign { value, observed, keep_ttl }
+            Effect::Assign {
+                value,
+                observed,
+                keep_ttl,
+            }
         }
         TAG_INCR => match b.u8()? {
-            0 => Effect::Incr { delta: Delta::Int(i64::from_le_bytes(b.array()?)) },
-            1 => Effect::Incr { delta: Delta::Float(b.dec()?) },
+            0 => Effect::Incr {
+                delta: Delta::Int(i64::from_le_bytes(b.array()?)),
+            },
+            1 => Effect::Incr {
+                delta: Delta::Float(b.dec()?),
+            },
             other => return Err(OpDecodeError::BadTag(other)),
         },
-        TAG_REMOVE => Effect::Remove { observed: b.observed()? },
+        TAG_REMOVE => Effect::Remove {
+            observed: b.observed()?,
+        },
         TAG_EXPIRE => {
             let expire = match b.u8()? {
                 0 => Expire::Persist,
                 1 => Expire::AtMs(u64::from_le_bytes(b.array()?)),
                 other => return Err(OpDecodeError::BadTag(other)),
             };
-            Effect::Expire { expire, observed: b.vv()? }
+            Effect::Expire {
+                expire,
+                observed: b.vv()?,
+            }
         }
         TAG_SET_ADD => Effect::SetAdd { member: b.bytes()? },
         TAG_SET_REM => {
             let member = b.bytes()?;
-            Effect::SetRem { member, observed: b.vv()? }
+            Effect::SetRem {
+                member,
+                observed: b.vv()?,
+            }
         }
         other => return Err(OpDecodeError::BadTag(other)),
     };
     if b.pos != body.len() {
         return Err(OpDecodeError::LengthMismatch { len, used: b.pos });
     }
-    Ok((OpRecord { origin, seq, hlc, db, key, effect }, r.pos))
+    Ok((
+        OpRecord {
+            origin,
+            seq,
+            hlc,
+            db,
+            key,
+            effect,
+        },
+        r.pos,
+    ))
 }
 
 #[cfg(test)]
@@ -398,24 +493,56 @@ mod tests {
     fn vv(entries: &[(u32, u64)]) -> VersionVector {
         let mut v = VersionVector::new();
         for &(r, h) in entries {
-            v.observe(Stamp { hlc: Hlc(h), replica: ReplicaId(r) });
+            v.observe(Stamp {
+                hlc: Hlc(h),
+                replica: ReplicaId(r),
+            });
         }
         v
     }
 
     fn effects() -> Vec<Effect<Vec<u8>>> {
         let mut incs = smallvec::SmallVec::new();
-        incs.push((ReplicaId(9), IncTotals { n: 3, int: -7, float: Dec::parse(b"1.25").unwrap() }));
-        let observed = Observed { stamps: vv(&[(1, 5), (2, 8)]), incs };
+        incs.push((
+            ReplicaId(9),
+            IncTotals {
+                n: 3,
+                int: -7,
+                float: Dec::parse(b"1.25").unwrap(),
+            },
+        ));
+        let observed = Observed {
+            stamps: vv(&[(1, 5), (2, 8)]),
+            incs,
+        };
         vec![
-            Effect::Assign { value: b"v\0\r\n".to_vec(), observed: observed.clone(), keep_ttl: true },
-            Effect::Incr { delta: Delta::Int(-42) },
-            Effect::Incr { delta: Delta::Float(Dec::parse(b"-0.1").unwrap()) },
+            Effect::Assign {
+                value: b"v\0\r\n".to_vec(),
+                observed: observed.clone(),
+                keep_ttl: true,
+            },
+            Effect::Incr {
+                delta: Delta::Int(-42),
+            },
+            Effect::Incr {
+                delta: Delta::Float(Dec::parse(b"-0.1").unwrap()),
+            },
             Effect::Remove { observed },
-            Effect::Expire { expire: Expire::AtMs(123), observed: vv(&[(1, 1)]) },
-            Effect::Expire { expire: Expire::Persist, observed: VersionVector::new() },
-            Effect::SetAdd { member: b"m".to_vec() },
-            Effect::SetRem { member: b"m".to_vec(), observed: vv(&[(3, 3)]) },
+            Effect::Expire {
+                expire: Expire::AtMs(123),
+                observed: vv(&[(1, 1)]),
+            },
+            Effect::Expire {
+                expire: Expire::Persist,
+                observed: VersionVector::new(),
+            },
+            Effect::SetAdd {
+                member: b"m".to_vec(),
+            },
+            Effect::SetRem {
+                member: b"m".to_vec(),
+                observed: vv(&[(3, 3)]),
+            },
         ]
     }
 
@@ -426,7 +553,17 @@ mod tests {
             encode(&mut buf, ReplicaId(7), i as u64 + 1, Hlc(99), 3, b"key", &e);
             let (rec, used) = decode(&buf).unwrap();
             assert_eq!(used, buf.len());
-            assert_eq!(rec, OpRecord { origin: ReplicaId(7), seq: i as u64 + 1, hlc: Hlc(99), db: 3, key: b"key".to_vec(), effect: e });
+            assert_eq!(
+                rec,
+                OpRecord {
+                    origin: ReplicaId(7),
+                    seq: i as u64 + 1,
+                    hlc: Hlc(99),
+                    db: 3,
+                    key: b"key".to_vec(),
+                    effect: e
+                }
+            );
         }
     }
 
@@ -452,7 +589,11 @@ mod tests {
         let mut log = OpLog::new(ReplicaId(1), (3 * CHUNK_BYTES) as u64);
         let value = vec![b'x'; 1000];
         for seq in 1..=1000u64 {
-            let e: Effect<&[u8]> = Effect::Assign { value: &value, observed: Observed::new(), keep_ttl: false };
+            let e: Effect<&[u8]> = Effect::Assign {
+                value: &value,
+                observed: Observed::new(),
+                keep_ttl: false,
+            };
             log.append(seq, Hlc(seq), 0, b"k", &e);
         }
         assert!(log.bytes() as u64 <= (3 * CHUNK_BYTES + 2000) as u64);

@@ -174,7 +174,8 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
             }
             s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
         }
-        s.stats.note_memory(crate::cmd::server::memory_use().allocated);
+        s.stats
+            .note_memory(crate::cmd::server::memory_use().allocated);
         let total = s.stats.total_commands_processed;
         s.stats.ops_sample.sample(now, total);
         let timeout_s = s.config.timeout;

@@ -18,6 +18,11 @@ use crate::keyspace::Db;
 use crate::oplog::OpLog;
 use crate::stats::{LatencyMonitor, SlowLog, Stats};
 
+/// A watched key: (db, key).
+pub type WatchedKey = (usize, Vec<u8>);
+/// A WATCHing client's flag, set when a key it watches changes.
+pub type DirtyFlag = Rc<Cell<bool>>;
+
 /// The state one shard thread owns.
 #[derive(Debug)]
 pub struct Shard {
@@ -42,7 +47,7 @@ pub struct Shard {
     pub clients: BTreeMap<u64, Rc<ClientShared>>,
     pub next_client_id: u64,
     /// Keys watched by some client: (db, key) → the watchers' dirty flags.
-    pub watched: HashMap<(usize, Vec<u8>), Vec<Rc<Cell<bool>>>>,
+    pub watched: HashMap<WatchedKey, Vec<DirtyFlag>>,
     /// Clients in MONITOR mode.
     pub monitors: Vec<Rc<ClientShared>>,
     /// Process start, for INFO uptime.
@@ -98,7 +103,12 @@ impl Shard {
     }
 
     /// Registers a new client and returns its shared state.
-    pub fn register_client(&mut self, addr: std::net::SocketAddr, laddr: std::net::SocketAddr, now_ms: u64) -> Rc<ClientShared> {
+    pub fn register_client(
+        &mut self,
+        addr: std::net::SocketAddr,
+        laddr: std::net::SocketAddr,
+        now_ms: u64,
+    ) -> Rc<ClientShared> {
         let id = self.next_client_id;
         self.next_client_id += 1;
         let shared = Rc::new(ClientShared::new(id, addr, laddr, now_ms));
@@ -129,5 +139,7 @@ impl Shard {
 fn random_hex40() -> String {
     use rand::RngExt as _;
     let mut rng = rand::rng();
-    (0..40).map(|_| char::from(b"0123456789abcdef"[rng.random_range(0..16usize)])).collect()
+    (0..40)
+        .map(|_| char::from(b"0123456789abcdef"[rng.random_range(0..16usize)]))
+        .collect()
 }

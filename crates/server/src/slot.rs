@@ -56,7 +56,11 @@ mod tests {
         assert_eq!(slot(b"foo"), 12182);
         assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
         assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"), "empty first tag: whole key hashed");
+        assert_ne!(
+            slot(b"foo{}{bar}"),
+            slot(b"bar"),
+            "empty first tag: whole key hashed"
+        );
         assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
     }
 

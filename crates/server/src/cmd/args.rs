@@ -49,9 +49,16 @@ pub fn parse_f64(b: &[u8]) -> Option<f64> {
     }
     let s = std::str::from_utf8(b).ok()?;
     let lower = s.to_ascii_lowercase();
-    let t = lower.strip_prefix('+').or_else(|| lower.strip_prefix('-')).unwrap_or(&lower);
+    let t = lower
+        .strip_prefix('+')
+        .or_else(|| lower.strip_prefix('-'))
+        .unwrap_or(&lower);
     let v = if t == "inf" || t == "infinity" {
-        if lower.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY }
+        if lower.starts_with('-') {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        }
     } else {
         if t.starts_with("0x") || t.contains("nan") || t.contains("inf") {
             return None;
@@ -127,12 +134,16 @@ fn glob_match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bo
                 }
             }
             b'?' => {
-                let Some((_, sr)) = s.split_first() else { return false };
+                let Some((_, sr)) = s.split_first() else {
+                    return false;
+                };
                 s = sr;
                 p = prest;
             }
             b'[' => {
-                let Some((&sc, sr)) = s.split_first() else { return false };
+                let Some((&sc, sr)) = s.split_first() else {
+                    return false;
+                };
                 let mut q = prest;
                 let not = matches!(q.first(), Some(b'^'));
                 if not {
@@ -176,8 +187,10 @@ fn glob_match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bo
                 p = q.get(1..).unwrap_or_default();
                 s = sr;
             }
-            b'\\' if prest.len() >= 1 => {
-                let Some((&sc, sr)) = s.split_first() else { return false };
+            b'\\' if !prest.is_empty() => {
+                let Some((&sc, sr)) = s.split_first() else {
+                    return false;
+                };
                 let lit = prest.first().copied().unwrap_or(b'\\');
                 if fold(lit) != fold(sc) {
                     return false;
@@ -186,7 +199,9 @@ fn glob_match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bo
                 p = prest.get(1..).unwrap_or_default();
             }
             _ => {
-                let Some((&sc, sr)) = s.split_first() else { return false };
+                let Some((&sc, sr)) = s.split_first() else {
+                    return false;
+                };
                 if fold(pc) != fold(sc) {
                     return false;
                 }
@@ -207,7 +222,18 @@ mod tests {
         assert_eq!(parse_i64(b"0"), Some(0));
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b"9223372036854775808"[..], b"+1", b"01", b" 1", b"1 ", b"", b"-", b"-0", b"1.0", b"abc"] {
+        for bad in [
+            &b"9223372036854775808"[..],
+            b"+1",
+            b"01",
+            b" 1",
+            b"1 ",
+            b"",
+            b"-",
+            b"-0",
+            b"1.0",
+            b"abc",
+        ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
@@ -234,7 +260,11 @@ mod tests {
         assert!(!glob_match(b"a\\*b", b"axb", false));
         assert!(glob_match(b"KEY*", b"key1", true));
         assert!(!glob_match(b"foo", b"foobar", false));
-        assert!(glob_match(b"*a*a*a*a*a*a*a*a*b", b"aaaaaaaaaaaaaaaaaaaaaaaab", false));
+        assert!(glob_match(
+            b"*a*a*a*a*a*a*a*a*b",
+            b"aaaaaaaaaaaaaaaaaaaaaaaab",
+            false
+        ));
     }
 
     #[test]

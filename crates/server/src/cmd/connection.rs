@@ -77,12 +77,18 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut i = 1;
     if let Some(v) = argv.get(1) {
         let Ok(ver) = int_arg(v) else {
-            return Err(CmdError::Err("Protocol version is not an integer or out of range".to_string()));
+            return Err(CmdError::Err(
+                "Protocol version is not an integer or out of range".to_string(),
+            ));
         };
         proto = match ver {
             2 => Proto::Resp2,
             3 => Proto::Resp3,
-            _ => return Err(CmdError::Raw("NOPROTO unsupported protocol version".to_string())),
+            _ => {
+                return Err(CmdError::Raw(
+                    "NOPROTO unsupported protocol version".to_string(),
+                ));
+            }
         };
         i = 2;
     }
@@ -94,22 +100,34 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             // No ACL users or requirepass exist: only the default user, which takes any
             // password ("nopass"), as Redis with no requirepass.
             if argv.get(i + 1).copied().unwrap_or_default() != b"default" {
-                return Err(CmdError::Raw("WRONGPASS invalid username-password pair or user is disabled.".to_string()));
+                return Err(CmdError::Raw(
+                    "WRONGPASS invalid username-password pair or user is disabled.".to_string(),
+                ));
             }
             i += 3;
         } else if eq_ic(opt, "setname") && more >= 1 {
             let name = argv.get(i + 1).copied().unwrap_or_default();
             if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-                return Err(CmdError::Err("Client names cannot contain spaces, newlines or special characters.".to_string()));
+                return Err(CmdError::Err(
+                    "Client names cannot contain spaces, newlines or special characters."
+                        .to_string(),
+                ));
             }
             setname = Some(name);
             i += 2;
         } else {
-            return Err(CmdError::Err(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(opt))));
+            return Err(CmdError::Err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(opt)
+            )));
         }
     }
     if let Some(name) = setname {
-        *ctx.client.shared.name.borrow_mut() = if name.is_empty() { None } else { Some(name.to_vec()) };
+        *ctx.client.shared.name.borrow_mut() = if name.is_empty() {
+            None
+        } else {
+            Some(name.to_vec())
+        };
     }
     ctx.out.proto = proto;
     ctx.client.shared.proto.set(proto);

@@ -82,14 +82,20 @@ pub fn table() -> &'static Table {
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.
 fn runs_inside_multi(name: &str) -> bool {
-    matches!(name, "exec" | "discard" | "multi" | "watch" | "quit" | "reset")
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
 }
 
 /// Resolves `argv` to a command (a subcommand for containers) and checks its arity.
 pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static CommandSpec, CmdError> {
     let name = argv.first().copied().unwrap_or_default();
     let Some(mut spec) = table.lookup(name) else {
-        return Err(CmdError::unknown_command(name, argv.get(1..).unwrap_or_default()));
+        return Err(CmdError::unknown_command(
+            name,
+            argv.get(1..).unwrap_or_default(),
+        ));
     };
     if spec.is_container {
         if let Some(sub) = argv.get(1) {
@@ -114,7 +120,13 @@ pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static Command
 }
 
 /// Runs one command from a client: the path described in the module doc.
-pub fn execute(shard: &mut Shard, client: &mut Client, out: &mut Reply, argv: &[&[u8]], now_ms: u64) {
+pub fn execute(
+    shard: &mut Shard,
+    client: &mut Client,
+    out: &mut Reply,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
     if argv.is_empty() {
         return;
     }
@@ -138,15 +150,25 @@ pub fn execute(shard: &mut Shard, client: &mut Client, out: &mut Reply, argv: &[
         if !runs_inside_multi(spec.meta.name) {
             if m.queued.len() >= MULTI_QUEUED_MAX {
                 m.aborted = true;
-                reply_error(shard, out, &CmdError::Err("too many commands queued in MULTI".to_string()));
+                reply_error(
+                    shard,
+                    out,
+                    &CmdError::Err("too many commands queued in MULTI".to_string()),
+                );
                 return;
             }
             if spec.meta.flags.contains(Flags::NO_MULTI) {
                 m.aborted = true;
-                reply_error(shard, out, &CmdError::Err("Command not allowed inside a transaction".to_string()));
+                reply_error(
+                    shard,
+                    out,
+                    &CmdError::Err("Command not allowed inside a transaction".to_string()),
+                );
                 return;
             }
-            m.queued.push(QueuedCommand { args: argv.iter().map(|a| a.to_vec()).collect() });
+            m.queued.push(QueuedCommand {
+                args: argv.iter().map(|a| a.to_vec()).collect(),
+            });
             out.simple("QUEUED");
             return;
         }
@@ -155,7 +177,10 @@ pub fn execute(shard: &mut Shard, client: &mut Client, out: &mut Reply, argv: &[
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
-fn resolve_container_or_base(table: &'static Table, argv: &[&[u8]]) -> Result<&'static CommandSpec, ()> {
+fn resolve_container_or_base(
+    table: &'static Table,
+    argv: &[&[u8]],
+) -> Result<&'static CommandSpec, ()> {
     let name = argv.first().copied().unwrap_or_default();
     let spec = table.lookup(name).ok_or(())?;
     if spec.is_container {
@@ -167,14 +192,31 @@ fn resolve_container_or_base(table: &'static Table, argv: &[&[u8]]) -> Result<&'
 }
 
 /// Runs a resolved command now (also used by EXEC for queued commands).
-pub fn call(shard: &mut Shard, client: &mut Client, out: &mut Reply, spec: &'static CommandSpec, argv: &[&[u8]], now_ms: u64) {
+pub fn call(
+    shard: &mut Shard,
+    client: &mut Client,
+    out: &mut Reply,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
     let Some(handler) = spec.handler else {
-        reply_error(shard, out, &CmdError::WrongArity(spec.meta.name.to_string()));
+        reply_error(
+            shard,
+            out,
+            &CmdError::WrongArity(spec.meta.name.to_string()),
+        );
         return;
     };
     let started = std::time::Instant::now();
     let result = {
-        let mut ctx = Ctx { shard: &mut *shard, client: &mut *client, out: &mut *out, now_ms, spec };
+        let mut ctx = Ctx {
+            shard: &mut *shard,
+            client: &mut *client,
+            out: &mut *out,
+            now_ms,
+            spec,
+        };
         handler(&mut ctx, argv)
     };
     let usec = started.elapsed().as_micros() as u64;
@@ -194,15 +236,30 @@ pub fn call(shard: &mut Shard, client: &mut Client, out: &mut Reply, spec: &'sta
     let threshold = shard.config.slowlog_log_slower_than;
     if threshold >= 0 && usec >= threshold as u64 && !flags.contains(Flags::SKIP_SLOWLOG) {
         let peer = client.shared.addr.to_string();
-        let name = client.shared.name.borrow().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+        let name = client
+            .shared
+            .name
+            .borrow()
+            .as_ref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
         shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
     }
     let lat_threshold = shard.config.latency_monitor_threshold;
     if lat_threshold > 0 {
-        let event = if flags.contains(Flags::FAST) { "fast-command" } else { "command" };
-        shard.latency.record(event, now_ms / 1000, usec / 1000, lat_threshold);
+        let event = if flags.contains(Flags::FAST) {
+            "fast-command"
+        } else {
+            "command"
+        };
+        shard
+            .latency
+            .record(event, now_ms / 1000, usec / 1000, lat_threshold);
     }
-    if !shard.monitors.is_empty() && !flags.contains(Flags::SKIP_MONITOR) && !flags.contains(Flags::ADMIN) {
+    if !shard.monitors.is_empty()
+        && !flags.contains(Flags::SKIP_MONITOR)
+        && !flags.contains(Flags::ADMIN)
+    {
         feed_monitors(shard, client, argv, now_ms);
     }
 }
@@ -216,8 +273,23 @@ pub fn reply_error(shard: &mut Shard, out: &mut Reply, e: &CmdError) {
 /// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
 fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64) {
     let mut line = Vec::with_capacity(64);
-    let micros = now_ms * 1000 + u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_micros() % 1000).unwrap_or(0));
-    line.extend_from_slice(format!("+{}.{:06} [{} {}]", micros / 1_000_000, micros % 1_000_000, client.db, client.shared.addr).as_bytes());
+    let micros = now_ms * 1000
+        + u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_micros() % 1000)
+                .unwrap_or(0),
+        );
+    line.extend_from_slice(
+        format!(
+            "+{}.{:06} [{} {}]",
+            micros / 1_000_000,
+            micros % 1_000_000,
+            client.db,
+            client.shared.addr
+        )
+        .as_bytes(),
+    );
     for a in argv {
         line.push(b' ');
         args::repr_into(&mut line, a);

@@ -124,7 +124,10 @@ pub const COMMAND_NAME_BYTES_MAX: usize = 64;
 impl Table {
     /// Joins `metas` with `handlers`. A handler with no metadata is a programming error
     /// reported as `Err` (a unit test keeps the shipped table consistent).
-    pub fn build(metas: &'static [CommandMeta], handlers: &[(&'static str, Handler)]) -> Result<Table, String> {
+    pub fn build(
+        metas: &'static [CommandMeta],
+        handlers: &[(&'static str, Handler)],
+    ) -> Result<Table, String> {
         let mut by_meta: HashMap<&'static str, &'static CommandMeta> = HashMap::new();
         for m in metas {
             by_meta.insert(m.name, m);
@@ -132,21 +135,55 @@ impl Table {
         let mut specs = Vec::new();
         let mut by_name = HashMap::new();
         for &(name, handler) in handlers {
-            let meta = by_meta.get(name).ok_or_else(|| format!("handler '{name}' has no command metadata"))?;
+            let meta = by_meta
+                .get(name)
+                .ok_or_else(|| format!("handler '{name}' has no command metadata"))?;
             if let Some((container, _)) = name.split_once('|') {
-                if !by_name.contains_key(container) {
-                    let cmeta = by_meta
-                        .get(container)
-                        .ok_or_else(|| format!("subcommand '{name}' has no container metadata"))?;
-                    by_name.insert(cmeta.name, specs.len());
-                    specs.push(CommandSpec { meta: cmeta, handler: None, idx: specs.len(), is_container: true });
+                match by_name.get(container) {
+                    // A container that also runs by itself (COMMAND): keep its handler.
+                    Some(&i) => {
+                        if let Some(spec) = specs.get_mut(i) {
+                            let spec: &mut CommandSpec = spec;
+                            spec.is_container = true;
+                        }
+                    }
+                    None => {
+                        let cmeta = by_meta.get(container).ok_or_else(|| {
+                            format!("subcommand '{name}' has no container metadata")
+                        })?;
+                        by_name.insert(cmeta.name, specs.len());
+                        specs.push(CommandSpec {
+                            meta: cmeta,
+                            handler: None,
+                            idx: specs.len(),
+                            is_container: true,
+                        });
+                    }
                 }
             }
-            if by_name.contains_key(name) {
-                return Err(format!("command '{name}' registered twice"));
+            match by_name.get(name).copied() {
+                // A container placeholder registered by a subcommand before its own handler.
+                Some(i)
+                    if specs
+                        .get(i)
+                        .is_some_and(|s| s.handler.is_none() && !name.contains('|')) =>
+                {
+                    if let Some(spec) = specs.get_mut(i) {
+                        spec.handler = Some(handler);
+                    }
+                }
+                Some(_) => return Err(format!("command '{name}' registered twice")),
+                None => {
+                    by_name.insert(meta.name, specs.len());
+                    let is_container = false;
+                    specs.push(CommandSpec {
+                        meta,
+                        handler: Some(handler),
+                        idx: specs.len(),
+                        is_container,
+                    });
+                }
             }
-            by_name.insert(meta.name, specs.len());
-            specs.push(CommandSpec { meta, handler: Some(handler), idx: specs.len(), is_container: false });
         }
         Ok(Table { specs, by_name })
     }
@@ -159,6 +196,10 @@ impl Table {
             *d = s.to_ascii_lowercase();
         }
         let lower = std::str::from_utf8(dst).ok()?;
+        if lower.contains('|') {
+            // "client|list" names a subcommand, never a command a client may type.
+            return None;
+        }
         self.by_name.get(lower).and_then(|&i| self.specs.get(i))
     }
 
@@ -184,10 +225,16 @@ impl Table {
     }
 
     /// Subcommands of a container.
-    pub fn subcommands<'a>(&'a self, container: &'a str) -> impl Iterator<Item = &'a CommandSpec> + 'a {
-        self.specs
-            .iter()
-            .filter(move |s| s.meta.name.split_once('|').is_some_and(|(c, _)| c == container))
+    pub fn subcommands<'a>(
+        &'a self,
+        container: &'a str,
+    ) -> impl Iterator<Item = &'a CommandSpec> + 'a {
+        self.specs.iter().filter(move |s| {
+            s.meta
+                .name
+                .split_once('|')
+                .is_some_and(|(c, _)| c == container)
+        })
     }
 
     pub fn len(&self) -> usize {

@@ -56,7 +56,9 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.client.shared.in_multi.set(false);
     if state.aborted {
         clear_watches(ctx);
-        return Err(CmdError::Raw("EXECABORT Transaction discarded because of previous errors.".to_string()));
+        return Err(CmdError::Raw(
+            "EXECABORT Transaction discarded because of previous errors.".to_string(),
+        ));
     }
     // A watched key that expired since WATCH counts as modified, as in Redis 7.0.
     let expired = ctx.client.watched.iter().any(|(db, key)| {
@@ -87,15 +89,26 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if ctx.client.multi.is_some() {
-        return Err(CmdError::Err("WATCH inside MULTI is not allowed".to_string()));
+        return Err(CmdError::Err(
+            "WATCH inside MULTI is not allowed".to_string(),
+        ));
     }
     let db = ctx.client.db;
     for key in argv.get(1..).unwrap_or_default() {
-        if ctx.client.watched.iter().any(|(d, k)| *d == db && k.as_slice() == *key) {
+        if ctx
+            .client
+            .watched
+            .iter()
+            .any(|(d, k)| *d == db && k.as_slice() == *key)
+        {
             continue;
         }
         ctx.client.watched.push((db, key.to_vec()));
-        ctx.shard.watched.entry((db, key.to_vec())).or_default().push(ctx.client.dirty.clone());
+        ctx.shard
+            .watched
+            .entry((db, key.to_vec()))
+            .or_default()
+            .push(ctx.client.dirty.clone());
     }
     ctx.client.shared.watched.set(ctx.client.watched.len());
     ctx.out.ok();

@@ -23,7 +23,10 @@ pub struct Reply {
 
 impl Reply {
     pub fn new() -> Reply {
-        Reply { buf: Vec::with_capacity(16 * 1024), proto: Proto::Resp2 }
+        Reply {
+            buf: Vec::with_capacity(16 * 1024),
+            proto: Proto::Resp2,
+        }
     }
 
     pub fn is_resp3(&self) -> bool {
@@ -81,7 +84,10 @@ impl Reply {
     /// CR and LF in `text` are replaced by spaces, as Redis does.
     pub fn error_text(&mut self, text: &str) {
         self.buf.push(b'-');
-        self.buf.extend(text.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+        self.buf.extend(
+            text.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
         self.buf.extend_from_slice(b"\r\n");
     }
 
@@ -150,7 +156,9 @@ impl Reply {
     pub fn boolean(&mut self, v: bool) {
         match self.proto {
             Proto::Resp2 => self.int(i64::from(v)),
-            Proto::Resp3 => self.buf.extend_from_slice(if v { b"#t\r\n" } else { b"#f\r\n" }),
+            Proto::Resp3 => self
+                .buf
+                .extend_from_slice(if v { b"#t\r\n" } else { b"#f\r\n" }),
         }
     }
 
@@ -193,7 +201,11 @@ pub fn format_double(v: f64) -> String {
         return "nan".to_string();
     }
     if v.is_infinite() {
-        return if v > 0.0 { "inf".to_string() } else { "-inf".to_string() };
+        return if v > 0.0 {
+            "inf".to_string()
+        } else {
+            "-inf".to_string()
+        };
     }
     format_g17(v)
 }
@@ -201,7 +213,11 @@ pub fn format_double(v: f64) -> String {
 /// C's `%.17g`: 17 significant digits, shortest of fixed or exponent form, zeros trimmed.
 pub fn format_g17(v: f64) -> String {
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".to_string() } else { "0".to_string() };
+        return if v.is_sign_negative() {
+            "-0".to_string()
+        } else {
+            "0".to_string()
+        };
     }
     let precision: i32 = 17;
     let e = format!("{:.*e}", (precision - 1) as usize, v);
@@ -240,7 +256,10 @@ mod tests {
         r.map(2);
         r.boolean(true);
         assert_eq!(r.buf, b"$-1\r\n*4\r\n:1\r\n");
-        let mut r = Reply { proto: Proto::Resp3, ..Reply::new() };
+        let mut r = Reply {
+            proto: Proto::Resp3,
+            ..Reply::new()
+        };
         r.null();
         r.map(2);
         r.boolean(true);
