@@ -220,32 +220,74 @@ fn parse_cursor(arg: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
-/// Bits of a SCAN cursor below this hold the bucket index; above it, log2 of the table's
-/// bucket count when the cursor was issued.
+/// SCAN cursor layout: bits 0..52 the bucket index; bits 52..58 how many times the iteration
+/// restarted after a resize; bits 58..64 log2 of the table's bucket count when it was issued.
+const CURSOR_INDEX_BITS: u32 = 52;
+const CURSOR_INDEX_MASK: u64 = (1 << CURSOR_INDEX_BITS) - 1;
+const CURSOR_RESTART_SHIFT: u32 = 52;
+const CURSOR_RESTART_MASK: u64 = 0x3f;
 const CURSOR_TAG_SHIFT: u32 = 58;
-const CURSOR_INDEX_MASK: u64 = (1 << CURSOR_TAG_SHIFT) - 1;
+/// Restarts after a resize allowed in one iteration; past it, the index is scaled instead so
+/// the iteration still ends under unbounded growth.
+const SCAN_RESTARTS_MAX: u64 = 4;
 
 fn cursor_tag(num_buckets: usize) -> u64 {
     u64::from(num_buckets.max(1).trailing_zeros())
 }
 
+/// Where a SCAN resumes: (bucket index, restarts so far) for a table of `n_buckets`.
+fn cursor_resume(cursor: u64, n_buckets: usize) -> (usize, u64) {
+    if cursor == 0 {
+        return (0, 0);
+    }
+    let tag = cursor >> CURSOR_TAG_SHIFT;
+    let restarts = (cursor >> CURSOR_RESTART_SHIFT) & CURSOR_RESTART_MASK;
+    let idx = cursor & CURSOR_INDEX_MASK;
+    let n = n_buckets as u64;
+    if tag == cursor_tag(n_buckets) {
+        return (if idx < n { idx as usize } else { 0 }, restarts);
+    }
+    if restarts < SCAN_RESTARTS_MAX {
+        return (0, restarts + 1);
+    }
+    // Too many resizes: keep the position relative to the table size.
+    let scaled = if tag >= 64 {
+        0
+    } else {
+        (u128::from(idx) * u128::from(n) >> tag) as u64
+    };
+    (scaled.min(n) as usize, restarts)
+}
+
+fn cursor_make(idx: usize, restarts: u64, n_buckets: usize) -> u64 {
+    (cursor_tag(n_buckets) << CURSOR_TAG_SHIFT)
+        | (restarts << CURSOR_RESTART_SHIFT)
+        | (idx as u64 & CURSOR_INDEX_MASK)
+}
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 ///
-/// The cursor is a bucket index into the database's hashbrown table, tagged in its top bits
-/// with log2 of the table's bucket count. One call visits buckets from the index until it has
-/// `count` keys or has looked at `count * 10` buckets, then returns the next index (or "0" at
-/// the end of the table). Filters (MATCH, expired keys, TYPE) apply after collection, as in
-/// Redis, so a call may return fewer than `count` keys, even none, with a non-zero cursor.
+/// The cursor is a bucket index into the database's hashbrown table (low bits), tagged with
+/// log2 of the table's bucket count and a restart counter (see `CURSOR_*`). One call visits
+/// buckets from the index until it has `count` keys or has looked at `count * 10` buckets,
+/// then returns the next cursor ("0" at the end of the table). Filters (MATCH, expired keys,
+/// TYPE) apply after collection, as in Redis, so a call may return fewer than `count` keys,
+/// even none, with a non-zero cursor.
 ///
-/// Guarantees: a key present from the start to the end of a full iteration is returned at
-/// least once, provided the table is not rehashed in place meanwhile; a key may be returned
-/// more than once. When the table was resized since the cursor was issued (its tag differs
-/// from the table's bucket count), the iteration restarts at bucket 0, so keys already
-/// returned come again (never missed). A hashbrown in-place rehash (same bucket count, after
-/// many deletions followed by insertions) moves keys between buckets without changing the
-/// bucket count, and keys may then be missed or repeated: unlike Redis's reverse-binary
-/// cursor, this cursor cannot survive that. An arbitrary cursor that does not match the
-/// table restarts the iteration too.
+/// Guarantees and their limits:
+/// - Without a resize during the iteration, a key present from start to end is returned
+///   exactly once (each bucket is visited once), except after a hashbrown in-place rehash
+///   (same bucket count, triggered by inserts into a table full of deletion tombstones),
+///   which moves keys between buckets: they may then be missed or repeated. Redis's
+///   reverse-binary cursor has no such case; this cursor cannot see an in-place rehash.
+/// - When the table was resized since the cursor was issued (the tag differs), the
+///   iteration restarts at bucket 0, so no key present throughout is missed; keys already
+///   returned come again. After `SCAN_RESTARTS_MAX` restarts (a table growing faster than
+///   the client scans), the index is scaled to the new size instead, which guarantees the
+///   iteration ends but may miss keys.
+/// - A key added or removed during the iteration may or may not be returned; a key may be
+///   returned several times (clients must deduplicate, as with Redis).
+/// - An arbitrary cursor not issued by this table restarts or resumes somewhere valid.
 fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let cursor = parse_cursor(argv.get(1).copied().unwrap_or_default())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
@@ -275,15 +317,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::DbIndexOutOfRange);
     };
     let n_buckets = d.table.num_buckets();
-    let tag = cursor_tag(n_buckets);
-    let mut idx = if cursor != 0 && cursor >> CURSOR_TAG_SHIFT == tag {
-        (cursor & CURSOR_INDEX_MASK) as usize
-    } else {
-        0
-    };
-    if idx >= n_buckets {
-        idx = 0;
-    }
+    let (mut idx, restarts) = cursor_resume(cursor, n_buckets);
     let mut collected: Vec<(Box<[u8]>, bool, Option<TypeTag>)> = Vec::new();
     let mut visits_left = count.saturating_mul(10);
     if !d.is_empty() {
@@ -303,7 +337,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let next = if idx >= n_buckets {
         0
     } else {
-        (tag << CURSOR_TAG_SHIFT) | idx as u64
+        cursor_make(idx, restarts, n_buckets)
     };
     let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(collected.len());
     for (key, expired, tag) in collected {
@@ -848,6 +882,21 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn cursor_restarts_then_scales() {
+        let c = cursor_make(100, 0, 256);
+        assert_eq!(cursor_resume(c, 256), (100, 0));
+        assert_eq!(cursor_resume(0, 256), (0, 0));
+        // Resized: restart from 0, counting the restart.
+        assert_eq!(cursor_resume(c, 512), (0, 1));
+        let c = cursor_make(100, SCAN_RESTARTS_MAX, 256);
+        assert_eq!(cursor_resume(c, 512), (200, SCAN_RESTARTS_MAX));
+        assert_eq!(cursor_resume(c, 128), (50, SCAN_RESTARTS_MAX));
+        // A foreign cursor resumes somewhere valid.
+        assert!(cursor_resume(u64::MAX, 1024).0 <= 1024);
+        assert!(cursor_resume(12345, 16).0 < 16);
     }
 
     #[test]
