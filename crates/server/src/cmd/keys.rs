@@ -111,7 +111,7 @@ fn type_name(tag: Option<TypeTag>) -> &'static str {
 
 /// Whether an entry is visible and not past its deadline (KEYS/SCAN/RANDOMKEY filtering).
 fn is_live(e: &Entry, now_ms: u64) -> bool {
-    !e.state.is_empty() && !e.state.expire_at_ms().is_some_and(|at| at <= now_ms)
+    !e.state.is_empty() && e.state.expire_at_ms().is_none_or(|at| at > now_ms)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ fn parse_cursor(arg: &[u8]) -> Option<u64> {
     };
     match b.first() {
         None => return Some(0),
-        Some(c) if matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
+        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
         _ => {}
     }
     let (neg, digits) = match b.split_first() {
@@ -254,7 +254,7 @@ fn cursor_resume(cursor: u64, n_buckets: usize) -> (usize, u64) {
     let scaled = if tag >= 64 {
         0
     } else {
-        (u128::from(idx) * u128::from(n) >> tag) as u64
+        ((u128::from(idx) * u128::from(n)) >> tag) as u64
     };
     (scaled.min(n) as usize, restarts)
 }
@@ -520,11 +520,9 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.int(0);
         return Ok(());
     };
-    if ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
-        if !replace {
-            ctx.out.int(0);
-            return Ok(());
-        }
+    if !replace && ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
+        ctx.out.int(0);
+        return Ok(());
     }
     write_snapshot(ctx, dst_db, dst, &value, at_ms);
     ctx.out.int(1);
@@ -600,7 +598,7 @@ fn pexpireat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn expire_deadline(name: &str, when: i64, base_ms: i64, seconds: bool) -> Result<i64, CmdError> {
     let err = || CmdError::InvalidExpire(name.to_string());
     let when = if seconds {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             return Err(err());
         }
         when * 1000
@@ -856,6 +854,117 @@ fn object_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::{Client, ClientShared};
+    use crate::config::Config;
+    use crate::resp::reply::Reply;
+    use crate::shard::Shard;
+    use std::rc::Rc;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn setup() -> (Shard, Client) {
+        let shard = Shard::new(0, Config::default(), super::super::table(), NOW);
+        let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let client = Client::new(Rc::new(ClientShared::new(1, addr, addr, NOW)));
+        (shard, client)
+    }
+
+    fn run(shard: &mut Shard, client: &mut Client, argv: &[&str]) -> String {
+        let mut out = Reply::new();
+        let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        super::super::execute(shard, client, &mut out, &argv, NOW);
+        String::from_utf8_lossy(&out.buf).into_owned()
+    }
+
+    fn add_set(shard: &mut Shard, key: &str, members: &[&str]) {
+        for m in members {
+            shard.write_key(0, key.as_bytes(), NOW, |_| Effect::SetAdd {
+                member: m.as_bytes(),
+            });
+        }
+    }
+
+    fn members(shard: &mut Shard, db: usize, key: &str) -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = shard
+            .lookup_quiet(db, key.as_bytes(), NOW)
+            .and_then(|e| {
+                e.state
+                    .set()
+                    .map(|s| s.members().map(<[u8]>::to_vec).collect())
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn set_values_rename_copy_type_encoding() {
+        let (mut shard, mut client) = setup();
+        add_set(&mut shard, "s", &["1", "2", "3"]);
+        add_set(&mut shard, "t", &["a", "b"]);
+        assert_eq!(run(&mut shard, &mut client, &["TYPE", "s"]), "+set\r\n");
+        assert_eq!(
+            run(&mut shard, &mut client, &["OBJECT", "ENCODING", "s"]),
+            "$6\r\nintset\r\n"
+        );
+        assert_eq!(
+            run(&mut shard, &mut client, &["OBJECT", "ENCODING", "t"]),
+            "$9\r\nhashtable\r\n"
+        );
+        assert_eq!(
+            run(&mut shard, &mut client, &["PEXPIRE", "s", "100000"]),
+            ":1\r\n"
+        );
+        // RENAME onto another set replaces it, TTL included.
+        assert_eq!(
+            run(&mut shard, &mut client, &["RENAME", "s", "t"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            members(&mut shard, 0, "t"),
+            [b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]
+        );
+        assert_eq!(run(&mut shard, &mut client, &["EXISTS", "s"]), ":0\r\n");
+        assert_eq!(run(&mut shard, &mut client, &["PTTL", "t"]), ":100000\r\n");
+        // COPY to another db; a string destination is replaced by the set.
+        assert_eq!(
+            run(&mut shard, &mut client, &["COPY", "t", "u", "DB", "2"]),
+            ":1\r\n"
+        );
+        assert_eq!(members(&mut shard, 2, "u").len(), 3);
+        assert_eq!(
+            run(&mut shard, &mut client, &["SET", "str", "x"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            run(&mut shard, &mut client, &["COPY", "t", "str", "REPLACE"]),
+            ":1\r\n"
+        );
+        assert_eq!(members(&mut shard, 0, "str").len(), 3);
+        assert_eq!(run(&mut shard, &mut client, &["TYPE", "str"]), "+set\r\n");
+        // A string renamed onto a set replaces it.
+        assert_eq!(
+            run(&mut shard, &mut client, &["SET", "plain", "v"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            run(&mut shard, &mut client, &["RENAME", "plain", "str"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            run(&mut shard, &mut client, &["TYPE", "str"]),
+            "+string\r\n"
+        );
+        assert_eq!(run(&mut shard, &mut client, &["GET", "str"]), "$1\r\nv\r\n");
+        assert_eq!(run(&mut shard, &mut client, &["TTL", "str"]), ":-1\r\n");
+        // SCAN TYPE set.
+        let r = run(
+            &mut shard,
+            &mut client,
+            &["SCAN", "0", "TYPE", "set", "COUNT", "100"],
+        );
+        assert_eq!(r, "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nt\r\n");
+    }
 
     #[test]
     fn cursor_like_strtoul() {
