@@ -17,6 +17,9 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// PING [message]: `+PONG`, or the message as a bulk string. A subscribed RESP2 client gets
 /// `["pong", message]` (pub/sub arrives with its issue).
 fn ping(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if argv.len() > 2 {
+        return Err(CmdError::WrongArity("ping".to_string()));
+    }
     match argv.get(1) {
         None => ctx.out.simple("PONG"),
         Some(m) => ctx.out.bulk(m),
@@ -42,6 +45,9 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let Some(n) = parse_i64(arg) else {
         return Err(CmdError::NotInteger);
     };
+    if i32::try_from(n).is_err() {
+        return Err(CmdError::Err(format!("value is out of range, value must between {} and {}", i32::MIN, i32::MAX)));
+    }
     if n < 0 || n as u64 >= ctx.shard.dbs.len() as u64 {
         return Err(CmdError::DbIndexOutOfRange);
     }

@@ -137,10 +137,25 @@ pub fn execute(
             if let Some(m) = client.multi.as_mut() {
                 m.aborted = true;
             }
-            if let Ok(spec) = resolve_container_or_base(table, argv) {
+            let rejected = resolve_container_or_base(table, argv).ok();
+            if let Some(spec) = rejected {
                 if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
                     st.rejected_calls += 1;
                 }
+            }
+            if rejected.is_some_and(|s| s.meta.name == "exec") {
+                // Redis's execCommandAbort: a rejected EXEC discards the transaction.
+                client.multi = None;
+                client.shared.in_multi.set(false);
+                shard.unwatch_all(&client.dirty);
+                client.watched.clear();
+                client.shared.watched.set(0);
+                client.dirty.set(false);
+                let mut text = Vec::new();
+                e.write_text(&mut text);
+                let text = String::from_utf8_lossy(text.strip_prefix(b"ERR ").unwrap_or(&text)).into_owned();
+                reply_error(shard, out, &CmdError::Raw(format!("EXECABORT Transaction discarded because of: {text}")));
+                return;
             }
             reply_error(shard, out, &e);
             return;
