@@ -749,3 +749,38 @@ fn binary_keys() {
     assert_eq!(c.cmd_b(&[b"RENAME", k, b"plain"]), V::Simple("OK".into()));
     assert_eq!(c.cmd_b(&[b"GET", b"plain"]), V::bulk("v"));
 }
+
+fn info_field(c: &mut Conn, name: &str) -> Option<i64> {
+    let V::Bulk(info) = c.cmd(&["INFO", "stats"]) else {
+        return None;
+    };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    let prefix = format!("{name}:");
+    info.lines().find_map(|l| {
+        l.strip_prefix(prefix.as_str())
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Reads count keyspace hits and misses as Redis's lookup flags do; writes count nothing.
+#[test]
+fn keyspace_hits_and_misses() {
+    let s = start();
+    let mut c = Conn::new(&s);
+    c.ok(&["SET", "a", "1"]);
+    let (Some(h0), Some(m0)) = (
+        info_field(&mut c, "keyspace_hits"),
+        info_field(&mut c, "keyspace_misses"),
+    ) else {
+        return;
+    };
+    assert_eq!(c.int(&["EXISTS", "a", "nokey"]), 1);
+    assert_eq!(c.cmd(&["TYPE", "a"]), V::Simple("string".into()));
+    assert_eq!(c.int(&["TTL", "nokey"]), -2);
+    assert_eq!(c.int(&["TOUCH", "a"]), 1);
+    assert_eq!(c.int(&["EXPIRE", "a", "100"]), 1);
+    assert_eq!(c.int(&["DEL", "nokey"]), 0);
+    c.ok(&["RENAME", "a", "b"]);
+    assert_eq!(info_field(&mut c, "keyspace_hits"), Some(h0 + 3));
+    assert_eq!(info_field(&mut c, "keyspace_misses"), Some(m0 + 2));
+}

@@ -352,6 +352,8 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             continue;
         }
         if let Some(t) = type_filter {
+            // Redis looks the key up (LOOKUP_NOTOUCH) to learn its type: a keyspace hit.
+            ctx.shard.stats.keyspace_hits += 1;
             if !t.eq_ignore_ascii_case(type_name(tag).as_bytes()) {
                 continue;
             }
