@@ -2,8 +2,9 @@
 //! `decode_bytes_mut`) as the baseline column (the dependencies guide, §3).
 //!
 //! Workloads: 10,000 pipelined `SET key:NNNNNNNN <16 B>` (whole buffer and in random reads),
-//! one 1 MiB value arriving in 16 KiB reads, and a mix of inline and multibulk commands.
-//! Throughput is in commands, so criterion's time per element is ns per command.
+//! one 1 MiB value and one 200,001-argument `MSET` arriving in 16 KiB reads, and a mix of
+//! inline and multibulk commands. Pipelines count commands (time per element is ns per
+//! command); the single big commands count bytes.
 //! Run: `cargo bench -p meridian-server --bench resp_parse`. Benches never assert timings.
 
 use std::hint::black_box;
@@ -17,6 +18,7 @@ use smallvec::SmallVec;
 const PIPELINE_COMMANDS: usize = 10_000;
 const READ_BYTES: usize = 16 * 1024;
 const BIG_VALUE_BYTES: usize = 1024 * 1024;
+const MSET_PAIRS: usize = 100_000;
 
 fn mbulk(out: &mut Vec<u8>, args: &[&[u8]]) {
     out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
@@ -231,6 +233,37 @@ fn big_value(c: &mut Criterion) {
     group.finish();
 }
 
+/// One `MSET` with 200,001 arguments (about 2.1 MB) in 16 KiB reads: a frame decoder that
+/// re-parses the incomplete frame on every read is quadratic here.
+fn many_args(c: &mut Criterion) {
+    let pairs: Vec<(String, String)> = (0..MSET_PAIRS)
+        .map(|i| (format!("k{i:07}"), format!("v{i}")))
+        .collect();
+    let mut args: Vec<&[u8]> = vec![b"MSET"];
+    for (key, value) in &pairs {
+        args.push(key.as_bytes());
+        args.push(value.as_bytes());
+    }
+    let mut input = Vec::new();
+    mbulk(&mut input, &args);
+    let reads = vec![READ_BYTES; input.len().div_ceil(READ_BYTES)];
+    let mut parser = Parser::new(ParseLimits::default());
+    let mut buf = Vec::new();
+    assert_eq!(ours_reads(&mut parser, &input, &reads, &mut buf), 1);
+    assert_eq!(baseline_reads(&input, &reads, &mut buf), 1);
+
+    let mut group = c.benchmark_group("mset_200k_args_16k_reads");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(input.len() as u64));
+    group.bench_function("ours_offsets", |b| {
+        b.iter(|| ours_reads(&mut parser, black_box(&input), &reads, &mut buf))
+    });
+    group.bench_function("redis_protocol_decode_range", |b| {
+        b.iter(|| baseline_reads(black_box(&input), &reads, &mut buf))
+    });
+    group.finish();
+}
+
 fn mixed(c: &mut Criterion) {
     let (inline, multibulk) = inline_mix();
     let mut parser = Parser::new(ParseLimits::default());
@@ -251,5 +284,5 @@ fn mixed(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline, big_value, mixed);
+criterion_group!(benches, pipeline, big_value, many_args, mixed);
 criterion_main!(benches);
