@@ -119,7 +119,9 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                     Parsed::Skip { consumed } => pos += consumed,
                     Parsed::Incomplete => break,
                     Parsed::Error(e) => {
-                        out.error_text(&e.message());
+                        out.raw(b"-");
+                        out.raw(&e.message_bytes());
+                        out.raw(b"\r\n");
                         s.stats.count_error("ERR");
                         client.close_after_reply = true;
                         break;

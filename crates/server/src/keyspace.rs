@@ -18,6 +18,9 @@ pub struct Entry {
     pub state: KeyState,
     /// Last access, in seconds of the shard's LRU clock (OBJECT IDLETIME).
     pub lru_s: u32,
+    /// The string was modified in place (APPEND, SETRANGE): Redis reports its encoding as
+    /// "raw" whatever its content. A local hint only; every assign or increment clears it.
+    pub raw: bool,
 }
 
 /// One logical database (SELECT n).
@@ -185,12 +188,16 @@ impl Shard {
                 key: Box::from(key),
                 state: KeyState::new(),
                 lru_s: lru,
+                raw: false,
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
         let mut remove = false;
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
+            if matches!(effect, Effect::Assign { .. } | Effect::Incr { .. }) {
+                e.raw = false;
+            }
             // With no peers every write is causally stable at once: drop removal metadata now,
             // so a single site keeps neither tombstones nor removal contexts.
             if !keep_metadata && e.state.has_metadata() {
@@ -218,6 +225,14 @@ impl Shard {
         self.oplog.append(seq, hlc, db, key, effect);
         self.touch_watched(db, key);
         applied
+    }
+
+    /// Records that the string at `key` was modified in place (OBJECT ENCODING says "raw").
+    pub fn mark_raw_encoding(&mut self, db: usize, key: &[u8]) {
+        let hash = self.hash_key(key);
+        if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
+            e.raw = true;
+        }
     }
 
     /// Expires `key` now if its TTL has passed: a local Remove of everything observed.

@@ -46,7 +46,11 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::NotInteger);
     };
     if i32::try_from(n).is_err() {
-        return Err(CmdError::Err(format!("value is out of range, value must between {} and {}", i32::MIN, i32::MAX)));
+        return Err(CmdError::Err(format!(
+            "value is out of range, value must between {} and {}",
+            i32::MIN,
+            i32::MAX
+        )));
     }
     if n < 0 || n as u64 >= ctx.shard.dbs.len() as u64 {
         return Err(CmdError::DbIndexOutOfRange);

@@ -768,6 +768,7 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
         Some(TypeTag::Set) => set_encoding(&e.state),
+        _ if e.raw => "raw",
         _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
     });
     match enc {
@@ -780,6 +781,9 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let rc = peek(ctx, db, object_key(argv), |e| {
+        if e.raw {
+            return 1;
+        }
         match e.state.view_str().map(|v| str_encoding(&v)) {
             Some(("int", Some(n))) if (0..SHARED_INTEGERS).contains(&n) => i64::from(i32::MAX),
             _ => 1,

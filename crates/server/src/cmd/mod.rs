@@ -153,8 +153,15 @@ pub fn execute(
                 client.dirty.set(false);
                 let mut text = Vec::new();
                 e.write_text(&mut text);
-                let text = String::from_utf8_lossy(text.strip_prefix(b"ERR ").unwrap_or(&text)).into_owned();
-                reply_error(shard, out, &CmdError::Raw(format!("EXECABORT Transaction discarded because of: {text}")));
+                let text = String::from_utf8_lossy(text.strip_prefix(b"ERR ").unwrap_or(&text))
+                    .into_owned();
+                reply_error(
+                    shard,
+                    out,
+                    &CmdError::Raw(format!(
+                        "EXECABORT Transaction discarded because of: {text}"
+                    )),
+                );
                 return;
             }
             reply_error(shard, out, &e);

@@ -501,6 +501,8 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         Some(v) => {
             let n = v.len();
             assign(ctx, key, v, true);
+            // Redis appends to an unshared sds in place: the value reports "raw".
+            ctx.shard.mark_raw_encoding(db, key);
             n
         }
     };
@@ -607,6 +609,8 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     let n = buf.len();
     assign(ctx, key, buf, exists);
+    // Redis writes into a fresh or unshared sds: the value reports "raw".
+    ctx.shard.mark_raw_encoding(db, key);
     ctx.out.int(n as i64);
     Ok(())
 }
