@@ -37,7 +37,8 @@ pub struct Config {
     pub slowlog_max_len: u64,
     /// Latency monitor threshold in milliseconds (0: off).
     pub latency_monitor_threshold: u64,
-    /// Bytes of recent ops each shard keeps in memory for peers that reconnect.
+    /// Bytes of recent ops each shard keeps in memory for peers that reconnect (16 MiB: the
+    /// reference product clamps its CRDT backlog to 1 MB–250 MB per shard).
     pub backlog_bytes_max: u64,
     /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
     pub log_level: String,
@@ -61,7 +62,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
-            backlog_bytes_max: 64 * 1024 * 1024,
+            backlog_bytes_max: 16 * 1024 * 1024,
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
         }

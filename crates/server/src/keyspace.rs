@@ -7,14 +7,18 @@
 
 use hashbrown::HashTable;
 use meridian_crdt::key::Applied;
-use meridian_crdt::{Effect, KeyState, Stamp};
+use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
 
 use crate::shard::Shard;
 
-/// One key: its name and CRDT state.
+/// One key: its name and CRDT state, in one allocation the table points to.
+///
+/// The table holds `Box<Entry>`: 8 bytes and a control byte per bucket, however large a key's
+/// state is, so the half-empty buckets after each doubling cost little (Redis's dict buckets
+/// are pointers too). Keys up to 22 bytes live inside the entry.
 #[derive(Debug)]
 pub struct Entry {
-    pub key: Box<[u8]>,
+    pub key: SmallBytes,
     pub state: KeyState,
     /// Last access, in seconds of the shard's LRU clock (OBJECT IDLETIME).
     pub lru_s: u32,
@@ -23,10 +27,12 @@ pub struct Entry {
     pub raw: bool,
 }
 
+const _: () = assert!(std::mem::size_of::<Entry>() <= 88);
+
 /// One logical database (SELECT n).
 #[derive(Debug)]
 pub struct Db {
-    pub table: HashTable<Entry>,
+    pub table: HashTable<Box<Entry>>,
     /// Keys whose state carries a TTL (for INFO keyspace and to skip idle expiry cycles).
     pub expires: usize,
     /// Bucket index where the next active expiry cycle resumes.
@@ -51,11 +57,13 @@ impl Db {
     }
 
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Entry> {
-        self.table.find(hash, |e| &*e.key == key)
+        self.table.find(hash, |e| &*e.key == key).map(|b| &**b)
     }
 
     pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Entry> {
-        self.table.find_mut(hash, |e| &*e.key == key)
+        self.table
+            .find_mut(hash, |e| &*e.key == key)
+            .map(|b| &mut **b)
     }
 }
 
@@ -184,11 +192,13 @@ impl Shard {
         let entry = d
             .table
             .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| Entry {
-                key: Box::from(key),
-                state: KeyState::new(),
-                lru_s: lru,
-                raw: false,
+            .or_insert_with(|| {
+                Box::new(Entry {
+                    key: SmallBytes::copy_from(key),
+                    state: KeyState::new(),
+                    lru_s: lru,
+                    raw: false,
+                })
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
@@ -265,7 +275,7 @@ impl Shard {
 
     /// Removes every key of `db` (FLUSHDB): one observed-remove per key. Returns the count.
     pub fn flush_db(&mut self, db: usize, now_ms: u64) -> usize {
-        let keys: Vec<Box<[u8]>> = match self.dbs.get(db) {
+        let keys: Vec<SmallBytes> = match self.dbs.get(db) {
             Some(d) => d.table.iter().map(|e| e.key.clone()).collect(),
             None => return 0,
         };
@@ -288,7 +298,7 @@ impl Shard {
         };
         let start = if start >= n_buckets { 0 } else { start };
         let end = start.saturating_add(buckets_max).min(n_buckets);
-        let mut due: Vec<Box<[u8]>> = Vec::new();
+        let mut due: Vec<SmallBytes> = Vec::new();
         if let Some(d) = self.dbs.get(db) {
             for i in start..end {
                 if let Some(e) = d.table.get_bucket(i) {

@@ -11,7 +11,7 @@
 //! hit or miss without refreshing the LRU clock (`LOOKUP_NOTOUCH`); TOUCH and COPY's source
 //! refresh it; write paths (DEL, RENAME, EXPIRE, PERSIST) count nothing.
 
-use meridian_crdt::{Effect, Expire, KeyState, StrView, TypeTag};
+use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 
 use super::args::{eq_ic, glob_match, int_arg, parse_i64};
 use super::{Ctx, Handler};
@@ -318,7 +318,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let n_buckets = d.table.num_buckets();
     let (mut idx, restarts) = cursor_resume(cursor, n_buckets);
-    let mut collected: Vec<(Box<[u8]>, bool, Option<TypeTag>)> = Vec::new();
+    let mut collected: Vec<(SmallBytes, bool, Option<TypeTag>)> = Vec::new();
     let mut visits_left = count.saturating_mul(10);
     if !d.is_empty() {
         while idx < n_buckets && visits_left > 0 && (collected.len() as u64) < count {
@@ -339,7 +339,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         cursor_make(idx, restarts, n_buckets)
     };
-    let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(collected.len());
+    let mut keys: Vec<SmallBytes> = Vec::with_capacity(collected.len());
     for (key, expired, tag) in collected {
         if let Some(p) = pattern {
             if !glob_match(p, &key, false) {
@@ -376,8 +376,8 @@ const RANDOMKEY_PROBES: usize = 64;
 fn random_candidate(
     e: &Entry,
     now_ms: u64,
-    expired: &mut Vec<Box<[u8]>>,
-    found: &mut Option<Box<[u8]>>,
+    expired: &mut Vec<SmallBytes>,
+    found: &mut Option<SmallBytes>,
 ) -> bool {
     if e.state.is_empty() {
         return false;
@@ -399,8 +399,8 @@ fn randomkey(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     use rand::RngExt as _;
     let db = ctx.db();
     let now = ctx.now_ms;
-    let mut expired: Vec<Box<[u8]>> = Vec::new();
-    let mut found: Option<Box<[u8]>> = None;
+    let mut expired: Vec<SmallBytes> = Vec::new();
+    let mut found: Option<SmallBytes> = None;
     if let Some(d) = ctx.shard.dbs.get(db) {
         let n = d.table.num_buckets();
         if !d.is_empty() && n > 0 {
