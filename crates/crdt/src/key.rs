@@ -22,15 +22,25 @@ use smallvec::SmallVec;
 use crate::counter::IncTotals;
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::expire::{Expire, ExpireReg};
+use crate::hash::HashCrdt;
+use crate::hll::HllCrdt;
+use crate::list::ListCrdt;
 use crate::op::{Effect, Observed};
 use crate::orset::OrSet;
 use crate::string::{StrCrdt, StrView};
+use crate::zset::ZSetCrdt;
 
 /// A key's type as clients see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TypeTag {
     String,
     Set,
+    Hash,
+    ZSet,
+    List,
+    /// A HyperLogLog: TYPE says "string" (Redis stores it as a string), but it merges as
+    /// registers, and a DEL wins over concurrent PFADDs.
+    Hll,
 }
 
 /// One typed value of a key.
@@ -38,6 +48,10 @@ pub enum TypeTag {
 pub enum Value {
     Str(StrCrdt),
     Set(OrSet),
+    Hash(HashCrdt),
+    ZSet(ZSetCrdt),
+    List(ListCrdt),
+    Hll(HllCrdt),
 }
 
 impl Value {
@@ -45,6 +59,10 @@ impl Value {
         match self {
             Value::Str(_) => TypeTag::String,
             Value::Set(_) => TypeTag::Set,
+            Value::Hash(_) => TypeTag::Hash,
+            Value::ZSet(_) => TypeTag::ZSet,
+            Value::List(_) => TypeTag::List,
+            Value::Hll(_) => TypeTag::Hll,
         }
     }
 
@@ -53,6 +71,10 @@ impl Value {
         match self {
             Value::Str(s) => s.is_live(),
             Value::Set(s) => !s.is_empty(),
+            Value::Hash(h) => h.is_live(),
+            Value::ZSet(z) => z.is_live(),
+            Value::List(l) => l.is_live(),
+            Value::Hll(h) => h.is_live(),
         }
     }
 
@@ -61,6 +83,10 @@ impl Value {
         match self {
             Value::Str(s) => s.live_stamp(),
             Value::Set(s) => s.max_stamp(),
+            Value::Hash(h) => h.live_stamp(),
+            Value::ZSet(z) => z.live_stamp(),
+            Value::List(l) => l.live_stamp(),
+            Value::Hll(h) => h.live_stamp(),
         }
     }
 
@@ -69,6 +95,10 @@ impl Value {
         match self {
             Value::Str(s) => !s.is_live() && s.counter().is_none(),
             Value::Set(s) => s.is_empty() && !s.has_metadata(),
+            Value::Hash(h) => h.is_blank(),
+            Value::ZSet(z) => z.is_blank(),
+            Value::List(l) => l.is_blank(),
+            Value::Hll(h) => h.is_blank(),
         }
     }
 
@@ -76,6 +106,10 @@ impl Value {
         match self {
             Value::Str(s) => s.has_metadata(),
             Value::Set(s) => s.has_metadata(),
+            Value::Hash(h) => h.has_metadata(),
+            Value::ZSet(z) => z.has_metadata(),
+            Value::List(l) => l.has_metadata(),
+            Value::Hll(h) => h.has_metadata(),
         }
     }
 
@@ -83,6 +117,10 @@ impl Value {
         match self {
             Value::Str(s) => s.observe_into(vv),
             Value::Set(s) => s.observe_into(vv),
+            Value::Hash(h) => h.observe_into(vv),
+            Value::ZSet(z) => z.observe_into(vv),
+            Value::List(l) => l.observe_into(vv),
+            Value::Hll(h) => h.observe_into(vv),
         }
     }
 
@@ -92,6 +130,10 @@ impl Value {
             Value::Set(s) => {
                 s.remove_observed(&observed.stamps);
             }
+            Value::Hash(h) => h.remove_observed(observed),
+            Value::ZSet(z) => z.remove_observed(observed),
+            Value::List(l) => l.remove_observed(observed),
+            Value::Hll(h) => h.remove_observed(observed),
         }
     }
 }
@@ -139,8 +181,8 @@ pub struct KeyState {
     extra: Option<Box<Extra>>,
 }
 
-/// Bytes of a `KeyState`: the value (one string write inline) 48, box 8.
-pub const KEY_STATE_BYTES_MAX: usize = 56;
+/// Bytes of a `KeyState`: the value (one string write inline, or a collection header) 56, box 8.
+pub const KEY_STATE_BYTES_MAX: usize = 64;
 const _: () = assert!(std::mem::size_of::<KeyState>() <= KEY_STATE_BYTES_MAX);
 
 impl KeyState {
@@ -223,6 +265,33 @@ impl KeyState {
             }
             None => OrSet::new(),
         }
+    }
+
+    /// Applies `f` to the value of type `tag` (a new empty one when absent), then puts it
+    /// back; returns whether the write was fresh. A write covered by a removal is ignored.
+    fn apply_typed(
+        &mut self,
+        stamp: Stamp,
+        tag: TypeTag,
+        f: impl FnOnce(&mut Value) -> bool,
+    ) -> bool {
+        if self.value_covered(stamp) {
+            return false;
+        }
+        let mut v = match self.take(tag) {
+            Some(v) => v,
+            None => match tag {
+                TypeTag::String => Value::Str(StrCrdt::new()),
+                TypeTag::Set => Value::Set(OrSet::new()),
+                TypeTag::Hash => Value::Hash(HashCrdt::new()),
+                TypeTag::ZSet => Value::ZSet(ZSetCrdt::new()),
+                TypeTag::List => Value::List(ListCrdt::new()),
+                TypeTag::Hll => Value::Hll(HllCrdt::new()),
+            },
+        };
+        let fresh = f(&mut v);
+        self.put(v);
+        fresh
     }
 
     fn live_types(&self) -> usize {
@@ -386,6 +455,22 @@ impl KeyState {
                 }
                 false
             }
+            Effect::Hash(op) => !self.apply_typed(stamp, TypeTag::Hash, |v| match v {
+                Value::Hash(h) => h.apply(stamp, op),
+                _ => false,
+            }),
+            Effect::ZSet(op) => !self.apply_typed(stamp, TypeTag::ZSet, |v| match v {
+                Value::ZSet(z) => z.apply(stamp, op),
+                _ => false,
+            }),
+            Effect::List(op) => !self.apply_typed(stamp, TypeTag::List, |v| match v {
+                Value::List(l) => l.apply(stamp, op),
+                _ => false,
+            }),
+            Effect::Hll(op) => !self.apply_typed(stamp, TypeTag::Hll, |v| match v {
+                Value::Hll(h) => h.apply(stamp, op),
+                _ => false,
+            }),
         };
         self.normalize();
         let after = self.live_types();
@@ -457,6 +542,65 @@ impl KeyState {
     }
 
     /// The visible value (`None` when the key is empty).
+    /// Effects that rebuild this key's visible value on an empty key (RENAME, COPY): the
+    /// caller removes the destination first, then applies them in order.
+    pub fn recreate_effects(&self) -> Vec<Effect<Vec<u8>>> {
+        match &self.value {
+            Some(v) if v.is_live() => match v {
+                Value::Str(s) => s
+                    .view()
+                    .map(|view| Effect::Assign {
+                        value: view.to_bytes(),
+                        observed: Observed::new(),
+                        keep_ttl: false,
+                    })
+                    .into_iter()
+                    .collect(),
+                Value::Set(s) => s
+                    .members()
+                    .map(|m| Effect::SetAdd { member: m.to_vec() })
+                    .collect(),
+                Value::Hash(h) => h.recreate_ops().into_iter().map(Effect::Hash).collect(),
+                Value::ZSet(z) => z.recreate_ops().into_iter().map(Effect::ZSet).collect(),
+                Value::List(l) => l.recreate_ops().into_iter().map(Effect::List).collect(),
+                Value::Hll(h) => h.recreate_ops().into_iter().map(Effect::Hll).collect(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// The visible hash, if the key holds one.
+    pub fn hash(&self) -> Option<&HashCrdt> {
+        match &self.value {
+            Some(Value::Hash(h)) if h.is_live() => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The visible sorted set, if the key holds one.
+    pub fn zset(&self) -> Option<&ZSetCrdt> {
+        match &self.value {
+            Some(Value::ZSet(z)) if z.is_live() => Some(z),
+            _ => None,
+        }
+    }
+
+    /// The visible list, if the key holds one.
+    pub fn list(&self) -> Option<&ListCrdt> {
+        match &self.value {
+            Some(Value::List(l)) if l.is_live() => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The visible HyperLogLog, if the key holds one.
+    pub fn hll(&self) -> Option<&HllCrdt> {
+        match &self.value {
+            Some(Value::Hll(h)) if h.is_live() => Some(h),
+            _ => None,
+        }
+    }
+
     pub fn value(&self) -> Option<&Value> {
         self.value.as_ref().filter(|v| v.is_live())
     }
@@ -518,6 +662,10 @@ impl KeyState {
             match v {
                 Value::Str(s) => s.collect_all(),
                 Value::Set(s) => s.collect(None),
+                Value::Hash(h) => h.collect(None),
+                Value::ZSet(z) => z.collect(None),
+                Value::List(l) => l.collect(None),
+                Value::Hll(h) => h.collect(None),
             }
         }
         if let Some(x) = &mut self.extra {
@@ -539,8 +687,13 @@ impl KeyState {
     /// numbers), as it does anyway.
     pub fn collect(&mut self, stable: &VersionVector) {
         for v in self.values_mut() {
-            if let Value::Set(s) = v {
-                s.collect(Some(stable));
+            match v {
+                Value::Str(_) => {}
+                Value::Set(s) => s.collect(Some(stable)),
+                Value::Hash(h) => h.collect(Some(stable)),
+                Value::ZSet(z) => z.collect(Some(stable)),
+                Value::List(l) => l.collect(Some(stable)),
+                Value::Hll(h) => h.collect(Some(stable)),
             }
         }
         if let Some(x) = &mut self.extra {

@@ -16,32 +16,46 @@
 //! - `expire`: the TTL register: the longest concurrent TTL wins, PERSIST beats EXPIRE.
 //! - `orset`: add-wins observed-remove set.
 //! - `key`: `KeyState`, one key's typed value, TTL and removal context; the type-conflict rule.
+//! - `hash`: observed-remove map of fields, each a register plus a counter.
+//! - `zset`: sorted set: observed-remove members, LWW base score plus summed increments.
+//! - `list`: sequence CRDT: concurrent inserts all kept in one order, observed removes.
+//! - `hll`: HyperLogLog registers merged by maximum, in Redis's own encoding.
 //! - `op`: `Effect`, what one write replicates.
+//! - `codec`: binary encoding of effects' building blocks, bounds-checked decoding.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
 pub mod bytes;
+pub mod codec;
 pub mod counter;
 pub mod dot;
 pub mod expire;
+pub mod hash;
 pub mod hlc;
+pub mod hll;
 pub mod key;
+pub mod list;
 pub mod mvreg;
 pub mod num;
 pub mod op;
 pub mod orset;
 pub mod string;
+pub mod zset;
 
 pub use crate::bytes::SmallBytes;
 pub use crate::counter::{Counter, Delta, IncTotals};
 pub use crate::dot::{ReplicaId, Stamp, VersionVector};
 pub use crate::expire::{Expire, ExpireReg};
+pub use crate::hash::{HashCrdt, HashOp};
 pub use crate::hlc::{Hlc, HlcClock};
+pub use crate::hll::{HllCrdt, HllOp};
 pub use crate::key::{Applied, KeyState, TypeTag, Value};
+pub use crate::list::{ListCrdt, ListOp};
 pub use crate::mvreg::MvReg;
 pub use crate::num::{DIGITS_MAX, Dec};
 pub use crate::op::{Effect, Observed};
 pub use crate::orset::OrSet;
 pub use crate::string::{StrCrdt, StrView, parse_i64_redis};
+pub use crate::zset::{ZSetCrdt, ZSetOp};

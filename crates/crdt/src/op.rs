@@ -10,6 +10,10 @@ use smallvec::SmallVec;
 use crate::counter::{Delta, IncTotals};
 use crate::dot::{ReplicaId, VersionVector};
 use crate::expire::Expire;
+use crate::hash::HashOp;
+use crate::hll::HllOp;
+use crate::list::ListOp;
+use crate::zset::ZSetOp;
 
 /// What the issuing replica had seen at a key when it issued a removal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -56,4 +60,12 @@ pub enum Effect<B: AsRef<[u8]>> {
     SetAdd { member: B },
     /// SREM of one member: removes the dots of it that `observed` covers.
     SetRem { member: B, observed: VersionVector },
+    /// A write to a hash (HSET, HINCRBY, HDEL...).
+    Hash(HashOp<B>),
+    /// A write to a sorted set (ZADD, ZINCRBY, ZREM...).
+    ZSet(ZSetOp<B>),
+    /// A write to a list (LPUSH, LINSERT, LSET, pops, LREM, LTRIM...).
+    List(ListOp<B>),
+    /// A write to a HyperLogLog (PFADD, PFMERGE).
+    Hll(HllOp<B>),
 }

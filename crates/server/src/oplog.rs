@@ -15,15 +15,13 @@
 
 use std::collections::VecDeque;
 
-use meridian_crdt::op::Observed;
-use meridian_crdt::{Dec, Delta, Effect, Expire, Hlc, IncTotals, ReplicaId, Stamp, VersionVector};
+use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_dec, put_observed, put_u8, put_vv};
+use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, zset};
 
 /// Size at which the current chunk is sealed and a new one started.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 /// Largest record the decoder accepts (a key and a value at proto-max-bulk-len, plus framing).
 pub const RECORD_BYTES_MAX: usize = 1024 * 1024 * 1024 + 64 * 1024;
-/// Most version-vector entries or counter origins in one record.
-pub const VV_ENTRIES_MAX: usize = 4096;
 
 #[derive(Debug)]
 struct Chunk {
@@ -173,20 +171,10 @@ impl OpRecord {
 /// Why bytes did not decode as an op record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OpDecodeError {
-    #[error("record truncated")]
-    Truncated,
     #[error("record of {len} bytes exceeds {max}")]
     TooLarge { len: usize, max: usize },
-    #[error("unknown effect tag {0}")]
-    BadTag(u8),
-    #[error("{what}: {n} entries exceed {max}")]
-    TooManyEntries {
-        what: &'static str,
-        n: usize,
-        max: usize,
-    },
-    #[error("decimal out of range")]
-    BadDecimal,
+    #[error("record body: {0}")]
+    Body(#[from] DecodeError),
     #[error("record length {len} does not match its contents ({used} bytes used)")]
     LengthMismatch { len: usize, used: usize },
 }
@@ -197,6 +185,10 @@ const TAG_REMOVE: u8 = 3;
 const TAG_EXPIRE: u8 = 4;
 const TAG_SET_ADD: u8 = 5;
 const TAG_SET_REM: u8 = 6;
+const TAG_HASH: u8 = 7;
+const TAG_ZSET: u8 = 8;
+const TAG_LIST: u8 = 9;
+const TAG_HLL: u8 = 10;
 
 /// Appends one record to `out`.
 pub fn encode<B: AsRef<[u8]>>(
@@ -221,47 +213,63 @@ pub fn encode<B: AsRef<[u8]>>(
             observed,
             keep_ttl,
         } => {
-            out.push(TAG_ASSIGN);
-            out.push(u8::from(*keep_ttl));
+            put_u8(out, TAG_ASSIGN);
+            put_u8(out, u8::from(*keep_ttl));
             put_observed(out, observed);
             put_bytes(out, value.as_ref());
         }
         Effect::Incr { delta } => {
-            out.push(TAG_INCR);
+            put_u8(out, TAG_INCR);
             match delta {
                 Delta::Int(n) => {
-                    out.push(0);
+                    put_u8(out, 0);
                     out.extend_from_slice(&n.to_le_bytes());
                 }
                 Delta::Float(d) => {
-                    out.push(1);
+                    put_u8(out, 1);
                     put_dec(out, d);
                 }
             }
         }
         Effect::Remove { observed } => {
-            out.push(TAG_REMOVE);
+            put_u8(out, TAG_REMOVE);
             put_observed(out, observed);
         }
         Effect::Expire { expire, observed } => {
-            out.push(TAG_EXPIRE);
+            put_u8(out, TAG_EXPIRE);
             match expire {
-                Expire::Persist => out.push(0),
+                Expire::Persist => put_u8(out, 0),
                 Expire::AtMs(at) => {
-                    out.push(1);
+                    put_u8(out, 1);
                     out.extend_from_slice(&at.to_le_bytes());
                 }
             }
             put_vv(out, observed);
         }
         Effect::SetAdd { member } => {
-            out.push(TAG_SET_ADD);
+            put_u8(out, TAG_SET_ADD);
             put_bytes(out, member.as_ref());
         }
         Effect::SetRem { member, observed } => {
-            out.push(TAG_SET_REM);
+            put_u8(out, TAG_SET_REM);
             put_bytes(out, member.as_ref());
             put_vv(out, observed);
+        }
+        Effect::Hash(op) => {
+            put_u8(out, TAG_HASH);
+            hash::encode_op(op, out);
+        }
+        Effect::ZSet(op) => {
+            put_u8(out, TAG_ZSET);
+            zset::encode_op(op, out);
+        }
+        Effect::List(op) => {
+            put_u8(out, TAG_LIST);
+            list::encode_op(op, out);
+        }
+        Effect::Hll(op) => {
+            put_u8(out, TAG_HLL);
+            hll::encode_op(op, out);
         }
     }
     let len = (out.len() - len_at - 4) as u32;
@@ -270,148 +278,10 @@ pub fn encode<B: AsRef<[u8]>>(
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    put_varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-fn put_dec(out: &mut Vec<u8>, d: &Dec) {
-    let (coef, exp) = d.to_parts();
-    out.extend_from_slice(&coef.to_le_bytes());
-    out.extend_from_slice(&exp.to_le_bytes());
-}
-
-fn put_vv(out: &mut Vec<u8>, vv: &VersionVector) {
-    put_varint(out, vv.len() as u64);
-    for (r, h) in vv.iter() {
-        out.extend_from_slice(&r.0.to_le_bytes());
-        out.extend_from_slice(&h.0.to_le_bytes());
-    }
-}
-
-fn put_observed(out: &mut Vec<u8>, o: &Observed) {
-    put_vv(out, &o.stamps);
-    put_varint(out, o.incs.len() as u64);
-    for (r, t) in &o.incs {
-        out.extend_from_slice(&r.0.to_le_bytes());
-        out.extend_from_slice(&t.n.to_le_bytes());
-        out.extend_from_slice(&t.int.to_le_bytes());
-        put_dec(out, &t.float);
-    }
-}
-
-/// A bounds-checked reader over one record.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], OpDecodeError> {
-        let end = self.pos.checked_add(n).ok_or(OpDecodeError::Truncated)?;
-        let s = self
-            .buf
-            .get(self.pos..end)
-            .ok_or(OpDecodeError::Truncated)?;
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], OpDecodeError> {
-        let s = self.take(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-
-    fn u8(&mut self) -> Result<u8, OpDecodeError> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn varint(&mut self) -> Result<u64, OpDecodeError> {
-        let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(OpDecodeError::Truncated)
-    }
-
-    fn bytes(&mut self) -> Result<Vec<u8>, OpDecodeError> {
-        let n = self.varint()?;
-        let n = usize::try_from(n).map_err(|_| OpDecodeError::Truncated)?;
-        Ok(self.take(n)?.to_vec())
-    }
-
-    fn count(&mut self, what: &'static str) -> Result<usize, OpDecodeError> {
-        let n = self.varint()? as usize;
-        if n > VV_ENTRIES_MAX {
-            return Err(OpDecodeError::TooManyEntries {
-                what,
-                n,
-                max: VV_ENTRIES_MAX,
-            });
-        }
-        Ok(n)
-    }
-
-    fn dec(&mut self) -> Result<Dec, OpDecodeError> {
-        let coef = i128::from_le_bytes(self.array()?);
-        let exp = i32::from_le_bytes(self.array()?);
-        Dec::from_parts(coef, exp).ok_or(OpDecodeError::BadDecimal)
-    }
-
-    fn vv(&mut self) -> Result<VersionVector, OpDecodeError> {
-        let n = self.count("version vector")?;
-        let mut vv = VersionVector::new();
-        for _ in 0..n {
-            let r = u32::from_le_bytes(self.array()?);
-            let h = u64::from_le_bytes(self.array()?);
-            vv.observe(Stamp {
-                hlc: Hlc(h),
-                replica: ReplicaId(r),
-            });
-        }
-        Ok(vv)
-    }
-
-    fn observed(&mut self) -> Result<Observed, OpDecodeError> {
-        let stamps = self.vv()?;
-        let n = self.count("counter origins")?;
-        let mut incs = smallvec::SmallVec::new();
-        for _ in 0..n {
-            let r = ReplicaId(u32::from_le_bytes(self.array()?));
-            let total_n = u64::from_le_bytes(self.array()?);
-            let int = i128::from_le_bytes(self.array()?);
-            let float = self.dec()?;
-            incs.push((
-                r,
-                IncTotals {
-                    n: total_n,
-                    int,
-                    float,
-                },
-            ));
-        }
-        Ok(Observed { stamps, incs })
-    }
-}
-
 /// Decodes the record at the start of `buf`; returns it and the bytes it used.
 pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
-    let mut r = Reader { buf, pos: 0 };
-    let len = u32::from_le_bytes(r.array()?) as usize;
+    let mut r = Reader::new(buf);
+    let len = r.u32()? as usize;
     if len > RECORD_BYTES_MAX {
         return Err(OpDecodeError::TooLarge {
             len,
@@ -419,18 +289,17 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
         });
     }
     let body = r.take(len)?;
-    let mut b = Reader { buf: body, pos: 0 };
-    let seq = u64::from_le_bytes(b.array()?);
-    let hlc = Hlc(u64::from_le_bytes(b.array()?));
-    let origin = ReplicaId(u32::from_le_bytes(b.array()?));
+    let mut b = Reader::new(body);
+    let seq = b.u64()?;
+    let hlc = Hlc(b.u64()?);
+    let origin = ReplicaId(b.u32()?);
     let db = u16::from_le_bytes(b.array()?);
-    let key = b.bytes()?;
-    let tag = b.u8()?;
-    let effect = match tag {
+    let key = b.bytes()?.to_vec();
+    let effect = match b.u8()? {
         TAG_ASSIGN => {
             let keep_ttl = b.u8()? != 0;
             let observed = b.observed()?;
-            let value = b.bytes()?;
+            let value = b.bytes()?.to_vec();
             Effect::Assign {
                 value,
                 observed,
@@ -439,12 +308,12 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
         }
         TAG_INCR => match b.u8()? {
             0 => Effect::Incr {
-                delta: Delta::Int(i64::from_le_bytes(b.array()?)),
+                delta: Delta::Int(b.i64()?),
             },
             1 => Effect::Incr {
                 delta: Delta::Float(b.dec()?),
             },
-            other => return Err(OpDecodeError::BadTag(other)),
+            other => return Err(DecodeError::BadTag(other).into()),
         },
         TAG_REMOVE => Effect::Remove {
             observed: b.observed()?,
@@ -452,26 +321,32 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
         TAG_EXPIRE => {
             let expire = match b.u8()? {
                 0 => Expire::Persist,
-                1 => Expire::AtMs(u64::from_le_bytes(b.array()?)),
-                other => return Err(OpDecodeError::BadTag(other)),
+                1 => Expire::AtMs(b.u64()?),
+                other => return Err(DecodeError::BadTag(other).into()),
             };
             Effect::Expire {
                 expire,
                 observed: b.vv()?,
             }
         }
-        TAG_SET_ADD => Effect::SetAdd { member: b.bytes()? },
+        TAG_SET_ADD => Effect::SetAdd {
+            member: b.bytes()?.to_vec(),
+        },
         TAG_SET_REM => {
-            let member = b.bytes()?;
+            let member = b.bytes()?.to_vec();
             Effect::SetRem {
                 member,
                 observed: b.vv()?,
             }
         }
-        other => return Err(OpDecodeError::BadTag(other)),
+        TAG_HASH => Effect::Hash(hash::decode_op(&mut b)?),
+        TAG_ZSET => Effect::ZSet(zset::decode_op(&mut b)?),
+        TAG_LIST => Effect::List(list::decode_op(&mut b)?),
+        TAG_HLL => Effect::Hll(hll::decode_op(&mut b)?),
+        other => return Err(DecodeError::BadTag(other).into()),
     };
-    if b.pos != body.len() {
-        return Err(OpDecodeError::LengthMismatch { len, used: b.pos });
+    if !b.is_at_end() {
+        return Err(OpDecodeError::LengthMismatch { len, used: b.pos() });
     }
     Ok((
         OpRecord {
@@ -482,7 +357,7 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
             key,
             effect,
         },
-        r.pos,
+        r.pos(),
     ))
 }
 

@@ -62,37 +62,25 @@ fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R
     r
 }
 
-/// A key's value copied out of the keyspace (RENAME, COPY).
-enum Snapshot {
-    Str(Vec<u8>),
-    Set(Vec<Vec<u8>>),
-}
+/// A key's value copied out of the keyspace (RENAME, COPY): the effects that rebuild it.
+struct Snapshot(Vec<Effect<Vec<u8>>>);
 
 fn snapshot(state: &KeyState) -> Option<Snapshot> {
-    match state.type_tag()? {
-        TypeTag::String => state.view_str().map(|v| Snapshot::Str(v.to_bytes())),
-        TypeTag::Set => state
-            .set()
-            .map(|s| Snapshot::Set(s.members().map(<[u8]>::to_vec).collect())),
+    let effects = state.recreate_effects();
+    if effects.is_empty() {
+        None
+    } else {
+        Some(Snapshot(effects))
     }
 }
 
-/// Writes `value` (and the deadline `at_ms`) to `key` in `db`, replacing whatever is there.
+/// Writes `value` (and the deadline `at_ms`) to `key` in `db`, replacing whatever is there:
+/// an observed-remove of the destination, then the effects that rebuild the value.
 fn write_snapshot(ctx: &mut Ctx<'_>, db: usize, key: &[u8], value: &Snapshot, at_ms: Option<u64>) {
     let now = ctx.now_ms;
-    match value {
-        Snapshot::Str(bytes) => {
-            ctx.shard
-                .write_key(db, key, now, |st| st.assign_effect(bytes.as_slice(), false));
-        }
-        Snapshot::Set(members) => {
-            ctx.shard.delete_key(db, key, now);
-            for m in members {
-                ctx.shard.write_key(db, key, now, |_| Effect::SetAdd {
-                    member: m.as_slice(),
-                });
-            }
-        }
+    ctx.shard.delete_key(db, key, now);
+    for effect in &value.0 {
+        ctx.shard.write_key(db, key, now, |_| effect.clone());
     }
     if let Some(at) = at_ms {
         ctx.shard.write_key(db, key, now, |st| {
@@ -106,6 +94,11 @@ fn type_name(tag: Option<TypeTag>) -> &'static str {
         None => "none",
         Some(TypeTag::String) => "string",
         Some(TypeTag::Set) => "set",
+        Some(TypeTag::Hash) => "hash",
+        Some(TypeTag::ZSet) => "zset",
+        Some(TypeTag::List) => "list",
+        // Redis stores a HyperLogLog as a string.
+        Some(TypeTag::Hll) => "string",
     }
 }
 

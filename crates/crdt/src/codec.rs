@@ -1,0 +1,290 @@
+//! Binary encoding of effects: varints, byte strings, version vectors, `Observed`.
+//!
+//! Pure functions over byte slices, shared by every type's op codec and by the server's op
+//! log, so that one encoding of each building block exists. Decoding is bounds-checked and
+//! never panics: every count is limited before anything is allocated from it.
+
+use smallvec::SmallVec;
+
+use crate::counter::IncTotals;
+use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::hlc::Hlc;
+use crate::num::Dec;
+use crate::op::Observed;
+
+/// Most version-vector entries, counter origins or list items in one encoded value.
+pub const ENTRIES_MAX: usize = 4096;
+
+/// Why bytes did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    Truncated,
+    BadTag(u8),
+    TooManyEntries { what: &'static str, n: u64 },
+    BadDecimal,
+    BadFloat,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "truncated"),
+            DecodeError::BadTag(t) => write!(f, "unknown tag {t}"),
+            DecodeError::TooManyEntries { what, n } => {
+                write!(f, "{what}: {n} entries exceed {ENTRIES_MAX}")
+            }
+            DecodeError::BadDecimal => write!(f, "decimal out of range"),
+            DecodeError::BadFloat => write!(f, "NaN float"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+pub fn put_u8(out: &mut Vec<u8>, v: u8) {
+    out.push(v);
+}
+
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn put_i64(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn put_f64(out: &mut Vec<u8>, v: f64) {
+    out.extend_from_slice(&v.to_bits().to_le_bytes());
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+pub fn put_stamp(out: &mut Vec<u8>, s: Stamp) {
+    put_u64(out, s.hlc.0);
+    put_u32(out, s.replica.0);
+}
+
+pub fn put_dec(out: &mut Vec<u8>, d: &Dec) {
+    let (coef, exp) = d.to_parts();
+    out.extend_from_slice(&coef.to_le_bytes());
+    out.extend_from_slice(&exp.to_le_bytes());
+}
+
+pub fn put_vv(out: &mut Vec<u8>, vv: &VersionVector) {
+    put_varint(out, vv.len() as u64);
+    for (r, h) in vv.iter() {
+        put_u32(out, r.0);
+        put_u64(out, h.0);
+    }
+}
+
+pub fn put_observed(out: &mut Vec<u8>, o: &Observed) {
+    put_vv(out, &o.stamps);
+    put_varint(out, o.incs.len() as u64);
+    for (r, t) in &o.incs {
+        put_u32(out, r.0);
+        put_u64(out, t.n);
+        out.extend_from_slice(&t.int.to_le_bytes());
+        put_dec(out, &t.float);
+    }
+}
+
+/// A bounds-checked reader over an encoded value.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf, pos: 0 }
+    }
+
+    /// Bytes consumed so far.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub fn is_at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
+        let s = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        let [b] = self.array::<1>()?;
+        Ok(b)
+    }
+
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    pub fn i64(&mut self) -> Result<i64, DecodeError> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    /// A float that is not NaN (Redis never stores NaN scores or values).
+    pub fn f64(&mut self) -> Result<f64, DecodeError> {
+        let v = f64::from_bits(self.u64()?);
+        if v.is_nan() {
+            Err(DecodeError::BadFloat)
+        } else {
+            Ok(v)
+        }
+    }
+
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(DecodeError::Truncated)
+    }
+
+    /// A length-prefixed byte string, borrowed.
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = usize::try_from(self.varint()?).map_err(|_| DecodeError::Truncated)?;
+        self.take(n)
+    }
+
+    /// A count of following entries, at most `ENTRIES_MAX`.
+    pub fn count(&mut self, what: &'static str) -> Result<usize, DecodeError> {
+        let n = self.varint()?;
+        if n > ENTRIES_MAX as u64 {
+            return Err(DecodeError::TooManyEntries { what, n });
+        }
+        Ok(n as usize)
+    }
+
+    pub fn stamp(&mut self) -> Result<Stamp, DecodeError> {
+        let hlc = Hlc(self.u64()?);
+        let replica = ReplicaId(self.u32()?);
+        Ok(Stamp { hlc, replica })
+    }
+
+    pub fn dec(&mut self) -> Result<Dec, DecodeError> {
+        let coef = i128::from_le_bytes(self.array()?);
+        let exp = i32::from_le_bytes(self.array()?);
+        Dec::from_parts(coef, exp).ok_or(DecodeError::BadDecimal)
+    }
+
+    pub fn vv(&mut self) -> Result<VersionVector, DecodeError> {
+        let n = self.count("version vector")?;
+        let mut vv = VersionVector::new();
+        for _ in 0..n {
+            let replica = ReplicaId(self.u32()?);
+            let hlc = Hlc(self.u64()?);
+            vv.observe(Stamp { hlc, replica });
+        }
+        Ok(vv)
+    }
+
+    pub fn observed(&mut self) -> Result<Observed, DecodeError> {
+        let stamps = self.vv()?;
+        let n = self.count("counter origins")?;
+        let mut incs = SmallVec::new();
+        for _ in 0..n {
+            let r = ReplicaId(self.u32()?);
+            let total_n = self.u64()?;
+            let int = i128::from_le_bytes(self.array()?);
+            let float = self.dec()?;
+            incs.push((
+                r,
+                IncTotals {
+                    n: total_n,
+                    int,
+                    float,
+                },
+            ));
+        }
+        Ok(Observed { stamps, incs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn building_blocks_round_trip_and_truncation_is_an_error() {
+        let mut out = Vec::new();
+        put_varint(&mut out, 300);
+        put_bytes(&mut out, b"ab\0");
+        put_stamp(
+            &mut out,
+            Stamp {
+                hlc: Hlc(7),
+                replica: ReplicaId(9),
+            },
+        );
+        put_f64(&mut out, -1.5);
+        let mut r = Reader::new(&out);
+        assert_eq!(r.varint().unwrap(), 300);
+        assert_eq!(r.bytes().unwrap(), b"ab\0");
+        assert_eq!(
+            r.stamp().unwrap(),
+            Stamp {
+                hlc: Hlc(7),
+                replica: ReplicaId(9)
+            }
+        );
+        assert_eq!(r.f64().unwrap(), -1.5);
+        assert!(r.is_at_end());
+        for cut in 0..out.len() {
+            let mut r = Reader::new(&out[..cut]);
+            let ok =
+                r.varint().is_ok() && r.bytes().is_ok() && r.stamp().is_ok() && r.f64().is_ok();
+            assert!(!ok, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn counts_are_limited_before_allocation() {
+        let mut out = Vec::new();
+        put_varint(&mut out, ENTRIES_MAX as u64 + 1);
+        assert!(matches!(
+            Reader::new(&out).count("x"),
+            Err(DecodeError::TooManyEntries { .. })
+        ));
+        let mut out = Vec::new();
+        put_u64(&mut out, f64::NAN.to_bits());
+        assert_eq!(Reader::new(&out).f64(), Err(DecodeError::BadFloat));
+    }
+}
