@@ -1,31 +1,140 @@
-//! Add-wins observed-remove set.
+//! Add-wins observed-remove set, laid out compactly.
 //!
 //! Each SADD of a member adds a dot (the write's `Stamp`); SREM removes the dots of that
-//! member it had observed, so a concurrent add survives ("add wins"). A removal context is
-//! kept per removed member until it is causally stable, so that a dot arriving after a
-//! removal that had observed it is dropped. Removals of the whole set (DEL, SET) are the
-//! caller's: `remove_observed` drops the dots, and the caller keeps that context.
+//! member it had observed, so a concurrent add survives ("add wins"). Removals of the whole
+//! set (DEL, SET) are the caller's: `remove_observed` drops the dots, and the caller keeps
+//! that context.
+//!
+//! Layout. The members present live in a `hashbrown::HashTable` of 40-byte elements
+//! `{member, dot}` (the member inline up to 22 bytes): only members present are in the table,
+//! so there is no per-member tombstone there. The rare parts are boxed in `Meta`:
+//! - `extra`: dots beyond the first of members added concurrently by several replicas;
+//! - `removed`: per member, the merged contexts of SREMs of it, needed only while an add they
+//!   cover may still arrive (until causally stable); with no peers `collect(None)` empties it
+//!   after every write, so a single site holds no per-member metadata;
+//! - `seen`: the join of every dot added and every removal context applied (a cache, so that
+//!   `observe_into` does not walk the members; not part of the CRDT state nor of equality).
+//!
+//! Iteration order is hash order (as Redis's hashtable encoding). The hash is `foldhash` with
+//! a fixed seed: this crate takes no randomness, and the order is not part of the state
+//! (equality and `Hash` are order-independent).
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 
+use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
 use crate::dot::{Stamp, VersionVector};
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+/// One member present and its first dot.
+#[derive(Clone, Debug)]
 struct Elem {
-    // Invariant: at most one dot per origin replica (a newer add from a replica replaces its
-    // older dot, which that replica had observed).
-    dots: SmallVec<[Stamp; 1]>,
-    /// Merged contexts of SREMs of this member.
-    removed: VersionVector,
+    member: SmallBytes,
+    dot: Stamp,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+/// Bytes of one table element (plus one control byte per bucket in the table).
+pub const ELEM_BYTES: usize = 40;
+const _: () = assert!(std::mem::size_of::<Elem>() == ELEM_BYTES);
+
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    /// Invariant: keys are members present; no vector is empty; across the element's dot and
+    /// these, at most one dot per origin replica (a newer add from a replica replaces its older
+    /// dot, which that replica had observed).
+    extra: BTreeMap<SmallBytes, SmallVec<[Stamp; 2]>>,
+    /// Merged contexts of SREMs of each member. Invariant: no empty vector.
+    removed: BTreeMap<SmallBytes, VersionVector>,
+}
+
+impl Meta {
+    fn is_blank(&self) -> bool {
+        self.extra.is_empty() && self.removed.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Inner {
+    // Invariant: exactly the members present, each once.
+    elems: HashTable<Elem>,
+    /// Every dot added and every removal context applied (see the module doc).
+    seen: VersionVector,
+    meta: Option<Box<Meta>>,
+}
+
+/// See the module doc. One pointer: an empty set allocates nothing, and a key's value stays
+/// small whatever its type.
+#[derive(Clone, Debug, Default)]
 pub struct OrSet {
-    // Invariant: no entry with neither dots nor removal context.
-    elems: BTreeMap<SmallBytes, Elem>,
+    inner: Option<Box<Inner>>,
+}
+
+const HASH_SEED: u64 = 0x6d65_7269_6469_616e;
+
+fn hash_member(member: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(HASH_SEED).hash_one(member)
+}
+
+fn elem_hash(e: &Elem) -> u64 {
+    hash_member(e.member.as_slice())
+}
+
+static EMPTY: std::sync::LazyLock<HashTable<Elem>> = std::sync::LazyLock::new(HashTable::new);
+
+impl Inner {
+    fn meta_mut(&mut self) -> &mut Meta {
+        self.meta.get_or_insert_with(Box::default)
+    }
+
+    fn extra_of(&self, member: &[u8]) -> &[Stamp] {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.extra.get(member))
+            .map_or(&[], |v| v.as_slice())
+    }
+
+    fn removed_of(&self, member: &[u8]) -> Option<&VersionVector> {
+        self.meta.as_ref().and_then(|m| m.removed.get(member))
+    }
+
+    /// Drops the dots of `member` that `covered` says are removed; the member leaves the table
+    /// when none is left.
+    fn drop_dots(&mut self, member: &[u8], covered: impl Fn(Stamp) -> bool) {
+        let h = hash_member(member);
+        let Ok(entry) = self.elems.find_entry(h, |e| e.member.as_slice() == member) else {
+            return;
+        };
+        let mut extra: SmallVec<[Stamp; 2]> = self
+            .meta
+            .as_mut()
+            .and_then(|m| m.extra.remove(member))
+            .unwrap_or_default();
+        extra.retain(|d| !covered(*d));
+        if covered(entry.get().dot) {
+            match extra.pop() {
+                Some(d) => {
+                    let mut entry = entry;
+                    entry.get_mut().dot = d;
+                }
+                None => {
+                    entry.remove();
+                }
+            }
+        }
+        if !extra.is_empty() {
+            self.meta_mut()
+                .extra
+                .insert(SmallBytes::copy_from(member), extra);
+        }
+    }
+
+    fn tidy_meta(&mut self) {
+        if self.meta.as_ref().is_some_and(|m| m.is_blank()) {
+            self.meta = None;
+        }
+    }
 }
 
 impl OrSet {
@@ -33,32 +142,59 @@ impl OrSet {
         OrSet::default()
     }
 
-    /// Adds `member` with the dot `stamp`. Returns false when that dot is held already or a
-    /// removal of this member had observed it.
+    fn elems(&self) -> &HashTable<Elem> {
+        self.inner.as_ref().map_or(&EMPTY, |i| &i.elems)
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        self.inner.get_or_insert_with(Box::default)
+    }
+
+    /// Adds `member` with the dot `stamp`. Returns false when that dot is held already (or a
+    /// newer add from the same replica is) or a removal of this member had observed it.
     pub fn add(&mut self, stamp: Stamp, member: &[u8]) -> bool {
-        if let Some(e) = self.elems.get_mut(member) {
-            // Covered by a removal, or held already (or superseded by a newer add from the same
-            // replica, which had observed this one): a duplicate.
-            if e.removed.covers(stamp)
-                || e.dots
-                    .iter()
-                    .any(|d| d.replica == stamp.replica && d.hlc >= stamp.hlc)
-            {
+        let inner = self.inner_mut();
+        inner.seen.observe(stamp);
+        if inner.removed_of(member).is_some_and(|r| r.covers(stamp)) {
+            return false;
+        }
+        let h = hash_member(member);
+        let Some(e) = inner.elems.find_mut(h, |e| e.member.as_slice() == member) else {
+            inner.elems.insert_unique(
+                h,
+                Elem {
+                    member: SmallBytes::copy_from(member),
+                    dot: stamp,
+                },
+                elem_hash,
+            );
+            return true;
+        };
+        if e.dot.replica == stamp.replica {
+            if e.dot.hlc >= stamp.hlc {
                 return false;
             }
-            e.dots.retain(|d| d.replica != stamp.replica);
-            e.dots.push(stamp);
+            e.dot = stamp;
             return true;
         }
-        let mut dots = SmallVec::new();
-        dots.push(stamp);
-        self.elems.insert(
-            SmallBytes::copy_from(member),
-            Elem {
-                dots,
-                removed: VersionVector::new(),
-            },
-        );
+        let meta = inner.meta.get_or_insert_with(Box::default);
+        match meta.extra.get_mut(member) {
+            Some(x) => {
+                if let Some(d) = x.iter_mut().find(|d| d.replica == stamp.replica) {
+                    if d.hlc >= stamp.hlc {
+                        return false;
+                    }
+                    *d = stamp;
+                } else {
+                    x.push(stamp);
+                }
+            }
+            None => {
+                let mut x = SmallVec::new();
+                x.push(stamp);
+                meta.extra.insert(SmallBytes::copy_from(member), x);
+            }
+        }
         true
     }
 
@@ -67,17 +203,15 @@ impl OrSet {
         if observed.is_empty() {
             return;
         }
-        match self.elems.get_mut(member) {
-            Some(e) => {
-                e.dots.retain(|d| !observed.covers(*d));
-                e.removed.merge(observed);
-            }
+        let inner = self.inner_mut();
+        inner.drop_dots(member, |d| observed.covers(d));
+        inner.seen.merge(observed);
+        let meta = inner.meta_mut();
+        match meta.removed.get_mut(member) {
+            Some(r) => r.merge(observed),
             None => {
-                let e = Elem {
-                    dots: SmallVec::new(),
-                    removed: observed.clone(),
-                };
-                self.elems.insert(SmallBytes::copy_from(member), e);
+                meta.removed
+                    .insert(SmallBytes::copy_from(member), observed.clone());
             }
         }
     }
@@ -86,70 +220,179 @@ impl OrSet {
     /// own removal context, so member contexts it dominates are dropped. Returns whether no
     /// member is left.
     pub fn remove_observed(&mut self, observed: &VersionVector) -> bool {
-        self.elems.retain(|_, e| {
-            e.dots.retain(|d| !observed.covers(*d));
-            if observed.dominates(&e.removed) {
-                e.removed = VersionVector::new();
+        let Some(inner) = self.inner.as_mut() else {
+            return true;
+        };
+        if observed.is_empty() {
+            return inner.elems.is_empty();
+        }
+        let extra = inner
+            .meta
+            .as_mut()
+            .map(|m| std::mem::take(&mut m.extra))
+            .unwrap_or_default();
+        let mut kept_extra = BTreeMap::new();
+        // Members with several dots first: a surviving extra dot moves up.
+        for (member, mut dots) in extra {
+            dots.retain(|d| !observed.covers(*d));
+            let h = hash_member(member.as_slice());
+            if let Some(e) = inner
+                .elems
+                .find_mut(h, |e| e.member.as_slice() == member.as_slice())
+            {
+                if observed.covers(e.dot) {
+                    if let Some(d) = dots.pop() {
+                        e.dot = d;
+                    }
+                }
             }
-            !e.dots.is_empty() || !e.removed.is_empty()
-        });
-        self.is_empty()
+            if !dots.is_empty() {
+                kept_extra.insert(member, dots);
+            }
+        }
+        inner.elems.retain(|e| !observed.covers(e.dot));
+        if let Some(m) = inner.meta.as_mut() {
+            m.extra = kept_extra;
+            m.removed.retain(|_, r| !observed.dominates(r));
+        }
+        inner.tidy_meta();
+        inner.elems.is_empty()
     }
 
     pub fn contains(&self, member: &[u8]) -> bool {
-        self.elems.get(member).is_some_and(|e| !e.dots.is_empty())
+        self.elems()
+            .find(hash_member(member), |e| e.member.as_slice() == member)
+            .is_some()
     }
 
     /// Number of members present.
     pub fn len(&self) -> usize {
-        self.elems.values().filter(|e| !e.dots.is_empty()).count()
+        self.elems().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.elems.values().all(|e| e.dots.is_empty())
+        self.elems().is_empty()
     }
 
-    /// Members present, in byte order.
+    /// Members present, in hash order.
     pub fn members(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.elems
-            .iter()
-            .filter(|(_, e)| !e.dots.is_empty())
-            .map(|(k, _)| k.as_slice())
+        self.elems().iter().map(|e| e.member.as_slice())
+    }
+
+    /// Buckets of the table: with `bucket`, a way to pick random members and to scan with a
+    /// cursor. Stable while the set does not grow.
+    pub fn bucket_count(&self) -> usize {
+        self.elems().num_buckets()
+    }
+
+    /// The member in bucket `index`, if that bucket is occupied.
+    pub fn bucket(&self, index: usize) -> Option<&[u8]> {
+        self.elems().get_bucket(index).map(|e| e.member.as_slice())
     }
 
     /// The highest dot present.
     pub fn max_stamp(&self) -> Option<Stamp> {
-        self.elems
-            .values()
-            .flat_map(|e| e.dots.iter().copied())
-            .max()
+        let inner = self.inner.as_ref()?;
+        let extra = inner
+            .meta
+            .as_ref()
+            .and_then(|m| m.extra.values().flat_map(|v| v.iter().copied()).max());
+        inner.elems.iter().map(|e| e.dot).max().max(extra)
     }
 
-    /// Adds every dot present and every removal context to `vv`.
+    /// Adds every dot present and every removal context to `vv`, in O(replicas): the set
+    /// keeps their join.
     pub fn observe_into(&self, vv: &mut VersionVector) {
-        for e in self.elems.values() {
-            for d in &e.dots {
-                vv.observe(*d);
-            }
-            vv.merge(&e.removed);
+        if let Some(i) = &self.inner {
+            vv.merge(&i.seen);
         }
     }
 
     /// Whether removal contexts are held.
     pub fn has_metadata(&self) -> bool {
-        self.elems.values().any(|e| !e.removed.is_empty())
+        self.removal_contexts() > 0
+    }
+
+    /// Number of members with a removal context held (tombstones).
+    pub fn removal_contexts(&self) -> usize {
+        self.inner
+            .as_ref()
+            .and_then(|i| i.meta.as_ref())
+            .map_or(0, |m| m.removed.len())
     }
 
     /// Drops the parts of member removal contexts that `stable` covers (every replica has
     /// delivered every dot they cover, so no late dot can arrive); `None` drops them all.
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
-        self.elems.retain(|_, e| {
+        let Some(inner) = self.inner.as_mut() else {
+            return;
+        };
+        if let Some(m) = inner.meta.as_mut() {
             match stable {
-                None => e.removed = VersionVector::new(),
-                Some(s) => e.removed.forget_covered(s),
+                None => m.removed.clear(),
+                Some(s) => m.removed.retain(|_, r| {
+                    r.forget_covered(s);
+                    !r.is_empty()
+                }),
             }
-            !e.dots.is_empty() || !e.removed.is_empty()
-        });
+        }
+        inner.tidy_meta();
+        if inner.elems.is_empty() && inner.meta.is_none() {
+            // Nothing left to show or to remember.
+            self.inner = None;
+        }
+    }
+
+    /// Sorted dots of each member present, for equality and hashing.
+    fn dots_of(&self, e: &Elem) -> SmallVec<[Stamp; 2]> {
+        let mut d: SmallVec<[Stamp; 2]> = SmallVec::new();
+        d.push(e.dot);
+        if let Some(i) = &self.inner {
+            d.extend_from_slice(i.extra_of(e.member.as_slice()));
+        }
+        d.sort_unstable();
+        d
+    }
+
+    fn removed_map(&self) -> Option<&BTreeMap<SmallBytes, VersionVector>> {
+        self.inner
+            .as_ref()
+            .and_then(|i| i.meta.as_ref())
+            .map(|m| &m.removed)
+            .filter(|r| !r.is_empty())
+    }
+}
+
+impl PartialEq for OrSet {
+    /// The same members with the same dots and the same removal contexts (order and the
+    /// `seen` cache aside).
+    fn eq(&self, other: &OrSet) -> bool {
+        self.len() == other.len()
+            && self.removed_map() == other.removed_map()
+            && self.elems().iter().all(|e| {
+                other
+                    .elems()
+                    .find(elem_hash(e), |o| o.member == e.member)
+                    .is_some_and(|o| self.dots_of(e) == other.dots_of(o))
+            })
+    }
+}
+
+impl Eq for OrSet {}
+
+impl Hash for OrSet {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Order-independent: a wrapping sum of the elements' hashes.
+        let mut sum = 0u64;
+        for e in self.elems().iter() {
+            let mut h = foldhash::fast::FixedState::with_seed(HASH_SEED).build_hasher();
+            e.member.hash(&mut h);
+            self.dots_of(e).hash(&mut h);
+            sum = sum.wrapping_add(h.finish());
+        }
+        self.len().hash(state);
+        sum.hash(state);
+        self.removed_map().hash(state);
     }
 }
 
@@ -166,20 +409,29 @@ mod tests {
         }
     }
 
+    fn vv(stamps: &[Stamp]) -> VersionVector {
+        let mut v = VersionVector::new();
+        for s in stamps {
+            v.observe(*s);
+        }
+        v
+    }
+
+    fn sorted(s: &OrSet) -> Vec<Vec<u8>> {
+        let mut m: Vec<Vec<u8>> = s.members().map(<[u8]>::to_vec).collect();
+        m.sort();
+        m
+    }
+
     #[test]
     fn concurrent_add_survives_remove() {
         let mut s = OrSet::new();
         s.add(st(1, 1), b"x");
-        let mut seen = VersionVector::new();
-        seen.observe(st(1, 1));
+        let seen = vv(&[st(1, 1)]);
         s.add(st(2, 2), b"x");
         s.remove(b"x", &seen);
         assert!(s.contains(b"x"));
-        s.remove(b"x", &{
-            let mut v = seen.clone();
-            v.observe(st(2, 2));
-            v
-        });
+        s.remove(b"x", &vv(&[st(1, 1), st(2, 2)]));
         assert!(!s.contains(b"x"));
         assert!(
             !s.add(st(2, 2), b"x"),
@@ -188,19 +440,141 @@ mod tests {
         assert!(s.has_metadata());
         s.collect(None);
         assert!(!s.has_metadata());
+        assert_eq!(s, OrSet::new());
     }
 
     #[test]
-    fn members_are_sorted_and_counted() {
+    fn members_are_counted() {
         let mut s = OrSet::new();
         s.add(st(1, 1), b"b");
         s.add(st(2, 1), b"a");
         s.add(st(3, 1), b"a");
-        assert_eq!(s.members().collect::<Vec<_>>(), vec![&b"a"[..], &b"b"[..]]);
+        assert_eq!(sorted(&s), vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(s.len(), 2);
         assert_eq!(s.max_stamp(), Some(st(3, 1)));
         let mut all = VersionVector::new();
         s.observe_into(&mut all);
         assert!(s.remove_observed(&all));
+    }
+
+    #[test]
+    fn one_dot_per_replica_and_duplicates_are_refused() {
+        let mut s = OrSet::new();
+        assert!(s.add(st(5, 1), b"m"));
+        assert!(!s.add(st(5, 1), b"m"), "duplicate");
+        assert!(!s.add(st(4, 1), b"m"), "superseded");
+        assert!(s.add(st(3, 2), b"m"));
+        assert!(s.add(st(4, 3), b"m"));
+        assert!(!s.add(st(3, 2), b"m"));
+        assert!(
+            s.add(st(6, 2), b"m"),
+            "newer add from replica 2 replaces its dot"
+        );
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.max_stamp(), Some(st(6, 2)));
+        // A removal that saw replica 1 and 3 only leaves replica 2's dot.
+        s.remove(b"m", &vv(&[st(5, 1), st(4, 3)]));
+        assert!(s.contains(b"m"));
+        s.remove(b"m", &vv(&[st(6, 2)]));
+        assert!(!s.contains(b"m"));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn remove_observed_promotes_surviving_extra_dots() {
+        let mut s = OrSet::new();
+        s.add(st(1, 1), b"m");
+        s.add(st(2, 2), b"m");
+        s.add(st(3, 1), b"n");
+        // DEL that had seen replica 1 up to 3: m keeps replica 2's dot, n goes.
+        assert!(!s.remove_observed(&vv(&[st(3, 1)])));
+        assert_eq!(sorted(&s), vec![b"m".to_vec()]);
+        assert_eq!(s.max_stamp(), Some(st(2, 2)));
+        assert!(s.remove_observed(&vv(&[st(2, 2)])));
+    }
+
+    #[test]
+    fn equality_ignores_order_and_which_dot_is_first() {
+        let mut a = OrSet::new();
+        let mut b = OrSet::new();
+        for i in 0..200u64 {
+            a.add(st(i + 1, 1), format!("m{i}").as_bytes());
+        }
+        for i in (0..200u64).rev() {
+            b.add(st(i + 1, 1), format!("m{i}").as_bytes());
+        }
+        a.add(st(500, 2), b"m7");
+        b.add(st(500, 2), b"m7");
+        assert_eq!(a, b);
+        let hash = |s: &OrSet| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            s.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&a), hash(&b));
+        // Different first dot, same dots: still equal.
+        let mut c = OrSet::new();
+        let mut d = OrSet::new();
+        c.add(st(1, 1), b"x");
+        c.add(st(1, 2), b"x");
+        d.add(st(1, 2), b"x");
+        d.add(st(1, 1), b"x");
+        assert_eq!(c, d);
+        assert_eq!(hash(&c), hash(&d));
+        d.add(st(2, 3), b"x");
+        assert_ne!(c, d);
+    }
+
+    #[test]
+    fn no_tombstones_without_peers() {
+        let mut s = OrSet::new();
+        for i in 0..1000u64 {
+            s.add(st(i + 1, 1), format!("{i}").as_bytes());
+        }
+        for i in 0..500u64 {
+            let mut o = VersionVector::new();
+            s.observe_into(&mut o);
+            s.remove(format!("{i}").as_bytes(), &o);
+            s.collect(None);
+        }
+        assert_eq!(s.len(), 500);
+        assert_eq!(s.removal_contexts(), 0);
+        assert!(!s.has_metadata());
+    }
+
+    #[test]
+    fn removal_context_kept_until_stable() {
+        let mut s = OrSet::new();
+        s.add(st(1, 1), b"a");
+        s.remove(b"x", &vv(&[st(9, 2)]));
+        assert_eq!(s.removal_contexts(), 1);
+        s.collect(Some(&vv(&[st(8, 2)])));
+        assert_eq!(s.removal_contexts(), 1);
+        assert!(!s.add(st(9, 2), b"x"), "late add covered by the removal");
+        assert!(s.add(st(10, 2), b"x"));
+        s.collect(Some(&vv(&[st(9, 2)])));
+        assert_eq!(s.removal_contexts(), 0);
+        let mut o = VersionVector::new();
+        s.observe_into(&mut o);
+        assert!(o.covers(st(10, 2)) && o.covers(st(1, 1)));
+    }
+
+    #[test]
+    fn buckets_hold_every_member_once() {
+        let mut s = OrSet::new();
+        for i in 0..100u64 {
+            s.add(st(i + 1, 1), format!("k{i}").as_bytes());
+        }
+        let mut seen: Vec<Vec<u8>> = (0..s.bucket_count())
+            .filter_map(|i| s.bucket(i).map(<[u8]>::to_vec))
+            .collect();
+        seen.sort();
+        assert_eq!(seen, sorted(&s));
+    }
+
+    #[test]
+    fn element_is_small() {
+        assert_eq!(std::mem::size_of::<Elem>(), ELEM_BYTES);
+        assert_eq!(std::mem::size_of::<OrSet>(), 8);
     }
 }

@@ -259,10 +259,14 @@ impl Replica {
     }
 
     pub fn smembers(&self, key: &[u8]) -> Vec<Vec<u8>> {
-        self.key(key)
+        // Sorted: a set's iteration order is hash order, not part of its state.
+        let mut m: Vec<Vec<u8>> = self
+            .key(key)
             .set()
             .map(|s| s.members().map(<[u8]>::to_vec).collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        m.sort();
+        m
     }
 
     pub fn ttl_at(&self, key: &[u8]) -> Option<u64> {
@@ -289,10 +293,12 @@ pub fn digest_view(k: &KeyState) -> String {
                 .map(|v| v.to_bytes().escape_ascii().to_string())
         ),
         Some(TypeTag::Set) => {
-            let m: Vec<String> = k
+            let mut m: Vec<Vec<u8>> = k
                 .set()
-                .map(|s| s.members().map(|m| m.escape_ascii().to_string()).collect())
+                .map(|s| s.members().map(<[u8]>::to_vec).collect())
                 .unwrap_or_default();
+            m.sort();
+            let m: Vec<String> = m.iter().map(|m| m.escape_ascii().to_string()).collect();
             format!("set {m:?}")
         }
     };
