@@ -36,10 +36,42 @@ pub struct ClientShared {
     pub watched: Cell<usize>,
     /// Set by CLIENT KILL or shutdown; the connection closes at its next step.
     pub killed: Cell<bool>,
-    /// Wakes the connection task when `killed` is set or monitor output is queued.
+    /// Wakes the connection task when `killed` is set, push output is queued, or a key it is
+    /// blocked on was written.
     pub wake: Notify,
-    /// Lines queued for a MONITOR client.
-    pub monitor_out: RefCell<Vec<u8>>,
+    /// Out-of-band output queued by other connections: MONITOR lines and Pub/Sub messages,
+    /// already encoded in this client's protocol. The connection writes it before its next
+    /// batch of replies.
+    pub push_out: RefCell<Vec<u8>>,
+    /// Pub/Sub subscriptions (`cmd::pubsub`), and their counts for CLIENT LIST `sub=`,
+    /// `psub=`, `ssub=` (flag 'P' when any is non-zero).
+    pub subs: RefCell<Subscriptions>,
+    pub sub: Cell<usize>,
+    pub psub: Cell<usize>,
+    pub ssub: Cell<usize>,
+    /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
+    pub blocked: Cell<bool>,
+}
+
+/// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
+/// argument answers in that order, as Redis 7.0's list); channels are a set, as in Redis.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    pub channels: hashbrown::HashSet<Vec<u8>>,
+    pub patterns: Vec<Vec<u8>>,
+    pub shard_channels: hashbrown::HashSet<Vec<u8>>,
+}
+
+impl Subscriptions {
+    /// Channels plus patterns: the count SUBSCRIBE/PSUBSCRIBE replies show.
+    pub fn count(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// Every subscription, shard channels included: non-zero means "subscribed mode".
+    pub fn total(&self) -> usize {
+        self.count() + self.shard_channels.len()
+    }
 }
 
 impl ClientShared {
@@ -63,8 +95,26 @@ impl ClientShared {
             watched: Cell::new(0),
             killed: Cell::new(false),
             wake: Notify::new(),
-            monitor_out: RefCell::new(Vec::new()),
+            push_out: RefCell::new(Vec::new()),
+            subs: RefCell::new(Subscriptions::default()),
+            sub: Cell::new(0),
+            psub: Cell::new(0),
+            ssub: Cell::new(0),
+            blocked: Cell::new(false),
         }
+    }
+
+    /// Whether the client has any Pub/Sub subscription (Redis's CLIENT_PUBSUB flag).
+    pub fn is_subscribed(&self) -> bool {
+        self.sub.get() + self.psub.get() + self.ssub.get() > 0
+    }
+
+    /// Refreshes the `sub`/`psub`/`ssub` counters from `subs`.
+    pub fn sync_sub_counts(&self) {
+        let subs = self.subs.borrow();
+        self.sub.set(subs.channels.len());
+        self.psub.set(subs.patterns.len());
+        self.ssub.set(subs.shard_channels.len());
     }
 
     pub fn kill(&self) {
@@ -103,6 +153,11 @@ pub struct Client {
     pub dirty: Rc<Cell<bool>>,
     /// Close the connection after writing the pending replies (QUIT, protocol error).
     pub close_after_reply: bool,
+    /// Nesting of `cmd::call`: 1 for a command the client sent, 2 for one run by EXEC.
+    /// Blocking commands block only at depth 1 (`Ctx::can_block`).
+    pub call_depth: u32,
+    /// Set while the client waits in a blocking command (`crate::blocking`).
+    pub blocked: Option<crate::blocking::BlockedOn>,
 }
 
 impl Client {
@@ -114,6 +169,8 @@ impl Client {
             watched: Vec::new(),
             dirty: Rc::new(Cell::new(false)),
             close_after_reply: false,
+            call_depth: 0,
+            blocked: None,
         }
     }
 

@@ -4,15 +4,23 @@
 //! replies go out in one write. The parser resumes across reads, so a large argument arriving
 //! in pieces is scanned once. A protocol error is answered with Redis's text, then the
 //! connection closes, as Redis does.
+//!
+//! A command that blocks (`Ctx::block`, see `crate::blocking`) stops the batch: its arguments
+//! are kept and the connection waits for a write to one of its keys (then re-runs it), its
+//! deadline, or the client's end; the pipelined commands after it run once it is answered.
+//! Output other connections queue (`ClientShared::push_out`: MONITOR, Pub/Sub) is written when
+//! the task is woken, and before the replies of the next batch.
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use crate::blocking;
 use crate::client::Client;
 use crate::cmd;
 use crate::resp::parse::{ParseLimits, Parsed, Parser};
@@ -25,6 +33,16 @@ pub const READ_BUF_BYTES_INITIAL: usize = 16 * 1024;
 pub const READ_CHUNK_BYTES_MIN: usize = 16 * 1024;
 /// Output kept allocated between batches; a larger buffer is released after use.
 pub const REPLY_BUF_BYTES_KEPT: usize = 64 * 1024;
+
+/// What ended a blocked client's wait step.
+enum BlockedEvent {
+    /// Bytes arrived; they wait in the read buffer.
+    Input(usize),
+    /// A key it waits on was written (or push output, or CLIENT KILL).
+    Wake,
+    /// The deadline may have passed.
+    Timeout,
+}
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
@@ -59,42 +77,106 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
     let mut parser = Parser::new(limits);
     let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
     let mut out = Reply::new();
+    // The read buffer may hold complete commands not run yet (a blocking command ended).
+    let mut buffered = false;
     'conn: loop {
         if shared.killed.get() {
             break;
         }
-        let want = parser
-            .bytes_hint()
-            .unwrap_or(0)
-            .saturating_sub(rbuf.len())
-            .max(READ_CHUNK_BYTES_MIN);
-        rbuf.reserve(want);
-        let n = if shared.is_monitor.get() {
-            tokio::select! {
+        if let Some(deadline) = client.blocked.as_ref().map(|b| b.deadline_ms) {
+            // Blocked (BLPOP...): run nothing more until a key is written, the deadline
+            // passes, or the client goes; keep reading so a close is seen.
+            let sleep_for =
+                deadline.map(|d| Duration::from_millis(d.saturating_sub(shard.borrow().now_ms())));
+            let timer = async {
+                match sleep_for {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            rbuf.reserve(READ_CHUNK_BYTES_MIN);
+            let event = tokio::select! {
+                r = stream.read_buf(&mut rbuf) => match r {
+                    Ok(0) | Err(_) => break 'conn,
+                    Ok(n) => BlockedEvent::Input(n),
+                },
+                () = shared.wake.notified() => BlockedEvent::Wake,
+                () = timer => BlockedEvent::Timeout,
+            };
+            if shared.killed.get() {
+                break;
+            }
+            let query_limit;
+            {
+                let mut guard = shard.borrow_mut();
+                let s = &mut *guard;
+                query_limit = s.config.client_query_buffer_limit as usize;
+                let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
+                out.raw(&pushed);
+                let now = s.now_ms();
+                match event {
+                    BlockedEvent::Input(n) => {
+                        s.stats.net_input_bytes += n as u64;
+                        shared.qbuf_bytes.set(rbuf.len());
+                    }
+                    BlockedEvent::Wake => {
+                        if s.blocking.is_ready(client.id()) {
+                            blocking::reprocess(s, &mut client, &mut out, now);
+                        }
+                    }
+                    BlockedEvent::Timeout => {
+                        if deadline.is_some_and(|d| now >= d) {
+                            blocking::time_out(s, &mut client, &mut out);
+                        }
+                    }
+                }
+                if client.blocked.is_none() {
+                    shared.last_interaction_ms.set(now);
+                    buffered = true;
+                }
+                s.stats.net_output_bytes += out.len() as u64;
+            }
+            if !out.is_empty() {
+                if stream.write_all(&out.buf).await.is_err() {
+                    break;
+                }
+                out.clear();
+            }
+            if rbuf.len() > query_limit {
+                tracing::warn!(client = %addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+                break;
+            }
+            continue 'conn;
+        }
+        if !buffered {
+            let want = parser
+                .bytes_hint()
+                .unwrap_or(0)
+                .saturating_sub(rbuf.len())
+                .max(READ_CHUNK_BYTES_MIN);
+            rbuf.reserve(want);
+            let n = tokio::select! {
                 r = stream.read_buf(&mut rbuf) => r,
                 () = shared.wake.notified() => {
-                    let pending = std::mem::take(&mut *shared.monitor_out.borrow_mut());
+                    // MONITOR lines and Pub/Sub messages from other connections.
+                    let pending = std::mem::take(&mut *shared.push_out.borrow_mut());
                     if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
                         break 'conn;
                     }
                     continue 'conn;
                 }
-            }
-        } else {
-            tokio::select! {
-                r = stream.read_buf(&mut rbuf) => r,
-                () = shared.wake.notified() => continue 'conn,
-            }
-        };
-        let n = match n {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
+            };
+            let n = match n {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            shard.borrow_mut().stats.net_input_bytes += n as u64;
+        }
+        buffered = false;
         let query_limit;
         {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
-            s.stats.net_input_bytes += n as u64;
             query_limit = s.config.client_query_buffer_limit as usize;
             // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
             parser.set_limits(ParseLimits {
@@ -103,6 +185,9 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             });
             let now = s.now_ms();
             shared.last_interaction_ms.set(now);
+            // Pushes queued before this batch go out before its replies.
+            let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
+            out.raw(&pushed);
             let mut pos = 0usize;
             loop {
                 let buf = rbuf.get(pos..).unwrap_or_default();
@@ -112,6 +197,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                         parser.args(buf, &mut argv);
                         cmd::execute(s, &mut client, &mut out, &argv, now);
                         pos += consumed;
+                        if let Some(b) = client.blocked.as_mut() {
+                            // The command blocked: keep it to re-run; later commands wait.
+                            b.argv = argv.iter().map(|a| a.to_vec()).collect();
+                            break;
+                        }
                         if client.close_after_reply || shared.killed.get() {
                             break;
                         }

@@ -235,6 +235,7 @@ impl Shard {
         self.stats.dirty += 1;
         self.oplog.append(seq, hlc, db, key, effect);
         self.touch_watched(db, key);
+        self.signal_key_ready(db, key);
         applied
     }
 

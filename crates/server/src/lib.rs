@@ -11,6 +11,7 @@
 //! - `shard`: what a shard owns.
 //! - `conn`: one connection's read–parse–execute–write loop.
 //! - `client`: per-connection state and what other connections may see of it.
+//! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
@@ -21,6 +22,7 @@
 //! - `time`: wall-clock helpers.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod blocking;
 pub mod client;
 pub mod cmd;
 pub mod config;

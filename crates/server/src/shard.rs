@@ -11,7 +11,9 @@ use std::rc::Rc;
 use hashbrown::HashMap;
 use meridian_crdt::{HlcClock, ReplicaId};
 
+use crate::blocking::BlockRegistry;
 use crate::client::ClientShared;
+use crate::cmd::pubsub::PubSub;
 use crate::cmd::table::Table;
 use crate::config::Config;
 use crate::keyspace::Db;
@@ -50,6 +52,10 @@ pub struct Shard {
     pub watched: HashMap<WatchedKey, Vec<DirtyFlag>>,
     /// Clients in MONITOR mode.
     pub monitors: Vec<Rc<ClientShared>>,
+    /// Pub/Sub subscriptions (`cmd::pubsub`).
+    pub pubsub: PubSub,
+    /// Clients blocked in BLPOP and the like, by key (`blocking`).
+    pub blocking: BlockRegistry,
     /// Process start, for INFO uptime.
     pub started_ms: u64,
     /// 40 hex characters naming this run (INFO run_id).
@@ -81,6 +87,8 @@ impl Shard {
             next_client_id: 1,
             watched: HashMap::new(),
             monitors: Vec::new(),
+            pubsub: PubSub::default(),
+            blocking: BlockRegistry::default(),
             started_ms: now_ms,
             run_id: random_hex40(),
             shutting_down: false,
@@ -117,9 +125,13 @@ impl Shard {
         shared
     }
 
-    /// Forgets a client: its registry entry, monitor slot and watches.
+    /// Forgets a client: its registry entry, monitor slot, watches, subscriptions and
+    /// blocking registration.
     pub fn unregister_client(&mut self, id: u64, dirty: &Rc<Cell<bool>>) {
-        self.clients.remove(&id);
+        if let Some(c) = self.clients.remove(&id) {
+            self.pubsub.unsubscribe_all(&c);
+        }
+        self.blocking.unregister(id);
         self.monitors.retain(|m| m.id != id);
         self.unwatch_all(dirty);
     }

@@ -15,10 +15,16 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 ];
 
 /// PING [message]: `+PONG`, or the message as a bulk string. A subscribed RESP2 client gets
-/// `["pong", message]` (pub/sub arrives with its issue).
+/// `["pong", message]` (message "" when none).
 fn ping(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if argv.len() > 2 {
         return Err(CmdError::WrongArity("ping".to_string()));
+    }
+    if ctx.client.shared.is_subscribed() && ctx.out.proto == Proto::Resp2 {
+        ctx.out.array(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(argv.get(1).copied().unwrap_or_default());
+        return Ok(());
     }
     match argv.get(1) {
         None => ctx.out.simple("PONG"),
@@ -60,8 +66,10 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// RESET: leaves MULTI, drops WATCHes, leaves MONITOR, selects db 0, RESP2, no name.
+/// RESET: leaves MULTI, drops WATCHes, leaves MONITOR and every Pub/Sub subscription,
+/// selects db 0, RESP2, no name.
 fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.shard.pubsub.unsubscribe_all(&ctx.client.shared);
     ctx.client.multi = None;
     ctx.client.shared.in_multi.set(false);
     ctx.shard.unwatch_all(&ctx.client.dirty);

@@ -16,6 +16,8 @@
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
+//! - `set`: SADD SREM SMEMBERS ... SSCAN.
+//! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
 pub mod args;
 pub mod client;
@@ -23,7 +25,9 @@ pub mod command;
 pub mod connection;
 pub mod keys;
 pub mod meta;
+pub mod pubsub;
 pub mod server;
+pub mod set;
 pub mod string;
 pub mod table;
 pub mod tx;
@@ -67,6 +71,8 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
+    v.extend_from_slice(set::HANDLERS);
+    v.extend_from_slice(pubsub::HANDLERS);
     v
 }
 
@@ -168,6 +174,24 @@ pub fn execute(
             return;
         }
     };
+    // A RESP2 client with subscriptions runs only the Pub/Sub commands, PING, QUIT and RESET.
+    if client.shared.is_subscribed()
+        && client.shared.proto.get() == crate::resp::reply::Proto::Resp2
+        && !pubsub::allowed_when_subscribed(spec.meta.name)
+    {
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        reply_error(
+            shard,
+            out,
+            &pubsub::subscribed_context_error(spec.meta.name),
+        );
+        return;
+    }
     if let Some(m) = client.multi.as_mut() {
         if !runs_inside_multi(spec.meta.name) {
             if m.queued.len() >= MULTI_QUEUED_MAX {
@@ -231,6 +255,7 @@ pub fn call(
         return;
     };
     let started = std::time::Instant::now();
+    client.call_depth += 1;
     let result = {
         let mut ctx = Ctx {
             shard: &mut *shard,
@@ -241,6 +266,7 @@ pub fn call(
         };
         handler(&mut ctx, argv)
     };
+    client.call_depth -= 1;
     let usec = started.elapsed().as_micros() as u64;
     client.shared.last_cmd.set(spec.meta.name);
     shard.stats.total_commands_processed += 1;
@@ -319,7 +345,7 @@ fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64
     line.extend_from_slice(b"\r\n");
     for m in &shard.monitors {
         if m.id != client.id() {
-            m.monitor_out.borrow_mut().extend_from_slice(&line);
+            m.push_out.borrow_mut().extend_from_slice(&line);
             m.wake.notify_one();
         }
     }

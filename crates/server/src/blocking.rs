@@ -1,0 +1,372 @@
+//! Blocking commands (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP): the
+//! mechanism, as in Redis.
+//!
+//! A handler that finds nothing to pop calls [`Ctx::block`] with the keys it waits on and its
+//! deadline (from [`parse_timeout`]) and writes no reply. The connection (`conn.rs`) then stops
+//! running that client's commands (pipelined commands after a blocking one wait, as in Redis)
+//! and waits for one of:
+//!
+//! - a wake: a write to one of its keys (`keyspace.rs::apply_effect` calls
+//!   [`Shard::signal_key_ready`]) wakes the first client in FIFO order for that key that was
+//!   not already woken. The connection re-runs the same command ([`reprocess`]); if it blocks
+//!   again the client keeps its place and its original deadline. A client served this way pops
+//!   (a write), which wakes the next waiter, so one LPUSH of several elements serves several
+//!   clients in order;
+//! - the deadline: the reply is the null array (`*-1`, RESP3 `_`) whatever the command, as in
+//!   Redis 7.0 ([`time_out`]);
+//! - CLIENT KILL or disconnect: `Shard::unregister_client` forgets the registration.
+//!
+//! Inside MULTI/EXEC a blocking command does not block: [`Ctx::block`] replies the null array
+//! at once (and [`Ctx::can_block`] lets BLMOVE/BRPOPLPUSH reply their null bulk instead).
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use hashbrown::{Equivalent, HashMap};
+
+use crate::client::{Client, ClientShared};
+use crate::cmd::{self, Ctx};
+use crate::error::CmdError;
+use crate::resp::reply::Reply;
+use crate::shard::Shard;
+
+/// What a blocked client waits for; kept in `Client::blocked` while it waits.
+#[derive(Debug, Clone, Default)]
+pub struct BlockedOn {
+    /// Database of the keys.
+    pub db: usize,
+    /// Absolute deadline in shard milliseconds (`Shard::now_ms`); `None` waits forever.
+    pub deadline_ms: Option<u64>,
+    /// The blocked command's arguments, re-run on each wake (filled by the connection).
+    pub argv: Vec<Vec<u8>>,
+    /// Set by `Ctx::block` during a re-run: the command blocked again.
+    pub reblocked: bool,
+}
+
+/// A (db, key) looked up without allocating: hashes like `(usize, Vec<u8>)`.
+#[derive(Hash)]
+struct KeyRef<'a>(usize, &'a [u8]);
+
+impl Equivalent<(usize, Vec<u8>)> for KeyRef<'_> {
+    fn equivalent(&self, key: &(usize, Vec<u8>)) -> bool {
+        self.0 == key.0 && self.1 == key.1.as_slice()
+    }
+}
+
+#[derive(Debug)]
+struct Waiter {
+    shared: Rc<ClientShared>,
+    keys: Vec<(usize, Vec<u8>)>,
+    /// Woken and not yet re-run: further writes wake the next waiter instead.
+    ready: bool,
+}
+
+/// The shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
+#[derive(Debug, Default)]
+pub struct BlockRegistry {
+    keys: HashMap<(usize, Vec<u8>), VecDeque<u64>>,
+    clients: HashMap<u64, Waiter>,
+}
+
+impl BlockRegistry {
+    /// Number of blocked clients (INFO `blocked_clients`).
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: u64) -> bool {
+        self.clients.contains_key(&id)
+    }
+
+    /// Registers a client on `keys` of `db` (duplicates count once), at the back of each
+    /// key's queue. A client already registered is registered again from scratch.
+    pub fn register(&mut self, shared: Rc<ClientShared>, db: usize, keys: &[&[u8]]) {
+        let id = shared.id;
+        self.unregister(id);
+        let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
+        for k in keys {
+            if mine.iter().any(|(_, m)| m.as_slice() == *k) {
+                continue;
+            }
+            mine.push((db, k.to_vec()));
+            self.keys.entry((db, k.to_vec())).or_default().push_back(id);
+        }
+        self.clients.insert(
+            id,
+            Waiter {
+                shared,
+                keys: mine,
+                ready: false,
+            },
+        );
+    }
+
+    /// Forgets a client (served, timed out, killed, disconnected). Returns whether it was
+    /// registered.
+    pub fn unregister(&mut self, id: u64) -> bool {
+        let Some(w) = self.clients.remove(&id) else {
+            return false;
+        };
+        for key in w.keys {
+            if let Some(q) = self.keys.get_mut(&key) {
+                q.retain(|&c| c != id);
+                if q.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+        true
+    }
+
+    /// A write to (db, key): wakes the first waiter in FIFO order not already woken. Returns
+    /// the id woken, if any.
+    pub fn signal(&mut self, db: usize, key: &[u8]) -> Option<u64> {
+        if self.clients.is_empty() {
+            return None;
+        }
+        let q = self.keys.get(&KeyRef(db, key))?;
+        for id in q {
+            if let Some(w) = self.clients.get_mut(id) {
+                if !w.ready {
+                    w.ready = true;
+                    w.shared.wake.notify_one();
+                    return Some(*id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `id` was woken by a write and should re-run its command.
+    pub fn is_ready(&self, id: u64) -> bool {
+        self.clients.get(&id).is_some_and(|w| w.ready)
+    }
+
+    /// After a re-run that blocked again: the client waits for the next write.
+    pub fn clear_ready(&mut self, id: u64) {
+        if let Some(w) = self.clients.get_mut(&id) {
+            w.ready = false;
+        }
+    }
+
+    /// The clients waiting on (db, key), first to be served first.
+    pub fn waiters(&self, db: usize, key: &[u8]) -> Vec<u64> {
+        self.keys
+            .get(&KeyRef(db, key))
+            .map(|q| q.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Shard {
+    /// Called by the write path for every keyspace write: wakes a client blocked on the key.
+    /// Costs one emptiness check when no client is blocked.
+    #[inline]
+    pub fn signal_key_ready(&mut self, db: usize, key: &[u8]) {
+        if !self.blocking.is_empty() {
+            self.blocking.signal(db, key);
+        }
+    }
+
+    /// Number of clients blocked in a blocking command (INFO clients `blocked_clients`).
+    pub fn blocked_count(&self) -> usize {
+        self.blocking.len()
+    }
+}
+
+impl Ctx<'_> {
+    /// Whether the running command may block: false inside EXEC (and any nested call), where
+    /// blocking commands answer at once as if their timeout had passed.
+    pub fn can_block(&self) -> bool {
+        self.client.call_depth <= 1
+    }
+
+    /// Blocks the client on `keys` (of its selected db) until one of them is written or
+    /// `deadline_ms` (absolute, from [`parse_timeout`]; `None` = forever) passes. The handler
+    /// writes no reply and returns `Ok(())`; on a write the connection re-runs the command.
+    ///
+    /// When the client may not block ([`Ctx::can_block`] is false), this writes the null
+    /// array (`*-1`, RESP3 `_`) instead. During a re-run the client stays registered with
+    /// its original deadline and place in line (`deadline_ms` is ignored).
+    pub fn block(&mut self, keys: &[&[u8]], deadline_ms: Option<u64>) {
+        if !self.can_block() {
+            self.out.null_array();
+            return;
+        }
+        if let Some(b) = self.client.blocked.as_mut() {
+            b.reblocked = true;
+            return;
+        }
+        let db = self.client.db;
+        self.shard
+            .blocking
+            .register(self.client.shared.clone(), db, keys);
+        self.client.shared.blocked.set(true);
+        self.client.blocked = Some(BlockedOn {
+            db,
+            deadline_ms,
+            argv: Vec::new(),
+            reblocked: true,
+        });
+    }
+}
+
+/// Redis's `getTimeoutFromObjectOrReply` for a timeout in seconds (a float): the absolute
+/// deadline in milliseconds (`now_ms` + the timeout rounded up to a millisecond), or `None`
+/// for 0 (forever). Errors: `ERR timeout is not a float or out of range` for what is not a
+/// float, `ERR timeout is negative` for a negative timeout (and, as in Redis 7.0 where the
+/// conversion overflows, for one too large for 64-bit milliseconds, including `inf`).
+pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
+    let Some(secs) = cmd::args::parse_f64(arg) else {
+        return Err(CmdError::Err(
+            "timeout is not a float or out of range".to_string(),
+        ));
+    };
+    let ms = (secs * 1000.0).ceil();
+    // `ms < 2^63` is false for +inf; NaN never parses.
+    if ms < 0.0 || ms >= 9_223_372_036_854_775_808.0 {
+        return Err(CmdError::Err("timeout is negative".to_string()));
+    }
+    let ms = ms as u64;
+    if ms == 0 {
+        return Ok(None);
+    }
+    Ok(Some(now_ms.saturating_add(ms)))
+}
+
+/// Ends a client's wait: forgets its registration and clears its state.
+pub fn unblock(shard: &mut Shard, client: &mut Client) {
+    shard.blocking.unregister(client.id());
+    client.blocked = None;
+    client.shared.blocked.set(false);
+}
+
+/// The deadline passed: replies the null array and ends the wait.
+pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
+    unblock(shard, client);
+    out.null_array();
+}
+
+/// Re-runs the blocked command after a wake. Returns whether it blocked again (the client
+/// then keeps its registration and deadline); otherwise its reply is in `out` and the wait
+/// is over. Re-runs are not counted again in command statistics.
+pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms: u64) -> bool {
+    let Some(b) = client.blocked.as_mut() else {
+        return false;
+    };
+    b.reblocked = false;
+    let owned = std::mem::take(&mut b.argv);
+    let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    match cmd::resolve(shard.table, &argv) {
+        Ok(spec) => match spec.handler {
+            Some(handler) => {
+                client.call_depth += 1;
+                let result = {
+                    let mut ctx = Ctx {
+                        shard: &mut *shard,
+                        client: &mut *client,
+                        out: &mut *out,
+                        now_ms,
+                        spec,
+                    };
+                    handler(&mut ctx, &argv)
+                };
+                client.call_depth -= 1;
+                if let Err(e) = result {
+                    cmd::reply_error(shard, out, &e);
+                }
+            }
+            None => cmd::reply_error(shard, out, &CmdError::WrongArity(spec.meta.name.into())),
+        },
+        Err(e) => cmd::reply_error(shard, out, &e),
+    }
+    drop(argv);
+    let again = client.blocked.as_ref().is_some_and(|b| b.reblocked);
+    if again {
+        if let Some(b) = client.blocked.as_mut() {
+            b.argv = owned;
+        }
+        shard.blocking.clear_ready(client.id());
+    } else {
+        unblock(shard, client);
+    }
+    again
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(id: u64) -> Rc<ClientShared> {
+        let a = "127.0.0.1:1".parse().unwrap();
+        Rc::new(ClientShared::new(id, a, a, 0))
+    }
+
+    #[test]
+    fn parse_timeout_as_redis() {
+        assert_eq!(parse_timeout(b"0", 1000), Ok(None));
+        assert_eq!(parse_timeout(b"-0", 1000), Ok(None));
+        assert_eq!(parse_timeout(b"-0.0001", 1000), Ok(None));
+        assert_eq!(parse_timeout(b"1", 1000), Ok(Some(2000)));
+        assert_eq!(parse_timeout(b"0.1", 1000), Ok(Some(1100)));
+        assert_eq!(parse_timeout(b".001", 1000), Ok(Some(1001)));
+        assert_eq!(parse_timeout(b"0.0001", 1000), Ok(Some(1001)));
+        assert_eq!(parse_timeout(b"1e-5", 1000), Ok(Some(1001)));
+        assert_eq!(parse_timeout(b"1.5e3", 0), Ok(Some(1_500_000)));
+        let neg = Err(CmdError::Err("timeout is negative".into()));
+        assert_eq!(parse_timeout(b"-1", 0), neg);
+        assert_eq!(parse_timeout(b"inf", 0), neg);
+        assert_eq!(parse_timeout(b"1e20", 0), neg);
+        assert_eq!(parse_timeout(b"9223372036854776", 0), neg);
+        let nf = Err(CmdError::Err(
+            "timeout is not a float or out of range".into(),
+        ));
+        for bad in [&b"abc"[..], b"", b" 1", b"1 ", b"nan", b"0.1abc"] {
+            assert_eq!(parse_timeout(bad, 0), nf, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fifo_wake_skips_woken_clients() {
+        let mut r = BlockRegistry::default();
+        r.register(shared(1), 0, &[b"k", b"j"]);
+        r.register(shared(2), 0, &[b"k"]);
+        r.register(shared(3), 0, &[b"k", b"k"]);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
+        assert_eq!(r.waiters(0, b"j"), vec![1]);
+        assert_eq!(r.signal(1, b"k"), None, "other db");
+        assert_eq!(r.signal(0, b"x"), None);
+        assert_eq!(r.signal(0, b"k"), Some(1));
+        assert!(r.is_ready(1));
+        // A second write before client 1 ran wakes the next one in line.
+        assert_eq!(r.signal(0, b"k"), Some(2));
+        assert_eq!(r.signal(0, b"j"), None, "1 is already woken");
+        // Client 1 re-ran and blocked again: it keeps its place.
+        r.clear_ready(1);
+        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
+        assert_eq!(r.signal(0, b"j"), Some(1));
+        // Client 2 was served.
+        assert!(r.unregister(2));
+        assert!(!r.unregister(2));
+        assert_eq!(r.waiters(0, b"k"), vec![1, 3]);
+        assert_eq!(r.signal(0, b"k"), Some(3));
+        assert_eq!(r.signal(0, b"k"), None);
+    }
+
+    #[test]
+    fn unregister_drops_empty_queues() {
+        let mut r = BlockRegistry::default();
+        r.register(shared(7), 2, &[b"a", b"b"]);
+        assert!(r.contains(7));
+        assert!(r.unregister(7));
+        assert!(r.is_empty());
+        assert!(r.keys.is_empty());
+        assert_eq!(r.signal(2, b"a"), None);
+    }
+}
