@@ -1,0 +1,691 @@
+//! Set commands: SADD SREM SMEMBERS SISMEMBER SMISMEMBER SCARD SPOP SRANDMEMBER SMOVE SINTER
+//! SINTERCARD SINTERSTORE SUNION SUNIONSTORE SDIFF SDIFFSTORE SSCAN.
+//!
+//! Semantics, reply shapes (RESP3 sets `~` where Redis 7.0 sends them) and error texts follow
+//! Redis 7.0 (`t_set.c`). Every write is a CRDT effect on the key's add-wins OR-set:
+//! - SADD: one `SetAdd` per member (an add of a member present is sent too: it survives a
+//!   concurrent SREM elsewhere, which is what the client asked for);
+//! - SREM, SMOVE, SPOP: one `SetRem` per member, carrying what this site had seen; removing
+//!   the last member is a `Remove` of the key instead, so the key disappears with its TTL;
+//! - *STORE: the destination is removed (observed-remove) and the result added member by
+//!   member; an empty result only removes the destination.
+//!
+//! SPOP across sites is at-least-once: two sites may pop the same member concurrently, and both
+//! clients receive it (each removal removes what its site had seen). Randomness comes from
+//! `rand::rng()`; a random member is found by probing random buckets of the set's table.
+//!
+//! Iteration order is the set's hash order, as Redis's hashtable encoding; SSCAN returns a
+//! whole set of up to `SSCAN_ALL_MAX` members in one call (as Redis does for its compact
+//! encodings), and larger sets by bucket cursor.
+
+use hashbrown::HashSet;
+use meridian_crdt::{Effect, OrSet, TypeTag};
+use rand::RngExt as _;
+
+use super::args::{eq_ic, glob_match, parse_i64};
+use super::{Ctx, Handler};
+use crate::error::CmdError;
+use crate::shard::Shard;
+
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("sadd", sadd),
+    ("srem", srem),
+    ("smembers", smembers),
+    ("sismember", sismember),
+    ("smismember", smismember),
+    ("scard", scard),
+    ("spop", spop),
+    ("srandmember", srandmember),
+    ("smove", smove),
+    ("sinter", sinter),
+    ("sintercard", sintercard),
+    ("sinterstore", sinterstore),
+    ("sunion", sunion),
+    ("sunionstore", sunionstore),
+    ("sdiff", sdiff),
+    ("sdiffstore", sdiffstore),
+    ("sscan", sscan),
+];
+
+/// SSCAN returns sets up to this size whole, with cursor 0 (Redis 7.2's listpack bound).
+pub const SSCAN_ALL_MAX: usize = 128;
+
+/// Random bucket probes before SPOP/SRANDMEMBER fall back to walking the set.
+const RANDOM_PROBES_MAX: usize = 64;
+
+/// SSCAN cursor layout: the bucket index shifted left by this, the log2 of the table's bucket
+/// count in the low bits (a cursor of a resized table restarts at 0, so nothing is missed).
+const CURSOR_TAG_BITS: u32 = 6;
+
+// ---------------------------------------------------------------------------------------------
+// Shared helpers
+// ---------------------------------------------------------------------------------------------
+
+/// `argv[i]`, or an empty slice (arity was checked by the dispatcher).
+fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
+    argv.get(i).copied().unwrap_or_default()
+}
+
+/// Looks `key` up for reading (expiry, keyspace hit/miss): whether it exists, WRONGTYPE when
+/// it holds another type.
+fn check_read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, CmdError> {
+    let db = ctx.db();
+    match ctx.shard.lookup_read(db, key, ctx.now_ms) {
+        None => Ok(false),
+        Some(s) if s.type_tag() == Some(TypeTag::Set) => Ok(true),
+        Some(_) => Err(CmdError::WrongType),
+    }
+}
+
+/// Looks `key` up for writing (expiry, no statistics): whether it exists, WRONGTYPE when it
+/// holds another type.
+fn check_write(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, CmdError> {
+    let db = ctx.db();
+    match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+        None => Ok(false),
+        Some(e) if e.state.type_tag() == Some(TypeTag::Set) => Ok(true),
+        Some(_) => Err(CmdError::WrongType),
+    }
+}
+
+/// The set at `key` as it is now (call after `check_read`/`check_write`, which expire it).
+fn set_ref<'a>(shard: &'a Shard, db: usize, key: &[u8]) -> Option<&'a OrSet> {
+    let hash = shard.hash_key(key);
+    shard
+        .dbs
+        .get(db)
+        .and_then(|d| d.get(hash, key))
+        .and_then(|e| e.state.set())
+}
+
+fn contains(shard: &Shard, db: usize, key: &[u8], member: &[u8]) -> bool {
+    set_ref(shard, db, key).is_some_and(|s| s.contains(member))
+}
+
+/// Adds `member` to the set at `key` (creating it).
+fn add_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
+    let db = ctx.db();
+    ctx.shard
+        .write_key(db, key, ctx.now_ms, |_| Effect::SetAdd { member });
+}
+
+/// Removes `member`, present in the set at `key`: the last member removes the key.
+fn rem_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
+    let db = ctx.db();
+    ctx.shard.write_key(db, key, ctx.now_ms, |state| {
+        if state.set().is_some_and(|s| s.len() <= 1) {
+            state.remove_effect()
+        } else {
+            state.set_rem_effect(member)
+        }
+    });
+}
+
+/// A random member of a non-empty set.
+fn random_member<'a>(s: &'a OrSet, rng: &mut impl rand::Rng) -> Option<&'a [u8]> {
+    let n = s.bucket_count();
+    if n == 0 {
+        return None;
+    }
+    for _ in 0..RANDOM_PROBES_MAX {
+        if let Some(m) = s.bucket(rng.random_range(0..n)) {
+            return Some(m);
+        }
+    }
+    // A sparse table (many removals): pick by rank.
+    let len = s.len();
+    if len == 0 {
+        return None;
+    }
+    s.members().nth(rng.random_range(0..len))
+}
+
+/// `count` distinct random members of `s` (all of them when `count >= len`).
+fn distinct_random(s: &OrSet, count: usize, rng: &mut impl rand::Rng) -> Vec<Vec<u8>> {
+    let len = s.len();
+    if count >= len {
+        return s.members().map(<[u8]>::to_vec).collect();
+    }
+    if count.saturating_mul(3) > len {
+        // Redis's case 3: copy and drop random ones (here a partial shuffle).
+        let mut all: Vec<&[u8]> = s.members().collect();
+        for i in 0..count {
+            let j = rng.random_range(i..all.len());
+            all.swap(i, j);
+        }
+        all.truncate(count);
+        return all.into_iter().map(<[u8]>::to_vec).collect();
+    }
+    let mut picked: HashSet<&[u8]> = HashSet::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        match random_member(s, rng) {
+            Some(m) => {
+                if picked.insert(m) {
+                    out.push(m.to_vec());
+                }
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetOp {
+    Inter,
+    Union,
+    Diff,
+}
+
+/// Type-checks every key (as Redis 7.0 does, even after a missing one), then computes the
+/// result. Members are copied out, so the caller may write afterwards.
+fn compute(ctx: &mut Ctx<'_>, keys: &[&[u8]], op: SetOp) -> Result<Vec<Vec<u8>>, CmdError> {
+    for k in keys {
+        check_read(ctx, k)?;
+    }
+    let db = ctx.db();
+    let sets: Vec<Option<&OrSet>> = keys.iter().map(|k| set_ref(ctx.shard, db, k)).collect();
+    Ok(combine(&sets, op))
+}
+
+fn combine(sets: &[Option<&OrSet>], op: SetOp) -> Vec<Vec<u8>> {
+    match op {
+        SetOp::Inter => {
+            let Some(mut present) = sets.iter().copied().collect::<Option<Vec<&OrSet>>>() else {
+                return Vec::new();
+            };
+            present.sort_by_key(|s| s.len());
+            let Some((first, rest)) = present.split_first() else {
+                return Vec::new();
+            };
+            first
+                .members()
+                .filter(|m| rest.iter().all(|s| s.contains(m)))
+                .map(<[u8]>::to_vec)
+                .collect()
+        }
+        SetOp::Union => {
+            let mut seen: HashSet<&[u8]> = HashSet::new();
+            let mut out = Vec::new();
+            for s in sets.iter().flatten() {
+                for m in s.members() {
+                    if seen.insert(m) {
+                        out.push(m.to_vec());
+                    }
+                }
+            }
+            out
+        }
+        SetOp::Diff => {
+            let Some(Some(first)) = sets.first() else {
+                return Vec::new();
+            };
+            let rest: Vec<&OrSet> = sets.iter().skip(1).flatten().copied().collect();
+            first
+                .members()
+                .filter(|m| !rest.iter().any(|s| s.contains(m)))
+                .map(<[u8]>::to_vec)
+                .collect()
+        }
+    }
+}
+
+fn reply_members(ctx: &mut Ctx<'_>, members: &[Vec<u8>]) {
+    ctx.out.set(members.len());
+    for m in members {
+        ctx.out.bulk(m);
+    }
+}
+
+/// SINTER/SUNION/SDIFF.
+fn set_op(ctx: &mut Ctx<'_>, argv: &[&[u8]], op: SetOp) -> Result<(), CmdError> {
+    let keys = argv.get(1..).unwrap_or_default();
+    let result = compute(ctx, keys, op)?;
+    reply_members(ctx, &result);
+    Ok(())
+}
+
+/// SINTERSTORE/SUNIONSTORE/SDIFFSTORE: overwrites the destination (any type, and its TTL) with
+/// the result, or deletes it when the result is empty; replies the cardinality.
+fn set_op_store(ctx: &mut Ctx<'_>, argv: &[&[u8]], op: SetOp) -> Result<(), CmdError> {
+    let dst = arg(argv, 1);
+    let keys = argv.get(2..).unwrap_or_default();
+    let result = compute(ctx, keys, op)?;
+    let db = ctx.db();
+    ctx.shard.delete_key(db, dst, ctx.now_ms);
+    for m in &result {
+        add_member(ctx, dst, m);
+    }
+    ctx.out.int(result.len() as i64);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers
+// ---------------------------------------------------------------------------------------------
+
+/// SADD key member [member ...]
+fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    check_write(ctx, key)?;
+    let db = ctx.db();
+    let mut added = 0i64;
+    for m in argv.get(2..).unwrap_or_default() {
+        if !contains(ctx.shard, db, key, m) {
+            added += 1;
+        }
+        add_member(ctx, key, m);
+    }
+    ctx.out.int(added);
+    Ok(())
+}
+
+/// SREM key member [member ...]
+fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    if !check_write(ctx, key)? {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    let db = ctx.db();
+    let mut removed = 0i64;
+    for m in argv.get(2..).unwrap_or_default() {
+        if contains(ctx.shard, db, key, m) {
+            rem_member(ctx, key, m);
+            removed += 1;
+        }
+    }
+    ctx.out.int(removed);
+    Ok(())
+}
+
+/// SMEMBERS key
+fn smembers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    check_read(ctx, key)?;
+    let db = ctx.db();
+    match set_ref(ctx.shard, db, key) {
+        Some(s) => {
+            ctx.out.set(s.len());
+            for m in s.members() {
+                ctx.out.bulk(m);
+            }
+        }
+        None => ctx.out.set(0),
+    }
+    Ok(())
+}
+
+/// SISMEMBER key member
+fn sismember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    check_read(ctx, key)?;
+    let db = ctx.db();
+    let found = contains(ctx.shard, db, key, arg(argv, 2));
+    ctx.out.int(i64::from(found));
+    Ok(())
+}
+
+/// SMISMEMBER key member [member ...]
+fn smismember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    check_read(ctx, key)?;
+    let db = ctx.db();
+    let members = argv.get(2..).unwrap_or_default();
+    let s = set_ref(ctx.shard, db, key);
+    ctx.out.array(members.len());
+    for m in members {
+        ctx.out.int(i64::from(s.is_some_and(|s| s.contains(m))));
+    }
+    Ok(())
+}
+
+/// SCARD key
+fn scard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    check_read(ctx, key)?;
+    let db = ctx.db();
+    let n = set_ref(ctx.shard, db, key).map_or(0, OrSet::len);
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+/// Redis's `getPositiveLongFromObjectOrReply` (any failure says "must be positive").
+fn positive_count(b: &[u8]) -> Result<usize, CmdError> {
+    match parse_i64(b) {
+        Some(n) if n >= 0 => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(CmdError::MustBePositive),
+    }
+}
+
+/// SPOP key [count]
+fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    let db = ctx.db();
+    let mut rng = rand::rng();
+    match argv.len() {
+        2 => {
+            if !check_write(ctx, key)? {
+                ctx.out.null();
+                return Ok(());
+            }
+            let picked = set_ref(ctx.shard, db, key)
+                .and_then(|s| random_member(s, &mut rng))
+                .map(<[u8]>::to_vec);
+            match picked {
+                Some(m) => {
+                    rem_member(ctx, key, &m);
+                    ctx.out.bulk(&m);
+                }
+                None => ctx.out.null(),
+            }
+            Ok(())
+        }
+        3 => {
+            let count = positive_count(arg(argv, 2))?;
+            if !check_write(ctx, key)? || count == 0 {
+                ctx.out.set(0);
+                return Ok(());
+            }
+            let Some(s) = set_ref(ctx.shard, db, key) else {
+                ctx.out.set(0);
+                return Ok(());
+            };
+            let whole = count >= s.len();
+            let picked = distinct_random(s, count, &mut rng);
+            if whole {
+                ctx.shard.delete_key(db, key, ctx.now_ms);
+            } else {
+                for m in &picked {
+                    rem_member(ctx, key, m);
+                }
+            }
+            reply_members(ctx, &picked);
+            Ok(())
+        }
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+/// SRANDMEMBER key [count]
+fn srandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    let db = ctx.db();
+    let mut rng = rand::rng();
+    match argv.len() {
+        2 => {
+            check_read(ctx, key)?;
+            match set_ref(ctx.shard, db, key).and_then(|s| random_member(s, &mut rng)) {
+                Some(m) => ctx.out.bulk(m),
+                None => ctx.out.null(),
+            }
+            Ok(())
+        }
+        3 => {
+            let n = parse_i64(arg(argv, 2)).ok_or(CmdError::NotInteger)?;
+            if n == i64::MIN {
+                return Err(CmdError::Err(
+                    "value is out of range, value must between -9223372036854775807 and \
+                     9223372036854775807"
+                        .to_string(),
+                ));
+            }
+            check_read(ctx, key)?;
+            let s = set_ref(ctx.shard, db, key);
+            let Some(s) = s.filter(|_| n != 0) else {
+                ctx.out.array(0);
+                return Ok(());
+            };
+            let count = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
+            if n < 0 {
+                // Repeats allowed: `count` independent picks.
+                ctx.out.array(count);
+                for _ in 0..count {
+                    match random_member(s, &mut rng) {
+                        Some(m) => ctx.out.bulk(m),
+                        None => ctx.out.null(),
+                    }
+                }
+            } else {
+                let picked = distinct_random(s, count, &mut rng);
+                ctx.out.array(picked.len());
+                for m in &picked {
+                    ctx.out.bulk(m);
+                }
+            }
+            Ok(())
+        }
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+/// SMOVE source destination member
+fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let (src, dst, member) = (arg(argv, 1), arg(argv, 2), arg(argv, 3));
+    let src_exists = check_write(ctx, src);
+    let dst_check = check_write(ctx, dst);
+    if !src_exists? {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    dst_check?;
+    let db = ctx.db();
+    let present = contains(ctx.shard, db, src, member);
+    if src == dst || !present {
+        ctx.out.int(i64::from(present));
+        return Ok(());
+    }
+    rem_member(ctx, src, member);
+    add_member(ctx, dst, member);
+    ctx.out.int(1);
+    Ok(())
+}
+
+fn sinter(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op(ctx, argv, SetOp::Inter)
+}
+
+fn sunion(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op(ctx, argv, SetOp::Union)
+}
+
+fn sdiff(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op(ctx, argv, SetOp::Diff)
+}
+
+fn sinterstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op_store(ctx, argv, SetOp::Inter)
+}
+
+fn sunionstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op_store(ctx, argv, SetOp::Union)
+}
+
+fn sdiffstore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    set_op_store(ctx, argv, SetOp::Diff)
+}
+
+/// SINTERCARD numkeys key [key ...] [LIMIT limit]
+fn sintercard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let numkeys_err = || CmdError::Err("numkeys should be greater than 0".to_string());
+    let numkeys = parse_i64(arg(argv, 1)).ok_or_else(numkeys_err)?;
+    if numkeys < 1 {
+        return Err(numkeys_err());
+    }
+    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+    if numkeys > argv.len().saturating_sub(2) {
+        return Err(CmdError::Err(
+            "Number of keys can't be greater than number of args".to_string(),
+        ));
+    }
+    let keys = argv.get(2..2 + numkeys).unwrap_or_default();
+    let mut limit = 0usize;
+    let mut i = 2 + numkeys;
+    while let Some(opt) = argv.get(i) {
+        match argv.get(i + 1) {
+            Some(v) if eq_ic(opt, "limit") => {
+                limit = match parse_i64(v) {
+                    Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                    _ => return Err(CmdError::Err("LIMIT can't be negative".to_string())),
+                };
+                i += 2;
+            }
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    for k in keys {
+        check_read(ctx, k)?;
+    }
+    let db = ctx.db();
+    let sets: Option<Vec<&OrSet>> = keys.iter().map(|k| set_ref(ctx.shard, db, k)).collect();
+    let mut n = 0usize;
+    if let Some(mut sets) = sets {
+        sets.sort_by_key(|s| s.len());
+        if let Some((first, rest)) = sets.split_first() {
+            for m in first.members() {
+                if rest.iter().all(|s| s.contains(m)) {
+                    n += 1;
+                    if limit != 0 && n >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    ctx.out.int(n as i64);
+    Ok(())
+}
+
+/// Redis's SCAN cursor parsing (`strtoul`: leading '+'/'-', leading zeros, empty = 0).
+fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let b = match arg.iter().position(|&c| c == 0) {
+        Some(i) => arg.get(..i).unwrap_or_default(),
+        None => arg,
+    };
+    match b.first() {
+        None => return Some(0),
+        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
+        _ => {}
+    }
+    let (neg, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+/// SSCAN key cursor [MATCH pattern] [COUNT count]
+///
+/// A set of at most `SSCAN_ALL_MAX` members is returned whole with cursor 0. A larger one is
+/// walked by bucket: the cursor is `bucket index << 6 | log2(bucket count)`. Removals never
+/// move members and inserts without growth neither, so every member present for the whole
+/// iteration is returned; when the table grew since the cursor was issued, the walk restarts
+/// at bucket 0 (members may come twice, as SCAN allows).
+fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    let cursor =
+        parse_cursor(arg(argv, 2)).ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
+    if !check_read(ctx, key)? {
+        ctx.out.array(2);
+        ctx.out.bulk(b"0");
+        ctx.out.array(0);
+        return Ok(());
+    }
+    let mut count: u64 = 10;
+    let mut pattern: Option<&[u8]> = None;
+    let mut i = 3;
+    while let Some(opt) = argv.get(i) {
+        match argv.get(i + 1).copied() {
+            Some(v) if eq_ic(opt, "count") => {
+                let c = parse_i64(v).ok_or(CmdError::NotInteger)?;
+                if c < 1 {
+                    return Err(CmdError::Syntax);
+                }
+                count = c as u64;
+            }
+            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
+            _ => return Err(CmdError::Syntax),
+        }
+        i += 2;
+    }
+    let db = ctx.db();
+    let Some(s) = set_ref(ctx.shard, db, key) else {
+        ctx.out.array(2);
+        ctx.out.bulk(b"0");
+        ctx.out.array(0);
+        return Ok(());
+    };
+    let keep = |m: &[u8]| pattern.is_none_or(|p| glob_match(p, m, false));
+    let mut found: Vec<&[u8]> = Vec::new();
+    let next: u64;
+    if cursor == 0 && s.len() <= SSCAN_ALL_MAX {
+        found.extend(s.members().filter(|m| keep(m)));
+        next = 0;
+    } else {
+        let n_buckets = s.bucket_count();
+        let tag = u64::from(n_buckets.trailing_zeros());
+        let mut idx = if cursor == 0 || cursor & ((1 << CURSOR_TAG_BITS) - 1) != tag {
+            0
+        } else {
+            usize::try_from(cursor >> CURSOR_TAG_BITS).unwrap_or(usize::MAX)
+        };
+        let mut collected = 0u64;
+        let mut visits_left = count.saturating_mul(10);
+        while idx < n_buckets && visits_left > 0 && collected < count {
+            if let Some(m) = s.bucket(idx) {
+                collected += 1;
+                if keep(m) {
+                    found.push(m);
+                }
+            }
+            idx += 1;
+            visits_left -= 1;
+        }
+        next = if idx >= n_buckets {
+            0
+        } else {
+            ((idx as u64) << CURSOR_TAG_BITS) | tag
+        };
+    }
+    ctx.out.array(2);
+    let mut buf = itoa::Buffer::new();
+    ctx.out.bulk(buf.format(next).as_bytes());
+    ctx.out.array(found.len());
+    for m in found {
+        ctx.out.bulk(m);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_like_strtoul() {
+        assert_eq!(parse_cursor(b""), Some(0));
+        assert_eq!(parse_cursor(b"+7"), Some(7));
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b" 1"), None);
+        assert_eq!(parse_cursor(b"1x"), None);
+    }
+
+    #[test]
+    fn positive_count_errors_like_redis() {
+        assert_eq!(positive_count(b"3"), Ok(3));
+        assert_eq!(positive_count(b"-1"), Err(CmdError::MustBePositive));
+        assert_eq!(positive_count(b"abc"), Err(CmdError::MustBePositive));
+    }
+}
