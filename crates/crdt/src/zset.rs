@@ -1,18 +1,340 @@
-//! SKELETON (being written by its owner; the lead's plumbing in key.rs and the op log calls
-//! exactly the items below): the  sorted set (ZADD...) CRDT.
+//! Sorted set (ZADD, ZINCRBY, ZREM...): observed-remove members, an LWW base score plus the
+//! increments that base had not observed.
+//!
+//! Per member, the live writes are:
+//! - **adds** `(stamp, score)` (ZADD). An add removes the writes of that member it had
+//!   observed; of concurrent adds the highest stamp gives the base score (LWW);
+//! - **increments** `(stamp, delta)` (ZINCRBY), kept per origin in issue order.
+//!
+//! The member is present while any write is live. Its score is the winning add's score (0
+//! without one) plus, origin by origin in `ReplicaId` order, the left-to-right sum of that
+//! origin's live increments: the same bits on every site whatever the delivery order. A NaN
+//! sum (concurrent `+inf` and `-inf`) shows as 0, as Redis's ZUNIONSTORE does.
+//! ZREM (and pops, ZREMRANGE...) removes the writes of the member it had observed; DEL removes
+//! what it observed in every member (`remove_observed`). So an add or increment wins over a
+//! concurrent ZREM, and `ZADD 4.1; sync; ZREM ∥ ZINCRBY 2.0` leaves 2.0.
+//!
+//! Removal contexts. A member's ZADD/ZREM context is kept (`Meta::removed`) only for origins
+//! whose writes up to it were not all delivered here yet (`delivered`, per origin FIFO): only
+//! those writes can still arrive late. `collect(stable)` drops what `stable` covers and merges
+//! each origin's stable increments into one running sum (a prefix: the sum's bits do not
+//! change). `collect(None)` (no peers) folds every member into a single add.
+//!
+//! Layout. `ZSetCrdt` is one pointer. Members live in a `hashbrown::HashTable` of 48-byte
+//! `{member, score, stamp}` (member inline up to 22 bytes; keyed random hashing, since clients
+//! choose members), and in a `BTreeSet` of `(score, member)` for ordered access (rank, score and
+//! lex ranges). The rare parts (concurrent adds, increments, removal contexts) are in a side
+//! table that is empty for a single site after every write.
 
-use crate::codec::{DecodeError, Reader};
-use crate::dot::{Stamp, VersionVector};
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::ops::Bound;
+
+use hashbrown::HashTable;
+use smallvec::SmallVec;
+
+use crate::bytes::SmallBytes;
+use crate::codec::{self, DecodeError, Reader};
+use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::hlc::Hlc;
 use crate::op::Observed;
-
-/// The value. Must stay at most 40 bytes (`Value` holds it inline); box the rest.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct ZSetCrdt {}
 
 /// What one write of this type replicates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ZSetOp<B: AsRef<[u8]>> {
-    Placeholder(B),
+    /// ZADD of one member: removes the member's writes `observed` covers, then sets the base
+    /// score to `score` (LWW with concurrent adds).
+    Add {
+        member: B,
+        score: F64,
+        observed: VersionVector,
+    },
+    /// ZINCRBY (ZADD INCR) of one member: adds `delta` to the score.
+    Incr { member: B, delta: F64 },
+    /// ZREM of one member (pops, ZREMRANGE...): removes the writes `observed` covers.
+    Rem {
+        member: B,
+        observed: VersionVector,
+    },
+}
+
+/// A score in an op: compared and hashed by its bits (never NaN).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct F64(pub f64);
+
+impl PartialEq for F64 {
+    fn eq(&self, other: &F64) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+impl Eq for F64 {}
+impl std::hash::Hash for F64 {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.to_bits().hash(state);
+    }
+}
+
+/// One member present: the shown score and the stamp of the winning add (`Stamp::default()`
+/// when the member lives by increments only).
+#[derive(Clone, Debug)]
+struct Elem {
+    member: SmallBytes,
+    score: f64,
+    stamp: Stamp,
+}
+
+/// Bytes of one table element (plus one control byte per bucket).
+pub const ELEM_BYTES: usize = 48;
+const _: () = assert!(std::mem::size_of::<Elem>() == ELEM_BYTES);
+
+/// An ordered-index key: score (with -0 equal to 0, as Redis compares), then member bytes.
+#[derive(Clone, Debug)]
+struct Key {
+    score: f64,
+    member: SmallBytes,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> Ordering {
+        self.score
+            .partial_cmp(&other.score)
+            .unwrap_or(Ordering::Equal)
+            .then_with(|| self.member.cmp(&other.member))
+    }
+}
+
+/// One origin's live increments of a member, in issue order: `(hlc of the last increment
+/// merged into this entry, running sum)`.
+type Incs = SmallVec<[(Hlc, f64); 1]>;
+
+/// The rare parts of a member.
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    /// Score of the winning add (the element's `stamp`); meaningful when it is not default.
+    base: f64,
+    /// Concurrent adds that lost LWW.
+    extra: SmallVec<[(Stamp, f64); 1]>,
+    /// Live increments per origin, sorted by origin, no empty list.
+    incs: SmallVec<[(ReplicaId, Incs); 1]>,
+    /// Merged ZADD/ZREM contexts, trimmed of what was delivered.
+    removed: VersionVector,
+}
+
+/// A member's whole state while an op is applied to it.
+#[derive(Clone, Debug, Default)]
+struct MemberState {
+    adds: SmallVec<[(Stamp, f64); 2]>,
+    incs: SmallVec<[(ReplicaId, Incs); 1]>,
+    removed: VersionVector,
+}
+
+impl MemberState {
+    fn is_live(&self) -> bool {
+        !self.adds.is_empty() || !self.incs.is_empty()
+    }
+
+    fn winner(&self) -> Option<(Stamp, f64)> {
+        self.adds.iter().copied().max_by_key(|a| a.0)
+    }
+
+    fn score(&self) -> f64 {
+        let mut s = self.winner().map_or(0.0, |w| w.1);
+        for (_, list) in &self.incs {
+            s += list.iter().fold(0.0, |a, e| a + e.1);
+        }
+        if s.is_nan() { 0.0 } else { s }
+    }
+
+    fn remove(&mut self, observed: &VersionVector) {
+        self.adds.retain(|a| !observed.covers(a.0));
+        for (r, list) in self.incs.iter_mut() {
+            let h = observed.get(*r);
+            list.retain(|e| e.0 > h);
+        }
+        self.incs.retain(|(_, l)| !l.is_empty());
+    }
+
+    fn observe_into(&self, vv: &mut VersionVector) {
+        for a in &self.adds {
+            vv.observe(a.0);
+        }
+        for (r, list) in &self.incs {
+            if let Some(last) = list.last() {
+                vv.observe(Stamp {
+                    hlc: last.0,
+                    replica: *r,
+                });
+            }
+        }
+        vv.merge(&self.removed);
+    }
+
+    fn max_stamp(&self) -> Option<Stamp> {
+        let a = self.adds.iter().map(|a| a.0).max();
+        let i = self
+            .incs
+            .iter()
+            .filter_map(|(r, l)| {
+                l.last().map(|e| Stamp {
+                    hlc: e.0,
+                    replica: *r,
+                })
+            })
+            .max();
+        a.max(i)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Inner {
+    /// Invariant: exactly the members present, each once; `index` holds `(score, member)` of
+    /// each.
+    elems: HashTable<Elem>,
+    index: BTreeSet<Key>,
+    /// Members with rare parts (also members not present that hold removal contexts).
+    meta: HashTable<(SmallBytes, Meta)>,
+    /// Per origin, the highest stamp of an op applied here (duplicate filter; with per-origin
+    /// FIFO delivery, every earlier write of that origin to this key was delivered).
+    delivered: VersionVector,
+    /// Every stamp applied and every removal context merged (for `observe_into`).
+    seen: VersionVector,
+}
+
+/// See the module doc. At most 40 bytes: one pointer.
+#[derive(Clone, Debug, Default)]
+pub struct ZSetCrdt {
+    inner: Option<Box<Inner>>,
+}
+
+static HASH_SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+    // Keyed per process from the OS's randomness (std's RandomState): clients choose members.
+    std::collections::hash_map::RandomState::new().hash_one(0x7a73_6574_u64)
+});
+
+fn hash_member(member: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(*HASH_SEED).hash_one(member)
+}
+
+static EMPTY_INDEX: BTreeSet<Key> = BTreeSet::new();
+
+impl Inner {
+    fn find(&self, member: &[u8]) -> Option<&Elem> {
+        self.elems
+            .find(hash_member(member), |e| e.member.as_slice() == member)
+    }
+
+    fn meta_of(&self, member: &[u8]) -> Option<&Meta> {
+        if self.meta.is_empty() {
+            return None;
+        }
+        self.meta
+            .find(hash_member(member), |e| e.0.as_slice() == member)
+            .map(|e| &e.1)
+    }
+
+    /// Takes a member's whole state out of the table, the index and the side table.
+    fn take(&mut self, member: &[u8]) -> MemberState {
+        let h = hash_member(member);
+        let mut ms = MemberState::default();
+        let meta = if self.meta.is_empty() {
+            None
+        } else {
+            self.meta
+                .find_entry(h, |e| e.0.as_slice() == member)
+                .ok()
+                .map(|e| e.remove().0.1)
+        };
+        if let Ok(e) = self.elems.find_entry(h, |e| e.member.as_slice() == member) {
+            let (elem, _) = e.remove();
+            self.index.remove(&Key {
+                score: elem.score,
+                member: elem.member,
+            });
+            if elem.stamp != Stamp::default() {
+                let base = meta.as_ref().map_or(elem.score, |m| m.base);
+                ms.adds.push((elem.stamp, base));
+            }
+        }
+        if let Some(m) = meta {
+            ms.adds.extend(m.extra);
+            ms.incs = m.incs;
+            ms.removed = m.removed;
+        }
+        ms
+    }
+
+    /// Puts a member's state back (present when live; side entry when it has rare parts).
+    fn put(&mut self, member: &[u8], mut ms: MemberState) {
+        let h = hash_member(member);
+        ms.removed.forget_covered(&self.delivered);
+        let live = ms.is_live();
+        let score = ms.score();
+        let winner = ms.winner();
+        let needs_meta = ms.adds.len() > 1 || !ms.incs.is_empty() || !ms.removed.is_empty();
+        if live {
+            let m = SmallBytes::copy_from(member);
+            self.index.insert(Key {
+                score,
+                member: m.clone(),
+            });
+            self.elems.insert_unique(
+                h,
+                Elem {
+                    member: m,
+                    score,
+                    stamp: winner.map_or(Stamp::default(), |w| w.0),
+                },
+                |e| hash_member(e.member.as_slice()),
+            );
+        }
+        if needs_meta {
+            let base = winner.map_or(0.0, |w| w.1);
+            let wstamp = winner.map(|w| w.0);
+            let extra = ms
+                .adds
+                .iter()
+                .copied()
+                .filter(|a| Some(a.0) != wstamp)
+                .collect();
+            let meta = Meta {
+                base,
+                extra,
+                incs: ms.incs,
+                removed: ms.removed,
+            };
+            self.meta.insert_unique(
+                h,
+                (SmallBytes::copy_from(member), meta),
+                |e| hash_member(e.0.as_slice()),
+            );
+        }
+    }
+
+    fn state_of(&self, e: &Elem) -> MemberState {
+        let mut ms = MemberState::default();
+        let meta = self.meta_of(e.member.as_slice());
+        if e.stamp != Stamp::default() {
+            ms.adds.push((e.stamp, meta.map_or(e.score, |m| m.base)));
+        }
+        if let Some(m) = meta {
+            ms.adds.extend(m.extra.iter().copied());
+            ms.incs = m.incs.clone();
+            ms.removed = m.removed.clone();
+        }
+        ms
+    }
 }
 
 impl ZSetCrdt {
@@ -20,52 +342,677 @@ impl ZSetCrdt {
         ZSetCrdt::default()
     }
 
+    fn inner_mut(&mut self) -> &mut Inner {
+        self.inner.get_or_insert_with(Box::default)
+    }
+
+    fn index(&self) -> &BTreeSet<Key> {
+        self.inner.as_ref().map_or(&EMPTY_INDEX, |i| &i.index)
+    }
+
     /// Applies a local or remote write; false when it was a duplicate or already removed.
-    pub fn apply<B: AsRef<[u8]>>(&mut self, _stamp: Stamp, _op: &ZSetOp<B>) -> bool {
-        todo!()
+    pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, op: &ZSetOp<B>) -> bool {
+        let inner = self.inner_mut();
+        if inner.delivered.covers(stamp) {
+            return false;
+        }
+        inner.delivered.observe(stamp);
+        inner.seen.observe(stamp);
+        let fresh = match op {
+            ZSetOp::Add {
+                member,
+                score,
+                observed,
+            } => {
+                let member = member.as_ref();
+                let mut ms = inner.take(member);
+                ms.remove(observed);
+                ms.removed.merge(observed);
+                inner.seen.merge(observed);
+                let fresh = !ms.removed.covers(stamp);
+                if fresh {
+                    ms.adds.push((stamp, score.0));
+                }
+                inner.put(member, ms);
+                fresh
+            }
+            ZSetOp::Incr { member, delta } => {
+                let member = member.as_ref();
+                let mut ms = inner.take(member);
+                let fresh = !ms.removed.covers(stamp);
+                if fresh {
+                    match ms.incs.binary_search_by_key(&stamp.replica, |e| e.0) {
+                        Ok(i) => {
+                            if let Some((_, l)) = ms.incs.get_mut(i) {
+                                l.push((stamp.hlc, delta.0));
+                            }
+                        }
+                        Err(i) => {
+                            let mut l = Incs::new();
+                            l.push((stamp.hlc, delta.0));
+                            ms.incs.insert(i, (stamp.replica, l));
+                        }
+                    }
+                }
+                inner.put(member, ms);
+                fresh
+            }
+            ZSetOp::Rem { member, observed } => {
+                let member = member.as_ref();
+                let mut ms = inner.take(member);
+                ms.remove(observed);
+                ms.removed.merge(observed);
+                inner.seen.merge(observed);
+                inner.put(member, ms);
+                true
+            }
+        };
+        self.tidy();
+        fresh
+    }
+
+    fn tidy(&mut self) {
+        if self
+            .inner
+            .as_ref()
+            .is_some_and(|i| i.elems.is_empty() && i.meta.is_empty() && i.delivered.is_empty())
+        {
+            self.inner = None;
+        }
     }
 
     /// Whether it shows anything (the key exists).
     pub fn is_live(&self) -> bool {
-        false
+        self.inner.as_ref().is_some_and(|i| !i.elems.is_empty())
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.inner.as_ref().map_or(0, |i| i.elems.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The highest stamp among its live writes (the type-conflict order).
     pub fn live_stamp(&self) -> Option<Stamp> {
-        None
+        let inner = self.inner.as_ref()?;
+        inner
+            .elems
+            .iter()
+            .filter_map(|e| {
+                let m = inner.meta_of(e.member.as_slice());
+                let s = (e.stamp != Stamp::default()).then_some(e.stamp);
+                match m {
+                    None => s,
+                    Some(_) => inner.state_of(e).max_stamp(),
+                }
+            })
+            .max()
     }
 
     /// Holds neither live writes nor metadata.
     pub fn is_blank(&self) -> bool {
-        true
+        self.inner
+            .as_ref()
+            .is_none_or(|i| i.elems.is_empty() && i.meta.is_empty())
     }
 
-    /// Holds removal metadata that `collect` would drop.
+    /// Holds removal metadata (or unfolded increments and concurrent adds) that `collect`
+    /// would drop or fold.
     pub fn has_metadata(&self) -> bool {
-        false
+        self.inner.as_ref().is_some_and(|i| !i.meta.is_empty())
     }
 
     /// Adds every stamp seen (live writes and removal contexts) to `vv`.
-    pub fn observe_into(&self, _vv: &mut VersionVector) {}
+    pub fn observe_into(&self, vv: &mut VersionVector) {
+        if let Some(i) = &self.inner {
+            vv.merge(&i.seen);
+        }
+    }
+
+    /// What a ZADD or ZREM of `member` carries: every write of it seen here.
+    pub fn member_observed(&self, member: &[u8]) -> VersionVector {
+        let mut vv = VersionVector::new();
+        if let Some(inner) = &self.inner {
+            match inner.find(member) {
+                Some(e) => inner.state_of(e).observe_into(&mut vv),
+                None => {
+                    if let Some(m) = inner.meta_of(member) {
+                        vv.merge(&m.removed);
+                    }
+                }
+            }
+        }
+        vv
+    }
 
     /// DEL (or a SET of the key): removes everything `observed` covers.
-    pub fn remove_observed(&mut self, _observed: &Observed) {}
+    pub fn remove_observed(&mut self, observed: &Observed) {
+        let Some(inner) = self.inner.as_mut() else {
+            return;
+        };
+        let vv = &observed.stamps;
+        if vv.is_empty() {
+            return;
+        }
+        inner.seen.merge(vv);
+        let mut touched: Vec<SmallBytes> = Vec::new();
+        for e in inner.elems.iter() {
+            if !inner.meta.is_empty() && inner.meta_of(e.member.as_slice()).is_some() {
+                touched.push(e.member.clone());
+            } else if e.stamp == Stamp::default() || vv.covers(e.stamp) {
+                touched.push(e.member.clone());
+            }
+        }
+        for (m, _) in inner.meta.iter() {
+            if inner.find(m.as_slice()).is_none() {
+                touched.push(m.clone());
+            }
+        }
+        for m in touched {
+            let mut ms = inner.take(m.as_slice());
+            ms.remove(vv);
+            // The key keeps `observed` as its own context: member contexts it dominates go.
+            ms.removed.forget_covered(vv);
+            inner.put(m.as_slice(), ms);
+        }
+        self.tidy();
+    }
 
-    /// Drops removal metadata covered by `stable` (`None`: everything is stable).
-    pub fn collect(&mut self, _stable: Option<&VersionVector>) {}
+    /// Drops removal metadata covered by `stable` (`None`: everything is stable, no peers:
+    /// every member is folded into one add of its shown score).
+    pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        let Some(inner) = self.inner.as_mut() else {
+            return;
+        };
+        if inner.meta.is_empty() {
+            return;
+        }
+        let members: Vec<SmallBytes> = inner.meta.iter().map(|e| e.0.clone()).collect();
+        for m in members {
+            let ms = inner.take(m.as_slice());
+            let folded = match stable {
+                None => {
+                    let mut out = MemberState::default();
+                    if ms.is_live() {
+                        let stamp = ms.max_stamp().unwrap_or_default();
+                        out.adds.push((stamp, ms.score()));
+                    }
+                    out
+                }
+                Some(stable) => {
+                    let mut out = ms;
+                    out.removed.forget_covered(stable);
+                    for (r, list) in out.incs.iter_mut() {
+                        let h = stable.get(*r);
+                        let n = list.iter().take_while(|e| e.0 <= h).count();
+                        if n > 1 {
+                            let mut sum = 0.0;
+                            let mut last = Hlc::ZERO;
+                            for e in list.iter().take(n) {
+                                sum += e.1;
+                                last = e.0;
+                            }
+                            let rest: Incs = list.iter().skip(n).copied().collect();
+                            let mut merged = Incs::new();
+                            merged.push((last, sum));
+                            merged.extend(rest);
+                            *list = merged;
+                        }
+                    }
+                    out
+                }
+            };
+            inner.put(m.as_slice(), folded);
+        }
+        self.tidy();
+    }
 
     /// Ops that rebuild an equal visible value on an empty key (RENAME, COPY).
     pub fn recreate_ops(&self) -> Vec<ZSetOp<Vec<u8>>> {
-        Vec::new()
+        self.iter()
+            .map(|(m, s)| ZSetOp::Add {
+                member: m.to_vec(),
+                score: F64(s),
+                observed: VersionVector::new(),
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    /// The score of `member`, if present.
+    pub fn score(&self, member: &[u8]) -> Option<f64> {
+        self.inner.as_ref()?.find(member).map(|e| e.score)
+    }
+
+    /// Members in order (score, then member bytes), with scores.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], f64)> + '_ {
+        self.index().iter().map(|k| (k.member.as_slice(), k.score))
+    }
+
+    /// Members in hash order (ZRANDMEMBER, ZSCAN): any order.
+    pub fn iter_unordered(&self) -> impl Iterator<Item = (&[u8], f64)> + '_ {
+        self.inner
+            .iter()
+            .flat_map(|i| i.elems.iter())
+            .map(|e| (e.member.as_slice(), e.score))
+    }
+
+    /// The 0-based rank of `member` in ascending order.
+    pub fn rank(&self, member: &[u8]) -> Option<usize> {
+        let inner = self.inner.as_ref()?;
+        let e = inner.find(member)?;
+        let key = Key {
+            score: e.score,
+            member: e.member.clone(),
+        };
+        let n = inner.index.len();
+        // Walk from the nearer end: count both sides in step until one runs out.
+        let mut below = inner.index.range(..&key);
+        let mut above = inner.index.range(&key..);
+        let mut i = 0usize;
+        loop {
+            if below.next().is_none() {
+                return Some(i);
+            }
+            if above.next().is_none() {
+                return Some(n - i);
+            }
+            i += 1;
+        }
+    }
+
+    /// Members with `lo <= score <= hi` per the bounds, ascending, as a double-ended range.
+    pub fn range_by_score(
+        &self,
+        lo: Bound<f64>,
+        hi: Bound<f64>,
+    ) -> impl DoubleEndedIterator<Item = (&[u8], f64)> + '_ {
+        let start = match lo {
+            Bound::Unbounded => Bound::Unbounded,
+            Bound::Included(s) => Bound::Included(Key {
+                score: s,
+                member: SmallBytes::new(),
+            }),
+            Bound::Excluded(s) => {
+                if s == f64::INFINITY {
+                    Bound::Excluded(Key {
+                        score: s,
+                        member: SmallBytes::new(),
+                    })
+                } else {
+                    Bound::Included(Key {
+                        score: next_up(s),
+                        member: SmallBytes::new(),
+                    })
+                }
+            }
+        };
+        let end = match hi {
+            Bound::Unbounded => Bound::Unbounded,
+            Bound::Included(s) => {
+                if s == f64::INFINITY {
+                    Bound::Unbounded
+                } else {
+                    Bound::Excluded(Key {
+                        score: next_up(s),
+                        member: SmallBytes::new(),
+                    })
+                }
+            }
+            Bound::Excluded(s) => Bound::Excluded(Key {
+                score: s,
+                member: SmallBytes::new(),
+            }),
+        };
+        let skip_top_inf = matches!(lo, Bound::Excluded(s) if s == f64::INFINITY);
+        let valid = !skip_top_inf && range_ok(&start, &end);
+        let range = if valid {
+            Some(self.index().range((start, end)))
+        } else {
+            None
+        };
+        range
+            .into_iter()
+            .flatten()
+            .map(|k| (k.member.as_slice(), k.score))
+    }
+
+    /// Members by lex bounds, ascending (Redis's rule: meaningful when all scores are equal;
+    /// otherwise the first run in order that satisfies the bounds, as its listpack walk).
+    pub fn range_by_lex<'a>(
+        &'a self,
+        lo: &'a LexBound,
+        hi: &'a LexBound,
+    ) -> Box<dyn DoubleEndedIterator<Item = (&'a [u8], f64)> + 'a> {
+        let index = self.index();
+        let (Some(first), Some(last)) = (index.first(), index.last()) else {
+            return Box::new(std::iter::empty());
+        };
+        if first.score == last.score && first.score.to_bits() == last.score.to_bits() {
+            let s = first.score;
+            let start = match lo {
+                LexBound::Min => Bound::Unbounded,
+                LexBound::Max => return Box::new(std::iter::empty()),
+                LexBound::Incl(m) => Bound::Included(Key {
+                    score: s,
+                    member: SmallBytes::copy_from(m),
+                }),
+                LexBound::Excl(m) => Bound::Excluded(Key {
+                    score: s,
+                    member: SmallBytes::copy_from(m),
+                }),
+            };
+            let end = match hi {
+                LexBound::Max => Bound::Unbounded,
+                LexBound::Min => return Box::new(std::iter::empty()),
+                LexBound::Incl(m) => Bound::Included(Key {
+                    score: s,
+                    member: SmallBytes::copy_from(m),
+                }),
+                LexBound::Excl(m) => Bound::Excluded(Key {
+                    score: s,
+                    member: SmallBytes::copy_from(m),
+                }),
+            };
+            if !range_ok(&start, &end) {
+                return Box::new(std::iter::empty());
+            }
+            return Box::new(
+                index
+                    .range((start, end))
+                    .map(|k| (k.member.as_slice(), k.score)),
+            );
+        }
+        let v: Vec<(&[u8], f64)> = index
+            .iter()
+            .skip_while(|k| !lo.gte_min(k.member.as_slice()))
+            .take_while(|k| hi.lte_max(k.member.as_slice()))
+            .map(|k| (k.member.as_slice(), k.score))
+            .collect();
+        Box::new(v.into_iter())
+    }
+
+    /// The canonical live state (for tests and equality): per member in byte order, the adds
+    /// and the increments, with score bits.
+    fn canonical(&self) -> Vec<(Vec<u8>, u64, Vec<(Stamp, u64)>, Vec<(ReplicaId, Vec<(Hlc, u64)>)>)> {
+        let Some(inner) = &self.inner else {
+            return Vec::new();
+        };
+        let mut v: Vec<_> = inner
+            .elems
+            .iter()
+            .map(|e| {
+                let ms = inner.state_of(e);
+                let mut adds: Vec<(Stamp, u64)> =
+                    ms.adds.iter().map(|a| (a.0, a.1.to_bits())).collect();
+                adds.sort();
+                let incs = ms
+                    .incs
+                    .iter()
+                    .map(|(r, l)| (*r, l.iter().map(|x| (x.0, x.1.to_bits())).collect()))
+                    .collect();
+                (e.member.to_vec(), e.score.to_bits(), adds, incs)
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
     }
 }
 
+fn range_ok(start: &Bound<Key>, end: &Bound<Key>) -> bool {
+    match (start, end) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a < b,
+        _ => true,
+    }
+}
+
+/// The next representable double above `v` (finite `v`).
+fn next_up(v: f64) -> f64 {
+    v.next_up()
+}
+
+/// A ZRANGEBYLEX bound: `-`, `+`, `[member`, `(member`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LexBound {
+    Min,
+    Max,
+    Incl(Vec<u8>),
+    Excl(Vec<u8>),
+}
+
+impl LexBound {
+    /// Parses Redis's syntax; `None` for anything else.
+    pub fn parse(b: &[u8]) -> Option<LexBound> {
+        match b.split_first() {
+            Some((b'-', [])) => Some(LexBound::Min),
+            Some((b'+', [])) => Some(LexBound::Max),
+            Some((b'[', rest)) => Some(LexBound::Incl(rest.to_vec())),
+            Some((b'(', rest)) => Some(LexBound::Excl(rest.to_vec())),
+            _ => None,
+        }
+    }
+
+    /// `m` is at or above this bound taken as the minimum.
+    pub fn gte_min(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => true,
+            LexBound::Max => false,
+            LexBound::Incl(x) => m >= x.as_slice(),
+            LexBound::Excl(x) => m > x.as_slice(),
+        }
+    }
+
+    /// `m` is at or below this bound taken as the maximum.
+    pub fn lte_max(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => false,
+            LexBound::Max => true,
+            LexBound::Incl(x) => m <= x.as_slice(),
+            LexBound::Excl(x) => m < x.as_slice(),
+        }
+    }
+}
+
+impl PartialEq for ZSetCrdt {
+    /// Equal live state (members, adds, increments, bit for bit). Removal contexts are
+    /// metadata trimmed at different times on different sites; they are not compared.
+    fn eq(&self, other: &ZSetCrdt) -> bool {
+        self.len() == other.len() && self.canonical() == other.canonical()
+    }
+}
+
+impl Eq for ZSetCrdt {}
+
+impl std::hash::Hash for ZSetCrdt {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.len().hash(state);
+    }
+}
+
+const TAG_ADD: u8 = 1;
+const TAG_INCR: u8 = 2;
+const TAG_REM: u8 = 3;
+
 /// Appends the encoding of `op` to `out`.
-pub fn encode_op<B: AsRef<[u8]>>(_op: &ZSetOp<B>, _out: &mut Vec<u8>) {
-    todo!()
+pub fn encode_op<B: AsRef<[u8]>>(op: &ZSetOp<B>, out: &mut Vec<u8>) {
+    match op {
+        ZSetOp::Add {
+            member,
+            score,
+            observed,
+        } => {
+            codec::put_u8(out, TAG_ADD);
+            codec::put_bytes(out, member.as_ref());
+            codec::put_f64(out, score.0);
+            codec::put_vv(out, observed);
+        }
+        ZSetOp::Incr { member, delta } => {
+            codec::put_u8(out, TAG_INCR);
+            codec::put_bytes(out, member.as_ref());
+            codec::put_f64(out, delta.0);
+        }
+        ZSetOp::Rem { member, observed } => {
+            codec::put_u8(out, TAG_REM);
+            codec::put_bytes(out, member.as_ref());
+            codec::put_vv(out, observed);
+        }
+    }
 }
 
 /// Decodes one op written by `encode_op`.
-pub fn decode_op(_r: &mut Reader<'_>) -> Result<ZSetOp<Vec<u8>>, DecodeError> {
-    todo!()
+pub fn decode_op(r: &mut Reader<'_>) -> Result<ZSetOp<Vec<u8>>, DecodeError> {
+    match r.u8()? {
+        TAG_ADD => {
+            let member = r.bytes()?.to_vec();
+            let score = F64(r.f64()?);
+            let observed = r.vv()?;
+            Ok(ZSetOp::Add {
+                member,
+                score,
+                observed,
+            })
+        }
+        TAG_INCR => {
+            let member = r.bytes()?.to_vec();
+            let delta = F64(r.f64()?);
+            Ok(ZSetOp::Incr { member, delta })
+        }
+        TAG_REM => {
+            let member = r.bytes()?.to_vec();
+            let observed = r.vv()?;
+            Ok(ZSetOp::Rem { member, observed })
+        }
+        t => Err(DecodeError::BadTag(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
+    }
+
+    fn add(z: &ZSetCrdt, m: &str, s: f64) -> ZSetOp<Vec<u8>> {
+        ZSetOp::Add {
+            member: m.as_bytes().to_vec(),
+            score: F64(s),
+            observed: z.member_observed(m.as_bytes()),
+        }
+    }
+
+    fn incr(m: &str, d: f64) -> ZSetOp<Vec<u8>> {
+        ZSetOp::Incr {
+            member: m.as_bytes().to_vec(),
+            delta: F64(d),
+        }
+    }
+
+    fn rem(z: &ZSetCrdt, m: &str) -> ZSetOp<Vec<u8>> {
+        ZSetOp::Rem {
+            member: m.as_bytes().to_vec(),
+            observed: z.member_observed(m.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn small() {
+        assert!(std::mem::size_of::<ZSetCrdt>() <= 40);
+        assert_eq!(std::mem::size_of::<Elem>(), ELEM_BYTES);
+    }
+
+    #[test]
+    fn ordered_by_score_then_member() {
+        let mut z = ZSetCrdt::new();
+        for (i, (m, s)) in [("b", 1.0), ("a", 1.0), ("c", -2.0), ("d", 0.0)]
+            .iter()
+            .enumerate()
+        {
+            let op = add(&z, m, *s);
+            assert!(z.apply(st(i as u64 + 1, 1), &op));
+        }
+        let v: Vec<_> = z.iter().map(|(m, _)| m.to_vec()).collect();
+        assert_eq!(v, vec![b"c".to_vec(), b"d".to_vec(), b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(z.rank(b"a"), Some(2));
+        assert_eq!(z.rank(b"c"), Some(0));
+        assert_eq!(z.rank(b"b"), Some(3));
+        let r: Vec<_> = z
+            .range_by_score(Bound::Excluded(0.0), Bound::Included(1.0))
+            .map(|(m, _)| m.to_vec())
+            .collect();
+        assert_eq!(r, vec![b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    #[test]
+    fn zrem_concurrent_with_zincrby_keeps_the_increment() {
+        let mut a = ZSetCrdt::new();
+        let op = add(&a, "x", 4.1);
+        a.apply(st(1, 1), &op);
+        let mut b = a.clone();
+        b.apply(st(1, 1), &op);
+        let r = rem(&a, "x");
+        let i = incr("x", 2.0);
+        a.apply(st(2, 1), &r);
+        b.apply(st(2, 2), &i);
+        a.apply(st(2, 2), &i);
+        b.apply(st(2, 1), &r);
+        assert_eq!(a.score(b"x"), Some(2.0));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn single_site_folds_like_redis() {
+        let mut z = ZSetCrdt::new();
+        let op = add(&z, "x", 1.0);
+        z.apply(st(1, 1), &op);
+        z.apply(st(2, 1), &incr("x", 0.1));
+        z.collect(None);
+        z.apply(st(3, 1), &incr("x", 0.2));
+        z.collect(None);
+        assert_eq!(z.score(b"x"), Some((1.0 + 0.1) + 0.2));
+        assert!(!z.has_metadata());
+        let op = add(&z, "x", 5.0);
+        z.apply(st(4, 1), &op);
+        z.collect(None);
+        assert_eq!(z.score(b"x"), Some(5.0));
+        assert!(!z.has_metadata());
+    }
+
+    #[test]
+    fn codec_round_trip() {
+        let ops = vec![
+            ZSetOp::Add {
+                member: b"m".to_vec(),
+                score: F64(1.5),
+                observed: VersionVector::new(),
+            },
+            incr("x", -0.25),
+            ZSetOp::Rem {
+                member: b"q".to_vec(),
+                observed: {
+                    let mut v = VersionVector::new();
+                    v.observe(st(9, 3));
+                    v
+                },
+            },
+        ];
+        for op in ops {
+            let mut out = Vec::new();
+            encode_op(&op, &mut out);
+            let mut r = Reader::new(&out);
+            assert_eq!(decode_op(&mut r).unwrap(), op);
+            assert!(r.is_at_end());
+        }
+    }
 }
