@@ -1,18 +1,595 @@
-//! SKELETON (being written by its owner; the lead's plumbing in key.rs and the op log calls
-//! exactly the items below): the  OR-map of fields (HSET...) CRDT.
+//! Observed-remove map of fields (HSET, HINCRBY, HDEL...).
+//!
+//! Each field holds register writes (HSET/HMSET/HSETNX; concurrent ones are all kept, the
+//! highest stamp is shown) and increment dots (HINCRBY/HINCRBYFLOAT). The value shown is
+//! the shown write's bytes (or 0 when none) plus the increments, by `StrCrdt`'s rules: an
+//! integer base plus integer increments shows an integer, any float increment a decimal,
+//! and a non-numeric base ignores the increments.
+//! - HSET of a field removes the writes and increments of that field it observed (its op
+//!   carries the field's observed stamps), then adds its write: concurrent increments are
+//!   added on top of the new value.
+//! - HDEL of a field removes only what it observed of that field: a concurrent HSET or
+//!   HINCRBY of the field survives (update wins).
+//! - DEL of the key removes everything observed (`remove_observed`); the key keeps that
+//!   context (`KeyState`).
+//! Increments are dots (not per-origin totals) so that any removal removes exactly the
+//! increments it observed; `collect` folds each origin's causally stable increments into
+//! one dot, so a counter field stays one dot per origin on a single site.
+//!
+//! Layout. A hash is one pointer. The fields live in one byte arena in insertion order,
+//! like Redis's listpack: a plain field (one write, no increment: the common case) is
+//! `[0][field len][field][stamp 12 B][value len][value]`; any other field is
+//! `[1][field len][field][slot]` with its state in a slab aside. Lookups scan the arena
+//! while the hash is small; above `INDEX_MIN` fields a `hashbrown::HashTable` of arena
+//! offsets (hashed with a per-process random key, since clients choose fields) finds them,
+//! entries rewritten with another size are marked dead (`[2]...`) and appended, and the
+//! arena is compacted when half of it is dead.
 
-use crate::codec::{DecodeError, Reader};
-use crate::dot::{Stamp, VersionVector};
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::LazyLock;
+
+use hashbrown::HashTable;
+use smallvec::SmallVec;
+
+use crate::bytes::SmallBytes;
+use crate::codec::{self, DecodeError, Reader};
+use crate::counter::Delta;
+use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::hlc::Hlc;
+use crate::num::Dec;
 use crate::op::Observed;
+use crate::string::{StrView, parse_i64_redis};
 
-/// The value. Must stay at most 40 bytes (`Value` holds it inline); box the rest.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct HashCrdt {}
+/// Fields above which lookups use a hash index instead of a scan of the arena.
+pub const INDEX_MIN: usize = 128;
+/// Redis 7.0's `hash-max-listpack-entries` / `hash-max-listpack-value` defaults.
+pub const LISTPACK_ENTRIES_MAX: usize = 128;
+pub const LISTPACK_VALUE_MAX: usize = 64;
+
+const TAG_PLAIN: u8 = 0;
+const TAG_RARE: u8 = 1;
+const TAG_DEAD_PLAIN: u8 = 2;
+const TAG_DEAD_RARE: u8 = 3;
+
+static HASHER: LazyLock<foldhash::fast::RandomState> =
+    LazyLock::new(foldhash::fast::RandomState::default);
+
+fn hash_field(field: &[u8]) -> u64 {
+    HASHER.hash_one(field)
+}
+
+/// One field's full state (the rare form, or a plain field decoded).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct FieldState {
+    /// Register writes no write of this field observed; sorted by stamp.
+    writes: SmallVec<[(Stamp, SmallBytes); 1]>,
+    /// Increment dots not removed; sorted by stamp.
+    incs: SmallVec<[(Stamp, Delta); 1]>,
+}
+
+impl FieldState {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.incs.is_empty()
+    }
+
+    fn is_plain(&self) -> bool {
+        self.writes.len() == 1 && self.incs.is_empty()
+    }
+
+    fn remove_covered(&mut self, vv: &VersionVector) {
+        self.writes.retain(|w| !vv.covers(w.0));
+        self.incs.retain(|i| !vv.covers(i.0));
+    }
+
+    fn add_write(&mut self, stamp: Stamp, value: &[u8]) -> bool {
+        match self.writes.binary_search_by_key(&stamp, |w| w.0) {
+            Ok(_) => false,
+            Err(i) => {
+                self.writes.insert(i, (stamp, SmallBytes::copy_from(value)));
+                true
+            }
+        }
+    }
+
+    fn add_inc(&mut self, stamp: Stamp, delta: Delta) -> bool {
+        // Per-origin FIFO: an increment at or below one held from its origin was applied.
+        if self
+            .incs
+            .iter()
+            .any(|(s, _)| s.replica == stamp.replica && s.hlc >= stamp.hlc)
+        {
+            return false;
+        }
+        let i = self.incs.partition_point(|x| x.0 < stamp);
+        self.incs.insert(i, (stamp, delta));
+        true
+    }
+
+    fn observe_into(&self, vv: &mut VersionVector) {
+        for (s, _) in &self.writes {
+            vv.observe(*s);
+        }
+        for (s, _) in &self.incs {
+            vv.observe(*s);
+        }
+    }
+
+    fn max_stamp(&self) -> Option<Stamp> {
+        let w = self.writes.last().map(|w| w.0);
+        let i = self.incs.iter().map(|x| x.0).max();
+        w.max(i)
+    }
+
+    /// Folds, per origin and kind, the increments `stable` covers (all when `None`) into one
+    /// dot with the highest stamp. Returns whether anything was folded.
+    fn fold(&mut self, stable: Option<&VersionVector>) -> bool {
+        if self.incs.len() < 2 {
+            return false;
+        }
+        let mut out: SmallVec<[(Stamp, Delta); 1]> = SmallVec::new();
+        let mut folded = false;
+        for (s, d) in self.incs.drain(..) {
+            let foldable = stable.is_none_or(|v| v.covers(s));
+            if foldable {
+                let prev = out.iter_mut().find(|(ps, pd)| {
+                    ps.replica == s.replica
+                        && stable.is_none_or(|v| v.covers(*ps))
+                        && matches!(
+                            (pd, &d),
+                            (Delta::Int(_), Delta::Int(_)) | (Delta::Float(_), Delta::Float(_))
+                        )
+                });
+                if let Some((ps, pd)) = prev {
+                    let sum = match (*pd, d) {
+                        (Delta::Int(a), Delta::Int(b)) => a.checked_add(b).map(Delta::Int),
+                        (Delta::Float(a), Delta::Float(b)) => a.add(b).map(Delta::Float),
+                        _ => None,
+                    };
+                    if let Some(sum) = sum {
+                        *pd = sum;
+                        if s > *ps {
+                            *ps = s;
+                        }
+                        folded = true;
+                        continue;
+                    }
+                }
+            }
+            out.push((s, d));
+        }
+        out.sort_by_key(|x| x.0);
+        self.incs = out;
+        folded
+    }
+
+    /// The value shown (`StrCrdt`'s rules).
+    fn view(&self) -> StrView<'_> {
+        let bytes = self.writes.last().map(|w| w.1.as_slice());
+        if self.incs.is_empty() {
+            return StrView::Bytes(bytes.unwrap_or_default());
+        }
+        let mut int: i128 = 0;
+        let mut float = Dec::ZERO;
+        for (_, d) in &self.incs {
+            match d {
+                Delta::Int(v) => int = int.saturating_add(i128::from(*v)),
+                Delta::Float(f) => float = float.add(*f).unwrap_or(float),
+            }
+        }
+        let any_float = !float.is_zero();
+        let base_int = match bytes {
+            None => Some(0),
+            Some(b) => parse_i64_redis(b),
+        };
+        if let (Some(base), false) = (base_int, any_float) {
+            let sum = i128::from(base).saturating_add(int);
+            let clamped = sum.clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+            return StrView::Int(i64::try_from(clamped).unwrap_or(i64::MAX));
+        }
+        let base = match (base_int, bytes) {
+            (Some(v), _) => Dec::from_i64(v),
+            (None, Some(b)) => match Dec::parse(b) {
+                Some(d) => d,
+                None => return StrView::Bytes(b),
+            },
+            (None, None) => Dec::ZERO,
+        };
+        match base.add(Dec::from_i128(int)).and_then(|d| d.add(float)) {
+            Some(d) => StrView::Float(d),
+            None => StrView::Bytes(bytes.unwrap_or_default()),
+        }
+    }
+}
+
+/// Rare parts: states of non-plain fields and per-field removal contexts.
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    slab: Vec<Option<FieldState>>,
+    free: Vec<u32>,
+    /// Merged contexts of HSETs and HDELs of each field, kept until causally stable.
+    removed: BTreeMap<SmallBytes, VersionVector>,
+    /// Some field holds increments that `collect` could fold.
+    foldable: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Inner {
+    arena: Vec<u8>,
+    /// Offsets of live entries, when the hash is large.
+    index: Option<HashTable<u32>>,
+    /// Live fields.
+    n: u32,
+    /// Bytes of dead entries in the arena.
+    dead: u32,
+    /// Redis would have converted this hash to a hashtable (sticky, as in Redis).
+    big: bool,
+    meta: Option<Box<Meta>>,
+}
+
+/// See the module doc. One pointer; an empty hash allocates nothing.
+#[derive(Clone, Default)]
+pub struct HashCrdt {
+    inner: Option<Box<Inner>>,
+}
+
+/// Bytes of a `HashCrdt`.
+pub const HASH_CRDT_BYTES_MAX: usize = 40;
+const _: () = assert!(std::mem::size_of::<HashCrdt>() <= HASH_CRDT_BYTES_MAX);
 
 /// What one write of this type replicates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum HashOp<B: AsRef<[u8]>> {
-    Placeholder(B),
+    /// HSET/HMSET/HSETNX of one field: removes what `observed` covers of that field (writes
+    /// and increments), then writes `value`.
+    Set {
+        field: B,
+        value: B,
+        observed: VersionVector,
+    },
+    /// HINCRBY (`Int`) / HINCRBYFLOAT (`Float`) of one field.
+    Incr { field: B, delta: Delta },
+    /// HDEL of one field: removes what `observed` covers of that field.
+    Del { field: B, observed: VersionVector },
+}
+
+// ------------------------------------------------------------------------------------------
+// Arena entries
+// ------------------------------------------------------------------------------------------
+
+fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn get_slice<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    let n = usize::try_from(get_varint(buf, pos)?).ok()?;
+    let s = buf.get(*pos..pos.checked_add(n)?)?;
+    *pos += n;
+    Some(s)
+}
+
+enum Body<'a> {
+    Plain(Stamp, &'a [u8]),
+    Rare(usize),
+}
+
+struct Ent<'a> {
+    end: usize,
+    dead: bool,
+    field: &'a [u8],
+    body: Body<'a>,
+}
+
+fn parse_at(buf: &[u8], start: usize) -> Option<Ent<'_>> {
+    let mut pos = start;
+    let tag = *buf.get(pos)?;
+    pos += 1;
+    let field = get_slice(buf, &mut pos)?;
+    let body = match tag {
+        TAG_PLAIN | TAG_DEAD_PLAIN => {
+            let s = buf.get(pos..pos + 12)?;
+            let mut hlc = [0u8; 8];
+            hlc.copy_from_slice(s.get(..8)?);
+            let mut rep = [0u8; 4];
+            rep.copy_from_slice(s.get(8..)?);
+            pos += 12;
+            let stamp = Stamp {
+                hlc: Hlc(u64::from_le_bytes(hlc)),
+                replica: ReplicaId(u32::from_le_bytes(rep)),
+            };
+            Body::Plain(stamp, get_slice(buf, &mut pos)?)
+        }
+        _ => Body::Rare(usize::try_from(get_varint(buf, &mut pos)?).ok()?),
+    };
+    Some(Ent {
+        end: pos,
+        dead: tag >= TAG_DEAD_PLAIN,
+        field,
+        body,
+    })
+}
+
+fn put_plain(out: &mut Vec<u8>, field: &[u8], stamp: Stamp, value: &[u8]) {
+    out.push(TAG_PLAIN);
+    codec::put_bytes(out, field);
+    out.extend_from_slice(&stamp.hlc.0.to_le_bytes());
+    out.extend_from_slice(&stamp.replica.0.to_le_bytes());
+    codec::put_bytes(out, value);
+}
+
+fn put_rare(out: &mut Vec<u8>, field: &[u8], slot: usize) {
+    out.push(TAG_RARE);
+    codec::put_bytes(out, field);
+    codec::put_varint(out, slot as u64);
+}
+
+/// Live entries of an arena: (offset, entry).
+fn entries(buf: &[u8]) -> impl Iterator<Item = (usize, Ent<'_>)> + '_ {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        loop {
+            if pos >= buf.len() {
+                return None;
+            }
+            let start = pos;
+            let e = parse_at(buf, pos)?;
+            pos = e.end;
+            if !e.dead {
+                return Some((start, e));
+            }
+        }
+    })
+}
+
+static EMPTY_STATE: LazyLock<FieldState> = LazyLock::new(FieldState::default);
+
+impl Inner {
+    fn meta_mut(&mut self) -> &mut Meta {
+        self.meta.get_or_insert_with(Box::default)
+    }
+
+    fn rare(&self, slot: usize) -> &FieldState {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.slab.get(slot))
+            .and_then(Option::as_ref)
+            .unwrap_or(&*EMPTY_STATE)
+    }
+
+    fn find(&self, field: &[u8]) -> Option<usize> {
+        match &self.index {
+            Some(t) => t
+                .find(hash_field(field), |&off| {
+                    parse_at(&self.arena, off as usize).is_some_and(|e| e.field == field)
+                })
+                .map(|&o| o as usize),
+            None => entries(&self.arena)
+                .find(|(_, e)| e.field == field)
+                .map(|(o, _)| o),
+        }
+    }
+
+    /// Decodes the entry at `off` into an owned state (the slot freed for rare fields).
+    fn take_state(&mut self, off: usize) -> FieldState {
+        let Some(e) = parse_at(&self.arena, off) else {
+            return FieldState::default();
+        };
+        match e.body {
+            Body::Plain(s, v) => {
+                let mut st = FieldState::default();
+                st.writes.push((s, SmallBytes::copy_from(v)));
+                st
+            }
+            Body::Rare(slot) => {
+                let m = self.meta_mut();
+                let st = m.slab.get_mut(slot).and_then(Option::take);
+                m.free.push(slot as u32);
+                st.unwrap_or_default()
+            }
+        }
+    }
+
+    fn alloc_slot(&mut self, st: FieldState) -> usize {
+        let m = self.meta_mut();
+        if let Some(slot) = m.free.pop() {
+            if let Some(s) = m.slab.get_mut(slot as usize) {
+                *s = Some(st);
+                return slot as usize;
+            }
+        }
+        m.slab.push(Some(st));
+        m.slab.len() - 1
+    }
+
+    fn encode(&mut self, field: &[u8], st: FieldState) -> Vec<u8> {
+        let mut out = Vec::with_capacity(field.len() + 24);
+        if st.is_plain() {
+            if let Some((s, v)) = st.writes.first() {
+                put_plain(&mut out, field, *s, v.as_slice());
+            }
+        } else {
+            if st.incs.len() > 1 {
+                self.meta_mut().foldable = true;
+            }
+            let slot = self.alloc_slot(st);
+            put_rare(&mut out, field, slot);
+        }
+        out
+    }
+
+    fn reserve(&mut self, extra: usize) {
+        let need = self.arena.len() + extra;
+        if need > self.arena.capacity() {
+            let grow = (self.arena.len() / 4).max(extra);
+            self.arena.reserve_exact(grow);
+        }
+    }
+
+    /// Writes `st` for `field` back: at `off` when it was there, else appended.
+    fn put_state(&mut self, field: &[u8], off: Option<usize>, st: FieldState) {
+        if self.index.is_none() {
+            let big = field.len() > LISTPACK_VALUE_MAX
+                || st.writes.iter().any(|w| w.1.len() > LISTPACK_VALUE_MAX);
+            self.big |= big;
+        }
+        match off {
+            Some(off) => {
+                let Some(end) = parse_at(&self.arena, off).map(|e| e.end) else {
+                    return;
+                };
+                if st.is_empty() {
+                    self.n = self.n.saturating_sub(1);
+                    if let Some(t) = &mut self.index {
+                        let h = hash_field(field);
+                        if let Ok(e) = t.find_entry(h, |&o| o as usize == off) {
+                            e.remove();
+                        }
+                        self.mark_dead(off, end);
+                    } else {
+                        self.arena.drain(off..end);
+                    }
+                    return;
+                }
+                let bytes = self.encode(field, st);
+                if bytes.len() == end - off {
+                    if let Some(dst) = self.arena.get_mut(off..end) {
+                        dst.copy_from_slice(&bytes);
+                    }
+                } else if self.index.is_some() {
+                    self.mark_dead(off, end);
+                    let new_off = self.arena.len();
+                    self.reserve(bytes.len());
+                    self.arena.extend_from_slice(&bytes);
+                    if let Some(t) = &mut self.index {
+                        if let Some(o) = t.find_mut(hash_field(field), |&o| o as usize == off) {
+                            *o = new_off as u32;
+                        }
+                    }
+                } else {
+                    if bytes.len() > end - off {
+                        self.reserve(bytes.len() - (end - off));
+                    }
+                    self.arena.splice(off..end, bytes);
+                }
+            }
+            None => {
+                if st.is_empty() {
+                    return;
+                }
+                let bytes = self.encode(field, st);
+                let new_off = self.arena.len();
+                self.reserve(bytes.len());
+                self.arena.extend_from_slice(&bytes);
+                self.n += 1;
+                if let Some(t) = &mut self.index {
+                    t.insert_unique(hash_field(field), new_off as u32, |o| {
+                        hash_of_entry(&self.arena, o)
+                    });
+                } else if self.n as usize > INDEX_MIN {
+                    self.big = true;
+                    self.rebuild_index();
+                }
+            }
+        }
+        self.maybe_compact();
+    }
+
+    fn mark_dead(&mut self, off: usize, end: usize) {
+        if let Some(t) = self.arena.get_mut(off) {
+            *t = if *t == TAG_RARE {
+                TAG_DEAD_RARE
+            } else {
+                TAG_DEAD_PLAIN
+            };
+        }
+        self.dead += (end - off) as u32;
+    }
+
+    fn rebuild_index(&mut self) {
+        let mut t: HashTable<u32> = HashTable::with_capacity(self.n as usize);
+        for (off, e) in entries(&self.arena) {
+            t.insert_unique(hash_field(e.field), off as u32, |o| {
+                hash_of_entry(&self.arena, o)
+            });
+        }
+        self.index = Some(t);
+    }
+
+    fn maybe_compact(&mut self) {
+        if self.dead == 0 || (self.dead as usize) * 2 < self.arena.len() {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.arena.len() - self.dead as usize);
+        let mut pos = 0;
+        while let Some(e) = parse_at(&self.arena, pos) {
+            if !e.dead {
+                out.extend_from_slice(self.arena.get(pos..e.end).unwrap_or_default());
+            }
+            pos = e.end;
+        }
+        self.arena = out;
+        self.dead = 0;
+        if self.index.is_some() {
+            self.rebuild_index();
+        }
+    }
+
+    /// Applies `f` to the state of `field`; returns `f`'s result.
+    fn with_field<R>(&mut self, field: &[u8], f: impl FnOnce(&mut FieldState) -> R) -> R {
+        let off = self.find(field);
+        let mut st = match off {
+            Some(o) => self.take_state(o),
+            None => FieldState::default(),
+        };
+        let r = f(&mut st);
+        self.put_state(field, off, st);
+        r
+    }
+
+    fn removed_covers(&self, field: &[u8], stamp: Stamp) -> bool {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.removed.get(field))
+            .is_some_and(|vv| vv.covers(stamp))
+    }
+
+    fn merge_removed(&mut self, field: &[u8], vv: &VersionVector) {
+        if vv.is_empty() {
+            return;
+        }
+        let m = self.meta_mut();
+        match m.removed.get_mut(field) {
+            Some(r) => r.merge(vv),
+            None => {
+                m.removed.insert(SmallBytes::copy_from(field), vv.clone());
+            }
+        }
+    }
+
+    fn tidy(&mut self) {
+        if self.meta.as_ref().is_some_and(|m| {
+            m.removed.is_empty() && m.slab.iter().all(Option::is_none) && !m.foldable
+        }) {
+            self.meta = None;
+        }
+    }
+
+    fn is_blank(&self) -> bool {
+        self.n == 0 && self.meta.as_ref().is_none_or(|m| m.removed.is_empty())
+    }
+}
+
+fn hash_of_entry(arena: &[u8], off: &u32) -> u64 {
+    parse_at(arena, *off as usize).map_or(0, |e| hash_field(e.field))
 }
 
 impl HashCrdt {
@@ -20,52 +597,537 @@ impl HashCrdt {
         HashCrdt::default()
     }
 
+    fn inner_mut(&mut self) -> &mut Inner {
+        self.inner.get_or_insert_with(Box::default)
+    }
+
     /// Applies a local or remote write; false when it was a duplicate or already removed.
-    pub fn apply<B: AsRef<[u8]>>(&mut self, _stamp: Stamp, _op: &HashOp<B>) -> bool {
-        todo!()
+    pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, op: &HashOp<B>) -> bool {
+        let inner = self.inner_mut();
+        let fresh = match op {
+            HashOp::Set {
+                field,
+                value,
+                observed,
+            } => {
+                let field = field.as_ref();
+                inner.merge_removed(field, observed);
+                let covered = inner.removed_covers(field, stamp);
+                inner.with_field(field, |st| {
+                    st.remove_covered(observed);
+                    !covered && st.add_write(stamp, value.as_ref())
+                })
+            }
+            HashOp::Incr { field, delta } => {
+                let field = field.as_ref();
+                if inner.removed_covers(field, stamp) {
+                    false
+                } else {
+                    inner.with_field(field, |st| st.add_inc(stamp, *delta))
+                }
+            }
+            HashOp::Del { field, observed } => {
+                let field = field.as_ref();
+                inner.merge_removed(field, observed);
+                if inner.find(field).is_some() {
+                    inner.with_field(field, |st| st.remove_covered(observed));
+                }
+                true
+            }
+        };
+        inner.tidy();
+        if inner.is_blank() && inner.meta.is_none() {
+            self.inner = None;
+        }
+        fresh
     }
 
     /// Whether it shows anything (the key exists).
     pub fn is_live(&self) -> bool {
-        false
+        self.len() > 0
+    }
+
+    /// Number of fields shown (HLEN).
+    pub fn len(&self) -> usize {
+        self.inner.as_ref().map_or(0, |i| i.n as usize)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The highest stamp among its live writes (the type-conflict order).
     pub fn live_stamp(&self) -> Option<Stamp> {
-        None
+        let inner = self.inner.as_ref()?;
+        entries(&inner.arena)
+            .filter_map(|(_, e)| match e.body {
+                Body::Plain(s, _) => Some(s),
+                Body::Rare(slot) => inner.rare(slot).max_stamp(),
+            })
+            .max()
     }
 
     /// Holds neither live writes nor metadata.
     pub fn is_blank(&self) -> bool {
-        true
+        self.inner.as_ref().is_none_or(|i| i.is_blank())
     }
 
-    /// Holds removal metadata that `collect` would drop.
+    /// Holds removal metadata that `collect` would drop (or increments it would fold).
     pub fn has_metadata(&self) -> bool {
-        false
+        self.inner
+            .as_ref()
+            .and_then(|i| i.meta.as_ref())
+            .is_some_and(|m| !m.removed.is_empty() || m.foldable)
     }
 
     /// Adds every stamp seen (live writes and removal contexts) to `vv`.
-    pub fn observe_into(&self, _vv: &mut VersionVector) {}
+    pub fn observe_into(&self, vv: &mut VersionVector) {
+        let Some(inner) = &self.inner else { return };
+        for (_, e) in entries(&inner.arena) {
+            match e.body {
+                Body::Plain(s, _) => vv.observe(s),
+                Body::Rare(slot) => inner.rare(slot).observe_into(vv),
+            }
+        }
+        if let Some(m) = &inner.meta {
+            for r in m.removed.values() {
+                vv.merge(r);
+            }
+        }
+    }
+
+    /// What a write of `field` must carry: the stamps of that field seen here.
+    pub fn field_observed(&self, field: &[u8]) -> VersionVector {
+        let mut vv = VersionVector::new();
+        let Some(inner) = &self.inner else { return vv };
+        if let Some(off) = inner.find(field) {
+            if let Some(e) = parse_at(&inner.arena, off) {
+                match e.body {
+                    Body::Plain(s, _) => vv.observe(s),
+                    Body::Rare(slot) => inner.rare(slot).observe_into(&mut vv),
+                }
+            }
+        }
+        if let Some(r) = inner.meta.as_ref().and_then(|m| m.removed.get(field)) {
+            vv.merge(r);
+        }
+        vv
+    }
 
     /// DEL (or a SET of the key): removes everything `observed` covers.
-    pub fn remove_observed(&mut self, _observed: &Observed) {}
+    pub fn remove_observed(&mut self, observed: &Observed) {
+        let Some(inner) = &mut self.inner else { return };
+        let fields: Vec<Vec<u8>> = entries(&inner.arena)
+            .filter(|(_, e)| match e.body {
+                Body::Plain(s, _) => observed.stamps.covers(s),
+                Body::Rare(_) => true,
+            })
+            .map(|(_, e)| e.field.to_vec())
+            .collect();
+        for f in fields {
+            inner.with_field(&f, |st| st.remove_covered(&observed.stamps));
+        }
+        inner.tidy();
+        if inner.is_blank() && inner.meta.is_none() {
+            self.inner = None;
+        }
+    }
 
-    /// Drops removal metadata covered by `stable` (`None`: everything is stable).
-    pub fn collect(&mut self, _stable: Option<&VersionVector>) {}
+    /// Drops removal metadata covered by `stable` (`None`: everything is stable) and folds
+    /// stable increments into one dot per origin.
+    pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        let Some(inner) = &mut self.inner else { return };
+        if let Some(m) = &mut inner.meta {
+            match stable {
+                None => m.removed.clear(),
+                Some(s) => {
+                    m.removed.retain(|_, vv| {
+                        vv.forget_covered(s);
+                        !vv.is_empty()
+                    });
+                }
+            }
+            if m.foldable {
+                let mut still = false;
+                for st in m.slab.iter_mut().flatten() {
+                    st.fold(stable);
+                    still |= st.incs.len() > 1;
+                }
+                m.foldable = still && stable.is_some();
+            }
+        }
+        inner.tidy();
+        if inner.is_blank() && inner.meta.is_none() {
+            self.inner = None;
+        }
+    }
 
     /// Ops that rebuild an equal visible value on an empty key (RENAME, COPY).
     pub fn recreate_ops(&self) -> Vec<HashOp<Vec<u8>>> {
-        Vec::new()
+        self.iter()
+            .map(|(f, v)| HashOp::Set {
+                field: f.to_vec(),
+                value: v.to_bytes(),
+                observed: VersionVector::new(),
+            })
+            .collect()
+    }
+
+    /// The value of `field`, if shown.
+    pub fn get(&self, field: &[u8]) -> Option<StrView<'_>> {
+        let inner = self.inner.as_ref()?;
+        let off = inner.find(field)?;
+        let e = parse_at(&inner.arena, off)?;
+        Some(match e.body {
+            Body::Plain(_, v) => StrView::Bytes(v),
+            Body::Rare(slot) => inner.rare(slot).view(),
+        })
+    }
+
+    pub fn contains(&self, field: &[u8]) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.find(field).is_some())
+    }
+
+    /// The fields shown and their values: in insertion order while small, like Redis's
+    /// listpack (entries rewritten in a large hash move to the end).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], StrView<'_>)> + '_ {
+        let inner = self.inner.as_deref();
+        let arena: &[u8] = inner.map_or(&[], |i| i.arena.as_slice());
+        entries(arena).map(move |(_, e)| {
+            let v = match e.body {
+                Body::Plain(_, v) => StrView::Bytes(v),
+                Body::Rare(slot) => inner.map_or(StrView::Bytes(b""), |i| i.rare(slot).view()),
+            };
+            (e.field, v)
+        })
+    }
+
+    /// Whether Redis 7.0 would still hold this hash as a listpack (OBJECT ENCODING):
+    /// at most 128 fields and every field and value at most 64 bytes, ever (Redis never
+    /// converts back).
+    pub fn is_listpack(&self) -> bool {
+        match &self.inner {
+            None => true,
+            Some(i) => {
+                !i.big
+                    && i.n as usize <= LISTPACK_ENTRIES_MAX
+                    && self.iter().all(|(f, v)| {
+                        f.len() <= LISTPACK_VALUE_MAX
+                            && match v {
+                                StrView::Bytes(b) => b.len() <= LISTPACK_VALUE_MAX,
+                                _ => true,
+                            }
+                    })
+            }
+        }
+    }
+
+    /// Heap bytes held (for tests of compactness).
+    pub fn heap_bytes(&self) -> usize {
+        self.inner.as_ref().map_or(0, |i| {
+            std::mem::size_of::<Inner>()
+                + i.arena.capacity()
+                + i.index.as_ref().map_or(0, |t| t.capacity() * 5)
+        })
+    }
+
+    /// Canonical content for equality and hashing (order-independent).
+    fn canonical(&self) -> (Vec<(Vec<u8>, FieldState)>, Vec<(SmallBytes, VersionVector)>) {
+        let Some(inner) = &self.inner else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut fields: Vec<(Vec<u8>, FieldState)> = entries(&inner.arena)
+            .map(|(_, e)| {
+                let st = match e.body {
+                    Body::Plain(s, v) => {
+                        let mut st = FieldState::default();
+                        st.writes.push((s, SmallBytes::copy_from(v)));
+                        st
+                    }
+                    Body::Rare(slot) => inner.rare(slot).clone(),
+                };
+                (e.field.to_vec(), st)
+            })
+            .collect();
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        let removed = inner
+            .meta
+            .as_ref()
+            .map(|m| {
+                m.removed
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (fields, removed)
     }
 }
 
+impl PartialEq for HashCrdt {
+    fn eq(&self, other: &Self) -> bool {
+        self.canonical() == other.canonical()
+    }
+}
+
+impl Eq for HashCrdt {}
+
+impl Hash for HashCrdt {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.canonical().hash(state);
+    }
+}
+
+impl std::fmt::Debug for HashCrdt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (fields, removed) = self.canonical();
+        f.debug_struct("HashCrdt")
+            .field("fields", &fields)
+            .field("removed", &removed)
+            .finish()
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Codec
+// ------------------------------------------------------------------------------------------
+
+const OP_SET: u8 = 0;
+const OP_INCR_INT: u8 = 1;
+const OP_INCR_FLOAT: u8 = 2;
+const OP_DEL: u8 = 3;
+
 /// Appends the encoding of `op` to `out`.
-pub fn encode_op<B: AsRef<[u8]>>(_op: &HashOp<B>, _out: &mut Vec<u8>) {
-    todo!()
+pub fn encode_op<B: AsRef<[u8]>>(op: &HashOp<B>, out: &mut Vec<u8>) {
+    match op {
+        HashOp::Set {
+            field,
+            value,
+            observed,
+        } => {
+            codec::put_u8(out, OP_SET);
+            codec::put_bytes(out, field.as_ref());
+            codec::put_bytes(out, value.as_ref());
+            codec::put_vv(out, observed);
+        }
+        HashOp::Incr { field, delta } => match delta {
+            Delta::Int(v) => {
+                codec::put_u8(out, OP_INCR_INT);
+                codec::put_bytes(out, field.as_ref());
+                codec::put_i64(out, *v);
+            }
+            Delta::Float(d) => {
+                codec::put_u8(out, OP_INCR_FLOAT);
+                codec::put_bytes(out, field.as_ref());
+                codec::put_dec(out, d);
+            }
+        },
+        HashOp::Del { field, observed } => {
+            codec::put_u8(out, OP_DEL);
+            codec::put_bytes(out, field.as_ref());
+            codec::put_vv(out, observed);
+        }
+    }
 }
 
 /// Decodes one op written by `encode_op`.
-pub fn decode_op(_r: &mut Reader<'_>) -> Result<HashOp<Vec<u8>>, DecodeError> {
-    todo!()
+pub fn decode_op(r: &mut Reader<'_>) -> Result<HashOp<Vec<u8>>, DecodeError> {
+    let tag = r.u8()?;
+    let field = r.bytes()?.to_vec();
+    Ok(match tag {
+        OP_SET => {
+            let value = r.bytes()?.to_vec();
+            let observed = r.vv()?;
+            HashOp::Set {
+                field,
+                value,
+                observed,
+            }
+        }
+        OP_INCR_INT => HashOp::Incr {
+            field,
+            delta: Delta::Int(r.i64()?),
+        },
+        OP_INCR_FLOAT => HashOp::Incr {
+            field,
+            delta: Delta::Float(r.dec()?),
+        },
+        OP_DEL => HashOp::Del {
+            field,
+            observed: r.vv()?,
+        },
+        t => return Err(DecodeError::BadTag(t)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
+    }
+
+    fn set(h: &HashCrdt, f: &str, v: &str) -> HashOp<Vec<u8>> {
+        HashOp::Set {
+            field: f.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+            observed: h.field_observed(f.as_bytes()),
+        }
+    }
+
+    fn show(h: &HashCrdt) -> Vec<(String, String)> {
+        h.iter()
+            .map(|(f, v)| {
+                (
+                    String::from_utf8_lossy(f).into_owned(),
+                    String::from_utf8_lossy(&v.to_bytes()).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sizes_stay_small() {
+        assert!(std::mem::size_of::<HashCrdt>() <= HASH_CRDT_BYTES_MAX);
+    }
+
+    #[test]
+    fn set_keeps_insertion_order_and_updates_in_place() {
+        let mut h = HashCrdt::new();
+        let mut t = 0;
+        for (f, v) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            t += 1;
+            let op = set(&h, f, v);
+            assert!(h.apply(st(t, 1), &op));
+        }
+        let op = set(&h, "a", "longer value");
+        h.apply(st(10, 1), &op);
+        assert_eq!(
+            show(&h),
+            vec![
+                ("a".into(), "longer value".into()),
+                ("b".into(), "2".into()),
+                ("c".into(), "3".into())
+            ]
+        );
+        assert_eq!(h.len(), 3);
+        assert!(!h.has_metadata() || h.clone().has_metadata());
+    }
+
+    #[test]
+    fn increments_add_and_set_resets_only_observed() {
+        let mut h = HashCrdt::new();
+        let op = set(&h, "c", "1");
+        h.apply(st(1, 1), &op);
+        let inc = |d| HashOp::<Vec<u8>>::Incr {
+            field: b"c".to_vec(),
+            delta: Delta::Int(d),
+        };
+        h.apply(st(2, 2), &inc(1));
+        assert_eq!(h.get(b"c"), Some(StrView::Int(2)));
+        // A: SET c 10 having seen the INCR; B: concurrent INCRBY 5.
+        let s = set(&h, "c", "10");
+        h.apply(st(3, 1), &s);
+        h.apply(st(3, 2), &inc(5));
+        assert_eq!(h.get(b"c"), Some(StrView::Int(15)));
+    }
+
+    #[test]
+    fn hdel_loses_to_concurrent_update_and_drops_late_writes() {
+        let mut a = HashCrdt::new();
+        let op = set(&a, "f", "1");
+        a.apply(st(1, 1), &op);
+        let del = HashOp::Del {
+            field: b"f".to_vec(),
+            observed: a.field_observed(b"f"),
+        };
+        let upd = set(&a, "f", "2");
+        let mut b = a.clone();
+        a.apply(st(2, 1), &del);
+        a.apply(st(2, 2), &upd);
+        b.apply(st(2, 2), &upd);
+        b.apply(st(2, 1), &del);
+        assert_eq!(a, b);
+        assert_eq!(show(&a), vec![("f".into(), "2".into())]);
+        // Late write covered by a removal is dropped.
+        let mut c = HashCrdt::new();
+        c.apply(st(2, 1), &del);
+        assert!(!c.apply(st(1, 1), &op));
+        assert!(!c.is_live());
+        assert!(c.has_metadata());
+        c.collect(None);
+        assert!(c.is_blank());
+    }
+
+    #[test]
+    fn large_hash_uses_index_and_survives_rewrites() {
+        let mut h = HashCrdt::new();
+        let mut t = 0;
+        for i in 0..500 {
+            t += 1;
+            let op = set(&h, &format!("f{i}"), &format!("v{i}"));
+            h.apply(st(t, 1), &op);
+        }
+        assert!(!h.is_listpack());
+        for i in (0..500).step_by(2) {
+            t += 1;
+            let op = set(&h, &format!("f{i}"), &format!("value number {i}"));
+            h.apply(st(t, 1), &op);
+            t += 1;
+            let f = format!("f{}", i + 1);
+            let del = HashOp::Del {
+                field: f.as_bytes().to_vec(),
+                observed: h.field_observed(f.as_bytes()),
+            };
+            h.apply(st(t, 1), &del);
+        }
+        h.collect(None);
+        assert_eq!(h.len(), 250);
+        for i in (0..500).step_by(2) {
+            let v = h.get(format!("f{i}").as_bytes()).unwrap().to_bytes();
+            assert_eq!(v, format!("value number {i}").into_bytes());
+            assert!(!h.contains(format!("f{}", i + 1).as_bytes()));
+        }
+    }
+
+    #[test]
+    fn codec_round_trip() {
+        let ops: Vec<HashOp<Vec<u8>>> = vec![
+            HashOp::Set {
+                field: b"f".to_vec(),
+                value: b"v".to_vec(),
+                observed: VersionVector::new(),
+            },
+            HashOp::Incr {
+                field: b"f".to_vec(),
+                delta: Delta::Float(Dec::parse(b"1.5").unwrap()),
+            },
+            HashOp::Incr {
+                field: b"g".to_vec(),
+                delta: Delta::Int(-3),
+            },
+            HashOp::Del {
+                field: b"f".to_vec(),
+                observed: {
+                    let mut v = VersionVector::new();
+                    v.observe(st(4, 2));
+                    v
+                },
+            },
+        ];
+        for op in ops {
+            let mut out = Vec::new();
+            encode_op(&op, &mut out);
+            let mut r = Reader::new(&out);
+            assert_eq!(decode_op(&mut r).unwrap(), op);
+            assert!(r.is_at_end());
+            for cut in 0..out.len() {
+                assert!(decode_op(&mut Reader::new(&out[..cut])).is_err());
+            }
+        }
+    }
 }
