@@ -601,6 +601,20 @@ impl ZSetCrdt {
             .map(|e| (e.member.as_slice(), e.score))
     }
 
+    /// Buckets of the member table (ZRANDMEMBER probes, ZSCAN cursors).
+    pub fn bucket_count(&self) -> usize {
+        self.inner.as_ref().map_or(0, |i| i.elems.num_buckets())
+    }
+
+    /// The member in bucket `i`, if any.
+    pub fn bucket(&self, i: usize) -> Option<(&[u8], f64)> {
+        self.inner
+            .as_ref()?
+            .elems
+            .get_bucket(i)
+            .map(|e| (e.member.as_slice(), e.score))
+    }
+
     /// The 0-based rank of `member` in ascending order.
     pub fn rank(&self, member: &[u8]) -> Option<usize> {
         let inner = self.inner.as_ref()?;

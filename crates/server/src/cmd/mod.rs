@@ -16,6 +16,7 @@
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
+//! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
@@ -31,6 +32,7 @@ pub mod set;
 pub mod string;
 pub mod table;
 pub mod tx;
+pub mod zset;
 
 use std::sync::OnceLock;
 
@@ -71,6 +73,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
+    v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(set::HANDLERS);
     v.extend_from_slice(pubsub::HANDLERS);
     v
