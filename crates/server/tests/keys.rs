@@ -2,197 +2,30 @@
 //! DEL UNLINK EXISTS TYPE TOUCH KEYS SCAN RANDOMKEY RENAME RENAMENX COPY, the expiry commands
 //! and OBJECT, with Redis 7.0's replies and error texts (checked against redis-server 7.0.15).
 //!
-//! A small raw RESP client is used so error texts and RESP3 reply types are seen exactly.
+//! The raw RESP client of `common` shows error texts and RESP3 reply types exactly.
+
+mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The server process, killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_meridian"))
-        .args(["server", "--port", &port.to_string(), "--dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn meridian");
-    let server = Server {
-        child,
-        port,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum V {
-    Simple(String),
-    Err(String),
-    Int(i64),
-    Bulk(Vec<u8>),
-    /// RESP2 null bulk or null array.
-    Nil,
-    /// RESP3 `_`.
-    Null,
-    Array(Vec<V>),
-    /// RESP3 map, set, double, boolean... kept as their raw line for these tests.
-    Other(String),
-}
-
-impl V {
-    fn bulk(s: &str) -> V {
-        V::Bulk(s.as_bytes().to_vec())
-    }
-
-    fn strings(&self) -> Vec<String> {
-        match self {
-            V::Array(items) => items
-                .iter()
-                .map(|v| match v {
-                    V::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-                    V::Simple(s) => s.clone(),
-                    other => panic!("not a string: {other:?}"),
-                })
-                .collect(),
-            other => panic!("not an array: {other:?}"),
-        }
-    }
-}
-
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Conn {
-    fn new(s: &Server) -> Conn {
-        let w = TcpStream::connect(("127.0.0.1", s.port)).expect("connect");
-        w.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        let r = BufReader::new(w.try_clone().expect("clone"));
-        Conn { r, w }
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> V {
-        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.cmd_b(&bytes)
-    }
-
-    fn cmd_b(&mut self, args: &[&[u8]]) -> V {
-        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            buf.extend_from_slice(a);
-            buf.extend_from_slice(b"\r\n");
-        }
-        self.w.write_all(&buf).expect("write");
-        self.read()
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("read line");
-        assert!(l.ends_with("\r\n"), "bad line {l:?}");
-        l.truncate(l.len() - 2);
-        l
-    }
-
-    fn read(&mut self) -> V {
-        let l = self.line();
-        let (t, rest) = l.split_at(1);
-        match t {
-            "+" => V::Simple(rest.to_string()),
-            "-" => V::Err(rest.to_string()),
-            ":" => V::Int(rest.parse().expect("int")),
-            "_" => V::Null,
-            "$" => {
-                let n: i64 = rest.parse().expect("len");
-                if n < 0 {
-                    return V::Nil;
-                }
-                let mut b = vec![0u8; n as usize + 2];
-                self.r.read_exact(&mut b).expect("bulk");
-                b.truncate(n as usize);
-                V::Bulk(b)
-            }
-            "*" | "~" | ">" => {
-                let n: i64 = rest.parse().expect("len");
-                if n < 0 {
-                    return V::Nil;
-                }
-                V::Array((0..n).map(|_| self.read()).collect())
-            }
-            "%" => {
-                let n: i64 = rest.parse().expect("len");
-                let items: Vec<V> = (0..2 * n).map(|_| self.read()).collect();
-                V::Other(format!("map {items:?}"))
-            }
-            _ => V::Other(l.clone()),
-        }
-    }
-
-    fn ok(&mut self, args: &[&str]) {
-        assert_eq!(self.cmd(args), V::Simple("OK".into()), "{args:?}");
-    }
-
-    fn int(&mut self, args: &[&str]) -> i64 {
-        match self.cmd(args) {
-            V::Int(n) => n,
-            other => panic!("{args:?}: expected integer, got {other:?}"),
-        }
-    }
-
-    fn err(&mut self, args: &[&str]) -> String {
-        match self.cmd(args) {
-            V::Err(e) => e,
-            other => panic!("{args:?}: expected error, got {other:?}"),
-        }
-    }
-}
+use common::{Raw, Reply, Server};
 
 /// Every key of the db, through a full SCAN iteration with the given extra options.
-fn scan_all(c: &mut Conn, extra: &[&str]) -> (Vec<String>, usize) {
+fn scan_all(c: &mut Raw, extra: &[&str]) -> (Vec<String>, usize) {
     let mut cursor = "0".to_string();
     let mut keys = Vec::new();
     let mut calls = 0;
     loop {
         let mut args = vec!["SCAN", cursor.as_str()];
         args.extend_from_slice(extra);
-        let reply = c.cmd(&args);
+        let reply = c.reply(&args);
         calls += 1;
-        let V::Array(parts) = reply else {
+        let Reply::Array(parts) = reply else {
             panic!("scan reply {reply:?}")
         };
         assert_eq!(parts.len(), 2);
-        let V::Bulk(next) = &parts[0] else {
+        let Reply::Bulk(next) = &parts[0] else {
             panic!("cursor {parts:?}")
         };
         keys.extend(parts[1].strings());
@@ -207,13 +40,13 @@ fn scan_all(c: &mut Conn, extra: &[&str]) -> (Vec<String>, usize) {
 
 #[test]
 fn del_unlink_exists_type_touch() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "a", "1"]);
     c.ok(&["SET", "b", "2"]);
     assert_eq!(c.int(&["EXISTS", "a", "b", "a", "nokey"]), 3);
-    assert_eq!(c.cmd(&["TYPE", "a"]), V::Simple("string".into()));
-    assert_eq!(c.cmd(&["TYPE", "nokey"]), V::Simple("none".into()));
+    assert_eq!(c.reply(&["TYPE", "a"]), Reply::Simple("string".into()));
+    assert_eq!(c.reply(&["TYPE", "nokey"]), Reply::Simple("none".into()));
     assert_eq!(c.int(&["TOUCH", "a", "b", "nokey"]), 2);
     assert_eq!(c.int(&["DEL", "a", "a", "nokey"]), 1);
     assert_eq!(c.int(&["EXISTS", "a"]), 0);
@@ -228,29 +61,29 @@ fn del_unlink_exists_type_touch() {
 
 #[test]
 fn keys_patterns() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     for k in ["foo_a", "foo_b", "foo_c", "key_x", "key_y", "key_z"] {
         c.ok(&["SET", k, "hello"]);
     }
-    let mut foo = c.cmd(&["KEYS", "foo*"]).strings();
+    let mut foo = c.reply(&["KEYS", "foo*"]).strings();
     foo.sort();
     assert_eq!(foo, ["foo_a", "foo_b", "foo_c"]);
-    let mut all = c.cmd(&["KEYS", "*"]).strings();
+    let mut all = c.reply(&["KEYS", "*"]).strings();
     all.sort();
     assert_eq!(all.len(), 6);
-    assert_eq!(c.cmd(&["KEYS", "key_[xy]"]).strings().len(), 2);
-    assert_eq!(c.cmd(&["KEYS", "nomatch*"]), V::Array(vec![]));
+    assert_eq!(c.reply(&["KEYS", "key_[xy]"]).strings().len(), 2);
+    assert_eq!(c.reply(&["KEYS", "nomatch*"]), Reply::Array(vec![]));
     // Expired keys are not listed.
     assert_eq!(c.int(&["PEXPIRE", "foo_a", "1"]), 1);
     std::thread::sleep(Duration::from_millis(10));
-    assert_eq!(c.cmd(&["KEYS", "foo*"]).strings().len(), 2);
+    assert_eq!(c.reply(&["KEYS", "foo*"]).strings().len(), 2);
 }
 
 #[test]
 fn scan_covers_a_thousand_keys() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     for i in 0..1000 {
         c.ok(&["SET", &format!("key:{i}"), "v"]);
     }
@@ -281,8 +114,8 @@ fn scan_covers_a_thousand_keys() {
 /// Redis's "SCAN guarantees check under write load": keys present throughout are returned.
 #[test]
 fn scan_guarantees_under_write_load() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     for i in 0..100 {
         c.ok(&["SET", &format!("k{i}"), "v"]);
     }
@@ -290,11 +123,11 @@ fn scan_guarantees_under_write_load() {
     let mut seen = HashSet::new();
     let mut round: u64 = 0;
     loop {
-        let V::Array(parts) = c.cmd(&["SCAN", &cursor]) else {
+        let Reply::Array(parts) = c.reply(&["SCAN", &cursor]) else {
             panic!("scan")
         };
         seen.extend(parts[1].strings());
-        let V::Bulk(next) = &parts[0] else {
+        let Reply::Bulk(next) = &parts[0] else {
             panic!("cursor")
         };
         cursor = String::from_utf8(next.clone()).expect("cursor");
@@ -316,18 +149,18 @@ fn scan_guarantees_under_write_load() {
 /// A table growing faster than the client scans: the iteration still ends.
 #[test]
 fn scan_ends_under_unbounded_growth() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     for i in 0..200 {
         c.ok(&["SET", &format!("old:{i}"), "v"]);
     }
     let mut cursor = "0".to_string();
     let mut round = 0;
     loop {
-        let V::Array(parts) = c.cmd(&["SCAN", &cursor, "COUNT", "10"]) else {
+        let Reply::Array(parts) = c.reply(&["SCAN", &cursor, "COUNT", "10"]) else {
             panic!("scan")
         };
-        let V::Bulk(next) = &parts[0] else {
+        let Reply::Bulk(next) = &parts[0] else {
             panic!("cursor")
         };
         cursor = String::from_utf8(next.clone()).expect("cursor");
@@ -344,8 +177,8 @@ fn scan_ends_under_unbounded_growth() {
 
 #[test]
 fn scan_errors_and_shapes() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     assert_eq!(c.err(&["SCAN", "abc"]), "ERR invalid cursor");
     assert_eq!(c.err(&["SCAN", " 0"]), "ERR invalid cursor");
     assert_eq!(c.err(&["SCAN", "0x"]), "ERR invalid cursor");
@@ -362,38 +195,38 @@ fn scan_errors_and_shapes() {
     assert_eq!(c.err(&["SCAN", "0", "COUNT"]), "ERR syntax error");
     assert_eq!(c.err(&["SCAN", "0", "FOO", "bar"]), "ERR syntax error");
     assert_eq!(
-        c.cmd(&["SCAN", "0"]),
-        V::Array(vec![V::bulk("0"), V::Array(vec![])])
+        c.reply(&["SCAN", "0"]),
+        Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![])])
     );
     assert_eq!(
-        c.cmd(&["SCAN", ""]),
-        V::Array(vec![V::bulk("0"), V::Array(vec![])])
+        c.reply(&["SCAN", ""]),
+        Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![])])
     );
     c.ok(&["SET", "k", "v"]);
     assert_eq!(
-        c.cmd(&["SCAN", "+0", "COUNT", "1000"]),
-        V::Array(vec![V::bulk("0"), V::Array(vec![V::bulk("k")])])
+        c.reply(&["SCAN", "+0", "COUNT", "1000"]),
+        Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![Reply::bulk("k")])])
     );
     // RESP3: same shape.
-    assert!(matches!(c.cmd(&["HELLO", "3"]), V::Other(_)));
+    assert!(matches!(c.reply(&["HELLO", "3"]), Reply::Other(_)));
     assert_eq!(
-        c.cmd(&["SCAN", "0", "COUNT", "1000"]),
-        V::Array(vec![V::bulk("0"), V::Array(vec![V::bulk("k")])])
+        c.reply(&["SCAN", "0", "COUNT", "1000"]),
+        Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![Reply::bulk("k")])])
     );
     // Expired keys are dropped from SCAN results.
     assert_eq!(c.int(&["PEXPIRE", "k", "1"]), 1);
     std::thread::sleep(Duration::from_millis(10));
     assert_eq!(
-        c.cmd(&["SCAN", "0", "COUNT", "1000"]),
-        V::Array(vec![V::bulk("0"), V::Array(vec![])])
+        c.reply(&["SCAN", "0", "COUNT", "1000"]),
+        Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![])])
     );
 }
 
 #[test]
 fn randomkey() {
-    let s = start();
-    let mut c = Conn::new(&s);
-    assert_eq!(c.cmd(&["RANDOMKEY"]), V::Nil);
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(c.reply(&["RANDOMKEY"]), Reply::Nil);
     let mut want = HashSet::new();
     for i in 0..20 {
         c.ok(&["SET", &format!("r{i}"), "v"]);
@@ -401,7 +234,7 @@ fn randomkey() {
     }
     let mut got = HashSet::new();
     for _ in 0..400 {
-        let V::Bulk(k) = c.cmd(&["RANDOMKEY"]) else {
+        let Reply::Bulk(k) = c.reply(&["RANDOMKEY"]) else {
             panic!("randomkey")
         };
         let k = String::from_utf8(k).expect("utf8");
@@ -416,28 +249,28 @@ fn randomkey() {
     c.ok(&["SET", "live", "v"]);
     std::thread::sleep(Duration::from_millis(10));
     for _ in 0..5 {
-        assert_eq!(c.cmd(&["RANDOMKEY"]), V::bulk("live"));
+        assert_eq!(c.reply(&["RANDOMKEY"]), Reply::bulk("live"));
     }
     assert_eq!(c.int(&["DEL", "live"]), 1);
-    assert_eq!(c.cmd(&["RANDOMKEY"]), V::Nil);
-    assert!(matches!(c.cmd(&["HELLO", "3"]), V::Other(_)));
-    assert_eq!(c.cmd(&["RANDOMKEY"]), V::Null);
+    assert_eq!(c.reply(&["RANDOMKEY"]), Reply::Nil);
+    assert!(matches!(c.reply(&["HELLO", "3"]), Reply::Other(_)));
+    assert_eq!(c.reply(&["RANDOMKEY"]), Reply::Null);
 }
 
 #[test]
 fn rename_and_renamenx() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     assert_eq!(c.err(&["RENAME", "nokey", "x"]), "ERR no such key");
     assert_eq!(c.err(&["RENAME", "nokey", "nokey"]), "ERR no such key");
     assert_eq!(c.err(&["RENAMENX", "nokey", "x"]), "ERR no such key");
     c.ok(&["SET", "src", "hello"]);
     c.ok(&["RENAME", "src", "src"]);
     assert_eq!(c.int(&["RENAMENX", "src", "src"]), 0);
-    assert_eq!(c.cmd(&["GET", "src"]), V::bulk("hello"));
+    assert_eq!(c.reply(&["GET", "src"]), Reply::bulk("hello"));
     c.ok(&["RENAME", "src", "dst"]);
     assert_eq!(c.int(&["EXISTS", "src"]), 0);
-    assert_eq!(c.cmd(&["GET", "dst"]), V::bulk("hello"));
+    assert_eq!(c.reply(&["GET", "dst"]), Reply::bulk("hello"));
     // The TTL moves with the key.
     assert_eq!(c.int(&["EXPIRE", "dst", "100"]), 1);
     c.ok(&["RENAME", "dst", "moved"]);
@@ -448,14 +281,14 @@ fn rename_and_renamenx() {
     c.ok(&["SET", "volatile", "v"]);
     assert_eq!(c.int(&["EXPIRE", "volatile", "100"]), 1);
     c.ok(&["RENAME", "plain", "volatile"]);
-    assert_eq!(c.cmd(&["GET", "volatile"]), V::bulk("p"));
+    assert_eq!(c.reply(&["GET", "volatile"]), Reply::bulk("p"));
     assert_eq!(c.int(&["TTL", "volatile"]), -1);
     // RENAMENX refuses an existing destination.
     c.ok(&["SET", "a", "1"]);
     assert_eq!(c.int(&["RENAMENX", "a", "volatile"]), 0);
-    assert_eq!(c.cmd(&["GET", "a"]), V::bulk("1"));
+    assert_eq!(c.reply(&["GET", "a"]), Reply::bulk("1"));
     assert_eq!(c.int(&["RENAMENX", "a", "b"]), 1);
-    assert_eq!(c.cmd(&["GET", "b"]), V::bulk("1"));
+    assert_eq!(c.reply(&["GET", "b"]), Reply::bulk("1"));
     assert_eq!(c.int(&["EXISTS", "a"]), 0);
     // Counters keep their value.
     assert_eq!(c.int(&["INCRBY", "n", "41"]), 41);
@@ -465,8 +298,8 @@ fn rename_and_renamenx() {
 
 #[test]
 fn copy() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     assert_eq!(c.int(&["COPY", "nokey", "x"]), 0);
     c.ok(&["SET", "k", "v"]);
     assert_eq!(
@@ -496,18 +329,18 @@ fn copy() {
     assert_eq!(c.err(&["COPY", "k", "z", "FOO"]), "ERR syntax error");
     assert_eq!(c.err(&["COPY", "k", "z", "DB"]), "ERR syntax error");
     assert_eq!(c.int(&["COPY", "k", "k2"]), 1);
-    assert_eq!(c.cmd(&["GET", "k2"]), V::bulk("v"));
-    assert_eq!(c.cmd(&["GET", "k"]), V::bulk("v"));
+    assert_eq!(c.reply(&["GET", "k2"]), Reply::bulk("v"));
+    assert_eq!(c.reply(&["GET", "k"]), Reply::bulk("v"));
     c.ok(&["SET", "k", "v2"]);
     assert_eq!(c.int(&["COPY", "k", "k2"]), 0);
-    assert_eq!(c.cmd(&["GET", "k2"]), V::bulk("v"));
+    assert_eq!(c.reply(&["GET", "k2"]), Reply::bulk("v"));
     assert_eq!(c.int(&["COPY", "k", "k2", "replace"]), 1);
-    assert_eq!(c.cmd(&["GET", "k2"]), V::bulk("v2"));
+    assert_eq!(c.reply(&["GET", "k2"]), Reply::bulk("v2"));
     // To another db, with the TTL.
     assert_eq!(c.int(&["EXPIRE", "k", "100"]), 1);
     assert_eq!(c.int(&["COPY", "k", "k", "DB", "1"]), 1);
     c.ok(&["SELECT", "1"]);
-    assert_eq!(c.cmd(&["GET", "k"]), V::bulk("v2"));
+    assert_eq!(c.reply(&["GET", "k"]), Reply::bulk("v2"));
     let ttl = c.int(&["TTL", "k"]);
     assert!((99..=100).contains(&ttl), "{ttl}");
     c.ok(&["SELECT", "0"]);
@@ -516,8 +349,8 @@ fn copy() {
 
 #[test]
 fn expire_family() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     assert_eq!(c.int(&["EXPIRE", "nokey", "100"]), 0);
     c.ok(&["SET", "k", "v"]);
     assert_eq!(c.int(&["TTL", "k"]), -1);
@@ -599,7 +432,7 @@ fn expire_family() {
     c.ok(&["SET", "k", "v"]);
     assert_eq!(c.int(&["PEXPIRE", "k", "30"]), 1);
     std::thread::sleep(Duration::from_millis(60));
-    assert_eq!(c.cmd(&["GET", "k"]), V::Nil);
+    assert_eq!(c.reply(&["GET", "k"]), Reply::Nil);
     assert_eq!(c.int(&["TTL", "k"]), -2);
     // SET clears a TTL.
     assert_eq!(c.int(&["EXPIRE", "nokey", "10"]), 0);
@@ -611,8 +444,8 @@ fn expire_family() {
 
 #[test]
 fn ttl_rounds_to_nearest_second() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "k", "v"]);
     assert_eq!(c.int(&["PEXPIRE", "k", "1600"]), 1);
     assert_eq!(c.int(&["TTL", "k"]), 2);
@@ -622,8 +455,8 @@ fn ttl_rounds_to_nearest_second() {
 
 #[test]
 fn active_expiry_removes_untouched_keys() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     for i in 0..50 {
         let k = format!("vol:{i}");
         c.ok(&["SET", &k, "v"]);
@@ -633,7 +466,7 @@ fn active_expiry_removes_untouched_keys() {
     std::thread::sleep(Duration::from_millis(300));
     // KEYS neither touches nor deletes; the active cycle must have run: the expired count in
     // INFO (when implemented) shows it before any lazy access.
-    if let V::Bulk(info) = c.cmd(&["INFO", "stats"]) {
+    if let Reply::Bulk(info) = c.reply(&["INFO", "stats"]) {
         let info = String::from_utf8_lossy(&info).into_owned();
         if let Some(line) = info.lines().find(|l| l.starts_with("expired_keys:")) {
             let n: u64 = line
@@ -644,7 +477,7 @@ fn active_expiry_removes_untouched_keys() {
             assert_eq!(n, 50, "active expiry cycle");
         }
     }
-    assert_eq!(c.cmd(&["KEYS", "*"]).strings(), ["stay"]);
+    assert_eq!(c.reply(&["KEYS", "*"]).strings(), ["stay"]);
     let (keys, _) = scan_all(&mut c, &[]);
     assert_eq!(keys, ["stay"]);
     assert_eq!(c.int(&["EXISTS", "vol:0", "vol:49"]), 0);
@@ -652,8 +485,8 @@ fn active_expiry_removes_untouched_keys() {
 
 #[test]
 fn object_subcommands() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "i", "123"]);
     c.ok(&["SET", "neg", "-5"]);
     c.ok(&["SET", "big", "12345678901234567890"]);
@@ -672,23 +505,23 @@ fn object_subcommands() {
         ("cnt", "int"),
         ("cntbig", "int"),
     ] {
-        assert_eq!(c.cmd(&["OBJECT", "ENCODING", k]), V::bulk(enc), "{k}");
+        assert_eq!(c.reply(&["OBJECT", "ENCODING", k]), Reply::bulk(enc), "{k}");
     }
-    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "nokey"]), V::Nil);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "nokey"]), Reply::Nil);
     assert_eq!(c.int(&["OBJECT", "REFCOUNT", "i"]), 2147483647);
     assert_eq!(c.int(&["OBJECT", "REFCOUNT", "cnt"]), 2147483647);
     assert_eq!(c.int(&["OBJECT", "REFCOUNT", "neg"]), 1);
     assert_eq!(c.int(&["OBJECT", "REFCOUNT", "cntbig"]), 1);
     assert_eq!(c.int(&["OBJECT", "REFCOUNT", "e44"]), 1);
-    assert_eq!(c.cmd(&["OBJECT", "REFCOUNT", "nokey"]), V::Nil);
+    assert_eq!(c.reply(&["OBJECT", "REFCOUNT", "nokey"]), Reply::Nil);
     let idle = c.int(&["OBJECT", "IDLETIME", "i"]);
     assert!((0..=2).contains(&idle), "{idle}");
-    assert_eq!(c.cmd(&["OBJECT", "IDLETIME", "nokey"]), V::Nil);
+    assert_eq!(c.reply(&["OBJECT", "IDLETIME", "nokey"]), Reply::Nil);
     assert_eq!(
         c.err(&["OBJECT", "FREQ", "i"]),
         "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
     );
-    let help = c.cmd(&["OBJECT", "HELP"]).strings();
+    let help = c.reply(&["OBJECT", "HELP"]).strings();
     assert_eq!(help.len(), 15);
     assert_eq!(
         help[0],
@@ -699,22 +532,22 @@ fn object_subcommands() {
         c.err(&["OBJECT", "ENCODING"]),
         "ERR wrong number of arguments for 'object|encoding' command"
     );
-    assert!(matches!(c.cmd(&["HELLO", "3"]), V::Other(_)));
-    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "nokey"]), V::Null);
-    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "i"]), V::bulk("int"));
+    assert!(matches!(c.reply(&["HELLO", "3"]), Reply::Other(_)));
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "nokey"]), Reply::Null);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "i"]), Reply::bulk("int"));
 }
 
 #[test]
 fn idletime_advances() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "k", "v"]);
     std::thread::sleep(Duration::from_millis(2100));
     let idle = c.int(&["OBJECT", "IDLETIME", "k"]);
     assert!((1..=3).contains(&idle), "{idle}");
     // OBJECT, EXISTS, TTL and TYPE do not touch the key; TOUCH does.
     assert_eq!(c.int(&["EXISTS", "k"]), 1);
-    assert_eq!(c.cmd(&["TYPE", "k"]), V::Simple("string".into()));
+    assert_eq!(c.reply(&["TYPE", "k"]), Reply::Simple("string".into()));
     assert!(c.int(&["OBJECT", "IDLETIME", "k"]) >= 1);
     assert_eq!(c.int(&["TOUCH", "k"]), 1);
     assert_eq!(c.int(&["OBJECT", "IDLETIME", "k"]), 0);
@@ -722,36 +555,49 @@ fn idletime_advances() {
 
 #[test]
 fn commands_inside_multi() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "a", "1"]);
     c.ok(&["MULTI"]);
-    assert_eq!(c.cmd(&["RENAME", "a", "b"]), V::Simple("QUEUED".into()));
-    assert_eq!(c.cmd(&["EXPIRE", "b", "100"]), V::Simple("QUEUED".into()));
-    assert_eq!(c.cmd(&["TTL", "b"]), V::Simple("QUEUED".into()));
     assert_eq!(
-        c.cmd(&["EXEC"]),
-        V::Array(vec![V::Simple("OK".into()), V::Int(1), V::Int(100)])
+        c.reply(&["RENAME", "a", "b"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        c.reply(&["EXPIRE", "b", "100"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(c.reply(&["TTL", "b"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(
+        c.reply(&["EXEC"]),
+        Reply::Array(vec![
+            Reply::Simple("OK".into()),
+            Reply::Int(1),
+            Reply::Int(100)
+        ])
     );
 }
 
 #[test]
 fn binary_keys() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     let k: &[u8] = b"bin\x00key\xff";
-    assert_eq!(c.cmd_b(&[b"SET", k, b"v"]), V::Simple("OK".into()));
-    assert_eq!(c.cmd_b(&[b"EXISTS", k]), V::Int(1));
+    assert_eq!(c.reply_b(&[b"SET", k, b"v"]), Reply::Simple("OK".into()));
+    assert_eq!(c.reply_b(&[b"EXISTS", k]), Reply::Int(1));
     assert_eq!(
-        c.cmd_b(&[b"KEYS", b"bin*"]),
-        V::Array(vec![V::Bulk(k.to_vec())])
+        c.reply_b(&[b"KEYS", b"bin*"]),
+        Reply::Array(vec![Reply::Bulk(k.to_vec())])
     );
-    assert_eq!(c.cmd_b(&[b"RENAME", k, b"plain"]), V::Simple("OK".into()));
-    assert_eq!(c.cmd_b(&[b"GET", b"plain"]), V::bulk("v"));
+    assert_eq!(
+        c.reply_b(&[b"RENAME", k, b"plain"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(c.reply_b(&[b"GET", b"plain"]), Reply::bulk("v"));
 }
 
-fn info_field(c: &mut Conn, name: &str) -> Option<i64> {
-    let V::Bulk(info) = c.cmd(&["INFO", "stats"]) else {
+fn info_field(c: &mut Raw, name: &str) -> Option<i64> {
+    let Reply::Bulk(info) = c.reply(&["INFO", "stats"]) else {
         return None;
     };
     let info = String::from_utf8_lossy(&info).into_owned();
@@ -765,8 +611,8 @@ fn info_field(c: &mut Conn, name: &str) -> Option<i64> {
 /// Reads count keyspace hits and misses as Redis's lookup flags do; writes count nothing.
 #[test]
 fn keyspace_hits_and_misses() {
-    let s = start();
-    let mut c = Conn::new(&s);
+    let s = Server::start();
+    let mut c = s.connect();
     c.ok(&["SET", "a", "1"]);
     let (Some(h0), Some(m0)) = (
         info_field(&mut c, "keyspace_hits"),
@@ -775,7 +621,7 @@ fn keyspace_hits_and_misses() {
         return;
     };
     assert_eq!(c.int(&["EXISTS", "a", "nokey"]), 1);
-    assert_eq!(c.cmd(&["TYPE", "a"]), V::Simple("string".into()));
+    assert_eq!(c.reply(&["TYPE", "a"]), Reply::Simple("string".into()));
     assert_eq!(c.int(&["TTL", "nokey"]), -2);
     assert_eq!(c.int(&["TOUCH", "a"]), 1);
     assert_eq!(c.int(&["EXPIRE", "a", "100"]), 1);

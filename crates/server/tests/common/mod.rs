@@ -520,3 +520,180 @@ fn hex(b: u8) -> u8 {
         _ => b - b'A' + 10,
     }
 }
+
+/// A RESP2 bulk string reply, as text: `$<len>\r\n<s>\r\n`.
+pub fn bulk(s: &str) -> String {
+    format!("${}\r\n{}\r\n", s.len(), s)
+}
+
+/// A RESP integer reply, as text: `:<n>\r\n`.
+pub fn int(n: i64) -> String {
+    format!(":{n}\r\n")
+}
+
+/// Conveniences for tests that write their arguments as text.
+impl Raw {
+    /// Sends a command and returns its reply rendered lossily as text.
+    pub fn call_lossy(&mut self, args: &[&[u8]]) -> String {
+        String::from_utf8_lossy(&self.call(args)).into_owned()
+    }
+
+    /// Sends a command of text arguments and returns the raw bytes of its reply.
+    pub fn call_strs(&mut self, args: &[&str]) -> Vec<u8> {
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.call(&argv)
+    }
+
+    /// Sends a command of text arguments and returns its reply rendered lossily as text.
+    pub fn call_text(&mut self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.call_strs(args)).into_owned()
+    }
+
+    /// [`Raw::call_text`] with the arguments split on single spaces (so `"SET k "` sends an
+    /// empty value).
+    pub fn call_line(&mut self, line: &str) -> String {
+        let args: Vec<&str> = line.split(' ').collect();
+        self.call_text(&args)
+    }
+
+    /// Sends a command of text arguments and parses its reply.
+    pub fn reply(&mut self, args: &[&str]) -> Reply {
+        parse_reply(&self.call_strs(args))
+    }
+
+    /// Sends a command and parses its reply.
+    pub fn reply_b(&mut self, args: &[&[u8]]) -> Reply {
+        parse_reply(&self.call(args))
+    }
+
+    /// Asserts that the command answers `+OK`.
+    pub fn ok(&mut self, args: &[&str]) {
+        assert_eq!(self.reply(args), Reply::Simple("OK".into()), "{args:?}");
+    }
+
+    /// The integer reply of the command; panics on any other reply.
+    pub fn int(&mut self, args: &[&str]) -> i64 {
+        match self.reply(args) {
+            Reply::Int(n) => n,
+            other => panic!("{args:?}: expected integer, got {other:?}"),
+        }
+    }
+
+    /// The error text (without `-`) of the command; panics on any other reply.
+    pub fn err(&mut self, args: &[&str]) -> String {
+        match self.reply(args) {
+            Reply::Err(e) => e,
+            other => panic!("{args:?}: expected error, got {other:?}"),
+        }
+    }
+}
+
+/// A reply parsed into a tree, for tests that check values rather than bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    /// RESP2 null bulk or null array.
+    Nil,
+    /// RESP3 `_`.
+    Null,
+    /// Arrays, RESP3 sets and pushes.
+    Array(Vec<Reply>),
+    /// RESP3 maps (`map [k1, v1, …]` with the items' Debug form), and doubles, booleans, big
+    /// numbers, verbatim and blob errors, attributes, kept as their first line.
+    Other(String),
+}
+
+impl Reply {
+    pub fn bulk(s: &str) -> Reply {
+        Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    /// The items of an array of bulk or simple strings; panics on anything else.
+    pub fn strings(&self) -> Vec<String> {
+        match self {
+            Reply::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                    Reply::Simple(s) => s.clone(),
+                    other => panic!("not a string: {other:?}"),
+                })
+                .collect(),
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+}
+
+/// Parses one complete reply (as [`Raw::read_reply`] returns it); panics on malformed bytes
+/// or bytes left over.
+pub fn parse_reply(bytes: &[u8]) -> Reply {
+    let (reply, end) = parse_reply_at(bytes, 0);
+    assert_eq!(
+        end,
+        bytes.len(),
+        "bytes after the reply: {}",
+        escape(&bytes[end..])
+    );
+    reply
+}
+
+/// The value starting at `at` and the offset just after it.
+fn parse_reply_at(buf: &[u8], at: usize) -> (Reply, usize) {
+    let eol = line_end(buf, at).unwrap_or_else(|| panic!("no line in {}", escape(&buf[at..])));
+    let line = String::from_utf8_lossy(&buf[at..eol]).into_owned();
+    let after = eol + 2;
+    let (kind, rest) = line.split_at(line.chars().next().map_or(0, char::len_utf8));
+    let len = || {
+        rest.parse::<i64>()
+            .unwrap_or_else(|_| panic!("bad length {line:?}"))
+    };
+    match kind {
+        "+" => (Reply::Simple(rest.to_string()), after),
+        "-" => (Reply::Err(rest.to_string()), after),
+        ":" => (Reply::Int(rest.parse().expect("int")), after),
+        "_" => (Reply::Null, after),
+        "$" => {
+            let n = len();
+            if n < 0 {
+                return (Reply::Nil, after);
+            }
+            let end = after + n as usize;
+            (Reply::Bulk(buf[after..end].to_vec()), end + 2)
+        }
+        "*" | "~" | ">" => {
+            let n = len();
+            if n < 0 {
+                return (Reply::Nil, after);
+            }
+            let mut pos = after;
+            let mut items = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let (item, end) = parse_reply_at(buf, pos);
+                items.push(item);
+                pos = end;
+            }
+            (Reply::Array(items), pos)
+        }
+        "%" => {
+            let n = len();
+            let mut pos = after;
+            let mut items = Vec::new();
+            for _ in 0..2 * n.max(0) {
+                let (item, end) = parse_reply_at(buf, pos);
+                items.push(item);
+                pos = end;
+            }
+            (Reply::Other(format!("map {items:?}")), pos)
+        }
+        _ => {
+            let end = reply_len(&buf[at..])
+                .ok()
+                .flatten()
+                .map_or(buf.len(), |n| at + n);
+            (Reply::Other(line), end)
+        }
+    }
+}
