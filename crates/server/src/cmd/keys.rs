@@ -761,6 +761,8 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
         Some(TypeTag::Set) => set_encoding(&e.state),
+        // Redis 7.0 lists are always a quicklist (of listpacks).
+        Some(TypeTag::List) => "quicklist",
         Some(TypeTag::ZSet) => e.state.zset().map_or("listpack", super::zset::encoding),
         _ if e.raw => "raw",
         _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),

@@ -12,6 +12,7 @@
 //! - `connection`: PING ECHO HELLO QUIT RESET SELECT.
 //! - `client`: CLIENT and its subcommands.
 //! - `string`: GET SET ... INCRBYFLOAT.
+//! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
@@ -25,6 +26,7 @@ pub mod client;
 pub mod command;
 pub mod connection;
 pub mod keys;
+pub mod list;
 pub mod meta;
 pub mod pubsub;
 pub mod server;
@@ -70,6 +72,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(list::HANDLERS);
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
