@@ -1,19 +1,802 @@
-//! SKELETON (being written by its owner; the lead's plumbing in key.rs and the op log calls
-//! exactly the items below): the  HyperLogLog (PFADD...) CRDT.
+//! HyperLogLog (PFADD, PFCOUNT, PFMERGE): Redis 7.0's encoding and algorithms, replicated as
+//! register raises merged by maximum, where a DEL wins over concurrent raises.
+//!
+//! # Redis's representation, byte for byte
+//! The value is Redis's own string: a 16-byte header (`"HYLL"`, the encoding byte, 3 unused
+//! bytes, the cached cardinality as 8 little-endian bytes whose top bit marks it invalid), then
+//! either the sparse opcodes (ZERO, XZERO, VAL) or the 12288 bytes of 16384 dense 6-bit
+//! registers. Every update runs Redis's own algorithm on these bytes (`hllSparseSet` with its
+//! run splitting, the 5-opcode VAL merge and the promotion to dense past
+//! `SPARSE_MAX_BYTES`, `hllDenseSet`, `hllSparseToDense`), so a single site shows exactly the
+//! bytes Redis shows for the same commands. Counting is Redis 7.0's `hllCount` (the register
+//! histogram and Ertl's estimator, `hllSigma`/`hllTau`).
+//!
+//! # Replication
+//! A write is a *raise*: PFADD sends the `(register, count)` pair of every element, PFMERGE
+//! the non-zero registers of its sources, a SET of a HyperLogLog value its bytes (`Load`).
+//! Applying a raise sets each register to the maximum, so raises commute and are idempotent
+//! as far as the registers go. The sparse layout and the cache bytes depend on the order in
+//! which a site applied them (as in Redis, where the same registers can have several sparse
+//! layouts), so equality of two values (`PartialEq`) is equality of registers, liveness and
+//! metadata: what every site agrees on. PFCOUNT's cache update is a `Cache` op, applied
+//! everywhere as "validate the cache from your registers".
+//!
+//! # DEL wins (docs/conflicts.md, "HyperLogLog")
+//! Every raise carries `seen`: everything its site had observed at the key (stamps and removal
+//! contexts). A raise is live exactly when, for every removal `d` delivered (DEL, SET...,
+//! each with its observed context `O_d`), it is not covered by `O_d` and `seen ⊇ O_d`: a raise
+//! that had not seen everything the removal had seen was concurrent with it and loses. The
+//! live set is a function of the set of delivered writes, hence the same at every site:
+//! - a removal arriving after raises: `remove_observed` drops the pending raises that fail the
+//!   test and rebuilds the bytes from the survivors, in their application order;
+//! - a raise arriving after removals: `KeyState::apply` drops it when `seen` does not
+//!   dominate the key's removal contexts (`HllOp::saw`), before it reaches this type.
+//!
+//! Raises are held individually (`pending`) until `collect` finds them stable, then folded:
+//! only their stamps and contexts are kept (`seen`). A removal arriving after a fold removes
+//! the folded raises as a whole: with causal stability (every write concurrent with or seen by
+//! a stable write has been delivered everywhere) such a removal had seen them. With no peers
+//! every write is stable at once, so a single site holds just the bytes.
 
-use crate::codec::{DecodeError, Reader};
+use std::hash::{Hash, Hasher};
+
+use crate::codec::{self, DecodeError, Reader};
 use crate::dot::{Stamp, VersionVector};
 use crate::op::Observed;
 
-/// The value. Must stay at most 40 bytes (`Value` holds it inline); box the rest.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct HllCrdt {}
+/// Register index bits.
+pub const HLL_P: u32 = 14;
+/// Hash bits left for the run of zeroes.
+pub const HLL_Q: u32 = 64 - HLL_P;
+/// Number of registers.
+pub const REGISTERS: usize = 1 << HLL_P;
+/// Header bytes: magic, encoding, 3 unused, cached cardinality.
+pub const HDR_SIZE: usize = 16;
+/// Bytes of a dense HyperLogLog.
+pub const DENSE_SIZE: usize = HDR_SIZE + (REGISTERS * 6).div_ceil(8);
+/// `hll-sparse-max-bytes` (Redis's default): a sparse value promotes to dense past this.
+pub const SPARSE_MAX_BYTES: usize = 3000;
+/// MurmurHash64A seed used for elements.
+pub const HASH_SEED: u64 = 0xadc8_3b19;
+/// Largest register value.
+pub const REGISTER_MAX: u8 = 63;
 
-/// What one write of this type replicates.
+const ENC_DENSE: u8 = 0;
+const ENC_SPARSE: u8 = 1;
+const VAL_MAX_VALUE: u8 = 32;
+const VAL_MAX_LEN: usize = 4;
+const ZERO_MAX_LEN: usize = 64;
+const XZERO_MAX_LEN: usize = 16384;
+/// 0.5 / ln(2).
+const ALPHA_INF: f64 = 0.721_347_520_444_481_7;
+
+/// The HyperLogLog bytes are corrupted (Redis's "INVALIDOBJ Corrupted HLL object detected").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrupt;
+
+// ---------------------------------------------------------------------------------------------
+// Hashing
+// ---------------------------------------------------------------------------------------------
+
+/// MurmurHash2, 64-bit version, as Redis has it (little-endian reads on every platform).
+pub fn murmur64a(key: &[u8], seed: u64) -> u64 {
+    const M: u64 = 0xc6a4_a793_5bd1_e995;
+    const R: u32 = 47;
+    let mut h = seed ^ (key.len() as u64).wrapping_mul(M);
+    let chunks = key.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        let mut k = u64::from_le_bytes(w);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h ^= k;
+        h = h.wrapping_mul(M);
+    }
+    if !tail.is_empty() {
+        for (i, b) in tail.iter().enumerate() {
+            h ^= u64::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> R;
+    h = h.wrapping_mul(M);
+    h ^= h >> R;
+    h
+}
+
+/// Redis's `hllPatLen`: the register an element maps to and the length of its `000..1` run.
+pub fn pat_len(ele: &[u8]) -> (u16, u8) {
+    let hash = murmur64a(ele, HASH_SEED);
+    let index = (hash & (REGISTERS as u64 - 1)) as u16;
+    let rest = (hash >> HLL_P) | (1u64 << HLL_Q);
+    (index, (rest.trailing_zeros() + 1) as u8)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dense registers
+// ---------------------------------------------------------------------------------------------
+
+fn dense_get(regs: &[u8], i: usize) -> u8 {
+    let byte = i * 6 / 8;
+    let fb = (i * 6) & 7;
+    let b0 = u32::from(regs.get(byte).copied().unwrap_or(0));
+    let b1 = u32::from(regs.get(byte + 1).copied().unwrap_or(0));
+    (((b0 >> fb) | (b1 << (8 - fb))) & 63) as u8
+}
+
+fn dense_put(regs: &mut [u8], i: usize, val: u8) {
+    let byte = i * 6 / 8;
+    let fb = (i * 6) & 7;
+    let fb8 = 8 - fb;
+    let v = u32::from(val);
+    if let Some(b) = regs.get_mut(byte) {
+        *b = ((u32::from(*b) & !(63u32 << fb)) | (v << fb)) as u8;
+    }
+    if let Some(b) = regs.get_mut(byte + 1) {
+        *b = ((u32::from(*b) & !(63u32 >> fb8)) | (v >> fb8)) as u8;
+    }
+}
+
+/// `hllDenseSet`: raises register `i` to `val`; whether it changed.
+fn dense_set(bytes: &mut [u8], i: usize, val: u8) -> bool {
+    let regs = bytes.get_mut(HDR_SIZE..).unwrap_or_default();
+    if val > dense_get(regs, i) {
+        dense_put(regs, i, val);
+        true
+    } else {
+        false
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse opcodes
+// ---------------------------------------------------------------------------------------------
+
+fn is_zero(op: u8) -> bool {
+    op & 0xc0 == 0
+}
+fn is_xzero(op: u8) -> bool {
+    op & 0xc0 == 0x40
+}
+fn is_val(op: u8) -> bool {
+    op & 0x80 != 0
+}
+fn zero_len(op: u8) -> usize {
+    usize::from(op & 0x3f) + 1
+}
+fn xzero_len(op: u8, next: u8) -> usize {
+    ((usize::from(op & 0x3f) << 8) | usize::from(next)) + 1
+}
+fn val_value(op: u8) -> u8 {
+    ((op >> 2) & 0x1f) + 1
+}
+fn val_len(op: u8) -> usize {
+    usize::from(op & 0x3) + 1
+}
+fn val_op(val: u8, len: usize) -> u8 {
+    (((val - 1) << 2) | (len as u8 - 1)) | 0x80
+}
+fn push_zeros(seq: &mut Vec<u8>, len: usize) {
+    if len > ZERO_MAX_LEN {
+        let l = len - 1;
+        seq.push(((l >> 8) as u8) | 0x40);
+        seq.push((l & 0xff) as u8);
+    } else {
+        seq.push((len - 1) as u8);
+    }
+}
+
+fn at(b: &[u8], i: usize) -> u8 {
+    b.get(i).copied().unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole-value operations (Redis's hyperloglog.c on a byte vector)
+// ---------------------------------------------------------------------------------------------
+
+/// `createHLLObject`: an empty sparse HyperLogLog (one XZERO of 16384 registers).
+pub fn create() -> Vec<u8> {
+    let mut v = Vec::with_capacity(HDR_SIZE + 2);
+    v.extend_from_slice(b"HYLL");
+    v.extend_from_slice(&[ENC_SPARSE, 0, 0, 0]);
+    v.extend_from_slice(&[0u8; 8]);
+    push_zeros(&mut v, XZERO_MAX_LEN);
+    v
+}
+
+/// `isHLLObjectOrReply`'s checks on a string's bytes: header, magic, a known encoding, and
+/// the exact size when dense. The sparse opcodes are not checked (a corrupt one fails later).
+pub fn has_hll_header(b: &[u8]) -> bool {
+    b.len() >= HDR_SIZE
+        && b.starts_with(b"HYLL")
+        && match at(b, 4) {
+            ENC_DENSE => b.len() == DENSE_SIZE,
+            ENC_SPARSE => true,
+            _ => false,
+        }
+}
+
+/// Whether `b` is a complete, uncorrupted HyperLogLog: the header checks, and sparse opcodes
+/// that cover exactly 16384 registers. A string write of such bytes makes the key a
+/// HyperLogLog value.
+pub fn is_valid(b: &[u8]) -> bool {
+    has_hll_header(b) && (at(b, 4) == ENC_DENSE || merge_max(&mut [0u8; REGISTERS], b).is_ok())
+}
+
+/// Whether the cached cardinality is valid.
+pub fn cache_valid(b: &[u8]) -> bool {
+    at(b, 15) & 0x80 == 0
+}
+
+/// The cached cardinality (meaningful when `cache_valid`).
+pub fn cached(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(c) = b.get(8..16) {
+        w.copy_from_slice(c);
+    }
+    u64::from_le_bytes(w)
+}
+
+fn set_cache(b: &mut [u8], card: u64) {
+    if let Some(c) = b.get_mut(8..16) {
+        c.copy_from_slice(&card.to_le_bytes());
+    }
+}
+
+fn invalidate(b: &mut [u8]) {
+    if let Some(x) = b.get_mut(15) {
+        *x |= 0x80;
+    }
+}
+
+/// Whether the value is dense.
+pub fn is_dense(b: &[u8]) -> bool {
+    at(b, 4) == ENC_DENSE
+}
+
+/// `hllSparseToDense` (a no-op when already dense). The header, cache included, is kept.
+pub fn sparse_to_dense(b: &mut Vec<u8>) -> Result<(), Corrupt> {
+    if at(b, 4) == ENC_DENSE {
+        return Ok(());
+    }
+    let mut dense = vec![0u8; DENSE_SIZE];
+    if let (Some(d), Some(s)) = (dense.get_mut(..HDR_SIZE), b.get(..HDR_SIZE)) {
+        d.copy_from_slice(s);
+    }
+    if let Some(e) = dense.get_mut(4) {
+        *e = ENC_DENSE;
+    }
+    let mut idx = 0usize;
+    let mut p = HDR_SIZE;
+    let end = b.len();
+    {
+        let regs = dense.get_mut(HDR_SIZE..).unwrap_or_default();
+        while p < end {
+            let op = at(b, p);
+            if is_zero(op) {
+                idx += zero_len(op);
+                p += 1;
+            } else if is_xzero(op) {
+                idx += xzero_len(op, at(b, p + 1));
+                p += 2;
+            } else {
+                let (len, val) = (val_len(op), val_value(op));
+                if len + idx > REGISTERS {
+                    break;
+                }
+                for _ in 0..len {
+                    dense_put(regs, idx, val);
+                    idx += 1;
+                }
+                p += 1;
+            }
+        }
+    }
+    if idx != REGISTERS {
+        return Err(Corrupt);
+    }
+    *b = dense;
+    Ok(())
+}
+
+/// `hllSparseSet`: raises register `index` to `count` in a sparse value, promoting it to
+/// dense when the value does not fit the sparse encoding or would exceed `max_bytes`.
+/// Whether the register changed (the cache is invalidated then).
+fn sparse_set(b: &mut Vec<u8>, index: usize, count: u8, max_bytes: usize) -> Result<bool, Corrupt> {
+    if count > VAL_MAX_VALUE {
+        return promote(b, index, count);
+    }
+    // Step 1: locate the opcode covering `index`.
+    let mut end = b.len();
+    let mut p = HDR_SIZE;
+    let mut first = 0usize;
+    let mut prev: Option<usize> = None;
+    let mut span = 0usize;
+    while p < end {
+        let op = at(b, p);
+        let mut oplen = 1;
+        if is_zero(op) {
+            span = zero_len(op);
+        } else if is_val(op) {
+            span = val_len(op);
+        } else {
+            span = xzero_len(op, at(b, p + 1));
+            oplen = 2;
+        }
+        if index < first + span {
+            break;
+        }
+        prev = Some(p);
+        p += oplen;
+        first += span;
+    }
+    if span == 0 || p >= end {
+        return Err(Corrupt);
+    }
+    let op = at(b, p);
+    let (zero, xzero) = (is_zero(op), is_xzero(op));
+    let runlen = if zero {
+        zero_len(op)
+    } else if xzero {
+        xzero_len(op, at(b, p + 1))
+    } else {
+        val_len(op)
+    };
+    // Step 2: cases A (VAL already >= count), B (VAL of length 1), C (ZERO of length 1).
+    let mut simple = false;
+    if !zero && !xzero {
+        if val_value(op) >= count {
+            return Ok(false);
+        }
+        if runlen == 1 {
+            simple = true;
+        }
+    }
+    if zero && runlen == 1 {
+        simple = true;
+    }
+    if simple {
+        if let Some(x) = b.get_mut(p) {
+            *x = val_op(count, 1);
+        }
+    } else {
+        // Case D: split the opcode into up to three.
+        let last = first + span - 1;
+        let mut seq: Vec<u8> = Vec::with_capacity(5);
+        if zero || xzero {
+            if index != first {
+                push_zeros(&mut seq, index - first);
+            }
+            seq.push(val_op(count, 1));
+            if index != last {
+                push_zeros(&mut seq, last - index);
+            }
+        } else {
+            let cur = val_value(op);
+            if index != first {
+                seq.push(val_op(cur, index - first));
+            }
+            seq.push(val_op(count, 1));
+            if index != last {
+                seq.push(val_op(cur, last - index));
+            }
+        }
+        // Step 3: substitute the new sequence for the old opcode.
+        let oldlen = if xzero { 2 } else { 1 };
+        if seq.len() > oldlen && b.len() + (seq.len() - oldlen) > max_bytes {
+            return promote(b, index, count);
+        }
+        b.splice(p..(p + oldlen).min(end), seq);
+        end = b.len();
+    }
+    // Step 4: merge adjacent VAL opcodes of equal value, scanning up to 5 opcodes from `prev`.
+    let mut p = prev.unwrap_or(HDR_SIZE);
+    let mut scanlen = 5;
+    while p < end {
+        if scanlen == 0 {
+            break;
+        }
+        scanlen -= 1;
+        let op = at(b, p);
+        if is_xzero(op) {
+            p += 2;
+            continue;
+        } else if is_zero(op) {
+            p += 1;
+            continue;
+        }
+        if p + 1 < end && is_val(at(b, p + 1)) {
+            let next = at(b, p + 1);
+            let (v1, v2) = (val_value(op), val_value(next));
+            if v1 == v2 {
+                let len = val_len(op) + val_len(next);
+                if len <= VAL_MAX_LEN {
+                    if let Some(x) = b.get_mut(p + 1) {
+                        *x = val_op(v1, len);
+                    }
+                    b.remove(p);
+                    end -= 1;
+                    continue;
+                }
+            }
+        }
+        p += 1;
+    }
+    invalidate(b);
+    Ok(true)
+}
+
+fn promote(b: &mut Vec<u8>, index: usize, count: u8) -> Result<bool, Corrupt> {
+    sparse_to_dense(b)?;
+    dense_set(b, index, count);
+    Ok(true)
+}
+
+/// Raises register `index` to `count` whatever the encoding (`hllAdd` after the hash, and
+/// PFMERGE's write loop). Whether it changed; a sparse change invalidates the cache.
+pub fn set_register(b: &mut Vec<u8>, index: usize, count: u8) -> Result<bool, Corrupt> {
+    match at(b, 4) {
+        ENC_DENSE => Ok(dense_set(b, index, count)),
+        ENC_SPARSE => sparse_set(b, index, count, SPARSE_MAX_BYTES),
+        _ => Err(Corrupt),
+    }
+}
+
+/// `hllMerge`: `max[i] = max(max[i], register i)`.
+pub fn merge_max(max: &mut [u8; REGISTERS], b: &[u8]) -> Result<(), Corrupt> {
+    if at(b, 4) == ENC_DENSE {
+        let regs = b.get(HDR_SIZE..).unwrap_or_default();
+        for (i, m) in max.iter_mut().enumerate() {
+            let v = dense_get(regs, i);
+            if v > *m {
+                *m = v;
+            }
+        }
+        return Ok(());
+    }
+    let mut i = 0usize;
+    let mut p = HDR_SIZE;
+    while p < b.len() {
+        let op = at(b, p);
+        if is_zero(op) {
+            i += zero_len(op);
+            p += 1;
+        } else if is_xzero(op) {
+            i += xzero_len(op, at(b, p + 1));
+            p += 2;
+        } else {
+            let (len, val) = (val_len(op), val_value(op));
+            if len + i > REGISTERS {
+                break;
+            }
+            for m in max.iter_mut().skip(i).take(len) {
+                if val > *m {
+                    *m = val;
+                }
+            }
+            i += len;
+            p += 1;
+        }
+    }
+    if i == REGISTERS { Ok(()) } else { Err(Corrupt) }
+}
+
+/// The registers of a value.
+pub fn registers(b: &[u8]) -> Result<Box<[u8; REGISTERS]>, Corrupt> {
+    let mut r = Box::new([0u8; REGISTERS]);
+    merge_max(&mut r, b)?;
+    Ok(r)
+}
+
+/// One register's value (`None` when corrupted).
+pub fn get_register(b: &[u8], index: usize) -> Option<u8> {
+    if at(b, 4) == ENC_DENSE {
+        return Some(dense_get(b.get(HDR_SIZE..)?, index));
+    }
+    let mut i = 0usize;
+    let mut p = HDR_SIZE;
+    while p < b.len() {
+        let op = at(b, p);
+        let (len, val, oplen) = if is_zero(op) {
+            (zero_len(op), 0, 1)
+        } else if is_xzero(op) {
+            (xzero_len(op, at(b, p + 1)), 0, 2)
+        } else {
+            (val_len(op), val_value(op), 1)
+        };
+        if index < i + len {
+            return Some(val);
+        }
+        i += len;
+        p += oplen;
+    }
+    None
+}
+
+/// The register histogram of a value (`hllDenseRegHisto`, `hllSparseRegHisto`).
+fn histogram(b: &[u8]) -> Result<[u64; 64], Corrupt> {
+    let mut h = [0u64; 64];
+    if at(b, 4) == ENC_DENSE {
+        let regs = b.get(HDR_SIZE..).unwrap_or_default();
+        for i in 0..REGISTERS {
+            if let Some(x) = h.get_mut(usize::from(dense_get(regs, i))) {
+                *x += 1;
+            }
+        }
+        return Ok(h);
+    }
+    let mut idx = 0usize;
+    let mut p = HDR_SIZE;
+    while p < b.len() {
+        let op = at(b, p);
+        let (len, val, oplen) = if is_zero(op) {
+            (zero_len(op), 0, 1)
+        } else if is_xzero(op) {
+            (xzero_len(op, at(b, p + 1)), 0, 2)
+        } else {
+            (val_len(op), val_value(op), 1)
+        };
+        idx += len;
+        if let Some(x) = h.get_mut(usize::from(val)) {
+            *x += len as u64;
+        }
+        p += oplen;
+    }
+    if idx == REGISTERS { Ok(h) } else { Err(Corrupt) }
+}
+
+fn sigma(mut x: f64) -> f64 {
+    if x == 1.0 {
+        return f64::INFINITY;
+    }
+    let mut y = 1.0;
+    let mut z = x;
+    loop {
+        x *= x;
+        let zp = z;
+        z += x * y;
+        y += y;
+        if zp == z {
+            return z;
+        }
+    }
+}
+
+fn tau(mut x: f64) -> f64 {
+    if x == 0.0 || x == 1.0 {
+        return 0.0;
+    }
+    let mut y = 1.0;
+    let mut z = 1.0 - x;
+    loop {
+        x = x.sqrt();
+        let zp = z;
+        y *= 0.5;
+        let d = 1.0 - x;
+        z -= d * d * y;
+        if zp == z {
+            return z / 3.0;
+        }
+    }
+}
+
+/// Redis 7.0's estimate from a register histogram ("New cardinality estimation algorithms for
+/// HyperLogLog sketches", Otmar Ertl).
+pub fn estimate(h: &[u64; 64]) -> u64 {
+    let m = REGISTERS as f64;
+    let hq = h.get(HLL_Q as usize + 1).copied().unwrap_or(0) as f64;
+    let mut z = m * tau((m - hq) / m);
+    for j in (1..=HLL_Q as usize).rev() {
+        z += h.get(j).copied().unwrap_or(0) as f64;
+        z *= 0.5;
+    }
+    z += m * sigma(h.first().copied().unwrap_or(0) as f64 / m);
+    let e = ALPHA_INF * m * m / z;
+    // llroundl: half away from zero; out of range gives x86's "integer indefinite".
+    let r = e.round();
+    if r.is_finite() && r >= -9.223_372_036_854_776e18 && r < 9.223_372_036_854_776e18 {
+        r as i64 as u64
+    } else {
+        1u64 << 63
+    }
+}
+
+/// `hllCount` of one value.
+pub fn count(b: &[u8]) -> Result<u64, Corrupt> {
+    Ok(estimate(&histogram(b)?))
+}
+
+/// `hllCount` of registers (PFCOUNT of several keys).
+pub fn count_registers(r: &[u8; REGISTERS]) -> u64 {
+    let mut h = [0u64; 64];
+    for v in r.iter() {
+        if let Some(x) = h.get_mut(usize::from(*v)) {
+            *x += 1;
+        }
+    }
+    estimate(&h)
+}
+
+/// PFCOUNT of one key on its bytes: the cached value, or a fresh count written to the cache.
+/// Returns the count and whether the bytes changed.
+pub fn count_and_cache(b: &mut [u8]) -> Result<(u64, bool), Corrupt> {
+    if cache_valid(b) {
+        return Ok((cached(b), false));
+    }
+    let c = count(b)?;
+    set_cache(b, c);
+    Ok((c, true))
+}
+
+/// Packs `(index, count)` pairs as `HllOp` payloads carry them (3 bytes each).
+pub fn pack_pairs(pairs: impl IntoIterator<Item = (u16, u8)>) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (i, c) in pairs {
+        v.extend_from_slice(&i.to_le_bytes());
+        v.push(c);
+    }
+    v
+}
+
+fn pairs(b: &[u8]) -> impl Iterator<Item = (usize, u8)> + '_ {
+    b.chunks_exact(3).map(|c| {
+        let i = u16::from_le_bytes([at(c, 0), at(c, 1)]);
+        (usize::from(i), at(c, 2))
+    })
+}
+
+fn pairs_ok(b: &[u8]) -> bool {
+    b.len() % 3 == 0 && pairs(b).all(|(i, c)| i < REGISTERS && c <= REGISTER_MAX)
+}
+
+/// The non-zero registers of a value, packed in index order (a PFMERGE payload).
+pub fn nonzero_pairs(r: &[u8; REGISTERS]) -> Vec<u8> {
+    pack_pairs(
+        r.iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(i, v)| (i as u16, *v)),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The replicated type
+// ---------------------------------------------------------------------------------------------
+
+/// What one write of a HyperLogLog replicates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum HllOp<B: AsRef<[u8]>> {
-    Placeholder(B),
+    /// PFADD: the `(register, count)` pair of every element in argument order (3 bytes each:
+    /// index u16 LE, count), including elements that changed nothing locally.
+    Add { pairs: B, seen: VersionVector },
+    /// PFMERGE: the sources' non-zero registers in index order (same packing); `dense`: the
+    /// destination is converted to dense first (some input was dense).
+    Merge {
+        pairs: B,
+        dense: bool,
+        seen: VersionVector,
+    },
+    /// A string write (SET...) of a valid HyperLogLog value, after a removal of the key: on an
+    /// empty key these bytes become the value as they are; otherwise their registers merge in.
+    Load { hyll: B, seen: VersionVector },
+    /// PFCOUNT of one key found the cache invalid: every site validates its cache.
+    Cache,
 }
+
+impl<B: AsRef<[u8]>> HllOp<B> {
+    /// What the write's site had observed at the key (`Cache`: nothing).
+    pub fn seen(&self) -> Option<&VersionVector> {
+        match self {
+            HllOp::Add { seen, .. } | HllOp::Merge { seen, .. } | HllOp::Load { seen, .. } => {
+                Some(seen)
+            }
+            HllOp::Cache => None,
+        }
+    }
+
+    /// Whether the write had seen every removal merged into `removed` (a removal context):
+    /// a raise that had not is concurrent with a removal and loses (DEL wins).
+    pub fn saw(&self, removed: &VersionVector) -> bool {
+        self.seen().is_none_or(|s| s.dominates(removed))
+    }
+
+    fn to_owned_op(&self) -> HllOp<Vec<u8>> {
+        match self {
+            HllOp::Add { pairs, seen } => HllOp::Add {
+                pairs: pairs.as_ref().to_vec(),
+                seen: seen.clone(),
+            },
+            HllOp::Merge { pairs, dense, seen } => HllOp::Merge {
+                pairs: pairs.as_ref().to_vec(),
+                dense: *dense,
+                seen: seen.clone(),
+            },
+            HllOp::Load { hyll, seen } => HllOp::Load {
+                hyll: hyll.as_ref().to_vec(),
+                seen: seen.clone(),
+            },
+            HllOp::Cache => HllOp::Cache,
+        }
+    }
+}
+
+/// Applies a raise to Redis bytes (`bytes` empty: no value yet). Whether the bytes changed
+/// in a way PFADD reports (a register raised, or the value created).
+pub fn apply_raise<B: AsRef<[u8]>>(bytes: &mut Vec<u8>, op: &HllOp<B>) -> Result<bool, Corrupt> {
+    match op {
+        HllOp::Add { pairs: p, .. } => {
+            let mut changed = false;
+            if bytes.is_empty() {
+                *bytes = create();
+                changed = true;
+            }
+            for (i, c) in pairs(p.as_ref()) {
+                changed |= set_register(bytes, i, c)?;
+            }
+            if changed {
+                invalidate(bytes);
+            }
+            Ok(changed)
+        }
+        HllOp::Merge { pairs: p, dense, .. } => {
+            if bytes.is_empty() {
+                *bytes = create();
+            }
+            if *dense {
+                sparse_to_dense(bytes)?;
+            }
+            for (i, c) in pairs(p.as_ref()) {
+                set_register(bytes, i, c)?;
+            }
+            invalidate(bytes);
+            Ok(true)
+        }
+        HllOp::Load { hyll, .. } => {
+            if bytes.is_empty() {
+                *bytes = hyll.as_ref().to_vec();
+                return Ok(true);
+            }
+            let r = registers(hyll.as_ref())?;
+            let merge: HllOp<Vec<u8>> = HllOp::Merge {
+                pairs: nonzero_pairs(&r),
+                dense: is_dense(hyll.as_ref()),
+                seen: VersionVector::new(),
+            };
+            apply_raise(bytes, &merge)
+        }
+        HllOp::Cache => {
+            if bytes.is_empty() {
+                return Ok(false);
+            }
+            Ok(count_and_cache(bytes)?.1)
+        }
+    }
+}
+
+/// The value. 8 bytes: everything is boxed (a key holds at most one).
+#[derive(Clone, Debug, Default)]
+pub struct HllCrdt {
+    inner: Option<Box<Inner>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Inner {
+    /// Redis's bytes of the visible value; empty when there is none.
+    bytes: Vec<u8>,
+    /// The highest stamp of the live raises.
+    live: Option<Stamp>,
+    /// Raises not yet stable, in application order.
+    pending: Vec<(Stamp, HllOp<Vec<u8>>)>,
+    /// Stamps and contexts of the raises folded by `collect` (live ones only).
+    folded: VersionVector,
+    /// Stamps of the folded raises alone (duplicate detection).
+    folded_stamps: VersionVector,
+}
+
+const _: () = assert!(std::mem::size_of::<HllCrdt>() <= 40);
 
 impl HllCrdt {
     pub fn new() -> HllCrdt {
@@ -21,51 +804,404 @@ impl HllCrdt {
     }
 
     /// Applies a local or remote write; false when it was a duplicate or already removed.
-    pub fn apply<B: AsRef<[u8]>>(&mut self, _stamp: Stamp, _op: &HllOp<B>) -> bool {
-        todo!()
+    /// (Raises concurrent with a removal already applied are dropped by `KeyState::apply`,
+    /// through `HllOp::saw`, before they get here.)
+    pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, op: &HllOp<B>) -> bool {
+        if let HllOp::Cache = op {
+            return match &mut self.inner {
+                Some(inner) if !inner.bytes.is_empty() => {
+                    apply_raise(&mut inner.bytes, op).unwrap_or(false)
+                }
+                _ => false,
+            };
+        }
+        let inner = self.inner.get_or_insert_with(Box::default);
+        if inner.folded_stamps.covers(stamp) || inner.pending.iter().any(|(s, _)| *s == stamp) {
+            return false;
+        }
+        // Bytes that fail to decode were rejected by `decode_op`; a corrupt local value is
+        // never an HllCrdt (only valid bytes become one).
+        let _ = apply_raise(&mut inner.bytes, op);
+        inner.pending.push((stamp, op.to_owned_op()));
+        if inner.live.is_none_or(|l| l < stamp) {
+            inner.live = Some(stamp);
+        }
+        true
     }
 
     /// Whether it shows anything (the key exists).
     pub fn is_live(&self) -> bool {
-        false
+        self.inner.as_ref().is_some_and(|i| !i.bytes.is_empty())
     }
 
     /// The highest stamp among its live writes (the type-conflict order).
     pub fn live_stamp(&self) -> Option<Stamp> {
-        None
+        self.inner.as_ref().and_then(|i| i.live)
     }
 
     /// Holds neither live writes nor metadata.
     pub fn is_blank(&self) -> bool {
-        true
+        self.inner
+            .as_ref()
+            .is_none_or(|i| i.bytes.is_empty() && i.pending.is_empty())
     }
 
-    /// Holds removal metadata that `collect` would drop.
+    /// Holds removal metadata that `collect` would drop: raises kept individually until stable.
     pub fn has_metadata(&self) -> bool {
-        false
+        self.inner.as_ref().is_some_and(|i| !i.pending.is_empty())
     }
 
-    /// Adds every stamp seen (live writes and removal contexts) to `vv`.
-    pub fn observe_into(&self, _vv: &mut VersionVector) {}
+    /// Adds every stamp seen (live writes and what they had seen) to `vv`.
+    pub fn observe_into(&self, vv: &mut VersionVector) {
+        if let Some(i) = &self.inner {
+            vv.merge(&i.folded);
+            for (s, op) in &i.pending {
+                vv.observe(*s);
+                if let Some(seen) = op.seen() {
+                    vv.merge(seen);
+                }
+            }
+        }
+    }
 
-    /// DEL (or a SET of the key): removes everything `observed` covers.
-    pub fn remove_observed(&mut self, _observed: &Observed) {}
+    /// DEL (or a SET of the key): removes the raises `observed` covers and those concurrent
+    /// with it (whose context does not dominate it); folded raises go as a whole.
+    pub fn remove_observed(&mut self, observed: &Observed) {
+        let o = &observed.stamps;
+        if o.is_empty() {
+            return;
+        }
+        let Some(inner) = &mut self.inner else {
+            return;
+        };
+        let before = inner.pending.len();
+        inner
+            .pending
+            .retain(|(s, op)| !o.covers(*s) && op.saw(o));
+        if inner.pending.len() == before && inner.folded.is_empty() {
+            return;
+        }
+        inner.folded = VersionVector::new();
+        inner.folded_stamps = VersionVector::new();
+        inner.bytes = Vec::new();
+        inner.live = None;
+        for (s, op) in &inner.pending {
+            let _ = apply_raise(&mut inner.bytes, op);
+            if inner.live.is_none_or(|l| l < *s) {
+                inner.live = Some(*s);
+            }
+        }
+        if inner.pending.is_empty() {
+            self.inner = None;
+        }
+    }
 
-    /// Drops removal metadata covered by `stable` (`None`: everything is stable).
-    pub fn collect(&mut self, _stable: Option<&VersionVector>) {}
+    /// Folds the raises covered by `stable` (`None`: all of them): only their stamps and
+    /// contexts are kept.
+    pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        let Some(inner) = &mut self.inner else {
+            return;
+        };
+        let Inner {
+            pending,
+            folded,
+            folded_stamps,
+            ..
+        } = &mut **inner;
+        pending.retain(|(s, op)| {
+            if stable.is_none_or(|st| st.covers(*s)) {
+                folded.observe(*s);
+                folded_stamps.observe(*s);
+                if let Some(seen) = op.seen() {
+                    folded.merge(seen);
+                }
+                false
+            } else {
+                true
+            }
+        });
+        if inner.bytes.is_empty() && inner.pending.is_empty() {
+            self.inner = None;
+        }
+    }
 
     /// Ops that rebuild an equal visible value on an empty key (RENAME, COPY).
     pub fn recreate_ops(&self) -> Vec<HllOp<Vec<u8>>> {
-        Vec::new()
+        match &self.inner {
+            Some(i) if !i.bytes.is_empty() => vec![HllOp::Load {
+                hyll: i.bytes.clone(),
+                seen: VersionVector::new(),
+            }],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Redis's bytes of the value (what GET returns); empty when there is none.
+    pub fn bytes(&self) -> &[u8] {
+        self.inner.as_ref().map_or(&[][..], |i| i.bytes.as_slice())
+    }
+
+    /// The registers shown (`None` when not live).
+    pub fn registers(&self) -> Option<Box<[u8; REGISTERS]>> {
+        if !self.is_live() {
+            return None;
+        }
+        registers(self.bytes()).ok()
+    }
+
+    /// What sites agree on: registers, live stamp, pending raise stamps, folded stamps.
+    fn logical(&self) -> LogicalHll {
+        match &self.inner {
+            None => LogicalHll::default(),
+            Some(i) => {
+                let mut pending: Vec<Stamp> = i.pending.iter().map(|(s, _)| *s).collect();
+                pending.sort_unstable();
+                LogicalHll {
+                    regs: self.registers(),
+                    live: i.live,
+                    pending,
+                    folded: i.folded.clone(),
+                }
+            }
+        }
     }
 }
 
-/// Appends the encoding of `op` to `out`.
-pub fn encode_op<B: AsRef<[u8]>>(_op: &HllOp<B>, _out: &mut Vec<u8>) {
-    todo!()
+#[derive(PartialEq, Eq, Hash, Default)]
+struct LogicalHll {
+    regs: Option<Box<[u8; REGISTERS]>>,
+    live: Option<Stamp>,
+    pending: Vec<Stamp>,
+    folded: VersionVector,
 }
 
-/// Decodes one op written by `encode_op`.
-pub fn decode_op(_r: &mut Reader<'_>) -> Result<HllOp<Vec<u8>>, DecodeError> {
-    todo!()
+impl PartialEq for HllCrdt {
+    fn eq(&self, other: &HllCrdt) -> bool {
+        self.logical() == other.logical()
+    }
+}
+
+impl Eq for HllCrdt {}
+
+impl Hash for HllCrdt {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.logical().hash(state);
+    }
+}
+
+const OP_ADD: u8 = 0;
+const OP_MERGE: u8 = 1;
+const OP_LOAD: u8 = 2;
+const OP_CACHE: u8 = 3;
+
+/// Appends the encoding of `op` to `out`.
+pub fn encode_op<B: AsRef<[u8]>>(op: &HllOp<B>, out: &mut Vec<u8>) {
+    match op {
+        HllOp::Add { pairs, seen } => {
+            codec::put_u8(out, OP_ADD);
+            codec::put_bytes(out, pairs.as_ref());
+            codec::put_vv(out, seen);
+        }
+        HllOp::Merge { pairs, dense, seen } => {
+            codec::put_u8(out, OP_MERGE);
+            codec::put_u8(out, u8::from(*dense));
+            codec::put_bytes(out, pairs.as_ref());
+            codec::put_vv(out, seen);
+        }
+        HllOp::Load { hyll, seen } => {
+            codec::put_u8(out, OP_LOAD);
+            codec::put_bytes(out, hyll.as_ref());
+            codec::put_vv(out, seen);
+        }
+        HllOp::Cache => codec::put_u8(out, OP_CACHE),
+    }
+}
+
+/// Decodes one op written by `encode_op`. Payloads are checked (register indexes and values
+/// in range, loaded bytes a valid HyperLogLog), so applying a decoded op cannot fail.
+pub fn decode_op(r: &mut Reader<'_>) -> Result<HllOp<Vec<u8>>, DecodeError> {
+    let tag = r.u8()?;
+    match tag {
+        OP_ADD => {
+            let pairs = r.bytes()?;
+            if !pairs_ok(pairs) {
+                return Err(DecodeError::BadTag(tag));
+            }
+            Ok(HllOp::Add {
+                pairs: pairs.to_vec(),
+                seen: r.vv()?,
+            })
+        }
+        OP_MERGE => {
+            let dense = match r.u8()? {
+                0 => false,
+                1 => true,
+                t => return Err(DecodeError::BadTag(t)),
+            };
+            let pairs = r.bytes()?;
+            if !pairs_ok(pairs) {
+                return Err(DecodeError::BadTag(tag));
+            }
+            Ok(HllOp::Merge {
+                pairs: pairs.to_vec(),
+                dense,
+                seen: r.vv()?,
+            })
+        }
+        OP_LOAD => {
+            let hyll = r.bytes()?;
+            if !is_valid(hyll) {
+                return Err(DecodeError::BadTag(tag));
+            }
+            Ok(HllOp::Load {
+                hyll: hyll.to_vec(),
+                seen: r.vv()?,
+            })
+        }
+        OP_CACHE => Ok(HllOp::Cache),
+        t => Err(DecodeError::BadTag(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dot::ReplicaId;
+    use crate::hlc::Hlc;
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
+    }
+
+    fn add_elems(b: &mut Vec<u8>, elems: &[&[u8]]) -> bool {
+        let op: HllOp<Vec<u8>> = HllOp::Add {
+            pairs: pack_pairs(elems.iter().map(|e| pat_len(e))),
+            seen: VersionVector::new(),
+        };
+        apply_raise(b, &op).unwrap()
+    }
+
+    #[test]
+    fn murmur_vectors() {
+        // Values computed with Redis's C MurmurHash64A (seed 0xadc83b19).
+        assert_eq!(murmur64a(b"", HASH_SEED), MURMUR_EMPTY);
+        assert_eq!(murmur64a(b"a", HASH_SEED), MURMUR_A);
+        assert_eq!(murmur64a(b"hello world", HASH_SEED), MURMUR_HELLO);
+        assert_eq!(murmur64a(b"0123456789abcdef", HASH_SEED), MURMUR_16);
+    }
+
+    const MURMUR_EMPTY: u64 = 0xd8df_ea65_85bc_9732;
+    const MURMUR_A: u64 = 0x53d2_470a_9b43_b1a7;
+    const MURMUR_HELLO: u64 = 0xa919_bc30_51f6_24b7;
+    const MURMUR_16: u64 = 0x9f85_6542_8eaa_573d;
+
+    #[test]
+    fn empty_value_is_redis_bytes() {
+        let b = create();
+        assert_eq!(
+            b,
+            b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x7f\xff".to_vec()
+        );
+        assert!(is_valid(&b));
+        assert_eq!(count(&b), Ok(0));
+    }
+
+    #[test]
+    fn counts_of_known_sequences() {
+        for &(n, expect) in KNOWN_COUNTS {
+            let mut b = Vec::new();
+            let elems: Vec<Vec<u8>> = (0..n).map(|i| format!("e{i}").into_bytes()).collect();
+            let refs: Vec<&[u8]> = elems.iter().map(|e| e.as_slice()).collect();
+            add_elems(&mut b, &refs);
+            assert_eq!(count(&b), Ok(expect), "n={n}");
+        }
+    }
+
+    // (elements e0..e{n-1} added with one PFADD, PFCOUNT) as the real Redis 7.0.15 replies.
+    const KNOWN_COUNTS: &[(usize, u64)] = &[
+        (1, 1),
+        (10, 10),
+        (100, 100),
+        (1000, 1008),
+        (5000, 4968),
+        (20000, 19901),
+    ];
+
+    #[test]
+    fn sparse_promotes_and_dense_round_trips() {
+        let mut b = Vec::new();
+        for i in 0..5000 {
+            add_elems(&mut b, &[format!("x{i}").as_bytes()]);
+        }
+        assert!(is_dense(&b));
+        assert_eq!(b.len(), DENSE_SIZE);
+        let c = count(&b).unwrap();
+        assert!((4800..5200).contains(&c), "{c}");
+        let r = registers(&b).unwrap();
+        assert_eq!(count_registers(&r), c);
+    }
+
+    #[test]
+    fn del_wins_over_concurrent_raise() {
+        let add = |e: &[u8], seen: VersionVector| -> HllOp<Vec<u8>> {
+            HllOp::Add {
+                pairs: pack_pairs([pat_len(e)]),
+                seen,
+            }
+        };
+        let mut a = HllCrdt::new();
+        assert!(a.apply(st(1, 1), &add(b"x", VersionVector::new())));
+        let mut o = VersionVector::new();
+        o.observe(st(1, 1));
+        // A concurrent raise that had seen x but not the DEL's context... the same as x:
+        // it dominates, so it survives (the removal observed nothing it had not).
+        let mut b = a.clone();
+        let mut seen_y = VersionVector::new();
+        seen_y.observe(st(1, 1));
+        assert!(b.apply(st(2, 2), &add(b"y", seen_y)));
+        // A raise that had not seen x is concurrent with the DEL of x and loses.
+        assert!(b.apply(st(3, 3), &add(b"z", VersionVector::new())));
+        b.remove_observed(&Observed {
+            stamps: o,
+            incs: Default::default(),
+        });
+        assert!(b.is_live());
+        assert_eq!(b.live_stamp(), Some(st(2, 2)));
+        let r = b.registers().unwrap();
+        let (iy, cy) = pat_len(b"y");
+        assert_eq!(r[iy as usize], cy);
+        assert_eq!(r.iter().filter(|v| **v != 0).count(), 1);
+    }
+
+    #[test]
+    fn codec_round_trip() {
+        let mut seen = VersionVector::new();
+        seen.observe(st(5, 2));
+        let ops: Vec<HllOp<Vec<u8>>> = vec![
+            HllOp::Add {
+                pairs: pack_pairs([(3, 4), (16383, 51)]),
+                seen: seen.clone(),
+            },
+            HllOp::Merge {
+                pairs: pack_pairs([(1, 63)]),
+                dense: true,
+                seen: seen.clone(),
+            },
+            HllOp::Load {
+                hyll: create(),
+                seen,
+            },
+            HllOp::Cache,
+        ];
+        for op in ops {
+            let mut out = Vec::new();
+            encode_op(&op, &mut out);
+            let mut r = Reader::new(&out);
+            assert_eq!(decode_op(&mut r).unwrap(), op);
+            assert!(r.is_at_end());
+        }
+    }
 }

@@ -467,6 +467,18 @@ impl KeyState {
                 Value::List(l) => l.apply(stamp, op),
                 _ => false,
             }),
+            // HyperLogLog: a DEL wins over a concurrent PFADD/PFMERGE (docs/conflicts.md,
+            // "HyperLogLog"). A raise that had not seen every removal context held here was
+            // concurrent with one of those removals: it is dropped, as `HllCrdt::remove_observed`
+            // drops it where the raise arrived first.
+            Effect::Hll(op)
+                if self
+                    .extra
+                    .as_ref()
+                    .is_some_and(|x| !op.saw(&x.removed) || !op.saw(&x.value_removed)) =>
+            {
+                true
+            }
             Effect::Hll(op) => !self.apply_typed(stamp, TypeTag::Hll, |v| match v {
                 Value::Hll(h) => h.apply(stamp, op),
                 _ => false,

@@ -14,6 +14,7 @@
 //! - `string`: GET SET ... INCRBYFLOAT.
 //! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
+//! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
@@ -25,6 +26,7 @@ pub mod args;
 pub mod client;
 pub mod command;
 pub mod connection;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod meta;
@@ -72,6 +74,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);

@@ -54,6 +54,10 @@ fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
 
 /// The string a key shows, or WRONGTYPE when it holds another type.
 fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
+    // HyperLogLog (cmd/hll.rs): a string to clients, whose bytes are Redis's HYLL encoding.
+    if let Some(h) = state.hll() {
+        return Ok(StrView::Bytes(h.bytes()));
+    }
     if state.type_tag() != Some(TypeTag::String) {
         return Err(CmdError::WrongType);
     }
@@ -114,6 +118,11 @@ fn exists_for_write(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
 
 /// Assigns `value` to `key`; `keep_ttl` keeps an existing TTL.
 fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: bool) {
+    // A valid HyperLogLog value makes the key a HyperLogLog, as in Redis (cmd/hll.rs).
+    if meridian_crdt::hll::is_valid(value.as_ref()) {
+        super::hll::store_string(ctx, key, value.as_ref(), keep_ttl);
+        return;
+    }
     let db = ctx.db();
     ctx.shard.write_key(db, key, ctx.now_ms, |state| {
         state.assign_effect(value, keep_ttl)
@@ -426,10 +435,12 @@ fn mget(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.out.array(keys.len());
     for key in keys {
         match ctx.shard.lookup_read(db, key, ctx.now_ms) {
-            Some(state) if state.type_tag() == Some(TypeTag::String) => {
-                reply_view(ctx.out, state.view_str().unwrap_or(StrView::Bytes(b"")));
-            }
-            _ => ctx.out.null(),
+            // str_view: strings and HyperLogLogs; other types reply null.
+            Some(state) => match str_view(state) {
+                Ok(view) => reply_view(ctx.out, view),
+                Err(_) => ctx.out.null(),
+            },
+            None => ctx.out.null(),
         }
     }
     Ok(())

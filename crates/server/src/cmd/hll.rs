@@ -1,0 +1,310 @@
+//! HyperLogLog commands: PFADD PFCOUNT PFMERGE.
+//!
+//! Semantics, replies and error texts follow Redis 7.0 (`hyperloglog.c`); the encoding and the
+//! algorithms are `meridian_crdt::hll`, so GET of a HyperLogLog shows Redis's bytes. A key is a
+//! HyperLogLog when it holds a `Value::Hll` (TYPE says "string", as Redis stores it as a
+//! string) or a string whose bytes pass Redis's header checks (`isHLLObjectOrReply`); strings
+//! with such a header that are corrupted reply INVALIDOBJ where Redis does.
+//!
+//! Writes (see `docs/conflicts.md`, "HyperLogLog"):
+//! - PFADD: an `HllOp::Add` of every element's `(register, count)`, sent only when a register
+//!   changed or the key was created (Redis neither modifies nor propagates otherwise);
+//! - PFMERGE: an `HllOp::Merge` of the sources' registers (the destination's own are already
+//!   there), dense when an input was dense, as Redis converts the destination then;
+//! - PFCOUNT of one key with an invalid cache: an `HllOp::Cache` (Redis writes the cache
+//!   into the string and marks the key modified);
+//! - a string write (SET, MSET, GETSET...) of a valid HyperLogLog value: a removal of the key,
+//!   then `HllOp::Load` of the bytes (`store_string`), so the key is a HyperLogLog again.
+//!
+//! The corrupted-string paths compute the new bytes here and store them as a string write.
+
+use meridian_crdt::hll::{self, HllOp, REGISTERS};
+use meridian_crdt::{Effect, Expire, KeyState, StrView, TypeTag};
+
+use super::{Ctx, Handler};
+use crate::error::CmdError;
+
+pub const HANDLERS: &[(&str, Handler)] = &[("pfadd", pfadd), ("pfcount", pfcount), ("pfmerge", pfmerge)];
+
+/// PFADD/PFCOUNT/PFMERGE on a string that is not a HyperLogLog.
+const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
+/// A HyperLogLog string whose registers do not decode.
+const CORRUPT: &str = "INVALIDOBJ Corrupted HLL object detected";
+
+fn not_hll() -> CmdError {
+    CmdError::Raw(NOT_HLL.to_string())
+}
+
+fn corrupt() -> CmdError {
+    CmdError::Raw(CORRUPT.to_string())
+}
+
+fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
+    argv.get(i).copied().unwrap_or_default()
+}
+
+/// What a key holds, as the HyperLogLog commands see it.
+enum Held {
+    Missing,
+    /// A HyperLogLog value (its bytes are read again where needed).
+    Hll,
+    /// A string with a HyperLogLog header (a copy of its bytes).
+    Str(Vec<u8>),
+}
+
+/// Redis's `isHLLObjectOrReply`.
+fn classify(state: Option<&KeyState>) -> Result<Held, CmdError> {
+    let Some(state) = state else {
+        return Ok(Held::Missing);
+    };
+    match state.type_tag() {
+        Some(TypeTag::Hll) => Ok(Held::Hll),
+        Some(TypeTag::String) => match state.view_str() {
+            Some(StrView::Bytes(b)) if hll::has_hll_header(b) => Ok(Held::Str(b.to_vec())),
+            _ => Err(not_hll()),
+        },
+        None => Ok(Held::Missing),
+        Some(_) => Err(CmdError::WrongType),
+    }
+}
+
+fn hll_bytes(state: Option<&KeyState>) -> &[u8] {
+    state.and_then(|s| s.hll()).map_or(&[][..], |h| h.bytes())
+}
+
+/// Stores `value` at `key` as a string write would, keeping the TTL when `keep_ttl`: a valid
+/// HyperLogLog becomes a HyperLogLog value (removal of the key, then `HllOp::Load`), anything
+/// else the string register. SET, MSET, GETSET... come here for valid HyperLogLog values.
+pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool) {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    if !hll::is_valid(value) {
+        ctx.shard.write_key(db, key, now, |state| {
+            state.assign_effect(value, keep_ttl)
+        });
+        return;
+    }
+    let (exists, ttl) = match ctx.shard.lookup_quiet(db, key, now) {
+        Some(e) => (true, e.state.expire_at_ms()),
+        None => (false, None),
+    };
+    if exists {
+        ctx.shard
+            .write_key(db, key, now, |state| state.remove_effect::<&[u8]>());
+    }
+    ctx.shard.write_key(db, key, now, |state| {
+        Effect::Hll(HllOp::Load {
+            hyll: value,
+            seen: state.observed().stamps,
+        })
+    });
+    if let (true, Some(at)) = (keep_ttl, ttl) {
+        ctx.shard.write_key(db, key, now, |state| {
+            state.expire_effect::<&[u8]>(Expire::AtMs(at))
+        });
+    }
+}
+
+/// Writes a raise to the HyperLogLog at `key`, carrying what this site had seen there.
+fn write_raise(ctx: &mut Ctx<'_>, key: &[u8], make: impl FnOnce(meridian_crdt::VersionVector) -> HllOp<Vec<u8>>) {
+    let db = ctx.db();
+    ctx.shard.write_key(db, key, ctx.now_ms, |state| {
+        Effect::Hll(make(state.observed().stamps))
+    });
+    // Redis unshares the string it modifies: OBJECT ENCODING says "raw".
+    ctx.shard.mark_raw_encoding(db, key);
+}
+
+/// Whether raising `pairs` would change a register of `b`.
+fn raises_any(b: &[u8], pairs: &[(u16, u8)]) -> bool {
+    if pairs.len() > 8 {
+        return match hll::registers(b) {
+            Ok(r) => pairs
+                .iter()
+                .any(|(i, c)| r.get(usize::from(*i)).is_some_and(|v| c > v)),
+            Err(_) => true,
+        };
+    }
+    pairs
+        .iter()
+        .any(|(i, c)| hll::get_register(b, usize::from(*i)).is_none_or(|v| *c > v))
+}
+
+/// PFADD key [element ...]
+fn pfadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let key = arg(argv, 1);
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let pairs: Vec<(u16, u8)> = argv
+        .get(2..)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| hll::pat_len(e))
+        .collect();
+    let packed = hll::pack_pairs(pairs.iter().copied());
+    let (held, updated) = {
+        let state = ctx.shard.lookup_quiet(db, key, now).map(|e| &e.state);
+        let held = classify(state)?;
+        let updated = match held {
+            Held::Missing => true,
+            Held::Hll => raises_any(hll_bytes(state), &pairs),
+            Held::Str(_) => false,
+        };
+        (held, updated)
+    };
+    let updated = match held {
+        Held::Str(mut b) => {
+            let op = HllOp::Add {
+                pairs: &packed[..],
+                seen: Default::default(),
+            };
+            let changed = hll::apply_raise(&mut b, &op).map_err(|_| corrupt())?;
+            if changed {
+                store_string(ctx, key, &b, true);
+                ctx.shard.mark_raw_encoding(db, key);
+            }
+            changed
+        }
+        _ => {
+            if updated {
+                write_raise(ctx, key, |seen| HllOp::Add {
+                    pairs: packed,
+                    seen,
+                });
+            }
+            updated
+        }
+    };
+    ctx.out.int(i64::from(updated));
+    Ok(())
+}
+
+/// PFCOUNT key [key ...]
+fn pfcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let keys = argv.get(1..).unwrap_or_default();
+    if keys.len() > 1 {
+        let mut max = Box::new([0u8; REGISTERS]);
+        for key in keys {
+            let state = ctx.shard.lookup_read(db, key, now);
+            let merged = match classify(state)? {
+                Held::Missing => Ok(()),
+                Held::Hll => hll::merge_max(&mut max, hll_bytes(state)),
+                Held::Str(b) => hll::merge_max(&mut max, &b),
+            };
+            merged.map_err(|_| corrupt())?;
+        }
+        ctx.out.int(hll::count_registers(&max) as i64);
+        return Ok(());
+    }
+    let key = arg(argv, 1);
+    let (held, card) = {
+        let state = ctx.shard.lookup_read(db, key, now);
+        let held = classify(state)?;
+        let card = match held {
+            Held::Hll => {
+                let b = hll_bytes(state);
+                if hll::cache_valid(b) {
+                    Some((hll::cached(b), false))
+                } else {
+                    Some((hll::count(b).map_err(|_| corrupt())?, true))
+                }
+            }
+            _ => None,
+        };
+        (held, card)
+    };
+    let card = match (held, card) {
+        (Held::Missing, _) => {
+            ctx.out.int(0);
+            return Ok(());
+        }
+        (Held::Str(mut b), _) => {
+            let (c, changed) = hll::count_and_cache(&mut b).map_err(|_| corrupt())?;
+            if changed {
+                store_string(ctx, key, &b, true);
+            }
+            ctx.shard.mark_raw_encoding(db, key);
+            c
+        }
+        (Held::Hll, Some((c, stale))) => {
+            if stale {
+                write_raise(ctx, key, |_| HllOp::Cache);
+            } else {
+                ctx.shard.mark_raw_encoding(db, key);
+            }
+            c
+        }
+        (Held::Hll, None) => 0,
+    };
+    // Redis replies the cardinality as a signed 64-bit integer.
+    ctx.out.int(card as i64);
+    Ok(())
+}
+
+/// PFMERGE destkey [sourcekey ...]
+fn pfmerge(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let dest = arg(argv, 1);
+    // Redis's `max` covers every key, the destination included; the op carries the sources'.
+    let mut all = Box::new([0u8; REGISTERS]);
+    let mut sources = Box::new([0u8; REGISTERS]);
+    let mut use_dense = false;
+    let mut dest_held = Held::Missing;
+    for (j, key) in argv.get(1..).unwrap_or_default().iter().enumerate() {
+        let state = ctx.shard.lookup_read(db, key, now);
+        let held = classify(state)?;
+        let bytes: &[u8] = match &held {
+            Held::Missing => continue,
+            Held::Hll => hll_bytes(state),
+            Held::Str(b) => b,
+        };
+        use_dense |= hll::is_dense(bytes);
+        hll::merge_max(&mut all, bytes).map_err(|_| corrupt())?;
+        if j > 0 {
+            hll::merge_max(&mut sources, bytes).map_err(|_| corrupt())?;
+        } else {
+            dest_held = held;
+        }
+    }
+    match dest_held {
+        Held::Str(mut b) => {
+            let op = HllOp::Merge {
+                pairs: hll::nonzero_pairs(&all),
+                dense: use_dense,
+                seen: Default::default(),
+            };
+            hll::apply_raise(&mut b, &op).map_err(|_| corrupt())?;
+            store_string(ctx, dest, &b, true);
+            ctx.shard.mark_raw_encoding(db, dest);
+        }
+        _ => {
+            let pairs = hll::nonzero_pairs(&sources);
+            write_raise(ctx, dest, |seen| HllOp::Merge {
+                pairs,
+                dense: use_dense,
+                seen,
+            });
+        }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raises_any_sees_new_registers() {
+        let mut b = hll::create();
+        let p = hll::pat_len(b"a");
+        assert!(raises_any(&b, &[p]));
+        hll::set_register(&mut b, usize::from(p.0), p.1).unwrap();
+        assert!(!raises_any(&b, &[p]));
+        let many: Vec<(u16, u8)> = (0..20).map(|_| p).collect();
+        assert!(!raises_any(&b, &many));
+    }
+}
