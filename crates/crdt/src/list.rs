@@ -217,7 +217,12 @@ impl Block {
         let replica = if idx == 31 {
             let b = data.get(o..o + 4)?;
             o += 4;
-            ReplicaId(u32::from_le_bytes([*b.first()?, *b.get(1)?, *b.get(2)?, *b.get(3)?]))
+            ReplicaId(u32::from_le_bytes([
+                *b.first()?,
+                *b.get(1)?,
+                *b.get(2)?,
+                *b.get(3)?,
+            ]))
         } else {
             *self.replicas.get(idx)?
         };
@@ -580,11 +585,7 @@ impl ListCrdt {
     }
 
     fn sorted_removals(&self) -> Vec<&Removal> {
-        let mut v: Vec<&Removal> = self
-            .inner
-            .iter()
-            .flat_map(|i| i.removals.iter())
-            .collect();
+        let mut v: Vec<&Removal> = self.inner.iter().flat_map(|i| i.removals.iter()).collect();
         v.sort_by(|a, b| (&a.lo, &a.hi).cmp(&(&b.lo, &b.hi)));
         v.dedup();
         v
@@ -702,9 +703,15 @@ impl ListCrdt {
     /// The op of LINSERT of `value` before (or after) the element at `index`.
     pub fn insert_op<B: AsRef<[u8]>>(&self, index: usize, after_it: bool, value: B) -> ListOp<B> {
         let (a, b) = if after_it {
-            (self.get(index), index.checked_add(1).and_then(|i| self.get(i)))
+            (
+                self.get(index),
+                index.checked_add(1).and_then(|i| self.get(i)),
+            )
         } else {
-            (index.checked_sub(1).and_then(|i| self.get(i)), self.get(index))
+            (
+                index.checked_sub(1).and_then(|i| self.get(i)),
+                self.get(index),
+            )
         };
         let pos = between(
             a.as_ref().map(|e| &e.id.pos[..]),
