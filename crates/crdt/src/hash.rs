@@ -784,6 +784,11 @@ impl HashCrdt {
         })
     }
 
+    /// The per-process keyed hash of a field (HSCAN orders a large hash by it).
+    pub fn field_hash(field: &[u8]) -> u64 {
+        hash_field(field)
+    }
+
     pub fn contains(&self, field: &[u8]) -> bool {
         self.inner.as_ref().is_some_and(|i| i.find(field).is_some())
     }

@@ -13,6 +13,7 @@
 //! - `client`: CLIENT and its subcommands.
 //! - `string`: GET SET ... INCRBYFLOAT.
 //! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
+//! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
 //! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
@@ -26,6 +27,7 @@ pub mod args;
 pub mod client;
 pub mod command;
 pub mod connection;
+pub mod hash;
 pub mod hll;
 pub mod keys;
 pub mod list;
@@ -74,6 +76,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(hash::HANDLERS);
     v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);
     v.extend_from_slice(tx::HANDLERS);
