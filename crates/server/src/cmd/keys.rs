@@ -764,6 +764,10 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
         Some(TypeTag::ZSet) => e.state.zset().map_or("listpack", super::zset::encoding),
+        Some(TypeTag::Hash) => match e.state.hash() {
+            Some(h) if h.is_listpack() => "listpack",
+            _ => "hashtable",
+        },
         _ if e.raw => "raw",
         // HyperLogLog: "raw" once PFADD/PFMERGE/PFCOUNT unshared it (cmd/hll.rs marks it);
         // a value stored by SET keeps SET's encoding (embstr up to 44 bytes).
