@@ -20,6 +20,8 @@
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
 //! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
+//! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
+//! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
@@ -35,9 +37,11 @@ pub mod meta;
 pub mod pubsub;
 pub mod server;
 pub mod set;
+pub mod geo;
 pub mod string;
 pub mod table;
 pub mod tx;
+pub mod zset;
 pub mod zset;
 
 use std::sync::OnceLock;
@@ -82,6 +86,8 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
+    v.extend_from_slice(zset::HANDLERS);
+    v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(set::HANDLERS);
     v.extend_from_slice(pubsub::HANDLERS);
