@@ -449,7 +449,7 @@ impl ListCrdt {
             return false;
         }
         inner.seen.observe(stamp);
-        let fresh = match op {
+        match op {
             ListOp::Insert { pos, values } => {
                 let mut any = false;
                 for (j, v) in values.iter().enumerate() {
@@ -489,13 +489,12 @@ impl ListCrdt {
                     value.as_ref(),
                 )
             }
-        };
-        fresh
+        }
     }
 
     /// Whether it shows anything (the key exists).
     pub fn is_live(&self) -> bool {
-        self.len() > 0
+        !self.is_empty()
     }
 
     /// The highest stamp among its live writes (the type-conflict order). O(n).
@@ -1238,13 +1237,13 @@ mod tests {
         ];
         for (a, b) in cases {
             let k = between(Some(&a), Some(&b));
-            assert!(&a[..] < &k[..] && &k[..] < &b[..], "{a:?} {k:?} {b:?}");
+            assert!(a[..] < k[..] && k[..] < b[..], "{a:?} {k:?} {b:?}");
         }
         // Repeated inserts after the same element and after the newest stay short.
         let (mut a, b) = (vec![0i64], vec![1i64]);
         for _ in 0..200 {
             let k = between(Some(&a), Some(&b));
-            assert!(&a[..] < &k[..] && &k[..] < &b[..]);
+            assert!(a[..] < k[..] && k[..] < b[..]);
             a = k.to_vec();
         }
         assert!(a.len() <= 4, "{a:?}");
