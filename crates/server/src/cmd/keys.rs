@@ -764,7 +764,6 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
         Some(TypeTag::ZSet) => e.state.zset().map_or("listpack", super::zset::encoding),
-        Some(TypeTag::ZSet) => e.state.zset().map_or("listpack", super::zset::encoding),
         Some(TypeTag::Hash) => match e.state.hash() {
             Some(h) if h.is_listpack() => "listpack",
             _ => "hashtable",

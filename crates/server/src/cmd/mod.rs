@@ -21,7 +21,6 @@
 //! - `command`: COMMAND and its subcommands.
 //! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
 //! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
-//! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
@@ -41,7 +40,6 @@ pub mod geo;
 pub mod string;
 pub mod table;
 pub mod tx;
-pub mod zset;
 pub mod zset;
 
 use std::sync::OnceLock;
@@ -88,7 +86,6 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(command::HANDLERS);
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
-    v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(set::HANDLERS);
     v.extend_from_slice(pubsub::HANDLERS);
     v
