@@ -30,13 +30,13 @@ pub mod command;
 pub mod connection;
 pub mod hash;
 pub mod hll;
+pub mod geo;
 pub mod keys;
 pub mod list;
 pub mod meta;
 pub mod pubsub;
 pub mod server;
 pub mod set;
-pub mod geo;
 pub mod string;
 pub mod table;
 pub mod tx;
@@ -84,10 +84,10 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
-    v.extend_from_slice(zset::HANDLERS);
-    v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(set::HANDLERS);
     v.extend_from_slice(pubsub::HANDLERS);
+    v.extend_from_slice(zset::HANDLERS);
+    v.extend_from_slice(geo::HANDLERS);
     v
 }
 
