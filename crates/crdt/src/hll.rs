@@ -545,7 +545,11 @@ fn histogram(b: &[u8]) -> Result<[u64; 64], Corrupt> {
         }
         p += oplen;
     }
-    if idx == REGISTERS { Ok(h) } else { Err(Corrupt) }
+    if idx == REGISTERS {
+        Ok(h)
+    } else {
+        Err(Corrupt)
+    }
 }
 
 fn sigma(mut x: f64) -> f64 {
@@ -741,7 +745,9 @@ pub fn apply_raise<B: AsRef<[u8]>>(bytes: &mut Vec<u8>, op: &HllOp<B>) -> Result
             }
             Ok(changed)
         }
-        HllOp::Merge { pairs: p, dense, .. } => {
+        HllOp::Merge {
+            pairs: p, dense, ..
+        } => {
             if bytes.is_empty() {
                 *bytes = create();
             }
@@ -875,9 +881,7 @@ impl HllCrdt {
             return;
         };
         let before = inner.pending.len();
-        inner
-            .pending
-            .retain(|(s, op)| !o.covers(*s) && op.saw(o));
+        inner.pending.retain(|(s, op)| !o.covers(*s) && op.saw(o));
         if inner.pending.len() == before && inner.folded.is_empty() {
             return;
         }

@@ -411,11 +411,18 @@ impl KeyState {
                 !fresh
             }
             Effect::Remove { observed } => {
-                self.merge_removed(&observed.stamps);
+                // The removal context also names the DEL itself, so a later write carries
+                // whether it had seen this DEL: a HyperLogLog raise that had not loses to it
+                // (DEL wins, docs/conflicts.md "HyperLogLog"). Harmless for every other write:
+                // the writes of the DEL's origin to this key that its stamp covers were all
+                // seen by the DEL and arrive before it.
+                let mut with_self = observed.clone();
+                with_self.stamps.observe(stamp);
+                self.merge_removed(&with_self.stamps);
                 if let Some(x) = &mut self.extra {
                     x.expire.remove(&observed.stamps);
                 }
-                self.remove_values(observed);
+                self.remove_values(&with_self);
                 false
             }
             Effect::Expire { expire, observed } => {

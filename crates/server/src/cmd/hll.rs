@@ -24,7 +24,8 @@ use meridian_crdt::{Effect, Expire, KeyState, StrView, TypeTag};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 
-pub const HANDLERS: &[(&str, Handler)] = &[("pfadd", pfadd), ("pfcount", pfcount), ("pfmerge", pfmerge)];
+pub const HANDLERS: &[(&str, Handler)] =
+    &[("pfadd", pfadd), ("pfcount", pfcount), ("pfmerge", pfmerge)];
 
 /// PFADD/PFCOUNT/PFMERGE on a string that is not a HyperLogLog.
 const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
@@ -79,9 +80,8 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
     let db = ctx.db();
     let now = ctx.now_ms;
     if !hll::is_valid(value) {
-        ctx.shard.write_key(db, key, now, |state| {
-            state.assign_effect(value, keep_ttl)
-        });
+        ctx.shard
+            .write_key(db, key, now, |state| state.assign_effect(value, keep_ttl));
         return;
     }
     let (exists, ttl) = match ctx.shard.lookup_quiet(db, key, now) {
@@ -106,7 +106,11 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
 }
 
 /// Writes a raise to the HyperLogLog at `key`, carrying what this site had seen there.
-fn write_raise(ctx: &mut Ctx<'_>, key: &[u8], make: impl FnOnce(meridian_crdt::VersionVector) -> HllOp<Vec<u8>>) {
+fn write_raise(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    make: impl FnOnce(meridian_crdt::VersionVector) -> HllOp<Vec<u8>>,
+) {
     let db = ctx.db();
     ctx.shard.write_key(db, key, ctx.now_ms, |state| {
         Effect::Hll(make(state.observed().stamps))

@@ -16,6 +16,7 @@
 //! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
 //! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
+//! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
@@ -28,6 +29,7 @@ pub mod args;
 pub mod client;
 pub mod command;
 pub mod connection;
+pub mod hll;
 pub mod hash;
 pub mod hll;
 pub mod geo;
@@ -78,6 +80,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(hash::HANDLERS);
     v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);

@@ -1,0 +1,381 @@
+//! HyperLogLog laws: replicas issuing random PFADD/PFMERGE-style raises, SETs of HyperLogLog
+//! values and DELs, exchanging them in random per-origin-FIFO orders with duplicates, end in
+//! identical states; a DEL wins over every raise concurrent with it; the op codec round-trips
+//! and never panics on garbage.
+
+use meridian_crdt::hll::{self, HllOp, REGISTERS, decode_op, encode_op};
+use meridian_crdt::{Effect, Hlc, KeyState, ReplicaId, Stamp, VersionVector, codec::Reader};
+use proptest::prelude::*;
+
+const REPLICAS: usize = 3;
+
+type Eff = Effect<Vec<u8>>;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// PFADD of these elements.
+    Add(Vec<u16>),
+    /// PFMERGE raising these registers; `dense`: an input was dense.
+    Merge(Vec<(u16, u8)>, bool),
+    /// SET of a HyperLogLog value (Remove, then Load).
+    Set(Vec<u16>),
+    Del,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => prop::collection::vec(0u16..400, 0..6).prop_map(Op::Add),
+        2 => (prop::collection::vec((0u16..16384, 1u8..64), 0..6), any::<bool>())
+            .prop_map(|(r, d)| Op::Merge(r, d)),
+        1 => prop::collection::vec(0u16..400, 0..4).prop_map(Op::Set),
+        2 => Just(Op::Del),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Local { r: usize, op: Op },
+    Deliver { from: usize, to: usize, n: usize },
+    Dup { from: usize, to: usize, pick: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        5 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
+        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
+        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
+    ]
+}
+
+fn elem(e: u16) -> Vec<u8> {
+    format!("el{e}").into_bytes()
+}
+
+fn add_op(elems: &[u16], seen: VersionVector) -> Eff {
+    Effect::Hll(HllOp::Add {
+        pairs: hll::pack_pairs(elems.iter().map(|e| hll::pat_len(&elem(*e)))),
+        seen,
+    })
+}
+
+/// A replica of one key: its state, clock and the log of the writes it issued.
+struct Replica {
+    id: u32,
+    clock: u64,
+    key: KeyState,
+    log: Vec<(Stamp, Eff)>,
+}
+
+impl Replica {
+    fn new(id: u32) -> Replica {
+        Replica {
+            id,
+            clock: 0,
+            key: KeyState::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, effect: Eff) {
+        self.clock += 1;
+        let stamp = Stamp {
+            hlc: Hlc(self.clock),
+            replica: ReplicaId(self.id),
+        };
+        self.key.apply(stamp, &effect);
+        self.log.push((stamp, effect));
+    }
+
+    fn receive(&mut self, stamp: Stamp, effect: &Eff) {
+        self.clock = self.clock.max(stamp.hlc.0);
+        self.key.apply(stamp, effect);
+    }
+
+    fn run(&mut self, op: &Op) {
+        let seen = self.key.observed().stamps;
+        match op {
+            Op::Add(elems) => self.write(add_op(elems, seen)),
+            Op::Merge(regs, dense) => self.write(Effect::Hll(HllOp::Merge {
+                pairs: hll::pack_pairs(regs.iter().copied()),
+                dense: *dense,
+                seen,
+            })),
+            Op::Set(elems) => {
+                let mut b = Vec::new();
+                hll::apply_raise(&mut b, &add_op(elems, VersionVector::new()).into_hll()).unwrap();
+                if !self.key.is_empty() {
+                    let e = self.key.remove_effect();
+                    self.write(e);
+                }
+                let seen = self.key.observed().stamps;
+                self.write(Effect::Hll(HllOp::Load { hyll: b, seen }));
+            }
+            Op::Del => {
+                if !self.key.is_empty() {
+                    let e = self.key.remove_effect();
+                    self.write(e);
+                }
+            }
+        }
+    }
+}
+
+trait IntoHll {
+    fn into_hll(self) -> HllOp<Vec<u8>>;
+}
+
+impl IntoHll for Eff {
+    fn into_hll(self) -> HllOp<Vec<u8>> {
+        match self {
+            Effect::Hll(op) => op,
+            _ => HllOp::Cache,
+        }
+    }
+}
+
+/// Per-origin FIFO channels: `cursor[from][to]` is the next message index.
+struct Net {
+    cursor: Vec<Vec<usize>>,
+}
+
+impl Net {
+    fn new() -> Net {
+        Net {
+            cursor: vec![vec![0; REPLICAS]; REPLICAS],
+        }
+    }
+
+    fn deliver(&mut self, rs: &mut [Replica], from: usize, to: usize, n: usize) {
+        if from == to {
+            return;
+        }
+        for _ in 0..n {
+            let i = self.cursor[from][to];
+            let Some((s, e)) = rs[from].log.get(i).cloned() else {
+                return;
+            };
+            rs[to].receive(s, &e);
+            self.cursor[from][to] += 1;
+        }
+    }
+
+    fn duplicate(&mut self, rs: &mut [Replica], from: usize, to: usize, pick: usize) {
+        let done = self.cursor[from][to];
+        if from == to || done == 0 {
+            return;
+        }
+        let (s, e) = rs[from].log[pick % done].clone();
+        rs[to].receive(s, &e);
+    }
+
+    fn sync_all(&mut self, rs: &mut [Replica]) {
+        for from in 0..REPLICAS {
+            for to in 0..REPLICAS {
+                self.deliver(rs, from, to, usize::MAX >> 1);
+            }
+        }
+    }
+}
+
+fn run(steps: &[Step]) -> Vec<Replica> {
+    let mut rs: Vec<Replica> = (0..REPLICAS).map(|i| Replica::new(i as u32 + 1)).collect();
+    let mut net = Net::new();
+    for s in steps {
+        match s {
+            Step::Local { r, op } => rs[*r].run(op),
+            Step::Deliver { from, to, n } => net.deliver(&mut rs, *from, *to, *n),
+            Step::Dup { from, to, pick } => net.duplicate(&mut rs, *from, *to, *pick),
+        }
+    }
+    net.sync_all(&mut rs);
+    rs
+}
+
+fn regs(k: &KeyState) -> Option<Box<[u8; REGISTERS]>> {
+    k.hll().and_then(|h| h.registers())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// Strong eventual consistency: identical states (registers, liveness, metadata) and
+    /// identical counts everywhere after every write was delivered.
+    #[test]
+    fn replicas_converge(steps in prop::collection::vec(step(), 1..50)) {
+        let rs = run(&steps);
+        for r in &rs[1..] {
+            prop_assert_eq!(&r.key, &rs[0].key);
+            prop_assert_eq!(regs(&r.key), regs(&rs[0].key));
+            prop_assert_eq!(r.key.is_empty(), rs[0].key.is_empty());
+            let count = |k: &KeyState| k.hll().map(|h| hll::count(h.bytes()));
+            prop_assert_eq!(count(&r.key), count(&rs[0].key));
+        }
+    }
+
+    /// Folding stable raises (`collect_all` once everything was delivered) changes nothing
+    /// visible, and leaves no metadata.
+    #[test]
+    fn collect_keeps_the_value(steps in prop::collection::vec(step(), 1..40)) {
+        let mut rs = run(&steps);
+        let before = regs(&rs[0].key);
+        rs[0].key.collect_all();
+        prop_assert_eq!(regs(&rs[0].key), before);
+        prop_assert!(!rs[0].key.has_metadata());
+    }
+
+    /// The registers are the maximum over the raises that survived, and with no DEL at all
+    /// they are the maximum over every raise issued.
+    #[test]
+    fn without_del_registers_are_the_max(ops in prop::collection::vec((0..REPLICAS, prop::collection::vec(0u16..400, 0..6)), 1..20)) {
+        let steps: Vec<Step> = ops
+            .iter()
+            .map(|(r, e)| Step::Local { r: *r, op: Op::Add(e.clone()) })
+            .collect();
+        let rs = run(&steps);
+        let mut expect = [0u8; REGISTERS];
+        let mut any = false;
+        for (_, elems) in &ops {
+            any = true;
+            for e in elems {
+                let (i, c) = hll::pat_len(&elem(*e));
+                expect[usize::from(i)] = expect[usize::from(i)].max(c);
+            }
+        }
+        prop_assert_eq!(regs(&rs[0].key).map(|b| b.to_vec()), any.then(|| expect.to_vec()));
+    }
+
+    /// Encoding then decoding gives the op back.
+    #[test]
+    fn codec_round_trips(op in op(), hlc in 1u64..1000, rep in 1u32..5) {
+        let mut seen = VersionVector::new();
+        seen.observe(Stamp { hlc: Hlc(hlc), replica: ReplicaId(rep) });
+        let hop = match op {
+            Op::Add(e) => add_op(&e, seen).into_hll(),
+            Op::Merge(r, d) => HllOp::Merge { pairs: hll::pack_pairs(r), dense: d, seen },
+            Op::Set(e) => {
+                let mut b = Vec::new();
+                hll::apply_raise(&mut b, &add_op(&e, VersionVector::new()).into_hll()).unwrap();
+                HllOp::Load { hyll: b, seen }
+            }
+            Op::Del => HllOp::Cache,
+        };
+        let mut out = Vec::new();
+        encode_op(&hop, &mut out);
+        let mut r = Reader::new(&out);
+        prop_assert_eq!(decode_op(&mut r).unwrap(), hop);
+        prop_assert!(r.is_at_end());
+    }
+
+    /// Garbage never panics the decoder; whatever decodes applies without panicking.
+    #[test]
+    fn garbage_decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        let mut r = Reader::new(&bytes);
+        if let Ok(op) = decode_op(&mut r) {
+            let mut k = KeyState::new();
+            k.apply(Stamp { hlc: Hlc(1), replica: ReplicaId(1) }, &Effect::Hll(op));
+        }
+    }
+
+    /// Random bytes are never taken for a valid HyperLogLog unless they are one, and the
+    /// checks never panic.
+    #[test]
+    fn random_strings_are_checked(mut bytes in prop::collection::vec(any::<u8>(), 0..40), sparse in any::<bool>()) {
+        if sparse && bytes.len() >= 16 {
+            bytes[..5].copy_from_slice(b"HYLL\x01");
+        }
+        if hll::is_valid(&bytes) {
+            prop_assert!(hll::count(&bytes).is_ok());
+        }
+        let _ = hll::count(&bytes);
+        let _ = hll::registers(&bytes);
+    }
+}
+
+fn st(h: u64, r: u32) -> Stamp {
+    Stamp {
+        hlc: Hlc(h),
+        replica: ReplicaId(r),
+    }
+}
+
+/// A: PFADD x, synced; then A: DEL ∥ B: PFADD y. Both orders of arrival: deleted everywhere.
+#[test]
+fn del_wins_over_concurrent_pfadd() {
+    let mut a = KeyState::new();
+    let x = add_op(&[1], VersionVector::new());
+    a.apply(st(1, 1), &x);
+    let mut b = a.clone();
+    let del: Eff = a.remove_effect();
+    a.apply(st(2, 1), &del);
+    let y = add_op(&[2], b.key_seen());
+    b.apply(st(2, 2), &y);
+    // A gets y after its DEL, B gets the DEL after y.
+    a.apply(st(2, 2), &y);
+    b.apply(st(2, 1), &del);
+    assert!(a.is_empty(), "{a:?}");
+    assert!(b.is_empty(), "{b:?}");
+    assert_eq!(a, b);
+    // A PFADD issued after the DEL was seen survives, wherever it arrives.
+    let z = add_op(&[3], a.key_seen());
+    a.apply(st(3, 1), &z);
+    b.apply(st(3, 1), &z);
+    let mut c = KeyState::new();
+    c.apply(st(3, 1), &z);
+    c.apply(st(1, 1), &x);
+    c.apply(st(2, 2), &y);
+    c.apply(st(2, 1), &del);
+    for k in [&a, &b, &c] {
+        let r = regs(k).expect("live");
+        let (i, v) = hll::pat_len(&elem(3));
+        assert_eq!(r[usize::from(i)], v);
+        assert_eq!(r.iter().filter(|v| **v != 0).count(), 1);
+    }
+    assert_eq!(a, b);
+    assert_eq!(b, c);
+}
+
+/// A PFMERGE concurrent with a DEL of its destination loses too; a raise that had seen the
+/// DEL through another site (transitively) survives.
+#[test]
+fn del_wins_over_concurrent_pfmerge_and_causal_raise_survives() {
+    let mut a = KeyState::new();
+    let x = add_op(&[1], VersionVector::new());
+    a.apply(st(1, 1), &x);
+    let mut b = a.clone();
+    let mut c = a.clone();
+    let del: Eff = a.remove_effect();
+    a.apply(st(2, 1), &del);
+    let m: Eff = Effect::Hll(HllOp::Merge {
+        pairs: hll::pack_pairs([(7, 3)]),
+        dense: true,
+        seen: b.key_seen(),
+    });
+    b.apply(st(2, 2), &m);
+    // C sees the DEL, then raises: its raise reaches B before the DEL does.
+    c.apply(st(2, 1), &del);
+    let z = add_op(&[5], c.key_seen());
+    c.apply(st(3, 3), &z);
+    b.apply(st(3, 3), &z);
+    assert!(!b.is_empty());
+    b.apply(st(2, 1), &del);
+    a.apply(st(2, 2), &m);
+    a.apply(st(3, 3), &z);
+    c.apply(st(2, 2), &m);
+    for k in [&a, &b, &c] {
+        let r = regs(k).expect("the causal raise survives");
+        assert_eq!(r[7], 0, "the concurrent PFMERGE lost");
+        assert_eq!(r.iter().filter(|v| **v != 0).count(), 1);
+    }
+    assert_eq!(a, b);
+    assert_eq!(b, c);
+}
+
+trait Seen {
+    fn key_seen(&self) -> VersionVector;
+}
+
+impl Seen for KeyState {
+    fn key_seen(&self) -> VersionVector {
+        self.observed().stamps
+    }
+}
