@@ -163,3 +163,70 @@ fn resp3_shapes() {
         format!("*2\r\n{}*2\r\n{}{}", bulk("l"), bulk("a"), bulk("b"))
     );
 }
+
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
+#[test]
+fn blocking_pops_wake_in_fifo_order() {
+    let s = Server::start();
+    let mut a = s.connect();
+    let mut b = s.connect();
+    let mut w = s.connect();
+    a.send_cmd(&[b"BLPOP", b"q", b"other", b"0"]);
+    settle();
+    b.send_cmd(&[b"BRPOP", b"q", b"0"]);
+    settle();
+    assert_eq!(w.int(&["RPUSH", "q", "x", "y", "z"]), 3);
+    // The first waiter pops from the head, the second from the tail.
+    assert_eq!(
+        a.read_reply(),
+        format!("*2\r\n{}{}", bulk("q"), bulk("x")).into_bytes()
+    );
+    assert_eq!(
+        b.read_reply(),
+        format!("*2\r\n{}{}", bulk("q"), bulk("z")).into_bytes()
+    );
+    assert_eq!(lrange(&mut w, "q", 0, -1), vec!["y"]);
+    // BLMPOP and BLMOVE wake too.
+    a.send_cmd(&[b"BLMPOP", b"0", b"1", b"m", b"RIGHT", b"COUNT", b"2"]);
+    settle();
+    b.send_cmd(&[b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0"]);
+    settle();
+    w.int(&["RPUSH", "m", "1", "2", "3"]);
+    assert_eq!(
+        a.read_reply(),
+        format!("*2\r\n{}*2\r\n{}{}", bulk("m"), bulk("3"), bulk("2")).into_bytes()
+    );
+    w.int(&["RPUSH", "src", "v"]);
+    assert_eq!(b.read_reply(), bulk("v").into_bytes());
+    assert_eq!(lrange(&mut w, "dst", 0, -1), vec!["v"]);
+    assert_eq!(w.int(&["EXISTS", "src"]), 0);
+}
+
+#[test]
+fn blocking_timeout_and_disconnect() {
+    let s = Server::start();
+    let mut a = s.connect();
+    let started = std::time::Instant::now();
+    assert_eq!(a.call_line("BLPOP t 0.2"), "*-1\r\n");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(180));
+    assert_eq!(a.call_line("BRPOPLPUSH t u 0.05"), "*-1\r\n");
+    // A client that disconnects while blocked is forgotten: the next one is served.
+    let mut gone = s.connect();
+    gone.send_cmd(&[b"BLPOP", b"d", b"0"]);
+    settle();
+    drop(gone);
+    settle();
+    let mut b = s.connect();
+    b.send_cmd(&[b"BLPOP", b"d", b"0"]);
+    settle();
+    let mut w = s.connect();
+    assert_eq!(w.int(&["LPUSH", "d", "only"]), 1);
+    assert_eq!(
+        b.read_reply(),
+        format!("*2\r\n{}{}", bulk("d"), bulk("only")).into_bytes()
+    );
+    assert_eq!(w.int(&["EXISTS", "d"]), 0);
+}

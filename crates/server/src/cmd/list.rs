@@ -1,5 +1,7 @@
 //! List commands: LPUSH RPUSH LPUSHX RPUSHX LPOP RPOP LLEN LRANGE LINDEX LSET LINSERT LREM
-//! LTRIM LPOS LMOVE RPOPLPUSH LMPOP.
+//! LTRIM LPOS LMOVE RPOPLPUSH LMPOP, and the blocking BLPOP BRPOP BRPOPLPUSH BLMOVE BLMPOP
+//! (through `crate::blocking`: a command that finds nothing calls `Ctx::block` and is re-run
+//! when one of its keys is written).
 //!
 //! Semantics, option parsing, reply shapes and error texts follow Redis 7.0 (`t_list.c`).
 //! Every write is a `ListOp` built from the key's current list (`meridian_crdt::list`):
@@ -16,6 +18,7 @@ use meridian_crdt::{Effect, KeyState, ListCrdt, TypeTag};
 
 use super::args::{eq_ic, int_arg, parse_i64};
 use super::{Ctx, Handler};
+use crate::blocking::parse_timeout;
 use crate::error::CmdError;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -36,6 +39,11 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("lmove", lmove),
     ("rpoplpush", rpoplpush),
     ("lmpop", lmpop),
+    ("blpop", blpop),
+    ("brpop", brpop),
+    ("brpoplpush", brpoplpush),
+    ("blmove", blmove),
+    ("blmpop", blmpop),
 ];
 
 fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
@@ -691,6 +699,80 @@ fn lmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let a = parse_mpop(argv, 1)?;
     if !mpop_first(ctx, &a)? {
         ctx.out.null_array();
+    }
+    Ok(())
+}
+
+/// BLPOP / BRPOP key [key ...] timeout.
+fn bpop_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], front: bool) -> Result<(), CmdError> {
+    let deadline = parse_timeout(argv.last().copied().unwrap_or_default(), ctx.now_ms)?;
+    let keys = argv.get(1..argv.len() - 1).unwrap_or_default();
+    for key in keys {
+        if let Some(values) = pop_values(ctx, key, front, 1)? {
+            if let Some(v) = values.first() {
+                ctx.out.array(2);
+                ctx.out.bulk(key);
+                ctx.out.bulk(v);
+                return Ok(());
+            }
+        }
+    }
+    ctx.block(keys, deadline);
+    Ok(())
+}
+
+fn blpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    bpop_generic(ctx, argv, true)
+}
+
+fn brpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    bpop_generic(ctx, argv, false)
+}
+
+/// BLMOVE / BRPOPLPUSH: LMOVE when the source exists, else block on it (inside MULTI: the
+/// null bulk string, as Redis).
+fn bmove_generic(
+    ctx: &mut Ctx<'_>,
+    src: &[u8],
+    dst: &[u8],
+    from_front: bool,
+    to_front: bool,
+    deadline: Option<u64>,
+) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let exists = match ctx.shard.lookup_quiet(db, src, ctx.now_ms) {
+        None => false,
+        Some(e) => list_of(&e.state)?.is_some(),
+    };
+    if exists {
+        return move_generic(ctx, src, dst, from_front, to_front);
+    }
+    if !ctx.can_block() {
+        ctx.out.null();
+        return Ok(());
+    }
+    ctx.block(&[src], deadline);
+    Ok(())
+}
+
+fn brpoplpush(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let deadline = parse_timeout(arg(argv, 3), ctx.now_ms)?;
+    bmove_generic(ctx, arg(argv, 1), arg(argv, 2), false, true, deadline)
+}
+
+fn blmove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let from = parse_side(arg(argv, 3))?;
+    let to = parse_side(arg(argv, 4))?;
+    let deadline = parse_timeout(arg(argv, 5), ctx.now_ms)?;
+    bmove_generic(ctx, arg(argv, 1), arg(argv, 2), from, to, deadline)
+}
+
+/// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+fn blmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let deadline = parse_timeout(arg(argv, 1), ctx.now_ms)?;
+    let a = parse_mpop(argv, 2)?;
+    if !mpop_first(ctx, &a)? {
+        ctx.block(&a.keys, deadline);
     }
     Ok(())
 }
