@@ -16,7 +16,6 @@
 //! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
 //! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
-//! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
 //! - `command`: COMMAND and its subcommands.
@@ -31,7 +30,6 @@ pub mod command;
 pub mod connection;
 pub mod hll;
 pub mod hash;
-pub mod hll;
 pub mod geo;
 pub mod keys;
 pub mod list;
@@ -82,7 +80,6 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(keys::HANDLERS);
     v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(hash::HANDLERS);
-    v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);
     v.extend_from_slice(tx::HANDLERS);
     v.extend_from_slice(server::HANDLERS);
