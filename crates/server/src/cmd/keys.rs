@@ -771,9 +771,10 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         _ if e.raw => "raw",
         // HyperLogLog: "raw" once PFADD/PFMERGE/PFCOUNT unshared it (cmd/hll.rs marks it);
         // a value stored by SET keeps SET's encoding (embstr up to 44 bytes).
-        Some(TypeTag::Hll) => e.state.hll().map_or("raw", |h| {
-            str_encoding(&StrView::Bytes(h.bytes())).0
-        }),
+        Some(TypeTag::Hll) => e
+            .state
+            .hll()
+            .map_or("raw", |h| str_encoding(&StrView::Bytes(h.bytes())).0),
         _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
     });
     match enc {
