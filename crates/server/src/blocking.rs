@@ -228,8 +228,8 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
         ));
     };
     let ms = (secs * 1000.0).ceil();
-    // `ms < 2^63` is false for +inf; NaN never parses.
-    if ms < 0.0 || ms >= 9_223_372_036_854_775_808.0 {
+    // Milliseconds must fit in 0..2^63 (+inf does not); NaN never parses.
+    if !(0.0..9_223_372_036_854_775_808.0).contains(&ms) {
         return Err(CmdError::Err("timeout is negative".to_string()));
     }
     let ms = ms as u64;
@@ -357,6 +357,98 @@ mod tests {
         assert_eq!(r.waiters(0, b"k"), vec![1, 3]);
         assert_eq!(r.signal(0, b"k"), Some(3));
         assert_eq!(r.signal(0, b"k"), None);
+    }
+
+    struct T {
+        shard: Shard,
+        client: Client,
+        out: Reply,
+    }
+
+    impl T {
+        fn new() -> T {
+            let now = crate::time::wall_ms();
+            let mut shard = Shard::new(0, crate::config::Config::default(), cmd::table(), now);
+            let a = "127.0.0.1:5000".parse().unwrap();
+            let client = Client::new(shard.register_client(a, a, now));
+            T {
+                shard,
+                client,
+                out: Reply::new(),
+            }
+        }
+
+        /// Runs `ctx.block` as a handler would, at call depth `depth`.
+        fn block(&mut self, keys: &[&[u8]], deadline: Option<u64>, depth: u32) {
+            let spec = cmd::resolve(self.shard.table, &[b"get", b"k"]).unwrap();
+            self.client.call_depth = depth;
+            let mut ctx = Ctx {
+                shard: &mut self.shard,
+                client: &mut self.client,
+                out: &mut self.out,
+                now_ms: 0,
+                spec,
+            };
+            ctx.block(keys, deadline);
+            self.client.call_depth = 0;
+        }
+
+        fn other(&mut self, args: &[&str]) -> String {
+            let a = "127.0.0.1:5001".parse().unwrap();
+            let now = crate::time::wall_ms();
+            let mut c = Client::new(self.shard.register_client(a, a, now));
+            let mut out = Reply::new();
+            let argv: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
+            cmd::execute(&mut self.shard, &mut c, &mut out, &argv, now);
+            self.shard.unregister_client(c.id(), &c.dirty);
+            String::from_utf8_lossy(&out.buf).into_owned()
+        }
+    }
+
+    #[test]
+    fn block_wake_by_write_then_reprocess() {
+        let mut t = T::new();
+        t.block(&[b"k", b"j"], Some(u64::MAX), 1);
+        assert!(t.out.is_empty(), "a blocked command writes no reply");
+        assert_eq!(t.shard.blocked_count(), 1);
+        assert!(t.client.shared.blocked.get());
+        t.client.blocked.as_mut().unwrap().argv = vec![b"get".to_vec(), b"k".to_vec()];
+        // A write to another key does not wake it; a write to one of its keys does.
+        assert_eq!(t.other(&["set", "x", "1"]), "+OK\r\n");
+        assert!(!t.shard.blocking.is_ready(t.client.id()));
+        assert_eq!(t.other(&["set", "k", "v"]), "+OK\r\n");
+        assert!(t.shard.blocking.is_ready(t.client.id()));
+        let now = crate::time::wall_ms();
+        let again = reprocess(&mut t.shard, &mut t.client, &mut t.out, now);
+        assert!(!again);
+        assert_eq!(String::from_utf8_lossy(&t.out.buf), "$1\r\nv\r\n");
+        assert_eq!(t.shard.blocked_count(), 0);
+        assert!(t.client.blocked.is_none());
+        assert!(!t.client.shared.blocked.get());
+    }
+
+    #[test]
+    fn timeout_and_disconnect_and_exec() {
+        let mut t = T::new();
+        t.block(&[b"k"], Some(5), 1);
+        // A re-run that blocks again keeps the original deadline.
+        t.block(&[b"k"], Some(99), 1);
+        assert_eq!(t.client.blocked.as_ref().unwrap().deadline_ms, Some(5));
+        time_out(&mut t.shard, &mut t.client, &mut t.out);
+        assert_eq!(String::from_utf8_lossy(&t.out.buf), "*-1\r\n");
+        assert_eq!(t.shard.blocked_count(), 0);
+        t.out.clear();
+        t.out.proto = crate::resp::reply::Proto::Resp3;
+        // Inside EXEC (depth 2) nothing blocks: the null array at once.
+        t.block(&[b"k"], None, 2);
+        assert_eq!(String::from_utf8_lossy(&t.out.buf), "_\r\n");
+        assert_eq!(t.shard.blocked_count(), 0);
+        // Disconnect forgets the registration.
+        t.block(&[b"k"], None, 1);
+        assert_eq!(t.shard.blocking.waiters(0, b"k"), vec![t.client.id()]);
+        t.shard.unregister_client(t.client.id(), &t.client.dirty);
+        assert_eq!(t.shard.blocked_count(), 0);
+        assert!(t.shard.blocking.waiters(0, b"k").is_empty());
     }
 
     #[test]

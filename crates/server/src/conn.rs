@@ -95,7 +95,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 }
             };
             rbuf.reserve(READ_CHUNK_BYTES_MIN);
+            // Biased: a close seen at the same time as a wake wins, so a client that is gone
+            // consumes nothing.
             let event = tokio::select! {
+                biased;
                 r = stream.read_buf(&mut rbuf) => match r {
                     Ok(0) | Err(_) => break 'conn,
                     Ok(n) => BlockedEvent::Input(n),

@@ -64,7 +64,7 @@ fn subscribe_publish_resp2() {
     );
     // Unsubscribe all: one reply per channel (hash order), counts down to 0.
     send(&mut sub, &["UNSUBSCRIBE"]);
-    let mut got = vec![read(&mut sub), read(&mut sub)];
+    let mut got = [read(&mut sub), read(&mut sub)];
     got.sort();
     assert!(got[0].starts_with("*3\r\n$11\r\nunsubscribe\r\n$1\r\n"));
     let counts: Vec<bool> = got
