@@ -601,7 +601,7 @@ pub fn estimate(h: &[u64; 64]) -> u64 {
     let e = ALPHA_INF * m * m / z;
     // llroundl: half away from zero; out of range gives x86's "integer indefinite".
     let r = e.round();
-    if r.is_finite() && r >= -9.223_372_036_854_776e18 && r < 9.223_372_036_854_776e18 {
+    if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&r) {
         r as i64 as u64
     } else {
         1u64 << 63
