@@ -629,10 +629,9 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let keep = |m: &[u8]| pattern.is_none_or(|p| glob_match(p, m, false));
     let mut found: Vec<&[u8]> = Vec::new();
-    let next: u64;
-    if cursor == 0 && s.len() <= SSCAN_ALL_MAX {
+    let next: u64 = if cursor == 0 && s.len() <= SSCAN_ALL_MAX {
         found.extend(s.members().filter(|m| keep(m)));
-        next = 0;
+        0
     } else {
         let n_buckets = s.bucket_count();
         let tag = u64::from(n_buckets.trailing_zeros());
@@ -653,12 +652,12 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             idx += 1;
             visits_left -= 1;
         }
-        next = if idx >= n_buckets {
+        if idx >= n_buckets {
             0
         } else {
             ((idx as u64) << CURSOR_TAG_BITS) | tag
-        };
-    }
+        }
+    };
     ctx.out.array(2);
     let mut buf = itoa::Buffer::new();
     ctx.out.bulk(buf.format(next).as_bytes());
