@@ -224,6 +224,10 @@ struct Inner {
     dead: u32,
     /// Redis would have converted this hash to a hashtable (sticky, as in Redis).
     big: bool,
+    /// Base of the packed stamps' hlc (the first plain write's).
+    base: u64,
+    /// Replicas named by packed stamps (at most 256).
+    reps: SmallVec<[ReplicaId; 2]>,
     meta: Option<Box<Meta>>,
 }
 
@@ -277,8 +281,16 @@ fn get_slice<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
     Some(s)
 }
 
+/// A plain entry's stamp as stored: an index into the hash's replica table and the hlc's
+/// zigzag distance from the hash's base hlc (a few bytes instead of 12).
+#[derive(Clone, Copy)]
+struct Packed {
+    rep: u8,
+    delta: i64,
+}
+
 enum Body<'a> {
-    Plain(Stamp, &'a [u8]),
+    Plain(Packed, &'a [u8]),
     Rare(usize),
 }
 
@@ -296,17 +308,11 @@ fn parse_at(buf: &[u8], start: usize) -> Option<Ent<'_>> {
     let field = get_slice(buf, &mut pos)?;
     let body = match tag {
         TAG_PLAIN | TAG_DEAD_PLAIN => {
-            let s = buf.get(pos..pos + 12)?;
-            let mut hlc = [0u8; 8];
-            hlc.copy_from_slice(s.get(..8)?);
-            let mut rep = [0u8; 4];
-            rep.copy_from_slice(s.get(8..)?);
-            pos += 12;
-            let stamp = Stamp {
-                hlc: Hlc(u64::from_le_bytes(hlc)),
-                replica: ReplicaId(u32::from_le_bytes(rep)),
-            };
-            Body::Plain(stamp, get_slice(buf, &mut pos)?)
+            let rep = *buf.get(pos)?;
+            pos += 1;
+            let z = get_varint(buf, &mut pos)?;
+            let delta = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            Body::Plain(Packed { rep, delta }, get_slice(buf, &mut pos)?)
         }
         _ => Body::Rare(usize::try_from(get_varint(buf, &mut pos)?).ok()?),
     };
@@ -318,11 +324,12 @@ fn parse_at(buf: &[u8], start: usize) -> Option<Ent<'_>> {
     })
 }
 
-fn put_plain(out: &mut Vec<u8>, field: &[u8], stamp: Stamp, value: &[u8]) {
+fn put_plain(out: &mut Vec<u8>, field: &[u8], p: Packed, value: &[u8]) {
     out.push(TAG_PLAIN);
     codec::put_bytes(out, field);
-    out.extend_from_slice(&stamp.hlc.0.to_le_bytes());
-    out.extend_from_slice(&stamp.replica.0.to_le_bytes());
+    out.push(p.rep);
+    let z = ((p.delta << 1) ^ (p.delta >> 63)) as u64;
+    codec::put_varint(out, z);
     codec::put_bytes(out, value);
 }
 
@@ -353,6 +360,31 @@ fn entries(buf: &[u8]) -> impl Iterator<Item = (usize, Ent<'_>)> + '_ {
 static EMPTY_STATE: LazyLock<FieldState> = LazyLock::new(FieldState::default);
 
 impl Inner {
+    fn unpack(&self, p: Packed) -> Stamp {
+        Stamp {
+            hlc: Hlc(self.base.wrapping_add(p.delta as u64)),
+            replica: self.reps.get(usize::from(p.rep)).copied().unwrap_or_default(),
+        }
+    }
+
+    fn pack(&mut self, s: Stamp) -> Option<Packed> {
+        if self.reps.is_empty() {
+            self.base = s.hlc.0;
+        }
+        let rep = match self.reps.iter().position(|r| *r == s.replica) {
+            Some(i) => i,
+            None if self.reps.len() < 256 => {
+                self.reps.push(s.replica);
+                self.reps.len() - 1
+            }
+            None => return None,
+        };
+        Some(Packed {
+            rep: u8::try_from(rep).ok()?,
+            delta: s.hlc.0.wrapping_sub(self.base) as i64,
+        })
+    }
+
     fn meta_mut(&mut self) -> &mut Meta {
         self.meta.get_or_insert_with(Box::default)
     }
@@ -384,9 +416,9 @@ impl Inner {
             return FieldState::default();
         };
         match e.body {
-            Body::Plain(s, v) => {
+            Body::Plain(p, v) => {
                 let mut st = FieldState::default();
-                st.writes.push((s, SmallBytes::copy_from(v)));
+                st.writes.push((self.unpack(p), SmallBytes::copy_from(v)));
                 st
             }
             Body::Rare(slot) => {
@@ -412,10 +444,12 @@ impl Inner {
 
     fn encode(&mut self, field: &[u8], st: FieldState) -> Vec<u8> {
         let mut out = Vec::with_capacity(field.len() + 24);
-        if st.is_plain() {
-            if let Some((s, v)) = st.writes.first() {
-                put_plain(&mut out, field, *s, v.as_slice());
-            }
+        let packed = match st.writes.first() {
+            Some((s, _)) if st.is_plain() => self.pack(*s),
+            _ => None,
+        };
+        if let (Some(p), Some((_, v))) = (packed, st.writes.first()) {
+            put_plain(&mut out, field, p, v.as_slice());
         } else {
             if st.incs.len() > 1 {
                 self.meta_mut().foldable = true;
@@ -661,7 +695,7 @@ impl HashCrdt {
         let inner = self.inner.as_ref()?;
         entries(&inner.arena)
             .filter_map(|(_, e)| match e.body {
-                Body::Plain(s, _) => Some(s),
+                Body::Plain(p, _) => Some(inner.unpack(p)),
                 Body::Rare(slot) => inner.rare(slot).max_stamp(),
             })
             .max()
@@ -685,7 +719,7 @@ impl HashCrdt {
         let Some(inner) = &self.inner else { return };
         for (_, e) in entries(&inner.arena) {
             match e.body {
-                Body::Plain(s, _) => vv.observe(s),
+                Body::Plain(p, _) => vv.observe(inner.unpack(p)),
                 Body::Rare(slot) => inner.rare(slot).observe_into(vv),
             }
         }
@@ -703,7 +737,7 @@ impl HashCrdt {
         if let Some(off) = inner.find(field) {
             if let Some(e) = parse_at(&inner.arena, off) {
                 match e.body {
-                    Body::Plain(s, _) => vv.observe(s),
+                    Body::Plain(p, _) => vv.observe(inner.unpack(p)),
                     Body::Rare(slot) => inner.rare(slot).observe_into(&mut vv),
                 }
             }
@@ -719,7 +753,7 @@ impl HashCrdt {
         let Some(inner) = &mut self.inner else { return };
         let fields: Vec<Vec<u8>> = entries(&inner.arena)
             .filter(|(_, e)| match e.body {
-                Body::Plain(s, _) => observed.stamps.covers(s),
+                Body::Plain(p, _) => observed.stamps.covers(inner.unpack(p)),
                 Body::Rare(_) => true,
             })
             .map(|(_, e)| e.field.to_vec())
@@ -844,9 +878,9 @@ impl HashCrdt {
         let mut fields: Vec<(Vec<u8>, FieldState)> = entries(&inner.arena)
             .map(|(_, e)| {
                 let st = match e.body {
-                    Body::Plain(s, v) => {
+                    Body::Plain(p, v) => {
                         let mut st = FieldState::default();
-                        st.writes.push((s, SmallBytes::copy_from(v)));
+                        st.writes.push((inner.unpack(p), SmallBytes::copy_from(v)));
                         st
                     }
                     Body::Rare(slot) => inner.rare(slot).clone(),
