@@ -1,0 +1,267 @@
+//! Hash laws: three replicas issue random HSET/HINCRBY/HINCRBYFLOAT/HDEL/DEL and exchange
+//! them in random per-origin-FIFO orders with duplicates, and end with identical visible
+//! state; a single site equals a plain model; every op survives its codec; truncated or
+//! garbage bytes never make the decoder panic.
+
+use std::collections::BTreeMap;
+
+use meridian_crdt::codec::Reader;
+use meridian_crdt::hash::{decode_op, encode_op};
+use meridian_crdt::{
+    Dec, Delta, Effect, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag, VersionVector,
+};
+use proptest::prelude::*;
+
+const REPLICAS: usize = 3;
+
+#[derive(Clone, Debug)]
+enum Op {
+    HSet(u8, u8),
+    HIncr(u8, i8),
+    HIncrFloat(u8, i8),
+    HDel(u8),
+    Del,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..5, 0u8..4).prop_map(|(f, v)| Op::HSet(f, v)),
+        3 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncr(f, d)),
+        2 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncrFloat(f, d)),
+        3 => (0u8..5).prop_map(Op::HDel),
+        1 => Just(Op::Del),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Local { r: usize, op: Op },
+    Deliver { from: usize, to: usize, n: usize },
+    Dup { from: usize, to: usize, pick: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
+        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
+        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
+    ]
+}
+
+fn field(f: u8) -> Vec<u8> {
+    format!("f{f}").into_bytes()
+}
+
+fn float_delta(d: i8) -> Delta {
+    Delta::Float(Dec::parse(format!("{}.5", d).as_bytes()).unwrap_or(Dec::ZERO))
+}
+
+/// The effect a server would build for `op` on `state`.
+fn effect(state: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
+    let h = state.hash();
+    Some(match op {
+        Op::HSet(f, v) => Effect::Hash(HashOp::Set {
+            field: field(*f),
+            value: format!("{v}").into_bytes(),
+            observed: h.map(|h| h.field_observed(&field(*f))).unwrap_or_default(),
+        }),
+        Op::HIncr(f, d) => Effect::Hash(HashOp::Incr {
+            field: field(*f),
+            delta: Delta::Int(i64::from(*d)),
+        }),
+        Op::HIncrFloat(f, d) => Effect::Hash(HashOp::Incr {
+            field: field(*f),
+            delta: float_delta(*d),
+        }),
+        Op::HDel(f) => {
+            let h = h?;
+            if !h.contains(&field(*f)) {
+                return None;
+            }
+            if h.len() == 1 {
+                state.remove_effect()
+            } else {
+                Effect::Hash(HashOp::Del {
+                    field: field(*f),
+                    observed: h.field_observed(&field(*f)),
+                })
+            }
+        }
+        Op::Del => {
+            if state.is_empty() {
+                return None;
+            }
+            state.remove_effect()
+        }
+    })
+}
+
+fn view(state: &KeyState) -> (Option<TypeTag>, Vec<(Vec<u8>, Vec<u8>)>) {
+    let mut v: Vec<(Vec<u8>, Vec<u8>)> = state
+        .hash()
+        .map(|h| h.iter().map(|(f, v)| (f.to_vec(), v.to_bytes())).collect())
+        .unwrap_or_default();
+    v.sort();
+    (state.type_tag(), v)
+}
+
+struct Replica {
+    state: KeyState,
+    hlc: u64,
+    log: Vec<(Stamp, Effect<Vec<u8>>)>,
+    /// Per origin, how many of its ops were delivered here.
+    delivered: [usize; REPLICAS],
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replicas_converge(steps in proptest::collection::vec(step(), 1..60)) {
+        let mut reps: Vec<Replica> = (0..REPLICAS)
+            .map(|_| Replica { state: KeyState::new(), hlc: 0, log: Vec::new(), delivered: [0; REPLICAS] })
+            .collect();
+        for s in &steps {
+            match s {
+                Step::Local { r, op } => {
+                    let rep = &mut reps[*r];
+                    if let Some(e) = effect(&rep.state, op) {
+                        rep.hlc += 1;
+                        let stamp = Stamp { hlc: Hlc(rep.hlc), replica: ReplicaId(*r as u32 + 1) };
+                        rep.state.apply(stamp, &e);
+                        rep.log.push((stamp, e));
+                        rep.delivered[*r] = rep.log.len();
+                    }
+                }
+                Step::Deliver { from, to, n } => {
+                    if from == to { continue; }
+                    for _ in 0..*n {
+                        let i = reps[*to].delivered[*from];
+                        let Some((stamp, e)) = reps[*from].log.get(i).cloned() else { break };
+                        let to_rep = &mut reps[*to];
+                        to_rep.state.apply(stamp, &e);
+                        to_rep.hlc = to_rep.hlc.max(stamp.hlc.0);
+                        to_rep.delivered[*from] += 1;
+                    }
+                }
+                Step::Dup { from, to, pick } => {
+                    let done = reps[*to].delivered[*from];
+                    if done == 0 || from == to { continue; }
+                    let (stamp, e) = reps[*from].log[pick % done].clone();
+                    reps[*to].state.apply(stamp, &e);
+                }
+            }
+        }
+        for to in 0..REPLICAS {
+            for from in 0..REPLICAS {
+                while let Some((stamp, e)) = reps[from].log.get(reps[to].delivered[from]).cloned() {
+                    reps[to].state.apply(stamp, &e);
+                    reps[to].delivered[from] += 1;
+                }
+            }
+        }
+        let v0 = view(&reps[0].state);
+        for r in &reps[1..] {
+            prop_assert_eq!(&view(&r.state), &v0);
+        }
+        // Collecting everything keeps what is shown.
+        for r in &mut reps {
+            r.state.collect_all();
+            prop_assert_eq!(&view(&r.state), &v0);
+        }
+    }
+
+    #[test]
+    fn single_site_equals_a_plain_map(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut k = KeyState::new();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut t = 0;
+        for op in &ops {
+            // The server refuses increments of values that are not numbers.
+            let cur = match op {
+                Op::HIncr(f, _) | Op::HIncrFloat(f, _) => model.get(&field(*f)).cloned(),
+                _ => None,
+            };
+            match op {
+                Op::HSet(f, v) => { model.insert(field(*f), format!("{v}").into_bytes()); }
+                Op::HIncr(f, d) => {
+                    let base = match &cur { None => Some(0), Some(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()) };
+                    let Some(base) = base else { continue };
+                    model.insert(field(*f), (base + i64::from(*d)).to_string().into_bytes());
+                }
+                Op::HIncrFloat(f, d) => {
+                    let base = match &cur { None => Some(Dec::ZERO), Some(b) => Dec::parse(b) };
+                    let Some(base) = base else { continue };
+                    let Delta::Float(dd) = float_delta(*d) else { continue };
+                    let Some(sum) = base.add(dd) else { continue };
+                    model.insert(field(*f), sum.format_redis().into_bytes());
+                }
+                Op::HDel(f) => { model.remove(&field(*f)); }
+                Op::Del => model.clear(),
+            }
+            if let Some(e) = effect(&k, op) {
+                t += 1;
+                k.apply(Stamp { hlc: Hlc(t), replica: ReplicaId(1) }, &e);
+                if k.has_metadata() {
+                    k.collect_all();
+                }
+            }
+            let (tag, got) = view(&k);
+            let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(a, b)| (a.clone(), b.clone())).collect();
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(tag.is_some(), !model.is_empty());
+            prop_assert!(!k.has_metadata());
+        }
+    }
+
+    #[test]
+    fn ops_round_trip(f in proptest::collection::vec(any::<u8>(), 0..40),
+                      v in proptest::collection::vec(any::<u8>(), 0..80),
+                      n in any::<i64>(), h in 1u64..u64::MAX, r in any::<u32>(), kind in 0u8..4) {
+        let mut vv = VersionVector::new();
+        vv.observe(Stamp { hlc: Hlc(h), replica: ReplicaId(r) });
+        let op: HashOp<Vec<u8>> = match kind {
+            0 => HashOp::Set { field: f.clone(), value: v.clone(), observed: vv },
+            1 => HashOp::Incr { field: f.clone(), delta: Delta::Int(n) },
+            2 => HashOp::Incr { field: f.clone(), delta: Delta::Float(Dec::from_i64(n)) },
+            _ => HashOp::Del { field: f.clone(), observed: vv },
+        };
+        let mut out = Vec::new();
+        encode_op(&op, &mut out);
+        let mut rd = Reader::new(&out);
+        prop_assert_eq!(decode_op(&mut rd).unwrap(), op);
+        prop_assert!(rd.is_at_end());
+        for cut in 0..out.len() {
+            prop_assert!(decode_op(&mut Reader::new(&out[..cut])).is_err());
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let _ = decode_op(&mut Reader::new(&bytes));
+    }
+}
+
+#[test]
+fn update_wins_over_concurrent_hdel_and_increments_add_up() {
+    let st = |h, r| Stamp {
+        hlc: Hlc(h),
+        replica: ReplicaId(r),
+    };
+    let mut a = KeyState::new();
+    let set = effect(&a, &Op::HSet(1, 1)).unwrap();
+    a.apply(st(1, 1), &set);
+    let mut b = a.clone();
+    let del = effect(&a, &Op::HDel(1)).unwrap();
+    let inc = effect(&b, &Op::HIncr(1, 5)).unwrap();
+    a.apply(st(2, 1), &del);
+    b.apply(st(2, 2), &inc);
+    a.apply(st(2, 2), &inc);
+    b.apply(st(2, 1), &del);
+    assert_eq!(view(&a), view(&b));
+    // HDEL removed the observed "1"; the concurrent increment survives on a base of 0.
+    assert_eq!(
+        a.hash().and_then(|h| h.get(b"f1")),
+        Some(StrView::Int(5))
+    );
+}
