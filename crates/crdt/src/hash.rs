@@ -363,7 +363,11 @@ impl Inner {
     fn unpack(&self, p: Packed) -> Stamp {
         Stamp {
             hlc: Hlc(self.base.wrapping_add(p.delta as u64)),
-            replica: self.reps.get(usize::from(p.rep)).copied().unwrap_or_default(),
+            replica: self
+                .reps
+                .get(usize::from(p.rep))
+                .copied()
+                .unwrap_or_default(),
         }
     }
 

@@ -260,8 +260,5 @@ fn update_wins_over_concurrent_hdel_and_increments_add_up() {
     b.apply(st(2, 1), &del);
     assert_eq!(view(&a), view(&b));
     // HDEL removed the observed "1"; the concurrent increment survives on a base of 0.
-    assert_eq!(
-        a.hash().and_then(|h| h.get(b"f1")),
-        Some(StrView::Int(5))
-    );
+    assert_eq!(a.hash().and_then(|h| h.get(b"f1")), Some(StrView::Int(5)));
 }

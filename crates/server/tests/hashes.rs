@@ -27,10 +27,7 @@ fn set_get_delete_like_redis() {
         c.call_line("HGETALL h"),
         "*8\r\n$1\r\na\r\n$1\r\n3\r\n$1\r\nb\r\n$1\r\n2\r\n$1\r\nc\r\n$1\r\n4\r\n$1\r\nd\r\n$1\r\n5\r\n"
     );
-    assert_eq!(
-        c.call_line("HMGET h a nope"),
-        "*2\r\n$1\r\n3\r\n$-1\r\n"
-    );
+    assert_eq!(c.call_line("HMGET h a nope"), "*2\r\n$1\r\n3\r\n$-1\r\n");
     assert_eq!(c.call_line("HEXISTS h a"), int(1));
     assert_eq!(c.call_line("HSTRLEN h a"), int(1));
     assert_eq!(c.call_line("HDEL h a nope b"), int(2));

@@ -192,7 +192,9 @@ fn hincrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let by = int_arg(arg(argv, 3))?;
     let current = match write_lookup(ctx, key)?.and_then(|h| h.get(field)) {
         None => 0,
-        Some(v) => view_i64(v).ok_or_else(|| CmdError::Err("hash value is not an integer".into()))?,
+        Some(v) => {
+            view_i64(v).ok_or_else(|| CmdError::Err("hash value is not an integer".into()))?
+        }
     };
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
     incr_field(ctx, key, field, Delta::Int(by));
@@ -409,8 +411,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if withvalues && resp3 {
         ctx.out.array(picks.len());
     } else {
-        ctx.out
-            .array(picks.len() * if withvalues { 2 } else { 1 });
+        ctx.out.array(picks.len() * if withvalues { 2 } else { 1 });
     }
     for i in picks {
         let Some((f, v)) = all.get(i) else { continue };
