@@ -12,6 +12,7 @@
 //!   HINCRBY of the field survives (update wins).
 //! - DEL of the key removes everything observed (`remove_observed`); the key keeps that
 //!   context (`KeyState`).
+//!
 //! Increments are dots (not per-origin totals) so that any removal removes exactly the
 //! increments it observed; `collect` folds each origin's causally stable increments into
 //! one dot, so a counter field stays one dot per origin on a single site.
@@ -682,7 +683,7 @@ impl HashCrdt {
 
     /// Whether it shows anything (the key exists).
     pub fn is_live(&self) -> bool {
-        self.len() > 0
+        !self.is_empty()
     }
 
     /// Number of fields shown (HLEN).
@@ -691,7 +692,7 @@ impl HashCrdt {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.inner.as_ref().is_none_or(|i| i.n == 0)
     }
 
     /// The highest stamp among its live writes (the type-conflict order).
@@ -875,7 +876,7 @@ impl HashCrdt {
     }
 
     /// Canonical content for equality and hashing (order-independent).
-    fn canonical(&self) -> (Vec<(Vec<u8>, FieldState)>, Vec<(SmallBytes, VersionVector)>) {
+    fn canonical(&self) -> Canonical {
         let Some(inner) = &self.inner else {
             return (Vec::new(), Vec::new());
         };
@@ -906,6 +907,9 @@ impl HashCrdt {
         (fields, removed)
     }
 }
+
+/// Fields sorted with their states, and the per-field removal contexts.
+type Canonical = (Vec<(Vec<u8>, FieldState)>, Vec<(SmallBytes, VersionVector)>);
 
 impl PartialEq for HashCrdt {
     fn eq(&self, other: &Self) -> bool {

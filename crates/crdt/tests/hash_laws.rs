@@ -96,7 +96,10 @@ fn effect(state: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
     })
 }
 
-fn view(state: &KeyState) -> (Option<TypeTag>, Vec<(Vec<u8>, Vec<u8>)>) {
+/// The visible type and the fields with their values, sorted.
+type View = (Option<TypeTag>, Vec<(Vec<u8>, Vec<u8>)>);
+
+fn view(state: &KeyState) -> View {
     let mut v: Vec<(Vec<u8>, Vec<u8>)> = state
         .hash()
         .map(|h| h.iter().map(|(f, v)| (f.to_vec(), v.to_bytes())).collect())

@@ -502,15 +502,13 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .filter(|x| x.0 >= cursor)
             .collect();
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        let mut taken = 0u64;
         let mut resume = 0u64;
         let mut last: Option<u64> = None;
-        for (hv, f, v) in all {
-            if taken >= count && last != Some(hv) {
+        for (taken, (hv, f, v)) in all.into_iter().enumerate() {
+            if taken as u64 >= count && last != Some(hv) {
                 resume = hv;
                 break;
             }
-            taken += 1;
             last = Some(hv);
             if matches(f) {
                 out.push((f, v));
