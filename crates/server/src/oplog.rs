@@ -363,6 +363,8 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
 
 #[cfg(test)]
 mod tests {
+    use meridian_crdt::{Dec, IncTotals, Observed, VersionVector};
+
     use super::*;
 
     fn vv(entries: &[(u32, u64)]) -> VersionVector {
