@@ -186,6 +186,14 @@ impl Ctx<'_> {
         self.client.call_depth <= 1
     }
 
+    /// Whether this run is a re-run after a wake (the client is blocked). Redis 7.0 serves a
+    /// blocked client only from a key of the type it waits for: a handler that finds a waited
+    /// key holding another type on a re-run should treat it as empty and call `block` again,
+    /// rather than answer WRONGTYPE (a wrong-typed BLMOVE destination still answers it).
+    pub fn is_rerun(&self) -> bool {
+        self.client.blocked.is_some()
+    }
+
     /// Blocks the client on `keys` (of its selected db) until one of them is written or
     /// `deadline_ms` (absolute, from [`parse_timeout`]; `None` = forever) passes. The handler
     /// writes no reply and returns `Ok(())`; on a write the connection re-runs the command.
