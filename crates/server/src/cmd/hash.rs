@@ -385,16 +385,40 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let all: Vec<(&[u8], StrView<'_>)> = h.iter().collect();
     let size = all.len();
     let mut rng = rand::rng();
-    let picks: Vec<usize> = if count < 0 {
-        let n = count.unsigned_abs() as usize;
-        (0..n).map(|_| rng.random_range(0..size)).collect()
+    let emit = |out: &mut Reply, i: usize| {
+        let Some((f, v)) = all.get(i) else { return };
+        if withvalues && resp3 {
+            out.array(2);
+        }
+        out.bulk(f);
+        if withvalues {
+            reply_view(out, *v);
+        }
+    };
+    let header = |out: &mut Reply, n: u64| {
+        let n = usize::try_from(n).unwrap_or(usize::MAX / 2);
+        if withvalues && resp3 {
+            out.array(n);
+        } else {
+            out.array(n * if withvalues { 2 } else { 1 });
+        }
+    };
+    if count < 0 {
+        // Repeats allowed: streamed without building a list (the count may be huge).
+        let n = count.unsigned_abs();
+        header(ctx.out, n);
+        for _ in 0..n {
+            emit(ctx.out, rng.random_range(0..size));
+        }
     } else if count as u64 >= size as u64 {
-        (0..size).collect()
+        header(ctx.out, size as u64);
+        for i in 0..size {
+            emit(ctx.out, i);
+        }
     } else {
         // Distinct fields, kept in the hash's order (as Redis's listpack sampling).
-        let k = count as usize;
         let mut chosen = vec![false; size];
-        let mut left = k;
+        let mut left = count as usize;
         while left > 0 {
             let i = rng.random_range(0..size);
             if let Some(c) = chosen.get_mut(i) {
@@ -404,23 +428,9 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 }
             }
         }
-        (0..size)
-            .filter(|&i| chosen.get(i).copied().unwrap_or(false))
-            .collect()
-    };
-    if withvalues && resp3 {
-        ctx.out.array(picks.len());
-    } else {
-        ctx.out.array(picks.len() * if withvalues { 2 } else { 1 });
-    }
-    for i in picks {
-        let Some((f, v)) = all.get(i) else { continue };
-        if withvalues && resp3 {
-            ctx.out.array(2);
-        }
-        ctx.out.bulk(f);
-        if withvalues {
-            reply_view(ctx.out, *v);
+        header(ctx.out, count as u64);
+        for (i, _) in chosen.iter().enumerate().filter(|(_, c)| **c) {
+            emit(ctx.out, i);
         }
     }
     Ok(())
