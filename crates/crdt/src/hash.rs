@@ -210,8 +210,10 @@ struct Meta {
     free: Vec<u32>,
     /// Merged contexts of HSETs and HDELs of each field, kept until causally stable.
     removed: BTreeMap<SmallBytes, VersionVector>,
-    /// Some field holds increments that `collect` could fold.
-    foldable: bool,
+    /// Slots whose field holds increments that `collect` could fold.
+    to_fold: Vec<u32>,
+    /// Slots in use.
+    used: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -429,7 +431,10 @@ impl Inner {
             Body::Rare(slot) => {
                 let m = self.meta_mut();
                 let st = m.slab.get_mut(slot).and_then(Option::take);
-                m.free.push(slot as u32);
+                if st.is_some() {
+                    m.used = m.used.saturating_sub(1);
+                    m.free.push(slot as u32);
+                }
                 st.unwrap_or_default()
             }
         }
@@ -437,6 +442,7 @@ impl Inner {
 
     fn alloc_slot(&mut self, st: FieldState) -> usize {
         let m = self.meta_mut();
+        m.used += 1;
         if let Some(slot) = m.free.pop() {
             if let Some(s) = m.slab.get_mut(slot as usize) {
                 *s = Some(st);
@@ -456,10 +462,11 @@ impl Inner {
         if let (Some(p), Some((_, v))) = (packed, st.writes.first()) {
             put_plain(&mut out, field, p, v.as_slice());
         } else {
-            if st.incs.len() > 1 {
-                self.meta_mut().foldable = true;
-            }
+            let fold = st.incs.len() > 1;
             let slot = self.alloc_slot(st);
+            if fold {
+                self.meta_mut().to_fold.push(slot as u32);
+            }
             put_rare(&mut out, field, slot);
         }
         out
@@ -615,9 +622,11 @@ impl Inner {
     }
 
     fn tidy(&mut self) {
-        if self.meta.as_ref().is_some_and(|m| {
-            m.removed.is_empty() && m.slab.iter().all(Option::is_none) && !m.foldable
-        }) {
+        if self
+            .meta
+            .as_ref()
+            .is_some_and(|m| m.removed.is_empty() && m.used == 0 && m.to_fold.is_empty())
+        {
             self.meta = None;
         }
     }
@@ -716,7 +725,7 @@ impl HashCrdt {
         self.inner
             .as_ref()
             .and_then(|i| i.meta.as_ref())
-            .is_some_and(|m| !m.removed.is_empty() || m.foldable)
+            .is_some_and(|m| !m.removed.is_empty() || !m.to_fold.is_empty())
     }
 
     /// Adds every stamp seen (live writes and removal contexts) to `vv`.
@@ -786,13 +795,16 @@ impl HashCrdt {
                     });
                 }
             }
-            if m.foldable {
-                let mut still = false;
-                for st in m.slab.iter_mut().flatten() {
+            let mut slots = std::mem::take(&mut m.to_fold);
+            slots.sort_unstable();
+            slots.dedup();
+            for slot in slots {
+                if let Some(Some(st)) = m.slab.get_mut(slot as usize) {
                     st.fold(stable);
-                    still |= st.incs.len() > 1;
+                    if stable.is_some() && st.incs.len() > 1 {
+                        m.to_fold.push(slot);
+                    }
                 }
-                m.foldable = still && stable.is_some();
             }
         }
         inner.tidy();
