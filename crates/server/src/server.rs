@@ -182,7 +182,12 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
         if timeout_s > 0 {
             for c in s.clients.values() {
                 let idle_ms = now.saturating_sub(c.last_interaction_ms.get());
-                if idle_ms > timeout_s * 1000 && !c.is_monitor.get() {
+                // Redis never idles out monitors, blocked or subscribed clients.
+                if idle_ms > timeout_s * 1000
+                    && !c.is_monitor.get()
+                    && !c.blocked.get()
+                    && !c.is_subscribed()
+                {
                     c.kill();
                 }
             }

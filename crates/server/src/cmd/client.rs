@@ -129,8 +129,12 @@ struct SelfView {
 fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, now_ms: u64) {
     use std::io::Write as _;
     let mut flags = String::new();
+    // Redis's order: O, P, x, b, ..., d.
     if c.is_monitor.get() {
         flags.push('O');
+    }
+    if c.is_subscribed() {
+        flags.push('P');
     }
     let multi = match me {
         Some(m) => m.multi,
@@ -138,6 +142,9 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     };
     if multi.is_some() {
         flags.push('x');
+    }
+    if c.blocked.get() {
+        flags.push('b');
     }
     if me.is_some_and(|m| m.dirty_cas) {
         flags.push('d');
@@ -174,9 +181,12 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     out.extend_from_slice(name);
     let _ = writeln!(
         out,
-        " age={age} idle={idle} flags={flags} db={db} sub=0 psub=0 ssub=0 multi={} qbuf={qbuf} qbuf-free=0 \
+        " age={age} idle={idle} flags={flags} db={db} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free=0 \
          argv-mem={argv_mem} multi-mem={multi_mem} rbs={REPLY_BUF_BYTES} rbp={rbp} obl={obl} oll=0 omem=0 \
          tot-mem={tot_mem} events=r cmd={cmd} user=default redir=-1 resp={resp}",
+        c.sub.get(),
+        c.psub.get(),
+        c.ssub.get(),
         multi.map_or(-1, |n| n as i64),
     );
 }

@@ -281,7 +281,7 @@ fn info_clients(shard: &Shard, out: &mut String) {
     field(out, "maxclients", shard.config.maxclients);
     field(out, "client_recent_max_input_buffer", max_in);
     field(out, "client_recent_max_output_buffer", max_out);
-    field(out, "blocked_clients", 0);
+    field(out, "blocked_clients", shard.blocked_count());
     field(out, "tracking_clients", 0);
     field(out, "clients_in_timeout_table", 0);
 }
@@ -492,9 +492,13 @@ fn info_stats(shard: &Shard, out: &mut String) {
     field(out, "evicted_clients", 0);
     field(out, "keyspace_hits", st.keyspace_hits);
     field(out, "keyspace_misses", st.keyspace_misses);
-    field(out, "pubsub_channels", 0);
-    field(out, "pubsub_patterns", 0);
-    field(out, "pubsubshard_channels", 0);
+    field(out, "pubsub_channels", shard.pubsub.channel_count());
+    field(out, "pubsub_patterns", shard.pubsub.pattern_count());
+    field(
+        out,
+        "pubsubshard_channels",
+        shard.pubsub.shard_channel_count(),
+    );
     field(out, "latest_fork_usec", 0);
     field(out, "total_forks", 0);
     field(out, "total_error_replies", st.total_error_replies);
