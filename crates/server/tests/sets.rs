@@ -239,6 +239,13 @@ fn spop_and_srandmember_counts() {
     assert!(rest.is_disjoint(&popped_set));
     assert_eq!(call(&mut c, "EXISTS s"), int(0));
     assert_eq!(call(&mut c, "SPOP s"), "$-1\r\n");
+    // A negative count too large to reply is refused instead of exhausting memory.
+    call(&mut c, "SADD r a");
+    assert_eq!(
+        call(&mut c, "SRANDMEMBER r -4611686018427387903"),
+        "-ERR value is out of range\r\n"
+    );
+    assert_eq!(items(&mut c, "SRANDMEMBER r -100000", b'*').len(), 100_000);
     assert_eq!(
         call(&mut c, "SPOP s -1"),
         "-ERR value is out of range, must be positive\r\n"

@@ -50,6 +50,11 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// SSCAN returns sets up to this size whole, with cursor 0 (Redis 7.2's listpack bound).
 pub const SSCAN_ALL_MAX: usize = 128;
 
+/// Most members one SRANDMEMBER with a negative count replies. Redis 7.0 builds any reply
+/// (`SRANDMEMBER s -4611686018427387903` hangs it while memory lasts); Meridian refuses counts
+/// beyond this with "value is out of range" rather than exhaust the shard's memory.
+pub const SRANDMEMBER_REPEATS_MAX: u64 = 1 << 24;
+
 /// Random bucket probes before SPOP/SRANDMEMBER fall back to walking the set.
 const RANDOM_PROBES_MAX: usize = 64;
 
@@ -437,6 +442,9 @@ fn srandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 ctx.out.array(0);
                 return Ok(());
             };
+            if n < 0 && n.unsigned_abs() > SRANDMEMBER_REPEATS_MAX {
+                return Err(CmdError::Err("value is out of range".to_string()));
+            }
             let count = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
             if n < 0 {
                 // Repeats allowed: `count` independent picks.
