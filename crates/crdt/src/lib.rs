@@ -21,6 +21,7 @@
 //! - `list`: sequence CRDT: concurrent inserts all kept in one order, observed removes.
 //! - `hll`: HyperLogLog registers merged by maximum, in Redis's own encoding.
 //! - `op`: `Effect`, what one write replicates.
+//! - `hashing`: the keyed hash of collection tables (the host supplies the key).
 //! - `codec`: binary encoding of effects' building blocks, bounds-checked decoding.
 #![cfg_attr(
     not(test),
@@ -33,6 +34,7 @@ pub mod counter;
 pub mod dot;
 pub mod expire;
 pub mod hash;
+pub mod hashing;
 pub mod hlc;
 pub mod hll;
 pub mod key;

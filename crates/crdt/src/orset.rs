@@ -15,12 +15,12 @@
 //! - `seen`: the join of every dot added and every removal context applied (a cache, so that
 //!   `observe_into` does not walk the members; not part of the CRDT state nor of equality).
 //!
-//! Iteration order is hash order (as Redis's hashtable encoding). The hash is `foldhash` with
-//! a fixed seed: this crate takes no randomness, and the order is not part of the state
-//! (equality and `Hash` are order-independent).
+//! Iteration order is hash order (as Redis's hashtable encoding). Members are hashed with the
+//! process's secret key (`crate::hashing`), since clients choose them; the order is not part
+//! of the state (equality and `Hash` are order-independent).
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 
 use hashbrown::HashTable;
 use smallvec::SmallVec;
@@ -71,10 +71,8 @@ pub struct OrSet {
     inner: Option<Box<Inner>>,
 }
 
-const HASH_SEED: u64 = 0x6d65_7269_6469_616e;
-
 fn hash_member(member: &[u8]) -> u64 {
-    foldhash::fast::FixedState::with_seed(HASH_SEED).hash_one(member)
+    crate::hashing::hash_bytes(member)
 }
 
 fn elem_hash(e: &Elem) -> u64 {
@@ -385,7 +383,7 @@ impl Hash for OrSet {
         // Order-independent: a wrapping sum of the elements' hashes.
         let mut sum = 0u64;
         for e in self.elems().iter() {
-            let mut h = foldhash::fast::FixedState::with_seed(HASH_SEED).build_hasher();
+            let mut h = std::hash::DefaultHasher::new();
             e.member.hash(&mut h);
             self.dots_of(e).hash(&mut h);
             sum = sum.wrapping_add(h.finish());

@@ -33,6 +33,8 @@ pub enum ServerError {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
+    // Collections hash client-chosen members with a secret key: give the CRDT crate one.
+    meridian_crdt::hashing::init(rand::random());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let addr = listener
