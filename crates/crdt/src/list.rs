@@ -451,13 +451,32 @@ impl ListCrdt {
         inner.seen.observe(stamp);
         match op {
             ListOp::Insert { pos, values } => {
+                // Values that all go before the head (LPUSH) are inserted last first, so that
+                // each takes the head's fast path.
+                let n = values.len();
+                let before_head = n > 1
+                    && inner
+                        .blocks
+                        .front()
+                        .and_then(|b| b.first())
+                        .is_some_and(|f| {
+                            ElemId {
+                                pos: nth_pos(pos, n - 1),
+                                stamp,
+                            } < f.id
+                        });
                 let mut any = false;
-                for (j, v) in values.iter().enumerate() {
+                let mut one = |j: usize, v: &B| {
                     let id = ElemId {
                         pos: nth_pos(pos, j),
                         stamp,
                     };
                     any |= inner.insert(id, v.as_ref());
+                };
+                if before_head {
+                    values.iter().enumerate().rev().for_each(|(j, v)| one(j, v));
+                } else {
+                    values.iter().enumerate().for_each(|(j, v)| one(j, v));
                 }
                 any
             }
@@ -939,8 +958,8 @@ impl Inner {
                 break;
             }
             let removed = match self.blocks.get_mut(b) {
-                Some(blk) => retain_block(blk, |e| {
-                    !(e.id >= *lo && e.id <= *hi && observed.covers(e.id.stamp))
+                Some(blk) => retain_block_until(blk, Some(hi), |e| {
+                    !(e.id >= *lo && observed.covers(e.id.stamp))
                 }),
                 None => 0,
             };
@@ -971,6 +990,16 @@ impl Inner {
 /// Keeps the entries of `blk` for which `keep` holds; returns how many were removed. A
 /// removed prefix or suffix is cut without copying the rest.
 fn retain_block(blk: &mut Block, keep: impl Fn(&Elem<'_>) -> bool) -> usize {
+    retain_block_until(blk, None, keep)
+}
+
+/// `retain_block`, looking only at entries up to `hi` (entries are sorted: those after it are
+/// kept without being decoded).
+fn retain_block_until(
+    blk: &mut Block,
+    hi: Option<&ElemId>,
+    keep: impl Fn(&Elem<'_>) -> bool,
+) -> usize {
     let mut spans: Vec<(usize, usize)> = Vec::new();
     let mut removed = 0;
     let mut off = 0;
@@ -978,6 +1007,14 @@ fn retain_block(blk: &mut Block, keep: impl Fn(&Elem<'_>) -> bool) -> usize {
         let Some((e, next)) = blk.decode(off) else {
             break;
         };
+        if hi.is_some_and(|h| e.id > *h) {
+            let end = blk.data.len();
+            match spans.last_mut() {
+                Some(s) if s.1 == off => s.1 = end,
+                _ => spans.push((off, end)),
+            }
+            break;
+        }
         if keep(&e) {
             match spans.last_mut() {
                 Some(s) if s.1 == off => s.1 = next,
