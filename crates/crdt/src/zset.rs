@@ -53,10 +53,7 @@ pub enum ZSetOp<B: AsRef<[u8]>> {
     /// ZINCRBY (ZADD INCR) of one member: adds `delta` to the score.
     Incr { member: B, delta: F64 },
     /// ZREM of one member (pops, ZREMRANGE...): removes the writes `observed` covers.
-    Rem {
-        member: B,
-        observed: VersionVector,
-    },
+    Rem { member: B, observed: VersionVector },
 }
 
 /// A score in an op: compared and hashed by its bits (never NaN).
@@ -314,11 +311,10 @@ impl Inner {
                 incs: ms.incs,
                 removed: ms.removed,
             };
-            self.meta.insert_unique(
-                h,
-                (SmallBytes::copy_from(member), meta),
-                |e| hash_member(e.0.as_slice()),
-            );
+            self.meta
+                .insert_unique(h, (SmallBytes::copy_from(member), meta), |e| {
+                    hash_member(e.0.as_slice())
+                });
         }
     }
 
@@ -500,9 +496,8 @@ impl ZSetCrdt {
         inner.seen.merge(vv);
         let mut touched: Vec<SmallBytes> = Vec::new();
         for e in inner.elems.iter() {
-            if !inner.meta.is_empty() && inner.meta_of(e.member.as_slice()).is_some() {
-                touched.push(e.member.clone());
-            } else if e.stamp == Stamp::default() || vv.covers(e.stamp) {
+            let has_meta = !inner.meta.is_empty() && inner.meta_of(e.member.as_slice()).is_some();
+            if has_meta || e.stamp == Stamp::default() || vv.covers(e.stamp) {
                 touched.push(e.member.clone());
             }
         }
@@ -752,7 +747,7 @@ impl ZSetCrdt {
 
     /// The canonical live state (for tests and equality): per member in byte order, the adds
     /// and the increments, with score bits.
-    fn canonical(&self) -> Vec<(Vec<u8>, u64, Vec<(Stamp, u64)>, Vec<(ReplicaId, Vec<(Hlc, u64)>)>)> {
+    fn canonical(&self) -> Vec<CanonicalMember> {
         let Some(inner) = &self.inner else {
             return Vec::new();
         };
@@ -777,6 +772,14 @@ impl ZSetCrdt {
     }
 }
 
+/// A member's live state with score bits: member, shown score, adds, increments per origin.
+type CanonicalMember = (
+    Vec<u8>,
+    u64,
+    Vec<(Stamp, u64)>,
+    Vec<(ReplicaId, Vec<(Hlc, u64)>)>,
+);
+
 fn range_ok(start: &Bound<Key>, end: &Bound<Key>) -> bool {
     match (start, end) {
         (Bound::Included(a), Bound::Included(b)) => a <= b,
@@ -787,9 +790,20 @@ fn range_ok(start: &Bound<Key>, end: &Bound<Key>) -> bool {
     }
 }
 
-/// The next representable double above `v` (finite `v`).
+/// The next representable double above `v` (finite `v`; `f64::next_up` is newer than the MSRV).
 fn next_up(v: f64) -> f64 {
-    v.next_up()
+    if v.is_nan() || v == f64::INFINITY {
+        return v;
+    }
+    if v == 0.0 {
+        return f64::from_bits(1);
+    }
+    let b = v.to_bits();
+    if v > 0.0 {
+        f64::from_bits(b + 1)
+    } else {
+        f64::from_bits(b - 1)
+    }
 }
 
 /// A ZRANGEBYLEX bound: `-`, `+`, `[member`, `(member`.
@@ -957,7 +971,10 @@ mod tests {
             assert!(z.apply(st(i as u64 + 1, 1), &op));
         }
         let v: Vec<_> = z.iter().map(|(m, _)| m.to_vec()).collect();
-        assert_eq!(v, vec![b"c".to_vec(), b"d".to_vec(), b"a".to_vec(), b"b".to_vec()]);
+        assert_eq!(
+            v,
+            vec![b"c".to_vec(), b"d".to_vec(), b"a".to_vec(), b"b".to_vec()]
+        );
         assert_eq!(z.rank(b"a"), Some(2));
         assert_eq!(z.rank(b"c"), Some(0));
         assert_eq!(z.rank(b"b"), Some(3));

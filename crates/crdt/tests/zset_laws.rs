@@ -218,10 +218,24 @@ fn any_op() -> impl Strategy<Value = ZSetOp<Vec<u8>>> {
     });
     let m = prop::collection::vec(any::<u8>(), 0..30);
     prop_oneof![
-        (m.clone(), any::<f64>().prop_filter("not NaN", |f| !f.is_nan()), vv.clone())
-            .prop_map(|(member, s, observed)| ZSetOp::Add { member, score: F64(s), observed }),
-        (m.clone(), any::<f64>().prop_filter("not NaN", |f| !f.is_nan()))
-            .prop_map(|(member, d)| ZSetOp::Incr { member, delta: F64(d) }),
+        (
+            m.clone(),
+            any::<f64>().prop_filter("not NaN", |f| !f.is_nan()),
+            vv.clone()
+        )
+            .prop_map(|(member, s, observed)| ZSetOp::Add {
+                member,
+                score: F64(s),
+                observed
+            }),
+        (
+            m.clone(),
+            any::<f64>().prop_filter("not NaN", |f| !f.is_nan())
+        )
+            .prop_map(|(member, d)| ZSetOp::Incr {
+                member,
+                delta: F64(d)
+            }),
         (m, vv).prop_map(|(member, observed)| ZSetOp::Rem { member, observed }),
     ]
 }
@@ -362,7 +376,10 @@ fn table_concurrent_zincrby_sum() {
         (st(2, 2), incr("x", 1.0)),
     );
     assert_eq!(score(&a, "x"), Some(1.1 + 1.0 + 1.0));
-    assert_eq!(score(&a, "x").map(f64::to_bits), score(&b, "x").map(f64::to_bits));
+    assert_eq!(
+        score(&a, "x").map(f64::to_bits),
+        score(&b, "x").map(f64::to_bits)
+    );
     assert_eq!(format!("{:.1}", score(&a, "x").unwrap()), "3.1");
 }
 

@@ -86,7 +86,10 @@ fn large_set_ranks_ranges_and_encoding() {
     // Removing by rank keeps ranks consistent.
     assert_eq!(c.call_line("ZREMRANGEBYRANK big 0 499"), int(500));
     assert_eq!(c.call_line("ZRANK big m0500"), int(0));
-    assert_eq!(c.call_line("ZPOPMIN big"), "*2\r\n$5\r\nm0500\r\n$4\r\n1000\r\n");
+    assert_eq!(
+        c.call_line("ZPOPMIN big"),
+        "*2\r\n$5\r\nm0500\r\n$4\r\n1000\r\n"
+    );
     assert_eq!(c.call_line("ZREMRANGEBYSCORE big -inf +inf"), int(499));
     assert_eq!(c.call_line("EXISTS big"), int(0));
 }

@@ -133,7 +133,10 @@ fn encode(long_r: Range, lat_r: Range, longitude: f64, latitude: f64, step: u8) 
     {
         return None;
     }
-    if latitude < lat_r.min || latitude > lat_r.max || longitude < long_r.min || longitude > long_r.max
+    if latitude < lat_r.min
+        || latitude > lat_r.max
+        || longitude < long_r.min
+        || longitude > long_r.max
     {
         return None;
     }
@@ -863,8 +866,16 @@ fn georadius_generic(
         return Ok(());
     }
     match sort {
-        Sort::Asc => ga.sort_by(|a, b| a.dist.partial_cmp(&b.dist).unwrap_or(std::cmp::Ordering::Equal)),
-        Sort::Desc => ga.sort_by(|a, b| b.dist.partial_cmp(&a.dist).unwrap_or(std::cmp::Ordering::Equal)),
+        Sort::Asc => ga.sort_by(|a, b| {
+            a.dist
+                .partial_cmp(&b.dist)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }),
+        Sort::Desc => ga.sort_by(|a, b| {
+            b.dist
+                .partial_cmp(&a.dist)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        }),
         Sort::None => {}
     }
     let returned = if count == 0 {

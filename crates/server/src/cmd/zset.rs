@@ -155,7 +155,10 @@ pub(crate) fn rem_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
 }
 
 pub(crate) fn score_of(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) -> Option<f64> {
-    read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key).ok().flatten().and_then(|z| z.score(member))
+    read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key)
+        .ok()
+        .flatten()
+        .and_then(|z| z.score(member))
 }
 
 /// Replies members, with scores when asked: RESP2 a flat array, RESP3 `[member, score]` pairs.
@@ -322,7 +325,11 @@ fn select<'a>(
                 return Vec::new();
             }
             let it = z.range_by_score(*lo, *hi);
-            let take = if limit < 0 { usize::MAX } else { limit as usize };
+            let take = if limit < 0 {
+                usize::MAX
+            } else {
+                limit as usize
+            };
             if rev {
                 it.rev().skip(offset as usize).take(take).collect()
             } else {
@@ -334,7 +341,11 @@ fn select<'a>(
                 return Vec::new();
             }
             let it = z.range_by_lex(lo, hi);
-            let take = if limit < 0 { usize::MAX } else { limit as usize };
+            let take = if limit < 0 {
+                usize::MAX
+            } else {
+                limit as usize
+            };
             if rev {
                 it.rev().skip(offset as usize).take(take).collect()
             } else {
@@ -431,7 +442,8 @@ fn zrange_generic(
             reply_items(ctx.out, &items, withscores);
         }
         Some(dst) => {
-            let items: Vec<(Vec<u8>, f64)> = match read(ctx.shard, ctx.client.db, ctx.now_ms, key)? {
+            let items: Vec<(Vec<u8>, f64)> = match read(ctx.shard, ctx.client.db, ctx.now_ms, key)?
+            {
                 Some(z) => select(z, &range, rev, offset, limit)
                     .into_iter()
                     .map(|(m, s)| (m.to_vec(), s))
@@ -664,21 +676,24 @@ fn zcard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn zcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (lo, hi) = score_range(arg(argv, 2), arg(argv, 3))?;
-    let n = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?.map_or(0, |z| z.range_by_score(lo, hi).count());
+    let n = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?
+        .map_or(0, |z| z.range_by_score(lo, hi).count());
     ctx.out.int(n as i64);
     Ok(())
 }
 
 fn zlexcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (lo, hi) = lex_range(arg(argv, 2), arg(argv, 3))?;
-    let n = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?.map_or(0, |z| z.range_by_lex(&lo, &hi).count());
+    let n = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?
+        .map_or(0, |z| z.range_by_lex(&lo, &hi).count());
     ctx.out.int(n as i64);
     Ok(())
 }
 
 fn zrank_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], rev: bool) -> Result<(), CmdError> {
     let member = arg(argv, 2);
-    let r = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?.and_then(|z| z.rank(member).map(|r| (r, z.len())));
+    let r = read(ctx.shard, ctx.client.db, ctx.now_ms, arg(argv, 1))?
+        .and_then(|z| z.rank(member).map(|r| (r, z.len())));
     match r {
         Some((r, n)) => ctx.out.int(if rev { n - 1 - r } else { r } as i64),
         None => ctx.out.null(),
