@@ -159,3 +159,26 @@ fn resp3_scores_are_doubles() {
     assert_eq!(c.call_line("ZSCORE z nosuch"), "_\r\n");
     assert_eq!(c.call_line("ZINCRBY z 1 a"), ",2\r\n");
 }
+
+#[test]
+fn blocking_pops_wake_on_zadd() {
+    let s = Server::start();
+    let mut a = s.connect();
+    let mut b = s.connect();
+    let mut w = s.connect();
+    a.send_cmd(&[b"BZPOPMIN", b"q1", b"q2", b"5"]);
+    b.send_cmd(&[b"BZMPOP", b"5", b"1", b"q2", b"MAX", b"COUNT", b"2"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(w.call_line("ZADD q2 1 x 2 y 3 z"), int(3));
+    // First waiter in line is served first.
+    let ra = String::from_utf8_lossy(&a.read_reply()).into_owned();
+    assert_eq!(ra, "*3\r\n$2\r\nq2\r\n$1\r\nx\r\n$1\r\n1\r\n");
+    let rb = String::from_utf8_lossy(&b.read_reply()).into_owned();
+    assert_eq!(
+        rb,
+        "*2\r\n$2\r\nq2\r\n*2\r\n*2\r\n$1\r\nz\r\n$1\r\n3\r\n*2\r\n$1\r\ny\r\n$1\r\n2\r\n"
+    );
+    assert_eq!(w.call_line("EXISTS q2"), int(0));
+    // Timeout: the null array.
+    assert_eq!(a.call_line("BZPOPMAX q3 0.05"), "*-1\r\n");
+}

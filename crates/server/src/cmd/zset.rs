@@ -1,7 +1,8 @@
 //! Sorted-set commands: ZADD ZINCRBY ZREM ZSCORE ZMSCORE ZCARD ZCOUNT ZLEXCOUNT ZRANGE
 //! ZRANGESTORE ZRANGEBYSCORE ZREVRANGEBYSCORE ZRANGEBYLEX ZREVRANGEBYLEX ZREVRANGE ZRANK
 //! ZREVRANK ZPOPMIN ZPOPMAX ZRANDMEMBER ZREMRANGEBYRANK ZREMRANGEBYSCORE ZREMRANGEBYLEX ZUNION
-//! ZINTER ZDIFF ZUNIONSTORE ZINTERSTORE ZDIFFSTORE ZINTERCARD ZSCAN ZMPOP.
+//! ZINTER ZDIFF ZUNIONSTORE ZINTERSTORE ZDIFFSTORE ZINTERCARD ZSCAN ZMPOP, and the blocking
+//! BZPOPMIN BZPOPMAX BZMPOP (on `crate::blocking`).
 //!
 //! Semantics, option parsing, reply shapes (RESP2 and RESP3) and error texts follow Redis 7.0
 //! (`t_zset.c`). Every write is one CRDT op per member (`ZSetOp::Add`, `Incr`, `Rem`, see
@@ -16,6 +17,7 @@ use rand::RngExt as _;
 
 use super::args::{eq_ic, glob_match, int_arg, parse_f64};
 use super::{Ctx, Handler};
+use crate::blocking::parse_timeout;
 use crate::error::CmdError;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
@@ -53,6 +55,9 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("zintercard", zintercard),
     ("zscan", zscan),
     ("zmpop", zmpop),
+    ("bzpopmin", bzpopmin),
+    ("bzpopmax", bzpopmax),
+    ("bzmpop", bzmpop),
 ];
 
 /// Redis's `zset-max-listpack-entries` / `zset-max-listpack-value` defaults.
@@ -785,16 +790,22 @@ fn parse_range_long(b: &[u8], min: i64, max: i64, msg: &str) -> Result<i64, CmdE
     Ok(v)
 }
 
-/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count].
-fn zmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+/// Parsed `numkeys key [key ...] MIN|MAX [COUNT count]` of ZMPOP/BZMPOP.
+struct MpopArgs<'a> {
+    keys: Vec<&'a [u8]>,
+    max: bool,
+    count: usize,
+}
+
+fn parse_mpop<'a>(argv: &[&'a [u8]], numkeys_idx: usize) -> Result<MpopArgs<'a>, CmdError> {
     let numkeys = parse_range_long(
-        arg(argv, 1),
+        arg(argv, numkeys_idx),
         1,
         i64::MAX,
         "numkeys should be greater than 0",
     )?;
-    let first = 2usize;
-    if numkeys > (argv.len() as i64 - 3) {
+    let first = numkeys_idx + 1;
+    if numkeys > (argv.len() as i64 - first as i64 - 1) {
         return Err(CmdError::Syntax);
     }
     let numkeys = numkeys as usize;
@@ -823,12 +834,32 @@ fn zmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             return Err(CmdError::Syntax);
         }
     }
-    let count = if count == -1 { 1 } else { count as usize };
-    for k in argv.iter().skip(first).take(numkeys) {
-        if read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, k)?.is_none() {
+    Ok(MpopArgs {
+        keys: argv.iter().skip(first).take(numkeys).copied().collect(),
+        max,
+        count: if count == -1 { 1 } else { count as usize },
+    })
+}
+
+/// Whether `key` holds a sorted set to pop from. On a blocked client's re-run a key of
+/// another type counts as empty (Redis 7.0 serves it only from a sorted set).
+fn poppable(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<bool, CmdError> {
+    let rerun = ctx.is_rerun();
+    match read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key).map(|z| z.is_some()) {
+        Ok(found) => Ok(found),
+        Err(_) if rerun => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Pops from the first non-empty key and replies `[key, [[member, score], ...]]`; false
+/// (nothing replied) when every key is empty.
+fn mpop_first(ctx: &mut Ctx<'_>, a: &MpopArgs<'_>) -> Result<bool, CmdError> {
+    for k in &a.keys {
+        if !poppable(ctx, k)? {
             continue;
         }
-        let items = pop(ctx, k, count, max);
+        let items = pop(ctx, k, a.count, a.max);
         ctx.out.array(2);
         ctx.out.bulk(k);
         ctx.out.array(items.len());
@@ -837,10 +868,57 @@ fn zmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ctx.out.bulk(m);
             ctx.out.double(*s);
         }
-        return Ok(());
+        return Ok(true);
     }
-    ctx.out.null_array();
+    Ok(false)
+}
+
+/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count].
+fn zmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let a = parse_mpop(argv, 1)?;
+    if !mpop_first(ctx, &a)? {
+        ctx.out.null_array();
+    }
     Ok(())
+}
+
+/// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count].
+fn bzmpop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let deadline = parse_timeout(arg(argv, 1), ctx.now_ms)?;
+    let a = parse_mpop(argv, 2)?;
+    if !mpop_first(ctx, &a)? {
+        ctx.block(&a.keys, deadline);
+    }
+    Ok(())
+}
+
+/// BZPOPMIN / BZPOPMAX key [key ...] timeout: `[key, member, score]`.
+fn bzpop_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], max: bool) -> Result<(), CmdError> {
+    let deadline = parse_timeout(argv.last().copied().unwrap_or_default(), ctx.now_ms)?;
+    let keys = argv.get(1..argv.len() - 1).unwrap_or_default();
+    for key in keys {
+        if !poppable(ctx, key)? {
+            continue;
+        }
+        let items = pop(ctx, key, 1, max);
+        if let Some((m, s)) = items.first() {
+            ctx.out.array(3);
+            ctx.out.bulk(key);
+            ctx.out.bulk(m);
+            ctx.out.double(*s);
+            return Ok(());
+        }
+    }
+    ctx.block(keys, deadline);
+    Ok(())
+}
+
+fn bzpopmin(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    bzpop_generic(ctx, argv, false)
+}
+
+fn bzpopmax(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    bzpop_generic(ctx, argv, true)
 }
 
 fn zremrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: RangeType) -> Result<(), CmdError> {
