@@ -8,6 +8,8 @@
 //! order, so replies match Redis byte for byte. Writes are the sorted set's (ZADD semantics,
 //! one op per member), so geo data merges by the sorted-set rules.
 
+use std::ops::Bound;
+
 use super::args::eq_ic;
 use super::zset::{add_member, parse_score, read, reply_items, score_of, store};
 use super::{Ctx, Handler};
@@ -661,14 +663,9 @@ fn georadius_generic(
     let src = arg(argv, src_idx);
     let mut storekey: Option<&[u8]> = None;
     let mut storedist = false;
-    // Copy what the search needs out of the set (the store below writes to the keyspace).
-    let members: Option<Vec<(Vec<u8>, f64)>> = read(ctx.shard, ctx.client.db, ctx.now_ms, src)?
-        .map(|z| z.iter().map(|(m, s)| (m.to_vec(), s)).collect());
-    let score_in = |m: &[u8]| -> Option<f64> {
-        members
-            .as_ref()
-            .and_then(|v| v.iter().find(|(x, _)| x.as_slice() == m).map(|e| e.1))
-    };
+    // The set stays borrowed until the matches are collected (the store below writes).
+    let members = read(ctx.shard, ctx.client.db, ctx.now_ms, src)?;
+    let score_in = |m: &[u8]| -> Option<f64> { members.and_then(|z| z.score(m)) };
     let mut xy = [0.0f64; 2];
     let mut kind: Option<ShapeKind> = None;
     let mut conversion = 1.0;
@@ -842,15 +839,11 @@ fn georadius_generic(
             bits: b.bits + 1,
             step: b.step,
         }) as f64;
-        let start = members.partition_point(|e| e.1 < min);
-        for (m, s) in members.get(start..).unwrap_or_default() {
-            if *s >= max {
-                break;
-            }
-            if let Some((pxy, d)) = within(&shape, *s) {
+        for (m, sc) in members.range_by_score(Bound::Included(min), Bound::Excluded(max)) {
+            if let Some((pxy, d)) = within(&shape, sc) {
                 ga.push(Point {
-                    member: m.clone(),
-                    score: *s,
+                    member: m.to_vec(),
+                    score: sc,
                     dist: d,
                     xy: pxy,
                 });
