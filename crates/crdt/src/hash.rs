@@ -22,12 +22,13 @@
 //! `[0][field len][field][stamp 12 B][value len][value]`; any other field is
 //! `[1][field len][field][slot]` with its state in a slab aside. Lookups scan the arena
 //! while the hash is small; above `INDEX_MIN` fields a `hashbrown::HashTable` of arena
-//! offsets (hashed with a per-process random key, since clients choose fields) finds them,
+//! offsets (hashed with the process's secret key, `crate::hashing`, since clients choose
+//! fields) finds them,
 //! entries rewritten with another size are marked dead (`[2]...`) and appended, and the
 //! arena is compacted when half of it is dead.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
 
 use hashbrown::HashTable;
@@ -53,11 +54,8 @@ const TAG_RARE: u8 = 1;
 const TAG_DEAD_PLAIN: u8 = 2;
 const TAG_DEAD_RARE: u8 = 3;
 
-static HASHER: LazyLock<foldhash::fast::RandomState> =
-    LazyLock::new(foldhash::fast::RandomState::default);
-
 fn hash_field(field: &[u8]) -> u64 {
-    HASHER.hash_one(field)
+    crate::hashing::hash_bytes(field)
 }
 
 /// One field's full state (the rare form, or a plain field decoded).
