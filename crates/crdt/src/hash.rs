@@ -19,7 +19,8 @@
 //!
 //! Layout. A hash is one pointer. The fields live in one byte arena in insertion order,
 //! like Redis's listpack: a plain field (one write, no increment: the common case) is
-//! `[0][field len][field][stamp 12 B][value len][value]`; any other field is
+//! `[0][field len][field][replica index][hlc delta][value len][value]` (the stamp packed
+//! against a per-hash replica table and base hlc); any other field is
 //! `[1][field len][field][slot]` with its state in a slab aside. Lookups scan the arena
 //! while the hash is small; above `INDEX_MIN` fields a `hashbrown::HashTable` of arena
 //! offsets (hashed with the process's secret key, `crate::hashing`, since clients choose

@@ -129,6 +129,10 @@ fn randfield_scan_and_encoding() {
     );
     assert_eq!(c.call_line("HRANDFIELD h 1 foo"), "-ERR syntax error\r\n");
     assert_eq!(
+        c.call_line("HRANDFIELD h -16777217"),
+        "-ERR value is out of range\r\n"
+    );
+    assert_eq!(
         c.call_line("HSCAN h 0 MATCH b*"),
         "*2\r\n$1\r\n0\r\n*2\r\n$1\r\nb\r\n$1\r\n2\r\n"
     );
