@@ -22,12 +22,11 @@
 //!
 //! Layout. `ZSetCrdt` is one pointer. Members live in a `hashbrown::HashTable` of 48-byte
 //! `{member, score, stamp}` (member inline up to 22 bytes; keyed random hashing, since clients
-//! choose members), and in a `BTreeSet` of `(score, member)` for ordered access (rank, score and
-//! lex ranges). The rare parts (concurrent adds, increments, removal contexts) are in a side
+//! choose members), and in `Ordered`, sorted blocks of `(score, member)` for ordered access
+//! (rank in O(n / 1024 + log n), score and lex ranges, ranges by rank). The rare parts (concurrent adds, increments, removal contexts) are in a side
 //! table that is empty for a single site after every write.
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
@@ -109,6 +108,165 @@ impl Ord for Key {
             .partial_cmp(&other.score)
             .unwrap_or(Ordering::Equal)
             .then_with(|| self.member.cmp(&other.member))
+    }
+}
+
+/// Members in order, as sorted blocks of keys: rank queries sum the block lengths before a
+/// position (n / 512 additions) instead of walking the members, inserts and removals move at
+/// most one block's keys, and ranges are slices of consecutive blocks.
+#[derive(Clone, Debug, Default)]
+struct Ordered {
+    /// Invariant: no empty block; blocks sorted, each sorted, all keys distinct.
+    blocks: Vec<Vec<Key>>,
+    len: usize,
+}
+
+/// Most keys in a block before it splits in two.
+const BLOCK_KEYS_MAX: usize = 1024;
+
+static EMPTY_BLOCK: Vec<Key> = Vec::new();
+
+impl Ordered {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn block(&self, b: usize) -> &[Key] {
+        self.blocks.get(b).map_or(&[], |v| v.as_slice())
+    }
+
+    /// The block that holds (or would hold) `key`: the first whose last key is not below it.
+    fn block_for(&self, key: &Key) -> usize {
+        let b = self
+            .blocks
+            .partition_point(|blk| blk.last().is_some_and(|l| l < key));
+        b.min(self.blocks.len().saturating_sub(1))
+    }
+
+    fn insert(&mut self, key: Key) {
+        if self.blocks.is_empty() {
+            self.blocks.push(vec![key]);
+            self.len = 1;
+            return;
+        }
+        let b = self.block_for(&key);
+        let Some(blk) = self.blocks.get_mut(b) else {
+            return;
+        };
+        match blk.binary_search(&key) {
+            Ok(_) => return,
+            Err(i) => blk.insert(i, key),
+        }
+        self.len += 1;
+        if blk.len() > BLOCK_KEYS_MAX {
+            let tail = blk.split_off(blk.len() / 2);
+            self.blocks.insert(b + 1, tail);
+        }
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        let b = self.block_for(key);
+        let Some(blk) = self.blocks.get_mut(b) else {
+            return;
+        };
+        if let Ok(i) = blk.binary_search(key) {
+            blk.remove(i);
+            self.len -= 1;
+            if blk.is_empty() {
+                self.blocks.remove(b);
+            }
+        }
+    }
+
+    /// (global rank, block, index in block) of the first key not below `key` (`strict`: above).
+    fn seek(&self, key: &Key, strict: bool) -> (usize, usize, usize) {
+        let b = self.blocks.partition_point(|blk| {
+            blk.last()
+                .is_some_and(|l| if strict { l <= key } else { l < key })
+        });
+        let i = self
+            .block(b)
+            .partition_point(|k| if strict { k <= key } else { k < key });
+        let before: usize = self.blocks.iter().take(b).map(Vec::len).sum();
+        (before + i, b, i)
+    }
+
+    /// (block, index) of global rank `r` (`r == len`: the end).
+    fn locate(&self, mut r: usize) -> (usize, usize) {
+        for (b, blk) in self.blocks.iter().enumerate() {
+            if r < blk.len() {
+                return (b, r);
+            }
+            r -= blk.len();
+        }
+        (self.blocks.len(), 0)
+    }
+
+    /// Keys from position `(b0, i0)` up to, not including, `(b1, i1)`.
+    fn between(
+        &self,
+        (b0, i0): (usize, usize),
+        (b1, i1): (usize, usize),
+    ) -> impl DoubleEndedIterator<Item = &Key> + '_ {
+        let last = b1.min(self.blocks.len());
+        let empty = (b0, i0) >= (b1, i1);
+        let span = if empty { 0..0 } else { b0..last + 1 };
+        span.flat_map(move |b| {
+            let blk = self.blocks.get(b).unwrap_or(&EMPTY_BLOCK);
+            let start = if b == b0 { i0 } else { 0 };
+            let end = if b == b1 {
+                i1.min(blk.len())
+            } else {
+                blk.len()
+            };
+            blk.get(start..end).unwrap_or(&[])
+        })
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Key> + '_ {
+        self.blocks.iter().flatten()
+    }
+
+    fn first(&self) -> Option<&Key> {
+        self.blocks.first().and_then(|b| b.first())
+    }
+
+    fn last(&self) -> Option<&Key> {
+        self.blocks.last().and_then(|b| b.last())
+    }
+
+    /// Keys within the bounds.
+    fn range<'a>(
+        &'a self,
+        start: Bound<&Key>,
+        end: Bound<&Key>,
+    ) -> impl DoubleEndedIterator<Item = &'a Key> + use<'a> {
+        let lo = match start {
+            Bound::Unbounded => (0, 0),
+            Bound::Included(k) => {
+                let (_, b, i) = self.seek(k, false);
+                (b, i)
+            }
+            Bound::Excluded(k) => {
+                let (_, b, i) = self.seek(k, true);
+                (b, i)
+            }
+        };
+        let hi = match end {
+            Bound::Unbounded => (self.blocks.len(), 0),
+            Bound::Included(k) => {
+                let (_, b, i) = self.seek(k, true);
+                (b, i)
+            }
+            Bound::Excluded(k) => {
+                let (_, b, i) = self.seek(k, false);
+                (b, i)
+            }
+        };
+        self.between(lo, hi)
     }
 }
 
@@ -199,7 +357,7 @@ struct Inner {
     /// Invariant: exactly the members present, each once; `index` holds `(score, member)` of
     /// each.
     elems: HashTable<Elem>,
-    index: BTreeSet<Key>,
+    index: Ordered,
     /// Members with rare parts (also members not present that hold removal contexts).
     meta: HashTable<(SmallBytes, Meta)>,
     /// Per origin, the highest stamp of an op applied here (duplicate filter; with per-origin
@@ -224,7 +382,10 @@ fn hash_member(member: &[u8]) -> u64 {
     foldhash::fast::FixedState::with_seed(*HASH_SEED).hash_one(member)
 }
 
-static EMPTY_INDEX: BTreeSet<Key> = BTreeSet::new();
+static EMPTY_INDEX: Ordered = Ordered {
+    blocks: Vec::new(),
+    len: 0,
+};
 
 impl Inner {
     fn find(&self, member: &[u8]) -> Option<&Elem> {
@@ -342,7 +503,7 @@ impl ZSetCrdt {
         self.inner.get_or_insert_with(Box::default)
     }
 
-    fn index(&self) -> &BTreeSet<Key> {
+    fn index(&self) -> &Ordered {
         self.inner.as_ref().map_or(&EMPTY_INDEX, |i| &i.index)
     }
 
@@ -618,20 +779,21 @@ impl ZSetCrdt {
             score: e.score,
             member: e.member.clone(),
         };
-        let n = inner.index.len();
-        // Walk from the nearer end: count both sides in step until one runs out.
-        let mut below = inner.index.range(..&key);
-        let mut above = inner.index.range(&key..);
-        let mut i = 0usize;
-        loop {
-            if below.next().is_none() {
-                return Some(i);
-            }
-            if above.next().is_none() {
-                return Some(n - i);
-            }
-            i += 1;
-        }
+        Some(inner.index.seek(&key, false).0)
+    }
+
+    /// Members at ranks `start..end` (ascending), positioned without walking from an end.
+    pub fn range_by_rank(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> impl DoubleEndedIterator<Item = (&[u8], f64)> + '_ {
+        let index = self.index();
+        let end = end.min(index.len());
+        let start = start.min(end);
+        index
+            .between(index.locate(start), index.locate(end))
+            .map(|k| (k.member.as_slice(), k.score))
     }
 
     /// Members with `lo <= score <= hi` per the bounds, ascending, as a double-ended range.
@@ -680,7 +842,7 @@ impl ZSetCrdt {
         let skip_top_inf = matches!(lo, Bound::Excluded(s) if s == f64::INFINITY);
         let valid = !skip_top_inf && range_ok(&start, &end);
         let range = if valid {
-            Some(self.index().range((start, end)))
+            Some(self.index().range(start.as_ref(), end.as_ref()))
         } else {
             None
         };
@@ -732,7 +894,7 @@ impl ZSetCrdt {
             }
             return Box::new(
                 index
-                    .range((start, end))
+                    .range(start.as_ref(), end.as_ref())
                     .map(|k| (k.member.as_slice(), k.score)),
             );
         }
@@ -983,6 +1145,70 @@ mod tests {
             .map(|(m, _)| m.to_vec())
             .collect();
         assert_eq!(r, vec![b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    #[test]
+    fn ordered_blocks_keep_ranks_and_ranges_across_splits() {
+        let mut z = ZSetCrdt::new();
+        let n = 5000u64;
+        // Insert in a scrambled order so that blocks split in the middle.
+        for i in 0..n {
+            let k = (i * 7919) % n;
+            let m = format!("m{k:05}");
+            let op = add(&z, &m, (k / 3) as f64);
+            assert!(z.apply(st(i + 1, 1), &op));
+        }
+        assert!(z.index().blocks.len() > 4);
+        let all: Vec<(Vec<u8>, f64)> = z.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+        assert_eq!(all.len(), n as usize);
+        assert!(
+            all.windows(2)
+                .all(|w| (w[0].1, &w[0].0) < (w[1].1, &w[1].0))
+        );
+        for (r, (m, _)) in all.iter().enumerate().step_by(97) {
+            assert_eq!(z.rank(m), Some(r));
+        }
+        let mid: Vec<_> = z
+            .range_by_rank(1000, 1010)
+            .map(|(m, _)| m.to_vec())
+            .collect();
+        let want: Vec<_> = all[1000..1010].iter().map(|x| x.0.clone()).collect();
+        assert_eq!(mid, want);
+        let back: Vec<_> = z
+            .range_by_rank(4990, 6000)
+            .rev()
+            .map(|(m, _)| m.to_vec())
+            .collect();
+        let want: Vec<_> = all[4990..].iter().rev().map(|x| x.0.clone()).collect();
+        assert_eq!(back, want);
+        let by_score = z
+            .range_by_score(Bound::Included(100.0), Bound::Excluded(500.0))
+            .count();
+        assert_eq!(
+            by_score,
+            all.iter().filter(|x| (100.0..500.0).contains(&x.1)).count()
+        );
+        let rev_first = z
+            .range_by_score(Bound::Unbounded, Bound::Included(1000.0))
+            .next_back()
+            .map(|(m, _)| m.to_vec());
+        let want = all
+            .iter()
+            .filter(|x| x.1 <= 1000.0)
+            .last()
+            .map(|x| x.0.clone());
+        assert_eq!(rev_first, want);
+        // Remove every other member.
+        for (i, (m, _)) in all.iter().enumerate() {
+            if i % 2 == 0 {
+                let m = String::from_utf8(m.clone()).unwrap();
+                let op = rem(&z, &m);
+                z.apply(st(n + 1 + i as u64, 1), &op);
+            }
+        }
+        assert_eq!(z.len(), (n / 2) as usize);
+        assert_eq!(z.iter().count(), (n / 2) as usize);
+        assert_eq!(z.rank(&all[4999].0), Some(2499));
     }
 
     #[test]

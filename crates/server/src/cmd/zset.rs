@@ -306,23 +306,12 @@ fn select<'a>(
             if end >= llen {
                 end = llen - 1;
             }
-            let n = (end - start + 1) as usize;
             let (s, e) = (start as usize, end as usize);
-            let tail = llen as usize - 1 - e;
-            // Walk from the nearer end of the ordered index.
-            match (rev, s <= tail) {
-                (false, true) => z.iter().skip(s).take(n).collect(),
-                (false, false) => {
-                    let mut v: Vec<_> = z.iter().rev().skip(tail).take(n).collect();
-                    v.reverse();
-                    v
-                }
-                (true, true) => z.iter().rev().skip(s).take(n).collect(),
-                (true, false) => {
-                    let mut v: Vec<_> = z.iter().skip(tail).take(n).collect();
-                    v.reverse();
-                    v
-                }
+            let llen = llen as usize;
+            if rev {
+                z.range_by_rank(llen - 1 - e, llen - s).rev().collect()
+            } else {
+                z.range_by_rank(s, e + 1).collect()
             }
         }
         Range::Score(lo, hi) => {
