@@ -236,9 +236,25 @@ fn combine(sets: &[Option<&OrSet>], op: SetOp) -> Vec<Vec<u8>> {
     }
 }
 
-fn reply_members(ctx: &mut Ctx<'_>, members: &[Vec<u8>]) {
+/// Redis's `set-max-intset-entries`: a set of at most this many integers is an intset.
+const INTSET_ENTRIES_MAX: usize = 512;
+
+/// Puts members in the order Redis replies them: an intset (every member an integer, at most
+/// `INTSET_ENTRIES_MAX`) iterates in ascending numeric order; a hashtable's order is its hash
+/// order, which no client may rely on, so it is left as is.
+fn redis_order<M: AsRef<[u8]>>(members: &mut [M]) {
+    if members.len() > INTSET_ENTRIES_MAX {
+        return;
+    }
+    if members.iter().all(|m| parse_i64(m.as_ref()).is_some()) {
+        members.sort_by_key(|m| parse_i64(m.as_ref()).unwrap_or(0));
+    }
+}
+
+fn reply_members(ctx: &mut Ctx<'_>, members: &mut [Vec<u8>]) {
+    redis_order(members);
     ctx.out.set(members.len());
-    for m in members {
+    for m in members.iter() {
         ctx.out.bulk(m);
     }
 }
@@ -246,8 +262,8 @@ fn reply_members(ctx: &mut Ctx<'_>, members: &[Vec<u8>]) {
 /// SINTER/SUNION/SDIFF.
 fn set_op(ctx: &mut Ctx<'_>, argv: &[&[u8]], op: SetOp) -> Result<(), CmdError> {
     let keys = argv.get(1..).unwrap_or_default();
-    let result = compute(ctx, keys, op)?;
-    reply_members(ctx, &result);
+    let mut result = compute(ctx, keys, op)?;
+    reply_members(ctx, &mut result);
     Ok(())
 }
 
@@ -311,6 +327,14 @@ fn smembers(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     check_read(ctx, key)?;
     let db = ctx.db();
     match set_ref(ctx.shard, db, key) {
+        Some(s) if s.len() <= INTSET_ENTRIES_MAX => {
+            let mut members: Vec<&[u8]> = s.members().collect();
+            redis_order(&mut members);
+            ctx.out.set(members.len());
+            for m in members {
+                ctx.out.bulk(m);
+            }
+        }
         Some(s) => {
             ctx.out.set(s.len());
             for m in s.members() {
@@ -398,7 +422,7 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 return Ok(());
             };
             let whole = count >= s.len();
-            let picked = distinct_random(s, count, &mut rng);
+            let mut picked = distinct_random(s, count, &mut rng);
             if whole {
                 ctx.shard.delete_key(db, key, ctx.now_ms);
             } else {
@@ -406,7 +430,7 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                     rem_member(ctx, key, m);
                 }
             }
-            reply_members(ctx, &picked);
+            reply_members(ctx, &mut picked);
             Ok(())
         }
         _ => Err(CmdError::Syntax),
