@@ -1,5 +1,7 @@
 //! Argument parsing shared by handlers, with Redis's exact acceptance rules.
 
+use meridian_crdt::Dec;
+
 use crate::error::CmdError;
 
 /// Redis's `string2ll`: optional '-', no '+', no leading zeros (except "0"), no spaces,
@@ -211,6 +213,119 @@ fn glob_match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bo
         }
     }
     s.is_empty()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers as Redis's string2ld reads them, and SCAN-family cursors
+
+/// Longest text Redis's `string2ld` reads (`MAX_LONG_DOUBLE_CHARS`).
+pub const LONG_DOUBLE_CHARS_MAX: usize = 5 * 1024;
+/// A number as Redis's `string2ld` (strtold) reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongDouble {
+    Finite(Dec),
+    Infinite,
+}
+/// Redis's `string2ld`: the whole text must be a number, no leading space, no NaN, not out
+/// of `long double` range; `inf`/`infinity` (any case, signed) and hex floats are accepted.
+pub fn parse_long_double(b: &[u8]) -> Option<LongDouble> {
+    if b.is_empty() || b.len() >= LONG_DOUBLE_CHARS_MAX {
+        return None;
+    }
+    if let Some(d) = Dec::parse(b) {
+        return Some(LongDouble::Finite(d));
+    }
+    let unsigned = match b.split_first() {
+        Some((b'+' | b'-', rest)) => rest,
+        _ => b,
+    };
+    if eq_ic(unsigned, "inf") || eq_ic(unsigned, "infinity") {
+        return Some(LongDouble::Infinite);
+    }
+    parse_hex_float(b).map(LongDouble::Finite)
+}
+/// A C hex float (`0x1.8p3`, `-0X10`): the value, `None` when `b` is not one, or when it is out
+/// of range or too precise for `f64` to hold it exactly (then it is refused, not rounded).
+pub fn parse_hex_float(b: &[u8]) -> Option<Dec> {
+    let (negative, rest) = match b.split_first() {
+        Some((b'-', r)) => (true, r),
+        Some((b'+', r)) => (false, r),
+        _ => (false, b),
+    };
+    let rest = rest
+        .strip_prefix(b"0x")
+        .or_else(|| rest.strip_prefix(b"0X"))?;
+    let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
+        Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
+        None => (rest, None),
+    };
+    let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
+        Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
+        None => (mant, &b""[..]),
+    };
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    let mut coef: u64 = 0;
+    let mut scale: i64 = 0;
+    for (i, &c) in int_part.iter().chain(frac_part).enumerate() {
+        let d = (c as char).to_digit(16)?;
+        if coef >> 52 != 0 {
+            return None;
+        }
+        coef = coef * 16 + u64::from(d);
+        if i >= int_part.len() {
+            scale -= 4;
+        }
+    }
+    if let Some(e) = exp {
+        let (eneg, digits) = match e.split_first() {
+            Some((b'-', r)) => (true, r),
+            Some((b'+', r)) => (false, r),
+            _ => (false, e),
+        };
+        if digits.is_empty() || digits.len() > 6 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        scale += if eneg { -v } else { v };
+    }
+    let m = coef as f64 * 2f64.powi(i32::try_from(scale).ok()?);
+    if !m.is_finite() || (coef != 0 && m == 0.0) {
+        return None;
+    }
+    let d = Dec::parse(format!("{m:e}").as_bytes())?;
+    Some(if negative { d.neg() } else { d })
+}
+/// Redis parses SCAN cursors with `strtoul`: leading '+' or '-' (negation wraps), leading
+/// zeros, and the empty string (cursor 0) are accepted; leading space, trailing bytes, no
+/// digits and overflow are not. Like C, a NUL byte ends the argument.
+pub fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let b = match arg.iter().position(|&c| c == 0) {
+        Some(i) => arg.get(..i).unwrap_or_default(),
+        None => arg,
+    };
+    match b.first() {
+        None => return Some(0),
+        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
+        _ => {}
+    }
+    let (neg, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 #[cfg(test)]

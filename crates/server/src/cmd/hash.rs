@@ -11,7 +11,7 @@
 
 use meridian_crdt::{Dec, Delta, Effect, HashCrdt, HashOp, KeyState, StrView, TypeTag};
 
-use super::args::{eq_ic, int_arg, parse_i64};
+use super::args::{LongDouble, eq_ic, int_arg, parse_cursor, parse_i64, parse_long_double};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::resp::reply::Reply;
@@ -439,35 +439,6 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Redis parses SCAN cursors with `strtoul` (see `keys.rs`).
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let b = match arg.iter().position(|&c| c == 0) {
-        Some(i) => arg.get(..i).unwrap_or_default(),
-        None => arg,
-    };
-    match b.first() {
-        None => return Some(0),
-        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
-        _ => {}
-    }
-    let (neg, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        _ => (false, b),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
 /// HSCAN key cursor [MATCH pattern] [COUNT count]. A small hash (Redis's listpack) is
 /// returned whole with cursor 0. A large one is walked in the order of the fields' keyed
 /// hash: the cursor is the hash where the next call resumes, so every field present for the
@@ -542,83 +513,6 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 // ---------------------------------------------------------------------------------------------
 // Long doubles (as `string.rs`; Redis's `string2ld`)
 // ---------------------------------------------------------------------------------------------
-
-const LONG_DOUBLE_CHARS_MAX: usize = 5 * 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LongDouble {
-    Finite(Dec),
-    Infinite,
-}
-
-fn parse_long_double(b: &[u8]) -> Option<LongDouble> {
-    if b.is_empty() || b.len() >= LONG_DOUBLE_CHARS_MAX {
-        return None;
-    }
-    if let Some(d) = Dec::parse(b) {
-        return Some(LongDouble::Finite(d));
-    }
-    let unsigned = match b.split_first() {
-        Some((b'+' | b'-', rest)) => rest,
-        _ => b,
-    };
-    if eq_ic(unsigned, "inf") || eq_ic(unsigned, "infinity") {
-        return Some(LongDouble::Infinite);
-    }
-    parse_hex_float(b).map(LongDouble::Finite)
-}
-
-fn parse_hex_float(b: &[u8]) -> Option<Dec> {
-    let (negative, rest) = match b.split_first() {
-        Some((b'-', r)) => (true, r),
-        Some((b'+', r)) => (false, r),
-        _ => (false, b),
-    };
-    let rest = rest
-        .strip_prefix(b"0x")
-        .or_else(|| rest.strip_prefix(b"0X"))?;
-    let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
-        Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
-        None => (rest, None),
-    };
-    let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
-        Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
-        None => (mant, &b""[..]),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
-    let mut coef: u64 = 0;
-    let mut scale: i64 = 0;
-    for (i, &c) in int_part.iter().chain(frac_part).enumerate() {
-        let d = (c as char).to_digit(16)?;
-        if coef >> 52 != 0 {
-            return None;
-        }
-        coef = coef * 16 + u64::from(d);
-        if i >= int_part.len() {
-            scale -= 4;
-        }
-    }
-    if let Some(e) = exp {
-        let (eneg, digits) = match e.split_first() {
-            Some((b'-', r)) => (true, r),
-            Some((b'+', r)) => (false, r),
-            _ => (false, e),
-        };
-        if digits.is_empty() || digits.len() > 6 || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        let v: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-        scale += if eneg { -v } else { v };
-    }
-    let m = coef as f64 * 2f64.powi(i32::try_from(scale).ok()?);
-    if !m.is_finite() || (coef != 0 && m == 0.0) {
-        return None;
-    }
-    let d = Dec::parse(format!("{m:e}").as_bytes())?;
-    Some(if negative { d.neg() } else { d })
-}
 
 #[cfg(test)]
 mod tests {

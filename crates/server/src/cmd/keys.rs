@@ -13,7 +13,7 @@
 
 use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 
-use super::args::{eq_ic, glob_match, int_arg, parse_i64};
+use super::args::{eq_ic, glob_match, int_arg, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::keyspace::{Entry, lru_clock};
@@ -180,37 +180,6 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.bulk(k);
     }
     Ok(())
-}
-
-/// Redis parses SCAN cursors with `strtoul`: leading '+' or '-' (negation wraps), leading
-/// zeros, and the empty string (cursor 0) are accepted; leading space, trailing bytes, no
-/// digits and overflow are not. Like C, a NUL byte ends the argument.
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let b = match arg.iter().position(|&c| c == 0) {
-        Some(i) => arg.get(..i).unwrap_or_default(),
-        None => arg,
-    };
-    match b.first() {
-        None => return Some(0),
-        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
-        _ => {}
-    }
-    let (neg, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        _ => (false, b),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 /// SCAN cursor layout: bits 0..52 the bucket index; bits 52..58 how many times the iteration

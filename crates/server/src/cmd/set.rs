@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 use meridian_crdt::{Effect, OrSet, TypeTag};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, parse_i64};
+use super::args::{eq_ic, glob_match, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::shard::Shard;
@@ -587,35 +587,6 @@ fn sintercard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     ctx.out.int(n as i64);
     Ok(())
-}
-
-/// Redis's SCAN cursor parsing (`strtoul`: leading '+'/'-', leading zeros, empty = 0).
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let b = match arg.iter().position(|&c| c == 0) {
-        Some(i) => arg.get(..i).unwrap_or_default(),
-        None => arg,
-    };
-    match b.first() {
-        None => return Some(0),
-        Some(b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') => return None,
-        _ => {}
-    }
-    let (neg, digits) = match b.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        _ => (false, b),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 /// SSCAN key cursor [MATCH pattern] [COUNT count]
