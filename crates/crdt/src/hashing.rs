@@ -11,12 +11,20 @@ use std::sync::OnceLock;
 static STATE: OnceLock<ahash::RandomState> = OnceLock::new();
 
 /// The key used when `init` was never called (tests and tools).
-const FALLBACK_SEEDS: [u64; 4] = [0x6d65_7269_6469_616e, 0x2d63_7264_742d_6861, 0x7368_2d6b_6579_2d30, 0x0123_4567_89ab_cdef];
+const FALLBACK_SEEDS: [u64; 4] = [
+    0x6d65_7269_6469_616e,
+    0x2d63_7264_742d_6861,
+    0x7368_2d6b_6579_2d30,
+    0x0123_4567_89ab_cdef,
+];
 
 /// Sets the secret key for every table of this process. Only the first call takes effect
 /// (tables built before it must not see another key); returns whether this call set it.
 pub fn init(seeds: [u64; 4]) -> bool {
-    STATE.set(ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3])).is_ok()
+    let [a, b, c, d] = seeds;
+    STATE
+        .set(ahash::RandomState::with_seeds(a, b, c, d))
+        .is_ok()
 }
 
 fn state() -> &'static ahash::RandomState {
