@@ -1192,11 +1192,7 @@ mod tests {
             .range_by_score(Bound::Unbounded, Bound::Included(1000.0))
             .next_back()
             .map(|(m, _)| m.to_vec());
-        let want = all
-            .iter()
-            .filter(|x| x.1 <= 1000.0)
-            .last()
-            .map(|x| x.0.clone());
+        let want = all.iter().rfind(|x| x.1 <= 1000.0).map(|x| x.0.clone());
         assert_eq!(rev_first, want);
         // Remove every other member.
         for (i, (m, _)) in all.iter().enumerate() {
