@@ -933,7 +933,24 @@ impl Inner {
         }
         // First block that may hold lo: the last whose first element is <= lo.
         let nb = self.blocks.len();
-        let (mut a, mut z) = (0usize, nb);
+        // Pops: the range starts in the first or the last block.
+        let in_first = self
+            .blocks
+            .get(1)
+            .and_then(|b| b.first())
+            .is_none_or(|f| f.id > *lo);
+        let in_last = self
+            .blocks
+            .back()
+            .and_then(|b| b.first())
+            .is_some_and(|f| f.id <= *lo);
+        let (mut a, mut z) = if in_first {
+            (0, 1)
+        } else if in_last {
+            (nb - 1, nb)
+        } else {
+            (0usize, nb)
+        };
         while z - a > 1 {
             let mid = (a + z) / 2;
             let le = self
