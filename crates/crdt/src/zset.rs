@@ -14,9 +14,10 @@
 //! what it observed in every member (`remove_observed`). So an add or increment wins over a
 //! concurrent ZREM, and `ZADD 4.1; sync; ZREM ∥ ZINCRBY 2.0` leaves 2.0.
 //!
-//! Removal contexts. A member's ZADD/ZREM context is kept (`Meta::removed`) only for origins
-//! whose writes up to it were not all delivered here yet (`delivered`, per origin FIFO): only
-//! those writes can still arrive late. `collect(stable)` drops what `stable` covers and merges
+//! Removal contexts. A member's ZADD/ZREM context is kept (`Meta::removed`) until it is causally
+//! stable, so that a late write it covers is dropped (and a set emptied by ZREM is not dropped
+//! from the key with its duplicate filter `delivered`). `collect(stable)` drops what `stable`
+//! covers and merges
 //! each origin's stable increments into one running sum (a prefix: the sum's bits do not
 //! change). `collect(None)` (no peers) folds every member into a single add.
 //!
@@ -283,7 +284,7 @@ struct Meta {
     extra: SmallVec<[(Stamp, f64); 1]>,
     /// Live increments per origin, sorted by origin, no empty list.
     incs: SmallVec<[(ReplicaId, Incs); 1]>,
-    /// Merged ZADD/ZREM contexts, trimmed of what was delivered.
+    /// Merged ZADD/ZREM contexts, until causally stable.
     removed: VersionVector,
 }
 
@@ -436,7 +437,6 @@ impl Inner {
     /// Puts a member's state back (present when live; side entry when it has rare parts).
     fn put(&mut self, member: &[u8], mut ms: MemberState) {
         let h = hash_member(member);
-        ms.removed.forget_covered(&self.delivered);
         let live = ms.is_live();
         let score = ms.score();
         let winner = ms.winner();
