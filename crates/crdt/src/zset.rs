@@ -435,7 +435,7 @@ impl Inner {
     }
 
     /// Puts a member's state back (present when live; side entry when it has rare parts).
-    fn put(&mut self, member: &[u8], mut ms: MemberState) {
+    fn put(&mut self, member: &[u8], ms: MemberState) {
         let h = hash_member(member);
         let live = ms.is_live();
         let score = ms.score();
