@@ -847,7 +847,10 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_long_double("1".repeat(super::super::args::LONG_DOUBLE_CHARS_MAX).as_bytes()),
+            parse_long_double(
+                "1".repeat(super::super::args::LONG_DOUBLE_CHARS_MAX)
+                    .as_bytes()
+            ),
             None
         );
     }
