@@ -28,7 +28,6 @@
 //! table that is empty for a single site after every write.
 
 use std::cmp::Ordering;
-use std::hash::BuildHasher;
 use std::ops::Bound;
 
 use hashbrown::HashTable;
@@ -374,13 +373,9 @@ pub struct ZSetCrdt {
     inner: Option<Box<Inner>>,
 }
 
-static HASH_SEED: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
-    // Keyed per process from the OS's randomness (std's RandomState): clients choose members.
-    std::collections::hash_map::RandomState::new().hash_one(0x7a73_6574_u64)
-});
-
+/// Members are client-chosen: keyed hashing with the process's secret key (`crate::hashing`).
 fn hash_member(member: &[u8]) -> u64 {
-    foldhash::fast::FixedState::with_seed(*HASH_SEED).hash_one(member)
+    crate::hashing::hash_bytes(member)
 }
 
 static EMPTY_INDEX: Ordered = Ordered {
