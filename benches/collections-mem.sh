@@ -7,7 +7,7 @@
 # per element for both and the ratio Meridian / Redis. Meridian's RSS includes its op log
 # (bounded by backlog_bytes_max, 16 MiB by default), as it would in production.
 #
-# Usage: benches/collections-mem.sh [row ...]      rows: set (default: every row)
+# Usage: benches/collections-mem.sh [row ...]      rows: set hashes zset list (default: all)
 # Env:   N=1000000  BATCH=1000  SERVER_CORE=0  MERIDIAN_PORT=7381  REDIS_PORT=7382
 #        SET_MEMBER='m:{i:08d}'   (Python format of the i-th member)
 #
@@ -22,7 +22,7 @@ batch=${BATCH:-1000}
 server_core=${SERVER_CORE:-0}
 mport=${MERIDIAN_PORT:-7381}
 rport=${REDIS_PORT:-7382}
-all_rows=(set)
+all_rows=(set hashes zset list)
 
 command -v redis-server >/dev/null && command -v redis-cli >/dev/null || {
   echo "needs redis-server and redis-cli (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
@@ -49,16 +49,18 @@ start_redis() {
 stop_both() { kill "$mpid" "$rpid" 2>/dev/null || true; wait "$mpid" "$rpid" 2>/dev/null || true; }
 
 # gen COMMAND KEY 'ELEMENT FORMAT' > file: N elements in commands of BATCH elements each.
+# KEY may itself be a Python format of the batch number {b} (many keys of BATCH elements).
 gen() {
   python3 - "$1" "$2" "$3" "$n" "$batch" <<'PY'
 import sys
-cmd, key, fmt, n, batch = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+cmd, keyfmt, fmt, n, batch = sys.argv[1].encode(), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 out = sys.stdout.buffer
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
 for start in range(0, n, batch):
     args = []
     for i in range(start, min(n, start + batch)):
         args.extend(a.encode() for a in fmt.format(i=i).split(" "))
+    key = keyfmt.format(b=start // batch).encode()
     out.write(b"*%d\r\n" % (2 + len(args)) + bulk(cmd) + bulk(key) + b"".join(bulk(a) for a in args))
 PY
 }
@@ -84,6 +86,13 @@ measure() {
 }
 
 row_set() { measure "SET (SADD)" SADD s "${SET_MEMBER:-m:{i:08d\}}" "SCARD s"; }
+# The issue's shape: N/100 hashes of 100 fields (Redis keeps them as listpacks).
+row_hashes() { BATCH=100 measure_batched "HASH x100 (HSET)" HSET 'h:{b}' 'field:{i:03d} val-{i:06d}' "DBSIZE"; }
+row_zset() { measure "ZSET (ZADD)" ZADD z '{i} m:{i:08d}' "ZCARD z"; }
+row_list() { measure "LIST (RPUSH)" RPUSH l 'v{i:07d}' "LLEN l"; }
+
+# measure with another batch size (one key per batch when KEY has {b}).
+measure_batched() { local saved=$batch; batch=$BATCH; measure "$@"; batch=$saved; }
 
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=("${all_rows[@]}")
