@@ -38,7 +38,8 @@ pub struct Config {
     /// Latency monitor threshold in milliseconds (0: off).
     pub latency_monitor_threshold: u64,
     /// Bytes of recent ops each shard keeps in memory for peers that reconnect (16 MiB: the
-    /// reference product clamps its CRDT backlog to 1 MB–250 MB per shard).
+    /// reference product clamps its CRDT backlog to 1 MB–250 MB per shard). A site with no
+    /// peers keeps only the op log chunk being written.
     pub backlog_bytes_max: u64,
     /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
     pub log_level: String,

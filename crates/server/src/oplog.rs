@@ -40,6 +40,9 @@ pub struct OpLog {
     chunks: VecDeque<Chunk>,
     bytes: usize,
     bytes_max: u64,
+    /// Whether any peer may resume from the retained ops. A site with no peers keeps only the
+    /// chunk being written: a backlog nobody can read would be memory spent for nothing.
+    retain_for_peers: bool,
 }
 
 impl OpLog {
@@ -49,7 +52,14 @@ impl OpLog {
             chunks: VecDeque::new(),
             bytes: 0,
             bytes_max,
+            retain_for_peers: true,
         }
+    }
+
+    /// Keeps `bytes_max` of ops when peers exist; only the current chunk when none do.
+    pub fn set_retain_for_peers(&mut self, retain: bool) {
+        self.retain_for_peers = retain;
+        self.trim();
     }
 
     pub fn set_bytes_max(&mut self, bytes_max: u64) {
@@ -113,7 +123,12 @@ impl OpLog {
     }
 
     fn trim(&mut self) {
-        while self.bytes as u64 > self.bytes_max && self.chunks.len() > 1 {
+        let max = if self.retain_for_peers {
+            self.bytes_max
+        } else {
+            0
+        };
+        while self.bytes as u64 > max && self.chunks.len() > 1 {
             if let Some(c) = self.chunks.pop_front() {
                 self.bytes -= c.buf.len();
             }
@@ -488,5 +503,11 @@ mod tests {
             }
         }
         assert_eq!(seqs, (990..=1000).collect::<Vec<_>>());
+        log.set_retain_for_peers(false);
+        assert!(
+            log.bytes() <= CHUNK_BYTES + 2000,
+            "no peers: only the current chunk"
+        );
+        assert_eq!(log.since(1000).map(|p| p.len()), Some(1));
     }
 }

@@ -68,7 +68,9 @@ impl Shard {
     pub fn new(index: u8, config: Config, table: &'static Table, now_ms: u64) -> Shard {
         let replica = ReplicaId::for_site_shard(&config.site, index);
         let dbs = (0..config.databases).map(|_| Db::new()).collect();
-        let oplog = OpLog::new(replica, config.backlog_bytes_max);
+        let mut oplog = OpLog::new(replica, config.backlog_bytes_max);
+        // No peers yet (the syncer sets them): nothing to retain ops for.
+        oplog.set_retain_for_peers(false);
         let slowlog = SlowLog::new(config.slowlog_max_len);
         Shard {
             index,
