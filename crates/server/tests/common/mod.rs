@@ -15,10 +15,20 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default read timeout of a [`Raw`] client.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A port that was free a moment ago (bind port 0, read it, release it).
+/// A port that was free a moment ago (bind port 0, read it, release it), never one this test
+/// process handed out before: tests run in parallel threads, and the kernel may give a port
+/// released by one thread to another before the first thread's server has bound it.
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        let mut given = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
