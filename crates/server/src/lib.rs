@@ -20,7 +20,10 @@
 //! - `stats`: counters, slow log, latency monitor.
 //! - `error`: `CmdError` and the only spelling of Redis's error texts.
 //! - `time`: wall-clock helpers.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 pub mod blocking;
 pub mod client;

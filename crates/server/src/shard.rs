@@ -154,6 +154,6 @@ fn random_hex40() -> String {
     use rand::RngExt as _;
     let mut rng = rand::rng();
     (0..40)
-        .map(|_| char::from(b"0123456789abcdef"[rng.random_range(0..16usize)]))
+        .map(|_| char::from_digit(rng.random_range(0..16u32), 16).unwrap_or('0'))
         .collect()
 }
