@@ -3,9 +3,14 @@
 //! Pure functions over byte slices, shared by every type's op codec and by the server's op
 //! log, so that one encoding of each building block exists. Decoding is bounds-checked and
 //! never panics: every count is limited before anything is allocated from it.
+//!
+//! State snapshots (`encode_state` / `decode_state` of each type, for a full sync) use the
+//! same blocks, plus the strict readers here (`vv_strict`, `totals`...) that reject values
+//! breaking an invariant, and `prealloc`, which caps what a declared count may reserve.
 
 use smallvec::SmallVec;
 
+use crate::bytes::SmallBytes;
 use crate::counter::IncTotals;
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
@@ -15,14 +20,29 @@ use crate::op::Observed;
 /// Most version-vector entries, counter origins or list items in one encoded value.
 pub const ENTRIES_MAX: usize = 4096;
 
+/// Most elements a decoder reserves room for up front from a declared count: a short input
+/// declaring a large count must not allocate much before it runs out of bytes.
+pub const PREALLOC_MAX: usize = 64;
+
+/// The capacity to reserve for `n` declared elements: at most `PREALLOC_MAX`.
+pub fn prealloc(n: usize) -> usize {
+    n.min(PREALLOC_MAX)
+}
+
 /// Why bytes did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
     Truncated,
     BadTag(u8),
-    TooManyEntries { what: &'static str, n: u64 },
+    TooManyEntries {
+        what: &'static str,
+        n: u64,
+    },
     BadDecimal,
     BadFloat,
+    /// Well-formed bytes describing a state that breaks an invariant of its type (unsorted
+    /// entries, duplicates, a value its own removal context covers...).
+    Invalid(&'static str),
 }
 
 impl std::fmt::Display for DecodeError {
@@ -35,6 +55,7 @@ impl std::fmt::Display for DecodeError {
             }
             DecodeError::BadDecimal => write!(f, "decimal out of range"),
             DecodeError::BadFloat => write!(f, "NaN float"),
+            DecodeError::Invalid(what) => write!(f, "invalid state: {what}"),
         }
     }
 }
@@ -93,6 +114,29 @@ pub fn put_vv(out: &mut Vec<u8>, vv: &VersionVector) {
     }
 }
 
+/// One origin's counter totals: `n` (u64), `int` (i128), `float` (`Dec`), as `put_observed`
+/// writes them.
+pub fn put_totals(out: &mut Vec<u8>, t: &IncTotals) {
+    put_u64(out, t.n);
+    out.extend_from_slice(&t.int.to_le_bytes());
+    put_dec(out, &t.float);
+}
+
+/// `None` as 0; `Some(stamp)` as 1 and the stamp.
+pub fn put_opt_stamp(out: &mut Vec<u8>, s: Option<Stamp>) {
+    match s {
+        None => put_u8(out, 0),
+        Some(s) => {
+            put_u8(out, 1);
+            put_stamp(out, s);
+        }
+    }
+}
+
+pub fn put_bool(out: &mut Vec<u8>, v: bool) {
+    put_u8(out, u8::from(v));
+}
+
 pub fn put_observed(out: &mut Vec<u8>, o: &Observed) {
     put_vv(out, &o.stamps);
     put_varint(out, o.incs.len() as u64);
@@ -101,6 +145,22 @@ pub fn put_observed(out: &mut Vec<u8>, o: &Observed) {
         put_u64(out, t.n);
         out.extend_from_slice(&t.int.to_le_bytes());
         put_dec(out, &t.float);
+    }
+}
+
+/// A value held by a register (`MvReg<T>`), encodable in a state snapshot.
+pub trait StateCodec: Sized {
+    fn put_state(&self, out: &mut Vec<u8>);
+    fn read_state(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+}
+
+impl StateCodec for SmallBytes {
+    fn put_state(&self, out: &mut Vec<u8>) {
+        put_bytes(out, self.as_slice());
+    }
+
+    fn read_state(r: &mut Reader<'_>) -> Result<SmallBytes, DecodeError> {
+        Ok(SmallBytes::copy_from(r.bytes()?))
     }
 }
 
@@ -184,6 +244,24 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
 
+    /// Bytes left to read.
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// A count of following items of at least `min_bytes` bytes each (members of a
+    /// collection, which may be many more than `ENTRIES_MAX`): the count must fit in the bytes
+    /// left, so a short input cannot declare a huge one. Reserve with `prealloc` all the same.
+    pub fn items(&mut self, min_bytes: usize) -> Result<usize, DecodeError> {
+        let n = self.varint()?;
+        let fits = self.remaining() / min_bytes.max(1);
+        if n > fits as u64 {
+            // The input ends before the items it declares could.
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n as usize)
+    }
+
     /// A count of following entries, at most `ENTRIES_MAX`.
     pub fn count(&mut self, what: &'static str) -> Result<usize, DecodeError> {
         let n = self.varint()?;
@@ -211,6 +289,58 @@ impl<'a> Reader<'a> {
         for _ in 0..n {
             let replica = ReplicaId(self.u32()?);
             let hlc = Hlc(self.u64()?);
+            vv.observe(Stamp { hlc, replica });
+        }
+        Ok(vv)
+    }
+
+    pub fn i128(&mut self) -> Result<i128, DecodeError> {
+        Ok(i128::from_le_bytes(self.array()?))
+    }
+
+    /// A byte that must be 0 or 1.
+    pub fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            t => Err(DecodeError::BadTag(t)),
+        }
+    }
+
+    /// Counter totals as `put_totals` writes them.
+    pub fn totals(&mut self) -> Result<IncTotals, DecodeError> {
+        let n = self.u64()?;
+        let int = self.i128()?;
+        let float = self.dec()?;
+        Ok(IncTotals { n, int, float })
+    }
+
+    /// An optional stamp as `put_opt_stamp` writes it.
+    pub fn opt_stamp(&mut self) -> Result<Option<Stamp>, DecodeError> {
+        Ok(if self.bool()? {
+            Some(self.stamp()?)
+        } else {
+            None
+        })
+    }
+
+    /// A version vector as `put_vv` writes it, exactly in its invariant form: replicas
+    /// strictly increasing, every hlc above zero. Anything else is `Invalid` (a state encoder
+    /// never writes it, so it is corruption), where `vv` would silently normalize it.
+    pub fn vv_strict(&mut self) -> Result<VersionVector, DecodeError> {
+        let n = self.count("version vector")?;
+        let mut vv = VersionVector::new();
+        let mut prev: Option<ReplicaId> = None;
+        for _ in 0..n {
+            let replica = ReplicaId(self.u32()?);
+            let hlc = Hlc(self.u64()?);
+            if prev.is_some_and(|p| p >= replica) {
+                return Err(DecodeError::Invalid("version vector not sorted"));
+            }
+            if hlc == Hlc::ZERO {
+                return Err(DecodeError::Invalid("version vector zero entry"));
+            }
+            prev = Some(replica);
             vv.observe(Stamp { hlc, replica });
         }
         Ok(vv)
@@ -273,6 +403,35 @@ mod tests {
                 r.varint().is_ok() && r.bytes().is_ok() && r.stamp().is_ok() && r.f64().is_ok();
             assert!(!ok, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn strict_vectors_reject_what_the_encoder_never_writes() {
+        let vv_bytes = |entries: &[(u32, u64)]| {
+            let mut out = Vec::new();
+            put_varint(&mut out, entries.len() as u64);
+            for &(r, h) in entries {
+                put_u32(&mut out, r);
+                put_u64(&mut out, h);
+            }
+            out
+        };
+        let ok = vv_bytes(&[(1, 5), (3, 2)]);
+        let vv = Reader::new(&ok).vv_strict().unwrap();
+        let mut again = Vec::new();
+        put_vv(&mut again, &vv);
+        assert_eq!(again, ok);
+        for bad in [
+            vv_bytes(&[(3, 2), (1, 5)]),
+            vv_bytes(&[(1, 2), (1, 5)]),
+            vv_bytes(&[(1, 0)]),
+        ] {
+            assert!(matches!(
+                Reader::new(&bad).vv_strict(),
+                Err(DecodeError::Invalid(_))
+            ));
+        }
+        assert_eq!(prealloc(usize::MAX), PREALLOC_MAX);
     }
 
     #[test]

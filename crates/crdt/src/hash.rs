@@ -28,6 +28,7 @@
 //! entries rewritten with another size are marked dead (`[2]...`) and appended, and the
 //! arena is compacted when half of it is dead.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
@@ -231,6 +232,8 @@ struct Inner {
     /// Replicas named by packed stamps (at most 256).
     reps: SmallVec<[ReplicaId; 2]>,
     meta: Option<Box<Meta>>,
+    /// The join of the stable vectors given to `collect(Some(..))` (see `HashCrdt::merge`).
+    floor: Option<Box<VersionVector>>,
 }
 
 /// See the module doc. One pointer; an empty hash allocates nothing.
@@ -633,6 +636,11 @@ impl Inner {
     fn is_blank(&self) -> bool {
         self.n == 0 && self.meta.as_ref().is_none_or(|m| m.removed.is_empty())
     }
+
+    /// Holds nothing worth keeping the allocation for (no fields, no metadata, no floor).
+    fn is_droppable(&self) -> bool {
+        self.is_blank() && self.meta.is_none() && self.floor.is_none()
+    }
 }
 
 fn hash_of_entry(arena: &[u8], off: &u32) -> u64 {
@@ -683,7 +691,7 @@ impl HashCrdt {
             }
         };
         inner.tidy();
-        if inner.is_blank() && inner.meta.is_none() {
+        if inner.is_droppable() {
             self.inner = None;
         }
         fresh
@@ -775,14 +783,23 @@ impl HashCrdt {
             inner.with_field(&f, |st| st.remove_covered(&observed.stamps));
         }
         inner.tidy();
-        if inner.is_blank() && inner.meta.is_none() {
+        if inner.is_droppable() {
             self.inner = None;
         }
     }
 
     /// Drops removal metadata covered by `stable` (`None`: everything is stable) and folds
     /// stable increments into one dot per origin.
+    ///
+    /// `Some(stable)` must be causally stable (every write it covers, and every write seen by
+    /// or concurrent with one, delivered at every replica). It is also joined into the hash's
+    /// floor, which `merge` uses in place of the contexts dropped here; the floor is not
+    /// metadata (`has_metadata` and `is_blank` ignore it).
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        if let Some(s) = stable.filter(|s| !s.is_empty()) {
+            let floor = self.inner_mut().floor.get_or_insert_with(Box::default);
+            floor.merge(s);
+        }
         let Some(inner) = &mut self.inner else { return };
         if let Some(m) = &mut inner.meta {
             match stable {
@@ -807,7 +824,7 @@ impl HashCrdt {
             }
         }
         inner.tidy();
-        if inner.is_blank() && inner.meta.is_none() {
+        if inner.is_droppable() {
             self.inner = None;
         }
     }
@@ -1016,6 +1033,391 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<HashOp<Vec<u8>>, DecodeError> {
         },
         t => return Err(DecodeError::BadTag(t)),
     })
+}
+
+// ------------------------------------------------------------------------------------------
+// State (full sync): encoding and join
+// ------------------------------------------------------------------------------------------
+
+const DELTA_INT: u8 = 0;
+const DELTA_FLOAT: u8 = 1;
+
+/// Fewest bytes of one encoded item, so that a declared count must fit the input
+/// (`Reader::items`): a field (name length, counts of writes and increments), a field context
+/// (name length, vector length), a write (stamp, value length), an increment (stamp, tag,
+/// integer).
+const FIELD_BYTES_MIN: usize = 3;
+const CONTEXT_BYTES_MIN: usize = 2;
+const WRITE_BYTES_MIN: usize = 13;
+const INC_BYTES_MIN: usize = 21;
+
+fn put_delta(out: &mut Vec<u8>, d: &Delta) {
+    match d {
+        Delta::Int(v) => {
+            codec::put_u8(out, DELTA_INT);
+            codec::put_i64(out, *v);
+        }
+        Delta::Float(f) => {
+            codec::put_u8(out, DELTA_FLOAT);
+            codec::put_dec(out, f);
+        }
+    }
+}
+
+fn read_delta(r: &mut Reader<'_>) -> Result<Delta, DecodeError> {
+    match r.u8()? {
+        DELTA_INT => Ok(Delta::Int(r.i64()?)),
+        DELTA_FLOAT => Ok(Delta::Float(r.dec()?)),
+        t => Err(DecodeError::BadTag(t)),
+    }
+}
+
+/// A total order on deltas, only to break ties deterministically in `merge`.
+fn delta_key(d: &Delta) -> (u8, i128, i32) {
+    match d {
+        Delta::Int(v) => (DELTA_INT, i128::from(*v), 0),
+        Delta::Float(f) => {
+            let (coef, exp) = f.to_parts();
+            (DELTA_FLOAT, coef, exp)
+        }
+    }
+}
+
+fn same_kind(a: &Delta, b: &Delta) -> bool {
+    matches!(
+        (a, b),
+        (Delta::Int(_), Delta::Int(_)) | (Delta::Float(_), Delta::Float(_))
+    )
+}
+
+/// Checks a decoded dot: a real stamp, above the previous one, not removed by its own field.
+fn check_dot(
+    s: Stamp,
+    prev: &mut Option<Stamp>,
+    removed: Option<&VersionVector>,
+) -> Result<(), DecodeError> {
+    if s.hlc == Hlc::ZERO {
+        return Err(DecodeError::Invalid("hash dot with a zero hlc"));
+    }
+    if prev.is_some_and(|p| p >= s) {
+        return Err(DecodeError::Invalid("hash dots not sorted"));
+    }
+    if removed.is_some_and(|vv| vv.covers(s)) {
+        return Err(DecodeError::Invalid(
+            "hash dot covered by its field's context",
+        ));
+    }
+    *prev = Some(s);
+    Ok(())
+}
+
+/// What one side of a merge knows of a field beyond its dots.
+#[derive(Clone, Copy)]
+struct Side<'a> {
+    /// The field's removal context.
+    removed: Option<&'a VersionVector>,
+    /// The hash's floor: every write it covers was delivered to that side.
+    floor: Option<&'a VersionVector>,
+}
+
+impl Side<'_> {
+    /// Whether this side has seen the write `s` and so, not holding it, removed it (or folded
+    /// it into a later increment dot).
+    fn saw(&self, s: Stamp) -> bool {
+        self.removed.is_some_and(|v| v.covers(s)) || self.floor.is_some_and(|v| v.covers(s))
+    }
+}
+
+/// Joins two lists of dots sorted by stamp into `out`: a dot on both sides is kept (`both`
+/// picks its entry), a dot on one side only unless the other side saw it.
+fn join_dots<T: Clone, const N: usize>(
+    x: &[(Stamp, T)],
+    y: &[(Stamp, T)],
+    sx: Side<'_>,
+    sy: Side<'_>,
+    both: impl Fn(&(Stamp, T), &(Stamp, T)) -> (Stamp, T),
+    out: &mut SmallVec<[(Stamp, T); N]>,
+) {
+    let mut a = x.iter().peekable();
+    let mut b = y.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(p), Some(q)) if p.0 == q.0 => {
+                out.push(both(p, q));
+                a.next();
+                b.next();
+            }
+            (Some(p), q) if q.is_none_or(|q| p.0 < q.0) => {
+                if !sy.saw(p.0) {
+                    out.push((*p).clone());
+                }
+                a.next();
+            }
+            (_, Some(q)) => {
+                if !sx.saw(q.0) {
+                    out.push((*q).clone());
+                }
+                b.next();
+            }
+            _ => break,
+        }
+    }
+}
+
+impl FieldState {
+    fn encode_state(&self, out: &mut Vec<u8>) {
+        codec::put_varint(out, self.writes.len() as u64);
+        for (s, v) in &self.writes {
+            codec::put_stamp(out, *s);
+            codec::put_bytes(out, v.as_slice());
+        }
+        codec::put_varint(out, self.incs.len() as u64);
+        for (s, d) in &self.incs {
+            codec::put_stamp(out, *s);
+            put_delta(out, d);
+        }
+    }
+
+    fn decode_state(
+        r: &mut Reader<'_>,
+        removed: Option<&VersionVector>,
+    ) -> Result<FieldState, DecodeError> {
+        let mut st = FieldState::default();
+        let n = r.items(WRITE_BYTES_MIN)?;
+        let mut prev = None;
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let v = r.bytes()?;
+            check_dot(s, &mut prev, removed)?;
+            st.writes.push((s, SmallBytes::copy_from(v)));
+        }
+        let n = r.items(INC_BYTES_MIN)?;
+        let mut prev = None;
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let d = read_delta(r)?;
+            check_dot(s, &mut prev, removed)?;
+            st.incs.push((s, d));
+        }
+        if st.is_empty() {
+            return Err(DecodeError::Invalid("hash field without a dot"));
+        }
+        Ok(st)
+    }
+
+    /// The stamp of the increment of `s`'s origin and `d`'s kind just below `s`.
+    fn inc_before(&self, s: Stamp, d: &Delta) -> Option<Stamp> {
+        self.incs
+            .iter()
+            .filter(|(t, e)| t.replica == s.replica && *t < s && same_kind(e, d))
+            .map(|(t, _)| *t)
+            .max()
+    }
+
+    /// The join of one field's states (see `HashCrdt::merge`).
+    fn join(x: &FieldState, y: &FieldState, sx: Side<'_>, sy: Side<'_>) -> FieldState {
+        let mut out = FieldState::default();
+        join_dots(
+            &x.writes,
+            &y.writes,
+            sx,
+            sy,
+            |p, _| p.clone(),
+            &mut out.writes,
+        );
+        // An increment dot held on both sides with different deltas is a fold of stable
+        // increments on at least one side: the entry that starts further back (its origin's
+        // previous dot of that kind is lower or absent) folds more of them in.
+        let pick = |p: &(Stamp, Delta), q: &(Stamp, Delta)| {
+            if p.1 == q.1 {
+                return *p;
+            }
+            match x.inc_before(p.0, &p.1).cmp(&y.inc_before(q.0, &q.1)) {
+                Ordering::Less => *p,
+                Ordering::Greater => *q,
+                Ordering::Equal => {
+                    if delta_key(&p.1) >= delta_key(&q.1) {
+                        *p
+                    } else {
+                        *q
+                    }
+                }
+            }
+        };
+        join_dots(&x.incs, &y.incs, sx, sy, pick, &mut out.incs);
+        out
+    }
+}
+
+impl Inner {
+    /// The state of the live entry `e` (a copy).
+    fn state_of(&self, e: &Ent<'_>) -> FieldState {
+        match e.body {
+            Body::Plain(p, v) => {
+                let mut st = FieldState::default();
+                st.writes.push((self.unpack(p), SmallBytes::copy_from(v)));
+                st
+            }
+            Body::Rare(slot) => self.rare(slot).clone(),
+        }
+    }
+
+    fn field_state(&self, field: &[u8]) -> Option<FieldState> {
+        let off = self.find(field)?;
+        let e = parse_at(&self.arena, off)?;
+        Some(self.state_of(&e))
+    }
+
+    fn side(&self, field: &[u8]) -> Side<'_> {
+        Side {
+            removed: self.meta.as_ref().and_then(|m| m.removed.get(field)),
+            floor: self.floor.as_deref(),
+        }
+    }
+}
+
+impl HashCrdt {
+    /// Appends the whole replicated state: the floor, the per-field removal contexts, then
+    /// every field in listing order with all its register writes and increment dots. Read
+    /// back by `decode_state`; equal states in equal order encode to equal bytes.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        let empty = VersionVector::new();
+        let inner = self.inner.as_deref();
+        codec::put_vv(
+            out,
+            inner.and_then(|i| i.floor.as_deref()).unwrap_or(&empty),
+        );
+        let removed = inner.and_then(|i| i.meta.as_ref()).map(|m| &m.removed);
+        codec::put_varint(out, removed.map_or(0, |m| m.len() as u64));
+        for (field, vv) in removed.into_iter().flatten() {
+            codec::put_bytes(out, field.as_slice());
+            codec::put_vv(out, vv);
+        }
+        let arena: &[u8] = inner.map_or(&[], |i| i.arena.as_slice());
+        codec::put_varint(out, entries(arena).count() as u64);
+        if let Some(inner) = inner {
+            for (_, e) in entries(arena) {
+                codec::put_bytes(out, e.field);
+                inner.state_of(&e).encode_state(out);
+            }
+        }
+    }
+
+    /// Reads a state written by `encode_state`. Never panics, and allocates nothing ahead of
+    /// the bytes that back it (a declared count must fit the input). Refuses, as
+    /// `DecodeError::Invalid`, states that break an invariant: vectors not in their sorted
+    /// form, field contexts unsorted or empty, a field twice or with no dot, dots unsorted,
+    /// duplicated, with a zero hlc, or covered by their field's context.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<HashCrdt, DecodeError> {
+        let floor = r.vv_strict()?;
+        let n = r.items(CONTEXT_BYTES_MIN)?;
+        let mut removed: BTreeMap<SmallBytes, VersionVector> = BTreeMap::new();
+        let mut prev: Option<&[u8]> = None;
+        for _ in 0..n {
+            let field = r.bytes()?;
+            let vv = r.vv_strict()?;
+            if vv.is_empty() {
+                return Err(DecodeError::Invalid("hash field context empty"));
+            }
+            if prev.is_some_and(|p| p >= field) {
+                return Err(DecodeError::Invalid("hash field contexts not sorted"));
+            }
+            prev = Some(field);
+            removed.insert(SmallBytes::copy_from(field), vv);
+        }
+        let n = r.items(FIELD_BYTES_MIN)?;
+        let mut inner = Inner::default();
+        for _ in 0..n {
+            let field = r.bytes()?;
+            let st = FieldState::decode_state(r, removed.get(field))?;
+            if inner.find(field).is_some() {
+                return Err(DecodeError::Invalid("hash field twice"));
+            }
+            inner.put_state(field, None, st);
+        }
+        if !removed.is_empty() {
+            inner.meta_mut().removed = removed;
+        }
+        if !floor.is_empty() {
+            inner.floor = Some(Box::new(floor));
+        }
+        inner.tidy();
+        Ok(HashCrdt {
+            inner: (!inner.is_droppable()).then(|| Box::new(inner)),
+        })
+    }
+
+    /// The state join (full sync): afterwards `self` is the state of a replica that applied
+    /// the writes of both sides. Commutative (up to the listing order of fields: `self`'s
+    /// first, then those new from `other`), associative and idempotent.
+    ///
+    /// Per field: a register write or increment dot held on both sides is kept; one held on
+    /// one side only is kept unless the other side saw it (its field context or its floor
+    /// covers the stamp: it was removed there, or folded into a later increment dot). Of an
+    /// increment dot held on both sides with different deltas (a fold of stable increments),
+    /// the one that folds more is kept. Removal contexts and floors join pointwise.
+    ///
+    /// Exact when each side dropped metadata only through `collect(Some(stable))` with
+    /// causally stable vectors (then the floor stands in for what was dropped). Removals of
+    /// the whole key (`remove_observed`) leave no context here: the caller joins its key
+    /// contexts and applies them to the result with `remove_observed`; for a key context it
+    /// collected, it must have called `collect(Some(..))` on the hash too (so the floor covers
+    /// it), or call it on a copy of `other` before merging. Cost: O(fields + dots), plus the
+    /// field lookups (a scan while a hash is small).
+    pub fn merge(&mut self, other: &HashCrdt) {
+        let Some(y) = other.inner.as_deref() else {
+            return;
+        };
+        let own = self.inner.take();
+        let empty = Inner::default();
+        let x = own.as_deref().unwrap_or(&empty);
+        let mut out = Inner {
+            big: x.big || y.big,
+            ..Inner::default()
+        };
+        let no_state = FieldState::default();
+        for (_, e) in entries(&x.arena) {
+            let sx = x.state_of(&e);
+            let sy = y.field_state(e.field);
+            let st = FieldState::join(
+                &sx,
+                sy.as_ref().unwrap_or(&no_state),
+                x.side(e.field),
+                y.side(e.field),
+            );
+            out.put_state(e.field, None, st);
+        }
+        for (_, e) in entries(&y.arena) {
+            if x.find(e.field).is_some() {
+                continue;
+            }
+            let sy = y.state_of(&e);
+            let st = FieldState::join(&no_state, &sy, x.side(e.field), y.side(e.field));
+            out.put_state(e.field, None, st);
+        }
+        let mut removed = x
+            .meta
+            .as_ref()
+            .map(|m| m.removed.clone())
+            .unwrap_or_default();
+        for (field, vv) in y.meta.iter().flat_map(|m| m.removed.iter()) {
+            match removed.get_mut(field) {
+                Some(r) => r.merge(vv),
+                None => {
+                    removed.insert(field.clone(), vv.clone());
+                }
+            }
+        }
+        if !removed.is_empty() {
+            out.meta_mut().removed = removed;
+        }
+        out.floor = x.floor.clone();
+        if let Some(f) = y.floor.as_deref() {
+            out.floor.get_or_insert_with(Box::default).merge(f);
+        }
+        out.tidy();
+        self.inner = (!out.is_droppable()).then(|| Box::new(out));
+    }
 }
 
 #[cfg(test)]

@@ -666,6 +666,26 @@ pub fn nonzero_pairs(r: &[u8; REGISTERS]) -> Vec<u8> {
     )
 }
 
+/// Raises the registers of `bytes` to those of `src` (both valid values): converts to dense
+/// first when `src` is dense, invalidates the cache when a register changed.
+fn raise_to(bytes: &mut Vec<u8>, src: &[u8]) {
+    let (Ok(mine), Ok(theirs)) = (registers(bytes), registers(src)) else {
+        return;
+    };
+    if is_dense(src) {
+        let _ = sparse_to_dense(bytes);
+    }
+    let mut changed = false;
+    for (i, (m, t)) in mine.iter().zip(theirs.iter()).enumerate() {
+        if t > m {
+            changed |= set_register(bytes, i, *t).unwrap_or(false);
+        }
+    }
+    if changed {
+        invalidate(bytes);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The replicated type
 // ---------------------------------------------------------------------------------------------
@@ -885,6 +905,15 @@ impl HllCrdt {
         if inner.pending.len() == before && inner.folded.is_empty() {
             return;
         }
+        self.rebuild();
+    }
+
+    /// Drops the folded raises and rebuilds the bytes and the live stamp from the pending
+    /// raises, in their application order.
+    fn rebuild(&mut self) {
+        let Some(inner) = &mut self.inner else {
+            return;
+        };
         inner.folded = VersionVector::new();
         inner.folded_stamps = VersionVector::new();
         inner.bytes = Vec::new();
@@ -898,6 +927,191 @@ impl HllCrdt {
         if inner.pending.is_empty() {
             self.inner = None;
         }
+    }
+
+    /// What the removals merged into `ctx` (a removal context of the other side of a state
+    /// merge) drop here: the pending raises `ctx` covers or whose context does not dominate
+    /// it (DEL wins), and the folded raises as a whole when `ctx` covers one of them. A
+    /// removal this side had not applied arrived after any fold here and had seen the folded
+    /// raises (causal stability); one it had applied covers none of the raises that survived
+    /// it. So a context this side had applied already drops nothing, and `KeyState::merge`
+    /// can apply each side's contexts to the other side's value. Returns whether anything
+    /// was dropped.
+    pub fn remove_context(&mut self, ctx: &VersionVector) -> bool {
+        if ctx.is_empty() {
+            return false;
+        }
+        let Some(inner) = &mut self.inner else {
+            return false;
+        };
+        let folded_removed = inner
+            .folded_stamps
+            .iter()
+            .any(|(replica, hlc)| ctx.covers(Stamp { hlc, replica }));
+        let before = inner.pending.len();
+        inner
+            .pending
+            .retain(|(s, op)| !ctx.covers(*s) && op.saw(ctx));
+        if inner.pending.len() == before && !folded_removed {
+            return false;
+        }
+        self.rebuild();
+        true
+    }
+
+    /// Whether the raise `s` is held here, pending or folded.
+    fn holds(&self, s: Stamp) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.folded_stamps.covers(s) || i.pending.iter().any(|(p, _)| *p == s))
+    }
+
+    /// Drops the raises `floor` covers that `other` (the other side of a state merge, `None`
+    /// when it holds no HyperLogLog) does not hold: both sides had delivered them, so the
+    /// other side removed them. Folded raises go as a whole when one of the latest folded per
+    /// origin is such a raise; dropping a pending raise also drops the folded ones (the bytes
+    /// are rebuilt from the pending raises, as `remove_observed` does).
+    pub(crate) fn drop_unheld(&mut self, other: Option<&HllCrdt>, floor: &VersionVector) {
+        let Some(inner) = &mut self.inner else {
+            return;
+        };
+        let held = |s: Stamp| other.is_some_and(|o| o.holds(s));
+        let folded_gone = inner.folded_stamps.iter().any(|(replica, hlc)| {
+            let s = Stamp { hlc, replica };
+            floor.covers(s) && !held(s)
+        });
+        let before = inner.pending.len();
+        inner.pending.retain(|(s, _)| !floor.covers(*s) || held(*s));
+        if folded_gone || inner.pending.len() != before {
+            self.rebuild();
+        }
+    }
+
+    /// State join of the raises (removals are the caller's: `KeyState::merge` first applies
+    /// each side's removal contexts to the other side's value with `remove_context`). The
+    /// registers take the maximum; the pending raises are the union (by stamp, `self`'s in
+    /// their order, then `other`'s), less those folded on either side, which fold here too;
+    /// the folded stamps and contexts and the live stamp take the maximum. The result has the
+    /// registers, liveness, live stamp and metadata of a replica that applied both sides'
+    /// raises; its Redis bytes may differ in layout (sparse runs, cache), as those of two
+    /// sites applying the same raises in different orders do. Commutative, associative and
+    /// idempotent up to that layout.
+    pub fn merge(&mut self, other: &HllCrdt) {
+        let Some(theirs) = other.inner.as_ref() else {
+            return;
+        };
+        let inner = self.inner.get_or_insert_with(Box::default);
+        if inner.bytes.is_empty() {
+            inner.bytes = theirs.bytes.clone();
+        } else if !theirs.bytes.is_empty() {
+            raise_to(&mut inner.bytes, &theirs.bytes);
+        }
+        let mut have: Vec<Stamp> = inner.pending.iter().map(|(s, _)| *s).collect();
+        have.sort_unstable();
+        for (s, op) in &theirs.pending {
+            if have.binary_search(s).is_err() {
+                inner.pending.push((*s, op.clone()));
+            }
+        }
+        inner.folded.merge(&theirs.folded);
+        inner.folded_stamps.merge(&theirs.folded_stamps);
+        let Inner {
+            pending,
+            folded,
+            folded_stamps,
+            ..
+        } = &mut **inner;
+        pending.retain(|(s, op)| {
+            if folded_stamps.covers(*s) {
+                folded.observe(*s);
+                if let Some(seen) = op.seen() {
+                    folded.merge(seen);
+                }
+                false
+            } else {
+                true
+            }
+        });
+        inner.live = inner.live.max(theirs.live);
+        if inner.bytes.is_empty() && inner.pending.is_empty() {
+            self.inner = None;
+        }
+    }
+
+    /// Appends the complete state: the Redis bytes, the live stamp, the pending raises in
+    /// application order (stamp and `encode_op`), the folded contexts and stamps.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        let Some(i) = &self.inner else {
+            codec::put_bytes(out, &[]);
+            codec::put_opt_stamp(out, None);
+            codec::put_varint(out, 0);
+            codec::put_vv(out, &VersionVector::new());
+            codec::put_vv(out, &VersionVector::new());
+            return;
+        };
+        codec::put_bytes(out, &i.bytes);
+        codec::put_opt_stamp(out, i.live);
+        codec::put_varint(out, i.pending.len() as u64);
+        for (s, op) in &i.pending {
+            codec::put_stamp(out, *s);
+            encode_op(op, out);
+        }
+        codec::put_vv(out, &i.folded);
+        codec::put_vv(out, &i.folded_stamps);
+    }
+
+    /// Decodes what `encode_state` wrote. `Invalid`: bytes that are not a valid HyperLogLog,
+    /// a `Cache` op or a repeated stamp among the pending raises, raises or a live stamp
+    /// without bytes (or bytes without a live stamp), a live stamp below a pending raise,
+    /// folded stamps their folded contexts miss.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<HllCrdt, DecodeError> {
+        let bytes = r.bytes()?;
+        if !bytes.is_empty() && !is_valid(bytes) {
+            return Err(DecodeError::Invalid("HyperLogLog bytes"));
+        }
+        let live = r.opt_stamp()?;
+        // A raise takes at least its 12-byte stamp and a tag.
+        let n = r.items(13)?;
+        let mut pending: Vec<(Stamp, HllOp<Vec<u8>>)> = Vec::with_capacity(codec::prealloc(n));
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let op = decode_op(r)?;
+            if matches!(op, HllOp::Cache) {
+                return Err(DecodeError::Invalid("HyperLogLog cache op held as a raise"));
+            }
+            pending.push((s, op));
+        }
+        let folded = r.vv_strict()?;
+        let folded_stamps = r.vv_strict()?;
+        let mut stamps: Vec<Stamp> = pending.iter().map(|(s, _)| *s).collect();
+        stamps.sort_unstable();
+        if stamps.windows(2).any(|w| w.first() == w.get(1)) {
+            return Err(DecodeError::Invalid("HyperLogLog raise repeated"));
+        }
+        if !folded.dominates(&folded_stamps) {
+            return Err(DecodeError::Invalid("HyperLogLog folded stamps"));
+        }
+        if bytes.is_empty() {
+            if live.is_some() || !pending.is_empty() || !folded.is_empty() {
+                return Err(DecodeError::Invalid("HyperLogLog raises without bytes"));
+            }
+            return Ok(HllCrdt::new());
+        }
+        let Some(l) = live else {
+            return Err(DecodeError::Invalid("HyperLogLog bytes without live stamp"));
+        };
+        if stamps.last().is_some_and(|s| *s > l) {
+            return Err(DecodeError::Invalid("HyperLogLog live stamp below a raise"));
+        }
+        Ok(HllCrdt {
+            inner: Some(Box::new(Inner {
+                bytes: bytes.to_vec(),
+                live,
+                pending,
+                folded,
+                folded_stamps,
+            })),
+        })
     }
 
     /// Folds the raises covered by `stable` (`None`: all of them): only their stamps and
@@ -1178,6 +1392,60 @@ mod tests {
         let (iy, cy) = pat_len(b"y");
         assert_eq!(r[iy as usize], cy);
         assert_eq!(r.iter().filter(|v| **v != 0).count(), 1);
+    }
+
+    #[test]
+    fn merge_takes_register_maxima_and_state_round_trips() {
+        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
+            HllOp::Add {
+                pairs: pack_pairs([pat_len(e)]),
+                seen: VersionVector::new(),
+            }
+        };
+        let mut a = HllCrdt::new();
+        a.apply(st(1, 1), &add(b"x"));
+        let mut b = a.clone();
+        a.apply(st(2, 1), &add(b"y"));
+        b.apply(st(2, 2), &add(b"z"));
+        b.collect(Some(&{
+            let mut v = VersionVector::new();
+            v.observe(st(1, 1));
+            v
+        }));
+        let mut ab = a.clone();
+        ab.merge(&b);
+        let mut ba = b.clone();
+        ba.merge(&a);
+        assert_eq!(ab, ba);
+        let mut all = HllCrdt::new();
+        for (s, e) in [(st(1, 1), b"x"), (st(2, 1), b"y"), (st(2, 2), b"z")] {
+            all.apply(s, &add(e));
+        }
+        assert_eq!(ab.registers(), all.registers());
+        assert_eq!(ab.live_stamp(), Some(st(2, 2)));
+        let mut again = ab.clone();
+        again.merge(&ab);
+        assert_eq!(again, ab);
+        // No context drops nothing; a new one covering the folded raise drops it, the raises
+        // it covers and those concurrent with it (their context does not dominate it).
+        let mut seen = VersionVector::new();
+        seen.observe(st(2, 1));
+        assert!(!ab.clone().remove_context(&VersionVector::new()));
+        let mut del = ab.clone();
+        assert!(del.remove_context(&seen));
+        assert!(!del.is_live() && del.is_blank());
+        let mut out = Vec::new();
+        ab.encode_state(&mut out);
+        let mut r = Reader::new(&out);
+        let back = HllCrdt::decode_state(&mut r).unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(back, ab);
+        let mut out2 = Vec::new();
+        back.encode_state(&mut out2);
+        assert_eq!(out, out2);
+        for cut in 0..out.len() {
+            assert!(HllCrdt::decode_state(&mut Reader::new(&out[..cut])).is_err());
+        }
     }
 
     #[test]

@@ -16,9 +16,16 @@
 //! the value with the highest such stamp is visible, the others stay live but hidden, so the
 //! result does not depend on arrival order. A write that observed a hidden value removes it
 //! (SET and DEL remove what they observed, of any type). See docs/conflicts.md.
+//!
+//! Full sync. `encode_state` writes the complete state (a format byte, every value with its
+//! metadata, the three removal contexts, the expire writes); `merge` joins a peer's state
+//! into this one: each side's removal contexts are applied to the other side's values and
+//! expire writes, values of one type are joined by their type's `merge`, contexts and expire
+//! writes are unioned, and the type-conflict rule picks the visible value again.
 
 use smallvec::SmallVec;
 
+use crate::codec::{self, DecodeError, Reader};
 use crate::counter::IncTotals;
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::expire::{Expire, ExpireReg};
@@ -124,6 +131,89 @@ impl Value {
         }
     }
 
+    /// Appends the value's type byte and its complete state.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Str(s) => {
+                codec::put_u8(out, VALUE_STR);
+                s.encode_state(out);
+            }
+            Value::Set(s) => {
+                codec::put_u8(out, VALUE_SET);
+                s.encode_state(out);
+            }
+            Value::Hash(h) => {
+                codec::put_u8(out, VALUE_HASH);
+                h.encode_state(out);
+            }
+            Value::ZSet(z) => {
+                codec::put_u8(out, VALUE_ZSET);
+                z.encode_state(out);
+            }
+            Value::List(l) => {
+                codec::put_u8(out, VALUE_LIST);
+                l.encode_state(out);
+            }
+            Value::Hll(h) => {
+                codec::put_u8(out, VALUE_HLL);
+                h.encode_state(out);
+            }
+        }
+    }
+
+    /// Decodes what `encode_state` wrote (an unknown type byte is `BadTag`).
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+        Ok(match r.u8()? {
+            VALUE_STR => Value::Str(StrCrdt::decode_state(r)?),
+            VALUE_SET => Value::Set(OrSet::decode_state(r)?),
+            VALUE_HASH => Value::Hash(HashCrdt::decode_state(r)?),
+            VALUE_ZSET => Value::ZSet(ZSetCrdt::decode_state(r)?),
+            VALUE_LIST => Value::List(ListCrdt::decode_state(r)?),
+            VALUE_HLL => Value::Hll(HllCrdt::decode_state(r)?),
+            t => return Err(DecodeError::BadTag(t)),
+        })
+    }
+
+    /// Joins `other`, a value of the same type, by that type's `merge`. Returns false (and
+    /// changes nothing) when the types differ.
+    fn merge_same(&mut self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Str(a), Value::Str(b)) => a.merge(b),
+            (Value::Set(a), Value::Set(b)) => a.merge(b),
+            (Value::Hash(a), Value::Hash(b)) => a.merge(b),
+            (Value::ZSet(a), Value::ZSet(b)) => a.merge(b),
+            (Value::List(a), Value::List(b)) => a.merge(b),
+            (Value::Hll(a), Value::Hll(b)) => a.merge(b),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Removes what the removals merged into `ctx`, a removal context of the other side of a
+    /// state merge, remove of this value. Removal is idempotent for every type, so contexts
+    /// this side had applied already remove nothing more (for a HyperLogLog, see
+    /// `HllCrdt::remove_context`).
+    fn remove_context(&mut self, ctx: &VersionVector) {
+        if ctx.is_empty() {
+            return;
+        }
+        match self {
+            Value::Str(s) => s.remove(ctx, &[]),
+            Value::Set(s) => {
+                s.remove_observed(ctx);
+            }
+            Value::Hll(h) => {
+                h.remove_context(ctx);
+            }
+            Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {
+                self.remove_observed(&Observed {
+                    stamps: ctx.clone(),
+                    incs: SmallVec::new(),
+                });
+            }
+        }
+    }
+
     fn remove_observed(&mut self, observed: &Observed) {
         match self {
             Value::Str(s) => s.remove(&observed.stamps, &observed.incs),
@@ -138,7 +228,17 @@ impl Value {
     }
 }
 
-/// What `KeyState::apply` did.
+/// Format byte that opens `KeyState::encode_state`'s output: version 1 of the layout.
+pub const KEY_STATE_V1: u8 = 1;
+
+const VALUE_STR: u8 = 0;
+const VALUE_SET: u8 = 1;
+const VALUE_HASH: u8 = 2;
+const VALUE_ZSET: u8 = 3;
+const VALUE_LIST: u8 = 4;
+const VALUE_HLL: u8 = 5;
+
+/// What `KeyState::apply` (or `KeyState::merge`) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
     /// The effect made a second type live at the key (a type conflict began here).
@@ -343,6 +443,8 @@ impl KeyState {
             if win < all.len() {
                 self.value = Some(all.remove(win));
             }
+            // One order for equal states, whatever order the values arrived in.
+            all.sort_by_key(Value::type_tag);
             if !all.is_empty() {
                 self.extra_mut().hidden = all.into_vec();
             }
@@ -672,6 +774,266 @@ impl KeyState {
         })
     }
 
+    /// Appends the complete state: the format byte `KEY_STATE_V1`; the values (the visible
+    /// one first, then hidden and dead ones), each as `Value::encode_state`; the removal
+    /// contexts `removed`, `value_removed`, `expire_removed`; the expire writes.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        codec::put_u8(out, KEY_STATE_V1);
+        let n_values = self.values().count();
+        codec::put_varint(out, n_values as u64);
+        for v in self.values() {
+            v.encode_state(out);
+        }
+        match &self.extra {
+            Some(x) => {
+                codec::put_vv(out, &x.removed);
+                codec::put_vv(out, &x.value_removed);
+                codec::put_vv(out, &x.expire_removed);
+                x.expire.encode_state(out);
+            }
+            None => {
+                let none = VersionVector::new();
+                codec::put_vv(out, &none);
+                codec::put_vv(out, &none);
+                codec::put_vv(out, &none);
+                ExpireReg::new().encode_state(out);
+            }
+        }
+    }
+
+    /// Decodes what `encode_state` wrote, leaving the reader after it. `BadTag`: an unknown
+    /// format byte. `Invalid`: two values of one type, or a state `apply` never leaves (a
+    /// blank value, a hidden value that should be the visible one, an expire write a removal
+    /// context covers...).
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<KeyState, DecodeError> {
+        let format = r.u8()?;
+        if format != KEY_STATE_V1 {
+            return Err(DecodeError::BadTag(format));
+        }
+        let n = r.count("key values")?;
+        let mut values: SmallVec<[Value; 2]> = SmallVec::new();
+        for _ in 0..n {
+            let v = Value::decode_state(r)?;
+            if values.iter().any(|o| o.type_tag() == v.type_tag()) {
+                return Err(DecodeError::Invalid("two values of one type"));
+            }
+            values.push(v);
+        }
+        let removed = r.vv_strict()?;
+        let value_removed = r.vv_strict()?;
+        let expire_removed = r.vv_strict()?;
+        let expire = ExpireReg::decode_state(r)?;
+        if expire
+            .0
+            .iter()
+            .any(|(s, _)| removed.covers(*s) || expire_removed.covers(*s))
+        {
+            return Err(DecodeError::Invalid("expire write removed"));
+        }
+        let mut values = values.into_iter();
+        let mut k = KeyState {
+            value: values.next(),
+            extra: None,
+        };
+        let extra = Extra {
+            hidden: values.collect(),
+            removed,
+            expire,
+            expire_removed,
+            value_removed,
+        };
+        if !extra.is_blank() {
+            k.extra = Some(Box::new(extra));
+        }
+        let mut normal = k.clone();
+        normal.normalize();
+        if normal != k {
+            return Err(DecodeError::Invalid("key state not normalized"));
+        }
+        Ok(k)
+    }
+
+    /// State join (full sync): afterwards `self` is, in what it shows and in how it takes
+    /// later writes, the state of a replica that applied the writes of both sides.
+    ///
+    /// Each side's removal contexts (`removed` and `value_removed` for values, `removed` and
+    /// `expire_removed` for expire writes) are applied to the other side's values and expire
+    /// writes: a write held on one side only that the other side's context covers was removed
+    /// there. Then the values of each type are joined by that type's `merge` (a type present
+    /// on one side only is taken as it is), the expire writes and the three contexts are
+    /// unioned, and `normalize` applies the type-conflict rule: the live value with the
+    /// highest live stamp is visible, the others hidden. Commutative, associative and
+    /// idempotent (a HyperLogLog's Redis bytes aside, whose layout depends on order).
+    ///
+    /// Exact when neither side had dropped (by `collect`) the removal context of a removal
+    /// the other side had not applied: a write held by the other side that such a removal
+    /// removed is kept (the context that said so is gone). `collect` keeps a context until
+    /// all of it is stable, so a DEL's context (which names the DEL) stays until every
+    /// replica has the DEL; the context of a SET, APPEND or EXPIRE may go before the write
+    /// that carried it reached every replica. A full sync after such collects needs
+    /// `merge_with_floor`.
+    ///
+    /// Returns `type_conflict` when the join made a second type live, and `ignored` when
+    /// `other` brought nothing new (`self` is unchanged).
+    pub fn merge(&mut self, other: &KeyState) -> Applied {
+        let before = self.clone();
+        self.join(other.clone());
+        self.applied_since(&before)
+    }
+
+    /// State join with a floor: `merge`, made exact also when either side dropped removal
+    /// metadata with `collect`. `floor` must be causally stable, as `collect` requires (both
+    /// sides had delivered every write it covers), and cover every vector either side
+    /// collected with (for instance the join of both sides' stable vectors at the full sync).
+    /// A write `floor` covers that one side holds and the other does not was removed on the
+    /// other side (which had delivered it): it goes, whatever contexts were dropped. Hash,
+    /// sorted-set and list values take `floor` through their `collect(Some(floor))` and use it
+    /// in their own `merge`. A key one side does not hold at all is `KeyState::new()` there.
+    pub fn merge_with_floor(&mut self, other: &KeyState, floor: &VersionVector) -> Applied {
+        let before = self.clone();
+        let mut theirs = other.clone();
+        self.drop_unheld(other, floor);
+        theirs.drop_unheld(&before, floor);
+        let tags: SmallVec<[TypeTag; 3]> = [TypeTag::Hash, TypeTag::ZSet, TypeTag::List]
+            .into_iter()
+            .filter(|t| {
+                before.values().any(|v| v.type_tag() == *t)
+                    || other.values().any(|v| v.type_tag() == *t)
+            })
+            .collect();
+        self.floor_collections(&tags, floor);
+        theirs.floor_collections(&tags, floor);
+        self.join(theirs);
+        self.applied_since(&before)
+    }
+
+    /// The join itself (see `merge`); `theirs` is the other side's state, consumed.
+    fn join(&mut self, mut theirs: KeyState) {
+        theirs.remove_contexts_of(self);
+        self.remove_contexts_of(&theirs);
+        let KeyState { value, extra } = theirs;
+        let (hidden, extra) = match extra {
+            Some(mut x) => (std::mem::take(&mut x.hidden), Some(x)),
+            None => (Vec::new(), None),
+        };
+        for v in value.into_iter().chain(hidden) {
+            match self.take(v.type_tag()) {
+                Some(mut mine) => {
+                    let same = mine.merge_same(&v);
+                    debug_assert!(same, "values paired by type");
+                    self.put(mine);
+                }
+                None => self.put(v),
+            }
+        }
+        if let Some(x) = extra.filter(|x| !x.is_blank()) {
+            let mine = self.extra_mut();
+            mine.removed.merge(&x.removed);
+            mine.value_removed.merge(&x.value_removed);
+            mine.expire_removed.merge(&x.expire_removed);
+            mine.expire.merge(&x.expire);
+        }
+        if let Some(x) = &self.extra {
+            // Set member contexts the key's contexts make redundant go, so that the result
+            // does not depend on which side's contexts were applied first.
+            let mut key_ctx = x.removed.clone();
+            key_ctx.merge(&x.value_removed);
+            let KeyState { value, extra } = self;
+            let hidden = extra.iter_mut().flat_map(|x| x.hidden.iter_mut());
+            for v in value.iter_mut().chain(hidden) {
+                if let Value::Set(s) = v {
+                    s.trim_contexts(&key_ctx);
+                }
+            }
+        }
+        self.normalize();
+    }
+
+    fn applied_since(&self, before: &KeyState) -> Applied {
+        Applied {
+            type_conflict: before.live_types() < 2 && self.live_types() >= 2,
+            ignored: *self == *before,
+        }
+    }
+
+    /// Drops the writes `floor` covers that this side holds and `other` does not (string
+    /// writes, set dots, HyperLogLog raises, expire writes; see `merge_with_floor`).
+    fn drop_unheld(&mut self, other: &KeyState, floor: &VersionVector) {
+        if floor.is_empty() {
+            return;
+        }
+        let other_str = other.values().find_map(|v| match v {
+            Value::Str(s) => Some(s),
+            _ => None,
+        });
+        let other_set = other.values().find_map(|v| match v {
+            Value::Set(s) => Some(s),
+            _ => None,
+        });
+        let other_hll = other.values().find_map(|v| match v {
+            Value::Hll(h) => Some(h),
+            _ => None,
+        });
+        for v in self.values_mut() {
+            match v {
+                Value::Str(s) => s.retain_writes(|w| {
+                    !floor.covers(w) || other_str.is_some_and(|o| o.writes().any(|(x, _)| *x == w))
+                }),
+                Value::Set(s) => s.retain_dots(|m, d| {
+                    !floor.covers(d) || other_set.is_some_and(|o| o.has_dot(m, d))
+                }),
+                Value::Hll(h) => h.drop_unheld(other_hll, floor),
+                // They keep `floor` through `collect` (`floor_collections`).
+                Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {}
+            }
+        }
+        if let Some(x) = &mut self.extra {
+            let theirs = other.extra.as_ref().map(|x| &x.expire);
+            x.expire
+                .0
+                .retain(|s| !floor.covers(s) || theirs.is_some_and(|e| e.0.contains(s)));
+        }
+    }
+
+    /// Gives every value of the types `tags` the floor through `collect(Some(floor))`, adding
+    /// an empty one where this side holds none (it then says: what `floor` covers was removed
+    /// here).
+    fn floor_collections(&mut self, tags: &[TypeTag], floor: &VersionVector) {
+        for &tag in tags {
+            let mut v = match self.take(tag) {
+                Some(v) => v,
+                None => match tag {
+                    TypeTag::Hash => Value::Hash(HashCrdt::new()),
+                    TypeTag::ZSet => Value::ZSet(ZSetCrdt::new()),
+                    TypeTag::List => Value::List(ListCrdt::new()),
+                    TypeTag::String | TypeTag::Set | TypeTag::Hll => continue,
+                },
+            };
+            match &mut v {
+                Value::Hash(h) => h.collect(Some(floor)),
+                Value::ZSet(z) => z.collect(Some(floor)),
+                Value::List(l) => l.collect(Some(floor)),
+                Value::Str(_) | Value::Set(_) | Value::Hll(_) => {}
+            }
+            self.put(v);
+        }
+    }
+
+    /// Applies `other`'s removal contexts to this side's values and expire writes.
+    fn remove_contexts_of(&mut self, other: &KeyState) {
+        let Some(x) = &other.extra else {
+            return;
+        };
+        for v in self.values_mut() {
+            v.remove_context(&x.removed);
+            v.remove_context(&x.value_removed);
+        }
+        if let Some(mine) = &mut self.extra {
+            mine.expire.remove(&x.removed);
+            mine.expire.remove(&x.expire_removed);
+        }
+    }
+
     /// Drops all removal metadata: removal contexts, cleared counters, set removal contexts,
     /// expire writes with no effect (PERSIST only) and expire writes of an empty key. Only
     /// for a replica with no peers, where every write is causally stable.
@@ -699,8 +1061,9 @@ impl KeyState {
         self.normalize();
     }
 
-    /// Drops the removal contexts `stable` covers: `stable` must be a version vector that
-    /// every replica has delivered (no write it covers can still arrive). Live writes and
+    /// Drops the removal metadata `stable` covers: each removal context once `stable` covers
+    /// all of it, and what the values' own `collect` drops. `stable` must be a version vector
+    /// that every replica has delivered (no write it covers can still arrive). Live writes and
     /// counter totals are kept. Afterwards a redelivered duplicate of a write `stable` covers
     /// could come back: the caller must filter duplicates before `apply` (per-origin sequence
     /// numbers), as it does anyway.
@@ -716,9 +1079,14 @@ impl KeyState {
             }
         }
         if let Some(x) = &mut self.extra {
-            x.removed.forget_covered(stable);
-            x.value_removed.forget_covered(stable);
-            x.expire_removed.forget_covered(stable);
+            // A context goes as a whole once `stable` covers all of it (per-entry forgetting
+            // would empty it at the same moment): until then it still covers, for a state
+            // merge, the writes its removals removed, even those already stable.
+            for ctx in [&mut x.removed, &mut x.value_removed, &mut x.expire_removed] {
+                if stable.dominates(ctx) {
+                    *ctx = VersionVector::new();
+                }
+            }
         }
         self.normalize();
     }

@@ -82,6 +82,13 @@ impl Removal {
     fn covers(&self, id: &ElemId) -> bool {
         self.observed.covers(id.stamp) && self.lo <= *id && *id <= self.hi
     }
+
+    /// A total order (by range, then vector), for canonical listings.
+    fn order(&self, other: &Removal) -> std::cmp::Ordering {
+        (&self.lo, &self.hi)
+            .cmp(&(&other.lo, &other.hi))
+            .then_with(|| self.observed.iter().cmp(other.observed.iter()))
+    }
 }
 
 /// One decoded entry.
@@ -564,7 +571,15 @@ impl ListCrdt {
     }
 
     /// Drops removal metadata covered by `stable` (`None`: everything is stable).
+    ///
+    /// `Some(stable)` must be causally stable (every write it covers, and every write seen by
+    /// or concurrent with one, delivered at every replica); it is joined into `seen`, which
+    /// `merge` uses in place of the records dropped here, so the list is kept even when blank
+    /// (`is_blank` still says so: the key may drop it).
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        if let Some(s) = stable.filter(|s| !s.is_empty()) {
+            self.inner_mut().seen.merge(s);
+        }
         let Some(inner) = self.inner.as_mut() else {
             return;
         };
@@ -572,7 +587,7 @@ impl ListCrdt {
             None => inner.removals = Vec::new(),
             Some(s) => inner.removals.retain(|r| !s.dominates(&r.observed)),
         }
-        if inner.len == 0 && inner.removals.is_empty() {
+        if stable.is_none() && inner.len == 0 && inner.removals.is_empty() {
             self.inner = None;
         }
     }
@@ -604,7 +619,7 @@ impl ListCrdt {
 
     fn sorted_removals(&self) -> Vec<&Removal> {
         let mut v: Vec<&Removal> = self.inner.iter().flat_map(|i| i.removals.iter()).collect();
-        v.sort_by(|a, b| (&a.lo, &a.hi).cmp(&(&b.lo, &b.hi)));
+        v.sort_by(|a, b| a.order(b));
         v.dedup();
         v
     }
@@ -1218,6 +1233,208 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<ListOp<Vec<u8>>, DecodeError> {
             Ok(ListOp::Replace { id, value })
         }
         t => Err(DecodeError::BadTag(t)),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// State (full sync): encoding and join
+// ------------------------------------------------------------------------------------------
+
+/// Fewest bytes of one encoded item, so that a declared count must fit the input
+/// (`Reader::items`): an element (one-digit position, stamp, value length), a removal record
+/// (two such ids without values, vector length).
+const ELEM_BYTES_MIN: usize = 15;
+const REMOVAL_BYTES_MIN: usize = 29;
+
+/// Answers "does a removal record cover this element?" for elements asked in increasing id
+/// order, in one sweep over the records sorted by their low end: O(records log records) plus,
+/// per element, the records whose range holds it.
+struct Coverage<'a> {
+    /// Records by low end.
+    records: Vec<&'a Removal>,
+    next: usize,
+    /// Records whose low end is passed and whose high end may not be.
+    open: Vec<&'a Removal>,
+}
+
+impl<'a> Coverage<'a> {
+    fn new(records: &'a [Removal]) -> Coverage<'a> {
+        let mut records: Vec<&Removal> = records.iter().collect();
+        records.sort_by(|a, b| a.lo.cmp(&b.lo));
+        Coverage {
+            records,
+            next: 0,
+            open: Vec::new(),
+        }
+    }
+
+    /// Whether a record covers `id`; `id` must not be below an id asked before.
+    fn covers(&mut self, id: &ElemId) -> bool {
+        while let Some(r) = self.records.get(self.next).filter(|r| r.lo <= *id) {
+            self.open.push(r);
+            self.next += 1;
+        }
+        self.open.retain(|r| r.hi >= *id);
+        self.open.iter().any(|r| r.observed.covers(id.stamp))
+    }
+}
+
+/// Every record once, in `Removal::order`.
+fn canonical_removals<'a>(records: impl Iterator<Item = &'a Removal>) -> Vec<&'a Removal> {
+    let mut v: Vec<&Removal> = records.collect();
+    v.sort_by(|a, b| a.order(b));
+    v.dedup();
+    v
+}
+
+impl Inner {
+    /// Appends an element above every element held (callers give increasing ids).
+    fn push_back(&mut self, id: ElemId, value: &[u8]) {
+        debug_assert!(self.removals.is_empty());
+        self.insert(id, value);
+    }
+
+    fn is_droppable(&self) -> bool {
+        self.len == 0 && self.removals.is_empty() && self.seen.is_empty()
+    }
+}
+
+impl ListCrdt {
+    /// Appends the whole replicated state: `seen`, the removal records (each once, in a fixed
+    /// order), then the elements in list order with their ids. Canonical: equal states encode
+    /// to equal bytes.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        let empty = VersionVector::new();
+        let inner = self.inner.as_deref();
+        codec::put_vv(out, inner.map_or(&empty, |i| &i.seen));
+        let records = canonical_removals(inner.iter().flat_map(|i| i.removals.iter()));
+        codec::put_varint(out, records.len() as u64);
+        for r in records {
+            put_id(out, &r.lo);
+            put_id(out, &r.hi);
+            codec::put_vv(out, &r.observed);
+        }
+        codec::put_varint(out, self.len() as u64);
+        for e in self.iter() {
+            put_id(out, &e.id);
+            codec::put_bytes(out, e.value);
+        }
+    }
+
+    /// Reads a state written by `encode_state`. Never panics, and allocates nothing ahead of
+    /// the bytes that back it (a declared count must fit the input). Refuses, as
+    /// `DecodeError::Invalid`, states that break an invariant: vectors not in their sorted
+    /// form, elements not in increasing id order, an element `seen` does not cover (or with a
+    /// zero hlc), or one a removal record covers.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<ListCrdt, DecodeError> {
+        let seen = r.vv_strict()?;
+        let n = r.items(REMOVAL_BYTES_MIN)?;
+        let mut removals = Vec::new();
+        for _ in 0..n {
+            let lo = read_id(r)?;
+            let hi = read_id(r)?;
+            let observed = r.vv_strict()?;
+            removals.push(Removal { lo, hi, observed });
+        }
+        let n = r.items(ELEM_BYTES_MIN)?;
+        let mut inner = Inner {
+            seen,
+            ..Inner::default()
+        };
+        let mut cov = Coverage::new(&removals);
+        let mut last: Option<ElemId> = None;
+        for _ in 0..n {
+            let id = read_id(r)?;
+            let value = r.bytes()?;
+            if last.as_ref().is_some_and(|l| *l >= id) {
+                return Err(DecodeError::Invalid("list elements not in order"));
+            }
+            if id.stamp.hlc == Hlc::ZERO || !inner.seen.covers(id.stamp) {
+                return Err(DecodeError::Invalid("list element not seen"));
+            }
+            if cov.covers(&id) {
+                return Err(DecodeError::Invalid("list element covered by a removal"));
+            }
+            last = Some(id.clone());
+            inner.push_back(id, value);
+        }
+        inner.removals = removals;
+        Ok(ListCrdt {
+            inner: (!inner.is_droppable()).then(|| Box::new(inner)),
+        })
+    }
+
+    /// The state join (full sync): afterwards `self` is the state of a replica that applied
+    /// the writes of both sides. Commutative, associative and idempotent.
+    ///
+    /// An element held on both sides is kept; one held on one side only is kept unless the
+    /// other side saw it (its `seen` covers the stamp: the insert was applied there and
+    /// removed since; or one of its removal records covers it). Removal records union
+    /// (duplicates dropped), `seen` joins pointwise.
+    ///
+    /// Exact when each side dropped metadata only through `collect(Some(stable))` with
+    /// causally stable vectors (joined into `seen`). Removals of the whole key leave no
+    /// record: the caller joins its key contexts and applies them to the result with
+    /// `remove_observed`; inserts a side dropped under a key context (never applied here) are
+    /// known to it only through that context, or, once collected, through
+    /// `collect(Some(..))` on this value. Cost: O(n + m) elements plus a sweep over the
+    /// records; the blocks are rebuilt full.
+    pub fn merge(&mut self, other: &ListCrdt) {
+        let Some(y) = other.inner.as_deref() else {
+            return;
+        };
+        let own = self.inner.take();
+        let empty = Inner::default();
+        let x = own.as_deref().unwrap_or(&empty);
+        let mut out = Inner {
+            seen: x.seen.clone(),
+            ..Inner::default()
+        };
+        out.seen.merge(&y.seen);
+        let mut cov_x = Coverage::new(&x.removals);
+        let mut cov_y = Coverage::new(&y.removals);
+        let xs = ListCrdt::iter_inner(x);
+        let ys = ListCrdt::iter_inner(y);
+        let (mut xs, mut ys) = (xs.peekable(), ys.peekable());
+        loop {
+            match (xs.peek(), ys.peek()) {
+                (Some(p), Some(q)) if p.id == q.id => {
+                    out.push_back(p.id.clone(), p.value);
+                    xs.next();
+                    ys.next();
+                }
+                (Some(p), q) if q.is_none_or(|q| p.id < q.id) => {
+                    if !y.seen.covers(p.id.stamp) && !cov_y.covers(&p.id) {
+                        out.push_back(p.id.clone(), p.value);
+                    }
+                    xs.next();
+                }
+                (_, Some(q)) => {
+                    if !x.seen.covers(q.id.stamp) && !cov_x.covers(&q.id) {
+                        out.push_back(q.id.clone(), q.value);
+                    }
+                    ys.next();
+                }
+                _ => break,
+            }
+        }
+        out.removals = canonical_removals(x.removals.iter().chain(y.removals.iter()))
+            .into_iter()
+            .cloned()
+            .collect();
+        self.inner = (!out.is_droppable()).then(|| Box::new(out));
+    }
+
+    /// Elements of `inner` in order.
+    fn iter_inner(inner: &Inner) -> impl Iterator<Item = Elem<'_>> + '_ {
+        inner.blocks.iter().flat_map(|b| {
+            let mut off = 0;
+            std::iter::from_fn(move || {
+                let (e, next) = b.decode(off)?;
+                off = next;
+                Some(e)
+            })
+        })
     }
 }
 

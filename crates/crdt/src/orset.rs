@@ -18,6 +18,11 @@
 //! Iteration order is hash order (as Redis's hashtable encoding). Members are hashed with the
 //! process's secret key (`crate::hashing`), since clients choose them; the order is not part
 //! of the state (equality and `Hash` are order-independent).
+//!
+//! State join (`merge`, for a full sync): per member and origin the newer dot, unless either
+//! side's member removal context covers it; member contexts and `seen` by pointwise maximum.
+//! Whole-set removals (DEL, SET) are the caller's contexts: `KeyState::merge` applies each
+//! side's to the other side's set.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -26,6 +31,7 @@ use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
+use crate::codec::{self, DecodeError, Reader};
 use crate::dot::{Stamp, VersionVector};
 
 /// One member present and its first dot.
@@ -341,6 +347,205 @@ impl OrSet {
         }
     }
 
+    /// State join. Every dot of `other` is added as `add` would (refused when a member
+    /// removal context here covers it, or a newer dot of its origin is held), then every
+    /// member removal context of `other` is applied as `remove` would (dropping the dots here
+    /// it covers); `seen` takes the maximum. The result holds, per member and origin, the
+    /// newer dot of the two sides unless a member context of either side covers it: what a
+    /// replica that applied both sides' adds and SREMs holds. Removals of the whole set are
+    /// the caller's (`KeyState::merge`). Commutative, associative, idempotent.
+    pub fn merge(&mut self, other: &OrSet) {
+        let Some(theirs) = other.inner.as_ref() else {
+            return;
+        };
+        for e in theirs.elems.iter() {
+            let m = e.member.as_slice();
+            self.add(e.dot, m);
+            for d in theirs.extra_of(m) {
+                self.add(*d, m);
+            }
+        }
+        if let Some(meta) = &theirs.meta {
+            for (m, ctx) in &meta.removed {
+                self.remove(m.as_slice(), ctx);
+            }
+        }
+        self.inner_mut().seen.merge(&theirs.seen);
+    }
+
+    /// Appends the complete state: the members present in byte order, each with its dots in
+    /// stamp order; the member removal contexts in byte order; `seen`. Sorted, so that equal
+    /// sets encode to equal bytes whatever their hash order.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        let mut elems: Vec<&Elem> = self.elems().iter().collect();
+        elems.sort_unstable_by(|a, b| a.member.as_slice().cmp(b.member.as_slice()));
+        codec::put_varint(out, elems.len() as u64);
+        for e in elems {
+            codec::put_bytes(out, e.member.as_slice());
+            let dots = self.dots_of(e);
+            codec::put_varint(out, dots.len() as u64);
+            for d in dots {
+                codec::put_stamp(out, d);
+            }
+        }
+        let removed = self.removed_map();
+        codec::put_varint(out, removed.map_or(0, |r| r.len()) as u64);
+        for (m, ctx) in removed.into_iter().flatten() {
+            codec::put_bytes(out, m.as_slice());
+            codec::put_vv(out, ctx);
+        }
+        match &self.inner {
+            Some(i) => codec::put_vv(out, &i.seen),
+            None => codec::put_vv(out, &VersionVector::new()),
+        }
+    }
+
+    /// Decodes what `encode_state` wrote. `Invalid`: members or contexts out of order or
+    /// repeated, a member without dots, dots out of order or two from one origin, a dot its
+    /// member's removal context covers, an empty context, a `seen` that misses a dot or a
+    /// context.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<OrSet, DecodeError> {
+        // A member takes at least its length byte, a dot count and one 12-byte dot.
+        let n = r.items(14)?;
+        let mut members: Vec<(SmallBytes, SmallVec<[Stamp; 2]>)> =
+            Vec::with_capacity(codec::prealloc(n));
+        for _ in 0..n {
+            let m = r.bytes()?;
+            if members.last().is_some_and(|p| p.0.as_slice() >= m) {
+                return Err(DecodeError::Invalid("set members not sorted"));
+            }
+            let k = r.count("set member dots")?;
+            if k == 0 {
+                return Err(DecodeError::Invalid("set member without dots"));
+            }
+            let mut dots: SmallVec<[Stamp; 2]> = SmallVec::with_capacity(codec::prealloc(k));
+            for _ in 0..k {
+                let d = r.stamp()?;
+                if dots.last().is_some_and(|p| *p >= d) {
+                    return Err(DecodeError::Invalid("set member dots not sorted"));
+                }
+                dots.push(d);
+            }
+            let mut origins: SmallVec<[u32; 4]> = dots.iter().map(|d| d.replica.0).collect();
+            origins.sort_unstable();
+            if origins.windows(2).any(|w| w.first() == w.get(1)) {
+                return Err(DecodeError::Invalid(
+                    "set member with two dots of one origin",
+                ));
+            }
+            members.push((SmallBytes::copy_from(m), dots));
+        }
+        // A context takes at least its member's length byte and a one-entry vector.
+        let n = r.items(13)?;
+        let mut removed: BTreeMap<SmallBytes, VersionVector> = BTreeMap::new();
+        let mut last: Option<SmallBytes> = None;
+        for _ in 0..n {
+            let m = SmallBytes::copy_from(r.bytes()?);
+            if last.as_ref().is_some_and(|p| p.as_slice() >= m.as_slice()) {
+                return Err(DecodeError::Invalid("set removal contexts not sorted"));
+            }
+            let ctx = r.vv_strict()?;
+            if ctx.is_empty() {
+                return Err(DecodeError::Invalid("empty set removal context"));
+            }
+            last = Some(m.clone());
+            removed.insert(m, ctx);
+        }
+        let seen = r.vv_strict()?;
+        if members.is_empty() && removed.is_empty() && seen.is_empty() {
+            return Ok(OrSet::new());
+        }
+        let mut inner = Inner {
+            elems: HashTable::with_capacity(codec::prealloc(members.len())),
+            seen,
+            meta: None,
+        };
+        if removed.values().any(|ctx| !inner.seen.dominates(ctx)) {
+            return Err(DecodeError::Invalid("set seen misses a removal context"));
+        }
+        for (member, mut dots) in members {
+            let ctx = removed.get(&member);
+            if dots
+                .iter()
+                .any(|d| !inner.seen.covers(*d) || ctx.is_some_and(|c| c.covers(*d)))
+            {
+                return Err(DecodeError::Invalid("set dot removed or unseen"));
+            }
+            let Some(first) = dots.pop() else {
+                continue;
+            };
+            if !dots.is_empty() {
+                inner
+                    .meta_mut()
+                    .extra
+                    .insert(member.clone(), std::mem::take(&mut dots));
+            }
+            inner.elems.insert_unique(
+                hash_member(member.as_slice()),
+                Elem { member, dot: first },
+                elem_hash,
+            );
+        }
+        if !removed.is_empty() {
+            inner.meta_mut().removed = removed;
+        }
+        Ok(OrSet {
+            inner: Some(Box::new(inner)),
+        })
+    }
+
+    /// Keeps the dots that `keep` accepts (with their member); a member whose dots all go
+    /// leaves the set. Removal contexts and `seen` stay as they are.
+    pub(crate) fn retain_dots(&mut self, keep: impl Fn(&[u8], Stamp) -> bool) {
+        let Some(inner) = self.inner.as_mut() else {
+            return;
+        };
+        let mut members: Vec<SmallBytes> = Vec::new();
+        for e in inner.elems.iter() {
+            let m = e.member.as_slice();
+            if !keep(m, e.dot) || inner.extra_of(m).iter().any(|d| !keep(m, *d)) {
+                members.push(e.member.clone());
+            }
+        }
+        for m in members {
+            inner.drop_dots(m.as_slice(), |d| !keep(m.as_slice(), d));
+        }
+        inner.tidy_meta();
+    }
+
+    /// Whether `member` is present with the dot `dot`.
+    pub(crate) fn has_dot(&self, member: &[u8], dot: Stamp) -> bool {
+        self.elems()
+            .find(hash_member(member), |e| e.member.as_slice() == member)
+            .is_some_and(|e| {
+                e.dot == dot
+                    || self
+                        .inner
+                        .as_ref()
+                        .is_some_and(|i| i.extra_of(member).contains(&dot))
+            })
+    }
+
+    /// Drops the entries of member removal contexts that `key_ctx` (a removal context of the
+    /// whole key, which the caller keeps and applies to every late dot) makes redundant: each
+    /// dot such an entry covers, `key_ctx` covers too. The state join uses it so that equal
+    /// states come out equal, whichever contexts reached them first.
+    pub fn trim_contexts(&mut self, key_ctx: &VersionVector) {
+        if key_ctx.is_empty() {
+            return;
+        }
+        let Some(inner) = self.inner.as_mut() else {
+            return;
+        };
+        if let Some(m) = inner.meta.as_mut() {
+            m.removed.retain(|_, r| {
+                r.forget_covered(key_ctx);
+                !r.is_empty()
+            });
+        }
+        inner.tidy_meta();
+    }
+
     /// Sorted dots of each member present, for equality and hashing.
     fn dots_of(&self, e: &Elem) -> SmallVec<[Stamp; 2]> {
         let mut d: SmallVec<[Stamp; 2]> = SmallVec::new();
@@ -555,6 +760,50 @@ mod tests {
         let mut o = VersionVector::new();
         s.observe_into(&mut o);
         assert!(o.covers(st(10, 2)) && o.covers(st(1, 1)));
+    }
+
+    #[test]
+    fn merge_keeps_newer_dots_unless_a_context_covers_them() {
+        let mut a = OrSet::new();
+        a.add(st(1, 1), b"x");
+        a.add(st(2, 1), b"y");
+        let mut b = a.clone();
+        // A removes x (having seen 1@1); B adds x again concurrently and y from another site.
+        a.remove(b"x", &vv(&[st(1, 1)]));
+        b.add(st(3, 2), b"x");
+        b.add(st(4, 3), b"y");
+        b.remove(b"y", &vv(&[st(2, 1)]));
+        let mut ab = a.clone();
+        ab.merge(&b);
+        let mut ba = b.clone();
+        ba.merge(&a);
+        assert_eq!(ab, ba);
+        assert_eq!(sorted(&ab), vec![b"x".to_vec(), b"y".to_vec()]);
+        let dots = |m: &[u8]| {
+            let e = ab
+                .elems()
+                .find(hash_member(m), |e| e.member.as_slice() == m)
+                .unwrap()
+                .clone();
+            ab.dots_of(&e).to_vec()
+        };
+        assert_eq!(dots(b"x"), vec![st(3, 2)]);
+        assert_eq!(dots(b"y"), vec![st(4, 3)]);
+        let mut again = ab.clone();
+        again.merge(&ab);
+        assert_eq!(again, ab);
+        let mut out = Vec::new();
+        ab.encode_state(&mut out);
+        let mut r = Reader::new(&out);
+        let back = OrSet::decode_state(&mut r).unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(back, ab);
+        let mut out2 = Vec::new();
+        back.encode_state(&mut out2);
+        assert_eq!(out, out2);
+        for cut in 0..out.len() {
+            assert!(OrSet::decode_state(&mut Reader::new(&out[..cut])).is_err());
+        }
     }
 
     #[test]

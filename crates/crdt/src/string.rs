@@ -8,8 +8,13 @@
 //!   integer when base and every unobserved increment are integers, saturating at the `i64`
 //!   bounds, else a `Dec`;
 //! - base is not a number (SET "abc" ∥ INCR): the increments are ignored and the bytes shown.
+//!
+//! The string keeps no removal context (`KeyState` does): its state join `merge` is the union
+//! of the assigned writes plus the join of the counters, and the caller removes the writes
+//! either side's removal contexts cover.
 
 use crate::bytes::SmallBytes;
+use crate::codec::{self, DecodeError, Reader};
 use crate::counter::{Counter, Delta, IncTotals};
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::num::Dec;
@@ -228,6 +233,115 @@ impl StrCrdt {
         self.counter_ref().is_some_and(|c| c.is_clear())
     }
 
+    /// State join: the union of the assigned writes (one per stamp) and the join of the
+    /// counters (`Counter::merge`). A write held on one side only may have been removed on the
+    /// other: the caller then applies `remove` with each side's removal contexts (as
+    /// `KeyState::merge` does). Commutative, associative, idempotent.
+    pub fn merge(&mut self, other: &StrCrdt) {
+        let mut all: Vec<(Stamp, SmallBytes)> = Vec::new();
+        let mine = self.head.take().into_iter().chain(
+            self.rare
+                .as_mut()
+                .map(|r| std::mem::take(&mut r.others))
+                .unwrap_or_default(),
+        );
+        all.extend(mine);
+        for (s, b) in other.writes() {
+            all.push((*s, SmallBytes::copy_from(b)));
+        }
+        // Sorted by stamp; a stamp held on both sides names the same write: keep one.
+        all.sort_by_key(|w| w.0);
+        all.dedup_by_key(|w| w.0);
+        self.head = all.pop();
+        if !all.is_empty() {
+            self.rare.get_or_insert_with(Box::default).others = all;
+        }
+        if let Some(c) = other.counter_ref() {
+            match self.rare.as_mut().and_then(|r| r.counter.as_mut()) {
+                Some(mine) => mine.merge(c),
+                None => self.rare.get_or_insert_with(Box::default).counter = Some(c.clone()),
+            }
+        }
+        self.tidy();
+    }
+
+    /// Keeps the assigned writes whose stamp `keep` accepts (the state join with a floor drops
+    /// those the other side had delivered and no longer holds).
+    pub(crate) fn retain_writes(&mut self, keep: impl Fn(Stamp) -> bool) {
+        if let Some(r) = &mut self.rare {
+            r.others.retain(|w| keep(w.0));
+        }
+        if self.head.as_ref().is_some_and(|w| !keep(w.0)) {
+            self.head = self.rare.as_mut().and_then(|r| r.others.pop());
+        }
+        self.tidy();
+    }
+
+    /// Appends the complete state: the shown write (flag, stamp, bytes), the concurrent
+    /// writes in stamp order, and the counter (flag, `Counter::encode_state`), cleared
+    /// counters included.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        match &self.head {
+            None => codec::put_u8(out, 0),
+            Some((s, b)) => {
+                codec::put_u8(out, 1);
+                codec::put_stamp(out, *s);
+                codec::put_bytes(out, b.as_slice());
+            }
+        }
+        let others = self.rare.as_ref().map_or(&[][..], |r| r.others.as_slice());
+        codec::put_varint(out, others.len() as u64);
+        for (s, b) in others {
+            codec::put_stamp(out, *s);
+            codec::put_bytes(out, b.as_slice());
+        }
+        match self.counter_ref() {
+            None => codec::put_u8(out, 0),
+            Some(c) => {
+                codec::put_u8(out, 1);
+                c.encode_state(out);
+            }
+        }
+    }
+
+    /// Decodes what `encode_state` wrote. Concurrent writes out of stamp order, repeated, at
+    /// or above the shown write, or present without a shown write are `Invalid`.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<StrCrdt, DecodeError> {
+        let head = if r.bool()? {
+            let s = r.stamp()?;
+            Some((s, SmallBytes::copy_from(r.bytes()?)))
+        } else {
+            None
+        };
+        let n = r.count("string writes")?;
+        let mut others: Vec<(Stamp, SmallBytes)> = Vec::with_capacity(codec::prealloc(n));
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let b = SmallBytes::copy_from(r.bytes()?);
+            if others.last().is_some_and(|w| w.0 >= s) {
+                return Err(DecodeError::Invalid("string writes not sorted"));
+            }
+            others.push((s, b));
+        }
+        match (&head, others.last()) {
+            (None, Some(_)) => return Err(DecodeError::Invalid("string writes without head")),
+            (Some(h), Some(o)) if o.0 >= h.0 => {
+                return Err(DecodeError::Invalid("string write above the shown one"));
+            }
+            _ => {}
+        }
+        let counter = if r.bool()? {
+            Some(Counter::decode_state(r)?)
+        } else {
+            None
+        };
+        let mut s = StrCrdt { head, rare: None };
+        if !others.is_empty() || counter.is_some() {
+            s.rare = Some(Box::new(StrRare { others, counter }));
+        }
+        Ok(s)
+    }
+
     /// Drops a cleared counter (only safe when no replica can still send increments or
     /// removals referring to its totals: no peers).
     pub fn collect_all(&mut self) {
@@ -315,6 +429,35 @@ mod tests {
         s.remove(&seen, &[]);
         assert_eq!(s.view(), None);
         assert_eq!(s, StrCrdt::new());
+    }
+
+    #[test]
+    fn merge_unions_writes_and_joins_counters() {
+        let mut a = StrCrdt::new();
+        a.assign(st(2, 1), b"b");
+        a.incr(st(3, 1), &Delta::Int(1));
+        let mut b = StrCrdt::new();
+        b.assign(st(1, 3), b"a");
+        b.assign(st(2, 1), b"b");
+        b.incr(st(4, 2), &Delta::Int(5));
+        let mut ab = a.clone();
+        ab.merge(&b);
+        let mut ba = b.clone();
+        ba.merge(&a);
+        assert_eq!(ab, ba);
+        assert_eq!(ab.writes().count(), 2);
+        let mut again = ab.clone();
+        again.merge(&b);
+        assert_eq!(again, ab);
+        let mut out = Vec::new();
+        ab.encode_state(&mut out);
+        let mut r = Reader::new(&out);
+        let back = StrCrdt::decode_state(&mut r).unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(back, ab);
+        let mut out2 = Vec::new();
+        back.encode_state(&mut out2);
+        assert_eq!(out, out2);
     }
 
     #[test]

@@ -361,7 +361,8 @@ struct Inner {
     /// Members with rare parts (also members not present that hold removal contexts).
     meta: HashTable<(SmallBytes, Meta)>,
     /// Per origin, the highest stamp of an op applied here (duplicate filter; with per-origin
-    /// FIFO delivery, every earlier write of that origin to this key was delivered).
+    /// FIFO delivery, every earlier write of that origin to this key was delivered), joined
+    /// with the stable vectors given to `collect` (every write they cover was delivered).
     delivered: VersionVector,
     /// Every stamp applied and every removal context merged (for `observe_into`).
     seen: VersionVector,
@@ -431,6 +432,12 @@ impl Inner {
 
     /// Puts a member's state back (present when live; side entry when it has rare parts).
     fn put(&mut self, member: &[u8], ms: MemberState) {
+        self.put_with(member, ms, true);
+    }
+
+    /// `put`, leaving the ordered index alone unless `index` (the caller then rebuilds it
+    /// with `rebuild_index`).
+    fn put_with(&mut self, member: &[u8], ms: MemberState, index: bool) {
         let h = hash_member(member);
         let live = ms.is_live();
         let score = ms.score();
@@ -438,10 +445,12 @@ impl Inner {
         let needs_meta = ms.adds.len() > 1 || !ms.incs.is_empty() || !ms.removed.is_empty();
         if live {
             let m = SmallBytes::copy_from(member);
-            self.index.insert(Key {
-                score,
-                member: m.clone(),
-            });
+            if index {
+                self.index.insert(Key {
+                    score,
+                    member: m.clone(),
+                });
+            }
             self.elems.insert_unique(
                 h,
                 Elem {
@@ -674,7 +683,16 @@ impl ZSetCrdt {
 
     /// Drops removal metadata covered by `stable` (`None`: everything is stable, no peers:
     /// every member is folded into one add of its shown score).
+    ///
+    /// `Some(stable)` must be causally stable (every write it covers, and every write seen by
+    /// or concurrent with one, delivered at every replica); it is joined into `delivered`,
+    /// which `merge` uses in place of the contexts dropped here.
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        if let Some(s) = stable.filter(|s| !s.is_empty()) {
+            // Every write `s` covers was delivered here: `merge` tells by `delivered` which
+            // writes this replica removed, including those whose contexts are dropped now.
+            self.inner_mut().delivered.merge(s);
+        }
         let Some(inner) = self.inner.as_mut() else {
             return;
         };
@@ -1075,6 +1093,382 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<ZSetOp<Vec<u8>>, DecodeError> {
             Ok(ZSetOp::Rem { member, observed })
         }
         t => Err(DecodeError::BadTag(t)),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// State (full sync): encoding and join
+// ------------------------------------------------------------------------------------------
+
+/// Fewest bytes of one encoded item, so that a declared count must fit the input
+/// (`Reader::items`): a member (name length, three counts, context length), an add (stamp,
+/// score), an origin's increments (replica, count), an increment (hlc, value).
+const MEMBER_BYTES_MIN: usize = 4;
+const ADD_BYTES_MIN: usize = 20;
+const ORIGIN_BYTES_MIN: usize = 5;
+const INC_BYTES_MIN: usize = 16;
+
+/// Joins two lists of adds sorted by stamp: an add on both sides is kept, one on one side
+/// only unless the other side saw it (`saw_x`, `saw_y`).
+fn join_adds(
+    x: &[(Stamp, f64)],
+    y: &[(Stamp, f64)],
+    saw_x: impl Fn(Stamp) -> bool,
+    saw_y: impl Fn(Stamp) -> bool,
+) -> SmallVec<[(Stamp, f64); 2]> {
+    let mut out = SmallVec::new();
+    let mut a = x.iter().peekable();
+    let mut b = y.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(p), Some(q)) if p.0 == q.0 => {
+                out.push(**p);
+                a.next();
+                b.next();
+            }
+            (Some(p), q) if q.is_none_or(|q| p.0 < q.0) => {
+                if !saw_y(p.0) {
+                    out.push(**p);
+                }
+                a.next();
+            }
+            (_, Some(q)) => {
+                if !saw_x(q.0) {
+                    out.push(**q);
+                }
+                b.next();
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Joins one origin's increments. An entry on one side only is kept unless the other side saw
+/// it. An entry on both sides with different sums is a fold of stable increments on at least
+/// one side (`collect` merges a stable prefix into one running sum): the one whose previous
+/// entry is lower (or absent) folds more of them in.
+fn join_incs(
+    x: &[(Hlc, f64)],
+    y: &[(Hlc, f64)],
+    saw_x: impl Fn(Hlc) -> bool,
+    saw_y: impl Fn(Hlc) -> bool,
+) -> Incs {
+    let mut out = Incs::new();
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (x.get(i), y.get(j)) {
+            (Some(p), Some(q)) if p.0 == q.0 => {
+                let prev_x = i.checked_sub(1).and_then(|k| x.get(k)).map(|e| e.0);
+                let prev_y = j.checked_sub(1).and_then(|k| y.get(k)).map(|e| e.0);
+                let e = match prev_x.cmp(&prev_y) {
+                    Ordering::Less => *p,
+                    Ordering::Greater => *q,
+                    Ordering::Equal if p.1.to_bits() >= q.1.to_bits() => *p,
+                    Ordering::Equal => *q,
+                };
+                out.push(e);
+                i += 1;
+                j += 1;
+            }
+            (Some(p), q) if q.is_none_or(|q| p.0 < q.0) => {
+                if !saw_y(p.0) {
+                    out.push(*p);
+                }
+                i += 1;
+            }
+            (_, Some(q)) => {
+                if !saw_x(q.0) {
+                    out.push(*q);
+                }
+                j += 1;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+impl MemberState {
+    /// The join of one member's states (see `ZSetCrdt::merge`); `dx`, `dy`: each side's
+    /// `delivered`.
+    fn join(
+        x: &MemberState,
+        y: &MemberState,
+        dx: &VersionVector,
+        dy: &VersionVector,
+    ) -> MemberState {
+        let saw_x = |s: Stamp| x.removed.covers(s) || dx.covers(s);
+        let saw_y = |s: Stamp| y.removed.covers(s) || dy.covers(s);
+        let mut xa = x.adds.clone();
+        xa.sort_by_key(|a| a.0);
+        let mut ya = y.adds.clone();
+        ya.sort_by_key(|a| a.0);
+        let mut out = MemberState {
+            adds: join_adds(&xa, &ya, saw_x, saw_y),
+            incs: SmallVec::new(),
+            removed: x.removed.clone(),
+        };
+        out.removed.merge(&y.removed);
+        let empty = Incs::new();
+        let mut origins: SmallVec<[ReplicaId; 4]> =
+            x.incs.iter().chain(y.incs.iter()).map(|e| e.0).collect();
+        origins.sort_unstable();
+        origins.dedup();
+        for r in origins {
+            let list_of = |ms: &MemberState| {
+                ms.incs
+                    .iter()
+                    .find(|e| e.0 == r)
+                    .map_or(empty.clone(), |e| e.1.clone())
+            };
+            let at = |hlc: Hlc| Stamp { hlc, replica: r };
+            let list = join_incs(&list_of(x), &list_of(y), |h| saw_x(at(h)), |h| saw_y(at(h)));
+            if !list.is_empty() {
+                out.incs.push((r, list));
+            }
+        }
+        out
+    }
+
+    fn encode_state(&self, out: &mut Vec<u8>) {
+        let mut adds = self.adds.clone();
+        adds.sort_by_key(|a| a.0);
+        codec::put_varint(out, adds.len() as u64);
+        for (s, score) in &adds {
+            codec::put_stamp(out, *s);
+            codec::put_f64(out, *score);
+        }
+        codec::put_varint(out, self.incs.len() as u64);
+        for (r, list) in &self.incs {
+            codec::put_u32(out, r.0);
+            codec::put_varint(out, list.len() as u64);
+            for (h, v) in list {
+                codec::put_u64(out, h.0);
+                codec::put_f64(out, *v);
+            }
+        }
+        codec::put_vv(out, &self.removed);
+    }
+
+    /// Reads a member's state and checks it: adds and increments sorted, real stamps that
+    /// `delivered` covers and the member's context does not, something held.
+    fn decode_state(
+        r: &mut Reader<'_>,
+        delivered: &VersionVector,
+    ) -> Result<MemberState, DecodeError> {
+        let mut ms = MemberState::default();
+        let n = r.items(ADD_BYTES_MIN)?;
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let score = r.f64()?;
+            if ms.adds.last().is_some_and(|p| p.0 >= s) {
+                return Err(DecodeError::Invalid("zset adds not sorted"));
+            }
+            ms.adds.push((s, score));
+        }
+        let n = r.items(ORIGIN_BYTES_MIN)?;
+        for _ in 0..n {
+            let replica = ReplicaId(r.u32()?);
+            if ms.incs.last().is_some_and(|p| p.0 >= replica) {
+                return Err(DecodeError::Invalid("zset increment origins not sorted"));
+            }
+            let k = r.items(INC_BYTES_MIN)?;
+            let mut list = Incs::new();
+            for _ in 0..k {
+                let hlc = Hlc(r.u64()?);
+                // A running sum of increments of both signed infinities is NaN: kept as is.
+                let v = f64::from_bits(r.u64()?);
+                if list.last().is_some_and(|p: &(Hlc, f64)| p.0 >= hlc) {
+                    return Err(DecodeError::Invalid("zset increments not sorted"));
+                }
+                list.push((hlc, v));
+            }
+            if list.is_empty() {
+                return Err(DecodeError::Invalid("zset origin without increments"));
+            }
+            ms.incs.push((replica, list));
+        }
+        ms.removed = r.vv_strict()?;
+        let stamps = ms
+            .adds
+            .iter()
+            .map(|a| a.0)
+            .chain(ms.incs.iter().flat_map(|(r, l)| {
+                l.iter().map(move |e| Stamp {
+                    hlc: e.0,
+                    replica: *r,
+                })
+            }));
+        for s in stamps {
+            if s.hlc == Hlc::ZERO || !delivered.covers(s) {
+                return Err(DecodeError::Invalid("zset write not delivered"));
+            }
+            if ms.removed.covers(s) {
+                return Err(DecodeError::Invalid("zset write covered by its context"));
+            }
+        }
+        if !ms.is_live() && ms.removed.is_empty() {
+            return Err(DecodeError::Invalid("zset member without state"));
+        }
+        Ok(ms)
+    }
+}
+
+impl Inner {
+    /// The whole state of `member`, present or holding only a context.
+    fn member_state(&self, member: &[u8]) -> Option<MemberState> {
+        if let Some(e) = self.find(member) {
+            return Some(self.state_of(e));
+        }
+        let m = self.meta_of(member)?;
+        Some(MemberState {
+            adds: m.extra.iter().copied().collect(),
+            incs: m.incs.clone(),
+            removed: m.removed.clone(),
+        })
+    }
+
+    /// Every member with state (present, or holding a context), in no particular order.
+    fn member_names(&self) -> impl Iterator<Item = &SmallBytes> + '_ {
+        let absent = self
+            .meta
+            .iter()
+            .map(|e| &e.0)
+            .filter(|m| self.find(m.as_slice()).is_none());
+        self.elems.iter().map(|e| &e.member).chain(absent)
+    }
+
+    /// Rebuilds the ordered index from the present members: one sort, then full blocks.
+    fn rebuild_index(&mut self) {
+        let mut keys: Vec<Key> = self
+            .elems
+            .iter()
+            .map(|e| Key {
+                score: e.score,
+                member: e.member.clone(),
+            })
+            .collect();
+        keys.sort_unstable();
+        let len = keys.len();
+        let mut blocks = Vec::with_capacity(len.div_ceil(BLOCK_KEYS_MAX / 2));
+        let mut rest = keys.into_iter().peekable();
+        while rest.peek().is_some() {
+            blocks.push(rest.by_ref().take(BLOCK_KEYS_MAX / 2).collect());
+        }
+        self.index = Ordered { blocks, len };
+    }
+
+    fn is_droppable(&self) -> bool {
+        self.elems.is_empty() && self.meta.is_empty() && self.delivered.is_empty()
+    }
+}
+
+impl ZSetCrdt {
+    /// Appends the whole replicated state: `delivered`, `seen`, then every member with state
+    /// (present, or holding a removal context) in byte order, with its adds by stamp, its
+    /// increments per origin and its context. Canonical: equal states encode to equal bytes.
+    pub fn encode_state(&self, out: &mut Vec<u8>) {
+        let empty = VersionVector::new();
+        let inner = self.inner.as_deref();
+        codec::put_vv(out, inner.map_or(&empty, |i| &i.delivered));
+        codec::put_vv(out, inner.map_or(&empty, |i| &i.seen));
+        let Some(inner) = inner else {
+            codec::put_varint(out, 0);
+            return;
+        };
+        let mut names: Vec<&SmallBytes> = inner.member_names().collect();
+        names.sort_unstable();
+        codec::put_varint(out, names.len() as u64);
+        for m in names {
+            codec::put_bytes(out, m.as_slice());
+            let ms = inner.member_state(m.as_slice()).unwrap_or_default();
+            ms.encode_state(out);
+        }
+    }
+
+    /// Reads a state written by `encode_state`. Never panics, and allocates nothing ahead of
+    /// the bytes that back it (a declared count must fit the input). Refuses, as
+    /// `DecodeError::Invalid`, states that break an invariant: vectors not in their sorted
+    /// form, members unsorted or twice or with no state, adds or increments unsorted, NaN
+    /// scores, writes `delivered` does not cover or their member's context covers.
+    pub fn decode_state(r: &mut Reader<'_>) -> Result<ZSetCrdt, DecodeError> {
+        let delivered = r.vv_strict()?;
+        let seen = r.vv_strict()?;
+        let n = r.items(MEMBER_BYTES_MIN)?;
+        let mut inner = Inner {
+            delivered,
+            seen,
+            ..Inner::default()
+        };
+        let mut prev: Option<&[u8]> = None;
+        for _ in 0..n {
+            let m = r.bytes()?;
+            if prev.is_some_and(|p| p >= m) {
+                return Err(DecodeError::Invalid("zset members not sorted"));
+            }
+            prev = Some(m);
+            let ms = MemberState::decode_state(r, &inner.delivered)?;
+            inner.put_with(m, ms, false);
+        }
+        inner.rebuild_index();
+        Ok(ZSetCrdt {
+            inner: (!inner.is_droppable()).then(|| Box::new(inner)),
+        })
+    }
+
+    /// The state join (full sync): afterwards `self` is the state of a replica that applied
+    /// the writes of both sides. Commutative, associative and idempotent.
+    ///
+    /// Per member: an add or an increment held on both sides is kept; one held on one side
+    /// only is kept unless the other side saw it (the member's context there covers it, or
+    /// its `delivered` does: it was applied there and removed since, or folded into a later
+    /// running sum). Of an increment entry held on both sides with different sums (a fold of
+    /// stable increments), the one that folds more is kept. Contexts, `delivered` and `seen`
+    /// join pointwise.
+    ///
+    /// Exact when each side dropped metadata only through `collect(Some(stable))` with
+    /// causally stable vectors. Removals of the whole key leave no member context: the caller
+    /// joins its key contexts and applies them to the result with `remove_observed`; writes a
+    /// side dropped under a key context (never applied here) are known to it only through
+    /// that context, or, once collected, through `collect(Some(..))` on this value. Cost:
+    /// O(n log n) in the members (the ordered index is rebuilt).
+    pub fn merge(&mut self, other: &ZSetCrdt) {
+        let Some(y) = other.inner.as_deref() else {
+            return;
+        };
+        let own = self.inner.take();
+        let empty = Inner::default();
+        let x = own.as_deref().unwrap_or(&empty);
+        let mut out = Inner {
+            delivered: x.delivered.clone(),
+            seen: x.seen.clone(),
+            ..Inner::default()
+        };
+        out.delivered.merge(&y.delivered);
+        out.seen.merge(&y.seen);
+        let none = MemberState::default();
+        for m in x.member_names() {
+            let mx = x.member_state(m.as_slice()).unwrap_or_default();
+            let my = y.member_state(m.as_slice());
+            let ms = MemberState::join(
+                &mx,
+                my.as_ref().unwrap_or(&none),
+                &x.delivered,
+                &y.delivered,
+            );
+            out.put_with(m.as_slice(), ms, false);
+        }
+        for m in y.member_names() {
+            if x.find(m.as_slice()).is_some() || x.meta_of(m.as_slice()).is_some() {
+                continue;
+            }
+            let my = y.member_state(m.as_slice()).unwrap_or_default();
+            let ms = MemberState::join(&none, &my, &x.delivered, &y.delivered);
+            out.put_with(m.as_slice(), ms, false);
+        }
+        out.rebuild_index();
+        self.inner = (!out.is_droppable()).then(|| Box::new(out));
     }
 }
 

@@ -41,6 +41,10 @@ pub struct BlockedOn {
     pub argv: Vec<Vec<u8>>,
     /// Set by `Ctx::block` during a re-run: the command blocked again.
     pub reblocked: bool,
+    /// At the deadline, re-run the command (with `timed_out` set) instead of replying the
+    /// null array: CRDT.WAIT answers a count either way.
+    pub rerun_on_timeout: bool,
+    pub timed_out: bool,
 }
 
 /// A (db, key) looked up without allocating: hashes like `(usize, Vec<u8>)`.
@@ -220,7 +224,23 @@ impl Ctx<'_> {
             deadline_ms,
             argv: Vec::new(),
             reblocked: true,
+            rerun_on_timeout: false,
+            timed_out: false,
         });
+    }
+
+    /// Like `block`, but at the deadline the command runs once more with
+    /// [`Ctx::timed_out`] true, and must reply then.
+    pub fn block_until_rerun(&mut self, keys: &[&[u8]], deadline_ms: Option<u64>) {
+        self.block(keys, deadline_ms);
+        if let Some(b) = self.client.blocked.as_mut() {
+            b.rerun_on_timeout = true;
+        }
+    }
+
+    /// Whether this re-run happens because the deadline passed (see `block_until_rerun`).
+    pub fn timed_out(&self) -> bool {
+        self.client.blocked.as_ref().is_some_and(|b| b.timed_out)
     }
 }
 
@@ -254,8 +274,24 @@ pub fn unblock(shard: &mut Shard, client: &mut Client) {
     client.shared.blocked.set(false);
 }
 
-/// The deadline passed: replies the null array and ends the wait.
+/// The deadline passed: replies the null array and ends the wait (or, for a command that
+/// asked for it, re-runs it one last time to reply).
 pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
+    let rerun = match client.blocked.as_mut() {
+        Some(b) if b.rerun_on_timeout => {
+            b.timed_out = true;
+            true
+        }
+        _ => false,
+    };
+    if rerun {
+        let now = shard.now_ms();
+        if reprocess(shard, client, out, now) {
+            // The command must not block past its deadline; end the wait regardless.
+            unblock(shard, client);
+        }
+        return;
+    }
     unblock(shard, client);
     out.null_array();
 }

@@ -158,6 +158,8 @@ pub struct Client {
     pub call_depth: u32,
     /// Set while the client waits in a blocking command (`crate::blocking`).
     pub blocked: Option<crate::blocking::BlockedOn>,
+    /// Sequence number of the last op this connection's commands originated (CRDT.WAIT).
+    pub last_write_seq: u64,
 }
 
 impl Client {
@@ -171,6 +173,7 @@ impl Client {
             close_after_reply: false,
             call_depth: 0,
             blocked: None,
+            last_write_seq: 0,
         }
     }
 

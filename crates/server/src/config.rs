@@ -41,6 +41,28 @@ pub struct Config {
     /// reference product clamps its CRDT backlog to 1 MB–250 MB per shard). A site with no
     /// peers keeps only the op log chunk being written.
     pub backlog_bytes_max: u64,
+    /// Deployment id: peers with another one are refused (docs/replication.md §3).
+    pub deployment_id: String,
+    /// Port the syncer listens on for peers (0: no sync listener; required with peers).
+    pub sync_port: u16,
+    /// Address the sync port listens on (empty: the `bind` address).
+    pub sync_bind: String,
+    /// The other sites: `id=ip:port` of each one's sync endpoint.
+    pub peer: Vec<String>,
+    /// This site's certificate, key and trusted CA for mutual TLS between sites (PEM). Without
+    /// them the syncer speaks plain text, which is allowed only on loopback.
+    pub sync_tls_cert: Option<PathBuf>,
+    pub sync_tls_key: Option<PathBuf>,
+    pub sync_tls_ca: Option<PathBuf>,
+    /// Compression of op and full-sync frames this site sends: lz4, zstd or none.
+    pub sync_compression: String,
+    /// Largest frame accepted from a peer, in bytes (checked before allocating).
+    pub sync_frame_bytes_max: u64,
+    /// A peer that has not acked for this long no longer holds back garbage collection, and
+    /// must rejoin by a full sync (docs/replication.md §6).
+    pub sync_quarantine_ms: u64,
+    /// Remote timestamps further than this ahead of the local clock are refused.
+    pub sync_clock_skew_ms_max: u64,
     /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
     pub log_level: String,
     /// Test-only: offset added to the wall clock, in milliseconds.
@@ -64,6 +86,17 @@ impl Default for Config {
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
             backlog_bytes_max: 16 * 1024 * 1024,
+            deployment_id: "meridian".to_string(),
+            sync_port: 0,
+            sync_bind: String::new(),
+            peer: Vec::new(),
+            sync_tls_cert: None,
+            sync_tls_key: None,
+            sync_tls_ca: None,
+            sync_compression: "lz4".to_string(),
+            sync_frame_bytes_max: 64 * 1024 * 1024,
+            sync_quarantine_ms: 3_600_000,
+            sync_clock_skew_ms_max: 60_000,
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
         }
@@ -72,8 +105,85 @@ impl Default for Config {
 
 /// Upper bound on `databases`, so a typo cannot allocate millions of tables.
 pub const DATABASES_MAX: u32 = 1024;
+/// Most peers a site may list.
+pub const PEERS_MAX: usize = 64;
+/// Bounds on `sync-frame-bytes-max`: a frame must hold the largest record.
+pub const SYNC_FRAME_BYTES_MIN: u64 = 1024 * 1024;
+pub const SYNC_FRAME_BYTES_MAX: u64 = 2 * 1024 * 1024 * 1024 - 1;
+
+/// One configured peer site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddr {
+    pub site: String,
+    pub addr: std::net::SocketAddr,
+}
+
+fn site_id_ok(s: &str) -> bool {
+    // A DNS label: certificates name sites, so a site id must be a valid DNS name.
+    !s.is_empty()
+        && s.len() <= 32
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
 
 impl Config {
+    /// The configured peers, parsed and checked (`id=ip:port`, distinct ids, not this site).
+    pub fn peers(&self) -> Result<Vec<PeerAddr>, ConfigError> {
+        let bad = |message: String| ConfigError::Invalid {
+            key: "peer".to_string(),
+            message,
+        };
+        if self.peer.len() > PEERS_MAX {
+            return Err(bad(format!("at most {PEERS_MAX} peers")));
+        }
+        let mut out: Vec<PeerAddr> = Vec::with_capacity(self.peer.len());
+        for p in &self.peer {
+            let Some((site, addr)) = p.split_once('=') else {
+                return Err(bad(format!("'{p}' must be id=ip:port")));
+            };
+            if !site_id_ok(site) {
+                return Err(bad(format!("'{site}' is not a valid site id")));
+            }
+            if site == self.site {
+                return Err(bad(format!("'{site}' is this site's own id")));
+            }
+            if out.iter().any(|o| o.site == site) {
+                return Err(bad(format!("site '{site}' is listed twice")));
+            }
+            let addr: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| bad(format!("'{addr}' is not ip:port")))?;
+            out.push(PeerAddr {
+                site: site.to_string(),
+                addr,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The address the sync port listens on.
+    pub fn sync_bind_ip(&self) -> Option<std::net::IpAddr> {
+        let text = if self.sync_bind.is_empty() {
+            &self.bind
+        } else {
+            &self.sync_bind
+        };
+        text.parse().ok()
+    }
+
+    /// The TLS files, when all three are configured.
+    pub fn sync_tls_files(&self) -> Option<meridian_syncer::TlsFiles> {
+        match (&self.sync_tls_cert, &self.sync_tls_key, &self.sync_tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(meridian_syncer::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Reads a TOML file over the defaults.
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -118,17 +228,76 @@ impl Config {
                 ),
             );
         }
-        if self.site.is_empty()
-            || self.site.len() > 32
-            || !self
-                .site
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        if !site_id_ok(&self.site) {
             return bad(
                 "site",
-                format!("'{}' must be 1-32 characters of [A-Za-z0-9_-]", self.site),
+                format!(
+                    "'{}' must be a DNS label: 1-32 characters of [A-Za-z0-9-], not starting or ending with '-'",
+                    self.site
+                ),
             );
+        }
+        if self.deployment_id.is_empty() || self.deployment_id.len() > 255 {
+            return bad("deployment-id", "must be 1-255 bytes".to_string());
+        }
+        let peers = self.peers()?;
+        if !peers.is_empty() && self.sync_port == 0 {
+            return bad(
+                "sync-port",
+                "a site with peers needs a sync port".to_string(),
+            );
+        }
+        if self.sync_bind_ip().is_none() {
+            return bad(
+                "sync-bind",
+                format!("'{}' is not an IP address", self.sync_bind),
+            );
+        }
+        if meridian_syncer::Codec::parse(&self.sync_compression).is_none() {
+            return bad(
+                "sync-compression",
+                format!("'{}' must be lz4, zstd or none", self.sync_compression),
+            );
+        }
+        if !(SYNC_FRAME_BYTES_MIN..=SYNC_FRAME_BYTES_MAX).contains(&self.sync_frame_bytes_max) {
+            return bad(
+                "sync-frame-bytes-max",
+                format!(
+                    "must be between {SYNC_FRAME_BYTES_MIN} and {SYNC_FRAME_BYTES_MAX}, got {}",
+                    self.sync_frame_bytes_max
+                ),
+            );
+        }
+        let tls = [&self.sync_tls_cert, &self.sync_tls_key, &self.sync_tls_ca];
+        let given = tls.iter().filter(|f| f.is_some()).count();
+        if given != 0 && given != 3 {
+            return bad(
+                "sync-tls-cert",
+                "sync-tls-cert, sync-tls-key and sync-tls-ca go together".to_string(),
+            );
+        }
+        if given == 0 && (self.sync_port != 0 || !peers.is_empty()) {
+            let bind_loopback = self.sync_bind_ip().is_some_and(|ip| ip.is_loopback());
+            if !bind_loopback {
+                return bad(
+                    "sync-tls-cert",
+                    format!(
+                        "without TLS files the syncer runs only on loopback, but sync-bind is {}",
+                        self.sync_bind_ip()
+                            .map(|i| i.to_string())
+                            .unwrap_or_default()
+                    ),
+                );
+            }
+            if let Some(p) = peers.iter().find(|p| !p.addr.ip().is_loopback()) {
+                return bad(
+                    "sync-tls-cert",
+                    format!(
+                        "without TLS files the syncer runs only on loopback, but peer {} is at {}",
+                        p.site, p.addr
+                    ),
+                );
+            }
         }
         if self.proto_max_bulk_len < 1024 * 1024 {
             return bad(
@@ -192,6 +361,43 @@ mod tests {
     fn example_file_is_the_embedded_default() {
         let text = include_str!("../../../deploy/meridian.example.toml");
         assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn peers_and_plain_text_rules() {
+        let c = Config::from_toml(
+            "site = \"a\"\nsync-port = 7101\npeer = [\"b=127.0.0.1:7102\", \"c=127.0.0.1:7103\"]",
+        )
+        .unwrap();
+        assert_eq!(c.peers().unwrap().len(), 2);
+        for (toml, key) in [
+            ("peer = [\"b=127.0.0.1:7102\"]", "sync-port"),
+            ("sync-port = 1\npeer = [\"local=127.0.0.1:7102\"]", "peer"),
+            ("sync-port = 1\npeer = [\"b=nowhere\"]", "peer"),
+            (
+                "sync-port = 1\npeer = [\"b=127.0.0.1:1\", \"b=127.0.0.1:2\"]",
+                "peer",
+            ),
+            (
+                "sync-port = 1\npeer = [\"b=10.1.2.3:7102\"]",
+                "sync-tls-cert",
+            ),
+            ("sync-port = 1\nsync-bind = \"0.0.0.0\"", "sync-tls-cert"),
+            ("sync-tls-cert = \"x\"", "sync-tls-cert"),
+            ("sync-compression = \"gzip\"", "sync-compression"),
+            ("sync-frame-bytes-max = 1048575", "sync-frame-bytes-max"),
+            ("site = \"a_b\"", "site"),
+        ] {
+            let e = Config::from_toml(toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+        }
+        // At the frame limit's lower bound: accepted.
+        Config::from_toml("sync-frame-bytes-max = 1048576").unwrap();
+        // With TLS files, non-loopback peers are fine.
+        Config::from_toml(
+            "sync-port = 1\npeer = [\"b=10.1.2.3:7102\"]\nsync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"",
+        )
+        .unwrap();
     }
 
     #[test]

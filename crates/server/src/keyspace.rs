@@ -184,7 +184,28 @@ impl Shard {
         };
         self.seq += 1;
         let seq = self.seq;
-        let keep_metadata = self.peers > 0;
+        let applied = self.apply_stamped(db, hash, key, now_ms, stamp, effect);
+        if matches!(effect, Effect::Assign { .. } | Effect::Incr { .. }) {
+            if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
+                e.raw = false;
+            }
+        }
+        self.oplog.append(seq, hlc, db, key, effect);
+        self.sync.ops_appended();
+        applied
+    }
+
+    /// Applies an effect stamped elsewhere (a local op, or a remote one from the syncer):
+    /// the one path by which `KeyState`s change. Then the bookkeeping every write does.
+    pub fn apply_stamped<B: AsRef<[u8]>>(
+        &mut self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        now_ms: u64,
+        stamp: Stamp,
+        effect: &Effect<B>,
+    ) -> Applied {
         let lru = lru_clock(now_ms);
         let Some(d) = self.dbs.get_mut(db) else {
             return Applied::default();
@@ -203,12 +224,49 @@ impl Shard {
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
+        self.settle(db, hash, key, had_ttl, lru);
+        if applied.type_conflict {
+            self.stats.type_conflicts += 1;
+        }
+        applied
+    }
+
+    /// Merges a key's CRDT state received in a full sync into the live key (a join: what
+    /// either side wrote survives), then does the bookkeeping of a write.
+    pub fn merge_state(&mut self, db: usize, key: &[u8], state: &KeyState, now_ms: u64) {
+        let hash = self.hash_key(key);
+        let lru = lru_clock(now_ms);
+        let Some(d) = self.dbs.get_mut(db) else {
+            return;
+        };
+        let hasher = &self.hasher;
+        let entry = d
+            .table
+            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
+            .or_insert_with(|| {
+                Box::new(Entry {
+                    key: SmallBytes::copy_from(key),
+                    state: KeyState::new(),
+                    lru_s: lru,
+                    raw: false,
+                })
+            });
+        let had_ttl = entry.get().state.expire_at_ms().is_some();
+        let _ = entry.into_mut().state.merge(state);
+        self.settle(db, hash, key, had_ttl, lru);
+    }
+
+    /// What follows every change of a key's state: LRU clock, metadata collection when the
+    /// site has no peers, TTL count, removal of an entry with nothing left, WATCH
+    /// invalidation and waking blocked clients.
+    fn settle(&mut self, db: usize, hash: u64, key: &[u8], had_ttl: bool, lru: u32) {
+        let keep_metadata = self.peers > 0;
+        let Some(d) = self.dbs.get_mut(db) else {
+            return;
+        };
         let mut remove = false;
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
-            if matches!(effect, Effect::Assign { .. } | Effect::Incr { .. }) {
-                e.raw = false;
-            }
             // With no peers every write is causally stable at once: drop removal metadata now,
             // so a single site keeps neither tombstones nor removal contexts.
             if !keep_metadata && e.state.has_metadata() {
@@ -229,14 +287,41 @@ impl Shard {
                 occupied.remove();
             }
         }
-        if applied.type_conflict {
-            self.stats.type_conflicts += 1;
-        }
         self.stats.dirty += 1;
-        self.oplog.append(seq, hlc, db, key, effect);
         self.touch_watched(db, key);
         self.signal_key_ready(db, key);
-        applied
+    }
+
+    /// Collects causally stable removal metadata of one key (`stable` covers only writes every
+    /// replica has delivered) and drops the entry when nothing is left. Returns whether the key
+    /// still holds metadata afterwards.
+    pub fn collect_key(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        stable: &meridian_crdt::VersionVector,
+    ) -> bool {
+        let hash = self.hash_key(key);
+        let Some(d) = self.dbs.get_mut(db) else {
+            return false;
+        };
+        let mut remove = false;
+        let mut left = false;
+        if let Some(e) = d.get_mut(hash, key) {
+            let had_ttl = e.state.expire_at_ms().is_some();
+            e.state.collect(stable);
+            remove = e.state.is_empty() && !e.state.has_metadata();
+            left = !remove && e.state.has_metadata();
+            if had_ttl && (remove || e.state.expire_at_ms().is_none()) {
+                d.expires = d.expires.saturating_sub(1);
+            }
+        }
+        if remove {
+            if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
+                occupied.remove();
+            }
+        }
+        left
     }
 
     /// Records that the string at `key` was modified in place (OBJECT ENCODING says "raw").

@@ -16,6 +16,7 @@
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
+//! - `sync`: replication between sites: links, remote apply, full sync, GC, digest.
 //! - `slot`: key-to-slot hashing and the slot-to-shard table.
 //! - `stats`: counters, slow log, latency monitor.
 //! - `error`: `CmdError` and the only spelling of Redis's error texts.
@@ -38,4 +39,5 @@ pub mod server;
 pub mod shard;
 pub mod slot;
 pub mod stats;
+pub mod sync;
 pub mod time;

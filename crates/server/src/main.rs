@@ -61,6 +61,29 @@ struct ServerFlags {
     #[arg(long)]
     backlog_bytes_max: Option<u64>,
     #[arg(long)]
+    deployment_id: Option<String>,
+    #[arg(long)]
+    sync_port: Option<u16>,
+    #[arg(long)]
+    sync_bind: Option<String>,
+    /// A peer site, `id=ip:port` (repeat for each peer).
+    #[arg(long = "peer")]
+    peer: Vec<String>,
+    #[arg(long)]
+    sync_tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    sync_tls_key: Option<PathBuf>,
+    #[arg(long)]
+    sync_tls_ca: Option<PathBuf>,
+    #[arg(long)]
+    sync_compression: Option<String>,
+    #[arg(long)]
+    sync_frame_bytes_max: Option<u64>,
+    #[arg(long)]
+    sync_quarantine_ms: Option<u64>,
+    #[arg(long)]
+    sync_clock_skew_ms_max: Option<u64>,
+    #[arg(long)]
     log_level: Option<String>,
     #[arg(long, allow_negative_numbers = true)]
     debug_clock_offset_ms: Option<i64>,
@@ -90,9 +113,28 @@ impl ServerFlags {
             slowlog_max_len,
             latency_monitor_threshold,
             backlog_bytes_max,
+            deployment_id,
+            sync_port,
+            sync_bind,
+            sync_compression,
+            sync_frame_bytes_max,
+            sync_quarantine_ms,
+            sync_clock_skew_ms_max,
             log_level,
             debug_clock_offset_ms
         );
+        if !self.peer.is_empty() {
+            c.peer = self.peer;
+        }
+        for (flag, slot) in [
+            (self.sync_tls_cert, &mut c.sync_tls_cert),
+            (self.sync_tls_key, &mut c.sync_tls_key),
+            (self.sync_tls_ca, &mut c.sync_tls_ca),
+        ] {
+            if flag.is_some() {
+                *slot = flag;
+            }
+        }
         c.validate()?;
         Ok(c)
     }

@@ -91,6 +91,28 @@ impl OpLog {
         key: &[u8],
         effect: &Effect<B>,
     ) {
+        let origin = self.origin;
+        self.append_with(seq, |buf| {
+            encode(buf, origin, seq, hlc, db as u16, key, effect)
+        });
+    }
+
+    /// Appends one Pub/Sub record (PUBLISH/SPUBLISH for the other sites).
+    pub fn append_publish(
+        &mut self,
+        seq: u64,
+        hlc: Hlc,
+        channel: &[u8],
+        message: &[u8],
+        sharded: bool,
+    ) {
+        let origin = self.origin;
+        self.append_with(seq, |buf| {
+            encode_publish(buf, origin, seq, hlc, channel, message, sharded)
+        });
+    }
+
+    fn append_with(&mut self, seq: u64, write: impl FnOnce(&mut Vec<u8>)) {
         let needs_new = self
             .chunks
             .back()
@@ -107,19 +129,26 @@ impl OpLog {
             return;
         };
         let before = chunk.buf.len();
-        encode(
-            &mut chunk.buf,
-            self.origin,
-            seq,
-            hlc,
-            db as u16,
-            key,
-            effect,
-        );
+        write(&mut chunk.buf);
         chunk.last_seq = seq;
         chunk.ops += 1;
         self.bytes += chunk.buf.len() - before;
         self.trim();
+    }
+
+    /// The hlc of the record with sequence number `seq`, if retained (lag in milliseconds).
+    pub fn hlc_of(&self, seq: u64) -> Option<Hlc> {
+        let parts = self.since(seq)?;
+        let body = parts.first()?.get(4 + 8..4 + 16)?;
+        Some(Hlc(u64::from_le_bytes(body.try_into().ok()?)))
+    }
+
+    /// Bytes of the retained records with sequence numbers above `seq` (lag in bytes).
+    pub fn bytes_after(&self, seq: u64) -> usize {
+        match self.since(seq.saturating_add(1)) {
+            Some(parts) => parts.iter().map(|p| p.len()).sum(),
+            None => self.bytes,
+        }
     }
 
     fn trim(&mut self) {
@@ -149,12 +178,16 @@ impl OpLog {
             }
             let mut pos = 0usize;
             if c.first_seq < from_seq {
-                // Skip records before from_seq inside this chunk.
-                while pos < c.buf.len() {
-                    match decode(c.buf.get(pos..).unwrap_or_default()) {
-                        Ok((rec, used)) if rec.seq < from_seq => pos += used,
-                        _ => break,
+                // Skip records before from_seq inside this chunk, reading headers only.
+                while let (Some(len), Some(seq)) =
+                    (c.buf.get(pos..pos + 4), c.buf.get(pos + 4..pos + 12))
+                {
+                    let len = u32::from_le_bytes(len.try_into().unwrap_or([0; 4])) as usize;
+                    let seq = u64::from_le_bytes(seq.try_into().unwrap_or([0; 8]));
+                    if seq >= from_seq {
+                        break;
                     }
+                    pos += 4 + len;
                 }
             }
             out.push(c.buf.get(pos..).unwrap_or_default());
@@ -171,7 +204,18 @@ pub struct OpRecord {
     pub hlc: Hlc,
     pub db: u16,
     pub key: Vec<u8>,
-    pub effect: Effect<Vec<u8>>,
+    pub body: OpBody,
+}
+
+/// What an op record carries: a keyspace write, or a Pub/Sub message for the other sites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpBody {
+    Write(Effect<Vec<u8>>),
+    /// PUBLISH (or SPUBLISH when `sharded`) of `message` on the channel in the record's key.
+    Publish {
+        message: Vec<u8>,
+        sharded: bool,
+    },
 }
 
 impl OpRecord {
@@ -204,6 +248,10 @@ const TAG_HASH: u8 = 7;
 const TAG_ZSET: u8 = 8;
 const TAG_LIST: u8 = 9;
 const TAG_HLL: u8 = 10;
+const TAG_PUBLISH: u8 = 11;
+const TAG_SPUBLISH: u8 = 12;
+/// Bytes of a record body before `db`: `seq:u64 hlc:u64 origin:u32` (the wire form keeps hlc).
+const SEQ_HLC_ORIGIN_BYTES: usize = 20;
 
 /// Appends one record to `out`.
 pub fn encode<B: AsRef<[u8]>>(
@@ -215,13 +263,7 @@ pub fn encode<B: AsRef<[u8]>>(
     key: &[u8],
     effect: &Effect<B>,
 ) {
-    let len_at = out.len();
-    out.extend_from_slice(&[0u8; 4]);
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&hlc.0.to_le_bytes());
-    out.extend_from_slice(&origin.0.to_le_bytes());
-    out.extend_from_slice(&db.to_le_bytes());
-    put_bytes(out, key);
+    let len_at = begin_record(out, origin, seq, hlc, db, key);
     match effect {
         Effect::Assign {
             value,
@@ -287,10 +329,124 @@ pub fn encode<B: AsRef<[u8]>>(
             hll::encode_op(op, out);
         }
     }
+    end_record(out, len_at);
+}
+
+/// Appends one Pub/Sub record: `channel` in the key field, then `message:bytes`.
+pub fn encode_publish(
+    out: &mut Vec<u8>,
+    origin: ReplicaId,
+    seq: u64,
+    hlc: Hlc,
+    channel: &[u8],
+    message: &[u8],
+    sharded: bool,
+) {
+    let len_at = begin_record(out, origin, seq, hlc, 0, channel);
+    put_u8(out, if sharded { TAG_SPUBLISH } else { TAG_PUBLISH });
+    put_bytes(out, message);
+    end_record(out, len_at);
+}
+
+fn begin_record(
+    out: &mut Vec<u8>,
+    origin: ReplicaId,
+    seq: u64,
+    hlc: Hlc,
+    db: u16,
+    key: &[u8],
+) -> usize {
+    let len_at = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&hlc.0.to_le_bytes());
+    out.extend_from_slice(&origin.0.to_le_bytes());
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
+    len_at
+}
+
+fn end_record(out: &mut [u8], len_at: usize) {
     let len = (out.len() - len_at - 4) as u32;
     if let Some(slot) = out.get_mut(len_at..len_at + 4) {
         slot.copy_from_slice(&len.to_le_bytes());
     }
+}
+
+/// Copies log records (whole records, as `since` returns them) into `out` in the wire form of
+/// docs/replication.md §4 (`len:varint hlc:u64 db:u16 key tag payload`), until `bytes_max`
+/// bytes were written or the input ends.
+pub fn copy_to_wire(parts: &[&[u8]], out: &mut Vec<u8>, bytes_max: usize) -> WireBatch {
+    let (mut n, mut first, mut last, mut first_hlc) = (0u32, 0u64, 0u64, Hlc::ZERO);
+    let start = out.len();
+    'parts: for part in parts {
+        let mut pos = 0usize;
+        while let Some(head) = part.get(pos..pos + 4) {
+            if out.len() - start >= bytes_max {
+                break 'parts;
+            }
+            let len = u32::from_le_bytes(head.try_into().unwrap_or([0; 4])) as usize;
+            let Some(body) = part.get(pos + 4..pos + 4 + len) else {
+                break 'parts;
+            };
+            let (Some(seq), Some(hlc), Some(rest)) = (
+                body.get(..8),
+                body.get(8..16),
+                body.get(SEQ_HLC_ORIGIN_BYTES..),
+            ) else {
+                break 'parts;
+            };
+            let seq = u64::from_le_bytes(seq.try_into().unwrap_or([0; 8]));
+            if n == 0 {
+                first = seq;
+                first_hlc = Hlc(u64::from_le_bytes(hlc.try_into().unwrap_or([0; 8])));
+            }
+            last = seq;
+            n += 1;
+            meridian_crdt::codec::put_varint(out, (8 + rest.len()) as u64);
+            out.extend_from_slice(hlc);
+            out.extend_from_slice(rest);
+            pos += 4 + len;
+        }
+    }
+    WireBatch {
+        count: n,
+        first_seq: first,
+        last_seq: last,
+        first_hlc,
+    }
+}
+
+/// What `copy_to_wire` copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireBatch {
+    pub count: u32,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// Hlc of the first record (replication lag is measured from it).
+    pub first_hlc: Hlc,
+}
+
+/// Decodes one wire record (see `copy_to_wire`) whose origin and sequence number the batch
+/// header gives. Returns it and the bytes it used.
+pub fn decode_wire(
+    buf: &[u8],
+    origin: ReplicaId,
+    seq: u64,
+) -> Result<(OpRecord, usize), OpDecodeError> {
+    let mut r = Reader::new(buf);
+    let len = r.varint()? as usize;
+    if len > RECORD_BYTES_MAX {
+        return Err(OpDecodeError::TooLarge {
+            len,
+            max: RECORD_BYTES_MAX,
+        });
+    }
+    let body = r.take(len)?;
+    let mut b = Reader::new(body);
+    let hlc = Hlc(b.u64()?);
+    let rec = decode_tail(&mut b, origin, seq, hlc, len)?;
+    Ok((rec, r.pos()))
 }
 
 /// Decodes the record at the start of `buf`; returns it and the bytes it used.
@@ -308,6 +464,18 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
     let seq = b.u64()?;
     let hlc = Hlc(b.u64()?);
     let origin = ReplicaId(b.u32()?);
+    let rec = decode_tail(&mut b, origin, seq, hlc, len)?;
+    Ok((rec, r.pos()))
+}
+
+/// Decodes `db key tag payload` and checks that the body ends there.
+fn decode_tail(
+    b: &mut Reader<'_>,
+    origin: ReplicaId,
+    seq: u64,
+    hlc: Hlc,
+    len: usize,
+) -> Result<OpRecord, OpDecodeError> {
     let db = u16::from_le_bytes(b.array()?);
     let key = b.bytes()?.to_vec();
     let effect = match b.u8()? {
@@ -354,26 +522,49 @@ pub fn decode(buf: &[u8]) -> Result<(OpRecord, usize), OpDecodeError> {
                 observed: b.vv()?,
             }
         }
-        TAG_HASH => Effect::Hash(hash::decode_op(&mut b)?),
-        TAG_ZSET => Effect::ZSet(zset::decode_op(&mut b)?),
-        TAG_LIST => Effect::List(list::decode_op(&mut b)?),
-        TAG_HLL => Effect::Hll(hll::decode_op(&mut b)?),
+        TAG_HASH => Effect::Hash(hash::decode_op(b)?),
+        TAG_ZSET => Effect::ZSet(zset::decode_op(b)?),
+        TAG_LIST => Effect::List(list::decode_op(b)?),
+        TAG_HLL => Effect::Hll(hll::decode_op(b)?),
+        tag @ (TAG_PUBLISH | TAG_SPUBLISH) => {
+            let message = b.bytes()?.to_vec();
+            return finish(
+                b,
+                len,
+                OpRecord {
+                    origin,
+                    seq,
+                    hlc,
+                    db,
+                    key,
+                    body: OpBody::Publish {
+                        message,
+                        sharded: tag == TAG_SPUBLISH,
+                    },
+                },
+            );
+        }
         other => return Err(DecodeError::BadTag(other).into()),
     };
-    if !b.is_at_end() {
-        return Err(OpDecodeError::LengthMismatch { len, used: b.pos() });
-    }
-    Ok((
+    finish(
+        b,
+        len,
         OpRecord {
             origin,
             seq,
             hlc,
             db,
             key,
-            effect,
+            body: OpBody::Write(effect),
         },
-        r.pos(),
-    ))
+    )
+}
+
+fn finish(b: &Reader<'_>, len: usize, rec: OpRecord) -> Result<OpRecord, OpDecodeError> {
+    if !b.is_at_end() {
+        return Err(OpDecodeError::LengthMismatch { len, used: b.pos() });
+    }
+    Ok(rec)
 }
 
 #[cfg(test)]
@@ -453,10 +644,64 @@ mod tests {
                     hlc: Hlc(99),
                     db: 3,
                     key: b"key".to_vec(),
-                    effect: e
+                    body: OpBody::Write(e)
                 }
             );
         }
+    }
+
+    #[test]
+    fn wire_form_drops_seq_and_origin_and_round_trips() {
+        let mut log = OpLog::new(ReplicaId(7), 1 << 20);
+        for (i, e) in effects().into_iter().enumerate() {
+            log.append(i as u64 + 1, Hlc(100 + i as u64), 2, b"key", &e);
+        }
+        log.append_publish(9, Hlc(200), b"chan", b"hello", false);
+        let parts = log.since(2).unwrap();
+        let mut wire = Vec::new();
+        let b = copy_to_wire(&parts, &mut wire, usize::MAX);
+        assert_eq!(
+            (b.count, b.first_seq, b.last_seq, b.first_hlc),
+            (8, 2, 9, Hlc(101))
+        );
+        let mut pos = 0;
+        let mut seq = 2;
+        while pos < wire.len() {
+            let (rec, used) = decode_wire(&wire[pos..], ReplicaId(7), seq).unwrap();
+            assert_eq!((rec.seq, rec.origin), (seq, ReplicaId(7)));
+            if seq == 9 {
+                assert_eq!(
+                    rec.body,
+                    OpBody::Publish {
+                        message: b"hello".to_vec(),
+                        sharded: false
+                    }
+                );
+            } else {
+                assert_eq!(rec.body, OpBody::Write(effects()[seq as usize - 1].clone()));
+                assert_eq!(rec.db, 2);
+            }
+            pos += used;
+            seq += 1;
+        }
+        assert_eq!(seq, 10);
+        // A byte budget stops at a record boundary (after the first record past it).
+        let mut small = Vec::new();
+        let b = copy_to_wire(&parts, &mut small, 1);
+        assert_eq!(b.count, 1);
+        // A 100-byte SET of a 16-byte key overwriting a value: at most 150 bytes on the wire.
+        let mut one = OpLog::new(ReplicaId(7), 1 << 20);
+        let mut observed = Observed::new();
+        observed.stamps = vv(&[(7, 1)]);
+        let e: Effect<Vec<u8>> = Effect::Assign {
+            value: vec![b'x'; 100],
+            observed,
+            keep_ttl: false,
+        };
+        one.append(1, Hlc(5), 0, b"key:000000123456", &e);
+        let mut w = Vec::new();
+        copy_to_wire(&one.since(1).unwrap(), &mut w, usize::MAX);
+        assert!(w.len() <= 150, "{} bytes", w.len());
     }
 
     #[test]

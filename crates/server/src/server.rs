@@ -6,6 +6,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -27,6 +28,8 @@ pub enum ServerError {
     },
     #[error("cannot start runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("sync TLS: {0}")]
+    Tls(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
 }
@@ -37,21 +40,37 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     meridian_crdt::hashing::init(rand::random());
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
+    let sync_listener = bind_sync(&config)?;
+    let tls = match config.sync_tls_files() {
+        Some(files) => Some(Arc::new(
+            meridian_syncer::TlsContext::load(files)
+                .map_err(|e| ServerError::Tls(e.to_string()))?,
+        )),
+        None => {
+            if sync_listener.is_some() || !config.peer.is_empty() {
+                tracing::warn!(
+                    "syncer runs in plain text (no sync-tls-* files): allowed on loopback only"
+                );
+            }
+            None
+        }
+    };
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
     tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
+    let shard_tls = tls.clone();
     let shard_thread = std::thread::Builder::new()
         .name("shard-0".to_string())
-        .spawn(move || run_shard(0, config, listener, stop_rx))
+        .spawn(move || run_shard(0, config, listener, sync_listener, shard_tls, stop_rx))
         .map_err(ServerError::Runtime)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
     rt.block_on(async {
-        wait_for_signal().await;
+        wait_for_signal(tls.as_deref()).await;
     });
     tracing::info!("received shutdown signal, stopping");
     let _ = stop_tx.send(true);
@@ -61,35 +80,59 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
+/// before keep their sessions; new ones use the new files).
+async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
         // Without signal handlers the process is stopped by the default action.
         std::future::pending::<()>().await;
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => match tls {
+                Some(ctx) => match ctx.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: sync TLS files reloaded"),
+                    Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
+                },
+                None => tracing::info!("SIGHUP: no sync TLS files to reload"),
+            },
+        }
     }
 }
 
+/// Binds the sync port, when configured.
+fn bind_sync(config: &Config) -> Result<Option<std::net::TcpListener>, ServerError> {
+    if config.sync_port == 0 {
+        return Ok(None);
+    }
+    let ip = config.sync_bind_ip().ok_or_else(|| ServerError::Listen {
+        addr: config.sync_bind.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+    })?;
+    listen(std::net::SocketAddr::new(ip, config.sync_port)).map(Some)
+}
+
 fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
-    let addr_text = format!("{}:{}", config.bind, config.port);
+    let ip: std::net::IpAddr = config.bind.parse().map_err(|_| ServerError::Listen {
+        addr: config.bind.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+    })?;
+    listen(std::net::SocketAddr::new(ip, config.port))
+}
+
+fn listen(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, ServerError> {
     let err = |source| ServerError::Listen {
-        addr: addr_text.clone(),
+        addr: addr.to_string(),
         source,
     };
-    let ip: std::net::IpAddr = config.bind.parse().map_err(|_| {
-        err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "bad address",
-        ))
-    })?;
-    let addr = std::net::SocketAddr::new(ip, config.port);
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -109,6 +152,8 @@ fn run_shard(
     index: u8,
     config: Config,
     listener: std::net::TcpListener,
+    sync_listener: Option<std::net::TcpListener>,
+    tls: Option<Arc<meridian_syncer::TlsContext>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
     if let Some(core) =
@@ -130,7 +175,9 @@ fn run_shard(
             crate::cmd::table(),
             now,
         )));
+        shard.borrow_mut().sync.tls = tls;
         tokio::task::spawn_local(periodic(shard.clone()));
+        crate::sync::link::start(&shard, sync_listener);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -178,6 +225,7 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
         }
         s.stats
             .note_memory(crate::cmd::server::memory_use().allocated);
+        s.gc_step(now, crate::sync::gc::GC_STEP_BUCKETS_MAX);
         let total = s.stats.total_commands_processed;
         s.stats.ops_sample.sample(now, total);
         let timeout_s = s.config.timeout;

@@ -42,6 +42,8 @@ pub struct Shard {
     pub oplog: OpLog,
     /// Number of peer sites; with none, removal metadata is dropped at once.
     pub peers: usize,
+    /// Replication: incarnation, delivered vector, peers, links (`sync`).
+    pub sync: crate::sync::SyncState,
     pub stats: Stats,
     pub slowlog: SlowLog,
     pub latency: LatencyMonitor,
@@ -69,8 +71,10 @@ impl Shard {
         let replica = ReplicaId::for_site_shard(&config.site, index);
         let dbs = (0..config.databases).map(|_| Db::new()).collect();
         let mut oplog = OpLog::new(replica, config.backlog_bytes_max);
-        // No peers yet (the syncer sets them): nothing to retain ops for.
-        oplog.set_retain_for_peers(false);
+        let sync = crate::sync::SyncState::new(&config, index, now_ms, None);
+        let peers = sync.peers.len();
+        // With no peers nobody will ever resume from the op log: keep only the current chunk.
+        oplog.set_retain_for_peers(peers > 0);
         let slowlog = SlowLog::new(config.slowlog_max_len);
         Shard {
             index,
@@ -81,7 +85,8 @@ impl Shard {
             clock: HlcClock::new(),
             seq: 0,
             oplog,
-            peers: 0,
+            peers,
+            sync,
             stats: Stats::new(table.len()),
             slowlog,
             latency: LatencyMonitor::default(),

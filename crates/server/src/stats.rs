@@ -36,6 +36,8 @@ pub struct Stats {
     pub commands: Vec<CmdStat>,
     /// Concurrent writes of different types to one key (INFO crdt `crdt_type_conflicts`).
     pub type_conflicts: u64,
+    /// Remote ops applied (INFO crdt).
+    pub sync_ops_applied: u64,
     /// Ops per second over the last sample window (INFO stats `instantaneous_ops_per_sec`).
     pub ops_sample: OpsSampler,
     /// Highest `used_memory` seen (INFO memory `used_memory_peak`); raised by `note_memory`.

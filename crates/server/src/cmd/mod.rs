@@ -28,6 +28,7 @@ pub mod args;
 pub mod client;
 pub mod command;
 pub mod connection;
+pub mod crdt;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -88,17 +89,20 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(pubsub::HANDLERS);
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
+    v.extend_from_slice(crdt::HANDLERS);
     v
 }
 
 /// The process-wide command table, built on first use.
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(|| match Table::build(meta::META, &all_handlers()) {
-        Ok(t) => t,
-        // The shipped table is checked by a unit test; an inconsistent build is a bug.
-        Err(e) => panic!("command table: {e}"),
-    })
+    TABLE.get_or_init(
+        || match Table::build(meta::META.iter().chain(crdt::META), &all_handlers()) {
+            Ok(t) => t,
+            // The shipped table is checked by a unit test; an inconsistent build is a bug.
+            Err(e) => panic!("command table: {e}"),
+        },
+    )
 }
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.
@@ -270,6 +274,7 @@ pub fn call(
         return;
     };
     let started = std::time::Instant::now();
+    let seq_before = shard.seq;
     client.call_depth += 1;
     let result = {
         let mut ctx = Ctx {
@@ -282,6 +287,9 @@ pub fn call(
         handler(&mut ctx, argv)
     };
     client.call_depth -= 1;
+    if shard.seq != seq_before {
+        client.last_write_seq = shard.seq;
+    }
     let usec = started.elapsed().as_micros() as u64;
     client.shared.last_cmd.set(spec.meta.name);
     shard.stats.total_commands_processed += 1;

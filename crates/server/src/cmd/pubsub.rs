@@ -373,10 +373,12 @@ impl<'a> Encoded<'a> {
 
 /// Delivers one encoded message: into the publisher's own output when it is the subscriber
 /// (so it precedes PUBLISH's reply, as in Redis), else into the subscriber's push buffer.
-fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Reply) {
+fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&mut Reply>) {
     if sub.id == publisher {
-        out.raw(bytes);
-        return;
+        if let Some(out) = out {
+            out.raw(bytes);
+            return;
+        }
     }
     if sub.killed.get() {
         return;
@@ -397,7 +399,36 @@ fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Reply) {
 
 fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -> i64 {
     let publisher = ctx.client.id();
-    let ps = &ctx.shard.pubsub;
+    let n = deliver_all(
+        &ctx.shard.pubsub,
+        channel,
+        message,
+        kind,
+        publisher,
+        Some(ctx.out),
+    );
+    // Subscribers at the other sites get it through the op stream.
+    let now = ctx.shard.now_ms();
+    ctx.shard
+        .log_publish(channel, message, kind == Kind::Shard, now);
+    n
+}
+
+/// Delivers a message that another site published to this site's subscribers.
+pub fn deliver_remote(ps: &PubSub, channel: &[u8], message: &[u8], sharded: bool) -> i64 {
+    let kind = if sharded { Kind::Shard } else { Kind::Global };
+    // Client ids start at 1: publisher 0 is nobody here.
+    deliver_all(ps, channel, message, kind, 0, None)
+}
+
+fn deliver_all(
+    ps: &PubSub,
+    channel: &[u8],
+    message: &[u8],
+    kind: Kind,
+    publisher: u64,
+    mut out: Option<&mut Reply>,
+) -> i64 {
     let mut receivers = 0i64;
     let map = match kind {
         Kind::Global => &ps.channels,
@@ -407,7 +438,7 @@ fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -
         let parts: [&[u8]; 3] = [kind.message_word(), channel, message];
         let mut enc = Encoded::new(&parts);
         for sub in subs.values() {
-            deliver(sub, enc.get(sub.proto.get()), publisher, ctx.out);
+            deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
             receivers += 1;
         }
     }
@@ -419,7 +450,7 @@ fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -
             let parts: [&[u8]; 4] = [b"pmessage", pat, channel, message];
             let mut enc = Encoded::new(&parts);
             for sub in subs.values() {
-                deliver(sub, enc.get(sub.proto.get()), publisher, ctx.out);
+                deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
                 receivers += 1;
             }
         }

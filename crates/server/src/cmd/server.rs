@@ -559,15 +559,7 @@ fn info_cpu(out: &mut String) {
 }
 
 fn info_crdt(shard: &Shard, out: &mut String) {
-    field(out, "crdt_site", &shard.config.site);
-    field(out, "crdt_replica_id", shard.replica.0);
-    field(out, "crdt_shards", 1);
-    field(out, "crdt_seq", shard.seq);
-    field(out, "crdt_clock", shard.clock.last().0);
-    field(out, "crdt_oplog_bytes", shard.oplog.bytes());
-    field(out, "crdt_oplog_ops", shard.oplog.ops());
-    field(out, "crdt_type_conflicts", shard.stats.type_conflicts);
-    field(out, "crdt_peers", shard.peers);
+    shard.info_crdt(out);
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

@@ -125,7 +125,7 @@ impl Table {
     /// Joins `metas` with `handlers`. A handler with no metadata is a programming error
     /// reported as `Err` (a unit test keeps the shipped table consistent).
     pub fn build(
-        metas: &'static [CommandMeta],
+        metas: impl IntoIterator<Item = &'static CommandMeta>,
         handlers: &[(&'static str, Handler)],
     ) -> Result<Table, String> {
         let mut by_meta: HashMap<&'static str, &'static CommandMeta> = HashMap::new();

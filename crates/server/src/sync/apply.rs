@@ -1,0 +1,266 @@
+//! Remote ops and full-sync states into the keyspace.
+//!
+//! A frame is decoded and validated whole (`decode_batch`, `decode_chunk`) before anything is
+//! applied, so a bad frame applies nothing. Applying then runs in one borrow of the shard:
+//! no client command interleaves with a batch.
+
+use meridian_crdt::codec::{Reader, put_bytes};
+use meridian_crdt::{KeyState, ReplicaId, Stamp};
+use meridian_syncer::{OpsHeader, SyncError};
+
+use crate::oplog::{self, OpBody, OpRecord};
+use crate::shard::Shard;
+
+/// Most records one `Ops` frame may carry (the frame size bounds them too).
+pub const BATCH_RECORDS_MAX: u32 = 1 << 20;
+/// Most keys in one full-sync chunk.
+pub const CHUNK_KEYS_MAX: usize = 1 << 16;
+
+/// Decodes an `Ops` body from the peer whose replica is `origin`, checking every record:
+/// the origin, the incarnation, the database index and the clock skew.
+pub fn decode_batch(
+    body: &[u8],
+    origin: ReplicaId,
+    incarnation: u64,
+    databases: usize,
+    now_ms: u64,
+    skew_ms_max: u64,
+) -> Result<(OpsHeader, Vec<OpRecord>), SyncError> {
+    let (h, mut rest) = OpsHeader::decode(body)?;
+    if h.origin != origin {
+        return Err(SyncError::Refused(format!(
+            "forged origin: ops as replica {:08x} on the link of replica {:08x}",
+            h.origin.0, origin.0
+        )));
+    }
+    if h.incarnation != incarnation {
+        return Err(SyncError::Refused(format!(
+            "ops of incarnation {:016x} on a link announced as {:016x}",
+            h.incarnation, incarnation
+        )));
+    }
+    if h.count > BATCH_RECORDS_MAX || h.first_seq == 0 {
+        return Err(SyncError::Refused(format!(
+            "batch of {} records from seq {}",
+            h.count, h.first_seq
+        )));
+    }
+    let mut records = Vec::with_capacity((h.count as usize).min(4096));
+    for i in 0..u64::from(h.count) {
+        let (rec, used) = oplog::decode_wire(rest, origin, h.first_seq + i).map_err(|e| {
+            SyncError::Refused(format!("record {} of the batch: {e}", h.first_seq + i))
+        })?;
+        if usize::from(rec.db) >= databases {
+            return Err(SyncError::Refused(format!(
+                "record {} names database {}",
+                rec.seq, rec.db
+            )));
+        }
+        if rec.hlc.physical_ms() > now_ms.saturating_add(skew_ms_max) {
+            return Err(SyncError::Refused(format!(
+                "record {} is stamped {} ms ahead of this site's clock (limit {skew_ms_max})",
+                rec.seq,
+                rec.hlc.physical_ms() - now_ms
+            )));
+        }
+        records.push(rec);
+        rest = rest.get(used..).unwrap_or_default();
+    }
+    if !rest.is_empty() {
+        return Err(SyncError::Refused(format!(
+            "{} bytes after the last record",
+            rest.len()
+        )));
+    }
+    Ok((h, records))
+}
+
+/// One key of a full-sync chunk.
+#[derive(Debug)]
+pub struct ChunkEntry {
+    pub db: u16,
+    pub key: Vec<u8>,
+    pub state: KeyState,
+}
+
+/// Appends one key to a full-sync chunk body.
+pub fn encode_chunk_entry(out: &mut Vec<u8>, db: u16, key: &[u8], state: &KeyState) {
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
+    let mut st = Vec::new();
+    state.encode_state(&mut st);
+    put_bytes(out, &st);
+}
+
+/// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`).
+pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, SyncError> {
+    let mut r = Reader::new(body);
+    let bad = |e| SyncError::Malformed {
+        what: "FullSyncChunk",
+        source: e,
+    };
+    let n = r.u32().map_err(bad)? as usize;
+    if n > CHUNK_KEYS_MAX {
+        return Err(SyncError::Refused(format!("full-sync chunk of {n} keys")));
+    }
+    let mut out = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let db = u16::from_le_bytes(r.array().map_err(bad)?);
+        if usize::from(db) >= databases {
+            return Err(SyncError::Refused(format!(
+                "full-sync key in database {db}"
+            )));
+        }
+        let key = r.bytes().map_err(bad)?.to_vec();
+        let st = r.bytes().map_err(bad)?;
+        let mut sr = Reader::new(st);
+        let state = KeyState::decode_state(&mut sr).map_err(bad)?;
+        if !sr.is_at_end() {
+            return Err(SyncError::Refused(
+                "trailing bytes after a key state".into(),
+            ));
+        }
+        out.push(ChunkEntry { db, key, state });
+    }
+    if !r.is_at_end() {
+        return Err(SyncError::Refused(
+            "trailing bytes after a full-sync chunk".into(),
+        ));
+    }
+    Ok(out)
+}
+
+impl Shard {
+    /// Logs a PUBLISH for the other sites (nothing when the site has no peers).
+    pub fn log_publish(&mut self, channel: &[u8], message: &[u8], sharded: bool, now_ms: u64) {
+        if self.peers == 0 {
+            return;
+        }
+        let hlc = self.clock.tick(now_ms);
+        self.seq += 1;
+        self.oplog
+            .append_publish(self.seq, hlc, channel, message, sharded);
+        self.sync.ops_appended();
+    }
+
+    /// Applies validated records from peer `peer` in order, skipping those already applied.
+    /// Stops at a gap (a record beyond `in_applied_seq + 1`) and returns how many it applied.
+    pub fn apply_batch(&mut self, peer: usize, records: &[OpRecord], now_ms: u64) -> u64 {
+        let skew = self.config.sync_clock_skew_ms_max;
+        let mut applied = 0;
+        for rec in records {
+            let Some(p) = self.sync.peers.get(peer) else {
+                return applied;
+            };
+            if rec.seq <= p.in_applied_seq {
+                continue;
+            }
+            if rec.seq != p.in_applied_seq + 1 {
+                break;
+            }
+            // Validated against the skew limit already; observing lifts the local clock so
+            // that later local writes order after this one.
+            let _ = self.clock.observe(rec.hlc, now_ms, skew);
+            let stamp = Stamp {
+                hlc: rec.hlc,
+                replica: rec.origin,
+            };
+            match &rec.body {
+                OpBody::Write(effect) => {
+                    let hash = self.hash_key(&rec.key);
+                    self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+                }
+                OpBody::Publish { message, sharded } => {
+                    crate::cmd::pubsub::deliver_remote(&self.pubsub, &rec.key, message, *sharded);
+                }
+            }
+            self.sync.delivered.observe(stamp);
+            if let Some(p) = self.sync.peers.get_mut(peer) {
+                p.in_applied_seq = rec.seq;
+                p.ops_in += 1;
+            }
+            self.stats.sync_ops_applied += 1;
+            applied += 1;
+        }
+        applied
+    }
+
+    /// Merges the states of a full-sync chunk into the live keyspace.
+    pub fn apply_chunk(&mut self, entries: &[ChunkEntry], now_ms: u64) {
+        for e in entries {
+            // Observe the state's stamps so that later local writes order after them.
+            let seen = e.state.observed().stamps;
+            for (_, hlc) in seen.iter() {
+                let _ = self
+                    .clock
+                    .observe(hlc, now_ms, self.config.sync_clock_skew_ms_max);
+            }
+            self.merge_state(usize::from(e.db), &e.key, &e.state, now_ms);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oplog::OpLog;
+    use meridian_crdt::{Effect, Hlc, Observed};
+
+    fn batch(origin: ReplicaId, incarnation: u64, hlc_ms: u64, db: usize) -> Vec<u8> {
+        let mut log = OpLog::new(origin, 1 << 20);
+        for seq in 1..=3u64 {
+            let e: Effect<&[u8]> = Effect::Assign {
+                value: b"v",
+                observed: Observed::new(),
+                keep_ttl: false,
+            };
+            log.append(seq, Hlc::from_parts(hlc_ms, seq as u16), db, b"k", &e);
+        }
+        let mut body = Vec::new();
+        OpsHeader {
+            origin,
+            incarnation,
+            first_seq: 1,
+            count: 3,
+        }
+        .encode_into(&mut body);
+        oplog::copy_to_wire(&log.since(1).unwrap(), &mut body, usize::MAX);
+        body
+    }
+
+    #[test]
+    fn batches_are_validated_whole() {
+        let b = ReplicaId::for_site_shard("b", 0);
+        let now = 1_000_000;
+        let ok = batch(b, 7, now, 0);
+        let (h, recs) = decode_batch(&ok, b, 7, 16, now, 60_000).unwrap();
+        assert_eq!((h.count, recs.len(), recs[2].seq), (3, 3, 3));
+        // A site sending ops as another site.
+        let e =
+            decode_batch(&ok, ReplicaId::for_site_shard("c", 0), 7, 16, now, 60_000).unwrap_err();
+        assert!(e.to_string().contains("forged origin"), "{e}");
+        // Another incarnation than announced.
+        assert!(decode_batch(&ok, b, 8, 16, now, 60_000).is_err());
+        // Timestamps beyond the skew limit: refused; at the limit: accepted.
+        let future = batch(b, 7, now + 60_001, 0);
+        let e = decode_batch(&future, b, 7, 16, now, 60_000).unwrap_err();
+        assert!(e.to_string().contains("ahead"), "{e}");
+        let edge = batch(b, 7, now + 60_000, 0);
+        assert!(decode_batch(&edge, b, 7, 16, now, 60_000).is_ok());
+        // A database the receiver does not have.
+        let far = batch(b, 7, now, 16);
+        assert!(decode_batch(&far, b, 7, 16, now, 60_000).is_err());
+        // Trailing garbage, and every truncation: errors, never panics.
+        let mut trailing = ok.clone();
+        trailing.push(0);
+        assert!(decode_batch(&trailing, b, 7, 16, now, 60_000).is_err());
+        for cut in 0..ok.len() {
+            assert!(decode_batch(&ok[..cut], b, 7, 16, now, 60_000).is_err());
+        }
+        for i in 0..ok.len() {
+            let mut bad = ok.clone();
+            bad[i] ^= 0x5a;
+            let _ = decode_batch(&bad, b, 7, 16, now, 60_000);
+        }
+    }
+}

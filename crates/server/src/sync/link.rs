@@ -1,0 +1,771 @@
+//! The link tasks: the sync port's accept loop, the sender of this shard's ops to a peer that
+//! dialed in, and the dialer that receives a peer's ops (docs/replication.md §3–5).
+//!
+//! Every task runs on the shard thread and borrows the shard only between awaits. A sender
+//! waits on `SyncState::new_ops` when it has sent everything; the write path wakes it. The
+//! receiving side of a link reads frames in its own task (reads are not cancel-safe, so they
+//! never sit in a `select!` that could drop a half-read frame).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use meridian_crdt::VersionVector;
+use meridian_syncer::msg::decode_refuse;
+use meridian_syncer::tls::{CertificateDer, check_cert_name, peer_leaf};
+use meridian_syncer::{
+    Ack, FrameReader, FrameWriter, FullSyncBegin, FullSyncEnd, Hello, Io, Kind, Mode, OpsHeader,
+    PROTOCOL_VERSION, SyncError, Welcome,
+};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+use super::{LinkState, SYNC_IDLE_TIMEOUT};
+use crate::oplog::{self, OpRecord};
+use crate::shard::Shard;
+
+type ShardRc = Rc<RefCell<Shard>>;
+
+/// Most bytes of records in one `Ops` frame.
+pub const BATCH_BYTES_MAX: usize = 256 * 1024;
+/// Keys per full-sync chunk, and the encoded size that also ends a chunk.
+pub const FULL_SYNC_CHUNK_KEYS: usize = 1024;
+pub const FULL_SYNC_CHUNK_BYTES: usize = 1024 * 1024;
+/// Out-of-order `Ops` frames held while waiting for the gap to fill.
+pub const REORDER_BATCHES_MAX: usize = 64;
+/// Keepalive period: the sender pings and the receiver acks at least this often.
+const KEEPALIVE: Duration = Duration::from_secs(1);
+/// Dial timeout and reconnect backoff bounds.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF_MIN_MS: u64 = 100;
+const BACKOFF_MAX_MS: u64 = 5_000;
+
+/// Starts the syncer on this shard thread: the accept loop of the sync port (when bound) and
+/// one dialer per peer.
+pub fn start(shard: &ShardRc, listener: Option<std::net::TcpListener>) {
+    if let Some(l) = listener {
+        match TcpListener::from_std(l) {
+            Ok(l) => {
+                tokio::task::spawn_local(accept_loop(shard.clone(), l));
+            }
+            Err(e) => tracing::error!(error = %e, "sync listener unusable"),
+        }
+    }
+    let peers = shard.borrow().sync.peers.len();
+    for i in 0..peers {
+        tokio::task::spawn_local(dial_loop(shard.clone(), i));
+    }
+}
+
+async fn accept_loop(shard: ShardRc, listener: TcpListener) {
+    loop {
+        if shard.borrow().shutting_down {
+            return;
+        }
+        match listener.accept().await {
+            Ok((stream, addr)) => {
+                let _ = stream.set_nodelay(true);
+                let shard = shard.clone();
+                tokio::task::spawn_local(async move {
+                    if let Err(e) = serve_peer(&shard, stream).await {
+                        tracing::warn!(%addr, error = %e, "sync link from peer closed");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sync accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// One inbound connection: TLS (when configured), then the sender role.
+async fn serve_peer(shard: &ShardRc, tcp: TcpStream) -> Result<(), SyncError> {
+    let tls = shard.borrow().sync.tls.clone();
+    match tls {
+        Some(ctx) => {
+            let stream = ctx.accept(tcp).await?;
+            let leaf = peer_leaf(&stream);
+            send_ops(shard, stream, Some(leaf)).await
+        }
+        None => send_ops(shard, tcp, None).await,
+    }
+}
+
+/// Why the accepter refuses a Hello, if it does.
+fn refusal(
+    s: &Shard,
+    hello: &Hello,
+    leaf: Option<&Option<CertificateDer<'static>>>,
+) -> Option<String> {
+    if hello.deployment != s.config.deployment_id {
+        return Some(format!(
+            "deployment id {:?} does not match this site's {:?}",
+            hello.deployment, s.config.deployment_id
+        ));
+    }
+    if hello.to_site != s.config.site {
+        return Some(format!(
+            "dialed site {:?} but this is site {:?}",
+            hello.to_site, s.config.site
+        ));
+    }
+    if s.sync.peer(&hello.from_site).is_none() {
+        return Some(format!(
+            "site {:?} is not a configured peer of site {:?}",
+            hello.from_site, s.config.site
+        ));
+    }
+    if hello.shards != 1 || hello.shard != u16::from(s.index) {
+        return Some(format!(
+            "shard {}/{} does not match this site's shard {}/1",
+            hello.shard, hello.shards, s.index
+        ));
+    }
+    if let Some(leaf) = leaf {
+        if let Err(e) = check_cert_name(leaf.as_ref(), &hello.from_site) {
+            return Some(e.to_string());
+        }
+    }
+    None
+}
+
+/// How the sender brings a dialer up to date (docs/replication.md §3).
+fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> Mode {
+    let Some(p) = s.sync.peers.get(peer) else {
+        return Mode::FullSync;
+    };
+    if hello.want_full || p.quarantined {
+        return Mode::FullSync;
+    }
+    let retained = |from: u64| from > s.seq || s.oplog.first_seq().is_some_and(|f| f <= from);
+    if hello.known_incarnation == s.sync.incarnation {
+        let from = hello.applied_seq + 1;
+        if hello.applied_seq <= s.seq && retained(from) {
+            return Mode::Resume { from_seq: from };
+        }
+        return Mode::FullSync;
+    }
+    // New to this incarnation: replaying this incarnation's ops suffices only if the dialer
+    // already holds everything this shard holds from other origins.
+    let mut others = s.sync.delivered.clone();
+    others.forget_covered(&hello.delivered);
+    if others.is_empty() && retained(1) {
+        return Mode::Resume { from_seq: 1 };
+    }
+    Mode::FullSync
+}
+
+/// The sender role on an accepted link.
+async fn send_ops<S: Io + 'static>(
+    shard: &ShardRc,
+    stream: S,
+    leaf: Option<Option<CertificateDer<'static>>>,
+) -> Result<(), SyncError> {
+    let (frame_max, codec) = {
+        let s = shard.borrow();
+        (s.config.sync_frame_bytes_max as usize, s.sync.codec)
+    };
+    let (rd, wr) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(rd, frame_max);
+    let mut writer = FrameWriter::new(wr, codec);
+    let body = reader.expect(Kind::Hello, SYNC_IDLE_TIMEOUT).await?;
+    let hello = match Hello::decode(&body) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = writer.send(Kind::Refuse, e.to_string().as_bytes()).await;
+            shard.borrow_mut().sync.frames_refused += 1;
+            return Err(e);
+        }
+    };
+    let refused = refusal(&shard.borrow(), &hello, leaf.as_ref());
+    if let Some(reason) = refused {
+        let _ = writer.send(Kind::Refuse, reason.as_bytes()).await;
+        writer.shutdown().await;
+        return Err(SyncError::Refused(reason));
+    }
+    let (peer, generation, welcome) = {
+        let mut guard = shard.borrow_mut();
+        let s = &mut *guard;
+        let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
+            return Err(SyncError::Refused("peer vanished".into()));
+        };
+        let mode = choose_mode(s, peer, &hello);
+        let now = s.now_ms();
+        let seq = s.seq;
+        let incarnation = s.sync.incarnation;
+        let site = s.config.site.clone();
+        let Some(p) = s.sync.peers.get_mut(peer) else {
+            return Err(SyncError::Refused("peer vanished".into()));
+        };
+        p.out_generation += 1;
+        p.outbound = LinkState::Connecting;
+        p.last_ack_ms = now;
+        if hello.known_incarnation == incarnation {
+            p.acked_seq = p.acked_seq.max(hello.applied_seq.min(seq));
+        } else {
+            p.acked_seq = 0;
+        }
+        match mode {
+            Mode::Resume { .. } => p.partial_syncs_out += 1,
+            Mode::FullSync => p.full_syncs_out += 1,
+        }
+        (
+            peer,
+            p.out_generation,
+            Welcome {
+                site,
+                incarnation,
+                mode,
+                seq,
+            },
+        )
+    };
+    tracing::info!(peer = %hello.from_site, mode = ?welcome.mode, "sync link from peer accepted");
+    writer.send(Kind::Welcome, &welcome.encode()).await?;
+    let closed = Rc::new(Cell::new(false));
+    let closed_notify = Rc::new(Notify::new());
+    let in_flight: Rc<RefCell<std::collections::VecDeque<(u64, u64)>>> = Rc::default();
+    {
+        let shard = shard.clone();
+        let closed = closed.clone();
+        let closed_notify = closed_notify.clone();
+        let in_flight = in_flight.clone();
+        let site = hello.from_site.clone();
+        tokio::task::spawn_local(async move {
+            let r = read_acks(&shard, reader, peer, generation, &in_flight).await;
+            if let Err(e) = &r {
+                tracing::info!(peer = %site, error = %e, "sync ack stream ended");
+                if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
+                    if p.out_generation == generation {
+                        p.last_error = e.to_string();
+                    }
+                }
+            }
+            closed.set(true);
+            closed_notify.notify_one();
+        });
+    }
+    let result = stream_ops(
+        shard,
+        &mut writer,
+        peer,
+        generation,
+        &welcome,
+        &hello.delivered,
+        &closed,
+        &closed_notify,
+        &in_flight,
+    )
+    .await;
+    closed.set(true);
+    {
+        let mut s = shard.borrow_mut();
+        if let Some(p) = s.sync.peers.get_mut(peer) {
+            if p.out_generation == generation {
+                p.outbound = LinkState::Down;
+                if let Err(e) = &result {
+                    p.last_error = e.to_string();
+                }
+            }
+        }
+    }
+    writer.shutdown().await;
+    result
+}
+
+/// Sends the full sync (if chosen) and then the op stream until the link ends.
+#[allow(clippy::too_many_arguments)]
+async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
+    shard: &ShardRc,
+    writer: &mut FrameWriter<W>,
+    peer: usize,
+    generation: u64,
+    welcome: &Welcome,
+    peer_delivered: &VersionVector,
+    closed: &Cell<bool>,
+    closed_notify: &Notify,
+    in_flight: &RefCell<std::collections::VecDeque<(u64, u64)>>,
+) -> Result<(), SyncError> {
+    let mut next_seq = match welcome.mode {
+        Mode::Resume { from_seq } => from_seq,
+        Mode::FullSync => {
+            set_outbound(shard, peer, generation, LinkState::FullSync);
+            let seq = full_sync(shard, writer, peer_delivered, closed).await?;
+            if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
+                p.quarantined = false;
+            }
+            seq + 1
+        }
+    };
+    set_outbound(shard, peer, generation, LinkState::Up);
+    let new_ops = shard.borrow().sync.new_ops.clone();
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        if closed.get() || shard.borrow().shutting_down {
+            return Ok(());
+        }
+        if shard
+            .borrow()
+            .sync
+            .peers
+            .get(peer)
+            .is_none_or(|p| p.out_generation != generation)
+        {
+            return Err(SyncError::Refused(
+                "replaced by a newer link from the peer".into(),
+            ));
+        }
+        // Created before looking, so that an op appended after the look still wakes us.
+        let notified = new_ops.notified();
+        let sent = {
+            let mut guard = shard.borrow_mut();
+            let s = &mut *guard;
+            if s.seq < next_seq {
+                s.sync.wait_for_ops();
+                None
+            } else {
+                let Some(parts) = s.oplog.since(next_seq) else {
+                    return Err(SyncError::Refused(format!(
+                        "peer fell behind the backlog (needs seq {next_seq}, oldest retained {})",
+                        s.oplog.first_seq().unwrap_or(0)
+                    )));
+                };
+                body.clear();
+                OpsHeader {
+                    origin: s.replica,
+                    incarnation: s.sync.incarnation,
+                    first_seq: next_seq,
+                    count: 0,
+                }
+                .encode_into(&mut body);
+                let batch = oplog::copy_to_wire(&parts, &mut body, BATCH_BYTES_MAX);
+                if batch.count == 0 || batch.first_seq != next_seq {
+                    return Err(SyncError::Refused(format!(
+                        "op log does not continue at seq {next_seq}"
+                    )));
+                }
+                // Patch the count now that it is known.
+                if let Some(slot) = body.get_mut(20..24) {
+                    slot.copy_from_slice(&batch.count.to_le_bytes());
+                }
+                in_flight
+                    .borrow_mut()
+                    .push_back((batch.last_seq, batch.first_hlc.physical_ms()));
+                Some(batch.last_seq)
+            }
+        };
+        match sent {
+            Some(last) => {
+                writer.queue(Kind::Ops, &body);
+                writer.flush().await?;
+                next_seq = last + 1;
+                note_out_bytes(shard, peer, writer);
+            }
+            None => {
+                tokio::select! {
+                    () = notified => {}
+                    () = closed_notify.notified() => {}
+                    () = tokio::time::sleep(KEEPALIVE) => {
+                        writer.send(Kind::Ping, &[]).await?;
+                        note_out_bytes(shard, peer, writer);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn set_outbound(shard: &ShardRc, peer: usize, generation: u64, state: LinkState) {
+    if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
+        if p.out_generation == generation {
+            p.outbound = state;
+        }
+    }
+}
+
+fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
+    if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
+        p.out_wire_bytes = writer.wire_bytes;
+        p.out_raw_bytes = writer.raw_bytes;
+    }
+}
+
+/// Delta full sync: the state of every key holding a stamp `peer_delivered` does not cover,
+/// in chunks, one borrow of the shard per chunk. Returns the sequence number it began at.
+async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
+    shard: &ShardRc,
+    writer: &mut FrameWriter<W>,
+    peer_delivered: &VersionVector,
+    closed: &Cell<bool>,
+) -> Result<u64, SyncError> {
+    // Every key that exists now; keys created later are created by ops after `seq`, which
+    // the stream sends (or by other origins, whose own links send them).
+    let (seq, keys) = {
+        let s = shard.borrow();
+        let keys: Vec<(usize, meridian_crdt::SmallBytes)> = s
+            .dbs
+            .iter()
+            .enumerate()
+            .flat_map(|(db, d)| d.table.iter().map(move |e| (db, e.key.clone())))
+            .collect();
+        (s.seq, keys)
+    };
+    writer
+        .send(Kind::FullSyncBegin, &FullSyncBegin { seq }.encode())
+        .await?;
+    let mut sent = 0u64;
+    let mut body = Vec::new();
+    let mut rest = keys.as_slice();
+    while !rest.is_empty() {
+        if closed.get() {
+            return Err(SyncError::Refused("link closed during full sync".into()));
+        }
+        body.clear();
+        body.extend_from_slice(&[0u8; 4]);
+        let mut n = 0u32;
+        {
+            let s = shard.borrow();
+            while let Some(((db, key), tail)) = rest.split_first() {
+                if n as usize >= FULL_SYNC_CHUNK_KEYS || body.len() >= FULL_SYNC_CHUNK_BYTES {
+                    break;
+                }
+                rest = tail;
+                let hash = s.hash_key(key);
+                let Some(e) = s.dbs.get(*db).and_then(|d| d.get(hash, key)) else {
+                    continue;
+                };
+                if peer_delivered.dominates(&e.state.observed().stamps) {
+                    continue;
+                }
+                super::apply::encode_chunk_entry(&mut body, *db as u16, key, &e.state);
+                n += 1;
+            }
+        }
+        if n == 0 {
+            continue;
+        }
+        if let Some(slot) = body.get_mut(..4) {
+            slot.copy_from_slice(&n.to_le_bytes());
+        }
+        writer.send(Kind::FullSyncChunk, &body).await?;
+        sent += u64::from(n);
+        // Let clients run between chunks.
+        tokio::task::yield_now().await;
+    }
+    writer
+        .send(Kind::FullSyncEnd, &FullSyncEnd { seq, keys: sent }.encode())
+        .await?;
+    tracing::info!(keys = sent, seq, "full sync sent");
+    Ok(seq)
+}
+
+/// Reads the dialer's acks (and nothing else) until the link ends.
+async fn read_acks<R: tokio::io::AsyncRead + Unpin>(
+    shard: &ShardRc,
+    mut reader: FrameReader<R>,
+    peer: usize,
+    generation: u64,
+    in_flight: &RefCell<std::collections::VecDeque<(u64, u64)>>,
+) -> Result<(), SyncError> {
+    loop {
+        let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
+        if f.kind != Kind::Ack {
+            return Err(SyncError::Unexpected {
+                got: f.kind.name(),
+                want: "Ack",
+            });
+        }
+        let ack = Ack::decode(&f.body)?;
+        let mut guard = shard.borrow_mut();
+        let s = &mut *guard;
+        let now = s.now_ms();
+        let incarnation = s.sync.incarnation;
+        let seq = s.seq;
+        let Some(p) = s.sync.peers.get_mut(peer) else {
+            return Ok(());
+        };
+        if p.out_generation != generation {
+            return Ok(());
+        }
+        if ack.incarnation == incarnation {
+            let acked = ack.applied_seq.min(seq);
+            let mut q = in_flight.borrow_mut();
+            while let Some(&(last, first_ms)) = q.front() {
+                if last > acked {
+                    break;
+                }
+                q.pop_front();
+                p.note_lag(now.saturating_sub(first_ms));
+            }
+            p.acked_seq = p.acked_seq.max(acked);
+        }
+        p.acked = Some(ack.delivered);
+        p.last_ack_ms = now;
+        s.sync.acked.notify_waiters();
+        // CRDT.WAIT clients re-check on every ack.
+        while s.blocking.signal(super::WAIT_DB, super::WAIT_KEY).is_some() {}
+    }
+}
+
+/// Dials peer `peer` for ever (until shutdown), with exponential backoff and jitter.
+async fn dial_loop(shard: ShardRc, peer: usize) {
+    let mut backoff_ms = BACKOFF_MIN_MS;
+    loop {
+        if shard.borrow().shutting_down {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let result = dial_once(&shard, peer).await;
+        let site = {
+            let mut s = shard.borrow_mut();
+            let Some(p) = s.sync.peers.get_mut(peer) else {
+                return;
+            };
+            p.inbound = LinkState::Down;
+            if let Err(e) = &result {
+                p.last_error = e.to_string();
+            }
+            p.site.clone()
+        };
+        if let Err(e) = &result {
+            tracing::warn!(peer = %site, error = %e, "sync link to peer down");
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff_ms = BACKOFF_MIN_MS;
+        }
+        let jitter = rand::random::<u64>() % (backoff_ms / 2 + 1);
+        tokio::time::sleep(Duration::from_millis(backoff_ms / 2 + jitter)).await;
+        backoff_ms = (backoff_ms * 2).min(BACKOFF_MAX_MS);
+    }
+}
+
+async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
+    let (addr, site, tls) = {
+        let mut s = shard.borrow_mut();
+        let tls = s.sync.tls.clone();
+        let Some(p) = s.sync.peers.get_mut(peer) else {
+            return Ok(());
+        };
+        p.inbound = LinkState::Connecting;
+        (p.addr, p.site.clone(), tls)
+    };
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(SyncError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connect to {addr} timed out"),
+            )));
+        }
+    };
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        Some(ctx) => {
+            let stream = ctx.connect(&site, tcp).await?;
+            receive_ops(shard, peer, stream).await
+        }
+        None => receive_ops(shard, peer, tcp).await,
+    }
+}
+
+/// The receiver role on a link this shard dialed.
+async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(), SyncError> {
+    let (hello, frame_max, site) = {
+        let s = shard.borrow();
+        let Some(p) = s.sync.peers.get(peer) else {
+            return Ok(());
+        };
+        (
+            Hello {
+                version: PROTOCOL_VERSION,
+                deployment: s.config.deployment_id.clone(),
+                from_site: s.config.site.clone(),
+                to_site: p.site.clone(),
+                shard: u16::from(s.index),
+                shards: 1,
+                known_incarnation: p.in_incarnation,
+                applied_seq: p.in_applied_seq,
+                // Without persistence this site may have lost its own writes, so it states
+                // only what it has from others: keys holding any of its stamps come back.
+                delivered: s.sync.delivered.clone(),
+                want_full: false,
+            },
+            s.config.sync_frame_bytes_max as usize,
+            p.site.clone(),
+        )
+    };
+    let (rd, wr) = tokio::io::split(stream);
+    let mut reader: FrameReader<ReadHalf<S>> = FrameReader::new(rd, frame_max);
+    let mut writer: FrameWriter<WriteHalf<S>> = FrameWriter::new(wr, meridian_syncer::Codec::None);
+    writer.send(Kind::Hello, &hello.encode()).await?;
+    let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
+    let welcome = match f.kind {
+        Kind::Welcome => Welcome::decode(&f.body)?,
+        Kind::Refuse => return Err(SyncError::RefusedByPeer(decode_refuse(&f.body))),
+        other => {
+            return Err(SyncError::Unexpected {
+                got: other.name(),
+                want: "Welcome",
+            });
+        }
+    };
+    if welcome.site != site {
+        return Err(SyncError::Refused(format!(
+            "dialed site {site:?} but it answered as {:?}",
+            welcome.site
+        )));
+    }
+    {
+        let mut s = shard.borrow_mut();
+        let Some(p) = s.sync.peers.get_mut(peer) else {
+            return Ok(());
+        };
+        if welcome.incarnation != p.in_incarnation {
+            p.in_incarnation = welcome.incarnation;
+            p.in_applied_seq = 0;
+        }
+        match welcome.mode {
+            Mode::Resume { from_seq } => {
+                if from_seq > p.in_applied_seq + 1 {
+                    return Err(SyncError::Refused(format!(
+                        "peer resumes at seq {from_seq}, this site applied up to {}",
+                        p.in_applied_seq
+                    )));
+                }
+                p.partial_syncs_in += 1;
+                p.inbound = LinkState::Up;
+            }
+            Mode::FullSync => {
+                p.full_syncs_in += 1;
+                p.inbound = LinkState::FullSync;
+            }
+        }
+    }
+    tracing::info!(peer = %site, mode = ?welcome.mode, "sync link to peer up");
+    let incarnation = welcome.incarnation;
+    let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
+    let mut full_sync_seq: Option<u64> = None;
+    let mut last_ack = std::time::Instant::now();
+    loop {
+        let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
+        let mut ack_now = false;
+        {
+            let mut guard = shard.borrow_mut();
+            let s = &mut *guard;
+            let now = s.now_ms();
+            let databases = s.dbs.len();
+            let skew = s.config.sync_clock_skew_ms_max;
+            let Some(origin) = s.sync.peers.get(peer).map(|p| p.replica) else {
+                return Ok(());
+            };
+            match f.kind {
+                Kind::Ops => {
+                    if full_sync_seq.is_some() {
+                        return Err(SyncError::Unexpected {
+                            got: "Ops",
+                            want: "FullSyncEnd",
+                        });
+                    }
+                    let (h, records) = match super::apply::decode_batch(
+                        &f.body,
+                        origin,
+                        incarnation,
+                        databases,
+                        now,
+                        skew,
+                    ) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            s.sync.frames_refused += 1;
+                            return Err(e);
+                        }
+                    };
+                    let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
+                    if h.first_seq > applied + 1 {
+                        if reorder.len() >= REORDER_BATCHES_MAX {
+                            return Err(SyncError::Refused(format!(
+                                "{REORDER_BATCHES_MAX} batches out of order (gap after seq {applied})"
+                            )));
+                        }
+                        reorder.insert(h.first_seq, records);
+                    } else {
+                        s.apply_batch(peer, &records, now);
+                        // Batches held for this gap may apply now.
+                        while let Some(entry) = reorder.first_entry() {
+                            let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
+                            if *entry.key() > applied + 1 {
+                                break;
+                            }
+                            let records = entry.remove();
+                            s.apply_batch(peer, &records, now);
+                        }
+                        ack_now = true;
+                    }
+                }
+                Kind::FullSyncBegin => {
+                    full_sync_seq = Some(FullSyncBegin::decode(&f.body)?.seq);
+                }
+                Kind::FullSyncChunk => {
+                    if full_sync_seq.is_none() {
+                        return Err(SyncError::Unexpected {
+                            got: "FullSyncChunk",
+                            want: "FullSyncBegin",
+                        });
+                    }
+                    let entries = match super::apply::decode_chunk(&f.body, databases) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            s.sync.frames_refused += 1;
+                            return Err(e);
+                        }
+                    };
+                    s.apply_chunk(&entries, now);
+                }
+                Kind::FullSyncEnd => {
+                    let end = FullSyncEnd::decode(&f.body)?;
+                    if full_sync_seq != Some(end.seq) {
+                        return Err(SyncError::Refused(
+                            "FullSyncEnd does not match its begin".into(),
+                        ));
+                    }
+                    full_sync_seq = None;
+                    // The merged states carry every op of the sender's origin up to `seq`; the
+                    // delivered vector catches up with the next op applied from it.
+                    if let Some(p) = s.sync.peers.get_mut(peer) {
+                        p.in_applied_seq = end.seq;
+                        p.inbound = LinkState::Up;
+                    }
+                    tracing::info!(peer = %site, keys = end.keys, seq = end.seq, "full sync received");
+                    ack_now = true;
+                }
+                Kind::Ping => {}
+                other => {
+                    return Err(SyncError::Unexpected {
+                        got: other.name(),
+                        want: "Ops",
+                    });
+                }
+            }
+            if let Some(p) = s.sync.peers.get_mut(peer) {
+                p.in_wire_bytes = reader.wire_bytes;
+                p.in_raw_bytes = reader.raw_bytes;
+            }
+        }
+        if ack_now || last_ack.elapsed() >= KEEPALIVE {
+            let ack = {
+                let s = shard.borrow();
+                Ack {
+                    incarnation,
+                    applied_seq: s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq),
+                    delivered: s.delivered_vv(),
+                }
+            };
+            writer.send(Kind::Ack, &ack.encode()).await?;
+            last_ack = std::time::Instant::now();
+        }
+    }
+}

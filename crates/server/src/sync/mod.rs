@@ -1,0 +1,342 @@
+//! The shard's side of replication between sites (protocol: docs/replication.md).
+//!
+//! - `SyncState` (here): what a shard knows of replication: its incarnation, the version
+//!   vector of what it has delivered, and per peer the state of both links, acks, lag and
+//!   counters. `INFO crdt` prints it.
+//! - `link`: the tasks. The accept loop of the sync port and the sender of this shard's ops to
+//!   a peer that dialed in (resume from the op log, or a delta full sync); the dialer of each
+//!   peer that receives its ops, validates each frame whole and applies it.
+//! - `apply`: remote op batches and full-sync states into the keyspace, through the same
+//!   `Shard::apply_stamped` a local write uses.
+//! - `gc`: causal stability and collection of removal metadata.
+//! - `digest`: `CRDT.DIGEST`, a digest of the observable state.
+//!
+//! Links run as tasks on the shard thread: they borrow the shard between awaits only, like
+//! client connections, so remote ops need no channel and no lock.
+
+pub mod apply;
+pub mod digest;
+pub mod gc;
+pub mod link;
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use meridian_crdt::{ReplicaId, VersionVector};
+use meridian_syncer::{Codec, TlsContext};
+use tokio::sync::Notify;
+
+use crate::config::Config;
+
+/// Seconds of silence after which a link is dropped (the other side pings every second).
+pub const SYNC_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The pseudo-key CRDT.WAIT clients block on; acks signal it. No client can name this
+/// database, so no write ever collides with it.
+pub const WAIT_DB: usize = usize::MAX;
+pub const WAIT_KEY: &[u8] = b"crdt.wait";
+/// Lag samples kept per peer for the p99 in `INFO crdt`.
+pub const LAG_SAMPLES_MAX: usize = 1024;
+
+/// State of one direction of a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LinkState {
+    #[default]
+    Down,
+    Connecting,
+    FullSync,
+    Up,
+}
+
+impl LinkState {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkState::Down => "down",
+            LinkState::Connecting => "connecting",
+            LinkState::FullSync => "full_sync",
+            LinkState::Up => "up",
+        }
+    }
+}
+
+/// What a shard knows of one peer site.
+#[derive(Debug)]
+pub struct Peer {
+    pub site: String,
+    pub addr: std::net::SocketAddr,
+    /// The replica of the peer's shard that streams to this shard.
+    pub replica: ReplicaId,
+    // --- The peer's ops coming here (the link this shard dials). ---
+    pub inbound: LinkState,
+    /// The peer's incarnation whose ops were applied last (0: none).
+    pub in_incarnation: u64,
+    /// Last sequence number applied from the peer in `in_incarnation`.
+    pub in_applied_seq: u64,
+    pub in_wire_bytes: u64,
+    pub in_raw_bytes: u64,
+    pub full_syncs_in: u64,
+    pub partial_syncs_in: u64,
+    /// Ops applied from the peer (duplicates skipped are not counted).
+    pub ops_in: u64,
+    // --- This shard's ops going to the peer (the link the peer dials). ---
+    pub outbound: LinkState,
+    /// Generation of the current outbound link: a new link from the peer replaces the old.
+    pub out_generation: u64,
+    /// Last sequence number of this incarnation the peer acked.
+    pub acked_seq: u64,
+    /// What the peer has delivered from every origin, as of its last ack (None: never acked).
+    pub acked: Option<VersionVector>,
+    /// Wall-clock ms of the last ack (or of start-up, before any).
+    pub last_ack_ms: u64,
+    pub out_wire_bytes: u64,
+    pub out_raw_bytes: u64,
+    pub full_syncs_out: u64,
+    pub partial_syncs_out: u64,
+    /// Left out of garbage collection for silence beyond `sync-quarantine-ms`; its next
+    /// resume becomes a full sync.
+    pub quarantined: bool,
+    pub last_error: String,
+    /// Replication lag samples in ms (age of the oldest op of each acked range).
+    pub lag_ms: VecDeque<u64>,
+}
+
+impl Peer {
+    fn new(site: &str, addr: std::net::SocketAddr, shard: u8, now_ms: u64) -> Peer {
+        Peer {
+            site: site.to_string(),
+            addr,
+            replica: ReplicaId::for_site_shard(site, shard),
+            inbound: LinkState::Down,
+            in_incarnation: 0,
+            in_applied_seq: 0,
+            in_wire_bytes: 0,
+            in_raw_bytes: 0,
+            full_syncs_in: 0,
+            partial_syncs_in: 0,
+            ops_in: 0,
+            outbound: LinkState::Down,
+            out_generation: 0,
+            acked_seq: 0,
+            acked: None,
+            last_ack_ms: now_ms,
+            out_wire_bytes: 0,
+            out_raw_bytes: 0,
+            full_syncs_out: 0,
+            partial_syncs_out: 0,
+            quarantined: false,
+            last_error: String::new(),
+            lag_ms: VecDeque::new(),
+        }
+    }
+
+    /// Records one lag sample, keeping the last `LAG_SAMPLES_MAX`.
+    pub fn note_lag(&mut self, ms: u64) {
+        if self.lag_ms.len() >= LAG_SAMPLES_MAX {
+            self.lag_ms.pop_front();
+        }
+        self.lag_ms.push_back(ms);
+    }
+
+    /// The `q` quantile (0..=1) of the recent lag samples.
+    pub fn lag_quantile(&self, q: f64) -> u64 {
+        if self.lag_ms.is_empty() {
+            return 0;
+        }
+        let mut v: Vec<u64> = self.lag_ms.iter().copied().collect();
+        v.sort_unstable();
+        let i = ((v.len() - 1) as f64 * q).round() as usize;
+        v.get(i).copied().unwrap_or(0)
+    }
+}
+
+/// Garbage-collection counters.
+#[derive(Debug, Default)]
+pub struct GcStats {
+    /// Keys holding removal metadata at the end of the last full pass.
+    pub pending_keys: u64,
+    /// Keys seen with metadata in the pass under way.
+    pub pass_pending: u64,
+    /// Keys whose metadata was collected (partly or wholly), in total.
+    pub collected_keys: u64,
+    /// Keys removed from the table once their last metadata was collected.
+    pub dropped_keys: u64,
+    /// Where the next pass resumes: (db, bucket).
+    pub cursor: (usize, usize),
+}
+
+/// A shard's replication state. See the module doc.
+#[derive(Debug)]
+pub struct SyncState {
+    /// This process's life: a random non-zero number, so peers never confuse sequence numbers
+    /// of two lives.
+    pub incarnation: u64,
+    /// Highest hlc applied from each remote origin (this shard's own origin is not in it:
+    /// `clock.last()` stands for it).
+    pub delivered: VersionVector,
+    pub peers: Vec<Peer>,
+    /// Compression of frames this site sends.
+    pub codec: Codec,
+    pub tls: Option<Arc<TlsContext>>,
+    // Set by a sender that found nothing to send; the next local write clears it and wakes
+    // senders (one bool test per write, no atomic, when nobody waits).
+    sender_waiting: bool,
+    pub new_ops: Rc<Notify>,
+    /// Woken when a peer acks (CRDT.WAIT).
+    pub acked: Rc<Notify>,
+    pub gc: GcStats,
+    /// Frames refused from peers (forged origin, future timestamps, malformed...).
+    pub frames_refused: u64,
+}
+
+impl SyncState {
+    pub fn new(config: &Config, shard: u8, now_ms: u64, tls: Option<Arc<TlsContext>>) -> SyncState {
+        let peers = config
+            .peers()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| Peer::new(&p.site, p.addr, shard, now_ms))
+            .collect();
+        SyncState {
+            incarnation: rand::random::<u64>().max(1),
+            delivered: VersionVector::new(),
+            peers,
+            codec: Codec::parse(&config.sync_compression).unwrap_or_default(),
+            tls,
+            sender_waiting: false,
+            new_ops: Rc::new(Notify::new()),
+            acked: Rc::new(Notify::new()),
+            gc: GcStats::default(),
+            frames_refused: 0,
+        }
+    }
+
+    /// Called after every op appended to the op log: wakes senders waiting for ops.
+    #[inline]
+    pub fn ops_appended(&mut self) {
+        if self.sender_waiting {
+            self.sender_waiting = false;
+            self.new_ops.notify_waiters();
+        }
+    }
+
+    /// A sender found nothing to send: the next op appended wakes it.
+    pub fn wait_for_ops(&mut self) {
+        self.sender_waiting = true;
+    }
+
+    pub fn peer(&self, site: &str) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.site == site)
+    }
+
+    pub fn peer_mut(&mut self, site: &str) -> Option<&mut Peer> {
+        self.peers.iter_mut().find(|p| p.site == site)
+    }
+}
+
+/// Formats a version vector for INFO: `replica_hex=hlc` joined by `;` (commas separate
+/// INFO sub-fields).
+pub fn vv_text(vv: &VersionVector) -> String {
+    let mut s = String::new();
+    for (i, (r, h)) in vv.iter().enumerate() {
+        if i > 0 {
+            s.push(';');
+        }
+        let _ = write!(s, "{:08x}={}", r.0, h.0);
+    }
+    s
+}
+
+impl crate::shard::Shard {
+    /// This shard's delivered vector including its own origin.
+    pub fn delivered_vv(&self) -> VersionVector {
+        let mut vv = self.sync.delivered.clone();
+        vv.observe(meridian_crdt::Stamp {
+            hlc: self.clock.last(),
+            replica: self.replica,
+        });
+        vv
+    }
+
+    /// The `# CRDT` section of INFO.
+    pub fn info_crdt(&self, out: &mut String) {
+        let now = self.now_ms();
+        let mut f = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = write!(out, "{k}:{v}\r\n");
+        };
+        f("crdt_site", &self.config.site);
+        f("crdt_deployment_id", &self.config.deployment_id);
+        f("crdt_replica_id", &format_args!("{:08x}", self.replica.0));
+        f("crdt_shards", &1);
+        f(
+            "crdt_incarnation",
+            &format_args!("{:016x}", self.sync.incarnation),
+        );
+        f("crdt_seq", &self.seq);
+        f("crdt_clock", &self.clock.last().0);
+        f("crdt_version_vector", &vv_text(&self.delivered_vv()));
+        f("crdt_oplog_bytes", &self.oplog.bytes());
+        f("crdt_oplog_ops", &self.oplog.ops());
+        f("crdt_oplog_first_seq", &self.oplog.first_seq().unwrap_or(0));
+        f("crdt_sync_compression", &self.sync.codec.name());
+        f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
+        f("crdt_peers", &self.sync.peers.len());
+        for p in &self.sync.peers {
+            let lag_ops = self.seq.saturating_sub(p.acked_seq);
+            let lag_bytes = if lag_ops == 0 {
+                0
+            } else {
+                self.oplog.bytes_after(p.acked_seq)
+            };
+            let lag_ms = if lag_ops == 0 {
+                0
+            } else {
+                self.oplog
+                    .hlc_of(p.acked_seq + 1)
+                    .map_or(0, |h| now.saturating_sub(h.physical_ms()))
+            };
+            let mut line = String::new();
+            let _ = write!(
+                line,
+                "addr={},in_link={},out_link={},in_incarnation={:016x},in_applied_seq={},ops_in={},\
+                 acked_seq={},acked_vv={},lag_ops={},lag_bytes={},lag_ms={},lag_p50_ms={},lag_p99_ms={},\
+                 in_bytes={},in_bytes_raw={},out_bytes={},out_bytes_raw={},\
+                 partial_syncs_in={},full_syncs_in={},partial_syncs_out={},full_syncs_out={},\
+                 quarantined={},last_error={}",
+                p.addr,
+                p.inbound.name(),
+                p.outbound.name(),
+                p.in_incarnation,
+                p.in_applied_seq,
+                p.ops_in,
+                p.acked_seq,
+                p.acked.as_ref().map(vv_text).unwrap_or_default(),
+                lag_ops,
+                lag_bytes,
+                lag_ms,
+                p.lag_quantile(0.5),
+                p.lag_quantile(0.99),
+                p.in_wire_bytes,
+                p.in_raw_bytes,
+                p.out_wire_bytes,
+                p.out_raw_bytes,
+                p.partial_syncs_in,
+                p.full_syncs_in,
+                p.partial_syncs_out,
+                p.full_syncs_out,
+                u8::from(p.quarantined),
+                if p.last_error.is_empty() {
+                    "none".to_string()
+                } else {
+                    p.last_error.replace([',', '\r', '\n', ':'], " ")
+                },
+            );
+            f(&format!("crdt_peer_{}", p.site), &line);
+        }
+        f("crdt_frames_refused", &self.sync.frames_refused);
+        f("crdt_gc_pending_keys", &self.sync.gc.pending_keys);
+        f("crdt_gc_collected_keys", &self.sync.gc.collected_keys);
+        f("crdt_gc_dropped_keys", &self.sync.gc.dropped_keys);
+        f("crdt_type_conflicts", &self.stats.type_conflicts);
+    }
+}

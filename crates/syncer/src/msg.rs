@@ -1,0 +1,369 @@
+//! The protocol's messages and their body encodings (docs/replication.md §3–5).
+//!
+//! `Ops` and `FullSyncChunk` carry records the server encodes itself: this module gives their
+//! headers only. Decoders are bounds-checked and allocate nothing from an untrusted count.
+
+use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_u8, put_u32, put_u64, put_vv};
+use meridian_crdt::{ReplicaId, VersionVector};
+
+use crate::error::SyncError;
+use crate::frame::{MAGIC, PROTOCOL_VERSION};
+
+/// Longest site or deployment id accepted on the wire.
+pub const ID_BYTES_MAX: usize = 255;
+
+fn put_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn get_u16(r: &mut Reader<'_>) -> Result<u16, DecodeError> {
+    Ok(u16::from_le_bytes(r.array()?))
+}
+
+fn get_id(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let b = r.bytes()?;
+    if b.len() > ID_BYTES_MAX {
+        return Err(DecodeError::TooManyEntries {
+            what: "id bytes",
+            n: b.len() as u64,
+        });
+    }
+    Ok(String::from_utf8_lossy(b).into_owned())
+}
+
+/// The dialer's opening message: who it is, whom it wants, and what it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u16,
+    pub deployment: String,
+    pub from_site: String,
+    pub to_site: String,
+    pub shard: u16,
+    pub shards: u16,
+    /// The sender's incarnation the dialer last applied ops from (0: none).
+    pub known_incarnation: u64,
+    /// Last sequence number applied from the sender's origin in `known_incarnation`.
+    pub applied_seq: u64,
+    /// Highest hlc the dialer has delivered from every origin.
+    pub delivered: VersionVector,
+    /// The dialer asks for a full sync whatever the backlog holds.
+    pub want_full: bool,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&MAGIC);
+        put_u16(&mut out, self.version);
+        put_bytes(&mut out, self.deployment.as_bytes());
+        put_bytes(&mut out, self.from_site.as_bytes());
+        put_bytes(&mut out, self.to_site.as_bytes());
+        put_u16(&mut out, self.shard);
+        put_u16(&mut out, self.shards);
+        put_u64(&mut out, self.known_incarnation);
+        put_u64(&mut out, self.applied_seq);
+        put_vv(&mut out, &self.delivered);
+        put_u8(&mut out, u8::from(self.want_full));
+        out
+    }
+
+    /// Decodes a Hello. A wrong magic is `Refused` (not a Meridian peer); a wrong version is
+    /// decoded so that the accepter can name both versions in its refusal.
+    pub fn decode(body: &[u8]) -> Result<Hello, SyncError> {
+        let mut r = Reader::new(body);
+        let bad = SyncError::malformed("Hello");
+        let magic: [u8; 4] = r.array().map_err(SyncError::malformed("Hello"))?;
+        if magic != MAGIC {
+            return Err(SyncError::Refused(
+                "not a Meridian syncer (bad magic)".into(),
+            ));
+        }
+        let version = get_u16(&mut r).map_err(SyncError::malformed("Hello"))?;
+        if version != PROTOCOL_VERSION {
+            return Err(SyncError::Refused(format!(
+                "protocol version {version}, this site speaks {PROTOCOL_VERSION}"
+            )));
+        }
+        let parse = |r: &mut Reader<'_>| -> Result<Hello, DecodeError> {
+            Ok(Hello {
+                version,
+                deployment: get_id(r)?,
+                from_site: get_id(r)?,
+                to_site: get_id(r)?,
+                shard: get_u16(r)?,
+                shards: get_u16(r)?,
+                known_incarnation: r.u64()?,
+                applied_seq: r.u64()?,
+                delivered: r.vv()?,
+                want_full: r.u8()? != 0,
+            })
+        };
+        parse(&mut r).map_err(bad)
+    }
+}
+
+/// How the sender will bring the dialer up to date.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The op stream starts at the given sequence number.
+    Resume { from_seq: u64 },
+    /// A delta full sync follows, then the op stream.
+    FullSync,
+}
+
+/// The accepter's answer to a valid Hello.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    pub site: String,
+    pub incarnation: u64,
+    pub mode: Mode,
+    /// The sender's current sequence number.
+    pub seq: u64,
+}
+
+impl Welcome {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
+        put_bytes(&mut out, self.site.as_bytes());
+        put_u64(&mut out, self.incarnation);
+        match self.mode {
+            Mode::Resume { from_seq } => {
+                put_u8(&mut out, 1);
+                put_u64(&mut out, from_seq);
+            }
+            Mode::FullSync => put_u8(&mut out, 2),
+        }
+        put_u64(&mut out, self.seq);
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Result<Welcome, SyncError> {
+        let parse = |r: &mut Reader<'_>| -> Result<Welcome, DecodeError> {
+            let site = get_id(r)?;
+            let incarnation = r.u64()?;
+            let mode = match r.u8()? {
+                1 => Mode::Resume { from_seq: r.u64()? },
+                2 => Mode::FullSync,
+                t => return Err(DecodeError::BadTag(t)),
+            };
+            Ok(Welcome {
+                site,
+                incarnation,
+                mode,
+                seq: r.u64()?,
+            })
+        };
+        parse(&mut Reader::new(body)).map_err(SyncError::malformed("Welcome"))
+    }
+}
+
+/// The header of an `Ops` frame; `count` records follow it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpsHeader {
+    pub origin: ReplicaId,
+    pub incarnation: u64,
+    pub first_seq: u64,
+    pub count: u32,
+}
+
+/// Bytes of an encoded `OpsHeader`.
+pub const OPS_HEADER_BYTES: usize = 4 + 8 + 8 + 4;
+
+impl OpsHeader {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        put_u32(out, self.origin.0);
+        put_u64(out, self.incarnation);
+        put_u64(out, self.first_seq);
+        put_u32(out, self.count);
+    }
+
+    /// Decodes the header; returns it and the records that follow.
+    pub fn decode(body: &[u8]) -> Result<(OpsHeader, &[u8]), SyncError> {
+        let mut r = Reader::new(body);
+        let parse = |r: &mut Reader<'_>| -> Result<OpsHeader, DecodeError> {
+            Ok(OpsHeader {
+                origin: ReplicaId(r.u32()?),
+                incarnation: r.u64()?,
+                first_seq: r.u64()?,
+                count: r.u32()?,
+            })
+        };
+        let h = parse(&mut r).map_err(SyncError::malformed("Ops"))?;
+        Ok((h, body.get(r.pos()..).unwrap_or_default()))
+    }
+
+    /// The sequence number of the last record (`first_seq` when empty).
+    pub fn last_seq(&self) -> u64 {
+        self.first_seq
+            .saturating_add(u64::from(self.count))
+            .saturating_sub(1)
+            .max(self.first_seq)
+    }
+}
+
+/// The receiver's acknowledgement: what it has applied from the sender, and from everyone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub incarnation: u64,
+    pub applied_seq: u64,
+    pub delivered: VersionVector,
+}
+
+impl Ack {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32);
+        put_u64(&mut out, self.incarnation);
+        put_u64(&mut out, self.applied_seq);
+        put_vv(&mut out, &self.delivered);
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Result<Ack, SyncError> {
+        let parse = |r: &mut Reader<'_>| -> Result<Ack, DecodeError> {
+            Ok(Ack {
+                incarnation: r.u64()?,
+                applied_seq: r.u64()?,
+                delivered: r.vv()?,
+            })
+        };
+        parse(&mut Reader::new(body)).map_err(SyncError::malformed("Ack"))
+    }
+}
+
+/// Start of a delta full sync: the sender's sequence number when it began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullSyncBegin {
+    pub seq: u64,
+}
+
+impl FullSyncBegin {
+    pub fn encode(&self) -> Vec<u8> {
+        self.seq.to_le_bytes().to_vec()
+    }
+
+    pub fn decode(body: &[u8]) -> Result<FullSyncBegin, SyncError> {
+        let seq = Reader::new(body)
+            .u64()
+            .map_err(SyncError::malformed("FullSyncBegin"))?;
+        Ok(FullSyncBegin { seq })
+    }
+}
+
+/// End of a delta full sync: the stream continues at `seq + 1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullSyncEnd {
+    pub seq: u64,
+    /// Keys sent, for the logs.
+    pub keys: u64,
+}
+
+impl FullSyncEnd {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        put_u64(&mut out, self.seq);
+        put_u64(&mut out, self.keys);
+        out
+    }
+
+    pub fn decode(body: &[u8]) -> Result<FullSyncEnd, SyncError> {
+        let parse = |r: &mut Reader<'_>| -> Result<FullSyncEnd, DecodeError> {
+            Ok(FullSyncEnd {
+                seq: r.u64()?,
+                keys: r.u64()?,
+            })
+        };
+        parse(&mut Reader::new(body)).map_err(SyncError::malformed("FullSyncEnd"))
+    }
+}
+
+/// Decodes a `Refuse` body: the reason, as text.
+pub fn decode_refuse(body: &[u8]) -> String {
+    let end = body.len().min(1024);
+    String::from_utf8_lossy(body.get(..end).unwrap_or_default()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_crdt::{Hlc, Stamp};
+
+    fn vv() -> VersionVector {
+        let mut v = VersionVector::new();
+        v.observe(Stamp {
+            hlc: Hlc(77),
+            replica: ReplicaId(3),
+        });
+        v
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        let h = Hello {
+            version: PROTOCOL_VERSION,
+            deployment: "dep".into(),
+            from_site: "a".into(),
+            to_site: "b".into(),
+            shard: 0,
+            shards: 1,
+            known_incarnation: 9,
+            applied_seq: 100,
+            delivered: vv(),
+            want_full: true,
+        };
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        for mode in [Mode::Resume { from_seq: 5 }, Mode::FullSync] {
+            let w = Welcome {
+                site: "b".into(),
+                incarnation: 4,
+                mode,
+                seq: 8,
+            };
+            assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
+        }
+        let a = Ack {
+            incarnation: 1,
+            applied_seq: 2,
+            delivered: vv(),
+        };
+        assert_eq!(Ack::decode(&a.encode()).unwrap(), a);
+        let mut out = Vec::new();
+        let oh = OpsHeader {
+            origin: ReplicaId(7),
+            incarnation: 1,
+            first_seq: 10,
+            count: 3,
+        };
+        oh.encode_into(&mut out);
+        out.extend_from_slice(b"rest");
+        let (d, rest) = OpsHeader::decode(&out).unwrap();
+        assert_eq!((d, rest), (oh, &b"rest"[..]));
+        assert_eq!(d.last_seq(), 12);
+    }
+
+    #[test]
+    fn wrong_magic_or_version_is_refused_with_a_reason() {
+        let mut h = Hello {
+            version: PROTOCOL_VERSION + 1,
+            deployment: "d".into(),
+            from_site: "a".into(),
+            to_site: "b".into(),
+            shard: 0,
+            shards: 1,
+            known_incarnation: 0,
+            applied_seq: 0,
+            delivered: VersionVector::new(),
+            want_full: false,
+        };
+        let e = Hello::decode(&h.encode()).unwrap_err();
+        assert!(e.to_string().contains("protocol version 2"), "{e}");
+        h.version = PROTOCOL_VERSION;
+        let mut bytes = h.encode();
+        bytes[0] = b'X';
+        assert!(matches!(Hello::decode(&bytes), Err(SyncError::Refused(_))));
+        // Every truncation is an error, never a panic.
+        let full = h.encode();
+        for n in 0..full.len() {
+            assert!(Hello::decode(&full[..n]).is_err());
+        }
+    }
+}
