@@ -38,6 +38,10 @@ pub struct Db {
     pub expires: usize,
     /// Bucket index where the next active expiry cycle resumes.
     pub expire_cursor: usize,
+    /// Entries holding only removal metadata (a deleted key kept until its removal is causally
+    /// stable): in the table, but not keys to clients.
+    // Invariant: equals the number of entries whose state `is_empty()`.
+    pub empty: usize,
 }
 
 impl Db {
@@ -46,15 +50,17 @@ impl Db {
             table: HashTable::new(),
             expires: 0,
             expire_cursor: 0,
+            empty: 0,
         }
     }
 
+    /// Keys clients can see (entries holding only removal metadata are not counted).
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.table.len().saturating_sub(self.empty)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
     }
 
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Entry> {
@@ -210,6 +216,7 @@ impl Shard {
         let Some(d) = self.dbs.get_mut(db) else {
             return Applied::default();
         };
+        let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
         let entry = d
             .table
@@ -224,7 +231,7 @@ impl Shard {
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
-        self.settle(db, hash, key, had_ttl, lru);
+        self.settle(db, hash, key, had_ttl, was_empty, lru);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
         }
@@ -239,6 +246,7 @@ impl Shard {
         let Some(d) = self.dbs.get_mut(db) else {
             return;
         };
+        let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
         let entry = d
             .table
@@ -253,18 +261,27 @@ impl Shard {
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let _ = entry.into_mut().state.merge(state);
-        self.settle(db, hash, key, had_ttl, lru);
+        self.settle(db, hash, key, had_ttl, was_empty, lru);
     }
 
     /// What follows every change of a key's state: LRU clock, metadata collection when the
     /// site has no peers, TTL count, removal of an entry with nothing left, WATCH
     /// invalidation and waking blocked clients.
-    fn settle(&mut self, db: usize, hash: u64, key: &[u8], had_ttl: bool, lru: u32) {
+    fn settle(
+        &mut self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        had_ttl: bool,
+        was_empty: bool,
+        lru: u32,
+    ) {
         let keep_metadata = self.peers > 0;
         let Some(d) = self.dbs.get_mut(db) else {
             return;
         };
         let mut remove = false;
+        let mut now_empty = false;
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
             // With no peers every write is causally stable at once: drop removal metadata now,
@@ -274,6 +291,7 @@ impl Shard {
             }
             if e.state.is_empty() {
                 remove = !e.state.has_metadata();
+                now_empty = !remove;
             }
             let has_ttl = !remove && e.state.expire_at_ms().is_some();
             match (had_ttl, has_ttl) {
@@ -281,6 +299,11 @@ impl Shard {
                 (true, false) => d.expires = d.expires.saturating_sub(1),
                 _ => {}
             }
+        }
+        match (was_empty, now_empty) {
+            (false, true) => d.empty += 1,
+            (true, false) => d.empty = d.empty.saturating_sub(1),
+            _ => {}
         }
         if remove {
             if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
@@ -307,14 +330,20 @@ impl Shard {
         };
         let mut remove = false;
         let mut left = false;
+        let mut dropped_empty = false;
         if let Some(e) = d.get_mut(hash, key) {
             let had_ttl = e.state.expire_at_ms().is_some();
+            let was_empty = e.state.is_empty();
             e.state.collect(stable);
             remove = e.state.is_empty() && !e.state.has_metadata();
+            dropped_empty = was_empty && remove;
             left = !remove && e.state.has_metadata();
             if had_ttl && (remove || e.state.expire_at_ms().is_none()) {
                 d.expires = d.expires.saturating_sub(1);
             }
+        }
+        if dropped_empty {
+            d.empty = d.empty.saturating_sub(1);
         }
         if remove {
             if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {

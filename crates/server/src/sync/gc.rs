@@ -90,9 +90,9 @@ impl Shard {
         let gc_db = scan_db;
         let mut still = 0u64;
         for k in &due {
-            let before = self.dbs.get(gc_db).map_or(0, |d| d.len());
+            let before = self.dbs.get(gc_db).map_or(0, |d| d.table.len());
             let left = self.collect_key(gc_db, k, &stable);
-            let after = self.dbs.get(gc_db).map_or(0, |d| d.len());
+            let after = self.dbs.get(gc_db).map_or(0, |d| d.table.len());
             self.sync.gc.collected_keys += u64::from(!left);
             self.sync.gc.dropped_keys += (before - after.min(before)) as u64;
             still += u64::from(left);

@@ -87,7 +87,9 @@ async fn serve_peer(shard: &ShardRc, tcp: TcpStream) -> Result<(), SyncError> {
     let tls = shard.borrow().sync.tls.clone();
     match tls {
         Some(ctx) => {
-            let stream = ctx.accept(tcp).await?;
+            let stream = tokio::time::timeout(SYNC_IDLE_TIMEOUT, ctx.accept(tcp))
+                .await
+                .map_err(|_| SyncError::Idle(SYNC_IDLE_TIMEOUT.as_millis() as u64))??;
             let leaf = peer_leaf(&stream);
             send_ops(shard, stream, Some(leaf)).await
         }
@@ -565,7 +567,9 @@ async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
     let _ = tcp.set_nodelay(true);
     match tls {
         Some(ctx) => {
-            let stream = ctx.connect(&site, tcp).await?;
+            let stream = tokio::time::timeout(SYNC_IDLE_TIMEOUT, ctx.connect(&site, tcp))
+                .await
+                .map_err(|_| SyncError::Idle(SYNC_IDLE_TIMEOUT.as_millis() as u64))??;
             receive_ops(shard, peer, stream).await
         }
         None => receive_ops(shard, peer, tcp).await,
