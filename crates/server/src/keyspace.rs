@@ -240,7 +240,15 @@ impl Shard {
 
     /// Merges a key's CRDT state received in a full sync into the live key (a join: what
     /// either side wrote survives), then does the bookkeeping of a write.
-    pub fn merge_state(&mut self, db: usize, key: &[u8], state: &KeyState, now_ms: u64) {
+    /// `floor`: see `Shard::full_sync_floor`.
+    pub fn merge_state(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        state: &KeyState,
+        floor: &meridian_crdt::VersionVector,
+        now_ms: u64,
+    ) {
         let hash = self.hash_key(key);
         let lru = lru_clock(now_ms);
         let Some(d) = self.dbs.get_mut(db) else {
@@ -260,7 +268,10 @@ impl Shard {
                 })
             });
         let had_ttl = entry.get().state.expire_at_ms().is_some();
-        let _ = entry.into_mut().state.merge(state);
+        let applied = entry.into_mut().state.merge_with_floor(state, floor);
+        if applied.type_conflict {
+            self.stats.type_conflicts += 1;
+        }
         self.settle(db, hash, key, had_ttl, was_empty, lru);
     }
 

@@ -230,22 +230,31 @@ impl Ack {
     }
 }
 
-/// Start of a delta full sync: the sender's sequence number when it began.
+/// Start of a delta full sync: the sender's sequence number when it began, and the join of
+/// every causally stable vector it collected removal metadata with (the receiver's merge
+/// needs it to know which writes the sender removed and forgot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FullSyncBegin {
     pub seq: u64,
+    pub collected: VersionVector,
 }
 
 impl FullSyncBegin {
     pub fn encode(&self) -> Vec<u8> {
-        self.seq.to_le_bytes().to_vec()
+        let mut out = Vec::with_capacity(16);
+        put_u64(&mut out, self.seq);
+        put_vv(&mut out, &self.collected);
+        out
     }
 
     pub fn decode(body: &[u8]) -> Result<FullSyncBegin, SyncError> {
-        let seq = Reader::new(body)
-            .u64()
-            .map_err(SyncError::malformed("FullSyncBegin"))?;
-        Ok(FullSyncBegin { seq })
+        let parse = |r: &mut Reader<'_>| -> Result<FullSyncBegin, DecodeError> {
+            Ok(FullSyncBegin {
+                seq: r.u64()?,
+                collected: r.vv()?,
+            })
+        };
+        parse(&mut Reader::new(body)).map_err(SyncError::malformed("FullSyncBegin"))
     }
 }
 

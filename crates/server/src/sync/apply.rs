@@ -5,7 +5,7 @@
 //! no client command interleaves with a batch.
 
 use meridian_crdt::codec::{Reader, put_bytes};
-use meridian_crdt::{KeyState, ReplicaId, Stamp};
+use meridian_crdt::{KeyState, ReplicaId, Stamp, VersionVector};
 use meridian_syncer::{OpsHeader, SyncError};
 
 use crate::oplog::{self, OpBody, OpRecord};
@@ -185,8 +185,20 @@ impl Shard {
         applied
     }
 
+    /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
+    /// collected with, limited to what this site has delivered from other origins. A write the
+    /// floor covers that one side holds and the other does not was removed on the other side.
+    /// The limit matters after a restart without persistence: the sender's vectors may cover
+    /// writes this site delivered in a previous life and lost, which must come back, not go;
+    /// and this site's own origin is left out for the same reason.
+    pub fn full_sync_floor(&self, sender_collected: &VersionVector) -> VersionVector {
+        let mut joined = sender_collected.clone();
+        joined.merge(&self.sync.collected);
+        super::gc::vv_min(&joined, &self.sync.delivered)
+    }
+
     /// Merges the states of a full-sync chunk into the live keyspace.
-    pub fn apply_chunk(&mut self, entries: &[ChunkEntry], now_ms: u64) {
+    pub fn apply_chunk(&mut self, entries: &[ChunkEntry], floor: &VersionVector, now_ms: u64) {
         for e in entries {
             // Observe the state's stamps so that later local writes order after them.
             let seen = e.state.observed().stamps;
@@ -195,7 +207,7 @@ impl Shard {
                     .clock
                     .observe(hlc, now_ms, self.config.sync_clock_skew_ms_max);
             }
-            self.merge_state(usize::from(e.db), &e.key, &e.state, now_ms);
+            self.merge_state(usize::from(e.db), &e.key, &e.state, floor, now_ms);
         }
     }
 }

@@ -62,6 +62,7 @@ impl Shard {
             db = 0;
             bucket = 0;
         }
+        self.sync.collected.merge(&stable);
         let scan_db = db;
         let mut due: Vec<SmallBytes> = Vec::new();
         let mut pass_done = false;

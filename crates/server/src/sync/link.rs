@@ -406,7 +406,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
     // the stream sends (or by other origins, whose own links send them).
-    let (seq, keys) = {
+    let (seq, keys, collected) = {
         let s = shard.borrow();
         let keys: Vec<(usize, meridian_crdt::SmallBytes)> = s
             .dbs
@@ -414,10 +414,13 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
             .enumerate()
             .flat_map(|(db, d)| d.table.iter().map(move |e| (db, e.key.clone())))
             .collect();
-        (s.seq, keys)
+        (s.seq, keys, s.sync.collected.clone())
     };
     writer
-        .send(Kind::FullSyncBegin, &FullSyncBegin { seq }.encode())
+        .send(
+            Kind::FullSyncBegin,
+            &FullSyncBegin { seq, collected }.encode(),
+        )
         .await?;
     let mut sent = 0u64;
     let mut body = Vec::new();
@@ -653,6 +656,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     let incarnation = welcome.incarnation;
     let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
     let mut full_sync_seq: Option<u64> = None;
+    let mut floor = VersionVector::new();
     let mut last_ack = std::time::Instant::now();
     loop {
         let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
@@ -711,7 +715,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     }
                 }
                 Kind::FullSyncBegin => {
-                    full_sync_seq = Some(FullSyncBegin::decode(&f.body)?.seq);
+                    let begin = FullSyncBegin::decode(&f.body)?;
+                    full_sync_seq = Some(begin.seq);
+                    floor = s.full_sync_floor(&begin.collected);
                 }
                 Kind::FullSyncChunk => {
                     if full_sync_seq.is_none() {
@@ -727,7 +733,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                             return Err(e);
                         }
                     };
-                    s.apply_chunk(&entries, now);
+                    s.apply_chunk(&entries, &floor, now);
                 }
                 Kind::FullSyncEnd => {
                     let end = FullSyncEnd::decode(&f.body)?;

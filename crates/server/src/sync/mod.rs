@@ -185,6 +185,9 @@ pub struct SyncState {
     /// Woken when a peer acks (CRDT.WAIT).
     pub acked: Rc<Notify>,
     pub gc: GcStats,
+    /// Join of every stable vector removal metadata was collected with in this process: a
+    /// write it covers that this site does not hold was removed here (full-sync merges).
+    pub collected: VersionVector,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,
 }
@@ -207,6 +210,7 @@ impl SyncState {
             new_ops: Rc::new(Notify::new()),
             acked: Rc::new(Notify::new()),
             gc: GcStats::default(),
+            collected: VersionVector::new(),
             frames_refused: 0,
         }
     }
