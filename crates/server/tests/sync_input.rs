@@ -222,3 +222,79 @@ fn without_peers_acked_nothing_is_collected() {
     assert_eq!(c.call(&[b"DBSIZE"]), b":0\r\n");
     assert_eq!(c.call(&[b"EXISTS", b"k"]), b":0\r\n");
 }
+
+fn peer_field(info: &str, peer: &str, name: &str) -> String {
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("crdt_peer_{peer}:")))
+        .unwrap_or_else(|| panic!("peer {peer} in {info}"));
+    line.trim()
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{name} in {line}"))
+        .to_string()
+}
+
+fn wait_for(what: &str, deadline_s: u64, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(deadline_s);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_silent_peer_is_quarantined_then_rejoins_by_full_sync() {
+    let (sa, sb) = (free_port(), free_port());
+    let a_flags = [
+        "--site".to_string(),
+        "a".into(),
+        "--sync-port".into(),
+        sa.to_string(),
+        "--peer".into(),
+        format!("b=127.0.0.1:{sb}"),
+        "--sync-quarantine-ms".into(),
+        "1500".into(),
+    ];
+    let a_flags: Vec<&str> = a_flags.iter().map(String::as_str).collect();
+    let a = Server::start_with(&a_flags);
+    let b_flags = [
+        "--site".to_string(),
+        "b".into(),
+        "--sync-port".into(),
+        sb.to_string(),
+        "--peer".into(),
+        format!("a=127.0.0.1:{sa}"),
+    ];
+    let b_flags: Vec<&str> = b_flags.iter().map(String::as_str).collect();
+    let mut b = Server::start_with(&b_flags);
+    wait_for("link a-b", 10, || {
+        peer_field(&info_crdt(&a), "b", "out_link") == "up"
+    });
+    // b goes away; a deletes keys: with b silent past the quarantine, a collects anyway.
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    let mut ca = a.connect();
+    for i in 0..20 {
+        let k = format!("q{i}");
+        ca.call(&[b"SADD", k.as_bytes(), b"x"]);
+        ca.call(&[b"DEL", k.as_bytes()]);
+    }
+    ca.call(&[b"SET", b"kept", b"1"]);
+    wait_for("quarantine and collection", 15, || {
+        let i = info_crdt(&a);
+        peer_field(&i, "b", "quarantined") == "1" && field(&i, "crdt_gc_dropped_keys") >= 20
+    });
+    // b comes back (empty, no persistence): it rejoins through a full sync, and is
+    // no longer quarantined.
+    let b2 = Server::start_with(&b_flags);
+    wait_for("full sync to b", 15, || {
+        let i = info_crdt(&a);
+        peer_field(&i, "b", "full_syncs_out") == "1" && peer_field(&i, "b", "quarantined") == "0"
+    });
+    wait_for("convergence", 15, || {
+        a.connect().call(&[b"CRDT.DIGEST"]) == b2.connect().call(&[b"CRDT.DIGEST"])
+    });
+    assert_eq!(b2.connect().call(&[b"GET", b"kept"]), b"$1\r\n1\r\n");
+    assert_eq!(b2.connect().call(&[b"EXISTS", b"q3"]), b":0\r\n");
+}
