@@ -241,9 +241,11 @@ const VALUE_HLL: u8 = 5;
 /// What `KeyState::apply` (or `KeyState::merge`) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
-    /// The effect made a second type live at the key (a type conflict began here).
+    /// The effect (or the merged state) made a second type live at the key (a type conflict
+    /// began here).
     pub type_conflict: bool,
-    /// The effect's own write was dropped: a duplicate, or covered by a removal already applied.
+    /// `apply`: the effect's own write was dropped (a duplicate, or covered by a removal
+    /// already applied). `merge`: the other state brought nothing (the state is unchanged).
     pub ignored: bool,
 }
 
@@ -434,6 +436,9 @@ impl KeyState {
                 .chain(hidden)
                 .filter(|v| !v.is_blank())
                 .collect();
+            // One order for equal states, whatever order the values arrived in: by type, so
+            // that with no live value the first type holds the dead value's place.
+            all.sort_by_key(Value::type_tag);
             let win = all
                 .iter()
                 .enumerate()
@@ -443,8 +448,6 @@ impl KeyState {
             if win < all.len() {
                 self.value = Some(all.remove(win));
             }
-            // One order for equal states, whatever order the values arrived in.
-            all.sort_by_key(Value::type_tag);
             if !all.is_empty() {
                 self.extra_mut().hidden = all.into_vec();
             }
@@ -888,7 +891,10 @@ impl KeyState {
     /// A write `floor` covers that one side holds and the other does not was removed on the
     /// other side (which had delivered it): it goes, whatever contexts were dropped. Hash,
     /// sorted-set and list values take `floor` through their `collect(Some(floor))` and use it
-    /// in their own `merge`. A key one side does not hold at all is `KeyState::new()` there.
+    /// in their own `merge`. A key one side does not hold at all is `KeyState::new()` there
+    /// (so a receiver must also merge the sender's "nothing" into keys the sender lacks).
+    /// Commutative, associative and idempotent for a given floor; with an empty floor it is
+    /// `merge`.
     pub fn merge_with_floor(&mut self, other: &KeyState, floor: &VersionVector) -> Applied {
         let before = self.clone();
         let mut theirs = other.clone();
@@ -934,15 +940,20 @@ impl KeyState {
             mine.expire.merge(&x.expire);
         }
         if let Some(x) = &self.extra {
-            // Set member contexts the key's contexts make redundant go, so that the result
-            // does not depend on which side's contexts were applied first.
+            // The joined contexts once more over the joined values: what they make redundant
+            // (set and member contexts they cover) goes, so that the result does not depend
+            // on which side's contexts reached which value first. Removing what a context
+            // covers twice removes nothing more; a HyperLogLog passed both sides' contexts
+            // already.
             let mut key_ctx = x.removed.clone();
             key_ctx.merge(&x.value_removed);
             let KeyState { value, extra } = self;
             let hidden = extra.iter_mut().flat_map(|x| x.hidden.iter_mut());
             for v in value.iter_mut().chain(hidden) {
-                if let Value::Set(s) = v {
-                    s.trim_contexts(&key_ctx);
+                match v {
+                    Value::Set(s) => s.trim_contexts(&key_ctx),
+                    Value::Hll(_) => {}
+                    _ => v.remove_context(&key_ctx),
                 }
             }
         }

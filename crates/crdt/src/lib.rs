@@ -2,7 +2,9 @@
 //!
 //! Pure data types: no I/O, no clocks, no threads. Time (`now_ms`) and randomness are
 //! parameters. Every type applies a local operation, reports what the operation must carry
-//! to other replicas, and applies the same operation arriving from a remote replica.
+//! to other replicas, and applies the same operation arriving from a remote replica. For a
+//! full sync, every type also encodes its complete state and joins a peer's into its own
+//! (`encode_state`, `decode_state`, `merge`; `KeyState::merge_with_floor` after collects).
 //! Not here: wire encoding (the server's op log and the syncer), storage and commands (`server`).
 //!
 //! # Layout
@@ -22,7 +24,7 @@
 //! - `hll`: HyperLogLog registers merged by maximum, in Redis's own encoding.
 //! - `op`: `Effect`, what one write replicates.
 //! - `hashing`: the keyed hash of collection tables (the host supplies the key).
-//! - `codec`: binary encoding of effects' building blocks, bounds-checked decoding.
+//! - `codec`: binary encoding of effects' and states' building blocks, bounds-checked decoding.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
