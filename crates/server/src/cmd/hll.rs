@@ -92,16 +92,27 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
         ctx.shard
             .write_key(db, key, now, |state| state.remove_effect::<&[u8]>());
     }
+    let delivered = delivered_context(ctx);
     ctx.shard.write_key(db, key, now, |state| {
-        Effect::Hll(HllOp::Load {
-            hyll: value,
-            seen: state.observed().stamps,
-        })
+        let mut seen = state.observed().stamps;
+        seen.merge(&delivered);
+        Effect::Hll(HllOp::Load { hyll: value, seen })
     });
     if let (true, Some(at)) = (keep_ttl, ttl) {
         ctx.shard.write_key(db, key, now, |state| {
             state.expire_effect::<&[u8]>(Expire::AtMs(at))
         });
+    }
+}
+
+/// With peers, what this site has delivered from every origin: a raise carries it besides the
+/// key's own stamps, so that a DEL this site had delivered, whose context another site may
+/// already have collected, still counts as seen (per-origin FIFO makes it true).
+fn delivered_context(ctx: &Ctx<'_>) -> meridian_crdt::VersionVector {
+    if ctx.shard.peers > 0 {
+        ctx.shard.delivered_vv()
+    } else {
+        meridian_crdt::VersionVector::new()
     }
 }
 
@@ -112,8 +123,11 @@ fn write_raise(
     make: impl FnOnce(meridian_crdt::VersionVector) -> HllOp<Vec<u8>>,
 ) {
     let db = ctx.db();
+    let delivered = delivered_context(ctx);
     ctx.shard.write_key(db, key, ctx.now_ms, |state| {
-        Effect::Hll(make(state.observed().stamps))
+        let mut seen = state.observed().stamps;
+        seen.merge(&delivered);
+        Effect::Hll(make(seen))
     });
     // Redis unshares the string it modifies: OBJECT ENCODING says "raw".
     ctx.shard.mark_raw_encoding(db, key);
