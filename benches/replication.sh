@@ -28,7 +28,7 @@ trap cleanup EXIT
 wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 info_field() { redis-cli -p "$1" info crdt | tr -d '\r' | awk -F: -v k="$2" '$1==k {print $2}'; }
-peer_field() { redis-cli -p "$1" info crdt | tr -d '\r' | awk -F: -v k="crdt_peer_$2" '$1==k {print $2}' | tr ',' '\n' | awk -F= -v f="$3" '$1==f {print $2}'; }
+peer_field() { redis-cli -p "$1" info crdt | tr -d '\r' | awk -v k="crdt_peer_$2:" 'index($0, k)==1 {sub(/^[^:]*:/, ""); print}' | tr ',' '\n' | awk -F= -v f="$3" '$1==f {print $2}'; }
 
 start_pair() { # compression
   taskset -c "$a_core" "$bin" server --site a --port $port_a --sync-port $sync_a --peer b=127.0.0.1:$sync_b \

@@ -105,6 +105,8 @@ impl Default for Config {
 
 /// Upper bound on `databases`, so a typo cannot allocate millions of tables.
 pub const DATABASES_MAX: u32 = 1024;
+/// Shortest `sync-quarantine-ms`: several keepalive periods and the idle timeout.
+pub const SYNC_QUARANTINE_MS_MIN: u64 = 1_000;
 /// Most peers a site may list.
 pub const PEERS_MAX: usize = 64;
 /// Bounds on `sync-frame-bytes-max`: a frame must hold the largest record.
@@ -265,6 +267,15 @@ impl Config {
                 format!(
                     "must be between {SYNC_FRAME_BYTES_MIN} and {SYNC_FRAME_BYTES_MAX}, got {}",
                     self.sync_frame_bytes_max
+                ),
+            );
+        }
+        if self.sync_quarantine_ms < SYNC_QUARANTINE_MS_MIN {
+            return bad(
+                "sync-quarantine-ms",
+                format!(
+                    "must be at least {SYNC_QUARANTINE_MS_MIN} (links ack every second or two), got {}",
+                    self.sync_quarantine_ms
                 ),
             );
         }

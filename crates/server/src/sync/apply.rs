@@ -186,15 +186,44 @@ impl Shard {
     }
 
     /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
-    /// collected with, limited to what this site has delivered from other origins. A write the
-    /// floor covers that one side holds and the other does not was removed on the other side.
-    /// The limit matters after a restart without persistence: the sender's vectors may cover
-    /// writes this site delivered in a previous life and lost, which must come back, not go;
-    /// and this site's own origin is left out for the same reason.
+    /// collected with, limited to what this site has delivered. A write the floor covers that
+    /// one side holds and the other does not was removed on the other side.
+    ///
+    /// Until this process has collected anything, the floor is empty (a plain join): a site
+    /// restarted without persistence has lost writes it delivered (and its own) in a previous
+    /// life, and the sender's vectors cover them; they must come back to it, not be taken for
+    /// removed. Both sites of a rejoin after a quarantine have collected, and then use the
+    /// same rule on both sides, so they decide alike.
     pub fn full_sync_floor(&self, sender_collected: &VersionVector) -> VersionVector {
+        if self.sync.collected.is_empty() {
+            return VersionVector::new();
+        }
         let mut joined = sender_collected.clone();
         joined.merge(&self.sync.collected);
-        super::gc::vv_min(&joined, &self.sync.delivered)
+        super::gc::vv_min(&joined, &self.delivered_vv())
+    }
+
+    /// After an unfiltered full sync (a rejoin after quarantine), every key the sender holds
+    /// was sent: a key held here and not sent is absent there, and is merged with the empty
+    /// state under the floor (what the sender removed and collected goes here too).
+    pub fn merge_unsent(
+        &mut self,
+        sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
+        floor: &VersionVector,
+        now_ms: u64,
+    ) {
+        let mut unsent: Vec<(usize, meridian_crdt::SmallBytes)> = Vec::new();
+        for (db, d) in self.dbs.iter().enumerate() {
+            for e in d.table.iter() {
+                if !sent.contains(&(db as u16, e.key.to_vec())) {
+                    unsent.push((db, e.key.clone()));
+                }
+            }
+        }
+        let empty = KeyState::new();
+        for (db, key) in unsent {
+            self.merge_state(db, &key, &empty, floor, now_ms);
+        }
     }
 
     /// Merges the states of a full-sync chunk into the live keyspace.

@@ -18,11 +18,15 @@ pub fn vv_min(a: &VersionVector, b: &VersionVector) -> VersionVector {
 }
 
 impl Shard {
-    /// Marks peers silent for longer than `sync-quarantine-ms` as quarantined.
+    /// Marks peers silent for longer than `sync-quarantine-ms` as quarantined. A peer whose
+    /// link to it is up is not silent, however long ago its last ack (idle links ack every
+    /// second or two; a stalled link is dropped after `SYNC_IDLE_TIMEOUT`).
     pub fn update_quarantine(&mut self, now_ms: u64) {
         let q = self.config.sync_quarantine_ms;
         for p in &mut self.sync.peers {
-            let silent = now_ms.saturating_sub(p.last_ack_ms) > q;
+            let silent = now_ms.saturating_sub(p.last_ack_ms) > q
+                && p.outbound != super::LinkState::Up
+                && p.outbound != super::LinkState::FullSync;
             if silent && !p.quarantined {
                 tracing::warn!(
                     peer = %p.site,
@@ -30,6 +34,7 @@ impl Shard {
                     "peer quarantined: it no longer holds back garbage collection and must rejoin by a full sync"
                 );
                 p.quarantined = true;
+                p.rejoin_pull = true;
             }
         }
     }
@@ -62,7 +67,9 @@ impl Shard {
             db = 0;
             bucket = 0;
         }
-        self.sync.collected.merge(&stable);
+        if self.sync.peers.iter().all(|p| !p.quarantined) {
+            self.sync.collected.merge(&stable);
+        }
         let scan_db = db;
         let mut due: Vec<SmallBytes> = Vec::new();
         let mut pass_done = false;

@@ -128,8 +128,10 @@ fn refusal(
         ));
     }
     if let Some(leaf) = leaf {
-        if let Err(e) = check_cert_name(leaf.as_ref(), &hello.from_site) {
-            return Some(e.to_string());
+        match check_cert_name(leaf.as_ref(), &hello.from_site) {
+            Ok(()) => {}
+            Err(SyncError::Refused(reason)) => return Some(reason),
+            Err(other) => return Some(other.to_string()),
         }
     }
     None
@@ -598,8 +600,14 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 applied_seq: p.in_applied_seq,
                 // Without persistence this site may have lost its own writes, so it states
                 // only what it has from others: keys holding any of its stamps come back.
-                delivered: s.sync.delivered.clone(),
-                want_full: false,
+                // After it collected metadata without this peer (quarantine), it states
+                // nothing, so that every key the peer holds comes back to be merged.
+                delivered: if p.rejoin_pull {
+                    VersionVector::new()
+                } else {
+                    s.sync.delivered.clone()
+                },
+                want_full: p.rejoin_pull,
             },
             s.config.sync_frame_bytes_max as usize,
             p.site.clone(),
@@ -657,6 +665,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
     let mut full_sync_seq: Option<u64> = None;
     let mut floor = VersionVector::new();
+    // Keys received in an unfiltered full sync (a rejoin): the others are absent at the sender.
+    let unfiltered = hello.want_full && hello.delivered.is_empty();
+    let mut sent_keys: hashbrown::HashSet<(u16, Vec<u8>)> = hashbrown::HashSet::new();
     let mut last_ack = std::time::Instant::now();
     loop {
         let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
@@ -733,6 +744,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                             return Err(e);
                         }
                     };
+                    if unfiltered {
+                        sent_keys.extend(entries.iter().map(|e| (e.db, e.key.clone())));
+                    }
                     s.apply_chunk(&entries, &floor, now);
                 }
                 Kind::FullSyncEnd => {
@@ -743,11 +757,16 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         ));
                     }
                     full_sync_seq = None;
+                    if unfiltered {
+                        s.merge_unsent(&sent_keys, &floor, now);
+                        sent_keys = hashbrown::HashSet::new();
+                    }
                     // The merged states carry every op of the sender's origin up to `seq`; the
                     // delivered vector catches up with the next op applied from it.
                     if let Some(p) = s.sync.peers.get_mut(peer) {
                         p.in_applied_seq = end.seq;
                         p.inbound = LinkState::Up;
+                        p.rejoin_pull = false;
                     }
                     tracing::info!(peer = %site, keys = end.keys, seq = end.seq, "full sync received");
                     ack_now = true;

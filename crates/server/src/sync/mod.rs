@@ -96,6 +96,9 @@ pub struct Peer {
     /// Left out of garbage collection for silence beyond `sync-quarantine-ms`; its next
     /// resume becomes a full sync.
     pub quarantined: bool,
+    /// Set with `quarantined`: this site collected metadata without the peer, so when it next
+    /// dials the peer it asks for a full sync of every key (cleared when that one completes).
+    pub rejoin_pull: bool,
     pub last_error: String,
     /// Replication lag samples in ms (age of the oldest op of each acked range).
     pub lag_ms: VecDeque<u64>,
@@ -125,6 +128,7 @@ impl Peer {
             full_syncs_out: 0,
             partial_syncs_out: 0,
             quarantined: false,
+            rejoin_pull: false,
             last_error: String::new(),
             lag_ms: VecDeque::new(),
         }
@@ -185,8 +189,10 @@ pub struct SyncState {
     /// Woken when a peer acks (CRDT.WAIT).
     pub acked: Rc<Notify>,
     pub gc: GcStats,
-    /// Join of every stable vector removal metadata was collected with in this process: a
-    /// write it covers that this site does not hold was removed here (full-sync merges).
+    /// Join of every stable vector removal metadata was collected with in this process while
+    /// no peer was quarantined: a write it covers that this site does not hold was removed
+    /// here (the floor of full-sync merges). Collections made without a quarantined peer are
+    /// left out: they are not causally stable for that peer.
     pub collected: VersionVector,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,

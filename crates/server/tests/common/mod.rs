@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+pub mod sites;
+
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
