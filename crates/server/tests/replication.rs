@@ -1370,3 +1370,60 @@ fn quarantined_peer_rejoins_by_full_sync_and_converges() {
         assert_eq!(p["quarantined"], "0", "{p:?}");
     }
 }
+
+#[test]
+fn sighup_reloads_tls_files_without_dropping_links() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = new_ca("meridian test ca");
+    let mut opts = Opts::default();
+    opts = with_site_flags(opts, A, tls_flags(dir.path(), "a", "a", &ca, &ca));
+    opts = with_site_flags(opts, B, tls_flags(dir.path(), "b", "b", &ca, &ca));
+    let cluster = Cluster::start(&["a", "b"], opts);
+    cluster.wait_links_up(LINKS_UP);
+    let resumes = |s: usize, peer: &str| {
+        let p = cluster.site(s).peer_info(peer);
+        (
+            p["partial_syncs_in"].clone(),
+            p["partial_syncs_out"].clone(),
+        )
+    };
+    let before = (resumes(A, "b"), resumes(B, "a"));
+    let hup = |what: &str| {
+        let pid = cluster.site(A).pid().expect("a runs");
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(ok.success(), "{what}");
+    };
+    // A new certificate for a, from the same CA: reloaded, links untouched.
+    tls_flags(dir.path(), "a", "a", &ca, &ca);
+    hup("rotate");
+    assert!(
+        eventually(Duration::from_secs(5), || cluster
+            .site(A)
+            .log()
+            .contains("sync TLS files reloaded")),
+        "{}",
+        cluster.site(A).log_tail(20)
+    );
+    // A broken key: refused, the previous files stay in force, links untouched.
+    std::fs::write(dir.path().join("a.key"), "not a key").expect("write");
+    hup("break");
+    assert!(
+        eventually(Duration::from_secs(5), || cluster
+            .site(A)
+            .log()
+            .contains("reload failed")),
+        "{}",
+        cluster.site(A).log_tail(20)
+    );
+    cluster.site(A).connect().ok(&["SET", "after-hup", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(cluster.site(B).cmd(&["GET", "after-hup"]), bulk("1"));
+    assert_eq!(
+        (resumes(A, "b"), resumes(B, "a")),
+        before,
+        "no link was re-established"
+    );
+}

@@ -159,6 +159,15 @@ impl Site {
         self.start();
     }
 
+    /// The process id while it runs (to send it signals).
+    pub fn pid(&self) -> Option<u32> {
+        self.child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(Child::id)
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .get_mut()
