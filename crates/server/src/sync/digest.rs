@@ -9,7 +9,7 @@
 //! order. The hash is a fixed-key FNV-1a pair: the same on every machine and build, not a
 //! cryptographic commitment.
 
-use meridian_crdt::{KeyState, StrView, Value};
+use meridian_crdt::{KeyState, Value};
 
 use crate::shard::Shard;
 use crate::slot::{SLOTS, slot};
@@ -42,10 +42,6 @@ impl Fnv128 {
     }
 }
 
-fn str_bytes(v: StrView<'_>) -> Vec<u8> {
-    v.to_bytes()
-}
-
 /// The digest of one live key; None when the key is not visible at `now_ms`.
 pub fn key_digest(db: usize, key: &[u8], state: &KeyState, now_ms: u64) -> Option<u128> {
     if state.is_empty() {
@@ -70,7 +66,7 @@ pub fn key_digest(db: usize, key: &[u8], state: &KeyState, now_ms: u64) -> Optio
     match state.value() {
         Some(Value::Str(_)) => {
             h.field(b"string");
-            h.field(&state.view_str().map(str_bytes).unwrap_or_default());
+            h.field(&state.view_str().map(|v| v.to_bytes()).unwrap_or_default());
         }
         Some(Value::Set(_)) => {
             h.field(b"set");
@@ -137,47 +133,52 @@ impl Digest {
 }
 
 impl Shard {
-    /// Digests every live key, by slot (`SLOTS` entries), at `now_ms`.
-    pub fn digest_slots(&self, now_ms: u64) -> Vec<Digest> {
-        let mut out = vec![Digest::default(); SLOTS];
+    /// Calls `f(slot, key digest)` for every live key at `now_ms` whose slot `want` accepts.
+    fn each_key_digest(
+        &self,
+        now_ms: u64,
+        want: impl Fn(u16) -> bool,
+        mut f: impl FnMut(u16, u128),
+    ) {
         for (db, d) in self.dbs.iter().enumerate() {
             for e in d.table.iter() {
+                let s = slot(&e.key);
+                if !want(s) {
+                    continue;
+                }
                 if let Some(kd) = key_digest(db, &e.key, &e.state, now_ms) {
-                    if let Some(slot) = out.get_mut(usize::from(slot(&e.key))) {
-                        slot.add(kd);
-                    }
+                    f(s, kd);
                 }
             }
         }
+    }
+
+    /// Digests every live key, by slot (`SLOTS` entries), at `now_ms`.
+    pub fn digest_slots(&self, now_ms: u64) -> Vec<Digest> {
+        let mut out = vec![Digest::default(); SLOTS];
+        self.each_key_digest(
+            now_ms,
+            |_| true,
+            |s, kd| {
+                if let Some(d) = out.get_mut(usize::from(s)) {
+                    d.add(kd);
+                }
+            },
+        );
         out
     }
 
     /// Digests the live keys of one slot.
     pub fn digest_slot(&self, wanted: u16, now_ms: u64) -> Digest {
         let mut out = Digest::default();
-        for (db, d) in self.dbs.iter().enumerate() {
-            for e in d.table.iter() {
-                if slot(&e.key) != wanted {
-                    continue;
-                }
-                if let Some(kd) = key_digest(db, &e.key, &e.state, now_ms) {
-                    out.add(kd);
-                }
-            }
-        }
+        self.each_key_digest(now_ms, |s| s == wanted, |_, kd| out.add(kd));
         out
     }
 
     /// Digest of the whole observable keyspace.
     pub fn digest_all(&self, now_ms: u64) -> Digest {
         let mut out = Digest::default();
-        for (db, d) in self.dbs.iter().enumerate() {
-            for e in d.table.iter() {
-                if let Some(kd) = key_digest(db, &e.key, &e.state, now_ms) {
-                    out.add(kd);
-                }
-            }
-        }
+        self.each_key_digest(now_ms, |_| true, |_, kd| out.add(kd));
         out
     }
 }

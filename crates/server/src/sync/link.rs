@@ -512,7 +512,6 @@ async fn read_acks<R: tokio::io::AsyncRead + Unpin>(
         }
         p.acked = Some(ack.delivered);
         p.last_ack_ms = now;
-        s.sync.acked.notify_waiters();
         // CRDT.WAIT clients re-check on every ack.
         while s.blocking.signal(super::WAIT_DB, super::WAIT_KEY).is_some() {}
     }

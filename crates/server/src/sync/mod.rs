@@ -186,8 +186,6 @@ pub struct SyncState {
     // senders (one bool test per write, no atomic, when nobody waits).
     sender_waiting: bool,
     pub new_ops: Rc<Notify>,
-    /// Woken when a peer acks (CRDT.WAIT).
-    pub acked: Rc<Notify>,
     pub gc: GcStats,
     /// Join of every stable vector removal metadata was collected with in this process while
     /// no peer was quarantined: a write it covers that this site does not hold was removed
@@ -214,7 +212,6 @@ impl SyncState {
             tls,
             sender_waiting: false,
             new_ops: Rc::new(Notify::new()),
-            acked: Rc::new(Notify::new()),
             gc: GcStats::default(),
             collected: VersionVector::new(),
             frames_refused: 0,
