@@ -197,6 +197,7 @@ impl Shard {
             }
         }
         self.oplog.append(seq, hlc, db, key, effect);
+        self.sync.own_last = hlc;
         self.sync.ops_appended();
         applied
     }

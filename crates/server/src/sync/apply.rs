@@ -140,6 +140,7 @@ impl Shard {
         self.seq += 1;
         self.oplog
             .append_publish(self.seq, hlc, channel, message, sharded);
+        self.sync.own_last = hlc;
         self.sync.ops_appended();
     }
 

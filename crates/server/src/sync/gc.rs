@@ -18,6 +18,21 @@ pub fn vv_min(a: &VersionVector, b: &VersionVector) -> VersionVector {
 }
 
 impl Shard {
+    /// Promotes each peer's latest ack to `acked_causal` once every op the peer issued before
+    /// it has been applied here.
+    pub fn update_causal_acks(&mut self) {
+        let delivered = &self.sync.delivered;
+        for p in &mut self.sync.peers {
+            if let Some(acked) = &p.acked {
+                if delivered.get(p.replica) >= acked.get(p.replica)
+                    && p.acked_causal.as_ref() != Some(acked)
+                {
+                    p.acked_causal = Some(acked.clone());
+                }
+            }
+        }
+    }
+
     /// Marks peers silent for longer than `sync-quarantine-ms` as quarantined. A peer whose
     /// link to it is up is not silent, however long ago its last ack (idle links ack every
     /// second or two; a stalled link is dropped after `SYNC_IDLE_TIMEOUT`).
@@ -47,7 +62,7 @@ impl Shard {
             if p.quarantined {
                 continue;
             }
-            stable = vv_min(&stable, p.acked.as_ref()?);
+            stable = vv_min(&stable, p.acked_causal.as_ref()?);
         }
         Some(stable)
     }
@@ -59,6 +74,7 @@ impl Shard {
             return;
         }
         self.update_quarantine(now_ms);
+        self.update_causal_acks();
         let Some(stable) = self.stable_vv() else {
             return;
         };

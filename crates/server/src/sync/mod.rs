@@ -87,6 +87,12 @@ pub struct Peer {
     pub acked_seq: u64,
     /// What the peer has delivered from every origin, as of its last ack (None: never acked).
     pub acked: Option<VersionVector>,
+    /// The latest acked vector that garbage collection may use: one whose ack came after
+    /// this shard had applied every op the peer issued before acking (its own entry in the
+    /// vector). Acks travel on another connection than the peer's ops, so an ack can overtake
+    /// an op the peer issued earlier; such an op (a DEL that observed part of a counter's
+    /// increments, say) must not meet metadata already collected on the ack's word.
+    pub acked_causal: Option<VersionVector>,
     /// Wall-clock ms of the last ack (or of start-up, before any).
     pub last_ack_ms: u64,
     pub out_wire_bytes: u64,
@@ -122,6 +128,7 @@ impl Peer {
             out_generation: 0,
             acked_seq: 0,
             acked: None,
+            acked_causal: None,
             last_ack_ms: now_ms,
             out_wire_bytes: 0,
             out_raw_bytes: 0,
@@ -176,8 +183,10 @@ pub struct SyncState {
     /// of two lives.
     pub incarnation: u64,
     /// Highest hlc applied from each remote origin (this shard's own origin is not in it:
-    /// `clock.last()` stands for it).
+    /// `own_last` stands for it).
     pub delivered: VersionVector,
+    /// Hlc of the last op this shard originated (its own entry in what it has delivered).
+    pub own_last: meridian_crdt::Hlc,
     pub peers: Vec<Peer>,
     /// Compression of frames this site sends.
     pub codec: Codec,
@@ -207,6 +216,7 @@ impl SyncState {
         SyncState {
             incarnation: rand::random::<u64>().max(1),
             delivered: VersionVector::new(),
+            own_last: meridian_crdt::Hlc::ZERO,
             peers,
             codec: Codec::parse(&config.sync_compression).unwrap_or_default(),
             tls,
@@ -259,7 +269,7 @@ impl crate::shard::Shard {
     pub fn delivered_vv(&self) -> VersionVector {
         let mut vv = self.sync.delivered.clone();
         vv.observe(meridian_crdt::Stamp {
-            hlc: self.clock.last(),
+            hlc: self.sync.own_last,
             replica: self.replica,
         });
         vv
