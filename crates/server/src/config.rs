@@ -16,7 +16,7 @@ pub struct Config {
     /// Address the client port listens on.
     pub bind: String,
     pub port: u16,
-    /// Data directory (persistence lands here).
+    /// Data directory: the op log segments and snapshots of each shard (`shard-N/`).
     pub dir: PathBuf,
     /// Number of logical databases (SELECT 0..databases-1).
     pub databases: u32,
@@ -63,6 +63,27 @@ pub struct Config {
     pub sync_quarantine_ms: u64,
     /// Remote timestamps further than this ahead of the local clock are refused.
     pub sync_clock_skew_ms_max: u64,
+    /// Write every op to the on-disk log (docs/persistence.md). `no`: memory only, except
+    /// for snapshots made by SAVE.
+    pub appendonly: bool,
+    /// When log writes reach the disk: `always` (a write is acknowledged once its record is
+    /// fsynced; many clients share one fsync), `everysec` or `no` (the kernel decides).
+    pub appendfsync: String,
+    /// Automatic snapshots, as Redis's `save`: pairs "seconds changes" ("" turns them off).
+    pub save: String,
+    /// Snapshot (and drop the log before it) once the log written since the last snapshot
+    /// has grown by this percentage of the snapshot's size (0: off)...
+    pub auto_aof_rewrite_percentage: u64,
+    /// ...and is at least this many bytes.
+    pub auto_aof_rewrite_min_size: u64,
+    /// A log segment is closed and a new one started past this many bytes.
+    pub log_segment_bytes_max: u64,
+    /// Disk the op log may keep beyond what recovery needs, for peers that resume from it
+    /// (the on-disk extension of `backlog-bytes-max`); the oldest segments go first.
+    pub backlog_disk_bytes_max: u64,
+    /// Test-only: after every fsync, write `shard-N/fsynced` naming the log segment and its
+    /// length known to be on disk (power-loss drills cut the log back to it).
+    pub debug_fsync_watermark: bool,
     /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
     pub log_level: String,
     /// Test-only: offset added to the wall clock, in milliseconds.
@@ -97,6 +118,14 @@ impl Default for Config {
             sync_frame_bytes_max: 64 * 1024 * 1024,
             sync_quarantine_ms: 3_600_000,
             sync_clock_skew_ms_max: 60_000,
+            appendonly: true,
+            appendfsync: "everysec".to_string(),
+            save: "3600 1 300 100 60 10000".to_string(),
+            auto_aof_rewrite_percentage: 100,
+            auto_aof_rewrite_min_size: 64 * 1024 * 1024,
+            log_segment_bytes_max: 64 * 1024 * 1024,
+            backlog_disk_bytes_max: 1024 * 1024 * 1024,
+            debug_fsync_watermark: false,
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
         }
@@ -112,6 +141,26 @@ pub const PEERS_MAX: usize = 64;
 /// Bounds on `sync-frame-bytes-max`: a frame must hold the largest record.
 pub const SYNC_FRAME_BYTES_MIN: u64 = 1024 * 1024;
 pub const SYNC_FRAME_BYTES_MAX: u64 = 2 * 1024 * 1024 * 1024 - 1;
+
+/// Bounds on `log-segment-bytes-max`.
+pub const LOG_SEGMENT_BYTES_MIN: u64 = 64 * 1024;
+pub const LOG_SEGMENT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Parses a `save` value: pairs "seconds changes", empty for none.
+pub fn parse_save(text: &str) -> Option<Vec<(u64, u64)>> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(words.len() / 2);
+    for pair in words.chunks(2) {
+        let (Some(secs), Some(changes)) = (pair.first(), pair.get(1)) else {
+            return None;
+        };
+        out.push((secs.parse().ok()?, changes.parse().ok()?));
+    }
+    Some(out)
+}
 
 /// One configured peer site.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,6 +379,27 @@ impl Config {
         }
         if !(1..=500).contains(&self.hz) {
             return bad("hz", format!("must be between 1 and 500, got {}", self.hz));
+        }
+        if crate::persist::Fsync::parse(&self.appendfsync).is_none() {
+            return bad(
+                "appendfsync",
+                format!("'{}' must be always, everysec or no", self.appendfsync),
+            );
+        }
+        if parse_save(&self.save).is_none() {
+            return bad(
+                "save",
+                format!("'{}' must be pairs of \"seconds changes\"", self.save),
+            );
+        }
+        if !(LOG_SEGMENT_BYTES_MIN..=LOG_SEGMENT_BYTES_MAX).contains(&self.log_segment_bytes_max) {
+            return bad(
+                "log-segment-bytes-max",
+                format!(
+                    "must be between {LOG_SEGMENT_BYTES_MIN} and {LOG_SEGMENT_BYTES_MAX}, got {}",
+                    self.log_segment_bytes_max
+                ),
+            );
         }
         if self
             .log_level

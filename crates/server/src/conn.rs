@@ -44,6 +44,23 @@ enum BlockedEvent {
     Timeout,
 }
 
+/// Waits until the log is durable up to `target`; false when a write to it failed.
+async fn wait_durable(w: &crate::persist::writer::WriterShared, target: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    loop {
+        let notified = w.durable.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if w.durable_pos.load(Ordering::Acquire) >= target {
+            return true;
+        }
+        if w.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        notified.await;
+    }
+}
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
@@ -110,6 +127,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break;
             }
             let query_limit;
+            let durable_wait;
             {
                 let mut guard = shard.borrow_mut();
                 let s = &mut *guard;
@@ -138,6 +156,15 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                     buffered = true;
                 }
                 s.stats.net_output_bytes += out.len() as u64;
+                durable_wait = s
+                    .persist
+                    .after_batch()
+                    .and_then(|target| s.persist.writer.clone().map(|w| (target, w)));
+            }
+            if let Some((target, w)) = durable_wait {
+                if !wait_durable(&w, target).await {
+                    break 'conn;
+                }
             }
             if !out.is_empty() {
                 if stream.write_all(&out.buf).await.is_err() {
@@ -177,6 +204,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         }
         buffered = false;
         let query_limit;
+        let durable_wait;
         {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
@@ -224,6 +252,18 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             rbuf.advance(pos);
             shared.qbuf_bytes.set(rbuf.len());
             s.stats.net_output_bytes += out.len() as u64;
+            durable_wait = s
+                .persist
+                .after_batch()
+                .and_then(|target| s.persist.writer.clone().map(|w| (target, w)));
+        }
+        // appendfsync always: no reply leaves before the records of the writes it answers
+        // (or that it may have read) are on disk. A failed write closes the connection
+        // unanswered: those writes are not acknowledged.
+        if let Some((target, w)) = durable_wait {
+            if !wait_durable(&w, target).await {
+                break;
+            }
         }
         if !out.is_empty() {
             if stream.write_all(&out.buf).await.is_err() {

@@ -196,7 +196,8 @@ impl Shard {
                 e.raw = false;
             }
         }
-        self.oplog.append(seq, hlc, db, key, effect);
+        let record = self.oplog.append(seq, hlc, db, key, effect);
+        self.persist.append_op(record);
         self.sync.own_last = hlc;
         self.sync.ops_appended();
         applied
@@ -250,6 +251,7 @@ impl Shard {
         floor: &meridian_crdt::VersionVector,
         now_ms: u64,
     ) {
+        self.log_merged_state(db, key, state, floor);
         let hash = self.hash_key(key);
         let lru = lru_clock(now_ms);
         let Some(d) = self.dbs.get_mut(db) else {
@@ -363,6 +365,39 @@ impl Shard {
             }
         }
         left
+    }
+
+    /// Inserts a key loaded from a snapshot (recovery). Returns false when the key is
+    /// already there (a damaged snapshot).
+    pub fn insert_loaded(&mut self, db: usize, key: &[u8], state: KeyState, now_ms: u64) -> bool {
+        let hash = self.hash_key(key);
+        let hasher = &self.hasher;
+        let Some(d) = self.dbs.get_mut(db) else {
+            return false;
+        };
+        let empty = state.is_empty();
+        let has_ttl = !empty && state.expire_at_ms().is_some();
+        match d
+            .table
+            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
+        {
+            hashbrown::hash_table::Entry::Occupied(_) => return false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(Box::new(Entry {
+                    key: SmallBytes::copy_from(key),
+                    state,
+                    lru_s: lru_clock(now_ms),
+                    raw: false,
+                }));
+            }
+        }
+        if empty {
+            d.empty += 1;
+        }
+        if has_ttl {
+            d.expires += 1;
+        }
+        true
     }
 
     /// Records that the string at `key` was modified in place (OBJECT ENCODING says "raw").

@@ -16,6 +16,7 @@
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
+//! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
 //! - `sync`: replication between sites: links, remote apply, full sync, GC, digest.
 //! - `slot`: key-to-slot hashing and the slot-to-shard table.
 //! - `stats`: counters, slow log, latency monitor.
@@ -34,6 +35,7 @@ pub mod conn;
 pub mod error;
 pub mod keyspace;
 pub mod oplog;
+pub mod persist;
 pub mod resp;
 pub mod server;
 pub mod shard;

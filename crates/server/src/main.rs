@@ -24,6 +24,13 @@ struct Cli {
 enum Command {
     /// Run the server (embedded defaults, then --config FILE, then flags).
     Server(ServerFlags),
+    /// Check a log segment or snapshot of the data directory; --fix cuts a damaged log
+    /// segment at its first bad record.
+    CheckLog {
+        file: PathBuf,
+        #[arg(long)]
+        fix: bool,
+    },
 }
 
 /// Each flag overrides the TOML key of the same name.
@@ -83,6 +90,25 @@ struct ServerFlags {
     sync_quarantine_ms: Option<u64>,
     #[arg(long)]
     sync_clock_skew_ms_max: Option<u64>,
+    /// yes or no.
+    #[arg(long, value_parser = parse_yes_no)]
+    appendonly: Option<bool>,
+    /// always, everysec or no.
+    #[arg(long)]
+    appendfsync: Option<String>,
+    /// Automatic snapshots: "seconds changes" pairs ("" for none).
+    #[arg(long)]
+    save: Option<String>,
+    #[arg(long)]
+    auto_aof_rewrite_percentage: Option<u64>,
+    #[arg(long)]
+    auto_aof_rewrite_min_size: Option<u64>,
+    #[arg(long)]
+    log_segment_bytes_max: Option<u64>,
+    #[arg(long)]
+    backlog_disk_bytes_max: Option<u64>,
+    #[arg(long, value_parser = parse_yes_no)]
+    debug_fsync_watermark: Option<bool>,
     #[arg(long)]
     log_level: Option<String>,
     #[arg(long, allow_negative_numbers = true)]
@@ -120,6 +146,14 @@ impl ServerFlags {
             sync_frame_bytes_max,
             sync_quarantine_ms,
             sync_clock_skew_ms_max,
+            appendonly,
+            appendfsync,
+            save,
+            auto_aof_rewrite_percentage,
+            auto_aof_rewrite_min_size,
+            log_segment_bytes_max,
+            backlog_disk_bytes_max,
+            debug_fsync_watermark,
             log_level,
             debug_clock_offset_ms
         );
@@ -140,6 +174,14 @@ impl ServerFlags {
     }
 }
 
+fn parse_yes_no(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" => Ok(true),
+        "no" | "false" => Ok(false),
+        _ => Err(format!("'{s}' must be yes or no")),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -152,6 +194,14 @@ fn main() -> anyhow::Result<()> {
                 .with_target(false)
                 .init();
             meridian_server::server::run(config).context("server failed")?;
+            Ok(())
+        }
+        Command::CheckLog { file, fix } => {
+            let report = meridian_server::persist::check::check_file(&file, fix);
+            print!("{}", report.text);
+            if !report.ok {
+                std::process::exit(1);
+            }
             Ok(())
         }
     }

@@ -82,7 +82,7 @@ impl OpLog {
         self.chunks.front().map(|c| c.first_seq)
     }
 
-    /// Appends one op. `seq` must be the previous one plus 1.
+    /// Appends one op and returns its encoded record. `seq` must be the previous one plus 1.
     pub fn append<B: AsRef<[u8]>>(
         &mut self,
         seq: u64,
@@ -90,11 +90,16 @@ impl OpLog {
         db: usize,
         key: &[u8],
         effect: &Effect<B>,
-    ) {
+    ) -> &[u8] {
         let origin = self.origin;
         self.append_with(seq, |buf| {
             encode(buf, origin, seq, hlc, db as u16, key, effect)
-        });
+        })
+    }
+
+    /// Appends a record already encoded (recovery replays the on-disk log).
+    pub fn append_raw(&mut self, seq: u64, record: &[u8]) {
+        self.append_with(seq, |buf| buf.extend_from_slice(record));
     }
 
     /// Appends one Pub/Sub record (PUBLISH/SPUBLISH for the other sites).
@@ -105,14 +110,14 @@ impl OpLog {
         channel: &[u8],
         message: &[u8],
         sharded: bool,
-    ) {
+    ) -> &[u8] {
         let origin = self.origin;
         self.append_with(seq, |buf| {
             encode_publish(buf, origin, seq, hlc, channel, message, sharded)
-        });
+        })
     }
 
-    fn append_with(&mut self, seq: u64, write: impl FnOnce(&mut Vec<u8>)) {
+    fn append_with(&mut self, seq: u64, write: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
         let needs_new = self
             .chunks
             .back()
@@ -126,7 +131,7 @@ impl OpLog {
             });
         }
         let Some(chunk) = self.chunks.back_mut() else {
-            return;
+            return &[];
         };
         let before = chunk.buf.len();
         write(&mut chunk.buf);
@@ -134,6 +139,11 @@ impl OpLog {
         chunk.ops += 1;
         self.bytes += chunk.buf.len() - before;
         self.trim();
+        // The chunk written to is never trimmed (trim keeps the newest).
+        self.chunks
+            .back()
+            .and_then(|c| c.buf.get(before..))
+            .unwrap_or_default()
     }
 
     /// The hlc of the record with sequence number `seq`, if retained (lag in milliseconds).

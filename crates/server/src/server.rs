@@ -30,6 +30,8 @@ pub enum ServerError {
     Runtime(std::io::Error),
     #[error("sync TLS: {0}")]
     Tls(String),
+    #[error("data directory: {0}")]
+    Persist(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
 }
@@ -176,7 +178,12 @@ fn run_shard(
             now,
         )));
         shard.borrow_mut().sync.tls = tls;
+        shard
+            .borrow_mut()
+            .open_persistence()
+            .map_err(|e| ServerError::Persist(e.to_string()))?;
         tokio::task::spawn_local(periodic(shard.clone()));
+        tokio::task::spawn_local(hand_off_loop(shard.clone()));
         crate::sync::link::start(&shard, sync_listener);
         loop {
             tokio::select! {
@@ -199,6 +206,7 @@ fn run_shard(
         for c in s.clients.values() {
             c.kill();
         }
+        s.persist.close();
         Ok(())
     })
 }
@@ -226,6 +234,7 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
         s.stats
             .note_memory(crate::cmd::server::memory_use().allocated);
         s.gc_step(now, crate::sync::gc::GC_STEP_BUCKETS_MAX);
+        s.persistence_cycle(now);
         let total = s.stats.total_commands_processed;
         s.stats.ops_sample.sample(now, total);
         let timeout_s = s.config.timeout;
@@ -242,6 +251,19 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
                 }
             }
         }
+    }
+}
+
+/// Hands records written since the last batch to the log writer every few milliseconds, so
+/// that an idle moment never leaves acknowledged writes in the shard's buffer.
+async fn hand_off_loop(shard: Rc<RefCell<Shard>>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(crate::persist::HAND_OFF_PERIOD_MS)).await;
+        let mut s = shard.borrow_mut();
+        if s.shutting_down {
+            return;
+        }
+        s.persist.tick();
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Shard {
     /// Sequence number of the last op this shard originated.
     pub seq: u64,
     pub oplog: OpLog,
+    /// The on-disk log and snapshots (`persist`); disabled until `open_persistence`.
+    pub persist: crate::persist::Persist,
     /// Number of peer sites; with none, removal metadata is dropped at once.
     pub peers: usize,
     /// Replication: incarnation, delivered vector, peers, links (`sync`).
@@ -85,6 +87,7 @@ impl Shard {
             clock: HlcClock::new(),
             seq: 0,
             oplog,
+            persist: crate::persist::Persist::disabled(),
             peers,
             sync,
             stats: Stats::new(table.len()),

@@ -211,6 +211,45 @@ pub fn execute(
         );
         return;
     }
+    // The log cannot be written: refuse writes (and PING) with MISCONF, as Redis does when
+    // persistence fails; reads go on.
+    if let Some(text) = shard.persist.refusal() {
+        let writes = spec.meta.flags.contains(Flags::WRITE)
+            || spec.meta.name == "ping"
+            || (spec.meta.name == "exec"
+                && client.multi.as_ref().is_some_and(|m| {
+                    m.queued.iter().any(|q| {
+                        resolve(table, &q.args.iter().map(Vec::as_slice).collect::<Vec<_>>())
+                            .is_ok_and(|s| s.meta.flags.contains(Flags::WRITE))
+                    })
+                }));
+        if writes {
+            if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+                st.rejected_calls += 1;
+            }
+            if spec.meta.name == "exec" {
+                client.multi = None;
+                client.shared.in_multi.set(false);
+                shard.unwatch_all(&client.dirty);
+                client.watched.clear();
+                client.shared.watched.set(0);
+                client.dirty.set(false);
+                reply_error(
+                    shard,
+                    out,
+                    &CmdError::Raw(format!(
+                        "EXECABORT Transaction discarded because of: {text}"
+                    )),
+                );
+                return;
+            }
+            if let Some(m) = client.multi.as_mut() {
+                m.aborted = true;
+            }
+            reply_error(shard, out, &CmdError::Raw(text));
+            return;
+        }
+    }
     if let Some(m) = client.multi.as_mut() {
         if !runs_inside_multi(spec.meta.name) {
             if m.queued.len() >= MULTI_QUEUED_MAX {

@@ -35,6 +35,10 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("debug", debug),
     ("monitor", monitor),
     ("shutdown", shutdown),
+    ("save", save),
+    ("bgsave", bgsave),
+    ("bgrewriteaof", bgrewriteaof),
+    ("lastsave", lastsave),
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -428,6 +432,12 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
 }
 
 fn info_persistence(shard: &Shard, out: &mut String) {
+    let p = &shard.persist;
+    let st = &p.stats;
+    let job = p.job.as_ref();
+    let bgsave = job.is_some_and(|j| j.kind == crate::persist::job::JobKind::Bgsave);
+    let rewrite = job.is_some_and(|j| j.kind == crate::persist::job::JobKind::Rewrite);
+    let running_s = job.map_or(-1, |j| j.started.elapsed().as_secs() as i64);
     field(out, "loading", 0);
     field(out, "async_loading", 0);
     field(out, "current_cow_peak", 0);
@@ -436,28 +446,75 @@ fn info_persistence(shard: &Shard, out: &mut String) {
     field(out, "current_fork_perc", "0.00");
     field(out, "current_save_keys_processed", 0);
     field(out, "current_save_keys_total", 0);
-    field(out, "rdb_changes_since_last_save", shard.stats.dirty);
-    field(out, "rdb_bgsave_in_progress", 0);
-    field(out, "rdb_last_save_time", shard.started_ms / 1000);
-    field(out, "rdb_last_bgsave_status", "ok");
-    field(out, "rdb_last_bgsave_time_sec", -1);
-    field(out, "rdb_current_bgsave_time_sec", -1);
-    field(out, "rdb_saves", 0);
+    field(
+        out,
+        "rdb_changes_since_last_save",
+        shard.stats.dirty.saturating_sub(st.dirty_at_save),
+    );
+    field(out, "rdb_bgsave_in_progress", u8::from(bgsave));
+    field(out, "rdb_last_save_time", st.last_save_s);
+    field(
+        out,
+        "rdb_last_bgsave_status",
+        if st.last_save_ok { "ok" } else { "err" },
+    );
+    field(out, "rdb_last_bgsave_time_sec", st.last_save_secs);
+    field(
+        out,
+        "rdb_current_bgsave_time_sec",
+        if bgsave { running_s } else { -1 },
+    );
+    field(out, "rdb_saves", st.saves);
     field(out, "rdb_last_cow_size", 0);
     field(out, "rdb_last_load_keys_expired", 0);
-    field(out, "rdb_last_load_keys_loaded", 0);
-    field(out, "aof_enabled", 0);
-    field(out, "aof_rewrite_in_progress", 0);
-    field(out, "aof_rewrite_scheduled", 0);
-    field(out, "aof_last_rewrite_time_sec", -1);
-    field(out, "aof_current_rewrite_time_sec", -1);
-    field(out, "aof_last_bgrewrite_status", "ok");
-    field(out, "aof_rewrites", 0);
-    field(out, "aof_rewrites_consecutive_failures", 0);
-    field(out, "aof_last_write_status", "ok");
+    field(out, "rdb_last_load_keys_loaded", st.loaded_keys);
+    field(out, "aof_enabled", u8::from(p.writer.is_some()));
+    field(out, "aof_rewrite_in_progress", u8::from(rewrite));
+    field(out, "aof_rewrite_scheduled", u8::from(p.scheduled));
+    field(out, "aof_last_rewrite_time_sec", st.last_rewrite_secs);
+    field(
+        out,
+        "aof_current_rewrite_time_sec",
+        if rewrite { running_s } else { -1 },
+    );
+    field(
+        out,
+        "aof_last_bgrewrite_status",
+        if st.last_rewrite_ok { "ok" } else { "err" },
+    );
+    field(out, "aof_rewrites", st.rewrites);
+    field(
+        out,
+        "aof_rewrites_consecutive_failures",
+        st.rewrite_failures_in_a_row,
+    );
+    field(
+        out,
+        "aof_last_write_status",
+        if p.refusal().is_some() { "err" } else { "ok" },
+    );
     field(out, "aof_last_cow_size", 0);
     field(out, "module_fork_in_progress", 0);
     field(out, "module_fork_last_cow_size", 0);
+    if let Some(w) = &p.writer {
+        let log = p.log_bytes();
+        field(out, "aof_current_size", log);
+        field(out, "aof_base_size", st.snapshot_bytes);
+        field(out, "aof_pending_rewrite", u8::from(p.scheduled));
+        field(out, "aof_buffer_length", 0);
+        field(out, "aof_pending_bio_fsync", 0);
+        field(out, "aof_delayed_fsync", 0);
+        let durable = w.durable_pos.load(std::sync::atomic::Ordering::Acquire);
+        // Meridian's own fields: where the log stands.
+        field(out, "aof_fsync", p.fsync.name());
+        field(out, "aof_position", p.next_pos);
+        field(out, "aof_durable_position", durable);
+        field(out, "aof_segments", w.state().segments.len());
+        field(out, "aof_fsyncs", w.state().fsyncs);
+        field(out, "aof_snapshot_position", st.snapshot_pos);
+        field(out, "aof_load_records", st.loaded_records);
+        field(out, "aof_load_time_ms", st.load_ms);
+    }
 }
 
 fn info_stats(shard: &Shard, out: &mut String) {
@@ -710,13 +767,34 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "save",
-        access: Access::Fixed,
+        access: Access::Modifiable,
         kind: Kind::Text,
     },
     Param {
         name: "appendonly",
         access: Access::Fixed,
         kind: Kind::Bool,
+    },
+    Param {
+        name: "appendfsync",
+        access: Access::Modifiable,
+        kind: Kind::Enum(&["always", "everysec", "no"]),
+    },
+    Param {
+        name: "auto-aof-rewrite-percentage",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+    },
+    Param {
+        name: "auto-aof-rewrite-min-size",
+        access: Access::Modifiable,
+        kind: Kind::Mem {
+            min: 0,
+            max: i64::MAX,
+        },
     },
     Param {
         name: "maxmemory",
@@ -762,8 +840,11 @@ fn param_value(shard: &Shard, name: &str) -> String {
         "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
         "slowlog-max-len" => c.slowlog_max_len.to_string(),
         "latency-monitor-threshold" => c.latency_monitor_threshold.to_string(),
-        "save" => String::new(),
-        "appendonly" => "no".to_string(),
+        "save" => c.save.clone(),
+        "appendonly" => if c.appendonly { "yes" } else { "no" }.to_string(),
+        "appendfsync" => c.appendfsync.clone(),
+        "auto-aof-rewrite-percentage" => c.auto_aof_rewrite_percentage.to_string(),
+        "auto-aof-rewrite-min-size" => c.auto_aof_rewrite_min_size.to_string(),
         "maxmemory" => "0".to_string(),
         "maxmemory-policy" => "noeviction".to_string(),
         _ => String::new(),
@@ -848,9 +929,26 @@ fn parse_value(p: &Param, v: &[u8]) -> Result<Value, String> {
 
 /// Applies a checked value.
 fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
-    let Value::Int(n) = *v else { return };
+    let n = match v {
+        Value::Int(n) => *n,
+        Value::Text(t) => {
+            match name {
+                "save" => shard.config.save = t.split_whitespace().collect::<Vec<_>>().join(" "),
+                "appendfsync" => {
+                    if let Some(f) = crate::persist::Fsync::parse(t) {
+                        shard.config.appendfsync = f.name().to_string();
+                        shard.persist.set_fsync(f);
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
+    };
     let c = &mut shard.config;
     match name {
+        "auto-aof-rewrite-percentage" => c.auto_aof_rewrite_percentage = n as u64,
+        "auto-aof-rewrite-min-size" => c.auto_aof_rewrite_min_size = n as u64,
         "proto-max-bulk-len" => c.proto_max_bulk_len = n as u64,
         "client-query-buffer-limit" => c.client_query_buffer_limit = n as u64,
         "maxclients" => c.maxclients = n as u32,
@@ -954,6 +1052,13 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut parsed: Vec<(&'static Param, Value)> = Vec::with_capacity(found.len());
     for (p, value) in found {
         let v = parse_value(p, value).map_err(|why| failed(p.name.as_bytes(), &why))?;
+        if p.name == "save" {
+            if let Value::Text(t) = &v {
+                if crate::config::parse_save(t).is_none() {
+                    return Err(failed(p.name.as_bytes(), "Invalid save parameters"));
+                }
+            }
+        }
         if p.access == Access::Fixed {
             let current = param_value(ctx.shard, p.name);
             let same = match &v {
@@ -1334,19 +1439,116 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if abort {
         return Err(CmdError::Err("No shutdown in progress.".to_string()));
     }
-    if save && !force {
-        tracing::warn!("SHUTDOWN SAVE refused: this server has no persistence");
-        return Err(CmdError::Err(
-            "Errors trying to SHUTDOWN. Check logs.".to_string(),
-        ));
-    }
     tracing::warn!("User requested shutdown...");
+    let snapshot = save || (!nosave && !ctx.shard.config.save.trim().is_empty());
+    if snapshot && !ctx.shard.persist.dir.as_os_str().is_empty() {
+        if let Err(e) = ctx.shard.save_now() {
+            tracing::error!(error = %e, "Error trying to save the DB, can't exit.");
+            if !force {
+                return Err(CmdError::Err(
+                    "Errors trying to SHUTDOWN. Check logs.".to_string(),
+                ));
+            }
+        }
+    }
+    // Everything logged reaches the disk before the process ends.
+    ctx.shard.persist.close();
     ctx.shard.shutting_down = true;
     for c in ctx.shard.clients.values() {
         c.kill();
     }
     tracing::warn!("Meridian is now ready to exit, bye bye...");
     std::process::exit(0);
+}
+
+// ---------------------------------------------------------------------------------------
+// SAVE BGSAVE BGREWRITEAOF LASTSAVE
+
+/// SAVE: a snapshot of the live state, written now (the shard waits, as Redis's server does).
+fn save(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.shard.persist.job.is_some() {
+        return Err(CmdError::Err(
+            "Background save already in progress".to_string(),
+        ));
+    }
+    match ctx.shard.save_now() {
+        Ok(()) => {
+            ctx.out.ok();
+            Ok(())
+        }
+        Err(_) => Err(CmdError::Raw("ERR".to_string())),
+    }
+}
+
+/// BGSAVE [SCHEDULE]: a snapshot built in the background (docs/persistence.md §3).
+fn bgsave(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let schedule = match argv.get(1) {
+        None => false,
+        Some(a) if eq_ic(a, "schedule") && argv.len() == 2 => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    if ctx.shard.persist.writer.is_none() {
+        return Err(CmdError::Err(
+            "BGSAVE needs appendonly yes: Meridian builds background snapshots from its op log (SAVE works without it)".to_string(),
+        ));
+    }
+    match ctx.shard.persist.job.as_ref().map(|j| j.kind) {
+        Some(crate::persist::job::JobKind::Bgsave) => Err(CmdError::Err(
+            "Background save already in progress".to_string(),
+        )),
+        Some(crate::persist::job::JobKind::Rewrite) => {
+            if schedule {
+                ctx.shard.persist.scheduled = true;
+                ctx.out.simple("Background saving scheduled");
+                Ok(())
+            } else {
+                Err(CmdError::Err("An AOF log rewriting in progress: can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.".to_string()))
+            }
+        }
+        None => {
+            ctx.shard
+                .start_background_snapshot(crate::persist::job::JobKind::Bgsave)
+                .map_err(|e| CmdError::Err(format!("Background save failed to start: {e}")))?;
+            ctx.out.simple("Background saving started");
+            Ok(())
+        }
+    }
+}
+
+/// BGREWRITEAOF: a background snapshot, after which the log before it is dropped.
+fn bgrewriteaof(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.shard.persist.writer.is_none() {
+        return Err(CmdError::Err(
+            "BGREWRITEAOF needs appendonly yes: this server writes no op log".to_string(),
+        ));
+    }
+    match ctx.shard.persist.job.as_ref().map(|j| j.kind) {
+        Some(crate::persist::job::JobKind::Rewrite) => Err(CmdError::Err(
+            "Background append only file rewriting already in progress".to_string(),
+        )),
+        Some(crate::persist::job::JobKind::Bgsave) => {
+            ctx.shard.persist.scheduled = true;
+            ctx.out
+                .simple("Background append only file rewriting scheduled");
+            Ok(())
+        }
+        None => {
+            ctx.shard
+                .start_background_snapshot(crate::persist::job::JobKind::Rewrite)
+                .map_err(|e| {
+                    CmdError::Err(format!("Can't execute an AOF background rewriting: {e}"))
+                })?;
+            ctx.out
+                .simple("Background append only file rewriting started");
+            Ok(())
+        }
+    }
+}
+
+/// LASTSAVE: Unix time of the last successful snapshot (the start time before one).
+fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.int(ctx.shard.persist.stats.last_save_s as i64);
+    Ok(())
 }
 
 #[cfg(test)]

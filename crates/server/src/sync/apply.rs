@@ -138,8 +138,10 @@ impl Shard {
         }
         let hlc = self.clock.tick(now_ms);
         self.seq += 1;
-        self.oplog
+        let record = self
+            .oplog
             .append_publish(self.seq, hlc, channel, message, sharded);
+        self.persist.append_op(record);
         self.sync.own_last = hlc;
         self.sync.ops_appended();
     }
@@ -176,12 +178,16 @@ impl Shard {
                 }
             }
             self.sync.delivered.observe(stamp);
+            self.log_remote_op(rec);
             if let Some(p) = self.sync.peers.get_mut(peer) {
                 p.in_applied_seq = rec.seq;
                 p.ops_in += 1;
             }
             self.stats.sync_ops_applied += 1;
             applied += 1;
+        }
+        if applied > 0 {
+            self.log_peer_position(peer);
         }
         applied
     }

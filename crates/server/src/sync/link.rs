@@ -145,20 +145,39 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> Mode {
     if hello.want_full || p.quarantined {
         return Mode::FullSync;
     }
-    let retained = |from: u64| from > s.seq || s.oplog.first_seq().is_some_and(|f| f <= from);
-    if hello.known_incarnation == s.sync.incarnation {
-        let from = hello.applied_seq + 1;
-        if hello.applied_seq <= s.seq && retained(from) {
-            return Mode::Resume { from_seq: from };
-        }
+    // The dialer states its own last op: holding more of its ops than it does means it
+    // lost some (a restart without them): they come back to it only by a full sync.
+    if s.sync.delivered.get(p.replica) > hello.delivered.get(p.replica) {
         return Mode::FullSync;
     }
-    // New to this incarnation: replaying this incarnation's ops suffices only if the dialer
-    // already holds everything this shard holds from other origins.
+    let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
+        (Some(m), Some(d)) => Some(m.min(d)),
+        (m, d) => m.or(d),
+    };
+    let retained = |from: u64| from > s.seq || first_retained.is_some_and(|f| f <= from);
+    // The dialer knows one of this shard's incarnations (sequence numbers continue across
+    // them): resume after what it applied, if that is still this shard's history.
+    if let Some(end) = s.sync.incarnation_end(hello.known_incarnation, s.seq) {
+        if hello.applied_seq <= end && retained(hello.applied_seq + 1) {
+            return Mode::Resume {
+                from_seq: hello.applied_seq + 1,
+            };
+        }
+        if hello.known_incarnation == s.sync.incarnation {
+            return Mode::FullSync;
+        }
+    }
+    // New to this incarnation: replaying it suffices only if the dialer already holds
+    // everything this shard holds from other origins and from its own earlier lives.
     let mut others = s.sync.delivered.clone();
+    others.observe(meridian_crdt::Stamp {
+        hlc: s.sync.own_before_incarnation,
+        replica: s.replica,
+    });
     others.forget_covered(&hello.delivered);
-    if others.is_empty() && retained(1) {
-        return Mode::Resume { from_seq: 1 };
+    let first = s.sync.incarnation_first_seq();
+    if others.is_empty() && retained(first) {
+        return Mode::Resume { from_seq: first };
     }
     Mode::FullSync
 }
@@ -208,11 +227,14 @@ async fn send_ops<S: Io + 'static>(
         p.out_generation += 1;
         p.outbound = LinkState::Connecting;
         p.last_ack_ms = now;
-        if hello.known_incarnation == incarnation {
-            p.acked_seq = p.acked_seq.max(hello.applied_seq.min(seq));
-        } else {
-            p.acked_seq = 0;
-        }
+        p.acked_seq = match mode {
+            // The dialer holds every op of this shard before `from_seq`.
+            Mode::Resume { from_seq } => p.acked_seq.max(from_seq.saturating_sub(1).min(seq)),
+            Mode::FullSync if hello.known_incarnation == incarnation => {
+                p.acked_seq.max(hello.applied_seq.min(seq))
+            }
+            Mode::FullSync => 0,
+        };
         match mode {
             Mode::Resume { .. } => p.partial_syncs_out += 1,
             Mode::FullSync => p.full_syncs_out += 1,
@@ -332,11 +354,24 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                 s.sync.wait_for_ops();
                 None
             } else {
-                let Some(parts) = s.oplog.since(next_seq) else {
-                    return Err(SyncError::Refused(format!(
-                        "peer fell behind the backlog (needs seq {next_seq}, oldest retained {})",
-                        s.oplog.first_seq().unwrap_or(0)
-                    )));
+                // The in-memory op log first; older ops from the log segments on disk.
+                let from_disk = if s.oplog.since(next_seq).is_none() {
+                    let replica = s.replica;
+                    match s.persist.read_own_since(replica, next_seq, BATCH_BYTES_MAX) {
+                        Some(bytes) => Some(bytes),
+                        None => {
+                            return Err(SyncError::Refused(format!(
+                                "peer fell behind the backlog (needs seq {next_seq}, oldest retained {})",
+                                s.oplog.first_seq().unwrap_or(0)
+                            )));
+                        }
+                    }
+                } else {
+                    None
+                };
+                let parts: Vec<&[u8]> = match &from_disk {
+                    Some(bytes) => vec![bytes.as_slice()],
+                    None => s.oplog.since(next_seq).unwrap_or_default(),
                 };
                 body.clear();
                 OpsHeader {
@@ -597,14 +632,19 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 shards: 1,
                 known_incarnation: p.in_incarnation,
                 applied_seq: p.in_applied_seq,
-                // Without persistence this site may have lost its own writes, so it states
-                // only what it has from others: keys holding any of its stamps come back.
+                // What it has from others and its own last op: a peer holding more of this
+                // site's ops than that (a restart lost some) sends them back by a full sync.
                 // After it collected metadata without this peer (quarantine), it states
                 // nothing, so that every key the peer holds comes back to be merged.
                 delivered: if p.rejoin_pull {
                     VersionVector::new()
                 } else {
-                    s.sync.delivered.clone()
+                    let mut v = s.sync.delivered.clone();
+                    v.observe(meridian_crdt::Stamp {
+                        hlc: s.sync.own_last,
+                        replica: s.replica,
+                    });
+                    v
                 },
                 want_full: p.rejoin_pull,
             },
@@ -640,7 +680,12 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
         };
         if welcome.incarnation != p.in_incarnation {
             p.in_incarnation = welcome.incarnation;
-            p.in_applied_seq = 0;
+            // Sequence numbers continue across the sender's incarnations: resuming at
+            // `from_seq` says this site holds every op before it.
+            p.in_applied_seq = match welcome.mode {
+                Mode::Resume { from_seq } => from_seq.saturating_sub(1),
+                Mode::FullSync => 0,
+            };
         }
         match welcome.mode {
             Mode::Resume { from_seq } => {
@@ -767,6 +812,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         p.inbound = LinkState::Up;
                         p.rejoin_pull = false;
                     }
+                    s.log_peer_position(peer);
                     tracing::info!(peer = %site, keys = end.keys, seq = end.seq, "full sync received");
                     ack_now = true;
                 }

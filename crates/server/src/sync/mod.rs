@@ -36,6 +36,8 @@ pub const SYNC_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// database, so no write ever collides with it.
 pub const WAIT_DB: usize = usize::MAX;
 pub const WAIT_KEY: &[u8] = b"crdt.wait";
+/// Incarnations remembered (restarts whose ops peers may still resume from).
+pub const INCARNATIONS_MAX: usize = 64;
 /// Lag samples kept per peer for the p99 in `INFO crdt`.
 pub const LAG_SAMPLES_MAX: usize = 1024;
 
@@ -182,6 +184,14 @@ pub struct SyncState {
     /// This process's life: a random non-zero number, so peers never confuse sequence numbers
     /// of two lives.
     pub incarnation: u64,
+    /// This shard's incarnations whose ops may still be retained, oldest first, each with
+    /// the first sequence number it issued; the last is `incarnation`. Sequence numbers
+    /// continue across incarnations (a restart recovered from disk goes on after its last
+    /// recovered op), so a peer that knows an earlier one can resume where it stopped.
+    // Invariant: first sequence numbers strictly increase; the last entry is `incarnation`.
+    pub incarnations: Vec<(u64, u64)>,
+    /// Hlc of this shard's last own op before the current incarnation began.
+    pub own_before_incarnation: meridian_crdt::Hlc,
     /// Highest hlc applied from each remote origin (this shard's own origin is not in it:
     /// `own_last` stands for it).
     pub delivered: VersionVector,
@@ -213,8 +223,11 @@ impl SyncState {
             .iter()
             .map(|p| Peer::new(&p.site, p.addr, shard, now_ms))
             .collect();
+        let incarnation = rand::random::<u64>().max(1);
         SyncState {
-            incarnation: rand::random::<u64>().max(1),
+            incarnation,
+            incarnations: vec![(incarnation, 1)],
+            own_before_incarnation: meridian_crdt::Hlc::ZERO,
             delivered: VersionVector::new(),
             own_last: meridian_crdt::Hlc::ZERO,
             peers,
@@ -226,6 +239,39 @@ impl SyncState {
             collected: VersionVector::new(),
             frames_refused: 0,
         }
+    }
+
+    /// Starts a new incarnation whose first op will have sequence number `first_seq`.
+    pub fn begin_incarnation(&mut self, first_seq: u64) {
+        let incarnation = loop {
+            let n = rand::random::<u64>().max(1);
+            if self.incarnations.iter().all(|(i, _)| *i != n) {
+                break n;
+            }
+        };
+        self.incarnation = incarnation;
+        self.own_before_incarnation = self.own_last;
+        self.incarnations.retain(|(_, first)| *first < first_seq);
+        self.incarnations.push((incarnation, first_seq));
+        if self.incarnations.len() > INCARNATIONS_MAX {
+            let excess = self.incarnations.len() - INCARNATIONS_MAX;
+            self.incarnations.drain(..excess);
+        }
+    }
+
+    /// The last sequence number of incarnation `id` (`current_seq` for the current one),
+    /// if it is one of this shard's.
+    pub fn incarnation_end(&self, id: u64, current_seq: u64) -> Option<u64> {
+        let i = self.incarnations.iter().position(|(n, _)| *n == id)?;
+        match self.incarnations.get(i + 1) {
+            Some((_, next_first)) => Some(next_first.saturating_sub(1)),
+            None => Some(current_seq),
+        }
+    }
+
+    /// First sequence number of the current incarnation.
+    pub fn incarnation_first_seq(&self) -> u64 {
+        self.incarnations.last().map_or(1, |(_, f)| *f)
     }
 
     /// Called after every op appended to the op log: wakes senders waiting for ops.

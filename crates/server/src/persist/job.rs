@@ -1,0 +1,408 @@
+//! Opening the data directory at start, snapshots (SAVE, BGSAVE, BGREWRITEAOF, the automatic
+//! policy) and dropping files nobody needs any more.
+//!
+//! A background snapshot never touches the live keyspace: the shard closes the current log
+//! segment, and a thread replays the newest snapshot plus the sealed segments into a
+//! private shard and writes that as the new snapshot (an incremental scheme: each snapshot
+//! is the previous one plus the log since). It costs a second copy of the data while it
+//! runs, as a fork's copy-on-write does at worst, and no pause of the shard. SAVE writes
+//! the live state directly and blocks the shard, as Redis's SAVE blocks the server.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::recover::{self, Purpose};
+use super::writer::{self, WriterSetup, WriterShared};
+use super::{Fsync, Persist, PersistError, snapshot};
+use crate::shard::Shard;
+
+/// How long a background snapshot waits for the writer to close the segment it covers.
+pub const ROTATE_WAIT: Duration = Duration::from_secs(30);
+/// Snapshots kept: the newest, and one before it in case the newest is found damaged.
+pub const SNAPSHOTS_KEPT: usize = 2;
+
+/// Which command started a background snapshot (their replies and INFO fields differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    Bgsave,
+    Rewrite,
+}
+
+/// A background snapshot in progress.
+#[derive(Debug)]
+pub struct Job {
+    pub kind: JobKind,
+    pub started: Instant,
+    pub upto: u64,
+    pub dirty_at_start: u64,
+    handle: std::thread::JoinHandle<Result<(PathBuf, u64), String>>,
+}
+
+/// The directory of shard `index` under the configured `dir`.
+pub fn shard_dir(dir: &Path, index: u8) -> PathBuf {
+    dir.join(format!("shard-{index}"))
+}
+
+fn unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Shard {
+    /// Opens the data directory at start: locks it, recovers, starts the writer on a new
+    /// segment and a new incarnation. With `appendonly no`, only a snapshot is loaded.
+    pub fn open_persistence(&mut self) -> Result<(), PersistError> {
+        let started = Instant::now();
+        let dir = shard_dir(&self.config.dir, self.index);
+        std::fs::create_dir_all(&dir).map_err(|e| PersistError::io(&dir, e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| PersistError::io(&lock_path, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(PersistError::Locked {
+                    path: dir.display().to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(PersistError::io(&lock_path, e)),
+        }
+        let mut p = Persist::disabled();
+        p.dir = dir.clone();
+        p.lock = Some(lock);
+        p.fsync = Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec);
+        p.recovering = true;
+        p.stats.last_save_s = unix_s();
+        self.persist = p;
+        self.sync.incarnations.clear();
+        let rec = recover::recover(self, &dir, Purpose::Start)?;
+        self.persist.recovering = false;
+        let lease = meridian_crdt::Hlc(rec.lease);
+        if lease > self.clock.last() {
+            self.clock = meridian_crdt::HlcClock::resume_after(lease);
+        }
+        let first_seq = self.seq + 1;
+        self.sync.begin_incarnation(first_seq);
+        let stats = &mut self.persist.stats;
+        stats.loaded_keys = rec.keys_loaded;
+        stats.loaded_records = rec.records_replayed;
+        stats.load_ms = started.elapsed().as_millis() as u64;
+        stats.dirty_at_save = self.stats.dirty;
+        if let Some((pos, _, bytes)) = &rec.snapshot {
+            stats.snapshot_pos = *pos;
+            stats.snapshot_bytes = *bytes;
+        }
+        self.persist.next_pos = rec.next_pos;
+        if self.config.appendonly {
+            // A fresh segment for this life (reuse an empty one left at the same position).
+            let mut segments = rec.segments;
+            if segments.last().is_some_and(|s| s.first_pos == rec.next_pos) {
+                if let Some(s) = segments.pop() {
+                    let _ = std::fs::remove_file(&s.path);
+                }
+            }
+            let (file, path) = writer::create_segment(&dir, self.replica, rec.next_pos)
+                .map_err(|e| PersistError::io(&dir, e))?;
+            let bytes = super::record::SEGMENT_HEADER_BYTES as u64;
+            segments.push(writer::SegmentInfo {
+                first_pos: rec.next_pos,
+                end_pos: rec.next_pos,
+                path: path.clone(),
+                bytes,
+                own_first_seq: 0,
+                own_last_seq: 0,
+            });
+            self.persist.stats.log_bytes_at_snapshot = segments.iter().map(|s| s.bytes).sum();
+            let shared = Arc::new(WriterShared::default());
+            shared.written_pos.store(rec.next_pos, Ordering::Release);
+            shared.durable_pos.store(rec.next_pos, Ordering::Release);
+            {
+                let mut st = shared.state();
+                st.segments = segments;
+                st.rotated_at = rec.next_pos;
+            }
+            let setup = WriterSetup {
+                dir: dir.clone(),
+                replica: self.replica,
+                segment_bytes_max: self.config.log_segment_bytes_max,
+                watermark: self.config.debug_fsync_watermark,
+                fsync: self.persist.fsync,
+                file,
+                path,
+                bytes,
+            };
+            self.persist.start_writer(shared, setup);
+            let (inc, first) = (self.sync.incarnation, first_seq);
+            self.persist.append_incarnation(inc, first);
+            let now = self.now_ms();
+            let clock_ms = self.clock.last().physical_ms().max(now);
+            self.persist.note_clock(clock_ms);
+            self.persist.hand_off(false);
+        }
+        tracing::info!(
+            dir = %dir.display(),
+            keys = self.key_count(),
+            snapshot_keys = rec.keys_loaded,
+            records = rec.records_replayed,
+            ms = started.elapsed().as_millis() as u64,
+            seq = self.seq,
+            "data loaded"
+        );
+        Ok(())
+    }
+
+    /// SAVE: writes the live state as a snapshot now (the shard serves nothing meanwhile).
+    pub fn save_now(&mut self) -> Result<(), String> {
+        if self.persist.dir.as_os_str().is_empty() {
+            return Err("no data directory".to_string());
+        }
+        self.persist.hand_off(false);
+        let pos = self.persist.next_pos;
+        let started = Instant::now();
+        let dirty = self.stats.dirty;
+        match snapshot::write(self, pos, &self.persist.dir) {
+            Ok((_, bytes)) => {
+                self.snapshot_done(pos, bytes, dirty, started, JobKind::Bgsave);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SAVE failed");
+                self.persist.stats.last_save_ok = false;
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// BGSAVE / BGREWRITEAOF / the automatic policy: starts a background snapshot.
+    pub fn start_background_snapshot(&mut self, kind: JobKind) -> Result<(), String> {
+        if self.persist.job.is_some() {
+            return Err("in progress".to_string());
+        }
+        let Some(shared) = self.persist.writer.clone() else {
+            return Err("appendonly is off".to_string());
+        };
+        self.persist.hand_off(true);
+        let upto = self.persist.next_pos;
+        let dir = self.persist.dir.clone();
+        let config = self.config.clone();
+        let index = self.index;
+        let table = self.table;
+        let handle = std::thread::Builder::new()
+            .name("snapshot".to_string())
+            .spawn(move || background_snapshot(shared, dir, config, index, table, upto))
+            .map_err(|e| e.to_string())?;
+        self.persist.job = Some(Job {
+            kind,
+            started: Instant::now(),
+            upto,
+            dirty_at_start: self.stats.dirty,
+            handle,
+        });
+        Ok(())
+    }
+
+    /// Periodic: finishes a background snapshot that ended, starts one the policy or a
+    /// scheduled request asks for.
+    pub fn persistence_cycle(&mut self, now_ms: u64) {
+        self.persist.tick();
+        let clock_ms = self.clock.last().physical_ms().max(now_ms);
+        self.persist.note_clock(clock_ms);
+        if self
+            .persist
+            .job
+            .as_ref()
+            .is_some_and(|j| j.handle.is_finished())
+        {
+            if let Some(job) = self.persist.job.take() {
+                let result = job
+                    .handle
+                    .join()
+                    .unwrap_or_else(|_| Err("snapshot thread panicked".to_string()));
+                match result {
+                    Ok((_, bytes)) => self.snapshot_done(
+                        job.upto,
+                        bytes,
+                        job.dirty_at_start,
+                        job.started,
+                        job.kind,
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %e, "background snapshot failed");
+                        let st = &mut self.persist.stats;
+                        match job.kind {
+                            JobKind::Bgsave => st.last_save_ok = false,
+                            JobKind::Rewrite => {
+                                st.last_rewrite_ok = false;
+                                st.rewrite_failures_in_a_row += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if self.persist.job.is_some() || self.persist.writer.is_none() {
+            return;
+        }
+        if self.persist.scheduled {
+            self.persist.scheduled = false;
+            let _ = self.start_background_snapshot(JobKind::Rewrite);
+            return;
+        }
+        let since_s = (now_ms / 1000).saturating_sub(self.persist.stats.last_save_s);
+        let changes = self
+            .stats
+            .dirty
+            .saturating_sub(self.persist.stats.dirty_at_save);
+        let rules = crate::config::parse_save(&self.config.save).unwrap_or_default();
+        if changes > 0
+            && rules
+                .iter()
+                .any(|&(secs, n)| changes >= n && since_s >= secs)
+        {
+            tracing::info!(changes, seconds = since_s, "snapshot by the save policy");
+            let _ = self.start_background_snapshot(JobKind::Bgsave);
+            return;
+        }
+        let pct = self.config.auto_aof_rewrite_percentage;
+        if pct > 0 {
+            let log = self.persist.log_bytes();
+            let base = self
+                .persist
+                .stats
+                .snapshot_bytes
+                .max(self.persist.stats.log_bytes_at_snapshot)
+                .max(1);
+            let grown = log.saturating_sub(self.persist.stats.log_bytes_at_snapshot);
+            if log >= self.config.auto_aof_rewrite_min_size && grown * 100 >= base * pct {
+                tracing::info!(
+                    log_bytes = log,
+                    "snapshot and log compaction by auto-aof-rewrite"
+                );
+                let _ = self.start_background_snapshot(JobKind::Rewrite);
+            }
+        }
+    }
+
+    fn snapshot_done(&mut self, pos: u64, bytes: u64, dirty: u64, started: Instant, kind: JobKind) {
+        let secs = started.elapsed().as_secs() as i64;
+        {
+            let st = &mut self.persist.stats;
+            st.last_save_s = unix_s();
+            st.dirty_at_save = dirty;
+            st.snapshot_pos = pos;
+            st.snapshot_bytes = bytes;
+            match kind {
+                JobKind::Bgsave => {
+                    st.saves += 1;
+                    st.last_save_ok = true;
+                    st.last_save_secs = secs;
+                }
+                JobKind::Rewrite => {
+                    st.rewrites += 1;
+                    st.last_rewrite_ok = true;
+                    st.rewrite_failures_in_a_row = 0;
+                    st.last_rewrite_secs = secs;
+                    st.saves += 1;
+                    st.last_save_ok = true;
+                }
+            }
+        }
+        self.drop_unneeded_files();
+        self.persist.stats.log_bytes_at_snapshot = self.persist.log_bytes();
+        tracing::info!(pos, bytes, "snapshot written");
+    }
+
+    /// Deletes snapshots beyond the newest `SNAPSHOTS_KEPT`, and log segments that neither
+    /// recovery (from the oldest snapshot kept) nor a peer still needs, or that exceed
+    /// `backlog-disk-bytes-max` beyond what recovery needs.
+    pub fn drop_unneeded_files(&mut self) {
+        let Ok(listing) = recover::list(&self.persist.dir) else {
+            return;
+        };
+        let mut snaps = listing.snapshots;
+        snaps.sort();
+        let keep_from = snaps.len().saturating_sub(SNAPSHOTS_KEPT);
+        for (_, path) in snaps.iter().take(keep_from) {
+            let _ = std::fs::remove_file(path);
+        }
+        let Some(recovery_pos) = snaps.get(keep_from).map(|(p, _)| *p) else {
+            return;
+        };
+        let Some(w) = self.persist.writer.clone() else {
+            return;
+        };
+        // Own sequence numbers some peer still needs (none known yet: keep within budget).
+        let peer_needs: Option<u64> = if self.sync.peers.is_empty() {
+            None
+        } else if self.sync.peers.iter().any(|p| p.acked_seq == 0) {
+            Some(0)
+        } else {
+            self.sync.peers.iter().map(|p| p.acked_seq + 1).min()
+        };
+        let mut st = w.state();
+        let budget = self.config.backlog_disk_bytes_max;
+        let count = st.segments.len();
+        let mut extra: u64 = st
+            .segments
+            .iter()
+            .take(count.saturating_sub(1))
+            .filter(|s| s.end_pos <= recovery_pos)
+            .map(|s| s.bytes)
+            .sum();
+        let mut removed = 0usize;
+        for s in st.segments.iter().take(count.saturating_sub(1)) {
+            if s.end_pos > recovery_pos {
+                break;
+            }
+            let needed =
+                peer_needs.is_some_and(|need| s.own_first_seq > 0 && s.own_last_seq >= need);
+            if needed && extra <= budget {
+                break;
+            }
+            if std::fs::remove_file(&s.path).is_ok() || !s.path.exists() {
+                extra = extra.saturating_sub(s.bytes);
+                removed += 1;
+            } else {
+                break;
+            }
+        }
+        st.segments.drain(..removed);
+        drop(st);
+        if removed > 0 {
+            let _ = writer::sync_dir(&self.persist.dir);
+        }
+    }
+}
+
+/// The background snapshot thread: waits for the segment boundary, replays into a private
+/// shard, writes it.
+fn background_snapshot(
+    shared: Arc<WriterShared>,
+    dir: PathBuf,
+    config: crate::config::Config,
+    index: u8,
+    table: &'static crate::cmd::table::Table,
+    upto: u64,
+) -> Result<(PathBuf, u64), String> {
+    let deadline = Instant::now() + ROTATE_WAIT;
+    while shared.state().rotated_at < upto {
+        if Instant::now() > deadline {
+            return Err("the log writer did not close its segment in time".to_string());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let now = crate::time::wall_ms();
+    let mut private = Shard::new(index, config, table, now);
+    private.persist.recovering = true;
+    private.sync.incarnations.clear();
+    recover::recover(&mut private, &dir, Purpose::Snapshot { upto }).map_err(|e| e.to_string())?;
+    snapshot::write(&private, upto, &dir).map_err(|e| e.to_string())
+}

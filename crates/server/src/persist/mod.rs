@@ -1,0 +1,476 @@
+//! Durability: the per-shard op log on disk, snapshots, and recovery (docs/persistence.md).
+//!
+//! - `Persist` (here): the shard's side. Every record the shard must keep (its own ops,
+//!   remote ops it applied, full-sync merges, peer positions, incarnations, clock leases) is
+//!   encoded into a buffer on the shard thread and handed to the writer. Under `always`
+//!   connections wait for the fsync covering their batch before replying.
+//! - `record`: the segment and record format, and the walk that tells a torn tail from
+//!   corruption.
+//! - `writer`: the writer thread (write, fsync by policy, new segments, failures).
+//! - `snapshot`: snapshot files.
+//! - `recover`: start-up (newest valid snapshot plus the log after it) and the replay a
+//!   background snapshot uses.
+//! - `job`: SAVE/BGSAVE/BGREWRITEAOF, the automatic policy, and dropping old files.
+//! - `check`: `meridian check-log FILE [--fix]`.
+//!
+//! The same log is the syncer's on-disk backlog: `Shard::read_own_since` serves a peer that
+//! fell behind the in-memory op log from the segments still kept for it.
+
+pub mod check;
+pub mod job;
+pub mod record;
+pub mod recover;
+pub mod snapshot;
+pub mod writer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use meridian_crdt::VersionVector;
+
+use crate::shard::Shard;
+use writer::WriterShared;
+
+/// When log writes reach the disk (Redis's `appendfsync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    EverySec,
+    No,
+}
+
+impl Fsync {
+    pub fn parse(s: &str) -> Option<Fsync> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Some(Fsync::Always),
+            "everysec" => Some(Fsync::EverySec),
+            "no" => Some(Fsync::No),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::EverySec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+}
+
+/// Why the data directory could not be opened or recovered.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is in use by another Meridian process (lock held)")]
+    Locked { path: String },
+    #[error("{path}: belongs to replica {found} (another site or shard), not {expected}")]
+    Foreign {
+        path: String,
+        found: u32,
+        expected: u32,
+    },
+    #[error(
+        "{path}: bad record at offset {offset}: {reason} (valid records follow it: not a torn tail). Inspect and repair with `meridian check-log {path} --fix`"
+    )]
+    Corrupt {
+        path: String,
+        offset: u64,
+        reason: String,
+    },
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+impl PersistError {
+    pub fn io(path: &std::path::Path, source: std::io::Error) -> PersistError {
+        PersistError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Encoded records waiting for a hand-off past this size are handed over at once.
+pub const PENDING_BYTES_MAX: usize = 256 * 1024;
+/// Pending records are handed over at least this often (the periodic tick), so under
+/// `everysec` an acknowledged write reaches the kernel within milliseconds.
+pub const HAND_OFF_PERIOD_MS: u64 = 2;
+/// The clock lease runs this far ahead of the clock...
+pub const CLOCK_LEASE_AHEAD_MS: u64 = 3_000;
+/// ...and is renewed when less than this is left (more than one `everysec` period, so a
+/// renewed lease is on disk before the clock reaches the old one).
+pub const CLOCK_LEASE_MARGIN_MS: u64 = 2_000;
+
+/// Counters and outcomes for INFO persistence, LASTSAVE and the automatic policy.
+#[derive(Debug, Default, Clone)]
+pub struct SaveStats {
+    /// Unix seconds of the last successful snapshot (LASTSAVE; process start before one).
+    pub last_save_s: u64,
+    pub last_save_ok: bool,
+    pub saves: u64,
+    pub last_save_secs: i64,
+    pub last_rewrite_secs: i64,
+    pub rewrites: u64,
+    pub rewrite_failures_in_a_row: u64,
+    pub last_rewrite_ok: bool,
+    /// `stats.dirty` when the last snapshot started (changes since last save).
+    pub dirty_at_save: u64,
+    /// Size of the newest snapshot and of the log when it was made (auto rewrite base).
+    pub snapshot_bytes: u64,
+    pub log_bytes_at_snapshot: u64,
+    /// Position of the newest snapshot.
+    pub snapshot_pos: u64,
+    /// Keys loaded and records replayed at start, and how long it took.
+    pub loaded_keys: u64,
+    pub loaded_records: u64,
+    pub load_ms: u64,
+}
+
+/// The shard's side of persistence.
+#[derive(Debug)]
+pub struct Persist {
+    /// Whether the op log is written (`appendonly`).
+    pub enabled: bool,
+    pub fsync: Fsync,
+    /// The shard's directory (`dir/shard-N`).
+    pub dir: PathBuf,
+    /// Encoded records not yet handed to the writer.
+    pending: Vec<u8>,
+    /// Position the next record will have (records ever appended, in the whole history).
+    pub next_pos: u64,
+    last_hand_off: Instant,
+    pub writer: Option<Arc<WriterShared>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Set while recovery replays records: nothing is logged again.
+    pub recovering: bool,
+    /// Hlc (physical milliseconds) below which every timestamp issued is covered by a
+    /// lease record.
+    pub lease_ms: u64,
+    /// Scratch for re-encoding remote ops and key states.
+    pub scratch: Vec<u8>,
+    pub stats: SaveStats,
+    /// The background snapshot in progress.
+    pub job: Option<job::Job>,
+    /// A BGREWRITEAOF or BGSAVE SCHEDULE asked for while a job ran.
+    pub scheduled: bool,
+    /// The segment read last for a peer (its first position and bytes).
+    disk_cache: Option<(u64, Vec<u8>)>,
+    /// Held while the process owns the directory.
+    pub lock: Option<std::fs::File>,
+}
+
+impl Persist {
+    /// Persistence off (tests of the keyspace alone, and background snapshots' replay).
+    pub fn disabled() -> Persist {
+        Persist {
+            enabled: false,
+            fsync: Fsync::EverySec,
+            dir: PathBuf::new(),
+            pending: Vec::new(),
+            next_pos: 0,
+            last_hand_off: Instant::now(),
+            writer: None,
+            thread: None,
+            recovering: false,
+            lease_ms: 0,
+            scratch: Vec::new(),
+            stats: SaveStats {
+                last_save_ok: true,
+                last_rewrite_ok: true,
+                last_save_secs: -1,
+                last_rewrite_secs: -1,
+                ..SaveStats::default()
+            },
+            job: None,
+            scheduled: false,
+            disk_cache: None,
+            lock: None,
+        }
+    }
+
+    /// Whether records are being written now.
+    fn logging(&self) -> bool {
+        self.writer.is_some() && !self.recovering
+    }
+
+    /// Logs one op record (op log format, as `OpLog::append` wrote it).
+    pub fn append_op(&mut self, op: &[u8]) {
+        if !self.logging() {
+            return;
+        }
+        record::put(&mut self.pending, record::Kind::Op, op);
+        self.appended();
+    }
+
+    /// Logs the op record in `self.scratch`.
+    pub fn append_scratch_op(&mut self) {
+        if !self.logging() {
+            return;
+        }
+        record::put(&mut self.pending, record::Kind::Op, &self.scratch);
+        self.appended();
+    }
+
+    pub fn append_state(&mut self, db: u16, key: &[u8], floor: &VersionVector, state: &[u8]) {
+        if !self.logging() {
+            return;
+        }
+        record::put_state(&mut self.pending, db, key, floor, state);
+        self.appended();
+    }
+
+    pub fn append_position(&mut self, site: &str, incarnation: u64, seq: u64) {
+        if !self.logging() {
+            return;
+        }
+        record::put_position(&mut self.pending, site, incarnation, seq);
+        self.appended();
+    }
+
+    pub fn append_incarnation(&mut self, incarnation: u64, first_seq: u64) {
+        if !self.logging() {
+            return;
+        }
+        record::put_incarnation(&mut self.pending, incarnation, first_seq);
+        self.appended();
+    }
+
+    /// Renews the clock lease when the clock `hlc_ms` nears it.
+    pub fn note_clock(&mut self, hlc_ms: u64) {
+        if hlc_ms.saturating_add(CLOCK_LEASE_MARGIN_MS) < self.lease_ms || !self.logging() {
+            return;
+        }
+        self.lease_ms = hlc_ms + CLOCK_LEASE_AHEAD_MS;
+        let lease = meridian_crdt::Hlc::from_parts(self.lease_ms, 0).0;
+        record::put_clock_lease(&mut self.pending, lease);
+        self.appended();
+    }
+
+    fn appended(&mut self) {
+        self.next_pos += 1;
+        if self.pending.len() >= PENDING_BYTES_MAX {
+            self.hand_off(false);
+        }
+    }
+
+    /// Hands pending records to the writer (and asks it to start a new segment after them
+    /// when `rotate`).
+    pub fn hand_off(&mut self, rotate: bool) {
+        if let Some(w) = &self.writer {
+            if !self.pending.is_empty() || rotate {
+                w.hand_off(&mut self.pending, self.next_pos, rotate);
+            }
+        }
+        self.last_hand_off = Instant::now();
+    }
+
+    /// After a batch of commands: under `always`, hands the records over and returns the
+    /// position the batch's replies must wait for (None: reply now).
+    pub fn after_batch(&mut self) -> Option<u64> {
+        let w = self.writer.as_ref()?;
+        if self.fsync != Fsync::Always {
+            if !self.pending.is_empty()
+                && self.last_hand_off.elapsed().as_millis() as u64 >= HAND_OFF_PERIOD_MS
+            {
+                self.hand_off(false);
+            }
+            return None;
+        }
+        if w.durable_pos.load(Ordering::Acquire) >= self.next_pos {
+            return None;
+        }
+        self.hand_off(false);
+        Some(self.next_pos)
+    }
+
+    /// Periodic: hands over what is pending.
+    pub fn tick(&mut self) {
+        if !self.pending.is_empty() {
+            self.hand_off(false);
+        }
+    }
+
+    /// The `-MISCONF` text while the log cannot be written.
+    pub fn refusal(&self) -> Option<String> {
+        let w = self.writer.as_ref()?;
+        if !w.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let why = w
+            .state()
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "unknown error".to_string());
+        Some(format!("MISCONF Errors writing to the AOF file: {why}"))
+    }
+
+    /// Records durable (fsynced) and written.
+    pub fn durable_pos(&self) -> u64 {
+        self.writer
+            .as_ref()
+            .map_or(0, |w| w.durable_pos.load(Ordering::Acquire))
+    }
+
+    /// Total bytes of the log segments on disk.
+    pub fn log_bytes(&self) -> u64 {
+        self.writer
+            .as_ref()
+            .map_or(0, |w| w.state().segments.iter().map(|s| s.bytes).sum())
+    }
+
+    /// Changes the fsync policy (CONFIG SET appendfsync).
+    pub fn set_fsync(&mut self, fsync: Fsync) {
+        self.fsync = fsync;
+        if let Some(w) = &self.writer {
+            w.set_fsync(fsync);
+        }
+    }
+
+    /// Writes and fsyncs everything, then stops the writer (shutdown).
+    pub fn close(&mut self) {
+        self.hand_off(false);
+        if let Some(w) = &self.writer {
+            w.stop();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.writer = None;
+    }
+
+    pub fn start_writer(&mut self, shared: Arc<WriterShared>, setup: writer::WriterSetup) {
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("log-writer".to_string())
+            .spawn(move || writer::run(s, setup));
+        match thread {
+            Ok(t) => {
+                self.thread = Some(t);
+                self.writer = Some(shared);
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the log writer thread"),
+        }
+    }
+
+    /// Oldest own sequence number kept on disk.
+    pub fn disk_first_own_seq(&self) -> Option<u64> {
+        let w = self.writer.as_ref()?;
+        w.state()
+            .segments
+            .iter()
+            .find(|s| s.own_first_seq > 0)
+            .map(|s| s.own_first_seq)
+    }
+
+    /// Own op records with sequence numbers from `from_seq` on, read from the segments on
+    /// disk (op log format, consecutive), up to about `bytes_max` bytes. None when the disk
+    /// does not hold `from_seq`.
+    pub fn read_own_since(
+        &mut self,
+        replica: meridian_crdt::ReplicaId,
+        from_seq: u64,
+        bytes_max: usize,
+    ) -> Option<Vec<u8>> {
+        let w = self.writer.as_ref()?;
+        let written = w.written_pos.load(Ordering::Acquire);
+        let segments: Vec<writer::SegmentInfo> = w
+            .state()
+            .segments
+            .iter()
+            .filter(|s| s.own_last_seq >= from_seq && s.own_first_seq > 0)
+            .cloned()
+            .collect();
+        let first = segments.first()?;
+        if first.own_first_seq > from_seq {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut next = from_seq;
+        for seg in &segments {
+            let cached = self
+                .disk_cache
+                .as_ref()
+                .is_some_and(|(p, b)| *p == seg.first_pos && b.len() as u64 >= seg.bytes);
+            if !cached {
+                let bytes = std::fs::read(&seg.path).ok()?;
+                self.disk_cache = Some((seg.first_pos, bytes));
+            }
+            let (_, bytes) = self.disk_cache.as_ref()?;
+            let body = bytes.get(record::SEGMENT_HEADER_BYTES..)?;
+            let mut pos = seg.first_pos;
+            let _ = record::scan::<()>(body, |f| {
+                if pos >= written || out.len() >= bytes_max {
+                    return Err(());
+                }
+                pos += 1;
+                if f.kind == record::Kind::Op {
+                    if let Some(seq) = writer::own_seq(f.payload, replica) {
+                        if seq == next {
+                            out.extend_from_slice(f.payload);
+                            next += 1;
+                        }
+                    }
+                }
+                Ok(())
+            });
+            if out.len() >= bytes_max {
+                break;
+            }
+        }
+        (next > from_seq).then_some(out)
+    }
+}
+
+impl Shard {
+    /// Logs the current position of peer `peer` (after ops or a full sync from it applied).
+    pub fn log_peer_position(&mut self, peer: usize) {
+        if let Some(p) = self.sync.peers.get(peer) {
+            let (site, inc, seq) = (p.site.clone(), p.in_incarnation, p.in_applied_seq);
+            self.persist.append_position(&site, inc, seq);
+        }
+    }
+
+    /// Logs a remote op record after it was applied.
+    pub fn log_remote_op(&mut self, rec: &crate::oplog::OpRecord) {
+        if !self.persist.logging() {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.persist.scratch);
+        buf.clear();
+        match &rec.body {
+            crate::oplog::OpBody::Write(effect) => crate::oplog::encode(
+                &mut buf, rec.origin, rec.seq, rec.hlc, rec.db, &rec.key, effect,
+            ),
+            crate::oplog::OpBody::Publish { message, sharded } => crate::oplog::encode_publish(
+                &mut buf, rec.origin, rec.seq, rec.hlc, &rec.key, message, *sharded,
+            ),
+        }
+        self.persist.scratch = buf;
+        self.persist.append_scratch_op();
+    }
+
+    /// Logs a key state a full sync merged.
+    pub fn log_merged_state(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        state: &meridian_crdt::KeyState,
+        floor: &VersionVector,
+    ) {
+        if !self.persist.logging() {
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.persist.scratch);
+        buf.clear();
+        state.encode_state(&mut buf);
+        self.persist.append_state(db as u16, key, floor, &buf);
+        self.persist.scratch = buf;
+    }
+}

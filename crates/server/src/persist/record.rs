@@ -1,0 +1,392 @@
+//! The byte format of log segments (docs/persistence.md §2).
+//!
+//! A segment is a 24-byte header, `magic:8 replica:u32 first_pos:u64 crc:u32`, then records
+//! `len:u32 crc:u32 kind:u8 payload`, where `len` counts `kind` and `payload` and `crc` is the
+//! CRC-32 (IEEE) of those bytes. Records are numbered by their position in the shard's whole
+//! log history; a segment's name and header give the position of its first record.
+//!
+//! `Scan` walks records and tells a torn tail (a write cut short by a crash: the bad record
+//! runs to the end of the file, or only zeros follow) from corruption (valid records follow
+//! the bad one), which must stop recovery.
+
+use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_vv};
+use meridian_crdt::{ReplicaId, VersionVector};
+
+pub const SEGMENT_MAGIC: &[u8; 8] = b"MRDNLOG\x01";
+pub const SEGMENT_HEADER_BYTES: usize = 24;
+/// `len:u32 crc:u32` before each record's kind.
+pub const RECORD_HEADER_BYTES: usize = 8;
+/// Largest candidate record the torn-tail check verifies while looking for valid records
+/// after a bad one (bounds its work on a damaged file; real records past it are rare and
+/// a file damaged only there is treated as torn).
+pub const RESYNC_RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// What a record holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An op record in the op log's format (`crate::oplog`): local or remote.
+    Op = 1,
+    /// A key state merged by a full sync: `db:u16 key:bytes floor:vv state:bytes`.
+    State = 2,
+    /// What this shard has applied from a peer: `site:bytes incarnation:u64 seq:u64`.
+    Position = 3,
+    /// This shard started an incarnation: `incarnation:u64 first_seq:u64`.
+    Incarnation = 4,
+    /// No timestamp above this one was issued before it was written: `hlc:u64`.
+    ClockLease = 5,
+}
+
+impl Kind {
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        match b {
+            1 => Some(Kind::Op),
+            2 => Some(Kind::State),
+            3 => Some(Kind::Position),
+            4 => Some(Kind::Incarnation),
+            5 => Some(Kind::ClockLease),
+            _ => None,
+        }
+    }
+}
+
+/// Starts a record of `kind` at the end of `out`; `finish` completes it.
+pub fn begin(out: &mut Vec<u8>, kind: Kind) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+    out.push(kind as u8);
+    start
+}
+
+/// Fills in the length and checksum of the record begun at `start`.
+pub fn finish(out: &mut [u8], start: usize) {
+    let Some(body) = out.get(start + RECORD_HEADER_BYTES..) else {
+        return;
+    };
+    let len = body.len() as u32;
+    let crc = crc32fast::hash(body);
+    if let Some(head) = out.get_mut(start..start + RECORD_HEADER_BYTES) {
+        head[..4].copy_from_slice(&len.to_le_bytes());
+        head[4..].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// Appends a whole record.
+pub fn put(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
+    let start = begin(out, kind);
+    out.extend_from_slice(payload);
+    finish(out, start);
+}
+
+pub fn put_state(out: &mut Vec<u8>, db: u16, key: &[u8], floor: &VersionVector, state: &[u8]) {
+    let start = begin(out, Kind::State);
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
+    put_vv(out, floor);
+    put_bytes(out, state);
+    finish(out, start);
+}
+
+pub fn put_position(out: &mut Vec<u8>, site: &str, incarnation: u64, seq: u64) {
+    let start = begin(out, Kind::Position);
+    put_bytes(out, site.as_bytes());
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    finish(out, start);
+}
+
+pub fn put_incarnation(out: &mut Vec<u8>, incarnation: u64, first_seq: u64) {
+    let start = begin(out, Kind::Incarnation);
+    out.extend_from_slice(&incarnation.to_le_bytes());
+    out.extend_from_slice(&first_seq.to_le_bytes());
+    finish(out, start);
+}
+
+pub fn put_clock_lease(out: &mut Vec<u8>, hlc: u64) {
+    let start = begin(out, Kind::ClockLease);
+    out.extend_from_slice(&hlc.to_le_bytes());
+    finish(out, start);
+}
+
+fn end(r: &Reader<'_>) -> Result<(), DecodeError> {
+    if r.is_at_end() {
+        Ok(())
+    } else {
+        Err(DecodeError::Invalid(
+            "trailing bytes after a record payload",
+        ))
+    }
+}
+
+/// A decoded State payload.
+pub struct StatePayload<'a> {
+    pub db: u16,
+    pub key: &'a [u8],
+    pub floor: VersionVector,
+    pub state: &'a [u8],
+}
+
+pub fn decode_state(payload: &[u8]) -> Result<StatePayload<'_>, DecodeError> {
+    let mut r = Reader::new(payload);
+    let db = u16::from_le_bytes(r.array()?);
+    let key = r.bytes()?;
+    let floor = r.vv()?;
+    let state = r.bytes()?;
+    end(&r)?;
+    Ok(StatePayload {
+        db,
+        key,
+        floor,
+        state,
+    })
+}
+
+pub fn decode_position(payload: &[u8]) -> Result<(String, u64, u64), DecodeError> {
+    let mut r = Reader::new(payload);
+    let site = String::from_utf8_lossy(r.bytes()?).into_owned();
+    let incarnation = r.u64()?;
+    let seq = r.u64()?;
+    end(&r)?;
+    Ok((site, incarnation, seq))
+}
+
+pub fn decode_incarnation(payload: &[u8]) -> Result<(u64, u64), DecodeError> {
+    let mut r = Reader::new(payload);
+    let incarnation = r.u64()?;
+    let first = r.u64()?;
+    end(&r)?;
+    Ok((incarnation, first))
+}
+
+pub fn decode_clock_lease(payload: &[u8]) -> Result<u64, DecodeError> {
+    let mut r = Reader::new(payload);
+    let hlc = r.u64()?;
+    end(&r)?;
+    Ok(hlc)
+}
+
+/// A segment's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub replica: ReplicaId,
+    pub first_pos: u64,
+}
+
+impl SegmentHeader {
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
+        let mut out = [0u8; SEGMENT_HEADER_BYTES];
+        out[..8].copy_from_slice(SEGMENT_MAGIC);
+        out[8..12].copy_from_slice(&self.replica.0.to_le_bytes());
+        out[12..20].copy_from_slice(&self.first_pos.to_le_bytes());
+        let crc = crc32fast::hash(&out[..20]);
+        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes the header at the start of a segment; the reason when it is not one.
+    pub fn decode(buf: &[u8]) -> Result<SegmentHeader, String> {
+        let Some(head) = buf.get(..SEGMENT_HEADER_BYTES) else {
+            return Err(format!(
+                "shorter ({} bytes) than a segment header ({SEGMENT_HEADER_BYTES})",
+                buf.len()
+            ));
+        };
+        let (magic, rest) = head.split_at(8);
+        if magic != SEGMENT_MAGIC {
+            return Err("not a Meridian log segment (bad magic)".to_string());
+        }
+        let (body, crc) = head.split_at(20);
+        let crc = u32::from_le_bytes(crc.try_into().unwrap_or([0; 4]));
+        if crc32fast::hash(body) != crc {
+            return Err("segment header checksum mismatch".to_string());
+        }
+        let replica = u32::from_le_bytes(rest[..4].try_into().unwrap_or([0; 4]));
+        let first_pos = u64::from_le_bytes(rest[4..12].try_into().unwrap_or([0; 8]));
+        Ok(SegmentHeader {
+            replica: ReplicaId(replica),
+            first_pos,
+        })
+    }
+}
+
+/// How a walk over records ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanEnd {
+    /// Every byte belongs to a valid record.
+    Clean,
+    /// The bytes from `offset` on are an incomplete or damaged last write: cut them.
+    Torn { offset: usize, reason: String },
+    /// A damaged record at `offset` with valid records after it: never cut silently.
+    Corrupt { offset: usize, reason: String },
+}
+
+/// One record found by a walk: its offset in the buffer, kind byte and payload.
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    pub offset: usize,
+    pub kind: Kind,
+    pub payload: &'a [u8],
+}
+
+/// Why the record at some offset is not valid; None when it is (its kind, payload, end).
+fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
+    let Some(head) = buf.get(at..at + RECORD_HEADER_BYTES) else {
+        return Err(format!(
+            "{} bytes left, a record header needs {RECORD_HEADER_BYTES}",
+            buf.len().saturating_sub(at)
+        ));
+    };
+    let len = u32::from_le_bytes(head[..4].try_into().unwrap_or([0; 4])) as usize;
+    let crc = u32::from_le_bytes(head[4..].try_into().unwrap_or([0; 4]));
+    if len == 0 {
+        return Err("record of length 0".to_string());
+    }
+    let start = at + RECORD_HEADER_BYTES;
+    let Some(body) = buf.get(start..start.saturating_add(len)) else {
+        return Err(format!(
+            "record of {len} bytes runs past the end ({} bytes left)",
+            buf.len().saturating_sub(start)
+        ));
+    };
+    if crc32fast::hash(body) != crc {
+        return Err("record checksum mismatch".to_string());
+    }
+    let Some(kind) = body.first().copied().and_then(Kind::from_u8) else {
+        return Err(format!("unknown record kind {:?}", body.first()));
+    };
+    Ok((kind, body.get(1..).unwrap_or_default(), start + len))
+}
+
+/// Whether a valid record starts anywhere after `at` (bounded work per candidate).
+fn valid_record_after(buf: &[u8], at: usize) -> bool {
+    let mut i = at + 1;
+    while i + RECORD_HEADER_BYTES < buf.len() {
+        if let Some(len) = buf.get(i..i + 4) {
+            let len = u32::from_le_bytes(len.try_into().unwrap_or([0; 4])) as usize;
+            if len > 0
+                && len <= RESYNC_RECORD_BYTES_MAX
+                && i + RECORD_HEADER_BYTES + len <= buf.len()
+                && check_at(buf, i).is_ok()
+            {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Walks the records of `buf` (a segment without its header, or any record stream), calling
+/// `each` for every valid one, and says how the walk ended. `each` returning an error stops
+/// the walk with that error.
+pub fn scan<E>(
+    buf: &[u8],
+    mut each: impl FnMut(Found<'_>) -> Result<(), E>,
+) -> Result<(ScanEnd, usize), E> {
+    let mut at = 0usize;
+    let mut n = 0usize;
+    while at < buf.len() {
+        match check_at(buf, at) {
+            Ok((kind, payload, end)) => {
+                each(Found {
+                    offset: at,
+                    kind,
+                    payload,
+                })?;
+                n += 1;
+                at = end;
+            }
+            Err(reason) => {
+                let rest = buf.get(at..).unwrap_or_default();
+                let end = if rest.iter().all(|&b| b == 0) || !valid_record_after(buf, at) {
+                    ScanEnd::Torn { offset: at, reason }
+                } else {
+                    ScanEnd::Corrupt { offset: at, reason }
+                };
+                return Ok((end, n));
+            }
+        }
+    }
+    Ok((ScanEnd::Clean, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three() -> Vec<u8> {
+        let mut b = Vec::new();
+        put(&mut b, Kind::Op, b"first op");
+        put_position(&mut b, "b", 7, 42);
+        put_clock_lease(&mut b, 99);
+        b
+    }
+
+    fn walk(buf: &[u8]) -> (ScanEnd, usize) {
+        scan::<()>(buf, |_| Ok(())).unwrap()
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let b = three();
+        let mut kinds = Vec::new();
+        let (end, n) = scan::<()>(&b, |f| {
+            kinds.push(f.kind);
+            if f.kind == Kind::Position {
+                assert_eq!(
+                    decode_position(f.payload).unwrap(),
+                    ("b".to_string(), 7, 42)
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((end, n), (ScanEnd::Clean, 3));
+        assert_eq!(kinds, vec![Kind::Op, Kind::Position, Kind::ClockLease]);
+    }
+
+    #[test]
+    fn a_cut_last_record_is_torn() {
+        let b = three();
+        for cut in 1..b.len() {
+            let (end, _) = walk(&b[..cut]);
+            assert!(
+                matches!(end, ScanEnd::Torn { .. } | ScanEnd::Clean),
+                "cut at {cut}: {end:?}"
+            );
+        }
+        // Zeros after the last record (a preallocated tail) are torn, not corrupt.
+        let mut z = three();
+        z.extend_from_slice(&[0u8; 100]);
+        assert!(matches!(walk(&z).0, ScanEnd::Torn { .. }));
+    }
+
+    #[test]
+    fn damage_before_valid_records_is_corruption() {
+        let mut b = three();
+        b[RECORD_HEADER_BYTES + 2] ^= 0x10; // inside the first record's payload
+        match walk(&b) {
+            (ScanEnd::Corrupt { offset: 0, .. }, 0) => {}
+            other => panic!("{other:?}"),
+        }
+        // The same damage in the last record is a torn tail.
+        let mut b = three();
+        let last = b.len() - 2;
+        b[last] ^= 0x01;
+        assert!(matches!(walk(&b), (ScanEnd::Torn { .. }, 2)));
+    }
+
+    #[test]
+    fn segment_header_checks() {
+        let h = SegmentHeader {
+            replica: ReplicaId(5),
+            first_pos: 1234,
+        };
+        let bytes = h.encode();
+        assert_eq!(SegmentHeader::decode(&bytes).unwrap(), h);
+        let mut bad = bytes;
+        bad[13] ^= 1;
+        assert!(SegmentHeader::decode(&bad).is_err());
+        assert!(SegmentHeader::decode(b"MRDNLOG").is_err());
+        assert!(SegmentHeader::decode(b"PK\x03\x04 something else entirely").is_err());
+    }
+}

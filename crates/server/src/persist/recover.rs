@@ -1,0 +1,476 @@
+//! Recovery: the newest valid snapshot, then every log record after it, replayed through the
+//! same paths live writes take (docs/persistence.md §4).
+//!
+//! A torn tail of the newest segment (a crash cut its last write short) is cut at the last
+//! valid record and logged with what was dropped; any other damage stops the start with the
+//! file and offset. A damaged snapshot is passed over for an older one when the log still
+//! reaches back to it. Background snapshots use the same replay on a private shard, up to
+//! the segment boundary they were asked for.
+
+use std::path::{Path, PathBuf};
+
+use meridian_crdt::codec::Reader;
+use meridian_crdt::{Hlc, HlcClock, KeyState, Stamp};
+
+use super::PersistError;
+use super::record::{self, Kind, ScanEnd, SegmentHeader};
+use super::snapshot::{self, SnapshotMeta};
+use super::writer::SegmentInfo;
+use crate::keyspace::Db;
+use crate::oplog::{self, OpBody};
+use crate::shard::Shard;
+
+/// What recovery is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Server start: cut a torn tail, remove leftover temporary files.
+    Start,
+    /// A background snapshot: replay records below `upto` only, change no file.
+    Snapshot { upto: u64 },
+}
+
+/// What recovery found and did.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Position of the next record.
+    pub next_pos: u64,
+    /// Segments kept, oldest first, with their extents.
+    pub segments: Vec<SegmentInfo>,
+    /// The snapshot loaded: its position, path and size.
+    pub snapshot: Option<(u64, PathBuf, u64)>,
+    /// Other valid snapshots' positions and paths (candidates to drop later).
+    pub snapshots: Vec<(u64, PathBuf)>,
+    pub keys_loaded: u64,
+    pub records_replayed: u64,
+    /// Highest clock lease found (an hlc).
+    pub lease: u64,
+}
+
+/// Files of a data directory.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub segments: Vec<(u64, PathBuf)>,
+    pub snapshots: Vec<(u64, PathBuf)>,
+    pub temporary: Vec<PathBuf>,
+    pub unknown: Vec<PathBuf>,
+}
+
+fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Lists `dir`, sorting segments and snapshots by position.
+pub fn list(dir: &Path) -> Result<Listing, PersistError> {
+    let mut out = Listing::default();
+    let rd = std::fs::read_dir(dir).map_err(|e| PersistError::io(dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| PersistError::io(dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pos) = numbered(&name, "log-", ".log") {
+            out.segments.push((pos, path));
+        } else if let Some(pos) = numbered(&name, "snap-", ".snap") {
+            out.snapshots.push((pos, path));
+        } else if name.ends_with(".tmp") {
+            out.temporary.push(path);
+        } else if name != "LOCK" && name != "fsynced" {
+            out.unknown.push(path);
+        }
+    }
+    out.segments.sort();
+    out.snapshots.sort();
+    Ok(out)
+}
+
+/// Empties `shard`'s keyspace and replication memory (after a snapshot failed half-way).
+fn reset(shard: &mut Shard) {
+    shard.dbs = (0..shard.dbs.len()).map(|_| Db::new()).collect();
+    shard.seq = 0;
+    shard.clock = HlcClock::new();
+    shard.sync.own_last = Hlc::ZERO;
+    shard.sync.delivered = meridian_crdt::VersionVector::new();
+    shard.sync.incarnations.clear();
+    for p in &mut shard.sync.peers {
+        p.in_incarnation = 0;
+        p.in_applied_seq = 0;
+    }
+}
+
+fn raise_clock(shard: &mut Shard, hlc: Hlc) {
+    if hlc > shard.clock.last() {
+        shard.clock = HlcClock::resume_after(hlc);
+    }
+}
+
+fn apply_meta(shard: &mut Shard, m: &SnapshotMeta) {
+    shard.seq = m.seq;
+    raise_clock(shard, m.hlc);
+    shard.sync.own_last = m.own_last;
+    shard.sync.delivered = m.delivered.clone();
+    shard.sync.incarnations = m.incarnations.clone();
+    for (site, inc, seq) in &m.peers {
+        if let Some(p) = shard.sync.peers.iter_mut().find(|p| &p.site == site) {
+            p.in_incarnation = *inc;
+            p.in_applied_seq = *seq;
+        }
+    }
+}
+
+/// Loads a snapshot into `shard` (whose keyspace must be empty).
+fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<SnapshotMeta, String> {
+    let databases = shard.dbs.len();
+    let mut n = 0u64;
+    let meta = snapshot::read(path, databases, |db, key, state| {
+        if !shard.insert_loaded(db, key, state, now_ms) {
+            return Err(format!(
+                "key {:?} appears twice",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        n += 1;
+        Ok(())
+    })?;
+    if meta.replica != shard.replica {
+        return Err(format!(
+            "belongs to replica {} (another site or shard), not {}",
+            meta.replica.0, shard.replica.0
+        ));
+    }
+    apply_meta(shard, &meta);
+    Ok(meta)
+}
+
+/// Applies one log record to `shard` (recovery: nothing is logged again).
+pub fn replay(
+    shard: &mut Shard,
+    kind: Kind,
+    payload: &[u8],
+    now_ms: u64,
+    lease: &mut u64,
+) -> Result<(), String> {
+    let databases = shard.dbs.len();
+    match kind {
+        Kind::Op => {
+            let (rec, used) = oplog::decode(payload).map_err(|e| format!("op record: {e}"))?;
+            if used != payload.len() {
+                return Err("op record: trailing bytes".to_string());
+            }
+            if usize::from(rec.db) >= databases && matches!(rec.body, OpBody::Write(_)) {
+                return Err(format!(
+                    "op on database {} but only {databases} are configured",
+                    rec.db
+                ));
+            }
+            let stamp = Stamp {
+                hlc: rec.hlc,
+                replica: rec.origin,
+            };
+            raise_clock(shard, rec.hlc);
+            if rec.origin == shard.replica {
+                shard.seq = shard.seq.max(rec.seq);
+                if rec.hlc > shard.sync.own_last {
+                    shard.sync.own_last = rec.hlc;
+                }
+                shard.oplog.append_raw(rec.seq, payload);
+            } else {
+                shard.sync.delivered.observe(stamp);
+            }
+            if let OpBody::Write(effect) = &rec.body {
+                let hash = shard.hash_key(&rec.key);
+                shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+            }
+        }
+        Kind::State => {
+            let p = record::decode_state(payload).map_err(|e| format!("state record: {e}"))?;
+            if usize::from(p.db) >= databases {
+                return Err(format!(
+                    "state on database {} but only {databases} are configured",
+                    p.db
+                ));
+            }
+            let mut r = Reader::new(p.state);
+            let state = KeyState::decode_state(&mut r).map_err(|e| format!("state: {e}"))?;
+            if !r.is_at_end() {
+                return Err("state record: trailing bytes".to_string());
+            }
+            for (_, hlc) in state.observed().stamps.iter() {
+                raise_clock(shard, hlc);
+            }
+            shard.merge_state(usize::from(p.db), p.key, &state, &p.floor, now_ms);
+        }
+        Kind::Position => {
+            let (site, inc, seq) =
+                record::decode_position(payload).map_err(|e| format!("position record: {e}"))?;
+            if let Some(p) = shard.sync.peers.iter_mut().find(|p| p.site == site) {
+                p.in_incarnation = inc;
+                p.in_applied_seq = seq;
+            }
+        }
+        Kind::Incarnation => {
+            let (inc, first) = record::decode_incarnation(payload)
+                .map_err(|e| format!("incarnation record: {e}"))?;
+            shard.sync.incarnations.retain(|(_, f)| *f < first);
+            shard.sync.incarnations.push((inc, first));
+            shard.sync.incarnation = inc;
+            shard.sync.own_before_incarnation = shard.sync.own_last;
+        }
+        Kind::ClockLease => {
+            let hlc = record::decode_clock_lease(payload)
+                .map_err(|e| format!("clock lease record: {e}"))?;
+            *lease = (*lease).max(hlc);
+        }
+    }
+    Ok(())
+}
+
+/// Recovers `shard` from `dir` (see the module comment).
+pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recovered, PersistError> {
+    let now_ms = shard.now_ms();
+    let listing = list(dir)?;
+    if purpose == Purpose::Start {
+        for t in &listing.temporary {
+            tracing::warn!(file = %t.display(), "removing an unfinished temporary file");
+            let _ = std::fs::remove_file(t);
+        }
+        for u in &listing.unknown {
+            tracing::warn!(file = %u.display(), "ignoring a file Meridian did not write");
+        }
+    }
+    let upto = match purpose {
+        Purpose::Start => u64::MAX,
+        Purpose::Snapshot { upto } => upto,
+    };
+    // Segment headers: foreign files stop everything.
+    let mut segments: Vec<(u64, PathBuf)> = Vec::new();
+    for (pos, path) in &listing.segments {
+        if *pos >= upto {
+            continue;
+        }
+        let mut head = [0u8; record::SEGMENT_HEADER_BYTES];
+        let read = std::fs::File::open(path).and_then(|mut f| {
+            use std::io::Read as _;
+            let mut n = 0;
+            while n < head.len() {
+                let k = f.read(&mut head[n..])?;
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            Ok(n)
+        });
+        let n = read.map_err(|e| PersistError::io(path, e))?;
+        let h = match SegmentHeader::decode(head.get(..n).unwrap_or_default()) {
+            Ok(h) => h,
+            Err(reason) => {
+                let last = listing.segments.last().is_some_and(|(p, _)| p == pos);
+                if last && purpose == Purpose::Start && n < record::SEGMENT_HEADER_BYTES {
+                    // A crash right after the segment was created: nothing in it.
+                    tracing::warn!(file = %path.display(), "removing a log segment cut inside its header");
+                    let _ = std::fs::remove_file(path);
+                    continue;
+                }
+                return Err(PersistError::Corrupt {
+                    path: path.display().to_string(),
+                    offset: 0,
+                    reason,
+                });
+            }
+        };
+        if h.replica != shard.replica {
+            return Err(PersistError::Foreign {
+                path: path.display().to_string(),
+                found: h.replica.0,
+                expected: shard.replica.0,
+            });
+        }
+        if h.first_pos != *pos {
+            return Err(PersistError::Inconsistent(format!(
+                "{}: its header says position {} but its name says {pos}",
+                path.display(),
+                h.first_pos
+            )));
+        }
+        segments.push((*pos, path.clone()));
+    }
+    let log_start = segments.first().map(|(p, _)| *p);
+    // Newest valid snapshot the log continues from.
+    let mut out = Recovered::default();
+    let mut base = 0u64;
+    let candidates: Vec<&(u64, PathBuf)> = listing
+        .snapshots
+        .iter()
+        .rev()
+        .filter(|(p, _)| *p <= upto)
+        .collect();
+    for (pos, path) in candidates {
+        if log_start.is_some_and(|s| s > *pos) {
+            tracing::warn!(file = %path.display(), "snapshot older than the log kept: not usable");
+            continue;
+        }
+        match load_snapshot(shard, path, now_ms) {
+            Ok(meta) => {
+                base = meta.pos;
+                out.keys_loaded = meta.keys;
+                let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                out.snapshot = Some((meta.pos, path.clone(), bytes));
+                break;
+            }
+            Err(reason) => {
+                if reason.contains("belongs to replica") {
+                    return Err(PersistError::Inconsistent(format!(
+                        "{}: {reason}",
+                        path.display()
+                    )));
+                }
+                tracing::error!(file = %path.display(), %reason, "snapshot is damaged; trying an older one");
+                reset(shard);
+            }
+        }
+    }
+    for (pos, path) in &listing.snapshots {
+        if out.snapshot.as_ref().is_none_or(|(p, _, _)| p != pos) {
+            out.snapshots.push((*pos, path.clone()));
+        }
+    }
+    if out.snapshot.is_none() && !listing.snapshots.is_empty() && log_start.is_some_and(|s| s > 0) {
+        return Err(PersistError::Inconsistent(format!(
+            "no usable snapshot in {} and the log starts at position {} (the records before it are gone)",
+            dir.display(),
+            log_start.unwrap_or(0)
+        )));
+    }
+    if out.snapshot.is_none() && log_start.is_some_and(|s| s > 0) {
+        return Err(PersistError::Inconsistent(format!(
+            "{}: the log starts at position {} and no snapshot covers what came before",
+            dir.display(),
+            log_start.unwrap_or(0)
+        )));
+    }
+    // Replay the log after the snapshot.
+    let mut pos_expected: Option<u64> = None;
+    let count = segments.len();
+    for (i, (first, path)) in segments.iter().enumerate() {
+        let next_first = segments.get(i + 1).map(|(p, _)| *p);
+        if next_first.is_some_and(|n| n <= base) {
+            // Wholly before the snapshot; kept only for peers.
+            out.segments.push(SegmentInfo {
+                first_pos: *first,
+                end_pos: next_first.unwrap_or(*first),
+                path: path.clone(),
+                bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+                own_first_seq: 0,
+                own_last_seq: 0,
+            });
+            note_own_seqs(out.segments.last_mut(), path, shard.replica);
+            continue;
+        }
+        if let Some(expected) = pos_expected {
+            if expected != *first {
+                return Err(PersistError::Inconsistent(format!(
+                    "{}: starts at position {first} but the previous segment ends at {expected}",
+                    path.display()
+                )));
+            }
+        }
+        let bytes = std::fs::read(path).map_err(|e| PersistError::io(path, e))?;
+        let body = bytes
+            .get(record::SEGMENT_HEADER_BYTES..)
+            .unwrap_or_default();
+        let mut pos = *first;
+        let mut info = SegmentInfo {
+            first_pos: *first,
+            end_pos: *first,
+            path: path.clone(),
+            bytes: bytes.len() as u64,
+            own_first_seq: 0,
+            own_last_seq: 0,
+        };
+        let replica = shard.replica;
+        let mut replayed = 0u64;
+        let mut lease = out.lease;
+        let walk = record::scan::<(usize, String)>(body, |f| {
+            if f.kind == Kind::Op {
+                if let Some(seq) = super::writer::own_seq(f.payload, replica) {
+                    if info.own_first_seq == 0 {
+                        info.own_first_seq = seq;
+                    }
+                    info.own_last_seq = seq;
+                }
+            }
+            if pos >= base && pos < upto {
+                replay(shard, f.kind, f.payload, now_ms, &mut lease).map_err(|r| (f.offset, r))?;
+                replayed += 1;
+            }
+            pos += 1;
+            Ok(())
+        });
+        out.lease = lease;
+        out.records_replayed += replayed;
+        let last = i + 1 == count;
+        let file = path.display().to_string();
+        match walk {
+            Err((offset, reason)) => {
+                return Err(PersistError::Corrupt {
+                    path: file,
+                    offset: (offset + record::SEGMENT_HEADER_BYTES) as u64,
+                    reason,
+                });
+            }
+            Ok((ScanEnd::Clean, _)) => {}
+            Ok((ScanEnd::Torn { offset, reason }, _)) if last && purpose == Purpose::Start => {
+                let at = (offset + record::SEGMENT_HEADER_BYTES) as u64;
+                let dropped = bytes.len() as u64 - at;
+                tracing::warn!(
+                    file = %file,
+                    offset = at,
+                    dropped_bytes = dropped,
+                    %reason,
+                    "log ends in a torn record (a write cut short by a crash): truncating it at the last valid record"
+                );
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| PersistError::io(path, e))?;
+                f.set_len(at).map_err(|e| PersistError::io(path, e))?;
+                f.sync_all().map_err(|e| PersistError::io(path, e))?;
+                info.bytes = at;
+            }
+            Ok((ScanEnd::Torn { offset, reason } | ScanEnd::Corrupt { offset, reason }, _)) => {
+                return Err(PersistError::Corrupt {
+                    path: file,
+                    offset: (offset + record::SEGMENT_HEADER_BYTES) as u64,
+                    reason,
+                });
+            }
+        }
+        info.end_pos = pos;
+        pos_expected = Some(pos);
+        out.segments.push(info);
+    }
+    // The log may end before the snapshot (SAVE wrote records still on their way to the
+    // log, then the machine lost power): the snapshot holds them.
+    out.next_pos = pos_expected.unwrap_or(base).max(base);
+    Ok(out)
+}
+
+fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, replica: meridian_crdt::ReplicaId) {
+    let Some(info) = info else {
+        return;
+    };
+    if let Ok(bytes) = std::fs::read(path) {
+        if let Some(body) = bytes.get(record::SEGMENT_HEADER_BYTES..) {
+            info.note_records(body, replica);
+            let mut n = 0u64;
+            let _ = record::scan::<()>(body, |_| {
+                n += 1;
+                Ok(())
+            });
+            info.end_pos = info.first_pos + n;
+        }
+    }
+}

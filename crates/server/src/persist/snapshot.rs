@@ -1,0 +1,329 @@
+//! Snapshot files: the CRDT state of every key of a shard at one log position, with what
+//! replication must remember (docs/persistence.md §3).
+//!
+//! Layout: `magic:8`, a header block, key blocks, then an end block and `end magic:8`.
+//! Every block is `len:u32 crc:u32 body` (CRC-32 of the body); the end block has `len` 0.
+//! Header body: `replica:u32 pos:u64 seq:u64 hlc:u64 own_last:u64 keys:u64
+//! incarnations:(varint n, n × (id:u64 first_seq:u64)) peers:(varint n, n × (site:bytes
+//! incarnation:u64 seq:u64)) delivered:vv`. Key block bodies: entries `db:u16 key:bytes
+//! state:bytes` (`KeyState::encode_state`). A snapshot is written to `*.tmp`, fsynced, then
+//! renamed: a file with the final name is whole unless the disk damaged it, which the
+//! checksums and the key count catch.
+
+use std::io::{BufReader, BufWriter, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use meridian_crdt::codec::{Reader, put_bytes, put_varint, put_vv};
+use meridian_crdt::{Hlc, KeyState, ReplicaId, VersionVector};
+
+use crate::shard::Shard;
+
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"MRDNSNP\x01";
+pub const END_MAGIC: &[u8; 8] = b"MRDNEND\x01";
+/// Key blocks are cut at about this size.
+pub const BLOCK_BYTES: usize = 256 * 1024;
+/// Largest block a loader accepts (a single key's state may be large).
+pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
+/// Most incarnations and peers a header may list.
+pub const HEADER_ITEMS_MAX: usize = 4096;
+
+pub fn snapshot_name(pos: u64) -> String {
+    format!("snap-{pos:020}.snap")
+}
+
+/// What a snapshot's header says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    pub replica: ReplicaId,
+    /// The snapshot holds the effect of every log record below this position.
+    pub pos: u64,
+    /// Last sequence number this shard had issued.
+    pub seq: u64,
+    /// The hybrid clock's last value.
+    pub hlc: Hlc,
+    /// Hlc of this shard's last own op.
+    pub own_last: Hlc,
+    pub keys: u64,
+    /// (incarnation, first sequence number), oldest first.
+    pub incarnations: Vec<(u64, u64)>,
+    /// Per peer site: the incarnation and sequence number applied from it.
+    pub peers: Vec<(String, u64, u64)>,
+    /// What this shard delivered from other origins.
+    pub delivered: VersionVector,
+}
+
+impl SnapshotMeta {
+    /// The header of `shard`'s current state at log position `pos`.
+    pub fn of(shard: &Shard, pos: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            replica: shard.replica,
+            pos,
+            seq: shard.seq,
+            hlc: shard.clock.last(),
+            own_last: shard.sync.own_last,
+            keys: shard.dbs.iter().map(|d| d.table.len() as u64).sum(),
+            incarnations: shard.sync.incarnations.clone(),
+            peers: shard
+                .sync
+                .peers
+                .iter()
+                .map(|p| (p.site.clone(), p.in_incarnation, p.in_applied_seq))
+                .collect(),
+            delivered: shard.sync.delivered.clone(),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.replica.0.to_le_bytes());
+        for v in [self.pos, self.seq, self.hlc.0, self.own_last.0, self.keys] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        put_varint(out, self.incarnations.len() as u64);
+        for (id, first) in &self.incarnations {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&first.to_le_bytes());
+        }
+        put_varint(out, self.peers.len() as u64);
+        for (site, inc, seq) in &self.peers {
+            put_bytes(out, site.as_bytes());
+            out.extend_from_slice(&inc.to_le_bytes());
+            out.extend_from_slice(&seq.to_le_bytes());
+        }
+        put_vv(out, &self.delivered);
+    }
+
+    fn decode(body: &[u8]) -> Result<SnapshotMeta, String> {
+        let bad = |e: meridian_crdt::codec::DecodeError| format!("snapshot header: {e}");
+        let mut r = Reader::new(body);
+        let replica = ReplicaId(r.u32().map_err(bad)?);
+        let pos = r.u64().map_err(bad)?;
+        let seq = r.u64().map_err(bad)?;
+        let hlc = Hlc(r.u64().map_err(bad)?);
+        let own_last = Hlc(r.u64().map_err(bad)?);
+        let keys = r.u64().map_err(bad)?;
+        let n = r.varint().map_err(bad)? as usize;
+        if n > HEADER_ITEMS_MAX {
+            return Err(format!("snapshot header lists {n} incarnations"));
+        }
+        let mut incarnations = Vec::with_capacity(n);
+        for _ in 0..n {
+            incarnations.push((r.u64().map_err(bad)?, r.u64().map_err(bad)?));
+        }
+        let n = r.varint().map_err(bad)? as usize;
+        if n > HEADER_ITEMS_MAX {
+            return Err(format!("snapshot header lists {n} peers"));
+        }
+        let mut peers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let site = String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned();
+            peers.push((site, r.u64().map_err(bad)?, r.u64().map_err(bad)?));
+        }
+        let delivered = r.vv().map_err(bad)?;
+        if !r.is_at_end() {
+            return Err("snapshot header: trailing bytes".to_string());
+        }
+        Ok(SnapshotMeta {
+            replica,
+            pos,
+            seq,
+            hlc,
+            own_last,
+            keys,
+            incarnations,
+            peers,
+            delivered,
+        })
+    }
+}
+
+fn put_block(w: &mut impl std::io::Write, body: &[u8]) -> std::io::Result<()> {
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(&crc32fast::hash(body).to_le_bytes())?;
+    w.write_all(body)
+}
+
+/// Writes `shard`'s state as the snapshot at `pos` in `dir`: a temporary file, fsynced,
+/// renamed, and the directory fsynced. Returns the path and its size.
+pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u64)> {
+    let path = dir.join(snapshot_name(pos));
+    let tmp = dir.join(format!("{}.tmp", snapshot_name(pos)));
+    let file = std::fs::File::create(&tmp)?;
+    let mut w = BufWriter::with_capacity(1024 * 1024, file);
+    w.write_all(SNAPSHOT_MAGIC)?;
+    let mut body = Vec::with_capacity(BLOCK_BYTES + 4096);
+    SnapshotMeta::of(shard, pos).encode(&mut body);
+    put_block(&mut w, &body)?;
+    body.clear();
+    let mut state = Vec::new();
+    for (db, d) in shard.dbs.iter().enumerate() {
+        for e in d.table.iter() {
+            body.extend_from_slice(&(db as u16).to_le_bytes());
+            put_bytes(&mut body, &e.key);
+            state.clear();
+            e.state.encode_state(&mut state);
+            put_bytes(&mut body, &state);
+            if body.len() >= BLOCK_BYTES {
+                put_block(&mut w, &body)?;
+                body.clear();
+            }
+        }
+    }
+    if !body.is_empty() {
+        put_block(&mut w, &body)?;
+    }
+    w.write_all(&0u32.to_le_bytes())?;
+    w.write_all(&0u32.to_le_bytes())?;
+    w.write_all(END_MAGIC)?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    drop(file);
+    std::fs::rename(&tmp, &path)?;
+    super::writer::sync_dir(dir)?;
+    Ok((path, bytes))
+}
+
+/// Reads blocks of a snapshot, checking each.
+struct Blocks<R: std::io::Read> {
+    r: R,
+    offset: u64,
+}
+
+impl<R: std::io::Read> Blocks<R> {
+    /// The next block's body; None at the end block.
+    fn next(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, String> {
+        let at = self.offset;
+        let mut head = [0u8; 8];
+        self.r
+            .read_exact(&mut head)
+            .map_err(|e| format!("offset {at}: block header: {e}"))?;
+        let len = u32::from_le_bytes(head[..4].try_into().unwrap_or([0; 4])) as usize;
+        let crc = u32::from_le_bytes(head[4..].try_into().unwrap_or([0; 4]));
+        self.offset += 8;
+        if len == 0 {
+            if crc != 0 {
+                return Err(format!("offset {at}: bad end block"));
+            }
+            let mut magic = [0u8; 8];
+            self.r
+                .read_exact(&mut magic)
+                .map_err(|e| format!("offset {at}: end marker: {e}"))?;
+            if &magic != END_MAGIC {
+                return Err(format!("offset {}: bad end marker", at + 8));
+            }
+            let mut rest = [0u8; 1];
+            if self.r.read(&mut rest).map_err(|e| e.to_string())? != 0 {
+                return Err(format!("offset {}: bytes after the end marker", at + 16));
+            }
+            return Ok(None);
+        }
+        if len > BLOCK_BYTES_MAX {
+            return Err(format!("offset {at}: block of {len} bytes"));
+        }
+        buf.clear();
+        // Grow with what is actually read, not with what the length claims.
+        let got = (&mut self.r)
+            .take(len as u64)
+            .read_to_end(buf)
+            .map_err(|e| format!("offset {at}: {e}"))?;
+        if got != len {
+            return Err(format!(
+                "offset {at}: block of {len} bytes cut after {got} (truncated file)"
+            ));
+        }
+        if crc32fast::hash(buf) != crc {
+            return Err(format!("offset {at}: block checksum mismatch"));
+        }
+        self.offset += len as u64;
+        Ok(Some(at))
+    }
+}
+
+fn open(path: &Path) -> Result<Blocks<BufReader<std::fs::File>>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let mut r = BufReader::with_capacity(1024 * 1024, f);
+    let mut magic = [0u8; 8];
+    r.read_exact(&mut magic)
+        .map_err(|e| format!("offset 0: magic: {e}"))?;
+    if &magic != SNAPSHOT_MAGIC {
+        return Err("offset 0: not a Meridian snapshot (bad magic)".to_string());
+    }
+    Ok(Blocks { r, offset: 8 })
+}
+
+/// Reads and checks the whole snapshot, calling `each(db, key, state)` for every key.
+/// Errors name the offset of the damage.
+pub fn read(
+    path: &Path,
+    databases: usize,
+    mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
+) -> Result<SnapshotMeta, String> {
+    let mut blocks = open(path)?;
+    let mut buf = Vec::new();
+    let meta = match blocks.next(&mut buf)? {
+        Some(_) => SnapshotMeta::decode(&buf)?,
+        None => return Err("offset 8: no header block".to_string()),
+    };
+    let mut keys = 0u64;
+    while let Some(at) = blocks.next(&mut buf)? {
+        let mut r = Reader::new(&buf);
+        while !r.is_at_end() {
+            let bad = |e: meridian_crdt::codec::DecodeError| format!("block at offset {at}: {e}");
+            let db = usize::from(u16::from_le_bytes(r.array().map_err(bad)?));
+            if db >= databases {
+                return Err(format!(
+                    "block at offset {at}: key in database {db} of {databases}"
+                ));
+            }
+            let key = r.bytes().map_err(bad)?;
+            let st = r.bytes().map_err(bad)?;
+            let mut sr = Reader::new(st);
+            let state = KeyState::decode_state(&mut sr).map_err(bad)?;
+            if !sr.is_at_end() {
+                return Err(format!(
+                    "block at offset {at}: trailing bytes after a state"
+                ));
+            }
+            each(db, key, state)?;
+            keys += 1;
+        }
+    }
+    if keys != meta.keys {
+        return Err(format!(
+            "holds {keys} keys but its header says {}",
+            meta.keys
+        ));
+    }
+    Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let mut delivered = VersionVector::new();
+        delivered.observe(meridian_crdt::Stamp {
+            hlc: Hlc(77),
+            replica: ReplicaId(3),
+        });
+        let m = SnapshotMeta {
+            replica: ReplicaId(9),
+            pos: 100,
+            seq: 55,
+            hlc: Hlc(1234),
+            own_last: Hlc(1200),
+            keys: 0,
+            incarnations: vec![(11, 1), (12, 40)],
+            peers: vec![("b".to_string(), 5, 6)],
+            delivered,
+        };
+        let mut out = Vec::new();
+        m.encode(&mut out);
+        assert_eq!(SnapshotMeta::decode(&out).unwrap(), m);
+        for cut in 0..out.len() {
+            assert!(SnapshotMeta::decode(&out[..cut]).is_err());
+        }
+    }
+}
