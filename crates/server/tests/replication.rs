@@ -637,14 +637,25 @@ fn link_resets_resume_by_partial_sync() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. A SIGKILLed site restarts and catches up by a full sync.
+// 5. A SIGKILLed site restarts: without its log it catches up by a full sync; with it, by
+//    resuming both streams where they stopped.
 // ---------------------------------------------------------------------------------------
 
 #[test]
 fn killed_site_rejoins_by_full_sync() {
+    killed_site_rejoins(false);
+}
+
+#[test]
+fn killed_site_with_log_resumes_incrementally() {
+    killed_site_rejoins(true);
+}
+
+fn killed_site_rejoins(log: bool) {
+    let appendonly = if log { "yes" } else { "no" };
     let mut cluster = Cluster::start(
         &["a", "b"],
-        Opts::default().flags(&["--sync-compression", "none"]),
+        Opts::default().flags(&["--sync-compression", "none", "--appendonly", appendonly]),
     );
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(A).connect();
@@ -694,8 +705,26 @@ fn killed_site_rejoins_by_full_sync() {
     }
     assert_eq!(b.reply(&["GET", "a:2499"]), bulk("v2499"));
     let p = cluster.site(B).peer_info("a");
-    assert_eq!(p["full_syncs_in"], "1", "B after restart: {p:?}");
-    assert!(cluster.site(B).log().contains("full sync received"));
+    if log {
+        // B recovered its keys, A's position and its own sequence numbers: both streams
+        // resumed, nothing went as a full sync either way.
+        assert_eq!(p["full_syncs_in"], "0", "B after restart: {p:?}");
+        assert_eq!(p["partial_syncs_in"], "1", "B after restart: {p:?}");
+        assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_out"), 0);
+        assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_in"), 0);
+        assert!(!cluster.site(B).log().contains("full sync received"));
+        // B's writes after the restart still reach A.
+        b.ok(&["SET", "b:after", "1"]);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        assert_eq!(
+            cluster.site(A).connect().reply(&["GET", "b:after"]),
+            bulk("1")
+        );
+        assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_in"), 0);
+    } else {
+        assert_eq!(p["full_syncs_in"], "1", "B after restart: {p:?}");
+        assert!(cluster.site(B).log().contains("full sync received"));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -708,7 +737,8 @@ fn backlog_overflow_forces_one_full_sync() {
         &["a", "b"],
         Opts::proxied()
             .flags(&["--sync-compression", "lz4"])
-            .site_flags(A, &["--backlog-bytes-max", "65536"]),
+            // Memory backlog only: the on-disk log would extend it.
+            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"]),
     );
     cluster.wait_links_up(LINKS_UP);
     // The link that carries A's ops to B is the one B dials.
@@ -755,7 +785,7 @@ fn full_sync_merges_concurrent_writes() {
         &["a", "b"],
         Opts::proxied()
             .flags(&["--sync-compression", "zstd"])
-            .site_flags(A, &["--backlog-bytes-max", "65536"]),
+            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"]),
     );
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(A).connect();

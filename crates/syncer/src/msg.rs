@@ -48,6 +48,9 @@ pub struct Hello {
     pub delivered: VersionVector,
     /// The dialer asks for a full sync whatever the backlog holds.
     pub want_full: bool,
+    /// The dialer's own incarnation: an accepter that applied ops of another one knows the
+    /// dialer restarted, and may hold ops of it the dialer lost.
+    pub from_incarnation: u64,
 }
 
 impl Hello {
@@ -64,6 +67,7 @@ impl Hello {
         put_u64(&mut out, self.applied_seq);
         put_vv(&mut out, &self.delivered);
         put_u8(&mut out, u8::from(self.want_full));
+        put_u64(&mut out, self.from_incarnation);
         out
     }
 
@@ -96,6 +100,7 @@ impl Hello {
                 applied_seq: r.u64()?,
                 delivered: r.vv()?,
                 want_full: r.u8()? != 0,
+                from_incarnation: r.u64()?,
             })
         };
         parse(&mut r).map_err(bad)
@@ -315,6 +320,7 @@ mod tests {
             shard: 0,
             shards: 1,
             known_incarnation: 9,
+            from_incarnation: 3,
             applied_seq: 100,
             delivered: vv(),
             want_full: true,
@@ -359,6 +365,7 @@ mod tests {
             shard: 0,
             shards: 1,
             known_incarnation: 0,
+            from_incarnation: 1,
             applied_seq: 0,
             delivered: VersionVector::new(),
             want_full: false,

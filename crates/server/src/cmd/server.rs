@@ -1720,15 +1720,29 @@ mod tests {
                 "save",
                 "",
                 "appendonly",
-                "no",
+                "yes",
                 "maxmemory",
                 "0"
             ]),
             "+OK\r\n"
         );
+        assert_eq!(t.shard.config.save, "");
         assert!(
-            t.run(&["config", "set", "appendonly", "yes"])
+            t.run(&["config", "set", "appendonly", "no"])
                 .contains("immutable")
+        );
+        assert!(
+            t.run(&["config", "set", "save", "10"])
+                .contains("Invalid save parameters")
+        );
+        assert_eq!(
+            t.run(&["config", "set", "appendfsync", "always"]),
+            "+OK\r\n"
+        );
+        assert_eq!(t.shard.persist.fsync, crate::persist::Fsync::Always);
+        assert!(
+            t.run(&["config", "set", "appendfsync", "sometimes"])
+                .contains("argument(s) must be one of the following")
         );
         assert!(
             t.run(&["config", "set", "dir", "/tmp"])

@@ -137,18 +137,34 @@ fn refusal(
     None
 }
 
-/// How the sender brings a dialer up to date (docs/replication.md §3).
-fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> Mode {
+/// How the sender brings a dialer up to date (docs/replication.md §3), and why.
+fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str) {
     let Some(p) = s.sync.peers.get(peer) else {
-        return Mode::FullSync;
+        return (Mode::FullSync, "unknown peer");
     };
-    if hello.want_full || p.quarantined {
-        return Mode::FullSync;
+    if hello.want_full {
+        return (Mode::FullSync, "the dialer asked for one (rejoin)");
+    }
+    if p.quarantined {
+        return (Mode::FullSync, "the dialer was quarantined");
+    }
+    if p.owes_full_sync {
+        return (
+            Mode::FullSync,
+            "the dialer restarted without ops of its own this site holds",
+        );
     }
     // The dialer states its own last op: holding more of its ops than it does means it
     // lost some (a restart without them): they come back to it only by a full sync.
-    if s.sync.delivered.get(p.replica) > hello.delivered.get(p.replica) {
-        return Mode::FullSync;
+    // Within one incarnation of the dialer this cannot happen; across a restart it can.
+    // (A Hello is built before the ops that overtake it on the other link.)
+    if hello.from_incarnation != p.in_incarnation
+        && s.sync.delivered.get(p.replica) > hello.delivered.get(p.replica)
+    {
+        return (
+            Mode::FullSync,
+            "this site holds ops of the dialer that the dialer lost",
+        );
     }
     let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
         (Some(m), Some(d)) => Some(m.min(d)),
@@ -159,12 +175,15 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> Mode {
     // them): resume after what it applied, if that is still this shard's history.
     if let Some(end) = s.sync.incarnation_end(hello.known_incarnation, s.seq) {
         if hello.applied_seq <= end && retained(hello.applied_seq + 1) {
-            return Mode::Resume {
-                from_seq: hello.applied_seq + 1,
-            };
+            return (
+                Mode::Resume {
+                    from_seq: hello.applied_seq + 1,
+                },
+                "resume",
+            );
         }
         if hello.known_incarnation == s.sync.incarnation {
-            return Mode::FullSync;
+            return (Mode::FullSync, "the dialer is behind the backlog");
         }
     }
     // New to this incarnation: replaying it suffices only if the dialer already holds
@@ -177,9 +196,12 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> Mode {
     others.forget_covered(&hello.delivered);
     let first = s.sync.incarnation_first_seq();
     if others.is_empty() && retained(first) {
-        return Mode::Resume { from_seq: first };
+        return (Mode::Resume { from_seq: first }, "resume this incarnation");
     }
-    Mode::FullSync
+    (
+        Mode::FullSync,
+        "the dialer lacks ops this site holds from before this incarnation",
+    )
 }
 
 /// The sender role on an accepted link.
@@ -216,7 +238,10 @@ async fn send_ops<S: Io + 'static>(
         let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
             return Err(SyncError::Refused("peer vanished".into()));
         };
-        let mode = choose_mode(s, peer, &hello);
+        let (mode, why) = choose_mode(s, peer, &hello);
+        if mode == Mode::FullSync {
+            tracing::info!(peer = %hello.from_site, reason = why, "full sync chosen");
+        }
         let now = s.now_ms();
         let seq = s.seq;
         let incarnation = s.sync.incarnation;
@@ -237,7 +262,10 @@ async fn send_ops<S: Io + 'static>(
         };
         match mode {
             Mode::Resume { .. } => p.partial_syncs_out += 1,
-            Mode::FullSync => p.full_syncs_out += 1,
+            Mode::FullSync => {
+                p.full_syncs_out += 1;
+                p.owes_full_sync = false;
+            }
         }
         (
             peer,
@@ -647,6 +675,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     v
                 },
                 want_full: p.rejoin_pull,
+                from_incarnation: s.sync.incarnation,
             },
             s.config.sync_frame_bytes_max as usize,
             p.site.clone(),
@@ -679,6 +708,12 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             return Ok(());
         };
         if welcome.incarnation != p.in_incarnation {
+            if let Mode::Resume { from_seq } = welcome.mode {
+                if p.in_incarnation != 0 && from_seq <= p.in_applied_seq {
+                    p.owes_full_sync = true;
+                    tracing::warn!(peer = %site, from_seq, applied = p.in_applied_seq, "peer restarted without ops of its own that this site holds; it gets them back by a full sync");
+                }
+            }
             p.in_incarnation = welcome.incarnation;
             // Sequence numbers continue across the sender's incarnations: resuming at
             // `from_seq` says this site holds every op before it.

@@ -104,6 +104,10 @@ pub struct Peer {
     /// Left out of garbage collection for silence beyond `sync-quarantine-ms`; its next
     /// resume becomes a full sync.
     pub quarantined: bool,
+    /// The peer restarted without some of its own ops this site holds (its new incarnation
+    /// resumed below what this site had applied): its next dial gets a full sync, which
+    /// brings them back to it.
+    pub owes_full_sync: bool,
     /// Set with `quarantined`: this site collected metadata without the peer, so when it next
     /// dials the peer it asks for a full sync of every key (cleared when that one completes).
     pub rejoin_pull: bool,
@@ -137,6 +141,7 @@ impl Peer {
             full_syncs_out: 0,
             partial_syncs_out: 0,
             quarantined: false,
+            owes_full_sync: false,
             rejoin_pull: false,
             last_error: String::new(),
             lag_ms: VecDeque::new(),
