@@ -1,0 +1,1101 @@
+//! The named drills. Each builds its own cluster, runs load and faults, heals, waits for
+//! quiescence, and checks (see `check`). Infrastructure errors fail the drill with the error;
+//! the cluster's drop order cleans up processes, proxies and namespaces on every path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::check::{self, LossWindow, State, Value};
+use crate::cluster::{Cluster, NetMode, Options, SyncCounts};
+use crate::ledger::{self, Op, Record};
+use crate::report::{Outcome, Status};
+use crate::resp::Reply;
+use crate::rng::Rng;
+use crate::schedule::{self, Allowed, Fault};
+use crate::workload::{self, Endpoint, Recorder, Workload};
+
+/// Set by the signal handler: every wait here stops and the drill unwinds.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Convergence bound after heal for the chaos drills (testing.md R4: ≤ 10 s).
+pub const CONVERGE_BOUND: Duration = Duration::from_secs(10);
+/// How long the harness waits for convergence before giving up and printing the difference.
+pub const CONVERGE_WAIT_MAX: Duration = Duration::from_secs(40);
+
+/// `(name, what it does, runs for every seed in short mode)`. The default set is all of them.
+pub const SCENARIOS: &[(&str, &str, bool)] = &[
+    (
+        "partitions",
+        "random partitions, one-way drops, pauses, RST flaps, stalls, nft drops and loss under load (R4, R9)",
+        true,
+    ),
+    (
+        "node-power-off",
+        "one site's server process loses power under load (everysec) and comes back; survivors' throughput (seed paper scenario 2, R7)",
+        false,
+    ),
+    (
+        "site-power-off",
+        "a site isolated, then powered off under load (always, torn tail), others keep loading, then back (seed paper scenario 3, R6)",
+        false,
+    ),
+    (
+        "away-past-backlog",
+        "a site away longer than its 64 KiB backlog: exactly one delta full sync per link (R10)",
+        false,
+    ),
+    (
+        "clock-skew",
+        "sites at +30 s and -30 s: causal overwrite chains across sites, concurrent writes under partition (R11)",
+        false,
+    ),
+    (
+        "gc-while-cut-off",
+        "deletes and SREMs while a site is cut off, concurrent updates there: no deleted data comes back (R12)",
+        false,
+    ),
+    (
+        "converge-100k",
+        "100,000 keys changed while a site is cut off at 100 ms RTT: convergence time after heal",
+        false,
+    ),
+];
+
+pub struct Ctx {
+    pub bin: PathBuf,
+    pub out: PathBuf,
+    pub mode: NetMode,
+    pub sites: usize,
+    /// Long (soak) mode: the load phase of each drill.
+    pub long: Option<Duration>,
+    pub rate: u32,
+    /// Whether the server has `--appendfsync` and `--debug-fsync-watermark` (else why not).
+    pub persistence: Result<(), String>,
+    pub runs: AtomicU32,
+}
+
+impl Ctx {
+    fn tag(&self) -> String {
+        format!(
+            "{}-{}",
+            std::process::id(),
+            self.runs.fetch_add(1, Ordering::SeqCst)
+        )
+    }
+
+    fn load_time(&self, short: Duration) -> Duration {
+        self.long.unwrap_or(short)
+    }
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Sleeps `d` in small steps; fails when the run is interrupted.
+fn sleep(d: Duration) -> anyhow::Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if interrupted() {
+            bail!("interrupted");
+        }
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    Ok(())
+}
+
+/// Runs one drill; never panics on drill errors (they fail the drill).
+pub fn run(ctx: &Ctx, name: &str, seed: u64) -> Outcome {
+    let start = Instant::now();
+    let mut o = Outcome::new(name, seed);
+    let dir = ctx.out.join(format!("{name}-seed{seed}"));
+    println!(
+        "\n== {name} seed={seed} ({}) ==",
+        match ctx.mode {
+            NetMode::Netns => "network namespaces",
+            NetMode::Loopback => "loopback",
+        }
+    );
+    let res = std::fs::create_dir_all(&dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| match name {
+            "partitions" => partitions(ctx, seed, &dir, &mut o),
+            "node-power-off" => node_power_off(ctx, seed, &dir, &mut o),
+            "site-power-off" => site_power_off(ctx, seed, &dir, &mut o),
+            "away-past-backlog" => away_past_backlog(ctx, seed, &dir, &mut o),
+            "clock-skew" => clock_skew(ctx, seed, &dir, &mut o),
+            "gc-while-cut-off" => gc_while_cut_off(ctx, seed, &dir, &mut o),
+            "converge-100k" => converge_100k(ctx, seed, &dir, &mut o),
+            other => Err(anyhow::anyhow!("unknown scenario {other}")),
+        });
+    if let Err(e) = res {
+        o.fail(format!("drill error: {e:#}"));
+    }
+    o.took = start.elapsed();
+    let _ = std::fs::write(dir.join("result.txt"), o.text());
+    println!("{}", o.text().trim_end());
+    o
+}
+
+fn options(ctx: &Ctx, seed: u64) -> Options {
+    Options {
+        sites: ctx.sites,
+        seed,
+        one_way_ms: 10,
+        jitter_ms: 2,
+        ..Options::default()
+    }
+}
+
+fn start(ctx: &Ctx, opts: &Options, dir: &Path, o: &mut Outcome) -> anyhow::Result<Cluster> {
+    let cl = Cluster::start(opts, &ctx.bin, &dir.join("cluster"), ctx.mode, &ctx.tag())?;
+    if let (NetMode::Netns, Err(why)) = (ctx.mode, &cl.nft_ok) {
+        o.note(format!(
+            "nftables unavailable in the namespaces ({why}): packet-level faults left out"
+        ));
+    }
+    cl.wait_links_up(Duration::from_secs(20))?;
+    Ok(cl)
+}
+
+/// RTTs of 50, 150 and 100 ms on a–b, a–c, b–c (testing.md §5.1), repeating for more sites.
+fn wan_latency(cl: &Cluster) {
+    for i in 0..cl.n() {
+        for j in i + 1..cl.n() {
+            let ow = [25, 75, 50].get((i + j - 1) % 3).copied().unwrap_or(25);
+            cl.set_latency(i, j, ow, 5);
+        }
+    }
+}
+
+/// Ok ops per second of `site` with completion in `from_us..to_us`.
+fn throughput(records: &[Record], site: usize, from_us: u64, to_us: u64) -> f64 {
+    let n = records
+        .iter()
+        .filter(|r| r.site == site && r.ok() && (from_us..to_us).contains(&r.t_done_us))
+        .count();
+    n as f64 / ((to_us.saturating_sub(from_us)) as f64 / 1e6).max(1e-3)
+}
+
+fn us(t0: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(t0).as_micros() as u64
+}
+
+/// What the common tail of a drill needs.
+struct Finish {
+    records: Vec<Record>,
+    loss: Vec<LossWindow>,
+    heal_at: Instant,
+    bound: Duration,
+    before: BTreeMap<(usize, usize), SyncCounts>,
+    /// Full syncs expected per `(site, peer)` inbound link (others unchecked).
+    full_expect: BTreeMap<(usize, usize), u64>,
+}
+
+/// Waits for convergence, compares every site's state, runs the checkers on the ledger, and
+/// records figures; writes the ledger.
+fn finish(cl: &mut Cluster, dir: &Path, o: &mut Outcome, f: Finish) -> anyhow::Result<State> {
+    for c in cl.crashed() {
+        o.fail(format!("crash: {c}"));
+    }
+    let conv = cl.wait_converged(CONVERGE_WAIT_MAX, &interrupted)?;
+    let since_heal = f.heal_at.elapsed();
+    match conv {
+        Ok(_) => {
+            o.note(format!(
+                "converged {:.2}s after heal",
+                since_heal.as_secs_f64()
+            ));
+            if since_heal > f.bound {
+                o.fail(format!(
+                    "converged in {:.2}s, over the {:.0}s bound",
+                    since_heal.as_secs_f64(),
+                    f.bound.as_secs_f64()
+                ));
+            }
+        }
+        Err(why) => {
+            o.fail(format!(
+                "not converged {:.0}s after heal: {why}",
+                since_heal.as_secs_f64()
+            ));
+            o.note(cl.slot_diff());
+        }
+    }
+    if interrupted() {
+        bail!("interrupted");
+    }
+    let after = cl.sync_counts()?;
+    let mut full = Vec::new();
+    for ((i, j), a) in &after {
+        let b = f.before.get(&(*i, *j)).copied().unwrap_or_default();
+        let d_full = a.full_in - b.full_in;
+        let d_part = a.partial_in - b.partial_in;
+        if d_full > 0 || d_part > 0 {
+            full.push(format!(
+                "{}←{}: {d_full} full, {d_part} partial",
+                cl.id(*i),
+                cl.id(*j)
+            ));
+        }
+        if let Some(want) = f.full_expect.get(&(*i, *j)).filter(|w| **w != d_full) {
+            o.fail(format!(
+                "{} pulled {d_full} full syncs from {}, expected {want}",
+                cl.id(*i),
+                cl.id(*j)
+            ));
+        }
+    }
+    let total_full: u64 = after
+        .iter()
+        .map(|(k, a)| a.full_in - f.before.get(k).map_or(0, |b| b.full_in))
+        .sum();
+    o.note(format!(
+        "full syncs during the drill: {total_full} ({})",
+        if full.is_empty() {
+            "no resyncs".to_string()
+        } else {
+            full.join("; ")
+        }
+    ));
+    // Full state comparison (catches digest bugs), then the ledger checks on site 0's state.
+    let states: Vec<State> = (0..cl.n())
+        .map(|i| cl.read_state(i))
+        .collect::<anyhow::Result<_>>()?;
+    let first = states.first().cloned().unwrap_or_default();
+    let mut divergent = 0;
+    for (i, s) in states.iter().enumerate().skip(1) {
+        let (n, ex) = check::diff_states(cl.id(0), &first, cl.id(i), s);
+        divergent += n;
+        if n > 0 {
+            o.fail(format!(
+                "{n} keys differ between {} and {}: {}",
+                cl.id(0),
+                cl.id(i),
+                ex.join("; ")
+            ));
+        }
+    }
+    let findings = check::check_all(&f.records, &first, &f.loss);
+    let ok = f.records.iter().filter(|r| r.ok()).count();
+    let info = f
+        .records
+        .iter()
+        .filter(|r| r.outcome == ledger::Outcome::Info)
+        .count();
+    let fail = f.records.len() - ok - info;
+    o.note(format!(
+        "ledger: {} ops (ok {ok}, fail {fail}, info {info}), {} keys at the end; divergent keys {divergent}, lost {}, resurrected {}, unexpected {}, counter errors {}, causal (LWW) violations {}{}",
+        f.records.len(),
+        first.len(),
+        findings.count("lost"),
+        findings.count("resurrected"),
+        findings.count("unexpected"),
+        findings.count("counter"),
+        findings.count("causal"),
+        if findings.excused > 0 { format!(", {} acked writes inside loss windows excused", findings.excused) } else { String::new() }
+    ));
+    if findings.total() > 0 {
+        for l in findings.lines() {
+            o.fail(l);
+        }
+    }
+    for s in &cl.sites {
+        let panics: Vec<String> = s
+            .log_errors()
+            .into_iter()
+            .filter(|l| l.contains("panicked"))
+            .collect();
+        if !panics.is_empty() {
+            o.fail(format!("site {} panicked: {}", s.id(), panics.join(" | ")));
+        }
+    }
+    ledger::write(&dir.join("ledger.jsonl"), &f.records, &cl.ids)?;
+    Ok(first)
+}
+
+fn apply_fault(cl: &mut Cluster, f: &Fault) -> anyhow::Result<()> {
+    match f {
+        Fault::Isolate { site } => cl.isolate(*site),
+        Fault::Bridge { middle } => {
+            for i in 0..cl.n() {
+                for j in i + 1..cl.n() {
+                    if i != *middle && j != *middle {
+                        cl.partition(i, j);
+                    }
+                }
+            }
+        }
+        Fault::OneWay { from, to } => cl.one_way(*from, *to, true),
+        Fault::Pause { site } => cl.site_mut(*site)?.pause()?,
+        Fault::Flap { a, b, .. } => {
+            cl.reset(*a, *b);
+        }
+        Fault::Stall { a, b } => cl.stall(*a, *b, true),
+        Fault::Slow {
+            a,
+            b,
+            one_way_ms,
+            jitter_ms,
+        } => cl.set_latency(*a, *b, *one_way_ms, *jitter_ms),
+        Fault::Throttle { a, b, bytes_per_s } => cl.set_bandwidth(*a, *b, *bytes_per_s),
+        Fault::NftPartition { a, b } => cl.nft_partition(*a, *b)?,
+        Fault::NftLoss { site, pct } => cl.nft_loss(*site, *pct)?,
+        Fault::KillRestart { site } => cl.site_mut(*site)?.kill(),
+    }
+    Ok(())
+}
+
+fn revert_fault(cl: &mut Cluster, f: &Fault) -> anyhow::Result<()> {
+    cl.heal_all()?;
+    match f {
+        Fault::Slow { .. } => wan_latency(cl),
+        Fault::KillRestart { site } => cl.site_mut(*site)?.start()?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// R4/R9: random faults under load, then heal and check.
+fn partitions(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    let duration = ctx.load_time(Duration::from_secs(20));
+    let mut opts = options(ctx, seed);
+    let kill = ctx.persistence.is_ok();
+    if kill {
+        // Plain SIGKILL under everysec must lose nothing (the page cache survives).
+        opts.flags
+            .extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
+    }
+    let mut cl = start(ctx, &opts, dir, o)?;
+    wan_latency(&cl);
+    let allowed = Allowed {
+        nft: cl.nft_ok.is_ok(),
+        kill,
+    };
+    let sched = schedule::partitions(seed, cl.n(), duration.as_millis() as u64, allowed);
+    print!("{sched}");
+    std::fs::write(dir.join("schedule.txt"), sched.to_string())?;
+    o.notes.push(format!(
+        "{} faults scheduled over {:.0}s",
+        sched.events.len(),
+        duration.as_secs_f64()
+    ));
+    if !kill {
+        o.note(format!(
+            "process kills left out of the schedule: {}",
+            ctx.persistence.as_ref().err().map_or("", String::as_str)
+        ));
+    }
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let n_events = sched.events.len();
+    let chaos = (|| -> anyhow::Result<()> {
+        for (k, e) in sched.events.iter().enumerate() {
+            sleep((t0 + Duration::from_millis(e.at_ms)).saturating_duration_since(Instant::now()))?;
+            apply_fault(&mut cl, &e.fault)?;
+            let end = t0 + Duration::from_millis(e.at_ms + e.dur_ms);
+            let mut next_flap = Instant::now();
+            while Instant::now() < end {
+                if let (Fault::Flap { a, b, period_ms }, true) =
+                    (&e.fault, Instant::now() >= next_flap)
+                {
+                    cl.reset(*a, *b);
+                    next_flap = Instant::now() + Duration::from_millis(*period_ms);
+                }
+                sleep(
+                    Duration::from_millis(50).min(end.saturating_duration_since(Instant::now())),
+                )?;
+            }
+            if k + 1 < n_events {
+                revert_fault(&mut cl, &e.fault)?;
+            }
+        }
+        sleep((t0 + duration).saturating_duration_since(Instant::now()))
+    })();
+    let records = wl.stop();
+    chaos?;
+    // The last fault is still on: healing it (and everything) starts the convergence clock.
+    match sched.events.last() {
+        Some(e) => revert_fault(&mut cl, &e.fault)?,
+        None => cl.heal_all()?,
+    }
+    let heal_at = Instant::now();
+    let ops_s = records.len() as f64 / duration.as_secs_f64();
+    o.note(format!("load: {ops_s:.0} ops/s over {} sites", cl.n()));
+    o.note(format!("proxies: {}", cl.proxy_summary()));
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    Ok(())
+}
+
+fn persistence_or_skip(ctx: &Ctx, o: &mut Outcome) -> bool {
+    match &ctx.persistence {
+        Ok(()) => true,
+        Err(why) => {
+            o.skip(format!(
+                "the server does not support power-loss drills: {why}"
+            ));
+            false
+        }
+    }
+}
+
+fn persistence_flags(fsync: &str) -> Vec<String> {
+    [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        fsync,
+        "--debug-fsync-watermark",
+        "yes",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Before/during/after throughput of the sites other than `victim`.
+fn note_throughput(
+    o: &mut Outcome,
+    cl: &Cluster,
+    records: &[Record],
+    victim: usize,
+    windows: [(u64, u64); 3],
+) {
+    for s in (0..cl.n()).filter(|&s| s != victim) {
+        let [b, d, a] = windows.map(|(f, t)| throughput(records, s, f, t));
+        o.note(format!(
+            "site {} throughput: before {b:.0} ops/s, during {d:.0} ops/s, after {a:.0} ops/s",
+            cl.id(s)
+        ));
+        if d < 0.5 * b {
+            o.fail(format!(
+                "site {} throughput fell from {b:.0} to {d:.0} ops/s while {} was off",
+                cl.id(s),
+                cl.id(victim)
+            ));
+        }
+    }
+}
+
+/// Seed paper scenario 2 and R7: one server process of a site loses power under load
+/// (`everysec`: acked writes in the last second may be lost), then comes back.
+fn node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    if !persistence_or_skip(ctx, o) {
+        return Ok(());
+    }
+    let mut opts = options(ctx, seed);
+    opts.flags = persistence_flags("everysec");
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let victim = 1.min(cl.n() - 1);
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let phase = ctx.load_time(Duration::from_secs(5));
+    let mut rng = Rng::derive(seed, &[0x90fe]);
+    let run = (|| -> anyhow::Result<(u64, u64, u64)> {
+        sleep(phase)?;
+        let off = us(t0, Instant::now());
+        let what = cl.site_mut(victim)?.power_loss(None)?;
+        o.note(format!(
+            "power loss of site {} at +{:.2}s: {what}",
+            cl.id(victim),
+            off as f64 / 1e6
+        ));
+        sleep(Duration::from_millis(rng.range(2000, 4000)))?;
+        cl.site_mut(victim)?.start()?;
+        let back = us(t0, Instant::now());
+        sleep(phase)?;
+        Ok((off, back, us(t0, Instant::now())))
+    })();
+    let records = wl.stop();
+    let (off, back, end) = run?;
+    let heal_at = Instant::now();
+    note_throughput(
+        o,
+        &cl,
+        &records,
+        victim,
+        [
+            (off.saturating_sub(phase.as_micros() as u64), off),
+            (off, back),
+            (back, end),
+        ],
+    );
+    let loss = vec![LossWindow {
+        site: victim,
+        from_us: off.saturating_sub(1_000_000),
+        to_us: off + 100_000,
+    }];
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss,
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    Ok(())
+}
+
+/// Seed paper scenario 3 and R6: a whole site isolated (acking unreplicated writes), then
+/// powered off under `always` with a torn tail; the others keep loading; it comes back.
+fn site_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    if !persistence_or_skip(ctx, o) {
+        return Ok(());
+    }
+    let mut opts = options(ctx, seed);
+    opts.flags = persistence_flags("always");
+    let mut cl = start(ctx, &opts, dir, o)?;
+    wan_latency(&cl);
+    let victim = 1.min(cl.n() - 1);
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let mut rng = Rng::derive(seed, &[0x51fe]);
+    let phase = ctx.load_time(Duration::from_secs(4));
+    let run = (|| -> anyhow::Result<(u64, u64, u64)> {
+        sleep(phase)?;
+        cl.isolate(victim);
+        sleep(Duration::from_secs(3))?;
+        let off = us(t0, Instant::now());
+        let what = cl.site_mut(victim)?.power_loss(Some(&mut rng))?;
+        o.note(format!(
+            "site {} isolated 3s, then power loss at +{:.2}s: {what}",
+            cl.id(victim),
+            off as f64 / 1e6
+        ));
+        sleep(ctx.load_time(Duration::from_secs(6)))?;
+        cl.site_mut(victim)?.start()?;
+        cl.heal_all()?;
+        let back = us(t0, Instant::now());
+        sleep(phase)?;
+        Ok((off, back, us(t0, Instant::now())))
+    })();
+    let records = wl.stop();
+    let (off, back, end) = run?;
+    let heal_at = Instant::now();
+    note_throughput(
+        o,
+        &cl,
+        &records,
+        victim,
+        [
+            (off.saturating_sub(phase.as_micros() as u64), off),
+            (off, back),
+            (back, end),
+        ],
+    );
+    let full_expect = (0..cl.n())
+        .flat_map(|i| {
+            (0..cl.n())
+                .filter(move |&j| j != i)
+                .map(move |j| ((i, j), 0))
+        })
+        .collect();
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect,
+        },
+    )?;
+    Ok(())
+}
+
+/// R10: a site away longer than its backlog comes back through exactly one delta full sync on
+/// each of its links, and nothing either side wrote is lost.
+fn away_past_backlog(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    let mut opts = options(ctx, seed);
+    opts.flags = ["--backlog-bytes-max", "65536"].map(String::from).to_vec();
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let away = cl.n() - 1;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let run = (|| -> anyhow::Result<BTreeMap<(usize, usize), SyncCounts>> {
+        sleep(Duration::from_secs(2))?;
+        let before = cl.sync_counts()?;
+        cl.isolate(away);
+        sleep(ctx.load_time(Duration::from_secs(10)))?;
+        Ok(before)
+    })();
+    let records = wl.stop();
+    let before = run?;
+    let seq: Vec<String> = cl
+        .sites
+        .iter()
+        .map(|s| {
+            let i = s.info_crdt().unwrap_or_default();
+            format!(
+                "{}: {} ops in its log window of {} bytes",
+                s.id(),
+                i.get("crdt_seq").map_or("?", String::as_str),
+                i.get("crdt_oplog_bytes").map_or("?", String::as_str)
+            )
+        })
+        .collect();
+    o.note(format!("before heal: {}", seq.join("; ")));
+    cl.heal_all()?;
+    let heal_at = Instant::now();
+    let mut full_expect = BTreeMap::new();
+    for i in 0..cl.n() {
+        for j in (0..cl.n()).filter(|&j| j != i) {
+            full_expect.insert((i, j), u64::from(i == away || j == away));
+        }
+    }
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect,
+        },
+    )?;
+    Ok(())
+}
+
+/// A chain of causal overwrites of one key across sites: each round waits (bounded) until
+/// the previous value is visible at the next site, then overwrites it there.
+fn causal_chain(eps: &[Endpoint], rounds: u32, t0: Instant, stop: &AtomicBool) -> Vec<Record> {
+    let order: Vec<usize> = {
+        let mut v: Vec<usize> = (0..eps.len()).collect();
+        v.rotate_left(1.min(eps.len()));
+        v
+    };
+    let mut recs: Vec<Recorder> = eps
+        .iter()
+        .map(|e| Recorder::new(e, 99, t0, Duration::from_secs(2)))
+        .collect();
+    let key = "str:chain";
+    let mut last: Option<String> = None;
+    for r in 0..rounds {
+        if stop.load(Ordering::SeqCst) || interrupted() {
+            break;
+        }
+        let Some(&s) = order.get(r as usize % order.len().max(1)) else {
+            break;
+        };
+        let Some(rec) = recs.get_mut(s) else { break };
+        if !rec.ensure_connected() {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        if let Some(prev) = &last {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            // Bounded by the deadline: read until the previous round's value shows here.
+            loop {
+                let got = rec.exec(Op::Get, key, "", "", &["GET", key]);
+                if got.and_then(|g| g.bulk_str()).as_deref() == Some(prev.as_str())
+                    || Instant::now() > deadline
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                if !rec.ensure_connected() {
+                    break;
+                }
+            }
+        }
+        let v = format!("chain:{r}:{s}");
+        if rec.exec(Op::Set, key, &v, "", &["SET", key, &v]).is_some() {
+            last = Some(v);
+        }
+    }
+    recs.into_iter().flat_map(|r| r.records).collect()
+}
+
+/// R11: B at +30 s, C at -30 s. Causal overwrite chains must end on their last write; writes
+/// made concurrently under a partition must end equal everywhere.
+fn clock_skew(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    let mut opts = options(ctx, seed);
+    // B's stamps reach C 60 s ahead of C's clock; the default limit (60 s) would refuse them.
+    opts.flags = ["--sync-clock-skew-ms-max", "90000"]
+        .map(String::from)
+        .to_vec();
+    opts.site_flags.insert(
+        1,
+        ["--debug-clock-offset-ms", "30000"]
+            .map(String::from)
+            .to_vec(),
+    );
+    if ctx.sites > 2 {
+        opts.site_flags.insert(
+            2,
+            ["--debug-clock-offset-ms", "-30000"]
+                .map(String::from)
+                .to_vec(),
+        );
+    }
+    o.note("offsets: b +30s, c -30s; sync-clock-skew-ms-max 90000 (the default 60000 would refuse b's ops at c)".to_string());
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    // Long TTLs only: a site 30 s ahead expires keys 30 s earlier than one 30 s behind.
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ttl_s: (300, 600),
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let stop = AtomicBool::new(false);
+    let eps = cl.endpoints();
+    let load = ctx.load_time(Duration::from_secs(14));
+    let (chain, run) = std::thread::scope(|s| {
+        let h = s.spawn(|| causal_chain(&eps, 100_000, t0, &stop));
+        let run = (|| -> anyhow::Result<()> {
+            sleep(load / 2)?;
+            for i in 0..cl.n() {
+                cl.isolate(i);
+            }
+            o.note("all sites partitioned for 3s (concurrent writes)".to_string());
+            sleep(Duration::from_secs(3))?;
+            cl.heal_all()?;
+            sleep(load / 2)
+        })();
+        stop.store(true, Ordering::SeqCst);
+        (h.join().unwrap_or_default(), run)
+    });
+    let mut records = wl.stop();
+    run?;
+    let chain_sets = chain.iter().filter(|r| r.op == Op::Set && r.ok()).count();
+    let chain_last = chain
+        .iter()
+        .filter(|r| r.op == Op::Set && r.ok())
+        .max_by_key(|r| r.t_done_us)
+        .map(|r| r.arg.clone());
+    o.note(format!(
+        "causal chain: {chain_sets} acked overwrites across sites"
+    ));
+    records.extend(chain);
+    records.sort_by_key(|r| (r.t_inv_us, r.site, r.client, r.seq));
+    let heal_at = Instant::now();
+    let state = finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    let fin = match state.get("str:chain") {
+        Some(Value::Str(v)) => Some(v.clone()),
+        _ => None,
+    };
+    if fin != chain_last {
+        o.fail(format!(
+            "causal chain ended on {fin:?}, its last acked write is {chain_last:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `cmds` at a site in pipelines of 500; returns how many replies were not errors.
+fn pipeline_all(
+    cl: &Cluster,
+    site: usize,
+    cmds: &[Vec<String>],
+    rate: u32,
+) -> anyhow::Result<usize> {
+    let mut conn = cl.site(site)?.connect(crate::site::ADMIN_TIMEOUT)?;
+    let mut ok = 0;
+    let start = Instant::now();
+    for (n, chunk) in cmds.chunks(500).enumerate() {
+        if interrupted() {
+            bail!("interrupted");
+        }
+        // Rate bound: the chunk n starts no earlier than n × 500 / rate seconds in.
+        let due = start + Duration::from_secs_f64((n * 500) as f64 / f64::from(rate.max(1)));
+        sleep(due.saturating_duration_since(Instant::now()))?;
+        ok += conn
+            .pipeline(chunk)?
+            .iter()
+            .filter(|r| !matches!(r, Reply::Error(_)))
+            .count();
+    }
+    Ok(ok)
+}
+
+fn cmd(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+/// R12: deletes while a site is cut off; that site updates some deleted keys meanwhile. No
+/// deleted data comes back; the concurrent updates survive, alone.
+fn gc_while_cut_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    const KEYS: usize = 300;
+    let opts = options(ctx, seed);
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let (a, c) = (0, cl.n() - 1);
+    let before = cl.sync_counts()?;
+    let mut rng = Rng::derive(seed, &[0x6c]);
+    let mut fill = Vec::new();
+    for k in 0..KEYS {
+        fill.push(cmd(&["SET", &format!("gc:str:{k}"), "v0"]));
+        let mut sadd = cmd(&["SADD", &format!("gc:set:{k}")]);
+        sadd.extend((0..5).map(|i| format!("a:{k}:{i}")));
+        fill.push(sadd);
+    }
+    pipeline_all(&cl, a, &fill, 10_000)?;
+    if let Err(why) = cl.wait_converged(Duration::from_secs(20), &interrupted)? {
+        bail!("not converged after the fill: {why}");
+    }
+    cl.isolate(c);
+    let mut dels = Vec::new();
+    for k in 0..KEYS {
+        dels.push(cmd(&["DEL", &format!("gc:str:{k}")]));
+        if k >= 200 {
+            dels.push(cmd(&["DEL", &format!("gc:set:{k}")]));
+        } else {
+            dels.push(cmd(&[
+                "SREM",
+                &format!("gc:set:{k}"),
+                &format!("a:{k}:0"),
+                &format!("a:{k}:1"),
+            ]));
+        }
+    }
+    // C's concurrent updates: a seeded choice of 50 deleted strings and 30 deleted sets.
+    let mut str_upd: Vec<usize> = (0..KEYS).collect();
+    let mut set_upd: Vec<usize> = (200..KEYS).collect();
+    for v in [&mut str_upd, &mut set_upd] {
+        for i in (1..v.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
+    str_upd.truncate(50);
+    set_upd.truncate(30);
+    let mut upd = Vec::new();
+    for k in &str_upd {
+        upd.push(cmd(&["SET", &format!("gc:str:{k}"), &format!("c-new-{k}")]));
+    }
+    for k in &set_upd {
+        upd.push(cmd(&["SADD", &format!("gc:set:{k}"), &format!("c:{k}")]));
+    }
+    pipeline_all(&cl, a, &dels, 10_000)?;
+    pipeline_all(&cl, c, &upd, 10_000)?;
+    let pending = |cl: &Cluster, i: usize| -> u64 {
+        cl.site(i)
+            .ok()
+            .and_then(|s| s.info_crdt().ok())
+            .and_then(|m| m.get("crdt_gc_pending_keys").and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
+    };
+    sleep(Duration::from_secs(3))?;
+    let held = pending(&cl, a);
+    o.note(format!(
+        "site {} holds removal metadata of {held} keys while {} is cut off (3 s later)",
+        cl.id(a),
+        cl.id(c)
+    ));
+    if held == 0 {
+        o.fail(format!(
+            "site {} collected its tombstones while {} was unreachable",
+            cl.id(a),
+            cl.id(c)
+        ));
+    }
+    cl.heal_all()?;
+    let heal_at = Instant::now();
+    let state = finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records: vec![],
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    let mut bad = Vec::new();
+    for k in 0..KEYS {
+        let key = format!("gc:str:{k}");
+        let want = str_upd
+            .contains(&k)
+            .then(|| Value::Str(format!("c-new-{k}")));
+        if state.get(&key) != want.as_ref() {
+            bad.push(format!("{key}={:?} (want {want:?})", state.get(&key)));
+        }
+        let key = format!("gc:set:{k}");
+        let want: Option<Value> = if k < 200 {
+            Some(Value::Set((2..5).map(|i| format!("a:{k}:{i}")).collect()))
+        } else if set_upd.contains(&k) {
+            Some(Value::Set([format!("c:{k}")].into()))
+        } else {
+            None
+        };
+        if state.get(&key) != want.as_ref() {
+            bad.push(format!("{key}={:?} (want {want:?})", state.get(&key)));
+        }
+    }
+    o.note(format!(
+        "{} of {} keys differ from the expected outcome",
+        bad.len(),
+        2 * KEYS
+    ));
+    if !bad.is_empty() {
+        o.fail(format!(
+            "{} keys wrong after heal (deleted data back or updates lost): {}",
+            bad.len(),
+            bad.iter().take(10).cloned().collect::<Vec<_>>().join("; ")
+        ));
+    }
+    // Tombstones go once every site has acked them.
+    let t = Instant::now();
+    let mut cleared = false;
+    while t.elapsed() < Duration::from_secs(30) && !interrupted() {
+        if (0..cl.n()).all(|i| pending(&cl, i) == 0) {
+            cleared = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if cleared {
+        o.note(format!(
+            "removal metadata collected everywhere {:.1}s after convergence",
+            t.elapsed().as_secs_f64()
+        ));
+    } else {
+        o.fail(format!(
+            "removal metadata still pending 30 s after convergence: {:?}",
+            (0..cl.n()).map(|i| pending(&cl, i)).collect::<Vec<_>>()
+        ));
+    }
+    Ok(())
+}
+
+/// 100,000 keys changed at one site while another is cut off, on links with 100 ms round trips;
+/// the time from heal to equal digests is the figure (goal ≤ 5 s).
+fn converge_100k(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    const KEYS: usize = 100_000;
+    let mut opts = options(ctx, seed);
+    opts.one_way_ms = 50;
+    opts.jitter_ms = 5;
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let (a, c) = (0, cl.n() - 1);
+    let before = cl.sync_counts()?;
+    cl.isolate(c);
+    let cmds: Vec<Vec<String>> = (0..KEYS)
+        .map(|k| cmd(&["SET", &format!("ck:{k:06}"), &format!("{seed}:{k}")]))
+        .collect();
+    let t = Instant::now();
+    let ok = pipeline_all(&cl, a, &cmds, 10_000)?;
+    o.note(format!(
+        "{ok} of {KEYS} SETs acked at {} in {:.1}s while {} was cut off",
+        cl.id(a),
+        t.elapsed().as_secs_f64(),
+        cl.id(c)
+    ));
+    if ok != KEYS {
+        o.fail(format!("only {ok} of {KEYS} SETs acked"));
+    }
+    // Let the connected sites catch up first, so the figure is the cut-off site's.
+    let others: Vec<usize> = (0..cl.n()).filter(|&i| i != c).collect();
+    let wait = Instant::now();
+    while wait.elapsed() < Duration::from_secs(30) {
+        let d: Vec<String> = others
+            .iter()
+            .filter_map(|&i| cl.site(i).ok()?.digest().ok())
+            .collect();
+        if d.len() == others.len() && d.iter().all(|x| Some(x) == d.first()) {
+            break;
+        }
+        sleep(Duration::from_millis(100))?;
+    }
+    cl.heal_all()?;
+    let heal_at = Instant::now();
+    let conv = cl.wait_converged(CONVERGE_WAIT_MAX, &interrupted)?;
+    let took = heal_at.elapsed();
+    match conv {
+        Ok(_) => {
+            o.note(format!(
+                "converge-100k: {KEYS} changed keys, 100 ms RTT: converged {:.2}s after heal",
+                took.as_secs_f64()
+            ));
+            if took > Duration::from_secs(5) {
+                o.fail(format!(
+                    "converged in {:.2}s, over the 5 s goal",
+                    took.as_secs_f64()
+                ));
+            }
+        }
+        Err(why) => o.fail(format!(
+            "not converged {:.0}s after heal: {why}",
+            took.as_secs_f64()
+        )),
+    }
+    let size = cl.site(c)?.cmd(&["DBSIZE"])?.int().unwrap_or(-1);
+    if size != KEYS as i64 {
+        o.fail(format!(
+            "site {} holds {size} keys, expected {KEYS}",
+            cl.id(c)
+        ));
+    }
+    let after = cl.sync_counts()?;
+    let full: u64 = after
+        .iter()
+        .map(|(k, v)| v.full_in - before.get(k).map_or(0, |b| b.full_in))
+        .sum();
+    o.note(format!("full syncs: {full}"));
+    Ok(())
+}
+
+/// Whether a drill with this status counts as run.
+pub fn counted(s: Status) -> bool {
+    s != Status::Skipped
+}
