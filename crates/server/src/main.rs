@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the server (embedded defaults, then --config FILE, then flags).
-    Server(ServerFlags),
+    Server(Box<ServerFlags>),
     /// Check a log segment or snapshot of the data directory; --fix cuts a damaged log
     /// segment at its first bad record.
     CheckLog {

@@ -387,6 +387,16 @@ fn end_record(out: &mut [u8], len_at: usize) {
 /// docs/replication.md §4 (`len:varint hlc:u64 db:u16 key tag payload`), until `bytes_max`
 /// bytes were written or the input ends.
 pub fn copy_to_wire(parts: &[&[u8]], out: &mut Vec<u8>, bytes_max: usize) -> WireBatch {
+    copy_to_wire_upto(parts, out, bytes_max, u64::MAX)
+}
+
+/// `copy_to_wire`, stopping before the first record with a sequence number above `seq_max`.
+pub fn copy_to_wire_upto(
+    parts: &[&[u8]],
+    out: &mut Vec<u8>,
+    bytes_max: usize,
+    seq_max: u64,
+) -> WireBatch {
     let (mut n, mut first, mut last, mut first_hlc) = (0u32, 0u64, 0u64, Hlc::ZERO);
     let start = out.len();
     'parts: for part in parts {
@@ -407,6 +417,9 @@ pub fn copy_to_wire(parts: &[&[u8]], out: &mut Vec<u8>, bytes_max: usize) -> Wir
                 break 'parts;
             };
             let seq = u64::from_le_bytes(seq.try_into().unwrap_or([0; 8]));
+            if seq > seq_max {
+                break 'parts;
+            }
             if n == 0 {
                 first = seq;
                 first_hlc = Hlc(u64::from_le_bytes(hlc.try_into().unwrap_or([0; 8])));

@@ -1457,3 +1457,136 @@ fn sighup_reloads_tls_files_without_dropping_links() {
         "no link was re-established"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 14. The on-disk log extends the backlog; a power loss that lost ops a peer holds.
+// ---------------------------------------------------------------------------------------
+
+/// A peer behind the in-memory backlog resumes from the log segments on disk: no full sync.
+#[test]
+fn log_on_disk_extends_the_backlog() {
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::proxied().site_flags(A, &["--backlog-bytes-max", "65536"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    cluster.proxy(B, A).partition();
+    let mut a = cluster.site(A).connect();
+    let value = "x".repeat(100);
+    for batch in 0..50 {
+        let cmds: Vec<Vec<String>> = (0..100)
+            .map(|j| {
+                vec![
+                    "SET".into(),
+                    format!("key:{}", batch * 100 + j),
+                    value.clone(),
+                ]
+            })
+            .collect();
+        for r in pipeline(&mut a, &cmds) {
+            assert_eq!(r, Reply::Simple("OK".into()));
+        }
+    }
+    let first = cluster.site(A).info_u64("crdt_oplog_first_seq");
+    assert!(
+        first > 1,
+        "the memory backlog kept everything (first seq {first})"
+    );
+    cluster.proxy(B, A).heal();
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(cluster.site(B).connect().int(&["DBSIZE"]), 5000);
+    assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_out"), 0);
+    assert_eq!(cluster.site(B).peer_u64("a", "full_syncs_in"), 0);
+    assert!(cluster.site(B).peer_u64("a", "partial_syncs_in") >= 2);
+}
+
+/// Cuts A's newest log segment: to the fsync watermark (a power loss), or `extra_bytes`
+/// further back (a disk that lost data it had acknowledged).
+fn cut_log(dir: &std::path::Path, extra_bytes: u64) {
+    let mark = std::fs::read_to_string(dir.join("fsynced")).expect("watermark");
+    let mut parts = mark.split_whitespace();
+    let (name, len) = (parts.next().unwrap(), parts.next().unwrap());
+    let len: u64 = len.parse().unwrap();
+    let seg = dir.join(name);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len.saturating_sub(extra_bytes).max(24))
+        .unwrap();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let n = p.file_name().unwrap().to_string_lossy().into_owned();
+        if n.starts_with("log-") && n.as_str() > name {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}
+
+/// With peers, own ops are streamed only once fsynced, whatever `appendfsync` says: a power
+/// loss at A loses nothing B holds, and A resumes without a full sync either way.
+#[test]
+fn power_loss_loses_nothing_a_peer_holds() {
+    let mut cluster = Cluster::start(
+        &["a", "b"],
+        Opts::default().site_flags(
+            A,
+            &["--appendfsync", "no", "--debug-fsync-watermark", "yes"],
+        ),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    for i in 0..300 {
+        a.ok(&["SET", &format!("k:{i}"), "1"]);
+    }
+    assert_eq!(a.int(&["INCRBY", "cnt", "5"]), 5);
+    assert_eq!(a.int(&["CRDT.WAIT", "1", "5000"]), 1, "B acked everything");
+    let dir = cluster.site(A).dir.path().join("shard-0");
+    cluster.site_mut(A).kill();
+    cut_log(&dir, 0);
+    cluster.site_mut(A).start();
+    let mut a = cluster.site(A).connect();
+    assert_eq!(a.int(&["DBSIZE"]), 301, "A lost ops B holds");
+    assert_eq!(a.int(&["INCRBY", "cnt", "1"]), 6);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(cluster.site(B).connect().reply(&["GET", "cnt"]), bulk("6"));
+    assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_in"), 0);
+    assert_eq!(cluster.site(B).peer_u64("a", "full_syncs_in"), 0);
+}
+
+/// Should a disk lose data it had acknowledged, A restarts without ops B holds: B sees A's
+/// new incarnation resume below what it applied, and A's next dial gets a full sync that
+/// returns them; A's new ops reuse the lost sequence numbers under a new incarnation and are
+/// never confused with them.
+#[test]
+fn own_ops_a_site_lost_come_back_from_a_peer() {
+    let mut cluster = Cluster::start(
+        &["a", "b"],
+        Opts::default().site_flags(A, &["--debug-fsync-watermark", "yes"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    for i in 0..300 {
+        a.ok(&["SET", &format!("k:{i}"), "1"]);
+    }
+    assert_eq!(a.int(&["CRDT.WAIT", "1", "5000"]), 1, "B acked everything");
+    let dir = cluster.site(A).dir.path().join("shard-0");
+    cluster.site_mut(A).kill();
+    // About 40 records of ~60 bytes go missing.
+    cut_log(&dir, 2500);
+    cluster.site_mut(A).start();
+    let mut a = cluster.site(A).connect();
+    for i in 0..50 {
+        a.ok(&["SET", &format!("after:{i}"), "3"]);
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for site in [A, B] {
+        let mut c = cluster.site(site).connect();
+        assert_eq!(c.int(&["DBSIZE"]), 350, "site {site}");
+        assert_eq!(c.reply(&["GET", "k:299"]), bulk("1"), "site {site}");
+        assert_eq!(c.reply(&["GET", "after:49"]), bulk("3"), "site {site}");
+    }
+    // Only lost ops make a restart with its log take a full sync (see
+    // `killed_site_with_log_resumes_incrementally`).
+    assert!(cluster.site(A).peer_u64("b", "full_syncs_in") >= 1);
+}

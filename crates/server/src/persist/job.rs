@@ -66,20 +66,22 @@ impl Shard {
             .write(true)
             .open(&lock_path)
             .map_err(|e| PersistError::io(&lock_path, e))?;
-        match lock.try_lock() {
+        // flock: released by the kernel when the process dies, however it dies.
+        match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                 return Err(PersistError::Locked {
                     path: dir.display().to_string(),
                 });
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(PersistError::io(&lock_path, e)),
+            Err(e) => return Err(PersistError::io(&lock_path, e.into())),
         }
         let mut p = Persist::disabled();
         p.dir = dir.clone();
         p.lock = Some(lock);
         p.fsync = Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec);
         p.recovering = true;
+        p.for_peers = !self.sync.peers.is_empty();
         p.stats.last_save_s = unix_s();
         self.persist = p;
         self.sync.incarnations.clear();
@@ -124,6 +126,7 @@ impl Shard {
             let shared = Arc::new(WriterShared::default());
             shared.written_pos.store(rec.next_pos, Ordering::Release);
             shared.durable_pos.store(rec.next_pos, Ordering::Release);
+            shared.durable_own_seq.store(self.seq, Ordering::Release);
             {
                 let mut st = shared.state();
                 st.segments = segments;
@@ -135,6 +138,7 @@ impl Shard {
                 segment_bytes_max: self.config.log_segment_bytes_max,
                 watermark: self.config.debug_fsync_watermark,
                 fsync: self.persist.fsync,
+                fsync_for_peers: !self.sync.peers.is_empty(),
                 file,
                 path,
                 bytes,

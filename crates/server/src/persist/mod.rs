@@ -164,6 +164,9 @@ pub struct Persist {
     disk_cache: Option<(u64, Vec<u8>)>,
     /// Held while the process owns the directory.
     pub lock: Option<std::fs::File>,
+    /// The site has peers: records are handed over after every batch (they stream only
+    /// once fsynced, so every millisecond here is replication lag).
+    pub for_peers: bool,
 }
 
 impl Persist {
@@ -192,6 +195,7 @@ impl Persist {
             scheduled: false,
             disk_cache: None,
             lock: None,
+            for_peers: false,
         }
     }
 
@@ -277,7 +281,8 @@ impl Persist {
         let w = self.writer.as_ref()?;
         if self.fsync != Fsync::Always {
             if !self.pending.is_empty()
-                && self.last_hand_off.elapsed().as_millis() as u64 >= HAND_OFF_PERIOD_MS
+                && (self.for_peers
+                    || self.last_hand_off.elapsed().as_millis() as u64 >= HAND_OFF_PERIOD_MS)
             {
                 self.hand_off(false);
             }
@@ -309,6 +314,15 @@ impl Persist {
             .clone()
             .unwrap_or_else(|| "unknown error".to_string());
         Some(format!("MISCONF Errors writing to the AOF file: {why}"))
+    }
+
+    /// The last own sequence number peers may receive: everything when nothing is logged,
+    /// else only ops already on disk.
+    pub fn stream_limit(&self, seq: u64) -> u64 {
+        match &self.writer {
+            Some(w) => w.durable_own_seq.load(Ordering::Acquire).min(seq),
+            None => seq,
+        }
     }
 
     /// Records durable (fsynced) and written.

@@ -64,9 +64,11 @@ pub fn finish(out: &mut [u8], start: usize) {
     };
     let len = body.len() as u32;
     let crc = crc32fast::hash(body);
-    if let Some(head) = out.get_mut(start..start + RECORD_HEADER_BYTES) {
-        head[..4].copy_from_slice(&len.to_le_bytes());
-        head[4..].copy_from_slice(&crc.to_le_bytes());
+    let mut head = [0u8; RECORD_HEADER_BYTES];
+    head[..4].copy_from_slice(&len.to_le_bytes());
+    head[4..].copy_from_slice(&crc.to_le_bytes());
+    if let Some(slot) = out.get_mut(start..start + RECORD_HEADER_BYTES) {
+        slot.copy_from_slice(&head);
     }
 }
 
@@ -199,8 +201,9 @@ impl SegmentHeader {
         if crc32fast::hash(body) != crc {
             return Err("segment header checksum mismatch".to_string());
         }
-        let replica = u32::from_le_bytes(rest[..4].try_into().unwrap_or([0; 4]));
-        let first_pos = u64::from_le_bytes(rest[4..12].try_into().unwrap_or([0; 8]));
+        let word = |r: std::ops::Range<usize>| rest.get(r).unwrap_or_default();
+        let replica = u32::from_le_bytes(word(0..4).try_into().unwrap_or([0; 4]));
+        let first_pos = u64::from_le_bytes(word(4..12).try_into().unwrap_or([0; 8]));
         Ok(SegmentHeader {
             replica: ReplicaId(replica),
             first_pos,
@@ -235,8 +238,10 @@ fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
             buf.len().saturating_sub(at)
         ));
     };
-    let len = u32::from_le_bytes(head[..4].try_into().unwrap_or([0; 4])) as usize;
-    let crc = u32::from_le_bytes(head[4..].try_into().unwrap_or([0; 4]));
+    let word = |r: std::ops::Range<usize>| {
+        u32::from_le_bytes(head.get(r).unwrap_or_default().try_into().unwrap_or([0; 4]))
+    };
+    let (len, crc) = (word(0..4) as usize, word(4..8));
     if len == 0 {
         return Err("record of length 0".to_string());
     }

@@ -251,17 +251,14 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             continue;
         }
         let mut head = [0u8; record::SEGMENT_HEADER_BYTES];
-        let read = std::fs::File::open(path).and_then(|mut f| {
+        let read = std::fs::File::open(path).and_then(|f| {
             use std::io::Read as _;
-            let mut n = 0;
-            while n < head.len() {
-                let k = f.read(&mut head[n..])?;
-                if k == 0 {
-                    break;
-                }
-                n += k;
+            let mut buf = Vec::with_capacity(head.len());
+            f.take(head.len() as u64).read_to_end(&mut buf)?;
+            if let Some(dst) = head.get_mut(..buf.len()) {
+                dst.copy_from_slice(&buf);
             }
-            Ok(n)
+            Ok(buf.len())
         });
         let n = read.map_err(|e| PersistError::io(path, e))?;
         let h = match SegmentHeader::decode(head.get(..n).unwrap_or_default()) {

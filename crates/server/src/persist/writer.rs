@@ -101,6 +101,9 @@ pub struct WriterShared {
     pub durable_pos: AtomicU64,
     /// Records below this position were written to the file.
     pub written_pos: AtomicU64,
+    /// Sequence number of the last own op on disk (fsynced): the syncer streams no further
+    /// (a site must never lose an op a peer holds: docs/persistence.md §6).
+    pub durable_own_seq: AtomicU64,
     /// Signalled after each fsync (and on failure), for connections waiting under `always`.
     pub durable: tokio::sync::Notify,
     /// The last write or fsync failed and was not yet redone.
@@ -174,6 +177,9 @@ pub struct WriterSetup {
     pub segment_bytes_max: u64,
     pub watermark: bool,
     pub fsync: Fsync,
+    /// The site has peers: own ops are fsynced as soon as they are written, whatever the
+    /// policy, because peers receive them only once they are on disk.
+    pub fsync_for_peers: bool,
     /// The open segment to append to, its path and length.
     pub file: File,
     pub path: PathBuf,
@@ -189,6 +195,7 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
         segment_bytes_max,
         watermark,
         mut fsync,
+        fsync_for_peers,
         mut file,
         mut path,
         mut bytes,
@@ -199,6 +206,12 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
     let mut last_fsync = Instant::now();
     let mut unsynced = false;
     let mut failing = false;
+    let mut own_written = shared.durable_own_seq.load(Ordering::Acquire);
+    // Unsynced own ops a peer waits for.
+    let mut own_unsynced = false;
+    if watermark {
+        write_watermark(&dir, &path, bytes);
+    }
     loop {
         let (rotate, stop) = {
             let mut ib = shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
@@ -211,6 +224,8 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 }
                 let wait = if failing {
                     RETRY_AFTER
+                } else if own_unsynced && fsync_for_peers {
+                    Duration::ZERO
                 } else if unsynced && fsync == Fsync::EverySec {
                     FSYNC_PERIOD.saturating_sub(last_fsync.elapsed())
                 } else {
@@ -245,7 +260,12 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                     {
                         let mut st = shared.state();
                         if let Some(seg) = st.segments.last_mut() {
+                            let before = seg.own_last_seq;
                             seg.note_records(&carry, replica);
+                            if seg.own_last_seq != before {
+                                own_written = seg.own_last_seq;
+                                own_unsynced = true;
+                            }
                             seg.end_pos = carry_end;
                             seg.bytes = bytes;
                         }
@@ -269,17 +289,23 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
         }
         let due = match fsync {
             Fsync::Always => unsynced,
-            Fsync::EverySec => unsynced && last_fsync.elapsed() >= FSYNC_PERIOD,
-            Fsync::No => false,
+            Fsync::EverySec => {
+                unsynced
+                    && (last_fsync.elapsed() >= FSYNC_PERIOD || (fsync_for_peers && own_unsynced))
+            }
+            Fsync::No => unsynced && fsync_for_peers && own_unsynced,
         };
         let rotate = rotate || bytes >= segment_bytes_max;
         if due || ((rotate || stop) && unsynced) {
             let end = shared.written_pos.load(Ordering::Acquire);
+            let own_end = own_written;
             last_fsync = Instant::now();
             match file.sync_data() {
                 Ok(()) => {
                     unsynced = false;
+                    own_unsynced = false;
                     shared.durable_pos.store(end, Ordering::Release);
+                    shared.durable_own_seq.store(own_end, Ordering::Release);
                     shared.state().fsyncs += 1;
                     if watermark {
                         write_watermark(&dir, &path, bytes);

@@ -357,6 +357,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     };
     set_outbound(shard, peer, generation, LinkState::Up);
     let new_ops = shard.borrow().sync.new_ops.clone();
+    let durable = shard.borrow().persist.writer.clone();
     let mut body: Vec<u8> = Vec::new();
     loop {
         if closed.get() || shard.borrow().shutting_down {
@@ -375,10 +376,17 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
         }
         // Created before looking, so that an op appended after the look still wakes us.
         let notified = new_ops.notified();
+        // Ops go out only once on disk: a fsync wakes us too.
+        let fsynced = durable.as_ref().map(|w| w.durable.notified());
+        tokio::pin!(fsynced);
+        if let Some(f) = fsynced.as_mut().as_pin_mut() {
+            f.enable();
+        }
         let sent = {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
-            if s.seq < next_seq {
+            let limit = s.persist.stream_limit(s.seq);
+            if limit < next_seq {
                 s.sync.wait_for_ops();
                 None
             } else {
@@ -409,7 +417,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                     count: 0,
                 }
                 .encode_into(&mut body);
-                let batch = oplog::copy_to_wire(&parts, &mut body, BATCH_BYTES_MAX);
+                let batch = oplog::copy_to_wire_upto(&parts, &mut body, BATCH_BYTES_MAX, limit);
                 if batch.count == 0 || batch.first_seq != next_seq {
                     return Err(SyncError::Refused(format!(
                         "op log does not continue at seq {next_seq}"
@@ -433,8 +441,15 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                 note_out_bytes(shard, peer, writer);
             }
             None => {
+                let fsynced = async {
+                    match fsynced.as_mut().as_pin_mut() {
+                        Some(f) => f.await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     () = notified => {}
+                    () = fsynced => {}
                     () = closed_notify.notified() => {}
                     () = tokio::time::sleep(KEEPALIVE) => {
                         writer.send(Kind::Ping, &[]).await?;
@@ -490,6 +505,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     let mut sent = 0u64;
     let mut body = Vec::new();
     let mut rest = keys.as_slice();
+    let mut chunk_seq;
     while !rest.is_empty() {
         if closed.get() {
             return Err(SyncError::Refused("link closed during full sync".into()));
@@ -514,10 +530,13 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
                 super::apply::encode_chunk_entry(&mut body, *db as u16, key, &e.state);
                 n += 1;
             }
+            chunk_seq = s.seq;
         }
         if n == 0 {
             continue;
         }
+        // The states carry every op up to `chunk_seq`: they leave once those are on disk.
+        wait_own_durable(shard, chunk_seq).await;
         if let Some(slot) = body.get_mut(..4) {
             slot.copy_from_slice(&n.to_le_bytes());
         }
@@ -526,11 +545,34 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         // Let clients run between chunks.
         tokio::task::yield_now().await;
     }
+    wait_own_durable(shard, seq).await;
     writer
         .send(Kind::FullSyncEnd, &FullSyncEnd { seq, keys: sent }.encode())
         .await?;
     tracing::info!(keys = sent, seq, "full sync sent");
     Ok(seq)
+}
+
+/// Waits until this shard's own ops up to `seq` are on disk (at once without a log). A peer
+/// must never hold an op this site could lose (docs/persistence.md §6).
+async fn wait_own_durable(shard: &ShardRc, seq: u64) {
+    let Some(w) = shard.borrow().persist.writer.clone() else {
+        return;
+    };
+    loop {
+        let fsynced = w.durable.notified();
+        tokio::pin!(fsynced);
+        fsynced.as_mut().enable();
+        {
+            let mut s = shard.borrow_mut();
+            if s.persist.stream_limit(seq) >= seq || s.shutting_down {
+                return;
+            }
+            s.persist.hand_off(false);
+        }
+        // A failing disk stalls the stream: re-check now and then.
+        let _ = tokio::time::timeout(KEEPALIVE, fsynced).await;
+    }
 }
 
 /// Reads the dialer's acks (and nothing else) until the link ends.
