@@ -239,9 +239,7 @@ impl<R: std::io::Read> Blocks<R> {
     }
 }
 
-fn open(path: &Path) -> Result<Blocks<BufReader<std::fs::File>>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let mut r = BufReader::with_capacity(1024 * 1024, f);
+fn open<R: std::io::Read>(mut r: R) -> Result<Blocks<R>, String> {
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic)
         .map_err(|e| format!("offset 0: magic: {e}"))?;
@@ -256,9 +254,19 @@ fn open(path: &Path) -> Result<Blocks<BufReader<std::fs::File>>, String> {
 pub fn read(
     path: &Path,
     databases: usize,
+    each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
+) -> Result<SnapshotMeta, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    read_from(BufReader::with_capacity(1024 * 1024, f), databases, each)
+}
+
+/// `read` from any byte source (the fuzz target feeds it bytes).
+pub fn read_from<R: std::io::Read>(
+    r: R,
+    databases: usize,
     mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
-    let mut blocks = open(path)?;
+    let mut blocks = open(r)?;
     let mut buf = Vec::new();
     let meta = match blocks.next(&mut buf)? {
         Some(_) => SnapshotMeta::decode(&buf)?,
