@@ -320,13 +320,18 @@ impl Cluster {
         self.apply_nft(x)
     }
 
-    /// Ends every fault: proxies healed (latency kept), nft tables deleted, paused sites resumed.
-    pub fn heal_all(&mut self) -> anyhow::Result<()> {
+    /// Heals every proxy (latency kept, bandwidth caps removed).
+    pub fn heal_proxies(&self) {
         for p in self.proxies.values() {
             p.heal();
             p.set_bandwidth(Dir::Up, 0);
             p.set_bandwidth(Dir::Down, 0);
         }
+    }
+
+    /// Ends every fault: proxies healed (latency kept), nft tables deleted, paused sites resumed.
+    pub fn heal_all(&mut self) -> anyhow::Result<()> {
+        self.heal_proxies();
         for i in 0..self.n() {
             if self.nft.get(i).is_some_and(|r| !r.is_empty()) {
                 if let Some(r) = self.nft.get_mut(i) {

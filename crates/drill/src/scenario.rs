@@ -63,6 +63,11 @@ pub const SCENARIOS: &[(&str, &str, bool)] = &[
         "100,000 keys changed while a site is cut off at 100 ms RTT: convergence time after heal",
         false,
     ),
+    (
+        "conflicts",
+        "the conflict table under a partition (R5): pushes and pops, SADD/SREM, SET/DEL, INCR/DEL, HSET/HDEL, EXPIRE/PERSIST, DEL/SADD",
+        false,
+    ),
 ];
 
 pub struct Ctx {
@@ -120,6 +125,13 @@ pub fn run(ctx: &Ctx, name: &str, seed: u64) -> Outcome {
             NetMode::Loopback => "loopback",
         }
     );
+    // A drill directory left by an earlier run with the same --out would hold that run's data
+    // directories, which the servers would load: start empty.
+    if dir.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            o.fail(format!("cannot clear {}: {e}", dir.display()));
+        }
+    }
     let res = std::fs::create_dir_all(&dir)
         .map_err(anyhow::Error::from)
         .and_then(|()| match name {
@@ -130,6 +142,7 @@ pub fn run(ctx: &Ctx, name: &str, seed: u64) -> Outcome {
             "clock-skew" => clock_skew(ctx, seed, &dir, &mut o),
             "gc-while-cut-off" => gc_while_cut_off(ctx, seed, &dir, &mut o),
             "converge-100k" => converge_100k(ctx, seed, &dir, &mut o),
+            "conflicts" => conflicts(ctx, seed, &dir, &mut o),
             other => Err(anyhow::anyhow!("unknown scenario {other}")),
         });
     if let Err(e) = res {
@@ -646,6 +659,12 @@ fn site_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::
 fn away_past_backlog(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
     let mut opts = options(ctx, seed);
     opts.flags = ["--backlog-bytes-max", "65536"].map(String::from).to_vec();
+    if ctx.persistence.is_ok() {
+        // The log on disk extends the backlog (docs/persistence.md §6): without it, the
+        // in-memory backlog is all a peer can resume from.
+        opts.flags.extend(["--appendonly", "no"].map(String::from));
+        o.note("appendonly no: the backlog is the 64 KiB in memory only".to_string());
+    }
     let mut cl = start(ctx, &opts, dir, o)?;
     let away = cl.n() - 1;
     let t0 = Instant::now();
@@ -1098,4 +1117,323 @@ fn converge_100k(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::R
 /// Whether a drill with this status counts as run.
 pub fn counted(s: Status) -> bool {
     s != Status::Skipped
+}
+
+/// One row of the conflict table: ops at `a` and at `b` under a partition, ops at `a` after
+/// heal, then a read whose reply every site must give.
+struct Row {
+    name: &'static str,
+    setup: Vec<Vec<String>>,
+    at_a: Vec<Vec<String>>,
+    at_b: Vec<Vec<String>>,
+    after: Vec<Vec<String>>,
+    read: Vec<String>,
+    /// Replies allowed (as `Reply::text`).
+    expect: Vec<String>,
+}
+
+fn conflict_rows(r: usize) -> Vec<Row> {
+    let k = |s: &str| format!("cf:{r}:{s}");
+    let c = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    let (l, s1, s2, st, n) = (k("list"), k("set1"), k("set2"), k("str"), k("cnt"));
+    let (h, e1, e2, d) = (k("hash"), k("exp1"), k("exp2"), k("delset"));
+    let (l2, l3, l4) = (k("list2"), k("list3"), k("list4"));
+    vec![
+        Row {
+            name: "RPUSH x, LPOP (empties the list) ∥ RPUSH y z: y and z stay",
+            setup: vec![],
+            at_a: vec![c(&["RPUSH", &l2, "x"]), c(&["LPOP", &l2])],
+            at_b: vec![c(&["RPUSH", &l2, "y", "z"])],
+            after: vec![],
+            read: c(&["LRANGE", &l2, "0", "-1"]),
+            expect: vec!["y z".into()],
+        },
+        Row {
+            name: "two LPOPs empty [p q] ∥ RPUSH r: r stays",
+            setup: vec![c(&["RPUSH", &l3, "p", "q"])],
+            at_a: vec![c(&["LPOP", &l3]), c(&["LPOP", &l3])],
+            at_b: vec![c(&["RPUSH", &l3, "r"])],
+            after: vec![],
+            read: c(&["LRANGE", &l3, "0", "-1"]),
+            expect: vec!["r".into()],
+        },
+        Row {
+            name: "RPUSH a1 a2 ∥ RPUSH b1 b2 on [s], then three LPOPs: two elements stay",
+            setup: vec![c(&["RPUSH", &l4, "s"])],
+            at_a: vec![c(&["RPUSH", &l4, "a1"]), c(&["RPUSH", &l4, "a2"])],
+            at_b: vec![c(&["RPUSH", &l4, "b1"]), c(&["RPUSH", &l4, "b2"])],
+            after: vec![c(&["LPOP", &l4]), c(&["LPOP", &l4]), c(&["LPOP", &l4])],
+            read: c(&["LLEN", &l4]),
+            expect: vec!["2".into()],
+        },
+        Row {
+            name: "RPUSH ∥ RPUSH on an empty list, then one LPOP: the other element stays",
+            setup: vec![],
+            at_a: vec![c(&["RPUSH", &l, "x"])],
+            at_b: vec![c(&["RPUSH", &l, "y"])],
+            after: vec![c(&["LPOP", &l])],
+            read: c(&["LLEN", &l]),
+            expect: vec!["1".into()],
+        },
+        Row {
+            name: "SREM x ∥ SADD x: add wins",
+            setup: vec![c(&["SADD", &s1, "x", "y"])],
+            at_a: vec![c(&["SREM", &s1, "x"])],
+            at_b: vec![c(&["SADD", &s1, "x"])],
+            after: vec![],
+            read: c(&["SISMEMBER", &s1, "x"]),
+            expect: vec!["1".into()],
+        },
+        Row {
+            name: "SADD x ∥ SREM x: add wins (other order)",
+            setup: vec![c(&["SADD", &s2, "x", "y"])],
+            at_a: vec![c(&["SADD", &s2, "x"])],
+            at_b: vec![c(&["SREM", &s2, "x"])],
+            after: vec![],
+            read: c(&["SISMEMBER", &s2, "x"]),
+            expect: vec!["1".into()],
+        },
+        Row {
+            name: "SET ∥ DEL: the update wins",
+            setup: vec![c(&["SET", &st, "v0"])],
+            at_a: vec![c(&["SET", &st, "v1"])],
+            at_b: vec![c(&["DEL", &st])],
+            after: vec![],
+            read: c(&["GET", &st]),
+            expect: vec!["v1".into()],
+        },
+        Row {
+            name: "INCR ∥ DEL: the unobserved increment stays",
+            setup: vec![c(&["SET", &n, "10"])],
+            at_a: vec![c(&["INCR", &n])],
+            at_b: vec![c(&["DEL", &n])],
+            after: vec![],
+            read: c(&["GET", &n]),
+            expect: vec!["1".into()],
+        },
+        Row {
+            name: "HSET f ∥ HDEL f: the update wins",
+            setup: vec![c(&["HSET", &h, "f", "1", "g", "1"])],
+            at_a: vec![c(&["HSET", &h, "f", "2"])],
+            at_b: vec![c(&["HDEL", &h, "f"])],
+            after: vec![],
+            read: c(&["HGET", &h, "f"]),
+            expect: vec!["2".into()],
+        },
+        Row {
+            name: "EXPIRE 100 ∥ EXPIRE 500: the longer TTL wins",
+            setup: vec![c(&["SET", &e1, "v"])],
+            at_a: vec![c(&["EXPIRE", &e1, "100"])],
+            at_b: vec![c(&["EXPIRE", &e1, "500"])],
+            after: vec![],
+            read: c(&["TTL", &e1]),
+            expect: (470..=500).map(|t| t.to_string()).collect(),
+        },
+        Row {
+            name: "PERSIST ∥ EXPIRE: PERSIST wins",
+            setup: vec![c(&["SET", &e2, "v"]), c(&["EXPIRE", &e2, "300"])],
+            at_a: vec![c(&["PERSIST", &e2])],
+            at_b: vec![c(&["EXPIRE", &e2, "900"])],
+            after: vec![],
+            read: c(&["TTL", &e2]),
+            expect: vec!["-1".into()],
+        },
+        Row {
+            name: "DEL ∥ SADD: only the concurrent add stays",
+            setup: vec![c(&["SADD", &d, "old"])],
+            at_a: vec![c(&["DEL", &d])],
+            at_b: vec![c(&["SADD", &d, "new"])],
+            after: vec![],
+            read: c(&["SMEMBERS", &d]),
+            expect: vec!["new".into()],
+        },
+    ]
+}
+
+/// R5: every row of the conflict table, a few times, with site a cut off from the others.
+fn conflicts(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    let reps = if ctx.long.is_some() { 20 } else { 3 };
+    let opts = options(ctx, seed);
+    let cl = start(ctx, &opts, dir, o)?;
+    let (a, b) = (0, 1);
+    let wait = |what: &str| -> anyhow::Result<()> {
+        match cl.wait_converged(Duration::from_secs(20), &interrupted)? {
+            Ok(_) => Ok(()),
+            Err(why) => bail!("not converged {what}: {why}"),
+        }
+    };
+    let (mut failures, mut checked) = (0, 0);
+    let n_rows = conflict_rows(0).len();
+    for r in 0..reps {
+        let rows = conflict_rows(r);
+        let all = |f: fn(&Row) -> &Vec<Vec<String>>| -> Vec<Vec<String>> {
+            rows.iter().flat_map(|x| f(x).iter().cloned()).collect()
+        };
+        pipeline_all(&cl, a, &all(|x| &x.setup), 10_000)?;
+        wait("after the setup")?;
+        cl.isolate(a);
+        pipeline_all(&cl, a, &all(|x| &x.at_a), 10_000)?;
+        pipeline_all(&cl, b, &all(|x| &x.at_b), 10_000)?;
+        cl.heal_proxies();
+        wait("after heal")?;
+        pipeline_all(&cl, a, &all(|x| &x.after), 10_000)?;
+        wait("after the last ops")?;
+        for row in &rows {
+            for s in 0..cl.n() {
+                checked += 1;
+                let args: Vec<&str> = row.read.iter().map(String::as_str).collect();
+                let got = cl.site(s)?.cmd(&args)?.text();
+                if row.expect.contains(&got) {
+                    continue;
+                }
+                failures += 1;
+                if failures <= 10 {
+                    o.fail(format!(
+                        "rep {r}, {}: {} at {} answered {got:?}, expected {:?}",
+                        row.name,
+                        row.read.join(" "),
+                        cl.id(s),
+                        row.expect.iter().take(3).collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
+    }
+    o.note(format!("{checked} reads checked ({reps} repetitions of {n_rows} rows on every site), {failures} wrong"));
+    if cl.n() >= 3 {
+        for r in 0..reps.min(if ctx.long.is_some() { 5 } else { 1 }) {
+            pop_after_third_site_pop(&cl, o, r)?;
+        }
+    }
+    Ok(())
+}
+
+/// The words of `text` in sorted order (set replies come in any order).
+fn sorted_words(text: &str) -> String {
+    let mut w: Vec<&str> = text.split_whitespace().collect();
+    w.sort_unstable();
+    w.join(" ")
+}
+
+/// Polls `read` at `site` until its reply text satisfies `ok` (bounded); returns the last text.
+fn poll_until(
+    cl: &Cluster,
+    site: usize,
+    read: &[&str],
+    ok: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = sorted_words(&cl.site(site)?.cmd(read)?.text());
+        if ok(&got) || Instant::now() > deadline {
+            return Ok(got);
+        }
+        sleep(Duration::from_millis(20))?;
+    }
+}
+
+/// One type's commands for the three-site removal check.
+struct ThreeSite {
+    ty: &'static str,
+    setup: fn(&str) -> Vec<String>,
+    add_y: fn(&str) -> Vec<String>,
+    remove_first: fn(&str) -> Vec<String>,
+    remove_second: fn(&str) -> Vec<String>,
+    read: fn(&str) -> Vec<String>,
+    /// The read's text with all three, with the second only, with y only.
+    all: &'static str,
+    second: &'static str,
+    only_y: &'static str,
+}
+
+const THREE_SITE: &[ThreeSite] = &[
+    ThreeSite {
+        ty: "list",
+        setup: |k| cmd(&["RPUSH", k, "s1", "s2"]),
+        add_y: |k| cmd(&["RPUSH", k, "y"]),
+        remove_first: |k| cmd(&["LPOP", k]),
+        remove_second: |k| cmd(&["LPOP", k]),
+        read: |k| cmd(&["LRANGE", k, "0", "-1"]),
+        all: "s1 s2 y",
+        second: "s2",
+        only_y: "y",
+    },
+    ThreeSite {
+        ty: "set",
+        setup: |k| cmd(&["SADD", k, "s1", "s2"]),
+        add_y: |k| cmd(&["SADD", k, "y"]),
+        remove_first: |k| cmd(&["SREM", k, "s1"]),
+        remove_second: |k| cmd(&["SREM", k, "s2"]),
+        read: |k| cmd(&["SMEMBERS", k]),
+        all: "s1 s2 y",
+        second: "s2",
+        only_y: "y",
+    },
+    ThreeSite {
+        ty: "hash",
+        setup: |k| cmd(&["HSET", k, "s1", "1", "s2", "1"]),
+        add_y: |k| cmd(&["HSET", k, "y", "1"]),
+        remove_first: |k| cmd(&["HDEL", k, "s1"]),
+        remove_second: |k| cmd(&["HDEL", k, "s2"]),
+        read: |k| cmd(&["HKEYS", k]),
+        all: "s1 s2 y",
+        second: "s2",
+        only_y: "y",
+    },
+    ThreeSite {
+        ty: "zset",
+        setup: |k| cmd(&["ZADD", k, "1", "s1", "2", "s2"]),
+        add_y: |k| cmd(&["ZADD", k, "3", "y"]),
+        remove_first: |k| cmd(&["ZREM", k, "s1"]),
+        remove_second: |k| cmd(&["ZREM", k, "s2"]),
+        read: |k| cmd(&["ZRANGE", k, "0", "-1"]),
+        all: "s1 s2 y",
+        second: "s2",
+        only_y: "y",
+    },
+];
+
+/// A removal that reaches a site before an add it had seen (delivered through a third site):
+/// a is cut off from b only; b adds y; c, which has y, removes s1; a, which has c's removal but
+/// not y, removes s2, its last element. y was never removed: it must stay, for every type.
+fn pop_after_third_site_pop(cl: &Cluster, o: &mut Outcome, r: usize) -> anyhow::Result<()> {
+    let (a, b, c) = (0, 1, 2);
+    let run = |argv: Vec<String>, site: usize| -> anyhow::Result<String> {
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        Ok(cl.site(site)?.cmd(&args)?.text())
+    };
+    for t in THREE_SITE {
+        let key = format!("cf:{r}:3site-{}", t.ty);
+        run((t.setup)(&key), a)?;
+        if let Err(why) = cl.wait_converged(Duration::from_secs(20), &interrupted)? {
+            bail!("not converged after the setup: {why}");
+        }
+        cl.partition(a, b);
+        run((t.add_y)(&key), b)?;
+        let read = (t.read)(&key);
+        let read: Vec<&str> = read.iter().map(String::as_str).collect();
+        let at_c = poll_until(cl, c, &read, |x| x == t.all)?;
+        let removed_c = run((t.remove_first)(&key), c)?;
+        let at_a = poll_until(cl, a, &read, |x| x == t.second)?;
+        let removed_a = run((t.remove_second)(&key), a)?;
+        cl.heal_proxies();
+        if let Err(why) = cl.wait_converged(Duration::from_secs(20), &interrupted)? {
+            bail!("not converged after heal: {why}");
+        }
+        let finals: Vec<String> = (0..cl.n())
+            .map(|s| {
+                cl.site(s)
+                    .and_then(|x| x.cmd(&read))
+                    .map(|r| sorted_words(&r.text()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        if finals.iter().any(|f| f != t.only_y) {
+            o.fail(format!(
+                "rep {r}, {} removal after a third site's removal: c saw [{at_c}] and removed s1 ({removed_c}); a saw [{at_a}] and removed s2 ({removed_a}); \
+                 b's y was never removed, but the {} ends as {finals:?} (expected [{}] everywhere)",
+                t.ty, t.ty, t.only_y
+            ));
+        }
+    }
+    Ok(())
 }
