@@ -50,6 +50,22 @@ pub struct Options {
     pub jitter_ms: u64,
 }
 
+/// See [`Cluster::stage`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    LinksDown(String),
+    Lagging(String),
+    DigestsDiffer(String),
+    Converged,
+}
+
+/// How long convergence took from the start of the wait, and when every link was first up.
+#[derive(Clone, Copy, Debug)]
+pub struct Converged {
+    pub total: Duration,
+    pub links_up: Duration,
+}
+
 /// Sync counters of one site's view of one peer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncCounts {
@@ -390,18 +406,24 @@ impl Cluster {
         Ok(out)
     }
 
-    /// Why the cluster is not converged yet (links, acks, digests), or Ok.
-    pub fn converged_now(&self) -> anyhow::Result<Result<(), String>> {
+    /// How far the cluster is from converged: links down, links up but peers not caught up
+    /// (`lag_ops` > 0), digests differing, or converged.
+    pub fn stage(&self) -> anyhow::Result<Stage> {
+        let mut lagging = None;
         for (i, s) in self.sites.iter().enumerate() {
             let info = s.info_crdt()?;
             for j in (0..self.n()).filter(|&j| j != i) {
                 let Some(line) = info.get(&format!("crdt_peer_{}", self.id(j))) else {
-                    return Ok(Err(format!("{} has no peer {}", s.id(), self.id(j))));
+                    return Ok(Stage::LinksDown(format!(
+                        "{} has no peer {}",
+                        s.id(),
+                        self.id(j)
+                    )));
                 };
                 let p = parse_peer_line(line);
                 let g = |k: &str| p.get(k).map_or("?", String::as_str);
                 if g("in_link") != "up" || g("out_link") != "up" {
-                    return Ok(Err(format!(
+                    return Ok(Stage::LinksDown(format!(
                         "{}→{}: in_link={} out_link={} last_error={}",
                         s.id(),
                         self.id(j),
@@ -410,15 +432,18 @@ impl Cluster {
                         g("last_error")
                     )));
                 }
-                if g("lag_ops") != "0" {
-                    return Ok(Err(format!(
+                if g("lag_ops") != "0" && lagging.is_none() {
+                    lagging = Some(format!(
                         "{}: peer {} lag_ops={}",
                         s.id(),
                         self.id(j),
                         g("lag_ops")
-                    )));
+                    ));
                 }
             }
+        }
+        if let Some(why) = lagging {
+            return Ok(Stage::Lagging(why));
         }
         let digests = self
             .sites
@@ -426,23 +451,35 @@ impl Cluster {
             .map(Site::digest)
             .collect::<anyhow::Result<Vec<_>>>()?;
         if digests.iter().any(|d| Some(d) != digests.first()) {
-            return Ok(Err(format!("digests differ: {digests:?}")));
+            return Ok(Stage::DigestsDiffer(format!("digests differ: {digests:?}")));
         }
-        Ok(Ok(()))
+        Ok(Stage::Converged)
     }
 
-    /// Polls until converged; returns the time it took, or the last reason after `timeout`.
+    /// Polls until converged; returns how long it took (and when every link was first up), or
+    /// the last reason after `timeout`.
     pub fn wait_converged(
         &self,
         timeout: Duration,
         stop: &dyn Fn() -> bool,
-    ) -> anyhow::Result<Result<Duration, String>> {
+    ) -> anyhow::Result<Result<Converged, String>> {
         let start = Instant::now();
+        let mut links_up = None;
         // Bounded by `timeout`.
         loop {
-            let last = match self.converged_now() {
-                Ok(Ok(())) => return Ok(Ok(start.elapsed())),
-                Ok(Err(why)) => why,
+            let last = match self.stage() {
+                Ok(Stage::Converged) => {
+                    let total = start.elapsed();
+                    return Ok(Ok(Converged {
+                        total,
+                        links_up: links_up.unwrap_or(total),
+                    }));
+                }
+                Ok(Stage::LinksDown(why)) => why,
+                Ok(Stage::Lagging(why) | Stage::DigestsDiffer(why)) => {
+                    links_up.get_or_insert(start.elapsed());
+                    why
+                }
                 Err(e) => format!("{e:#}"),
             };
             if start.elapsed() > timeout || stop() {

@@ -23,6 +23,8 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Convergence bound after heal for the chaos drills (testing.md R4: ≤ 10 s).
 pub const CONVERGE_BOUND: Duration = Duration::from_secs(10);
+/// Convergence goal after heal (testing.md §7: p99 ≤ 5 s over seeds, at most 10 s per run).
+pub const CONVERGE_GOAL: Duration = Duration::from_secs(5);
 /// How long the harness waits for convergence before giving up and printing the difference.
 pub const CONVERGE_WAIT_MAX: Duration = Duration::from_secs(40);
 
@@ -243,9 +245,10 @@ fn note_convergence(
     let conv = cl.wait_converged(CONVERGE_WAIT_MAX, &interrupted)?;
     let since_heal = heal_at.elapsed();
     match conv {
-        Ok(_) => {
+        Ok(c) => {
+            let links = (c.links_up + (since_heal - c.total)).as_secs_f64();
             o.note(format!(
-                "converged {:.2}s after heal",
+                "converged {:.2}s after heal (every link up again after {links:.2}s)",
                 since_heal.as_secs_f64()
             ));
             if since_heal > bound {
@@ -959,6 +962,7 @@ fn gc_while_cut_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow
         bail!("not converged after the fill: {why}");
     }
     cl.isolate(c);
+    let collected_before = gc_counter(&cl, a, "crdt_gc_collected_keys");
     let mut dels = Vec::new();
     for k in 0..GC_KEYS {
         dels.push(cmd(&["DEL", &format!("gc:str:{k}")]));
@@ -985,15 +989,16 @@ fn gc_while_cut_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow
     pipeline_all(&cl, a, &dels, 10_000)?;
     pipeline_all(&cl, c, &upd, 10_000)?;
     sleep(Duration::from_secs(3))?;
+    let collected = gc_counter(&cl, a, "crdt_gc_collected_keys").saturating_sub(collected_before);
     let held = gc_pending(&cl, a);
     o.note(format!(
-        "site {} holds removal metadata of {held} keys while {} is cut off (3 s later)",
-        cl.id(a),
-        cl.id(c)
+        "while {} is cut off (3 s after the deletes), site {} collected the metadata of {collected} keys and holds that of {held}",
+        cl.id(c),
+        cl.id(a)
     ));
-    if held == 0 {
+    if collected > 0 {
         o.fail(format!(
-            "site {} collected its tombstones while {} was unreachable",
+            "site {} collected removal metadata of {collected} keys while {} was unreachable",
             cl.id(a),
             cl.id(c)
         ));
@@ -1091,10 +1096,15 @@ fn gc_mismatches(state: &State, str_upd: &[usize], set_upd: &[usize]) -> Vec<Str
 
 /// `crdt_gc_pending_keys` of site `i` (0 when it cannot be read).
 fn gc_pending(cl: &Cluster, i: usize) -> u64 {
+    gc_counter(cl, i, "crdt_gc_pending_keys")
+}
+
+/// A numeric field of site `i`'s `INFO crdt` (0 when it cannot be read).
+fn gc_counter(cl: &Cluster, i: usize, field: &str) -> u64 {
     cl.site(i)
         .ok()
         .and_then(|s| s.info_crdt().ok())
-        .and_then(|m| m.get("crdt_gc_pending_keys").and_then(|v| v.parse().ok()))
+        .and_then(|m| m.get(field).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }
 
@@ -1141,14 +1151,22 @@ fn converge_100k(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::R
     let conv = cl.wait_converged(CONVERGE_WAIT_MAX, &interrupted)?;
     let took = heal_at.elapsed();
     match conv {
-        Ok(_) => {
+        Ok(c) => {
+            let links = (c.links_up + (took - c.total)).as_secs_f64();
+            let goal = if took <= CONVERGE_GOAL {
+                "within"
+            } else {
+                "over"
+            };
             o.note(format!(
-                "converge-100k: {KEYS} changed keys, 100 ms RTT: converged {:.2}s after heal",
-                took.as_secs_f64()
+                "converge-100k: {KEYS} changed keys, 100 ms RTT: converged {:.2}s after heal \
+                 ({goal} the 5 s p99 goal; links up again after {links:.2}s, caught up {:.2}s later)",
+                took.as_secs_f64(),
+                took.as_secs_f64() - links
             ));
-            if took > Duration::from_secs(5) {
+            if took > CONVERGE_BOUND {
                 o.fail(format!(
-                    "converged in {:.2}s, over the 5 s goal",
+                    "converged in {:.2}s, over the 10 s bound",
                     took.as_secs_f64()
                 ));
             }
