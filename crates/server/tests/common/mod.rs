@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod disk;
 pub mod proxy;
 pub mod sites;
 
