@@ -44,20 +44,26 @@ enum BlockedEvent {
     Timeout,
 }
 
-/// Waits until the log is durable up to `target`; false when a write to it failed.
-async fn wait_durable(w: &crate::persist::writer::WriterShared, target: u64) -> bool {
+/// Whether a batch's replies may be written: at once, after the fsync covering it
+/// (`always`), or never (its writes could not be logged: the connection closes).
+async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
+    use crate::persist::AfterBatch;
     use std::sync::atomic::Ordering;
-    loop {
-        let notified = w.durable.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if w.durable_pos.load(Ordering::Acquire) >= target {
-            return true;
-        }
-        if w.failed.load(Ordering::Acquire) {
-            return false;
-        }
-        notified.await;
+    match after {
+        AfterBatch::Reply => true,
+        AfterBatch::Drop => false,
+        AfterBatch::Wait(target, w) => loop {
+            let notified = w.durable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if w.durable_pos.load(Ordering::Acquire) >= target {
+                return true;
+            }
+            if w.failed() {
+                return false;
+            }
+            notified.await;
+        },
     }
 }
 
@@ -127,10 +133,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break;
             }
             let query_limit;
-            let durable_wait;
+            let after;
             {
                 let mut guard = shard.borrow_mut();
                 let s = &mut *guard;
+                let pos_before = s.persist.next_pos;
                 query_limit = s.config.client_query_buffer_limit as usize;
                 let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
                 out.raw(&pushed);
@@ -156,15 +163,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                     buffered = true;
                 }
                 s.stats.net_output_bytes += out.len() as u64;
-                durable_wait = s
-                    .persist
-                    .after_batch()
-                    .and_then(|target| s.persist.writer.clone().map(|w| (target, w)));
+                after = s.persist.after_batch(pos_before);
             }
-            if let Some((target, w)) = durable_wait {
-                if !wait_durable(&w, target).await {
-                    break 'conn;
-                }
+            if !replies_may_go(after).await {
+                break 'conn;
             }
             if !out.is_empty() {
                 if stream.write_all(&out.buf).await.is_err() {
@@ -204,10 +206,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         }
         buffered = false;
         let query_limit;
-        let durable_wait;
+        let after;
         {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
+            let pos_before = s.persist.next_pos;
             query_limit = s.config.client_query_buffer_limit as usize;
             // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
             parser.set_limits(ParseLimits {
@@ -252,18 +255,14 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             rbuf.advance(pos);
             shared.qbuf_bytes.set(rbuf.len());
             s.stats.net_output_bytes += out.len() as u64;
-            durable_wait = s
-                .persist
-                .after_batch()
-                .and_then(|target| s.persist.writer.clone().map(|w| (target, w)));
+            // The batch's records are written (write(2)) before its replies go out.
+            after = s.persist.after_batch(pos_before);
         }
         // appendfsync always: no reply leaves before the records of the writes it answers
         // (or that it may have read) are on disk. A failed write closes the connection
         // unanswered: those writes are not acknowledged.
-        if let Some((target, w)) = durable_wait {
-            if !wait_durable(&w, target).await {
-                break;
-            }
+        if !replies_may_go(after).await {
+            break;
         }
         if !out.is_empty() {
             if stream.write_all(&out.buf).await.is_err() {

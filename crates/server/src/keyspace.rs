@@ -197,7 +197,7 @@ impl Shard {
             }
         }
         let record = self.oplog.append(seq, hlc, db, key, effect);
-        self.persist.append_op(record);
+        self.persist.append_op(record, Some(seq));
         self.sync.own_last = hlc;
         self.sync.ops_appended();
         applied

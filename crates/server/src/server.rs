@@ -63,18 +63,29 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .unwrap_or_default();
     tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
     let shard_tls = tls.clone();
+    // Tells the main thread when the shard thread ends by itself (it could not open its data
+    // directory, or failed): the process must then exit, not linger on a dead port.
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let shard_thread = std::thread::Builder::new()
         .name("shard-0".to_string())
-        .spawn(move || run_shard(0, config, listener, sync_listener, shard_tls, stop_rx))
+        .spawn(move || {
+            let r = run_shard(0, config, listener, sync_listener, shard_tls, stop_rx);
+            let _ = ended_tx.send(());
+            r
+        })
         .map_err(ServerError::Runtime)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
     rt.block_on(async {
-        wait_for_signal(tls.as_deref()).await;
+        tokio::select! {
+            () = wait_for_signal(tls.as_deref()) => {
+                tracing::info!("received shutdown signal, stopping");
+            }
+            _ = ended_rx => {}
+        }
     });
-    tracing::info!("received shutdown signal, stopping");
     let _ = stop_tx.send(true);
     match shard_thread.join() {
         Ok(r) => r,
@@ -183,7 +194,7 @@ fn run_shard(
             .open_persistence()
             .map_err(|e| ServerError::Persist(e.to_string()))?;
         tokio::task::spawn_local(periodic(shard.clone()));
-        tokio::task::spawn_local(hand_off_loop(shard.clone()));
+        tokio::task::spawn_local(flush_loop(shard.clone()));
         crate::sync::link::start(&shard, sync_listener);
         loop {
             tokio::select! {
@@ -254,11 +265,11 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
     }
 }
 
-/// Hands records written since the last batch to the log writer every few milliseconds, so
-/// that an idle moment never leaves acknowledged writes in the shard's buffer.
-async fn hand_off_loop(shard: Rc<RefCell<Shard>>) {
+/// Writes records logged outside clients' batches (remote ops, expiries) to the log every
+/// few milliseconds.
+async fn flush_loop(shard: Rc<RefCell<Shard>>) {
     loop {
-        tokio::time::sleep(Duration::from_millis(crate::persist::HAND_OFF_PERIOD_MS)).await;
+        tokio::time::sleep(Duration::from_millis(crate::persist::FLUSH_PERIOD_MS)).await;
         let mut s = shard.borrow_mut();
         if s.shutting_down {
             return;

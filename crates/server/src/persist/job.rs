@@ -11,15 +11,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::recover::{self, Purpose};
 use super::writer::{self, WriterSetup, WriterShared};
 use super::{Fsync, Persist, PersistError, snapshot};
 use crate::shard::Shard;
 
-/// How long a background snapshot waits for the writer to close the segment it covers.
-pub const ROTATE_WAIT: Duration = Duration::from_secs(30);
 /// Snapshots kept: the newest, and one before it in case the newest is found damaged.
 pub const SNAPSHOTS_KEPT: usize = 2;
 
@@ -127,29 +125,32 @@ impl Shard {
             shared.written_pos.store(rec.next_pos, Ordering::Release);
             shared.durable_pos.store(rec.next_pos, Ordering::Release);
             shared.durable_own_seq.store(self.seq, Ordering::Release);
-            {
-                let mut st = shared.state();
-                st.segments = segments;
-                st.rotated_at = rec.next_pos;
-            }
+            shared.state().segments = segments;
+            let file = Arc::new(file);
             let setup = WriterSetup {
                 dir: dir.clone(),
-                replica: self.replica,
-                segment_bytes_max: self.config.log_segment_bytes_max,
                 watermark: self.config.debug_fsync_watermark,
                 fsync: self.persist.fsync,
                 fsync_for_peers: !self.sync.peers.is_empty(),
-                file,
-                path,
+                file: file.clone(),
+                path: path.clone(),
                 bytes,
             };
-            self.persist.start_writer(shared, setup);
+            self.persist.replica = self.replica;
+            self.persist.segment_bytes_max = self.config.log_segment_bytes_max;
+            self.persist
+                .start_writer(shared, setup, super::LogFile { file, path, bytes });
             let (inc, first) = (self.sync.incarnation, first_seq);
             self.persist.append_incarnation(inc, first);
             let now = self.now_ms();
             let clock_ms = self.clock.last().physical_ms().max(now);
             self.persist.note_clock(clock_ms);
-            self.persist.hand_off(false);
+            if !self.persist.flush() {
+                return Err(PersistError::Inconsistent(format!(
+                    "{}: cannot write to the new log segment",
+                    dir.display()
+                )));
+            }
         }
         tracing::info!(
             dir = %dir.display(),
@@ -168,7 +169,7 @@ impl Shard {
         if self.persist.dir.as_os_str().is_empty() {
             return Err("no data directory".to_string());
         }
-        self.persist.hand_off(false);
+        self.persist.flush();
         let pos = self.persist.next_pos;
         let started = Instant::now();
         let dirty = self.stats.dirty;
@@ -190,10 +191,11 @@ impl Shard {
         if self.persist.job.is_some() {
             return Err("in progress".to_string());
         }
-        let Some(shared) = self.persist.writer.clone() else {
+        if self.persist.writer.is_none() {
             return Err("appendonly is off".to_string());
-        };
-        self.persist.hand_off(true);
+        }
+        // The snapshot covers the closed segments: everything before `upto`.
+        self.persist.rotate().map_err(|e| e.to_string())?;
         let upto = self.persist.next_pos;
         let dir = self.persist.dir.clone();
         let config = self.config.clone();
@@ -201,7 +203,7 @@ impl Shard {
         let table = self.table;
         let handle = std::thread::Builder::new()
             .name("snapshot".to_string())
-            .spawn(move || background_snapshot(shared, dir, config, index, table, upto))
+            .spawn(move || background_snapshot(dir, config, index, table, upto))
             .map_err(|e| e.to_string())?;
         self.persist.job = Some(Job {
             kind,
@@ -386,23 +388,15 @@ impl Shard {
     }
 }
 
-/// The background snapshot thread: waits for the segment boundary, replays into a private
-/// shard, writes it.
+/// The background snapshot thread: replays the closed segments into a private shard and
+/// writes it.
 fn background_snapshot(
-    shared: Arc<WriterShared>,
     dir: PathBuf,
     config: crate::config::Config,
     index: u8,
     table: &'static crate::cmd::table::Table,
     upto: u64,
 ) -> Result<(PathBuf, u64), String> {
-    let deadline = Instant::now() + ROTATE_WAIT;
-    while shared.state().rotated_at < upto {
-        if Instant::now() > deadline {
-            return Err("the log writer did not close its segment in time".to_string());
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
     let now = crate::time::wall_ms();
     let mut private = Shard::new(index, config, table, now);
     private.persist.recovering = true;

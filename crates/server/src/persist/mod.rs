@@ -2,11 +2,12 @@
 //!
 //! - `Persist` (here): the shard's side. Every record the shard must keep (its own ops,
 //!   remote ops it applied, full-sync merges, peer positions, incarnations, clock leases) is
-//!   encoded into a buffer on the shard thread and handed to the writer. Under `always`
-//!   connections wait for the fsync covering their batch before replying.
+//!   encoded into a buffer on the shard thread and written to the current segment at the
+//!   end of each batch, before its replies. Under `always` connections wait for the fsync
+//!   covering their batch before replying.
 //! - `record`: the segment and record format, and the walk that tells a torn tail from
 //!   corruption.
-//! - `writer`: the writer thread (write, fsync by policy, new segments, failures).
+//! - `writer`: segment files and the fsync thread (fsync by policy, failures).
 //! - `snapshot`: snapshot files.
 //! - `recover`: start-up (newest valid snapshot plus the log after it) and the replay a
 //!   background snapshot uses.
@@ -26,7 +27,6 @@ pub mod writer;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use meridian_crdt::VersionVector;
 
@@ -97,11 +97,11 @@ impl PersistError {
     }
 }
 
-/// Encoded records waiting for a hand-off past this size are handed over at once.
+/// Encoded records waiting past this size are written at once (mid-batch).
 pub const PENDING_BYTES_MAX: usize = 256 * 1024;
-/// Pending records are handed over at least this often (the periodic tick), so under
-/// `everysec` an acknowledged write reaches the kernel within milliseconds.
-pub const HAND_OFF_PERIOD_MS: u64 = 2;
+/// Records logged outside a client's batch (remote ops, expiries) are written at least this
+/// often.
+pub const FLUSH_PERIOD_MS: u64 = 2;
 /// The clock lease runs this far ahead of the clock...
 pub const CLOCK_LEASE_AHEAD_MS: u64 = 3_000;
 /// ...and is renewed when less than this is left (more than one `everysec` period, so a
@@ -133,6 +133,26 @@ pub struct SaveStats {
     pub load_ms: u64,
 }
 
+/// The segment the shard writes to.
+#[derive(Debug)]
+pub struct LogFile {
+    pub file: Arc<std::fs::File>,
+    pub path: PathBuf,
+    /// Its length: everything written so far (a failed write is cut back to it).
+    pub bytes: u64,
+}
+
+/// What a connection does with the replies of a batch (`Persist::after_batch`).
+#[derive(Debug)]
+pub enum AfterBatch {
+    Reply,
+    /// `always`: wait until the log is durable up to this position.
+    Wait(u64, Arc<WriterShared>),
+    /// `always` and the batch's writes could not be logged: close without replying (they
+    /// are not acknowledged).
+    Drop,
+}
+
 /// The shard's side of persistence.
 #[derive(Debug)]
 pub struct Persist {
@@ -141,11 +161,15 @@ pub struct Persist {
     pub fsync: Fsync,
     /// The shard's directory (`dir/shard-N`).
     pub dir: PathBuf,
-    /// Encoded records not yet handed to the writer.
+    pub replica: meridian_crdt::ReplicaId,
+    pub segment_bytes_max: u64,
+    /// Encoded records not yet written.
     pending: Vec<u8>,
+    /// Own ops in `pending`: the first and last sequence numbers (0: none).
+    pending_own: (u64, u64),
     /// Position the next record will have (records ever appended, in the whole history).
     pub next_pos: u64,
-    last_hand_off: Instant,
+    pub log: Option<LogFile>,
     pub writer: Option<Arc<WriterShared>>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Set while recovery replays records: nothing is logged again.
@@ -164,8 +188,8 @@ pub struct Persist {
     disk_cache: Option<(u64, Vec<u8>)>,
     /// Held while the process owns the directory.
     pub lock: Option<std::fs::File>,
-    /// The site has peers: records are handed over after every batch (they stream only
-    /// once fsynced, so every millisecond here is replication lag).
+    /// The site has peers: its own ops must be fsynced promptly (they stream only once on
+    /// disk, so every millisecond here is replication lag).
     pub for_peers: bool,
 }
 
@@ -176,9 +200,12 @@ impl Persist {
             enabled: false,
             fsync: Fsync::EverySec,
             dir: PathBuf::new(),
+            replica: meridian_crdt::ReplicaId(0),
+            segment_bytes_max: u64::MAX,
             pending: Vec::new(),
+            pending_own: (0, 0),
             next_pos: 0,
-            last_hand_off: Instant::now(),
+            log: None,
             writer: None,
             thread: None,
             recovering: false,
@@ -204,16 +231,23 @@ impl Persist {
         self.writer.is_some() && !self.recovering
     }
 
-    /// Logs one op record (op log format, as `OpLog::append` wrote it).
-    pub fn append_op(&mut self, op: &[u8]) {
+    /// Logs one op record (op log format, as `OpLog::append` wrote it); `own_seq` when this
+    /// shard originated it.
+    pub fn append_op(&mut self, op: &[u8], own_seq: Option<u64>) {
         if !self.logging() {
             return;
         }
         record::put(&mut self.pending, record::Kind::Op, op);
+        if let Some(seq) = own_seq {
+            if self.pending_own.0 == 0 {
+                self.pending_own.0 = seq;
+            }
+            self.pending_own.1 = seq;
+        }
         self.appended();
     }
 
-    /// Logs the op record in `self.scratch`.
+    /// Logs the (remote) op record in `self.scratch`.
     pub fn append_scratch_op(&mut self) {
         if !self.logging() {
             return;
@@ -260,52 +294,138 @@ impl Persist {
     fn appended(&mut self) {
         self.next_pos += 1;
         if self.pending.len() >= PENDING_BYTES_MAX {
-            self.hand_off(false);
+            self.flush();
         }
     }
 
-    /// Hands pending records to the writer (and asks it to start a new segment after them
-    /// when `rotate`).
-    pub fn hand_off(&mut self, rotate: bool) {
-        if let Some(w) = &self.writer {
-            if !self.pending.is_empty() || rotate {
-                w.hand_off(&mut self.pending, self.next_pos, rotate);
+    /// Writes pending records to the current segment (`write(2)` on the shard thread, as
+    /// Redis writes its AOF buffer before replying) and tells the fsync thread. A failed
+    /// write is cut back and kept pending; returns whether everything is written.
+    pub fn flush(&mut self) -> bool {
+        let (Some(w), Some(log)) = (&self.writer, &mut self.log) else {
+            return true;
+        };
+        if self.pending.is_empty() {
+            return !w.write_failed.load(Ordering::Acquire);
+        }
+        use std::io::{Seek as _, Write as _};
+        match (&*log.file).write_all(&self.pending) {
+            Ok(()) => {
+                log.bytes += self.pending.len() as u64;
+                let own = (self.pending_own.1 > 0).then_some(self.pending_own.1);
+                {
+                    let mut st = w.state();
+                    if let Some(seg) = st.segments.last_mut() {
+                        if self.pending_own.0 > 0 {
+                            seg.note_own(self.pending_own.0);
+                            seg.note_own(self.pending_own.1);
+                        }
+                        seg.end_pos = self.next_pos;
+                        seg.bytes = log.bytes;
+                    }
+                    if w.write_failed.load(Ordering::Acquire) {
+                        if !w.fsync_failed.load(Ordering::Acquire) {
+                            st.last_error = None;
+                        }
+                        w.write_failed.store(false, Ordering::Release);
+                        tracing::warn!("writes to the op log succeed again");
+                    }
+                }
+                let urgent = self.fsync == Fsync::Always || (self.for_peers && own.is_some());
+                w.note_written(self.next_pos, own, log.bytes, urgent);
+                self.pending.clear();
+                self.pending_own = (0, 0);
+                if log.bytes >= self.segment_bytes_max {
+                    if let Err(e) = self.rotate() {
+                        tracing::error!(error = %e, "cannot start a new log segment; going on with the current one");
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                // No partial record may stay: cut back to the last good length.
+                let _ = log.file.set_len(log.bytes);
+                let _ = (&*log.file).seek(std::io::SeekFrom::Start(log.bytes));
+                if !w.write_failed.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, "writing the op log failed; writes are refused until it succeeds");
+                }
+                w.set_error(writer::errno_text(&e));
+                w.durable.notify_waiters();
+                false
             }
         }
-        self.last_hand_off = Instant::now();
     }
 
-    /// After a batch of commands: under `always`, hands the records over and returns the
-    /// position the batch's replies must wait for (None: reply now).
-    pub fn after_batch(&mut self) -> Option<u64> {
-        let w = self.writer.as_ref()?;
+    /// Closes the current segment and starts one at the next position (the fsync thread
+    /// fsyncs the old one).
+    pub fn rotate(&mut self) -> std::io::Result<()> {
+        let Some(w) = self.writer.clone() else {
+            return Ok(());
+        };
+        if !self.flush() {
+            return Err(std::io::Error::other("pending records cannot be written"));
+        }
+        let first = self.next_pos;
+        if w.state()
+            .segments
+            .last()
+            .is_some_and(|s| s.first_pos == first)
+        {
+            return Ok(());
+        }
+        let (file, path) = writer::create_segment(&self.dir, self.replica, first)?;
+        let file = Arc::new(file);
+        let bytes = record::SEGMENT_HEADER_BYTES as u64;
+        w.state().segments.push(writer::SegmentInfo {
+            first_pos: first,
+            end_pos: first,
+            path: path.clone(),
+            bytes,
+            own_first_seq: 0,
+            own_last_seq: 0,
+        });
+        w.note_rotated(file.clone(), path.clone(), bytes);
+        self.log = Some(LogFile { file, path, bytes });
+        Ok(())
+    }
+
+    /// After a batch of commands (`pos_before`: `next_pos` when it began): writes what it
+    /// logged, and under `always` says how long its replies must wait.
+    pub fn after_batch(&mut self, pos_before: u64) -> AfterBatch {
+        let Some(w) = self.writer.clone() else {
+            return AfterBatch::Reply;
+        };
+        let wrote = self.next_pos > pos_before;
+        let written = self.flush();
         if self.fsync != Fsync::Always {
-            if !self.pending.is_empty()
-                && (self.for_peers
-                    || self.last_hand_off.elapsed().as_millis() as u64 >= HAND_OFF_PERIOD_MS)
-            {
-                self.hand_off(false);
-            }
-            return None;
+            return AfterBatch::Reply;
+        }
+        if !written || w.failed() {
+            // Writes were refused with MISCONF meanwhile; a batch that did log records whose
+            // write failed is not acknowledged.
+            return if wrote && !written {
+                AfterBatch::Drop
+            } else {
+                AfterBatch::Reply
+            };
         }
         if w.durable_pos.load(Ordering::Acquire) >= self.next_pos {
-            return None;
+            return AfterBatch::Reply;
         }
-        self.hand_off(false);
-        Some(self.next_pos)
+        AfterBatch::Wait(self.next_pos, w)
     }
 
-    /// Periodic: hands over what is pending.
+    /// Periodic: writes what is pending (remote ops, expiries).
     pub fn tick(&mut self) {
         if !self.pending.is_empty() {
-            self.hand_off(false);
+            self.flush();
         }
     }
 
     /// The `-MISCONF` text while the log cannot be written.
     pub fn refusal(&self) -> Option<String> {
         let w = self.writer.as_ref()?;
-        if !w.failed.load(Ordering::Acquire) {
+        if !w.failed() {
             return None;
         }
         let why = w
@@ -316,6 +436,13 @@ impl Persist {
         Some(format!("MISCONF Errors writing to the AOF file: {why}"))
     }
 
+    /// Records durable (fsynced).
+    pub fn durable_pos(&self) -> u64 {
+        self.writer
+            .as_ref()
+            .map_or(0, |w| w.durable_pos.load(Ordering::Acquire))
+    }
+
     /// The last own sequence number peers may receive: everything when nothing is logged,
     /// else only ops already on disk.
     pub fn stream_limit(&self, seq: u64) -> u64 {
@@ -323,13 +450,6 @@ impl Persist {
             Some(w) => w.durable_own_seq.load(Ordering::Acquire).min(seq),
             None => seq,
         }
-    }
-
-    /// Records durable (fsynced) and written.
-    pub fn durable_pos(&self) -> u64 {
-        self.writer
-            .as_ref()
-            .map_or(0, |w| w.durable_pos.load(Ordering::Acquire))
     }
 
     /// Total bytes of the log segments on disk.
@@ -347,9 +467,9 @@ impl Persist {
         }
     }
 
-    /// Writes and fsyncs everything, then stops the writer (shutdown).
+    /// Writes and fsyncs everything, then stops the fsync thread (shutdown).
     pub fn close(&mut self) {
-        self.hand_off(false);
+        self.flush();
         if let Some(w) = &self.writer {
             w.stop();
         }
@@ -357,19 +477,26 @@ impl Persist {
             let _ = t.join();
         }
         self.writer = None;
+        self.log = None;
     }
 
-    pub fn start_writer(&mut self, shared: Arc<WriterShared>, setup: writer::WriterSetup) {
+    pub fn start_writer(
+        &mut self,
+        shared: Arc<WriterShared>,
+        setup: writer::WriterSetup,
+        log: LogFile,
+    ) {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("log-writer".to_string())
+            .name("log-fsync".to_string())
             .spawn(move || writer::run(s, setup));
         match thread {
             Ok(t) => {
                 self.thread = Some(t);
                 self.writer = Some(shared);
+                self.log = Some(log);
             }
-            Err(e) => tracing::error!(error = %e, "cannot start the log writer thread"),
+            Err(e) => tracing::error!(error = %e, "cannot start the log fsync thread"),
         }
     }
 

@@ -368,8 +368,13 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
         }
         if let Some(expected) = pos_expected {
             if expected != *first {
+                let prev = i
+                    .checked_sub(1)
+                    .and_then(|j| segments.get(j))
+                    .map(|(_, p)| p.display().to_string())
+                    .unwrap_or_default();
                 return Err(PersistError::Inconsistent(format!(
-                    "{}: starts at position {first} but the previous segment ends at {expected}",
+                    "{prev}: ends at position {expected} but the next segment, {}, starts at {first}: records {expected}..{first} are missing (the segment lost its tail)",
                     path.display()
                 )));
             }

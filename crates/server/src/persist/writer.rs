@@ -1,17 +1,16 @@
-//! The log writer: one thread per shard that writes the records the shard hands it to the
-//! current segment, fsyncs them by the policy, and starts new segments.
+//! Segment files and the fsync thread.
 //!
-//! The shard never waits on the disk: it appends encoded records to a buffer and hands the
-//! buffer over (`Persist::hand_off`). Under `always`, connections whose batch wrote
-//! something wait for `durable_pos` before their replies go out; every record handed over
-//! by then shares the one fsync (group commit).
-//!
-//! A failed write is undone (the file is cut back to its last good length, so no partial
-//! record stays) and retried; meanwhile `failed` is set and the shard refuses writes with
-//! `-MISCONF`, as Redis does.
+//! The shard thread `write(2)`s its records to the current segment itself at the end of every
+//! batch of commands, before the replies go out (as Redis writes its AOF buffer in
+//! `beforeSleep`), so a reply under any policy means the write is at least in the kernel: a
+//! SIGKILL loses nothing acknowledged. It also starts new segments. The **fsync thread**
+//! beside it (`run`) makes written data durable by the policy: at once under `always` (every
+//! connection waiting then shares one fsync: group commit), once a second under `everysec`,
+//! and, when the site has peers, as soon as own ops were written (peers receive only ops on
+//! disk). The shard never waits on an fsync.
 
 use std::fs::File;
-use std::io::{Seek as _, SeekFrom, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,7 +21,7 @@ use meridian_crdt::ReplicaId;
 use super::Fsync;
 use super::record::{self, Kind, SegmentHeader};
 
-/// How long the writer waits before retrying after a failed write or fsync.
+/// How long the fsync thread waits before retrying a failed fsync.
 pub const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// The `everysec` period.
 pub const FSYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -46,14 +45,18 @@ impl SegmentInfo {
         let _ = record::scan::<()>(records, |f| {
             if f.kind == Kind::Op {
                 if let Some(seq) = own_seq(f.payload, replica) {
-                    if self.own_first_seq == 0 {
-                        self.own_first_seq = seq;
-                    }
-                    self.own_last_seq = seq;
+                    self.note_own(seq);
                 }
             }
             Ok(())
         });
+    }
+
+    pub fn note_own(&mut self, seq: u64) {
+        if self.own_first_seq == 0 {
+            self.own_first_seq = seq;
+        }
+        self.own_last_seq = seq;
     }
 }
 
@@ -68,16 +71,45 @@ pub fn segment_name(first_pos: u64) -> String {
     format!("log-{first_pos:020}.log")
 }
 
-/// What the shard handed over and not yet taken.
+/// What the shard tells the fsync thread.
 #[derive(Debug, Default)]
 struct Inbox {
-    buf: Vec<u8>,
-    /// Position after the last record in `buf`.
-    end_pos: u64,
+    /// The segment being written.
+    current: Option<Arc<File>>,
+    current_path: PathBuf,
+    /// Length of the current segment after the last write.
+    current_bytes: u64,
+    /// Closed segments not fsynced yet.
+    retired: Vec<Arc<File>>,
+    /// Position after the last record written, and the last own op written.
+    written_end: u64,
+    own_written: u64,
+    /// Written since the last fsync (own ops among them).
+    dirty: bool,
+    own_dirty: bool,
     fsync: Option<Fsync>,
-    /// Close the current segment once `buf` is written (a snapshot starts at its end).
-    rotate: bool,
     stop: bool,
+}
+
+/// Log state shared by the shard, its fsync thread and waiting connections.
+#[derive(Debug, Default)]
+pub struct WriterShared {
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+    /// Records below this position are on disk (fsynced).
+    pub durable_pos: AtomicU64,
+    /// Records below this position were written to the file.
+    pub written_pos: AtomicU64,
+    /// Sequence number of the last own op on disk: the syncer streams no further (a site
+    /// must never lose an op a peer holds: docs/persistence.md §6).
+    pub durable_own_seq: AtomicU64,
+    /// Signalled after each fsync and on failures, for connections waiting under `always`.
+    pub durable: tokio::sync::Notify,
+    /// The last write(2) failed (set and cleared by the shard).
+    pub write_failed: AtomicBool,
+    /// The last fsync failed (set and cleared by the fsync thread).
+    pub fsync_failed: AtomicBool,
+    pub state: Mutex<WriterState>,
 }
 
 /// Writer state the shard reads.
@@ -88,62 +120,65 @@ pub struct WriterState {
     /// Why the last write or fsync failed (cleared by the next success).
     pub last_error: Option<String>,
     pub fsyncs: u64,
-    /// Position at which the newest rotation started a segment.
-    pub rotated_at: u64,
-}
-
-/// Shared between the shard and its writer thread.
-#[derive(Debug, Default)]
-pub struct WriterShared {
-    inbox: Mutex<Inbox>,
-    wake: Condvar,
-    /// Records below this position are on disk (fsynced).
-    pub durable_pos: AtomicU64,
-    /// Records below this position were written to the file.
-    pub written_pos: AtomicU64,
-    /// Sequence number of the last own op on disk (fsynced): the syncer streams no further
-    /// (a site must never lose an op a peer holds: docs/persistence.md §6).
-    pub durable_own_seq: AtomicU64,
-    /// Signalled after each fsync (and on failure), for connections waiting under `always`.
-    pub durable: tokio::sync::Notify,
-    /// The last write or fsync failed and was not yet redone.
-    pub failed: AtomicBool,
-    pub state: Mutex<WriterState>,
 }
 
 impl WriterShared {
-    /// Hands `pending` (whole records ending at position `end_pos`) to the writer; leaves
-    /// `pending` empty, keeping an allocation.
-    pub fn hand_off(&self, pending: &mut Vec<u8>, end_pos: u64, rotate: bool) {
-        let mut ib = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        if ib.buf.is_empty() {
-            std::mem::swap(&mut ib.buf, pending);
-        } else {
-            ib.buf.extend_from_slice(pending);
-            pending.clear();
+    pub fn state(&self) -> std::sync::MutexGuard<'_, WriterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether writes are failing (write or fsync).
+    pub fn failed(&self) -> bool {
+        self.write_failed.load(Ordering::Acquire) || self.fsync_failed.load(Ordering::Acquire)
+    }
+
+    /// The shard wrote records up to position `end` (`own` last own op, if any among them);
+    /// the segment is now `bytes` long. Wakes the fsync thread when `urgent`.
+    pub fn note_written(&self, end: u64, own: Option<u64>, bytes: u64, urgent: bool) {
+        self.written_pos.store(end, Ordering::Release);
+        let mut ib = self.inbox();
+        ib.written_end = end;
+        ib.current_bytes = bytes;
+        ib.dirty = true;
+        if let Some(seq) = own {
+            ib.own_written = seq;
+            ib.own_dirty = true;
         }
-        ib.end_pos = end_pos;
-        ib.rotate |= rotate;
+        drop(ib);
+        if urgent {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The shard started segment `file` at `path`; the previous one is fsynced and closed.
+    pub fn note_rotated(&self, file: Arc<File>, path: PathBuf, bytes: u64) {
+        let mut ib = self.inbox();
+        if let Some(old) = ib.current.replace(file) {
+            ib.retired.push(old);
+            ib.dirty = true;
+        }
+        ib.current_path = path;
+        ib.current_bytes = bytes;
         drop(ib);
         self.wake.notify_one();
     }
 
     pub fn set_fsync(&self, fsync: Fsync) {
-        let mut ib = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        ib.fsync = Some(fsync);
-        drop(ib);
+        self.inbox().fsync = Some(fsync);
         self.wake.notify_one();
     }
 
     pub fn stop(&self) {
-        let mut ib = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        ib.stop = true;
-        drop(ib);
+        self.inbox().stop = true;
         self.wake.notify_one();
     }
 
-    pub fn state(&self) -> std::sync::MutexGuard<'_, WriterState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn set_error(&self, text: String) {
+        self.state().last_error = Some(text);
     }
 }
 
@@ -170,217 +205,139 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Settings of one writer thread.
+/// Settings of one fsync thread.
 pub struct WriterSetup {
     pub dir: PathBuf,
-    pub replica: ReplicaId,
-    pub segment_bytes_max: u64,
     pub watermark: bool,
     pub fsync: Fsync,
     /// The site has peers: own ops are fsynced as soon as they are written, whatever the
     /// policy, because peers receive them only once they are on disk.
     pub fsync_for_peers: bool,
-    /// The open segment to append to, its path and length.
-    pub file: File,
+    /// The open segment, its path and length.
+    pub file: Arc<File>,
     pub path: PathBuf,
     pub bytes: u64,
 }
 
-/// Runs the writer until told to stop; everything handed over before is written and
-/// fsynced when it returns.
+/// Runs the fsync thread until told to stop; everything written before is fsynced when it
+/// returns.
 pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
     let WriterSetup {
         dir,
-        replica,
-        segment_bytes_max,
         watermark,
         mut fsync,
         fsync_for_peers,
-        mut file,
-        mut path,
-        mut bytes,
+        file,
+        path,
+        bytes,
     } = setup;
-    let mut carry: Vec<u8> = Vec::new();
-    let mut spare: Vec<u8> = Vec::new();
-    let mut carry_end = shared.written_pos.load(Ordering::Acquire);
-    let mut last_fsync = Instant::now();
-    let mut unsynced = false;
-    let mut failing = false;
-    let mut own_written = shared.durable_own_seq.load(Ordering::Acquire);
-    // Unsynced own ops a peer waits for.
-    let mut own_unsynced = false;
+    {
+        let mut ib = shared.inbox();
+        ib.current = Some(file);
+        ib.current_path = path.clone();
+        ib.current_bytes = bytes;
+    }
     if watermark {
         write_watermark(&dir, &path, bytes);
     }
+    let mut last_fsync = Instant::now();
+    let mut failing = false;
     loop {
-        let (rotate, stop) = {
-            let mut ib = shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        let (retired, current, path, bytes, end, own_end, stop) = {
+            let mut ib = shared.inbox();
             loop {
                 if let Some(f) = ib.fsync.take() {
                     fsync = f;
                 }
-                if !ib.buf.is_empty() || ib.rotate || ib.stop {
+                let due = !ib.retired.is_empty()
+                    || (ib.dirty
+                        && match fsync {
+                            Fsync::Always => true,
+                            Fsync::EverySec => {
+                                last_fsync.elapsed() >= FSYNC_PERIOD
+                                    || (fsync_for_peers && ib.own_dirty)
+                            }
+                            Fsync::No => fsync_for_peers && ib.own_dirty,
+                        });
+                if (due && !failing) || ib.stop {
                     break;
                 }
                 let wait = if failing {
                     RETRY_AFTER
-                } else if own_unsynced && fsync_for_peers {
-                    Duration::ZERO
-                } else if unsynced && fsync == Fsync::EverySec {
+                } else if ib.dirty && fsync == Fsync::EverySec {
                     FSYNC_PERIOD.saturating_sub(last_fsync.elapsed())
                 } else {
                     FSYNC_PERIOD
                 };
-                if wait.is_zero() {
-                    break;
-                }
                 let (guard, timeout) = shared
                     .wake
-                    .wait_timeout(ib, wait)
+                    .wait_timeout(ib, wait.max(Duration::from_millis(1)))
                     .unwrap_or_else(|e| e.into_inner());
                 ib = guard;
-                if timeout.timed_out() && (failing || unsynced) {
-                    break;
+                if failing && timeout.timed_out() {
+                    failing = false;
                 }
             }
-            if !ib.buf.is_empty() {
-                std::mem::swap(&mut ib.buf, &mut spare);
-                carry.extend_from_slice(&spare);
-                spare.clear();
-                carry_end = ib.end_pos;
-            }
-            let r = (ib.rotate, ib.stop);
-            ib.rotate = false;
-            (r.0, r.1)
+            let retired = std::mem::take(&mut ib.retired);
+            ib.dirty = false;
+            ib.own_dirty = false;
+            (
+                retired,
+                ib.current.clone(),
+                ib.current_path.clone(),
+                ib.current_bytes,
+                ib.written_end,
+                ib.own_written,
+                ib.stop,
+            )
         };
-        if !carry.is_empty() {
-            match file.write_all(&carry) {
-                Ok(()) => {
-                    bytes += carry.len() as u64;
-                    {
-                        let mut st = shared.state();
-                        if let Some(seg) = st.segments.last_mut() {
-                            let before = seg.own_last_seq;
-                            seg.note_records(&carry, replica);
-                            if seg.own_last_seq != before {
-                                own_written = seg.own_last_seq;
-                                own_unsynced = true;
-                            }
-                            seg.end_pos = carry_end;
-                            seg.bytes = bytes;
-                        }
-                    }
-                    carry.clear();
-                    shared.written_pos.store(carry_end, Ordering::Release);
-                    unsynced = true;
-                }
-                Err(e) => {
-                    // Cut back any part of the batch that reached the file: the retry
-                    // writes it whole.
-                    let _ = file.set_len(bytes);
-                    let _ = file.seek(SeekFrom::Start(bytes));
-                    fail(&shared, &mut failing, format!("{e}"), errno_text(&e));
-                    if stop {
-                        return;
-                    }
-                    continue;
-                }
+        last_fsync = Instant::now();
+        let mut result = Ok(());
+        for f in &retired {
+            if result.is_ok() {
+                result = f.sync_data();
             }
         }
-        let due = match fsync {
-            Fsync::Always => unsynced,
-            Fsync::EverySec => {
-                unsynced
-                    && (last_fsync.elapsed() >= FSYNC_PERIOD || (fsync_for_peers && own_unsynced))
+        if result.is_ok() {
+            if let Some(f) = &current {
+                result = f.sync_data();
             }
-            Fsync::No => unsynced && fsync_for_peers && own_unsynced,
-        };
-        let rotate = rotate || bytes >= segment_bytes_max;
-        if due || ((rotate || stop) && unsynced) {
-            let end = shared.written_pos.load(Ordering::Acquire);
-            let own_end = own_written;
-            last_fsync = Instant::now();
-            match file.sync_data() {
-                Ok(()) => {
-                    unsynced = false;
-                    own_unsynced = false;
-                    shared.durable_pos.store(end, Ordering::Release);
-                    shared.durable_own_seq.store(own_end, Ordering::Release);
-                    shared.state().fsyncs += 1;
-                    if watermark {
-                        write_watermark(&dir, &path, bytes);
-                    }
-                    if failing {
-                        failing = false;
-                        shared.failed.store(false, Ordering::Release);
+        }
+        match result {
+            Ok(()) => {
+                if watermark {
+                    write_watermark(&dir, &path, bytes);
+                }
+                shared.durable_pos.store(end, Ordering::Release);
+                shared.durable_own_seq.store(own_end, Ordering::Release);
+                shared.state().fsyncs += 1;
+                if shared.fsync_failed.swap(false, Ordering::AcqRel) {
+                    tracing::warn!("fsync of the op log succeeds again");
+                    if !shared.write_failed.load(Ordering::Acquire) {
                         shared.state().last_error = None;
-                        tracing::warn!("log writes succeed again");
                     }
-                }
-                Err(e) => {
-                    fail(&shared, &mut failing, format!("{e}"), errno_text(&e));
-                    shared.durable.notify_waiters();
-                    if stop {
-                        return;
-                    }
-                    continue;
                 }
             }
-            shared.durable.notify_waiters();
-        } else if failing && carry.is_empty() {
-            failing = false;
-            shared.failed.store(false, Ordering::Release);
-            shared.state().last_error = None;
+            Err(e) => {
+                if !shared.fsync_failed.swap(true, Ordering::AcqRel) {
+                    tracing::error!(error = %e, "fsync of the op log failed; writes are refused until it succeeds");
+                }
+                shared.set_error(errno_text(&e));
+                failing = true;
+                // Everything must be fsynced again.
+                let mut ib = shared.inbox();
+                let mut back = retired;
+                back.append(&mut ib.retired);
+                ib.retired = back;
+                ib.dirty = true;
+                ib.own_dirty = true;
+            }
         }
+        shared.durable.notify_waiters();
         if stop {
             return;
         }
-        if rotate && !unsynced {
-            let first = shared.written_pos.load(Ordering::Acquire);
-            let same = shared
-                .state()
-                .segments
-                .last()
-                .is_some_and(|s| s.first_pos == first);
-            if same {
-                // Nothing written since the last rotation: the segment is already fresh.
-                shared.state().rotated_at = first;
-                continue;
-            }
-            match create_segment(&dir, replica, first) {
-                Ok((f, p)) => {
-                    file = f;
-                    path = p.clone();
-                    bytes = record::SEGMENT_HEADER_BYTES as u64;
-                    let mut st = shared.state();
-                    st.segments.push(SegmentInfo {
-                        first_pos: first,
-                        end_pos: first,
-                        path: p,
-                        bytes,
-                        own_first_seq: 0,
-                        own_last_seq: 0,
-                    });
-                    st.rotated_at = first;
-                }
-                Err(e) => {
-                    fail(&shared, &mut failing, format!("{e}"), errno_text(&e));
-                    // Ask again: the next loop retries the rotation.
-                    let mut ib = shared.inbox.lock().unwrap_or_else(|e| e.into_inner());
-                    ib.rotate = true;
-                }
-            }
-        }
     }
-}
-
-fn fail(shared: &WriterShared, failing: &mut bool, detail: String, text: String) {
-    if !*failing {
-        tracing::error!(error = %detail, "writing the op log failed; writes are refused until it succeeds");
-    }
-    *failing = true;
-    shared.failed.store(true, Ordering::Release);
-    shared.state().last_error = Some(text);
 }
 
 /// The C library's text for an I/O error (what Redis puts in `-MISCONF`).

@@ -141,7 +141,7 @@ impl Shard {
         let record = self
             .oplog
             .append_publish(self.seq, hlc, channel, message, sharded);
-        self.persist.append_op(record);
+        self.persist.append_op(record, Some(self.seq));
         self.sync.own_last = hlc;
         self.sync.ops_appended();
     }

@@ -568,7 +568,7 @@ async fn wait_own_durable(shard: &ShardRc, seq: u64) {
             if s.persist.stream_limit(seq) >= seq || s.shutting_down {
                 return;
             }
-            s.persist.hand_off(false);
+            s.persist.flush();
         }
         // A failing disk stalls the stream: re-check now and then.
         let _ = tokio::time::timeout(KEEPALIVE, fsynced).await;
