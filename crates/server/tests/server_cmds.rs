@@ -138,13 +138,18 @@ fn info_sections_are_present_and_parseable() {
 fn config_get_set_round_trips_and_errors() {
     let s = Server::start();
     let mut c = s.connect();
+    // Redis's defaults, with the log on.
     assert_eq!(
         text(&mut c, &["CONFIG", "GET", "save"]),
-        "*2\r\n$4\r\nsave\r\n$0\r\n\r\n"
+        "*2\r\n$4\r\nsave\r\n$23\r\n3600 1 300 100 60 10000\r\n"
     );
     assert_eq!(
         text(&mut c, &["CONFIG", "GET", "appendonly"]),
-        "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n"
+        "*2\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
+    );
+    assert_eq!(
+        text(&mut c, &["CONFIG", "GET", "appendfsync"]),
+        "*2\r\n$11\r\nappendfsync\r\n$8\r\neverysec\r\n"
     );
     assert_eq!(
         text(
