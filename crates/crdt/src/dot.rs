@@ -103,6 +103,17 @@ impl VersionVector {
         self.entries.len()
     }
 
+    /// Lowers every entry to at most `limit(replica)`, dropping those that reach zero.
+    pub fn clamp_by(&mut self, limit: impl Fn(ReplicaId) -> crate::hlc::Hlc) {
+        self.entries.retain(|e| {
+            let l = limit(e.0);
+            if e.1 > l {
+                e.1 = l;
+            }
+            e.1 > crate::hlc::Hlc::ZERO
+        });
+    }
+
     /// Drops the entries `stable` covers (every stamp they name was delivered everywhere).
     pub fn forget_covered(&mut self, stable: &VersionVector) {
         self.entries.retain(|e| e.1 > stable.get(e.0));

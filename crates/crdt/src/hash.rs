@@ -736,6 +736,17 @@ impl HashCrdt {
     }
 
     /// Adds every stamp seen (live writes and removal contexts) to `vv`.
+    /// Adds the stamps of the fields present (not removal contexts) to `vv`.
+    pub fn live_into(&self, vv: &mut VersionVector) {
+        let Some(inner) = &self.inner else { return };
+        for (_, e) in entries(&inner.arena) {
+            match e.body {
+                Body::Plain(p, _) => vv.observe(inner.unpack(p)),
+                Body::Rare(slot) => inner.rare(slot).observe_into(vv),
+            }
+        }
+    }
+
     pub fn observe_into(&self, vv: &mut VersionVector) {
         let Some(inner) = &self.inner else { return };
         for (_, e) in entries(&inner.arena) {

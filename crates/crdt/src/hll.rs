@@ -890,6 +890,16 @@ impl HllCrdt {
         }
     }
 
+    /// Adds the stamps of the raises held (live and folded, not their contexts) to `vv`.
+    pub fn live_into(&self, vv: &mut VersionVector) {
+        if let Some(i) = &self.inner {
+            vv.merge(&i.folded_stamps);
+            for (s, _) in &i.pending {
+                vv.observe(*s);
+            }
+        }
+    }
+
     /// DEL (or a SET of the key): removes the raises `observed` covers and those concurrent
     /// with it (whose context does not dominate it); folded raises go as a whole.
     pub fn remove_observed(&mut self, observed: &Observed) {

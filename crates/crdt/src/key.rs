@@ -457,6 +457,29 @@ impl KeyState {
         }
     }
 
+    /// The stamps of the writes this key holds now (values, elements, TTLs), without the
+    /// removal contexts merged from other sites' removals: those may name writes this site
+    /// has never seen (a context made elsewhere covers what its origin had seen).
+    pub fn live_stamps(&self) -> VersionVector {
+        let mut vv = VersionVector::new();
+        for v in self.values() {
+            match v {
+                Value::Str(s) => s.observe_into(&mut vv),
+                Value::Set(s) => s.live_into(&mut vv),
+                Value::Hash(h) => h.live_into(&mut vv),
+                Value::ZSet(z) => z.live_into(&mut vv),
+                Value::List(l) => l.live_into(&mut vv),
+                Value::Hll(h) => h.live_into(&mut vv),
+            }
+        }
+        if let Some(x) = &self.extra {
+            for (s, _) in x.expire.0.iter() {
+                vv.observe(*s);
+            }
+        }
+        vv
+    }
+
     /// Everything seen at this key: a local removal carries it.
     pub fn observed(&self) -> Observed {
         let mut stamps = VersionVector::new();

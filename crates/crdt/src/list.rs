@@ -550,6 +550,13 @@ impl ListCrdt {
         }
     }
 
+    /// Adds the stamps of the elements present (not removal records) to `vv`.
+    pub fn live_into(&self, vv: &mut VersionVector) {
+        for e in self.iter() {
+            vv.observe(e.id.stamp);
+        }
+    }
+
     /// The version vector a local removal carries (covers every element held).
     pub fn observed_vv(&self) -> VersionVector {
         let mut vv = VersionVector::new();

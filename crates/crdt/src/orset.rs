@@ -312,6 +312,23 @@ impl OrSet {
         }
     }
 
+    /// Adds the dots of the members present (not removal contexts) to `vv`.
+    pub fn live_into(&self, vv: &mut VersionVector) {
+        let Some(i) = &self.inner else {
+            return;
+        };
+        for e in i.elems.iter() {
+            vv.observe(e.dot);
+        }
+        if let Some(m) = &i.meta {
+            for dots in m.extra.values() {
+                for d in dots {
+                    vv.observe(*d);
+                }
+            }
+        }
+    }
+
     /// Whether removal contexts are held.
     pub fn has_metadata(&self) -> bool {
         self.removal_contexts() > 0

@@ -633,6 +633,18 @@ impl ZSetCrdt {
         }
     }
 
+    /// Adds the stamps of the members present (not removal contexts) to `vv`.
+    pub fn live_into(&self, vv: &mut VersionVector) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        for e in inner.elems.iter() {
+            let mut st = inner.state_of(e);
+            st.removed = VersionVector::new();
+            st.observe_into(vv);
+        }
+    }
+
     /// What a ZADD or ZREM of `member` carries: every write of it seen here.
     pub fn member_observed(&self, member: &[u8]) -> VersionVector {
         let mut vv = VersionVector::new();

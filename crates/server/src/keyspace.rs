@@ -157,7 +157,8 @@ impl Shard {
             .filter(|e| e.state.has_orphan_expire())
             .map(|e| e.state.remove_effect::<&[u8]>());
         if let Some(effect) = orphan {
-            self.apply_effect(db, hash, key, now_ms, &effect);
+            let mut effect = effect;
+            self.apply_effect(db, hash, key, now_ms, &mut effect);
         }
         let empty = KeyState::new();
         let (effect, existed) = {
@@ -169,7 +170,8 @@ impl Shard {
             let state = current.unwrap_or(&empty);
             (build(state), !state.is_empty())
         };
-        let applied = self.apply_effect(db, hash, key, now_ms, &effect);
+        let mut effect = effect;
+        let applied = self.apply_effect(db, hash, key, now_ms, &mut effect);
         Written { applied, existed }
     }
 
@@ -181,8 +183,10 @@ impl Shard {
         hash: u64,
         key: &[u8],
         now_ms: u64,
-        effect: &Effect<B>,
+        effect: &mut Effect<B>,
     ) -> Applied {
+        self.clamp_context(db, hash, key, effect);
+        let effect = &*effect;
         let hlc = self.clock.tick(now_ms);
         let stamp = Stamp {
             hlc,
@@ -201,6 +205,49 @@ impl Shard {
         self.sync.own_last = hlc;
         self.sync.ops_appended();
         applied
+    }
+
+    /// Limits the removal context of a local key-level effect (DEL, SET over a value, EXPIRE,
+    /// SREM) to writes this site has seen: for each origin, what it delivered from it or the
+    /// key still holds of it. A key's merged removal contexts may name, through another
+    /// site's removal, writes of a third site not delivered here yet (contexts are version
+    /// vectors: a prefix of each origin); carried as they are, they would remove a write no
+    /// client here ever saw (docs/conflicts.md §0). Checked without allocating; the key is
+    /// scanned only when the context goes beyond what was delivered.
+    fn clamp_context<B: AsRef<[u8]>>(
+        &self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        effect: &mut Effect<B>,
+    ) {
+        let ctx: &mut meridian_crdt::VersionVector = match effect {
+            Effect::Assign { observed, .. } | Effect::Remove { observed } => &mut observed.stamps,
+            Effect::Expire { observed, .. } | Effect::SetRem { observed, .. } => observed,
+            Effect::Incr { .. }
+            | Effect::SetAdd { .. }
+            | Effect::Hash(_)
+            | Effect::ZSet(_)
+            | Effect::List(_)
+            | Effect::Hll(_) => return,
+        };
+        let known = |r: meridian_crdt::ReplicaId| {
+            if r == self.replica {
+                self.sync.own_last
+            } else {
+                self.sync.delivered.get(r)
+            }
+        };
+        if ctx.iter().all(|(r, h)| h <= known(r)) {
+            return;
+        }
+        let live = self
+            .dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .map(|e| e.state.live_stamps())
+            .unwrap_or_default();
+        ctx.clamp_by(|r| known(r).max(live.get(r)));
     }
 
     /// Applies an effect stamped elsewhere (a local op, or a remote one from the syncer):
@@ -419,7 +466,7 @@ impl Shard {
             }
             _ => return false,
         };
-        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &Effect::Remove { observed });
+        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
         self.stats.expired_keys += 1;
         true
     }
@@ -432,7 +479,7 @@ impl Shard {
             Some(e) if !e.state.is_empty() => e.state.observed(),
             _ => return false,
         };
-        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &Effect::Remove { observed });
+        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
         true
     }
 

@@ -1590,3 +1590,54 @@ fn own_ops_a_site_lost_come_back_from_a_peer() {
     // `killed_site_with_log_resumes_incrementally`).
     assert!(cluster.site(A).peer_u64("b", "full_syncs_in") >= 1);
 }
+
+// ---------------------------------------------------------------------------------------
+// 15. A removal context that reached a site through a third one never removes a write that
+//     site has not seen (found by meridian-drill's `conflicts` drill).
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn removal_through_a_third_site_keeps_an_unseen_add() {
+    let cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    let mut c = cluster.site(C).connect();
+    assert_eq!(a.int(&["SADD", "s", "s1", "s2"]), 2);
+    assert_eq!(a.int(&["RPUSH", "l", "l1", "l2"]), 2);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    cluster.partition(A, B);
+    // b adds y; c sees it, a does not.
+    assert_eq!(b.int(&["SADD", "s", "y"]), 1);
+    assert_eq!(b.int(&["RPUSH", "l", "y"]), 3);
+    let at_c = eventually(CONVERGE_TIMEOUT, || {
+        members(&mut c, "s").contains("y") && c.int(&["LLEN", "l"]) == 3
+    });
+    assert!(at_c, "y never reached c");
+    // c, having seen y, removes s1 / the head; a gets that removal but not y.
+    assert_eq!(c.int(&["SREM", "s", "s1"]), 1);
+    assert_eq!(c.reply(&["LPOP", "l"]), Reply::Bulk(b"l1".to_vec()));
+    let at_a = eventually(CONVERGE_TIMEOUT, || {
+        members(&mut a, "s") == set_of(&["s2"]) && a.int(&["LLEN", "l"]) == 1
+    });
+    assert!(
+        at_a,
+        "c's removals never reached a\n{}",
+        report(&cluster.all())
+    );
+    // a removes its last element: the key goes, but only with what a has seen.
+    assert_eq!(a.int(&["SREM", "s", "s2"]), 1);
+    assert_eq!(a.reply(&["LPOP", "l"]), Reply::Bulk(b"l2".to_vec()));
+    assert_eq!(a.int(&["EXISTS", "s", "l"]), 0);
+    cluster.heal(A, B);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for site in [A, B, C] {
+        let mut x = cluster.site(site).connect();
+        assert_eq!(members(&mut x, "s"), set_of(&["y"]), "site {site}");
+        assert_eq!(
+            x.reply(&["LRANGE", "l", "0", "-1"]),
+            Reply::Array(vec![Reply::Bulk(b"y".to_vec())]),
+            "site {site}"
+        );
+    }
+}
