@@ -40,7 +40,7 @@ const KEEPALIVE: Duration = Duration::from_secs(1);
 /// Dial timeout and reconnect backoff bounds.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN_MS: u64 = 100;
-const BACKOFF_MAX_MS: u64 = 5_000;
+const BACKOFF_MAX_MS: u64 = 1_000;
 
 /// Starts the syncer on this shard thread: the accept loop of the sync port (when bound) and
 /// one dialer per peer.
