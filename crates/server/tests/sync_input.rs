@@ -51,7 +51,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 
 fn hello(deployment: &str, from: &str, to: &str) -> Vec<u8> {
     let mut b = b"MRDN".to_vec();
-    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&meridian_syncer::PROTOCOL_VERSION.to_le_bytes());
     put_bytes(&mut b, deployment.as_bytes());
     put_bytes(&mut b, from.as_bytes());
     put_bytes(&mut b, to.as_bytes());
@@ -61,6 +61,7 @@ fn hello(deployment: &str, from: &str, to: &str) -> Vec<u8> {
     b.extend_from_slice(&0u64.to_le_bytes()); // applied seq
     b.push(0); // empty vv
     b.push(0); // want_full
+    b.extend_from_slice(&7u64.to_le_bytes()); // the dialer's incarnation
     frame(1, &b)
 }
 
@@ -133,7 +134,7 @@ fn wrong_deployment_site_or_version_is_refused_with_a_reason() {
         (
             {
                 let mut h = hello("meridian", "b", "a");
-                h[10] = 2; // version 2
+                h[10] = 9; // version 9
                 h
             },
             "protocol version",
