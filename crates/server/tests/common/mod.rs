@@ -112,6 +112,19 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: show how the server saw it (the directory goes with us).
+            let status = self.child.try_wait().ok().flatten();
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            eprintln!(
+                "--- meridian on port {} ({}), last log lines:\n{}",
+                self.port,
+                status.map_or("running".to_string(), |s| format!("exited: {s}")),
+                tail.join("\n")
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
