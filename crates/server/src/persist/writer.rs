@@ -25,6 +25,9 @@ use super::record::{self, Kind, SegmentHeader};
 pub const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// The `everysec` period.
 pub const FSYNC_PERIOD: Duration = Duration::from_secs(1);
+/// With peers, own ops are fsynced promptly but not more often than this: a busy site
+/// batches a few milliseconds of ops per fsync (lag) instead of fsyncing back to back (CPU).
+pub const FSYNC_FOR_PEERS_INTERVAL: Duration = Duration::from_millis(2);
 
 /// One segment file of the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,21 +252,23 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 if let Some(f) = ib.fsync.take() {
                     fsync = f;
                 }
+                let for_peers = fsync_for_peers
+                    && ib.own_dirty
+                    && last_fsync.elapsed() >= FSYNC_FOR_PEERS_INTERVAL;
                 let due = !ib.retired.is_empty()
                     || (ib.dirty
                         && match fsync {
                             Fsync::Always => true,
-                            Fsync::EverySec => {
-                                last_fsync.elapsed() >= FSYNC_PERIOD
-                                    || (fsync_for_peers && ib.own_dirty)
-                            }
-                            Fsync::No => fsync_for_peers && ib.own_dirty,
+                            Fsync::EverySec => last_fsync.elapsed() >= FSYNC_PERIOD || for_peers,
+                            Fsync::No => for_peers,
                         });
                 if (due && !failing) || ib.stop {
                     break;
                 }
                 let wait = if failing {
                     RETRY_AFTER
+                } else if fsync_for_peers && ib.own_dirty {
+                    FSYNC_FOR_PEERS_INTERVAL.saturating_sub(last_fsync.elapsed())
                 } else if ib.dirty && fsync == Fsync::EverySec {
                     FSYNC_PERIOD.saturating_sub(last_fsync.elapsed())
                 } else {
