@@ -27,6 +27,18 @@ pub struct Entry {
     pub raw: bool,
 }
 
+impl Entry {
+    /// A new entry for `key` (its name copied once into the entry's storage).
+    fn boxed(key: &[u8], state: KeyState, lru_s: u32) -> Box<Entry> {
+        Box::new(Entry {
+            key: SmallBytes::copy_from(key),
+            state,
+            lru_s,
+            raw: false,
+        })
+    }
+}
+
 // 96 is a jemalloc size class: the boxed entry takes exactly one.
 const _: () = assert!(std::mem::size_of::<Entry>() <= 96);
 
@@ -270,14 +282,7 @@ impl Shard {
         let entry = d
             .table
             .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| {
-                Box::new(Entry {
-                    key: SmallBytes::copy_from(key),
-                    state: KeyState::new(),
-                    lru_s: lru,
-                    raw: false,
-                })
-            });
+            .or_insert_with(|| Entry::boxed(key, KeyState::new(), lru));
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.apply(stamp, effect);
         self.settle(db, hash, key, had_ttl, was_empty, lru);
@@ -309,14 +314,7 @@ impl Shard {
         let entry = d
             .table
             .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| {
-                Box::new(Entry {
-                    key: SmallBytes::copy_from(key),
-                    state: KeyState::new(),
-                    lru_s: lru,
-                    raw: false,
-                })
-            });
+            .or_insert_with(|| Entry::boxed(key, KeyState::new(), lru));
         let had_ttl = entry.get().state.expire_at_ms().is_some();
         let applied = entry.into_mut().state.merge_with_floor(state, floor);
         if applied.type_conflict {
@@ -430,12 +428,7 @@ impl Shard {
         {
             hashbrown::hash_table::Entry::Occupied(_) => return false,
             hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(Box::new(Entry {
-                    key: SmallBytes::copy_from(key),
-                    state,
-                    lru_s: lru_clock(now_ms),
-                    raw: false,
-                }));
+                v.insert(Entry::boxed(key, state, lru_clock(now_ms)));
             }
         }
         if empty {
