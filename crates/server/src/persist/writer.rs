@@ -28,6 +28,9 @@ pub const FSYNC_PERIOD: Duration = Duration::from_secs(1);
 /// With peers, own ops are fsynced promptly but not more often than this: a busy site
 /// batches a few milliseconds of ops per fsync (lag) instead of fsyncing back to back (CPU).
 pub const FSYNC_FOR_PEERS_INTERVAL: Duration = Duration::from_millis(2);
+/// Shortest sleep of the fsync thread: a deadline closer than this is waited for this long
+/// (a coarser floor would add up to itself to every op's way to the peers).
+const WAIT_MIN: Duration = Duration::from_micros(100);
 
 /// One segment file of the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,19 +143,24 @@ impl WriterShared {
     }
 
     /// The shard wrote records up to position `end` (`own` last own op, if any among them);
-    /// the segment is now `bytes` long. Wakes the fsync thread when `urgent`.
+    /// the segment is now `bytes` long. Wakes the fsync thread when `urgent`, and only when
+    /// this write makes it newly due: while the log is already dirty the thread has either
+    /// not looked yet or sleeps towards a deadline that covers this write too, so waking it
+    /// would cost a context switch per batch of commands and change nothing.
     pub fn note_written(&self, end: u64, own: Option<u64>, bytes: u64, urgent: bool) {
         self.written_pos.store(end, Ordering::Release);
         let mut ib = self.inbox();
         ib.written_end = end;
         ib.current_bytes = bytes;
+        let mut newly_due = !ib.dirty;
         ib.dirty = true;
         if let Some(seq) = own {
             ib.own_written = seq;
+            newly_due |= !ib.own_dirty;
             ib.own_dirty = true;
         }
         drop(ib);
-        if urgent {
+        if urgent && newly_due {
             self.wake.notify_one();
         }
     }
@@ -276,7 +284,7 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 };
                 let (guard, timeout) = shared
                     .wake
-                    .wait_timeout(ib, wait.max(Duration::from_millis(1)))
+                    .wait_timeout(ib, wait.max(WAIT_MIN))
                     .unwrap_or_else(|e| e.into_inner());
                 ib = guard;
                 if failing && timeout.timed_out() {
@@ -364,5 +372,97 @@ fn write_watermark(dir: &Path, path: &Path, bytes: u64) {
     let tmp = dir.join("fsynced.tmp");
     if std::fs::write(&tmp, format!("{name} {bytes}\n")).is_ok() {
         let _ = std::fs::rename(&tmp, dir.join("fsynced"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(
+        fsync: Fsync,
+        for_peers: bool,
+    ) -> (Arc<WriterShared>, std::thread::JoinHandle<()>, PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "meridian-writer-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, path) = create_segment(&dir, ReplicaId(1), 0).unwrap();
+        let shared = Arc::new(WriterShared::default());
+        let setup = WriterSetup {
+            dir: dir.clone(),
+            watermark: false,
+            fsync,
+            fsync_for_peers: for_peers,
+            file: Arc::new(file),
+            path,
+            bytes: 24,
+        };
+        let s = shared.clone();
+        let handle = std::thread::spawn(move || run(s, setup));
+        (shared, handle, dir)
+    }
+
+    fn wait_own(shared: &WriterShared, seq: u64, within: Duration) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < within {
+            if shared.durable_own_seq.load(Ordering::Acquire) >= seq {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    }
+
+    fn stop(shared: &WriterShared, handle: std::thread::JoinHandle<()>, dir: &Path) {
+        shared.stop();
+        handle.join().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn own_ops_written_while_dirty_are_fsynced_for_peers_without_a_wake_each() {
+        let (shared, handle, dir) = start(Fsync::EverySec, true);
+        // The first own write wakes the thread; the next ones, written while it is dirty,
+        // do not, and are fsynced at the next deadline all the same (not a second later).
+        for seq in 1..=50u64 {
+            shared.note_written(24 + seq, Some(seq), 24 + seq, true);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert!(wait_own(&shared, 50, Duration::from_millis(200)));
+        // After a quiet spell the thread sleeps towards the everysec deadline: a new own
+        // write must wake it again.
+        std::thread::sleep(Duration::from_millis(20));
+        shared.note_written(100, Some(51), 100, true);
+        assert!(wait_own(&shared, 51, Duration::from_millis(200)));
+        assert!(
+            shared.state().fsyncs < 50,
+            "one fsync per write: no batching"
+        );
+        stop(&shared, handle, &dir);
+    }
+
+    #[test]
+    fn without_peers_everysec_waits_for_its_period() {
+        let (shared, handle, dir) = start(Fsync::EverySec, false);
+        shared.note_written(30, Some(1), 30, false);
+        assert!(!wait_own(&shared, 1, Duration::from_millis(300)));
+        assert!(wait_own(&shared, 1, Duration::from_millis(1500)));
+        stop(&shared, handle, &dir);
+    }
+
+    #[test]
+    fn always_fsyncs_every_write_promptly() {
+        let (shared, handle, dir) = start(Fsync::Always, false);
+        for seq in 1..=20u64 {
+            shared.note_written(24 + seq, Some(seq), 24 + seq, true);
+            assert!(
+                wait_own(&shared, seq, Duration::from_millis(500)),
+                "seq {seq}"
+            );
+        }
+        stop(&shared, handle, &dir);
     }
 }
