@@ -1,5 +1,6 @@
 //! The op log: every write this shard originated, encoded once, kept in memory up to a byte
-//! budget (`backlog_bytes_max`), oldest chunks dropped first.
+//! budget (`backlog_bytes_max` of sealed chunks, at least one, plus the chunk being written), oldest chunks
+//! dropped first.
 //!
 //! Each record is `{origin, seq, hlc, db, key, effect}` in the binary format below, written
 //! straight from borrowed data (no owned op is built on the write path). The syncer streams
@@ -161,13 +162,20 @@ impl OpLog {
         }
     }
 
+    /// Drops the oldest chunks while the *sealed* ones exceed the budget, always keeping the
+    /// newest sealed chunk when peers may read: the budget is `bytes_max` of sealed ops (at
+    /// least one chunk) plus the chunk being written. Counting that one, or dropping the chunk
+    /// just sealed, would let the first record of a new chunk evict ops a live peer is still
+    /// reading: at a budget of one chunk, every live peer would be cut into a full sync once
+    /// per chunk.
     fn trim(&mut self) {
-        let max = if self.retain_for_peers {
-            self.bytes_max
+        let (max, chunks_min) = if self.retain_for_peers {
+            (self.bytes_max, 2)
         } else {
-            0
+            (0, 1)
         };
-        while self.bytes as u64 > max && self.chunks.len() > 1 {
+        let current = self.chunks.back().map_or(0, |c| c.buf.len());
+        while (self.bytes - current) as u64 > max && self.chunks.len() > chunks_min {
             if let Some(c) = self.chunks.pop_front() {
                 self.bytes -= c.buf.len();
             }
@@ -756,7 +764,7 @@ mod tests {
             };
             log.append(seq, Hlc(seq), 0, b"k", &e);
         }
-        assert!(log.bytes() as u64 <= (3 * CHUNK_BYTES + 2000) as u64);
+        assert!(log.bytes() as u64 <= (4 * CHUNK_BYTES + 2000) as u64);
         let first = log.first_seq().unwrap();
         assert!(first > 1);
         assert!(log.since(first - 1).is_none());
@@ -777,5 +785,67 @@ mod tests {
             "no peers: only the current chunk"
         );
         assert_eq!(log.since(1000).map(|p| p.len()), Some(1));
+    }
+
+    fn append_assign(log: &mut OpLog, seq: u64, value: &[u8]) {
+        let e: Effect<&[u8]> = Effect::Assign {
+            value,
+            observed: Observed::new(),
+            keep_ttl: false,
+        };
+        log.append(seq, Hlc(seq), 0, b"k", &e);
+    }
+
+    #[test]
+    fn a_live_reader_one_batch_behind_is_never_cut_at_the_smallest_budget() {
+        // Budget of one chunk; a reader that takes everything after each batch of 40
+        // records (~40 KB, less than a chunk) must always find its next op retained.
+        let mut log = OpLog::new(ReplicaId(1), CHUNK_BYTES as u64);
+        let value = vec![b'v'; 1000];
+        let mut next = 1u64;
+        let mut seq = 0u64;
+        for _batch in 0..200 {
+            for _ in 0..40 {
+                seq += 1;
+                append_assign(&mut log, seq, &value);
+            }
+            assert!(log.since(next).is_some(), "reader at seq {next} cut");
+            next = seq + 1;
+        }
+        // Still bounded: one sealed chunk (the budget) plus the one being written.
+        assert!(log.bytes() <= 2 * (CHUNK_BYTES + 2000), "{}", log.bytes());
+        // A reader more than the budget behind is cut.
+        assert!(log.since(seq - 200).is_none());
+    }
+
+    #[test]
+    fn budget_counts_sealed_chunks_at_the_limit_and_one_past() {
+        let mut log = OpLog::new(ReplicaId(1), (2 * CHUNK_BYTES) as u64);
+        // Records of exactly 1/16 chunk fill chunks exactly (header bytes included).
+        let probe = {
+            let mut b = Vec::new();
+            let e: Effect<&[u8]> = Effect::Assign {
+                value: &[][..],
+                observed: Observed::new(),
+                keep_ttl: false,
+            };
+            encode(&mut b, ReplicaId(1), 1, Hlc(1), 0, b"k", &e);
+            b.len()
+        };
+        let value = vec![b'v'; CHUNK_BYTES / 16 - probe - 1];
+        let mut seq = 0;
+        // Two full sealed chunks plus one record of the third: nothing dropped.
+        for _ in 0..(2 * 16 + 1) {
+            seq += 1;
+            append_assign(&mut log, seq, &value);
+        }
+        assert_eq!(log.first_seq(), Some(1));
+        // Fill the third chunk and start a fourth: three sealed chunks, one past the
+        // budget, so the oldest goes.
+        for _ in 0..16 {
+            seq += 1;
+            append_assign(&mut log, seq, &value);
+        }
+        assert_eq!(log.first_seq(), Some(17));
     }
 }
