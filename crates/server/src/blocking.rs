@@ -250,10 +250,15 @@ impl Ctx<'_> {
 /// float, `ERR timeout is negative` for a negative timeout (and, as in Redis 7.0 where the
 /// conversion overflows, for one too large for 64-bit milliseconds, including `inf`).
 pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
-    let Some(secs) = cmd::args::parse_f64(arg) else {
-        return Err(CmdError::Err(
-            "timeout is not a float or out of range".to_string(),
-        ));
+    // `getLongDoubleFromObjectOrReply`: a long double, so `1e400` is a (too large) timeout.
+    let secs = match cmd::args::parse_long_double(arg) {
+        Some(cmd::args::LongDouble::Finite(d)) => d.to_f64(),
+        Some(cmd::args::LongDouble::Infinite) => f64::INFINITY,
+        None => {
+            return Err(CmdError::Err(
+                "timeout is not a float or out of range".to_string(),
+            ));
+        }
     };
     let ms = (secs * 1000.0).ceil();
     // Milliseconds must fit in 0..2^63 (+inf does not); NaN never parses.
@@ -367,10 +372,13 @@ mod tests {
         assert_eq!(parse_timeout(b"inf", 0), neg);
         assert_eq!(parse_timeout(b"1e20", 0), neg);
         assert_eq!(parse_timeout(b"9223372036854776", 0), neg);
+        // A long double: beyond f64's range it is still a number, too large a timeout.
+        assert_eq!(parse_timeout(b"1e400", 0), neg);
+        assert_eq!(parse_timeout(b"1e-400", 0), Ok(None));
         let nf = Err(CmdError::Err(
             "timeout is not a float or out of range".into(),
         ));
-        for bad in [&b"abc"[..], b"", b" 1", b"1 ", b"nan", b"0.1abc"] {
+        for bad in [&b"abc"[..], b"", b" 1", b"1 ", b"nan", b"0.1abc", b"1e5000"] {
             assert_eq!(parse_timeout(bad, 0), nf, "{bad:?}");
         }
     }

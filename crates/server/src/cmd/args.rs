@@ -44,30 +44,58 @@ pub fn int_arg(b: &[u8]) -> Result<i64, CmdError> {
 }
 
 /// Redis's `string2d`/`getDoubleFromObject` acceptance: what `strtod` parses fully, with no
-/// leading space, not NaN. Accepts "inf", "-inf", "+inf", "infinity" as C does.
+/// leading space, not NaN, and not out of range (`ERANGE` with a result of ±HUGE_VAL or 0:
+/// `1e400` and `1e-400` are refused). Accepts "inf", "-inf", "+inf", "infinity" as C does.
 pub fn parse_f64(b: &[u8]) -> Option<f64> {
-    if b.is_empty() || b.first().is_some_and(|c| c.is_ascii_whitespace()) {
+    if b.first().is_some_and(|c| c.is_ascii_whitespace()) {
+        return None;
+    }
+    match strtod_decimal(b)? {
+        (v, false) => Some(v),
+        (_, true) => None,
+    }
+}
+
+/// C's `isspace` in the "C" locale.
+pub fn is_c_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// `strtod` on the whole of `b` for decimal and `inf` forms (no leading space, no hex): the
+/// value and whether C would set `ERANGE` with ±HUGE_VAL or 0 (overflow, or underflow to
+/// zero). `None` when `b` is not entirely such a number, or is NaN.
+pub fn strtod_decimal(b: &[u8]) -> Option<(f64, bool)> {
+    if b.is_empty() {
         return None;
     }
     let s = std::str::from_utf8(b).ok()?;
     let lower = s.to_ascii_lowercase();
+    let negative = lower.starts_with('-');
     let t = lower
         .strip_prefix('+')
         .or_else(|| lower.strip_prefix('-'))
         .unwrap_or(&lower);
-    let v = if t == "inf" || t == "infinity" {
-        if lower.starts_with('-') {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        }
-    } else {
-        if t.starts_with("0x") || t.contains("nan") || t.contains("inf") {
-            return None;
-        }
-        s.parse::<f64>().ok()?
-    };
-    if v.is_nan() { None } else { Some(v) }
+    if t == "inf" || t == "infinity" {
+        return Some((
+            if negative {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            },
+            false,
+        ));
+    }
+    if t.starts_with("0x") || t.contains("nan") || t.contains("inf") {
+        return None;
+    }
+    let v = s.parse::<f64>().ok()?;
+    if v.is_nan() {
+        return None;
+    }
+    // Rust rounds out-of-range texts to ±inf or 0 where strtod also sets ERANGE.
+    let mantissa = t.split('e').next().unwrap_or_default();
+    let underflow = v == 0.0 && mantissa.bytes().any(|c| matches!(c, b'1'..=b'9'));
+    Some((v, v.is_infinite() || underflow))
 }
 
 /// A float argument, or `ERR value is not a valid float`.
@@ -362,6 +390,16 @@ mod tests {
         assert_eq!(parse_f64(b"nan"), None);
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"1x"), None);
+        assert_eq!(parse_f64(b""), None);
+        // Out of range: strtod sets ERANGE and Redis refuses the value.
+        assert_eq!(parse_f64(b"1e400"), None);
+        assert_eq!(parse_f64(b"-1e400"), None);
+        assert_eq!(parse_f64(b"1e-400"), None);
+        assert_eq!(parse_f64(b"0e-400"), Some(0.0));
+        assert_eq!(parse_f64(b"0.000e5"), Some(0.0));
+        assert_eq!(parse_f64(b"1e-310"), Some(1e-310));
+        assert_eq!(strtod_decimal(b"1e400"), Some((f64::INFINITY, true)));
+        assert_eq!(strtod_decimal(b"-1e-400").map(|r| r.1), Some(true));
     }
 
     #[test]

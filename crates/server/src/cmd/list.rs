@@ -510,16 +510,18 @@ fn lpos(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         } else if eq_ic(opt, "count") && more {
             j += 1;
-            count = int_arg(arg(argv, j))?;
-            if count < 0 {
-                return Err(CmdError::Err("COUNT can't be negative".to_string()));
-            }
+            // `getPositiveLongFromObjectOrReply` with a message: a non-integer says it too.
+            count = match parse_i64(arg(argv, j)) {
+                Some(v) if v >= 0 => v,
+                _ => return Err(CmdError::Err("COUNT can't be negative".to_string())),
+            };
         } else if eq_ic(opt, "maxlen") && more {
             j += 1;
-            maxlen = int_arg(arg(argv, j))?;
-            if maxlen < 0 {
-                return Err(CmdError::Err("MAXLEN can't be negative".to_string()));
-            }
+            // `getPositiveLongFromObjectOrReply` with a message: a non-integer says it too.
+            maxlen = match parse_i64(arg(argv, j)) {
+                Some(v) if v >= 0 => v,
+                _ => return Err(CmdError::Err("MAXLEN can't be negative".to_string())),
+            };
         } else {
             return Err(CmdError::Syntax);
         }

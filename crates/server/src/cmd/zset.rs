@@ -15,7 +15,7 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, int_arg, parse_f64};
+use super::args::{eq_ic, glob_match, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::error::CmdError;
@@ -203,10 +203,43 @@ pub(crate) fn store(ctx: &mut Ctx<'_>, dst: &[u8], items: &[(Vec<u8>, f64)]) -> 
 // Range arguments
 // ---------------------------------------------------------------------------------------------
 
-/// A score as C's `strtod` reads it (what Redis's `getDoubleFromObject` and `zslParseRange`
-/// accept): decimal and `inf` forms as `parse_f64`, plus hexadecimal (`0x10`, `-0x1.8p1`).
+/// A score as Redis's `getDoubleFromObject` (`string2d`) reads it: decimal and `inf` forms as
+/// `parse_f64`, plus hexadecimal (`0x10`, `-0x1.8p1`); out of range (±HUGE_VAL or an
+/// underflow to 0) is refused.
 pub(crate) fn parse_score(b: &[u8]) -> Option<f64> {
-    parse_f64(b).or_else(|| parse_hex_float(b))
+    parse_f64(b).or_else(|| match parse_hex_float(b)? {
+        v if v.is_infinite() => None,
+        v if v == 0.0 && hex_mantissa_nonzero(b) => None,
+        v => Some(v),
+    })
+}
+
+/// Whether the digits of a hex float before its `p` exponent are not all zero.
+fn hex_mantissa_nonzero(b: &[u8]) -> bool {
+    let digits = b
+        .iter()
+        .position(|&c| c == b'x' || c == b'X')
+        .map_or(b, |i| b.get(i + 1..).unwrap_or_default());
+    digits
+        .iter()
+        .take_while(|&&c| c != b'p' && c != b'P')
+        .any(|&c| c.is_ascii_hexdigit() && c != b'0')
+}
+
+/// A bound as `zslParseRange` reads it with `strtod`: the C string ends at the first NUL,
+/// leading white space is skipped, an empty text is 0 (so `(` alone is "above 0"), an out of
+/// range value is ±inf or 0 (no `ERANGE` check), trailing characters and NaN are refused.
+fn parse_range_score(b: &[u8]) -> Option<f64> {
+    let b = b.split(|&c| c == 0).next().unwrap_or_default();
+    if b.is_empty() {
+        return Some(0.0);
+    }
+    let start = b.iter().position(|&c| !is_c_space(c))?;
+    let t = b.get(start..)?;
+    strtod_decimal(t)
+        .map(|(v, _)| v)
+        .or_else(|| parse_hex_float(t))
+        .filter(|v| !v.is_nan())
 }
 
 /// C99 hexadecimal floating constant: `[+-]0x<hex>[.<hex>][p[+-]<dec>]`.
@@ -241,7 +274,10 @@ fn parse_hex_float(b: &[u8]) -> Option<f64> {
     }
     if let Some(e) = exp {
         let e: i32 = std::str::from_utf8(e).ok()?.parse().ok()?;
-        v *= 2f64.powi(e);
+        // 0 * 2^e stays 0 (0 * inf would be NaN).
+        if v != 0.0 {
+            v *= 2f64.powi(e);
+        }
     }
     Some(if neg { -v } else { v })
 }
@@ -249,8 +285,8 @@ fn parse_hex_float(b: &[u8]) -> Option<f64> {
 /// Redis's `zslParseRange` item: `(` for exclusive, then a float (not NaN).
 fn parse_score_bound(b: &[u8]) -> Option<Bound<f64>> {
     match b.split_first() {
-        Some((b'(', rest)) => parse_score(rest).map(Bound::Excluded),
-        _ => parse_score(b).map(Bound::Included),
+        Some((b'(', rest)) => parse_range_score(rest).map(Bound::Excluded),
+        _ => parse_range_score(b).map(Bound::Included),
     }
 }
 
@@ -735,13 +771,11 @@ fn zpop_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], max: bool) -> Result<(), CmdE
     }
     let key = arg(argv, 1);
     let count = match argv.get(2) {
-        Some(c) => {
-            let c = int_arg(c)?;
-            if c < 0 {
-                return Err(CmdError::MustBePositive);
-            }
-            Some(c as usize)
-        }
+        // Redis's `getPositiveLongFromObjectOrReply`: a non-integer says "must be positive".
+        Some(c) => match parse_i64(c) {
+            Some(c) if c >= 0 => Some(usize::try_from(c).unwrap_or(usize::MAX)),
+            _ => return Err(CmdError::MustBePositive),
+        },
         None => None,
     };
     if read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key)?.is_none() {
@@ -771,12 +805,12 @@ fn zpopmax(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// Redis's `getRangeLongFromObjectOrReply` with a custom message.
+/// Redis's `getRangeLongFromObjectOrReply` with a message: a non-integer says `msg` too.
 fn parse_range_long(b: &[u8], min: i64, max: i64, msg: &str) -> Result<i64, CmdError> {
-    let v = int_arg(b)?;
-    if v < min || v > max {
-        return Err(CmdError::Err(msg.to_string()));
+    match parse_i64(b) {
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(CmdError::Err(msg.to_string())),
     }
-    Ok(v)
 }
 
 /// Parsed `numkeys key [key ...] MIN|MAX [COUNT count]` of ZMPOP/BZMPOP.
@@ -1218,11 +1252,11 @@ fn zsetop_generic(
             withscores = true;
             j += 1;
         } else if card_only && remaining >= 2 && eq_ic(a, "limit") {
-            let v = int_arg(arg(argv, j + 1))?;
-            if v < 0 {
-                return Err(CmdError::Err("LIMIT can't be negative".to_string()));
-            }
-            limit = v;
+            // `getPositiveLongFromObjectOrReply` with a message: a non-integer says it too.
+            limit = match parse_i64(arg(argv, j + 1)) {
+                Some(v) if v >= 0 => v,
+                _ => return Err(CmdError::Err("LIMIT can't be negative".to_string())),
+            };
             j += 2;
         } else {
             return Err(CmdError::Syntax);
