@@ -71,6 +71,15 @@ fn reply_view(out: &mut Reply, v: StrView<'_>) {
     }
 }
 
+/// Whether `v` shows exactly the bytes `text`.
+fn view_is(v: StrView<'_>, text: &[u8]) -> bool {
+    match v {
+        StrView::Bytes(b) => b == text,
+        StrView::Int(n) => itoa::Buffer::new().format(n).as_bytes() == text,
+        StrView::Float(d) => d.format_redis().as_bytes() == text,
+    }
+}
+
 fn view_len(v: StrView<'_>) -> usize {
     match v {
         StrView::Bytes(b) => b.len(),
@@ -235,6 +244,17 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let text = sum.format_redis();
     if exact {
         incr_field(ctx, key, field, Delta::Float(by));
+        // Past the CRDT's 34 digits (`10.6 + 1e308 - 1e308`) the field's running totals may
+        // round differently from this reply's sum: assign the reply then, so that HGET
+        // shows what HINCRBYFLOAT answered.
+        let shown = write_lookup(ctx, key)
+            .ok()
+            .flatten()
+            .and_then(|h| h.get(field))
+            .is_some_and(|v| view_is(v, text.as_bytes()));
+        if !shown {
+            set_field(ctx, key, field, text.as_bytes());
+        }
     } else {
         set_field(ctx, key, field, text.as_bytes());
     }

@@ -706,6 +706,17 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .write_key(db, key, now, |_| Effect::<&[u8]>::Incr {
                 delta: Delta::Float(by),
             });
+        // The CRDT adds the running totals of the increments to the base, in 34 digits: past
+        // that precision (`10.6 + 1e308 - 1e308`) the sums may round differently from this
+        // reply's. Assign the reply then, so that GET shows what INCRBYFLOAT answered.
+        let shown = ctx.shard.lookup_quiet(db, key, now).and_then(|e| {
+            str_view(&e.state)
+                .ok()
+                .map(|v| with_bytes(v, |b| b == text.as_bytes()))
+        });
+        if shown != Some(true) {
+            assign(ctx, key, text.as_bytes(), true);
+        }
     } else {
         assign(ctx, key, text.as_bytes(), true);
     }
