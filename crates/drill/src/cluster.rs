@@ -84,8 +84,28 @@ pub struct Cluster {
     pub ids: Vec<String>,
 }
 
+/// A free loopback port below the kernel's ephemeral range (32768–60999 by default): a port
+/// bound to 0 and released may be taken by an outgoing connection's local end before the
+/// site binds it.
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    use std::hash::{BuildHasher as _, Hasher as _};
+    const FIRST: u16 = 15_000;
+    const SPAN: u16 = 17_000;
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    // std's hasher keys are random per process: a start that differs between runs.
+    let start = (std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        % u64::from(SPAN)) as u16;
+    let mut given = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..SPAN {
+        let port = FIRST + (start + i) % SPAN;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free loopback port in {FIRST}..{}", FIRST + SPAN)
 }
 
 pub fn site_ids(n: usize) -> Vec<String> {

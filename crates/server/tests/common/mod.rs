@@ -24,13 +24,26 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// released by one thread to another before the first thread's server has bound it.
 pub fn free_port() -> u16 {
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    // Below the kernel's ephemeral range (32768–60999 by default): a port bound to 0 and
+    // released is an ephemeral port, which any outgoing connection (a test client, a site
+    // dialing its peer) may take as its local end before the server binds it; the server
+    // then exits with "address in use" before listening.
+    const FIRST: u16 = 15_000;
+    const SPAN: u16 = 17_000;
+    let mut candidate = FIRST + rand::random::<u16>() % SPAN;
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
+        candidate = if candidate + 1 >= FIRST + SPAN {
+            FIRST
+        } else {
+            candidate + 1
+        };
         let mut given = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
+        if given.contains(&candidate) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            given.push(candidate);
+            return candidate;
         }
     }
 }
