@@ -688,6 +688,29 @@ fn native_getkeys(name: &str, argv: &[&[u8]]) -> Option<Vec<KeyRef>> {
             };
             Some(vec![(1, flags)])
         }
+        // sortGetKeys: the sorted key, and the last STORE's destination; LIMIT, GET and BY
+        // skip their arguments.
+        "sort" => {
+            let mut keys = vec![(1, vec!["RO", "access"])];
+            let mut store = None;
+            let mut i = 2;
+            while let Some(a) = argv.get(i) {
+                if eq_ic(a, "limit") {
+                    i += 2;
+                } else if eq_ic(a, "get") || eq_ic(a, "by") {
+                    i += 1;
+                } else if eq_ic(a, "store") && i + 1 < argv.len() {
+                    store = Some(i + 1);
+                }
+                i += 1;
+            }
+            if let Some(pos) = store {
+                keys.push((pos, vec!["OW", "update"]));
+            }
+            Some(keys)
+        }
+        // sortROGetKeys: only the sorted key.
+        "sort_ro" => Some(vec![(1, vec!["RO", "access"])]),
         _ => None,
     }
 }

@@ -22,6 +22,7 @@
 //! - `zset`: ZADD ZRANGE ... ZMPOP (sorted sets).
 //! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
+//! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
 pub mod args;
@@ -38,6 +39,7 @@ pub mod meta;
 pub mod pubsub;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod string;
 pub mod table;
 pub mod tx;
@@ -86,6 +88,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(server::HANDLERS);
     v.extend_from_slice(command::HANDLERS);
     v.extend_from_slice(set::HANDLERS);
+    v.extend_from_slice(sort::HANDLERS);
     v.extend_from_slice(pubsub::HANDLERS);
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);

@@ -242,7 +242,7 @@ const INTSET_ENTRIES_MAX: usize = 512;
 /// Puts members in the order Redis replies them: an intset (every member an integer, at most
 /// `INTSET_ENTRIES_MAX`) iterates in ascending numeric order; a hashtable's order is its hash
 /// order, which no client may rely on, so it is left as is.
-fn redis_order<M: AsRef<[u8]>>(members: &mut [M]) {
+pub(crate) fn redis_order<M: AsRef<[u8]>>(members: &mut [M]) {
     if members.len() > INTSET_ENTRIES_MAX {
         return;
     }
