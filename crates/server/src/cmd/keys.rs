@@ -415,10 +415,10 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     let dst = argv.get(2).copied().unwrap_or_default();
     let db = ctx.db();
     let now = ctx.now_ms;
-    let Some((value, at_ms)) = ctx
+    let Some((value, at_ms, raw)) = ctx
         .shard
         .lookup_quiet(db, src, now)
-        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms())))
+        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.raw)))
     else {
         return Err(CmdError::NoSuchKey);
     };
@@ -436,6 +436,10 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     }
     ctx.shard.delete_key(db, src, now);
     write_snapshot(ctx, db, dst, &value, at_ms);
+    // Redis moves the object itself: a string modified in place stays "raw".
+    if raw {
+        ctx.shard.mark_raw_encoding(db, dst);
+    }
     if nx {
         ctx.out.int(1);
     } else {
@@ -484,11 +488,19 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.int(0);
         return Ok(());
     };
+    let raw = ctx
+        .shard
+        .lookup_quiet(src_db, src, now)
+        .is_some_and(|e| e.raw);
     if !replace && ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
         ctx.out.int(0);
         return Ok(());
     }
     write_snapshot(ctx, dst_db, dst, &value, at_ms);
+    // Redis's `dupStringObject` keeps a "raw" string raw.
+    if raw {
+        ctx.shard.mark_raw_encoding(dst_db, dst);
+    }
     ctx.out.int(1);
     Ok(())
 }
