@@ -28,7 +28,9 @@ fn get_id(r: &mut Reader<'_>) -> Result<String, DecodeError> {
             n: b.len() as u64,
         });
     }
-    Ok(String::from_utf8_lossy(b).into_owned())
+    // Strict: a lossy conversion would map distinct byte strings to one id (every invalid
+    // byte becomes U+FFFD) and could grow an id past the limit when it is sent on.
+    String::from_utf8(b.to_vec()).map_err(|_| DecodeError::Invalid("id is not UTF-8"))
 }
 
 /// The dialer's opening message: who it is, whom it wants, and what it has.
@@ -308,6 +310,28 @@ mod tests {
             replica: ReplicaId(3),
         });
         v
+    }
+
+    #[test]
+    fn ids_must_be_utf8() {
+        // Found by the sync_frames fuzz target: 255 bytes of 0xff decoded lossily to 765
+        // bytes, which re-encoded past the id limit.
+        let w = Welcome {
+            site: "a".into(),
+            incarnation: 1,
+            mode: Mode::FullSync,
+            seq: 0,
+        };
+        let mut bad = Vec::new();
+        put_bytes(&mut bad, &[0xff; 255]);
+        bad.extend_from_slice(&w.encode()[2..]);
+        assert!(Welcome::decode(&bad).is_err());
+        let mut ok = Vec::new();
+        put_bytes(&mut ok, "é".as_bytes());
+        ok.extend_from_slice(&w.encode()[2..]);
+        let back = Welcome::decode(&ok).unwrap();
+        assert_eq!(back.site, "é");
+        assert_eq!(Welcome::decode(&back.encode()).unwrap(), back);
     }
 
     #[test]
