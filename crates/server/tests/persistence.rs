@@ -1677,6 +1677,12 @@ fn config_set_appendfsync_takes_effect() {
         "10 writes under always, fsyncs {before} -> {}",
         persistence_u64(&mut c, "aof_fsyncs")
     );
+    // Each of them was timed: the quantiles are ordered and within the maximum (no bound
+    // from below: on tmpfs an fsync takes under a microsecond).
+    let p50 = persistence_u64(&mut c, "aof_fsync_p50_us");
+    let p99 = persistence_u64(&mut c, "aof_fsync_p99_us");
+    let max = persistence_u64(&mut c, "aof_fsync_max_us");
+    assert!(p50 <= p99 && p99 <= max, "{p50} {p99} {max}");
     assert!(
         c.err(&["CONFIG", "SET", "appendfsync", "sometimes"])
             .starts_with("ERR")

@@ -510,7 +510,14 @@ fn info_persistence(shard: &Shard, out: &mut String) {
         field(out, "aof_position", p.next_pos);
         field(out, "aof_durable_position", durable);
         field(out, "aof_segments", w.state().segments.len());
-        field(out, "aof_fsyncs", w.state().fsyncs);
+        {
+            let ws = w.state();
+            field(out, "aof_fsyncs", ws.fsyncs);
+            // Over the last FSYNC_SAMPLES_MAX fsyncs: with peers, the lag's floor.
+            field(out, "aof_fsync_p50_us", ws.fsync_quantile_us(0.5));
+            field(out, "aof_fsync_p99_us", ws.fsync_quantile_us(0.99));
+            field(out, "aof_fsync_max_us", ws.fsync_us_max);
+        }
         field(out, "aof_snapshot_position", st.snapshot_pos);
         field(out, "aof_load_records", st.loaded_records);
         field(out, "aof_load_time_ms", st.load_ms);

@@ -118,6 +118,9 @@ pub struct WriterShared {
     pub state: Mutex<WriterState>,
 }
 
+/// Fsync durations kept for `INFO persistence` (the last this many).
+pub const FSYNC_SAMPLES_MAX: usize = 1024;
+
 /// Writer state the shard reads.
 #[derive(Debug, Default)]
 pub struct WriterState {
@@ -126,6 +129,31 @@ pub struct WriterState {
     /// Why the last write or fsync failed (cleared by the next success).
     pub last_error: Option<String>,
     pub fsyncs: u64,
+    /// Durations of the last successful fsync passes in µs, oldest first: with peers they
+    /// are most of the replication lag (own ops stream once on disk).
+    // Invariant: at most FSYNC_SAMPLES_MAX entries.
+    pub fsync_us: std::collections::VecDeque<u64>,
+    /// Longest fsync pass since start, in µs.
+    pub fsync_us_max: u64,
+}
+
+impl WriterState {
+    fn note_fsync(&mut self, us: u64) {
+        self.fsyncs += 1;
+        if self.fsync_us.len() >= FSYNC_SAMPLES_MAX {
+            self.fsync_us.pop_front();
+        }
+        self.fsync_us.push_back(us);
+        self.fsync_us_max = self.fsync_us_max.max(us);
+    }
+
+    /// The `q` quantile (0..=1) of the recent fsync durations in µs (0 before any).
+    pub fn fsync_quantile_us(&self, q: f64) -> u64 {
+        let mut v: Vec<u64> = self.fsync_us.iter().copied().collect();
+        v.sort_unstable();
+        let i = (v.len().saturating_sub(1) as f64 * q).round() as usize;
+        v.get(i).copied().unwrap_or(0)
+    }
 }
 
 impl WriterShared {
@@ -305,6 +333,7 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
             )
         };
         last_fsync = Instant::now();
+        let started = Instant::now();
         let mut result = Ok(());
         for f in &retired {
             if result.is_ok() {
@@ -323,7 +352,9 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 }
                 shared.durable_pos.store(end, Ordering::Release);
                 shared.durable_own_seq.store(own_end, Ordering::Release);
-                shared.state().fsyncs += 1;
+                shared
+                    .state()
+                    .note_fsync(started.elapsed().as_micros() as u64);
                 if shared.fsync_failed.swap(false, Ordering::AcqRel) {
                     tracing::warn!("fsync of the op log succeeds again");
                     if !shared.write_failed.load(Ordering::Acquire) {
@@ -442,6 +473,22 @@ mod tests {
             "one fsync per write: no batching"
         );
         stop(&shared, handle, &dir);
+    }
+
+    #[test]
+    fn fsync_durations_are_kept_up_to_the_limit() {
+        let mut st = WriterState::default();
+        assert_eq!(st.fsync_quantile_us(0.99), 0);
+        for us in 1..=(FSYNC_SAMPLES_MAX as u64 + 1) {
+            st.note_fsync(us);
+        }
+        assert_eq!(st.fsync_us.len(), FSYNC_SAMPLES_MAX);
+        assert_eq!(st.fsync_us.front(), Some(&2), "the oldest went");
+        assert_eq!(st.fsyncs, FSYNC_SAMPLES_MAX as u64 + 1);
+        assert_eq!(st.fsync_us_max, FSYNC_SAMPLES_MAX as u64 + 1);
+        assert_eq!(st.fsync_quantile_us(0.0), 2);
+        assert_eq!(st.fsync_quantile_us(1.0), FSYNC_SAMPLES_MAX as u64 + 1);
+        assert_eq!(st.fsync_quantile_us(0.5), 514);
     }
 
     #[test]
