@@ -39,7 +39,11 @@ pub fn decode_batch(
             h.incarnation, incarnation
         )));
     }
-    if h.count > BATCH_RECORDS_MAX || h.first_seq == 0 {
+    // Sequence numbers past u64::MAX would wrap (found by the sync_frames fuzz target).
+    if h.count > BATCH_RECORDS_MAX
+        || h.first_seq == 0
+        || h.first_seq.checked_add(u64::from(h.count)).is_none()
+    {
         return Err(SyncError::Refused(format!(
             "batch of {} records from seq {}",
             h.count, h.first_seq
@@ -158,7 +162,7 @@ impl Shard {
             if rec.seq <= p.in_applied_seq {
                 continue;
             }
-            if rec.seq != p.in_applied_seq + 1 {
+            if Some(rec.seq) != p.in_applied_seq.checked_add(1) {
                 break;
             }
             // Validated against the skew limit already; observing lifts the local clock so
@@ -309,6 +313,13 @@ mod tests {
             let mut bad = ok.clone();
             bad[i] ^= 0x5a;
             let _ = decode_batch(&bad, b, 7, 16, now, 60_000);
+        }
+        // Sequence numbers that would run past u64::MAX: refused (the last one that fits
+        // is accepted).
+        for (first, fits) in [(u64::MAX - 1, false), (u64::MAX - 3, true)] {
+            let mut big = ok.clone();
+            big[12..20].copy_from_slice(&first.to_le_bytes());
+            assert_eq!(decode_batch(&big, b, 7, 16, now, 60_000).is_ok(), fits, "{first}");
         }
     }
 }

@@ -766,7 +766,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
         }
         match welcome.mode {
             Mode::Resume { from_seq } => {
-                if from_seq > p.in_applied_seq + 1 {
+                if from_seq > p.in_applied_seq.saturating_add(1) {
                     return Err(SyncError::Refused(format!(
                         "peer resumes at seq {from_seq}, this site applied up to {}",
                         p.in_applied_seq
@@ -825,7 +825,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         }
                     };
                     let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
-                    if h.first_seq > applied + 1 {
+                    if h.first_seq > applied.saturating_add(1) {
                         if reorder.len() >= REORDER_BATCHES_MAX {
                             return Err(SyncError::Refused(format!(
                                 "{REORDER_BATCHES_MAX} batches out of order (gap after seq {applied})"
@@ -837,7 +837,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         // Batches held for this gap may apply now.
                         while let Some(entry) = reorder.first_entry() {
                             let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
-                            if *entry.key() > applied + 1 {
+                            if *entry.key() > applied.saturating_add(1) {
                                 break;
                             }
                             let records = entry.remove();
