@@ -319,7 +319,11 @@ mod tests {
         for (first, fits) in [(u64::MAX - 1, false), (u64::MAX - 3, true)] {
             let mut big = ok.clone();
             big[12..20].copy_from_slice(&first.to_le_bytes());
-            assert_eq!(decode_batch(&big, b, 7, 16, now, 60_000).is_ok(), fits, "{first}");
+            assert_eq!(
+                decode_batch(&big, b, 7, 16, now, 60_000).is_ok(),
+                fits,
+                "{first}"
+            );
         }
     }
 }
