@@ -5,6 +5,15 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+/// The `q` quantile (0..=1) of `samples` by the nearest rank (0 when there are none): the
+/// lag and fsync percentiles INFO shows over their last few samples.
+pub fn quantile(samples: impl Iterator<Item = u64>, q: f64) -> u64 {
+    let mut v: Vec<u64> = samples.collect();
+    v.sort_unstable();
+    let i = (v.len().saturating_sub(1) as f64 * q).round() as usize;
+    v.get(i).copied().unwrap_or(0)
+}
+
 /// Per-command counters (INFO commandstats).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CmdStat {

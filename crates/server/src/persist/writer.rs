@@ -149,10 +149,7 @@ impl WriterState {
 
     /// The `q` quantile (0..=1) of the recent fsync durations in µs (0 before any).
     pub fn fsync_quantile_us(&self, q: f64) -> u64 {
-        let mut v: Vec<u64> = self.fsync_us.iter().copied().collect();
-        v.sort_unstable();
-        let i = (v.len().saturating_sub(1) as f64 * q).round() as usize;
-        v.get(i).copied().unwrap_or(0)
+        crate::stats::quantile(self.fsync_us.iter().copied(), q)
     }
 }
 

@@ -158,13 +158,7 @@ impl Peer {
 
     /// The `q` quantile (0..=1) of the recent lag samples.
     pub fn lag_quantile(&self, q: f64) -> u64 {
-        if self.lag_ms.is_empty() {
-            return 0;
-        }
-        let mut v: Vec<u64> = self.lag_ms.iter().copied().collect();
-        v.sort_unstable();
-        let i = ((v.len() - 1) as f64 * q).round() as usize;
-        v.get(i).copied().unwrap_or(0)
+        crate::stats::quantile(self.lag_ms.iter().copied(), q)
     }
 }
 
