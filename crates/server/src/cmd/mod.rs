@@ -172,24 +172,11 @@ pub fn execute(
                 }
             }
             if rejected.is_some_and(|s| s.meta.name == "exec") {
-                // Redis's execCommandAbort: a rejected EXEC discards the transaction.
-                client.multi = None;
-                client.shared.in_multi.set(false);
-                shard.unwatch_all(&client.dirty);
-                client.watched.clear();
-                client.shared.watched.set(0);
-                client.dirty.set(false);
                 let mut text = Vec::new();
                 e.write_text(&mut text);
                 let text = String::from_utf8_lossy(text.strip_prefix(b"ERR ").unwrap_or(&text))
                     .into_owned();
-                reply_error(
-                    shard,
-                    out,
-                    &CmdError::Raw(format!(
-                        "EXECABORT Transaction discarded because of: {text}"
-                    )),
-                );
+                exec_abort(shard, client, out, &text);
                 return;
             }
             reply_error(shard, out, &e);
@@ -231,19 +218,7 @@ pub fn execute(
                 st.rejected_calls += 1;
             }
             if spec.meta.name == "exec" {
-                client.multi = None;
-                client.shared.in_multi.set(false);
-                shard.unwatch_all(&client.dirty);
-                client.watched.clear();
-                client.shared.watched.set(0);
-                client.dirty.set(false);
-                reply_error(
-                    shard,
-                    out,
-                    &CmdError::Raw(format!(
-                        "EXECABORT Transaction discarded because of: {text}"
-                    )),
-                );
+                exec_abort(shard, client, out, &text);
                 return;
             }
             if let Some(m) = client.multi.as_mut() {
@@ -284,6 +259,22 @@ pub fn execute(
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
+/// Redis's execCommandAbort: an EXEC refused before it runs discards the transaction and
+/// its watches, and answers `EXECABORT ... because of: <why>`.
+fn exec_abort(shard: &mut Shard, client: &mut Client, out: &mut Reply, why: &str) {
+    client.multi = None;
+    client.shared.in_multi.set(false);
+    shard.unwatch_all(&client.dirty);
+    client.watched.clear();
+    client.shared.watched.set(0);
+    client.dirty.set(false);
+    reply_error(
+        shard,
+        out,
+        &CmdError::Raw(format!("EXECABORT Transaction discarded because of: {why}")),
+    );
+}
+
 fn resolve_container_or_base(
     table: &'static Table,
     argv: &[&[u8]],
