@@ -176,21 +176,14 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str) {
             "the dialer lacks ops of a retired life that this site holds",
         );
     }
-    let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
-        (Some(m), Some(d)) => Some(m.min(d)),
-        (m, d) => m.or(d),
-    };
-    let retained = |from: u64| from > s.seq || first_retained.is_some_and(|f| f <= from);
     // The dialer knows one of this shard's incarnations (sequence numbers continue across
     // them): resume after what it applied, if that is still this shard's history.
-    if let Some(end) = s.sync.incarnation_end(hello.known_incarnation, s.seq) {
-        if hello.applied_seq <= end && retained(hello.applied_seq + 1) {
-            return (
-                Mode::Resume {
-                    from_seq: hello.applied_seq + 1,
-                },
-                "resume",
-            );
+    if s.sync
+        .incarnation_end(hello.known_incarnation, s.seq)
+        .is_some()
+    {
+        if let Some(from_seq) = resume_point(s, hello) {
+            return (Mode::Resume { from_seq }, "resume");
         }
         if hello.known_incarnation == s.sync.incarnation {
             return (Mode::FullSync, "the dialer is behind the backlog");
@@ -205,13 +198,30 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str) {
     });
     others.forget_covered(&hello.delivered);
     let first = s.sync.incarnation_first_seq();
-    if others.is_empty() && retained(first) {
+    if others.is_empty() && retained(s, first) {
         return (Mode::Resume { from_seq: first }, "resume this incarnation");
     }
     (
         Mode::FullSync,
         "the dialer lacks ops this site holds from before this incarnation",
     )
+}
+
+/// Whether the op log (in memory or on disk) still holds this shard's ops from `from` on.
+fn retained(s: &Shard, from: u64) -> bool {
+    let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
+        (Some(m), Some(d)) => Some(m.min(d)),
+        (m, d) => m.or(d),
+    };
+    from > s.seq || first_retained.is_some_and(|f| f <= from)
+}
+
+/// Where the stream can resume for the dialer of `hello`: after what it applied of one of
+/// this shard's incarnations, when that is still this shard's history and retained.
+fn resume_point(s: &Shard, hello: &Hello) -> Option<u64> {
+    let end = s.sync.incarnation_end(hello.known_incarnation, s.seq)?;
+    let from = hello.applied_seq.checked_add(1)?;
+    (hello.applied_seq <= end && retained(s, from)).then_some(from)
 }
 
 /// The sender role on an accepted link.
@@ -242,7 +252,7 @@ async fn send_ops<S: Io + 'static>(
         writer.shutdown().await;
         return Err(SyncError::Refused(reason));
     }
-    let (peer, generation, welcome) = {
+    let (peer, generation, welcome, stream_from) = {
         let mut guard = shard.borrow_mut();
         let s = &mut *guard;
         let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
@@ -255,6 +265,14 @@ async fn send_ops<S: Io + 'static>(
             }
         }
         let (mode, why) = choose_mode(s, peer, &hello);
+        // A full sync sends only keys holding a stamp the dialer lacks, and a removal leaves
+        // no stamp of its own: this shard's own ops the dialer has not applied (an SREM of a
+        // member it holds, say) must still reach it, so the stream after the full sync starts
+        // where the dialer stopped whenever the log still holds that point.
+        let stream_from = match mode {
+            Mode::FullSync => resume_point(s, &hello),
+            Mode::Resume { .. } => None,
+        };
         if mode == Mode::FullSync {
             tracing::info!(peer = %hello.from_site, reason = why, "full sync chosen");
         }
@@ -294,6 +312,7 @@ async fn send_ops<S: Io + 'static>(
                 seq,
                 life,
             },
+            stream_from,
         )
     };
     tracing::info!(peer = %hello.from_site, mode = ?welcome.mode, "sync link from peer accepted");
@@ -328,6 +347,7 @@ async fn send_ops<S: Io + 'static>(
         generation,
         &welcome,
         &hello.delivered,
+        stream_from,
         &closed,
         &closed_notify,
         &in_flight,
@@ -358,6 +378,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     generation: u64,
     welcome: &Welcome,
     peer_delivered: &VersionVector,
+    stream_from: Option<u64>,
     closed: &Cell<bool>,
     closed_notify: &Notify,
     in_flight: &RefCell<std::collections::VecDeque<(u64, u64)>>,
@@ -366,7 +387,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
         Mode::Resume { from_seq } => from_seq,
         Mode::FullSync => {
             set_outbound(shard, peer, generation, LinkState::FullSync);
-            let seq = full_sync(shard, writer, peer_delivered, closed).await?;
+            let seq = full_sync(shard, writer, peer_delivered, stream_from, closed).await?;
             if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
                 p.quarantined = false;
             }
@@ -525,11 +546,13 @@ fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
 }
 
 /// Delta full sync: the state of every key holding a stamp `peer_delivered` does not cover,
-/// in chunks, one borrow of the shard per chunk. Returns the sequence number it began at.
+/// in chunks, one borrow of the shard per chunk. Returns the sequence number it began at, or
+/// `stream_from - 1` when that is lower: the stream that follows starts after it.
 async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     shard: &ShardRc,
     writer: &mut FrameWriter<W>,
     peer_delivered: &VersionVector,
+    stream_from: Option<u64>,
     closed: &Cell<bool>,
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
@@ -542,8 +565,12 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
             .enumerate()
             .flat_map(|(db, d)| d.table.iter().map(move |e| (db, e.key.clone())))
             .collect();
+        let seq = match stream_from {
+            Some(from) => s.seq.min(from.saturating_sub(1)),
+            None => s.seq,
+        };
         (
-            s.seq,
+            seq,
             keys,
             s.sync.collected.clone(),
             s.sync.retired_delivered(),
