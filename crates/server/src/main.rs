@@ -113,8 +113,6 @@ struct ServerFlags {
     log_level: Option<String>,
     #[arg(long, allow_negative_numbers = true)]
     debug_clock_offset_ms: Option<i64>,
-    #[arg(long)]
-    debug_boot_id: Option<String>,
 }
 
 impl ServerFlags {
@@ -157,8 +155,7 @@ impl ServerFlags {
             backlog_disk_bytes_max,
             debug_fsync_watermark,
             log_level,
-            debug_clock_offset_ms,
-            debug_boot_id
+            debug_clock_offset_ms
         );
         if !self.peer.is_empty() {
             c.peer = self.peer;

@@ -77,7 +77,7 @@ pub fn list(dir: &Path) -> Result<Listing, PersistError> {
             out.snapshots.push((pos, path));
         } else if name.ends_with(".tmp") {
             out.temporary.push(path);
-        } else if name != "LOCK" && name != "fsynced" && name != super::life::LIFE_FILE {
+        } else if name != "LOCK" && name != "fsynced" {
             out.unknown.push(path);
         }
     }
@@ -93,7 +93,6 @@ fn reset(shard: &mut Shard) {
     shard.clock = HlcClock::new();
     shard.sync.own_last = Hlc::ZERO;
     shard.sync.delivered = meridian_crdt::VersionVector::new();
-    shard.sync.own_logged = meridian_crdt::VersionVector::new();
     shard.sync.incarnations.clear();
     for p in &mut shard.sync.peers {
         p.in_incarnation = 0;
@@ -135,23 +134,13 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         n += 1;
         Ok(())
     })?;
-    if !shard.sync.lives.contains(&meta.replica) {
+    if meta.replica != shard.replica {
         return Err(format!(
-            "belongs to replica {:08x} (another site or shard), not {:08x}",
+            "belongs to replica {} (another site or shard), not {}",
             meta.replica.0, shard.replica.0
         ));
     }
     apply_meta(shard, &meta);
-    if meta.replica != shard.replica && shard.sync.own_last > Hlc::ZERO {
-        // Taken in an earlier life: what it issued is another origin's now.
-        let stamp = Stamp {
-            hlc: shard.sync.own_last,
-            replica: meta.replica,
-        };
-        shard.sync.delivered.observe(stamp);
-        shard.sync.own_logged.observe(stamp);
-        shard.sync.own_last = Hlc::ZERO;
-    }
     Ok(meta)
 }
 
@@ -181,22 +170,14 @@ pub fn replay(
                 replica: rec.origin,
             };
             raise_clock(shard, rec.hlc);
-            // Own ops of every recognized life continue the sequence and the backlog; only
-            // the current life's are `own_last`, the earlier ones' are delivered like others'.
-            let own = shard.sync.lives.contains(&rec.origin);
-            if own {
-                shard.seq = shard.seq.max(rec.seq);
-                shard.oplog.append_raw(rec.seq, payload);
-            }
             if rec.origin == shard.replica {
+                shard.seq = shard.seq.max(rec.seq);
                 if rec.hlc > shard.sync.own_last {
                     shard.sync.own_last = rec.hlc;
                 }
+                shard.oplog.append_raw(rec.seq, payload);
             } else {
                 shard.sync.delivered.observe(stamp);
-                if own {
-                    shard.sync.own_logged.observe(stamp);
-                }
             }
             if let OpBody::Write(effect) = &rec.body {
                 let hash = shard.hash_key(&rec.key);
@@ -236,11 +217,6 @@ pub fn replay(
             shard.sync.incarnations.push((inc, first));
             shard.sync.incarnation = inc;
             shard.sync.own_before_incarnation = shard.sync.own_last;
-        }
-        Kind::Delivered => {
-            let vv =
-                record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
-            shard.take_retired(&vv);
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)
@@ -302,7 +278,7 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 });
             }
         };
-        if !shard.sync.lives.contains(&h.replica) {
+        if h.replica != shard.replica {
             return Err(PersistError::Foreign {
                 path: path.display().to_string(),
                 found: h.replica.0,
@@ -387,7 +363,7 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 own_first_seq: 0,
                 own_last_seq: 0,
             });
-            note_own_seqs(out.segments.last_mut(), path, &shard.sync.lives);
+            note_own_seqs(out.segments.last_mut(), path, shard.replica);
             continue;
         }
         if let Some(expected) = pos_expected {
@@ -416,12 +392,12 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             own_first_seq: 0,
             own_last_seq: 0,
         };
-        let lives = shard.sync.lives.clone();
+        let replica = shard.replica;
         let mut replayed = 0u64;
         let mut lease = out.lease;
         let walk = record::scan::<(usize, String)>(body, |f| {
             if f.kind == Kind::Op {
-                if let Some(seq) = super::writer::own_seq(f.payload, &lives) {
+                if let Some(seq) = super::writer::own_seq(f.payload, replica) {
                     if info.own_first_seq == 0 {
                         info.own_first_seq = seq;
                     }
@@ -484,13 +460,13 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
     Ok(out)
 }
 
-fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, lives: &[meridian_crdt::ReplicaId]) {
+fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, replica: meridian_crdt::ReplicaId) {
     let Some(info) = info else {
         return;
     };
     if let Ok(bytes) = std::fs::read(path) {
         if let Some(body) = bytes.get(record::SEGMENT_HEADER_BYTES..) {
-            info.note_records(body, lives);
+            info.note_records(body, replica);
             let mut n = 0u64;
             let _ = record::scan::<()>(body, |_| {
                 n += 1;
