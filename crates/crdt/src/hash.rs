@@ -683,7 +683,12 @@ impl HashCrdt {
             }
             HashOp::Del { field, observed } => {
                 let field = field.as_ref();
-                inner.merge_removed(field, observed);
+                // The field's context also names the HDEL (harmless: every write of the
+                // field from its origin that the stamp covers was seen by it), so that a
+                // delta full sync finds the key until every replica has the HDEL.
+                let mut ctx = observed.clone();
+                ctx.observe(stamp);
+                inner.merge_removed(field, &ctx);
                 if inner.find(field).is_some() {
                     inner.with_field(field, |st| st.remove_covered(observed));
                 }

@@ -228,8 +228,11 @@ impl Value {
     }
 }
 
-/// Format byte that opens `KeyState::encode_state`'s output: version 1 of the layout.
+/// Format byte of version 1 of `KeyState::encode_state`'s layout (no `removers`): still
+/// decoded, for snapshots and logs written before version 2.
 pub const KEY_STATE_V1: u8 = 1;
+/// Format byte that opens `KeyState::encode_state`'s output: version 2 adds `removers`.
+pub const KEY_STATE_V2: u8 = 2;
 
 const VALUE_STR: u8 = 0;
 const VALUE_SET: u8 = 1;
@@ -260,6 +263,14 @@ struct Extra {
     expire: ExpireReg,
     expire_removed: VersionVector,
     value_removed: VersionVector,
+    /// Join of the stamps of the writes that merged a context into `removed`,
+    /// `value_removed` or `expire_removed` without naming themselves in it (SET, APPEND,
+    /// EXPIRE... carry their own stamp in the value or expire write they add, which a context
+    /// naming it would remove). Until every replica has delivered them, `collect` keeps the
+    /// three contexts whole: a state merge into a replica that has not applied such a write
+    /// must still remove what the write removed. `observed` names these stamps, so a delta
+    /// full sync sends the key to a replica that lacks one of them.
+    removers: VersionVector,
 }
 
 impl Extra {
@@ -269,6 +280,7 @@ impl Extra {
             && self.expire.is_empty()
             && self.expire_removed.is_empty()
             && self.value_removed.is_empty()
+            && self.removers.is_empty()
     }
 }
 
@@ -496,6 +508,7 @@ impl KeyState {
             stamps.merge(&x.removed);
             stamps.merge(&x.value_removed);
             stamps.merge(&x.expire_removed);
+            stamps.merge(&x.removers);
             for (s, _) in x.expire.0.iter() {
                 stamps.observe(*s);
             }
@@ -513,13 +526,13 @@ impl KeyState {
                 keep_ttl,
             } => {
                 if !observed.stamps.is_empty() {
+                    let x = self.extra_mut();
+                    x.removers.observe(stamp);
                     if *keep_ttl {
-                        self.extra_mut().value_removed.merge(&observed.stamps);
+                        x.value_removed.merge(&observed.stamps);
                     } else {
-                        self.merge_removed(&observed.stamps);
-                        if let Some(x) = &mut self.extra {
-                            x.expire.remove(&observed.stamps);
-                        }
+                        x.removed.merge(&observed.stamps);
+                        x.expire.remove(&observed.stamps);
                     }
                 }
                 self.remove_values(observed);
@@ -556,6 +569,7 @@ impl KeyState {
             Effect::Expire { expire, observed } => {
                 if !observed.is_empty() {
                     let x = self.extra_mut();
+                    x.removers.observe(stamp);
                     x.expire_removed.merge(observed);
                     x.expire.remove(observed);
                 }
@@ -584,8 +598,14 @@ impl KeyState {
                     None => observed.is_empty(),
                 };
                 if !dominated {
+                    // The member's context also names the SREM (harmless, as for DEL: every
+                    // add of the member from the SREM's origin that the stamp covers was seen
+                    // by it), so that it stays until every replica has the SREM and a delta
+                    // full sync finds the key (docs/replication.md §6).
+                    let mut ctx = observed.clone();
+                    ctx.observe(stamp);
                     let mut s = self.take_set();
-                    s.remove(member.as_ref(), observed);
+                    s.remove(member.as_ref(), &ctx);
                     self.put(Value::Set(s));
                 }
                 false
@@ -796,15 +816,16 @@ impl KeyState {
             !x.removed.is_empty()
                 || !x.value_removed.is_empty()
                 || !x.expire_removed.is_empty()
+                || !x.removers.is_empty()
                 || (!x.expire.is_empty() && (x.expire.is_inert() || self.is_empty()))
         })
     }
 
-    /// Appends the complete state: the format byte `KEY_STATE_V1`; the values (the visible
+    /// Appends the complete state: the format byte `KEY_STATE_V2`; the values (the visible
     /// one first, then hidden and dead ones), each as `Value::encode_state`; the removal
-    /// contexts `removed`, `value_removed`, `expire_removed`; the expire writes.
+    /// contexts `removed`, `value_removed`, `expire_removed`; the expire writes; `removers`.
     pub fn encode_state(&self, out: &mut Vec<u8>) {
-        codec::put_u8(out, KEY_STATE_V1);
+        codec::put_u8(out, KEY_STATE_V2);
         let n_values = self.values().count();
         codec::put_varint(out, n_values as u64);
         for v in self.values() {
@@ -816,6 +837,7 @@ impl KeyState {
                 codec::put_vv(out, &x.value_removed);
                 codec::put_vv(out, &x.expire_removed);
                 x.expire.encode_state(out);
+                codec::put_vv(out, &x.removers);
             }
             None => {
                 let none = VersionVector::new();
@@ -823,17 +845,18 @@ impl KeyState {
                 codec::put_vv(out, &none);
                 codec::put_vv(out, &none);
                 ExpireReg::new().encode_state(out);
+                codec::put_vv(out, &none);
             }
         }
     }
 
-    /// Decodes what `encode_state` wrote, leaving the reader after it. `BadTag`: an unknown
-    /// format byte. `Invalid`: two values of one type, or a state `apply` never leaves (a
+    /// Decodes what `encode_state` wrote (or version 1 of it), leaving the reader after it.
+    /// `BadTag`: an unknown format byte. `Invalid`: two values of one type, or a state `apply` never leaves (a
     /// blank value, a hidden value that should be the visible one, an expire write a removal
     /// context covers...).
     pub fn decode_state(r: &mut Reader<'_>) -> Result<KeyState, DecodeError> {
         let format = r.u8()?;
-        if format != KEY_STATE_V1 {
+        if format != KEY_STATE_V1 && format != KEY_STATE_V2 {
             return Err(DecodeError::BadTag(format));
         }
         let n = r.count("key values")?;
@@ -849,6 +872,11 @@ impl KeyState {
         let value_removed = r.vv_strict()?;
         let expire_removed = r.vv_strict()?;
         let expire = ExpireReg::decode_state(r)?;
+        let removers = if format == KEY_STATE_V2 {
+            r.vv_strict()?
+        } else {
+            VersionVector::new()
+        };
         if expire
             .0
             .iter()
@@ -867,6 +895,7 @@ impl KeyState {
             expire,
             expire_removed,
             value_removed,
+            removers,
         };
         if !extra.is_blank() {
             k.extra = Some(Box::new(extra));
@@ -893,11 +922,11 @@ impl KeyState {
     ///
     /// Exact when neither side had dropped (by `collect`) the removal context of a removal
     /// the other side had not applied: a write held by the other side that such a removal
-    /// removed is kept (the context that said so is gone). `collect` keeps a context until
-    /// all of it is stable, so a DEL's context (which names the DEL) stays until every
-    /// replica has the DEL; the context of a SET, APPEND or EXPIRE may go before the write
-    /// that carried it reached every replica. A full sync after such collects needs
-    /// `merge_with_floor`.
+    /// removed would be kept (the context that said so is gone). `collect` keeps a context
+    /// until all of it is stable and so is every write that merged into it (a DEL and an
+    /// SREM name themselves in their contexts; SET, APPEND and EXPIRE are in `removers`), so
+    /// this holds between replicas that each collected only with vectors the other had
+    /// delivered. A peer left out of collection (quarantined) needs `merge_with_floor`.
     ///
     /// Returns `type_conflict` when the join made a second type live, and `ignored` when
     /// `other` brought nothing new (`self` is unchanged).
@@ -961,6 +990,7 @@ impl KeyState {
             mine.value_removed.merge(&x.value_removed);
             mine.expire_removed.merge(&x.expire_removed);
             mine.expire.merge(&x.expire);
+            mine.removers.merge(&x.removers);
         }
         if let Some(x) = &self.extra {
             // The joined contexts once more over the joined values: what they make redundant
@@ -1087,6 +1117,7 @@ impl KeyState {
             x.removed = VersionVector::new();
             x.value_removed = VersionVector::new();
             x.expire_removed = VersionVector::new();
+            x.removers = VersionVector::new();
             if empty || x.expire.is_inert() {
                 x.expire = ExpireReg::new();
             }
@@ -1114,11 +1145,15 @@ impl KeyState {
         }
         if let Some(x) = &mut self.extra {
             // A context goes as a whole once `stable` covers all of it (per-entry forgetting
-            // would empty it at the same moment): until then it still covers, for a state
-            // merge, the writes its removals removed, even those already stable.
-            for ctx in [&mut x.removed, &mut x.value_removed, &mut x.expire_removed] {
-                if stable.dominates(ctx) {
-                    *ctx = VersionVector::new();
+            // would empty it at the same moment) and every write that merged into it
+            // (`removers`; a DEL names itself in its context): until then it still covers,
+            // for a state merge, the writes its removals removed, even those already stable.
+            if stable.dominates(&x.removers) {
+                x.removers = VersionVector::new();
+                for ctx in [&mut x.removed, &mut x.value_removed, &mut x.expire_removed] {
+                    if stable.dominates(ctx) {
+                        *ctx = VersionVector::new();
+                    }
                 }
             }
         }

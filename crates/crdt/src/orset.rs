@@ -342,8 +342,11 @@ impl OrSet {
             .map_or(0, |m| m.removed.len())
     }
 
-    /// Drops the parts of member removal contexts that `stable` covers (every replica has
-    /// delivered every dot they cover, so no late dot can arrive); `None` drops them all.
+    /// Drops the member removal contexts that `stable` covers whole (every replica has
+    /// delivered every dot they cover, so no late dot can arrive, and the SREM that the
+    /// context names, so no replica still needs the context in a state merge); `None` drops
+    /// them all. A context is kept whole until then: with its stable part forgotten it would
+    /// no longer remove, in a full sync, a dot still held by a replica that lacks the SREM.
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
         let Some(inner) = self.inner.as_mut() else {
             return;
@@ -351,10 +354,7 @@ impl OrSet {
         if let Some(m) = inner.meta.as_mut() {
             match stable {
                 None => m.removed.clear(),
-                Some(s) => m.removed.retain(|_, r| {
-                    r.forget_covered(s);
-                    !r.is_empty()
-                }),
+                Some(s) => m.removed.retain(|_, r| !s.dominates(r)),
             }
         }
         inner.tidy_meta();

@@ -650,7 +650,7 @@ proptest! {
         let mut g = garbage.clone();
         inputs.push(g.clone());
         if let Some(first) = g.first_mut() {
-            *first = meridian_crdt::key::KEY_STATE_V1;
+            *first = meridian_crdt::key::KEY_STATE_V2;
         }
         inputs.push(g);
         for bytes in &inputs {
@@ -748,15 +748,14 @@ fn merge_after_collect_keeps_a_del() {
     assert_eq!(b, c);
 }
 
-/// FIXME: with plain `merge`, a context `collect` dropped cannot remove, on the other side,
-/// the writes it covered. B's SET reaches A and B (it is stable); A overwrites it with a SET
-/// whose context (B's write alone) `collect` then drops; B never receives A's SET. The merge
-/// into B keeps B's write under A's (hidden: the view is right), and a later DEL issued at
-/// A, which no longer observes B's write, leaves it shown at B. `merge_with_floor`, given a
-/// vector both sides had delivered, gets it right; so would removals whose observed stamps
-/// include the issuer's delivered vector (as `Observed` allows).
+/// A context stays until the write that carried it is stable, not only what it covers. B's
+/// SET reaches A and B (it is stable); A overwrites it with a SET whose context is B's write
+/// alone; B never receives A's SET. `collect` with B's write stable keeps A's context (A's SET
+/// is not stable), so the plain merge into B removes B's write, and a later DEL issued at A
+/// empties both. Before contexts waited for their writes, B kept its write hidden under A's
+/// and the DEL showed it again. Once A's SET is stable too, the context goes.
 #[test]
-fn merge_after_partial_collect_can_keep_an_overwritten_write() {
+fn collect_keeps_a_context_until_its_write_is_stable() {
     let w1 = set(b"v", Observed::new());
     let mut a = KeyState::new();
     a.apply(st(1, 2), &w1);
@@ -766,21 +765,79 @@ fn merge_after_partial_collect_can_keep_an_overwritten_write() {
     let mut stable = VersionVector::new();
     stable.observe(st(1, 2));
     a.collect(&stable);
+    assert!(a.has_metadata(), "A's SET is not stable: its context stays");
+    assert!(a.observed().stamps.covers(st(2, 1)));
     let mut ab = b.clone();
     ab.merge(&a);
     let mut ab_floor = b.clone();
     ab_floor.merge_with_floor(&a, &stable);
-    assert_eq!(view(&ab), view(&a));
+    assert_eq!(ab, a);
     assert_eq!(ab_floor, a);
     let del: E = a.remove_effect();
     a.apply(st(3, 1), &del);
     ab.apply(st(3, 1), &del);
-    ab_floor.apply(st(3, 1), &del);
-    assert!(a.is_empty() && ab_floor.is_empty());
-    assert!(!ab.is_empty(), "B's overwritten write shows again");
-    // Had B received A's SET, the DEL would have removed everything.
+    assert!(a.is_empty() && ab.is_empty());
+    // Had B received A's SET, the DEL would have removed everything as well.
     let mut c = b.clone();
     c.apply(st(2, 1), &s);
     c.apply(st(3, 1), &del);
     assert!(c.is_empty());
+    // Stable up to A's SET: the SET's context goes.
+    let mut d = b.clone();
+    d.apply(st(2, 1), &s);
+    stable.observe(st(2, 1));
+    d.collect(&stable);
+    assert!(!d.has_metadata());
+}
+
+/// An SREM names itself in the member's context, so a delta full sync (which sends a key
+/// only when its state names a write the receiver lacks) finds the key, and the context
+/// stays whole until the SREM is stable: the merge into a replica that never received the
+/// SREM removes the member there. The same for an HDEL.
+#[test]
+fn srem_and_hdel_stay_visible_to_a_full_sync_until_stable() {
+    let mut a = KeyState::new();
+    a.apply(
+        st(1, 2),
+        &E::SetAdd {
+            member: b"m".to_vec(),
+        },
+    );
+    let mut h = KeyState::new();
+    h.apply(
+        st(1, 2),
+        &E::Hash(HashOp::Set {
+            field: b"f".to_vec(),
+            value: b"1".to_vec(),
+            observed: VersionVector::new(),
+        }),
+    );
+    let (b, hb) = (a.clone(), h.clone());
+    let rem: E = a.set_rem_effect(b"m".to_vec());
+    a.apply(st(2, 1), &rem);
+    let hdel = E::Hash(HashOp::Del {
+        field: b"f".to_vec(),
+        observed: h.observed().stamps,
+    });
+    h.apply(st(2, 1), &hdel);
+    // B has delivered the adds, not the removals: both keys must be sent.
+    let mut b_delivered = VersionVector::new();
+    b_delivered.observe(st(1, 2));
+    assert!(!b_delivered.dominates(&a.observed().stamps));
+    assert!(!b_delivered.dominates(&h.observed().stamps));
+    // The adds are stable, the removals not: nothing a merge needs is collected.
+    a.collect(&b_delivered);
+    h.collect(&b_delivered);
+    let mut ba = b.clone();
+    ba.merge(&a);
+    assert!(ba.is_empty(), "the SREM reached B by the merge: {ba:?}");
+    let mut hba = hb.clone();
+    hba.merge(&h);
+    assert!(hba.is_empty(), "the HDEL reached B by the merge: {hba:?}");
+    // Once the removals are stable too, their metadata goes.
+    let mut all = b_delivered.clone();
+    all.observe(st(2, 1));
+    a.collect(&all);
+    h.collect(&all);
+    assert!(!a.has_metadata() && !h.has_metadata(), "{a:?} {h:?}");
 }

@@ -776,6 +776,80 @@ fn backlog_overflow_forces_one_full_sync() {
     assert_eq!(cluster.site(B).peer_u64("a", "full_syncs_in"), 1);
 }
 
+/// A delta full sync carries removals as well as writes (docs/replication.md §5, §6): B holds
+/// a set member, a hash field, a string and a list element; it is killed; A removes them
+/// (SREM, HDEL, SET over B's value, RPOP) while its garbage collection runs with B's last ack
+/// (which covers the removed writes, not the removals), then overflows its backlog. B comes
+/// back with its log (so it holds what it held, and has collected nothing in this process):
+/// the one full sync must remove all four there.
+#[test]
+fn backlog_overflow_full_sync_carries_removals() {
+    let mut cluster = Cluster::start(
+        &["a", "b"],
+        Opts::default()
+            .flags(&["--sync-compression", "lz4"])
+            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"])
+            .site_flags(B, &["--appendonly", "yes"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    assert_eq!(b.int(&["SADD", "s", "m1", "m2"]), 2);
+    assert_eq!(b.int(&["HSET", "h", "f1", "1", "f2", "2"]), 2);
+    b.ok(&["SET", "k", "from-b"]);
+    assert_eq!(b.int(&["RPUSH", "l", "x", "y"]), 2);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let acked = cluster.site(A).peer_info("b")["acked_vv"].clone();
+
+    cluster.site_mut(B).kill();
+    assert_eq!(a.int(&["SREM", "s", "m1"]), 1);
+    assert_eq!(a.int(&["HDEL", "h", "f1"]), 1);
+    a.ok(&["SET", "k", "from-a"]);
+    assert_eq!(a.reply(&["RPOP", "l"]), bulk("y"));
+    // Several GC passes (ten a second) with B's last ack.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(cluster.site(A).peer_info("b")["acked_vv"], acked);
+    let value = "x".repeat(100);
+    for batch in 0..50 {
+        let cmds: Vec<Vec<String>> = (0..100)
+            .map(|j| {
+                vec![
+                    "SET".into(),
+                    format!("key:{}", batch * 100 + j),
+                    value.clone(),
+                ]
+            })
+            .collect();
+        for r in pipeline(&mut a, &cmds) {
+            assert_eq!(r, Reply::Simple("OK".into()));
+        }
+    }
+    let first = cluster.site(A).info_u64("crdt_oplog_first_seq");
+    assert!(first > 1, "the backlog kept everything (first seq {first})");
+
+    cluster.site_mut(B).start();
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(cluster.site(B).peer_u64("a", "full_syncs_in"), 1);
+    on_all(&cluster, &[A, B], |site, c| {
+        assert_eq!(members(c, "s"), set_of(&["m2"]), "s at {site}");
+        assert_eq!(
+            hgetall(c, "h"),
+            BTreeMap::from([("f2".to_string(), "2".to_string())]),
+            "h at {site}"
+        );
+        assert_eq!(c.reply(&["GET", "k"]), bulk("from-a"), "k at {site}");
+        assert_eq!(
+            c.reply(&["LRANGE", "l", "0", "-1"]).strings(),
+            ["x"],
+            "l at {site}"
+        );
+    });
+    // A DEL at A that observed only its own SET leaves nothing of B's value at B.
+    assert_eq!(a.int(&["DEL", "k"]), 1);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(cluster.site(B).connect().int(&["EXISTS", "k"]), 0);
+}
+
 /// A full sync merges into what the receiver wrote meanwhile, never overwrites it
 /// (docs/replication.md §5): B writes while cut off from A, A overflows its backlog, and B
 /// gets A's full sync before A has seen any of B's writes.

@@ -395,7 +395,7 @@ mod tests {
             want_full: false,
         };
         let e = Hello::decode(&h.encode()).unwrap_err();
-        assert!(e.to_string().contains("protocol version 3"), "{e}");
+        assert!(e.to_string().contains("protocol version 4"), "{e}");
         h.version = PROTOCOL_VERSION;
         let mut bytes = h.encode();
         bytes[0] = b'X';
