@@ -47,7 +47,7 @@ fn body(kind: Kind, body: &[u8]) {
         Kind::Ops => {
             // Pass the header's own origin and incarnation so the records are reached.
             if let Ok((h, _)) = OpsHeader::decode(body) {
-                let _ = decode_batch(body, h.origin, h.incarnation, 16, u64::MAX / 2, 1000);
+                let _ = decode_batch(body, &[h.origin], h.incarnation, 16, u64::MAX / 2, 1000);
             }
         }
         Kind::Ping => {}

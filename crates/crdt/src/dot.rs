@@ -25,6 +25,27 @@ impl ReplicaId {
         }
         ReplicaId(((h & 0x00ff_ffff) << 8) | u32::from(shard))
     }
+
+    /// The replica id of `shard` at `site` in its life `life`: life 0 is
+    /// [`ReplicaId::for_site_shard`]; a later life (a restart that may have lost ops peers
+    /// hold) hashes the life number in after the name, so that its ops never extend the
+    /// counters, sequence or version-vector entries of an earlier life.
+    pub fn for_life(site: &str, shard: u8, life: u32) -> ReplicaId {
+        if life == 0 {
+            return ReplicaId::for_site_shard(site, shard);
+        }
+        let mut h: u32 = 0x811c_9dc5;
+        for b in site
+            .as_bytes()
+            .iter()
+            .chain(&[0xff])
+            .chain(&life.to_le_bytes())
+        {
+            h ^= u32::from(*b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        ReplicaId(((h & 0x00ff_ffff) << 8) | u32::from(shard))
+    }
 }
 
 /// The identity and the LWW order of one write. Ordered by `hlc`, then by `replica`.
@@ -124,6 +145,22 @@ impl VersionVector {
 mod tests {
     use super::*;
     use crate::hlc::Hlc;
+
+    #[test]
+    fn lives_have_distinct_ids_and_life_zero_is_the_site_id() {
+        assert_eq!(
+            ReplicaId::for_life("a", 3, 0),
+            ReplicaId::for_site_shard("a", 3)
+        );
+        let ids: std::collections::BTreeSet<ReplicaId> =
+            (0..64).map(|l| ReplicaId::for_life("a", 3, l)).collect();
+        assert_eq!(ids.len(), 64);
+        assert!(ids.iter().all(|r| r.0 & 0xff == 3));
+        assert_ne!(
+            ReplicaId::for_life("a", 0, 1),
+            ReplicaId::for_life("b", 0, 1)
+        );
+    }
 
     fn st(h: u64, r: u32) -> Stamp {
         Stamp {

@@ -177,10 +177,15 @@ fn probe_persistence(bin: &std::path::Path) -> Result<(), String> {
         .output()
         .map_err(|e| format!("cannot run {} server --help: {e}", bin.display()))?;
     let help = String::from_utf8_lossy(&out.stdout);
-    let missing: Vec<&str> = ["--appendfsync", "--appendonly", "--debug-fsync-watermark"]
-        .into_iter()
-        .filter(|f| !help.contains(f))
-        .collect();
+    let missing: Vec<&str> = [
+        "--appendfsync",
+        "--appendonly",
+        "--debug-fsync-watermark",
+        "--debug-boot-id",
+    ]
+    .into_iter()
+    .filter(|f| !help.contains(f))
+    .collect();
     if missing.is_empty() {
         Ok(())
     } else {

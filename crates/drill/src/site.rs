@@ -42,6 +42,10 @@ pub struct Site {
     bin: PathBuf,
     child: Option<Child>,
     pub starts: u32,
+    /// Simulated reboots so far: every start passes `--debug-boot-id <site>-boot-<n>`, and a
+    /// power loss moves to the next one, so the server knows its log may have lost its
+    /// unsynced tail and begins a new life (docs/replication.md §9).
+    pub boots: u32,
     pub paused: bool,
 }
 
@@ -52,6 +56,7 @@ impl Site {
             bin: bin.to_path_buf(),
             child: None,
             starts: 0,
+            boots: 0,
             paused: false,
         }
     }
@@ -87,7 +92,9 @@ impl Site {
             }
             None => Command::new(&self.bin),
         };
+        let boot_id = format!("{}-boot-{}", self.spec.id, self.boots);
         cmd.args(&self.spec.args)
+            .args(["--debug-boot-id", &boot_id])
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
@@ -174,6 +181,7 @@ impl Site {
     /// SIGKILL, then cuts every shard's log back to what was fsynced (see [`power_loss`]).
     pub fn power_loss(&mut self, torn: Option<&mut crate::rng::Rng>) -> anyhow::Result<String> {
         self.kill();
+        self.boots += 1;
         power_loss(&self.spec.dir, torn)
     }
 

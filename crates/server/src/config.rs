@@ -88,6 +88,11 @@ pub struct Config {
     pub log_level: String,
     /// Test-only: offset added to the wall clock, in milliseconds.
     pub debug_clock_offset_ms: i64,
+    /// Test-only: taken as the kernel's boot id instead of `/proc/sys/kernel/random/boot_id`
+    /// (empty: read the kernel's). Drills simulate a reboot by changing it: a start on another
+    /// boot id may have lost the unsynced tail of the log and begins a new life
+    /// (docs/replication.md §9).
+    pub debug_boot_id: String,
 }
 
 impl Default for Config {
@@ -128,6 +133,7 @@ impl Default for Config {
             debug_fsync_watermark: false,
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
+            debug_boot_id: String::new(),
         }
     }
 }

@@ -113,6 +113,8 @@ struct ServerFlags {
     log_level: Option<String>,
     #[arg(long, allow_negative_numbers = true)]
     debug_clock_offset_ms: Option<i64>,
+    #[arg(long)]
+    debug_boot_id: Option<String>,
 }
 
 impl ServerFlags {
@@ -155,7 +157,8 @@ impl ServerFlags {
             backlog_disk_bytes_max,
             debug_fsync_watermark,
             log_level,
-            debug_clock_offset_ms
+            debug_clock_offset_ms,
+            debug_boot_id
         );
         if !self.peer.is_empty() {
             c.peer = self.peer;

@@ -57,6 +57,12 @@ impl OpLog {
         }
     }
 
+    /// The origin of the ops appended from now on (a new life's replica id); records already
+    /// in the log keep theirs.
+    pub fn set_origin(&mut self, origin: ReplicaId) {
+        self.origin = origin;
+    }
+
     /// Keeps `bytes_max` of ops when peers exist; only the current chunk when none do.
     pub fn set_retain_for_peers(&mut self, retain: bool) {
         self.retain_for_peers = retain;
@@ -392,7 +398,9 @@ fn end_record(out: &mut [u8], len_at: usize) {
 }
 
 /// Copies log records (whole records, as `since` returns them) into `out` in the wire form of
-/// docs/replication.md §4 (`len:varint hlc:u64 db:u16 key tag payload`), until `bytes_max`
+/// docs/replication.md §4 (`len:varint hlc:u64 db:u16 key tag payload`), records of the first
+/// record's origin only (a batch has one origin: the log may hold ops of earlier lives before
+/// the current one's), until `bytes_max`
 /// bytes were written or the input ends.
 pub fn copy_to_wire(parts: &[&[u8]], out: &mut Vec<u8>, bytes_max: usize) -> WireBatch {
     copy_to_wire_upto(parts, out, bytes_max, u64::MAX)
@@ -406,6 +414,7 @@ pub fn copy_to_wire_upto(
     seq_max: u64,
 ) -> WireBatch {
     let (mut n, mut first, mut last, mut first_hlc) = (0u32, 0u64, 0u64, Hlc::ZERO);
+    let mut origin = [0u8; 4];
     let start = out.len();
     'parts: for part in parts {
         let mut pos = 0usize;
@@ -417,9 +426,10 @@ pub fn copy_to_wire_upto(
             let Some(body) = part.get(pos + 4..pos + 4 + len) else {
                 break 'parts;
             };
-            let (Some(seq), Some(hlc), Some(rest)) = (
+            let (Some(seq), Some(hlc), Some(from), Some(rest)) = (
                 body.get(..8),
                 body.get(8..16),
+                body.get(16..SEQ_HLC_ORIGIN_BYTES),
                 body.get(SEQ_HLC_ORIGIN_BYTES..),
             ) else {
                 break 'parts;
@@ -431,6 +441,9 @@ pub fn copy_to_wire_upto(
             if n == 0 {
                 first = seq;
                 first_hlc = Hlc(u64::from_le_bytes(hlc.try_into().unwrap_or([0; 8])));
+                origin.copy_from_slice(from);
+            } else if from != origin {
+                break 'parts;
             }
             last = seq;
             n += 1;
@@ -445,6 +458,7 @@ pub fn copy_to_wire_upto(
         first_seq: first,
         last_seq: last,
         first_hlc,
+        origin: ReplicaId(u32::from_le_bytes(origin)),
     }
 }
 
@@ -456,6 +470,8 @@ pub struct WireBatch {
     pub last_seq: u64,
     /// Hlc of the first record (replication lag is measured from it).
     pub first_hlc: Hlc,
+    /// Origin of every record in the batch.
+    pub origin: ReplicaId,
 }
 
 /// Decodes one wire record (see `copy_to_wire`) whose origin and sequence number the batch
@@ -679,6 +695,25 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_batch_holds_one_origin_and_stops_where_a_new_life_begins() {
+        let mut log = OpLog::new(ReplicaId(7), 1 << 20);
+        let e = &effects()[0];
+        for seq in 1..=3 {
+            log.append(seq, Hlc(seq), 0, b"k", e);
+        }
+        log.set_origin(ReplicaId(8));
+        for seq in 4..=5 {
+            log.append(seq, Hlc(seq), 0, b"k", e);
+        }
+        let mut wire = Vec::new();
+        let b = copy_to_wire_upto(&log.since(2).unwrap(), &mut wire, usize::MAX, u64::MAX);
+        assert_eq!((b.origin, b.first_seq, b.last_seq), (ReplicaId(7), 2, 3));
+        wire.clear();
+        let b = copy_to_wire_upto(&log.since(4).unwrap(), &mut wire, usize::MAX, u64::MAX);
+        assert_eq!((b.origin, b.first_seq, b.last_seq), (ReplicaId(8), 4, 5));
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl Shard {
         // With no peers nobody will ever resume from the op log: keep only the current chunk.
         oplog.set_retain_for_peers(peers > 0);
         let slowlog = SlowLog::new(config.slowlog_max_len);
-        Shard {
+        let mut shard = Shard {
             index,
             replica,
             table,
@@ -103,7 +103,9 @@ impl Shard {
             run_id: random_hex40(),
             shutting_down: false,
             config,
-        }
+        };
+        shard.set_life(0);
+        shard
     }
 
     /// Wall-clock milliseconds, shifted by the test-only `debug-clock-offset-ms`.

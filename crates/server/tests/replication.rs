@@ -1597,15 +1597,25 @@ fn cut_log(dir: &std::path::Path, extra_bytes: u64) {
     }
 }
 
-/// With peers, own ops are streamed only once fsynced, whatever `appendfsync` says: a power
-/// loss at A loses nothing B holds, and A resumes without a full sync either way.
+/// Own ops stream once written, before any fsync. A power loss under `appendfsync no` loses
+/// A's unsynced tail, which B holds and C (cut off from A meanwhile) does not. A restarts on
+/// another boot id: a new life, whose ops never extend the old life's counter totals,
+/// sequence or vector entry; the lost tail comes back to A and to C from B, by full syncs of
+/// a retired life, and every acknowledged write is everywhere (docs/replication.md §9).
 #[test]
-fn power_loss_loses_nothing_a_peer_holds() {
+fn power_loss_tail_comes_back_from_a_peer_in_a_new_life() {
     let mut cluster = Cluster::start(
-        &["a", "b"],
-        Opts::default().site_flags(
+        &["a", "b", "c"],
+        Opts::proxied().site_flags(
             A,
-            &["--appendfsync", "no", "--debug-fsync-watermark", "yes"],
+            &[
+                "--appendfsync",
+                "no",
+                "--debug-fsync-watermark",
+                "yes",
+                "--debug-boot-id",
+                "boot-1",
+            ],
         ),
     );
     cluster.wait_links_up(LINKS_UP);
@@ -1614,18 +1624,64 @@ fn power_loss_loses_nothing_a_peer_holds() {
         a.ok(&["SET", &format!("k:{i}"), "1"]);
     }
     assert_eq!(a.int(&["INCRBY", "cnt", "5"]), 5);
-    assert_eq!(a.int(&["CRDT.WAIT", "1", "5000"]), 1, "B acked everything");
+    assert_eq!(a.int(&["SADD", "s", "x"]), 1);
+    assert_eq!(a.int(&["CRDT.WAIT", "2", "5000"]), 2, "B and C acked");
+    // The tail: B gets it, C does not.
+    cluster.partition(A, C);
+    for i in 0..200 {
+        a.ok(&["SET", &format!("t:{i}"), "2"]);
+    }
+    assert_eq!(a.int(&["INCRBY", "cnt", "7"]), 12);
+    assert_eq!(a.int(&["SADD", "s", "y"]), 1);
+    assert_eq!(a.int(&["CRDT.WAIT", "1", "5000"]), 1, "B acked the tail");
+    assert_eq!(cluster.site(A).info_u64("crdt_life"), 0);
     let dir = cluster.site(A).dir.path().join("shard-0");
     cluster.site_mut(A).kill();
+    // Nothing was fsynced: the power loss takes the whole log.
     cut_log(&dir, 0);
-    cluster.site_mut(A).start();
+    let site = cluster.site_mut(A);
+    let at = site
+        .args
+        .iter()
+        .position(|f| f == "boot-1")
+        .expect("boot id flag");
+    site.args[at] = "boot-2".into();
+    site.start();
+    assert_eq!(cluster.site(A).info_u64("crdt_life"), 1);
     let mut a = cluster.site(A).connect();
-    assert_eq!(a.int(&["DBSIZE"]), 301, "A lost ops B holds");
-    assert_eq!(a.int(&["INCRBY", "cnt", "1"]), 6);
+    a.int(&["INCRBY", "cnt", "1"]);
+    a.int(&["SADD", "s", "z"]);
+    cluster.heal(A, C);
     cluster.wait_converged(CONVERGE_TIMEOUT);
-    assert_eq!(cluster.site(B).connect().reply(&["GET", "cnt"]), bulk("6"));
-    assert_eq!(cluster.site(A).peer_u64("b", "full_syncs_in"), 0);
-    assert_eq!(cluster.site(B).peer_u64("a", "full_syncs_in"), 0);
+    for site in [A, B, C] {
+        let mut x = cluster.site(site).connect();
+        assert_eq!(x.int(&["DBSIZE"]), 502, "site {site}");
+        assert_eq!(x.reply(&["GET", "cnt"]), bulk("13"), "site {site}");
+        assert_eq!(x.reply(&["GET", "t:199"]), bulk("2"), "site {site}");
+        assert_eq!(
+            members(&mut x, "s"),
+            set_of(&["x", "y", "z"]),
+            "site {site}"
+        );
+    }
+    // A and C got the retired life's tail by a full sync (from B, or C from A once A had it).
+    assert!(cluster.site(A).peer_u64("b", "full_syncs_in") >= 1);
+    let c_full = cluster.site(C).peer_u64("a", "full_syncs_in")
+        + cluster.site(C).peer_u64("b", "full_syncs_in");
+    assert!(c_full >= 1, "C never took a full sync");
+    // A killed again on the same boot loses nothing written: same life, no full sync.
+    let full_before = cluster.site(B).peer_u64("a", "full_syncs_out");
+    cluster.site_mut(A).kill();
+    cluster.site_mut(A).start();
+    assert_eq!(cluster.site(A).info_u64("crdt_life"), 1);
+    cluster.site(A).connect().ok(&["SET", "after", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(
+        cluster.site(B).peer_u64("a", "full_syncs_out"),
+        full_before,
+        "{}",
+        cluster.site(B).log_tail(30)
+    );
 }
 
 /// Should a disk lose data it had acknowledged, A restarts without ops B holds: B sees A's

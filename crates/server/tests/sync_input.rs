@@ -62,6 +62,7 @@ fn hello(deployment: &str, from: &str, to: &str) -> Vec<u8> {
     b.push(0); // empty vv
     b.push(0); // want_full
     b.extend_from_slice(&7u64.to_le_bytes()); // the dialer's incarnation
+    b.extend_from_slice(&0u32.to_le_bytes()); // the dialer's life
     frame(1, &b)
 }
 

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use crate::error::SyncError;
 
 /// Version spoken by this build; a peer with another one is refused. 3: full-sync key states
-/// are `KEY_STATE_V2` (they carry `removers`).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// are `KEY_STATE_V2` (they carry `removers`); 4: lives (`Hello.from_life`, `Welcome.life`,
+/// `FullSyncBegin.retired`).
+pub const PROTOCOL_VERSION: u16 = 4;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.

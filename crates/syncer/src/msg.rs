@@ -53,6 +53,9 @@ pub struct Hello {
     /// The dialer's own incarnation: an accepter that applied ops of another one knows the
     /// dialer restarted, and may hold ops of it the dialer lost.
     pub from_incarnation: u64,
+    /// The dialer's life (docs/replication.md §9): its ops carry the replica id of
+    /// (`from_site`, `shard`, `from_life`), and every earlier life of it is retired.
+    pub from_life: u32,
 }
 
 impl Hello {
@@ -70,6 +73,7 @@ impl Hello {
         put_vv(&mut out, &self.delivered);
         put_u8(&mut out, u8::from(self.want_full));
         put_u64(&mut out, self.from_incarnation);
+        put_u32(&mut out, self.from_life);
         out
     }
 
@@ -103,6 +107,7 @@ impl Hello {
                 delivered: r.vv()?,
                 want_full: r.u8()? != 0,
                 from_incarnation: r.u64()?,
+                from_life: r.u32()?,
             })
         };
         parse(&mut r).map_err(bad)
@@ -126,6 +131,9 @@ pub struct Welcome {
     pub mode: Mode,
     /// The sender's current sequence number.
     pub seq: u64,
+    /// The sender's life: its new ops carry the replica id of (`site`, shard, `life`); the
+    /// stream may also carry ops of its earlier lives still in its log.
+    pub life: u32,
 }
 
 impl Welcome {
@@ -141,6 +149,7 @@ impl Welcome {
             Mode::FullSync => put_u8(&mut out, 2),
         }
         put_u64(&mut out, self.seq);
+        put_u32(&mut out, self.life);
         out
     }
 
@@ -158,6 +167,7 @@ impl Welcome {
                 incarnation,
                 mode,
                 seq: r.u64()?,
+                life: r.u32()?,
             })
         };
         parse(&mut Reader::new(body)).map_err(SyncError::malformed("Welcome"))
@@ -244,6 +254,10 @@ impl Ack {
 pub struct FullSyncBegin {
     pub seq: u64,
     pub collected: VersionVector,
+    /// The sender's delivered vector on retired lives (origins nobody streams any more) as
+    /// the walk begins: the states sent carry those ops, so the receiver's delivered vector
+    /// takes these entries once the full sync ends.
+    pub retired: VersionVector,
 }
 
 impl FullSyncBegin {
@@ -251,6 +265,7 @@ impl FullSyncBegin {
         let mut out = Vec::with_capacity(16);
         put_u64(&mut out, self.seq);
         put_vv(&mut out, &self.collected);
+        put_vv(&mut out, &self.retired);
         out
     }
 
@@ -259,6 +274,7 @@ impl FullSyncBegin {
             Ok(FullSyncBegin {
                 seq: r.u64()?,
                 collected: r.vv()?,
+                retired: r.vv()?,
             })
         };
         parse(&mut Reader::new(body)).map_err(SyncError::malformed("FullSyncBegin"))
@@ -321,6 +337,7 @@ mod tests {
             incarnation: 1,
             mode: Mode::FullSync,
             seq: 0,
+            life: 0,
         };
         let mut bad = Vec::new();
         put_bytes(&mut bad, &[0xff; 255]);
@@ -348,6 +365,7 @@ mod tests {
             applied_seq: 100,
             delivered: vv(),
             want_full: true,
+            from_life: 2,
         };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         for mode in [Mode::Resume { from_seq: 5 }, Mode::FullSync] {
@@ -356,6 +374,7 @@ mod tests {
                 incarnation: 4,
                 mode,
                 seq: 8,
+                life: 5,
             };
             assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
         }
@@ -365,6 +384,12 @@ mod tests {
             delivered: vv(),
         };
         assert_eq!(Ack::decode(&a.encode()).unwrap(), a);
+        let b = FullSyncBegin {
+            seq: 4,
+            collected: vv(),
+            retired: vv(),
+        };
+        assert_eq!(FullSyncBegin::decode(&b.encode()).unwrap(), b);
         let mut out = Vec::new();
         let oh = OpsHeader {
             origin: ReplicaId(7),
@@ -393,9 +418,10 @@ mod tests {
             applied_seq: 0,
             delivered: VersionVector::new(),
             want_full: false,
+            from_life: 0,
         };
         let e = Hello::decode(&h.encode()).unwrap_err();
-        assert!(e.to_string().contains("protocol version 4"), "{e}");
+        assert!(e.to_string().contains("protocol version 5"), "{e}");
         h.version = PROTOCOL_VERSION;
         let mut bytes = h.encode();
         bytes[0] = b'X';

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::recover::{self, Purpose};
 use super::writer::{self, WriterSetup, WriterShared};
-use super::{Fsync, Persist, PersistError, snapshot};
+use super::{Fsync, Persist, PersistError, life, snapshot};
 use crate::shard::Shard;
 
 /// Snapshots kept: the newest, and one before it in case the newest is found damaged.
@@ -79,12 +79,34 @@ impl Shard {
         p.lock = Some(lock);
         p.fsync = Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec);
         p.recovering = true;
-        p.for_peers = !self.sync.peers.is_empty();
         p.stats.last_save_s = unix_s();
         self.persist = p;
         self.sync.incarnations.clear();
+        // Recover under the life the directory was last started in; then begin a new one if
+        // this start may have lost ops peers hold (persist::life).
+        let prev_life = life::read(&dir)?;
+        let boot_id = life::boot_id(&self.config.debug_boot_id);
+        self.set_life(prev_life.as_ref().map_or(0, |l| l.life));
         let rec = recover::recover(self, &dir, Purpose::Start)?;
         self.persist.recovering = false;
+        if life::needs_new_life(prev_life.as_ref(), &boot_id, self.config.appendonly) {
+            let from = self.sync.life;
+            let to = self.begin_life();
+            tracing::warn!(
+                from,
+                to,
+                replica = %format_args!("{:08x}", self.replica.0),
+                "a new life: this start may have lost ops peers hold (reboot, or no log), so new ops carry a new replica id"
+            );
+        }
+        let now_life = life::LifeRecord {
+            life: self.sync.life,
+            boot_id,
+        };
+        if prev_life.as_ref() != Some(&now_life) {
+            life::write(&dir, &now_life)?;
+        }
+        self.persist.own_written_seq = self.seq;
         let lease = meridian_crdt::Hlc(rec.lease);
         if lease > self.clock.last() {
             self.clock = meridian_crdt::HlcClock::resume_after(lease);
@@ -131,7 +153,6 @@ impl Shard {
                 dir: dir.clone(),
                 watermark: self.config.debug_fsync_watermark,
                 fsync: self.persist.fsync,
-                fsync_for_peers: !self.sync.peers.is_empty(),
                 file: file.clone(),
                 path: path.clone(),
                 bytes,
@@ -201,9 +222,10 @@ impl Shard {
         let config = self.config.clone();
         let index = self.index;
         let table = self.table;
+        let life = self.sync.life;
         let handle = std::thread::Builder::new()
             .name("snapshot".to_string())
-            .spawn(move || background_snapshot(dir, config, index, table, upto))
+            .spawn(move || background_snapshot(dir, config, index, life, table, upto))
             .map_err(|e| e.to_string())?;
         self.persist.job = Some(Job {
             kind,
@@ -394,11 +416,13 @@ fn background_snapshot(
     dir: PathBuf,
     config: crate::config::Config,
     index: u8,
+    life: u32,
     table: &'static crate::cmd::table::Table,
     upto: u64,
 ) -> Result<(PathBuf, u64), String> {
     let now = crate::time::wall_ms();
     let mut private = Shard::new(index, config, table, now);
+    private.set_life(life);
     private.persist.recovering = true;
     private.sync.incarnations.clear();
     recover::recover(&mut private, &dir, Purpose::Snapshot { upto }).map_err(|e| e.to_string())?;

@@ -19,6 +19,7 @@
 
 pub mod check;
 pub mod job;
+pub mod life;
 pub mod record;
 pub mod recover;
 pub mod snapshot;
@@ -161,7 +162,16 @@ pub struct Persist {
     pub fsync: Fsync,
     /// The shard's directory (`dir/shard-N`).
     pub dir: PathBuf,
+    /// The replica id segment headers carry: the shard's life-0 id (every life of the shard
+    /// writes the same directory).
     pub replica: meridian_crdt::ReplicaId,
+    /// The shard's recognized lives (`SyncState::lives`): op records of these origins are its
+    /// own, to be streamed to peers from the log.
+    pub lives: Vec<meridian_crdt::ReplicaId>,
+    /// The last own op written to the log (`write(2)`): the syncer streams no further. A
+    /// killed process loses nothing written; a reboot that loses the unsynced tail begins a
+    /// new life (`persist::life`), so peers may hold ops before they are fsynced.
+    pub own_written_seq: u64,
     pub segment_bytes_max: u64,
     /// Encoded records not yet written.
     pending: Vec<u8>,
@@ -188,9 +198,6 @@ pub struct Persist {
     disk_cache: Option<(u64, Vec<u8>)>,
     /// Held while the process owns the directory.
     pub lock: Option<std::fs::File>,
-    /// The site has peers: its own ops must be fsynced promptly (they stream only once on
-    /// disk, so every millisecond here is replication lag).
-    pub for_peers: bool,
 }
 
 impl Persist {
@@ -201,6 +208,8 @@ impl Persist {
             fsync: Fsync::EverySec,
             dir: PathBuf::new(),
             replica: meridian_crdt::ReplicaId(0),
+            lives: Vec::new(),
+            own_written_seq: 0,
             segment_bytes_max: u64::MAX,
             pending: Vec::new(),
             pending_own: (0, 0),
@@ -222,7 +231,6 @@ impl Persist {
             scheduled: false,
             disk_cache: None,
             lock: None,
-            for_peers: false,
         }
     }
 
@@ -269,6 +277,14 @@ impl Persist {
             return;
         }
         record::put_position(&mut self.pending, site, incarnation, seq);
+        self.appended();
+    }
+
+    pub fn append_delivered(&mut self, vv: &VersionVector) {
+        if !self.logging() {
+            return;
+        }
+        record::put_delivered(&mut self.pending, vv);
         self.appended();
     }
 
@@ -331,7 +347,10 @@ impl Persist {
                         tracing::warn!("writes to the op log succeed again");
                     }
                 }
-                let urgent = self.fsync == Fsync::Always || (self.for_peers && own.is_some());
+                if let Some(seq) = own {
+                    self.own_written_seq = seq;
+                }
+                let urgent = self.fsync == Fsync::Always;
                 w.note_written(self.next_pos, own, log.bytes, urgent);
                 self.pending.clear();
                 self.pending_own = (0, 0);
@@ -444,10 +463,10 @@ impl Persist {
     }
 
     /// The last own sequence number peers may receive: everything when nothing is logged,
-    /// else only ops already on disk.
+    /// else only ops already written to the log (`own_written_seq`).
     pub fn stream_limit(&self, seq: u64) -> u64 {
         match &self.writer {
-            Some(w) => w.durable_own_seq.load(Ordering::Acquire).min(seq),
+            Some(_) => self.own_written_seq.min(seq),
             None => seq,
         }
     }
@@ -513,12 +532,7 @@ impl Persist {
     /// Own op records with sequence numbers from `from_seq` on, read from the segments on
     /// disk (op log format, consecutive), up to about `bytes_max` bytes. None when the disk
     /// does not hold `from_seq`.
-    pub fn read_own_since(
-        &mut self,
-        replica: meridian_crdt::ReplicaId,
-        from_seq: u64,
-        bytes_max: usize,
-    ) -> Option<Vec<u8>> {
+    pub fn read_own_since(&mut self, from_seq: u64, bytes_max: usize) -> Option<Vec<u8>> {
         let w = self.writer.as_ref()?;
         let written = w.written_pos.load(Ordering::Acquire);
         let segments: Vec<writer::SegmentInfo> = w
@@ -552,7 +566,7 @@ impl Persist {
                 }
                 pos += 1;
                 if f.kind == record::Kind::Op {
-                    if let Some(seq) = writer::own_seq(f.payload, replica) {
+                    if let Some(seq) = writer::own_seq(f.payload, &self.lives) {
                         if seq == next {
                             out.extend_from_slice(f.payload);
                             next += 1;

@@ -34,6 +34,9 @@ pub enum Kind {
     Incarnation = 4,
     /// No timestamp above this one was issued before it was written: `hlc:u64`.
     ClockLease = 5,
+    /// Ops of retired lives a full sync carried in states (no op record names them): the
+    /// delivered vector takes `vv` (docs/replication.md §9).
+    Delivered = 6,
 }
 
 impl Kind {
@@ -44,6 +47,7 @@ impl Kind {
             3 => Some(Kind::Position),
             4 => Some(Kind::Incarnation),
             5 => Some(Kind::ClockLease),
+            6 => Some(Kind::Delivered),
             _ => None,
         }
     }
@@ -107,6 +111,19 @@ pub fn put_clock_lease(out: &mut Vec<u8>, hlc: u64) {
     let start = begin(out, Kind::ClockLease);
     out.extend_from_slice(&hlc.to_le_bytes());
     finish(out, start);
+}
+
+pub fn put_delivered(out: &mut Vec<u8>, vv: &VersionVector) {
+    let start = begin(out, Kind::Delivered);
+    put_vv(out, vv);
+    finish(out, start);
+}
+
+pub fn decode_delivered(payload: &[u8]) -> Result<VersionVector, DecodeError> {
+    let mut r = Reader::new(payload);
+    let vv = r.vv()?;
+    end(&r)?;
+    Ok(vv)
 }
 
 fn end(r: &Reader<'_>) -> Result<(), DecodeError> {

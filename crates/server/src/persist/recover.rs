@@ -77,7 +77,7 @@ pub fn list(dir: &Path) -> Result<Listing, PersistError> {
             out.snapshots.push((pos, path));
         } else if name.ends_with(".tmp") {
             out.temporary.push(path);
-        } else if name != "LOCK" && name != "fsynced" {
+        } else if name != "LOCK" && name != "fsynced" && name != super::life::LIFE_FILE {
             out.unknown.push(path);
         }
     }
@@ -134,13 +134,21 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         n += 1;
         Ok(())
     })?;
-    if meta.replica != shard.replica {
+    if !shard.sync.lives.contains(&meta.replica) {
         return Err(format!(
-            "belongs to replica {} (another site or shard), not {}",
+            "belongs to replica {:08x} (another site or shard), not {:08x}",
             meta.replica.0, shard.replica.0
         ));
     }
     apply_meta(shard, &meta);
+    if meta.replica != shard.replica {
+        // Taken in an earlier life: what it issued is another origin's now.
+        shard.sync.delivered.observe(Stamp {
+            hlc: shard.sync.own_last,
+            replica: meta.replica,
+        });
+        shard.sync.own_last = Hlc::ZERO;
+    }
     Ok(meta)
 }
 
@@ -170,12 +178,16 @@ pub fn replay(
                 replica: rec.origin,
             };
             raise_clock(shard, rec.hlc);
-            if rec.origin == shard.replica {
+            // Own ops of every recognized life continue the sequence and the backlog; only
+            // the current life's are `own_last`, the earlier ones' are delivered like others'.
+            if shard.sync.lives.contains(&rec.origin) {
                 shard.seq = shard.seq.max(rec.seq);
+                shard.oplog.append_raw(rec.seq, payload);
+            }
+            if rec.origin == shard.replica {
                 if rec.hlc > shard.sync.own_last {
                     shard.sync.own_last = rec.hlc;
                 }
-                shard.oplog.append_raw(rec.seq, payload);
             } else {
                 shard.sync.delivered.observe(stamp);
             }
@@ -217,6 +229,11 @@ pub fn replay(
             shard.sync.incarnations.push((inc, first));
             shard.sync.incarnation = inc;
             shard.sync.own_before_incarnation = shard.sync.own_last;
+        }
+        Kind::Delivered => {
+            let vv =
+                record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
+            shard.take_retired(&vv);
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)
@@ -278,7 +295,7 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 });
             }
         };
-        if h.replica != shard.replica {
+        if !shard.sync.lives.contains(&h.replica) {
             return Err(PersistError::Foreign {
                 path: path.display().to_string(),
                 found: h.replica.0,
@@ -363,7 +380,7 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 own_first_seq: 0,
                 own_last_seq: 0,
             });
-            note_own_seqs(out.segments.last_mut(), path, shard.replica);
+            note_own_seqs(out.segments.last_mut(), path, &shard.sync.lives);
             continue;
         }
         if let Some(expected) = pos_expected {
@@ -392,12 +409,12 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             own_first_seq: 0,
             own_last_seq: 0,
         };
-        let replica = shard.replica;
+        let lives = shard.sync.lives.clone();
         let mut replayed = 0u64;
         let mut lease = out.lease;
         let walk = record::scan::<(usize, String)>(body, |f| {
             if f.kind == Kind::Op {
-                if let Some(seq) = super::writer::own_seq(f.payload, replica) {
+                if let Some(seq) = super::writer::own_seq(f.payload, &lives) {
                     if info.own_first_seq == 0 {
                         info.own_first_seq = seq;
                     }
@@ -460,13 +477,13 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
     Ok(out)
 }
 
-fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, replica: meridian_crdt::ReplicaId) {
+fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, lives: &[meridian_crdt::ReplicaId]) {
     let Some(info) = info else {
         return;
     };
     if let Ok(bytes) = std::fs::read(path) {
         if let Some(body) = bytes.get(record::SEGMENT_HEADER_BYTES..) {
-            info.note_records(body, replica);
+            info.note_records(body, lives);
             let mut n = 0u64;
             let _ = record::scan::<()>(body, |_| {
                 n += 1;

@@ -5,9 +5,9 @@
 //! `beforeSleep`), so a reply under any policy means the write is at least in the kernel: a
 //! SIGKILL loses nothing acknowledged. It also starts new segments. The **fsync thread**
 //! beside it (`run`) makes written data durable by the policy: at once under `always` (every
-//! connection waiting then shares one fsync: group commit), once a second under `everysec`,
-//! and, when the site has peers, as soon as own ops were written (peers receive only ops on
-//! disk). The shard never waits on an fsync.
+//! connection waiting then shares one fsync: group commit), once a second under `everysec`.
+//! Peers receive own ops once written, not once fsynced: a reboot that loses the unsynced
+//! tail begins a new life (`persist::life`). The shard never waits on an fsync.
 
 use std::fs::File;
 use std::io::Write as _;
@@ -25,11 +25,7 @@ use super::record::{self, Kind, SegmentHeader};
 pub const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// The `everysec` period.
 pub const FSYNC_PERIOD: Duration = Duration::from_secs(1);
-/// With peers, own ops are fsynced promptly but not more often than this: a busy site
-/// batches a few milliseconds of ops per fsync (lag) instead of fsyncing back to back (CPU).
-pub const FSYNC_FOR_PEERS_INTERVAL: Duration = Duration::from_millis(2);
-/// Shortest sleep of the fsync thread: a deadline closer than this is waited for this long
-/// (a coarser floor would add up to itself to every op's way to the peers).
+/// Shortest sleep of the fsync thread: a deadline closer than this is waited for this long.
 const WAIT_MIN: Duration = Duration::from_micros(100);
 
 /// One segment file of the log.
@@ -47,10 +43,10 @@ pub struct SegmentInfo {
 
 impl SegmentInfo {
     /// Notes the own op records in `records` (a run of whole records).
-    pub fn note_records(&mut self, records: &[u8], replica: ReplicaId) {
+    pub fn note_records(&mut self, records: &[u8], lives: &[ReplicaId]) {
         let _ = record::scan::<()>(records, |f| {
             if f.kind == Kind::Op {
-                if let Some(seq) = own_seq(f.payload, replica) {
+                if let Some(seq) = own_seq(f.payload, lives) {
                     self.note_own(seq);
                 }
             }
@@ -66,11 +62,12 @@ impl SegmentInfo {
     }
 }
 
-/// The sequence number of an op record (op log format) when this replica originated it.
-pub fn own_seq(op: &[u8], replica: ReplicaId) -> Option<u64> {
+/// The sequence number of an op record (op log format) when one of this shard's `lives`
+/// originated it.
+pub fn own_seq(op: &[u8], lives: &[ReplicaId]) -> Option<u64> {
     let seq = u64::from_le_bytes(op.get(4..12)?.try_into().ok()?);
-    let origin = u32::from_le_bytes(op.get(20..24)?.try_into().ok()?);
-    (origin == replica.0).then_some(seq)
+    let origin = ReplicaId(u32::from_le_bytes(op.get(20..24)?.try_into().ok()?));
+    lives.contains(&origin).then_some(seq)
 }
 
 pub fn segment_name(first_pos: u64) -> String {
@@ -90,9 +87,8 @@ struct Inbox {
     /// Position after the last record written, and the last own op written.
     written_end: u64,
     own_written: u64,
-    /// Written since the last fsync (own ops among them).
+    /// Written since the last fsync.
     dirty: bool,
-    own_dirty: bool,
     fsync: Option<Fsync>,
     stop: bool,
 }
@@ -177,12 +173,10 @@ impl WriterShared {
         let mut ib = self.inbox();
         ib.written_end = end;
         ib.current_bytes = bytes;
-        let mut newly_due = !ib.dirty;
+        let newly_due = !ib.dirty;
         ib.dirty = true;
         if let Some(seq) = own {
             ib.own_written = seq;
-            newly_due |= !ib.own_dirty;
-            ib.own_dirty = true;
         }
         drop(ib);
         if urgent && newly_due {
@@ -246,9 +240,6 @@ pub struct WriterSetup {
     pub dir: PathBuf,
     pub watermark: bool,
     pub fsync: Fsync,
-    /// The site has peers: own ops are fsynced as soon as they are written, whatever the
-    /// policy, because peers receive them only once they are on disk.
-    pub fsync_for_peers: bool,
     /// The open segment, its path and length.
     pub file: Arc<File>,
     pub path: PathBuf,
@@ -262,7 +253,6 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
         dir,
         watermark,
         mut fsync,
-        fsync_for_peers,
         file,
         path,
         bytes,
@@ -285,23 +275,18 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 if let Some(f) = ib.fsync.take() {
                     fsync = f;
                 }
-                let for_peers = fsync_for_peers
-                    && ib.own_dirty
-                    && last_fsync.elapsed() >= FSYNC_FOR_PEERS_INTERVAL;
                 let due = !ib.retired.is_empty()
                     || (ib.dirty
                         && match fsync {
                             Fsync::Always => true,
-                            Fsync::EverySec => last_fsync.elapsed() >= FSYNC_PERIOD || for_peers,
-                            Fsync::No => for_peers,
+                            Fsync::EverySec => last_fsync.elapsed() >= FSYNC_PERIOD,
+                            Fsync::No => false,
                         });
                 if (due && !failing) || ib.stop {
                     break;
                 }
                 let wait = if failing {
                     RETRY_AFTER
-                } else if fsync_for_peers && ib.own_dirty {
-                    FSYNC_FOR_PEERS_INTERVAL.saturating_sub(last_fsync.elapsed())
                 } else if ib.dirty && fsync == Fsync::EverySec {
                     FSYNC_PERIOD.saturating_sub(last_fsync.elapsed())
                 } else {
@@ -318,7 +303,6 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
             }
             let retired = std::mem::take(&mut ib.retired);
             ib.dirty = false;
-            ib.own_dirty = false;
             (
                 retired,
                 ib.current.clone(),
@@ -371,7 +355,6 @@ pub fn run(shared: Arc<WriterShared>, setup: WriterSetup) {
                 back.append(&mut ib.retired);
                 ib.retired = back;
                 ib.dirty = true;
-                ib.own_dirty = true;
             }
         }
         shared.durable.notify_waiters();
@@ -407,10 +390,7 @@ fn write_watermark(dir: &Path, path: &Path, bytes: u64) {
 mod tests {
     use super::*;
 
-    fn start(
-        fsync: Fsync,
-        for_peers: bool,
-    ) -> (Arc<WriterShared>, std::thread::JoinHandle<()>, PathBuf) {
+    fn start(fsync: Fsync) -> (Arc<WriterShared>, std::thread::JoinHandle<()>, PathBuf) {
         let dir = std::env::temp_dir().join(format!(
             "meridian-writer-{}-{}",
             std::process::id(),
@@ -423,7 +403,6 @@ mod tests {
             dir: dir.clone(),
             watermark: false,
             fsync,
-            fsync_for_peers: for_peers,
             file: Arc::new(file),
             path,
             bytes: 24,
@@ -451,28 +430,6 @@ mod tests {
     }
 
     #[test]
-    fn own_ops_written_while_dirty_are_fsynced_for_peers_without_a_wake_each() {
-        let (shared, handle, dir) = start(Fsync::EverySec, true);
-        // The first own write wakes the thread; the next ones, written while it is dirty,
-        // do not, and are fsynced at the next deadline all the same (not a second later).
-        for seq in 1..=50u64 {
-            shared.note_written(24 + seq, Some(seq), 24 + seq, true);
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        assert!(wait_own(&shared, 50, Duration::from_millis(200)));
-        // After a quiet spell the thread sleeps towards the everysec deadline: a new own
-        // write must wake it again.
-        std::thread::sleep(Duration::from_millis(20));
-        shared.note_written(100, Some(51), 100, true);
-        assert!(wait_own(&shared, 51, Duration::from_millis(200)));
-        assert!(
-            shared.state().fsyncs < 50,
-            "one fsync per write: no batching"
-        );
-        stop(&shared, handle, &dir);
-    }
-
-    #[test]
     fn fsync_durations_are_kept_up_to_the_limit() {
         let mut st = WriterState::default();
         assert_eq!(st.fsync_quantile_us(0.99), 0);
@@ -489,8 +446,8 @@ mod tests {
     }
 
     #[test]
-    fn without_peers_everysec_waits_for_its_period() {
-        let (shared, handle, dir) = start(Fsync::EverySec, false);
+    fn everysec_waits_for_its_period_with_or_without_peers() {
+        let (shared, handle, dir) = start(Fsync::EverySec);
         shared.note_written(30, Some(1), 30, false);
         assert!(!wait_own(&shared, 1, Duration::from_millis(300)));
         assert!(wait_own(&shared, 1, Duration::from_millis(1500)));
@@ -499,7 +456,7 @@ mod tests {
 
     #[test]
     fn always_fsyncs_every_write_promptly() {
-        let (shared, handle, dir) = start(Fsync::Always, false);
+        let (shared, handle, dir) = start(Fsync::Always);
         for seq in 1..=20u64 {
             shared.note_written(24 + seq, Some(seq), 24 + seq, true);
             assert!(

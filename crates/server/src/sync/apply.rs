@@ -16,23 +16,26 @@ pub const BATCH_RECORDS_MAX: u32 = 1 << 20;
 /// Most keys in one full-sync chunk.
 pub const CHUNK_KEYS_MAX: usize = 1 << 16;
 
-/// Decodes an `Ops` body from the peer whose replica is `origin`, checking every record:
-/// the origin, the incarnation, the database index and the clock skew.
+/// Decodes an `Ops` body from the peer whose recognized lives are `lives` (its log may still
+/// hold ops of earlier ones), checking every record: the origin is one of them, the
+/// incarnation, the database index and the clock skew.
 pub fn decode_batch(
     body: &[u8],
-    origin: ReplicaId,
+    lives: &[ReplicaId],
     incarnation: u64,
     databases: usize,
     now_ms: u64,
     skew_ms_max: u64,
 ) -> Result<(OpsHeader, Vec<OpRecord>), SyncError> {
     let (h, mut rest) = OpsHeader::decode(body)?;
-    if h.origin != origin {
+    if !lives.contains(&h.origin) {
         return Err(SyncError::Refused(format!(
             "forged origin: ops as replica {:08x} on the link of replica {:08x}",
-            h.origin.0, origin.0
+            h.origin.0,
+            lives.last().map_or(0, |r| r.0)
         )));
     }
+    let origin = h.origin;
     if h.incarnation != incarnation {
         return Err(SyncError::Refused(format!(
             "ops of incarnation {:016x} on a link announced as {:016x}",
@@ -285,34 +288,39 @@ mod tests {
         let b = ReplicaId::for_site_shard("b", 0);
         let now = 1_000_000;
         let ok = batch(b, 7, now, 0);
-        let (h, recs) = decode_batch(&ok, b, 7, 16, now, 60_000).unwrap();
+        let (h, recs) = decode_batch(&ok, &[b], 7, 16, now, 60_000).unwrap();
         assert_eq!((h.count, recs.len(), recs[2].seq), (3, 3, 3));
         // A site sending ops as another site.
-        let e =
-            decode_batch(&ok, ReplicaId::for_site_shard("c", 0), 7, 16, now, 60_000).unwrap_err();
+        let c = ReplicaId::for_site_shard("c", 0);
+        let e = decode_batch(&ok, &[c], 7, 16, now, 60_000).unwrap_err();
         assert!(e.to_string().contains("forged origin"), "{e}");
+        // Ops of a peer's earlier life are its own; of a life it has not reached, forged.
+        let b1 = ReplicaId::for_life("b", 0, 1);
+        assert!(decode_batch(&ok, &[b, b1], 7, 16, now, 60_000).is_ok());
+        let later = batch(ReplicaId::for_life("b", 0, 2), 7, now, 0);
+        assert!(decode_batch(&later, &[b, b1], 7, 16, now, 60_000).is_err());
         // Another incarnation than announced.
-        assert!(decode_batch(&ok, b, 8, 16, now, 60_000).is_err());
+        assert!(decode_batch(&ok, &[b], 8, 16, now, 60_000).is_err());
         // Timestamps beyond the skew limit: refused; at the limit: accepted.
         let future = batch(b, 7, now + 60_001, 0);
-        let e = decode_batch(&future, b, 7, 16, now, 60_000).unwrap_err();
+        let e = decode_batch(&future, &[b], 7, 16, now, 60_000).unwrap_err();
         assert!(e.to_string().contains("ahead"), "{e}");
         let edge = batch(b, 7, now + 60_000, 0);
-        assert!(decode_batch(&edge, b, 7, 16, now, 60_000).is_ok());
+        assert!(decode_batch(&edge, &[b], 7, 16, now, 60_000).is_ok());
         // A database the receiver does not have.
         let far = batch(b, 7, now, 16);
-        assert!(decode_batch(&far, b, 7, 16, now, 60_000).is_err());
+        assert!(decode_batch(&far, &[b], 7, 16, now, 60_000).is_err());
         // Trailing garbage, and every truncation: errors, never panics.
         let mut trailing = ok.clone();
         trailing.push(0);
-        assert!(decode_batch(&trailing, b, 7, 16, now, 60_000).is_err());
+        assert!(decode_batch(&trailing, &[b], 7, 16, now, 60_000).is_err());
         for cut in 0..ok.len() {
-            assert!(decode_batch(&ok[..cut], b, 7, 16, now, 60_000).is_err());
+            assert!(decode_batch(&ok[..cut], &[b], 7, 16, now, 60_000).is_err());
         }
         for i in 0..ok.len() {
             let mut bad = ok.clone();
             bad[i] ^= 0x5a;
-            let _ = decode_batch(&bad, b, 7, 16, now, 60_000);
+            let _ = decode_batch(&bad, &[b], 7, 16, now, 60_000);
         }
         // Sequence numbers that would run past u64::MAX: refused (the last one that fits
         // is accepted).
@@ -320,7 +328,7 @@ mod tests {
             let mut big = ok.clone();
             big[12..20].copy_from_slice(&first.to_le_bytes());
             assert_eq!(
-                decode_batch(&big, b, 7, 16, now, 60_000).is_ok(),
+                decode_batch(&big, &[b], 7, 16, now, 60_000).is_ok(),
                 fits,
                 "{first}"
             );

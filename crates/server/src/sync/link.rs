@@ -41,6 +41,8 @@ const KEEPALIVE: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 1_000;
+/// How often a full sync retries writing the log when a write failed.
+const WRITE_RETRY: Duration = Duration::from_millis(100);
 
 /// Starts the syncer on this shard thread: the accept loop of the sync port (when bound) and
 /// one dialer per peer.
@@ -166,6 +168,14 @@ fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str) {
             "this site holds ops of the dialer that the dialer lost",
         );
     }
+    // Ops of a retired life (the dialer's own lost tail after a reboot, or a third site's)
+    // are streamed by nobody: a dialer lacking some of them gets them only by a full sync.
+    if s.sync.ahead_on_retired(&hello.delivered) {
+        return (
+            Mode::FullSync,
+            "the dialer lacks ops of a retired life that this site holds",
+        );
+    }
     let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
         (Some(m), Some(d)) => Some(m.min(d)),
         (m, d) => m.or(d),
@@ -238,6 +248,12 @@ async fn send_ops<S: Io + 'static>(
         let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
             return Err(SyncError::Refused("peer vanished".into()));
         };
+        let shard_index = s.index;
+        if let Some(p) = s.sync.peers.get_mut(peer) {
+            if p.learn_life(hello.from_life, shard_index) {
+                tracing::info!(peer = %hello.from_site, life = hello.from_life, "peer began a new life");
+            }
+        }
         let (mode, why) = choose_mode(s, peer, &hello);
         if mode == Mode::FullSync {
             tracing::info!(peer = %hello.from_site, reason = why, "full sync chosen");
@@ -245,6 +261,7 @@ async fn send_ops<S: Io + 'static>(
         let now = s.now_ms();
         let seq = s.seq;
         let incarnation = s.sync.incarnation;
+        let life = s.sync.life;
         let site = s.config.site.clone();
         let Some(p) = s.sync.peers.get_mut(peer) else {
             return Err(SyncError::Refused("peer vanished".into()));
@@ -275,6 +292,7 @@ async fn send_ops<S: Io + 'static>(
                 incarnation,
                 mode,
                 seq,
+                life,
             },
         )
     };
@@ -357,8 +375,8 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     };
     set_outbound(shard, peer, generation, LinkState::Up);
     let new_ops = shard.borrow().sync.new_ops.clone();
-    let durable = shard.borrow().persist.writer.clone();
     let mut body: Vec<u8> = Vec::new();
+    let mut last_retired_check = std::time::Instant::now();
     loop {
         if closed.get() || shard.borrow().shutting_down {
             return Ok(());
@@ -374,26 +392,32 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                 "replaced by a newer link from the peer".into(),
             ));
         }
+        if last_retired_check.elapsed() >= KEEPALIVE {
+            last_retired_check = std::time::Instant::now();
+            if behind_on_retired(shard, peer) {
+                return Err(SyncError::Refused(
+                    "the peer lacks ops of a retired life that this site holds: reconnect for a full sync".into(),
+                ));
+            }
+        }
         // Created before looking, so that an op appended after the look still wakes us.
         let notified = new_ops.notified();
-        // Ops go out only once on disk: a fsync wakes us too.
-        let fsynced = durable.as_ref().map(|w| w.durable.notified());
-        tokio::pin!(fsynced);
-        if let Some(f) = fsynced.as_mut().as_pin_mut() {
-            f.enable();
-        }
         let sent = {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
-            let limit = s.persist.stream_limit(s.seq);
+            let mut limit = s.persist.stream_limit(s.seq);
+            if limit < next_seq && s.seq >= next_seq {
+                // Ops appended but not written yet (an expiry between batches): write them.
+                s.persist.flush();
+                limit = s.persist.stream_limit(s.seq);
+            }
             if limit < next_seq {
                 s.sync.wait_for_ops();
                 None
             } else {
                 // The in-memory op log first; older ops from the log segments on disk.
                 let from_disk = if s.oplog.since(next_seq).is_none() {
-                    let replica = s.replica;
-                    match s.persist.read_own_since(replica, next_seq, BATCH_BYTES_MAX) {
+                    match s.persist.read_own_since(next_seq, BATCH_BYTES_MAX) {
                         Some(bytes) => Some(bytes),
                         None => {
                             return Err(SyncError::Refused(format!(
@@ -423,7 +447,10 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                         "op log does not continue at seq {next_seq}"
                     )));
                 }
-                // Patch the count now that it is known.
+                // Patch the origin (a life's) and the count now that they are known.
+                if let Some(slot) = body.get_mut(..4) {
+                    slot.copy_from_slice(&batch.origin.0.to_le_bytes());
+                }
                 if let Some(slot) = body.get_mut(20..24) {
                     slot.copy_from_slice(&batch.count.to_le_bytes());
                 }
@@ -441,15 +468,8 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                 note_out_bytes(shard, peer, writer);
             }
             None => {
-                let fsynced = async {
-                    match fsynced.as_mut().as_pin_mut() {
-                        Some(f) => f.await,
-                        None => std::future::pending().await,
-                    }
-                };
                 tokio::select! {
                     () = notified => {}
-                    () = fsynced => {}
                     () = closed_notify.notified() => {}
                     () = tokio::time::sleep(KEEPALIVE) => {
                         writer.send(Kind::Ping, &[]).await?;
@@ -459,6 +479,34 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
             }
         }
     }
+}
+
+/// Whether peer `peer` has stayed behind this site on a retired life for
+/// `RETIRED_RESYNC_AFTER_MS` (by its acks): then its link is reset, and the handshake that
+/// follows chooses a full sync (`choose_mode`).
+fn behind_on_retired(shard: &ShardRc, peer: usize) -> bool {
+    let mut guard = shard.borrow_mut();
+    let s = &mut *guard;
+    let now = s.now_ms();
+    let behind = s
+        .sync
+        .peers
+        .get(peer)
+        .and_then(|p| p.acked.as_ref())
+        .is_some_and(|acked| s.sync.ahead_on_retired(acked));
+    let Some(p) = s.sync.peers.get_mut(peer) else {
+        return false;
+    };
+    if !behind {
+        p.retired_behind_since_ms = None;
+        return false;
+    }
+    let since = *p.retired_behind_since_ms.get_or_insert(now);
+    if now.saturating_sub(since) < super::RETIRED_RESYNC_AFTER_MS {
+        return false;
+    }
+    p.retired_behind_since_ms = None;
+    true
 }
 
 fn set_outbound(shard: &ShardRc, peer: usize, generation: u64, state: LinkState) {
@@ -486,7 +534,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
     // the stream sends (or by other origins, whose own links send them).
-    let (seq, keys, collected) = {
+    let (seq, keys, collected, retired) = {
         let s = shard.borrow();
         let keys: Vec<(usize, meridian_crdt::SmallBytes)> = s
             .dbs
@@ -494,12 +542,22 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
             .enumerate()
             .flat_map(|(db, d)| d.table.iter().map(move |e| (db, e.key.clone())))
             .collect();
-        (s.seq, keys, s.sync.collected.clone())
+        (
+            s.seq,
+            keys,
+            s.sync.collected.clone(),
+            s.sync.retired_delivered(),
+        )
     };
     writer
         .send(
             Kind::FullSyncBegin,
-            &FullSyncBegin { seq, collected }.encode(),
+            &FullSyncBegin {
+                seq,
+                collected,
+                retired,
+            }
+            .encode(),
         )
         .await?;
     let mut sent = 0u64;
@@ -535,8 +593,8 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         if n == 0 {
             continue;
         }
-        // The states carry every op up to `chunk_seq`: they leave once those are on disk.
-        wait_own_durable(shard, chunk_seq).await;
+        // The states carry every op up to `chunk_seq`: they leave once those are written.
+        wait_own_written(shard, chunk_seq).await;
         if let Some(slot) = body.get_mut(..4) {
             slot.copy_from_slice(&n.to_le_bytes());
         }
@@ -545,7 +603,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         // Let clients run between chunks.
         tokio::task::yield_now().await;
     }
-    wait_own_durable(shard, seq).await;
+    wait_own_written(shard, seq).await;
     writer
         .send(Kind::FullSyncEnd, &FullSyncEnd { seq, keys: sent }.encode())
         .await?;
@@ -553,25 +611,19 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     Ok(seq)
 }
 
-/// Waits until this shard's own ops up to `seq` are on disk (at once without a log). A peer
-/// must never hold an op this site could lose (docs/persistence.md §6).
-async fn wait_own_durable(shard: &ShardRc, seq: u64) {
-    let Some(w) = shard.borrow().persist.writer.clone() else {
-        return;
-    };
+/// Waits until this shard's own ops up to `seq` are written to the log (at once without a
+/// log): a peer holds no op a killed process could lose (docs/persistence.md §6).
+async fn wait_own_written(shard: &ShardRc, seq: u64) {
     loop {
-        let fsynced = w.durable.notified();
-        tokio::pin!(fsynced);
-        fsynced.as_mut().enable();
         {
             let mut s = shard.borrow_mut();
+            s.persist.flush();
             if s.persist.stream_limit(seq) >= seq || s.shutting_down {
                 return;
             }
-            s.persist.flush();
         }
-        // A failing disk stalls the stream: re-check now and then.
-        let _ = tokio::time::timeout(KEEPALIVE, fsynced).await;
+        // A failing disk stalls the stream: retry now and then.
+        tokio::time::sleep(WRITE_RETRY).await;
     }
 }
 
@@ -718,6 +770,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 },
                 want_full: p.rejoin_pull,
                 from_incarnation: s.sync.incarnation,
+                from_life: s.sync.life,
             },
             s.config.sync_frame_bytes_max as usize,
             p.site.clone(),
@@ -746,12 +799,20 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     }
     {
         let mut s = shard.borrow_mut();
+        let shard_index = s.index;
         let Some(p) = s.sync.peers.get_mut(peer) else {
             return Ok(());
         };
+        if p.learn_life(welcome.life, shard_index) {
+            tracing::info!(peer = %site, life = welcome.life, "peer began a new life");
+        }
+        let new_life = welcome.life != p.in_life;
+        p.in_life = welcome.life;
         if welcome.incarnation != p.in_incarnation {
             if let Mode::Resume { from_seq } = welcome.mode {
-                if p.in_incarnation != 0 && from_seq <= p.in_applied_seq {
+                // In a new life the ops it lost are a retired life's, which come back to it
+                // by the full sync `choose_mode` gives it (`ahead_on_retired`).
+                if p.in_incarnation != 0 && from_seq <= p.in_applied_seq && !new_life {
                     p.owes_full_sync = true;
                     tracing::warn!(peer = %site, from_seq, applied = p.in_applied_seq, "peer restarted without ops of its own that this site holds; it gets them back by a full sync");
                 }
@@ -786,6 +847,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
     let mut full_sync_seq: Option<u64> = None;
     let mut floor = VersionVector::new();
+    let mut full_sync_retired = VersionVector::new();
     // Keys received in an unfiltered full sync (a rejoin): the others are absent at the sender.
     let unfiltered = hello.want_full && hello.delivered.is_empty();
     let mut sent_keys: hashbrown::HashSet<(u16, Vec<u8>)> = hashbrown::HashSet::new();
@@ -799,7 +861,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             let now = s.now_ms();
             let databases = s.dbs.len();
             let skew = s.config.sync_clock_skew_ms_max;
-            let Some(origin) = s.sync.peers.get(peer).map(|p| p.replica) else {
+            let Some(lives) = s.sync.peers.get(peer).map(|p| p.lives.clone()) else {
                 return Ok(());
             };
             match f.kind {
@@ -812,7 +874,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     }
                     let (h, records) = match super::apply::decode_batch(
                         &f.body,
-                        origin,
+                        &lives,
                         incarnation,
                         databases,
                         now,
@@ -850,6 +912,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     let begin = FullSyncBegin::decode(&f.body)?;
                     full_sync_seq = Some(begin.seq);
                     floor = s.full_sync_floor(&begin.collected);
+                    full_sync_retired = begin.retired;
                 }
                 Kind::FullSyncChunk => {
                     if full_sync_seq.is_none() {
@@ -882,6 +945,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         s.merge_unsent(&sent_keys, &floor, now);
                         sent_keys = hashbrown::HashSet::new();
                     }
+                    // The states carried the sender's ops of retired lives: nobody will
+                    // stream them, so the delivered vector takes them now.
+                    s.take_retired(&std::mem::take(&mut full_sync_retired));
                     // The merged states carry every op of the sender's origin up to `seq`; the
                     // delivered vector catches up with the next op applied from it.
                     if let Some(p) = s.sync.peers.get_mut(peer) {

@@ -40,6 +40,23 @@ pub const WAIT_KEY: &[u8] = b"crdt.wait";
 pub const INCARNATIONS_MAX: usize = 64;
 /// Lag samples kept per peer for the p99 in `INFO crdt`.
 pub const LAG_SAMPLES_MAX: usize = 1024;
+/// Lives of one site (its own or a peer's) whose replica ids are recognized: the current one
+/// and the ones before it, newest last. Ops of older lives are long delivered everywhere or
+/// come back by full syncs (docs/replication.md §9).
+pub const LIVES_RECOGNIZED: u32 = 64;
+/// How long a peer may stay behind this site on a retired life before its link is reset,
+/// so that its next handshake gets the full sync that brings those ops (acks arrive every
+/// second; a full sync just sent needs one of them to show).
+pub const RETIRED_RESYNC_AFTER_MS: u64 = 3_000;
+
+/// The replica ids of `site`'s shard `shard` in lives up to `life` that are recognized,
+/// oldest first; the last is `life`'s.
+pub fn lives_of(site: &str, shard: u8, life: u32) -> Vec<ReplicaId> {
+    let first = life.saturating_sub(LIVES_RECOGNIZED - 1);
+    (first..=life)
+        .map(|l| ReplicaId::for_life(site, shard, l))
+        .collect()
+}
 
 /// State of one direction of a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -67,14 +84,24 @@ impl LinkState {
 pub struct Peer {
     pub site: String,
     pub addr: std::net::SocketAddr,
-    /// The replica of the peer's shard that streams to this shard.
+    /// The replica of the peer's shard that streams to this shard: its current life's.
     pub replica: ReplicaId,
+    /// The peer's life as last learned from a handshake (0 until then).
+    pub life: u32,
+    /// The peer's recognized lives, oldest first (`lives_of`); the last is `replica`. Its
+    /// stream may carry ops of any of them; all but the last are retired.
+    pub lives: Vec<ReplicaId>,
+    /// Since when (ms) the peer's acks show it behind this site on a retired life: past
+    /// `RETIRED_RESYNC_AFTER_MS` its link is reset for a full sync.
+    pub retired_behind_since_ms: Option<u64>,
     // --- The peer's ops coming here (the link this shard dials). ---
     pub inbound: LinkState,
     /// The peer's incarnation whose ops were applied last (0: none).
     pub in_incarnation: u64,
     /// Last sequence number applied from the peer in `in_incarnation`.
     pub in_applied_seq: u64,
+    /// The peer's life when `in_incarnation` was announced (not kept across restarts).
+    pub in_life: u32,
     pub in_wire_bytes: u64,
     pub in_raw_bytes: u64,
     pub full_syncs_in: u64,
@@ -122,9 +149,13 @@ impl Peer {
             site: site.to_string(),
             addr,
             replica: ReplicaId::for_site_shard(site, shard),
+            life: 0,
+            lives: lives_of(site, shard, 0),
+            retired_behind_since_ms: None,
             inbound: LinkState::Down,
             in_incarnation: 0,
             in_applied_seq: 0,
+            in_life: 0,
             in_wire_bytes: 0,
             in_raw_bytes: 0,
             full_syncs_in: 0,
@@ -154,6 +185,20 @@ impl Peer {
             self.lag_ms.pop_front();
         }
         self.lag_ms.push_back(ms);
+    }
+
+    /// Takes the life the peer stated in a handshake: its new ops carry that life's replica
+    /// id. Returns whether it changed.
+    pub fn learn_life(&mut self, life: u32, shard: u8) -> bool {
+        if life == self.life {
+            return false;
+        }
+        self.life = life;
+        self.lives = lives_of(&self.site, shard, life);
+        if let Some(r) = self.lives.last() {
+            self.replica = *r;
+        }
+        true
     }
 
     /// The `q` quantile (0..=1) of the recent lag samples.
@@ -191,8 +236,16 @@ pub struct SyncState {
     pub incarnations: Vec<(u64, u64)>,
     /// Hlc of this shard's last own op before the current incarnation began.
     pub own_before_incarnation: meridian_crdt::Hlc,
-    /// Highest hlc applied from each remote origin (this shard's own origin is not in it:
-    /// `own_last` stands for it).
+    /// This shard's life (docs/replication.md §9): 0 at first, one more after every start
+    /// that may have lost ops peers hold (a reboot, or no log). `Shard::replica` is its
+    /// replica id.
+    pub life: u32,
+    /// This shard's recognized lives' replica ids, oldest first; the last is the current one.
+    /// Ops of the earlier ones (retired) may still be in the log and streamed, but no new op
+    /// is ever issued under them.
+    pub lives: Vec<ReplicaId>,
+    /// Highest hlc applied from each origin other than this shard's current life (`own_last`
+    /// stands for that one; this shard's retired lives are here).
     pub delivered: VersionVector,
     /// Hlc of the last op this shard originated (its own entry in what it has delivered).
     pub own_last: meridian_crdt::Hlc,
@@ -227,6 +280,8 @@ impl SyncState {
             incarnation,
             incarnations: vec![(incarnation, 1)],
             own_before_incarnation: meridian_crdt::Hlc::ZERO,
+            life: 0,
+            lives: lives_of(&config.site, shard, 0),
             delivered: VersionVector::new(),
             own_last: meridian_crdt::Hlc::ZERO,
             peers,
@@ -287,6 +342,40 @@ impl SyncState {
         self.sender_waiting = true;
     }
 
+    /// Whether `r` is a retired life (this shard's or a peer's, as far as handshakes told):
+    /// nobody streams its ops any more, so a site that lacks some of them gets them only by
+    /// a full sync.
+    pub fn is_retired(&self, r: ReplicaId) -> bool {
+        // A current life's id is never retired, even if another site's old life hashed to it.
+        let current = |lives: &[ReplicaId]| lives.last() == Some(&r);
+        if current(&self.lives) || self.peers.iter().any(|p| current(&p.lives)) {
+            return false;
+        }
+        let retired =
+            |lives: &[ReplicaId]| lives.split_last().is_some_and(|(_, old)| old.contains(&r));
+        retired(&self.lives) || self.peers.iter().any(|p| retired(&p.lives))
+    }
+
+    /// What this shard has delivered of retired lives.
+    pub fn retired_delivered(&self) -> VersionVector {
+        let mut v = VersionVector::new();
+        for (r, hlc) in self.delivered.iter() {
+            if self.is_retired(r) {
+                v.observe(meridian_crdt::Stamp { hlc, replica: r });
+            }
+        }
+        v
+    }
+
+    /// Whether `other` lacks ops of a retired life that this shard holds. This shard's own
+    /// retired lives count too: their ops may have come back to it by a full sync rather
+    /// than be in its log, and a reboot is rare enough for the full sync to be the rule.
+    pub fn ahead_on_retired(&self, other: &VersionVector) -> bool {
+        self.delivered
+            .iter()
+            .any(|(r, hlc)| hlc > other.get(r) && self.is_retired(r))
+    }
+
     pub fn peer(&self, site: &str) -> Option<&Peer> {
         self.peers.iter().find(|p| p.site == site)
     }
@@ -310,6 +399,63 @@ pub fn vv_text(vv: &VersionVector) -> String {
 }
 
 impl crate::shard::Shard {
+    /// Takes `life` as this shard's life: its replica id (new ops carry it) and the lives
+    /// it recognizes as its own in the log.
+    pub fn set_life(&mut self, life: u32) {
+        self.sync.life = life;
+        self.sync.lives = lives_of(&self.config.site, self.index, life);
+        let id = ReplicaId::for_life(&self.config.site, self.index, life);
+        self.replica = id;
+        self.oplog.set_origin(id);
+        self.persist.replica = id;
+        self.persist.lives = self.sync.lives.clone();
+    }
+
+    /// After a full sync: the delivered vector takes the sender's entries of retired lives
+    /// (`FullSyncBegin::retired`), whose ops the merged states carried and no stream will
+    /// deliver. Never this shard's current life.
+    pub fn take_retired(&mut self, retired: &VersionVector) {
+        let mut taken = VersionVector::new();
+        for (r, hlc) in retired.iter() {
+            if r != self.replica && hlc > self.sync.delivered.get(r) {
+                let stamp = meridian_crdt::Stamp { hlc, replica: r };
+                self.sync.delivered.observe(stamp);
+                taken.observe(stamp);
+            }
+        }
+        if !taken.is_empty() {
+            self.persist.append_delivered(&taken);
+        }
+    }
+
+    /// Begins the next life (after recovery, before any op is issued): the first life number
+    /// after the current one whose replica id is no origin this shard knows of. What the
+    /// current life issued becomes an entry of `delivered` like any other origin's.
+    pub fn begin_life(&mut self) -> u32 {
+        let old = self.replica;
+        if self.sync.own_last > meridian_crdt::Hlc::ZERO {
+            self.sync.delivered.observe(meridian_crdt::Stamp {
+                hlc: self.sync.own_last,
+                replica: old,
+            });
+        }
+        self.sync.own_last = meridian_crdt::Hlc::ZERO;
+        let mut life = self.sync.life;
+        loop {
+            life = life.wrapping_add(1).max(1);
+            let id = ReplicaId::for_life(&self.config.site, self.index, life);
+            let taken = self.sync.delivered.get(id) > meridian_crdt::Hlc::ZERO
+                || self.sync.lives.contains(&id)
+                || self.sync.peers.iter().any(|p| p.lives.contains(&id));
+            if !taken {
+                break;
+            }
+            tracing::warn!(life, replica = %format_args!("{:08x}", id.0), "life skipped: its replica id is taken");
+        }
+        self.set_life(life);
+        life
+    }
+
     /// This shard's delivered vector including its own origin.
     pub fn delivered_vv(&self) -> VersionVector {
         let mut vv = self.sync.delivered.clone();
@@ -329,6 +475,7 @@ impl crate::shard::Shard {
         f("crdt_site", &self.config.site);
         f("crdt_deployment_id", &self.config.deployment_id);
         f("crdt_replica_id", &format_args!("{:08x}", self.replica.0));
+        f("crdt_life", &self.sync.life);
         f("crdt_shards", &1);
         f(
             "crdt_incarnation",
