@@ -286,8 +286,9 @@ fn note_syncs(
     let mut total_full = 0;
     for ((i, j), a) in &after {
         let b = before.get(&(*i, *j)).copied().unwrap_or_default();
-        let d_full = a.full_in - b.full_in;
-        let d_part = a.partial_in - b.partial_in;
+        // A restarted site counts from zero again.
+        let d_full = a.full_in.saturating_sub(b.full_in);
+        let d_part = a.partial_in.saturating_sub(b.partial_in);
         total_full += d_full;
         if d_full > 0 || d_part > 0 {
             links.push(format!(

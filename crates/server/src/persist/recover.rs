@@ -93,6 +93,7 @@ fn reset(shard: &mut Shard) {
     shard.clock = HlcClock::new();
     shard.sync.own_last = Hlc::ZERO;
     shard.sync.delivered = meridian_crdt::VersionVector::new();
+    shard.sync.own_logged = meridian_crdt::VersionVector::new();
     shard.sync.incarnations.clear();
     for p in &mut shard.sync.peers {
         p.in_incarnation = 0;
@@ -141,12 +142,14 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         ));
     }
     apply_meta(shard, &meta);
-    if meta.replica != shard.replica {
+    if meta.replica != shard.replica && shard.sync.own_last > Hlc::ZERO {
         // Taken in an earlier life: what it issued is another origin's now.
-        shard.sync.delivered.observe(Stamp {
+        let stamp = Stamp {
             hlc: shard.sync.own_last,
             replica: meta.replica,
-        });
+        };
+        shard.sync.delivered.observe(stamp);
+        shard.sync.own_logged.observe(stamp);
         shard.sync.own_last = Hlc::ZERO;
     }
     Ok(meta)
@@ -180,7 +183,8 @@ pub fn replay(
             raise_clock(shard, rec.hlc);
             // Own ops of every recognized life continue the sequence and the backlog; only
             // the current life's are `own_last`, the earlier ones' are delivered like others'.
-            if shard.sync.lives.contains(&rec.origin) {
+            let own = shard.sync.lives.contains(&rec.origin);
+            if own {
                 shard.seq = shard.seq.max(rec.seq);
                 shard.oplog.append_raw(rec.seq, payload);
             }
@@ -190,6 +194,9 @@ pub fn replay(
                 }
             } else {
                 shard.sync.delivered.observe(stamp);
+                if own {
+                    shard.sync.own_logged.observe(stamp);
+                }
             }
             if let OpBody::Write(effect) = &rec.body {
                 let hash = shard.hash_key(&rec.key);

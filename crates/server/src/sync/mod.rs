@@ -244,6 +244,11 @@ pub struct SyncState {
     /// Ops of the earlier ones (retired) may still be in the log and streamed, but no new op
     /// is ever issued under them.
     pub lives: Vec<ReplicaId>,
+    /// For each of this shard's retired lives, the hlc of the last op it issued and kept (in
+    /// its log or snapshot): its stream delivers those to a peer that resumes. What it holds
+    /// beyond that of a retired life of its own came back from peers by a full sync, and
+    /// reaches another peer only by one.
+    pub own_logged: VersionVector,
     /// Highest hlc applied from each origin other than this shard's current life (`own_last`
     /// stands for that one; this shard's retired lives are here).
     pub delivered: VersionVector,
@@ -282,6 +287,7 @@ impl SyncState {
             own_before_incarnation: meridian_crdt::Hlc::ZERO,
             life: 0,
             lives: lives_of(&config.site, shard, 0),
+            own_logged: VersionVector::new(),
             delivered: VersionVector::new(),
             own_last: meridian_crdt::Hlc::ZERO,
             peers,
@@ -367,13 +373,16 @@ impl SyncState {
         v
     }
 
-    /// Whether `other` lacks ops of a retired life that this shard holds. This shard's own
-    /// retired lives count too: their ops may have come back to it by a full sync rather
-    /// than be in its log, and a reboot is rare enough for the full sync to be the rule.
+    /// Whether `other` lacks ops of a retired life that this shard holds and no stream will
+    /// deliver. This shard's own retired lives count only beyond what it issued and kept
+    /// (`own_logged`): its own stream resumes through the rest, or its handshake chooses a
+    /// full sync when its log no longer holds the resume point.
     pub fn ahead_on_retired(&self, other: &VersionVector) -> bool {
-        self.delivered
-            .iter()
-            .any(|(r, hlc)| hlc > other.get(r) && self.is_retired(r))
+        self.delivered.iter().any(|(r, hlc)| {
+            hlc > other.get(r)
+                && self.is_retired(r)
+                && !(self.lives.contains(&r) && hlc <= self.own_logged.get(r))
+        })
     }
 
     pub fn peer(&self, site: &str) -> Option<&Peer> {
@@ -434,10 +443,12 @@ impl crate::shard::Shard {
     pub fn begin_life(&mut self) -> u32 {
         let old = self.replica;
         if self.sync.own_last > meridian_crdt::Hlc::ZERO {
-            self.sync.delivered.observe(meridian_crdt::Stamp {
+            let stamp = meridian_crdt::Stamp {
                 hlc: self.sync.own_last,
                 replica: old,
-            });
+            };
+            self.sync.delivered.observe(stamp);
+            self.sync.own_logged.observe(stamp);
         }
         self.sync.own_last = meridian_crdt::Hlc::ZERO;
         let mut life = self.sync.life;
@@ -547,5 +558,71 @@ impl crate::shard::Shard {
         f("crdt_gc_collected_keys", &self.sync.gc.collected_keys);
         f("crdt_gc_dropped_keys", &self.sync.gc.dropped_keys);
         f("crdt_type_conflicts", &self.stats.type_conflicts);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_crdt::{Hlc, Stamp};
+
+    fn state() -> SyncState {
+        let config = Config {
+            site: "a".into(),
+            peer: vec!["b=127.0.0.1:1".into(), "c=127.0.0.1:2".into()],
+            ..Config::default()
+        };
+        SyncState::new(&config, 0, 0, None)
+    }
+
+    fn vv(entries: &[(ReplicaId, u64)]) -> VersionVector {
+        let mut v = VersionVector::new();
+        for (r, h) in entries {
+            v.observe(Stamp {
+                hlc: Hlc(*h),
+                replica: *r,
+            });
+        }
+        v
+    }
+
+    #[test]
+    fn only_lives_a_handshake_told_of_are_retired_and_never_a_current_one() {
+        let mut s = state();
+        let b0 = ReplicaId::for_life("b", 0, 0);
+        let b1 = ReplicaId::for_life("b", 0, 1);
+        s.delivered = vv(&[(b0, 10)]);
+        // Until b says it began life 1, its life-0 ops stream from b itself.
+        assert!(!s.is_retired(b0));
+        assert!(!s.ahead_on_retired(&VersionVector::new()));
+        let b = s.peers.iter_mut().find(|p| p.site == "b").unwrap();
+        assert!(b.learn_life(1, 0));
+        assert!(!b.learn_life(1, 0), "nothing new the second time");
+        assert_eq!((b.replica, b.lives.clone()), (b1, vec![b0, b1]));
+        assert!(s.is_retired(b0));
+        assert!(!s.is_retired(b1));
+        // A site lacking b's life-0 ops that this one holds gets a full sync; one that has
+        // them does not.
+        assert!(s.ahead_on_retired(&vv(&[(b0, 9)])));
+        assert!(!s.ahead_on_retired(&vv(&[(b0, 10)])));
+    }
+
+    #[test]
+    fn own_retired_ops_kept_in_the_log_stream_but_ones_that_came_back_do_not() {
+        let mut s = state();
+        let a0 = ReplicaId::for_life("a", 0, 0);
+        let a1 = ReplicaId::for_life("a", 0, 1);
+        s.life = 1;
+        s.lives = vec![a0, a1];
+        s.own_logged = vv(&[(a0, 10)]);
+        s.delivered = vv(&[(a0, 10)]);
+        assert!(
+            !s.ahead_on_retired(&vv(&[(a0, 5)])),
+            "the stream resumes them"
+        );
+        // The lost tail came back from a peer (up to 12): past 10, only a full sync has it.
+        s.delivered = vv(&[(a0, 12)]);
+        assert!(s.ahead_on_retired(&vv(&[(a0, 10)])));
+        assert!(!s.ahead_on_retired(&vv(&[(a0, 12)])));
     }
 }
