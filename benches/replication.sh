@@ -104,8 +104,9 @@ stop_all
 echo "== 2. replication lag at about half of A's write rate (syncer's own measure, from INFO crdt)"
 # About half of A's maximum: fewer clients and a shorter pipeline (HALF_RATE_ARGS); the
 # achieved rate is printed beside section 1's maximum so the claim can be checked. With the
-# log (the default), A streams an own op once it is fsynced (docs/persistence.md §6), so the
-# lag holds an fsync of this machine's disk; the row without the log shows the stream alone.
+# log (the default), A streams an own op once it is written to the log, not once fsynced
+# (docs/replication.md §9); the row without the log shows the stream alone, and A's fsync
+# durations are printed to show they are no longer in the lag.
 for log in yes no; do
   if [ $log = yes ]; then mode="with the op log (default)"; else mode="without the op log (--appendonly no)"; fi
   extra=(--appendonly $log)

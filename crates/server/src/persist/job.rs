@@ -153,6 +153,11 @@ impl Shard {
                 dir: dir.clone(),
                 watermark: self.config.debug_fsync_watermark,
                 fsync: self.persist.fsync,
+                period: if self.sync.peers.is_empty() {
+                    writer::FSYNC_PERIOD
+                } else {
+                    writer::FSYNC_PERIOD_WITH_PEERS
+                },
                 file: file.clone(),
                 path: path.clone(),
                 bytes,
