@@ -31,6 +31,9 @@ fuzz_target!(|data: &[u8]| {
             Kind::ClockLease => {
                 let _ = record::decode_clock_lease(f.payload);
             }
+            Kind::Delivered => {
+                let _ = record::decode_delivered(f.payload);
+            }
         }
         Ok(())
     });

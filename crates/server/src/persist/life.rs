@@ -64,7 +64,8 @@ pub fn read(dir: &Path) -> Result<Option<LifeRecord>, PersistError> {
     })
 }
 
-fn parse(text: &str) -> Result<LifeRecord, String> {
+/// Parses the text of a life file (the `life_file` fuzz target drives it).
+pub fn parse(text: &str) -> Result<LifeRecord, String> {
     let mut life = None;
     let mut boot_id = None;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
