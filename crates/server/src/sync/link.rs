@@ -861,9 +861,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             let now = s.now_ms();
             let databases = s.dbs.len();
             let skew = s.config.sync_clock_skew_ms_max;
-            let Some(lives) = s.sync.peers.get(peer).map(|p| p.lives.clone()) else {
+            if s.sync.peers.get(peer).is_none() {
                 return Ok(());
-            };
+            }
             match f.kind {
                 Kind::Ops => {
                     if full_sync_seq.is_some() {
@@ -872,9 +872,10 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                             want: "FullSyncEnd",
                         });
                     }
+                    let lives = s.sync.peers.get(peer).map_or(&[][..], |p| &p.lives[..]);
                     let (h, records) = match super::apply::decode_batch(
                         &f.body,
-                        &lives,
+                        lives,
                         incarnation,
                         databases,
                         now,
