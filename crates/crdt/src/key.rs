@@ -382,14 +382,21 @@ impl KeyState {
     }
 
     /// Applies `f` to the value of type `tag` (a new empty one when absent), then puts it
-    /// back; returns whether the write was fresh. A write covered by a removal is ignored.
+    /// back; returns whether the write was fresh.
+    ///
+    /// A write a key removal covers arrived after a DEL (or SET) that had seen it. What it
+    /// adds is removed again at once, but what it removes must still go: the DEL's context
+    /// names only what its site still held or remembered, and that site may have collected
+    /// the context of this very write (an HSET over another site's value, say) before every
+    /// replica had applied it. A HyperLogLog raise carries no removal and is simply dropped.
     fn apply_typed(
         &mut self,
         stamp: Stamp,
         tag: TypeTag,
         f: impl FnOnce(&mut Value) -> bool,
     ) -> bool {
-        if self.value_covered(stamp) {
+        let covered = self.value_covered(stamp);
+        if covered && tag == TypeTag::Hll {
             return false;
         }
         let mut v = match self.take(tag) {
@@ -404,8 +411,14 @@ impl KeyState {
             },
         };
         let fresh = f(&mut v);
+        if covered {
+            if let Some(x) = &self.extra {
+                v.remove_context(&x.removed);
+                v.remove_context(&x.value_removed);
+            }
+        }
         self.put(v);
-        fresh
+        fresh && !covered
     }
 
     fn live_types(&self) -> usize {

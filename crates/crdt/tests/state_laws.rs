@@ -841,3 +841,46 @@ fn srem_and_hdel_stay_visible_to_a_full_sync_until_stable() {
     h.collect(&all);
     assert!(!a.has_metadata() && !h.has_metadata(), "{a:?} {h:?}");
 }
+
+/// A write that arrives after a key removal that had seen it still removes what it removed.
+/// B wrote f; C overwrote it (its context names B's write); A received C's HSET, deleted the
+/// field and then the key, having collected C's context meanwhile (B's write was stable), so
+/// A's DEL names C's write and not B's. B receives A's HDEL and DEL before C's HSET: the
+/// HSET's own write is covered by the DEL, but its context must still remove B's write.
+#[test]
+fn a_covered_write_still_removes_what_it_observed() {
+    let hset = |v: &str, observed: VersionVector| {
+        E::Hash(HashOp::Set {
+            field: b"f".to_vec(),
+            value: v.as_bytes().to_vec(),
+            observed,
+        })
+    };
+    let mut b = KeyState::new();
+    b.apply(st(1, 2), &hset("from-b", VersionVector::new()));
+    let mut c = b.clone();
+    let c_set = hset("from-c", c.observed().stamps);
+    c.apply(st(2, 3), &c_set);
+    let mut a = c.clone();
+    let mut stable = VersionVector::new();
+    stable.observe(st(1, 2));
+    a.collect(&stable);
+    let a_del_field = E::Hash(HashOp::Del {
+        field: b"f".to_vec(),
+        observed: {
+            let mut o = VersionVector::new();
+            o.observe(st(2, 3));
+            o
+        },
+    });
+    a.apply(st(3, 1), &a_del_field);
+    let a_del: E = a.remove_effect();
+    a.apply(st(4, 1), &a_del);
+    assert!(a.is_empty());
+    b.apply(st(3, 1), &a_del_field);
+    b.apply(st(4, 1), &a_del);
+    assert!(!b.is_empty(), "B's write is not named by A's removals");
+    let applied = b.apply(st(2, 3), &c_set);
+    assert!(applied.ignored, "C's write itself was deleted");
+    assert!(b.is_empty(), "C's HSET removed B's write: {b:?}");
+}
