@@ -131,6 +131,27 @@ fn pipeline(c: &mut Raw, cmds: &[Vec<String>]) -> Vec<Reply> {
         .collect()
 }
 
+/// SETs `key:0` … `key:4999` to 100-byte values (5,000 ops, about 600 KB of op log: well past
+/// a 64 KiB backlog), pipelined 100 at a time; returns the value.
+fn write_5000_keys(c: &mut Raw) -> String {
+    let value = "x".repeat(100);
+    for batch in 0..50 {
+        let cmds: Vec<Vec<String>> = (0..100)
+            .map(|j| {
+                vec![
+                    "SET".into(),
+                    format!("key:{}", batch * 100 + j),
+                    value.clone(),
+                ]
+            })
+            .collect();
+        for r in pipeline(c, &cmds) {
+            assert_eq!(r, Reply::Simple("OK".into()));
+        }
+    }
+    value
+}
+
 // ---------------------------------------------------------------------------------------
 // 1. Every type crosses both ways.
 // ---------------------------------------------------------------------------------------
@@ -744,21 +765,7 @@ fn backlog_overflow_forces_one_full_sync() {
     // The link that carries A's ops to B is the one B dials.
     cluster.proxy(B, A).partition();
     let mut a = cluster.site(A).connect();
-    let value = "x".repeat(100);
-    for batch in 0..50 {
-        let cmds: Vec<Vec<String>> = (0..100)
-            .map(|j| {
-                vec![
-                    "SET".into(),
-                    format!("key:{}", batch * 100 + j),
-                    value.clone(),
-                ]
-            })
-            .collect();
-        for r in pipeline(&mut a, &cmds) {
-            assert_eq!(r, Reply::Simple("OK".into()));
-        }
-    }
+    let value = write_5000_keys(&mut a);
     let first = cluster.site(A).info_u64("crdt_oplog_first_seq");
     assert!(first > 1, "the backlog kept everything (first seq {first})");
     assert_eq!(cluster.site(B).connect().int(&["DBSIZE"]), 0, "partitioned");
@@ -809,21 +816,7 @@ fn backlog_overflow_full_sync_carries_removals() {
     // Several GC passes (ten a second) with B's last ack.
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(cluster.site(A).peer_info("b")["acked_vv"], acked);
-    let value = "x".repeat(100);
-    for batch in 0..50 {
-        let cmds: Vec<Vec<String>> = (0..100)
-            .map(|j| {
-                vec![
-                    "SET".into(),
-                    format!("key:{}", batch * 100 + j),
-                    value.clone(),
-                ]
-            })
-            .collect();
-        for r in pipeline(&mut a, &cmds) {
-            assert_eq!(r, Reply::Simple("OK".into()));
-        }
-    }
+    write_5000_keys(&mut a);
     let first = cluster.site(A).info_u64("crdt_oplog_first_seq");
     assert!(first > 1, "the backlog kept everything (first seq {first})");
 
@@ -1546,21 +1539,7 @@ fn log_on_disk_extends_the_backlog() {
     cluster.wait_links_up(LINKS_UP);
     cluster.proxy(B, A).partition();
     let mut a = cluster.site(A).connect();
-    let value = "x".repeat(100);
-    for batch in 0..50 {
-        let cmds: Vec<Vec<String>> = (0..100)
-            .map(|j| {
-                vec![
-                    "SET".into(),
-                    format!("key:{}", batch * 100 + j),
-                    value.clone(),
-                ]
-            })
-            .collect();
-        for r in pipeline(&mut a, &cmds) {
-            assert_eq!(r, Reply::Simple("OK".into()));
-        }
-    }
+    write_5000_keys(&mut a);
     let first = cluster.site(A).info_u64("crdt_oplog_first_seq");
     assert!(
         first > 1,
