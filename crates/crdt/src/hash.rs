@@ -686,9 +686,11 @@ impl HashCrdt {
                 // The field's context also names the HDEL (harmless: every write of the
                 // field from its origin that the stamp covers was seen by it), so that a
                 // delta full sync finds the key until every replica has the HDEL.
-                let mut ctx = observed.clone();
-                ctx.observe(stamp);
-                inner.merge_removed(field, &ctx);
+                // (One entry: the vector stays inline, no allocation.)
+                let mut by = VersionVector::new();
+                by.observe(stamp);
+                inner.merge_removed(field, observed);
+                inner.merge_removed(field, &by);
                 if inner.find(field).is_some() {
                     inner.with_field(field, |st| st.remove_covered(observed));
                 }

@@ -611,14 +611,10 @@ impl KeyState {
                     None => observed.is_empty(),
                 };
                 if !dominated {
-                    // The member's context also names the SREM (harmless, as for DEL: every
-                    // add of the member from the SREM's origin that the stamp covers was seen
-                    // by it), so that it stays until every replica has the SREM and a delta
-                    // full sync finds the key (docs/replication.md §6).
-                    let mut ctx = observed.clone();
-                    ctx.observe(stamp);
+                    // Named in the member's context until every replica has it, so that a
+                    // delta full sync finds the key (docs/replication.md §6).
                     let mut s = self.take_set();
-                    s.remove(member.as_ref(), &ctx);
+                    s.remove_by(stamp, member.as_ref(), observed);
                     self.put(Value::Set(s));
                 }
                 false
@@ -864,9 +860,9 @@ impl KeyState {
     }
 
     /// Decodes what `encode_state` wrote (or version 1 of it), leaving the reader after it.
-    /// `BadTag`: an unknown format byte. `Invalid`: two values of one type, or a state `apply` never leaves (a
-    /// blank value, a hidden value that should be the visible one, an expire write a removal
-    /// context covers...).
+    /// `BadTag`: an unknown format byte. `Invalid`: two values of one type, or a state
+    /// `apply` never leaves (a blank value, a hidden value that should be the visible one, an
+    /// expire write a removal context covers...).
     pub fn decode_state(r: &mut Reader<'_>) -> Result<KeyState, DecodeError> {
         let format = r.u8()?;
         if format != KEY_STATE_V1 && format != KEY_STATE_V2 {

@@ -204,19 +204,37 @@ impl OrSet {
 
     /// SREM: removes the dots of `member` covered by `observed` and keeps the context.
     pub fn remove(&mut self, member: &[u8], observed: &VersionVector) {
-        if observed.is_empty() {
+        self.remove_inner(member, observed, None);
+    }
+
+    /// SREM stamped `by`: as `remove`, and the member's context also names the SREM itself
+    /// (harmless: every add of the member from its origin that `by` covers was seen by it), so
+    /// that the context stays until the SREM is stable and `observe_into` names it.
+    pub fn remove_by(&mut self, by: Stamp, member: &[u8], observed: &VersionVector) {
+        self.remove_inner(member, observed, Some(by));
+    }
+
+    fn remove_inner(&mut self, member: &[u8], observed: &VersionVector, by: Option<Stamp>) {
+        if observed.is_empty() && by.is_none() {
             return;
         }
         let inner = self.inner_mut();
         inner.drop_dots(member, |d| observed.covers(d));
         inner.seen.merge(observed);
         let meta = inner.meta_mut();
-        match meta.removed.get_mut(member) {
-            Some(r) => r.merge(observed),
-            None => {
-                meta.removed
-                    .insert(SmallBytes::copy_from(member), observed.clone());
+        let ctx = match meta.removed.get_mut(member) {
+            Some(r) => {
+                r.merge(observed);
+                r
             }
+            None => meta
+                .removed
+                .entry(SmallBytes::copy_from(member))
+                .or_insert_with(|| observed.clone()),
+        };
+        if let Some(by) = by {
+            ctx.observe(by);
+            inner.seen.observe(by);
         }
     }
 
