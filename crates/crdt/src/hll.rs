@@ -221,9 +221,14 @@ pub fn has_hll_header(b: &[u8]) -> bool {
 
 /// Whether `b` is a complete, uncorrupted HyperLogLog: the header checks, and sparse opcodes
 /// that cover exactly 16384 registers. A string write of such bytes makes the key a
-/// HyperLogLog value.
+/// HyperLogLog value. Both of Redis's sparse walks must accept it: `merge_max` (hllMerge)
+/// stops at a run that would pass the last register and accepts what it read, `histogram`
+/// (hllSparseSum) counts every run; bytes with runs past the end pass the first and fail the
+/// second, and would make a HyperLogLog value PFCOUNT cannot count.
 pub fn is_valid(b: &[u8]) -> bool {
-    has_hll_header(b) && (at(b, 4) == ENC_DENSE || merge_max(&mut [0u8; REGISTERS], b).is_ok())
+    has_hll_header(b)
+        && (at(b, 4) == ENC_DENSE
+            || (merge_max(&mut [0u8; REGISTERS], b).is_ok() && histogram(b).is_ok()))
 }
 
 /// Whether the cached cardinality is valid.
@@ -1325,6 +1330,20 @@ mod tests {
     const MURMUR_A: u64 = 0x53d2_470a_9b43_b1a7;
     const MURMUR_HELLO: u64 = 0xa919_bc30_51f6_24b7;
     const MURMUR_16: u64 = 0x9f85_6542_8eaa_573d;
+
+    #[test]
+    fn runs_past_the_last_register_are_not_a_valid_hyperloglog() {
+        // XZERO of 16382, VAL 2×2 (16384 registers), then VAL 1×1 past the end (proptest
+        // found it): hllMerge's walk accepts it, hllSparseSum's does not.
+        let mut b = b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00".to_vec();
+        b.extend_from_slice(&[0x7f, 0xfd, 0x85]);
+        assert!(is_valid(&b));
+        assert!(count(&b).is_ok());
+        b.push(0x80);
+        assert!(merge_max(&mut [0u8; REGISTERS], &b).is_ok());
+        assert!(count(&b).is_err());
+        assert!(!is_valid(&b));
+    }
 
     #[test]
     fn empty_value_is_redis_bytes() {
