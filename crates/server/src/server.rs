@@ -265,10 +265,24 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
     }
 }
 
-/// Writes records logged outside clients' batches (remote ops, expiries) to the log every
-/// few milliseconds.
+/// Writes records logged outside clients' batches (remote ops, expiries) to the log within
+/// `FLUSH_PERIOD_MS` of the first one; sleeps while there is nothing to write.
 async fn flush_loop(shard: Rc<RefCell<Shard>>) {
     loop {
+        let wait = {
+            let mut s = shard.borrow_mut();
+            if s.shutting_down {
+                return;
+            }
+            let idle = !s.persist.has_pending();
+            // `notify_one` keeps a permit for a waiter not polled yet: a record appended
+            // between here and the first poll of `notified()` still wakes the loop.
+            s.persist.flush_waiting = idle;
+            idle.then(|| s.persist.flush_wanted.clone())
+        };
+        if let Some(wanted) = wait {
+            wanted.notified().await;
+        }
         tokio::time::sleep(Duration::from_millis(crate::persist::FLUSH_PERIOD_MS)).await;
         let mut s = shard.borrow_mut();
         if s.shutting_down {

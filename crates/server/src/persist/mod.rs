@@ -175,6 +175,12 @@ pub struct Persist {
     pub segment_bytes_max: u64,
     /// Encoded records not yet written.
     pending: Vec<u8>,
+    /// Wakes the flush loop when a record is appended while it waits (`flush_waiting`): a
+    /// shard with nothing to write does not wake every `FLUSH_PERIOD_MS`.
+    pub flush_wanted: std::rc::Rc<tokio::sync::Notify>,
+    /// The flush loop waits on `flush_wanted` (a plain flag: one test per record, no atomic
+    /// unless it waits).
+    pub flush_waiting: bool,
     /// Own ops in `pending`: the first and last sequence numbers (0: none).
     pending_own: (u64, u64),
     /// Position the next record will have (records ever appended, in the whole history).
@@ -212,6 +218,8 @@ impl Persist {
             own_written_seq: 0,
             segment_bytes_max: u64::MAX,
             pending: Vec::new(),
+            flush_wanted: std::rc::Rc::new(tokio::sync::Notify::new()),
+            flush_waiting: false,
             pending_own: (0, 0),
             next_pos: 0,
             log: None,
@@ -309,6 +317,10 @@ impl Persist {
 
     fn appended(&mut self) {
         self.next_pos += 1;
+        if self.flush_waiting {
+            self.flush_waiting = false;
+            self.flush_wanted.notify_one();
+        }
         if self.pending.len() >= PENDING_BYTES_MAX {
             self.flush();
         }
@@ -439,6 +451,11 @@ impl Persist {
         if !self.pending.is_empty() {
             self.flush();
         }
+    }
+
+    /// Whether records wait to be written.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// The `-MISCONF` text while the log cannot be written.
