@@ -25,6 +25,8 @@ pub struct Entry {
     /// The string was modified in place (APPEND, SETRANGE): Redis reports its encoding as
     /// "raw" whatever its content. A local hint only; every assign or increment clears it.
     pub raw: bool,
+    /// The state holds removal metadata (`KeyState::has_metadata`); see `Db::meta_keys`.
+    pub meta: bool,
 }
 
 impl Entry {
@@ -35,6 +37,7 @@ impl Entry {
             state,
             lru_s,
             raw: false,
+            meta: false,
         })
     }
 }
@@ -54,6 +57,12 @@ pub struct Db {
     /// stable): in the table, but not keys to clients.
     // Invariant: equals the number of entries whose state `is_empty()`.
     pub empty: usize,
+    /// Entries holding removal metadata, which garbage collection must visit: with none, a
+    /// GC step does no work (`sync::gc`).
+    // Invariant: equals the number of entries with `meta` set, and every entry's `meta`
+    // equals `state.has_metadata()` (kept by `settle`, `collect_key` and `insert_loaded`,
+    // the only places a stored state changes).
+    pub meta_keys: usize,
 }
 
 impl Db {
@@ -63,6 +72,7 @@ impl Db {
             expires: 0,
             expire_cursor: 0,
             empty: 0,
+            meta_keys: 0,
         }
     }
 
@@ -83,6 +93,15 @@ impl Db {
         self.table
             .find_mut(hash, |e| &*e.key == key)
             .map(|b| &mut **b)
+    }
+
+    /// Keeps `meta_keys` after an entry's `meta` went from `.0` to `.1`.
+    fn count_meta(&mut self, (was, is): (bool, bool)) {
+        match (was, is) {
+            (false, true) => self.meta_keys += 1,
+            (true, false) => self.meta_keys = self.meta_keys.saturating_sub(1),
+            _ => {}
+        }
     }
 }
 
@@ -341,6 +360,7 @@ impl Shard {
         };
         let mut remove = false;
         let mut now_empty = false;
+        let mut meta_change = (false, false);
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
             // With no peers every write is causally stable at once: drop removal metadata now,
@@ -348,8 +368,10 @@ impl Shard {
             if !keep_metadata && e.state.has_metadata() {
                 e.state.collect_all();
             }
+            let meta = e.state.has_metadata();
+            meta_change = (std::mem::replace(&mut e.meta, meta), meta);
             if e.state.is_empty() {
-                remove = !e.state.has_metadata();
+                remove = !meta;
                 now_empty = !remove;
             }
             let has_ttl = !remove && e.state.expire_at_ms().is_some();
@@ -364,6 +386,7 @@ impl Shard {
             (true, false) => d.empty = d.empty.saturating_sub(1),
             _ => {}
         }
+        d.count_meta(meta_change);
         if remove {
             if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
                 occupied.remove();
@@ -390,13 +413,16 @@ impl Shard {
         let mut remove = false;
         let mut left = false;
         let mut dropped_empty = false;
+        let mut meta_change = (false, false);
         if let Some(e) = d.get_mut(hash, key) {
             let had_ttl = e.state.expire_at_ms().is_some();
             let was_empty = e.state.is_empty();
             e.state.collect(stable);
-            remove = e.state.is_empty() && !e.state.has_metadata();
+            let meta = e.state.has_metadata();
+            meta_change = (std::mem::replace(&mut e.meta, meta), meta);
+            remove = e.state.is_empty() && !meta;
             dropped_empty = was_empty && remove;
-            left = !remove && e.state.has_metadata();
+            left = !remove && meta;
             if had_ttl && (remove || e.state.expire_at_ms().is_none()) {
                 d.expires = d.expires.saturating_sub(1);
             }
@@ -404,6 +430,7 @@ impl Shard {
         if dropped_empty {
             d.empty = d.empty.saturating_sub(1);
         }
+        d.count_meta(meta_change);
         if remove {
             if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
                 occupied.remove();
@@ -422,15 +449,19 @@ impl Shard {
         };
         let empty = state.is_empty();
         let has_ttl = !empty && state.expire_at_ms().is_some();
+        let meta = state.has_metadata();
         match d
             .table
             .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
         {
             hashbrown::hash_table::Entry::Occupied(_) => return false,
             hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(Entry::boxed(key, state, lru_clock(now_ms)));
+                let mut e = Entry::boxed(key, state, lru_clock(now_ms));
+                e.meta = meta;
+                v.insert(e);
             }
         }
+        d.count_meta((false, meta));
         if empty {
             d.empty += 1;
         }

@@ -67,65 +67,73 @@ impl Shard {
         Some(stable)
     }
 
-    /// One step of the GC pass: examines up to `buckets_max` buckets from the saved cursor
-    /// and collects the stable metadata of every key holding some.
+    /// One GC step: examines up to `buckets_max` buckets from the saved cursor and collects the
+    /// stable metadata of every key holding some. Databases where no key holds any are
+    /// skipped, and so is the whole scan when none does (`Db::meta_keys`): a shard at rest
+    /// does no GC work, however large its table.
     pub fn gc_step(&mut self, now_ms: u64, buckets_max: usize) {
         if self.peers == 0 {
             return;
         }
         self.update_quarantine(now_ms);
         self.update_causal_acks();
+        self.note_gc_pending();
         let Some(stable) = self.stable_vv() else {
             return;
         };
-        let (mut db, mut bucket) = self.sync.gc.cursor;
-        if db >= self.dbs.len() {
-            db = 0;
-            bucket = 0;
-        }
         if self.sync.peers.iter().all(|p| !p.quarantined) {
             self.sync.collected.merge(&stable);
         }
+        if self.sync.gc.pending_keys == 0 {
+            return;
+        }
+        let n_dbs = self.dbs.len();
+        let (mut db, mut bucket) = self.sync.gc.cursor;
+        if db >= n_dbs {
+            db = 0;
+            bucket = 0;
+        }
+        // Some database holds metadata (pending_keys > 0): this finds it within n_dbs moves.
+        for _ in 0..n_dbs {
+            if self.dbs.get(db).is_some_and(|d| d.meta_keys > 0) {
+                break;
+            }
+            db = (db + 1) % n_dbs;
+            bucket = 0;
+        }
         let scan_db = db;
         let mut due: Vec<SmallBytes> = Vec::new();
-        let mut pass_done = false;
         if let Some(d) = self.dbs.get(db) {
             let n = d.table.num_buckets();
             let end = bucket.saturating_add(buckets_max).min(n);
             for i in bucket..end {
                 if let Some(e) = d.table.get_bucket(i) {
-                    if e.state.has_metadata() {
+                    if e.meta {
                         due.push(e.key.clone());
                     }
                 }
             }
             if end >= n {
                 bucket = 0;
-                db += 1;
-                if db >= self.dbs.len() {
-                    db = 0;
-                    pass_done = true;
-                }
+                db = (db + 1) % n_dbs;
             } else {
                 bucket = end;
             }
         }
         self.sync.gc.cursor = (db, bucket);
-        let gc_db = scan_db;
-        let mut still = 0u64;
         for k in &due {
-            let before = self.dbs.get(gc_db).map_or(0, |d| d.table.len());
-            let left = self.collect_key(gc_db, k, &stable);
-            let after = self.dbs.get(gc_db).map_or(0, |d| d.table.len());
+            let before = self.dbs.get(scan_db).map_or(0, |d| d.table.len());
+            let left = self.collect_key(scan_db, k, &stable);
+            let after = self.dbs.get(scan_db).map_or(0, |d| d.table.len());
             self.sync.gc.collected_keys += u64::from(!left);
             self.sync.gc.dropped_keys += (before - after.min(before)) as u64;
-            still += u64::from(left);
         }
-        self.sync.gc.pass_pending += still;
-        if pass_done {
-            self.sync.gc.pending_keys = self.sync.gc.pass_pending;
-            self.sync.gc.pass_pending = 0;
-        }
+        self.note_gc_pending();
+    }
+
+    /// `crdt_gc_pending_keys`: keys holding removal metadata now.
+    fn note_gc_pending(&mut self) {
+        self.sync.gc.pending_keys = self.dbs.iter().map(|d| d.meta_keys as u64).sum();
     }
 }
 
@@ -143,6 +151,131 @@ mod tests {
             });
         }
         v
+    }
+
+    /// A shard of site "a" with one peer "b" and no persistence.
+    fn shard_with_peer() -> Shard {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec!["b=127.0.0.1:7999".to_string()],
+            appendonly: false,
+            ..crate::config::Config::default()
+        };
+        Shard::new(0, config, crate::cmd::table(), 1_000)
+    }
+
+    fn run(shard: &mut Shard, db: usize, args: &[&str]) {
+        let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let shared = std::rc::Rc::new(crate::client::ClientShared::new(1, addr, addr, 0));
+        let mut client = crate::client::Client::new(shared);
+        let mut out = crate::resp::reply::Reply::new();
+        let select = db.to_string();
+        crate::cmd::execute(
+            shard,
+            &mut client,
+            &mut out,
+            &[b"SELECT", select.as_bytes()],
+            1_000,
+        );
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        crate::cmd::execute(shard, &mut client, &mut out, &argv, 1_000);
+    }
+
+    /// The peer acks everything the shard delivered.
+    fn ack_all(shard: &mut Shard) {
+        let all = shard.delivered_vv();
+        let p = &mut shard.sync.peers[0];
+        p.acked = Some(all.clone());
+        p.acked_causal = Some(all);
+    }
+
+    /// `Db::meta_keys` and every entry's `meta` agree with the states.
+    fn assert_meta_counted(shard: &Shard) {
+        for (i, d) in shard.dbs.iter().enumerate() {
+            let mut n = 0;
+            for e in d.table.iter() {
+                assert_eq!(e.meta, e.state.has_metadata(), "db {i} key {:?}", e.key);
+                n += usize::from(e.meta);
+            }
+            assert_eq!(d.meta_keys, n, "db {i}");
+        }
+    }
+
+    #[test]
+    fn a_step_scans_nothing_while_no_key_holds_metadata() {
+        let mut s = shard_with_peer();
+        for i in 0..100 {
+            run(&mut s, 0, &["SET", &format!("k{i}"), "v"]);
+        }
+        ack_all(&mut s);
+        s.gc_step(2_000, 16);
+        assert_eq!(s.sync.gc.cursor, (0, 0), "no bucket examined");
+        assert_eq!(s.sync.gc.pending_keys, 0);
+        // One overwrite leaves metadata: counted at once, collected once acked.
+        run(&mut s, 0, &["SET", "k7", "w"]);
+        assert_eq!(s.dbs[0].meta_keys, 1);
+        s.gc_step(2_100, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.sync.gc.pending_keys, 1, "not acked yet");
+        ack_all(&mut s);
+        s.gc_step(2_200, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.sync.gc.pending_keys, 0);
+        assert_eq!(s.sync.gc.collected_keys, 1);
+        assert_meta_counted(&s);
+    }
+
+    #[test]
+    fn a_step_goes_straight_to_the_database_holding_metadata() {
+        let mut s = shard_with_peer();
+        run(&mut s, 5, &["SADD", "set", "m"]);
+        run(&mut s, 5, &["SREM", "set", "m"]);
+        assert_eq!(s.dbs[5].meta_keys, 1);
+        ack_all(&mut s);
+        s.gc_step(2_000, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.sync.gc.collected_keys, 1);
+        assert_eq!(s.sync.gc.dropped_keys, 1, "the empty set is gone");
+        assert_eq!(s.sync.gc.pending_keys, 0);
+        assert_meta_counted(&s);
+    }
+
+    #[test]
+    fn metadata_is_counted_exactly_through_every_kind_of_write_and_collection() {
+        let mut s = shard_with_peer();
+        let script: &[&[&str]] = &[
+            &["SET", "s", "1"],
+            &["SET", "s", "2"],
+            &["APPEND", "s", "x"],
+            &["EXPIRE", "s", "100"],
+            &["PERSIST", "s"],
+            &["DEL", "s"],
+            &["INCRBY", "c", "5"],
+            &["DEL", "c"],
+            &["SADD", "set", "a", "b"],
+            &["SREM", "set", "a"],
+            &["HSET", "h", "f", "1", "g", "2"],
+            &["HDEL", "h", "f"],
+            &["ZADD", "z", "1", "m"],
+            &["ZREM", "z", "m"],
+            &["RPUSH", "l", "a", "b"],
+            &["LPOP", "l"],
+            &["PFADD", "p", "a"],
+            &["DEL", "p"],
+            &["SET", "t", "1", "PX", "1"],
+        ];
+        for (i, cmd) in script.iter().enumerate() {
+            run(&mut s, i % 3, cmd);
+            assert_meta_counted(&s);
+            if i % 4 == 3 {
+                ack_all(&mut s);
+                s.gc_step(2_000, 4);
+                assert_meta_counted(&s);
+            }
+        }
+        ack_all(&mut s);
+        for _ in 0..64 {
+            s.gc_step(2_000, GC_STEP_BUCKETS_MAX);
+        }
+        assert_meta_counted(&s);
+        assert_eq!(s.sync.gc.pending_keys, 0);
     }
 
     #[test]

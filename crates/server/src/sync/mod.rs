@@ -210,15 +210,13 @@ impl Peer {
 /// Garbage-collection counters.
 #[derive(Debug, Default)]
 pub struct GcStats {
-    /// Keys holding removal metadata at the end of the last full pass.
+    /// Keys holding removal metadata, as of the last GC step (`Db::meta_keys`).
     pub pending_keys: u64,
-    /// Keys seen with metadata in the pass under way.
-    pub pass_pending: u64,
     /// Keys whose metadata was collected (partly or wholly), in total.
     pub collected_keys: u64,
     /// Keys removed from the table once their last metadata was collected.
     pub dropped_keys: u64,
-    /// Where the next pass resumes: (db, bucket).
+    /// Where the next GC step resumes its scan: (db, bucket).
     pub cursor: (usize, usize),
 }
 
