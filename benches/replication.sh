@@ -10,7 +10,7 @@
 # background snapshots off (--save "" --auto-aof-rewrite-percentage 0): a snapshot would
 # replay the log on the server's core at a moment no two rounds share. Section 1 also prints
 # the CPU each process spent per op (from /proc), which says where a lower ratio comes from.
-# Usage: benches/replication.sh [rounds=4] [requests=200000]
+# Usage: benches/replication.sh [rounds=4] [requests=200000]  (THROUGHPUT_ONLY=1: section 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -100,6 +100,8 @@ for test in set incr; do
     "$(printf '%s ' "${lags[@]}")" "$(med "${cpu_alone[@]}")" "$(med "${cpu_a[@]}")" "$(med "${cpu_b[@]}")"
 done
 stop_all
+# THROUGHPUT_ONLY=1 stops here (repeated runs of section 1 to see its spread).
+[ -n "${THROUGHPUT_ONLY:-}" ] && { kill "$solo_pid" 2>/dev/null || true; exit 0; }
 
 echo "== 2. replication lag at about half of A's write rate (syncer's own measure, from INFO crdt)"
 # About half of A's maximum: fewer clients and a shorter pipeline (HALF_RATE_ARGS); the
