@@ -60,7 +60,7 @@ pub struct Db {
     /// Entries holding removal metadata, which garbage collection must visit: with none, a
     /// GC step does no work (`sync::gc`).
     // Invariant: equals the number of entries with `meta` set, and every entry's `meta`
-    // equals `state.has_metadata()` (kept by `settle`, `collect_key` and `insert_loaded`,
+    // equals `state.has_metadata()` (kept by `settle`, `collect_bucket` and `insert_loaded`,
     // the only places a stored state changes).
     pub meta_keys: usize,
 }
@@ -93,6 +93,38 @@ impl Db {
         self.table
             .find_mut(hash, |e| &*e.key == key)
             .map(|b| &mut **b)
+    }
+
+    /// Collects the causally stable removal metadata (`stable` covers only writes every
+    /// replica has delivered) of the entry in bucket `index`, in place (the GC scan: no key
+    /// copy, no second lookup), and removes the entry when nothing is left. Returns whether
+    /// the entry still holds metadata; `None` when the bucket is empty.
+    pub fn collect_bucket(
+        &mut self,
+        index: usize,
+        stable: &meridian_crdt::VersionVector,
+    ) -> Option<bool> {
+        let e = self.table.get_bucket_mut(index)?;
+        let had_ttl = e.state.expire_at_ms().is_some();
+        let was_empty = e.state.is_empty();
+        e.state.collect(stable);
+        let meta = e.state.has_metadata();
+        let was_meta = std::mem::replace(&mut e.meta, meta);
+        let remove = e.state.is_empty() && !meta;
+        let ttl_gone = had_ttl && (remove || e.state.expire_at_ms().is_none());
+        if ttl_gone {
+            self.expires = self.expires.saturating_sub(1);
+        }
+        if was_empty && remove {
+            self.empty = self.empty.saturating_sub(1);
+        }
+        self.count_meta((was_meta, meta));
+        if remove {
+            if let Ok(occupied) = self.table.get_bucket_entry(index) {
+                occupied.remove();
+            }
+        }
+        Some(!remove && meta)
     }
 
     /// Keeps `meta_keys` after an entry's `meta` went from `.0` to `.1`.
@@ -395,48 +427,6 @@ impl Shard {
         self.stats.dirty += 1;
         self.touch_watched(db, key);
         self.signal_key_ready(db, key);
-    }
-
-    /// Collects causally stable removal metadata of one key (`stable` covers only writes every
-    /// replica has delivered) and drops the entry when nothing is left. Returns whether the key
-    /// still holds metadata afterwards.
-    pub fn collect_key(
-        &mut self,
-        db: usize,
-        key: &[u8],
-        stable: &meridian_crdt::VersionVector,
-    ) -> bool {
-        let hash = self.hash_key(key);
-        let Some(d) = self.dbs.get_mut(db) else {
-            return false;
-        };
-        let mut remove = false;
-        let mut left = false;
-        let mut dropped_empty = false;
-        let mut meta_change = (false, false);
-        if let Some(e) = d.get_mut(hash, key) {
-            let had_ttl = e.state.expire_at_ms().is_some();
-            let was_empty = e.state.is_empty();
-            e.state.collect(stable);
-            let meta = e.state.has_metadata();
-            meta_change = (std::mem::replace(&mut e.meta, meta), meta);
-            remove = e.state.is_empty() && !meta;
-            dropped_empty = was_empty && remove;
-            left = !remove && meta;
-            if had_ttl && (remove || e.state.expire_at_ms().is_none()) {
-                d.expires = d.expires.saturating_sub(1);
-            }
-        }
-        if dropped_empty {
-            d.empty = d.empty.saturating_sub(1);
-        }
-        d.count_meta(meta_change);
-        if remove {
-            if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
-                occupied.remove();
-            }
-        }
-        left
     }
 
     /// Inserts a key loaded from a snapshot (recovery). Returns false when the key is

@@ -1,6 +1,6 @@
 //! Garbage collection of removal metadata once it is causally stable (docs/replication.md §6).
 
-use meridian_crdt::{SmallBytes, Stamp, VersionVector};
+use meridian_crdt::{Stamp, VersionVector};
 
 use crate::shard::Shard;
 
@@ -101,17 +101,19 @@ impl Shard {
             db = (db + 1) % n_dbs;
             bucket = 0;
         }
-        let scan_db = db;
-        let mut due: Vec<SmallBytes> = Vec::new();
-        if let Some(d) = self.dbs.get(db) {
+        let (mut collected, mut dropped) = (0u64, 0u64);
+        if let Some(d) = self.dbs.get_mut(db) {
             let n = d.table.num_buckets();
             let end = bucket.saturating_add(buckets_max).min(n);
             for i in bucket..end {
-                if let Some(e) = d.table.get_bucket(i) {
-                    if e.meta {
-                        due.push(e.key.clone());
-                    }
+                if !d.table.get_bucket(i).is_some_and(|e| e.meta) {
+                    continue;
                 }
+                let before = d.table.len();
+                if d.collect_bucket(i, &stable) == Some(false) {
+                    collected += 1;
+                }
+                dropped += (before - d.table.len().min(before)) as u64;
             }
             if end >= n {
                 bucket = 0;
@@ -121,13 +123,8 @@ impl Shard {
             }
         }
         self.sync.gc.cursor = (db, bucket);
-        for k in &due {
-            let before = self.dbs.get(scan_db).map_or(0, |d| d.table.len());
-            let left = self.collect_key(scan_db, k, &stable);
-            let after = self.dbs.get(scan_db).map_or(0, |d| d.table.len());
-            self.sync.gc.collected_keys += u64::from(!left);
-            self.sync.gc.dropped_keys += (before - after.min(before)) as u64;
-        }
+        self.sync.gc.collected_keys += collected;
+        self.sync.gc.dropped_keys += dropped;
         self.note_gc_pending();
     }
 
