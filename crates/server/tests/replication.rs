@@ -135,21 +135,21 @@ fn pipeline(c: &mut Raw, cmds: &[Vec<String>]) -> Vec<Reply> {
 /// a 64 KiB backlog), pipelined 100 at a time; returns the value.
 fn write_5000_keys(c: &mut Raw) -> String {
     let value = "x".repeat(100);
-    for batch in 0..50 {
-        let cmds: Vec<Vec<String>> = (0..100)
-            .map(|j| {
-                vec![
-                    "SET".into(),
-                    format!("key:{}", batch * 100 + j),
-                    value.clone(),
-                ]
-            })
+    write_keys(c, "key", 5000, &value);
+    value
+}
+
+/// SETs `<prefix>:0` … `<prefix>:<n - 1>` to `value`, pipelined 100 at a time, asserting
+/// every OK.
+fn write_keys(c: &mut Raw, prefix: &str, n: usize, value: &str) {
+    for start in (0..n).step_by(100) {
+        let cmds: Vec<Vec<String>> = (start..n.min(start + 100))
+            .map(|i| vec!["SET".into(), format!("{prefix}:{i}"), value.to_string()])
             .collect();
         for r in pipeline(c, &cmds) {
             assert_eq!(r, Reply::Simple("OK".into()));
         }
     }
-    value
 }
 
 // ---------------------------------------------------------------------------------------
@@ -863,21 +863,7 @@ fn full_sync_merges_concurrent_writes() {
     cluster.wait_converged(CONVERGE_TIMEOUT);
 
     cluster.partition(A, B);
-    let value = "y".repeat(100);
-    for batch in 0..20 {
-        let cmds: Vec<Vec<String>> = (0..100)
-            .map(|j| {
-                vec![
-                    "SET".into(),
-                    format!("fill:{}", batch * 100 + j),
-                    value.clone(),
-                ]
-            })
-            .collect();
-        for r in pipeline(&mut a, &cmds) {
-            assert_eq!(r, Reply::Simple("OK".into()));
-        }
-    }
+    write_keys(&mut a, "fill", 2000, &"y".repeat(100));
     assert!(cluster.site(A).info_u64("crdt_oplog_first_seq") > 1);
     assert_eq!(a.int(&["SADD", "shared", "a1"]), 1);
     assert_eq!(a.int(&["INCRBY", "cnt", "7"]), 8);
