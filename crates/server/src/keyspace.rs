@@ -5,11 +5,13 @@
 //! wakes WATCHers and drops the key once nothing is visible. Reads go through
 //! `Shard::lookup_read`, which expires keys lazily first. Both are the only paths to the data.
 
-use hashbrown::HashTable;
 use meridian_crdt::key::Applied;
 use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
 
 use crate::shard::Shard;
+
+mod table;
+pub use table::{KeyTable, REHASH_STEP_BUCKETS_MAX, REHASH_STEP_ENTRIES};
 
 /// One key: its name and CRDT state, in one allocation the table points to.
 ///
@@ -48,7 +50,8 @@ const _: () = assert!(std::mem::size_of::<Entry>() <= 96);
 /// One logical database (SELECT n).
 #[derive(Debug)]
 pub struct Db {
-    pub table: HashTable<Box<Entry>>,
+    /// The entries; grows by rehashing incrementally (`KeyTable`).
+    pub table: KeyTable,
     /// Keys whose state carries a TTL (for INFO keyspace and to skip idle expiry cycles).
     pub expires: usize,
     /// Bucket index where the next active expiry cycle resumes.
@@ -68,7 +71,7 @@ pub struct Db {
 impl Db {
     pub fn new() -> Db {
         Db {
-            table: HashTable::new(),
+            table: KeyTable::new(),
             expires: 0,
             expire_cursor: 0,
             empty: 0,
@@ -86,13 +89,11 @@ impl Db {
     }
 
     pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Entry> {
-        self.table.find(hash, |e| &*e.key == key).map(|b| &**b)
+        self.table.get(hash, key)
     }
 
     pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Entry> {
-        self.table
-            .find_mut(hash, |e| &*e.key == key)
-            .map(|b| &mut **b)
+        self.table.get_mut(hash, key)
     }
 
     /// Collects the causally stable removal metadata (`stable` covers only writes every
@@ -120,9 +121,7 @@ impl Db {
         }
         self.count_meta((was_meta, meta));
         if remove {
-            if let Ok(occupied) = self.table.get_bucket_entry(index) {
-                occupied.remove();
-            }
+            self.table.remove_bucket(index);
         }
         Some(!remove && meta)
     }
@@ -142,6 +141,9 @@ impl Default for Db {
         Self::new()
     }
 }
+
+/// Entries a rehash cycle moves between two readings of the clock.
+const REHASH_CYCLE_BATCH_ENTRIES: usize = 256;
 
 /// Seconds on the 24-bit LRU clock Redis uses for OBJECT IDLETIME.
 pub fn lru_clock(now_ms: u64) -> u32 {
@@ -330,12 +332,14 @@ impl Shard {
         };
         let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
-        let entry = d
-            .table
-            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| Entry::boxed(key, KeyState::new(), lru));
-        let had_ttl = entry.get().state.expire_at_ms().is_some();
-        let applied = entry.into_mut().state.apply(stamp, effect);
+        let entry = d.table.get_or_insert(
+            hash,
+            key,
+            || Entry::boxed(key, KeyState::new(), lru),
+            &|k| hasher.hash_one(k),
+        );
+        let had_ttl = entry.state.expire_at_ms().is_some();
+        let applied = entry.state.apply(stamp, effect);
         self.settle(db, hash, key, had_ttl, was_empty, lru);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
@@ -362,12 +366,14 @@ impl Shard {
         };
         let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
-        let entry = d
-            .table
-            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-            .or_insert_with(|| Entry::boxed(key, KeyState::new(), lru));
-        let had_ttl = entry.get().state.expire_at_ms().is_some();
-        let applied = entry.into_mut().state.merge_with_floor(state, floor);
+        let entry = d.table.get_or_insert(
+            hash,
+            key,
+            || Entry::boxed(key, KeyState::new(), lru),
+            &|k| hasher.hash_one(k),
+        );
+        let had_ttl = entry.state.expire_at_ms().is_some();
+        let applied = entry.state.merge_with_floor(state, floor);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
         }
@@ -420,9 +426,7 @@ impl Shard {
         }
         d.count_meta(meta_change);
         if remove {
-            if let Ok(occupied) = d.table.find_entry(hash, |e| &*e.key == key) {
-                occupied.remove();
-            }
+            d.table.remove(hash, key);
         }
         self.stats.dirty += 1;
         self.touch_watched(db, key);
@@ -440,16 +444,10 @@ impl Shard {
         let empty = state.is_empty();
         let has_ttl = !empty && state.expire_at_ms().is_some();
         let meta = state.has_metadata();
-        match d
-            .table
-            .entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&e.key))
-        {
-            hashbrown::hash_table::Entry::Occupied(_) => return false,
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                let mut e = Entry::boxed(key, state, lru_clock(now_ms));
-                e.meta = meta;
-                v.insert(e);
-            }
+        let mut e = Entry::boxed(key, state, lru_clock(now_ms));
+        e.meta = meta;
+        if !d.table.insert_new(hash, e, &|k| hasher.hash_one(k)) {
+            return false;
         }
         d.count_meta((false, meta));
         if empty {
@@ -544,6 +542,23 @@ impl Shard {
             }
         }
         expired
+    }
+
+    /// Moves entries of the databases' incremental rehashes (`KeyTable`) for up to `budget`
+    /// (the periodic cycle: a rehash finishes while the shard is idle, not only as new keys
+    /// arrive). Returns the number of databases still rehashing.
+    pub fn rehash_cycle(&mut self, budget: std::time::Duration) -> usize {
+        let started = std::time::Instant::now();
+        let hasher = &self.hasher;
+        let hash_of = |k: &[u8]| hasher.hash_one(k);
+        for d in self.dbs.iter_mut() {
+            while d.table.rehash_for(REHASH_CYCLE_BATCH_ENTRIES, &hash_of) {
+                if started.elapsed() >= budget {
+                    return self.dbs.iter().filter(|d| d.table.is_rehashing()).count();
+                }
+            }
+        }
+        0
     }
 
     /// Marks clients watching `key` dirty (their EXEC will fail).

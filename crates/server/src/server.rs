@@ -225,7 +225,12 @@ fn run_shard(
 /// Buckets examined per database per cycle; a pass over a large table spans several cycles.
 pub const EXPIRE_CYCLE_BUCKETS_MAX: usize = 64 * 1024;
 
-/// Runs `hz` times a second: active expiry, idle-client timeouts, ops-per-second sampling.
+/// Time each periodic cycle may spend moving entries of incremental rehashes (Redis spends
+/// 1 ms per cron run on it too).
+pub const REHASH_CYCLE_TIME_MAX: Duration = Duration::from_millis(1);
+
+/// Runs `hz` times a second: active expiry, incremental rehash, GC, idle-client timeouts,
+/// ops-per-second sampling.
 async fn periodic(shard: Rc<RefCell<Shard>>) {
     loop {
         let hz = shard.borrow().config.hz.max(1);
@@ -242,6 +247,7 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
             }
             s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
         }
+        s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
         s.stats
             .note_memory(crate::cmd::server::memory_use().allocated);
         s.gc_step(now, crate::sync::gc::GC_STEP_BUCKETS_MAX);

@@ -16,7 +16,7 @@ use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 use super::args::{eq_ic, glob_match, int_arg, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
-use crate::keyspace::{Entry, lru_clock};
+use crate::keyspace::{Entry, KeyTable, lru_clock};
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("del", del),
@@ -182,71 +182,61 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// SCAN cursor layout: bits 0..52 the bucket index; bits 52..58 how many times the iteration
-/// restarted after a resize; bits 58..64 log2 of the table's bucket count when it was issued.
-const CURSOR_INDEX_BITS: u32 = 52;
+/// SCAN cursor layout: bits 0..44 the bucket index in the table's combined space (see
+/// `KeyTable`); bits 44..47 how many times the iteration restarted; bits 47..64 the low bits
+/// of the table's layout generation when the cursor was issued.
+const CURSOR_INDEX_BITS: u32 = 44;
 const CURSOR_INDEX_MASK: u64 = (1 << CURSOR_INDEX_BITS) - 1;
-const CURSOR_RESTART_SHIFT: u32 = 52;
-const CURSOR_RESTART_MASK: u64 = 0x3f;
-const CURSOR_TAG_SHIFT: u32 = 58;
-/// Restarts after a resize allowed in one iteration; past it, the index is scaled instead so
-/// the iteration still ends under unbounded growth.
+const CURSOR_RESTART_SHIFT: u32 = 44;
+const CURSOR_RESTART_MASK: u64 = 0x7;
+const CURSOR_GENERATION_SHIFT: u32 = 47;
+const CURSOR_GENERATION_MASK: u64 = (1 << (64 - CURSOR_GENERATION_SHIFT)) - 1;
+/// Restarts allowed in one iteration; past it, the scan goes on about as far through the
+/// table instead, so the iteration still ends under unbounded growth.
 const SCAN_RESTARTS_MAX: u64 = 4;
 
-fn cursor_tag(num_buckets: usize) -> u64 {
-    u64::from(num_buckets.max(1).trailing_zeros())
-}
-
-/// Where a SCAN resumes: (bucket index, restarts so far) for a table of `n_buckets`.
-fn cursor_resume(cursor: u64, n_buckets: usize) -> (usize, u64) {
+/// Where a SCAN resumes in `table`: (bucket index, restarts so far).
+fn cursor_resume(cursor: u64, table: &KeyTable) -> (usize, u64) {
     if cursor == 0 {
         return (0, 0);
     }
-    let tag = cursor >> CURSOR_TAG_SHIFT;
+    let generation = cursor >> CURSOR_GENERATION_SHIFT;
     let restarts = (cursor >> CURSOR_RESTART_SHIFT) & CURSOR_RESTART_MASK;
-    let idx = cursor & CURSOR_INDEX_MASK;
-    let n = n_buckets as u64;
-    if tag == cursor_tag(n_buckets) {
-        return (if idx < n { idx as usize } else { 0 }, restarts);
+    let idx = usize::try_from(cursor & CURSOR_INDEX_MASK).unwrap_or(usize::MAX);
+    match table.scan_resume(generation, idx, CURSOR_GENERATION_MASK) {
+        Ok(i) => (i, restarts),
+        Err(_) if restarts < SCAN_RESTARTS_MAX => (0, restarts + 1),
+        // Too many layout changes: go on about as far through the table (keys may be
+        // missed), so that the iteration ends however fast the table grows.
+        Err(about) => (about, restarts),
     }
-    if restarts < SCAN_RESTARTS_MAX {
-        return (0, restarts + 1);
-    }
-    // Too many resizes: keep the position relative to the table size.
-    let scaled = if tag >= 64 {
-        0
-    } else {
-        ((u128::from(idx) * u128::from(n)) >> tag) as u64
-    };
-    (scaled.min(n) as usize, restarts)
 }
 
-fn cursor_make(idx: usize, restarts: u64, n_buckets: usize) -> u64 {
-    (cursor_tag(n_buckets) << CURSOR_TAG_SHIFT)
+fn cursor_make(idx: usize, restarts: u64, table: &KeyTable) -> u64 {
+    ((table.generation() & CURSOR_GENERATION_MASK) << CURSOR_GENERATION_SHIFT)
         | (restarts << CURSOR_RESTART_SHIFT)
         | (idx as u64 & CURSOR_INDEX_MASK)
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 ///
-/// The cursor is a bucket index into the database's hashbrown table (low bits), tagged with
-/// log2 of the table's bucket count and a restart counter (see `CURSOR_*`). One call visits
-/// buckets from the index until it has `count` keys or has looked at `count * 10` buckets,
-/// then returns the next cursor ("0" at the end of the table). Filters (MATCH, expired keys,
+/// The cursor is a bucket index into the database's `KeyTable` (low bits), tagged with the
+/// table's layout generation and a restart counter (see `CURSOR_*`). One call visits buckets
+/// from the index until it has `count` keys or has looked at `count * 10` buckets, then
+/// returns the next cursor ("0" at the end of the table). Filters (MATCH, expired keys,
 /// TYPE) apply after collection, as in Redis, so a call may return fewer than `count` keys,
 /// even none, with a non-zero cursor.
 ///
 /// Guarantees and their limits:
-/// - Without a resize during the iteration, a key present from start to end is returned
-///   exactly once (each bucket is visited once), except after a hashbrown in-place rehash
-///   (same bucket count, triggered by inserts into a table full of deletion tombstones),
-///   which moves keys between buckets: they may then be missed or repeated. Redis's
-///   reverse-binary cursor has no such case; this cursor cannot see an in-place rehash.
-/// - When the table was resized since the cursor was issued (the tag differs), the
-///   iteration restarts at bucket 0, so no key present throughout is missed; keys already
-///   returned come again. After `SCAN_RESTARTS_MAX` restarts (a table growing faster than
-///   the client scans), the index is scaled to the new size instead, which guarantees the
-///   iteration ends but may miss keys.
+/// - A key present from start to end is returned at least once. Within one layout
+///   generation each bucket is visited once and entries never move. Across the start of an
+///   incremental rehash the cursor keeps its place (the old table comes first in the
+///   combined space and entries only move to the main table, after it); across its end the
+///   cursor keeps its place when it was in the main table, and restarts at bucket 0
+///   otherwise (keys already returned come again).
+/// - After `SCAN_RESTARTS_MAX` restarts (a table whose layout changes faster than the
+///   client scans), the scan goes on about as far through the new layout instead, which
+///   guarantees the iteration ends but may miss keys.
 /// - A key added or removed during the iteration may or may not be returned; a key may be
 ///   returned several times (clients must deduplicate, as with Redis).
 /// - An arbitrary cursor not issued by this table restarts or resumes somewhere valid.
@@ -279,7 +269,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::DbIndexOutOfRange);
     };
     let n_buckets = d.table.num_buckets();
-    let (mut idx, restarts) = cursor_resume(cursor, n_buckets);
+    let (mut idx, restarts) = cursor_resume(cursor, &d.table);
     let mut collected: Vec<(SmallBytes, bool, Option<TypeTag>)> = Vec::new();
     let mut visits_left = count.saturating_mul(10);
     if !d.is_empty() {
@@ -299,7 +289,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let next = if idx >= n_buckets {
         0
     } else {
-        cursor_make(idx, restarts, n_buckets)
+        cursor_make(idx, restarts, &d.table)
     };
     let mut keys: Vec<SmallBytes> = Vec::with_capacity(collected.len());
     for (key, expired, tag) in collected {
@@ -987,18 +977,49 @@ mod tests {
     }
 
     #[test]
-    fn cursor_restarts_then_scales() {
-        let c = cursor_make(100, 0, 256);
-        assert_eq!(cursor_resume(c, 256), (100, 0));
-        assert_eq!(cursor_resume(0, 256), (0, 0));
-        // Resized: restart from 0, counting the restart.
-        assert_eq!(cursor_resume(c, 512), (0, 1));
-        let c = cursor_make(100, SCAN_RESTARTS_MAX, 256);
-        assert_eq!(cursor_resume(c, 512), (200, SCAN_RESTARTS_MAX));
-        assert_eq!(cursor_resume(c, 128), (50, SCAN_RESTARTS_MAX));
+    fn cursor_keeps_its_place_then_restarts_then_goes_on() {
+        let (mut shard, mut client) = setup();
+        let mut i = 0;
+        let mut set = |shard: &mut Shard, i: &mut u64| {
+            let k = format!("k{i}");
+            *i += 1;
+            assert_eq!(run(shard, &mut client, &["SET", &k, "v"]), "+OK\r\n");
+        };
+        for _ in 0..100 {
+            set(&mut shard, &mut i);
+        }
+        let c = cursor_make(5, 0, &shard.dbs[0].table);
+        assert_eq!(cursor_resume(c, &shard.dbs[0].table), (5, 0));
+        assert_eq!(cursor_resume(0, &shard.dbs[0].table), (0, 0));
+        // A rehash starts: the cursor keeps its place (its table comes first).
+        while !shard.dbs[0].table.is_rehashing() {
+            set(&mut shard, &mut i);
+        }
+        assert_eq!(cursor_resume(c, &shard.dbs[0].table), (5, 0));
+        // ... and ends: a cursor in the old table restarts, counting the restart.
+        let c_old = cursor_make(5, 0, &shard.dbs[0].table);
+        let old_buckets = shard.dbs[0].table.num_buckets() / 3;
+        let c_main = cursor_make(old_buckets + 7, 0, &shard.dbs[0].table);
+        shard.rehash_cycle(std::time::Duration::from_secs(5));
+        assert!(!shard.dbs[0].table.is_rehashing());
+        assert_eq!(cursor_resume(c_old, &shard.dbs[0].table), (0, 1));
+        assert_eq!(cursor_resume(c_main, &shard.dbs[0].table), (7, 0));
+        // Past the restarts allowed, it goes on about as far through the new table.
+        let c = cursor_make(5, SCAN_RESTARTS_MAX, &shard.dbs[0].table);
+        while !shard.dbs[0].table.is_rehashing() {
+            set(&mut shard, &mut i);
+        }
+        shard.rehash_cycle(std::time::Duration::from_secs(5));
+        while !shard.dbs[0].table.is_rehashing() {
+            set(&mut shard, &mut i);
+        }
+        let (idx, restarts) = cursor_resume(c, &shard.dbs[0].table);
+        assert_eq!(restarts, SCAN_RESTARTS_MAX);
+        assert!(idx <= shard.dbs[0].table.num_buckets());
         // A foreign cursor resumes somewhere valid.
-        assert!(cursor_resume(u64::MAX, 1024).0 <= 1024);
-        assert!(cursor_resume(12345, 16).0 < 16);
+        let n = shard.dbs[0].table.num_buckets();
+        assert!(cursor_resume(u64::MAX, &shard.dbs[0].table).0 <= n);
+        assert!(cursor_resume(12345, &shard.dbs[0].table).0 <= n);
     }
 
     #[test]

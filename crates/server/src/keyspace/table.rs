@@ -1,0 +1,633 @@
+//! `KeyTable`: a database's hash table of entries, which grows by rehashing incrementally.
+//!
+//! hashbrown grows a table by moving every entry in one call: a stall that doubles with each
+//! growth (163 ms at 917,504 keys on the benchmark VM, docs/benchmarks.md), during which the
+//! shard serves no client and applies no remote op. Redis moves a few buckets per operation
+//! instead. `KeyTable` does the same on top of hashbrown: when the table it inserts into is
+//! full, that table becomes `old` and a new one twice the live size takes its place; each
+//! insert of a new key then moves `REHASH_STEP_ENTRIES` entries from `old`, and the shard's
+//! periodic cycle moves more while the shard is idle (`rehash_for`). Lookups look in both
+//! tables while a rehash is in progress.
+//!
+//! hashbrown never moves an entry except when it grows or rehashes a table itself, and
+//! `KeyTable` never lets it (every insert checks that room is left first), so bucket
+//! positions are stable within one `generation`: SCAN, active expiry and GC cursors are
+//! bucket indices in the combined space (`old`'s buckets, then `main`'s), and SCAN maps a
+//! cursor across the start and end of a rehash (`scan_resume`).
+
+use hashbrown::HashTable;
+
+use super::Entry;
+
+/// Entries moved from the old table per insert of a new key. At least one per insert keeps
+/// the new table (sized for twice the live entries) from filling before the old one is
+/// empty; two finish a rehash within half of that room.
+pub const REHASH_STEP_ENTRIES: usize = 2;
+/// Buckets of the old table a step examines at most (empty ones included), so that a step
+/// over a sparse old table stays short. Should a rehash not finish before the new table is
+/// full (an old table mostly of deletion tombstones), the rest moves at once.
+pub const REHASH_STEP_BUCKETS_MAX: usize = 32;
+/// Capacity of the first table a database allocates.
+const CAPACITY_MIN: usize = 3;
+
+/// What a bucket holds: the entry is boxed so that a bucket is one pointer (see `Entry`).
+type Slot = Box<Entry>;
+
+/// An incremental rehash in progress: the table being emptied into `KeyTable::main`.
+#[derive(Debug)]
+struct Rehash {
+    table: HashTable<Slot>,
+    /// Buckets before this index are empty (moved); the next step starts here.
+    next_bucket: usize,
+}
+
+/// The entries of one database (see the module documentation).
+#[derive(Debug)]
+pub struct KeyTable {
+    /// Where new keys go.
+    main: HashTable<Slot>,
+    /// The previous table while its entries move to `main`.
+    // Invariant: a key is in at most one of `main` and `old`; `main` always has room for one
+    // more entry when an insert starts (checked by `make_room`), so hashbrown never grows it.
+    old: Option<Rehash>,
+    /// Counts layout changes: +1 when a rehash starts and +1 when it ends (odd exactly while
+    /// one is in progress), +2 when entries moved some other way (the fallback of
+    /// `finish_now`, or a table allocated for an empty database). A bucket index means the
+    /// same entry as long as the generation is unchanged.
+    generation: u64,
+    /// Bucket count of the old table of the last rehash that ended (for `scan_resume`).
+    last_old_buckets: usize,
+}
+
+impl Default for KeyTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyTable {
+    pub fn new() -> KeyTable {
+        KeyTable {
+            main: HashTable::new(),
+            old: None,
+            generation: 0,
+            last_old_buckets: 0,
+        }
+    }
+
+    /// Entries in both tables.
+    pub fn len(&self) -> usize {
+        self.main.len() + self.old.as_ref().map_or(0, |r| r.table.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_rehashing(&self) -> bool {
+        self.old.is_some()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn get(&self, hash: u64, key: &[u8]) -> Option<&Entry> {
+        let eq = |e: &Slot| &*e.key == key;
+        match self.main.find(hash, eq) {
+            Some(e) => Some(&**e),
+            None => self.old.as_ref()?.table.find(hash, eq).map(|e| &**e),
+        }
+    }
+
+    pub fn get_mut(&mut self, hash: u64, key: &[u8]) -> Option<&mut Entry> {
+        let eq = |e: &Slot| &*e.key == key;
+        if let Some(e) = self.main.find_mut(hash, eq) {
+            return Some(&mut **e);
+        }
+        self.old
+            .as_mut()?
+            .table
+            .find_mut(hash, eq)
+            .map(|e| &mut **e)
+    }
+
+    /// The entry for `key`, inserted from `make` when absent (a key still in the old table is
+    /// used where it is). `hash_of` hashes a stored key as `hash` was computed.
+    pub fn get_or_insert(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        make: impl FnOnce() -> Box<Entry>,
+        hash_of: &impl Fn(&[u8]) -> u64,
+    ) -> &mut Entry {
+        let eq = |e: &Slot| &*e.key == key;
+        let in_old = self
+            .old
+            .as_ref()
+            .and_then(|r| r.table.find_bucket_index(hash, eq));
+        if in_old.is_none() && self.main.find(hash, eq).is_none() {
+            self.rehash_step(REHASH_STEP_ENTRIES, REHASH_STEP_BUCKETS_MAX, hash_of);
+            self.make_room(hash_of);
+        }
+        if let (Some(index), Some(r)) = (in_old, self.old.as_mut()) {
+            if let Some(e) = r.table.get_bucket_mut(index) {
+                return e;
+            }
+        }
+        let rehash = |e: &Slot| hash_of(&e.key);
+        self.main
+            .entry(hash, eq, rehash)
+            .or_insert_with(make)
+            .into_mut()
+    }
+
+    /// Inserts `entry` unless its key is present. Returns whether it was inserted.
+    pub fn insert_new(
+        &mut self,
+        hash: u64,
+        entry: Box<Entry>,
+        hash_of: &impl Fn(&[u8]) -> u64,
+    ) -> bool {
+        if self.get(hash, &entry.key).is_some() {
+            return false;
+        }
+        self.rehash_step(REHASH_STEP_ENTRIES, REHASH_STEP_BUCKETS_MAX, hash_of);
+        self.make_room(hash_of);
+        let rehash = |e: &Slot| hash_of(&e.key);
+        self.main.insert_unique(hash, entry, rehash);
+        true
+    }
+
+    /// Removes the entry for `key`. Returns whether there was one.
+    pub fn remove(&mut self, hash: u64, key: &[u8]) -> bool {
+        let eq = |e: &Slot| &*e.key == key;
+        if let Ok(occupied) = self.main.find_entry(hash, eq) {
+            occupied.remove();
+            return true;
+        }
+        match self.old.as_mut().map(|r| r.table.find_entry(hash, eq)) {
+            Some(Ok(occupied)) => {
+                occupied.remove();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Every entry, the old table's first.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.old
+            .iter()
+            .flat_map(|r| r.table.iter())
+            .chain(self.main.iter())
+            .map(|e| &**e)
+    }
+
+    /// Buckets in the combined index space: the old table's, then the main table's.
+    pub fn num_buckets(&self) -> usize {
+        self.old_buckets() + self.main.num_buckets()
+    }
+
+    fn old_buckets(&self) -> usize {
+        self.old.as_ref().map_or(0, |r| r.table.num_buckets())
+    }
+
+    /// The entry in combined bucket `index`, if that bucket is full.
+    pub fn get_bucket(&self, index: usize) -> Option<&Entry> {
+        let n_old = self.old_buckets();
+        match (&self.old, index.checked_sub(n_old)) {
+            (_, Some(i)) => self.main.get_bucket(i).map(|e| &**e),
+            (Some(r), None) => r.table.get_bucket(index).map(|e| &**e),
+            (None, None) => None,
+        }
+    }
+
+    pub fn get_bucket_mut(&mut self, index: usize) -> Option<&mut Entry> {
+        let n_old = self.old_buckets();
+        match (&mut self.old, index.checked_sub(n_old)) {
+            (_, Some(i)) => self.main.get_bucket_mut(i).map(|e| &mut **e),
+            (Some(r), None) => r.table.get_bucket_mut(index).map(|e| &mut **e),
+            (None, None) => None,
+        }
+    }
+
+    /// Removes the entry in combined bucket `index`. Returns whether there was one.
+    pub fn remove_bucket(&mut self, index: usize) -> bool {
+        let n_old = self.old_buckets();
+        let occupied = match (&mut self.old, index.checked_sub(n_old)) {
+            (_, Some(i)) => self.main.get_bucket_entry(i).ok(),
+            (Some(r), None) => r.table.get_bucket_entry(index).ok(),
+            (None, None) => None,
+        };
+        occupied.map(|o| o.remove()).is_some()
+    }
+
+    /// Where a SCAN cursor issued at `generation` (compared modulo `generation_mask + 1`)
+    /// for combined bucket `index` resumes. `Ok`: the bucket where the same entries are now.
+    /// `Err`: the layout changed so that the index no longer says which entries were visited
+    /// (the scan must restart to miss none); the value is a bucket about as far through the
+    /// table as the cursor was, for a scan that may not restart again.
+    /// - Same generation: the same bucket.
+    /// - A rehash started since: the cursor's table is now the old table, first in the
+    ///   combined space, and what moves out of its unvisited buckets goes to the main table,
+    ///   which comes after: the same index.
+    /// - A rehash ended since and the cursor was in its main table: that table alone now.
+    /// - A rehash ended since and the cursor was in its old table: everything moved to the
+    ///   main table, where the visited part cannot be told apart.
+    pub fn scan_resume(
+        &self,
+        generation: u64,
+        index: usize,
+        generation_mask: u64,
+    ) -> Result<usize, usize> {
+        let n = self.num_buckets();
+        let since = self.generation.wrapping_sub(generation) & generation_mask;
+        let resumed = match since {
+            0 => Ok(index),
+            1 if self.is_rehashing() => Ok(index),
+            1 => match index.checked_sub(self.last_old_buckets) {
+                Some(i) => Ok(i),
+                // The main table has twice the old one's buckets, or about as many.
+                None => Err(index.saturating_mul(n) / self.last_old_buckets.max(1)),
+            },
+            _ => Err(index),
+        };
+        match resumed {
+            Ok(i) if i < n => Ok(i),
+            Ok(i) | Err(i) => Err(i.min(n)),
+        }
+    }
+
+    /// Moves entries for up to `entries_max` entries moved in total (the shard's idle cycle
+    /// calls this with a time budget checked between calls). Returns whether a rehash is
+    /// still in progress.
+    pub fn rehash_for(&mut self, entries_max: usize, hash_of: &impl Fn(&[u8]) -> u64) -> bool {
+        self.rehash_step(entries_max, entries_max.saturating_mul(16), hash_of);
+        self.is_rehashing()
+    }
+
+    /// Ensures the main table has room for one more entry without hashbrown growing it:
+    /// when it is full, starts a rehash into a table sized for twice the live entries (after
+    /// moving what is left of a previous rehash at once, the fallback that should not occur).
+    fn make_room(&mut self, hash_of: &impl Fn(&[u8]) -> u64) {
+        if self.main.len() < self.main.capacity() {
+            return;
+        }
+        if self.old.is_some() {
+            self.finish_now(hash_of);
+            if self.main.len() < self.main.capacity() {
+                return;
+            }
+        }
+        let live = self.main.len();
+        // A full table of 2^k buckets holds 7/8 * 2^k entries: twice that is exactly the
+        // capacity of 2^(k+1) buckets. A table full mostly of deletion tombstones gets fewer
+        // buckets than before (hashbrown would rehash it in place, all at once).
+        let grown = HashTable::with_capacity(live.saturating_mul(2).max(CAPACITY_MIN));
+        let old = std::mem::replace(&mut self.main, grown);
+        if live == 0 {
+            // Nothing to move: no rehash, only a new layout.
+            self.generation = self.generation.wrapping_add(2);
+            return;
+        }
+        self.old = Some(Rehash {
+            table: old,
+            next_bucket: 0,
+        });
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// Moves up to `entries_max` entries from the old table, examining at most `buckets_max`
+    /// of its buckets, and ends the rehash when the old table is empty.
+    fn rehash_step(
+        &mut self,
+        entries_max: usize,
+        buckets_max: usize,
+        hash_of: &impl Fn(&[u8]) -> u64,
+    ) {
+        let Some(r) = self.old.as_mut() else {
+            return;
+        };
+        let n = r.table.num_buckets();
+        // Moves stop where the main table is full: hashbrown must never grow it here (that
+        // would move its entries under SCAN cursors); `make_room` then finishes the rehash.
+        let room = self.main.capacity().saturating_sub(self.main.len());
+        let entries_max = entries_max.min(room);
+        let (mut moved, mut examined) = (0, 0);
+        while r.next_bucket < n && moved < entries_max && examined < buckets_max {
+            if let Ok(occupied) = r.table.get_bucket_entry(r.next_bucket) {
+                let (e, _) = occupied.remove();
+                let hash = hash_of(&e.key);
+                self.main.insert_unique(hash, e, |e: &Slot| hash_of(&e.key));
+                moved += 1;
+            }
+            r.next_bucket += 1;
+            examined += 1;
+        }
+        if r.table.is_empty() || r.next_bucket >= n {
+            self.last_old_buckets = n;
+            self.old = None;
+            self.generation = self.generation.wrapping_add(1);
+        }
+    }
+
+    /// Moves everything left in the old table at once, letting hashbrown grow the main table
+    /// as needed: a new layout for the main table too, so SCAN cursors restart.
+    fn finish_now(&mut self, hash_of: &impl Fn(&[u8]) -> u64) {
+        let Some(r) = self.old.take() else {
+            return;
+        };
+        let rehash = |e: &Slot| hash_of(&e.key);
+        self.main.reserve(r.table.len().saturating_add(1), rehash);
+        for e in r.table {
+            let hash = hash_of(&e.key);
+            self.main.insert_unique(hash, e, rehash);
+        }
+        self.last_old_buckets = 0;
+        // +2 for the main table's new layout, +1 for the end of the rehash.
+        self.generation = self.generation.wrapping_add(3);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_crdt::KeyState;
+
+    struct Fixture {
+        table: KeyTable,
+        hasher: ahash::RandomState,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                table: KeyTable::new(),
+                hasher: ahash::RandomState::new(),
+            }
+        }
+
+        fn hash(&self, key: &[u8]) -> u64 {
+            self.hasher.hash_one(key)
+        }
+
+        fn insert(&mut self, key: &[u8]) {
+            let hash = self.hash(key);
+            let hasher = &self.hasher;
+            let e = self.table.get_or_insert(
+                hash,
+                key,
+                || Entry::boxed(key, KeyState::new(), 0),
+                &|k| hasher.hash_one(k),
+            );
+            e.lru_s += 1;
+        }
+
+        fn lru(&self, key: &[u8]) -> Option<u32> {
+            self.table.get(self.hash(key), key).map(|e| e.lru_s)
+        }
+
+        fn remove(&mut self, key: &[u8]) -> bool {
+            let hash = self.hash(key);
+            self.table.remove(hash, key)
+        }
+
+        fn old_len(&self) -> usize {
+            self.table.old.as_ref().map_or(0, |r| r.table.len())
+        }
+    }
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("key:{i}").into_bytes()
+    }
+
+    /// Growth moves at most `REHASH_STEP_ENTRIES` per insert, every key stays findable
+    /// through it, and each rehash ends before the new table is full (the generation moves
+    /// by 1 at a start and at an end, never by the fallback's 3).
+    #[test]
+    fn growth_is_incremental_and_never_falls_back() {
+        let mut f = Fixture::new();
+        let mut rehashes = 0;
+        for i in 0..20_000u64 {
+            let (gen_before, old_before) = (f.table.generation(), f.old_len());
+            let rehashing_before = f.table.is_rehashing();
+            f.insert(&key(i));
+            let delta = f.table.generation().wrapping_sub(gen_before);
+            assert!(delta <= 2, "insert {i}: generation moved by {delta}");
+            if delta == 2 {
+                assert_eq!(
+                    i, 0,
+                    "only the first allocation changes layout without a rehash"
+                );
+            }
+            if rehashing_before && f.table.is_rehashing() {
+                assert!(
+                    old_before - f.old_len() <= REHASH_STEP_ENTRIES,
+                    "insert {i}"
+                );
+            }
+            if !rehashing_before && f.table.is_rehashing() {
+                rehashes += 1;
+                assert!(f.old_len() > 0);
+            }
+            assert_eq!(f.table.len(), i as usize + 1);
+            // A key inserted before and the newest are found (in whichever table).
+            assert_eq!(f.lru(&key(i / 2)), Some(1), "insert {i}");
+            assert_eq!(f.lru(&key(i)), Some(1), "insert {i}");
+        }
+        assert!(rehashes >= 10, "{rehashes} rehashes for 20,000 keys");
+        for i in 0..20_000u64 {
+            assert_eq!(f.lru(&key(i)), Some(1));
+        }
+        assert_eq!(f.table.iter().count(), 20_000);
+    }
+
+    /// A key still in the old table is updated where it is, never inserted twice, and
+    /// removal finds a key in either table.
+    #[test]
+    fn keys_in_the_old_table_are_updated_and_removed_in_place() {
+        let mut f = Fixture::new();
+        let mut i = 0;
+        while !f.table.is_rehashing() {
+            f.insert(&key(i));
+            i += 1;
+        }
+        let n = i;
+        // The last bucket of the old table moves last: find a key there.
+        let in_old: Vec<u64> = (0..n)
+            .filter(|&k| {
+                let kk = key(k);
+                f.table
+                    .main
+                    .find(f.hash(&kk), |e| *e.key == kk[..])
+                    .is_none()
+            })
+            .collect();
+        assert!(!in_old.is_empty());
+        let k = in_old[in_old.len() - 1];
+        f.insert(&key(k));
+        assert_eq!(f.lru(&key(k)), Some(2));
+        assert_eq!(f.table.len(), n as usize);
+        let victim = in_old[in_old.len() - 2];
+        assert!(f.remove(&key(victim)));
+        assert!(!f.remove(&key(victim)));
+        assert_eq!(f.lru(&key(victim)), None);
+        assert!(f.remove(&key(n - 1)), "a key in the main table");
+        assert_eq!(f.table.len(), n as usize - 2);
+        let hasher = f.hasher.clone();
+        while f.table.rehash_for(7, &|k: &[u8]| hasher.hash_one(k)) {}
+        assert_eq!(f.table.len(), n as usize - 2);
+        assert_eq!(f.lru(&key(k)), Some(2));
+        assert_eq!(f.table.generation() % 2, 0);
+    }
+
+    /// Bucket indices address the old table first, then the main one, and reach every entry.
+    #[test]
+    fn combined_buckets_reach_every_entry_once() {
+        let mut f = Fixture::new();
+        let mut i = 0;
+        while !f.table.is_rehashing() {
+            f.insert(&key(i));
+            i += 1;
+        }
+        for _ in 0..5 {
+            f.insert(&key(i));
+            i += 1;
+        }
+        assert!(f.table.is_rehashing());
+        let mut seen: Vec<Vec<u8>> = (0..f.table.num_buckets())
+            .filter_map(|b| f.table.get_bucket(b).map(|e| e.key.to_vec()))
+            .collect();
+        seen.sort();
+        let mut all: Vec<Vec<u8>> = (0..i).map(key).collect();
+        all.sort();
+        assert_eq!(seen, all);
+        assert!(f.table.get_bucket(f.table.num_buckets()).is_none());
+        // Removing through a bucket index works in both parts.
+        let first_old = (0..f.table.old_buckets())
+            .find(|&b| f.table.get_bucket(b).is_some())
+            .expect("an entry in the old table");
+        let first_main = (f.table.old_buckets()..f.table.num_buckets())
+            .find(|&b| f.table.get_bucket(b).is_some())
+            .expect("an entry in the main table");
+        assert!(f.table.remove_bucket(first_old));
+        assert!(!f.table.remove_bucket(first_old));
+        assert!(f.table.get_bucket_mut(first_main).is_some());
+        assert!(f.table.remove_bucket(first_main));
+        assert_eq!(f.table.len(), i as usize - 2);
+    }
+
+    /// The fallback: should the main table fill while the old one still holds entries, the
+    /// rest moves at once and the layout change restarts SCAN cursors.
+    #[test]
+    fn a_full_main_table_during_a_rehash_finishes_it_at_once() {
+        let mut f = Fixture::new();
+        let mut i = 0;
+        while !f.table.is_rehashing() {
+            f.insert(&key(i));
+            i += 1;
+        }
+        let started = f.table.generation();
+        // Fill the main table behind the steps' back.
+        let hasher = f.hasher.clone();
+        while f.table.main.len() < f.table.main.capacity() {
+            let k = key(i);
+            let e = Entry::boxed(&k, KeyState::new(), 1);
+            f.table
+                .main
+                .insert_unique(f.hash(&k), e, |e| hasher.hash_one(&e.key));
+            i += 1;
+        }
+        assert!(f.old_len() > 0);
+        f.insert(&key(i));
+        i += 1;
+        assert_eq!(f.table.len(), i as usize);
+        for k in 0..i {
+            assert!(f.lru(&key(k)).is_some(), "key {k}");
+        }
+        // +3: the main table's new layout and the end of the rehash; the room reserved for
+        // the old table's entries leaves room for the insert.
+        assert_eq!(f.table.generation(), started + 3);
+        assert!(!f.table.is_rehashing());
+        let cursor_generation = started & 0xff;
+        assert!(f.table.scan_resume(cursor_generation, 3, 0xff).is_err());
+    }
+
+    /// A scan by `scan_resume` over a table growing and shrinking under it returns every key
+    /// present throughout (the SCAN guarantee across rehashes).
+    #[test]
+    fn a_scan_across_rehashes_misses_no_key_present_throughout() {
+        let mask = 0x1_ffff;
+        for seed in 1..=20u64 {
+            let mut f = Fixture::new();
+            let mut rng = seed;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            // Start a few keys short of a full table, so that the scan sees a rehash start
+            // and end.
+            let mut base = 0;
+            while base < 100 + next() % 2000
+                || f.table.is_rehashing()
+                || f.table.main.capacity() - f.table.main.len() > 10
+            {
+                f.insert(&key(base));
+                base += 1;
+            }
+            let mut seen = std::collections::HashSet::new();
+            let (mut generation, mut idx) = (f.table.generation(), 0usize);
+            let mut added = 1_000_000u64;
+            let mut calls = 0;
+            let mut rehash_seen = false;
+            let mut restarts = 0;
+            loop {
+                let mut at = match f.table.scan_resume(generation, idx, mask) {
+                    Ok(i) => i,
+                    Err(_) => {
+                        restarts += 1;
+                        0
+                    }
+                };
+                let n = f.table.num_buckets();
+                let visits = 1 + (next() % 40) as usize;
+                let end = at.saturating_add(visits).min(n);
+                while at < end {
+                    if let Some(e) = f.table.get_bucket(at) {
+                        seen.insert(e.key.to_vec());
+                    }
+                    at += 1;
+                }
+                if at >= n {
+                    break;
+                }
+                (generation, idx) = (f.table.generation() & mask, at);
+                // Writes between calls: new keys (growth), removals of added keys, and
+                // sometimes an idle cycle's worth of rehash.
+                for _ in 0..next() % 6 {
+                    f.insert(&key(added));
+                    added += 1;
+                }
+                for _ in 0..next() % 5 {
+                    let victim = 1_000_000 + next() % (added - 1_000_000 + 1);
+                    f.remove(&key(victim));
+                }
+                if next() % 4 == 0 {
+                    let hasher = f.hasher.clone();
+                    f.table.rehash_for(64, &|k: &[u8]| hasher.hash_one(k));
+                }
+                rehash_seen |= f.table.is_rehashing();
+                calls += 1;
+                assert!(calls < 100_000, "seed {seed}: the scan does not end");
+            }
+            assert!(rehash_seen, "seed {seed}: no rehash during the scan");
+            assert!(restarts < 3, "seed {seed}: {restarts} restarts");
+            for i in 0..base {
+                assert!(seen.contains(&key(i)), "seed {seed}: key {i} missed");
+            }
+        }
+    }
+}
