@@ -11,7 +11,7 @@ use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
 use crate::shard::Shard;
 
 mod table;
-pub use table::{KeyTable, REHASH_STEP_BUCKETS_MAX, REHASH_STEP_ENTRIES};
+pub use table::{KeyTable, Mark, REHASH_STEP_BUCKETS_MAX, REHASH_STEP_ENTRIES};
 
 /// One key: its name and CRDT state, in one allocation the table points to.
 ///
@@ -399,6 +399,7 @@ impl Shard {
         let mut remove = false;
         let mut now_empty = false;
         let mut meta_change = (false, false);
+        let mut ttl_gained = false;
         if let Some(e) = d.get_mut(hash, key) {
             e.lru_s = lru;
             // With no peers every write is causally stable at once: drop removal metadata now,
@@ -414,10 +415,19 @@ impl Shard {
             }
             let has_ttl = !remove && e.state.expire_at_ms().is_some();
             match (had_ttl, has_ttl) {
-                (false, true) => d.expires += 1,
+                (false, true) => {
+                    d.expires += 1;
+                    ttl_gained = true;
+                }
                 (true, false) => d.expires = d.expires.saturating_sub(1),
                 _ => {}
             }
+        }
+        if ttl_gained {
+            d.table.mark(hash, key, Mark::Ttl);
+        }
+        if meta_change == (false, true) {
+            d.table.mark(hash, key, Mark::Metadata);
         }
         match (was_empty, now_empty) {
             (false, true) => d.empty += 1,
@@ -510,8 +520,9 @@ impl Shard {
         n
     }
 
-    /// One active expiry cycle over `db`: examines buckets from the saved cursor, expiring
-    /// what has passed, until `buckets_max` buckets were examined or the end of the table.
+    /// One active expiry cycle over `db`: examines the TTL marks of buckets from the saved
+    /// cursor, expiring what has passed, until `buckets_max` buckets were examined or the end
+    /// of the table.
     /// Returns the number of keys expired.
     pub fn active_expire_db(&mut self, db: usize, now_ms: u64, buckets_max: usize) -> usize {
         let (start, n_buckets) = match self.dbs.get(db) {
@@ -521,17 +532,23 @@ impl Shard {
         let start = if start >= n_buckets { 0 } else { start };
         let end = start.saturating_add(buckets_max).min(n_buckets);
         let mut due: Vec<SmallBytes> = Vec::new();
-        if let Some(d) = self.dbs.get(db) {
-            for i in start..end {
-                if let Some(e) = d.table.get_bucket(i) {
-                    if e.state.expire_at_ms().is_some_and(|at| at <= now_ms) && !e.state.is_empty()
-                    {
-                        due.push(e.key.clone());
-                    }
-                }
-            }
-        }
         if let Some(d) = self.dbs.get_mut(db) {
+            // Only buckets marked as holding a TTL are read (`Mark::Ttl`); a stale mark is
+            // cleared on the way.
+            let mut i = start;
+            while let Some(b) = d.table.next_marked(Mark::Ttl, i, end) {
+                match d.table.get_bucket(b) {
+                    Some(e) if e.state.expire_at_ms().is_some() => {
+                        if e.state.expire_at_ms().is_some_and(|at| at <= now_ms)
+                            && !e.state.is_empty()
+                        {
+                            due.push(e.key.clone());
+                        }
+                    }
+                    _ => d.table.unmark(b, Mark::Ttl),
+                }
+                i = b + 1;
+            }
             d.expire_cursor = if end >= n_buckets { 0 } else { end };
         }
         let mut expired = 0;

@@ -16,6 +16,8 @@ use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 use super::args::{eq_ic, glob_match, int_arg, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+#[cfg(test)]
+use crate::keyspace::Mark;
 use crate::keyspace::{Entry, KeyTable, lru_clock};
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -974,6 +976,44 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    /// Active expiry reads only buckets marked as holding a TTL, and finds every key given a
+    /// TTL while the table grew (rehashes moved the marks with the entries).
+    #[test]
+    fn active_expiry_finds_every_ttl_through_growth() {
+        let (mut shard, mut client) = setup();
+        for i in 0..4_000 {
+            let k = format!("k{i}");
+            run(&mut shard, &mut client, &["SET", &k, "v"]);
+            if i % 3 == 0 {
+                assert_eq!(
+                    run(&mut shard, &mut client, &["PEXPIRE", &k, "50"]),
+                    ":1\r\n"
+                );
+            }
+        }
+        assert_eq!(shard.dbs[0].table.unmarked_entry(), None);
+        assert_eq!(shard.dbs[0].expires, 1_334);
+        // Nothing due yet: no key expires, every mark stays.
+        let n = shard.dbs[0].table.num_buckets();
+        assert_eq!(shard.active_expire_db(0, NOW, n), 0);
+        let marked = |shard: &Shard| {
+            let t = &shard.dbs[0].table;
+            (0..t.num_buckets())
+                .filter(|&b| t.is_marked(b, Mark::Ttl))
+                .count()
+        };
+        assert!(marked(&shard) >= 1_334);
+        let mut expired = 0;
+        for _ in 0..8 {
+            let n = shard.dbs[0].table.num_buckets();
+            expired += shard.active_expire_db(0, NOW + 100, n / 4 + 1);
+        }
+        assert_eq!(expired, 1_334);
+        assert_eq!(shard.dbs[0].expires, 0);
+        assert_eq!(shard.dbs[0].len(), 2_666);
+        assert_eq!(marked(&shard), 0, "a full pass clears every stale mark");
     }
 
     #[test]

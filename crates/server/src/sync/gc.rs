@@ -2,6 +2,7 @@
 
 use meridian_crdt::{Stamp, VersionVector};
 
+use crate::keyspace::Mark;
 use crate::shard::Shard;
 
 /// Buckets examined per GC step (a pass over a large table spans several steps).
@@ -105,13 +106,23 @@ impl Shard {
         if let Some(d) = self.dbs.get_mut(db) {
             let n = d.table.num_buckets();
             let end = bucket.saturating_add(buckets_max).min(n);
-            for i in bucket..end {
-                if !d.table.get_bucket(i).is_some_and(|e| e.meta) {
+            // Only buckets marked as holding metadata are read (`Mark::Metadata`); a stale
+            // mark is cleared on the way.
+            let mut i = bucket;
+            while let Some(b) = d.table.next_marked(Mark::Metadata, i, end) {
+                i = b + 1;
+                if !d.table.get_bucket(b).is_some_and(|e| e.meta) {
+                    d.table.unmark(b, Mark::Metadata);
                     continue;
                 }
                 let before = d.table.len();
-                if d.collect_bucket(i, &stable) == Some(false) {
-                    collected += 1;
+                match d.collect_bucket(b, &stable) {
+                    Some(false) => {
+                        collected += 1;
+                        d.table.unmark(b, Mark::Metadata);
+                    }
+                    Some(true) => {}
+                    None => d.table.unmark(b, Mark::Metadata),
                 }
                 dropped += (before - d.table.len().min(before)) as u64;
             }
@@ -195,6 +206,7 @@ mod tests {
                 n += usize::from(e.meta);
             }
             assert_eq!(d.meta_keys, n, "db {i}");
+            assert_eq!(d.table.unmarked_entry(), None, "db {i}");
         }
     }
 
@@ -273,6 +285,40 @@ mod tests {
         }
         assert_meta_counted(&s);
         assert_eq!(s.sync.gc.pending_keys, 0);
+    }
+
+    /// Keys gaining metadata while the table grows (rehashes in progress) are all found by
+    /// the marks: GC collects every one of them, and a pass reads only marked buckets.
+    #[test]
+    fn metadata_written_across_rehashes_is_all_collected() {
+        let mut s = shard_with_peer();
+        for i in 0..3_000 {
+            run(&mut s, 0, &["SET", &format!("k{i}"), "v"]);
+            if i % 2 == 0 {
+                run(&mut s, 0, &["SET", &format!("k{}", i / 2), "w"]);
+            }
+            if i % 500 == 0 {
+                assert_meta_counted(&s);
+            }
+        }
+        assert_meta_counted(&s);
+        let pending = s.dbs[0].meta_keys;
+        assert!(pending > 500, "{pending} keys with metadata");
+        ack_all(&mut s);
+        for _ in 0..64 {
+            s.gc_step(2_000, GC_STEP_BUCKETS_MAX);
+            if s.sync.gc.pending_keys == 0 {
+                break;
+            }
+        }
+        assert_eq!(s.dbs[0].meta_keys, 0);
+        assert_eq!(s.sync.gc.collected_keys as usize, pending);
+        assert_eq!(
+            s.dbs[0].table.next_marked(Mark::Metadata, 0, usize::MAX),
+            None,
+            "marks cleared"
+        );
+        assert_meta_counted(&s);
     }
 
     #[test]
