@@ -11,7 +11,7 @@ use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
 use crate::shard::Shard;
 
 mod table;
-pub use table::{KeyTable, Mark, REHASH_STEP_BUCKETS_MAX, REHASH_STEP_ENTRIES};
+pub use table::{KeyTable, Mark};
 
 /// One key: its name and CRDT state, in one allocation the table points to.
 ///
@@ -327,17 +327,9 @@ impl Shard {
         effect: &Effect<B>,
     ) -> Applied {
         let lru = lru_clock(now_ms);
-        let Some(d) = self.dbs.get_mut(db) else {
+        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key, lru) else {
             return Applied::default();
         };
-        let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
-        let hasher = &self.hasher;
-        let entry = d.table.get_or_insert(
-            hash,
-            key,
-            || Entry::boxed(key, KeyState::new(), lru),
-            &|k| hasher.hash_one(k),
-        );
         let had_ttl = entry.state.expire_at_ms().is_some();
         let applied = entry.state.apply(stamp, effect);
         self.settle(db, hash, key, had_ttl, was_empty, lru);
@@ -361,9 +353,27 @@ impl Shard {
         self.log_merged_state(db, key, state, floor);
         let hash = self.hash_key(key);
         let lru = lru_clock(now_ms);
-        let Some(d) = self.dbs.get_mut(db) else {
+        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key, lru) else {
             return;
         };
+        let had_ttl = entry.state.expire_at_ms().is_some();
+        let applied = entry.state.merge_with_floor(state, floor);
+        if applied.type_conflict {
+            self.stats.type_conflicts += 1;
+        }
+        self.settle(db, hash, key, had_ttl, was_empty, lru);
+    }
+
+    /// The entry a write to `key` changes, created empty when absent, and whether it held
+    /// only removal metadata before (`None`: no such database).
+    fn entry_for_write(
+        &mut self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        lru: u32,
+    ) -> Option<(&mut Entry, bool)> {
+        let d = self.dbs.get_mut(db)?;
         let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
         let entry = d.table.get_or_insert(
@@ -372,12 +382,7 @@ impl Shard {
             || Entry::boxed(key, KeyState::new(), lru),
             &|k| hasher.hash_one(k),
         );
-        let had_ttl = entry.state.expire_at_ms().is_some();
-        let applied = entry.state.merge_with_floor(state, floor);
-        if applied.type_conflict {
-            self.stats.type_conflicts += 1;
-        }
-        self.settle(db, hash, key, had_ttl, was_empty, lru);
+        Some((entry, was_empty))
     }
 
     /// What follows every change of a key's state: LRU clock, metadata collection when the

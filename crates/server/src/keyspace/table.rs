@@ -452,9 +452,9 @@ impl KeyTable {
         }
     }
 
-    /// Moves entries for up to `entries_max` entries moved in total (the shard's idle cycle
-    /// calls this with a time budget checked between calls). Returns whether a rehash is
-    /// still in progress.
+    /// Moves up to `entries_max` entries of a rehash in progress (the periodic cycle calls
+    /// this in batches until its time budget is spent). Returns whether the rehash is still
+    /// in progress.
     pub fn rehash_for(&mut self, entries_max: usize, hash_of: &impl Fn(&[u8]) -> u64) -> bool {
         self.rehash_step(entries_max, entries_max.saturating_mul(16), hash_of);
         self.is_rehashing()
@@ -605,6 +605,16 @@ mod tests {
             self.table.remove(hash, key)
         }
 
+        /// Inserts `key(0)`, `key(1)`... until a rehash starts. Returns how many.
+        fn fill_until_rehashing(&mut self) -> u64 {
+            let mut i = 0;
+            while !self.table.is_rehashing() {
+                self.insert(&key(i));
+                i += 1;
+            }
+            i
+        }
+
         fn old_len(&self) -> usize {
             self.table.old.as_ref().map_or(0, |r| r.table.len())
         }
@@ -724,11 +734,7 @@ mod tests {
     #[test]
     fn keys_in_the_old_table_are_updated_and_removed_in_place() {
         let mut f = Fixture::new();
-        let mut i = 0;
-        while !f.table.is_rehashing() {
-            f.insert(&key(i));
-            i += 1;
-        }
+        let i = f.fill_until_rehashing();
         let n = i;
         // The last bucket of the old table moves last: find a key there.
         let in_old: Vec<u64> = (0..n)
@@ -789,11 +795,7 @@ mod tests {
     #[test]
     fn combined_buckets_reach_every_entry_once() {
         let mut f = Fixture::new();
-        let mut i = 0;
-        while !f.table.is_rehashing() {
-            f.insert(&key(i));
-            i += 1;
-        }
+        let mut i = f.fill_until_rehashing();
         for _ in 0..5 {
             f.insert(&key(i));
             i += 1;
@@ -826,11 +828,7 @@ mod tests {
     #[test]
     fn a_full_main_table_during_a_rehash_finishes_it_at_once() {
         let mut f = Fixture::new();
-        let mut i = 0;
-        while !f.table.is_rehashing() {
-            f.insert(&key(i));
-            i += 1;
-        }
+        let mut i = f.fill_until_rehashing();
         let started = f.table.generation();
         // Fill the main table behind the steps' back.
         let hasher = f.hasher.clone();
