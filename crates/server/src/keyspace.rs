@@ -405,7 +405,9 @@ impl Shard {
         let mut now_empty = false;
         let mut meta_change = (false, false);
         let mut ttl_gained = false;
-        if let Some(e) = d.get_mut(hash, key) {
+        // One probe: the bucket index serves the update, the marks and the removal.
+        let index = d.table.find_index(hash, key);
+        if let Some(e) = index.and_then(|i| d.table.get_bucket_mut(i)) {
             e.lru_s = lru;
             // With no peers every write is causally stable at once: drop removal metadata now,
             // so a single site keeps neither tombstones nor removal contexts.
@@ -428,11 +430,13 @@ impl Shard {
                 _ => {}
             }
         }
-        if ttl_gained {
-            d.table.mark(hash, key, Mark::Ttl);
-        }
-        if meta_change == (false, true) {
-            d.table.mark(hash, key, Mark::Metadata);
+        if let Some(i) = index {
+            if ttl_gained {
+                d.table.mark(i, Mark::Ttl);
+            }
+            if meta_change == (false, true) {
+                d.table.mark(i, Mark::Metadata);
+            }
         }
         match (was_empty, now_empty) {
             (false, true) => d.empty += 1,
@@ -440,8 +444,8 @@ impl Shard {
             _ => {}
         }
         d.count_meta(meta_change);
-        if remove {
-            d.table.remove(hash, key);
+        if let (true, Some(i)) = (remove, index) {
+            d.table.remove_bucket(i);
         }
         self.stats.dirty += 1;
         self.touch_watched(db, key);
