@@ -314,8 +314,25 @@ pub struct Raw {
 
 impl Raw {
     pub fn connect(port: u16) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", port))
-            .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
+        // A reset of a connection that has sent nothing is retried a few times: on a loaded
+        // machine the kernel itself sometimes resets a loopback handshake (seen once in CI,
+        // ECONNRESET from connect() while the server was up and accepting). Any other error,
+        // or a reset every time, still fails the test.
+        const RESET_RETRIES_MAX: u32 = 5;
+        let mut resets = 0;
+        let stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => break stream,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::ConnectionReset
+                        && resets < RESET_RETRIES_MAX =>
+                {
+                    resets += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("connect 127.0.0.1:{port}: {e} (after {resets} resets)"),
+            }
+        };
         let _ = stream.set_nodelay(true);
         stream
             .set_read_timeout(Some(READ_TIMEOUT))
