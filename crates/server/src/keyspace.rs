@@ -56,6 +56,10 @@ pub struct Db {
     pub expires: usize,
     /// Bucket index where the next active expiry cycle resumes.
     pub expire_cursor: usize,
+    /// Estimated mean remaining TTL of the keys with one, in ms (`INFO keyspace` `avg_ttl`):
+    /// a running average of the TTLs active expiry reads, each cycle's mean weighted 2%, as
+    /// Redis estimates it. 0 while no key has a TTL.
+    pub avg_ttl_ms: u64,
     /// Entries holding only removal metadata (a deleted key kept until its removal is causally
     /// stable): in the table, but not keys to clients.
     // Invariant: equals the number of entries whose state `is_empty()`.
@@ -68,12 +72,22 @@ pub struct Db {
     pub meta_keys: usize,
 }
 
+/// Folds one expiry cycle's mean TTL (`sum_ms / samples`, `samples > 0`) into the running
+/// estimate with a weight of 2%, the first cycle's mean taken whole (Redis's
+/// `activeExpireCycle` arithmetic, so `INFO keyspace` moves the way Redis's does).
+fn running_avg_ttl(prev_ms: u64, sum_ms: u128, samples: u64) -> u64 {
+    let mean = u64::try_from(sum_ms / u128::from(samples.max(1))).unwrap_or(u64::MAX);
+    let prev = if prev_ms == 0 { mean } else { prev_ms };
+    (prev / 50) * 49 + mean / 50
+}
+
 impl Db {
     pub fn new() -> Db {
         Db {
             table: KeyTable::new(),
             expires: 0,
             expire_cursor: 0,
+            avg_ttl_ms: 0,
             empty: 0,
             meta_keys: 0,
         }
@@ -526,6 +540,9 @@ impl Shard {
                 n += 1;
             }
         }
+        if let Some(d) = self.dbs.get_mut(db) {
+            d.avg_ttl_ms = 0;
+        }
         n
     }
 
@@ -534,9 +551,13 @@ impl Shard {
     /// of the table.
     /// Returns the number of keys expired.
     pub fn active_expire_db(&mut self, db: usize, now_ms: u64, buckets_max: usize) -> usize {
-        let (start, n_buckets) = match self.dbs.get(db) {
+        let (start, n_buckets) = match self.dbs.get_mut(db) {
             Some(d) if d.expires > 0 => (d.expire_cursor, d.table.num_buckets()),
-            _ => return 0,
+            Some(d) => {
+                d.avg_ttl_ms = 0;
+                return 0;
+            }
+            None => return 0,
         };
         let start = if start >= n_buckets { 0 } else { start };
         let end = start.saturating_add(buckets_max).min(n_buckets);
@@ -545,20 +566,31 @@ impl Shard {
             // Only buckets marked as holding a TTL are read (`Mark::Ttl`); a stale mark is
             // cleared on the way.
             let mut i = start;
+            let (mut ttl_sum_ms, mut ttl_samples) = (0u128, 0u64);
             while let Some(b) = d.table.next_marked(Mark::Ttl, i, end) {
                 match d.table.get_bucket(b) {
-                    Some(e) if e.state.expire_at_ms().is_some() => {
-                        if e.state.expire_at_ms().is_some_and(|at| at <= now_ms)
-                            && !e.state.is_empty()
-                        {
-                            due.push(e.key.clone());
+                    Some(e) => match e.state.expire_at_ms() {
+                        Some(at) if at <= now_ms => {
+                            if !e.state.is_empty() {
+                                due.push(e.key.clone());
+                            }
                         }
-                    }
-                    _ => d.table.unmark(b, Mark::Ttl),
+                        Some(at) => {
+                            if !e.state.is_empty() {
+                                ttl_sum_ms += u128::from(at - now_ms);
+                                ttl_samples += 1;
+                            }
+                        }
+                        None => d.table.unmark(b, Mark::Ttl),
+                    },
+                    None => d.table.unmark(b, Mark::Ttl),
                 }
                 i = b + 1;
             }
             d.expire_cursor = if end >= n_buckets { 0 } else { end };
+            if ttl_samples > 0 {
+                d.avg_ttl_ms = running_avg_ttl(d.avg_ttl_ms, ttl_sum_ms, ttl_samples);
+            }
         }
         let mut expired = 0;
         for k in due {

@@ -1016,6 +1016,40 @@ mod tests {
         assert_eq!(marked(&shard), 0, "a full pass clears every stale mark");
     }
 
+    /// `avg_ttl` follows Redis's estimate: the first cycle's mean whole, then each cycle's
+    /// mean weighted 2%; 0 again once no key has a TTL, and after FLUSHDB.
+    #[test]
+    fn avg_ttl_is_a_running_estimate_of_the_ttls_expiry_reads() {
+        let (mut shard, mut client) = setup();
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 0);
+        for (k, ttl) in [("a", "10000"), ("b", "30000"), ("c", "50000")] {
+            run(&mut shard, &mut client, &["SET", k, "v", "PX", ttl]);
+        }
+        run(&mut shard, &mut client, &["SET", "plain", "v"]);
+        let n = shard.dbs[0].table.num_buckets();
+        shard.active_expire_db(0, NOW, n);
+        // Mean 30000: (30000 / 50) * 49 + 30000 / 50.
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 30_000);
+        // 5 s later the mean is 25000: the estimate moves 2% of the way.
+        shard.active_expire_db(0, NOW + 5_000, n);
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 30_000 / 50 * 49 + 25_000 / 50);
+        let info = run(&mut shard, &mut client, &["INFO", "keyspace"]);
+        assert!(
+            info.contains("db0:keys=4,expires=3,avg_ttl=29900\r\n"),
+            "{info}"
+        );
+        // Once the TTL keys are gone, the estimate is 0 again.
+        run(&mut shard, &mut client, &["PERSIST", "a"]);
+        run(&mut shard, &mut client, &["DEL", "b", "c"]);
+        shard.active_expire_db(0, NOW + 10_000, n);
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 0);
+        run(&mut shard, &mut client, &["PEXPIRE", "a", "1000"]);
+        shard.active_expire_db(0, NOW, n);
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 1_000);
+        run(&mut shard, &mut client, &["FLUSHDB"]);
+        assert_eq!(shard.dbs[0].avg_ttl_ms, 0);
+    }
+
     #[test]
     fn cursor_keeps_its_place_then_restarts_then_goes_on() {
         let (mut shard, mut client) = setup();

@@ -216,9 +216,10 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
             if !db.is_empty() {
                 let _ = write!(
                     out,
-                    "db{i}:keys={},expires={},avg_ttl=0\r\n",
+                    "db{i}:keys={},expires={},avg_ttl={}\r\n",
                     db.len(),
-                    db.expires
+                    db.expires,
+                    db.avg_ttl_ms
                 );
             }
         }
