@@ -526,6 +526,11 @@ fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
 
 /// Delta full sync: the state of every key holding a stamp `peer_delivered` does not cover,
 /// in chunks, one borrow of the shard per chunk. Returns the sequence number it began at.
+///
+/// The keyspace is walked by bucket cursor (`FullSyncCursor`), not from a list of key names
+/// taken at the start: nothing is copied up front, so starting a full sync costs no pause
+/// proportional to the key count, and each borrow visits at most
+/// `FULL_SYNC_CHUNK_BUCKETS_MAX` buckets.
 async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     shard: &ShardRc,
     writer: &mut FrameWriter<W>,
@@ -534,20 +539,9 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
     // the stream sends (or by other origins, whose own links send them).
-    let (seq, keys, collected, retired) = {
+    let (seq, collected, retired) = {
         let s = shard.borrow();
-        let keys: Vec<(usize, meridian_crdt::SmallBytes)> = s
-            .dbs
-            .iter()
-            .enumerate()
-            .flat_map(|(db, d)| d.table.iter().map(move |e| (db, e.key.clone())))
-            .collect();
-        (
-            s.seq,
-            keys,
-            s.sync.collected.clone(),
-            s.sync.retired_delivered(),
-        )
+        (s.seq, s.sync.collected.clone(), s.sync.retired_delivered())
     };
     writer
         .send(
@@ -562,46 +556,48 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         .await?;
     let mut sent = 0u64;
     let mut body = Vec::new();
-    let mut rest = keys.as_slice();
-    let mut chunk_seq;
-    while !rest.is_empty() {
+    let mut cursor = FullSyncCursor::default();
+    loop {
         if closed.get() {
             return Err(SyncError::Refused("link closed during full sync".into()));
         }
         body.clear();
         body.extend_from_slice(&[0u8; 4]);
-        let mut n = 0u32;
-        {
+        let (n, chunk_seq, done) = {
             let s = shard.borrow();
-            while let Some(((db, key), tail)) = rest.split_first() {
+            let mut n = 0u32;
+            let done = cursor.walk(&s, |db, e| {
                 if n as usize >= FULL_SYNC_CHUNK_KEYS || body.len() >= FULL_SYNC_CHUNK_BYTES {
-                    break;
+                    return false;
                 }
-                rest = tail;
-                let hash = s.hash_key(key);
-                let Some(e) = s.dbs.get(*db).and_then(|d| d.get(hash, key)) else {
-                    continue;
-                };
-                if peer_delivered.dominates(&e.state.observed().stamps) {
-                    continue;
+                if !peer_delivered.dominates(&e.state.observed().stamps) {
+                    super::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
+                    n += 1;
                 }
-                super::apply::encode_chunk_entry(&mut body, *db as u16, key, &e.state);
-                n += 1;
+                true
+            });
+            (n, s.seq, done)
+        };
+        if n > 0 {
+            // The states carry every op up to `chunk_seq`: they leave once those are written.
+            wait_own_written(shard, chunk_seq).await;
+            if let Some(slot) = body.get_mut(..4) {
+                slot.copy_from_slice(&n.to_le_bytes());
             }
-            chunk_seq = s.seq;
+            writer.send(Kind::FullSyncChunk, &body).await?;
+            sent += u64::from(n);
         }
-        if n == 0 {
-            continue;
+        if done {
+            break;
         }
-        // The states carry every op up to `chunk_seq`: they leave once those are written.
-        wait_own_written(shard, chunk_seq).await;
-        if let Some(slot) = body.get_mut(..4) {
-            slot.copy_from_slice(&n.to_le_bytes());
-        }
-        writer.send(Kind::FullSyncChunk, &body).await?;
-        sent += u64::from(n);
         // Let clients run between chunks.
         tokio::task::yield_now().await;
+    }
+    if cursor.restarts > 0 {
+        tracing::info!(
+            restarts = cursor.restarts,
+            "full sync walk restarted after rehashes ended under it (keys sent again)"
+        );
     }
     wait_own_written(shard, seq).await;
     writer
@@ -609,6 +605,77 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         .await?;
     tracing::info!(keys = sent, seq, "full sync sent");
     Ok(seq)
+}
+
+/// Buckets one full-sync chunk visits at most (in one borrow of the shard), whether or not
+/// their keys are sent: a delta sync that skips most keys still yields to clients this often.
+pub const FULL_SYNC_CHUNK_BUCKETS_MAX: usize = 16 * 1024;
+
+/// Where a full sync's walk of the keyspace stands: a database and a bucket of its
+/// `KeyTable`, with the table's layout generation when the position was taken.
+///
+/// The walk must visit every entry present from its start to its end (a key it missed would
+/// be missing at the peer: keys are sent once, not by ops). Within one layout generation
+/// entries stay in their buckets; across the start of a rehash, or the end of one while the
+/// position was in the main table, the position keeps its meaning (`KeyTable::scan_resume`);
+/// when a rehash ends while it was in the old table, the walk restarts that database from
+/// bucket 0 (states are sent again, which a merge absorbs). Restarts are bounded: a rehash
+/// moves into a table at least twice the size of the one it fills, and tables never shrink,
+/// so a database restarts at most about log2 of its final size times.
+#[derive(Debug, Default)]
+struct FullSyncCursor {
+    db: usize,
+    bucket: usize,
+    /// The table's generation when `bucket` was taken (`None`: not taken yet).
+    generation: Option<u64>,
+    restarts: u64,
+}
+
+impl FullSyncCursor {
+    /// Visits entries from the position on, calling `visit(db, entry)` until it returns
+    /// false (the entry is visited again next time), `FULL_SYNC_CHUNK_BUCKETS_MAX` buckets
+    /// were visited, or every database was walked. Returns whether the walk is complete.
+    fn walk(
+        &mut self,
+        s: &Shard,
+        mut visit: impl FnMut(usize, &crate::keyspace::Entry) -> bool,
+    ) -> bool {
+        let mut visits_left = FULL_SYNC_CHUNK_BUCKETS_MAX;
+        while let Some(d) = s.dbs.get(self.db) {
+            let table = &d.table;
+            let n_buckets = table.num_buckets();
+            let mut at = match self.generation {
+                None => 0,
+                Some(generation) => match table.scan_resume(generation, self.bucket, u64::MAX) {
+                    Ok(i) => i,
+                    Err(_) => {
+                        self.restarts += 1;
+                        0
+                    }
+                },
+            };
+            while at < n_buckets {
+                if visits_left == 0 {
+                    self.bucket = at;
+                    self.generation = Some(table.generation());
+                    return false;
+                }
+                if let Some(e) = table.get_bucket(at) {
+                    if !visit(self.db, e) {
+                        self.bucket = at;
+                        self.generation = Some(table.generation());
+                        return false;
+                    }
+                }
+                visits_left -= 1;
+                at += 1;
+            }
+            self.db += 1;
+            self.bucket = 0;
+            self.generation = None;
+        }
+        true
+    }
 }
 
 /// Waits until this shard's own ops up to `seq` are written to the log (at once without a
@@ -984,6 +1051,113 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             };
             writer.send(Kind::Ack, &ack.encode()).await?;
             last_ack = std::time::Instant::now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn run(shard: &mut Shard, db: usize, args: &[&str]) {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 5000));
+        let shared = Rc::new(crate::client::ClientShared::new(1, addr, addr, 0));
+        let mut client = crate::client::Client::new(shared);
+        let mut out = crate::resp::reply::Reply::new();
+        let select = db.to_string();
+        crate::cmd::execute(
+            shard,
+            &mut client,
+            &mut out,
+            &[b"SELECT", select.as_bytes()],
+            1_000,
+        );
+        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        crate::cmd::execute(shard, &mut client, &mut out, &argv, 1_000);
+    }
+
+    /// The full-sync walk visits every key present from its start to its end, in two
+    /// databases, while writes between chunks grow the tables through several rehashes and
+    /// remove keys; it ends, and restarts only when a rehash ended under it.
+    #[test]
+    fn the_walk_visits_every_key_present_throughout_while_tables_grow() {
+        for seed in 1..=8u64 {
+            let config = crate::config::Config {
+                appendonly: false,
+                ..crate::config::Config::default()
+            };
+            let mut shard = Shard::new(0, config, crate::cmd::table(), 1_000);
+            let mut rng = seed;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut present: Vec<(usize, String)> = Vec::new();
+            for db in [0usize, 3] {
+                for i in 0..(500 + next() % 1500) {
+                    let k = format!("base{i}");
+                    run(&mut shard, db, &["SET", &k, "v"]);
+                    present.push((db, k));
+                }
+            }
+            let mut cursor = FullSyncCursor::default();
+            let mut seen: HashSet<(usize, Vec<u8>)> = HashSet::new();
+            let mut added = 0u64;
+            let generations =
+                |shard: &Shard| [0usize, 3].map(|db| shard.dbs[db].table.generation());
+            let started = generations(&shard);
+            let mut calls = 0;
+            loop {
+                calls += 1;
+                assert!(calls < 100_000, "the walk ends");
+                let mut budget = 1 + next() % 50;
+                let done = cursor.walk(&shard, |db, e| {
+                    if budget == 0 {
+                        return false;
+                    }
+                    budget -= 1;
+                    seen.insert((db, e.key.to_vec()));
+                    true
+                });
+                if done {
+                    break;
+                }
+                // Writes between chunks: growth in both databases, and removals of keys
+                // added during the walk.
+                for _ in 0..next() % 40 {
+                    let db = if next() % 2 == 0 { 0 } else { 3 };
+                    run(&mut shard, db, &["SET", &format!("new{added}"), "v"]);
+                    added += 1;
+                }
+                for _ in 0..next() % 10 {
+                    let victim = format!("new{}", next() % (added + 1));
+                    run(&mut shard, (next() % 2 * 3) as usize, &["DEL", &victim]);
+                }
+            }
+            for (db, k) in &present {
+                assert!(
+                    seen.contains(&(*db, k.as_bytes().to_vec())),
+                    "seed {seed}: db {db} key {k} missed"
+                );
+            }
+            // Layout changes under the walk: a rehash start and end each count 1.
+            let changes: u64 = generations(&shard)
+                .iter()
+                .zip(started)
+                .map(|(now, then)| now - then)
+                .sum();
+            assert!(
+                changes >= 4,
+                "seed {seed}: rehashes started and ended under the walk"
+            );
+            assert!(
+                cursor.restarts <= changes / 2,
+                "seed {seed}: {} restarts for {changes} layout changes",
+                cursor.restarts
+            );
         }
     }
 }
