@@ -179,7 +179,10 @@ impl Site {
     /// A client connection; when the site does not answer, panics with its exit status and
     /// the end of its log (a crash shows here).
     pub fn connect(&self) -> Raw {
-        if TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        // A reset is left to `Raw::connect`, which retries it (see there).
+        if TcpStream::connect(("127.0.0.1", self.port))
+            .is_err_and(|e| e.kind() != std::io::ErrorKind::ConnectionReset)
+        {
             let status = match self
                 .child
                 .lock()
