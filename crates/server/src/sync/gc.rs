@@ -146,7 +146,7 @@ impl Shard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use meridian_crdt::{Hlc, ReplicaId};
 
@@ -172,7 +172,8 @@ mod tests {
         Shard::new(0, config, crate::cmd::table(), 1_000)
     }
 
-    fn run(shard: &mut Shard, db: usize, args: &[&str]) {
+    /// Runs one command on `shard` in database `db` (reply discarded).
+    pub(in crate::sync) fn run(shard: &mut Shard, db: usize, args: &[&str]) {
         let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let shared = std::rc::Rc::new(crate::client::ClientShared::new(1, addr, addr, 0));
         let mut client = crate::client::Client::new(shared);

@@ -1058,24 +1058,8 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::gc::tests::run;
     use std::collections::HashSet;
-
-    fn run(shard: &mut Shard, db: usize, args: &[&str]) {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 5000));
-        let shared = Rc::new(crate::client::ClientShared::new(1, addr, addr, 0));
-        let mut client = crate::client::Client::new(shared);
-        let mut out = crate::resp::reply::Reply::new();
-        let select = db.to_string();
-        crate::cmd::execute(
-            shard,
-            &mut client,
-            &mut out,
-            &[b"SELECT", select.as_bytes()],
-            1_000,
-        );
-        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        crate::cmd::execute(shard, &mut client, &mut out, &argv, 1_000);
-    }
 
     /// The full-sync walk visits every key present from its start to its end, in two
     /// databases, while writes between chunks grow the tables through several rehashes and
