@@ -287,33 +287,41 @@ impl KeyTable {
         self.old.as_ref()?.table.find_bucket_index(hash, eq)
     }
 
-    /// Marks combined bucket `index`: its entry now holds what `mark` says.
-    pub fn mark(&mut self, index: usize, mark: Mark) {
+    /// The marks holding combined bucket `index`, and its index there (`None` past the end).
+    fn marks_at(&self, index: usize) -> Option<(&MarkBits, usize)> {
+        match (&self.old, index.checked_sub(self.old_buckets())) {
+            (_, Some(i)) => Some((&self.main_marks, i)),
+            (Some(r), None) => Some((&r.marks, index)),
+            (None, None) => None,
+        }
+    }
+
+    fn marks_at_mut(&mut self, index: usize) -> Option<(&mut MarkBits, usize)> {
         let n_old = self.old_buckets();
         match (&mut self.old, index.checked_sub(n_old)) {
-            (_, Some(i)) => self.main_marks.set(mark, i),
-            (Some(r), None) => r.marks.set(mark, index),
-            (None, None) => {}
+            (_, Some(i)) => Some((&mut self.main_marks, i)),
+            (Some(r), None) => Some((&mut r.marks, index)),
+            (None, None) => None,
+        }
+    }
+
+    /// Marks combined bucket `index`: its entry now holds what `mark` says.
+    pub fn mark(&mut self, index: usize, mark: Mark) {
+        if let Some((marks, i)) = self.marks_at_mut(index) {
+            marks.set(mark, i);
         }
     }
 
     /// Whether combined bucket `index` is marked.
     pub fn is_marked(&self, index: usize, mark: Mark) -> bool {
-        let n_old = self.old_buckets();
-        match (&self.old, index.checked_sub(n_old)) {
-            (_, Some(i)) => self.main_marks.get(mark, i),
-            (Some(r), None) => r.marks.get(mark, index),
-            (None, None) => false,
-        }
+        self.marks_at(index)
+            .is_some_and(|(marks, i)| marks.get(mark, i))
     }
 
     /// Clears the mark of combined bucket `index` (its entry does not hold what it says).
     pub fn unmark(&mut self, index: usize, mark: Mark) {
-        let n_old = self.old_buckets();
-        match (&mut self.old, index.checked_sub(n_old)) {
-            (_, Some(i)) => self.main_marks.unset(mark, i),
-            (Some(r), None) => r.marks.unset(mark, index),
-            (None, None) => {}
+        if let Some((marks, i)) = self.marks_at_mut(index) {
+            marks.unset(mark, i);
         }
     }
 
