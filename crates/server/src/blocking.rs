@@ -19,14 +19,10 @@
 //! Inside MULTI/EXEC a blocking command does not block: [`Ctx::block`] replies the null array
 //! at once (and [`Ctx::can_block`] lets BLMOVE/BRPOPLPUSH reply their null bulk instead).
 
-use std::collections::VecDeque;
-use std::rc::Rc;
-
-use hashbrown::{Equivalent, HashMap};
-
-use crate::client::{Client, ClientShared};
+use crate::client::Client;
 use crate::cmd::{self, Ctx};
 use crate::error::CmdError;
+use crate::front::Front;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
 
@@ -45,142 +41,8 @@ pub struct BlockedOn {
     /// null array: CRDT.WAIT answers a count either way.
     pub rerun_on_timeout: bool,
     pub timed_out: bool,
-}
-
-/// A (db, key) looked up without allocating: hashes like `(usize, Vec<u8>)`.
-#[derive(Hash)]
-struct KeyRef<'a>(usize, &'a [u8]);
-
-impl Equivalent<(usize, Vec<u8>)> for KeyRef<'_> {
-    fn equivalent(&self, key: &(usize, Vec<u8>)) -> bool {
-        self.0 == key.0 && self.1 == key.1.as_slice()
-    }
-}
-
-#[derive(Debug)]
-struct Waiter {
-    shared: Rc<ClientShared>,
-    keys: Vec<(usize, Vec<u8>)>,
-    /// Woken and not yet re-run: further writes wake the next waiter instead.
-    ready: bool,
-}
-
-/// The shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
-#[derive(Debug, Default)]
-pub struct BlockRegistry {
-    keys: HashMap<(usize, Vec<u8>), VecDeque<u64>>,
-    clients: HashMap<u64, Waiter>,
-}
-
-impl BlockRegistry {
-    /// Number of blocked clients (INFO `blocked_clients`).
-    pub fn len(&self) -> usize {
-        self.clients.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.clients.is_empty()
-    }
-
-    /// Whether `id` is registered.
-    pub fn contains(&self, id: u64) -> bool {
-        self.clients.contains_key(&id)
-    }
-
-    /// Registers a client on `keys` of `db` (duplicates count once), at the back of each
-    /// key's queue. A client already registered is registered again from scratch.
-    pub fn register(&mut self, shared: Rc<ClientShared>, db: usize, keys: &[&[u8]]) {
-        let id = shared.id;
-        self.unregister(id);
-        let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
-        for k in keys {
-            if mine.iter().any(|(_, m)| m.as_slice() == *k) {
-                continue;
-            }
-            mine.push((db, k.to_vec()));
-            self.keys.entry((db, k.to_vec())).or_default().push_back(id);
-        }
-        self.clients.insert(
-            id,
-            Waiter {
-                shared,
-                keys: mine,
-                ready: false,
-            },
-        );
-    }
-
-    /// Forgets a client (served, timed out, killed, disconnected). Returns whether it was
-    /// registered.
-    pub fn unregister(&mut self, id: u64) -> bool {
-        let Some(w) = self.clients.remove(&id) else {
-            return false;
-        };
-        for key in w.keys {
-            if let Some(q) = self.keys.get_mut(&key) {
-                q.retain(|&c| c != id);
-                if q.is_empty() {
-                    self.keys.remove(&key);
-                }
-            }
-        }
-        true
-    }
-
-    /// A write to (db, key): wakes the first waiter in FIFO order not already woken. Returns
-    /// the id woken, if any.
-    pub fn signal(&mut self, db: usize, key: &[u8]) -> Option<u64> {
-        if self.clients.is_empty() {
-            return None;
-        }
-        let q = self.keys.get(&KeyRef(db, key))?;
-        for id in q {
-            if let Some(w) = self.clients.get_mut(id) {
-                if !w.ready {
-                    w.ready = true;
-                    w.shared.wake.notify_one();
-                    return Some(*id);
-                }
-            }
-        }
-        None
-    }
-
-    /// Whether `id` was woken by a write and should re-run its command.
-    pub fn is_ready(&self, id: u64) -> bool {
-        self.clients.get(&id).is_some_and(|w| w.ready)
-    }
-
-    /// After a re-run that blocked again: the client waits for the next write.
-    pub fn clear_ready(&mut self, id: u64) {
-        if let Some(w) = self.clients.get_mut(&id) {
-            w.ready = false;
-        }
-    }
-
-    /// The clients waiting on (db, key), first to be served first.
-    pub fn waiters(&self, db: usize, key: &[u8]) -> Vec<u64> {
-        self.keys
-            .get(&KeyRef(db, key))
-            .map(|q| q.iter().copied().collect())
-            .unwrap_or_default()
-    }
-}
-
-impl Shard {
-    /// Called by the write path for every keyspace write: wakes a client blocked on the key.
-    /// Costs one emptiness check when no client is blocked.
-    #[inline]
-    pub fn signal_key_ready(&mut self, db: usize, key: &[u8]) {
-        if !self.blocking.is_empty() {
-            self.blocking.signal(db, key);
-        }
-    }
-
-    /// Number of clients blocked in a blocking command (INFO clients `blocked_clients`).
-    pub fn blocked_count(&self) -> usize {
-        self.blocking.len()
-    }
+    /// The shard whose keys it waits on (its registration is there).
+    pub shard: u16,
 }
 
 impl Ctx<'_> {
@@ -215,9 +77,10 @@ impl Ctx<'_> {
             return;
         }
         let db = self.client.db;
+        let id = self.client.id();
         self.shard
             .blocking
-            .register(self.client.shared.clone(), db, keys);
+            .register(id, self.client.shared.mailbox.clone(), db, keys);
         self.client.shared.blocked.set(true);
         self.client.blocked = Some(BlockedOn {
             db,
@@ -226,6 +89,7 @@ impl Ctx<'_> {
             reblocked: true,
             rerun_on_timeout: false,
             timed_out: false,
+            shard: self.shard.index,
         });
     }
 
@@ -281,7 +145,7 @@ pub fn unblock(shard: &mut Shard, client: &mut Client) {
 
 /// The deadline passed: replies the null array and ends the wait (or, for a command that
 /// asked for it, re-runs it one last time to reply).
-pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
+pub fn time_out(shard: &mut Shard, front: &mut Front, client: &mut Client, out: &mut Reply) {
     let rerun = match client.blocked.as_mut() {
         Some(b) if b.rerun_on_timeout => {
             b.timed_out = true;
@@ -291,7 +155,7 @@ pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
     };
     if rerun {
         let now = shard.now_ms();
-        if reprocess(shard, client, out, now) {
+        if reprocess(shard, front, client, out, now) {
             // The command must not block past its deadline; end the wait regardless.
             unblock(shard, client);
         }
@@ -304,20 +168,27 @@ pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
 /// Re-runs the blocked command after a wake. Returns whether it blocked again (the client
 /// then keeps its registration and deadline); otherwise its reply is in `out` and the wait
 /// is over. Re-runs are not counted again in command statistics.
-pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms: u64) -> bool {
+pub fn reprocess(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    now_ms: u64,
+) -> bool {
     let Some(b) = client.blocked.as_mut() else {
         return false;
     };
     b.reblocked = false;
     let owned = std::mem::take(&mut b.argv);
     let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-    match cmd::resolve(shard.table, &argv) {
+    match cmd::resolve(front.table, &argv) {
         Ok(spec) => match spec.handler {
             Some(handler) => {
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {
                         shard: &mut *shard,
+                        front: &mut *front,
                         client: &mut *client,
                         out: &mut *out,
                         now_ms,
@@ -327,12 +198,12 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
                 };
                 client.call_depth -= 1;
                 if let Err(e) = result {
-                    cmd::reply_error(shard, out, &e);
+                    cmd::reply_error(front, out, &e);
                 }
             }
-            None => cmd::reply_error(shard, out, &CmdError::WrongArity(spec.meta.name.into())),
+            None => cmd::reply_error(front, out, &CmdError::WrongArity(spec.meta.name.into())),
         },
-        Err(e) => cmd::reply_error(shard, out, &e),
+        Err(e) => cmd::reply_error(front, out, &e),
     }
     drop(argv);
     let again = client.blocked.as_ref().is_some_and(|b| b.reblocked);
@@ -350,11 +221,7 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shared(id: u64) -> Rc<ClientShared> {
-        let a = "127.0.0.1:1".parse().unwrap();
-        Rc::new(ClientShared::new(id, a, a, 0))
-    }
+    use crate::cmd::testing::Harness;
 
     #[test]
     fn parse_timeout_as_redis() {
@@ -383,84 +250,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn fifo_wake_skips_woken_clients() {
-        let mut r = BlockRegistry::default();
-        r.register(shared(1), 0, &[b"k", b"j"]);
-        r.register(shared(2), 0, &[b"k"]);
-        r.register(shared(3), 0, &[b"k", b"k"]);
-        assert_eq!(r.len(), 3);
-        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
-        assert_eq!(r.waiters(0, b"j"), vec![1]);
-        assert_eq!(r.signal(1, b"k"), None, "other db");
-        assert_eq!(r.signal(0, b"x"), None);
-        assert_eq!(r.signal(0, b"k"), Some(1));
-        assert!(r.is_ready(1));
-        // A second write before client 1 ran wakes the next one in line.
-        assert_eq!(r.signal(0, b"k"), Some(2));
-        assert_eq!(r.signal(0, b"j"), None, "1 is already woken");
-        // Client 1 re-ran and blocked again: it keeps its place.
-        r.clear_ready(1);
-        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
-        assert_eq!(r.signal(0, b"j"), Some(1));
-        // Client 2 was served.
-        assert!(r.unregister(2));
-        assert!(!r.unregister(2));
-        assert_eq!(r.waiters(0, b"k"), vec![1, 3]);
-        assert_eq!(r.signal(0, b"k"), Some(3));
-        assert_eq!(r.signal(0, b"k"), None);
-    }
-
-    struct T {
-        shard: Shard,
-        client: Client,
-        out: Reply,
-    }
-
-    impl T {
-        fn new() -> T {
-            let now = crate::time::wall_ms();
-            let mut shard = Shard::new(0, crate::config::Config::default(), cmd::table(), now);
-            let a = "127.0.0.1:5000".parse().unwrap();
-            let client = Client::new(shard.register_client(a, a, now));
-            T {
-                shard,
-                client,
-                out: Reply::new(),
-            }
-        }
-
-        /// Runs `ctx.block` as a handler would, at call depth `depth`.
-        fn block(&mut self, keys: &[&[u8]], deadline: Option<u64>, depth: u32) {
-            let spec = cmd::resolve(self.shard.table, &[b"get", b"k"]).unwrap();
-            self.client.call_depth = depth;
-            let mut ctx = Ctx {
-                shard: &mut self.shard,
-                client: &mut self.client,
-                out: &mut self.out,
-                now_ms: 0,
-                spec,
-            };
-            ctx.block(keys, deadline);
-            self.client.call_depth = 0;
-        }
-
-        fn other(&mut self, args: &[&str]) -> String {
-            let a = "127.0.0.1:5001".parse().unwrap();
-            let now = crate::time::wall_ms();
-            let mut c = Client::new(self.shard.register_client(a, a, now));
-            let mut out = Reply::new();
-            let argv: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-            cmd::execute(&mut self.shard, &mut c, &mut out, &argv, now);
-            self.shard.unregister_client(c.id(), &c.dirty);
-            String::from_utf8_lossy(&out.buf).into_owned()
-        }
+    /// Runs `ctx.block` as a handler would, at call depth `depth`.
+    fn block(t: &mut Harness, keys: &[&[u8]], deadline: Option<u64>, depth: u32) {
+        let spec = cmd::resolve(t.front.table, &[b"get", b"k"]).unwrap();
+        t.client.call_depth = depth;
+        let mut ctx = Ctx {
+            shard: &mut t.shard,
+            front: &mut t.front,
+            client: &mut t.client,
+            out: &mut t.out,
+            now_ms: 0,
+            spec,
+        };
+        ctx.block(keys, deadline);
+        t.client.call_depth = 0;
     }
 
     #[test]
     fn block_wake_by_write_then_reprocess() {
-        let mut t = T::new();
-        t.block(&[b"k", b"j"], Some(u64::MAX), 1);
+        let mut t = Harness::new();
+        block(&mut t, &[b"k", b"j"], Some(u64::MAX), 1);
         assert!(t.out.is_empty(), "a blocked command writes no reply");
         assert_eq!(t.shard.blocked_count(), 1);
         assert!(t.client.shared.blocked.get());
@@ -471,7 +280,7 @@ mod tests {
         assert_eq!(t.other(&["set", "k", "v"]), "+OK\r\n");
         assert!(t.shard.blocking.is_ready(t.client.id()));
         let now = crate::time::wall_ms();
-        let again = reprocess(&mut t.shard, &mut t.client, &mut t.out, now);
+        let again = reprocess(&mut t.shard, &mut t.front, &mut t.client, &mut t.out, now);
         assert!(!again);
         assert_eq!(String::from_utf8_lossy(&t.out.buf), "$1\r\nv\r\n");
         assert_eq!(t.shard.blocked_count(), 0);
@@ -481,36 +290,26 @@ mod tests {
 
     #[test]
     fn timeout_and_disconnect_and_exec() {
-        let mut t = T::new();
-        t.block(&[b"k"], Some(5), 1);
+        let mut t = Harness::new();
+        block(&mut t, &[b"k"], Some(5), 1);
         // A re-run that blocks again keeps the original deadline.
-        t.block(&[b"k"], Some(99), 1);
+        block(&mut t, &[b"k"], Some(99), 1);
         assert_eq!(t.client.blocked.as_ref().unwrap().deadline_ms, Some(5));
-        time_out(&mut t.shard, &mut t.client, &mut t.out);
+        time_out(&mut t.shard, &mut t.front, &mut t.client, &mut t.out);
         assert_eq!(String::from_utf8_lossy(&t.out.buf), "*-1\r\n");
         assert_eq!(t.shard.blocked_count(), 0);
         t.out.clear();
         t.out.proto = crate::resp::reply::Proto::Resp3;
         // Inside EXEC (depth 2) nothing blocks: the null array at once.
-        t.block(&[b"k"], None, 2);
+        block(&mut t, &[b"k"], None, 2);
         assert_eq!(String::from_utf8_lossy(&t.out.buf), "_\r\n");
         assert_eq!(t.shard.blocked_count(), 0);
         // Disconnect forgets the registration.
-        t.block(&[b"k"], None, 1);
+        block(&mut t, &[b"k"], None, 1);
         assert_eq!(t.shard.blocking.waiters(0, b"k"), vec![t.client.id()]);
-        t.shard.unregister_client(t.client.id(), &t.client.dirty);
+        let (id, dirty) = (t.client.id(), t.client.dirty.clone());
+        t.shard.forget_client(id, &dirty);
         assert_eq!(t.shard.blocked_count(), 0);
         assert!(t.shard.blocking.waiters(0, b"k").is_empty());
-    }
-
-    #[test]
-    fn unregister_drops_empty_queues() {
-        let mut r = BlockRegistry::default();
-        r.register(shared(7), 2, &[b"a", b"b"]);
-        assert!(r.contains(7));
-        assert!(r.unregister(7));
-        assert!(r.is_empty());
-        assert!(r.keys.is_empty());
-        assert_eq!(r.signal(2, b"a"), None);
     }
 }

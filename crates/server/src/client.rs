@@ -1,14 +1,93 @@
-//! Per-connection state: what the connection task owns (`Client`) and what other connections
-//! may read or signal (`ClientShared`, held in the shard's client registry for CLIENT LIST,
-//! CLIENT KILL and INFO clients).
+//! Per-connection state: what the connection task owns (`Client`), what other connections
+//! of its thread may read or signal (`ClientShared`, held in the thread's client registry for
+//! CLIENT LIST, CLIENT KILL and INFO clients), and what any thread may hold of it
+//! (`Mailbox`: push output and wake-up, for Pub/Sub, MONITOR, blocked commands and CLIENT
+//! KILL; `WatchFlag`, for WATCH).
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use crate::keyspace::WatchFlag;
 
 use tokio::sync::Notify;
 
 use crate::resp::reply::Proto;
+
+/// What any thread may hold of a client: the output other clients queue for it (MONITOR
+/// lines, Pub/Sub messages, already encoded in its protocol), its wake-up and its kill
+/// switch. Locks are taken only off the data path (a publish, a MONITOR line, a kill).
+#[derive(Debug)]
+pub struct Mailbox {
+    pub id: u64,
+    pub addr: SocketAddr,
+    /// Out-of-band output, written by the connection before its next batch of replies.
+    pub push_out: Mutex<Vec<u8>>,
+    /// Wakes the connection task: push output queued, a key it is blocked on written, a
+    /// kill.
+    pub wake: Notify,
+    killed: AtomicBool,
+    /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
+    proto: AtomicU8,
+}
+
+impl Mailbox {
+    pub fn new(id: u64, addr: SocketAddr) -> Mailbox {
+        Mailbox {
+            id,
+            addr,
+            push_out: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            killed: AtomicBool::new(false),
+            proto: AtomicU8::new(0),
+        }
+    }
+
+    pub fn proto(&self) -> Proto {
+        if self.proto.load(Ordering::Relaxed) == 1 {
+            Proto::Resp3
+        } else {
+            Proto::Resp2
+        }
+    }
+
+    pub fn set_proto(&self, p: Proto) {
+        self.proto
+            .store(u8::from(p == Proto::Resp3), Ordering::Relaxed);
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    /// Closes the connection at its next step (CLIENT KILL, shutdown, an output limit).
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// Appends push output; returns the bytes now pending.
+    pub fn push(&self, bytes: &[u8]) -> usize {
+        let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
+        buf.extend_from_slice(bytes);
+        buf.len()
+    }
+
+    /// Takes the pending push output.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.push_out.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Drops the pending push output (a subscriber over its limit).
+    pub fn clear(&self) {
+        self.push_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
 
 /// State visible to other connections. Only the owning connection writes it, except `kill`.
 #[derive(Debug)]
@@ -34,15 +113,8 @@ pub struct ClientShared {
     pub is_monitor: Cell<bool>,
     /// Number of keys watched (CLIENT LIST `watch=`).
     pub watched: Cell<usize>,
-    /// Set by CLIENT KILL or shutdown; the connection closes at its next step.
-    pub killed: Cell<bool>,
-    /// Wakes the connection task when `killed` is set, push output is queued, or a key it is
-    /// blocked on was written.
-    pub wake: Notify,
-    /// Out-of-band output queued by other connections: MONITOR lines and Pub/Sub messages,
-    /// already encoded in this client's protocol. The connection writes it before its next
-    /// batch of replies.
-    pub push_out: RefCell<Vec<u8>>,
+    /// Push output, wake-up and kill switch, shared with other threads.
+    pub mailbox: Arc<Mailbox>,
     /// Pub/Sub subscriptions (`cmd::pubsub`), and their counts for CLIENT LIST `sub=`,
     /// `psub=`, `ssub=` (flag 'P' when any is non-zero).
     pub subs: RefCell<Subscriptions>,
@@ -76,6 +148,18 @@ impl Subscriptions {
 
 impl ClientShared {
     pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, now_ms: u64) -> ClientShared {
+        ClientShared::with_mailbox(id, addr, laddr, now_ms, Arc::new(Mailbox::new(id, addr)))
+    }
+
+    /// A client whose mailbox exists already: the proxy a shard thread runs a command of a
+    /// connection of another thread with (the mailbox is the connection's own).
+    pub fn with_mailbox(
+        id: u64,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        now_ms: u64,
+        mailbox: Arc<Mailbox>,
+    ) -> ClientShared {
         ClientShared {
             id,
             addr,
@@ -93,9 +177,7 @@ impl ClientShared {
             in_multi: Cell::new(false),
             is_monitor: Cell::new(false),
             watched: Cell::new(0),
-            killed: Cell::new(false),
-            wake: Notify::new(),
-            push_out: RefCell::new(Vec::new()),
+            mailbox,
             subs: RefCell::new(Subscriptions::default()),
             sub: Cell::new(0),
             psub: Cell::new(0),
@@ -118,8 +200,17 @@ impl ClientShared {
     }
 
     pub fn kill(&self) {
-        self.killed.set(true);
-        self.wake.notify_one();
+        self.mailbox.kill();
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.mailbox.is_killed()
+    }
+
+    /// Sets the client's protocol (HELLO, RESET).
+    pub fn set_proto(&self, p: Proto) {
+        self.proto.set(p);
+        self.mailbox.set_proto(p);
     }
 }
 
@@ -149,8 +240,8 @@ pub struct Client {
     pub multi: Option<MultiState>,
     /// Keys this client WATCHes: (db, key).
     pub watched: Vec<(usize, Vec<u8>)>,
-    /// Set by the shard when a watched key changes; EXEC then fails.
-    pub dirty: Rc<Cell<bool>>,
+    /// Set by a shard when a watched key changes; EXEC then fails.
+    pub dirty: WatchFlag,
     /// Close the connection after writing the pending replies (QUIT, protocol error).
     pub close_after_reply: bool,
     /// Nesting of `cmd::call`: 1 for a command the client sent, 2 for one run by EXEC.
@@ -158,8 +249,12 @@ pub struct Client {
     pub call_depth: u32,
     /// Set while the client waits in a blocking command (`crate::blocking`).
     pub blocked: Option<crate::blocking::BlockedOn>,
-    /// Sequence number of the last op this connection's commands originated (CRDT.WAIT).
+    /// Sequence number of the last op this connection's commands originated on the shard
+    /// that ran them (CRDT.WAIT).
     pub last_write_seq: u64,
+    /// With several shards: per shard written to, the sequence number of the last op this
+    /// connection originated there (CRDT.WAIT waits for all of them).
+    pub shard_writes: Vec<(u16, u64)>,
 }
 
 impl Client {
@@ -169,11 +264,12 @@ impl Client {
             db: 0,
             multi: None,
             watched: Vec::new(),
-            dirty: Rc::new(Cell::new(false)),
+            dirty: WatchFlag::default(),
             close_after_reply: false,
             call_depth: 0,
             blocked: None,
             last_write_seq: 0,
+            shard_writes: Vec::new(),
         }
     }
 
@@ -181,8 +277,22 @@ impl Client {
         self.shared.id
     }
 
+    /// Records that this connection's last op on shard `shard` has sequence number `seq`.
+    pub fn note_write(&mut self, shard: u16, seq: u64) {
+        match self.shard_writes.iter_mut().find(|(s, _)| *s == shard) {
+            Some(w) => w.1 = w.1.max(seq),
+            None => self.shard_writes.push((shard, seq)),
+        }
+    }
+
     pub fn select(&mut self, db: usize) {
         self.db = db;
         self.shared.db.set(db);
+    }
+}
+
+impl crate::keyspace::Wake for Mailbox {
+    fn wake(&self) {
+        self.wake.notify_one();
     }
 }

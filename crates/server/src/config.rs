@@ -16,8 +16,12 @@ pub struct Config {
     /// Address the client port listens on.
     pub bind: String,
     pub port: u16,
-    /// Data directory: the op log segments and snapshots of each shard (`shard-N/`).
+    /// Data directory: the op log segments and snapshots of each shard (`shard-N/`) and the
+    /// slot map (`slot-map`).
     pub dir: PathBuf,
+    /// Shard threads in this process (0: one per CPU the process may run on). Each owns a
+    /// range of hash slots; a data directory keeps the count it was created with.
+    pub shards: u32,
     /// Number of logical databases (SELECT 0..databases-1).
     pub databases: u32,
     /// This site's id; replica ids derive from it and the shard index.
@@ -101,6 +105,7 @@ impl Default for Config {
             bind: "127.0.0.1".to_string(),
             port: 6379,
             dir: PathBuf::from("./meridian-data"),
+            shards: 0,
             databases: 16,
             site: "local".to_string(),
             proto_max_bulk_len: 512 * 1024 * 1024,
@@ -185,6 +190,17 @@ fn site_id_ok(s: &str) -> bool {
 }
 
 impl Config {
+    /// The number of shard threads to run: `shards`, or with 0 one per allowed CPU (at
+    /// most `slot::SHARDS_MAX`).
+    pub fn shard_count(&self, allowed_cpus: usize) -> u16 {
+        let n = if self.shards == 0 {
+            allowed_cpus.max(1)
+        } else {
+            self.shards as usize
+        };
+        n.clamp(1, crate::slot::SHARDS_MAX) as u16
+    }
+
     /// The configured peers, parsed and checked (`id=ip:port`, distinct ids, not this site).
     pub fn peers(&self) -> Result<Vec<PeerAddr>, ConfigError> {
         let bad = |message: String| ConfigError::Invalid {
@@ -275,6 +291,16 @@ impl Config {
         };
         if self.bind.parse::<std::net::IpAddr>().is_err() {
             return bad("bind", format!("'{}' is not an IP address", self.bind));
+        }
+        if self.shards as usize > crate::slot::SHARDS_MAX {
+            return bad(
+                "shards",
+                format!(
+                    "must be between 0 (one per CPU) and {}, got {}",
+                    crate::slot::SHARDS_MAX,
+                    self.shards
+                ),
+            );
         }
         if self.databases == 0 || self.databases > DATABASES_MAX {
             return bad(

@@ -1,17 +1,25 @@
-//! One client connection: read, parse, execute, write replies in batches.
+//! One client connection: read, parse, dispatch, write replies in batches.
 //!
 //! Each read may hold many pipelined commands; all complete ones run in order and their
 //! replies go out in one write. The parser resumes across reads, so a large argument arriving
 //! in pieces is scanned once. A protocol error is answered with Redis's text, then the
 //! connection closes, as Redis does.
 //!
+//! The connection's thread coordinates its commands (`route`): a command whose keys this
+//! thread's shard owns runs inline; one for another shard joins that shard's batch of this
+//! round (`hop::Batch`: every command of the read for that shard, one message); the replies
+//! of the round are put back in command order before they are written. Commands that need
+//! every shard or wait (`Barrier`: DBSIZE, INFO, EXEC on another shard, a blocking pop...)
+//! end the round: what came before completes first, then they run alone. Commands for
+//! different shards may take effect in any order; each shard runs a connection's commands
+//! in the order sent, and replies keep the order of the requests.
+//!
 //! A command that blocks (`Ctx::block`, see `crate::blocking`) stops the batch: its arguments
 //! are kept and the connection waits for a write to one of its keys (then re-runs it), its
 //! deadline, or the client's end; the pipelined commands after it run once it is answered.
-//! Output other connections queue (`ClientShared::push_out`: MONITOR, Pub/Sub) is written when
+//! Output other connections queue (`Mailbox::push_out`: MONITOR, Pub/Sub) is written when
 //! the task is woken, and before the replies of the next batch.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -22,9 +30,15 @@ use tokio::net::TcpStream;
 
 use crate::blocking;
 use crate::client::Client;
-use crate::cmd;
+use crate::cmd::{self, table::CommandSpec};
+use crate::error::CmdError;
+use crate::front::Front;
+use crate::hop::{self, Batch, ClientView, Done, Op, Thread};
+use crate::persist::AfterBatch;
 use crate::resp::parse::{ParseLimits, Parsed, Parser};
+use crate::resp::read;
 use crate::resp::reply::Reply;
+use crate::route::{self, Class, KeysAt, Merge, Scatter, Special};
 use crate::shard::Shard;
 
 /// Initial read buffer per connection; it grows for large arguments.
@@ -33,6 +47,9 @@ pub const READ_BUF_BYTES_INITIAL: usize = 16 * 1024;
 pub const READ_CHUNK_BYTES_MIN: usize = 16 * 1024;
 /// Output kept allocated between batches; a larger buffer is released after use.
 pub const REPLY_BUF_BYTES_KEPT: usize = 64 * 1024;
+/// Commands of one read dispatched before the round's batches are sent: a pipeline larger
+/// than this travels in several rounds, which bounds the replies held at once.
+pub const ROUND_COMMANDS_MAX: usize = 1024;
 
 /// What ended a blocked client's wait step.
 enum BlockedEvent {
@@ -46,8 +63,7 @@ enum BlockedEvent {
 
 /// Whether a batch's replies may be written: at once, after the fsync covering it
 /// (`always`), or never (its writes could not be logged: the connection closes).
-async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
-    use crate::persist::AfterBatch;
+async fn replies_may_go(after: AfterBatch) -> bool {
     use std::sync::atomic::Ordering;
     match after {
         AfterBatch::Reply => true,
@@ -67,50 +83,1351 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
     }
 }
 
+/// Where a reply of the round comes from.
+#[derive(Debug)]
+enum Slot {
+    /// Bytes `start..end` of the round's local output.
+    Local(usize, usize),
+    /// Item `idx` of the batch for `shard`.
+    Remote(u16, usize),
+    /// A command split over shards.
+    Gather(Gather),
+}
+
+/// A scattered command's parts and how their replies merge.
+#[derive(Debug)]
+struct Gather {
+    kind: Scatter,
+    parts: Vec<Slot>,
+    /// MGET: for each key in request order, (part, element of that part's reply).
+    order: Vec<(usize, usize)>,
+}
+
+/// The commands of one read until a barrier: inline replies, and per shard the batch of
+/// commands for it.
+#[derive(Debug, Default)]
+struct Round {
+    /// Some command went to another shard: inline replies go to `local` until it is done.
+    active: bool,
+    local: Reply,
+    slots: Vec<Slot>,
+    batches: Vec<(u16, Batch)>,
+    commands: usize,
+}
+
+impl Round {
+    fn batch(&mut self, shard: u16, client: &Client) -> &mut Batch {
+        let i = match self.batches.iter().position(|(s, _)| *s == shard) {
+            Some(i) => i,
+            None => {
+                self.batches
+                    .push((shard, Batch::new(ClientView::of(client))));
+                self.batches.len() - 1
+            }
+        };
+        // Just found or pushed.
+        match self.batches.get_mut(i) {
+            Some((_, b)) => b,
+            None => unreachable_batch(),
+        }
+    }
+}
+
+#[cold]
+fn unreachable_batch() -> ! {
+    // `Round::batch` returns the entry it found or pushed.
+    std::process::abort()
+}
+
+/// A command that runs alone, after the round before it (see the module doc).
+#[derive(Debug)]
+struct Barrier {
+    spec: &'static CommandSpec,
+    argv: Vec<Vec<u8>>,
+    kind: BarrierKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum BarrierKind {
+    /// On every shard, replies merged.
+    All(Merge),
+    Special(Special),
+    /// A blocking command, on this shard.
+    Blocking(u16),
+}
+
+/// What dispatching one command led to.
+enum Step {
+    Next,
+    Barrier(Barrier),
+    /// Stop reading commands (the client blocked, or closes).
+    Stop,
+}
+
+/// One connection's state between reads.
+struct Conn {
+    th: Rc<Thread>,
+    client: Client,
+    out: Reply,
+    round: Round,
+    /// Remote batches' persistence conditions, awaited before the replies go out.
+    afters: Vec<AfterBatch>,
+}
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return,
     };
     let _ = stream.set_nodelay(true);
-    let (shared, limits, maxclients) = {
-        let mut s = shard.borrow_mut();
+    let node = th.node.clone();
+    let (shared, limits, over) = {
+        let s = th.shard.borrow();
+        let mut f = th.front.borrow_mut();
         let now = s.now_ms();
         let limits = ParseLimits {
             bulk_bytes_max: s.config.proto_max_bulk_len as i64,
             authenticated: true,
         };
-        let maxclients = s.clients.len() >= s.config.maxclients as usize;
-        if maxclients {
-            s.stats.rejected_connections += 1;
+        let over = node.client_connected() >= s.config.maxclients as usize;
+        if over {
+            f.stats.rejected_connections += 1;
         }
-        (s.register_client(addr, laddr, now), limits, maxclients)
+        (f.register_client(id, addr, laddr, now), limits, over)
     };
-    let mut client = Client::new(shared.clone());
-    if maxclients {
+    let mut conn = Conn {
+        th: th.clone(),
+        client: Client::new(shared),
+        out: Reply::new(),
+        round: Round::default(),
+        afters: Vec::new(),
+    };
+    if over {
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
-        shard
-            .borrow_mut()
-            .unregister_client(client.id(), &client.dirty);
-        return;
+    } else {
+        conn.run(&mut stream, Parser::new(limits)).await;
+        let _ = stream.shutdown().await;
     }
-    let mut parser = Parser::new(limits);
-    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
-    let mut out = Reply::new();
-    // The read buffer may hold complete commands not run yet (a blocking command ended).
-    let mut buffered = false;
-    'conn: loop {
-        if shared.killed.get() {
-            break;
+    conn.leave().await;
+    node.client_gone();
+}
+
+impl Conn {
+    fn is_killed(&self) -> bool {
+        self.client.shared.is_killed()
+    }
+
+    async fn run(&mut self, stream: &mut TcpStream, mut parser: Parser) {
+        let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+        // The read buffer may hold complete commands not run yet (a blocking command ended).
+        let mut buffered = false;
+        let addr = self.client.shared.addr;
+        loop {
+            if self.is_killed() {
+                return;
+            }
+            if self.client.blocked.is_some() {
+                match self.blocked_step(stream, &mut rbuf).await {
+                    Some(unblocked) => buffered |= unblocked,
+                    None => return,
+                }
+                continue;
+            }
+            if !buffered {
+                let want = parser
+                    .bytes_hint()
+                    .unwrap_or(0)
+                    .saturating_sub(rbuf.len())
+                    .max(READ_CHUNK_BYTES_MIN);
+                rbuf.reserve(want);
+                let mailbox = self.client.shared.mailbox.clone();
+                let n = tokio::select! {
+                    r = stream.read_buf(&mut rbuf) => r,
+                    () = mailbox.wake.notified() => {
+                        // MONITOR lines and Pub/Sub messages from other connections.
+                        let pending = mailbox.take();
+                        if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                let n = match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
+            }
+            buffered = false;
+            let query_limit = self.th.shard.borrow().config.client_query_buffer_limit as usize;
+            if !self.process(stream, &mut rbuf, &mut parser).await {
+                return;
+            }
+            if !self.flush(stream).await {
+                return;
+            }
+            if self.client.close_after_reply {
+                return;
+            }
+            if rbuf.len() > query_limit {
+                tracing::warn!(client = %addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+                return;
+            }
         }
-        if let Some(deadline) = client.blocked.as_ref().map(|b| b.deadline_ms) {
-            // Blocked (BLPOP...): run nothing more until a key is written, the deadline
-            // passes, or the client goes; keep reading so a close is seen.
+    }
+
+    /// Writes the pending replies once their writes are logged as the policy demands.
+    /// Returns false when the connection must close.
+    async fn flush(&mut self, stream: &mut TcpStream) -> bool {
+        // appendfsync always: no reply leaves before the records of the writes it answers
+        // (or that it may have read) are on disk. A failed write closes the connection
+        // unanswered: those writes are not acknowledged.
+        for after in std::mem::take(&mut self.afters) {
+            if !replies_may_go(after).await {
+                return false;
+            }
+        }
+        if !self.out.is_empty() {
+            self.th.front.borrow_mut().stats.net_output_bytes += self.out.len() as u64;
+            if stream.write_all(&self.out.buf).await.is_err() {
+                return false;
+            }
+            self.out.clear();
+            if self.out.buf.capacity() > REPLY_BUF_BYTES_KEPT {
+                self.out.buf.shrink_to(REPLY_BUF_BYTES_KEPT);
+            }
+        }
+        true
+    }
+
+    /// Runs the complete commands in `rbuf`, round after round. Returns false when the
+    /// connection must close at once.
+    async fn process(
+        &mut self,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        parser: &mut Parser,
+    ) -> bool {
+        let pos_before = self.th.shard.borrow().persist.next_pos;
+        let mut pos = 0usize;
+        let mut first = true;
+        loop {
+            let barrier = {
+                let th = self.th.clone();
+                let mut shard_guard = th.shard.borrow_mut();
+                let s = &mut *shard_guard;
+                let mut front_guard = th.front.borrow_mut();
+                let f = &mut *front_guard;
+                // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
+                parser.set_limits(ParseLimits {
+                    bulk_bytes_max: s.config.proto_max_bulk_len as i64,
+                    authenticated: true,
+                });
+                let now = s.now_ms();
+                self.client.shared.last_interaction_ms.set(now);
+                if first {
+                    // Pushes queued before this batch go out before its replies.
+                    let pushed = self.client.shared.mailbox.take();
+                    self.out.raw(&pushed);
+                    first = false;
+                }
+                let buf = rbuf.get(pos..).unwrap_or_default();
+                let (consumed, barrier) = self.plan(s, f, parser, buf, now);
+                pos += consumed;
+                barrier
+            };
+            if !self.finish_round().await {
+                return false;
+            }
+            let Some(b) = barrier else {
+                break;
+            };
+            if !self.run_barrier(b, stream, rbuf, pos).await {
+                return false;
+            }
+            if self.client.blocked.is_some() || self.client.close_after_reply || self.is_killed() {
+                break;
+            }
+        }
+        rbuf.advance(pos);
+        self.client.shared.qbuf_bytes.set(rbuf.len());
+        let mut s = self.th.shard.borrow_mut();
+        if self.client.last_write_seq > 0 {
+            let (local, seq) = (self.th.index, self.client.last_write_seq);
+            self.client.note_write(local, seq);
+        }
+        // The batch's records are written (write(2)) before its replies go out.
+        let after = s.persist.after_batch(pos_before);
+        self.afters.push(after);
+        true
+    }
+
+    /// Parses and dispatches commands of `buf` until it holds no complete command, a
+    /// barrier, or a stop. Returns the bytes consumed and the barrier met.
+    fn plan(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        parser: &mut Parser,
+        buf: &[u8],
+        now: u64,
+    ) -> (usize, Option<Barrier>) {
+        let mut pos = 0usize;
+        loop {
+            if self.round.commands >= ROUND_COMMANDS_MAX {
+                return (pos, None);
+            }
+            let rest = buf.get(pos..).unwrap_or_default();
+            match parser.next(rest) {
+                Parsed::Command { consumed } => {
+                    let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
+                    parser.args(rest, &mut argv);
+                    pos += consumed;
+                    if argv.is_empty() {
+                        continue;
+                    }
+                    self.round.commands += 1;
+                    match self.dispatch(s, f, &argv, now) {
+                        Step::Next => {}
+                        Step::Barrier(b) => return (pos, Some(b)),
+                        Step::Stop => return (pos, None),
+                    }
+                    if self.client.close_after_reply || self.is_killed() {
+                        return (pos, None);
+                    }
+                }
+                Parsed::Skip { consumed } => pos += consumed,
+                Parsed::Incomplete => return (pos, None),
+                Parsed::Error(e) => {
+                    let sink = self.sink();
+                    let start = sink.len();
+                    sink.raw(b"-");
+                    sink.raw(&e.message_bytes());
+                    sink.raw(b"\r\n");
+                    self.local_done(start);
+                    f.stats.count_error("ERR");
+                    self.client.close_after_reply = true;
+                    return (pos, None);
+                }
+            }
+        }
+    }
+
+    /// Where inline replies go: the output, or the round's local buffer once some command
+    /// of the round went to another shard.
+    fn sink(&mut self) -> &mut Reply {
+        let proto = self.client.shared.proto.get();
+        let r = if self.round.active {
+            &mut self.round.local
+        } else {
+            &mut self.out
+        };
+        r.proto = proto;
+        r
+    }
+
+    /// Records an inline reply that began at `start` of the sink.
+    fn local_done(&mut self, start: usize) {
+        if self.round.active {
+            let end = self.round.local.len();
+            self.round.slots.push(Slot::Local(start, end));
+        }
+    }
+
+    /// Runs `spec` inline on this thread's shard.
+    fn inline(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        spec: &'static CommandSpec,
+        argv: &[&[u8]],
+        now: u64,
+    ) -> Step {
+        let proto = self.client.shared.proto.get();
+        let Conn {
+            client, round, out, ..
+        } = self;
+        let sink = if round.active {
+            &mut round.local
+        } else {
+            &mut *out
+        };
+        sink.proto = proto;
+        let start = sink.len();
+        cmd::call(s, f, client, sink, spec, argv, now);
+        self.local_done(start);
+        if let Some(b) = self.client.blocked.as_mut() {
+            // The command blocked: keep it to re-run; later commands wait.
+            b.argv = argv.iter().map(|a| a.to_vec()).collect();
+            return Step::Stop;
+        }
+        Step::Next
+    }
+
+    /// Appends a command for `shard` to the round.
+    fn remote(&mut self, shard: u16, op: Op, argv: &[&[u8]], reply: bool) -> usize {
+        let db = self.client.db;
+        let proto = self.client.shared.proto.get();
+        let b = self.round.batch(shard, &self.client);
+        let idx = b.push(op, db, proto, argv);
+        if reply {
+            self.round.active = true;
+            self.round.slots.push(Slot::Remote(shard, idx));
+        }
+        idx
+    }
+
+    /// Answers `e` inline, counting it as a rejected call of `spec`.
+    fn reject(&mut self, f: &mut Front, spec: Option<&'static CommandSpec>, e: &CmdError) {
+        if let Some(st) = spec.and_then(|sp| f.stats.commands.get_mut(sp.idx)) {
+            st.rejected_calls += 1;
+        }
+        let sink = self.sink();
+        let start = sink.len();
+        cmd::reply_error(f, sink, e);
+        self.local_done(start);
+    }
+
+    /// Dispatches one command (see the module doc).
+    fn dispatch(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
+        let shards = f.node.shards;
+        let table = f.table;
+        if shards > 1 && self.client.multi.is_some() {
+            // Redis Cluster checks each queued command on its own: one whose keys span
+            // shards is refused and the transaction is flagged.
+            if let Ok(spec) = cmd::resolve(table, argv) {
+                if !cmd::runs_inside_multi(spec.meta.name)
+                    && self.keys_at(f, spec, argv) == KeysAt::Many
+                {
+                    if let Some(m) = self.client.multi.as_mut() {
+                        m.aborted = true;
+                    }
+                    self.reject(f, Some(spec), &CmdError::CrossSlot);
+                    return Step::Next;
+                }
+            }
+        }
+        let spec = {
+            let proto = self.client.shared.proto.get();
+            let Conn {
+                client, round, out, ..
+            } = self;
+            let sink = if round.active {
+                &mut round.local
+            } else {
+                &mut *out
+            };
+            sink.proto = proto;
+            let start = sink.len();
+            let spec = cmd::admit(s, f, client, sink, argv);
+            if spec.is_none() {
+                self.local_done(start);
+            }
+            match spec {
+                Some(spec) => spec,
+                None => return Step::Next,
+            }
+        };
+        if shards == 1 {
+            return self.inline(s, f, spec, argv, now);
+        }
+        let local = self.th.index;
+        let class = route::classes(table)
+            .get(spec.idx)
+            .copied()
+            .unwrap_or(Class::Local);
+        if spec.meta.flags.contains(cmd::table::Flags::BLOCKING) {
+            return match self.keys_at(f, spec, argv) {
+                KeysAt::Many => {
+                    self.reject(f, Some(spec), &CmdError::CrossSlot);
+                    Step::Next
+                }
+                KeysAt::Shard(t) if t != local || self.round.active => Step::Barrier(Barrier {
+                    spec,
+                    argv: owned(argv),
+                    kind: BarrierKind::Blocking(t),
+                }),
+                _ if self.round.active => Step::Barrier(Barrier {
+                    spec,
+                    argv: owned(argv),
+                    kind: BarrierKind::Blocking(local),
+                }),
+                _ => self.inline(s, f, spec, argv, now),
+            };
+        }
+        match class {
+            Class::Local => self.inline(s, f, spec, argv, now),
+            Class::Keyed => self.keyed(s, f, spec, argv, now),
+            Class::Scatter(kind) => match self.keys_at(f, spec, argv) {
+                KeysAt::Many => {
+                    self.scatter(s, f, spec, kind, argv, now);
+                    Step::Next
+                }
+                _ => self.keyed(s, f, spec, argv, now),
+            },
+            Class::All(merge) => Step::Barrier(Barrier {
+                spec,
+                argv: owned(argv),
+                kind: BarrierKind::All(merge),
+            }),
+            Class::Special(sp) => self.special(s, f, spec, sp, argv, now),
+        }
+    }
+
+    /// Where the keys of `argv` are.
+    fn keys_at(&self, f: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> KeysAt {
+        match route::positions(f.table, spec, argv) {
+            Some(p) => route::keys_at(&f.node.slots, argv, &p),
+            None => KeysAt::None,
+        }
+    }
+
+    /// A command whose keys must share a shard: inline, to their shard, or CROSSSLOT.
+    fn keyed(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        spec: &'static CommandSpec,
+        argv: &[&[u8]],
+        now: u64,
+    ) -> Step {
+        match self.keys_at(f, spec, argv) {
+            KeysAt::None => self.inline(s, f, spec, argv, now),
+            KeysAt::Shard(t) if t == self.th.index => self.inline(s, f, spec, argv, now),
+            KeysAt::Shard(t) => {
+                self.client.shared.last_cmd.set(spec.meta.name);
+                self.remote(t, Op::Call(spec), argv, true);
+                Step::Next
+            }
+            KeysAt::Many => {
+                self.reject(f, Some(spec), &CmdError::CrossSlot);
+                Step::Next
+            }
+        }
+    }
+
+    /// Splits MGET, MSET, DEL, UNLINK, EXISTS, TOUCH by shard. Each part runs as that
+    /// command on its shard (this shard's inline); `finish_round` merges the replies.
+    fn scatter(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        spec: &'static CommandSpec,
+        kind: Scatter,
+        argv: &[&[u8]],
+        now: u64,
+    ) {
+        let slots = f.node.slots.clone();
+        let step = if kind == Scatter::Mset { 2 } else { 1 };
+        let name = argv.first().copied().unwrap_or_default();
+        // Parts in the order their shards first appear: (shard, sub-argv).
+        let mut parts: Vec<(u16, Vec<&[u8]>)> = Vec::new();
+        let mut order = Vec::new();
+        let mut i = 1;
+        while let Some(key) = argv.get(i) {
+            let shard = slots.shard_of_key(key);
+            let p = match parts.iter().position(|(t, _)| *t == shard) {
+                Some(p) => p,
+                None => {
+                    parts.push((shard, vec![name]));
+                    parts.len() - 1
+                }
+            };
+            if let Some((_, sub)) = parts.get_mut(p) {
+                order.push((p, sub.len() - 1));
+                for j in 0..step {
+                    if let Some(a) = argv.get(i + j) {
+                        sub.push(a);
+                    }
+                }
+            }
+            i += step;
+        }
+        self.client.shared.last_cmd.set(spec.meta.name);
+        self.round.active = true;
+        let mut slots_out = Vec::with_capacity(parts.len());
+        let mut first = true;
+        for (shard, sub) in &parts {
+            // The command counts once: its first part is a call, the others quiet.
+            let op = if first {
+                Op::Call(spec)
+            } else {
+                Op::Quiet(spec)
+            };
+            first = false;
+            if *shard == self.th.index {
+                let start = self.round.local.len();
+                self.round.local.proto = self.client.shared.proto.get();
+                match op {
+                    Op::Call(_) => cmd::call(
+                        s,
+                        f,
+                        &mut self.client,
+                        &mut self.round.local,
+                        spec,
+                        sub,
+                        now,
+                    ),
+                    _ => cmd::call_quiet(
+                        s,
+                        f,
+                        &mut self.client,
+                        &mut self.round.local,
+                        spec,
+                        sub,
+                        now,
+                    ),
+                }
+                slots_out.push(Slot::Local(start, self.round.local.len()));
+            } else {
+                let idx = self.remote(*shard, op, sub, false);
+                slots_out.push(Slot::Remote(*shard, idx));
+            }
+        }
+        self.round.slots.push(Slot::Gather(Gather {
+            kind,
+            parts: slots_out,
+            order,
+        }));
+    }
+
+    /// The dispatcher's own commands (`route::Special`).
+    fn special(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        spec: &'static CommandSpec,
+        sp: Special,
+        argv: &[&[u8]],
+        now: u64,
+    ) -> Step {
+        let barrier = |kind| {
+            Step::Barrier(Barrier {
+                spec,
+                argv: owned(argv),
+                kind,
+            })
+        };
+        match sp {
+            Special::Unwatch => {
+                // The watches on other shards go with an Unwatch item each, in order with
+                // the commands after this one.
+                let remote: Vec<u16> = self
+                    .watch_shards(f)
+                    .into_iter()
+                    .filter(|&t| t != self.th.index)
+                    .collect();
+                let step = self.inline(s, f, spec, argv, now);
+                for t in remote {
+                    self.remote(t, Op::Unwatch, &[], false);
+                }
+                step
+            }
+            Special::Sort => {
+                if let Some(text) = route::sort_pattern_error(&f.node.slots, argv) {
+                    self.reject(f, Some(spec), &CmdError::Err(text.to_string()));
+                    return Step::Next;
+                }
+                self.keyed(s, f, spec, argv, now)
+            }
+            Special::Debug => {
+                let sub = argv.get(1).copied().unwrap_or_default();
+                if sub.eq_ignore_ascii_case(b"set-active-expire") {
+                    barrier(BarrierKind::All(Merge::Same))
+                } else {
+                    self.inline(s, f, spec, argv, now)
+                }
+            }
+            Special::Digest => match argv.len() {
+                1 => barrier(BarrierKind::All(Merge::Digest)),
+                2 if argv
+                    .get(1)
+                    .is_some_and(|a| a.eq_ignore_ascii_case(b"slots")) =>
+                {
+                    barrier(BarrierKind::All(Merge::DigestSlots))
+                }
+                3 => {
+                    let owner = argv
+                        .get(2)
+                        .and_then(|n| cmd::args::parse_i64(n))
+                        .and_then(|n| u16::try_from(n).ok())
+                        .filter(|n| usize::from(*n) < crate::slot::SLOTS)
+                        .map(|n| f.node.slots.shard_of_slot(n));
+                    match owner {
+                        Some(t) if t != self.th.index => {
+                            self.remote(t, Op::Call(spec), argv, true);
+                            Step::Next
+                        }
+                        _ => self.inline(s, f, spec, argv, now),
+                    }
+                }
+                _ => self.inline(s, f, spec, argv, now),
+            },
+            Special::Watch if self.client.multi.is_some() => self.inline(s, f, spec, argv, now),
+            Special::Exec if self.client.multi.is_none() => self.inline(s, f, spec, argv, now),
+            Special::Exec
+            | Special::Watch
+            | Special::Scan
+            | Special::RandomKey
+            | Special::CrdtWait
+            | Special::Shutdown => barrier(BarrierKind::Special(sp)),
+        }
+    }
+
+    /// The shards holding this client's watches.
+    fn watch_shards(&self, f: &Front) -> Vec<u16> {
+        let mut v: Vec<u16> = self
+            .client
+            .watched
+            .iter()
+            .map(|(_, k)| f.node.slots.shard_of_key(k))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Sends the round's batches, waits for their replies and writes every reply of the
+    /// round in command order. Returns false when the connection must close.
+    async fn finish_round(&mut self) -> bool {
+        let mut round = std::mem::take(&mut self.round);
+        if round.batches.is_empty() {
+            debug_assert!(!round.active);
+            return true;
+        }
+        let mut waits = Vec::with_capacity(round.batches.len());
+        for (shard, batch) in round.batches.drain(..) {
+            waits.push((shard, hop::send(&self.th.node, shard, batch).await));
+        }
+        let mut done: Vec<(u16, Result<Done, hop::Unavailable>)> = Vec::with_capacity(waits.len());
+        for (shard, w) in waits {
+            let r = match w {
+                Ok(rx) => rx.await.map_err(|_| hop::Unavailable { shard }),
+                Err(e) => Err(e),
+            };
+            done.push((shard, r));
+        }
+        for (shard, d) in &mut done {
+            if let Ok(d) = d {
+                if let Some(seq) = d.wrote {
+                    self.client.note_write(*shard, seq);
+                }
+                for n in &d.notes {
+                    if n.close {
+                        self.client.close_after_reply = true;
+                    }
+                }
+                self.afters
+                    .push(std::mem::replace(&mut d.after, AfterBatch::Reply));
+            }
+        }
+        let unavailable = |shard: u16| {
+            let mut r = Reply::new();
+            r.error(&hop::unavailable_error(hop::Unavailable { shard }));
+            r.buf
+        };
+        let reply_of = |slot: &Slot, local: &Reply| -> Vec<u8> {
+            match slot {
+                Slot::Local(a, b) => local.buf.get(*a..*b).unwrap_or_default().to_vec(),
+                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
+                    Some((_, Ok(d))) => d.reply(*idx).to_vec(),
+                    _ => unavailable(*shard),
+                },
+                Slot::Gather(_) => Vec::new(),
+            }
+        };
+        for slot in &round.slots {
+            match slot {
+                Slot::Gather(g) => {
+                    let parts: Vec<Vec<u8>> =
+                        g.parts.iter().map(|p| reply_of(p, &round.local)).collect();
+                    gather(g, &parts, &mut self.out);
+                }
+                Slot::Local(a, b) => self
+                    .out
+                    .raw(round.local.buf.get(*a..*b).unwrap_or_default()),
+                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
+                    Some((_, Ok(d))) => self.out.raw(d.reply(*idx)),
+                    _ => self.out.raw(&unavailable(*shard)),
+                },
+            }
+        }
+        round.local.clear();
+        round.slots.clear();
+        round.active = false;
+        round.commands = 0;
+        self.round = round;
+        true
+    }
+
+    /// Runs one command on `shard` (inline when it is this thread's): its reply and, for a
+    /// remote shard, the batch's notes.
+    async fn one(
+        &mut self,
+        shard: u16,
+        op: Op,
+        argv: &[Vec<u8>],
+    ) -> Result<(Vec<u8>, Option<hop::Note>), hop::Unavailable> {
+        let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        if shard == self.th.index {
+            let th = self.th.clone();
+            let mut sg = th.shard.borrow_mut();
+            let mut fg = th.front.borrow_mut();
+            let now = sg.now_ms();
+            let mut r = Reply::new();
+            r.proto = self.client.shared.proto.get();
+            match op {
+                Op::Call(spec) => {
+                    cmd::call(&mut sg, &mut fg, &mut self.client, &mut r, spec, &argv, now)
+                }
+                Op::Quiet(spec) => {
+                    cmd::call_quiet(&mut sg, &mut fg, &mut self.client, &mut r, spec, &argv, now)
+                }
+                _ => {}
+            }
+            return Ok((r.buf, None));
+        }
+        let mut batch = Batch::new(ClientView::of(&self.client));
+        batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        let rx = hop::send(&self.th.node, shard, batch).await?;
+        let mut done = rx.await.map_err(|_| hop::Unavailable { shard })?;
+        if let Some(seq) = done.wrote {
+            self.client.note_write(shard, seq);
+        }
+        self.afters
+            .push(std::mem::replace(&mut done.after, AfterBatch::Reply));
+        let note = done.notes.pop();
+        Ok((done.reply(0).to_vec(), note))
+    }
+
+    /// Runs a barrier command alone (see `Barrier`). Returns false when the connection must
+    /// close at once.
+    async fn run_barrier(
+        &mut self,
+        b: Barrier,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        pos: usize,
+    ) -> bool {
+        let Barrier { spec, argv, kind } = b;
+        match kind {
+            BarrierKind::All(merge) => {
+                let replies = self.on_every_shard(spec, &argv).await;
+                let parts: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+                self.out.proto = self.client.shared.proto.get();
+                route::merge(merge, &parts, &mut self.out);
+            }
+            BarrierKind::Blocking(t) => {
+                self.client.shared.last_cmd.set(spec.meta.name);
+                match self.one(t, Op::Call(spec), &argv).await {
+                    Ok((reply, note)) => {
+                        self.out.raw(&reply);
+                        if t == self.th.index {
+                            if let Some(b) = self.client.blocked.as_mut() {
+                                b.argv = argv;
+                            }
+                        } else if let Some(mut b) = note.and_then(|n| n.blocked) {
+                            b.argv = argv;
+                            b.shard = t;
+                            self.client.shared.blocked.set(true);
+                            self.client.blocked = Some(*b);
+                        }
+                    }
+                    Err(e) => self.out.error(&hop::unavailable_error(e)),
+                }
+            }
+            BarrierKind::Special(sp) => {
+                return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
+            }
+        }
+        true
+    }
+
+    /// Runs `argv` on every shard: this thread's counted, the others quiet. Replies in shard
+    /// order.
+    async fn on_every_shard(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: &[Vec<u8>],
+    ) -> Vec<Vec<u8>> {
+        let n = self.th.node.shards;
+        let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let mut waits = Vec::with_capacity(usize::from(n));
+        for shard in 0..n {
+            if shard == self.th.index {
+                continue;
+            }
+            let mut batch = Batch::new(ClientView::of(&self.client));
+            batch.push(
+                Op::Quiet(spec),
+                self.client.db,
+                self.client.shared.proto.get(),
+                &borrowed,
+            );
+            waits.push((shard, hop::send(&self.th.node, shard, batch).await));
+        }
+        let (mine, _) = self
+            .one(self.th.index, Op::Call(spec), argv)
+            .await
+            .unwrap_or_default();
+        let mut out = vec![Vec::new(); usize::from(n)];
+        if let Some(slot) = out.get_mut(usize::from(self.th.index)) {
+            *slot = mine;
+        }
+        for (shard, w) in waits {
+            let reply = match w {
+                Ok(rx) => match rx.await {
+                    Ok(mut d) => {
+                        self.afters
+                            .push(std::mem::replace(&mut d.after, AfterBatch::Reply));
+                        if d.notes.first().is_some_and(|n| n.close) {
+                            self.client.close_after_reply = true;
+                        }
+                        d.reply(0).to_vec()
+                    }
+                    Err(_) => error_bytes(&hop::unavailable_error(hop::Unavailable { shard })),
+                },
+                Err(e) => error_bytes(&hop::unavailable_error(e)),
+            };
+            if let Some(slot) = out.get_mut(usize::from(shard)) {
+                *slot = reply;
+            }
+        }
+        out
+    }
+
+    async fn run_special(
+        &mut self,
+        sp: Special,
+        spec: &'static CommandSpec,
+        argv: Vec<Vec<u8>>,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        pos: usize,
+    ) -> bool {
+        match sp {
+            Special::Exec => self.exec(spec, argv).await,
+            Special::Watch => self.watch(spec, argv).await,
+            Special::Scan => self.scan(spec, argv).await,
+            Special::RandomKey => self.randomkey(spec, argv).await,
+            Special::CrdtWait => return self.crdt_wait(spec, argv, stream, rbuf, pos).await,
+            Special::Shutdown => self.shutdown(spec, argv).await,
+            Special::Unwatch | Special::Sort | Special::Debug | Special::Digest => {
+                // Dispatched without a barrier.
+                self.out
+                    .error(&CmdError::Err("internal routing error".to_string()));
+            }
+        }
+        true
+    }
+
+    /// EXEC with several shards: every key of the transaction (its queued commands' and its
+    /// WATCHed keys) must be on one shard, which runs it whole; else the transaction is
+    /// discarded with CROSSSLOT, as Redis Cluster's EXEC.
+    async fn exec(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        let local = self.th.index;
+        let (target, table) = {
+            let f = self.th.front.borrow();
+            (self.exec_target(&f), f.table)
+        };
+        let _ = table;
+        match target {
+            None => {
+                let remote: Vec<u16> = {
+                    let f = self.th.front.borrow();
+                    self.watch_shards(&f)
+                };
+                {
+                    let th = self.th.clone();
+                    let mut sg = th.shard.borrow_mut();
+                    let mut fg = th.front.borrow_mut();
+                    if let Some(st) = fg.stats.commands.get_mut(spec.idx) {
+                        st.rejected_calls += 1;
+                    }
+                    self.client.multi = None;
+                    self.client.shared.in_multi.set(false);
+                    sg.unwatch_all(&self.client.dirty);
+                    self.client.watched.clear();
+                    self.client.shared.watched.set(0);
+                    self.client.dirty.set(false);
+                    self.out.proto = self.client.shared.proto.get();
+                    cmd::reply_error(&mut fg, &mut self.out, &CmdError::CrossSlot);
+                }
+                for t in remote.into_iter().filter(|&t| t != local) {
+                    let _ = self.one(t, Op::Unwatch, &[]).await;
+                }
+            }
+            Some(t) if t == local => {
+                let th = self.th.clone();
+                let mut sg = th.shard.borrow_mut();
+                let mut fg = th.front.borrow_mut();
+                let now = sg.now_ms();
+                let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                self.out.proto = self.client.shared.proto.get();
+                cmd::call(
+                    &mut sg,
+                    &mut fg,
+                    &mut self.client,
+                    &mut self.out,
+                    spec,
+                    &argv,
+                    now,
+                );
+            }
+            Some(t) => {
+                let multi = self.client.multi.take().unwrap_or_default();
+                let watched = std::mem::take(&mut self.client.watched);
+                self.client.shared.in_multi.set(false);
+                self.client.shared.watched.set(0);
+                self.client.shared.last_cmd.set(spec.meta.name);
+                match self.one(t, Op::Exec { multi, watched }, &argv).await {
+                    Ok((reply, note)) => {
+                        self.out.raw(&reply);
+                        if let Some(n) = note {
+                            self.client.select(n.db);
+                        }
+                    }
+                    Err(e) => self.out.error(&hop::unavailable_error(e)),
+                }
+                self.client.dirty.set(false);
+            }
+        }
+    }
+
+    /// The shard a transaction runs on, or None when its keys span shards.
+    fn exec_target(&self, f: &Front) -> Option<u16> {
+        let slots = &f.node.slots;
+        let local = self.th.index;
+        let mut target: Option<u16> = None;
+        let mut add = |t: u16| match target {
+            None => {
+                target = Some(t);
+                true
+            }
+            Some(x) => x == t,
+        };
+        for (_, key) in &self.client.watched {
+            if !add(slots.shard_of_key(key)) {
+                return None;
+            }
+        }
+        let Some(m) = self.client.multi.as_ref() else {
+            return Some(local);
+        };
+        for q in &m.queued {
+            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            let Ok(spec) = cmd::resolve(f.table, &argv) else {
+                continue;
+            };
+            let class = route::classes(f.table)
+                .get(spec.idx)
+                .copied()
+                .unwrap_or(Class::Local);
+            match class {
+                Class::Local => {
+                    if pins_to_connection(spec.meta.name) && !add(local) {
+                        return None;
+                    }
+                }
+                // Commands that cover every shard cannot run inside one shard's transaction.
+                Class::All(_)
+                | Class::Special(
+                    Special::Scan | Special::RandomKey | Special::CrdtWait | Special::Shutdown,
+                ) => return None,
+                Class::Special(Special::Debug) => {
+                    if argv
+                        .get(1)
+                        .is_some_and(|a| a.eq_ignore_ascii_case(b"set-active-expire"))
+                    {
+                        return None;
+                    }
+                }
+                Class::Special(Special::Digest) if argv.len() != 3 => return None,
+                _ => match self.keys_at(f, spec, &argv) {
+                    KeysAt::None => {}
+                    KeysAt::Shard(t) => {
+                        if !add(t) {
+                            return None;
+                        }
+                    }
+                    KeysAt::Many => return None,
+                },
+            }
+        }
+        Some(target.unwrap_or(local))
+    }
+
+    /// WATCH with several shards: the keys must share a shard, where they are registered.
+    async fn watch(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        let at = {
+            let f = self.th.front.borrow();
+            let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            self.keys_at(&f, spec, &borrowed)
+        };
+        let t = match at {
+            KeysAt::Many => {
+                let mut f = self.th.front.borrow_mut();
+                if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                    st.rejected_calls += 1;
+                }
+                self.out.proto = self.client.shared.proto.get();
+                cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
+                return;
+            }
+            KeysAt::Shard(t) => t,
+            KeysAt::None => self.th.index,
+        };
+        match self.one(t, Op::Call(spec), &argv).await {
+            Ok((reply, _)) => {
+                if t != self.th.index && reply == b"+OK\r\n" {
+                    let db = self.client.db;
+                    for key in argv.iter().skip(1) {
+                        if !self
+                            .client
+                            .watched
+                            .iter()
+                            .any(|(d, k)| *d == db && k == key)
+                        {
+                            self.client.watched.push((db, key.clone()));
+                        }
+                    }
+                    self.client.shared.watched.set(self.client.watched.len());
+                }
+                self.out.raw(&reply);
+            }
+            Err(e) => self.out.error(&hop::unavailable_error(e)),
+        }
+    }
+
+    /// SCAN with several shards: the cursor's top byte names the shard it walks. A call
+    /// walks that shard as SCAN does; when the shard is done and fewer than COUNT keys were
+    /// found, it goes on with the next shard in the same call, so a cursor only stops
+    /// between shards when a shard has more to give (and "0" means every shard is done).
+    async fn scan(&mut self, spec: &'static CommandSpec, mut argv: Vec<Vec<u8>>) {
+        let shards = self.th.node.shards;
+        let cursor = argv.get(1).and_then(|c| cmd::args::parse_cursor(c));
+        let Some(cursor) = cursor else {
+            // Not a cursor: the handler says so.
+            let (r, _) = self
+                .one(self.th.index, Op::Call(spec), &argv)
+                .await
+                .unwrap_or_default();
+            self.out.raw(&r);
+            return;
+        };
+        let count = scan_count(&argv);
+        let (mut shard, mut inner) = route::scan_split(cursor);
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let mut first = true;
+        let next = loop {
+            if shard >= shards {
+                break 0;
+            }
+            if let Some(c) = argv.get_mut(1) {
+                *c = inner.to_string().into_bytes();
+            }
+            // The command counts once: the first shard's part is a call.
+            let op = if first {
+                Op::Call(spec)
+            } else {
+                Op::Quiet(spec)
+            };
+            first = false;
+            let reply = match self.one(shard, op, &argv).await {
+                Ok((r, _)) => r,
+                Err(e) => error_bytes(&hop::unavailable_error(e)),
+            };
+            let parsed = read::elements(&reply, 0).and_then(|(els, _)| {
+                let (c0, _) = *els.first()?;
+                let (k0, _) = *els.get(1)?;
+                let next: u64 = std::str::from_utf8(read::bulk(&reply, c0)?)
+                    .ok()?
+                    .parse()
+                    .ok()?;
+                let (found, _) = read::elements(&reply, k0)?;
+                let found: Vec<Vec<u8>> = found
+                    .iter()
+                    .filter_map(|&(a, _)| read::bulk(&reply, a).map(<[u8]>::to_vec))
+                    .collect();
+                Some((next, found))
+            });
+            let Some((next, found)) = parsed else {
+                // An error (COUNT 0, an unknown option...): as the shard answered it.
+                self.out.raw(&reply);
+                return;
+            };
+            keys.extend(found);
+            // The restarts used so far carry over to the next shard's walk, so that the
+            // whole iteration has `SCAN_RESTARTS_MAX` of them, however many shards.
+            let restarts = cmd::keys::cursor_restarts(inner);
+            let joined = match route::scan_join(shard, next, shards) {
+                0 => 0,
+                j if next == 0 => j | cmd::keys::start_with_restarts(restarts),
+                j => j,
+            };
+            if next != 0 || joined == 0 || keys.len() as u64 >= count {
+                break joined;
+            }
+            (shard, inner) = route::scan_split(joined);
+        };
+        self.out.proto = self.client.shared.proto.get();
+        self.out.array(2);
+        self.out.bulk(next.to_string().as_bytes());
+        self.out.array(keys.len());
+        for k in &keys {
+            self.out.bulk(k);
+        }
+    }
+
+    /// RANDOMKEY with several shards: a key of a shard chosen in proportion to its keys.
+    async fn randomkey(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        use rand::RngExt as _;
+        let table = self.th.front.borrow().table;
+        let dbsize = cmd::resolve(table, &[b"dbsize"]).ok();
+        let mut candidates: Vec<(u64, Vec<u8>)> = Vec::new();
+        for shard in 0..self.th.node.shards {
+            let size = match dbsize {
+                Some(d) => match self.one(shard, Op::Quiet(d), &[b"dbsize".to_vec()]).await {
+                    Ok((r, _)) => read::int(&r, 0).unwrap_or(0).max(0) as u64,
+                    Err(_) => 0,
+                },
+                None => 0,
+            };
+            if size == 0 {
+                continue;
+            }
+            let op = if shard == self.th.index {
+                Op::Call(spec)
+            } else {
+                Op::Quiet(spec)
+            };
+            if let Ok((r, _)) = self.one(shard, op, &argv).await {
+                if read::bulk(&r, 0).is_some() {
+                    candidates.push((size, r));
+                }
+            }
+        }
+        let total: u64 = candidates.iter().map(|(n, _)| n).sum();
+        self.out.proto = self.client.shared.proto.get();
+        if total == 0 {
+            self.out.null();
+            return;
+        }
+        let mut pick = rand::rng().random_range(0..total);
+        for (n, r) in &candidates {
+            if pick < *n {
+                self.out.raw(r);
+                return;
+            }
+            pick -= n;
+        }
+        self.out.null();
+    }
+
+    /// SHUTDOWN with several shards: every other shard saves (when asked) and closes its
+    /// log first; then this thread's handler does the same and ends the process.
+    async fn shutdown(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let plan = match cmd::server::shutdown_plan(&borrowed) {
+            Ok(p) => p,
+            Err(_) => {
+                // The handler answers the error.
+                let (r, _) = self
+                    .one(self.th.index, Op::Call(spec), &argv)
+                    .await
+                    .unwrap_or_default();
+                self.out.raw(&r);
+                return;
+            }
+        };
+        let me = self.th.index;
+        let results = hop::run_on_all(&self.th, move |t| {
+            if t.index == me {
+                // This thread's shard is prepared by the handler below.
+                return Ok(());
+            }
+            cmd::server::shutdown_prepare(&mut t.shard.borrow_mut(), plan)
+        })
+        .await;
+        let failed = results.iter().any(|r| !matches!(r, Ok(Ok(()))));
+        if failed && !plan.force {
+            self.out.proto = self.client.shared.proto.get();
+            self.out.error(&CmdError::Err(
+                "Errors trying to SHUTDOWN. Check logs.".to_string(),
+            ));
+            return;
+        }
+        let (r, _) = self
+            .one(self.th.index, Op::Call(spec), &argv)
+            .await
+            .unwrap_or_default();
+        self.out.raw(&r);
+    }
+
+    /// CRDT.WAIT with several shards: waits until `numsites` other sites acked this
+    /// connection's last write on every shard it wrote to (or the timeout).
+    async fn crdt_wait(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: Vec<Vec<u8>>,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        pos: usize,
+    ) -> bool {
+        let _ = pos;
+        let parsed = cmd::crdt::wait_args(&argv.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        let (numsites, timeout_ms) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                let mut f = self.th.front.borrow_mut();
+                self.out.proto = self.client.shared.proto.get();
+                cmd::reply_error(&mut f, &mut self.out, &e);
+                return true;
+            }
+        };
+        let started = std::time::Instant::now();
+        {
+            let mut f = self.th.front.borrow_mut();
+            f.stats.total_commands_processed += 1;
+            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                st.calls += 1;
+            }
+        }
+        let targets: Vec<(u16, u64)> = if self.client.shard_writes.is_empty() {
+            vec![(self.th.index, 0)]
+        } else {
+            self.client.shard_writes.clone()
+        };
+        let deadline = (timeout_ms > 0).then(|| started + Duration::from_millis(timeout_ms));
+        let id = self.client.id();
+        let mailbox = self.client.shared.mailbox.clone();
+        let acked = loop {
+            let mut sites: Option<Vec<String>> = None;
+            for &(shard, target) in &targets {
+                let mb = mailbox.clone();
+                let got = hop::run_on(&self.th, shard, move |t| {
+                    let mut s = t.shard.borrow_mut();
+                    // Registered before looking: an ack after the look still wakes us.
+                    s.blocking
+                        .register(id, mb, crate::sync::WAIT_DB, &[crate::sync::WAIT_KEY]);
+                    s.sites_acked(target)
+                })
+                .await
+                .unwrap_or_default();
+                sites = Some(match sites {
+                    None => got,
+                    Some(prev) => prev.into_iter().filter(|x| got.contains(x)).collect(),
+                });
+            }
+            let n = sites.map_or(0, |v| v.len()) as i64;
+            if n >= numsites || deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                break n;
+            }
             let sleep_for =
-                deadline.map(|d| Duration::from_millis(d.saturating_sub(shard.borrow().now_ms())));
+                deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             let timer = async {
                 match sleep_for {
                     Some(d) => tokio::time::sleep(d).await,
@@ -118,171 +1435,253 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 }
             };
             rbuf.reserve(READ_CHUNK_BYTES_MIN);
-            // Biased: a close seen at the same time as a wake wins, so a client that is gone
-            // consumes nothing.
-            let event = tokio::select! {
+            tokio::select! {
                 biased;
-                r = stream.read_buf(&mut rbuf) => match r {
-                    Ok(0) | Err(_) => break 'conn,
-                    Ok(n) => BlockedEvent::Input(n),
+                r = stream.read_buf(rbuf) => match r {
+                    Ok(0) | Err(_) => {
+                        self.forget_wait(&targets).await;
+                        return false;
+                    }
+                    Ok(_) => {}
                 },
-                () = shared.wake.notified() => BlockedEvent::Wake,
-                () = timer => BlockedEvent::Timeout,
-            };
-            if shared.killed.get() {
-                break;
-            }
-            let query_limit;
-            let after;
-            {
-                let mut guard = shard.borrow_mut();
-                let s = &mut *guard;
-                let pos_before = s.persist.next_pos;
-                query_limit = s.config.client_query_buffer_limit as usize;
-                let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
-                out.raw(&pushed);
-                let now = s.now_ms();
-                match event {
-                    BlockedEvent::Input(n) => {
-                        s.stats.net_input_bytes += n as u64;
-                        shared.qbuf_bytes.set(rbuf.len());
+                () = mailbox.wake.notified() => {
+                    if self.is_killed() {
+                        self.forget_wait(&targets).await;
+                        return false;
                     }
-                    BlockedEvent::Wake => {
-                        if s.blocking.is_ready(client.id()) {
-                            blocking::reprocess(s, &mut client, &mut out, now);
-                        }
-                    }
-                    BlockedEvent::Timeout => {
-                        if deadline.is_some_and(|d| now >= d) {
-                            blocking::time_out(s, &mut client, &mut out);
-                        }
-                    }
+                    let pushed = mailbox.take();
+                    self.out.raw(&pushed);
                 }
-                if client.blocked.is_none() {
-                    shared.last_interaction_ms.set(now);
-                    buffered = true;
-                }
-                s.stats.net_output_bytes += out.len() as u64;
-                after = s.persist.after_batch(pos_before);
+                () = timer => {}
             }
-            if !replies_may_go(after).await {
-                break 'conn;
-            }
-            if !out.is_empty() {
-                if stream.write_all(&out.buf).await.is_err() {
-                    break;
-                }
-                out.clear();
-            }
-            if rbuf.len() > query_limit {
-                tracing::warn!(client = %addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
-                break;
-            }
-            continue 'conn;
-        }
-        if !buffered {
-            let want = parser
-                .bytes_hint()
-                .unwrap_or(0)
-                .saturating_sub(rbuf.len())
-                .max(READ_CHUNK_BYTES_MIN);
-            rbuf.reserve(want);
-            let n = tokio::select! {
-                r = stream.read_buf(&mut rbuf) => r,
-                () = shared.wake.notified() => {
-                    // MONITOR lines and Pub/Sub messages from other connections.
-                    let pending = std::mem::take(&mut *shared.push_out.borrow_mut());
-                    if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
-                        break 'conn;
-                    }
-                    continue 'conn;
-                }
-            };
-            let n = match n {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            shard.borrow_mut().stats.net_input_bytes += n as u64;
-        }
-        buffered = false;
-        let query_limit;
-        let after;
-        {
-            let mut guard = shard.borrow_mut();
-            let s = &mut *guard;
-            let pos_before = s.persist.next_pos;
-            query_limit = s.config.client_query_buffer_limit as usize;
-            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
-            parser.set_limits(ParseLimits {
-                bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-                authenticated: true,
-            });
-            let now = s.now_ms();
-            shared.last_interaction_ms.set(now);
-            // Pushes queued before this batch go out before its replies.
-            let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
-            out.raw(&pushed);
-            let mut pos = 0usize;
-            loop {
-                let buf = rbuf.get(pos..).unwrap_or_default();
-                match parser.next(buf) {
-                    Parsed::Command { consumed } => {
-                        let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
-                        parser.args(buf, &mut argv);
-                        cmd::execute(s, &mut client, &mut out, &argv, now);
-                        pos += consumed;
-                        if let Some(b) = client.blocked.as_mut() {
-                            // The command blocked: keep it to re-run; later commands wait.
-                            b.argv = argv.iter().map(|a| a.to_vec()).collect();
-                            break;
-                        }
-                        if client.close_after_reply || shared.killed.get() {
-                            break;
-                        }
-                    }
-                    Parsed::Skip { consumed } => pos += consumed,
-                    Parsed::Incomplete => break,
-                    Parsed::Error(e) => {
-                        out.raw(b"-");
-                        out.raw(&e.message_bytes());
-                        out.raw(b"\r\n");
-                        s.stats.count_error("ERR");
-                        client.close_after_reply = true;
-                        break;
-                    }
-                }
-            }
-            rbuf.advance(pos);
-            shared.qbuf_bytes.set(rbuf.len());
-            s.stats.net_output_bytes += out.len() as u64;
-            // The batch's records are written (write(2)) before its replies go out.
-            after = s.persist.after_batch(pos_before);
-        }
-        // appendfsync always: no reply leaves before the records of the writes it answers
-        // (or that it may have read) are on disk. A failed write closes the connection
-        // unanswered: those writes are not acknowledged.
-        if !replies_may_go(after).await {
-            break;
-        }
-        if !out.is_empty() {
-            if stream.write_all(&out.buf).await.is_err() {
-                break;
-            }
-            out.clear();
-            if out.buf.capacity() > REPLY_BUF_BYTES_KEPT {
-                out.buf.shrink_to(REPLY_BUF_BYTES_KEPT);
-            }
-        }
-        if client.close_after_reply {
-            break;
-        }
-        if rbuf.len() > query_limit {
-            tracing::warn!(client = %addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
-            break;
+        };
+        self.forget_wait(&targets).await;
+        self.out.proto = self.client.shared.proto.get();
+        self.out.int(acked);
+        true
+    }
+
+    async fn forget_wait(&mut self, targets: &[(u16, u64)]) {
+        let id = self.client.id();
+        for &(shard, _) in targets {
+            let _ = hop::run_on(&self.th, shard, move |t| {
+                t.shard.borrow_mut().blocking.unregister(id);
+            })
+            .await;
         }
     }
-    let _ = stream.shutdown().await;
-    shard
-        .borrow_mut()
-        .unregister_client(client.id(), &client.dirty);
+
+    /// One wait step of a blocked client. Returns None when the connection must close,
+    /// else whether the client is no longer blocked (the read buffer may hold commands).
+    async fn blocked_step(&mut self, stream: &mut TcpStream, rbuf: &mut BytesMut) -> Option<bool> {
+        let deadline = self.client.blocked.as_ref().and_then(|b| b.deadline_ms);
+        let shard = self
+            .client
+            .blocked
+            .as_ref()
+            .map_or(self.th.index, |b| b.shard);
+        // Blocked (BLPOP...): run nothing more until a key is written, the deadline
+        // passes, or the client goes; keep reading so a close is seen.
+        let sleep_for = deadline
+            .map(|d| Duration::from_millis(d.saturating_sub(self.th.shard.borrow().now_ms())));
+        let timer = async {
+            match sleep_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        rbuf.reserve(READ_CHUNK_BYTES_MIN);
+        let mailbox = self.client.shared.mailbox.clone();
+        // Biased: a close seen at the same time as a wake wins, so a client that is gone
+        // consumes nothing.
+        let event = tokio::select! {
+            biased;
+            r = stream.read_buf(rbuf) => match r {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => BlockedEvent::Input(n),
+            },
+            () = mailbox.wake.notified() => BlockedEvent::Wake,
+            () = timer => BlockedEvent::Timeout,
+        };
+        if self.is_killed() {
+            return None;
+        }
+        let pos_before = self.th.shard.borrow().persist.next_pos;
+        let pushed = mailbox.take();
+        self.out.raw(&pushed);
+        let now = self.th.shard.borrow().now_ms();
+        match event {
+            BlockedEvent::Input(n) => {
+                self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
+                self.client.shared.qbuf_bytes.set(rbuf.len());
+            }
+            BlockedEvent::Wake if shard == self.th.index => {
+                let th = self.th.clone();
+                let mut sg = th.shard.borrow_mut();
+                let mut fg = th.front.borrow_mut();
+                if sg.blocking.is_ready(self.client.id()) {
+                    self.out.proto = self.client.shared.proto.get();
+                    blocking::reprocess(&mut sg, &mut fg, &mut self.client, &mut self.out, now);
+                }
+            }
+            BlockedEvent::Timeout if shard == self.th.index => {
+                if deadline.is_some_and(|d| now >= d) {
+                    let th = self.th.clone();
+                    let mut sg = th.shard.borrow_mut();
+                    let mut fg = th.front.borrow_mut();
+                    self.out.proto = self.client.shared.proto.get();
+                    blocking::time_out(&mut sg, &mut fg, &mut self.client, &mut self.out);
+                }
+            }
+            BlockedEvent::Wake | BlockedEvent::Timeout => {
+                let due =
+                    matches!(event, BlockedEvent::Timeout) && deadline.is_some_and(|d| now >= d);
+                if matches!(event, BlockedEvent::Wake) || due {
+                    let state = self.client.blocked.take().unwrap_or_default();
+                    let op = if due {
+                        Op::TimeOut(Box::new(state.clone()))
+                    } else {
+                        Op::Rerun(Box::new(state.clone()))
+                    };
+                    match self.one(shard, op, &[]).await {
+                        Ok((reply, note)) => {
+                            self.out.raw(&reply);
+                            match note.and_then(|n| n.blocked) {
+                                Some(b) => self.client.blocked = Some(*b),
+                                None => self.client.shared.blocked.set(false),
+                            }
+                        }
+                        Err(e) => {
+                            self.client.shared.blocked.set(false);
+                            self.out.error(&hop::unavailable_error(e));
+                        }
+                    }
+                }
+            }
+        }
+        let unblocked = self.client.blocked.is_none();
+        if unblocked {
+            self.client.shared.last_interaction_ms.set(now);
+        }
+        let after = self.th.shard.borrow_mut().persist.after_batch(pos_before);
+        self.afters.push(after);
+        if !self.flush(stream).await {
+            return None;
+        }
+        let query_limit = self.th.shard.borrow().config.client_query_buffer_limit as usize;
+        if rbuf.len() > query_limit {
+            tracing::warn!(client = %self.client.shared.addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+            return None;
+        }
+        Some(unblocked)
+    }
+
+    /// The client is gone: forget it here and on every shard it left state on.
+    async fn leave(&mut self) {
+        let id = self.client.id();
+        let remote: Vec<u16> = {
+            let th = self.th.clone();
+            let mut sg = th.shard.borrow_mut();
+            let mut fg = th.front.borrow_mut();
+            fg.unregister_client(id);
+            sg.forget_client(id, &self.client.dirty);
+            let mut v = self.watch_shards(&fg);
+            if let Some(b) = &self.client.blocked {
+                v.push(b.shard);
+            }
+            v.sort_unstable();
+            v.dedup();
+            v.into_iter().filter(|&t| t != self.th.index).collect()
+        };
+        for t in remote {
+            let _ = self.one(t, Op::Forget, &[]).await;
+        }
+    }
+}
+
+/// Local commands that act on the connection itself: inside a transaction they pin it to
+/// the connection's shard.
+fn pins_to_connection(name: &str) -> bool {
+    !matches!(
+        name,
+        "ping"
+            | "echo"
+            | "time"
+            | "select"
+            | "publish"
+            | "spublish"
+            | "config|get"
+            | "command"
+            | "command|count"
+            | "command|docs"
+            | "command|getkeys"
+            | "command|getkeysandflags"
+            | "command|help"
+            | "command|info"
+            | "command|list"
+            | "object|help"
+            | "pubsub|channels"
+            | "pubsub|numsub"
+            | "pubsub|numpat"
+            | "pubsub|shardchannels"
+            | "pubsub|shardnumsub"
+            | "pubsub|help"
+    )
+}
+
+/// SCAN's COUNT (10 when not given or not a number: the shard's handler refuses a bad one).
+fn scan_count(argv: &[Vec<u8>]) -> u64 {
+    let mut i = 2;
+    let mut count = 10;
+    while let (Some(opt), Some(v)) = (argv.get(i), argv.get(i + 1)) {
+        if opt.eq_ignore_ascii_case(b"count") {
+            if let Some(n) = cmd::args::parse_i64(v).filter(|n| *n > 0) {
+                count = n as u64;
+            }
+        }
+        i += 2;
+    }
+    count
+}
+
+fn owned(argv: &[&[u8]]) -> Vec<Vec<u8>> {
+    argv.iter().map(|a| a.to_vec()).collect()
+}
+
+fn error_bytes(e: &CmdError) -> Vec<u8> {
+    let mut r = Reply::new();
+    r.error(e);
+    r.buf
+}
+
+/// Merges the parts of a scattered command into `out`.
+fn gather(g: &Gather, parts: &[Vec<u8>], out: &mut Reply) {
+    if let Some(e) = parts.iter().find(|p| p.first() == Some(&b'-')) {
+        out.raw(e);
+        return;
+    }
+    match g.kind {
+        Scatter::Count => {
+            let n: i64 = parts.iter().filter_map(|p| read::int(p, 0)).sum();
+            out.int(n);
+        }
+        Scatter::Mset => out.ok(),
+        Scatter::Mget => {
+            let els: Vec<Vec<(usize, usize)>> = parts
+                .iter()
+                .map(|p| read::elements(p, 0).map(|e| e.0).unwrap_or_default())
+                .collect();
+            out.array(g.order.len());
+            for &(p, j) in &g.order {
+                let value = parts.get(p).and_then(|bytes| {
+                    let (a, b) = *els.get(p)?.get(j)?;
+                    bytes.get(a..b)
+                });
+                match value {
+                    Some(v) => out.raw(v),
+                    None => out.null(),
+                }
+            }
+        }
+    }
 }

@@ -39,6 +39,10 @@ pub enum CmdError {
     OffsetOutOfRange,
     #[error("ERR value is out of range, must be positive")]
     MustBePositive,
+    /// Redis Cluster's refusal of a command whose keys are not all on one node (here: one
+    /// shard).
+    #[error("CROSSSLOT Keys in request don't hash to the same slot")]
+    CrossSlot,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").

@@ -11,7 +11,9 @@ use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
 use crate::shard::Shard;
 
 mod table;
+mod waiters;
 pub use table::{KeyTable, Mark};
+pub use waiters::{BlockRegistry, Wake, WatchFlag};
 
 /// One key: its name and CRDT state, in one allocation the table points to.
 ///
@@ -624,11 +626,25 @@ impl Shard {
         if self.watched.is_empty() {
             return;
         }
-        if let Some(flags) = self.watched.get(&(db, key.to_vec())) {
+        if let Some(flags) = self.watched.get(&waiters::KeyRef(db, key)) {
             for f in flags {
                 f.set(true);
             }
         }
+    }
+
+    /// Called by the write path for every keyspace write: wakes a client blocked on the key.
+    /// Costs one emptiness check when no client is blocked.
+    #[inline]
+    pub fn signal_key_ready(&mut self, db: usize, key: &[u8]) {
+        if !self.blocking.is_empty() {
+            self.blocking.signal(db, key);
+        }
+    }
+
+    /// Number of clients blocked on this shard's keys (INFO clients `blocked_clients`).
+    pub fn blocked_count(&self) -> usize {
+        self.blocking.len()
     }
 
     /// Marks every client watching any key of `db` dirty (FLUSHDB/FLUSHALL/SWAPDB).

@@ -1,15 +1,25 @@
 //! The Meridian server: a Redis-compatible RESP server whose keyspace holds CRDT values.
 //!
-//! A shard is one pinned thread running a single-threaded runtime that owns its part of the
-//! keyspace; connections on that thread run commands against it without locks. Every write is
+//! A process runs one pinned thread per shard, each with a single-threaded runtime that owns
+//! its part of the keyspace (a set of hash slots); a connection lives on one thread, runs the
+//! commands whose keys that thread's shard owns inline, without locks, and sends the others
+//! to the owning thread as messages. Every write is
 //! applied to a CRDT (`meridian_crdt`) and recorded as an op in the shard's op log, which the
 //! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
 //!
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
-//! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
-//! - `shard`: what a shard owns.
-//! - `conn`: one connection's read–parse–execute–write loop.
+//! - `server`: start-up, the slot map, the shard threads, the periodic cycle, shutdown.
+//! - `numa`: allowed CPUs and NUMA nodes; where shard threads are pinned.
+//! - `node`: what the threads of a process share (slot map, inboxes, process-wide
+//!   registries).
+//! - `hop`: a thread's state and the messages between threads (batches of commands, jobs).
+//! - `shard`: what a shard owns: keyspace, clock, op log, persistence, replication.
+//! - `front`: what a thread owns for its connections: clients, command counters.
+//! - `route`: which shard runs a command; merging replies of several shards.
+//! - `info_merge`: one INFO from every thread's.
+//! - `conn`: one connection's read–parse–dispatch–write loop, the coordinator of its
+//!   commands.
 //! - `client`: per-connection state and what other connections may see of it.
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
@@ -33,10 +43,16 @@ pub mod cmd;
 pub mod config;
 pub mod conn;
 pub mod error;
+pub mod front;
+pub mod hop;
+pub mod info_merge;
 pub mod keyspace;
+pub mod node;
+pub mod numa;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
+pub mod route;
 pub mod server;
 pub mod shard;
 pub mod slot;

@@ -47,6 +47,9 @@ struct ServerFlags {
     dir: Option<PathBuf>,
     #[arg(long)]
     databases: Option<u32>,
+    /// Shard threads (0: one per CPU this process may run on).
+    #[arg(long)]
+    shards: Option<u32>,
     #[arg(long)]
     site: Option<String>,
     #[arg(long)]
@@ -130,6 +133,7 @@ impl ServerFlags {
             bind,
             port,
             dir,
+            shards,
             databases,
             site,
             proto_max_bulk_len,

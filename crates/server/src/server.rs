@@ -1,10 +1,16 @@
-//! Process start-up: the listener, the shard thread, the periodic cycle, and shutdown.
+//! Process start-up: the slot map, the shard threads, the listeners, the periodic cycle, and
+//! shutdown.
 //!
-//! This build runs one shard. Its thread is pinned to the first allowed core and runs a
-//! `current_thread` runtime with a `LocalSet`; every connection of the process is a task there.
-//! The main thread waits for SIGINT/SIGTERM and tells the shard to stop.
+//! `run` starts one thread per shard (`--shards`, by default one per CPU the process may run
+//! on), pinned node by node (`numa`). Each thread builds a `current_thread` runtime with a
+//! `LocalSet`, opens its shard's data directory (recovery before the first command), and
+//! serves the connections the acceptor hands it, the batches other threads send its shard
+//! (`hop`) and its shard's replication links. Once every shard is open, thread 0 accepts
+//! clients and spreads them over the threads round robin. The main thread waits for
+//! SIGINT/SIGTERM and tells every thread to stop.
 
 use std::cell::RefCell;
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +19,19 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::shard::Shard;
+use crate::front::Front;
+use crate::hop::{Msg, Thread};
+use crate::node::Node;
+use crate::numa::{Place, Topology};
+use crate::shard::{PublishHook, Shard};
+use crate::slot::SlotMap;
 
 /// Listen backlog (Redis `tcp-backlog`).
 pub const TCP_BACKLOG: i32 = 511;
+/// The slot map of a data directory: which shard owns which slots (`SlotMap::to_text`).
+pub const SLOT_MAP_FILE: &str = "slot-map";
+/// Bytes of a slot map file read at most (a map of 16384 single-slot ranges fits).
+pub const SLOT_MAP_BYTES_MAX: u64 = 1024 * 1024;
 
 /// Start-up and runtime failures of the server.
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +49,18 @@ pub enum ServerError {
     Persist(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
+    #[error("slot map {path}: {message}")]
+    SlotMap { path: String, message: String },
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
+    let topology = Topology::read();
+    let slots = Arc::new(slot_map(&config, topology.allowed.len())?);
+    let shards = slots.shards();
+    let placement = topology.place(usize::from(shards));
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
@@ -57,39 +78,221 @@ pub fn run(config: Config) -> Result<(), ServerError> {
             None
         }
     };
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
-    let shard_tls = tls.clone();
-    // Tells the main thread when the shard thread ends by itself (it could not open its data
-    // directory, or failed): the process must then exit, not linger on a dead port.
-    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
-    let shard_thread = std::thread::Builder::new()
-        .name("shard-0".to_string())
-        .spawn(move || {
-            let r = run_shard(0, config, listener, sync_listener, shard_tls, stop_rx);
-            let _ = ended_tx.send(());
-            r
-        })
-        .map_err(ServerError::Runtime)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ServerError::Runtime)?;
-    rt.block_on(async {
-        tokio::select! {
-            () = wait_for_signal(tls.as_deref()) => {
-                tracing::info!("received shutdown signal, stopping");
+    tracing::info!(
+        shards,
+        numa = %topology.describe(),
+        placement = %describe_placement(&placement),
+        "shard threads"
+    );
+    let now = crate::time::wall_ms();
+    let (node, inboxes) = Node::new(slots, placement.clone(), config.slowlog_max_len, now);
+    // Each thread reports when its shard is open (or why it could not open); the process
+    // ends with the first thread that ends by itself.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, Result<(), String>)>();
+    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<u16>();
+    let mut handles = Vec::with_capacity(usize::from(shards));
+    for (i, inbox) in inboxes.into_iter().enumerate() {
+        let index = i as u16;
+        let setup = ThreadSetup {
+            index,
+            node: node.clone(),
+            config: config.clone(),
+            place: placement
+                .get(i)
+                .copied()
+                .unwrap_or(Place { cpu: None, node: 0 }),
+            tls: tls.clone(),
+            stop: stop_rx.clone(),
+            ready: ready_tx.clone(),
+        };
+        let ended = ended_tx.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("shard-{index}"))
+            .spawn(move || {
+                let r = run_thread(setup, inbox);
+                let _ = ended.send(index);
+                r
+            })
+            .map_err(ServerError::Runtime)?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    let mut failure: Option<ServerError> = None;
+    for _ in 0..shards {
+        match ready_rx.recv() {
+            Ok((_, Ok(()))) => {}
+            Ok((i, Err(e))) => {
+                failure = Some(ServerError::Persist(format!("shard {i}: {e}")));
+                break;
             }
-            _ = ended_rx => {}
+            Err(_) => {
+                failure = Some(ServerError::Shard("a shard thread ended at start".into()));
+                break;
+            }
         }
-    });
+    }
+    if failure.is_none() {
+        start_listeners(&node, listener, sync_listener)?;
+        let addr = config.bind.clone() + ":" + &config.port.to_string();
+        tracing::info!(%addr, site = %config.site, shards, "Meridian ready to accept connections");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ServerError::Runtime)?;
+        rt.block_on(async {
+            tokio::select! {
+                () = wait_for_signal(tls.as_deref()) => {
+                    tracing::info!("received shutdown signal, stopping");
+                }
+                _ = ended_rx.recv() => {}
+            }
+        });
+    }
     let _ = stop_tx.send(true);
-    match shard_thread.join() {
-        Ok(r) => r,
-        Err(_) => Err(ServerError::Shard("panicked".to_string())),
+    let mut result = Ok(());
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(_) => result = Err(ServerError::Shard("panicked".to_string())),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => result,
+    }
+}
+
+/// The slot map: the data directory's (`slot-map`), or a new one of `shards` (or one per
+/// allowed CPU) contiguous ranges, written there. A directory keeps the shard count it was
+/// created with: a different `--shards` is refused, naming both.
+fn slot_map(config: &Config, allowed_cpus: usize) -> Result<SlotMap, ServerError> {
+    let path = config.dir.join(SLOT_MAP_FILE);
+    let err = |message: String| ServerError::SlotMap {
+        path: path.display().to_string(),
+        message,
+    };
+    let existing = match std::fs::metadata(&path) {
+        Ok(m) if m.len() > SLOT_MAP_BYTES_MAX => {
+            return Err(err(format!("larger than {SLOT_MAP_BYTES_MAX} bytes")));
+        }
+        Ok(_) => {
+            let text = std::fs::read_to_string(&path).map_err(|e| err(e.to_string()))?;
+            Some(SlotMap::from_text(&text).map_err(|e| err(e.to_string()))?)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A directory from before slot maps holds one shard.
+            config
+                .dir
+                .join("shard-0")
+                .is_dir()
+                .then(|| SlotMap::contiguous(1))
+        }
+        Err(e) => return Err(err(e.to_string())),
+    };
+    let map = match existing {
+        Some(map) => {
+            if config.shards != 0 && u32::from(map.shards()) != config.shards {
+                return Err(err(format!(
+                    "this data directory holds a site of {} shards; start it with --shards {} (or 0), or start --shards {} on an empty directory",
+                    map.shards(),
+                    map.shards(),
+                    config.shards
+                )));
+            }
+            map
+        }
+        None => SlotMap::contiguous(config.shard_count(allowed_cpus)),
+    };
+    write_slot_map(&config.dir, &map).map_err(|e| err(e.to_string()))?;
+    Ok(map)
+}
+
+/// Writes the slot map file if it differs (a new file, then rename, then the directory
+/// synced).
+fn write_slot_map(dir: &Path, map: &SlotMap) -> std::io::Result<()> {
+    let path = dir.join(SLOT_MAP_FILE);
+    let text = map.to_text();
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{SLOT_MAP_FILE}.tmp"));
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// "0:cpu=0,node=0 1:cpu=1,node=0" for the start-up log and INFO.
+pub fn describe_placement(placement: &[Place]) -> String {
+    placement
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match p.cpu {
+            Some(c) => format!("{i}:cpu={c},node={}", p.node),
+            None => format!("{i}:cpu=any,node={}", p.node),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Starts the accept loops on thread 0: clients spread over the threads, and the sync port.
+fn start_listeners(
+    node: &Arc<Node>,
+    listener: std::net::TcpListener,
+    sync_listener: Option<std::net::TcpListener>,
+) -> Result<(), ServerError> {
+    let inbox = node
+        .inbox(0)
+        .ok_or_else(|| ServerError::Shard("no shard thread".into()))?;
+    inbox
+        .blocking_send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
+            tokio::task::spawn_local(accept_loop(th.clone(), listener));
+            crate::sync::link::start_listener(th, sync_listener);
+        })))
+        .map_err(|_| ServerError::Shard("shard 0 ended at start".into()))
+}
+
+/// Accepts clients and hands each to the next thread in turn (this one serves its share).
+async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "client listener unusable");
+            return;
+        }
+    };
+    loop {
+        if th.shard.borrow().shutting_down {
+            return;
+        }
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let id = th.node.client_id();
+                let to = th.node.next_conn_thread();
+                if to == th.index {
+                    tokio::task::spawn_local(crate::conn::serve(th.clone(), stream, id));
+                    continue;
+                }
+                let Ok(std_stream) = stream.into_std() else {
+                    continue;
+                };
+                if let Some(inbox) = th.node.inbox(to) {
+                    if inbox.send(Msg::Accept(std_stream, id)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
     }
 }
 
@@ -141,7 +344,7 @@ fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
     listen(std::net::SocketAddr::new(ip, config.port))
 }
 
-fn listen(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, ServerError> {
+pub fn listen(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, ServerError> {
     let err = |source| ServerError::Listen {
         addr: addr.to_string(),
         source,
@@ -159,20 +362,36 @@ fn listen(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, ServerErr
     Ok(socket.into())
 }
 
-/// The shard thread: pins itself, builds its runtime, accepts connections, runs the
-/// periodic cycle, and returns when `stop` turns true.
-fn run_shard(
-    index: u8,
+/// What a shard thread starts from.
+struct ThreadSetup {
+    index: u16,
+    node: Arc<Node>,
     config: Config,
-    listener: std::net::TcpListener,
-    sync_listener: Option<std::net::TcpListener>,
+    place: Place,
     tls: Option<Arc<meridian_syncer::TlsContext>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    ready: std::sync::mpsc::Sender<(u16, Result<(), String>)>,
+}
+
+/// A shard thread: pins itself, builds its runtime, opens its shard, then serves its
+/// inbox, its connections and its replication links until `stop` turns true.
+fn run_thread(
+    setup: ThreadSetup,
+    inbox: tokio::sync::mpsc::Receiver<Msg>,
 ) -> Result<(), ServerError> {
-    if let Some(core) =
-        core_affinity::get_core_ids().and_then(|ids| ids.get(usize::from(index)).copied())
-    {
-        core_affinity::set_for_current(core);
+    let ThreadSetup {
+        index,
+        node,
+        config,
+        place,
+        tls,
+        mut stop,
+        ready,
+    } = setup;
+    if let Some(cpu) = place.cpu {
+        if !crate::numa::pin(cpu) {
+            tracing::warn!(shard = index, cpu, "could not pin the shard thread");
+        }
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -180,41 +399,43 @@ fn run_shard(
         .map_err(ServerError::Runtime)?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
         let now = crate::time::wall_ms();
-        let shard = Rc::new(RefCell::new(Shard::new(
-            index,
-            config,
-            crate::cmd::table(),
-            now,
-        )));
-        shard.borrow_mut().sync.tls = tls;
-        shard
-            .borrow_mut()
-            .open_persistence()
-            .map_err(|e| ServerError::Persist(e.to_string()))?;
-        tokio::task::spawn_local(periodic(shard.clone()));
-        tokio::task::spawn_local(flush_loop(shard.clone()));
-        crate::sync::link::start(&shard, sync_listener);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    match accepted {
-                        Ok((stream, _)) => {
-                            tokio::task::spawn_local(crate::conn::serve(shard.clone(), stream));
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        }
-                    }
-                }
-                _ = stop.changed() => break,
-            }
+        let mut shard = Shard::in_site(index, node.slots.clone(), config, now);
+        shard.sync.tls = tls;
+        let hook_node = node.clone();
+        shard.publish_hook = Some(PublishHook(Box::new(move |channel, message, sharded| {
+            crate::cmd::pubsub::deliver_remote(
+                &crate::node::lock(&hook_node.pubsub),
+                channel,
+                message,
+                sharded,
+            );
+        })));
+        let opened = shard.open_persistence().map_err(|e| e.to_string());
+        let _ = ready.send((index, opened.clone()));
+        if let Err(e) = opened {
+            return Err(ServerError::Persist(e));
         }
+        let shard = Rc::new(RefCell::new(shard));
+        let front = Rc::new(RefCell::new(Front::new(
+            index,
+            node.clone(),
+            crate::cmd::table(),
+        )));
+        let th = Rc::new(Thread {
+            index,
+            node: node.clone(),
+            shard: shard.clone(),
+            front: front.clone(),
+        });
+        tokio::task::spawn_local(periodic(th.clone()));
+        tokio::task::spawn_local(flush_loop(shard.clone()));
+        tokio::task::spawn_local(crate::hop::inbox(th.clone(), inbox));
+        crate::sync::link::start(&shard, None);
+        let _ = stop.changed().await;
         let mut s = shard.borrow_mut();
         s.shutting_down = true;
-        for c in s.clients.values() {
+        for c in front.borrow().clients.values() {
             c.kill();
         }
         s.persist.close();
@@ -229,13 +450,13 @@ pub const EXPIRE_CYCLE_BUCKETS_MAX: usize = 64 * 1024;
 /// 1 ms per cron run on it too).
 pub const REHASH_CYCLE_TIME_MAX: Duration = Duration::from_millis(1);
 
-/// Runs `hz` times a second: active expiry, incremental rehash, GC, idle-client timeouts,
-/// ops-per-second sampling.
-async fn periodic(shard: Rc<RefCell<Shard>>) {
+/// Runs `hz` times a second: active expiry, incremental rehash, GC, snapshots (the shard's
+/// part), idle-client timeouts and ops-per-second sampling (the front's).
+async fn periodic(th: Rc<Thread>) {
     loop {
-        let hz = shard.borrow().config.hz.max(1);
+        let hz = th.shard.borrow().config.hz.max(1);
         tokio::time::sleep(Duration::from_millis(1000 / u64::from(hz))).await;
-        let mut s = shard.borrow_mut();
+        let mut s = th.shard.borrow_mut();
         if s.shutting_down {
             return;
         }
@@ -252,11 +473,13 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
             .note_memory(crate::cmd::server::memory_use().allocated);
         s.gc_step(now, crate::sync::gc::GC_STEP_BUCKETS_MAX);
         s.persistence_cycle(now);
-        let total = s.stats.total_commands_processed;
-        s.stats.ops_sample.sample(now, total);
         let timeout_s = s.config.timeout;
+        drop(s);
+        let mut f = th.front.borrow_mut();
+        let total = f.stats.total_commands_processed;
+        f.stats.ops_sample.sample(now, total);
         if timeout_s > 0 {
-            for c in s.clients.values() {
+            for c in f.clients.values() {
                 let idle_ms = now.saturating_sub(c.last_interaction_ms.get());
                 // Redis never idles out monitors, blocked or subscribed clients.
                 if idle_ms > timeout_s * 1000

@@ -1,38 +1,50 @@
-//! A shard: one thread, one single-threaded runtime, and the part of the keyspace it owns.
+//! A shard: the part of the keyspace one thread owns, with everything that makes it durable
+//! and replicated.
 //!
-//! The shard owns its databases, clock, op log, statistics and client registry outright;
-//! connection tasks on the same thread borrow it for the length of one command, never across
-//! an `.await`. No lock and no atomic is on the data path.
+//! A shard owns its databases, clock, sequence number, op log, persistence directory and
+//! replication links outright, and the slots its keys hash to (`slot::SlotMap`). It knows
+//! nothing of connections or commands: the keys a client WATCHes and the clients blocked on
+//! its keys are flags and wake-ups registered here (`keyspace::waiters`), whatever thread the
+//! clients live on. The command layer borrows a shard for the length of one command (or one
+//! EXEC), never across an `.await`. No lock and no atomic is on the data path.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use hashbrown::HashMap;
 use meridian_crdt::{HlcClock, ReplicaId};
 
-use crate::blocking::BlockRegistry;
-use crate::client::ClientShared;
-use crate::cmd::pubsub::PubSub;
-use crate::cmd::table::Table;
 use crate::config::Config;
-use crate::keyspace::Db;
+use crate::keyspace::{BlockRegistry, Db, WatchFlag};
 use crate::oplog::OpLog;
-use crate::stats::{LatencyMonitor, SlowLog, Stats};
+use crate::slot::SlotMap;
+use crate::stats::Stats;
 
 /// A watched key: (db, key).
 pub type WatchedKey = (usize, Vec<u8>);
-/// A WATCHing client's flag, set when a key it watches changes.
-pub type DirtyFlag = Rc<Cell<bool>>;
+
+/// Delivers a message another site published: (channel, message, sharded).
+pub type Deliver = dyn Fn(&[u8], &[u8], bool);
+
+/// Where a message another site published goes: the site's subscribers (installed by the
+/// server, which owns Pub/Sub; the shard only hands messages on).
+pub struct PublishHook(pub Box<Deliver>);
+
+impl std::fmt::Debug for PublishHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PublishHook")
+    }
+}
 
 /// The state one shard thread owns.
 #[derive(Debug)]
 pub struct Shard {
-    pub index: u8,
+    /// This shard's index in its site (`shard-N` directory, replica ids).
+    pub index: u16,
     pub replica: ReplicaId,
-    /// Runtime settings (CONFIG SET changes them).
+    /// Runtime settings (CONFIG SET changes every shard's copy).
     pub config: Config,
-    pub table: &'static Table,
+    /// Which shard owns each slot; this one serves the keys of the slots it owns.
+    pub slots: Arc<SlotMap>,
     pub dbs: Vec<Db>,
     /// Keyed hash for every keyspace table: clients choose keys, so it must resist HashDoS.
     pub hasher: ahash::RandomState,
@@ -46,42 +58,38 @@ pub struct Shard {
     pub peers: usize,
     /// Replication: incarnation, delivered vector, peers, links (`sync`).
     pub sync: crate::sync::SyncState,
+    /// Keyspace counters (hits, misses, expiries, writes); command counters are the
+    /// connection threads'.
     pub stats: Stats,
-    pub slowlog: SlowLog,
-    pub latency: LatencyMonitor,
-    /// Connected clients by id (ids increase, so this is connection order).
-    pub clients: BTreeMap<u64, Rc<ClientShared>>,
-    pub next_client_id: u64,
-    /// Keys watched by some client: (db, key) → the watchers' dirty flags.
-    pub watched: HashMap<WatchedKey, Vec<DirtyFlag>>,
-    /// Clients in MONITOR mode.
-    pub monitors: Vec<Rc<ClientShared>>,
-    /// Pub/Sub subscriptions (`cmd::pubsub`).
-    pub pubsub: PubSub,
-    /// Clients blocked in BLPOP and the like, by key (`blocking`).
+    /// Keys watched by some client: (db, key) → the watchers' flags.
+    pub watched: HashMap<WatchedKey, Vec<WatchFlag>>,
+    /// Clients blocked in BLPOP and the like, by key.
     pub blocking: BlockRegistry,
-    /// Process start, for INFO uptime.
-    pub started_ms: u64,
-    /// 40 hex characters naming this run (INFO run_id).
-    pub run_id: String,
+    /// Messages other sites published (`sync::apply`).
+    pub publish_hook: Option<PublishHook>,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
 }
 
 impl Shard {
-    pub fn new(index: u8, config: Config, table: &'static Table, now_ms: u64) -> Shard {
-        let replica = ReplicaId::for_site_shard(&config.site, index);
+    /// Shard `index` of a one-shard site (tests, background snapshots of one shard).
+    pub fn new(index: u16, config: Config, now_ms: u64) -> Shard {
+        Shard::in_site(index, Arc::new(SlotMap::contiguous(1)), config, now_ms)
+    }
+
+    /// Shard `index` of a site whose slots `slots` spreads over its shards.
+    pub fn in_site(index: u16, slots: Arc<SlotMap>, config: Config, now_ms: u64) -> Shard {
+        let replica = ReplicaId::for_site_shard(&config.site, replica_shard(index));
         let dbs = (0..config.databases).map(|_| Db::new()).collect();
         let mut oplog = OpLog::new(replica, config.backlog_bytes_max);
         let sync = crate::sync::SyncState::new(&config, index, now_ms, None);
-        let peers = sync.peers.len();
+        let peers = sync.peer_sites();
         // With no peers nobody will ever resume from the op log: keep only the current chunk.
         oplog.set_retain_for_peers(peers > 0);
-        let slowlog = SlowLog::new(config.slowlog_max_len);
         let mut shard = Shard {
             index,
             replica,
-            table,
+            slots,
             dbs,
             hasher: ahash::RandomState::new(),
             clock: HlcClock::new(),
@@ -90,17 +98,10 @@ impl Shard {
             persist: crate::persist::Persist::disabled(),
             peers,
             sync,
-            stats: Stats::new(table.len()),
-            slowlog,
-            latency: LatencyMonitor::default(),
-            clients: BTreeMap::new(),
-            next_client_id: 1,
+            stats: Stats::default(),
             watched: HashMap::new(),
-            monitors: Vec::new(),
-            pubsub: PubSub::default(),
             blocking: BlockRegistry::default(),
-            started_ms: now_ms,
-            run_id: random_hex40(),
+            publish_hook: None,
             shutting_down: false,
             config,
         };
@@ -122,48 +123,36 @@ impl Shard {
         self.dbs.iter().map(Db::len).sum()
     }
 
-    /// Registers a new client and returns its shared state.
-    pub fn register_client(
-        &mut self,
-        addr: std::net::SocketAddr,
-        laddr: std::net::SocketAddr,
-        now_ms: u64,
-    ) -> Rc<ClientShared> {
-        let id = self.next_client_id;
-        self.next_client_id += 1;
-        let shared = Rc::new(ClientShared::new(id, addr, laddr, now_ms));
-        self.clients.insert(id, shared.clone());
-        self.stats.total_connections_received += 1;
-        shared
+    /// This shard's index as replica ids carry it (8 bits; `slot::SHARDS_MAX`).
+    pub fn replica_shard(&self) -> u8 {
+        replica_shard(self.index)
     }
 
-    /// Forgets a client: its registry entry, monitor slot, watches, subscriptions and
-    /// blocking registration.
-    pub fn unregister_client(&mut self, id: u64, dirty: &Rc<Cell<bool>>) {
-        if let Some(c) = self.clients.remove(&id) {
-            self.pubsub.unsubscribe_all(&c);
-        }
-        self.blocking.unregister(id);
-        self.monitors.retain(|m| m.id != id);
-        self.unwatch_all(dirty);
+    /// Whether this shard owns `slot`.
+    #[inline]
+    pub fn owns_slot(&self, slot: u16) -> bool {
+        self.slots.shard_of_slot(slot) == self.index
     }
 
     /// Drops every watch whose flag is `dirty` (UNWATCH, EXEC, DISCARD, disconnect).
-    pub fn unwatch_all(&mut self, dirty: &Rc<Cell<bool>>) {
+    pub fn unwatch_all(&mut self, dirty: &WatchFlag) {
         if self.watched.is_empty() {
             return;
         }
         self.watched.retain(|_, flags| {
-            flags.retain(|f| !Rc::ptr_eq(f, dirty));
+            flags.retain(|f| !f.same(dirty));
             !flags.is_empty()
         });
     }
+
+    /// Forgets what a departed client left here: its watches and its blocked registration.
+    pub fn forget_client(&mut self, id: u64, dirty: &WatchFlag) {
+        self.blocking.unregister(id);
+        self.unwatch_all(dirty);
+    }
 }
 
-fn random_hex40() -> String {
-    use rand::RngExt as _;
-    let mut rng = rand::rng();
-    (0..40)
-        .map(|_| char::from_digit(rng.random_range(0..16u32), 16).unwrap_or('0'))
-        .collect()
+/// A shard index as replica ids carry it: 8 bits (`slot::SHARDS_MAX` keeps indices below 256).
+pub fn replica_shard(index: u16) -> u8 {
+    u8::try_from(index).unwrap_or(u8::MAX)
 }

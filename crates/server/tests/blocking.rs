@@ -192,7 +192,7 @@ fn lists_available(c: &mut Raw) -> bool {
 
 #[test]
 fn blocking_lists_meridian() {
-    let srv = Server::start();
+    let srv = Server::start_single();
     let mut c = srv.connect();
     if !lists_available(&mut c) {
         eprintln!("blocking_lists_meridian: list commands not implemented yet; skipped");

@@ -163,7 +163,7 @@ fn run_file(path: &Path, self_check: bool) -> FileResult {
     let other = if self_check {
         Target::Redis(RedisRef::start())
     } else {
-        Target::Meridian(Server::start())
+        Target::Meridian(Server::start_single())
     };
     let mut meridian = Side::new(if self_check { "redis-2" } else { "meridian" }, other);
     let mut result = FileResult::default();

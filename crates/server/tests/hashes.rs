@@ -184,7 +184,7 @@ fn randfield_scan_and_encoding() {
 
 #[test]
 fn resp3_shapes_and_rename() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     let _ = c.call_line("HELLO 3");
     assert_eq!(c.call_line("HSET h a 1"), ":1\r\n");

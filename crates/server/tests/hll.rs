@@ -32,7 +32,7 @@ fn payload(reply: &[u8]) -> Vec<u8> {
 
 #[test]
 fn pfadd_get_bytes_are_redis_bytes() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.call_line("PFADD k a b c"), int(1));
     assert_eq!(c.call_line("PFADD k a b c"), int(0));
@@ -52,7 +52,7 @@ fn pfadd_get_bytes_are_redis_bytes() {
 
 #[test]
 fn set_of_a_redis_value_is_a_hyperloglog() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.call(&[b"SET", b"h", ABC]), OK.as_bytes());
     assert_eq!(c.call_line("OBJECT ENCODING h"), bulk("embstr"));
@@ -81,7 +81,7 @@ fn set_of_a_redis_value_is_a_hyperloglog() {
 
 #[test]
 fn error_texts() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.call_line("SET s hello"), OK);
     assert_eq!(c.call_line("PFADD s a"), NOT_HLL);
@@ -148,7 +148,7 @@ fn randomized_against_redis() {
         return;
     }
     let redis = RedisRef::start();
-    let ours = Server::start();
+    let ours = Server::start_single();
     let mut r: Raw = redis.connect();
     let mut m: Raw = ours.connect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);

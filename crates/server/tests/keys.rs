@@ -259,7 +259,7 @@ fn randomkey() {
 
 #[test]
 fn rename_and_renamenx() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.err(&["RENAME", "nokey", "x"]), "ERR no such key");
     assert_eq!(c.err(&["RENAME", "nokey", "nokey"]), "ERR no such key");
@@ -298,7 +298,7 @@ fn rename_and_renamenx() {
 
 #[test]
 fn copy() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.int(&["COPY", "nokey", "x"]), 0);
     c.ok(&["SET", "k", "v"]);
@@ -555,7 +555,7 @@ fn idletime_advances() {
 
 #[test]
 fn commands_inside_multi() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     c.ok(&["SET", "a", "1"]);
     c.ok(&["MULTI"]);
@@ -611,7 +611,7 @@ fn info_field(c: &mut Raw, name: &str) -> Option<i64> {
 /// Reads count keyspace hits and misses as Redis's lookup flags do; writes count nothing.
 #[test]
 fn keyspace_hits_and_misses() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     c.ok(&["SET", "a", "1"]);
     let (Some(h0), Some(m0)) = (

@@ -90,7 +90,7 @@ fn long_list_matches_a_deque() {
 
 #[test]
 fn queue_cycles_and_moves() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     for i in 0..5_000 {
         assert_eq!(c.int(&["RPUSH", "q", &format!("j{i}")]), 1);
@@ -115,7 +115,7 @@ fn queue_cycles_and_moves() {
 
 #[test]
 fn rename_copy_ttl_multi_wrongtype() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     c.int(&["RPUSH", "a", "1", "2", "3"]);
     c.ok(&["RENAME", "a", "b"]);
@@ -170,7 +170,7 @@ fn settle() {
 
 #[test]
 fn blocking_pops_wake_in_fifo_order() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut a = s.connect();
     let mut b = s.connect();
     let mut w = s.connect();

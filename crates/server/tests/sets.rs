@@ -89,7 +89,7 @@ fn line_of(b: &[u8], pos: &mut usize) -> String {
 
 #[test]
 fn add_remove_and_members() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(call(&mut c, "SADD s a b c a"), int(3));
     assert_eq!(call(&mut c, "SADD s c d"), int(1));
@@ -152,7 +152,7 @@ fn last_member_removes_the_key_and_its_ttl() {
 
 #[test]
 fn store_variants_overwrite_and_delete() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     call(&mut c, "SADD a 1 2 3 4");
     call(&mut c, "SADD b 3 4 5");
@@ -307,7 +307,7 @@ fn sscan_small_sets_in_one_call_large_ones_by_cursor() {
 
 #[test]
 fn smove_and_sintercard() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     call(&mut c, "SADD a x y");
     assert_eq!(call(&mut c, "SMOVE a b x"), int(1));
@@ -328,7 +328,7 @@ fn smove_and_sintercard() {
 
 #[test]
 fn set_ops_on_large_sets() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     let a: Vec<String> = (0..2000).map(|i| i.to_string()).collect();
     let b: Vec<String> = (1000..3000).map(|i| i.to_string()).collect();

@@ -194,7 +194,7 @@ fn getex_options() {
 
 #[test]
 fn mget_mset_msetnx() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     assert_eq!(c.call_line("MSET a 1 b 2"), OK);
     assert_eq!(
@@ -382,7 +382,7 @@ fn incrbyfloat_cases() {
 
 #[test]
 fn wrong_type_and_resp3() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     // RESP3 null for a missing key.
     assert!(c.call_line("HELLO 3").starts_with('%'));

@@ -232,10 +232,10 @@ fn cat_line(out: &mut Vec<u8>, c: &ClientShared, me: &SelfView, now_ms: u64) {
 
 /// Registered clients still connected, in connection order.
 fn live_clients(ctx: &Ctx<'_>) -> Vec<Rc<ClientShared>> {
-    ctx.shard
+    ctx.front
         .clients
         .values()
-        .filter(|c| !c.killed.get())
+        .filter(|c| !c.is_killed())
         .cloned()
         .collect()
 }
@@ -260,8 +260,8 @@ fn list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             };
             let found = u64::try_from(cid)
                 .ok()
-                .and_then(|i| ctx.shard.clients.get(&i))
-                .filter(|c| !c.killed.get());
+                .and_then(|i| ctx.front.clients.get(&i))
+                .filter(|c| !c.is_killed());
             if let Some(c) = found {
                 cat_line(&mut text, c, &me, ctx.now_ms);
             }

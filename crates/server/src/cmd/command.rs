@@ -32,7 +32,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// the same lookup and arity rules as `cmd::resolve`.
 fn command(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let Some(sub) = argv.get(1) else {
-        let table = ctx.shard.table;
+        let table = ctx.front.table;
         let n = table.top_level().count();
         ctx.out.array(n);
         for spec in table.top_level() {
@@ -40,7 +40,7 @@ fn command(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         return Ok(());
     };
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     let Some(spec) = table.lookup_sub("command", sub) else {
         let shown = sub.get(..sub.len().min(128)).unwrap_or(sub);
         return Err(CmdError::UnknownSubcommand {
@@ -65,7 +65,7 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
 
 /// COMMAND COUNT: the number of top-level commands (containers included).
 fn count(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    let n = ctx.shard.table.top_level().count();
+    let n = ctx.front.table.top_level().count();
     ctx.out.int(n as i64);
     Ok(())
 }
@@ -120,7 +120,7 @@ fn write_info(out: &mut Reply, table: &Table, spec: &CommandSpec, with_subs: boo
 
 /// COMMAND INFO [name ...]: unknown names answer null in their slot.
 fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     let names = argv.get(2..).unwrap_or_default();
     if names.is_empty() {
         ctx.out.array(table.top_level().count());
@@ -165,7 +165,7 @@ fn write_docs(out: &mut Reply, table: &Table, spec: &CommandSpec) {
 
 /// COMMAND DOCS [name ...]: a map of name → docs; unknown names are left out.
 fn docs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     let names = argv.get(2..).unwrap_or_default();
     if names.is_empty() {
         ctx.out.map(table.top_level().count());
@@ -221,7 +221,7 @@ fn list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             return Err(CmdError::Syntax);
         }
     }
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     let keep = |spec: &CommandSpec| match filter {
         ListFilter::None => true,
         ListFilter::Module => false,
@@ -288,7 +288,7 @@ fn getkeysandflags(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// Redis's `getKeysSubcommandImpl`.
 fn getkeys_impl(ctx: &mut Ctx<'_>, argv: &[&[u8]], with_flags: bool) -> Result<(), CmdError> {
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     let cargv = argv.get(2..).unwrap_or_default();
     let Some(spec) = lookup_for_keys(table, cargv) else {
         return Err(CmdError::Err("Invalid command specified".to_string()));
@@ -532,6 +532,65 @@ fn parse_key_spec(v: &V<'_>) -> Option<KeySpec> {
         _ => FindKeys::Unknown,
     };
     Some(KeySpec { flags, bs, fk })
+}
+
+/// Key specs of every command of the table, parsed once (indexed like `Table::specs`).
+fn cached_specs(table: &'static Table) -> &'static [Vec<KeySpec>] {
+    static SPECS: std::sync::OnceLock<Vec<Vec<KeySpec>>> = std::sync::OnceLock::new();
+    SPECS.get_or_init(|| {
+        let mut v = vec![Vec::new(); table.specs.len()];
+        for spec in &table.specs {
+            if let Some(slot) = v.get_mut(spec.idx) {
+                *slot = key_specs(spec.meta.info_head_resp2);
+            }
+        }
+        v
+    })
+}
+
+/// The argv positions of a command's keys, as Redis's `getKeysFromCommand` finds them (what
+/// routing and the cross-slot check read). Commands with fixed key positions take them
+/// from the table without allocating beyond `out`; movable-key commands read their parsed
+/// key specs. Positions of "not_key" specs (shard channels) are not keys. Returns false
+/// when the arguments do not name their keys validly (the handler will refuse them).
+pub fn key_positions(
+    table: &'static Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    out: &mut smallvec::SmallVec<[usize; 8]>,
+) -> bool {
+    out.clear();
+    let m = spec.meta;
+    if !m.flags.contains(Flags::MOVABLE_KEYS) {
+        if m.first_key <= 0 {
+            return true;
+        }
+        let argc = argv.len() as i64;
+        let first = i64::from(m.first_key);
+        let last = if m.last_key < 0 {
+            argc + i64::from(m.last_key)
+        } else {
+            i64::from(m.last_key)
+        };
+        let step = i64::from(m.key_step.max(1));
+        let mut i = first;
+        while i <= last && i < argc {
+            out.push(i as usize);
+            i += step;
+        }
+        return true;
+    }
+    let specs = cached_specs(table)
+        .get(spec.idx)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    match keys_with_specs(spec, specs, argv) {
+        Some(keys) => {
+            out.extend(keys.into_iter().map(|(pos, _)| pos));
+            true
+        }
+        None => false,
+    }
 }
 
 /// A key found: its position in the command's argv and its flags.

@@ -69,7 +69,7 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// RESET: leaves MULTI, drops WATCHes, leaves MONITOR and every Pub/Sub subscription,
 /// selects db 0, RESP2, no name.
 fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    ctx.shard.pubsub.unsubscribe_all(&ctx.client.shared);
+    crate::node::lock(&ctx.front.node.pubsub).unsubscribe_all(&ctx.client.shared);
     ctx.client.multi = None;
     ctx.client.shared.in_multi.set(false);
     ctx.shard.unwatch_all(&ctx.client.dirty);
@@ -78,12 +78,11 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.client.dirty.set(false);
     if ctx.client.shared.is_monitor.get() {
         ctx.client.shared.is_monitor.set(false);
-        let id = ctx.client.id();
-        ctx.shard.monitors.retain(|m| m.id != id);
+        ctx.front.node.remove_monitor(ctx.client.id());
     }
     ctx.client.select(0);
     ctx.out.proto = Proto::Resp2;
-    ctx.client.shared.proto.set(Proto::Resp2);
+    ctx.client.shared.set_proto(Proto::Resp2);
     *ctx.client.shared.name.borrow_mut() = None;
     ctx.out.simple("RESET");
     Ok(())
@@ -148,7 +147,7 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         };
     }
     ctx.out.proto = proto;
-    ctx.client.shared.proto.set(proto);
+    ctx.client.shared.set_proto(proto);
     let out = &mut *ctx.out;
     out.map(7);
     out.bulk(b"server");

@@ -84,7 +84,8 @@ fn crdt_digest(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-fn crdt_wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+/// CRDT.WAIT's arguments: (numsites, timeout in milliseconds, 0 for ever).
+pub fn wait_args(argv: &[&[u8]]) -> Result<(i64, u64), CmdError> {
     let numsites =
         parse_i64(argv.get(1).copied().unwrap_or_default()).ok_or(CmdError::NotInteger)?;
     let timeout = parse_i64(argv.get(2).copied().unwrap_or_default())
@@ -92,19 +93,18 @@ fn crdt_wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if timeout < 0 {
         return Err(CmdError::Err("timeout is negative".to_string()));
     }
+    Ok((numsites, timeout as u64))
+}
+
+fn crdt_wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let (numsites, timeout) = wait_args(argv)?;
     let target = ctx.client.last_write_seq;
-    let acked = ctx
-        .shard
-        .sync
-        .peers
-        .iter()
-        .filter(|p| p.acked_seq >= target && (target > 0 || p.acked.is_some()))
-        .count() as i64;
+    let acked = ctx.shard.sites_acked(target).len() as i64;
     if acked >= numsites || ctx.timed_out() || !ctx.can_block() {
         ctx.out.int(acked);
         return Ok(());
     }
-    let deadline = (timeout > 0).then(|| ctx.now_ms.saturating_add(timeout as u64));
+    let deadline = (timeout > 0).then(|| ctx.now_ms.saturating_add(timeout));
     let db = ctx.client.db;
     // Block on the pseudo-key that acks signal (see `sync::WAIT_DB`).
     ctx.client.db = WAIT_DB;

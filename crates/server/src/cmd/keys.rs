@@ -185,24 +185,37 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// SCAN cursor layout: bits 0..44 the bucket index in the table's combined space (see
-/// `KeyTable`); bits 44..47 how many times the iteration restarted; bits 47..64 the low bits
-/// of the table's layout generation when the cursor was issued.
+/// `KeyTable`); bits 44..47 how many times the iteration restarted; bits 47..56 the low bits
+/// of the table's layout generation when the cursor was issued. Bits 56..64 are left zero:
+/// with several shards they name the shard the cursor walks (`route::SCAN_SHARD_SHIFT`).
 const CURSOR_INDEX_BITS: u32 = 44;
 const CURSOR_INDEX_MASK: u64 = (1 << CURSOR_INDEX_BITS) - 1;
 const CURSOR_RESTART_SHIFT: u32 = 44;
 const CURSOR_RESTART_MASK: u64 = 0x7;
 const CURSOR_GENERATION_SHIFT: u32 = 47;
-const CURSOR_GENERATION_MASK: u64 = (1 << (64 - CURSOR_GENERATION_SHIFT)) - 1;
+const CURSOR_GENERATION_MASK: u64 =
+    (1 << (crate::route::SCAN_SHARD_SHIFT - CURSOR_GENERATION_SHIFT)) - 1;
 /// Restarts allowed in one iteration; past it, the scan goes on about as far through the
 /// table instead, so the iteration still ends under unbounded growth.
 const SCAN_RESTARTS_MAX: u64 = 4;
+
+/// The restarts a SCAN cursor has used (with several shards, an iteration moving to the next
+/// shard keeps them: `start_with_restarts`).
+pub fn cursor_restarts(cursor: u64) -> u64 {
+    (cursor >> CURSOR_RESTART_SHIFT) & CURSOR_RESTART_MASK
+}
+
+/// A cursor at the start of a table that has already used `restarts` restarts.
+pub fn start_with_restarts(restarts: u64) -> u64 {
+    (restarts.min(CURSOR_RESTART_MASK)) << CURSOR_RESTART_SHIFT
+}
 
 /// Where a SCAN resumes in `table`: (bucket index, restarts so far).
 fn cursor_resume(cursor: u64, table: &KeyTable) -> (usize, u64) {
     if cursor == 0 {
         return (0, 0);
     }
-    let generation = cursor >> CURSOR_GENERATION_SHIFT;
+    let generation = (cursor >> CURSOR_GENERATION_SHIFT) & CURSOR_GENERATION_MASK;
     let restarts = (cursor >> CURSOR_RESTART_SHIFT) & CURSOR_RESTART_MASK;
     let idx = usize::try_from(cursor & CURSOR_INDEX_MASK).unwrap_or(usize::MAX);
     match table.scan_resume(generation, idx, CURSOR_GENERATION_MASK) {
@@ -848,7 +861,7 @@ mod tests {
     const NOW: u64 = 1_700_000_000_000;
 
     fn setup() -> (Shard, Client) {
-        let shard = Shard::new(0, Config::default(), super::super::table(), NOW);
+        let shard = Shard::new(0, Config::default(), NOW);
         let addr: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
         let client = Client::new(Rc::new(ClientShared::new(1, addr, addr, NOW)));
         (shard, client)
@@ -857,7 +870,7 @@ mod tests {
     fn run(shard: &mut Shard, client: &mut Client, argv: &[&str]) -> String {
         let mut out = Reply::new();
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        super::super::execute(shard, client, &mut out, &argv, NOW);
+        crate::cmd::testing::execute(shard, client, &mut out, &argv, NOW);
         String::from_utf8_lossy(&out.buf).into_owned()
     }
 

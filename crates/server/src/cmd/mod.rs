@@ -42,6 +42,8 @@ pub mod set;
 pub mod sort;
 pub mod string;
 pub mod table;
+#[cfg(test)]
+pub mod testing;
 pub mod tx;
 pub mod zset;
 
@@ -49,6 +51,7 @@ use std::sync::OnceLock;
 
 use crate::client::{Client, MULTI_QUEUED_MAX, QueuedCommand};
 use crate::error::CmdError;
+use crate::front::Front;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
 use table::{CommandSpec, Flags, Table};
@@ -57,9 +60,12 @@ use table::{CommandSpec, Flags, Table};
 /// Arity was checked before the call.
 pub type Handler = fn(&mut Ctx<'_>, &[&[u8]]) -> Result<(), CmdError>;
 
-/// What a handler may touch while it runs.
+/// What a handler may touch while it runs: the shard that owns its keys, the front of the
+/// thread it runs on, and the client (the connection's own, or on another thread a proxy
+/// carrying its database, protocol, id and wake-up).
 pub struct Ctx<'a> {
     pub shard: &'a mut Shard,
+    pub front: &'a mut Front,
     pub client: &'a mut Client,
     pub out: &'a mut Reply,
     /// Wall-clock milliseconds, fixed for the whole command (and for a whole EXEC).
@@ -109,7 +115,7 @@ pub fn table() -> &'static Table {
 }
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.
-fn runs_inside_multi(name: &str) -> bool {
+pub fn runs_inside_multi(name: &str) -> bool {
     matches!(
         name,
         "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
@@ -150,6 +156,7 @@ pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static Command
 /// Runs one command from a client: the path described in the module doc.
 pub fn execute(
     shard: &mut Shard,
+    front: &mut Front,
     client: &mut Client,
     out: &mut Reply,
     argv: &[&[u8]],
@@ -158,7 +165,25 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
-    let table = shard.table;
+    let spec = match admit(shard, front, client, out, argv) {
+        Some(spec) => spec,
+        None => return,
+    };
+    call(shard, front, client, out, spec, argv, now_ms);
+}
+
+/// The checks before a command runs, on the connection's thread: look it up, check arity
+/// and the subscribed context, refuse writes while the log cannot be written, queue it
+/// inside MULTI. Returns the command to run, or None when it was answered (an error,
+/// QUEUED).
+pub fn admit(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    argv: &[&[u8]],
+) -> Option<&'static CommandSpec> {
+    let table = front.table;
     let spec = match resolve(table, argv) {
         Ok(spec) => spec,
         Err(e) => {
@@ -167,7 +192,7 @@ pub fn execute(
             }
             let rejected = resolve_container_or_base(table, argv).ok();
             if let Some(spec) = rejected {
-                if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+                if let Some(st) = front.stats.commands.get_mut(spec.idx) {
                     st.rejected_calls += 1;
                 }
             }
@@ -176,11 +201,11 @@ pub fn execute(
                 e.write_text(&mut text);
                 let text = String::from_utf8_lossy(text.strip_prefix(b"ERR ").unwrap_or(&text))
                     .into_owned();
-                exec_abort(shard, client, out, &text);
-                return;
+                exec_abort(shard, front, client, out, &text);
+                return None;
             }
-            reply_error(shard, out, &e);
-            return;
+            reply_error(front, out, &e);
+            return None;
         }
     };
     // A RESP2 client with subscriptions runs only the Pub/Sub commands, PING, QUIT and RESET.
@@ -191,15 +216,15 @@ pub fn execute(
         if let Some(m) = client.multi.as_mut() {
             m.aborted = true;
         }
-        if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
             st.rejected_calls += 1;
         }
         reply_error(
-            shard,
+            front,
             out,
             &pubsub::subscribed_context_error(spec.meta.name),
         );
-        return;
+        return None;
     }
     // The log cannot be written: refuse writes (and PING) with MISCONF, as Redis does when
     // persistence fails; reads go on.
@@ -214,18 +239,18 @@ pub fn execute(
                     })
                 }));
         if writes {
-            if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+            if let Some(st) = front.stats.commands.get_mut(spec.idx) {
                 st.rejected_calls += 1;
             }
             if spec.meta.name == "exec" {
-                exec_abort(shard, client, out, &text);
-                return;
+                exec_abort(shard, front, client, out, &text);
+                return None;
             }
             if let Some(m) = client.multi.as_mut() {
                 m.aborted = true;
             }
-            reply_error(shard, out, &CmdError::Raw(text));
-            return;
+            reply_error(front, out, &CmdError::Raw(text));
+            return None;
         }
     }
     if let Some(m) = client.multi.as_mut() {
@@ -233,35 +258,41 @@ pub fn execute(
             if m.queued.len() >= MULTI_QUEUED_MAX {
                 m.aborted = true;
                 reply_error(
-                    shard,
+                    front,
                     out,
                     &CmdError::Err("too many commands queued in MULTI".to_string()),
                 );
-                return;
+                return None;
             }
             if spec.meta.flags.contains(Flags::NO_MULTI) {
                 m.aborted = true;
                 reply_error(
-                    shard,
+                    front,
                     out,
                     &CmdError::Err("Command not allowed inside a transaction".to_string()),
                 );
-                return;
+                return None;
             }
             m.queued.push(QueuedCommand {
                 args: argv.iter().map(|a| a.to_vec()).collect(),
             });
             out.simple("QUEUED");
-            return;
+            return None;
         }
     }
-    call(shard, client, out, spec, argv, now_ms);
+    Some(spec)
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
 /// Redis's execCommandAbort: an EXEC refused before it runs discards the transaction and
 /// its watches, and answers `EXECABORT ... because of: <why>`.
-fn exec_abort(shard: &mut Shard, client: &mut Client, out: &mut Reply, why: &str) {
+pub fn exec_abort(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    why: &str,
+) {
     client.multi = None;
     client.shared.in_multi.set(false);
     shard.unwatch_all(&client.dirty);
@@ -269,7 +300,7 @@ fn exec_abort(shard: &mut Shard, client: &mut Client, out: &mut Reply, why: &str
     client.shared.watched.set(0);
     client.dirty.set(false);
     reply_error(
-        shard,
+        front,
         out,
         &CmdError::Raw(format!("EXECABORT Transaction discarded because of: {why}")),
     );
@@ -289,9 +320,12 @@ fn resolve_container_or_base(
     Ok(spec)
 }
 
-/// Runs a resolved command now (also used by EXEC for queued commands).
+/// Runs a resolved command now (also used by EXEC for queued commands), on the thread of the
+/// shard that owns its keys: the handler, then the command's statistics on this thread, the
+/// slow log, the latency monitor and MONITOR.
 pub fn call(
     shard: &mut Shard,
+    front: &mut Front,
     client: &mut Client,
     out: &mut Reply,
     spec: &'static CommandSpec,
@@ -300,7 +334,7 @@ pub fn call(
 ) {
     let Some(handler) = spec.handler else {
         reply_error(
-            shard,
+            front,
             out,
             &CmdError::WrongArity(spec.meta.name.to_string()),
         );
@@ -312,6 +346,7 @@ pub fn call(
     let result = {
         let mut ctx = Ctx {
             shard: &mut *shard,
+            front: &mut *front,
             client: &mut *client,
             out: &mut *out,
             now_ms,
@@ -325,8 +360,8 @@ pub fn call(
     }
     let usec = started.elapsed().as_micros() as u64;
     client.shared.last_cmd.set(spec.meta.name);
-    shard.stats.total_commands_processed += 1;
-    if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+    front.stats.total_commands_processed += 1;
+    if let Some(st) = front.stats.commands.get_mut(spec.idx) {
         st.calls += 1;
         st.usec += usec;
         if result.is_err() {
@@ -334,7 +369,7 @@ pub fn call(
         }
     }
     if let Err(e) = &result {
-        reply_error(shard, out, e);
+        reply_error(front, out, e);
     }
     let flags = spec.meta.flags;
     let threshold = shard.config.slowlog_log_slower_than;
@@ -347,7 +382,7 @@ pub fn call(
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
+        crate::node::lock(&front.node.slowlog).push(now_ms / 1000, usec, argv, peer, name);
     }
     let lat_threshold = shard.config.latency_monitor_threshold;
     if lat_threshold > 0 {
@@ -356,26 +391,62 @@ pub fn call(
         } else {
             "command"
         };
-        shard
-            .latency
-            .record(event, now_ms / 1000, usec / 1000, lat_threshold);
+        crate::node::lock(&front.node.latency).record(
+            event,
+            now_ms / 1000,
+            usec / 1000,
+            lat_threshold,
+        );
     }
-    if !shard.monitors.is_empty()
+    if front.node.monitored()
         && !flags.contains(Flags::SKIP_MONITOR)
         && !flags.contains(Flags::ADMIN)
     {
-        feed_monitors(shard, client, argv, now_ms);
+        feed_monitors(front, client, argv, now_ms);
+    }
+}
+
+/// Runs a command's handler only: no statistics, slow log or MONITOR line (the other
+/// shards' part of a command run on every shard, which counts once, where it was sent).
+pub fn call_quiet(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
+    let Some(handler) = spec.handler else {
+        out.error(&CmdError::WrongArity(spec.meta.name.to_string()));
+        return;
+    };
+    client.call_depth += 1;
+    let result = {
+        let mut ctx = Ctx {
+            shard: &mut *shard,
+            front: &mut *front,
+            client: &mut *client,
+            out: &mut *out,
+            now_ms,
+            spec,
+        };
+        handler(&mut ctx, argv)
+    };
+    client.call_depth -= 1;
+    if let Err(e) = &result {
+        out.error(e);
     }
 }
 
 /// Writes an error reply and counts it in errorstats.
-pub fn reply_error(shard: &mut Shard, out: &mut Reply, e: &CmdError) {
+pub fn reply_error(front: &mut Front, out: &mut Reply, e: &CmdError) {
     out.error(e);
-    shard.stats.count_error(&e.code());
+    front.stats.count_error(&e.code());
 }
 
 /// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
-fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64) {
+fn feed_monitors(front: &mut Front, client: &Client, argv: &[&[u8]], now_ms: u64) {
     let mut line = Vec::with_capacity(64);
     let micros = now_ms * 1000
         + u64::from(
@@ -399,10 +470,5 @@ fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64
         args::repr_into(&mut line, a);
     }
     line.extend_from_slice(b"\r\n");
-    for m in &shard.monitors {
-        if m.id != client.id() {
-            m.push_out.borrow_mut().extend_from_slice(&line);
-            m.wake.notify_one();
-        }
-    }
+    front.node.feed_monitors(client.id(), &line);
 }

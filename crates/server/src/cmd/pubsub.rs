@@ -2,21 +2,24 @@
 //! PUBSUB, and the shard channels SSUBSCRIBE SUNSUBSCRIBE SPUBLISH (with one node, a separate
 //! namespace with the same semantics).
 //!
-//! Subscription replies go to the subscriber's own output; messages for other connections are
-//! encoded once per protocol (RESP2 arrays, RESP3 push frames) and appended to each
-//! subscriber's `ClientShared::push_out`, whose task is woken to write them. A RESP2 client
+//! Subscriptions of every connection of the process are in one registry (`Node::pubsub`),
+//! so a message reaches each subscriber once whatever thread publishes it. Subscription
+//! replies go to the subscriber's own output; messages for other connections are encoded
+//! once per protocol (RESP2 arrays, RESP3 push frames) and appended to each subscriber's
+//! `Mailbox::push_out`, whose task is woken to write them. A RESP2 client
 //! with subscriptions may only run the commands `allowed_when_subscribed` names
 //! (`cmd::execute` enforces it).
 
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use hashbrown::HashMap;
 
 use super::args::glob_match;
 use super::{Ctx, Handler};
-use crate::client::ClientShared;
+use crate::client::{ClientShared, Mailbox};
 use crate::error::CmdError;
+use crate::node::lock;
 use crate::resp::reply::{Proto, Reply};
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -41,9 +44,9 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 pub const PUSH_OUT_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// Subscribers of one channel or pattern, by client id (connection order).
-type Subscribers = BTreeMap<u64, Rc<ClientShared>>;
+type Subscribers = BTreeMap<u64, Arc<Mailbox>>;
 
-/// The shard's subscriptions: channel, pattern and shard channel → subscribers.
+/// The process's subscriptions: channel, pattern and shard channel → subscribers.
 #[derive(Debug, Default)]
 pub struct PubSub {
     channels: HashMap<Vec<u8>, Subscribers>,
@@ -175,13 +178,14 @@ fn subscribe_kind(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: Kind) {
             set.insert(ch.to_vec())
         };
         if added {
+            let mut ps = lock(&ctx.front.node.pubsub);
             let map = match kind {
-                Kind::Global => &mut ctx.shard.pubsub.channels,
-                Kind::Shard => &mut ctx.shard.pubsub.shard_channels,
+                Kind::Global => &mut ps.channels,
+                Kind::Shard => &mut ps.shard_channels,
             };
             map.entry(ch.to_vec())
                 .or_default()
-                .insert(shared.id, shared.clone());
+                .insert(shared.id, shared.mailbox.clone());
             shared.sync_sub_counts();
         }
         notify(
@@ -221,9 +225,10 @@ fn unsubscribe_kind(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: Kind) {
             set.remove(ch)
         };
         if removed {
+            let mut ps = lock(&ctx.front.node.pubsub);
             let map = match kind {
-                Kind::Global => &mut ctx.shard.pubsub.channels,
-                Kind::Shard => &mut ctx.shard.pubsub.shard_channels,
+                Kind::Global => &mut ps.channels,
+                Kind::Shard => &mut ps.shard_channels,
             };
             remove_subscriber(map, ch, shared.id);
             shared.sync_sub_counts();
@@ -281,12 +286,11 @@ fn psubscribe(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         };
         if added {
-            ctx.shard
-                .pubsub
+            lock(&ctx.front.node.pubsub)
                 .patterns
                 .entry(pat.to_vec())
                 .or_default()
-                .insert(shared.id, shared.clone());
+                .insert(shared.id, shared.mailbox.clone());
             shared.sync_sub_counts();
         }
         notify(
@@ -322,7 +326,7 @@ fn punsubscribe(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         };
         if removed {
-            remove_subscriber(&mut ctx.shard.pubsub.patterns, pat, shared.id);
+            remove_subscriber(&mut lock(&ctx.front.node.pubsub).patterns, pat, shared.id);
             shared.sync_sub_counts();
         }
         notify(
@@ -373,24 +377,19 @@ impl<'a> Encoded<'a> {
 
 /// Delivers one encoded message: into the publisher's own output when it is the subscriber
 /// (so it precedes PUBLISH's reply, as in Redis), else into the subscriber's push buffer.
-fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&mut Reply>) {
+fn deliver(sub: &Mailbox, bytes: &[u8], publisher: u64, out: &mut Option<&mut Reply>) {
     if sub.id == publisher {
         if let Some(out) = out {
             out.raw(bytes);
             return;
         }
     }
-    if sub.killed.get() {
+    if sub.is_killed() {
         return;
     }
-    let over = {
-        let mut buf = sub.push_out.borrow_mut();
-        buf.extend_from_slice(bytes);
-        buf.len() > PUSH_OUT_BYTES_MAX
-    };
-    if over {
+    if sub.push(bytes) > PUSH_OUT_BYTES_MAX {
         tracing::warn!(client = %sub.addr, "closing subscriber over the pubsub output buffer limit");
-        sub.push_out.borrow_mut().clear();
+        sub.clear();
         sub.kill();
     } else {
         sub.wake.notify_one();
@@ -400,7 +399,7 @@ fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&m
 fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -> i64 {
     let publisher = ctx.client.id();
     let n = deliver_all(
-        &ctx.shard.pubsub,
+        &lock(&ctx.front.node.pubsub),
         channel,
         message,
         kind,
@@ -438,7 +437,7 @@ fn deliver_all(
         let parts: [&[u8]; 3] = [kind.message_word(), channel, message];
         let mut enc = Encoded::new(&parts);
         for sub in subs.values() {
-            deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
+            deliver(sub, enc.get(sub.proto()), publisher, &mut out);
             receivers += 1;
         }
     }
@@ -450,7 +449,7 @@ fn deliver_all(
             let parts: [&[u8]; 4] = [b"pmessage", pat, channel, message];
             let mut enc = Encoded::new(&parts);
             for sub in subs.values() {
-                deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
+                deliver(sub, enc.get(sub.proto()), publisher, &mut out);
                 receivers += 1;
             }
         }
@@ -493,9 +492,10 @@ fn list_channels(
         return Err(syntax_error(shown));
     }
     let pat = argv.get(2).copied();
+    let ps = lock(&ctx.front.node.pubsub);
     let map = match kind {
-        Kind::Global => &ctx.shard.pubsub.channels,
-        Kind::Shard => &ctx.shard.pubsub.shard_channels,
+        Kind::Global => &ps.channels,
+        Kind::Shard => &ps.shard_channels,
     };
     let names: Vec<&Vec<u8>> = map
         .keys()
@@ -510,9 +510,10 @@ fn list_channels(
 
 fn num_subscribers(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: Kind) {
     let names = argv.get(2..).unwrap_or_default();
+    let ps = lock(&ctx.front.node.pubsub);
     let map = match kind {
-        Kind::Global => &ctx.shard.pubsub.channels,
-        Kind::Shard => &ctx.shard.pubsub.shard_channels,
+        Kind::Global => &ps.channels,
+        Kind::Shard => &ps.shard_channels,
     };
     ctx.out.array(names.len() * 2);
     for n in names {
@@ -545,7 +546,8 @@ fn pubsub_shardnumsub(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError>
 
 /// PUBSUB NUMPAT: distinct patterns subscribed to.
 fn pubsub_numpat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    ctx.out.int(ctx.shard.pubsub.pattern_count() as i64);
+    let n = lock(&ctx.front.node.pubsub).pattern_count();
+    ctx.out.int(n as i64);
     Ok(())
 }
 

@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 use super::args::{eq_ic, glob_match, parse_f64, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::front::Front;
+use crate::node::lock;
 use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -124,7 +126,7 @@ impl Sections {
 /// INFO [section ...]: a bulk string in RESP2, a verbatim "txt" string in RESP3.
 fn info(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let sections = Sections::parse(argv.get(1..).unwrap_or_default());
-    let text = info_string(ctx.shard, &sections, ctx.now_ms);
+    let text = info_string(ctx.shard, ctx.front, &sections, ctx.now_ms);
     ctx.out.verbatim(b"txt", text.as_bytes());
     Ok(())
 }
@@ -145,16 +147,19 @@ fn field(out: &mut String, key: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "{key}:{value}\r\n");
 }
 
-fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
+/// This thread's INFO: its shard's keyspace, persistence and replication, its front's
+/// clients and command counters (a process with several shards merges every thread's:
+/// `info_merge`).
+fn info_string(shard: &mut Shard, front: &Front, s: &Sections, now_ms: u64) -> String {
     let mut out = String::with_capacity(4096);
     let mut n = 0usize;
     if s.has("server") {
         section(&mut out, &mut n, "Server");
-        info_server(shard, &mut out, now_ms);
+        info_server(shard, front, &mut out, now_ms);
     }
     if s.has("clients") {
         section(&mut out, &mut n, "Clients");
-        info_clients(shard, &mut out);
+        info_clients(shard, front, &mut out);
     }
     if s.has("memory") {
         section(&mut out, &mut n, "Memory");
@@ -166,11 +171,11 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
     }
     if s.has("stats") {
         section(&mut out, &mut n, "Stats");
-        info_stats(shard, &mut out);
+        info_stats(shard, front, &mut out);
     }
     if s.has("replication") {
         section(&mut out, &mut n, "Replication");
-        info_replication(shard, &mut out);
+        info_replication(shard, front, &mut out);
     }
     if s.has("cpu") {
         section(&mut out, &mut n, "CPU");
@@ -181,8 +186,8 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
     }
     if s.has("commandstats") {
         section(&mut out, &mut n, "Commandstats");
-        for spec in &shard.table.specs {
-            let Some(st) = shard.stats.commands.get(spec.idx) else {
+        for spec in &front.table.specs {
+            let Some(st) = front.stats.commands.get(spec.idx) else {
                 continue;
             };
             if st.calls == 0 && st.failed_calls == 0 && st.rejected_calls == 0 {
@@ -202,7 +207,7 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
     }
     if s.has("errorstats") {
         section(&mut out, &mut n, "Errorstats");
-        for (code, count) in &shard.stats.errors {
+        for (code, count) in &front.stats.errors {
             let _ = write!(out, "errorstat_{code}:count={count}\r\n");
         }
     }
@@ -231,8 +236,8 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
     out
 }
 
-fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
-    let uptime_s = now_ms.saturating_sub(shard.started_ms) / 1000;
+fn info_server(shard: &Shard, front: &Front, out: &mut String, now_ms: u64) {
+    let uptime_s = now_ms.saturating_sub(front.node.started_ms) / 1000;
     let os = format!(
         "{} {} {}",
         read_trimmed("/proc/sys/kernel/ostype").unwrap_or_else(|| "Linux".to_string()),
@@ -255,7 +260,7 @@ fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
     field(out, "multiplexing_api", "epoll");
     field(out, "process_id", std::process::id());
     field(out, "process_supervised", "no");
-    field(out, "run_id", &shard.run_id);
+    field(out, "run_id", &front.node.run_id);
     field(out, "tcp_port", shard.config.port);
     field(out, "server_time_usec", wall_us);
     field(out, "uptime_in_seconds", uptime_s);
@@ -268,20 +273,20 @@ fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
     field(out, "io_threads_active", 0);
 }
 
-fn info_clients(shard: &Shard, out: &mut String) {
-    let max_in = shard
+fn info_clients(shard: &Shard, front: &Front, out: &mut String) {
+    let max_in = front
         .clients
         .values()
         .map(|c| c.qbuf_bytes.get())
         .max()
         .unwrap_or(0);
-    let max_out = shard
+    let max_out = front
         .clients
         .values()
         .map(|c| c.obuf_bytes.get())
         .max()
         .unwrap_or(0);
-    field(out, "connected_clients", shard.clients.len());
+    field(out, "connected_clients", front.clients.len());
     field(out, "cluster_connections", 0);
     field(out, "maxclients", shard.config.maxclients);
     field(out, "client_recent_max_input_buffer", max_in);
@@ -525,8 +530,9 @@ fn info_persistence(shard: &Shard, out: &mut String) {
     }
 }
 
-fn info_stats(shard: &Shard, out: &mut String) {
-    let st = &shard.stats;
+fn info_stats(shard: &Shard, front: &Front, out: &mut String) {
+    let st = &front.stats;
+    let keys = &shard.stats;
     field(
         out,
         "total_connections_received",
@@ -542,39 +548,42 @@ fn info_stats(shard: &Shard, out: &mut String) {
     field(out, "sync_full", 0);
     field(out, "sync_partial_ok", 0);
     field(out, "sync_partial_err", 0);
-    field(out, "expired_keys", st.expired_keys);
+    field(out, "expired_keys", keys.expired_keys);
     field(
         out,
         "expired_stale_perc",
-        format!("{:.2}", st.expired_stale_perc),
+        format!("{:.2}", keys.expired_stale_perc),
     );
     field(
         out,
         "expire_cycle_cpu_milliseconds",
-        st.expire_cycle_cpu_milliseconds,
+        keys.expire_cycle_cpu_milliseconds,
     );
     field(out, "evicted_keys", 0);
     field(out, "evicted_clients", 0);
-    field(out, "keyspace_hits", st.keyspace_hits);
-    field(out, "keyspace_misses", st.keyspace_misses);
-    field(out, "pubsub_channels", shard.pubsub.channel_count());
-    field(out, "pubsub_patterns", shard.pubsub.pattern_count());
-    field(
-        out,
-        "pubsubshard_channels",
-        shard.pubsub.shard_channel_count(),
-    );
+    field(out, "keyspace_hits", keys.keyspace_hits);
+    field(out, "keyspace_misses", keys.keyspace_misses);
+    {
+        let ps = lock(&front.node.pubsub);
+        field(out, "pubsub_channels", ps.channel_count());
+        field(out, "pubsub_patterns", ps.pattern_count());
+        field(out, "pubsubshard_channels", ps.shard_channel_count());
+    }
     field(out, "latest_fork_usec", 0);
     field(out, "total_forks", 0);
-    field(out, "total_error_replies", st.total_error_replies);
+    field(
+        out,
+        "total_error_replies",
+        st.total_error_replies + keys.total_error_replies,
+    );
     field(out, "dump_payload_sanitizations", 0);
 }
 
-fn info_replication(shard: &Shard, out: &mut String) {
+fn info_replication(shard: &Shard, front: &Front, out: &mut String) {
     field(out, "role", "master");
     field(out, "connected_slaves", 0);
     field(out, "master_failover_state", "no-failover");
-    field(out, "master_replid", &shard.run_id);
+    field(out, "master_replid", &front.node.run_id);
     field(
         out,
         "master_replid2",
@@ -936,7 +945,7 @@ fn parse_value(p: &Param, v: &[u8]) -> Result<Value, String> {
 }
 
 /// Applies a checked value.
-fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
+fn apply_value(shard: &mut Shard, front: &Front, name: &str, v: &Value) {
     let n = match v {
         Value::Int(n) => *n,
         Value::Text(t) => {
@@ -965,8 +974,9 @@ fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
         "slowlog-log-slower-than" => c.slowlog_log_slower_than = n,
         "slowlog-max-len" => {
             c.slowlog_max_len = n as u64;
-            shard.slowlog.len_max = n as u64;
-            shard.slowlog.trim();
+            let mut log = lock(&front.node.slowlog);
+            log.len_max = n as u64;
+            log.trim();
         }
         "latency-monitor-threshold" => c.latency_monitor_threshold = n as u64,
         _ => {}
@@ -1080,7 +1090,7 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         parsed.push((p, v));
     }
     for (p, v) in &parsed {
-        apply_value(ctx.shard, p.name, v);
+        apply_value(ctx.shard, ctx.front, p.name, v);
     }
     ctx.out.ok();
     Ok(())
@@ -1088,6 +1098,7 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// CONFIG RESETSTAT: statistics, command and error tables (not the slow log).
 fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.front.stats.reset();
     ctx.shard.stats.reset();
     ctx.out.ok();
     Ok(())
@@ -1194,9 +1205,7 @@ fn slowlog_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         count = if n == -1 { usize::MAX } else { n as usize };
     }
-    let entries: Vec<_> = ctx
-        .shard
-        .slowlog
+    let entries: Vec<_> = lock(&ctx.front.node.slowlog)
         .entries
         .iter()
         .take(count)
@@ -1220,12 +1229,13 @@ fn slowlog_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 fn slowlog_len(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    ctx.out.int(ctx.shard.slowlog.entries.len() as i64);
+    let n = lock(&ctx.front.node.slowlog).entries.len();
+    ctx.out.int(n as i64);
     Ok(())
 }
 
 fn slowlog_reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    ctx.shard.slowlog.entries.clear();
+    lock(&ctx.front.node.slowlog).entries.clear();
     ctx.out.ok();
     Ok(())
 }
@@ -1255,8 +1265,9 @@ fn slowlog_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 /// LATENCY LATEST: [event, time of the latest sample, its latency, the all-time max].
 fn latency_latest(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     let out = &mut *ctx.out;
-    out.array(ctx.shard.latency.events.len());
-    for (name, e) in &ctx.shard.latency.events {
+    let latency = lock(&ctx.front.node.latency);
+    out.array(latency.events.len());
+    for (name, e) in &latency.events {
         let (t, ms) = e.samples.back().copied().unwrap_or((0, 0));
         out.array(4);
         out.bulk(name.as_bytes());
@@ -1271,7 +1282,8 @@ fn latency_latest(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 fn latency_history(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let name = String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default()).into_owned();
     let out = &mut *ctx.out;
-    match ctx.shard.latency.events.get(&name) {
+    let latency = lock(&ctx.front.node.latency);
+    match latency.events.get(&name) {
         None => out.array(0),
         Some(e) => {
             out.array(e.samples.len());
@@ -1287,7 +1299,8 @@ fn latency_history(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// LATENCY RESET [event ...]: the number of event series reset.
 fn latency_reset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let events = &mut ctx.shard.latency.events;
+    let mut latency = lock(&ctx.front.node.latency);
+    let events = &mut latency.events;
     let n = if argv.len() == 2 {
         let n = events.len();
         events.clear();
@@ -1416,15 +1429,24 @@ fn monitor(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         return Ok(());
     }
     ctx.client.shared.is_monitor.set(true);
-    ctx.shard.monitors.push(ctx.client.shared.clone());
+    ctx.front
+        .node
+        .add_monitor(ctx.client.shared.mailbox.clone());
     ctx.out.ok();
     Ok(())
 }
 
-/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. Meridian keeps nothing on disk, so there is
-/// nothing to save: SAVE fails unless FORCE, as Redis does when its save fails. Otherwise the
-/// process exits at once, without a reply, like Redis.
-fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+/// What SHUTDOWN's flags ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownPlan {
+    /// Snapshot before exiting (SAVE, or a `save` policy without NOSAVE).
+    pub save: Option<bool>,
+    pub force: bool,
+}
+
+/// Parses SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]. ABORT answers that no shutdown is in
+/// progress (Meridian's shutdown does not wait for replicas).
+pub fn shutdown_plan(argv: &[&[u8]]) -> Result<ShutdownPlan, CmdError> {
     let (mut nosave, mut save, mut now, mut force, mut abort) = (false, false, false, false, false);
     for a in argv.get(1..).unwrap_or_default() {
         if eq_ic(a, "nosave") {
@@ -1447,12 +1469,26 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if abort {
         return Err(CmdError::Err("No shutdown in progress.".to_string()));
     }
-    tracing::warn!("User requested shutdown...");
-    let snapshot = save || (!nosave && !ctx.shard.config.save.trim().is_empty());
-    if snapshot && !ctx.shard.persist.dir.as_os_str().is_empty() {
-        if let Err(e) = ctx.shard.save_now() {
+    let save = if save {
+        Some(true)
+    } else if nosave {
+        Some(false)
+    } else {
+        None
+    };
+    Ok(ShutdownPlan { save, force })
+}
+
+/// One shard's part of a shutdown: the snapshot the plan asks for, then every logged record
+/// to disk and no more writes. Fails (with FORCE not given) when the snapshot fails.
+pub fn shutdown_prepare(shard: &mut Shard, plan: ShutdownPlan) -> Result<(), CmdError> {
+    let snapshot = plan
+        .save
+        .unwrap_or_else(|| !shard.config.save.trim().is_empty());
+    if snapshot && !shard.persist.dir.as_os_str().is_empty() {
+        if let Err(e) = shard.save_now() {
             tracing::error!(error = %e, "Error trying to save the DB, can't exit.");
-            if !force {
+            if !plan.force {
                 return Err(CmdError::Err(
                     "Errors trying to SHUTDOWN. Check logs.".to_string(),
                 ));
@@ -1460,9 +1496,19 @@ fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     }
     // Everything logged reaches the disk before the process ends.
-    ctx.shard.persist.close();
-    ctx.shard.shutting_down = true;
-    for c in ctx.shard.clients.values() {
+    shard.persist.close();
+    shard.shutting_down = true;
+    Ok(())
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: a snapshot when asked (or by the `save`
+/// policy), the log closed, then the process exits at once, without a reply, like Redis.
+/// With several shards the dispatcher prepares the other shards first.
+fn shutdown(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let plan = shutdown_plan(argv)?;
+    tracing::warn!("User requested shutdown...");
+    shutdown_prepare(ctx.shard, plan)?;
+    for c in ctx.front.clients.values() {
         c.kill();
     }
     tracing::warn!("Meridian is now ready to exit, bye bye...");
@@ -1561,44 +1607,9 @@ fn lastsave(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 #[cfg(test)]
 mod tests {
-    use std::rc::Rc;
-
     use super::*;
-    use crate::client::{Client, ClientShared};
-    use crate::config::Config;
-    use crate::resp::reply::{Proto, Reply};
-
-    struct T {
-        shard: Shard,
-        client: Client,
-        out: Reply,
-    }
-
-    impl T {
-        fn new() -> T {
-            let shard = Shard::new(
-                0,
-                Config::default(),
-                crate::cmd::table(),
-                crate::time::wall_ms(),
-            );
-            let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
-            let client = Client::new(Rc::new(ClientShared::new(1, addr, addr, 0)));
-            T {
-                shard,
-                client,
-                out: Reply::new(),
-            }
-        }
-
-        fn run(&mut self, args: &[&str]) -> String {
-            self.out.clear();
-            let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-            let now = crate::time::wall_ms();
-            crate::cmd::execute(&mut self.shard, &mut self.client, &mut self.out, &argv, now);
-            String::from_utf8_lossy(&self.out.buf).into_owned()
-        }
-    }
+    use crate::cmd::testing::Harness as T;
+    use crate::resp::reply::Proto;
 
     #[test]
     fn handlers_are_in_the_table() {
@@ -1757,12 +1768,10 @@ mod tests {
                 .contains("can't set protected config")
         );
         for i in 0..5 {
-            t.shard
-                .slowlog
-                .push(0, 1, &[b"x"], String::new(), i.to_string());
+            lock(&t.front.node.slowlog).push(0, 1, &[b"x"], String::new(), i.to_string());
         }
         assert_eq!(t.run(&["config", "set", "slowlog-max-len", "2"]), "+OK\r\n");
-        assert_eq!(t.shard.slowlog.entries.len(), 2);
+        assert_eq!(lock(&t.front.node.slowlog).entries.len(), 2);
         assert_eq!(
             t.run(&["config", "rewrite"]),
             "-ERR The server is running without a config file\r\n"
@@ -1777,17 +1786,15 @@ mod tests {
     fn resetstat_keeps_slowlog_and_dirty() {
         let mut t = T::new();
         t.shard.stats.dirty = 3;
-        t.shard
-            .slowlog
-            .push(0, 1, &[b"x"], String::new(), String::new());
+        lock(&t.front.node.slowlog).push(0, 1, &[b"x"], String::new(), String::new());
         t.run(&["dbsize"]);
         assert_eq!(t.run(&["config", "resetstat"]), "+OK\r\n");
         assert_eq!(
-            t.shard.stats.total_commands_processed, 1,
+            t.front.stats.total_commands_processed, 1,
             "RESETSTAT itself counts"
         );
         assert_eq!(t.shard.stats.dirty, 3);
-        assert_eq!(t.shard.slowlog.entries.len(), 1);
+        assert_eq!(lock(&t.front.node.slowlog).entries.len(), 1);
     }
 
     #[test]
@@ -1814,8 +1821,8 @@ mod tests {
             "-ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP.\r\n"
         );
         assert_eq!(t.run(&["slowlog", "reset"]), "+OK\r\n");
-        t.shard.latency.record("command", 10, 5, 1);
-        t.shard.latency.record("command", 11, 7, 1);
+        lock(&t.front.node.latency).record("command", 10, 5, 1);
+        lock(&t.front.node.latency).record("command", 11, 7, 1);
         assert_eq!(
             t.run(&["latency", "latest"]),
             "*1\r\n*4\r\n$7\r\ncommand\r\n:11\r\n:7\r\n:7\r\n"
@@ -1855,6 +1862,6 @@ mod tests {
         );
         assert_eq!(t.run(&["monitor"]), "+OK\r\n");
         assert_eq!(t.run(&["monitor"]), "");
-        assert_eq!(t.shard.monitors.len(), 1);
+        assert!(t.front.node.monitored());
     }
 }

@@ -76,12 +76,14 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     clear_watches(ctx);
     ctx.out.array(state.queued.len());
-    let table = ctx.shard.table;
+    let table = ctx.front.table;
     for q in &state.queued {
         let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
         match super::resolve(table, &argv) {
-            Ok(spec) => super::call(ctx.shard, ctx.client, ctx.out, spec, &argv, ctx.now_ms),
-            Err(e) => super::reply_error(ctx.shard, ctx.out, &e),
+            Ok(spec) => super::call(
+                ctx.shard, ctx.front, ctx.client, ctx.out, spec, &argv, ctx.now_ms,
+            ),
+            Err(e) => super::reply_error(ctx.front, ctx.out, &e),
         }
     }
     Ok(())

@@ -39,7 +39,7 @@ pub struct Job {
 }
 
 /// The directory of shard `index` under the configured `dir`.
-pub fn shard_dir(dir: &Path, index: u8) -> PathBuf {
+pub fn shard_dir(dir: &Path, index: u16) -> PathBuf {
     dir.join(format!("shard-{index}"))
 }
 
@@ -226,11 +226,11 @@ impl Shard {
         let dir = self.persist.dir.clone();
         let config = self.config.clone();
         let index = self.index;
-        let table = self.table;
+        let slots = self.slots.clone();
         let life = self.sync.life;
         let handle = std::thread::Builder::new()
             .name("snapshot".to_string())
-            .spawn(move || background_snapshot(dir, config, index, life, table, upto))
+            .spawn(move || background_snapshot(dir, config, index, slots, life, upto))
             .map_err(|e| e.to_string())?;
         self.persist.job = Some(Job {
             kind,
@@ -420,13 +420,13 @@ impl Shard {
 fn background_snapshot(
     dir: PathBuf,
     config: crate::config::Config,
-    index: u8,
+    index: u16,
+    slots: std::sync::Arc<crate::slot::SlotMap>,
     life: u32,
-    table: &'static crate::cmd::table::Table,
     upto: u64,
 ) -> Result<(PathBuf, u64), String> {
     let now = crate::time::wall_ms();
-    let mut private = Shard::new(index, config, table, now);
+    let mut private = Shard::in_site(index, slots, config, now);
     private.set_life(life);
     private.persist.recovering = true;
     private.sync.incarnations.clear();

@@ -649,11 +649,7 @@ impl Shard {
 
 #[cfg(test)]
 mod tests {
-    use std::rc::Rc;
-
-    use crate::client::{Client, ClientShared};
     use crate::config::Config;
-    use crate::resp::reply::Reply;
     use crate::shard::Shard;
 
     fn shard(dir: &std::path::Path) -> Shard {
@@ -661,16 +657,12 @@ mod tests {
             dir: dir.to_path_buf(),
             ..Config::default()
         };
-        Shard::new(0, config, crate::cmd::table(), crate::time::wall_ms())
+        Shard::new(0, config, crate::time::wall_ms())
     }
 
+    /// Runs a command on `shard` as a new client (database 0).
     fn run(shard: &mut Shard, args: &[&str]) -> String {
-        let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let mut client = Client::new(Rc::new(ClientShared::new(1, addr, addr, 0)));
-        let mut out = Reply::new();
-        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        crate::cmd::execute(shard, &mut client, &mut out, &argv, crate::time::wall_ms());
-        String::from_utf8_lossy(&out.buf).into_owned()
+        crate::cmd::testing::run_on(shard, 0, args)
     }
 
     fn dataset(s: &mut Shard) {

@@ -4,4 +4,5 @@
 //! differ by protocol version, and every reply byte is produced by `reply::Reply`.
 
 pub mod parse;
+pub mod read;
 pub mod reply;

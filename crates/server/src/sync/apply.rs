@@ -181,7 +181,9 @@ impl Shard {
                     self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
                 }
                 OpBody::Publish { message, sharded } => {
-                    crate::cmd::pubsub::deliver_remote(&self.pubsub, &rec.key, message, *sharded);
+                    if let Some(hook) = &self.publish_hook {
+                        (hook.0)(&rec.key, message, *sharded);
+                    }
                 }
             }
             self.sync.delivered.observe(stamp);

@@ -169,25 +169,12 @@ pub(super) mod tests {
             appendonly: false,
             ..crate::config::Config::default()
         };
-        Shard::new(0, config, crate::cmd::table(), 1_000)
+        Shard::new(0, config, 1_000)
     }
 
     /// Runs one command on `shard` in database `db` (reply discarded).
     pub(in crate::sync) fn run(shard: &mut Shard, db: usize, args: &[&str]) {
-        let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let shared = std::rc::Rc::new(crate::client::ClientShared::new(1, addr, addr, 0));
-        let mut client = crate::client::Client::new(shared);
-        let mut out = crate::resp::reply::Reply::new();
-        let select = db.to_string();
-        crate::cmd::execute(
-            shard,
-            &mut client,
-            &mut out,
-            &[b"SELECT", select.as_bytes()],
-            1_000,
-        );
-        let argv: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        crate::cmd::execute(shard, &mut client, &mut out, &argv, 1_000);
+        crate::cmd::testing::run_on(shard, db, args);
     }
 
     /// The peer acks everything the shard delivered.

@@ -61,6 +61,37 @@ pub fn start(shard: &ShardRc, listener: Option<std::net::TcpListener>) {
     }
 }
 
+/// Starts the sync port's accept loop on this thread (thread 0).
+pub fn start_listener(th: &Rc<crate::hop::Thread>, listener: Option<std::net::TcpListener>) {
+    if let Some(l) = listener {
+        match TcpListener::from_std(l) {
+            Ok(l) => {
+                tokio::task::spawn_local(accept_loop(th.shard.clone(), l));
+            }
+            Err(e) => tracing::error!(error = %e, "sync listener unusable"),
+        }
+    }
+}
+
+/// Serves an inbound sync connection another thread accepted for this shard.
+pub fn serve_handed(shard: &ShardRc, stream: std::net::TcpStream) {
+    let _ = stream.set_nonblocking(true);
+    let stream = match TcpStream::from_std(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "handed-over sync connection unusable");
+            return;
+        }
+    };
+    let addr = stream.peer_addr().ok();
+    let shard = shard.clone();
+    tokio::task::spawn_local(async move {
+        if let Err(e) = serve_peer(&shard, stream).await {
+            tracing::warn!(addr = ?addr, error = %e, "sync link from peer closed");
+        }
+    });
+}
+
 async fn accept_loop(shard: ShardRc, listener: TcpListener) {
     loop {
         if shard.borrow().shutting_down {
@@ -123,7 +154,7 @@ fn refusal(
             hello.from_site, s.config.site
         ));
     }
-    if hello.shards != 1 || hello.shard != u16::from(s.index) {
+    if hello.shards != 1 || hello.shard != s.index {
         return Some(format!(
             "shard {}/{} does not match this site's shard {}/1",
             hello.shard, hello.shards, s.index
@@ -248,7 +279,7 @@ async fn send_ops<S: Io + 'static>(
         let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
             return Err(SyncError::Refused("peer vanished".into()));
         };
-        let shard_index = s.index;
+        let shard_index = s.replica_shard();
         if let Some(p) = s.sync.peers.get_mut(peer) {
             if p.learn_life(hello.from_life, shard_index) {
                 tracing::info!(peer = %hello.from_site, life = hello.from_life, "peer began a new life");
@@ -817,7 +848,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 deployment: s.config.deployment_id.clone(),
                 from_site: s.config.site.clone(),
                 to_site: p.site.clone(),
-                shard: u16::from(s.index),
+                shard: s.index,
                 shards: 1,
                 known_incarnation: p.in_incarnation,
                 applied_seq: p.in_applied_seq,
@@ -866,7 +897,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     }
     {
         let mut s = shard.borrow_mut();
-        let shard_index = s.index;
+        let shard_index = s.replica_shard();
         let Some(p) = s.sync.peers.get_mut(peer) else {
             return Ok(());
         };
@@ -1071,7 +1102,7 @@ mod tests {
                 appendonly: false,
                 ..crate::config::Config::default()
             };
-            let mut shard = Shard::new(0, config, crate::cmd::table(), 1_000);
+            let mut shard = Shard::new(0, config, 1_000);
             let mut rng = seed;
             let mut next = move || {
                 rng ^= rng << 13;

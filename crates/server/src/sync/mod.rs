@@ -271,7 +271,13 @@ pub struct SyncState {
 }
 
 impl SyncState {
-    pub fn new(config: &Config, shard: u8, now_ms: u64, tls: Option<Arc<TlsContext>>) -> SyncState {
+    pub fn new(
+        config: &Config,
+        shard: u16,
+        now_ms: u64,
+        tls: Option<Arc<TlsContext>>,
+    ) -> SyncState {
+        let shard = crate::shard::replica_shard(shard);
         let peers = config
             .peers()
             .unwrap_or_default()
@@ -383,6 +389,14 @@ impl SyncState {
         })
     }
 
+    /// Number of peer sites.
+    pub fn peer_sites(&self) -> usize {
+        let mut sites: Vec<&str> = self.peers.iter().map(|p| p.site.as_str()).collect();
+        sites.sort_unstable();
+        sites.dedup();
+        sites.len()
+    }
+
     pub fn peer(&self, site: &str) -> Option<&Peer> {
         self.peers.iter().find(|p| p.site == site)
     }
@@ -410,8 +424,8 @@ impl crate::shard::Shard {
     /// it recognizes as its own in the log.
     pub fn set_life(&mut self, life: u32) {
         self.sync.life = life;
-        self.sync.lives = lives_of(&self.config.site, self.index, life);
-        let id = ReplicaId::for_life(&self.config.site, self.index, life);
+        self.sync.lives = lives_of(&self.config.site, self.replica_shard(), life);
+        let id = ReplicaId::for_life(&self.config.site, self.replica_shard(), life);
         self.replica = id;
         self.oplog.set_origin(id);
         self.persist.replica = id;
@@ -452,7 +466,7 @@ impl crate::shard::Shard {
         let mut life = self.sync.life;
         loop {
             life = life.wrapping_add(1).max(1);
-            let id = ReplicaId::for_life(&self.config.site, self.index, life);
+            let id = ReplicaId::for_life(&self.config.site, self.replica_shard(), life);
             let taken = self.sync.delivered.get(id) > meridian_crdt::Hlc::ZERO
                 || self.sync.lives.contains(&id)
                 || self.sync.peers.iter().any(|p| p.lives.contains(&id));
@@ -463,6 +477,25 @@ impl crate::shard::Shard {
         }
         self.set_life(life);
         life
+    }
+
+    /// The peer sites that acked this shard's ops up to `seq` (with 0: that acked at all),
+    /// over every link to each site (a site of several shards acks on each).
+    pub fn sites_acked(&self, seq: u64) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut failed: Vec<&str> = Vec::new();
+        for p in &self.sync.peers {
+            let ok = p.acked_seq >= seq && (seq > 0 || p.acked.is_some());
+            if !ok {
+                failed.push(&p.site);
+            }
+        }
+        for p in &self.sync.peers {
+            if !failed.contains(&p.site.as_str()) && !out.contains(&p.site) {
+                out.push(p.site.clone());
+            }
+        }
+        out
     }
 
     /// This shard's delivered vector including its own origin.
@@ -485,7 +518,7 @@ impl crate::shard::Shard {
         f("crdt_deployment_id", &self.config.deployment_id);
         f("crdt_replica_id", &format_args!("{:08x}", self.replica.0));
         f("crdt_life", &self.sync.life);
-        f("crdt_shards", &1);
+        f("crdt_shards", &self.slots.shards());
         f(
             "crdt_incarnation",
             &format_args!("{:016x}", self.sync.incarnation),

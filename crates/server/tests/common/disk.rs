@@ -137,6 +137,11 @@ impl Node {
             self.data.display().to_string(),
         ];
         args.extend(self.flags.iter().cloned());
+        // Persistence tests look into `shard-0` unless they ask for more shards.
+        if !self.flags.iter().any(|a| a == "--shards") {
+            args.push("--shards".into());
+            args.push("1".into());
+        }
         let child = Command::new(bin())
             .args(&args)
             .stdin(Stdio::null())

@@ -80,6 +80,14 @@ fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Chil
     }
 }
 
+/// Shard threads of a test server started without `--shards`: several, so that every test
+/// of single-slot commands also exercises routing between threads (`MERIDIAN_TEST_SHARDS`
+/// overrides it). Tests of commands that span slots (RENAME, multi-key set operations...)
+/// start with `--shards 1`, as a single Redis.
+pub fn test_shards() -> String {
+    std::env::var("MERIDIAN_TEST_SHARDS").unwrap_or_else(|_| "3".to_string())
+}
+
 /// A Meridian server (`meridian server --port P --dir D`), killed on drop.
 pub struct Server {
     pub child: Child,
@@ -92,7 +100,13 @@ impl Server {
         Server::start_with(&[])
     }
 
-    /// Starts with extra flags after `--port` and `--dir`.
+    /// A one-shard server: a single Redis, whatever the keys of a command.
+    pub fn start_single() -> Server {
+        Server::start_with(&["--shards", "1"])
+    }
+
+    /// Starts with extra flags after `--port` and `--dir` (and `--shards`, unless they give
+    /// it: `test_shards`).
     pub fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
@@ -104,6 +118,16 @@ impl Server {
             dir.path().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        if !extra.contains(&"--shards") {
+            // Replication tests read one shard's INFO crdt unless they ask for more.
+            let syncs = extra.contains(&"--sync-port") || extra.contains(&"--peer");
+            args.push("--shards".into());
+            args.push(if syncs {
+                "1".to_string()
+            } else {
+                test_shards()
+            });
+        }
         let child = spawn_and_wait(env!("CARGO_BIN_EXE_meridian"), &args, dir.path(), port);
         Server { child, port, dir }
     }

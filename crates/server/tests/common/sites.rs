@@ -67,6 +67,11 @@ impl Site {
             args.push(format!("{peer}={addr}"));
         }
         args.extend(extra.iter().cloned());
+        // Replication tests read one shard's INFO crdt and positions unless they ask for more.
+        if !extra.iter().any(|a| a == "--shards") {
+            args.push("--shards".into());
+            args.push("1".into());
+        }
         Site {
             id: id.to_string(),
             port,

@@ -1,0 +1,64 @@
+//! What a thread owns for its connections: the front of a shard thread.
+//!
+//! Each shard thread also runs the connections the acceptor handed it. Their registry
+//! (CLIENT LIST, CLIENT KILL, INFO clients), the command counters of the commands that ran on
+//! this thread (INFO stats, commandstats, errorstats; merged over threads at INFO) and the
+//! command table live here; the keyspace is the shard's (`shard`).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::client::ClientShared;
+use crate::cmd::table::Table;
+use crate::node::Node;
+use crate::stats::Stats;
+
+#[derive(Debug)]
+pub struct Front {
+    /// The thread's index (the index of its shard).
+    pub index: u16,
+    pub node: Arc<Node>,
+    pub table: &'static Table,
+    /// Connected clients of this thread by id (ids increase, so this is connection order).
+    pub clients: BTreeMap<u64, Rc<ClientShared>>,
+    /// Command and connection counters of this thread.
+    pub stats: Stats,
+}
+
+impl Front {
+    pub fn new(index: u16, node: Arc<Node>, table: &'static Table) -> Front {
+        Front {
+            index,
+            node,
+            table,
+            clients: BTreeMap::new(),
+            stats: Stats::new(table.len()),
+        }
+    }
+
+    /// Registers a new client (`id` from `Node::client_id`) and returns its shared state.
+    pub fn register_client(
+        &mut self,
+        id: u64,
+        addr: std::net::SocketAddr,
+        laddr: std::net::SocketAddr,
+        now_ms: u64,
+    ) -> Rc<ClientShared> {
+        let shared = Rc::new(ClientShared::new(id, addr, laddr, now_ms));
+        self.clients.insert(id, shared.clone());
+        self.stats.total_connections_received += 1;
+        shared
+    }
+
+    /// Forgets a client of this thread: its registry entry, MONITOR slot and subscriptions
+    /// (what it left on shards is the connection's to clean up).
+    pub fn unregister_client(&mut self, id: u64) {
+        if let Some(c) = self.clients.remove(&id) {
+            crate::node::lock(&self.node.pubsub).unsubscribe_all(&c);
+            if c.is_monitor.get() {
+                self.node.remove_monitor(id);
+            }
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! The threads of one process and the messages between them.
+//!
+//! Every shard thread runs a `current_thread` runtime with its `Thread`: its shard, its
+//! front (the connections it serves) and its inbox. A connection's thread coordinates its
+//! commands: those whose keys its own shard owns run inline (zero hop); the others travel to
+//! the owning thread as a `Batch` (every command of one pipeline read for that shard in one
+//! message, so one wake-up), run there in order through the same `cmd::call`, and come back
+//! as one `Done` holding their replies. Process-wide work (DBSIZE, INFO, CONFIG SET) is a
+//! batch to every thread, or a `Job` closure.
+//!
+//! Inboxes are bounded (`node::INBOX_MSGS_MAX`): a connection whose target inbox is full
+//! waits before reading more of its socket. Replies come back on a one-shot channel per
+//! batch, never through an inbox, so two threads waiting on each other's inboxes cannot
+//! deadlock.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use tokio::sync::oneshot;
+
+use crate::blocking::{self, BlockedOn};
+use crate::client::{Client, ClientShared, Mailbox, MultiState};
+use crate::cmd::{self, table::CommandSpec};
+use crate::error::CmdError;
+use crate::front::Front;
+use crate::keyspace::WatchFlag;
+use crate::node::Node;
+use crate::persist::AfterBatch;
+use crate::resp::reply::{Proto, Reply};
+use crate::shard::Shard;
+
+pub type ShardRc = Rc<RefCell<Shard>>;
+pub type FrontRc = Rc<RefCell<Front>>;
+
+/// One shard thread's state.
+#[derive(Debug)]
+pub struct Thread {
+    pub index: u16,
+    pub node: Arc<Node>,
+    pub shard: ShardRc,
+    pub front: FrontRc,
+}
+
+/// What a thread's inbox carries.
+pub enum Msg {
+    /// A client connection the acceptor handed to this thread, with the id it gave it (ids
+    /// follow accept order, as Redis's).
+    Accept(std::net::TcpStream, u64),
+    /// Commands of one connection of another thread, for this thread's shard, and where
+    /// their replies go.
+    Batch(Batch, oneshot::Sender<Done>),
+    /// Work to run on this thread (fan-out steps, start-up and shutdown).
+    Job(Job),
+    /// An inbound sync connection for this shard (its preamble named it).
+    SyncLink(std::net::TcpStream),
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Msg::Accept(..) => f.write_str("Accept"),
+            Msg::Batch(b, _) => write!(f, "Batch({} items)", b.items.len()),
+            Msg::Job(_) => f.write_str("Job"),
+            Msg::SyncLink(_) => f.write_str("SyncLink"),
+        }
+    }
+}
+
+/// A closure run on a thread, with that thread's state.
+pub type Job = Box<dyn FnOnce(&Rc<Thread>) + Send>;
+
+/// What the owning thread may read of the client a batch comes from.
+#[derive(Debug, Clone)]
+pub struct ClientView {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub name: Option<Vec<u8>>,
+    /// The connection's mailbox: blocked commands register it, Pub/Sub writes to it.
+    pub mailbox: Arc<Mailbox>,
+    pub dirty: WatchFlag,
+}
+
+impl ClientView {
+    pub fn of(client: &Client) -> ClientView {
+        let s = &client.shared;
+        ClientView {
+            id: s.id,
+            addr: s.addr,
+            laddr: s.laddr,
+            name: s.name.borrow().clone(),
+            mailbox: s.mailbox.clone(),
+            dirty: client.dirty.clone(),
+        }
+    }
+}
+
+/// The arguments of every item of a batch, in one buffer.
+#[derive(Debug, Default)]
+pub struct Args {
+    data: Vec<u8>,
+    /// End offset of each argument in `data`.
+    ends: Vec<u32>,
+}
+
+impl Args {
+    /// Appends `argv`; returns (index of its first argument, count).
+    pub fn push(&mut self, argv: &[&[u8]]) -> (u32, u32) {
+        let first = self.ends.len() as u32;
+        for a in argv {
+            self.data.extend_from_slice(a);
+            self.ends.push(self.data.len() as u32);
+        }
+        (first, argv.len() as u32)
+    }
+
+    /// The arguments `(first, count)` names.
+    pub fn get(&self, (first, n): (u32, u32)) -> SmallVec<[&[u8]; 8]> {
+        let mut out = SmallVec::new();
+        let mut start = match first.checked_sub(1) {
+            Some(prev) => self.ends.get(prev as usize).copied().unwrap_or(0),
+            None => 0,
+        };
+        for i in first..first.saturating_add(n) {
+            let Some(&end) = self.ends.get(i as usize) else {
+                break;
+            };
+            out.push(
+                self.data
+                    .get(start as usize..end as usize)
+                    .unwrap_or_default(),
+            );
+            start = end;
+        }
+        out
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Commands of one connection for one shard.
+#[derive(Debug)]
+pub struct Batch {
+    pub client: ClientView,
+    pub items: Vec<Item>,
+    pub args: Args,
+}
+
+/// One step of a batch.
+#[derive(Debug)]
+pub struct Item {
+    pub op: Op,
+    /// The client's database and protocol when it sent the command.
+    pub db: usize,
+    pub proto: Proto,
+    pub args: (u32, u32),
+}
+
+/// What an item does on the owning thread.
+#[derive(Debug)]
+pub enum Op {
+    /// Runs a command through `cmd::call`.
+    Call(&'static CommandSpec),
+    /// Runs a command's handler only (`cmd::call_quiet`): this shard's part of a command
+    /// that runs on every shard and is counted once, on the connection's thread.
+    Quiet(&'static CommandSpec),
+    /// Runs EXEC over the transaction's queued commands and watched keys.
+    Exec {
+        multi: MultiState,
+        watched: Vec<(usize, Vec<u8>)>,
+    },
+    /// A blocked command after a wake: re-runs it if the client was woken here.
+    Rerun(Box<BlockedOn>),
+    /// A blocked command's deadline passed.
+    TimeOut(Box<BlockedOn>),
+    /// Drops the client's watches here (UNWATCH, DISCARD, RESET, after EXEC).
+    Unwatch,
+    /// Drops everything the client left here (it disconnected): watches, a blocked wait.
+    Forget,
+}
+
+/// What one item left besides its reply.
+#[derive(Debug, Default)]
+pub struct Note {
+    /// The command blocked: its wait state (its registration is on this shard).
+    pub blocked: Option<Box<BlockedOn>>,
+    /// The client's database after it (SELECT inside EXEC).
+    pub db: usize,
+    /// The command asked to close the connection (CLIENT KILL of itself).
+    pub close: bool,
+    /// A re-run found the client not woken here: nothing ran.
+    pub idle: bool,
+}
+
+/// The replies of a batch.
+#[derive(Debug)]
+pub struct Done {
+    pub out: Vec<u8>,
+    /// End offset of each item's reply in `out`.
+    pub ends: Vec<u32>,
+    pub notes: Vec<Note>,
+    /// When the replies may be written (the owning shard's log: `appendfsync always`).
+    pub after: AfterBatch,
+    /// Sequence number of the last op the batch originated on that shard.
+    pub wrote: Option<u64>,
+}
+
+impl Done {
+    /// The reply of item `i`.
+    pub fn reply(&self, i: usize) -> &[u8] {
+        let start = match i.checked_sub(1) {
+            Some(p) => self.ends.get(p).copied().unwrap_or(0),
+            None => 0,
+        } as usize;
+        let end = self.ends.get(i).copied().unwrap_or(0) as usize;
+        self.out.get(start..end).unwrap_or_default()
+    }
+}
+
+/// Why a batch got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("shard {shard} is unavailable")]
+pub struct Unavailable {
+    pub shard: u16,
+}
+
+/// The error text a client gets for a command whose shard thread is gone (it panicked: the
+/// process is going down).
+pub fn unavailable_error(e: Unavailable) -> CmdError {
+    CmdError::Raw(format!("CLUSTERDOWN {e}"))
+}
+
+/// Sends `batch` to `shard`'s thread (waiting while its inbox is full); returns the
+/// receiver of its replies.
+pub async fn send(
+    node: &Node,
+    shard: u16,
+    batch: Batch,
+) -> Result<oneshot::Receiver<Done>, Unavailable> {
+    let inbox = node.inbox(shard).ok_or(Unavailable { shard })?;
+    let (tx, rx) = oneshot::channel();
+    inbox
+        .send(Msg::Batch(batch, tx))
+        .await
+        .map_err(|_| Unavailable { shard })?;
+    Ok(rx)
+}
+
+impl Batch {
+    /// A batch with no items yet, for `client`.
+    pub fn new(client: ClientView) -> Batch {
+        Batch {
+            client,
+            items: Vec::new(),
+            args: Args::default(),
+        }
+    }
+
+    /// Appends an item.
+    pub fn push(&mut self, op: Op, db: usize, proto: Proto, argv: &[&[u8]]) -> usize {
+        let args = self.args.push(argv);
+        self.items.push(Item {
+            op,
+            db,
+            proto,
+            args,
+        });
+        self.items.len() - 1
+    }
+}
+
+/// Runs `job` on `shard`'s thread and returns its result.
+pub async fn run_on<T: Send + 'static>(
+    th: &Rc<Thread>,
+    shard: u16,
+    job: impl FnOnce(&Rc<Thread>) -> T + Send + 'static,
+) -> Result<T, Unavailable> {
+    if shard == th.index {
+        return Ok(job(th));
+    }
+    let (tx, rx) = oneshot::channel();
+    let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
+    let boxed: Job = Box::new(move |t| {
+        let _ = tx.send(job(t));
+    });
+    inbox
+        .send(Msg::Job(boxed))
+        .await
+        .map_err(|_| Unavailable { shard })?;
+    rx.await.map_err(|_| Unavailable { shard })
+}
+
+/// Runs `job` on every shard thread (this one inline) and returns the results in shard
+/// order.
+pub async fn run_on_all<T: Send + 'static>(
+    th: &Rc<Thread>,
+    job: impl Fn(&Rc<Thread>) -> T + Send + Sync + Clone + 'static,
+) -> Vec<Result<T, Unavailable>> {
+    let mut waits = Vec::with_capacity(usize::from(th.node.shards));
+    for shard in 0..th.node.shards {
+        if shard == th.index {
+            waits.push(Ok(None));
+            continue;
+        }
+        let (tx, rx) = oneshot::channel();
+        let j = job.clone();
+        let boxed: Job = Box::new(move |t| {
+            let _ = tx.send(j(t));
+        });
+        let sent = match th.node.inbox(shard) {
+            Some(inbox) => inbox.send(Msg::Job(boxed)).await.is_ok(),
+            None => false,
+        };
+        waits.push(if sent {
+            Ok(Some(rx))
+        } else {
+            Err(Unavailable { shard })
+        });
+    }
+    let mut out = Vec::with_capacity(waits.len());
+    for (shard, w) in waits.into_iter().enumerate() {
+        let shard = shard as u16;
+        out.push(match w {
+            Ok(None) => Ok(job(th)),
+            Ok(Some(rx)) => rx.await.map_err(|_| Unavailable { shard }),
+            Err(e) => Err(e),
+        });
+    }
+    out
+}
+
+/// Runs a batch another thread sent, on this thread's shard, in one borrow of the shard:
+/// no other command interleaves with it.
+pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
+    let Batch {
+        client: view,
+        items,
+        args,
+    } = batch;
+    let mut shard_guard = th.shard.borrow_mut();
+    let s = &mut *shard_guard;
+    let mut front_guard = th.front.borrow_mut();
+    let f = &mut *front_guard;
+    let now = s.now_ms();
+    let pos_before = s.persist.next_pos;
+    let shared = Rc::new(ClientShared::with_mailbox(
+        view.id,
+        view.addr,
+        view.laddr,
+        now,
+        view.mailbox,
+    ));
+    *shared.name.borrow_mut() = view.name;
+    let mut client = Client::new(shared);
+    client.dirty = view.dirty;
+    let mut out = Reply {
+        buf: Vec::new(),
+        proto: Proto::Resp2,
+    };
+    let mut ends = Vec::with_capacity(items.len());
+    let mut notes = Vec::with_capacity(items.len());
+    for item in items {
+        client.select(item.db);
+        client.shared.set_proto(item.proto);
+        out.proto = item.proto;
+        let argv = args.get(item.args);
+        let mut note = Note::default();
+        run_item(s, f, &mut client, &mut out, item.op, &argv, now, &mut note);
+        note.db = client.db;
+        note.close = std::mem::take(&mut client.close_after_reply);
+        client.multi = None;
+        client.watched.clear();
+        ends.push(out.len() as u32);
+        notes.push(note);
+    }
+    let wrote = (client.last_write_seq > 0).then_some(client.last_write_seq);
+    let after = s.persist.after_batch(pos_before);
+    let _ = done.send(Done {
+        out: out.buf,
+        ends,
+        notes,
+        after,
+        wrote,
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_item(
+    s: &mut Shard,
+    f: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    op: Op,
+    argv: &[&[u8]],
+    now: u64,
+    note: &mut Note,
+) {
+    match op {
+        Op::Call(spec) => {
+            // The log of this shard cannot be written: writes get MISCONF, as `cmd::admit`
+            // answers for the connection's own shard.
+            if spec.meta.flags.contains(cmd::table::Flags::WRITE) {
+                if let Some(text) = s.persist.refusal() {
+                    if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                        st.rejected_calls += 1;
+                    }
+                    cmd::reply_error(f, out, &CmdError::Raw(text));
+                    return;
+                }
+            }
+            cmd::call(s, f, client, out, spec, argv, now);
+            note.blocked = client.blocked.take().map(Box::new);
+        }
+        Op::Quiet(spec) => cmd::call_quiet(s, f, client, out, spec, argv, now),
+        Op::Exec { multi, watched } => {
+            let writes = multi.queued.iter().any(|q| {
+                let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+                cmd::resolve(f.table, &argv)
+                    .is_ok_and(|sp| sp.meta.flags.contains(cmd::table::Flags::WRITE))
+            });
+            client.watched = watched;
+            if writes {
+                if let Some(text) = s.persist.refusal() {
+                    cmd::exec_abort(s, f, client, out, &text);
+                    return;
+                }
+            }
+            client.multi = Some(multi);
+            client.shared.in_multi.set(true);
+            match cmd::resolve(f.table, &[b"exec"]) {
+                Ok(spec) => cmd::call(s, f, client, out, spec, argv, now),
+                Err(e) => cmd::reply_error(f, out, &e),
+            }
+        }
+        Op::Rerun(b) => {
+            if !s.blocking.is_ready(client.id()) {
+                note.idle = true;
+                note.blocked = Some(b);
+                return;
+            }
+            client.blocked = Some(*b);
+            client.shared.blocked.set(true);
+            blocking::reprocess(s, f, client, out, now);
+            note.blocked = client.blocked.take().map(Box::new);
+        }
+        Op::TimeOut(b) => {
+            client.blocked = Some(*b);
+            client.shared.blocked.set(true);
+            blocking::time_out(s, f, client, out);
+            note.blocked = client.blocked.take().map(Box::new);
+        }
+        Op::Unwatch => s.unwatch_all(&client.dirty),
+        Op::Forget => {
+            let dirty = client.dirty.clone();
+            s.forget_client(client.id(), &dirty);
+        }
+    }
+}
+
+/// A thread's inbox loop: runs until every sender is gone (the process stops).
+pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Msg::Accept(stream, id) => {
+                let _ = stream.set_nonblocking(true);
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(s) => {
+                        tokio::task::spawn_local(crate::conn::serve(th.clone(), s, id));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
+                }
+            }
+            Msg::Batch(b, done) => run_batch(&th, b, done),
+            Msg::Job(j) => j(&th),
+            Msg::SyncLink(stream) => crate::sync::link::serve_handed(&th.shard, stream),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_round_trip() {
+        let mut a = Args::default();
+        let x = a.push(&[b"set", b"k", b""]);
+        let y = a.push(&[b"get", b"key"]);
+        assert_eq!(&a.get(x)[..], &[&b"set"[..], b"k", b""]);
+        assert_eq!(&a.get(y)[..], &[&b"get"[..], b"key"]);
+        assert!(a.get((9, 2)).is_empty());
+        let done = Done {
+            out: b"+OK\r\n$1\r\nv\r\n".to_vec(),
+            ends: vec![5, 12],
+            notes: Vec::new(),
+            after: AfterBatch::Reply,
+            wrote: None,
+        };
+        assert_eq!(done.reply(0), b"+OK\r\n");
+        assert_eq!(done.reply(1), b"$1\r\nv\r\n");
+        assert_eq!(done.reply(2), b"");
+    }
+}

@@ -1,0 +1,221 @@
+//! Who waits on keys: WATCH flags and clients blocked in BLPOP and the like.
+//!
+//! Both live with the keyspace of the shard that owns the keys, because a write there (local
+//! or from another site) is what sets a flag or wakes a waiter; the clients themselves may
+//! live on any thread, so a flag is an atomic and a waiter is woken through `Wake`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hashbrown::{Equivalent, HashMap};
+
+/// A WATCHing client's flag, set by whichever shard sees a write to a key it watches.
+#[derive(Debug, Clone, Default)]
+pub struct WatchFlag(Arc<AtomicBool>);
+
+impl WatchFlag {
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn set(&self, v: bool) {
+        self.0.store(v, Ordering::Release);
+    }
+
+    /// Whether both name one client's flag.
+    pub fn same(&self, other: &WatchFlag) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Something a write can wake: a blocked client's connection, on whatever thread it lives.
+pub trait Wake: Send + Sync + std::fmt::Debug {
+    fn wake(&self);
+}
+
+/// A (db, key) looked up without allocating: hashes like `(usize, Vec<u8>)`.
+#[derive(Hash)]
+pub(crate) struct KeyRef<'a>(pub usize, pub &'a [u8]);
+
+impl Equivalent<(usize, Vec<u8>)> for KeyRef<'_> {
+    fn equivalent(&self, key: &(usize, Vec<u8>)) -> bool {
+        self.0 == key.0 && self.1 == key.1.as_slice()
+    }
+}
+
+#[derive(Debug)]
+struct Waiter {
+    wake: Arc<dyn Wake>,
+    keys: Vec<(usize, Vec<u8>)>,
+    /// Woken and not yet re-run: further writes wake the next waiter instead.
+    ready: bool,
+}
+
+/// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
+#[derive(Debug, Default)]
+pub struct BlockRegistry {
+    keys: HashMap<(usize, Vec<u8>), VecDeque<u64>>,
+    clients: HashMap<u64, Waiter>,
+}
+
+impl BlockRegistry {
+    /// Number of blocked clients (INFO `blocked_clients`).
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: u64) -> bool {
+        self.clients.contains_key(&id)
+    }
+
+    /// Registers client `id` on `keys` of `db` (duplicates count once), at the back of each
+    /// key's queue. A client already registered is registered again from scratch.
+    pub fn register(&mut self, id: u64, wake: Arc<dyn Wake>, db: usize, keys: &[&[u8]]) {
+        self.unregister(id);
+        let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
+        for k in keys {
+            if mine.iter().any(|(_, m)| m.as_slice() == *k) {
+                continue;
+            }
+            mine.push((db, k.to_vec()));
+            self.keys.entry((db, k.to_vec())).or_default().push_back(id);
+        }
+        self.clients.insert(
+            id,
+            Waiter {
+                wake,
+                keys: mine,
+                ready: false,
+            },
+        );
+    }
+
+    /// Forgets a client (served, timed out, killed, disconnected). Returns whether it was
+    /// registered.
+    pub fn unregister(&mut self, id: u64) -> bool {
+        let Some(w) = self.clients.remove(&id) else {
+            return false;
+        };
+        for key in w.keys {
+            if let Some(q) = self.keys.get_mut(&key) {
+                q.retain(|&c| c != id);
+                if q.is_empty() {
+                    self.keys.remove(&key);
+                }
+            }
+        }
+        true
+    }
+
+    /// A write to (db, key): wakes the first waiter in FIFO order not already woken. Returns
+    /// the id woken, if any.
+    pub fn signal(&mut self, db: usize, key: &[u8]) -> Option<u64> {
+        if self.clients.is_empty() {
+            return None;
+        }
+        let q = self.keys.get(&KeyRef(db, key))?;
+        for id in q {
+            if let Some(w) = self.clients.get_mut(id) {
+                if !w.ready {
+                    w.ready = true;
+                    w.wake.wake();
+                    return Some(*id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `id` was woken by a write and should re-run its command.
+    pub fn is_ready(&self, id: u64) -> bool {
+        self.clients.get(&id).is_some_and(|w| w.ready)
+    }
+
+    /// After a re-run that blocked again: the client waits for the next write.
+    pub fn clear_ready(&mut self, id: u64) {
+        if let Some(w) = self.clients.get_mut(&id) {
+            w.ready = false;
+        }
+    }
+
+    /// The clients waiting on (db, key), first to be served first.
+    pub fn waiters(&self, db: usize, key: &[u8]) -> Vec<u64> {
+        self.keys
+            .get(&KeyRef(db, key))
+            .map(|q| q.iter().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Woken(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Woken {
+        fn wake(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn w() -> Arc<dyn Wake> {
+        Arc::new(Woken::default())
+    }
+
+    #[test]
+    fn fifo_wake_skips_woken_clients() {
+        let mut r = BlockRegistry::default();
+        r.register(1, w(), 0, &[b"k", b"j"]);
+        r.register(2, w(), 0, &[b"k"]);
+        r.register(3, w(), 0, &[b"k", b"k"]);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
+        assert_eq!(r.waiters(0, b"j"), vec![1]);
+        assert_eq!(r.signal(1, b"k"), None, "other db");
+        assert_eq!(r.signal(0, b"x"), None);
+        assert_eq!(r.signal(0, b"k"), Some(1));
+        assert!(r.is_ready(1));
+        // A second write before client 1 ran wakes the next one in line.
+        assert_eq!(r.signal(0, b"k"), Some(2));
+        assert_eq!(r.signal(0, b"j"), None, "1 is already woken");
+        // Client 1 re-ran and blocked again: it keeps its place.
+        r.clear_ready(1);
+        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
+        assert_eq!(r.signal(0, b"j"), Some(1));
+        // Client 2 was served.
+        assert!(r.unregister(2));
+        assert!(!r.unregister(2));
+        assert_eq!(r.waiters(0, b"k"), vec![1, 3]);
+        assert_eq!(r.signal(0, b"k"), Some(3));
+        assert_eq!(r.signal(0, b"k"), None);
+    }
+
+    #[test]
+    fn unregister_drops_empty_queues() {
+        let mut r = BlockRegistry::default();
+        r.register(7, w(), 2, &[b"a", b"b"]);
+        assert!(r.contains(7));
+        assert!(r.unregister(7));
+        assert!(r.is_empty());
+        assert!(r.keys.is_empty());
+        assert_eq!(r.signal(2, b"a"), None);
+    }
+
+    #[test]
+    fn watch_flags_are_shared_between_clones() {
+        let f = WatchFlag::default();
+        let g = f.clone();
+        g.set(true);
+        assert!(f.get());
+        assert!(f.same(&g));
+        assert!(!f.same(&WatchFlag::default()));
+    }
+}

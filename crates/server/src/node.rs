@@ -1,0 +1,156 @@
+//! What the threads of one process share: the node.
+//!
+//! A node is one `meridian server` process: N shard threads, each owning one shard and the
+//! connections the acceptor handed it. Threads share nothing mutable on the data path; they
+//! talk by messages (`hop`). What is process-wide lives here: the slot map, each thread's
+//! inbox, and the registries every connection must see whichever thread it is on (Pub/Sub,
+//! MONITOR, the slow log and the latency monitor, client ids and the client count). Those
+//! registries are behind locks taken only off the data path (a subscription, a publish, a
+//! slow command, a MONITOR line when someone monitors).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::mpsc;
+
+use crate::client::Mailbox;
+use crate::cmd::pubsub::PubSub;
+use crate::hop::Msg;
+use crate::numa::Place;
+use crate::slot::SlotMap;
+use crate::stats::{LatencyMonitor, SlowLog};
+
+/// Messages a thread's inbox holds before senders wait (a connection then stops reading its
+/// socket until the shard catches up).
+pub const INBOX_MSGS_MAX: usize = 1024;
+
+/// The process-wide state of a node. See the module doc.
+#[derive(Debug)]
+pub struct Node {
+    /// Shard threads in this process.
+    pub shards: u16,
+    /// Which shard owns each slot.
+    pub slots: Arc<SlotMap>,
+    /// Each thread's inbox, by shard index.
+    inboxes: Vec<mpsc::Sender<Msg>>,
+    /// Where each shard thread runs.
+    pub placement: Vec<Place>,
+    /// Pub/Sub subscriptions of every connection of the process.
+    pub pubsub: Mutex<PubSub>,
+    /// Clients in MONITOR mode, and their number (read without the lock on every command).
+    monitors: Mutex<Vec<Arc<Mailbox>>>,
+    monitors_n: AtomicUsize,
+    pub slowlog: Mutex<SlowLog>,
+    pub latency: Mutex<LatencyMonitor>,
+    next_client_id: AtomicU64,
+    /// Connected clients over all threads (maxclients).
+    clients_n: AtomicUsize,
+    /// Round-robin position of the acceptor.
+    next_thread: AtomicUsize,
+    /// Process start, for INFO uptime.
+    pub started_ms: u64,
+    /// 40 hex characters naming this run (INFO run_id).
+    pub run_id: String,
+}
+
+/// Locks `m`, taking the data of a lock a panicking thread left (the registries stay
+/// consistent between statements).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Node {
+    /// A node of `slots.shards()` threads; returns it and each thread's inbox receiver.
+    pub fn new(
+        slots: Arc<SlotMap>,
+        placement: Vec<Place>,
+        slowlog_len_max: u64,
+        now_ms: u64,
+    ) -> (Arc<Node>, Vec<mpsc::Receiver<Msg>>) {
+        let shards = slots.shards();
+        let (inboxes, receivers): (Vec<_>, Vec<_>) =
+            (0..shards).map(|_| mpsc::channel(INBOX_MSGS_MAX)).unzip();
+        let node = Node {
+            shards,
+            slots,
+            inboxes,
+            placement,
+            pubsub: Mutex::new(PubSub::default()),
+            monitors: Mutex::new(Vec::new()),
+            monitors_n: AtomicUsize::new(0),
+            slowlog: Mutex::new(SlowLog::new(slowlog_len_max)),
+            latency: Mutex::new(LatencyMonitor::default()),
+            next_client_id: AtomicU64::new(1),
+            clients_n: AtomicUsize::new(0),
+            next_thread: AtomicUsize::new(0),
+            started_ms: now_ms,
+            run_id: random_hex40(),
+        };
+        (Arc::new(node), receivers)
+    }
+
+    /// The inbox of shard `shard`'s thread.
+    pub fn inbox(&self, shard: u16) -> Option<&mpsc::Sender<Msg>> {
+        self.inboxes.get(usize::from(shard))
+    }
+
+    /// The thread the next accepted connection goes to (round robin).
+    pub fn next_conn_thread(&self) -> u16 {
+        let n = self.next_thread.fetch_add(1, Ordering::Relaxed);
+        (n % usize::from(self.shards.max(1))) as u16
+    }
+
+    /// A new client id (ids increase over the whole process, as Redis's).
+    pub fn client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a client in; returns the number connected before it.
+    pub fn client_connected(&self) -> usize {
+        self.clients_n.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn client_gone(&self) {
+        self.clients_n.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn clients(&self) -> usize {
+        self.clients_n.load(Ordering::Relaxed)
+    }
+
+    /// Whether some client monitors (one relaxed load: the check every command makes).
+    #[inline]
+    pub fn monitored(&self) -> bool {
+        self.monitors_n.load(Ordering::Relaxed) > 0
+    }
+
+    pub fn add_monitor(&self, m: Arc<Mailbox>) {
+        let mut v = lock(&self.monitors);
+        v.push(m);
+        self.monitors_n.store(v.len(), Ordering::Relaxed);
+    }
+
+    pub fn remove_monitor(&self, id: u64) {
+        let mut v = lock(&self.monitors);
+        v.retain(|m| m.id != id);
+        self.monitors_n.store(v.len(), Ordering::Relaxed);
+    }
+
+    /// Sends one MONITOR line to every monitor but `from`.
+    pub fn feed_monitors(&self, from: u64, line: &[u8]) {
+        for m in lock(&self.monitors).iter() {
+            if m.id != from {
+                m.push(line);
+                m.wake.notify_one();
+            }
+        }
+    }
+}
+
+fn random_hex40() -> String {
+    use rand::RngExt as _;
+    let mut rng = rand::rng();
+    (0..40)
+        .map(|_| char::from_digit(rng.random_range(0..16u32), 16).unwrap_or('0'))
+        .collect()
+}

@@ -1,0 +1,557 @@
+//! Routing: which shard runs a command, and how replies of several shards merge.
+//!
+//! The command table says where a command's keys are (`cmd::command::key_positions`); the
+//! slot map says which shard owns each key's slot. A command whose keys all hash to one
+//! shard runs there (inline when it is the connection's own thread: zero hop). What happens
+//! otherwise is the command's `Class`, decided here once per command name:
+//!
+//! - `Local`: no keys; runs on the connection's thread (connection state, process-wide
+//!   registries such as Pub/Sub, the slow log, MONITOR).
+//! - `Keyed`: its keys must share a shard, else `-CROSSSLOT`, as Redis Cluster answers.
+//! - `Scatter`: MGET, MSET, DEL, UNLINK, EXISTS, TOUCH split their keys by shard and merge the
+//!   replies; MSET is atomic per shard (each shard's part is one command there).
+//! - `All`: covers the whole keyspace or every thread (DBSIZE, KEYS, FLUSHALL, INFO, CONFIG
+//!   SET, CLIENT LIST...): runs on every shard, replies merged by a `Merge` rule.
+//! - `Special`: the dispatcher runs it itself (EXEC, WATCH, SCAN, RANDOMKEY, CRDT.WAIT...).
+//!
+//! A keyless command not named here is `Local`; the unit test below lists every keyless
+//! command of the table, so a new one must be classified on purpose.
+
+use smallvec::SmallVec;
+
+use crate::cmd::table::{CommandSpec, Table};
+use crate::resp::read;
+use crate::resp::reply::Reply;
+use crate::slot::{SlotMap, slot};
+
+/// How a command is routed. See the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Local,
+    Keyed,
+    Scatter(Scatter),
+    All(Merge),
+    Special(Special),
+}
+
+/// Commands whose keys may span shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scatter {
+    /// MGET: values in key order.
+    Mget,
+    /// MSET: key-value pairs; +OK when every shard said so.
+    Mset,
+    /// DEL UNLINK EXISTS TOUCH: the sum of the counts.
+    Count,
+}
+
+/// How the replies of every shard merge into one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merge {
+    /// Integers added (DBSIZE).
+    Sum,
+    /// The smallest integer (LASTSAVE: the oldest shard's snapshot).
+    Min,
+    /// Array elements concatenated in shard order (KEYS).
+    Concat,
+    /// The first error, else the first reply (FLUSHALL, CONFIG SET, SAVE, BGSAVE).
+    Same,
+    /// INFO texts, field by field (`crate::info_merge`).
+    Info,
+    /// CLIENT LIST lines in client id order.
+    ClientList,
+    /// CLIENT KILL: counts added; the old form's +OK when any thread killed one.
+    ClientKill,
+    /// CRDT.DIGEST: 128-bit digests added.
+    Digest,
+    /// CRDT.DIGEST SLOTS: per-slot entries, in slot order.
+    DigestSlots,
+}
+
+/// Commands the dispatcher runs itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Special {
+    /// EXEC: the transaction's keys (queued commands and WATCHed keys) must share a shard.
+    Exec,
+    /// WATCH: registered on the keys' shard.
+    Watch,
+    /// DISCARD UNWATCH RESET: drop watches on every shard holding some.
+    Unwatch,
+    /// SCAN: the cursor says which shard it walks.
+    Scan,
+    /// RANDOMKEY: a shard chosen in proportion to its keys.
+    RandomKey,
+    /// CRDT.WAIT: acks of every shard this connection wrote to.
+    CrdtWait,
+    /// DEBUG: by subcommand.
+    Debug,
+    /// CRDT.DIGEST: by argument (all, SLOTS, SLOT n).
+    Digest,
+    /// SHUTDOWN: every shard closes its log before the process exits.
+    Shutdown,
+    /// SORT/SORT_RO: BY and GET patterns must name keys of the sorted key's shard.
+    Sort,
+}
+
+/// The class of a command by its full name.
+pub fn class_of(name: &str) -> Class {
+    use Class::*;
+    match name {
+        "mget" => Scatter(self::Scatter::Mget),
+        "mset" => Scatter(self::Scatter::Mset),
+        "del" | "unlink" | "exists" | "touch" => Scatter(self::Scatter::Count),
+        "dbsize" => All(Merge::Sum),
+        "lastsave" => All(Merge::Min),
+        "keys" => All(Merge::Concat),
+        "flushdb" | "flushall" | "config|set" | "config|resetstat" | "save" | "bgsave"
+        | "bgrewriteaof" => All(Merge::Same),
+        "info" => All(Merge::Info),
+        "client|list" => All(Merge::ClientList),
+        "client|kill" => All(Merge::ClientKill),
+        "exec" => Special(self::Special::Exec),
+        "watch" => Special(self::Special::Watch),
+        "unwatch" | "discard" | "reset" => Special(self::Special::Unwatch),
+        "scan" => Special(self::Special::Scan),
+        "randomkey" => Special(self::Special::RandomKey),
+        "crdt.wait" => Special(self::Special::CrdtWait),
+        "crdt.digest" => Special(self::Special::Digest),
+        "debug" => Special(self::Special::Debug),
+        "shutdown" => Special(self::Special::Shutdown),
+        "sort" | "sort_ro" => Special(self::Special::Sort),
+        // Shard channels are not keys here: subscriptions are process-wide.
+        "spublish" | "ssubscribe" | "sunsubscribe" => Local,
+        _ => Keyed,
+    }
+}
+
+/// Every command's class, indexed like `Table::specs`.
+pub fn classes(table: &'static Table) -> &'static [Class] {
+    static CLASSES: std::sync::OnceLock<Vec<Class>> = std::sync::OnceLock::new();
+    CLASSES.get_or_init(|| {
+        let mut v = vec![Class::Local; table.specs.len()];
+        for spec in &table.specs {
+            if let Some(c) = v.get_mut(spec.idx) {
+                *c = class_of(spec.meta.name);
+            }
+        }
+        v
+    })
+}
+
+/// Where a command's keys are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysAt {
+    /// It names no key.
+    None,
+    /// Every key is on this shard.
+    Shard(u16),
+    /// Its keys span shards.
+    Many,
+}
+
+/// Where the keys at `positions` of `argv` are.
+pub fn keys_at(slots: &SlotMap, argv: &[&[u8]], positions: &[usize]) -> KeysAt {
+    let mut at = KeysAt::None;
+    for &p in positions {
+        let Some(key) = argv.get(p) else { continue };
+        let s = slots.shard_of_key(key);
+        match at {
+            KeysAt::None => at = KeysAt::Shard(s),
+            KeysAt::Shard(t) if t != s => return KeysAt::Many,
+            _ => {}
+        }
+    }
+    at
+}
+
+/// The key positions of `spec` in `argv`, or None when the arguments name no valid keys.
+pub fn positions(
+    table: &'static Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+) -> Option<SmallVec<[usize; 8]>> {
+    let mut out = SmallVec::new();
+    crate::cmd::command::key_positions(table, spec, argv, &mut out).then_some(out)
+}
+
+/// Redis's `patternHashSlot`: the slot every key a SORT pattern forms hashes to, when its
+/// hash tag fixes it (a `{...}` holding no `*`); None when the keys may be anywhere.
+pub fn pattern_slot(pattern: &[u8]) -> Option<u16> {
+    let open = pattern.iter().position(|&b| b == b'{')?;
+    let rest = pattern.get(open + 1..)?;
+    let close = rest.iter().position(|&b| b == b'}')?;
+    let tag = rest.get(..close)?;
+    if tag.is_empty() || tag.contains(&b'*') {
+        return None;
+    }
+    Some(slot(tag))
+}
+
+/// With several shards, SORT's BY and GET patterns must form keys of the sorted key's
+/// shard: Redis Cluster's texts when they may not. `#` (the element itself), a BY without
+/// `*` (no sorting) and GET of a hash field of the element (`#->f` does not exist) are fine.
+pub fn sort_pattern_error(slots: &SlotMap, argv: &[&[u8]]) -> Option<&'static str> {
+    let key_shard = slots.shard_of_key(argv.get(1)?);
+    let same = |p: &[u8]| pattern_slot(p).is_some_and(|s| slots.shard_of_slot(s) == key_shard);
+    let mut i = 2;
+    while let Some(a) = argv.get(i) {
+        let next = argv.get(i + 1).copied();
+        if a.eq_ignore_ascii_case(b"by") {
+            if let Some(p) = next {
+                if p.contains(&b'*') && !same(p) {
+                    return Some(
+                        "BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
+                    );
+                }
+            }
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"get") {
+            if let Some(p) = next {
+                if p != b"#" && !same(p) {
+                    return Some(
+                        "GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
+                    );
+                }
+            }
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"limit") {
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------
+// Merging replies
+
+/// The first error among `parts`, if any.
+fn first_error<'a>(parts: &[&'a [u8]]) -> Option<&'a [u8]> {
+    parts
+        .iter()
+        .copied()
+        .find(|p| p.first() == Some(&b'-') || p.first() == Some(&b'!'))
+}
+
+/// Merges one reply per shard (in shard order) into `out` by `merge`.
+pub fn merge(merge: Merge, parts: &[&[u8]], out: &mut Reply) {
+    if let Some(e) = first_error(parts) {
+        // CLIENT KILL's old form fails on a thread that had no such client: another may have.
+        let any_ok = merge == Merge::ClientKill && parts.iter().any(|p| p.first() == Some(&b'+'));
+        if !any_ok {
+            out.raw(e);
+            return;
+        }
+    }
+    match merge {
+        Merge::Sum => {
+            let n: i64 = parts
+                .iter()
+                .filter_map(|p| read::int(p, 0))
+                .fold(0i64, i64::saturating_add);
+            out.int(n);
+        }
+        Merge::Min => match parts.iter().filter_map(|p| read::int(p, 0)).min() {
+            Some(n) => out.int(n),
+            None => out.raw(parts.first().copied().unwrap_or_default()),
+        },
+        Merge::Concat => {
+            let mut items: Vec<&[u8]> = Vec::new();
+            for p in parts {
+                if let Some((els, _)) = read::elements(p, 0) {
+                    items.extend(els.iter().filter_map(|&(a, b)| p.get(a..b)));
+                }
+            }
+            out.array(items.len());
+            for i in items {
+                out.raw(i);
+            }
+        }
+        Merge::Same => out.raw(parts.first().copied().unwrap_or_default()),
+        Merge::Info => {
+            let texts: Vec<&[u8]> = parts.iter().filter_map(|p| read::bulk(p, 0)).collect();
+            let merged = crate::info_merge::merge(&texts);
+            out.verbatim(b"txt", merged.as_bytes());
+        }
+        Merge::ClientList => {
+            let mut lines: Vec<(u64, &[u8])> = Vec::new();
+            for p in parts {
+                let Some(text) = read::bulk(p, 0) else {
+                    continue;
+                };
+                for line in text.split_inclusive(|&b| b == b'\n') {
+                    let id = line
+                        .strip_prefix(b"id=")
+                        .and_then(|r| r.split(|&b| b == b' ' || b == b'\n').next())
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(u64::MAX);
+                    lines.push((id, line));
+                }
+            }
+            lines.sort_by_key(|(id, _)| *id);
+            let text: Vec<u8> = lines.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+            out.verbatim(b"txt", &text);
+        }
+        Merge::ClientKill => {
+            if parts.iter().any(|p| p.first() == Some(&b'+')) {
+                out.ok();
+            } else {
+                let n: i64 = parts.iter().filter_map(|p| read::int(p, 0)).sum();
+                out.int(n);
+            }
+        }
+        Merge::Digest => {
+            let mut sum: u128 = 0;
+            for p in parts {
+                if let Some(h) = read::bulk(p, 0) {
+                    let v = std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|h| u128::from_str_radix(h, 16).ok())
+                        .unwrap_or(0);
+                    sum = sum.wrapping_add(v);
+                }
+            }
+            out.bulk(format!("{sum:032x}").as_bytes());
+        }
+        Merge::DigestSlots => {
+            let mut by_slot: std::collections::BTreeMap<i64, (i64, u128)> = Default::default();
+            for p in parts {
+                let Some((els, _)) = read::elements(p, 0) else {
+                    continue;
+                };
+                for (a, _) in els {
+                    let Some((f, _)) = read::elements(p, a) else {
+                        continue;
+                    };
+                    let (Some(s), Some(k), Some(h)) = (
+                        f.first().and_then(|x| read::int(p, x.0)),
+                        f.get(1).and_then(|x| read::int(p, x.0)),
+                        f.get(2).and_then(|x| read::bulk(p, x.0)),
+                    ) else {
+                        continue;
+                    };
+                    let d = std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|h| u128::from_str_radix(h, 16).ok())
+                        .unwrap_or(0);
+                    let e = by_slot.entry(s).or_default();
+                    e.0 += k;
+                    e.1 = e.1.wrapping_add(d);
+                }
+            }
+            out.array(by_slot.len());
+            for (s, (k, d)) in by_slot {
+                out.array(3);
+                out.int(s);
+                out.int(k);
+                out.bulk(format!("{d:032x}").as_bytes());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// SCAN cursors
+
+/// Bits of a SCAN cursor that name the shard it walks (the top byte; a shard's own cursor
+/// leaves them zero: `cmd::keys` keeps its layout generation below them).
+pub const SCAN_SHARD_SHIFT: u32 = 56;
+pub const SCAN_INNER_MASK: u64 = (1 << SCAN_SHARD_SHIFT) - 1;
+
+/// A client's SCAN cursor: (shard, that shard's own cursor).
+pub fn scan_split(cursor: u64) -> (u16, u64) {
+    (
+        (cursor >> SCAN_SHARD_SHIFT) as u16,
+        cursor & SCAN_INNER_MASK,
+    )
+}
+
+/// The cursor a client gets back after shard `shard` answered `inner` (0: that shard is
+/// done): the next shard's start, or 0 after the last shard.
+pub fn scan_join(shard: u16, inner: u64, shards: u16) -> u64 {
+    if inner != 0 {
+        return (u64::from(shard) << SCAN_SHARD_SHIFT) | (inner & SCAN_INNER_MASK);
+    }
+    let next = shard + 1;
+    if next >= shards {
+        0
+    } else {
+        u64::from(next) << SCAN_SHARD_SHIFT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::table::Flags;
+
+    #[test]
+    fn every_keyless_command_is_classified_on_purpose() {
+        let table = crate::cmd::table();
+        // Keyless commands that run on the connection's thread.
+        let local = [
+            "client|getname",
+            "client|help",
+            "client|id",
+            "client|info",
+            "client|setname",
+            "command",
+            "command|count",
+            "command|docs",
+            "command|getkeys",
+            "command|getkeysandflags",
+            "command|help",
+            "command|info",
+            "command|list",
+            "ping",
+            "echo",
+            "hello",
+            "quit",
+            "select",
+            "subscribe",
+            "unsubscribe",
+            "psubscribe",
+            "punsubscribe",
+            "publish",
+            "ssubscribe",
+            "sunsubscribe",
+            "spublish",
+            "pubsub|channels",
+            "pubsub|numsub",
+            "pubsub|numpat",
+            "pubsub|shardchannels",
+            "pubsub|shardnumsub",
+            "pubsub|help",
+            "config|get",
+            "config|rewrite",
+            "config|help",
+            "time",
+            "slowlog|get",
+            "slowlog|len",
+            "slowlog|reset",
+            "slowlog|help",
+            "latency|latest",
+            "latency|history",
+            "latency|reset",
+            "latency|help",
+            "monitor",
+            "multi",
+            "object|help",
+        ];
+        let mut unclassified = Vec::new();
+        for spec in &table.specs {
+            if spec.handler.is_none() {
+                continue;
+            }
+            let m = spec.meta;
+            let keyless = m.first_key <= 0 && !m.flags.contains(Flags::MOVABLE_KEYS);
+            let name = m.name;
+            let class = class_of(name);
+            if keyless && class == Class::Keyed && !local.contains(&name) {
+                unclassified.push(name);
+            }
+        }
+        assert!(
+            unclassified.is_empty(),
+            "keyless commands to classify in route::class_of (Local, All or Special): {unclassified:?}"
+        );
+    }
+
+    #[test]
+    fn keys_at_and_positions() {
+        let table = crate::cmd::table();
+        let slots = SlotMap::contiguous(4);
+        let spec = crate::cmd::resolve(table, &[b"mset", b"a", b"1", b"b", b"2"]).unwrap();
+        let argv: [&[u8]; 5] = [b"mset", b"{x}a", b"1", b"{x}b", b"2"];
+        let p = positions(table, spec, &argv).unwrap();
+        assert_eq!(&p[..], &[1, 3]);
+        assert_eq!(
+            keys_at(&slots, &argv, &p),
+            KeysAt::Shard(slots.shard_of_key(b"x"))
+        );
+        // "a" (slot 15495) and "b" (slot 3300) are on different shards of four.
+        let argv: [&[u8]; 3] = [b"del", b"a", b"b"];
+        let spec = crate::cmd::resolve(table, &argv).unwrap();
+        let p = positions(table, spec, &argv).unwrap();
+        assert_eq!(keys_at(&slots, &argv, &p), KeysAt::Many);
+        let argv: [&[u8]; 1] = [b"ping"];
+        let spec = crate::cmd::resolve(table, &argv).unwrap();
+        assert_eq!(
+            keys_at(&slots, &argv, &positions(table, spec, &argv).unwrap()),
+            KeysAt::None
+        );
+        // Movable keys: ZUNIONSTORE dest numkeys k1 k2.
+        let argv: [&[u8]; 5] = [b"zunionstore", b"d", b"2", b"k1", b"k2"];
+        let spec = crate::cmd::resolve(table, &argv).unwrap();
+        assert_eq!(&positions(table, spec, &argv).unwrap()[..], &[1, 3, 4]);
+    }
+
+    #[test]
+    fn sort_patterns_and_scan_cursors() {
+        let slots = SlotMap::contiguous(2);
+        assert_eq!(pattern_slot(b"w_{tag}_*"), Some(slot(b"tag")));
+        assert_eq!(pattern_slot(b"w_*"), None);
+        assert_eq!(pattern_slot(b"{*}"), None);
+        let ok: [&[u8]; 6] = [b"sort", b"{t}l", b"BY", b"{t}w_*", b"GET", b"#"];
+        assert_eq!(sort_pattern_error(&slots, &ok), None);
+        let by: [&[u8]; 4] = [b"sort", b"l", b"by", b"w_*"];
+        assert!(
+            sort_pattern_error(&slots, &by)
+                .unwrap()
+                .starts_with("BY option")
+        );
+        let nosort: [&[u8]; 4] = [b"sort", b"l", b"by", b"nosort"];
+        assert_eq!(sort_pattern_error(&slots, &nosort), None);
+        let get: [&[u8]; 4] = [b"sort", b"l", b"get", b"o_*"];
+        assert!(
+            sort_pattern_error(&slots, &get)
+                .unwrap()
+                .starts_with("GET option")
+        );
+        assert_eq!(scan_split(scan_join(2, 77, 4)), (2, 77));
+        assert_eq!(scan_join(2, 0, 4), 3 << SCAN_SHARD_SHIFT);
+        assert_eq!(scan_join(3, 0, 4), 0);
+    }
+
+    #[test]
+    fn merges() {
+        let run = |m: Merge, parts: &[&[u8]]| {
+            let mut out = Reply::new();
+            merge(m, parts, &mut out);
+            String::from_utf8(out.buf).unwrap()
+        };
+        assert_eq!(run(Merge::Sum, &[b":2\r\n", b":3\r\n"]), ":5\r\n");
+        assert_eq!(run(Merge::Sum, &[b":2\r\n", b"-ERR x\r\n"]), "-ERR x\r\n");
+        assert_eq!(run(Merge::Min, &[b":9\r\n", b":3\r\n"]), ":3\r\n");
+        assert_eq!(
+            run(
+                Merge::Concat,
+                &[b"*1\r\n$1\r\na\r\n", b"*0\r\n", b"*1\r\n$1\r\nb\r\n"]
+            ),
+            "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        assert_eq!(run(Merge::Same, &[b"+OK\r\n", b"+OK\r\n"]), "+OK\r\n");
+        assert_eq!(
+            run(Merge::ClientKill, &[b"-ERR No such client\r\n", b"+OK\r\n"]),
+            "+OK\r\n"
+        );
+        assert_eq!(run(Merge::ClientKill, &[b":1\r\n", b":2\r\n"]), ":3\r\n");
+        assert_eq!(
+            run(
+                Merge::ClientList,
+                &[b"$14\r\nid=5 a=1\nid=9\n\r\n", b"$5\r\nid=7\n\r\n"]
+            ),
+            "$19\r\nid=5 a=1\nid=7\nid=9\n\r\n"
+        );
+        let d1 = format!("{:032x}", 5u128);
+        let d2 = format!("{:032x}", u128::MAX);
+        let p1 = format!("$32\r\n{d1}\r\n");
+        let p2 = format!("$32\r\n{d2}\r\n");
+        assert_eq!(
+            run(Merge::Digest, &[p1.as_bytes(), p2.as_bytes()]),
+            format!("$32\r\n{:032x}\r\n", 4u128)
+        );
+    }
+}
