@@ -1,15 +1,17 @@
 //! Everything a peer can send before and after the handshake never panics the decoders: the
 //! frame layer (kind, codec, decompression with its size limit), every message, an `Ops`
-//! batch (header and every record, validated whole) and a full-sync chunk (key states).
+//! or `OpsSparse` batch (header and every record, validated whole) and a full-sync chunk (key states).
 //! Decoded messages re-encode to bytes that decode to the same message.
 //!
 //! Run: `cargo +nightly fuzz run sync_frames` from the repository root.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use meridian_server::sync::apply::{decode_batch, decode_chunk};
+use meridian_server::sync::apply::{decode_batch, decode_chunk, decode_sparse};
 use meridian_syncer::frame::{self, Kind};
-use meridian_syncer::msg::{self, Ack, FullSyncBegin, FullSyncEnd, Hello, OpsHeader, Welcome};
+use meridian_syncer::msg::{
+    self, Ack, FullSyncBegin, FullSyncEnd, Hello, OpsHeader, SparseHeader, Welcome,
+};
 
 /// Decompressed-size limit for the frame layer (the server's default is larger; a smaller
 /// one keeps the fuzzer fast and still exercises the check).
@@ -48,6 +50,11 @@ fn body(kind: Kind, body: &[u8]) {
             // Pass the header's own origin and incarnation so the records are reached.
             if let Ok((h, _)) = OpsHeader::decode(body) {
                 let _ = decode_batch(body, &[h.origin], h.incarnation, 16, u64::MAX / 2, 1000);
+            }
+        }
+        Kind::OpsSparse => {
+            if let Ok((h, _)) = SparseHeader::decode(body) {
+                let _ = decode_sparse(body, &[h.origin], h.incarnation, 16, u64::MAX / 2, 1000);
             }
         }
         Kind::Ping => {}

@@ -236,6 +236,11 @@ fn merge_values(rule: Rule, values: &[&str]) -> String {
     }
 }
 
+/// Merges `k=v,k=v` lines (one peer site's links) by the subfield rules.
+pub fn merge_subfields(values: &[&str]) -> String {
+    merge_values(Rule::Subfields, values)
+}
+
 fn subfields(v: &str) -> Vec<(&str, &str)> {
     v.split(',').filter_map(|p| p.split_once('=')).collect()
 }

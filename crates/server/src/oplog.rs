@@ -462,6 +462,97 @@ pub fn copy_to_wire_upto(
     }
 }
 
+/// What `copy_to_wire_filtered` covered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseBatch {
+    /// Records kept.
+    pub count: u32,
+    /// Sequence numbers and hlc of the first and last record covered, kept or not.
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub first_hlc: Hlc,
+    pub last_hlc: Hlc,
+    pub origin: ReplicaId,
+}
+
+/// `copy_to_wire_upto` for a dialer that owns only some slots: covers the records of one
+/// origin up to `seq_max` (at most `bytes_max` bytes of them kept), keeping those whose key
+/// `keep` accepts, each preceded by its sequence number's distance from the first record
+/// covered (`OpsSparse`). Records skipped still count as covered: the batch says how far the
+/// origin's stream went.
+pub fn copy_to_wire_filtered(
+    parts: &[&[u8]],
+    out: &mut Vec<u8>,
+    bytes_max: usize,
+    seq_max: u64,
+    keep: &dyn Fn(&[u8]) -> bool,
+) -> SparseBatch {
+    let mut b = SparseBatch {
+        count: 0,
+        first_seq: 0,
+        last_seq: 0,
+        first_hlc: Hlc::ZERO,
+        last_hlc: Hlc::ZERO,
+        origin: ReplicaId(0),
+    };
+    let mut covered = 0u64;
+    let mut origin = [0u8; 4];
+    let start = out.len();
+    'parts: for part in parts {
+        let mut pos = 0usize;
+        while let Some(head) = part.get(pos..pos + 4) {
+            // Skipped records cost reading too: bound the records covered as well.
+            if out.len() - start >= bytes_max || covered >= SPARSE_COVER_MAX {
+                break 'parts;
+            }
+            let len = u32::from_le_bytes(head.try_into().unwrap_or([0; 4])) as usize;
+            let Some(body) = part.get(pos + 4..pos + 4 + len) else {
+                break 'parts;
+            };
+            let (Some(seq), Some(hlc), Some(from), Some(rest)) = (
+                body.get(..8),
+                body.get(8..16),
+                body.get(16..SEQ_HLC_ORIGIN_BYTES),
+                body.get(SEQ_HLC_ORIGIN_BYTES..),
+            ) else {
+                break 'parts;
+            };
+            let seq = u64::from_le_bytes(seq.try_into().unwrap_or([0; 8]));
+            if seq > seq_max {
+                break 'parts;
+            }
+            let hlc_v = Hlc(u64::from_le_bytes(hlc.try_into().unwrap_or([0; 8])));
+            if covered == 0 {
+                b.first_seq = seq;
+                b.first_hlc = hlc_v;
+                origin.copy_from_slice(from);
+            } else if from != origin {
+                break 'parts;
+            }
+            covered += 1;
+            b.last_seq = seq;
+            b.last_hlc = hlc_v;
+            // `rest` is `db:u16 key:bytes tag payload`.
+            let mut r = Reader::new(rest);
+            let key = r.array::<2>().and_then(|_| r.bytes()).unwrap_or_default();
+            if keep(key) {
+                b.count += 1;
+                meridian_crdt::codec::put_varint(out, seq - b.first_seq);
+                meridian_crdt::codec::put_varint(out, (8 + rest.len()) as u64);
+                out.extend_from_slice(hlc);
+                out.extend_from_slice(rest);
+            }
+            pos += 4 + len;
+        }
+    }
+    b.origin = ReplicaId(u32::from_le_bytes(origin));
+    b
+}
+
+/// Records one sparse batch covers at most (kept or skipped): a dialer owning few slots
+/// gets frames at least this often, and a frame never takes long to build.
+pub const SPARSE_COVER_MAX: u64 = 64 * 1024;
+
 /// What `copy_to_wire` copied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WireBatch {

@@ -51,15 +51,29 @@ pub enum SlotMapError {
 pub const SHARDS_MAX: usize = 256;
 
 impl SlotMap {
-    /// Slots split into `shards` contiguous ranges of equal size, as Redis Cluster's default
-    /// layout (`redis-cli --cluster create`).
+    /// Slots split into `shards` contiguous ranges of (nearly) equal size, exactly as
+    /// `redis-cli --cluster create` lays them out (3 shards: 0-5460, 5461-10922,
+    /// 10923-16383).
     pub fn contiguous(shards: u16) -> SlotMap {
-        let n = usize::from(shards.max(1));
-        let owner = (0..SLOTS).map(|s| (s * n / SLOTS) as u16).collect();
-        SlotMap {
-            shards: shards.max(1),
-            owner,
+        let n = shards.max(1);
+        let per = SLOTS as f64 / f64::from(n);
+        let mut owner = Vec::with_capacity(SLOTS);
+        let mut cursor = 0.0f64;
+        for shard in 0..n {
+            let first = owner.len();
+            let mut last = (cursor + per - 1.0).round() as usize;
+            if last >= SLOTS || shard == n - 1 {
+                last = SLOTS - 1;
+            }
+            last = last.max(first);
+            while owner.len() <= last {
+                owner.push(shard);
+            }
+            cursor += per;
         }
+        // Fewer slots than shards cannot happen (SHARDS_MAX < SLOTS); keep the invariant.
+        owner.resize(SLOTS, n - 1);
+        SlotMap { shards: n, owner }
     }
 
     /// Contiguous ranges balanced by key count as well as by slot count: each slot weighs
@@ -243,6 +257,51 @@ impl SlotMap {
     }
 }
 
+/// A set of slots (a bitmap): what a shard of another site owns, for filtering what is sent
+/// to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotSet {
+    bits: Vec<u64>,
+}
+
+impl SlotSet {
+    /// The slots of `ranges` (`(first, last)`, inclusive; slots past the last are ignored).
+    pub fn from_ranges(ranges: &[(u16, u16)]) -> SlotSet {
+        let mut bits = vec![0u64; SLOTS / 64];
+        for &(a, b) in ranges {
+            for s in a..=b.min(SLOTS as u16 - 1) {
+                if let Some(w) = bits.get_mut(usize::from(s) / 64) {
+                    *w |= 1 << (s % 64);
+                }
+            }
+        }
+        SlotSet { bits }
+    }
+
+    pub fn all() -> SlotSet {
+        SlotSet {
+            bits: vec![u64::MAX; SLOTS / 64],
+        }
+    }
+
+    #[inline]
+    pub fn contains(&self, slot: u16) -> bool {
+        self.bits
+            .get(usize::from(slot) / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+    }
+
+    #[inline]
+    pub fn contains_key(&self, key: &[u8]) -> bool {
+        self.contains(slot(key))
+    }
+
+    /// Whether every slot is in the set.
+    pub fn is_full(&self) -> bool {
+        self.bits.iter().all(|w| *w == u64::MAX)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +337,10 @@ mod tests {
         );
         assert_eq!(m.ranges_of(2), vec![(8192, 12287)]);
         assert_eq!(m.slot_count(3), 4096);
+        assert_eq!(
+            SlotMap::contiguous(3).ranges(),
+            vec![(0, 5460, 0), (5461, 10922, 1), (10923, 16383, 2)]
+        );
     }
 
     #[test]
@@ -324,6 +387,16 @@ mod tests {
         let r = balanced.ranges();
         assert_eq!(r.len(), 3);
         assert_eq!(r.iter().map(|x| x.2).collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn slot_sets() {
+        let s = SlotSet::from_ranges(&[(0, 63), (100, 100), (16383, 16383)]);
+        assert!(s.contains(0) && s.contains(63) && s.contains(100) && s.contains(16383));
+        assert!(!s.contains(64) && !s.contains(99) && !s.contains(16382));
+        assert!(!s.is_full());
+        assert!(SlotSet::from_ranges(&[(0, 16383)]).is_full());
+        assert!(SlotSet::all().contains_key(b"anything"));
     }
 
     #[test]

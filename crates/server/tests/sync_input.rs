@@ -63,6 +63,8 @@ fn hello(deployment: &str, from: &str, to: &str) -> Vec<u8> {
     b.push(0); // want_full
     b.extend_from_slice(&7u64.to_le_bytes()); // the dialer's incarnation
     b.extend_from_slice(&0u32.to_le_bytes()); // the dialer's life
+    b.extend_from_slice(&0u16.to_le_bytes()); // the shard dialed
+    b.extend_from_slice(&[1, 0, 0, 0xff, 0x3f]); // its slots: one range, 0-16383
     frame(1, &b)
 }
 
@@ -109,6 +111,11 @@ fn garbage_oversized_and_cut_frames_close_the_link_not_the_server() {
     ];
     for (i, bytes) in cases.iter().enumerate() {
         let mut c = TcpStream::connect(("127.0.0.1", sync)).unwrap();
+        // The first case is not a sync connection at all (no preamble); the others name
+        // shard 0 and then misbehave in the frame layer.
+        if i > 0 {
+            let _ = c.write_all(&meridian_syncer::msg::preamble(0));
+        }
         let _ = c.write_all(bytes);
         if i == 2 {
             drop(c);
@@ -142,6 +149,7 @@ fn wrong_deployment_site_or_version_is_refused_with_a_reason() {
         ),
     ] {
         let mut c = TcpStream::connect(("127.0.0.1", sync)).unwrap();
+        c.write_all(&meridian_syncer::msg::preamble(0)).unwrap();
         c.write_all(&bytes).unwrap();
         let (got, closed) = drain(&mut c, Duration::from_secs(5));
         assert!(closed);

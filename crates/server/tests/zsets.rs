@@ -114,7 +114,7 @@ fn zrandmember_properties() {
 
 #[test]
 fn rename_copy_expire_and_transactions() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut c = s.connect();
     c.call_line("ZADD src 1.5 a 2 b -3 c");
     c.call_line("ZINCRBY src 0.25 a");
@@ -162,7 +162,7 @@ fn resp3_scores_are_doubles() {
 
 #[test]
 fn blocking_pops_wake_on_zadd() {
-    let s = Server::start();
+    let s = Server::start_single();
     let mut a = s.connect();
     let mut b = s.connect();
     let mut w = s.connect();

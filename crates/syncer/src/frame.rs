@@ -10,8 +10,10 @@ use crate::error::SyncError;
 
 /// Version spoken by this build; a peer with another one is refused. 3: full-sync key states
 /// are `KEY_STATE_V2` (they carry `removers`); 4: lives (`Hello.from_life`, `Welcome.life`,
-/// `FullSyncBegin.retired`).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// `FullSyncBegin.retired`); 5: sites of several shards (the connection preamble naming the
+/// shard, `Hello.to_shard` and the slots of both ends, `Welcome.shard/shards/slots`,
+/// `OpsSparse`).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.
@@ -33,6 +35,9 @@ pub enum Kind {
     FullSyncChunk,
     FullSyncEnd,
     Ping,
+    /// Ops filtered to the dialer's slots: each record carries its sequence number, and the
+    /// header the last sequence number and hlc the frame covers.
+    OpsSparse,
 }
 
 impl Kind {
@@ -47,6 +52,7 @@ impl Kind {
             Kind::FullSyncChunk => 7,
             Kind::FullSyncEnd => 8,
             Kind::Ping => 9,
+            Kind::OpsSparse => 10,
         }
     }
 
@@ -61,6 +67,7 @@ impl Kind {
             7 => Kind::FullSyncChunk,
             8 => Kind::FullSyncEnd,
             9 => Kind::Ping,
+            10 => Kind::OpsSparse,
             other => return Err(SyncError::UnknownKind(other)),
         })
     }
@@ -76,12 +83,13 @@ impl Kind {
             Kind::FullSyncChunk => "FullSyncChunk",
             Kind::FullSyncEnd => "FullSyncEnd",
             Kind::Ping => "Ping",
+            Kind::OpsSparse => "OpsSparse",
         }
     }
 
     /// Whether bodies of this kind are compressed with the link's codec.
     pub fn compressible(self) -> bool {
-        matches!(self, Kind::Ops | Kind::FullSyncChunk)
+        matches!(self, Kind::Ops | Kind::OpsSparse | Kind::FullSyncChunk)
     }
 }
 

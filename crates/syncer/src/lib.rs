@@ -22,5 +22,7 @@ pub mod tls;
 pub use crate::error::SyncError;
 pub use crate::frame::{Codec, Frame, Kind, PROTOCOL_VERSION};
 pub use crate::link::{FrameReader, FrameWriter, Io};
-pub use crate::msg::{Ack, FullSyncBegin, FullSyncEnd, Hello, Mode, OpsHeader, Welcome};
+pub use crate::msg::{
+    Ack, FullSyncBegin, FullSyncEnd, Hello, Mode, OpsHeader, SparseHeader, Welcome,
+};
 pub use crate::tls::{TlsContext, TlsFiles};

@@ -11,6 +11,67 @@ use crate::frame::{MAGIC, PROTOCOL_VERSION};
 
 /// Longest site or deployment id accepted on the wire.
 pub const ID_BYTES_MAX: usize = 255;
+/// Number of hash slots: a slot range names slots below it.
+pub const SLOTS: u16 = 16384;
+/// Most slot ranges a message may list (every slot its own range).
+pub const SLOT_RANGES_MAX: u64 = SLOTS as u64;
+
+/// The 8 bytes a dialer sends on a new sync connection, before TLS: `MRDS` and the shard it
+/// dials (u16 little-endian), then two zero bytes. The accepting process hands the
+/// connection to that shard's thread; the Hello that follows (authenticated by TLS when
+/// configured) names the shard again and is checked.
+pub const PREAMBLE_MAGIC: [u8; 4] = *b"MRDS";
+pub const PREAMBLE_BYTES: usize = 8;
+
+/// The preamble for a connection to `shard`.
+pub fn preamble(shard: u16) -> [u8; PREAMBLE_BYTES] {
+    let s = shard.to_le_bytes();
+    let [m0, m1, m2, m3] = PREAMBLE_MAGIC;
+    let [s0, s1] = s;
+    [m0, m1, m2, m3, s0, s1, 0, 0]
+}
+
+/// The shard a preamble names; `Refused` for anything else (not a Meridian syncer).
+pub fn parse_preamble(b: &[u8; PREAMBLE_BYTES]) -> Result<u16, SyncError> {
+    let [m0, m1, m2, m3, s0, s1, z0, z1] = *b;
+    if [m0, m1, m2, m3] != PREAMBLE_MAGIC || z0 != 0 || z1 != 0 {
+        return Err(SyncError::Refused(
+            "not a Meridian sync connection (bad preamble)".into(),
+        ));
+    }
+    Ok(u16::from_le_bytes([s0, s1]))
+}
+
+fn put_ranges(out: &mut Vec<u8>, ranges: &[(u16, u16)]) {
+    meridian_crdt::codec::put_varint(out, ranges.len() as u64);
+    for (a, b) in ranges {
+        put_u16(out, *a);
+        put_u16(out, *b);
+    }
+}
+
+/// Slot ranges: ascending, disjoint, each `first <= last < SLOTS`.
+fn get_ranges(r: &mut Reader<'_>) -> Result<Vec<(u16, u16)>, DecodeError> {
+    let n = r.varint()?;
+    if n > SLOT_RANGES_MAX {
+        return Err(DecodeError::TooManyEntries {
+            what: "slot ranges",
+            n,
+        });
+    }
+    let mut out: Vec<(u16, u16)> = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let a = get_u16(r)?;
+        let b = get_u16(r)?;
+        if a > b || b >= SLOTS || out.last().is_some_and(|&(_, last)| a <= last) {
+            return Err(DecodeError::Invalid(
+                "slot ranges must ascend within 0..16384",
+            ));
+        }
+        out.push((a, b));
+    }
+    Ok(out)
+}
 
 fn put_u16(out: &mut Vec<u8>, v: u16) {
     out.extend_from_slice(&v.to_le_bytes());
@@ -56,6 +117,10 @@ pub struct Hello {
     /// The dialer's life (docs/replication.md §9): its ops carry the replica id of
     /// (`from_site`, `shard`, `from_life`), and every earlier life of it is retired.
     pub from_life: u32,
+    /// The shard of the accepting site the dialer wants the ops of.
+    pub to_shard: u16,
+    /// The slots the dialing shard owns: the sender streams only ops and keys of these.
+    pub slots: Vec<(u16, u16)>,
 }
 
 impl Hello {
@@ -74,6 +139,8 @@ impl Hello {
         put_u8(&mut out, u8::from(self.want_full));
         put_u64(&mut out, self.from_incarnation);
         put_u32(&mut out, self.from_life);
+        put_u16(&mut out, self.to_shard);
+        put_ranges(&mut out, &self.slots);
         out
     }
 
@@ -108,9 +175,15 @@ impl Hello {
                 want_full: r.u8()? != 0,
                 from_incarnation: r.u64()?,
                 from_life: r.u32()?,
+                to_shard: get_u16(r)?,
+                slots: get_ranges(r)?,
             })
         };
-        parse(&mut r).map_err(bad)
+        let h = parse(&mut r).map_err(bad)?;
+        if !r.is_at_end() {
+            return Err(SyncError::Refused("trailing bytes after a Hello".into()));
+        }
+        Ok(h)
     }
 }
 
@@ -134,6 +207,11 @@ pub struct Welcome {
     /// The sender's life: its new ops carry the replica id of (`site`, shard, `life`); the
     /// stream may also carry ops of its earlier lives still in its log.
     pub life: u32,
+    /// The sending shard and its site's shard count (the dialer dials each shard).
+    pub shard: u16,
+    pub shards: u16,
+    /// The slots the sending shard owns.
+    pub slots: Vec<(u16, u16)>,
 }
 
 impl Welcome {
@@ -150,6 +228,9 @@ impl Welcome {
         }
         put_u64(&mut out, self.seq);
         put_u32(&mut out, self.life);
+        put_u16(&mut out, self.shard);
+        put_u16(&mut out, self.shards);
+        put_ranges(&mut out, &self.slots);
         out
     }
 
@@ -168,9 +249,17 @@ impl Welcome {
                 mode,
                 seq: r.u64()?,
                 life: r.u32()?,
+                shard: get_u16(r)?,
+                shards: get_u16(r)?,
+                slots: get_ranges(r)?,
             })
         };
-        parse(&mut Reader::new(body)).map_err(SyncError::malformed("Welcome"))
+        let mut r = Reader::new(body);
+        let w = parse(&mut r).map_err(SyncError::malformed("Welcome"))?;
+        if !r.is_at_end() {
+            return Err(SyncError::Refused("trailing bytes after a Welcome".into()));
+        }
+        Ok(w)
     }
 }
 
@@ -215,6 +304,59 @@ impl OpsHeader {
             .saturating_add(u64::from(self.count))
             .saturating_sub(1)
             .max(self.first_seq)
+    }
+}
+
+/// The header of an `OpsSparse` frame: the ops of one origin from `first_seq` to `last_seq`
+/// filtered to the dialer's slots; `count` records follow, each `seq_delta:varint` (from
+/// `first_seq`, strictly increasing) then the record as in `Ops`. `last_hlc` is the hlc of
+/// the op at `last_seq`, kept or not: the receiver has every op of the origin up to it that
+/// is in its slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseHeader {
+    pub origin: ReplicaId,
+    pub incarnation: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub last_hlc: u64,
+    pub count: u32,
+}
+
+/// Bytes of an encoded `SparseHeader`.
+pub const SPARSE_HEADER_BYTES: usize = 4 + 8 + 8 + 8 + 8 + 4;
+
+impl SparseHeader {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        put_u32(out, self.origin.0);
+        put_u64(out, self.incarnation);
+        put_u64(out, self.first_seq);
+        put_u64(out, self.last_seq);
+        put_u64(out, self.last_hlc);
+        put_u32(out, self.count);
+    }
+
+    /// Decodes the header; returns it and the records that follow. `first_seq` is at least 1
+    /// and at most `last_seq`.
+    pub fn decode(body: &[u8]) -> Result<(SparseHeader, &[u8]), SyncError> {
+        let mut r = Reader::new(body);
+        let parse = |r: &mut Reader<'_>| -> Result<SparseHeader, DecodeError> {
+            Ok(SparseHeader {
+                origin: ReplicaId(r.u32()?),
+                incarnation: r.u64()?,
+                first_seq: r.u64()?,
+                last_seq: r.u64()?,
+                last_hlc: r.u64()?,
+                count: r.u32()?,
+            })
+        };
+        let h = parse(&mut r).map_err(SyncError::malformed("OpsSparse"))?;
+        if h.first_seq == 0 || h.first_seq > h.last_seq {
+            return Err(SyncError::Refused(format!(
+                "sparse batch from seq {} to {}",
+                h.first_seq, h.last_seq
+            )));
+        }
+        Ok((h, body.get(r.pos()..).unwrap_or_default()))
     }
 }
 
@@ -338,6 +480,9 @@ mod tests {
             mode: Mode::FullSync,
             seq: 0,
             life: 0,
+            shard: 1,
+            shards: 2,
+            slots: vec![(8192, 16383)],
         };
         let mut bad = Vec::new();
         put_bytes(&mut bad, &[0xff; 255]);
@@ -366,8 +511,34 @@ mod tests {
             delivered: vv(),
             want_full: true,
             from_life: 2,
+            to_shard: 3,
+            slots: vec![(0, 5), (9, 9)],
         };
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        for bad in [vec![(5, 4)], vec![(0, 16384)], vec![(0, 5), (5, 9)]] {
+            let mut b = h.clone();
+            b.slots = bad;
+            assert!(Hello::decode(&b.encode()).is_err(), "{:?}", b.slots);
+        }
+        assert_eq!(parse_preamble(&preamble(7)).unwrap(), 7);
+        assert!(parse_preamble(b"GET / HT").is_err());
+        let sh = SparseHeader {
+            origin: ReplicaId(7),
+            incarnation: 1,
+            first_seq: 10,
+            last_seq: 20,
+            last_hlc: 99,
+            count: 2,
+        };
+        let mut out = Vec::new();
+        sh.encode_into(&mut out);
+        assert_eq!(out.len(), SPARSE_HEADER_BYTES);
+        assert_eq!(SparseHeader::decode(&out).unwrap().0, sh);
+        let mut bad = sh;
+        bad.first_seq = 21;
+        out.clear();
+        bad.encode_into(&mut out);
+        assert!(SparseHeader::decode(&out).is_err());
         for mode in [Mode::Resume { from_seq: 5 }, Mode::FullSync] {
             let w = Welcome {
                 site: "b".into(),
@@ -375,6 +546,9 @@ mod tests {
                 mode,
                 seq: 8,
                 life: 5,
+                shard: 0,
+                shards: 3,
+                slots: vec![(0, 5460)],
             };
             assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
         }
@@ -419,9 +593,11 @@ mod tests {
             delivered: VersionVector::new(),
             want_full: false,
             from_life: 0,
+            to_shard: 0,
+            slots: vec![(0, 16383)],
         };
         let e = Hello::decode(&h.encode()).unwrap_err();
-        assert!(e.to_string().contains("protocol version 5"), "{e}");
+        assert!(e.to_string().contains("protocol version 6"), "{e}");
         h.version = PROTOCOL_VERSION;
         let mut bytes = h.encode();
         bytes[0] = b'X';

@@ -604,7 +604,7 @@ impl Shard {
     /// Logs the current position of peer `peer` (after ops or a full sync from it applied).
     pub fn log_peer_position(&mut self, peer: usize) {
         if let Some(p) = self.sync.peers.get(peer) {
-            let (site, inc, seq) = (p.site.clone(), p.in_incarnation, p.in_applied_seq);
+            let (site, inc, seq) = (p.key(), p.in_incarnation, p.in_applied_seq);
             self.persist.append_position(&site, inc, seq);
         }
     }

@@ -113,10 +113,23 @@ fn apply_meta(shard: &mut Shard, m: &SnapshotMeta) {
     shard.sync.own_last = m.own_last;
     shard.sync.delivered = m.delivered.clone();
     shard.sync.incarnations = m.incarnations.clone();
-    for (site, inc, seq) in &m.peers {
-        if let Some(p) = shard.sync.peers.iter_mut().find(|p| &p.site == site) {
-            p.in_incarnation = *inc;
-            p.in_applied_seq = *seq;
+    for (key, inc, seq) in &m.peers {
+        set_position(shard, key, *inc, *seq);
+    }
+}
+
+/// Sets the position of the peer shard `key` names (`Peer::key`), learning a shard of a
+/// peer site the log knows of and the configuration cannot tell.
+fn set_position(shard: &mut Shard, key: &str, inc: u64, seq: u64) {
+    let (site, n) = crate::sync::parse_peer_key(key);
+    if shard.sync.peer_index(site, n).is_none() {
+        let now = shard.now_ms();
+        shard.sync.discover(site, n.saturating_add(1), now);
+    }
+    if let Some(i) = shard.sync.peer_index(site, n) {
+        if let Some(p) = shard.sync.peers.get_mut(i) {
+            p.in_incarnation = inc;
+            p.in_applied_seq = seq;
         }
     }
 }
@@ -224,10 +237,7 @@ pub fn replay(
         Kind::Position => {
             let (site, inc, seq) =
                 record::decode_position(payload).map_err(|e| format!("position record: {e}"))?;
-            if let Some(p) = shard.sync.peers.iter_mut().find(|p| p.site == site) {
-                p.in_incarnation = inc;
-                p.in_applied_seq = seq;
-            }
+            set_position(shard, &site, inc, seq);
         }
         Kind::Incarnation => {
             let (inc, first) = record::decode_incarnation(payload)

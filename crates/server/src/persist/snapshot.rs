@@ -24,8 +24,9 @@ pub const END_MAGIC: &[u8; 8] = b"MRDNEND\x01";
 pub const BLOCK_BYTES: usize = 256 * 1024;
 /// Largest block a loader accepts (a single key's state may be large).
 pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
-/// Most incarnations and peers a header may list.
-pub const HEADER_ITEMS_MAX: usize = 4096;
+/// Most incarnations and peers a header may list (a peer per shard of each of `PEERS_MAX`
+/// sites).
+pub const HEADER_ITEMS_MAX: usize = 16 * 1024;
 
 pub fn snapshot_name(pos: u64) -> String {
     format!("snap-{pos:020}.snap")
@@ -46,7 +47,7 @@ pub struct SnapshotMeta {
     pub keys: u64,
     /// (incarnation, first sequence number), oldest first.
     pub incarnations: Vec<(u64, u64)>,
-    /// Per peer site: the incarnation and sequence number applied from it.
+    /// Per peer shard (`Peer::key`): the incarnation and sequence number applied from it.
     pub peers: Vec<(String, u64, u64)>,
     /// What this shard delivered from other origins.
     pub delivered: VersionVector,
@@ -67,7 +68,7 @@ impl SnapshotMeta {
                 .sync
                 .peers
                 .iter()
-                .map(|p| (p.site.clone(), p.in_incarnation, p.in_applied_seq))
+                .map(|p| (p.key(), p.in_incarnation, p.in_applied_seq))
                 .collect(),
             delivered: shard.sync.delivered.clone(),
         }

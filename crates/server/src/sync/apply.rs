@@ -5,8 +5,8 @@
 //! no client command interleaves with a batch.
 
 use meridian_crdt::codec::{Reader, put_bytes};
-use meridian_crdt::{KeyState, ReplicaId, Stamp, VersionVector};
-use meridian_syncer::{OpsHeader, SyncError};
+use meridian_crdt::{Hlc, KeyState, ReplicaId, Stamp, VersionVector};
+use meridian_syncer::{OpsHeader, SparseHeader, SyncError};
 
 use crate::oplog::{self, OpBody, OpRecord};
 use crate::shard::Shard;
@@ -57,19 +57,7 @@ pub fn decode_batch(
         let (rec, used) = oplog::decode_wire(rest, origin, h.first_seq + i).map_err(|e| {
             SyncError::Refused(format!("record {} of the batch: {e}", h.first_seq + i))
         })?;
-        if usize::from(rec.db) >= databases {
-            return Err(SyncError::Refused(format!(
-                "record {} names database {}",
-                rec.seq, rec.db
-            )));
-        }
-        if rec.hlc.physical_ms() > now_ms.saturating_add(skew_ms_max) {
-            return Err(SyncError::Refused(format!(
-                "record {} is stamped {} ms ahead of this site's clock (limit {skew_ms_max})",
-                rec.seq,
-                rec.hlc.physical_ms() - now_ms
-            )));
-        }
+        check_record(&rec, databases, now_ms, skew_ms_max)?;
         records.push(rec);
         rest = rest.get(used..).unwrap_or_default();
     }
@@ -80,6 +68,129 @@ pub fn decode_batch(
         )));
     }
     Ok((h, records))
+}
+
+/// A batch of ops received from a peer's shard: every op of `origin` from `first_seq` to
+/// `last_seq` that is in this shard's slots (all of them from an `Ops` frame, some from an
+/// `OpsSparse` one). `last_hlc` is the hlc of the op at `last_seq`: once applied, this shard
+/// has every op of the origin up to it that it should have.
+#[derive(Debug)]
+pub struct Received {
+    pub origin: ReplicaId,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub last_hlc: Hlc,
+    pub records: Vec<OpRecord>,
+}
+
+impl Received {
+    /// A dense batch (`decode_batch`).
+    pub fn dense(h: &OpsHeader, records: Vec<OpRecord>) -> Received {
+        Received {
+            origin: h.origin,
+            first_seq: h.first_seq,
+            last_seq: h.last_seq(),
+            last_hlc: records.last().map_or(Hlc::ZERO, |r| r.hlc),
+            records,
+        }
+    }
+}
+
+/// Checks one decoded record of a batch: its database and its clock skew.
+fn check_record(
+    rec: &OpRecord,
+    databases: usize,
+    now_ms: u64,
+    skew_ms_max: u64,
+) -> Result<(), SyncError> {
+    if usize::from(rec.db) >= databases {
+        return Err(SyncError::Refused(format!(
+            "record {} names database {}",
+            rec.seq, rec.db
+        )));
+    }
+    if rec.hlc.physical_ms() > now_ms.saturating_add(skew_ms_max) {
+        return Err(SyncError::Refused(format!(
+            "record {} is stamped {} ms ahead of this site's clock (limit {skew_ms_max})",
+            rec.seq,
+            rec.hlc.physical_ms() - now_ms
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes an `OpsSparse` body, checking what `decode_batch` checks and that sequence
+/// numbers strictly increase within `first_seq..=last_seq`, and that the watermark is not
+/// ahead of the clock.
+pub fn decode_sparse(
+    body: &[u8],
+    lives: &[ReplicaId],
+    incarnation: u64,
+    databases: usize,
+    now_ms: u64,
+    skew_ms_max: u64,
+) -> Result<Received, SyncError> {
+    let (h, mut rest) = SparseHeader::decode(body)?;
+    if !lives.contains(&h.origin) {
+        return Err(SyncError::Refused(format!(
+            "forged origin: ops as replica {:08x} on the link of replica {:08x}",
+            h.origin.0,
+            lives.last().map_or(0, |r| r.0)
+        )));
+    }
+    if h.incarnation != incarnation {
+        return Err(SyncError::Refused(format!(
+            "ops of incarnation {:016x} on a link announced as {:016x}",
+            h.incarnation, incarnation
+        )));
+    }
+    let span = h.last_seq - h.first_seq;
+    if h.count > BATCH_RECORDS_MAX || u64::from(h.count) > span.saturating_add(1) {
+        return Err(SyncError::Refused(format!(
+            "sparse batch of {} records from seq {} to {}",
+            h.count, h.first_seq, h.last_seq
+        )));
+    }
+    if Hlc(h.last_hlc).physical_ms() > now_ms.saturating_add(skew_ms_max) {
+        return Err(SyncError::Refused(format!(
+            "sparse batch watermark {} ms ahead of this site's clock",
+            Hlc(h.last_hlc).physical_ms() - now_ms
+        )));
+    }
+    let mut records = Vec::with_capacity((h.count as usize).min(4096));
+    let mut prev: Option<u64> = None;
+    for _ in 0..h.count {
+        let mut r = Reader::new(rest);
+        let delta = r
+            .varint()
+            .map_err(|e| SyncError::Refused(format!("sparse record delta: {e}")))?;
+        if delta > span || prev.is_some_and(|p| delta <= p) {
+            return Err(SyncError::Refused(format!(
+                "sparse record at distance {delta} out of order (span {span})"
+            )));
+        }
+        prev = Some(delta);
+        rest = rest.get(r.pos()..).unwrap_or_default();
+        let seq = h.first_seq + delta;
+        let (rec, used) = oplog::decode_wire(rest, h.origin, seq)
+            .map_err(|e| SyncError::Refused(format!("record {seq} of the batch: {e}")))?;
+        check_record(&rec, databases, now_ms, skew_ms_max)?;
+        records.push(rec);
+        rest = rest.get(used..).unwrap_or_default();
+    }
+    if !rest.is_empty() {
+        return Err(SyncError::Refused(format!(
+            "{} bytes after the last record",
+            rest.len()
+        )));
+    }
+    Ok(Received {
+        origin: h.origin,
+        first_seq: h.first_seq,
+        last_seq: h.last_seq,
+        last_hlc: Hlc(h.last_hlc),
+        records,
+    })
 }
 
 /// One key of a full-sync chunk.
@@ -168,37 +279,94 @@ impl Shard {
             if Some(rec.seq) != p.in_applied_seq.checked_add(1) {
                 break;
             }
-            // Validated against the skew limit already; observing lifts the local clock so
-            // that later local writes order after this one.
-            let _ = self.clock.observe(rec.hlc, now_ms, skew);
-            let stamp = Stamp {
-                hlc: rec.hlc,
-                replica: rec.origin,
-            };
-            match &rec.body {
-                OpBody::Write(effect) => {
-                    let hash = self.hash_key(&rec.key);
-                    self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
-                }
-                OpBody::Publish { message, sharded } => {
-                    if let Some(hook) = &self.publish_hook {
-                        (hook.0)(&rec.key, message, *sharded);
-                    }
-                }
-            }
-            self.sync.delivered.observe(stamp);
-            self.log_remote_op(rec);
+            self.apply_record(rec, now_ms, skew);
             if let Some(p) = self.sync.peers.get_mut(peer) {
                 p.in_applied_seq = rec.seq;
                 p.ops_in += 1;
             }
-            self.stats.sync_ops_applied += 1;
             applied += 1;
         }
         if applied > 0 {
             self.log_peer_position(peer);
         }
         applied
+    }
+
+    /// Applies a received batch from peer `peer` whose first op is at most
+    /// `in_applied_seq + 1` (the caller holds later ones back): the records not applied yet,
+    /// in order, then the stream's position moves to `last_seq` and the delivered vector to
+    /// `last_hlc` for the origin, as every op of it up to there that is in this shard's slots
+    /// is now here. A record of a slot this shard does not own (a sender's stale view) is not
+    /// applied. Returns how many records it applied.
+    pub fn apply_received(&mut self, peer: usize, r: &Received, now_ms: u64) -> u64 {
+        let skew = self.config.sync_clock_skew_ms_max;
+        let Some(before) = self.sync.peers.get(peer).map(|p| p.in_applied_seq) else {
+            return 0;
+        };
+        if r.last_seq <= before || r.first_seq > before.saturating_add(1) {
+            return 0;
+        }
+        let mut applied = 0;
+        let mut last_applied = Hlc::ZERO;
+        for rec in r.records.iter().filter(|rec| rec.seq > before) {
+            if !self.owns_slot(crate::slot::slot(&rec.key)) {
+                tracing::debug!(
+                    seq = rec.seq,
+                    "remote op of a slot this shard does not own skipped"
+                );
+                continue;
+            }
+            self.apply_record(rec, now_ms, skew);
+            last_applied = rec.hlc;
+            applied += 1;
+        }
+        if let Some(p) = self.sync.peers.get_mut(peer) {
+            p.in_applied_seq = r.last_seq;
+            p.ops_in += applied;
+        }
+        if r.last_hlc > Hlc::ZERO {
+            let mark = Stamp {
+                hlc: r.last_hlc,
+                replica: r.origin,
+            };
+            let moved = r.last_hlc > self.sync.delivered.get(r.origin);
+            self.sync.delivered.observe(mark);
+            // Ops skipped at the end of the batch moved the mark past what the log holds of
+            // the origin: log the mark too, so that a restart keeps it.
+            if moved && r.last_hlc > last_applied {
+                let mut v = VersionVector::new();
+                v.observe(mark);
+                self.persist.append_delivered(&v);
+            }
+        }
+        self.log_peer_position(peer);
+        applied
+    }
+
+    /// Applies one validated remote record: a write through `apply_stamped`, or a message
+    /// published at the other site.
+    fn apply_record(&mut self, rec: &OpRecord, now_ms: u64, skew: u64) {
+        // Validated against the skew limit already; observing lifts the local clock so
+        // that later local writes order after this one.
+        let _ = self.clock.observe(rec.hlc, now_ms, skew);
+        let stamp = Stamp {
+            hlc: rec.hlc,
+            replica: rec.origin,
+        };
+        match &rec.body {
+            OpBody::Write(effect) => {
+                let hash = self.hash_key(&rec.key);
+                self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+            }
+            OpBody::Publish { message, sharded } => {
+                if let Some(hook) = &self.publish_hook {
+                    (hook.0)(&rec.key, message, *sharded);
+                }
+            }
+        }
+        self.sync.delivered.observe(stamp);
+        self.log_remote_op(rec);
+        self.stats.sync_ops_applied += 1;
     }
 
     /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
@@ -222,16 +390,18 @@ impl Shard {
     /// After an unfiltered full sync (a rejoin after quarantine), every key the sender holds
     /// was sent: a key held here and not sent is absent there, and is merged with the empty
     /// state under the floor (what the sender removed and collected goes here too).
+    /// Only keys of the sender's slots (`sender`) count: the others were not its to send.
     pub fn merge_unsent(
         &mut self,
         sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
+        sender: &crate::slot::SlotSet,
         floor: &VersionVector,
         now_ms: u64,
     ) {
         let mut unsent: Vec<(usize, meridian_crdt::SmallBytes)> = Vec::new();
         for (db, d) in self.dbs.iter().enumerate() {
             for e in d.table.iter() {
-                if !sent.contains(&(db as u16, e.key.to_vec())) {
+                if sender.contains_key(&e.key) && !sent.contains(&(db as u16, e.key.to_vec())) {
                     unsent.push((db, e.key.clone()));
                 }
             }

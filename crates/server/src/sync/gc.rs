@@ -56,14 +56,39 @@ impl Shard {
     }
 
     /// The causally stable vector: the pointwise minimum of what this shard and every
-    /// non-quarantined peer have delivered. None while some such peer has never acked.
+    /// non-quarantined peer shard have delivered. None while some such peer has never acked.
+    ///
+    /// A shard of a site of several shards never receives the ops of its site's other
+    /// shards (they own other slots, so none of their stamps is ever in its keys): its acks
+    /// say nothing of those origins, and the minimum for such an origin is taken over the
+    /// other peers only. An origin no peer entry claims is a site's shard not learned yet,
+    /// and every ack counts for it (conservative).
     pub fn stable_vv(&self) -> Option<VersionVector> {
-        let mut stable = self.delivered_vv();
-        for p in &self.sync.peers {
-            if p.quarantined {
-                continue;
+        let acks: Vec<(&super::Peer, &VersionVector)> = self
+            .sync
+            .peers
+            .iter()
+            .filter(|p| !p.quarantined)
+            .map(|p| p.acked_causal.as_ref().map(|a| (p, a)))
+            .collect::<Option<_>>()?;
+        let mut stable = VersionVector::new();
+        for (origin, hlc) in self.delivered_vv().iter() {
+            let mut m = hlc;
+            for (p, acked) in &acks {
+                let sibling =
+                    self.sync.peers.iter().any(|q| {
+                        q.site == p.site && q.shard != p.shard && q.lives.contains(&origin)
+                    });
+                if !sibling {
+                    m = m.min(acked.get(origin));
+                }
             }
-            stable = vv_min(&stable, p.acked_causal.as_ref()?);
+            if m > meridian_crdt::Hlc::ZERO {
+                stable.observe(Stamp {
+                    hlc: m,
+                    replica: origin,
+                });
+            }
         }
         Some(stable)
     }

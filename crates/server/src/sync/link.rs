@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use super::{LinkState, SYNC_IDLE_TIMEOUT};
-use crate::oplog::{self, OpRecord};
+use crate::oplog;
 use crate::shard::Shard;
 
 type ShardRc = Rc<RefCell<Shard>>;
@@ -44,29 +44,36 @@ const BACKOFF_MAX_MS: u64 = 1_000;
 /// How often a full sync retries writing the log when a write failed.
 const WRITE_RETRY: Duration = Duration::from_millis(100);
 
-/// Starts the syncer on this shard thread: the accept loop of the sync port (when bound) and
-/// one dialer per peer.
-pub fn start(shard: &ShardRc, listener: Option<std::net::TcpListener>) {
-    if let Some(l) = listener {
-        match TcpListener::from_std(l) {
-            Ok(l) => {
-                tokio::task::spawn_local(accept_loop(shard.clone(), l));
-            }
-            Err(e) => tracing::error!(error = %e, "sync listener unusable"),
-        }
-    }
+/// Starts this shard's dialers: one per known shard of every peer site (more start as
+/// handshakes tell of more shards: `spawn_discovered`).
+pub fn start(shard: &ShardRc) {
     let peers = shard.borrow().sync.peers.len();
     for i in 0..peers {
         tokio::task::spawn_local(dial_loop(shard.clone(), i));
     }
 }
 
-/// Starts the sync port's accept loop on this thread (thread 0).
+/// `SyncState::discover` on `shard`, starting a dialer for each shard of `site` not known
+/// before.
+fn discover(shard: &ShardRc, site: &str, shards: u16) {
+    let added = {
+        let mut s = shard.borrow_mut();
+        let now = s.now_ms();
+        s.sync.discover(site, shards, now)
+    };
+    for i in added {
+        tracing::info!(peer = %site, shards, "peer site has several shards: dialing each");
+        tokio::task::spawn_local(dial_loop(shard.clone(), i));
+    }
+}
+
+/// Starts the sync port's accept loop on this thread (thread 0): each connection's
+/// preamble names the shard it is for, and goes to that shard's thread.
 pub fn start_listener(th: &Rc<crate::hop::Thread>, listener: Option<std::net::TcpListener>) {
     if let Some(l) = listener {
         match TcpListener::from_std(l) {
             Ok(l) => {
-                tokio::task::spawn_local(accept_loop(th.shard.clone(), l));
+                tokio::task::spawn_local(accept_loop(th.clone(), l));
             }
             Err(e) => tracing::error!(error = %e, "sync listener unusable"),
         }
@@ -83,6 +90,10 @@ pub fn serve_handed(shard: &ShardRc, stream: std::net::TcpStream) {
             return;
         }
     };
+    spawn_serve(shard, stream);
+}
+
+fn spawn_serve(shard: &ShardRc, stream: TcpStream) {
     let addr = stream.peer_addr().ok();
     let shard = shard.clone();
     tokio::task::spawn_local(async move {
@@ -92,19 +103,17 @@ pub fn serve_handed(shard: &ShardRc, stream: std::net::TcpStream) {
     });
 }
 
-async fn accept_loop(shard: ShardRc, listener: TcpListener) {
+async fn accept_loop(th: Rc<crate::hop::Thread>, listener: TcpListener) {
     loop {
-        if shard.borrow().shutting_down {
+        if th.shard.borrow().shutting_down {
             return;
         }
         match listener.accept().await {
             Ok((stream, addr)) => {
                 let _ = stream.set_nodelay(true);
-                let shard = shard.clone();
+                let th = th.clone();
                 tokio::task::spawn_local(async move {
-                    if let Err(e) = serve_peer(&shard, stream).await {
-                        tracing::warn!(%addr, error = %e, "sync link from peer closed");
-                    }
+                    route_inbound(&th, stream, addr).await;
                 });
             }
             Err(e) => {
@@ -112,6 +121,46 @@ async fn accept_loop(shard: ShardRc, listener: TcpListener) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+/// Reads an inbound connection's preamble and hands the connection to the shard it names
+/// (a shard this process lacks is refused by shard 0's handshake, with the reason).
+async fn route_inbound(
+    th: &Rc<crate::hop::Thread>,
+    mut stream: TcpStream,
+    addr: std::net::SocketAddr,
+) {
+    use tokio::io::AsyncReadExt as _;
+    let mut pre = [0u8; meridian_syncer::msg::PREAMBLE_BYTES];
+    let read = tokio::time::timeout(SYNC_IDLE_TIMEOUT, stream.read_exact(&mut pre)).await;
+    let shard = match read {
+        Ok(Ok(_)) => match meridian_syncer::msg::parse_preamble(&pre) {
+            Ok(s) => s,
+            Err(e) => {
+                th.shard.borrow_mut().sync.frames_refused += 1;
+                tracing::warn!(%addr, error = %e, "sync connection refused");
+                return;
+            }
+        },
+        Ok(Err(e)) => {
+            tracing::debug!(%addr, error = %e, "sync connection closed before its preamble");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%addr, "sync connection sent no preamble within the idle timeout");
+            return;
+        }
+    };
+    if shard == th.index || shard >= th.node.shards {
+        spawn_serve(&th.shard, stream);
+        return;
+    }
+    let Ok(std_stream) = stream.into_std() else {
+        return;
+    };
+    if let Some(inbox) = th.node.inbox(shard) {
+        let _ = inbox.send(crate::hop::Msg::SyncLink(std_stream)).await;
     }
 }
 
@@ -148,16 +197,25 @@ fn refusal(
             hello.to_site, s.config.site
         ));
     }
-    if s.sync.peer(&hello.from_site).is_none() {
+    if !s.sync.knows_site(&hello.from_site) {
         return Some(format!(
             "site {:?} is not a configured peer of site {:?}",
             hello.from_site, s.config.site
         ));
     }
-    if hello.shards != 1 || hello.shard != s.index {
+    if hello.to_shard != s.index {
         return Some(format!(
-            "shard {}/{} does not match this site's shard {}/1",
-            hello.shard, hello.shards, s.index
+            "shard {} of site {:?} was dialed but this is shard {} of {}",
+            hello.to_shard,
+            s.config.site,
+            s.index,
+            s.slots.shards()
+        ));
+    }
+    if hello.shards == 0 || hello.shard >= hello.shards || hello.shards > super::PEER_SHARDS_MAX {
+        return Some(format!(
+            "shard {} of {} is not a valid shard",
+            hello.shard, hello.shards
         ));
     }
     if let Some(leaf) = leaf {
@@ -273,15 +331,17 @@ async fn send_ops<S: Io + 'static>(
         writer.shutdown().await;
         return Err(SyncError::Refused(reason));
     }
+    discover(shard, &hello.from_site, hello.shards);
+    // What the dialing shard owns: only its keys' ops and states go to it.
+    let filter = crate::slot::SlotSet::from_ranges(&hello.slots);
     let (peer, generation, welcome) = {
         let mut guard = shard.borrow_mut();
         let s = &mut *guard;
-        let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
+        let Some(peer) = s.sync.peer_index(&hello.from_site, hello.shard) else {
             return Err(SyncError::Refused("peer vanished".into()));
         };
-        let shard_index = s.replica_shard();
         if let Some(p) = s.sync.peers.get_mut(peer) {
-            if p.learn_life(hello.from_life, shard_index) {
+            if p.learn_life(hello.from_life) {
                 tracing::info!(peer = %hello.from_site, life = hello.from_life, "peer began a new life");
             }
         }
@@ -324,6 +384,9 @@ async fn send_ops<S: Io + 'static>(
                 mode,
                 seq,
                 life,
+                shard: s.index,
+                shards: s.slots.shards(),
+                slots: s.slots.ranges_of(s.index),
             },
         )
     };
@@ -359,6 +422,7 @@ async fn send_ops<S: Io + 'static>(
         generation,
         &welcome,
         &hello.delivered,
+        &filter,
         &closed,
         &closed_notify,
         &in_flight,
@@ -389,15 +453,20 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     generation: u64,
     welcome: &Welcome,
     peer_delivered: &VersionVector,
+    filter: &crate::slot::SlotSet,
     closed: &Cell<bool>,
     closed_notify: &Notify,
     in_flight: &RefCell<std::collections::VecDeque<(u64, u64)>>,
 ) -> Result<(), SyncError> {
+    // A dialer owning every slot gets every op (`Ops`); one owning some, those of its slots
+    // (`OpsSparse`).
+    let sparse = !filter.is_full();
+    let keep = |key: &[u8]| filter.contains_key(key);
     let mut next_seq = match welcome.mode {
         Mode::Resume { from_seq } => from_seq,
         Mode::FullSync => {
             set_outbound(shard, peer, generation, LinkState::FullSync);
-            let seq = full_sync(shard, writer, peer_delivered, closed).await?;
+            let seq = full_sync(shard, writer, peer_delivered, filter, closed).await?;
             if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
                 p.quarantined = false;
             }
@@ -465,35 +534,65 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                     None => s.oplog.since(next_seq).unwrap_or_default(),
                 };
                 body.clear();
-                OpsHeader {
-                    origin: s.replica,
-                    incarnation: s.sync.incarnation,
-                    first_seq: next_seq,
-                    count: 0,
-                }
-                .encode_into(&mut body);
-                let batch = oplog::copy_to_wire_upto(&parts, &mut body, BATCH_BYTES_MAX, limit);
-                if batch.count == 0 || batch.first_seq != next_seq {
-                    return Err(SyncError::Refused(format!(
-                        "op log does not continue at seq {next_seq}"
-                    )));
-                }
-                // Patch the origin (a life's) and the count now that they are known.
-                if let Some(slot) = body.get_mut(..4) {
-                    slot.copy_from_slice(&batch.origin.0.to_le_bytes());
-                }
-                if let Some(slot) = body.get_mut(20..24) {
-                    slot.copy_from_slice(&batch.count.to_le_bytes());
-                }
-                in_flight
-                    .borrow_mut()
-                    .push_back((batch.last_seq, batch.first_hlc.physical_ms()));
-                Some(batch.last_seq)
+                let (last_seq, first_ms) = if sparse {
+                    let header_at = body.len();
+                    body.resize(header_at + meridian_syncer::msg::SPARSE_HEADER_BYTES, 0);
+                    let b = oplog::copy_to_wire_filtered(
+                        &parts,
+                        &mut body,
+                        BATCH_BYTES_MAX,
+                        limit,
+                        &keep,
+                    );
+                    if b.first_seq != next_seq {
+                        return Err(SyncError::Refused(format!(
+                            "op log does not continue at seq {next_seq}"
+                        )));
+                    }
+                    let mut header = Vec::with_capacity(meridian_syncer::msg::SPARSE_HEADER_BYTES);
+                    meridian_syncer::SparseHeader {
+                        origin: b.origin,
+                        incarnation: s.sync.incarnation,
+                        first_seq: b.first_seq,
+                        last_seq: b.last_seq,
+                        last_hlc: b.last_hlc.0,
+                        count: b.count,
+                    }
+                    .encode_into(&mut header);
+                    if let Some(slot) = body.get_mut(header_at..header_at + header.len()) {
+                        slot.copy_from_slice(&header);
+                    }
+                    (b.last_seq, b.first_hlc.physical_ms())
+                } else {
+                    OpsHeader {
+                        origin: s.replica,
+                        incarnation: s.sync.incarnation,
+                        first_seq: next_seq,
+                        count: 0,
+                    }
+                    .encode_into(&mut body);
+                    let batch = oplog::copy_to_wire_upto(&parts, &mut body, BATCH_BYTES_MAX, limit);
+                    if batch.count == 0 || batch.first_seq != next_seq {
+                        return Err(SyncError::Refused(format!(
+                            "op log does not continue at seq {next_seq}"
+                        )));
+                    }
+                    // Patch the origin (a life's) and the count now that they are known.
+                    if let Some(slot) = body.get_mut(..4) {
+                        slot.copy_from_slice(&batch.origin.0.to_le_bytes());
+                    }
+                    if let Some(slot) = body.get_mut(20..24) {
+                        slot.copy_from_slice(&batch.count.to_le_bytes());
+                    }
+                    (batch.last_seq, batch.first_hlc.physical_ms())
+                };
+                in_flight.borrow_mut().push_back((last_seq, first_ms));
+                Some(last_seq)
             }
         };
         match sent {
             Some(last) => {
-                writer.queue(Kind::Ops, &body);
+                writer.queue(if sparse { Kind::OpsSparse } else { Kind::Ops }, &body);
                 writer.flush().await?;
                 next_seq = last + 1;
                 note_out_bytes(shard, peer, writer);
@@ -566,6 +665,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     shard: &ShardRc,
     writer: &mut FrameWriter<W>,
     peer_delivered: &VersionVector,
+    filter: &crate::slot::SlotSet,
     closed: &Cell<bool>,
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
@@ -601,7 +701,9 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
                 if n as usize >= FULL_SYNC_CHUNK_KEYS || body.len() >= FULL_SYNC_CHUNK_BYTES {
                     return false;
                 }
-                if !peer_delivered.dominates(&e.state.observed().stamps) {
+                if filter.contains_key(&e.key)
+                    && !peer_delivered.dominates(&e.state.observed().stamps)
+                {
                     super::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
                     n += 1;
                 }
@@ -805,16 +907,16 @@ async fn dial_loop(shard: ShardRc, peer: usize) {
 }
 
 async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
-    let (addr, site, tls) = {
+    let (addr, site, tls, to_shard) = {
         let mut s = shard.borrow_mut();
         let tls = s.sync.tls.clone();
         let Some(p) = s.sync.peers.get_mut(peer) else {
             return Ok(());
         };
         p.inbound = LinkState::Connecting;
-        (p.addr, p.site.clone(), tls)
+        (p.addr, p.site.clone(), tls, p.shard)
     };
-    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    let mut tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(SyncError::Io(std::io::Error::new(
@@ -824,6 +926,11 @@ async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
         }
     };
     let _ = tcp.set_nodelay(true);
+    {
+        use tokio::io::AsyncWriteExt as _;
+        tcp.write_all(&meridian_syncer::msg::preamble(to_shard))
+            .await?;
+    }
     match tls {
         Some(ctx) => {
             let stream = tokio::time::timeout(SYNC_IDLE_TIMEOUT, ctx.connect(&site, tcp))
@@ -849,7 +956,9 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 from_site: s.config.site.clone(),
                 to_site: p.site.clone(),
                 shard: s.index,
-                shards: 1,
+                shards: s.slots.shards(),
+                to_shard: p.shard,
+                slots: s.slots.ranges_of(s.index),
                 known_incarnation: p.in_incarnation,
                 applied_seq: p.in_applied_seq,
                 // What it has from others and its own last op: a peer holding more of this
@@ -895,13 +1004,21 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             welcome.site
         )));
     }
+    if welcome.shard != hello.to_shard || welcome.shards == 0 || welcome.shard >= welcome.shards {
+        return Err(SyncError::Refused(format!(
+            "dialed shard {} of site {site:?} but it answered as shard {} of {}",
+            hello.to_shard, welcome.shard, welcome.shards
+        )));
+    }
+    discover(shard, &site, welcome.shards);
+    // What the sender owns: a rejoin's full sync sends every key of these slots.
+    let sender_slots = crate::slot::SlotSet::from_ranges(&welcome.slots);
     {
         let mut s = shard.borrow_mut();
-        let shard_index = s.replica_shard();
         let Some(p) = s.sync.peers.get_mut(peer) else {
             return Ok(());
         };
-        if p.learn_life(welcome.life, shard_index) {
+        if p.learn_life(welcome.life) {
             tracing::info!(peer = %site, life = welcome.life, "peer began a new life");
         }
         let new_life = welcome.life != p.in_life;
@@ -942,7 +1059,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     }
     tracing::info!(peer = %site, mode = ?welcome.mode, "sync link to peer up");
     let incarnation = welcome.incarnation;
-    let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
+    let mut reorder: BTreeMap<u64, super::apply::Received> = BTreeMap::new();
     let mut full_sync_seq: Option<u64> = None;
     let mut floor = VersionVector::new();
     let mut full_sync_retired = VersionVector::new();
@@ -963,22 +1080,35 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 return Ok(());
             }
             match f.kind {
-                Kind::Ops => {
+                Kind::Ops | Kind::OpsSparse => {
                     if full_sync_seq.is_some() {
                         return Err(SyncError::Unexpected {
-                            got: "Ops",
+                            got: f.kind.name(),
                             want: "FullSyncEnd",
                         });
                     }
                     let lives = s.sync.peers.get(peer).map_or(&[][..], |p| &p.lives[..]);
-                    let (h, records) = match super::apply::decode_batch(
-                        &f.body,
-                        lives,
-                        incarnation,
-                        databases,
-                        now,
-                        skew,
-                    ) {
+                    let decoded = if f.kind == Kind::Ops {
+                        super::apply::decode_batch(
+                            &f.body,
+                            lives,
+                            incarnation,
+                            databases,
+                            now,
+                            skew,
+                        )
+                        .map(|(h, records)| super::apply::Received::dense(&h, records))
+                    } else {
+                        super::apply::decode_sparse(
+                            &f.body,
+                            lives,
+                            incarnation,
+                            databases,
+                            now,
+                            skew,
+                        )
+                    };
+                    let received = match decoded {
                         Ok(b) => b,
                         Err(e) => {
                             s.sync.frames_refused += 1;
@@ -986,23 +1116,23 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                         }
                     };
                     let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
-                    if h.first_seq > applied.saturating_add(1) {
+                    if received.first_seq > applied.saturating_add(1) {
                         if reorder.len() >= REORDER_BATCHES_MAX {
                             return Err(SyncError::Refused(format!(
                                 "{REORDER_BATCHES_MAX} batches out of order (gap after seq {applied})"
                             )));
                         }
-                        reorder.insert(h.first_seq, records);
+                        reorder.insert(received.first_seq, received);
                     } else {
-                        s.apply_batch(peer, &records, now);
+                        s.apply_received(peer, &received, now);
                         // Batches held for this gap may apply now.
                         while let Some(entry) = reorder.first_entry() {
                             let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
                             if *entry.key() > applied.saturating_add(1) {
                                 break;
                             }
-                            let records = entry.remove();
-                            s.apply_batch(peer, &records, now);
+                            let held = entry.remove();
+                            s.apply_received(peer, &held, now);
                         }
                         ack_now = true;
                     }
@@ -1041,7 +1171,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     }
                     full_sync_seq = None;
                     if unfiltered {
-                        s.merge_unsent(&sent_keys, &floor, now);
+                        s.merge_unsent(&sent_keys, &sender_slots, &floor, now);
                         sent_keys = hashbrown::HashSet::new();
                     }
                     // The states carried the sender's ops of retired lives: nobody will

@@ -79,10 +79,14 @@ impl LinkState {
     }
 }
 
-/// What a shard knows of one peer site.
+/// What a shard knows of one shard of a peer site: both directions of the links between
+/// them. A shard has one `Peer` per shard of every peer site (each streams only the ops of
+/// the slots the other owns), learned from handshakes (`SyncState::discover`).
 #[derive(Debug)]
 pub struct Peer {
     pub site: String,
+    /// The peer site's shard this entry is for.
+    pub shard: u16,
     pub addr: std::net::SocketAddr,
     /// The replica of the peer's shard that streams to this shard: its current life's.
     pub replica: ReplicaId,
@@ -144,13 +148,15 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn new(site: &str, addr: std::net::SocketAddr, shard: u8, now_ms: u64) -> Peer {
+    fn new(site: &str, addr: std::net::SocketAddr, shard: u16, now_ms: u64) -> Peer {
+        let r = crate::shard::replica_shard(shard);
         Peer {
             site: site.to_string(),
+            shard,
             addr,
-            replica: ReplicaId::for_site_shard(site, shard),
+            replica: ReplicaId::for_site_shard(site, r),
             life: 0,
-            lives: lives_of(site, shard, 0),
+            lives: lives_of(site, r, 0),
             retired_behind_since_ms: None,
             inbound: LinkState::Down,
             in_incarnation: 0,
@@ -187,14 +193,20 @@ impl Peer {
         self.lag_ms.push_back(ms);
     }
 
+    /// The name its positions are logged under: the site, with `#shard` after it for any
+    /// shard but 0 (a one-shard site's entries keep their names).
+    pub fn key(&self) -> String {
+        peer_key(&self.site, self.shard)
+    }
+
     /// Takes the life the peer stated in a handshake: its new ops carry that life's replica
     /// id. Returns whether it changed.
-    pub fn learn_life(&mut self, life: u32, shard: u8) -> bool {
+    pub fn learn_life(&mut self, life: u32) -> bool {
         if life == self.life {
             return false;
         }
         self.life = life;
-        self.lives = lives_of(&self.site, shard, life);
+        self.lives = lives_of(&self.site, crate::shard::replica_shard(self.shard), life);
         if let Some(r) = self.lives.last() {
             self.replica = *r;
         }
@@ -206,6 +218,29 @@ impl Peer {
         crate::stats::quantile(self.lag_ms.iter().copied(), q)
     }
 }
+
+/// The name of (site, shard)'s entry in logs and snapshots (`Peer::key`).
+pub fn peer_key(site: &str, shard: u16) -> String {
+    if shard == 0 {
+        site.to_string()
+    } else {
+        format!("{site}#{shard}")
+    }
+}
+
+/// The (site, shard) a `peer_key` names.
+pub fn parse_peer_key(key: &str) -> (&str, u16) {
+    match key.rsplit_once('#') {
+        Some((site, n)) => match n.parse() {
+            Ok(shard) => (site, shard),
+            Err(_) => (key, 0),
+        },
+        None => (key, 0),
+    }
+}
+
+/// Most shards a peer site may announce (each becomes a `Peer` with its own link).
+pub const PEER_SHARDS_MAX: u16 = crate::slot::SHARDS_MAX as u16;
 
 /// Garbage-collection counters.
 #[derive(Debug, Default)]
@@ -278,11 +313,12 @@ impl SyncState {
         tls: Option<Arc<TlsContext>>,
     ) -> SyncState {
         let shard = crate::shard::replica_shard(shard);
+        // Shard 0 of every peer site; the others are learned from handshakes.
         let peers = config
             .peers()
             .unwrap_or_default()
             .iter()
-            .map(|p| Peer::new(&p.site, p.addr, shard, now_ms))
+            .map(|p| Peer::new(&p.site, p.addr, 0, now_ms))
             .collect();
         let incarnation = rand::random::<u64>().max(1);
         SyncState {
@@ -397,12 +433,33 @@ impl SyncState {
         sites.len()
     }
 
-    pub fn peer(&self, site: &str) -> Option<&Peer> {
-        self.peers.iter().find(|p| p.site == site)
+    /// Whether `site` is a configured peer site.
+    pub fn knows_site(&self, site: &str) -> bool {
+        self.peers.iter().any(|p| p.site == site)
     }
 
-    pub fn peer_mut(&mut self, site: &str) -> Option<&mut Peer> {
-        self.peers.iter_mut().find(|p| p.site == site)
+    /// The index of the entry of shard `shard` of `site`.
+    pub fn peer_index(&self, site: &str, shard: u16) -> Option<usize> {
+        self.peers
+            .iter()
+            .position(|p| p.site == site && p.shard == shard)
+    }
+
+    /// `site` has `shards` shards: adds an entry for each one not known yet (a configured
+    /// site only). Returns the indices added; their links start at the caller's. Shard
+    /// counts above `PEER_SHARDS_MAX` are taken as that many.
+    pub fn discover(&mut self, site: &str, shards: u16, now_ms: u64) -> Vec<usize> {
+        let Some(addr) = self.peers.iter().find(|p| p.site == site).map(|p| p.addr) else {
+            return Vec::new();
+        };
+        let mut added = Vec::new();
+        for shard in 0..shards.min(PEER_SHARDS_MAX) {
+            if self.peer_index(site, shard).is_none() {
+                self.peers.push(Peer::new(site, addr, shard, now_ms));
+                added.push(self.peers.len() - 1);
+            }
+        }
+        added
     }
 }
 
@@ -508,6 +565,60 @@ impl crate::shard::Shard {
         vv
     }
 
+    /// One peer link's `crdt_peer_*` subfields.
+    fn peer_line(&self, p: &Peer, now: u64) -> String {
+        let lag_ops = self.seq.saturating_sub(p.acked_seq);
+        let lag_bytes = if lag_ops == 0 {
+            0
+        } else {
+            self.oplog.bytes_after(p.acked_seq)
+        };
+        let lag_ms = if lag_ops == 0 {
+            0
+        } else {
+            self.oplog
+                .hlc_of(p.acked_seq + 1)
+                .map_or(0, |h| now.saturating_sub(h.physical_ms()))
+        };
+        let mut line = String::new();
+        let _ = write!(
+            line,
+            "addr={},in_link={},out_link={},in_incarnation={:016x},in_applied_seq={},ops_in={},\
+             acked_seq={},acked_vv={},lag_ops={},lag_bytes={},lag_ms={},lag_p50_ms={},lag_p99_ms={},\
+             in_bytes={},in_bytes_raw={},out_bytes={},out_bytes_raw={},\
+             partial_syncs_in={},full_syncs_in={},partial_syncs_out={},full_syncs_out={},\
+             quarantined={},last_error={}",
+            p.addr,
+            p.inbound.name(),
+            p.outbound.name(),
+            p.in_incarnation,
+            p.in_applied_seq,
+            p.ops_in,
+            p.acked_seq,
+            p.acked.as_ref().map(vv_text).unwrap_or_default(),
+            lag_ops,
+            lag_bytes,
+            lag_ms,
+            p.lag_quantile(0.5),
+            p.lag_quantile(0.99),
+            p.in_wire_bytes,
+            p.in_raw_bytes,
+            p.out_wire_bytes,
+            p.out_raw_bytes,
+            p.partial_syncs_in,
+            p.full_syncs_in,
+            p.partial_syncs_out,
+            p.full_syncs_out,
+            u8::from(p.quarantined),
+            if p.last_error.is_empty() {
+                "none".to_string()
+            } else {
+                p.last_error.replace([',', '\r', '\n', ':'], " ")
+            },
+        );
+        line
+    }
+
     /// The `# CRDT` section of INFO.
     pub fn info_crdt(&self, out: &mut String) {
         let now = self.now_ms();
@@ -531,58 +642,41 @@ impl crate::shard::Shard {
         f("crdt_oplog_first_seq", &self.oplog.first_seq().unwrap_or(0));
         f("crdt_sync_compression", &self.sync.codec.name());
         f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
-        f("crdt_peers", &self.sync.peers.len());
+        f("crdt_peers", &self.sync.peer_sites());
+        // One line per peer site; a site of several shards has a link to each, merged.
+        let mut lines: Vec<(String, Vec<String>)> = Vec::new();
         for p in &self.sync.peers {
-            let lag_ops = self.seq.saturating_sub(p.acked_seq);
-            let lag_bytes = if lag_ops == 0 {
-                0
-            } else {
-                self.oplog.bytes_after(p.acked_seq)
-            };
-            let lag_ms = if lag_ops == 0 {
-                0
-            } else {
-                self.oplog
-                    .hlc_of(p.acked_seq + 1)
-                    .map_or(0, |h| now.saturating_sub(h.physical_ms()))
-            };
-            let mut line = String::new();
-            let _ = write!(
-                line,
-                "addr={},in_link={},out_link={},in_incarnation={:016x},in_applied_seq={},ops_in={},\
-                 acked_seq={},acked_vv={},lag_ops={},lag_bytes={},lag_ms={},lag_p50_ms={},lag_p99_ms={},\
-                 in_bytes={},in_bytes_raw={},out_bytes={},out_bytes_raw={},\
-                 partial_syncs_in={},full_syncs_in={},partial_syncs_out={},full_syncs_out={},\
-                 quarantined={},last_error={}",
-                p.addr,
-                p.inbound.name(),
-                p.outbound.name(),
-                p.in_incarnation,
-                p.in_applied_seq,
-                p.ops_in,
-                p.acked_seq,
-                p.acked.as_ref().map(vv_text).unwrap_or_default(),
-                lag_ops,
-                lag_bytes,
-                lag_ms,
-                p.lag_quantile(0.5),
-                p.lag_quantile(0.99),
-                p.in_wire_bytes,
-                p.in_raw_bytes,
-                p.out_wire_bytes,
-                p.out_raw_bytes,
-                p.partial_syncs_in,
-                p.full_syncs_in,
-                p.partial_syncs_out,
-                p.full_syncs_out,
-                u8::from(p.quarantined),
-                if p.last_error.is_empty() {
-                    "none".to_string()
-                } else {
-                    p.last_error.replace([',', '\r', '\n', ':'], " ")
-                },
+            let line = self.peer_line(p, now);
+            match lines.iter_mut().find(|(site, _)| *site == p.site) {
+                Some((_, v)) => v.push(line),
+                None => lines.push((p.site.clone(), vec![line])),
+            }
+        }
+        for (site, v) in &lines {
+            let refs: Vec<&str> = v.iter().map(String::as_str).collect();
+            let merged = crate::info_merge::merge_subfields(&refs);
+            f(
+                &format!("crdt_peer_{site}"),
+                &format_args!("{merged},shards={}", v.len()),
             );
-            f(&format!("crdt_peer_{}", p.site), &line);
+        }
+        if self.slots.shards() > 1 {
+            // This shard's own line: the site's INFO shows one per shard.
+            let stable = self.stable_vv();
+            f(
+                &format!("crdt_shard_{}", self.index),
+                &format_args!(
+                    "replica={:08x},life={},seq={},slots={},keys={},peer_links={},gc_pending_keys={},gc_stable={}",
+                    self.replica.0,
+                    self.sync.life,
+                    self.seq,
+                    self.slots.slot_count(self.index),
+                    self.key_count(),
+                    self.sync.peers.len(),
+                    self.sync.gc.pending_keys,
+                    stable.as_ref().map_or("none".to_string(), vv_text),
+                ),
+            );
         }
         f("crdt_frames_refused", &self.sync.frames_refused);
         f("crdt_gc_pending_keys", &self.sync.gc.pending_keys);
@@ -627,8 +721,8 @@ mod tests {
         assert!(!s.is_retired(b0));
         assert!(!s.ahead_on_retired(&VersionVector::new()));
         let b = s.peers.iter_mut().find(|p| p.site == "b").unwrap();
-        assert!(b.learn_life(1, 0));
-        assert!(!b.learn_life(1, 0), "nothing new the second time");
+        assert!(b.learn_life(1));
+        assert!(!b.learn_life(1), "nothing new the second time");
         assert_eq!((b.replica, b.lives.clone()), (b1, vec![b0, b1]));
         assert!(s.is_retired(b0));
         assert!(!s.is_retired(b1));

@@ -1,0 +1,603 @@
+//! Several shards in one process (`--shards 4`): every command family routed to the shard
+//! that owns its keys and compared with `redis-server`, pipelines of mixed slots in order,
+//! scatter-gather (MGET MSET DEL UNLINK EXISTS TOUCH), CROSSSLOT texts, commands over every
+//! shard (KEYS SCAN DBSIZE FLUSHALL RANDOMKEY INFO CLIENT LIST CONFIG SET), transactions on one
+//! shard, WATCH on another thread's shard, Pub/Sub and blocking pops across threads, and a
+//! 3-shard site converging with a 2-shard site under concurrent writes.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
+use common::{Raw, RedisRef, Reply, Server};
+
+const SHARDS: &str = "4";
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn call(c: &mut Raw, args: &[&str]) -> String {
+    s(&c.call_strs(args))
+}
+
+/// CRC16/XMODEM slot of a key, as Redis Cluster computes it (no hash tags in these keys).
+fn slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in key.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// The shard of four contiguous ranges a key is on.
+fn shard_of(key: &str) -> u16 {
+    slot(key) / 4096
+}
+
+/// One key per shard of four: `prefix` followed by a number.
+fn key_per_shard(prefix: &str) -> Vec<String> {
+    let mut out: Vec<Option<String>> = vec![None; 4];
+    for i in 0..10_000 {
+        let k = format!("{prefix}{i}");
+        let sh = usize::from(shard_of(&k));
+        if out[sh].is_none() {
+            out[sh] = Some(k);
+        }
+        if out.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    out.into_iter()
+        .map(|k| k.expect("a key per shard"))
+        .collect()
+}
+
+/// Commands of every family on keys of every shard: each reply must be Redis's.
+fn family_script() -> Vec<Vec<String>> {
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |v: &[&str]| script.push(v.iter().map(|x| x.to_string()).collect());
+    for (i, k) in key_per_shard("str").iter().enumerate() {
+        let n = i.to_string();
+        add(&["SET", k, &n]);
+        add(&["APPEND", k, "x"]);
+        add(&["GET", k]);
+        add(&["STRLEN", k]);
+        add(&["SETRANGE", k, "1", "yy"]);
+        add(&["GETRANGE", k, "0", "-1"]);
+        add(&["GETEX", k, "PX", "100000"]);
+        add(&["TYPE", k]);
+        add(&["EXISTS", k]);
+        add(&["GETDEL", k]);
+        add(&["INCRBY", k, "7"]);
+        add(&["INCRBYFLOAT", k, "1.5"]);
+        add(&["OBJECT", "ENCODING", k]);
+    }
+    for k in key_per_shard("hash") {
+        add(&["HSET", &k, "a", "1", "b", "2"]);
+        add(&["HINCRBY", &k, "a", "5"]);
+        add(&["HGETALL", &k]);
+        add(&["HDEL", &k, "b"]);
+        add(&["HLEN", &k]);
+        add(&["HMGET", &k, "a", "b"]);
+    }
+    for k in key_per_shard("list") {
+        add(&["RPUSH", &k, "a", "b", "c"]);
+        add(&["LPUSH", &k, "z"]);
+        add(&["LRANGE", &k, "0", "-1"]);
+        add(&["LPOP", &k]);
+        add(&["LINDEX", &k, "1"]);
+        add(&["LLEN", &k]);
+        add(&["LPOS", &k, "c"]);
+    }
+    for k in key_per_shard("set") {
+        add(&["SADD", &k, "x", "y", "z"]);
+        add(&["SREM", &k, "y"]);
+        add(&["SCARD", &k]);
+        add(&["SISMEMBER", &k, "x"]);
+        add(&["SMISMEMBER", &k, "x", "y"]);
+    }
+    for k in key_per_shard("zset") {
+        add(&["ZADD", &k, "1", "a", "2", "b", "3", "c"]);
+        add(&["ZINCRBY", &k, "5", "a"]);
+        add(&["ZRANGE", &k, "0", "-1", "WITHSCORES"]);
+        add(&["ZRANK", &k, "b"]);
+        add(&["ZPOPMIN", &k]);
+        add(&["ZCARD", &k]);
+        add(&["ZSCORE", &k, "a"]);
+    }
+    for k in key_per_shard("hll") {
+        add(&["PFADD", &k, "a", "b", "c"]);
+        add(&["PFCOUNT", &k]);
+    }
+    for k in key_per_shard("geo") {
+        add(&["GEOADD", &k, "13.361389", "38.115556", "Palermo"]);
+        add(&["GEOADD", &k, "15.087269", "37.502669", "Catania"]);
+        add(&["GEODIST", &k, "Palermo", "Catania", "km"]);
+    }
+    for k in key_per_shard("ttl") {
+        add(&["SET", &k, "v"]);
+        add(&["EXPIRE", &k, "1000"]);
+        add(&["TTL", &k]);
+        add(&["PERSIST", &k]);
+        add(&["TTL", &k]);
+        add(&["DEL", &k]);
+        add(&["EXISTS", &k]);
+    }
+    // Keys sharing a hash tag share a shard: multi-key commands run there.
+    add(&["SADD", "{t}a", "1", "2"]);
+    add(&["SADD", "{t}b", "2", "3"]);
+    add(&["SUNION", "{t}a", "{t}b"]);
+    add(&["SINTERSTORE", "{t}c", "{t}a", "{t}b"]);
+    add(&["SMEMBERS", "{t}c"]);
+    add(&["RENAME", "{t}c", "{t}d"]);
+    add(&["LMOVE", "{t}nolist", "{t}x", "LEFT", "RIGHT"]);
+    script
+}
+
+fn run_script(c: &mut Raw, script: &[Vec<String>]) -> Vec<String> {
+    script
+        .iter()
+        .map(|cmd| {
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let mut r = call(c, &args);
+            // Sets answer in table order: compare them sorted.
+            if matches!(args[0], "SUNION" | "SMEMBERS") {
+                if let Reply::Array(mut items) = common::parse_reply(r.as_bytes()) {
+                    items.sort_by_key(|i| format!("{i:?}"));
+                    r = format!("{items:?}");
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn every_family_routes_to_its_shard_like_redis() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    }
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let reference = RedisRef::start();
+    let script = family_script();
+    // Several connections: they live on different threads, so every key is local to some
+    // and remote to others.
+    for _ in 0..3 {
+        let mut m = srv.connect();
+        let mut r = reference.connect();
+        call(&mut m, &["FLUSHALL"]);
+        call(&mut r, &["FLUSHALL"]);
+        let got = run_script(&mut m, &script);
+        let want = run_script(&mut r, &script);
+        for ((cmd, g), w) in script.iter().zip(&got).zip(&want) {
+            assert_eq!(g, w, "{cmd:?}");
+        }
+    }
+    // The keys really are on several shards.
+    let info = call(&mut srv.connect(), &["INFO", "crdt"]);
+    let per_shard: Vec<u64> = info
+        .lines()
+        .filter(|l| l.starts_with("crdt_shard_"))
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("keys="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
+    assert_eq!(per_shard.len(), 4, "{info}");
+    assert!(per_shard.iter().all(|&n| n > 0), "{info}");
+}
+
+#[test]
+fn mixed_slot_pipelines_keep_their_order() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut c = srv.connect();
+    // 2000 commands in one write: writes and reads of 50 keys over every shard, SELECT and
+    // HELLO in the middle (they apply to the commands after them).
+    let mut pipe = Vec::new();
+    let mut expected = Vec::new();
+    let mut model = std::collections::HashMap::<String, i64>::new();
+    for i in 0..2000u32 {
+        let k = format!("p{}", i % 50);
+        if i == 1000 {
+            pipe.extend(common::cmd(&[b"SELECT", b"2"]));
+            expected.push("+OK\r\n".to_string());
+            model.clear();
+        }
+        if i % 3 == 0 {
+            pipe.extend(common::cmd(&[b"GET", k.as_bytes()]));
+            expected.push(match model.get(&k) {
+                Some(v) => format!("${}\r\n{v}\r\n", v.to_string().len()),
+                None => "$-1\r\n".to_string(),
+            });
+        } else {
+            pipe.extend(common::cmd(&[b"INCR", k.as_bytes()]));
+            let v = model.entry(k).or_insert(0);
+            *v += 1;
+            expected.push(format!(":{v}\r\n"));
+        }
+    }
+    c.send(&pipe);
+    for (i, want) in expected.iter().enumerate() {
+        let got = s(&c.read_reply());
+        assert_eq!(&got, want, "reply {i}");
+    }
+    // Database 0 kept its values, database 2 has its own.
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":50\r\n");
+    assert_eq!(call(&mut c, &["SELECT", "0"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":50\r\n");
+}
+
+#[test]
+fn scatter_gather_and_crossslot() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut c = srv.connect();
+    let keys = key_per_shard("sg");
+    let mut mset = vec!["MSET"];
+    for k in &keys {
+        mset.push(k);
+        mset.push(k);
+    }
+    assert_eq!(call(&mut c, &mset), "+OK\r\n");
+    let mut mget = vec!["MGET"];
+    mget.extend(keys.iter().map(String::as_str));
+    mget.insert(2, "missing");
+    let want: Vec<Reply> = std::iter::once(Reply::bulk(&keys[0]))
+        .chain(std::iter::once(Reply::Nil))
+        .chain(keys[1..].iter().map(|k| Reply::bulk(k)))
+        .collect();
+    assert_eq!(c.reply(&mget), Reply::Array(want));
+    let mut exists = vec!["EXISTS"];
+    exists.extend(keys.iter().map(String::as_str));
+    exists.push(&keys[0]);
+    assert_eq!(call(&mut c, &exists), ":5\r\n");
+    let mut touch = vec!["TOUCH", "nope"];
+    touch.extend(keys.iter().map(String::as_str));
+    assert_eq!(call(&mut c, &touch), ":4\r\n");
+    assert_eq!(
+        call(&mut c, &["UNLINK", &keys[0], &keys[1], "nope"]),
+        ":2\r\n"
+    );
+    assert_eq!(
+        call(&mut c, &["DEL", &keys[2], &keys[3], &keys[0]]),
+        ":2\r\n"
+    );
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
+    // Commands whose keys must share a slot: Redis Cluster's exact text.
+    let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
+    assert_eq!(call(&mut c, &["SUNION", &keys[0], &keys[1]]), cross);
+    assert_eq!(call(&mut c, &["RENAME", &keys[0], &keys[1]]), cross);
+    assert_eq!(
+        call(&mut c, &["MSETNX", &keys[0], "1", &keys[1], "2"]),
+        cross
+    );
+    assert_eq!(
+        call(&mut c, &["BLPOP", &keys[0], &keys[1], "0"]),
+        cross,
+        "a blocking pop over two shards is refused at once"
+    );
+    assert_eq!(
+        call(&mut c, &["SORT", &keys[0], "BY", "w_*"]),
+        "-ERR BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.\r\n"
+    );
+    // The same commands on keys of one shard run.
+    assert_eq!(
+        call(&mut c, &["MSETNX", "{z}a", "1", "{z}b", "2"]),
+        ":1\r\n"
+    );
+    assert_eq!(call(&mut c, &["RENAME", "{z}a", "{z}c"]), "+OK\r\n");
+    // A queued command over two shards flags the transaction; EXEC then aborts it.
+    assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["SUNION", &keys[0], &keys[1]]), cross);
+    assert_eq!(
+        call(&mut c, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    // Commands that each name one shard, but different ones: EXEC refuses the
+    // transaction with CROSSSLOT and runs none of it.
+    assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["SET", &keys[0], "1"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["SET", &keys[1], "1"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["EXEC"]), cross);
+    assert_eq!(call(&mut c, &["EXISTS", &keys[0]]), ":0\r\n");
+    assert_eq!(call(&mut c, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    let info = call(&mut c, &["INFO", "errorstats"]);
+    assert!(info.contains("errorstat_CROSSSLOT:count="), "{info}");
+}
+
+#[test]
+fn transactions_and_watch_on_another_shard() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut a = srv.connect();
+    let mut b = srv.connect();
+    for k in key_per_shard("tx") {
+        // One shard per transaction, whichever thread the connection is on.
+        assert_eq!(call(&mut a, &["WATCH", &k]), "+OK\r\n");
+        assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut a, &["INCR", &k]), "+QUEUED\r\n");
+        assert_eq!(call(&mut a, &["PING"]), "+QUEUED\r\n");
+        assert_eq!(call(&mut a, &["SELECT", "1"]), "+QUEUED\r\n");
+        assert_eq!(call(&mut a, &["EXEC"]), "*3\r\n:1\r\n+PONG\r\n+OK\r\n");
+        // SELECT inside the transaction applies to the connection.
+        assert_eq!(call(&mut a, &["EXISTS", &k]), ":0\r\n");
+        assert_eq!(call(&mut a, &["SELECT", "0"]), "+OK\r\n");
+        // A write by another connection to a watched key fails the transaction.
+        assert_eq!(call(&mut a, &["WATCH", &k]), "+OK\r\n");
+        assert_eq!(call(&mut b, &["INCR", &k]), ":2\r\n");
+        assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut a, &["INCR", &k]), "+QUEUED\r\n");
+        assert_eq!(call(&mut a, &["EXEC"]), "*-1\r\n");
+        assert_eq!(call(&mut a, &["GET", &k]), "$1\r\n2\r\n");
+        // UNWATCH drops the watch on that shard: a later write does not fail EXEC.
+        assert_eq!(call(&mut a, &["WATCH", &k]), "+OK\r\n");
+        assert_eq!(call(&mut a, &["UNWATCH"]), "+OK\r\n");
+        assert_eq!(call(&mut b, &["INCR", &k]), ":3\r\n");
+        assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut a, &["INCR", &k]), "+QUEUED\r\n");
+        assert_eq!(call(&mut a, &["EXEC"]), "*1\r\n:4\r\n");
+    }
+    let keys = key_per_shard("w");
+    assert_eq!(
+        call(&mut a, &["WATCH", &keys[0], &keys[1]]),
+        "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
+    );
+}
+
+#[test]
+fn keyspace_wide_commands_behave_as_one_server() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut c = srv.connect();
+    let mut pipe = Vec::new();
+    for i in 0..500 {
+        pipe.extend(common::cmd(&[b"SET", format!("k{i}").as_bytes(), b"v"]));
+    }
+    c.send(&pipe);
+    for _ in 0..500 {
+        c.read_reply();
+    }
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":500\r\n");
+    let Reply::Array(keys) = c.reply(&["KEYS", "k1*"]) else {
+        panic!("keys")
+    };
+    assert_eq!(keys.len(), 111);
+    // SCAN walks every shard: every key once or more, cursor 0 at the end.
+    let mut seen = BTreeSet::new();
+    let mut cursor = "0".to_string();
+    let mut calls = 0;
+    loop {
+        let Reply::Array(parts) = c.reply(&["SCAN", &cursor, "COUNT", "50"]) else {
+            panic!("scan")
+        };
+        let Reply::Bulk(next) = &parts[0] else {
+            panic!("cursor")
+        };
+        cursor = s(next);
+        for k in parts[1].strings() {
+            seen.insert(k);
+        }
+        calls += 1;
+        assert!(calls < 1000, "scan ends");
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 500);
+    assert!(call(&mut c, &["RANDOMKEY"]).starts_with("$"));
+    let keyspace = call(&mut c, &["INFO", "keyspace"]);
+    assert!(
+        keyspace.contains("db0:keys=500,expires=0,avg_ttl=0"),
+        "{keyspace}"
+    );
+    // Command statistics count each command once, whatever shards it ran on.
+    let stats = call(&mut c, &["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_set:calls=500,"), "{stats}");
+    assert!(stats.contains("cmdstat_dbsize:calls=1,"), "{stats}");
+    // CLIENT LIST shows the clients of every thread; CLIENT KILL finds them anywhere.
+    let others: Vec<Raw> = (0..5).map(|_| srv.connect()).collect();
+    let mut ids = Vec::new();
+    for mut o in others {
+        ids.push(
+            call(&mut o, &["CLIENT", "ID"])
+                .trim_start_matches(':')
+                .trim()
+                .to_string(),
+        );
+        std::mem::forget(o);
+    }
+    let list = call(&mut c, &["CLIENT", "LIST"]);
+    let listed: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    for id in &ids {
+        assert!(listed.contains(&id.as_str()), "{id} in {list}");
+    }
+    let sorted: Vec<u64> = listed.iter().filter_map(|i| i.parse().ok()).collect();
+    assert!(sorted.windows(2).all(|w| w[0] < w[1]), "id order: {list}");
+    assert_eq!(call(&mut c, &["CLIENT", "KILL", "ID", &ids[3]]), ":1\r\n");
+    // CONFIG SET reaches every thread: a slow log threshold of 0 logs commands of every
+    // shard.
+    assert_eq!(
+        call(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut c, &["SLOWLOG", "RESET"]), "+OK\r\n");
+    for k in key_per_shard("slow") {
+        call(&mut c, &["GET", &k]);
+    }
+    let n: i64 = call(&mut c, &["SLOWLOG", "LEN"])
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(n >= 4, "one entry per shard's GET at least: {n}");
+    assert_eq!(call(&mut c, &["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
+    assert_eq!(
+        call(&mut c, &["SCAN", "0"]),
+        "*2\r\n$1\r\n0\r\n*0\r\n",
+        "an empty keyspace is one SCAN call"
+    );
+    let server = call(&mut c, &["INFO", "server"]);
+    assert!(server.contains("shards:4"), "{server}");
+    assert!(server.contains("shard_placement:"), "{server}");
+}
+
+#[test]
+fn pubsub_and_blocking_pops_across_threads() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    // Four subscribers: connections go to the threads in turn, so they are on different
+    // ones.
+    let mut subs: Vec<Raw> = (0..4).map(|_| srv.connect()).collect();
+    for sub in subs.iter_mut() {
+        assert_eq!(
+            call(sub, &["SUBSCRIBE", "news"]),
+            "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+        );
+    }
+    let mut psub = srv.connect();
+    call(&mut psub, &["PSUBSCRIBE", "n*"]);
+    let mut publ = srv.connect();
+    assert_eq!(
+        call(&mut publ, &["PUBSUB", "NUMSUB", "news"]),
+        "*2\r\n$4\r\nnews\r\n:4\r\n"
+    );
+    assert_eq!(call(&mut publ, &["PUBSUB", "NUMPAT"]), ":1\r\n");
+    assert_eq!(call(&mut publ, &["PUBLISH", "news", "hi"]), ":5\r\n");
+    for sub in subs.iter_mut() {
+        assert_eq!(
+            s(&sub.read_reply()),
+            "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
+        );
+        let (rest, _) = sub.read_until_quiet(Duration::from_millis(50));
+        assert!(rest.is_empty(), "once only: {}", s(&rest));
+    }
+    assert!(s(&psub.read_reply()).contains("pmessage"));
+
+    // A blocking pop on each shard, from connections on other threads, woken by a push from
+    // yet another.
+    let keys = key_per_shard("bq");
+    let mut waiters: Vec<Raw> = Vec::new();
+    for k in &keys {
+        let mut w = srv.connect();
+        w.send(&common::cmd(&[b"BLPOP", k.as_bytes(), b"5"]));
+        waiters.push(w);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = call(&mut publ, &["INFO", "clients"]);
+        if info.contains("blocked_clients:4") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{info}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (k, w) in keys.iter().zip(waiters.iter_mut()) {
+        assert_eq!(call(&mut publ, &["RPUSH", k, "v"]), ":1\r\n");
+        assert_eq!(
+            s(&w.read_reply()),
+            format!("*2\r\n${}\r\n{k}\r\n$1\r\nv\r\n", k.len())
+        );
+        // Pipelined after the pop, served once it is answered.
+        assert_eq!(call(w, &["PING"]), "+PONG\r\n");
+    }
+    // A timeout on another thread's shard: the null array.
+    let mut t = srv.connect();
+    let started = Instant::now();
+    assert_eq!(call(&mut t, &["BLPOP", &keys[3], "0.2"]), "*-1\r\n");
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    // A blocked client that disconnects consumes nothing.
+    let mut gone = srv.connect();
+    gone.send(&common::cmd(&[b"BLPOP", keys[2].as_bytes(), b"0"]));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(call(&mut publ, &["RPUSH", &keys[2], "x"]), ":1\r\n");
+    assert_eq!(call(&mut publ, &["LLEN", &keys[2]]), ":1\r\n");
+}
+
+#[test]
+fn a_three_shard_site_and_a_two_shard_site_converge() {
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::default()
+            .site_flags(0, &["--shards", "3"])
+            .site_flags(1, &["--shards", "2"]),
+    );
+    cluster.wait_links_up(Duration::from_secs(15));
+    // Concurrent writers at both sites over the same keys: strings, counters, sets, hashes,
+    // deletions.
+    let writers: Vec<std::thread::JoinHandle<()>> = [0usize, 1]
+        .into_iter()
+        .flat_map(|site| (0..2).map(move |w| (site, w)))
+        .map(|(site, w)| {
+            let port = cluster.site(site).port;
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(port);
+                for i in 0..300u32 {
+                    let k = (i * 7 + w as u32) % 97;
+                    let tag = format!("{site}.{w}.{i}");
+                    let (sk, ck, setk, hk, dk) = (
+                        format!("s{k}"),
+                        format!("c{}", k % 13),
+                        format!("set{}", k % 11),
+                        format!("h{}", k % 5),
+                        format!("s{}", (k + 3) % 97),
+                    );
+                    let cmds: [Vec<&str>; 5] = [
+                        vec!["SET", &sk, &tag],
+                        vec!["INCRBY", &ck, "3"],
+                        vec!["SADD", &setk, &tag],
+                        vec!["HSET", &hk, &tag, "1"],
+                        vec!["DEL", &dk],
+                    ];
+                    let mut pipe = Vec::new();
+                    for cmd in &cmds {
+                        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+                        pipe.extend(common::cmd(&args));
+                    }
+                    c.send(&pipe);
+                    for _ in 0..cmds.len() {
+                        let r = c.read_reply();
+                        assert_ne!(r.first(), Some(&b'-'), "{}", s(&r));
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let took = cluster.wait_converged(CONVERGE_TIMEOUT);
+    eprintln!("converged {took:?} after the writes");
+    let a = cluster.site(0);
+    let b = cluster.site(1);
+    assert_eq!(a.digest(), b.digest());
+    assert_eq!(a.keys(), b.keys());
+    assert_eq!(a.slot_digests(), b.slot_digests());
+    // Each shard links to every shard of the other site.
+    assert_eq!(a.peer_u64("b", "shards"), 2);
+    assert_eq!(b.peer_u64("a", "shards"), 3);
+    // Removal metadata is collected once every shard of both sites acked.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.info_u64("crdt_gc_pending_keys") + b.info_u64("crdt_gc_pending_keys") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "GC never completed:\n{}",
+            common::sites::report(&[a, b])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(a.digest(), b.digest());
+}
