@@ -201,6 +201,10 @@ impl Cluster {
                 site_dir.join("data").display().to_string(),
                 "--deployment-id".into(),
                 format!("drill-{tag}"),
+                // Cluster endpoints would take ports next to the client port, which another
+                // site may hold in loopback mode; drills test replication, not that API.
+                "--cluster-api".into(),
+                "no".into(),
             ];
             for a in (0..n).filter(|&a| a != i) {
                 let p = cluster.proxies.get(&(i, a)).context("proxy")?;

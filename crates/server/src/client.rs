@@ -255,6 +255,12 @@ pub struct Client {
     /// With several shards: per shard written to, the sequence number of the last op this
     /// connection originated there (CRDT.WAIT waits for all of them).
     pub shard_writes: Vec<(u16, u64)>,
+    /// The shard whose cluster endpoint this connection came in on (None: the main port).
+    pub endpoint: Option<u16>,
+    /// READONLY was sent (cluster API).
+    pub cluster_readonly: bool,
+    /// ASKING was sent: the next command may touch a slot being imported here.
+    pub cluster_asking: bool,
 }
 
 impl Client {
@@ -270,6 +276,9 @@ impl Client {
             blocked: None,
             last_write_seq: 0,
             shard_writes: Vec::new(),
+            endpoint: None,
+            cluster_readonly: false,
+            cluster_asking: false,
         }
     }
 

@@ -22,6 +22,15 @@ pub struct Config {
     /// Shard threads in this process (0: one per CPU the process may run on). Each owns a
     /// range of hash slots; a data directory keeps the count it was created with.
     pub shards: u32,
+    /// The Redis Cluster API: each shard also listens on its own port as a cluster node
+    /// (`cluster-port` + its index) and the CLUSTER commands describe them. Unset: on when
+    /// the process has more than one shard.
+    pub cluster_api: Option<bool>,
+    /// Port of shard 0's cluster endpoint (0: `port` + 1); shard N listens on it + N.
+    pub cluster_port: u16,
+    /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
+    /// `bind` address, or 127.0.0.1 when it is a wildcard).
+    pub cluster_announce_ip: String,
     /// Number of logical databases (SELECT 0..databases-1).
     pub databases: u32,
     /// This site's id; replica ids derive from it and the shard index.
@@ -106,6 +115,9 @@ impl Default for Config {
             port: 6379,
             dir: PathBuf::from("./meridian-data"),
             shards: 0,
+            cluster_api: None,
+            cluster_port: 0,
+            cluster_announce_ip: String::new(),
             databases: 16,
             site: "local".to_string(),
             proto_max_bulk_len: 512 * 1024 * 1024,
@@ -199,6 +211,32 @@ impl Config {
             self.shards as usize
         };
         n.clamp(1, crate::slot::SHARDS_MAX) as u16
+    }
+
+    /// Whether the cluster API is on for a process of `shards` shards.
+    pub fn cluster_enabled(&self, shards: u16) -> bool {
+        self.cluster_api.unwrap_or(shards > 1)
+    }
+
+    /// The port of shard `shard`'s cluster endpoint.
+    pub fn cluster_endpoint_port(&self, shard: u16) -> Option<u16> {
+        let base = if self.cluster_port == 0 {
+            self.port.checked_add(1)?
+        } else {
+            self.cluster_port
+        };
+        base.checked_add(shard)
+    }
+
+    /// The address the endpoints are announced at.
+    pub fn cluster_ip(&self) -> String {
+        if !self.cluster_announce_ip.is_empty() {
+            return self.cluster_announce_ip.clone();
+        }
+        match self.bind.parse::<std::net::IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() => ip.to_string(),
+            _ => "127.0.0.1".to_string(),
+        }
     }
 
     /// The configured peers, parsed and checked (`id=ip:port`, distinct ids, not this site).
@@ -300,6 +338,17 @@ impl Config {
                     crate::slot::SHARDS_MAX,
                     self.shards
                 ),
+            );
+        }
+        if !self.cluster_announce_ip.is_empty()
+            && self
+                .cluster_announce_ip
+                .parse::<std::net::IpAddr>()
+                .is_err()
+        {
+            return bad(
+                "cluster-announce-ip",
+                format!("'{}' is not an IP address", self.cluster_announce_ip),
             );
         }
         if self.databases == 0 || self.databases > DATABASES_MAX {

@@ -175,7 +175,8 @@ struct Conn {
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64) {
+/// `endpoint`: the shard whose cluster endpoint accepted it (None: the main port).
+pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64, endpoint: Option<u16>) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return,
@@ -196,9 +197,11 @@ pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64) {
         }
         (f.register_client(id, addr, laddr, now), limits, over)
     };
+    let mut client = Client::new(shared);
+    client.endpoint = endpoint;
     let mut conn = Conn {
         th: th.clone(),
-        client: Client::new(shared),
+        client,
         out: Reply::new(),
         round: Round::default(),
         afters: Vec::new(),
@@ -493,6 +496,9 @@ impl Conn {
 
     /// Dispatches one command (see the module doc).
     fn dispatch(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
+        if let Some(me) = self.client.endpoint {
+            return self.dispatch_endpoint(s, f, argv, now, me);
+        }
         let shards = f.node.shards;
         let table = f.table;
         if shards > 1 && self.client.multi.is_some() {
@@ -574,6 +580,103 @@ impl Conn {
                 kind: BarrierKind::All(merge),
             }),
             Class::Special(sp) => self.special(s, f, spec, sp, argv, now),
+        }
+    }
+
+    /// Dispatches one command that came in on shard `me`'s cluster endpoint: as a Redis
+    /// Cluster node, every key of a command must be in one slot (else CROSSSLOT) and the slot
+    /// this shard's (else `-MOVED slot ip:port`); then it runs here. Commands over the
+    /// keyspace (DBSIZE, KEYS, SCAN...) cover this node's keys, as a cluster node's do;
+    /// CONFIG SET and SHUTDOWN still reach every shard of the process.
+    fn dispatch_endpoint(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        argv: &[&[u8]],
+        now: u64,
+        me: u16,
+    ) -> Step {
+        let table = f.table;
+        let asking = std::mem::take(&mut self.client.cluster_asking);
+        if let Ok(spec) = cmd::resolve(table, argv) {
+            let name = spec.meta.name;
+            if name == "asking" {
+                // ASKING sets the flag for the command after it.
+                self.client.cluster_asking = asking;
+            }
+            let redirect = if name == "exec" {
+                self.client.multi.as_ref().and_then(|m| {
+                    let queued: Vec<Vec<&[u8]>> = m
+                        .queued
+                        .iter()
+                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
+                        .collect();
+                    cluster_redirect(f, me, queued.iter().map(Vec::as_slice))
+                })
+            } else if self.client.multi.is_some() && cmd::runs_inside_multi(name) {
+                None
+            } else {
+                cluster_redirect(f, me, std::iter::once(argv))
+            };
+            if let Some(e) = redirect {
+                if name == "exec" {
+                    // Redis discards the transaction whose keys are elsewhere.
+                    self.client.multi = None;
+                    self.client.shared.in_multi.set(false);
+                    s.unwatch_all(&self.client.dirty);
+                    self.client.watched.clear();
+                    self.client.shared.watched.set(0);
+                    self.client.dirty.set(false);
+                } else if let Some(m) = self.client.multi.as_mut() {
+                    m.aborted = true;
+                }
+                self.reject(f, Some(spec), &e);
+                return Step::Next;
+            }
+        }
+        let spec = {
+            let proto = self.client.shared.proto.get();
+            let Conn {
+                client, round, out, ..
+            } = self;
+            let sink = if round.active {
+                &mut round.local
+            } else {
+                &mut *out
+            };
+            sink.proto = proto;
+            let start = sink.len();
+            let spec = cmd::admit(s, f, client, sink, argv);
+            if spec.is_none() {
+                self.local_done(start);
+            }
+            match spec {
+                Some(spec) => spec,
+                None => return Step::Next,
+            }
+        };
+        let class = route::classes(table)
+            .get(spec.idx)
+            .copied()
+            .unwrap_or(Class::Local);
+        let everywhere = |kind| {
+            Step::Barrier(Barrier {
+                spec,
+                argv: owned(argv),
+                kind,
+            })
+        };
+        match (class, spec.meta.name) {
+            (_, "config|set" | "config|resetstat") if f.node.shards > 1 => {
+                everywhere(BarrierKind::All(Merge::Same))
+            }
+            (Class::Special(Special::Shutdown), _) if f.node.shards > 1 => {
+                everywhere(BarrierKind::Special(Special::Shutdown))
+            }
+            (Class::Special(Special::Digest), _) if f.node.shards > 1 => {
+                self.special(s, f, spec, Special::Digest, argv, now)
+            }
+            _ => self.inline(s, f, spec, argv, now),
         }
     }
 
@@ -763,6 +866,15 @@ impl Conn {
                         }
                         _ => self.inline(s, f, spec, argv, now),
                     }
+                }
+                _ => self.inline(s, f, spec, argv, now),
+            },
+            Special::Cluster => match cmd::cluster::slot_of_subcommand(argv)
+                .map(|slot| f.node.slots.shard_of_slot(slot))
+            {
+                Some(t) if t != self.th.index => {
+                    self.remote(t, Op::Call(spec), argv, true);
+                    Step::Next
                 }
                 _ => self.inline(s, f, spec, argv, now),
             },
@@ -1015,7 +1127,11 @@ impl Conn {
             Special::RandomKey => self.randomkey(spec, argv).await,
             Special::CrdtWait => return self.crdt_wait(spec, argv, stream, rbuf, pos).await,
             Special::Shutdown => self.shutdown(spec, argv).await,
-            Special::Unwatch | Special::Sort | Special::Debug | Special::Digest => {
+            Special::Unwatch
+            | Special::Sort
+            | Special::Debug
+            | Special::Digest
+            | Special::Cluster => {
                 // Dispatched without a barrier.
                 self.out
                     .error(&CmdError::Err("internal routing error".to_string()));
@@ -1597,6 +1713,41 @@ impl Conn {
             let _ = self.one(t, Op::Forget, &[]).await;
         }
     }
+}
+
+/// Redis Cluster's redirection of a command (or of every command of a transaction) that came
+/// in on shard `me`'s endpoint (`getNodeByQuery`): None when its keys are all in one slot of
+/// this shard (or it has none), else CROSSSLOT or MOVED.
+fn cluster_redirect<'a>(
+    f: &Front,
+    me: u16,
+    commands: impl Iterator<Item = &'a [&'a [u8]]>,
+) -> Option<CmdError> {
+    let cluster = f.node.cluster.as_ref()?;
+    let mut first: Option<u16> = None;
+    for argv in commands {
+        let Ok(spec) = cmd::resolve(f.table, argv) else {
+            continue;
+        };
+        // Shard channels are routed by slot in Redis Cluster.
+        let positions: SmallVec<[usize; 8]> = match spec.meta.name {
+            "spublish" => SmallVec::from_slice(&[1]),
+            "ssubscribe" | "sunsubscribe" => (1..argv.len()).collect(),
+            _ => route::positions(f.table, spec, argv)?,
+        };
+        for p in positions {
+            let Some(key) = argv.get(p) else { continue };
+            let slot = crate::slot::slot(key);
+            match first {
+                None => first = Some(slot),
+                Some(s) if s != slot => return Some(CmdError::CrossSlot),
+                Some(_) => {}
+            }
+        }
+    }
+    let slot = first?;
+    let owner = f.node.slots.shard_of_slot(slot);
+    (owner != me).then(|| CmdError::Raw(cluster.moved(slot, owner)))
 }
 
 /// Local commands that act on the connection itself: inside a transaction they pin it to

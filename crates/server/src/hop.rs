@@ -470,7 +470,7 @@ pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
                 let _ = stream.set_nonblocking(true);
                 match tokio::net::TcpStream::from_std(stream) {
                     Ok(s) => {
-                        tokio::task::spawn_local(crate::conn::serve(th.clone(), s, id));
+                        tokio::task::spawn_local(crate::conn::serve(th.clone(), s, id, None));
                     }
                     Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
                 }

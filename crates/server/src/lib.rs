@@ -18,6 +18,7 @@
 //! - `front`: what a thread owns for its connections: clients, command counters.
 //! - `route`: which shard runs a command; merging replies of several shards.
 //! - `info_merge`: one INFO from every thread's.
+//! - `topology`: the Redis Cluster view: an endpoint and a node id per shard.
 //! - `conn`: one connection's read–parse–dispatch–write loop, the coordinator of its
 //!   commands.
 //! - `client`: per-connection state and what other connections may see of it.
@@ -59,3 +60,4 @@ pub mod slot;
 pub mod stats;
 pub mod sync;
 pub mod time;
+pub mod topology;

@@ -50,6 +50,14 @@ struct ServerFlags {
     /// Shard threads (0: one per CPU this process may run on).
     #[arg(long)]
     shards: Option<u32>,
+    /// The Redis Cluster API (one endpoint per shard): yes or no (default: yes with more
+    /// than one shard).
+    #[arg(long, value_parser = parse_yes_no)]
+    cluster_api: Option<bool>,
+    #[arg(long)]
+    cluster_port: Option<u16>,
+    #[arg(long)]
+    cluster_announce_ip: Option<String>,
     #[arg(long)]
     site: Option<String>,
     #[arg(long)]
@@ -134,6 +142,8 @@ impl ServerFlags {
             port,
             dir,
             shards,
+            cluster_port,
+            cluster_announce_ip,
             databases,
             site,
             proto_max_bulk_len,
@@ -166,6 +176,9 @@ impl ServerFlags {
         );
         if !self.peer.is_empty() {
             c.peer = self.peer;
+        }
+        if self.cluster_api.is_some() {
+            c.cluster_api = self.cluster_api;
         }
         for (flag, slot) in [
             (self.sync_tls_cert, &mut c.sync_tls_cert),

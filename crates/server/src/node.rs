@@ -35,6 +35,10 @@ pub struct Node {
     inboxes: Vec<mpsc::Sender<Msg>>,
     /// Where each shard thread runs.
     pub placement: Vec<Place>,
+    /// The NUMA topology it was placed on (`Topology::describe`).
+    pub numa: String,
+    /// The Redis Cluster API's view of the shards (None: the API is off).
+    pub cluster: Option<crate::topology::ClusterMap>,
     /// Pub/Sub subscriptions of every connection of the process.
     pub pubsub: Mutex<PubSub>,
     /// Clients in MONITOR mode, and their number (read without the lock on every command).
@@ -64,6 +68,8 @@ impl Node {
     pub fn new(
         slots: Arc<SlotMap>,
         placement: Vec<Place>,
+        numa: String,
+        cluster: Option<crate::topology::ClusterMap>,
         slowlog_len_max: u64,
         now_ms: u64,
     ) -> (Arc<Node>, Vec<mpsc::Receiver<Msg>>) {
@@ -75,6 +81,8 @@ impl Node {
             slots,
             inboxes,
             placement,
+            numa,
+            cluster,
             pubsub: Mutex::new(PubSub::default()),
             monitors: Mutex::new(Vec::new()),
             monitors_n: AtomicUsize::new(0),

@@ -91,6 +91,8 @@ pub enum Special {
     Shutdown,
     /// SORT/SORT_RO: BY and GET patterns must name keys of the sorted key's shard.
     Sort,
+    /// CLUSTER: COUNTKEYSINSLOT and GETKEYSINSLOT run on the slot's shard.
+    Cluster,
 }
 
 /// The class of a command by its full name.
@@ -118,6 +120,7 @@ pub fn class_of(name: &str) -> Class {
         "debug" => Special(self::Special::Debug),
         "shutdown" => Special(self::Special::Shutdown),
         "sort" | "sort_ro" => Special(self::Special::Sort),
+        "cluster|countkeysinslot" | "cluster|getkeysinslot" => Special(self::Special::Cluster),
         // Shard channels are not keys here: subscriptions are process-wide.
         "spublish" | "ssubscribe" | "sunsubscribe" => Local,
         _ => Keyed,
@@ -439,6 +442,16 @@ mod tests {
             "monitor",
             "multi",
             "object|help",
+            "cluster|help",
+            "cluster|info",
+            "cluster|keyslot",
+            "cluster|myid",
+            "cluster|nodes",
+            "cluster|shards",
+            "cluster|slots",
+            "readonly",
+            "readwrite",
+            "asking",
         ];
         let mut unclassified = Vec::new();
         for spec in &table.specs {

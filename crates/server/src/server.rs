@@ -64,6 +64,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
+    let (cluster, endpoints) = bind_cluster(&config, shards)?;
     let tls = match config.sync_tls_files() {
         Some(files) => Some(Arc::new(
             meridian_syncer::TlsContext::load(files)
@@ -85,7 +86,14 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         "shard threads"
     );
     let now = crate::time::wall_ms();
-    let (node, inboxes) = Node::new(slots, placement.clone(), config.slowlog_max_len, now);
+    let (node, inboxes) = Node::new(
+        slots,
+        placement.clone(),
+        topology.describe(),
+        cluster,
+        config.slowlog_max_len,
+        now,
+    );
     // Each thread reports when its shard is open (or why it could not open); the process
     // ends with the first thread that ends by itself.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, Result<(), String>)>();
@@ -132,7 +140,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         }
     }
     if failure.is_none() {
-        start_listeners(&node, listener, sync_listener)?;
+        start_listeners(&node, listener, sync_listener, endpoints)?;
         let addr = config.bind.clone() + ":" + &config.port.to_string();
         tracing::info!(%addr, site = %config.site, shards, "Meridian ready to accept connections");
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -241,11 +249,60 @@ pub fn describe_placement(placement: &[Place]) -> String {
         .join(" ")
 }
 
-/// Starts the accept loops on thread 0: clients spread over the threads, and the sync port.
+/// With the cluster API on: the endpoint of each shard (bound) and the map describing them.
+#[allow(clippy::type_complexity)]
+fn bind_cluster(
+    config: &Config,
+    shards: u16,
+) -> Result<
+    (
+        Option<crate::topology::ClusterMap>,
+        Vec<std::net::TcpListener>,
+    ),
+    ServerError,
+> {
+    if !config.cluster_enabled(shards) {
+        return Ok((None, Vec::new()));
+    }
+    let ip: std::net::IpAddr = config.bind.parse().map_err(|_| ServerError::Listen {
+        addr: config.bind.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+    })?;
+    let mut ports = Vec::with_capacity(usize::from(shards));
+    let mut listeners = Vec::with_capacity(usize::from(shards));
+    for shard in 0..shards {
+        let port = config
+            .cluster_endpoint_port(shard)
+            .ok_or_else(|| ServerError::Listen {
+                addr: format!("{}:{}+{shard}", config.bind, config.cluster_port),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "cluster endpoint port beyond 65535",
+                ),
+            })?;
+        listeners.push(listen(std::net::SocketAddr::new(ip, port))?);
+        ports.push(port);
+    }
+    let map = crate::topology::ClusterMap::new(
+        &config.deployment_id,
+        &config.site,
+        &config.cluster_ip(),
+        &ports,
+    );
+    tracing::info!(
+        endpoints = %ports.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+        "cluster API on: one endpoint per shard"
+    );
+    Ok((Some(map), listeners))
+}
+
+/// Starts the accept loops: on thread 0 the main port's (clients spread over the threads)
+/// and the sync port's; on each shard's thread its cluster endpoint's.
 fn start_listeners(
     node: &Arc<Node>,
     listener: std::net::TcpListener,
     sync_listener: Option<std::net::TcpListener>,
+    endpoints: Vec<std::net::TcpListener>,
 ) -> Result<(), ServerError> {
     let inbox = node
         .inbox(0)
@@ -255,7 +312,50 @@ fn start_listeners(
             tokio::task::spawn_local(accept_loop(th.clone(), listener));
             crate::sync::link::start_listener(th, sync_listener);
         })))
-        .map_err(|_| ServerError::Shard("shard 0 ended at start".into()))
+        .map_err(|_| ServerError::Shard("shard 0 ended at start".into()))?;
+    for (i, l) in endpoints.into_iter().enumerate() {
+        let shard = i as u16;
+        let inbox = node
+            .inbox(shard)
+            .ok_or_else(|| ServerError::Shard(format!("no thread for shard {shard}")))?;
+        inbox
+            .blocking_send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
+                tokio::task::spawn_local(endpoint_loop(th.clone(), l));
+            })))
+            .map_err(|_| ServerError::Shard(format!("shard {shard} ended at start")))?;
+    }
+    Ok(())
+}
+
+/// Accepts the clients of this shard's cluster endpoint: they live on this thread.
+async fn endpoint_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cluster endpoint unusable");
+            return;
+        }
+    };
+    loop {
+        if th.shard.borrow().shutting_down {
+            return;
+        }
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let id = th.node.client_id();
+                tokio::task::spawn_local(crate::conn::serve(
+                    th.clone(),
+                    stream,
+                    id,
+                    Some(th.index),
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
 }
 
 /// Accepts clients and hands each to the next thread in turn (this one serves its share).
@@ -276,7 +376,7 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
                 let id = th.node.client_id();
                 let to = th.node.next_conn_thread();
                 if to == th.index {
-                    tokio::task::spawn_local(crate::conn::serve(th.clone(), stream, id));
+                    tokio::task::spawn_local(crate::conn::serve(th.clone(), stream, id, None));
                     continue;
                 }
                 let Ok(std_stream) = stream.into_std() else {
@@ -431,7 +531,7 @@ fn run_thread(
         tokio::task::spawn_local(periodic(th.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));
         tokio::task::spawn_local(crate::hop::inbox(th.clone(), inbox));
-        crate::sync::link::start(&shard, None);
+        crate::sync::link::start(&shard);
         let _ = stop.changed().await;
         let mut s = shard.borrow_mut();
         s.shutting_down = true;

@@ -95,7 +95,11 @@ fn command_list_getkeys_help() {
     let mut c = s.connect();
     let mut clients = bulk_items(&c.call_strs(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "CL*"]));
     clients.sort();
-    assert!(clients.iter().all(|n| n.starts_with("client")));
+    assert!(
+        clients
+            .iter()
+            .all(|n| n.starts_with("client") || n.starts_with("cluster"))
+    );
     assert!(
         clients.contains(&"client".to_string()) && clients.contains(&"client|kill".to_string())
     );

@@ -148,6 +148,11 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     ctx.out.proto = proto;
     ctx.client.shared.set_proto(proto);
+    let mode: &[u8] = if ctx.front.node.cluster.is_some() {
+        b"cluster"
+    } else {
+        b"standalone"
+    };
     let out = &mut *ctx.out;
     out.map(7);
     out.bulk(b"server");
@@ -159,7 +164,7 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     out.bulk(b"id");
     out.int(ctx.client.id() as i64);
     out.bulk(b"mode");
-    out.bulk(b"standalone");
+    out.bulk(mode);
     out.bulk(b"role");
     out.bulk(b"master");
     out.bulk(b"modules");

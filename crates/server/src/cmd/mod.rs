@@ -24,9 +24,11 @@
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
+//! - `cluster`: CLUSTER and its subcommands, READONLY READWRITE ASKING.
 
 pub mod args;
 pub mod client;
+pub mod cluster;
 pub mod command;
 pub mod connection;
 pub mod crdt;
@@ -99,6 +101,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
+    v.extend_from_slice(cluster::HANDLERS);
     v
 }
 

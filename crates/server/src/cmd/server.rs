@@ -213,7 +213,11 @@ fn info_string(shard: &mut Shard, front: &Front, s: &Sections, now_ms: u64) -> S
     }
     if s.has("cluster") {
         section(&mut out, &mut n, "Cluster");
-        field(&mut out, "cluster_enabled", 0);
+        field(
+            &mut out,
+            "cluster_enabled",
+            u8::from(front.node.cluster.is_some()),
+        );
     }
     if s.has("keyspace") {
         section(&mut out, &mut n, "Keyspace");
@@ -252,7 +256,15 @@ fn info_server(shard: &Shard, front: &Front, out: &mut String, now_ms: u64) {
     field(out, "redis_git_sha1", "00000000");
     field(out, "redis_git_dirty", 0);
     field(out, "redis_build_id", "0");
-    field(out, "redis_mode", "standalone");
+    field(
+        out,
+        "redis_mode",
+        if front.node.cluster.is_some() {
+            "cluster"
+        } else {
+            "standalone"
+        },
+    );
     field(out, "meridian_version", env!("CARGO_PKG_VERSION"));
     field(out, "os", os);
     field(out, "arch_bits", usize::BITS);
@@ -271,6 +283,14 @@ fn info_server(shard: &Shard, front: &Front, out: &mut String, now_ms: u64) {
     field(out, "executable", exe);
     field(out, "config_file", "");
     field(out, "io_threads_active", 0);
+    // Meridian's own: the shard threads and where they run.
+    field(out, "shards", front.node.shards);
+    field(
+        out,
+        "shard_placement",
+        crate::server::describe_placement(&front.node.placement),
+    );
+    field(out, "numa_topology", &front.node.numa);
 }
 
 fn info_clients(shard: &Shard, front: &Front, out: &mut String) {

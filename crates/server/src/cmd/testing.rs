@@ -36,7 +36,14 @@ impl Harness {
 
     pub fn with_shard(shard: Shard) -> Harness {
         let now = crate::time::wall_ms();
-        let (node, _inboxes) = Node::new(Arc::new(SlotMap::contiguous(1)), Vec::new(), 128, now);
+        let (node, _inboxes) = Node::new(
+            Arc::new(SlotMap::contiguous(1)),
+            Vec::new(),
+            String::new(),
+            None,
+            128,
+            now,
+        );
         let mut front = Front::new(0, node, crate::cmd::table());
         let a = "127.0.0.1:5000".parse().unwrap();
         let id = front.node.client_id();
@@ -99,6 +106,8 @@ fn with_front<R>(f: impl FnOnce(&mut Front) -> R) -> R {
             let (node, _) = Node::new(
                 Arc::new(SlotMap::contiguous(1)),
                 Vec::new(),
+                String::new(),
+                None,
                 128,
                 crate::time::wall_ms(),
             );

@@ -142,6 +142,10 @@ impl Node {
             args.push("--shards".into());
             args.push("1".into());
         }
+        if !self.flags.iter().any(|a| a == "--cluster-api") {
+            args.push("--cluster-api".into());
+            args.push("no".into());
+        }
         let child = Command::new(bin())
             .args(&args)
             .stdin(Stdio::null())

@@ -72,6 +72,10 @@ impl Site {
             args.push("--shards".into());
             args.push("1".into());
         }
+        if !extra.iter().any(|a| a == "--cluster-api") {
+            args.push("--cluster-api".into());
+            args.push("no".into());
+        }
         Site {
             id: id.to_string(),
             port,
