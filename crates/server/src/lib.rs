@@ -19,6 +19,7 @@
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
 //! - `sync`: replication between sites: links, remote apply, full sync, GC, digest.
 //! - `slot`: key-to-slot hashing and the slot-to-shard table.
+//! - `glob`: Redis's glob patterns, matched in O(text × pattern).
 //! - `stats`: counters, slow log, latency monitor.
 //! - `error`: `CmdError` and the only spelling of Redis's error texts.
 //! - `time`: wall-clock helpers.
@@ -33,6 +34,7 @@ pub mod cmd;
 pub mod config;
 pub mod conn;
 pub mod error;
+pub mod glob;
 pub mod keyspace;
 pub mod oplog;
 pub mod persist;

@@ -493,7 +493,7 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         i += 2;
     }
-    let matches = |f: &[u8]| pattern.is_none_or(|p| super::args::glob_match(p, f, false));
+    let matches = |f: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, f, false));
     let mut out: Vec<(&[u8], StrView<'_>)> = Vec::new();
     let next: u64;
     if h.is_listpack() {

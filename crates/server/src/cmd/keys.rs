@@ -13,7 +13,7 @@
 
 use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 
-use super::args::{eq_ic, glob_match, int_arg, parse_cursor, parse_i64};
+use super::args::{eq_ic, int_arg, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 #[cfg(test)]
@@ -172,7 +172,7 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         Some(d) => d
             .table
             .iter()
-            .filter(|e| is_live(e, now) && (all || glob_match(pattern, &e.key, false)))
+            .filter(|e| is_live(e, now) && (all || crate::glob::matches(pattern, &e.key, false)))
             .map(|e| &*e.key)
             .collect(),
         None => Vec::new(),
@@ -296,7 +296,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut keys: Vec<SmallBytes> = Vec::with_capacity(collected.len());
     for (key, expired, tag) in collected {
         if let Some(p) = pattern {
-            if !glob_match(p, &key, false) {
+            if !crate::glob::matches(p, &key, false) {
                 continue;
             }
         }

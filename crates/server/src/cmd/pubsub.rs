@@ -13,7 +13,6 @@ use std::rc::Rc;
 
 use hashbrown::HashMap;
 
-use super::args::glob_match;
 use super::{Ctx, Handler};
 use crate::client::ClientShared;
 use crate::error::CmdError;
@@ -444,7 +443,7 @@ fn deliver_all(
     }
     if kind == Kind::Global {
         for (pat, subs) in &ps.patterns {
-            if !glob_match(pat, channel, false) {
+            if !crate::glob::matches(pat, channel, false) {
                 continue;
             }
             let parts: [&[u8]; 4] = [b"pmessage", pat, channel, message];
@@ -499,7 +498,7 @@ fn list_channels(
     };
     let names: Vec<&Vec<u8>> = map
         .keys()
-        .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
+        .filter(|c| pat.is_none_or(|p| crate::glob::matches(p, c, false)))
         .collect();
     ctx.out.array(names.len());
     for n in names {

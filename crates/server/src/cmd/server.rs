@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use super::args::{eq_ic, glob_match, parse_f64, parse_i64};
+use super::args::{eq_ic, parse_f64, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::shard::Shard;
@@ -988,7 +988,7 @@ fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             continue;
         }
         for p in PARAMS {
-            if !seen(&matches, p) && glob_match(pat, p.name.as_bytes(), true) {
+            if !seen(&matches, p) && crate::glob::matches(pat, p.name.as_bytes(), true) {
                 matches.push((p.name.to_string(), p));
             }
         }

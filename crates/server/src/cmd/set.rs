@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 use meridian_crdt::{Effect, OrSet, TypeTag};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, parse_cursor, parse_i64};
+use super::args::{eq_ic, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::shard::Shard;
@@ -630,7 +630,7 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.array(0);
         return Ok(());
     };
-    let keep = |m: &[u8]| pattern.is_none_or(|p| glob_match(p, m, false));
+    let keep = |m: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, m, false));
     let mut found: Vec<&[u8]> = Vec::new();
     let next: u64 = if cursor == 0 && s.len() <= SSCAN_ALL_MAX {
         found.extend(s.members().filter(|m| keep(m)));

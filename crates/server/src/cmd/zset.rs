@@ -15,7 +15,7 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
+use super::args::{eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::error::CmdError;
@@ -1112,7 +1112,7 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let items: Vec<(&[u8], f64)> = items
         .into_iter()
-        .filter(|(m, _)| pattern.is_none_or(|p| glob_match(p, m, false)))
+        .filter(|(m, _)| pattern.is_none_or(|p| crate::glob::matches(p, m, false)))
         .collect();
     ctx.out.array(2);
     let mut b = itoa::Buffer::new();
