@@ -2,15 +2,21 @@
 //!
 //! Every flag has a TOML key of the same name (`--proto-max-bulk-len` ↔ `proto-max-bulk-len`).
 //! Unknown keys and bad values are refused at start with a message naming the key.
+//! `params::PARAMS` is the table of every parameter (Redis 7.0's and Meridian's own): the
+//! TOML keys, `CONFIG GET`/`SET`/`REWRITE` and the documentation read it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
+pub mod params;
+mod rewrite;
+
 /// Settings of one server process. `Default` is the embedded default configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Config {
     /// Address the client port listens on.
@@ -93,6 +99,31 @@ pub struct Config {
     /// boot id may have lost the unsynced tail of the log and begins a new life
     /// (docs/replication.md §9).
     pub debug_boot_id: String,
+    /// OBJECT ENCODING's thresholds, as Redis's (`params` tells what each one drives).
+    #[serde(alias = "hash-max-ziplist-entries")]
+    pub hash_max_listpack_entries: u64,
+    #[serde(alias = "hash-max-ziplist-value")]
+    pub hash_max_listpack_value: u64,
+    #[serde(alias = "zset-max-ziplist-entries")]
+    pub zset_max_listpack_entries: u64,
+    #[serde(alias = "zset-max-ziplist-value")]
+    pub zset_max_listpack_value: u64,
+    pub set_max_intset_entries: u64,
+    /// LRU or LFU access tracking for OBJECT IDLETIME/FREQ (Meridian never evicts).
+    pub maxmemory_policy: String,
+    pub lfu_log_factor: u64,
+    pub lfu_decay_time: u64,
+    /// Per-command latency histograms (LATENCY HISTOGRAM, INFO latencystats).
+    pub latency_tracking: bool,
+    /// The percentiles INFO latencystats shows, space separated.
+    pub latency_tracking_info_percentiles: String,
+    /// Redis parameters with no effect in Meridian set to something other than their default
+    /// (`params::Binding::Stored`): name → canonical value.
+    #[serde(skip)]
+    pub stored: BTreeMap<String, String>,
+    /// The TOML file this configuration was read from (CONFIG REWRITE writes it back).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -134,6 +165,42 @@ impl Default for Config {
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
             debug_boot_id: String::new(),
+            hash_max_listpack_entries: 512,
+            hash_max_listpack_value: 64,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            maxmemory_policy: "noeviction".to_string(),
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
+            latency_tracking: true,
+            latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            stored: BTreeMap::new(),
+            config_file: None,
+        }
+    }
+}
+
+/// The sizes below which Redis keeps a hash or sorted set as a listpack (OBJECT ENCODING;
+/// HSCAN and ZSCAN reply a listpack whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListpackLimits {
+    pub entries_max: u64,
+    pub value_max: u64,
+}
+
+impl Config {
+    pub fn hash_listpack(&self) -> ListpackLimits {
+        ListpackLimits {
+            entries_max: self.hash_max_listpack_entries,
+            value_max: self.hash_max_listpack_value,
+        }
+    }
+
+    pub fn zset_listpack(&self) -> ListpackLimits {
+        ListpackLimits {
+            entries_max: self.zset_max_listpack_entries,
+            value_max: self.zset_max_listpack_value,
         }
     }
 }
@@ -241,26 +308,61 @@ impl Config {
         }
     }
 
-    /// Reads a TOML file over the defaults.
+    /// Reads a TOML file over the defaults; remembers the path for CONFIG REWRITE.
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let mut cfg = Self::from_toml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.display().to_string(),
                 message,
             },
             other => other,
-        })
+        })?;
+        cfg.config_file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(cfg)
     }
 
+    /// Parses TOML text over the defaults. Keys of Redis parameters that have no effect in
+    /// Meridian (`params::Binding::Stored`) are checked as `CONFIG SET` checks them and kept
+    /// in `stored`; every other key must be a `Config` field.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_err = |message: String| ConfigError::Parse {
             path: String::new(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        let mut stored = BTreeMap::new();
+        let keys: Vec<String> = table.keys().cloned().collect();
+        for key in keys {
+            let Some(p) = params::find(key.as_bytes()) else {
+                continue;
+            };
+            if !matches!(p.binding, params::Binding::Stored) {
+                continue;
+            }
+            let Some(value) = table.remove(&key) else {
+                continue;
+            };
+            let invalid = |message: String| ConfigError::Invalid {
+                key: key.clone(),
+                message,
+            };
+            let text = params::toml_text(&value)
+                .ok_or_else(|| invalid("must be a string, number or boolean".to_string()))?;
+            let canonical = p.parse(&text).map_err(invalid)?;
+            if canonical != p.default {
+                stored.insert(p.name.to_string(), canonical);
+            }
+        }
+        let mut cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        cfg.stored = stored;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -416,6 +518,16 @@ impl Config {
                 "log-level",
                 format!("'{}' is not a log filter", self.log_level),
             );
+        }
+        // Every other field holds what its parameter's kind accepts (bounds, enum words).
+        for p in params::PARAMS {
+            if let params::Binding::Field { get, .. } = p.binding {
+                if p.name != "dir" {
+                    if let Err(message) = p.parse(&get(self)) {
+                        return bad(p.name, message);
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -116,6 +116,14 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("config key '{key}': {message}")]
     Invalid { key: String, message: String },
+    /// CONFIG REWRITE with no file to write (Redis's text).
+    #[error("The server is running without a config file")]
+    NoFile,
+    #[error("config file {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

@@ -469,6 +469,7 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         parse_cursor(arg(argv, 2)).ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
     let db = ctx.db();
     let now = ctx.now_ms;
+    let limits = ctx.shard.config.hash_listpack();
     let h = as_hash(ctx.shard.lookup_read(db, key, now))?;
     let Some(h) = h else {
         ctx.out.array(2);
@@ -496,7 +497,7 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let matches = |f: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, f, false));
     let mut out: Vec<(&[u8], StrView<'_>)> = Vec::new();
     let next: u64;
-    if h.is_listpack() {
+    if h.fits_listpack(limits.entries_max, limits.value_max) {
         out.extend(h.iter().filter(|(f, _)| matches(f)));
         next = 0;
     } else {

@@ -18,6 +18,7 @@ use rand::RngExt as _;
 use super::args::{eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
+use crate::config::ListpackLimits;
 use crate::error::CmdError;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
@@ -60,13 +61,13 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("bzmpop", bzmpop),
 ];
 
-/// Redis's `zset-max-listpack-entries` / `zset-max-listpack-value` defaults.
-pub const LISTPACK_ENTRIES_MAX: usize = 128;
-pub const LISTPACK_VALUE_MAX: usize = 64;
-
-/// Redis 7.0's encoding name for a sorted set with these members.
-pub fn encoding(z: &ZSetCrdt) -> &'static str {
-    if z.len() <= LISTPACK_ENTRIES_MAX && z.iter().all(|(m, _)| m.len() <= LISTPACK_VALUE_MAX) {
+/// The encoding Redis 7.0 gives a sorted set of these contents (OBJECT ENCODING, and ZSCAN
+/// replies a listpack whole): "listpack" with at most `zset-max-listpack-entries` members of
+/// at most `zset-max-listpack-value` bytes each, else "skiplist".
+pub fn encoding(z: &ZSetCrdt, limits: ListpackLimits) -> &'static str {
+    if z.len() as u64 <= limits.entries_max
+        && z.iter().all(|(m, _)| m.len() as u64 <= limits.value_max)
+    {
         "listpack"
     } else {
         "skiplist"
@@ -1088,13 +1089,14 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         i += 2;
     }
+    let limits = ctx.shard.config.zset_listpack();
     let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
         ctx.out.array(2);
         ctx.out.bulk(b"0");
         ctx.out.array(0);
         return Ok(());
     };
-    let (next, items): (u64, Vec<(&[u8], f64)>) = if encoding(z) == "listpack" {
+    let (next, items): (u64, Vec<(&[u8], f64)>) = if encoding(z, limits) == "listpack" {
         (0, z.iter().collect())
     } else {
         let n = z.bucket_count();
