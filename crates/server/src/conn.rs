@@ -236,7 +236,12 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                             b.argv = argv.iter().map(|a| a.to_vec()).collect();
                             break;
                         }
-                        if client.close_after_reply || shared.killed.get() {
+                        // A stop request ends the batch: the rest of a pipeline of long
+                        // commands would otherwise delay the shard's stop.
+                        if client.close_after_reply
+                            || shared.killed.get()
+                            || crate::stop::requested()
+                        {
                             break;
                         }
                     }

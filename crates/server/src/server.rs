@@ -78,20 +78,45 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
-    rt.block_on(async {
+    let ended = rt.block_on(async {
+        let mut ended_rx = ended_rx;
         tokio::select! {
             () = wait_for_signal(tls.as_deref()) => {
                 tracing::info!("received shutdown signal, stopping");
             }
-            _ = ended_rx => {}
+            _ = &mut ended_rx => return true,
+        }
+        // Long commands poll this and end; the shard then closes its clients and its log.
+        crate::stop::request();
+        let _ = stop_tx.send(true);
+        tokio::select! {
+            _ = ended_rx => true,
+            () = tokio::time::sleep(SHUTDOWN_WAIT_MAX) => false,
+            () = wait_for_signal(None) => {
+                tracing::warn!("second shutdown signal: exiting now");
+                false
+            }
         }
     });
-    let _ = stop_tx.send(true);
+    if !ended {
+        // Records already written (write(2)) are in the kernel's page cache and survive
+        // the exit; only an unfinished batch, never acknowledged, can be lost, and recovery
+        // reads a torn tail as the end of the log.
+        tracing::error!(
+            wait_s = SHUTDOWN_WAIT_MAX.as_secs(),
+            "the shard did not stop in time; exiting without closing its log"
+        );
+        std::process::exit(1);
+    }
     match shard_thread.join() {
         Ok(r) => r,
         Err(_) => Err(ServerError::Shard("panicked".to_string())),
     }
 }
+
+/// How long the process waits after SIGINT/SIGTERM for its shards to stop (they end long
+/// commands at their next poll of `crate::stop`, then close the log) before it exits anyway.
+pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
 /// before keep their sessions; new ones use the new files).
