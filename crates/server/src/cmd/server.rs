@@ -666,6 +666,8 @@ enum Kind {
     /// One of the listed words.
     Enum(&'static [&'static str]),
     Text,
+    /// `client-output-buffer-limit` groups (`OutputBufferLimits::apply`).
+    BufferLimits,
 }
 
 struct Param {
@@ -732,6 +734,11 @@ const PARAMS: &[Param] = &[
             min: 1,
             max: u32::MAX as i64,
         },
+    },
+    Param {
+        name: "client-output-buffer-limit",
+        access: Access::Modifiable,
+        kind: Kind::BufferLimits,
     },
     Param {
         name: "timeout",
@@ -843,6 +850,7 @@ fn param_value(shard: &Shard, name: &str) -> String {
         "proto-max-bulk-len" => c.proto_max_bulk_len.to_string(),
         "client-query-buffer-limit" => c.client_query_buffer_limit.to_string(),
         "maxclients" => c.maxclients.to_string(),
+        "client-output-buffer-limit" => c.client_output_buffer_limit.to_string(),
         "timeout" => c.timeout.to_string(),
         "hz" => c.hz.to_string(),
         "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
@@ -932,6 +940,13 @@ fn parse_value(p: &Param, v: &[u8]) -> Result<Value, String> {
                 )
             }),
         Kind::Text => Ok(Value::Text(String::from_utf8_lossy(v).into_owned())),
+        Kind::BufferLimits => {
+            let text = String::from_utf8_lossy(v).into_owned();
+            crate::config::OutputBufferLimits::default()
+                .apply(&text)
+                .map_err(str::to_string)?;
+            Ok(Value::Text(text))
+        }
     }
 }
 
@@ -942,6 +957,10 @@ fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
         Value::Text(t) => {
             match name {
                 "save" => shard.config.save = t.split_whitespace().collect::<Vec<_>>().join(" "),
+                // Checked by `parse_value`: applies over the current classes.
+                "client-output-buffer-limit" => {
+                    let _ = shard.config.client_output_buffer_limit.apply(t);
+                }
                 "appendfsync" => {
                     if let Some(f) = crate::persist::Fsync::parse(t) {
                         shard.config.appendfsync = f.name().to_string();
