@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
+use crate::config::{OutputBufferLimits, OutputLimit};
 use crate::resp::reply::Proto;
 
 /// State visible to other connections. Only the owning connection writes it, except `kill`.
@@ -28,6 +29,9 @@ pub struct ClientShared {
     /// Bytes of unparsed input and of pending output, updated once per read.
     pub qbuf_bytes: Cell<usize>,
     pub obuf_bytes: Cell<usize>,
+    /// When the pending output last went from under to at or over its class's soft limit
+    /// (wall-clock ms; 0: under it), for `output_over_limit`.
+    pub obuf_soft_since_ms: Cell<u64>,
     /// Whether the client is inside MULTI (flag 'x').
     pub in_multi: Cell<bool>,
     /// Whether the client is a monitor (flag 'O').
@@ -90,6 +94,7 @@ impl ClientShared {
             last_interaction_ms: Cell::new(now_ms),
             qbuf_bytes: Cell::new(0),
             obuf_bytes: Cell::new(0),
+            obuf_soft_since_ms: Cell::new(0),
             in_multi: Cell::new(false),
             is_monitor: Cell::new(false),
             watched: Cell::new(0),
@@ -115,6 +120,36 @@ impl ClientShared {
         self.sub.set(subs.channels.len());
         self.psub.set(subs.patterns.len());
         self.ssub.set(subs.shard_channels.len());
+    }
+
+    /// The output limit of this client's class (Redis's `getClientType`: subscribed clients
+    /// are `pubsub`; MONITOR clients and the rest are `normal`).
+    pub fn output_limit(&self, limits: &OutputBufferLimits) -> OutputLimit {
+        if self.is_subscribed() {
+            limits.pubsub
+        } else {
+            limits.normal
+        }
+    }
+
+    /// Redis's `checkClientOutputBufferLimits`: whether `pending` bytes of output break
+    /// `limit`, at or over its hard bound, or at or over its soft bound for longer than its
+    /// seconds without a break (the start of that stretch is kept in `obuf_soft_since_ms`).
+    pub fn output_over_limit(&self, pending: usize, limit: &OutputLimit, now_ms: u64) -> bool {
+        let pending = pending as u64;
+        if limit.hard_bytes > 0 && pending >= limit.hard_bytes {
+            return true;
+        }
+        if limit.soft_bytes == 0 || pending < limit.soft_bytes {
+            self.obuf_soft_since_ms.set(0);
+            return false;
+        }
+        let since = self.obuf_soft_since_ms.get();
+        if since == 0 {
+            self.obuf_soft_since_ms.set(now_ms.max(1));
+            return false;
+        }
+        now_ms.saturating_sub(since) > limit.soft_seconds.saturating_mul(1000)
     }
 
     pub fn kill(&self) {

@@ -32,8 +32,11 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// Largest unparsed input buffered per client, in bytes (Redis `client-query-buffer-limit`).
     pub client_query_buffer_limit: u64,
-    /// Most clients connected at once.
+    /// Most clients connected at once (Redis `maxclients`); sync links do not count.
     pub maxclients: u32,
+    /// Pending output per client class past which a client is closed (Redis
+    /// `client-output-buffer-limit`: "class hard soft soft-seconds" groups).
+    pub client_output_buffer_limit: OutputBufferLimits,
     /// Close a client idle for this many seconds (0: never).
     pub timeout: u64,
     /// Active expiry cycles per second, as Redis's `hz`.
@@ -137,6 +140,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 * 1024 * 1024,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             maxclients: 10_000,
+            client_output_buffer_limit: OutputBufferLimits::default(),
             timeout: 0,
             hz: 10,
             slowlog_log_slower_than: 10_000,
@@ -202,6 +206,127 @@ impl Config {
             entries_max: self.zset_max_listpack_entries,
             value_max: self.zset_max_listpack_value,
         }
+    }
+}
+
+/// One client class's output limit (Redis `clientBufferLimitsConfig`): a client whose pending
+/// output reaches `hard_bytes`, or stays at or over `soft_bytes` for `soft_seconds`, is closed.
+/// 0 turns a bound off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub hard_bytes: u64,
+    pub soft_bytes: u64,
+    pub soft_seconds: u64,
+}
+
+/// `client-output-buffer-limit`: the limits of the three client classes. Meridian has no
+/// Redis replicas: the `replica` class is kept for CONFIG and configuration files, and sync
+/// links are bounded by `backlog-bytes-max` instead (they stream from the op log and queue
+/// nothing per link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputBufferLimits {
+    pub normal: OutputLimit,
+    pub replica: OutputLimit,
+    pub pubsub: OutputLimit,
+}
+
+impl Default for OutputBufferLimits {
+    /// Redis's defaults: `normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60`.
+    fn default() -> OutputBufferLimits {
+        const MB: u64 = 1024 * 1024;
+        OutputBufferLimits {
+            normal: OutputLimit {
+                hard_bytes: 0,
+                soft_bytes: 0,
+                soft_seconds: 0,
+            },
+            replica: OutputLimit {
+                hard_bytes: 256 * MB,
+                soft_bytes: 64 * MB,
+                soft_seconds: 60,
+            },
+            pubsub: OutputLimit {
+                hard_bytes: 32 * MB,
+                soft_bytes: 8 * MB,
+                soft_seconds: 60,
+            },
+        }
+    }
+}
+
+impl OutputBufferLimits {
+    /// Redis's `setConfigClientOutputBufferLimitOption`: groups of "class hard soft seconds"
+    /// (class normal, replica or slave, pubsub; sizes with Redis's units) applied over
+    /// `self`, all or nothing. The error is Redis's CONFIG SET message.
+    pub fn apply(&mut self, text: &str) -> Result<(), &'static str> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        if words.len() % 4 != 0 {
+            return Err("Wrong number of arguments in buffer limit configuration.");
+        }
+        let mut next = *self;
+        for group in words.chunks_exact(4) {
+            let &[class, hard, soft, secs] = group else {
+                continue;
+            };
+            let slot = match class.to_ascii_lowercase().as_str() {
+                "normal" => &mut next.normal,
+                "replica" | "slave" => &mut next.replica,
+                "pubsub" => &mut next.pubsub,
+                _ => return Err("Invalid client class specified in buffer limit configuration."),
+            };
+            let bad = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+            let hard_bytes = params::parse_memory(hard.as_bytes()).ok_or(bad)?;
+            let soft_bytes = params::parse_memory(soft.as_bytes()).ok_or(bad)?;
+            let soft_seconds = crate::cmd::args::parse_i64(secs.as_bytes())
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or(bad)?;
+            *slot = OutputLimit {
+                hard_bytes,
+                soft_bytes,
+                soft_seconds,
+            };
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for OutputBufferLimits {
+    /// CONFIG GET's form (Redis 7.0 still names the replica class "slave" there).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, l)) in [
+            ("normal", &self.normal),
+            ("slave", &self.replica),
+            ("pubsub", &self.pubsub),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let sep = if i == 0 { "" } else { " " };
+            write!(
+                f,
+                "{sep}{name} {} {} {}",
+                l.hard_bytes, l.soft_bytes, l.soft_seconds
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Written as `CONFIG GET` shows it, which `Deserialize` reads back (CONFIG REWRITE).
+impl Serialize for OutputBufferLimits {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for OutputBufferLimits {
+    /// A TOML string in Redis's form; the classes it names replace the defaults.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OutputBufferLimits, D::Error> {
+        let text = String::deserialize(d)?;
+        let mut limits = OutputBufferLimits::default();
+        limits.apply(&text).map_err(serde::de::Error::custom)?;
+        Ok(limits)
     }
 }
 
@@ -597,6 +722,41 @@ mod tests {
             "sync-port = 1\npeer = [\"b=10.1.2.3:7102\"]\nsync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn output_buffer_limits_parse_like_redis() {
+        let c = Config::from_toml("client-output-buffer-limit = \"normal 1mb 512kb 5\"").unwrap();
+        assert_eq!(
+            c.client_output_buffer_limit.to_string(),
+            "normal 1048576 524288 5 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+        );
+        let mut l = OutputBufferLimits::default();
+        assert_eq!(
+            l.apply("normal 1mb 512kb"),
+            Err("Wrong number of arguments in buffer limit configuration.")
+        );
+        assert_eq!(
+            l.apply("master 1 2 3"),
+            Err("Invalid client class specified in buffer limit configuration.")
+        );
+        for bad in ["normal 1 2 -3", "replica 1x 2 3", "pubsub 1 2 3x"] {
+            assert_eq!(
+                l.apply(bad),
+                Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+            );
+        }
+        // All or nothing: a bad second group leaves the first unapplied.
+        assert!(l.apply("normal 1 1 1 bogus 1 1 1").is_err());
+        assert_eq!(l, OutputBufferLimits::default());
+        assert_eq!(l.apply(""), Ok(()));
+        l.apply("SLAVE 1k 2 3 pubsub 0 0 0").unwrap();
+        assert_eq!(l.replica.hard_bytes, 1000);
+        assert_eq!(l.pubsub.hard_bytes, 0);
+        let e = Config::from_toml("client-output-buffer-limit = \"normal 1\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("buffer limit"), "{e}");
     }
 
     #[test]

@@ -21,8 +21,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::blocking;
-use crate::client::Client;
+use crate::client::{Client, ClientShared};
 use crate::cmd;
+use crate::config::OutputLimit;
 use crate::resp::parse::{ParseLimits, Parsed, Parser};
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
@@ -66,6 +67,55 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
         },
     }
 }
+
+/// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
+/// is killed meanwhile (CLIENT KILL, `timeout`, shutdown), or when the output still pending
+/// breaks its class's limit (`ClientShared::output_over_limit`: the hard bound at once, the
+/// soft one after its seconds): a client that never reads holds at most one batch of
+/// replies, and not for longer than its class allows.
+async fn write_out(
+    stream: &mut TcpStream,
+    buf: &[u8],
+    shared: &ClientShared,
+    limit: OutputLimit,
+) -> bool {
+    let mut written = 0usize;
+    let mut woken = false;
+    let ok = loop {
+        let Some(rest) = buf.get(written..).filter(|r| !r.is_empty()) else {
+            break true;
+        };
+        shared.obuf_bytes.set(rest.len());
+        if shared.output_over_limit(rest.len(), &limit, crate::time::wall_ms()) {
+            tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+            break false;
+        }
+        // Biased: the write goes first, so the timer is only set up when it would block.
+        tokio::select! {
+            biased;
+            r = stream.write(rest) => match r {
+                Ok(0) | Err(_) => break false,
+                Ok(n) => written += n,
+            },
+            () = shared.wake.notified() => {
+                if shared.killed.get() {
+                    break false;
+                }
+                // Push output queued meanwhile is written by the caller's loop.
+                woken = true;
+            }
+            () = tokio::time::sleep(OUTPUT_CHECK_PERIOD) => {}
+        }
+    };
+    shared.obuf_bytes.set(0);
+    if woken {
+        shared.wake.notify_one();
+    }
+    ok
+}
+
+/// How often a write that does not progress re-checks the output limits.
+pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
@@ -133,12 +183,14 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break;
             }
             let query_limit;
+            let out_limit;
             let after;
             {
                 let mut guard = shard.borrow_mut();
                 let s = &mut *guard;
                 let pos_before = s.persist.next_pos;
                 query_limit = s.config.client_query_buffer_limit as usize;
+                out_limit = shared.output_limit(&s.config.client_output_buffer_limit);
                 let pushed = std::mem::take(&mut *shared.push_out.borrow_mut());
                 out.raw(&pushed);
                 let now = s.now_ms();
@@ -169,7 +221,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break 'conn;
             }
             if !out.is_empty() {
-                if stream.write_all(&out.buf).await.is_err() {
+                if !write_out(&mut stream, &out.buf, &shared, out_limit).await {
                     break;
                 }
                 out.clear();
@@ -192,7 +244,9 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 () = shared.wake.notified() => {
                     // MONITOR lines and Pub/Sub messages from other connections.
                     let pending = std::mem::take(&mut *shared.push_out.borrow_mut());
-                    if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
+                    let limit = shared
+                        .output_limit(&shard.borrow().config.client_output_buffer_limit);
+                    if !pending.is_empty() && !write_out(&mut stream, &pending, &shared, limit).await {
                         break 'conn;
                     }
                     continue 'conn;
@@ -206,12 +260,14 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         }
         buffered = false;
         let query_limit;
+        let out_limit;
         let after;
         {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
             let pos_before = s.persist.next_pos;
             query_limit = s.config.client_query_buffer_limit as usize;
+            out_limit = shared.output_limit(&s.config.client_output_buffer_limit);
             // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
             parser.set_limits(ParseLimits {
                 bulk_bytes_max: s.config.proto_max_bulk_len as i64,
@@ -236,7 +292,15 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                             b.argv = argv.iter().map(|a| a.to_vec()).collect();
                             break;
                         }
-                        if client.close_after_reply || shared.killed.get() {
+                        // A stop request ends the batch: the rest of a pipeline of long
+                        // commands would otherwise delay the shard's stop.
+                        // So does output at the hard limit: the rest would only grow it.
+                        if client.close_after_reply
+                            || shared.killed.get()
+                            || crate::stop::requested()
+                            || (out_limit.hard_bytes > 0
+                                && out.len() as u64 >= out_limit.hard_bytes)
+                        {
                             break;
                         }
                     }
@@ -265,7 +329,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             break;
         }
         if !out.is_empty() {
-            if stream.write_all(&out.buf).await.is_err() {
+            if !write_out(&mut stream, &out.buf, &shared, out_limit).await {
                 break;
             }
             out.clear();

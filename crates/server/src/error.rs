@@ -39,6 +39,10 @@ pub enum CmdError {
     OffsetOutOfRange,
     #[error("ERR value is out of range, must be positive")]
     MustBePositive,
+    /// A long command gave up because the process is stopping (`crate::stop`); the
+    /// connection closes right after.
+    #[error("ERR server is shutting down")]
+    ShuttingDown,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").

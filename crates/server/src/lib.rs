@@ -8,6 +8,7 @@
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
+//! - `stop`: the process-wide stop request that long loops poll.
 //! - `shard`: what a shard owns.
 //! - `conn`: one connection's read–parse–execute–write loop.
 //! - `client`: per-connection state and what other connections may see of it.
@@ -43,5 +44,6 @@ pub mod server;
 pub mod shard;
 pub mod slot;
 pub mod stats;
+pub mod stop;
 pub mod sync;
 pub mod time;

@@ -55,6 +55,9 @@ struct ServerFlags {
     client_query_buffer_limit: Option<u64>,
     #[arg(long)]
     maxclients: Option<u32>,
+    /// "class hard soft seconds" groups, applied over the file's value.
+    #[arg(long)]
+    client_output_buffer_limit: Option<String>,
     #[arg(long)]
     timeout: Option<u64>,
     #[arg(long)]
@@ -162,6 +165,11 @@ impl ServerFlags {
         );
         if !self.peer.is_empty() {
             c.peer = self.peer;
+        }
+        if let Some(text) = &self.client_output_buffer_limit {
+            c.client_output_buffer_limit
+                .apply(text)
+                .map_err(|e| anyhow::anyhow!("--client-output-buffer-limit: {e}"))?;
         }
         for (flag, slot) in [
             (self.sync_tls_cert, &mut c.sync_tls_cert),

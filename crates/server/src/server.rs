@@ -36,8 +36,47 @@ pub enum ServerError {
     Shard(String),
 }
 
+/// File descriptors kept beyond `maxclients` for listeners, sync links, the log and
+/// snapshots (Redis's CONFIG_MIN_RESERVED_FDS).
+pub const RESERVED_FDS: u64 = 32;
+
+/// Redis's `adjustOpenFilesLimit`: raises the open-files limit to `maxclients` +
+/// `RESERVED_FDS` where the hard limit allows, and otherwise lowers `maxclients` to what the
+/// limit can serve, saying so, so that the last clients get Redis's "max number of clients"
+/// reply rather than a failed accept.
+fn fit_open_files_limit(config: &mut Config) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let want = u64::from(config.maxclients) + RESERVED_FDS;
+    let now = getrlimit(Resource::Nofile);
+    let (Some(current), maximum) = (now.current, now.maximum) else {
+        return; // unlimited
+    };
+    if current >= want {
+        return;
+    }
+    let target = maximum.map_or(want, |m| want.min(m));
+    let set = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(target),
+            maximum,
+        },
+    );
+    let have = if set.is_ok() { target } else { current };
+    if have < want {
+        let fit = have.saturating_sub(RESERVED_FDS).max(1);
+        tracing::warn!(
+            maxclients = config.maxclients,
+            open_files = have,
+            "maxclients has been reduced to {fit} to compensate for low ulimit; raise the open files limit (ulimit -n) to {want} to keep it"
+        );
+        config.maxclients = u32::try_from(fit).unwrap_or(u32::MAX);
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
-pub fn run(config: Config) -> Result<(), ServerError> {
+pub fn run(mut config: Config) -> Result<(), ServerError> {
+    fit_open_files_limit(&mut config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -78,20 +117,45 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
-    rt.block_on(async {
+    let ended = rt.block_on(async {
+        let mut ended_rx = ended_rx;
         tokio::select! {
             () = wait_for_signal(tls.as_deref()) => {
                 tracing::info!("received shutdown signal, stopping");
             }
-            _ = ended_rx => {}
+            _ = &mut ended_rx => return true,
+        }
+        // Long commands poll this and end; the shard then closes its clients and its log.
+        crate::stop::request();
+        let _ = stop_tx.send(true);
+        tokio::select! {
+            _ = ended_rx => true,
+            () = tokio::time::sleep(SHUTDOWN_WAIT_MAX) => false,
+            () = wait_for_signal(None) => {
+                tracing::warn!("second shutdown signal: exiting now");
+                false
+            }
         }
     });
-    let _ = stop_tx.send(true);
+    if !ended {
+        // Records already written (write(2)) are in the kernel's page cache and survive
+        // the exit; only an unfinished batch, never acknowledged, can be lost, and recovery
+        // reads a torn tail as the end of the log.
+        tracing::error!(
+            wait_s = SHUTDOWN_WAIT_MAX.as_secs(),
+            "the shard did not stop in time; exiting without closing its log"
+        );
+        std::process::exit(1);
+    }
     match shard_thread.join() {
         Ok(r) => r,
         Err(_) => Err(ServerError::Shard("panicked".to_string())),
     }
 }
+
+/// How long the process waits after SIGINT/SIGTERM for its shards to stop (they end long
+/// commands at their next poll of `crate::stop`, then close the log) before it exits anyway.
+pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
 /// before keep their sessions; new ones use the new files).

@@ -424,9 +424,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     };
     if count < 0 {
-        if count.unsigned_abs() > super::set::SRANDMEMBER_REPEATS_MAX {
-            return Err(CmdError::Err("value is out of range".into()));
-        }
+        super::set::random_repeats(count)?;
         // Repeats allowed: streamed without building a list (the count may be huge).
         let n = count.unsigned_abs();
         header(ctx.out, n);

@@ -168,15 +168,18 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let all = pattern == b"*";
     let now = ctx.now_ms;
     let db = ctx.db();
-    let found: Vec<&[u8]> = match ctx.shard.dbs.get(db) {
-        Some(d) => d
-            .table
-            .iter()
-            .filter(|e| is_live(e, now) && (all || crate::glob::matches(pattern, &e.key, false)))
-            .map(|e| &*e.key)
-            .collect(),
-        None => Vec::new(),
-    };
+    let mut poll = crate::stop::Poll::new();
+    let mut found: Vec<&[u8]> = Vec::new();
+    if let Some(d) = ctx.shard.dbs.get(db) {
+        for e in d.table.iter() {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
+            if is_live(e, now) && (all || crate::glob::matches(pattern, &e.key, false)) {
+                found.push(&e.key);
+            }
+        }
+    }
     ctx.out.array(found.len());
     for k in found {
         ctx.out.bulk(k);

@@ -399,10 +399,21 @@ fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64
         args::repr_into(&mut line, a);
     }
     line.extend_from_slice(b"\r\n");
+    let limits = &shard.config.client_output_buffer_limit;
     for m in &shard.monitors {
-        if m.id != client.id() {
-            m.push_out.borrow_mut().extend_from_slice(&line);
-            m.wake.notify_one();
+        if m.id != client.id() && !m.killed.get() {
+            let over = {
+                let mut buf = m.push_out.borrow_mut();
+                buf.extend_from_slice(&line);
+                m.output_over_limit(buf.len(), &m.output_limit(limits), now_ms)
+            };
+            if over {
+                tracing::warn!(client = %m.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+                m.push_out.borrow_mut().clear();
+                m.kill();
+            } else {
+                m.wake.notify_one();
+            }
         }
     }
 }

@@ -1031,6 +1031,9 @@ fn latency_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// DEBUG subcommand ...: a single command whose first argument the handler parses, as in
 /// Redis 7.0. Only the subcommands Meridian can honour exist.
+/// DEBUG SLEEP looks at the stop flag at least this often.
+pub const DEBUG_SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let sub = argv.get(1).copied().unwrap_or_default();
     let argc = argv.len();
@@ -1057,10 +1060,21 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if eq_ic(sub, "sleep") && argc == 3 {
         // Redis: strtod, whatever it parses (0 for junk); the shard thread blocks, as Redis's
         // main thread does.
+        // It sleeps in slices so that a stop signal ends it (`crate::stop`).
         let secs = parse_f64(argv.get(2).copied().unwrap_or_default()).unwrap_or(0.0);
         let us = (secs * 1_000_000.0) as i64;
         if us > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(us as u64));
+            let until = std::time::Instant::now() + std::time::Duration::from_micros(us as u64);
+            loop {
+                if crate::stop::requested() {
+                    return Err(CmdError::ShuttingDown);
+                }
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(DEBUG_SLEEP_SLICE));
+            }
         }
         ctx.out.ok();
         return Ok(());

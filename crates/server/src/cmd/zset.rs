@@ -1042,6 +1042,9 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             return Ok(());
         }
     };
+    if l < 0 {
+        super::set::random_repeats(l)?;
+    }
     let items: Vec<(&[u8], f64)> = if l < 0 {
         let n = l.unsigned_abs() as usize;
         (0..n).filter_map(|_| random_item(z, &mut rng)).collect()
@@ -1168,12 +1171,21 @@ fn aggregate(target: &mut f64, val: f64, aggr: Aggregate) {
     }
 }
 
-/// One input: its members with scores (a set's members score 1), and its weight.
-struct Src {
+/// One distinct input key: its members with scores (a set's members score 1), and an index
+/// by member once some input after the first names it.
+struct Input {
     items: Vec<(Vec<u8>, f64)>,
     map: hashbrown::HashMap<Vec<u8>, f64>,
+}
+
+/// One input as named: which `Input` (a key named many times is copied once, so memory stays
+/// within the data's size whatever numkeys is) and its weight.
+struct Src {
+    input: usize,
     weight: f64,
 }
+
+const NO_ITEMS: &[(Vec<u8>, f64)] = &[];
 
 /// Redis's `zunionInterDiffGenericCommand`; `numkeys_idx` is the index of numkeys.
 fn zsetop_generic(
@@ -1196,13 +1208,19 @@ fn zsetop_generic(
     }
     let setnum = setnum as usize;
     let mut srcs: Vec<Src> = Vec::with_capacity(setnum);
-    for k in argv.iter().skip(numkeys_idx + 1).take(setnum) {
+    let mut inputs: Vec<Input> = Vec::new();
+    let mut by_key: hashbrown::HashMap<&[u8], usize> = hashbrown::HashMap::new();
+    for &k in argv.iter().skip(numkeys_idx + 1).take(setnum) {
         let db = ctx.db();
         let state = if dst.is_some() {
             ctx.shard.lookup_quiet(db, k, ctx.now_ms).map(|e| &e.state)
         } else {
             ctx.shard.lookup_read(db, k, ctx.now_ms)
         };
+        if let Some(&input) = by_key.get(k) {
+            srcs.push(Src { input, weight: 1.0 });
+            continue;
+        }
         let items: Vec<(Vec<u8>, f64)> = match state {
             None => Vec::new(),
             Some(s) => match s.type_tag() {
@@ -1218,10 +1236,14 @@ fn zsetop_generic(
                 None => Vec::new(),
             },
         };
+        by_key.insert(k, inputs.len());
         srcs.push(Src {
+            input: inputs.len(),
+            weight: 1.0,
+        });
+        inputs.push(Input {
             items,
             map: hashbrown::HashMap::new(),
-            weight: 1.0,
         });
     }
     let mut aggr = Aggregate::Sum;
@@ -1264,25 +1286,36 @@ fn zsetop_generic(
             return Err(CmdError::Syntax);
         }
     }
+    let len_of = |i: usize| inputs.get(i).map_or(0, |x| x.items.len());
     if op != SetOp::Diff {
         // Smallest inputs first (stable, as glibc's qsort is a merge sort here).
-        srcs.sort_by_key(|s| s.items.len());
+        srcs.sort_by_key(|s| len_of(s.input));
     }
-    for s in srcs.iter_mut().skip(1) {
-        s.map = s.items.iter().cloned().collect();
+    for s in srcs.iter().skip(1) {
+        if let Some(x) = inputs.get_mut(s.input) {
+            if x.map.is_empty() {
+                x.map = x.items.iter().cloned().collect();
+            }
+        }
     }
+    let items_of = |i: usize| inputs.get(i).map_or(NO_ITEMS, |x| x.items.as_slice());
+    let map_get = |i: usize, m: &[u8]| inputs.get(i).and_then(|x| x.map.get(m)).copied();
+    let mut poll = crate::stop::Poll::new();
     let mut result: Vec<(Vec<u8>, f64)> = Vec::new();
     match op {
         SetOp::Inter => {
             if let Some((first, rest)) = srcs.split_first() {
-                for (m, sc) in &first.items {
+                for (m, sc) in items_of(first.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
                     let mut score = first.weight * sc;
                     if score.is_nan() {
                         score = 0.0;
                     }
                     let mut all = true;
                     for s in rest {
-                        match s.map.get(m) {
+                        match map_get(s.input, m) {
                             Some(v) => aggregate(&mut score, v * s.weight, aggr),
                             None => {
                                 all = false;
@@ -1302,7 +1335,10 @@ fn zsetop_generic(
         SetOp::Union => {
             let mut acc: hashbrown::HashMap<Vec<u8>, f64> = hashbrown::HashMap::new();
             for s in &srcs {
-                for (m, sc) in &s.items {
+                for (m, sc) in items_of(s.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
                     let mut score = s.weight * sc;
                     if score.is_nan() {
                         score = 0.0;
@@ -1319,8 +1355,11 @@ fn zsetop_generic(
         }
         SetOp::Diff => {
             if let Some((first, rest)) = srcs.split_first() {
-                for (m, sc) in &first.items {
-                    if rest.iter().all(|s| !s.map.contains_key(m)) {
+                for (m, sc) in items_of(first.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
+                    if rest.iter().all(|s| map_get(s.input, m).is_none()) {
                         result.push((m.clone(), *sc));
                     }
                 }

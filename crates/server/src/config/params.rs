@@ -260,7 +260,6 @@ const NO_EVICTION: &str = "Meridian does not evict: memory is bounded by the key
 const NO_EVICTION_TUNING: &str = "Meridian does not evict.";
 const NO_MODULES: &str = "Meridian loads no modules.";
 const NO_NOTIFICATIONS: &str = "Meridian has no keyspace notifications yet.";
-const NO_OBUF_LIMITS: &str = "Meridian does not limit output buffers yet.";
 const NO_RDB: &str =
     "Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
 const NO_REPLICAS: &str =
@@ -540,8 +539,14 @@ pub static PARAMS: &[Param] = &[
         }, "Data directory: op log segments and snapshots of each shard.")
         .protected(),
     field("save", Kind::Special(parse_save_value), field!(save), "Automatic snapshots: pairs \"seconds changes\" (\"\" turns them off)."),
-    stored("client-output-buffer-limit", Kind::Special(parse_obuf_limits), "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", NO_OBUF_LIMITS)
-        .fixed(),
+    field("client-output-buffer-limit", Kind::Special(parse_obuf_limits), Binding::Field {
+            get: |c| c.client_output_buffer_limit.to_string(),
+            // `parse_obuf_limits` accepted the text and made it canonical: every class, in
+            // Redis's units, so `apply` takes it whole.
+            set: |c, v| {
+                let _ = c.client_output_buffer_limit.apply(v);
+            },
+        }, "Output kept for a client that does not read: \"class hard soft seconds\" per class (normal, replica/slave, pubsub); past hard, or past soft for seconds, the client is closed."),
     stored("oom-score-adj-values", Kind::Special(parse_oom_values), "0 200 800", PROCESS),
     stored("notify-keyspace-events", Kind::Special(parse_notify_flags), "", NO_NOTIFICATIONS)
         .fixed(),

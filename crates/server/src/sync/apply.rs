@@ -181,7 +181,15 @@ impl Shard {
                     self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
                 }
                 OpBody::Publish { message, sharded } => {
-                    crate::cmd::pubsub::deliver_remote(&self.pubsub, &rec.key, message, *sharded);
+                    let limits = &self.config.client_output_buffer_limit;
+                    crate::cmd::pubsub::deliver_remote(
+                        &self.pubsub,
+                        limits,
+                        now_ms,
+                        &rec.key,
+                        message,
+                        *sharded,
+                    );
                 }
             }
             self.sync.delivered.observe(stamp);
