@@ -96,7 +96,7 @@ memtier_run() { # pid port cluster(0|1) extra...
 
 start() { # shards -> pid, with the cluster API on (endpoints from $cport)
   rm -rf "$work/s"
-  "$bin" server --port $mport --dir "$work/s" --shards "$1" --cluster-api yes --cluster-port $cport "${quiet[@]}" &
+  "$bin" server --port $mport --dir "$work/s" --shards "$1" --cluster-api yes --cluster-endpoint-port $cport "${quiet[@]}" &
   spid=$!; pids+=("$spid")
   wait_port $mport
   for i in $(seq 0 $(( $1 - 1 ))); do wait_port $((cport + i)); done

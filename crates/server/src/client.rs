@@ -7,13 +7,14 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::keyspace::WatchFlag;
 
 use tokio::sync::Notify;
 
+use crate::config::{OutputBufferLimits, OutputLimit};
 use crate::resp::reply::Proto;
 
 /// What any thread may hold of a client: the output other clients queue for it (MONITOR
@@ -31,6 +32,9 @@ pub struct Mailbox {
     killed: AtomicBool,
     /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
     proto: AtomicU8,
+    /// When the pending output last went from under to at or over its class's soft limit
+    /// (wall-clock ms; 0: under it), for `output_over_limit`.
+    obuf_soft_since_ms: AtomicU64,
 }
 
 impl Mailbox {
@@ -42,7 +46,29 @@ impl Mailbox {
             wake: Notify::new(),
             killed: AtomicBool::new(false),
             proto: AtomicU8::new(0),
+            obuf_soft_since_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Redis's `checkClientOutputBufferLimits`: whether `pending` bytes of output break
+    /// `limit`, at or over its hard bound, or at or over its soft bound for longer than its
+    /// seconds without a break (the start of that stretch is kept in `obuf_soft_since_ms`).
+    pub fn output_over_limit(&self, pending: usize, limit: &OutputLimit, now_ms: u64) -> bool {
+        let pending = pending as u64;
+        if limit.hard_bytes > 0 && pending >= limit.hard_bytes {
+            return true;
+        }
+        if limit.soft_bytes == 0 || pending < limit.soft_bytes {
+            self.obuf_soft_since_ms.store(0, Ordering::Relaxed);
+            return false;
+        }
+        let since = self.obuf_soft_since_ms.load(Ordering::Relaxed);
+        if since == 0 {
+            self.obuf_soft_since_ms
+                .store(now_ms.max(1), Ordering::Relaxed);
+            return false;
+        }
+        now_ms.saturating_sub(since) > limit.soft_seconds.saturating_mul(1000)
     }
 
     pub fn proto(&self) -> Proto {
@@ -197,6 +223,21 @@ impl ClientShared {
         self.sub.set(subs.channels.len());
         self.psub.set(subs.patterns.len());
         self.ssub.set(subs.shard_channels.len());
+    }
+
+    /// The output limit of this client's class (Redis's `getClientType`: subscribed clients
+    /// are `pubsub`; MONITOR clients and the rest are `normal`).
+    pub fn output_limit(&self, limits: &OutputBufferLimits) -> OutputLimit {
+        if self.is_subscribed() {
+            limits.pubsub
+        } else {
+            limits.normal
+        }
+    }
+
+    /// Redis's `checkClientOutputBufferLimits` (see `Mailbox::output_over_limit`).
+    pub fn output_over_limit(&self, pending: usize, limit: &OutputLimit, now_ms: u64) -> bool {
+        self.mailbox.output_over_limit(pending, limit, now_ms)
     }
 
     pub fn kill(&self) {

@@ -2,15 +2,21 @@
 //!
 //! Every flag has a TOML key of the same name (`--proto-max-bulk-len` ↔ `proto-max-bulk-len`).
 //! Unknown keys and bad values are refused at start with a message naming the key.
+//! `params::PARAMS` is the table of every parameter (Redis 7.0's and Meridian's own): the
+//! TOML keys, `CONFIG GET`/`SET`/`REWRITE` and the documentation read it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
+pub mod params;
+mod rewrite;
+
 /// Settings of one server process. `Default` is the embedded default configuration.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Config {
     /// Address the client port listens on.
@@ -27,7 +33,7 @@ pub struct Config {
     /// the process has more than one shard.
     pub cluster_api: Option<bool>,
     /// Port of shard 0's cluster endpoint (0: `port` + 1); shard N listens on it + N.
-    pub cluster_port: u16,
+    pub cluster_endpoint_port: u16,
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
     /// `bind` address, or 127.0.0.1 when it is a wildcard).
     pub cluster_announce_ip: String,
@@ -39,8 +45,11 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// Largest unparsed input buffered per client, in bytes (Redis `client-query-buffer-limit`).
     pub client_query_buffer_limit: u64,
-    /// Most clients connected at once.
+    /// Most clients connected at once (Redis `maxclients`); sync links do not count.
     pub maxclients: u32,
+    /// Pending output per client class past which a client is closed (Redis
+    /// `client-output-buffer-limit`: "class hard soft soft-seconds" groups).
+    pub client_output_buffer_limit: OutputBufferLimits,
     /// Close a client idle for this many seconds (0: never).
     pub timeout: u64,
     /// Active expiry cycles per second, as Redis's `hz`.
@@ -106,6 +115,31 @@ pub struct Config {
     /// boot id may have lost the unsynced tail of the log and begins a new life
     /// (docs/replication.md §9).
     pub debug_boot_id: String,
+    /// OBJECT ENCODING's thresholds, as Redis's (`params` tells what each one drives).
+    #[serde(alias = "hash-max-ziplist-entries")]
+    pub hash_max_listpack_entries: u64,
+    #[serde(alias = "hash-max-ziplist-value")]
+    pub hash_max_listpack_value: u64,
+    #[serde(alias = "zset-max-ziplist-entries")]
+    pub zset_max_listpack_entries: u64,
+    #[serde(alias = "zset-max-ziplist-value")]
+    pub zset_max_listpack_value: u64,
+    pub set_max_intset_entries: u64,
+    /// LRU or LFU access tracking for OBJECT IDLETIME/FREQ (Meridian never evicts).
+    pub maxmemory_policy: String,
+    pub lfu_log_factor: u64,
+    pub lfu_decay_time: u64,
+    /// Per-command latency histograms (LATENCY HISTOGRAM, INFO latencystats).
+    pub latency_tracking: bool,
+    /// The percentiles INFO latencystats shows, space separated.
+    pub latency_tracking_info_percentiles: String,
+    /// Redis parameters with no effect in Meridian set to something other than their default
+    /// (`params::Binding::Stored`): name → canonical value.
+    #[serde(skip)]
+    pub stored: BTreeMap<String, String>,
+    /// The TOML file this configuration was read from (CONFIG REWRITE writes it back).
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -116,13 +150,14 @@ impl Default for Config {
             dir: PathBuf::from("./meridian-data"),
             shards: 0,
             cluster_api: None,
-            cluster_port: 0,
+            cluster_endpoint_port: 0,
             cluster_announce_ip: String::new(),
             databases: 16,
             site: "local".to_string(),
             proto_max_bulk_len: 512 * 1024 * 1024,
             client_query_buffer_limit: 1024 * 1024 * 1024,
             maxclients: 10_000,
+            client_output_buffer_limit: OutputBufferLimits::default(),
             timeout: 0,
             hz: 10,
             slowlog_log_slower_than: 10_000,
@@ -151,7 +186,164 @@ impl Default for Config {
             log_level: "info".to_string(),
             debug_clock_offset_ms: 0,
             debug_boot_id: String::new(),
+            hash_max_listpack_entries: 512,
+            hash_max_listpack_value: 64,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            maxmemory_policy: "noeviction".to_string(),
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
+            latency_tracking: true,
+            latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            stored: BTreeMap::new(),
+            config_file: None,
         }
+    }
+}
+
+/// The sizes below which Redis keeps a hash or sorted set as a listpack (OBJECT ENCODING;
+/// HSCAN and ZSCAN reply a listpack whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListpackLimits {
+    pub entries_max: u64,
+    pub value_max: u64,
+}
+
+impl Config {
+    pub fn hash_listpack(&self) -> ListpackLimits {
+        ListpackLimits {
+            entries_max: self.hash_max_listpack_entries,
+            value_max: self.hash_max_listpack_value,
+        }
+    }
+
+    pub fn zset_listpack(&self) -> ListpackLimits {
+        ListpackLimits {
+            entries_max: self.zset_max_listpack_entries,
+            value_max: self.zset_max_listpack_value,
+        }
+    }
+}
+
+/// One client class's output limit (Redis `clientBufferLimitsConfig`): a client whose pending
+/// output reaches `hard_bytes`, or stays at or over `soft_bytes` for `soft_seconds`, is closed.
+/// 0 turns a bound off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub hard_bytes: u64,
+    pub soft_bytes: u64,
+    pub soft_seconds: u64,
+}
+
+/// `client-output-buffer-limit`: the limits of the three client classes. Meridian has no
+/// Redis replicas: the `replica` class is kept for CONFIG and configuration files, and sync
+/// links are bounded by `backlog-bytes-max` instead (they stream from the op log and queue
+/// nothing per link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputBufferLimits {
+    pub normal: OutputLimit,
+    pub replica: OutputLimit,
+    pub pubsub: OutputLimit,
+}
+
+impl Default for OutputBufferLimits {
+    /// Redis's defaults: `normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60`.
+    fn default() -> OutputBufferLimits {
+        const MB: u64 = 1024 * 1024;
+        OutputBufferLimits {
+            normal: OutputLimit {
+                hard_bytes: 0,
+                soft_bytes: 0,
+                soft_seconds: 0,
+            },
+            replica: OutputLimit {
+                hard_bytes: 256 * MB,
+                soft_bytes: 64 * MB,
+                soft_seconds: 60,
+            },
+            pubsub: OutputLimit {
+                hard_bytes: 32 * MB,
+                soft_bytes: 8 * MB,
+                soft_seconds: 60,
+            },
+        }
+    }
+}
+
+impl OutputBufferLimits {
+    /// Redis's `setConfigClientOutputBufferLimitOption`: groups of "class hard soft seconds"
+    /// (class normal, replica or slave, pubsub; sizes with Redis's units) applied over
+    /// `self`, all or nothing. The error is Redis's CONFIG SET message.
+    pub fn apply(&mut self, text: &str) -> Result<(), &'static str> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        if words.len() % 4 != 0 {
+            return Err("Wrong number of arguments in buffer limit configuration.");
+        }
+        let mut next = *self;
+        for group in words.chunks_exact(4) {
+            let &[class, hard, soft, secs] = group else {
+                continue;
+            };
+            let slot = match class.to_ascii_lowercase().as_str() {
+                "normal" => &mut next.normal,
+                "replica" | "slave" => &mut next.replica,
+                "pubsub" => &mut next.pubsub,
+                _ => return Err("Invalid client class specified in buffer limit configuration."),
+            };
+            let bad = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
+            let hard_bytes = params::parse_memory(hard.as_bytes()).ok_or(bad)?;
+            let soft_bytes = params::parse_memory(soft.as_bytes()).ok_or(bad)?;
+            let soft_seconds = crate::cmd::args::parse_i64(secs.as_bytes())
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or(bad)?;
+            *slot = OutputLimit {
+                hard_bytes,
+                soft_bytes,
+                soft_seconds,
+            };
+        }
+        *self = next;
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for OutputBufferLimits {
+    /// CONFIG GET's form (Redis 7.0 still names the replica class "slave" there).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, l)) in [
+            ("normal", &self.normal),
+            ("slave", &self.replica),
+            ("pubsub", &self.pubsub),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let sep = if i == 0 { "" } else { " " };
+            write!(
+                f,
+                "{sep}{name} {} {} {}",
+                l.hard_bytes, l.soft_bytes, l.soft_seconds
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Written as `CONFIG GET` shows it, which `Deserialize` reads back (CONFIG REWRITE).
+impl Serialize for OutputBufferLimits {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for OutputBufferLimits {
+    /// A TOML string in Redis's form; the classes it names replace the defaults.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OutputBufferLimits, D::Error> {
+        let text = String::deserialize(d)?;
+        let mut limits = OutputBufferLimits::default();
+        limits.apply(&text).map_err(serde::de::Error::custom)?;
+        Ok(limits)
     }
 }
 
@@ -219,11 +411,11 @@ impl Config {
     }
 
     /// The port of shard `shard`'s cluster endpoint.
-    pub fn cluster_endpoint_port(&self, shard: u16) -> Option<u16> {
-        let base = if self.cluster_port == 0 {
+    pub fn endpoint_port(&self, shard: u16) -> Option<u16> {
+        let base = if self.cluster_endpoint_port == 0 {
             self.port.checked_add(1)?
         } else {
-            self.cluster_port
+            self.cluster_endpoint_port
         };
         base.checked_add(shard)
     }
@@ -295,26 +487,61 @@ impl Config {
         }
     }
 
-    /// Reads a TOML file over the defaults.
+    /// Reads a TOML file over the defaults; remembers the path for CONFIG REWRITE.
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let mut cfg = Self::from_toml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.display().to_string(),
                 message,
             },
             other => other,
-        })
+        })?;
+        cfg.config_file = Some(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+        Ok(cfg)
     }
 
+    /// Parses TOML text over the defaults. Keys of Redis parameters that have no effect in
+    /// Meridian (`params::Binding::Stored`) are checked as `CONFIG SET` checks them and kept
+    /// in `stored`; every other key must be a `Config` field.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_err = |message: String| ConfigError::Parse {
             path: String::new(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        let mut stored = BTreeMap::new();
+        let keys: Vec<String> = table.keys().cloned().collect();
+        for key in keys {
+            let Some(p) = params::find(key.as_bytes()) else {
+                continue;
+            };
+            if !matches!(p.binding, params::Binding::Stored) {
+                continue;
+            }
+            let Some(value) = table.remove(&key) else {
+                continue;
+            };
+            let invalid = |message: String| ConfigError::Invalid {
+                key: key.clone(),
+                message,
+            };
+            let text = params::toml_text(&value)
+                .ok_or_else(|| invalid("must be a string, number or boolean".to_string()))?;
+            let canonical = p.parse(&text).map_err(invalid)?;
+            if canonical != p.default {
+                stored.insert(p.name.to_string(), canonical);
+            }
+        }
+        let mut cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        cfg.stored = stored;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -492,6 +719,16 @@ impl Config {
                 format!("'{}' is not a log filter", self.log_level),
             );
         }
+        // Every other field holds what its parameter's kind accepts (bounds, enum words).
+        for p in params::PARAMS {
+            if let params::Binding::Field { get, .. } = p.binding {
+                if p.name != "dir" {
+                    if let Err(message) = p.parse(&get(self)) {
+                        return bad(p.name, message);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -560,6 +797,41 @@ mod tests {
             "sync-port = 1\npeer = [\"b=10.1.2.3:7102\"]\nsync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn output_buffer_limits_parse_like_redis() {
+        let c = Config::from_toml("client-output-buffer-limit = \"normal 1mb 512kb 5\"").unwrap();
+        assert_eq!(
+            c.client_output_buffer_limit.to_string(),
+            "normal 1048576 524288 5 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+        );
+        let mut l = OutputBufferLimits::default();
+        assert_eq!(
+            l.apply("normal 1mb 512kb"),
+            Err("Wrong number of arguments in buffer limit configuration.")
+        );
+        assert_eq!(
+            l.apply("master 1 2 3"),
+            Err("Invalid client class specified in buffer limit configuration.")
+        );
+        for bad in ["normal 1 2 -3", "replica 1x 2 3", "pubsub 1 2 3x"] {
+            assert_eq!(
+                l.apply(bad),
+                Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.")
+            );
+        }
+        // All or nothing: a bad second group leaves the first unapplied.
+        assert!(l.apply("normal 1 1 1 bogus 1 1 1").is_err());
+        assert_eq!(l, OutputBufferLimits::default());
+        assert_eq!(l.apply(""), Ok(()));
+        l.apply("SLAVE 1k 2 3 pubsub 0 0 0").unwrap();
+        assert_eq!(l.replica.hard_bytes, 1000);
+        assert_eq!(l.pubsub.hard_bytes, 0);
+        let e = Config::from_toml("client-output-buffer-limit = \"normal 1\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("buffer limit"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,9 @@ use tokio::net::TcpStream;
 
 use crate::blocking;
 use crate::client::Client;
+use crate::client::ClientShared;
 use crate::cmd::{self, table::CommandSpec};
+use crate::config::OutputLimit;
 use crate::error::CmdError;
 use crate::front::Front;
 use crate::hop::{self, Batch, ClientView, Done, Op, Thread};
@@ -174,6 +176,55 @@ struct Conn {
     afters: Vec<AfterBatch>,
 }
 
+/// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
+/// is killed meanwhile (CLIENT KILL, `timeout`, shutdown), or when the output still pending
+/// breaks its class's limit (`ClientShared::output_over_limit`: the hard bound at once, the
+/// soft one after its seconds): a client that never reads holds at most one batch of
+/// replies, and not for longer than its class allows.
+async fn write_out(
+    stream: &mut TcpStream,
+    buf: &[u8],
+    shared: &ClientShared,
+    limit: OutputLimit,
+) -> bool {
+    let mut written = 0usize;
+    let mut woken = false;
+    let ok = loop {
+        let Some(rest) = buf.get(written..).filter(|r| !r.is_empty()) else {
+            break true;
+        };
+        shared.obuf_bytes.set(rest.len());
+        if shared.output_over_limit(rest.len(), &limit, crate::time::wall_ms()) {
+            tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+            break false;
+        }
+        // Biased: the write goes first, so the timer is only set up when it would block.
+        tokio::select! {
+            biased;
+            r = stream.write(rest) => match r {
+                Ok(0) | Err(_) => break false,
+                Ok(n) => written += n,
+            },
+            () = shared.mailbox.wake.notified() => {
+                if shared.is_killed() {
+                    break false;
+                }
+                // Push output queued meanwhile is written by the caller's loop.
+                woken = true;
+            }
+            () = tokio::time::sleep(OUTPUT_CHECK_PERIOD) => {}
+        }
+    };
+    shared.obuf_bytes.set(0);
+    if woken {
+        shared.mailbox.wake.notify_one();
+    }
+    ok
+}
+
+/// How often a write that does not progress re-checks the output limits.
+pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 /// `endpoint`: the shard whose cluster endpoint accepted it (None: the main port).
 pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64, endpoint: Option<u16>) {
@@ -223,6 +274,14 @@ impl Conn {
         self.client.shared.is_killed()
     }
 
+    /// This client's output limit (its class's `client-output-buffer-limit`).
+    fn output_limit(&self) -> OutputLimit {
+        let s = self.th.shard.borrow();
+        self.client
+            .shared
+            .output_limit(&s.config.client_output_buffer_limit)
+    }
+
     async fn run(&mut self, stream: &mut TcpStream, mut parser: Parser) {
         let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
         // The read buffer may hold complete commands not run yet (a blocking command ended).
@@ -252,7 +311,10 @@ impl Conn {
                     () = mailbox.wake.notified() => {
                         // MONITOR lines and Pub/Sub messages from other connections.
                         let pending = mailbox.take();
-                        if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
+                        let limit = self.output_limit();
+                        if !pending.is_empty()
+                            && !write_out(stream, &pending, &self.client.shared, limit).await
+                        {
                             return;
                         }
                         continue;
@@ -293,9 +355,11 @@ impl Conn {
                 return false;
             }
         }
+        self.th.front.borrow_mut().wake_deferred();
         if !self.out.is_empty() {
             self.th.front.borrow_mut().stats.net_output_bytes += self.out.len() as u64;
-            if stream.write_all(&self.out.buf).await.is_err() {
+            let limit = self.output_limit();
+            if !write_out(stream, &self.out.buf, &self.client.shared, limit).await {
                 return false;
             }
             self.out.clear();
@@ -339,6 +403,7 @@ impl Conn {
                 }
                 let buf = rbuf.get(pos..).unwrap_or_default();
                 let (consumed, barrier) = self.plan(s, f, parser, buf, now);
+                f.wake_deferred();
                 pos += consumed;
                 barrier
             };
@@ -398,7 +463,20 @@ impl Conn {
                         Step::Barrier(b) => return (pos, Some(b)),
                         Step::Stop => return (pos, None),
                     }
-                    if self.client.close_after_reply || self.is_killed() {
+                    // A stop request ends the batch: the rest of a pipeline of long commands
+                    // would otherwise delay the shard's stop. So does output at the hard
+                    // limit: the rest would only grow it.
+                    let hard = self
+                        .client
+                        .shared
+                        .output_limit(&s.config.client_output_buffer_limit)
+                        .hard_bytes;
+                    let pending = (self.out.len() + self.round.local.len()) as u64;
+                    if self.client.close_after_reply
+                        || self.is_killed()
+                        || crate::stop::requested()
+                        || (hard > 0 && pending >= hard)
+                    {
                         return (pos, None);
                     }
                 }

@@ -43,6 +43,10 @@ pub enum CmdError {
     /// shard).
     #[error("CROSSSLOT Keys in request don't hash to the same slot")]
     CrossSlot,
+    /// A long command gave up because the process is stopping (`crate::stop`); the
+    /// connection closes right after.
+    #[error("ERR server is shutting down")]
+    ShuttingDown,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").
@@ -120,6 +124,14 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("config key '{key}': {message}")]
     Invalid { key: String, message: String },
+    /// CONFIG REWRITE with no file to write (Redis's text).
+    #[error("The server is running without a config file")]
+    NoFile,
+    #[error("config file {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@ pub struct Front {
     pub clients: BTreeMap<u64, Rc<ClientShared>>,
     /// Command and connection counters of this thread.
     pub stats: Stats,
+    /// Subscribers given messages by this thread's PUBLISHes and not yet woken: woken once
+    /// per pipeline round (`wake_deferred`), so one wake-up carries a round's messages and
+    /// the output limit sees them together, as in one-threaded Redis.
+    pub deferred_wakes: Vec<Arc<crate::client::Mailbox>>,
 }
 
 impl Front {
@@ -34,6 +38,14 @@ impl Front {
             table,
             clients: BTreeMap::new(),
             stats: Stats::new(table.len()),
+            deferred_wakes: Vec::new(),
+        }
+    }
+
+    /// Wakes the subscribers that this thread's PUBLISHes gave messages since the last call.
+    pub fn wake_deferred(&mut self) {
+        for m in self.deferred_wakes.drain(..) {
+            m.wake.notify_one();
         }
     }
 

@@ -378,6 +378,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         ends.push(out.len() as u32);
         notes.push(note);
     }
+    f.wake_deferred();
     let wrote = (client.last_write_seq > 0).then_some(client.last_write_seq);
     let after = s.persist.after_batch(pos_before);
     let _ = done.send(Done {
@@ -476,7 +477,10 @@ pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
                 }
             }
             Msg::Batch(b, done) => run_batch(&th, b, done),
-            Msg::Job(j) => j(&th),
+            Msg::Job(j) => {
+                j(&th);
+                th.front.borrow_mut().wake_deferred();
+            }
             Msg::SyncLink(stream) => crate::sync::link::serve_handed(&th.shard, stream),
         }
     }

@@ -21,6 +21,7 @@
 //! - `topology`: the Redis Cluster view: an endpoint and a node id per shard.
 //! - `conn`: one connection's read–parse–dispatch–write loop, the coordinator of its
 //!   commands.
+//! - `stop`: the process-wide stop request that long loops poll.
 //! - `client`: per-connection state and what other connections may see of it.
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
@@ -30,6 +31,7 @@
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
 //! - `sync`: replication between sites: links, remote apply, full sync, GC, digest.
 //! - `slot`: key-to-slot hashing and the slot-to-shard table.
+//! - `glob`: Redis's glob patterns, matched in O(text × pattern).
 //! - `stats`: counters, slow log, latency monitor.
 //! - `error`: `CmdError` and the only spelling of Redis's error texts.
 //! - `time`: wall-clock helpers.
@@ -45,6 +47,7 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod front;
+pub mod glob;
 pub mod hop;
 pub mod info_merge;
 pub mod keyspace;
@@ -58,6 +61,7 @@ pub mod server;
 pub mod shard;
 pub mod slot;
 pub mod stats;
+pub mod stop;
 pub mod sync;
 pub mod time;
 pub mod topology;

@@ -55,7 +55,7 @@ struct ServerFlags {
     #[arg(long, value_parser = parse_yes_no)]
     cluster_api: Option<bool>,
     #[arg(long)]
-    cluster_port: Option<u16>,
+    cluster_endpoint_port: Option<u16>,
     #[arg(long)]
     cluster_announce_ip: Option<String>,
     #[arg(long)]
@@ -66,6 +66,9 @@ struct ServerFlags {
     client_query_buffer_limit: Option<u64>,
     #[arg(long)]
     maxclients: Option<u32>,
+    /// "class hard soft seconds" groups, applied over the file's value.
+    #[arg(long)]
+    client_output_buffer_limit: Option<String>,
     #[arg(long)]
     timeout: Option<u64>,
     #[arg(long)]
@@ -142,7 +145,7 @@ impl ServerFlags {
             port,
             dir,
             shards,
-            cluster_port,
+            cluster_endpoint_port,
             cluster_announce_ip,
             databases,
             site,
@@ -179,6 +182,11 @@ impl ServerFlags {
         }
         if self.cluster_api.is_some() {
             c.cluster_api = self.cluster_api;
+        }
+        if let Some(text) = &self.client_output_buffer_limit {
+            c.client_output_buffer_limit
+                .apply(text)
+                .map_err(|e| anyhow::anyhow!("--client-output-buffer-limit: {e}"))?;
         }
         for (flag, slot) in [
             (self.sync_tls_cert, &mut c.sync_tls_cert),

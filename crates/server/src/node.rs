@@ -144,12 +144,25 @@ impl Node {
         self.monitors_n.store(v.len(), Ordering::Relaxed);
     }
 
-    /// Sends one MONITOR line to every monitor but `from`.
-    pub fn feed_monitors(&self, from: u64, line: &[u8]) {
+    /// Sends one MONITOR line to every monitor but `from`; a monitor whose pending output
+    /// breaks `limit` (the normal class's) is closed.
+    pub fn feed_monitors(
+        &self,
+        from: u64,
+        line: &[u8],
+        limit: &crate::config::OutputLimit,
+        now_ms: u64,
+    ) {
         for m in lock(&self.monitors).iter() {
-            if m.id != from {
-                m.push(line);
-                m.wake.notify_one();
+            if m.id != from && !m.is_killed() {
+                let pending = m.push(line);
+                if m.output_over_limit(pending, limit, now_ms) {
+                    tracing::warn!(client = %m.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+                    m.clear();
+                    m.kill();
+                } else {
+                    m.wake.notify_one();
+                }
             }
         }
     }

@@ -53,13 +53,54 @@ pub enum ServerError {
     SlotMap { path: String, message: String },
 }
 
+/// File descriptors kept beyond `maxclients` for listeners, sync links, the log and
+/// snapshots (Redis's CONFIG_MIN_RESERVED_FDS).
+pub const RESERVED_FDS: u64 = 32;
+
+/// Redis's `adjustOpenFilesLimit`: raises the open-files limit to `maxclients` +
+/// `RESERVED_FDS` where the hard limit allows, and otherwise lowers `maxclients` to what the
+/// limit can serve, saying so, so that the last clients get Redis's "max number of clients"
+/// reply rather than a failed accept.
+fn fit_open_files_limit(config: &mut Config) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let want = u64::from(config.maxclients) + RESERVED_FDS;
+    let now = getrlimit(Resource::Nofile);
+    let (Some(current), maximum) = (now.current, now.maximum) else {
+        return; // unlimited
+    };
+    if current >= want {
+        return;
+    }
+    let target = maximum.map_or(want, |m| want.min(m));
+    let set = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(target),
+            maximum,
+        },
+    );
+    let have = if set.is_ok() { target } else { current };
+    if have < want {
+        let fit = have.saturating_sub(RESERVED_FDS).max(1);
+        tracing::warn!(
+            maxclients = config.maxclients,
+            open_files = have,
+            "maxclients has been reduced to {fit} to compensate for low ulimit; raise the open files limit (ulimit -n) to {want} to keep it"
+        );
+        config.maxclients = u32::try_from(fit).unwrap_or(u32::MAX);
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
-pub fn run(config: Config) -> Result<(), ServerError> {
+pub fn run(mut config: Config) -> Result<(), ServerError> {
+    fit_open_files_limit(&mut config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     let topology = Topology::read();
     let slots = Arc::new(slot_map(&config, topology.allowed.len())?);
     let shards = slots.shards();
+    // `cluster-api` unset means "on with several shards": settle it for CONFIG GET.
+    config.cluster_api = Some(config.cluster_enabled(shards));
     let placement = topology.place(usize::from(shards));
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
@@ -147,15 +188,46 @@ pub fn run(config: Config) -> Result<(), ServerError> {
             .enable_all()
             .build()
             .map_err(ServerError::Runtime)?;
-        rt.block_on(async {
+        let all_ended = rt.block_on(async {
+            let mut left = usize::from(shards);
             tokio::select! {
                 () = wait_for_signal(tls.as_deref()) => {
                     tracing::info!("received shutdown signal, stopping");
                 }
-                _ = ended_rx.recv() => {}
+                _ = ended_rx.recv() => left -= 1,
             }
+            // Long commands poll this and end; each shard then closes its clients and log.
+            crate::stop::request();
+            let _ = stop_tx.send(true);
+            let deadline = tokio::time::sleep(SHUTDOWN_WAIT_MAX);
+            tokio::pin!(deadline);
+            while left > 0 {
+                tokio::select! {
+                    r = ended_rx.recv() => match r {
+                        Some(_) => left -= 1,
+                        None => break,
+                    },
+                    () = &mut deadline => return false,
+                    () = wait_for_signal(None) => {
+                        tracing::warn!("second shutdown signal: exiting now");
+                        return false;
+                    }
+                }
+            }
+            true
         });
+        if !all_ended {
+            // Records already written (write(2)) are in the kernel's page cache and survive
+            // the exit; only an unfinished batch, never acknowledged, can be lost, and
+            // recovery reads a torn tail as the end of the log.
+            tracing::error!(
+                wait_s = SHUTDOWN_WAIT_MAX.as_secs(),
+                "a shard did not stop in time; exiting without closing its log"
+            );
+            std::process::exit(1);
+        }
     }
+    crate::stop::request();
     let _ = stop_tx.send(true);
     let mut result = Ok(());
     for h in handles {
@@ -272,9 +344,9 @@ fn bind_cluster(
     let mut listeners = Vec::with_capacity(usize::from(shards));
     for shard in 0..shards {
         let port = config
-            .cluster_endpoint_port(shard)
+            .endpoint_port(shard)
             .ok_or_else(|| ServerError::Listen {
-                addr: format!("{}:{}+{shard}", config.bind, config.cluster_port),
+                addr: format!("{}:{}+{shard}", config.bind, config.cluster_endpoint_port),
                 source: std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     "cluster endpoint port beyond 65535",
@@ -396,6 +468,10 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
     }
 }
 
+/// How long the process waits after SIGINT/SIGTERM for its shards to stop (they end long
+/// commands at their next poll of `crate::stop`, then close the log) before it exits anyway.
+pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
+
 /// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
 /// before keep their sessions; new ones use the new files).
 async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
@@ -503,14 +579,18 @@ fn run_thread(
         let mut shard = Shard::in_site(index, node.slots.clone(), config, now);
         shard.sync.tls = tls;
         let hook_node = node.clone();
-        shard.publish_hook = Some(PublishHook(Box::new(move |channel, message, sharded| {
-            crate::cmd::pubsub::deliver_remote(
-                &crate::node::lock(&hook_node.pubsub),
-                channel,
-                message,
-                sharded,
-            );
-        })));
+        shard.publish_hook = Some(PublishHook(Box::new(
+            move |channel, message, sharded, config, now_ms| {
+                crate::cmd::pubsub::deliver_remote(
+                    &crate::node::lock(&hook_node.pubsub),
+                    &config.client_output_buffer_limit,
+                    now_ms,
+                    channel,
+                    message,
+                    sharded,
+                );
+            },
+        )));
         let opened = shard.open_persistence().map_err(|e| e.to_string());
         let _ = ready.send((index, opened.clone()));
         if let Err(e) = opened {

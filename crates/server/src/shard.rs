@@ -22,8 +22,9 @@ use crate::stats::Stats;
 /// A watched key: (db, key).
 pub type WatchedKey = (usize, Vec<u8>);
 
-/// Delivers a message another site published: (channel, message, sharded).
-pub type Deliver = dyn Fn(&[u8], &[u8], bool);
+/// Delivers a message another site published: (channel, message, sharded, this shard's
+/// settings (output limits), now in ms).
+pub type Deliver = dyn Fn(&[u8], &[u8], bool, &Config, u64);
 
 /// Where a message another site published goes: the site's subscribers (installed by the
 /// server, which owns Pub/Sub; the shard only hands messages on).

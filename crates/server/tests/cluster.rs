@@ -49,7 +49,7 @@ impl Cl {
             &shards.to_string(),
             "--cluster-api",
             "yes",
-            "--cluster-port",
+            "--cluster-endpoint-port",
             &base.to_string(),
         ]);
         for i in 0..shards {

@@ -8,7 +8,7 @@
 //! (keyword and keynum specs) need no per-command code; the few commands whose specs are
 //! incomplete or carry variable flags have their own extractor, as in Redis.
 
-use super::args::{eq_ic, glob_match, parse_i64};
+use super::args::{eq_ic, parse_i64};
 use super::table::{CommandSpec, Flags, Table};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
@@ -226,7 +226,7 @@ fn list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ListFilter::None => true,
         ListFilter::Module => false,
         ListFilter::AclCat(cat) => spec.meta.acl_categories.iter().any(|c| eq_ic(cat, c)),
-        ListFilter::Pattern(p) => glob_match(p, spec.meta.name.as_bytes(), true),
+        ListFilter::Pattern(p) => crate::glob::matches(p, spec.meta.name.as_bytes(), true),
     };
     let mut names: Vec<&'static str> = Vec::new();
     for spec in table.top_level() {

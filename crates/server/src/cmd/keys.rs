@@ -13,7 +13,7 @@
 
 use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 
-use super::args::{eq_ic, glob_match, int_arg, parse_cursor, parse_i64};
+use super::args::{eq_ic, int_arg, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 #[cfg(test)]
@@ -168,15 +168,18 @@ fn keys(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let all = pattern == b"*";
     let now = ctx.now_ms;
     let db = ctx.db();
-    let found: Vec<&[u8]> = match ctx.shard.dbs.get(db) {
-        Some(d) => d
-            .table
-            .iter()
-            .filter(|e| is_live(e, now) && (all || glob_match(pattern, &e.key, false)))
-            .map(|e| &*e.key)
-            .collect(),
-        None => Vec::new(),
-    };
+    let mut poll = crate::stop::Poll::new();
+    let mut found: Vec<&[u8]> = Vec::new();
+    if let Some(d) = ctx.shard.dbs.get(db) {
+        for e in d.table.iter() {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
+            if is_live(e, now) && (all || crate::glob::matches(pattern, &e.key, false)) {
+                found.push(&e.key);
+            }
+        }
+    }
     ctx.out.array(found.len());
     for k in found {
         ctx.out.bulk(k);
@@ -309,7 +312,7 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut keys: Vec<SmallBytes> = Vec::with_capacity(collected.len());
     for (key, expired, tag) in collected {
         if let Some(p) = pattern {
-            if !glob_match(p, &key, false) {
+            if !crate::glob::matches(p, &key, false) {
                 continue;
             }
         }
@@ -731,10 +734,12 @@ fn str_encoding(v: &StrView<'_>) -> (&'static str, Option<i64>) {
 }
 
 /// Redis 7.0's set encodings: "intset" when every member is an integer and there are at most
-/// 512 (`set-max-intset-entries`), else "hashtable" (7.0 has no listpack sets).
-fn set_encoding(state: &KeyState) -> &'static str {
+/// `set-max-intset-entries`, else "hashtable" (7.0 has no listpack sets).
+fn set_encoding(state: &KeyState, intset_max: u64) -> &'static str {
     match state.set() {
-        Some(s) if s.len() <= 512 && s.members().all(|m| parse_i64(m).is_some()) => "intset",
+        Some(s) if s.len() as u64 <= intset_max && s.members().all(|m| parse_i64(m).is_some()) => {
+            "intset"
+        }
         _ => "hashtable",
     }
 }
@@ -743,15 +748,27 @@ fn object_key<'a>(argv: &[&'a [u8]]) -> &'a [u8] {
     argv.get(2).copied().unwrap_or_default()
 }
 
+/// OBJECT ENCODING: the encoding Redis 7.0 would give a value of the same contents under the
+/// current thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
+/// Redis converts a value only one way, so after elements are removed Redis may still show
+/// the larger encoding where Meridian shows the smaller (docs/compatibility.md).
 fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
+    let (hash, zset) = (
+        ctx.shard.config.hash_listpack(),
+        ctx.shard.config.zset_listpack(),
+    );
+    let intset_max = ctx.shard.config.set_max_intset_entries;
     let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
-        Some(TypeTag::Set) => set_encoding(&e.state),
+        Some(TypeTag::Set) => set_encoding(&e.state, intset_max),
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
-        Some(TypeTag::ZSet) => e.state.zset().map_or("listpack", super::zset::encoding),
+        Some(TypeTag::ZSet) => e
+            .state
+            .zset()
+            .map_or("listpack", |z| super::zset::encoding(z, zset)),
         Some(TypeTag::Hash) => match e.state.hash() {
-            Some(h) if h.is_listpack() => "listpack",
+            Some(h) if h.fits_listpack(hash.entries_max, hash.value_max) => "listpack",
             _ => "hashtable",
         },
         _ if e.raw => "raw",

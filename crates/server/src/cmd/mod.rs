@@ -405,7 +405,13 @@ pub fn call(
         && !flags.contains(Flags::SKIP_MONITOR)
         && !flags.contains(Flags::ADMIN)
     {
-        feed_monitors(front, client, argv, now_ms);
+        feed_monitors(
+            front,
+            client,
+            argv,
+            now_ms,
+            &shard.config.client_output_buffer_limit,
+        );
     }
 }
 
@@ -449,7 +455,13 @@ pub fn reply_error(front: &mut Front, out: &mut Reply, e: &CmdError) {
 }
 
 /// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
-fn feed_monitors(front: &mut Front, client: &Client, argv: &[&[u8]], now_ms: u64) {
+fn feed_monitors(
+    front: &mut Front,
+    client: &Client,
+    argv: &[&[u8]],
+    now_ms: u64,
+    limits: &crate::config::OutputBufferLimits,
+) {
     let mut line = Vec::with_capacity(64);
     let micros = now_ms * 1000
         + u64::from(
@@ -473,5 +485,7 @@ fn feed_monitors(front: &mut Front, client: &Client, argv: &[&[u8]], now_ms: u64
         args::repr_into(&mut line, a);
     }
     line.extend_from_slice(b"\r\n");
-    front.node.feed_monitors(client.id(), &line);
+    front
+        .node
+        .feed_monitors(client.id(), &line, &limits.normal, now_ms);
 }

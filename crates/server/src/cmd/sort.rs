@@ -311,7 +311,6 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(),
         None => reply(ctx, &a.gets, &selected),
         Some(dst) => store(ctx, dst, &a.gets, &selected),
     }
-    Ok(())
 }
 
 /// The elements at `start..=end` (nothing when `end < start`).
@@ -325,34 +324,55 @@ fn take_range(v: Vec<Vec<u8>>, start: i64, end: i64) -> Vec<Vec<u8>> {
     v.into_iter().skip(start).take(end - start + 1).collect()
 }
 
-fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) {
+/// The output is elements × GET patterns, both chosen by the client: the loops poll the stop
+/// flag (the reply is cut short and the connection closes).
+fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) -> Result<(), CmdError> {
     if gets.is_empty() {
         ctx.out.array(selected.len());
         for e in selected {
             ctx.out.bulk(e);
         }
-        return;
+        return Ok(());
     }
+    let mut poll = crate::stop::Poll::new();
     ctx.out.array(selected.len() * gets.len());
     for e in selected {
         for p in gets {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
             match lookup_pattern(ctx, p, e, false) {
                 Some(v) => ctx.out.bulk(&v),
                 None => ctx.out.null(),
             }
         }
     }
+    Ok(())
 }
+
+/// Most output entries SORT ... STORE reserves room for before it has them.
+const STORE_PREALLOC_MAX: usize = 64 * 1024;
 
 /// STORE: `dst` becomes a list of the output (a missing GET value stored as ""), or is
 /// deleted when the output is empty; replies the output's length.
-fn store(ctx: &mut Ctx<'_>, dst: &[u8], gets: &[&[u8]], selected: &[Vec<u8>]) {
-    let mut values: Vec<Vec<u8>> = Vec::with_capacity(selected.len() * gets.len().max(1));
+fn store(
+    ctx: &mut Ctx<'_>,
+    dst: &[u8],
+    gets: &[&[u8]],
+    selected: &[Vec<u8>],
+) -> Result<(), CmdError> {
+    let mut poll = crate::stop::Poll::new();
+    // Elements × patterns may be far more than memory holds: reserve a bounded amount.
+    let want = selected.len().saturating_mul(gets.len().max(1));
+    let mut values: Vec<Vec<u8>> = Vec::with_capacity(want.min(STORE_PREALLOC_MAX));
     for e in selected {
         if gets.is_empty() {
             values.push(e.clone());
         }
         for p in gets {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
             values.push(lookup_pattern(ctx, p, e, true).unwrap_or_default());
         }
     }
@@ -366,6 +386,7 @@ fn store(ctx: &mut Ctx<'_>, dst: &[u8], gets: &[&[u8]], selected: &[Vec<u8>]) {
         });
     }
     ctx.out.int(values.len() as i64);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -360,7 +360,7 @@ impl Shard {
             }
             OpBody::Publish { message, sharded } => {
                 if let Some(hook) = &self.publish_hook {
-                    (hook.0)(&rec.key, message, *sharded);
+                    (hook.0)(&rec.key, message, *sharded, &self.config, now_ms);
                 }
             }
         }

@@ -242,6 +242,28 @@ impl Node {
         }
     }
 
+    /// The running process's id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits up to `READY_TIMEOUT` for the process to exit by itself (SIGKILL after that,
+    /// which shows in the status); returns the exit status.
+    pub fn wait_exit(&mut self) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return c.wait().ok();
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// SIGKILL, then start again on the same directory and port.
     pub fn restart(&mut self) {
         self.kill();
