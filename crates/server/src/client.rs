@@ -302,6 +302,9 @@ pub struct Client {
     pub cluster_readonly: bool,
     /// ASKING was sent: the next command may touch a slot being imported here.
     pub cluster_asking: bool,
+    /// A link from another node of the site (`conn::LINK_HANDSHAKE`): commands run here
+    /// as they are, and PUBLISH is neither logged nor forwarded again.
+    pub site_link: bool,
 }
 
 impl Client {
@@ -320,6 +323,7 @@ impl Client {
             endpoint: None,
             cluster_readonly: false,
             cluster_asking: false,
+            site_link: false,
         }
     }
 

@@ -37,6 +37,11 @@ pub struct Config {
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
     /// `bind` address, or 127.0.0.1 when it is a wildcard).
     pub cluster_announce_ip: String,
+    /// A site across several nodes: the topology file (nodes, their shards and ports, slot
+    /// ranges, epoch; identical on every node). Empty: the site is this process.
+    pub topology: PathBuf,
+    /// This node's name in the topology file.
+    pub node_name: String,
     /// Number of logical databases (SELECT 0..databases-1).
     pub databases: u32,
     /// This site's id; replica ids derive from it and the shard index.
@@ -152,6 +157,8 @@ impl Default for Config {
             cluster_api: None,
             cluster_endpoint_port: 0,
             cluster_announce_ip: String::new(),
+            topology: PathBuf::new(),
+            node_name: String::new(),
             databases: 16,
             site: "local".to_string(),
             proto_max_bulk_len: 512 * 1024 * 1024,
@@ -600,7 +607,8 @@ impl Config {
             return bad("deployment-id", "must be 1-255 bytes".to_string());
         }
         let peers = self.peers()?;
-        if !peers.is_empty() && self.sync_port == 0 {
+        // A node of a multi-node site takes its sync port from the topology file.
+        if !peers.is_empty() && self.sync_port == 0 && self.topology.as_os_str().is_empty() {
             return bad(
                 "sync-port",
                 "a site with peers needs a sync port".to_string(),

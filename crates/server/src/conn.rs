@@ -675,6 +675,23 @@ impl Conn {
         me: u16,
     ) -> Step {
         let table = f.table;
+        if argv
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(LINK_HANDSHAKE))
+        {
+            match link_refusal(s, f, argv) {
+                None => {
+                    self.client.site_link = true;
+                    self.out.proto = self.client.shared.proto.get();
+                    self.out.ok();
+                }
+                Some(why) => self.reject(f, None, &CmdError::Raw(why)),
+            }
+            return Step::Next;
+        }
+        if self.client.site_link {
+            return self.dispatch_link(s, f, argv, now, me);
+        }
         let asking = std::mem::take(&mut self.client.cluster_asking);
         if let Ok(spec) = cmd::resolve(table, argv) {
             let name = spec.meta.name;
@@ -745,10 +762,10 @@ impl Conn {
             })
         };
         match (class, spec.meta.name) {
-            (_, "config|set" | "config|resetstat") if f.node.shards > 1 => {
+            (_, "config|set" | "config|resetstat") if f.node.local > 1 => {
                 everywhere(BarrierKind::All(Merge::Same))
             }
-            (Class::Special(Special::Shutdown), _) if f.node.shards > 1 => {
+            (Class::Special(Special::Shutdown), _) if f.node.local > 1 => {
                 everywhere(BarrierKind::Special(Special::Shutdown))
             }
             (Class::Special(Special::Digest), _) if f.node.shards > 1 => {
@@ -756,6 +773,72 @@ impl Conn {
             }
             _ => self.inline(s, f, spec, argv, now),
         }
+    }
+
+    /// A command on a link from another node of the site: it runs here as it is, after the
+    /// same slot check as a cluster client's, whose failure is TRYAGAIN (the nodes disagree
+    /// on the slot: it must never run on a shard that does not own it).
+    fn dispatch_link(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        argv: &[&[u8]],
+        now: u64,
+        me: u16,
+    ) -> Step {
+        if let Ok(spec) = cmd::resolve(f.table, argv) {
+            let name = spec.meta.name;
+            let pubsub = matches!(name, "publish" | "spublish");
+            let redirect = if name == "exec" {
+                self.client.multi.as_ref().and_then(|m| {
+                    let queued: Vec<Vec<&[u8]>> = m
+                        .queued
+                        .iter()
+                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
+                        .collect();
+                    not_owned(f, me, queued.iter().map(Vec::as_slice))
+                })
+            } else if pubsub || (self.client.multi.is_some() && cmd::runs_inside_multi(name)) {
+                None
+            } else {
+                not_owned(f, me, std::iter::once(argv))
+            };
+            if let Some(slot) = redirect {
+                let text = format!(
+                    "TRYAGAIN slot {slot} is not shard {me}'s on this node: the site's nodes disagree on the topology"
+                );
+                if name == "exec" {
+                    self.client.multi = None;
+                    self.client.shared.in_multi.set(false);
+                } else if let Some(m) = self.client.multi.as_mut() {
+                    m.aborted = true;
+                }
+                self.reject(f, Some(spec), &CmdError::Raw(text));
+                return Step::Next;
+            }
+        }
+        let spec = {
+            let proto = self.client.shared.proto.get();
+            let Conn {
+                client, round, out, ..
+            } = self;
+            let sink = if round.active {
+                &mut round.local
+            } else {
+                &mut *out
+            };
+            sink.proto = proto;
+            let start = sink.len();
+            let spec = cmd::admit(s, f, client, sink, argv);
+            if spec.is_none() {
+                self.local_done(start);
+            }
+            match spec {
+                Some(spec) => spec,
+                None => return Step::Next,
+            }
+        };
+        self.inline(s, f, spec, argv, now)
     }
 
     /// Where the keys of `argv` are.
@@ -990,7 +1073,7 @@ impl Conn {
         }
         let mut waits = Vec::with_capacity(round.batches.len());
         for (shard, batch) in round.batches.drain(..) {
-            waits.push((shard, hop::send(&self.th.node, shard, batch).await));
+            waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
         let mut done: Vec<(u16, Result<Done, hop::Unavailable>)> = Vec::with_capacity(waits.len());
         for (shard, w) in waits {
@@ -1082,7 +1165,7 @@ impl Conn {
         }
         let mut batch = Batch::new(ClientView::of(&self.client));
         batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
-        let rx = hop::send(&self.th.node, shard, batch).await?;
+        let rx = hop::send(&self.th, shard, batch).await?;
         let mut done = rx.await.map_err(|_| hop::Unavailable { shard })?;
         if let Some(seq) = done.wrote {
             self.client.note_write(shard, seq);
@@ -1110,6 +1193,11 @@ impl Conn {
                 self.out.proto = self.client.shared.proto.get();
                 route::merge(merge, &parts, &mut self.out);
             }
+            BarrierKind::Blocking(t) if self.th.node.remote_endpoint(t).is_some() => {
+                self.client.shared.last_cmd.set(spec.meta.name);
+                let reply = self.remote_blocking(t, &argv).await;
+                self.out.raw(&reply);
+            }
             BarrierKind::Blocking(t) => {
                 self.client.shared.last_cmd.set(spec.meta.name);
                 match self.one(t, Op::Call(spec), &argv).await {
@@ -1136,6 +1224,36 @@ impl Conn {
         true
     }
 
+    /// A blocking command whose key is on another node's shard: it blocks there, on a link
+    /// of its own (a shared one would hold up other clients' commands behind it), for as
+    /// long as it blocks plus the request limit (its timeout argument is the command's own
+    /// business; a command that blocks for ever waits as long as the link lives).
+    async fn remote_blocking(&mut self, shard: u16, argv: &[Vec<u8>]) -> Vec<u8> {
+        let err = |text: String| {
+            let mut r = Reply::new();
+            r.error(&CmdError::Raw(text));
+            r.buf
+        };
+        let (Some(addr), Some(pool)) = (
+            self.th.node.remote_endpoint(shard).map(str::to_string),
+            self.th.proxy.clone(),
+        ) else {
+            return err(format!("CLUSTERDOWN shard {shard} is unavailable"));
+        };
+        let resp3 = self.client.shared.proto.get() == crate::resp::reply::Proto::Resp3;
+        let link = match pool.dedicated(&addr, resp3).await {
+            Ok(l) => l,
+            Err(e) => return err(hop::proxy_error_text(&e)),
+        };
+        let mut req = meridian_proxy::Request::new();
+        let a: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        req.push(self.client.db, &a);
+        match link.call(&req, REMOTE_BLOCK_WAIT_MAX).await {
+            Ok(mut r) => r.pop().unwrap_or_default(),
+            Err(e) => err(hop::proxy_error_text(&e)),
+        }
+    }
+
     /// Runs `argv` on every shard: this thread's counted, the others quiet. Replies in shard
     /// order.
     async fn on_every_shard(
@@ -1143,10 +1261,18 @@ impl Conn {
         spec: &'static CommandSpec,
         argv: &[Vec<u8>],
     ) -> Vec<Vec<u8>> {
-        let n = self.th.node.shards;
+        let node = self.th.node.clone();
+        // The keyspace's commands cover the whole site; settings, snapshots and clients are
+        // each node's own (as a Redis Cluster node's).
+        let range = if site_wide(spec.meta.name) {
+            0..node.shards
+        } else {
+            node.local_shards()
+        };
+        let n = node.shards;
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let mut waits = Vec::with_capacity(usize::from(n));
-        for shard in 0..n {
+        for shard in range.clone() {
             if shard == self.th.index {
                 continue;
             }
@@ -1157,7 +1283,7 @@ impl Conn {
                 self.client.shared.proto.get(),
                 &borrowed,
             );
-            waits.push((shard, hop::send(&self.th.node, shard, batch).await));
+            waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
         let (mine, _) = self
             .one(self.th.index, Op::Call(spec), argv)
@@ -1186,7 +1312,11 @@ impl Conn {
                 *slot = reply;
             }
         }
-        out
+        out.into_iter()
+            .enumerate()
+            .filter(|(i, _)| range.contains(&(*i as u16)))
+            .map(|(_, r)| r)
+            .collect()
     }
 
     async fn run_special(
@@ -1374,6 +1504,22 @@ impl Conn {
             KeysAt::Shard(t) => t,
             KeysAt::None => self.th.index,
         };
+        if self.th.node.remote_endpoint(t).is_some() {
+            // The watch would live on a link other clients share.
+            let mut f = self.th.front.borrow_mut();
+            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                st.rejected_calls += 1;
+            }
+            self.out.proto = self.client.shared.proto.get();
+            cmd::reply_error(
+                &mut f,
+                &mut self.out,
+                &CmdError::Err(format!(
+                    "WATCH of keys on another node of the site (shard {t}) is not supported on this port: use that shard's cluster endpoint"
+                )),
+            );
+            return;
+        }
         match self.one(t, Op::Call(spec), &argv).await {
             Ok((reply, _)) => {
                 if t != self.th.index && reply == b"+OK\r\n" {
@@ -1826,6 +1972,95 @@ fn cluster_redirect<'a>(
     let slot = first?;
     let owner = f.node.slots.shard_of_slot(slot);
     (owner != me).then(|| CmdError::Raw(cluster.moved(slot, owner)))
+}
+
+/// Longest a blocking command forwarded to another node waits for its reply (a day: the
+/// link ends sooner when that node goes).
+pub const REMOTE_BLOCK_WAIT_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// Commands run on every shard that cover the whole site (a node's main port answers for
+/// the site); the others are each node's own.
+fn site_wide(name: &str) -> bool {
+    matches!(
+        name,
+        "dbsize" | "keys" | "flushdb" | "flushall" | "lastsave" | "crdt.digest"
+    )
+}
+
+/// The first command of a link from another node of the site:
+/// `MERIDIAN.LINK <deployment> <site> <topology epoch> <node name>`.
+pub const LINK_HANDSHAKE: &[u8] = b"MERIDIAN.LINK";
+
+/// Why this endpoint refuses a link handshake (None: it accepts it). Each reason names both
+/// sides' values.
+fn link_refusal(s: &Shard, f: &Front, argv: &[&[u8]]) -> Option<String> {
+    let text =
+        |i: usize| String::from_utf8_lossy(argv.get(i).copied().unwrap_or_default()).to_string();
+    if argv.len() != 5 {
+        return Some(format!(
+            "ERR {} needs deployment, site, epoch and node name",
+            String::from_utf8_lossy(LINK_HANDSHAKE)
+        ));
+    }
+    let Some(site) = &f.node.site else {
+        return Some("ERR this node is not part of a multi-node site (no --topology)".to_string());
+    };
+    if text(1) != s.config.deployment_id {
+        return Some(format!(
+            "ERR deployment {:?} is not this node's {:?}",
+            text(1),
+            s.config.deployment_id
+        ));
+    }
+    if text(2) != s.config.site {
+        return Some(format!(
+            "ERR site {:?} is not this node's site {:?}",
+            text(2),
+            s.config.site
+        ));
+    }
+    let epoch = text(3);
+    if epoch != site.topology.epoch.to_string() {
+        return Some(format!(
+            "ERR topology epoch mismatch: node {:?} has epoch {epoch}, this node ({:?}) has epoch {}",
+            text(4),
+            site.this().map_or("", |n| n.name.as_str()),
+            site.topology.epoch
+        ));
+    }
+    if site.topology.node_index(&text(4)).is_err() {
+        return Some(format!(
+            "ERR node {:?} is not in this node's topology (epoch {})",
+            text(4),
+            site.topology.epoch
+        ));
+    }
+    None
+}
+
+/// On a link from another node: the first slot of the commands' keys that shard `me` does
+/// not own (the keys of one forwarded command may be in several of its slots).
+fn not_owned<'a>(
+    f: &Front,
+    me: u16,
+    commands: impl Iterator<Item = &'a [&'a [u8]]>,
+) -> Option<u16> {
+    for argv in commands {
+        let Ok(spec) = cmd::resolve(f.table, argv) else {
+            continue;
+        };
+        let Some(positions) = route::positions(f.table, spec, argv) else {
+            continue;
+        };
+        for p in positions {
+            let Some(key) = argv.get(p) else { continue };
+            let slot = crate::slot::slot(key);
+            if f.node.slots.shard_of_slot(slot) != me {
+                return Some(slot);
+            }
+        }
+    }
+    None
 }
 
 /// Local commands that act on the connection itself: inside a transaction they pin it to

@@ -38,10 +38,13 @@ pub type FrontRc = Rc<RefCell<Front>>;
 /// One shard thread's state.
 #[derive(Debug)]
 pub struct Thread {
+    /// Its shard's index in the site.
     pub index: u16,
     pub node: Arc<Node>,
     pub shard: ShardRc,
     pub front: FrontRc,
+    /// Links to the shards of the site's other nodes (None: the site is this process).
+    pub proxy: Option<Rc<meridian_proxy::Pool>>,
 }
 
 /// What a thread's inbox carries.
@@ -235,20 +238,140 @@ pub fn unavailable_error(e: Unavailable) -> CmdError {
     CmdError::Raw(format!("CLUSTERDOWN {e}"))
 }
 
-/// Sends `batch` to `shard`'s thread (waiting while its inbox is full); returns the
-/// receiver of its replies.
+/// Sends `batch` to `shard`'s thread (waiting while its inbox is full), or over a link to
+/// its node when another node of the site runs it; returns the receiver of its replies.
 pub async fn send(
-    node: &Node,
+    th: &Thread,
     shard: u16,
     batch: Batch,
 ) -> Result<oneshot::Receiver<Done>, Unavailable> {
-    let inbox = node.inbox(shard).ok_or(Unavailable { shard })?;
+    if let (Some(addr), Some(pool)) = (th.node.remote_endpoint(shard), &th.proxy) {
+        let (tx, rx) = oneshot::channel();
+        tokio::task::spawn_local(forward(pool.clone(), addr.to_string(), batch, tx));
+        return Ok(rx);
+    }
+    let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
     let (tx, rx) = oneshot::channel();
     inbox
         .send(Msg::Batch(batch, tx))
         .await
         .map_err(|_| Unavailable { shard })?;
     Ok(rx)
+}
+
+/// The error a client gets for a command the link to another node could not run: down
+/// (or refusing this node) is CLUSTERDOWN; no answer in time or a broken link is TRYAGAIN
+/// (a write may or may not have applied, as with any lost connection).
+pub fn proxy_error_text(e: &meridian_proxy::ProxyError) -> String {
+    use meridian_proxy::ProxyError as P;
+    match e {
+        P::Down { .. } | P::Refused { .. } => format!("CLUSTERDOWN {e}"),
+        P::Timeout { .. } | P::Lost { .. } | P::Protocol { .. } => format!("TRYAGAIN {e}"),
+    }
+}
+
+/// Runs `batch` on a shard of another node: each item as the command it is, over the
+/// thread's pooled link to that shard's endpoint (a transaction as MULTI, its commands and
+/// EXEC); the replies come back as a `Done`. The other node answers only once its own
+/// fsync policy allows, so no wait is left here.
+async fn forward(
+    pool: Rc<meridian_proxy::Pool>,
+    addr: String,
+    batch: Batch,
+    done: oneshot::Sender<Done>,
+) {
+    let Batch { items, args, .. } = batch;
+    let resp3 = items.first().is_some_and(|i| i.proto == Proto::Resp3);
+    let mut req = meridian_proxy::Request::new();
+    // Per item: its reply from the link (None) or one made here.
+    let mut local: Vec<Option<Vec<u8>>> = Vec::with_capacity(items.len());
+    // The client's database after each item (a SELECT inside a transaction changes it).
+    let mut dbs: Vec<usize> = Vec::with_capacity(items.len());
+    for item in &items {
+        let argv = args.get(item.args);
+        dbs.push(item.db);
+        match &item.op {
+            Op::Call(_) | Op::Quiet(_) => {
+                req.push(item.db, &argv);
+                local.push(None);
+            }
+            Op::Exec { multi, .. } => {
+                if multi.aborted {
+                    local.push(Some(
+                        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+                            .to_vec(),
+                    ));
+                    continue;
+                }
+                req.push_unanswered(item.db, &[b"MULTI"]);
+                for q in &multi.queued {
+                    let a: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+                    req.push_unanswered(item.db, &a);
+                }
+                req.push(item.db, &[b"EXEC"]);
+                let selected = multi.queued.iter().rev().find_map(|q| {
+                    let name = q.args.first()?;
+                    if !name.eq_ignore_ascii_case(b"select") {
+                        return None;
+                    }
+                    std::str::from_utf8(q.args.get(1)?)
+                        .ok()?
+                        .parse::<usize>()
+                        .ok()
+                });
+                if let Some(db) = selected {
+                    // The link's database is the one its own SELECTs chose: put it back.
+                    let n = item.db.to_string();
+                    req.push_unanswered(item.db, &[b"SELECT", n.as_bytes()]);
+                    if let Some(last) = dbs.last_mut() {
+                        *last = db;
+                    }
+                }
+                local.push(None);
+            }
+            Op::Unwatch | Op::Forget => local.push(Some(Vec::new())),
+            Op::Rerun(_) | Op::TimeOut(_) => {
+                local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
+            }
+        }
+    }
+    let result = pool.call(&addr, resp3, &req).await;
+    let mut out = Vec::new();
+    let mut ends = Vec::with_capacity(items.len());
+    let mut replies = match &result {
+        Ok(r) => r.iter(),
+        Err(_) => [].iter(),
+    };
+    let err_line = result.as_ref().err().map(|e| {
+        let mut r = Reply::new();
+        r.error(&CmdError::Raw(proxy_error_text(e)));
+        r.buf
+    });
+    for l in local {
+        match l {
+            Some(bytes) => out.extend_from_slice(&bytes),
+            None => match (&err_line, replies.next()) {
+                (Some(e), _) => out.extend_from_slice(e),
+                (None, Some(r)) => out.extend_from_slice(r),
+                (None, None) => out.extend_from_slice(b"-TRYAGAIN missing reply\r\n"),
+            },
+        }
+        ends.push(out.len() as u32);
+    }
+    let notes = dbs
+        .into_iter()
+        .map(|db| Note {
+            db,
+            ..Note::default()
+        })
+        .collect();
+    let _ = done.send(Done {
+        out,
+        ends,
+        notes,
+        after: AfterBatch::Reply,
+        wrote: None,
+    });
 }
 
 impl Batch {
@@ -295,14 +418,14 @@ pub async fn run_on<T: Send + 'static>(
     rx.await.map_err(|_| Unavailable { shard })
 }
 
-/// Runs `job` on every shard thread (this one inline) and returns the results in shard
-/// order.
+/// Runs `job` on every shard thread of this process (this one inline) and returns the
+/// results in shard order.
 pub async fn run_on_all<T: Send + 'static>(
     th: &Rc<Thread>,
     job: impl Fn(&Rc<Thread>) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<Result<T, Unavailable>> {
-    let mut waits = Vec::with_capacity(usize::from(th.node.shards));
-    for shard in 0..th.node.shards {
+    let mut waits = Vec::with_capacity(usize::from(th.node.local));
+    for shard in th.node.local_shards() {
         if shard == th.index {
             waits.push(Ok(None));
             continue;
@@ -323,8 +446,7 @@ pub async fn run_on_all<T: Send + 'static>(
         });
     }
     let mut out = Vec::with_capacity(waits.len());
-    for (shard, w) in waits.into_iter().enumerate() {
-        let shard = shard as u16;
+    for (shard, w) in th.node.local_shards().zip(waits) {
         out.push(match w {
             Ok(None) => Ok(job(th)),
             Ok(Some(rx)) => rx.await.map_err(|_| Unavailable { shard }),

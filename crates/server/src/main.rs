@@ -58,6 +58,12 @@ struct ServerFlags {
     cluster_endpoint_port: Option<u16>,
     #[arg(long)]
     cluster_announce_ip: Option<String>,
+    /// A site across several nodes: the topology file (identical on every node).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// This node's name in the topology file.
+    #[arg(long = "node")]
+    node_name: Option<String>,
     #[arg(long)]
     site: Option<String>,
     #[arg(long)]
@@ -147,6 +153,8 @@ impl ServerFlags {
             shards,
             cluster_endpoint_port,
             cluster_announce_ip,
+            topology,
+            node_name,
             databases,
             site,
             proto_max_bulk_len,

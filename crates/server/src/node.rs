@@ -25,13 +25,22 @@ use crate::stats::{LatencyMonitor, SlowLog};
 pub const INBOX_MSGS_MAX: usize = 1024;
 
 /// The process-wide state of a node. See the module doc.
+///
+/// Shard indices are the site's: a node of a multi-node site (`--topology`) runs shards
+/// `first..first + local`, the other nodes the rest.
 #[derive(Debug)]
 pub struct Node {
-    /// Shard threads in this process.
+    /// Shards of the whole site (this node's and other nodes').
     pub shards: u16,
+    /// The site index of this node's first shard.
+    pub first: u16,
+    /// Shard threads in this process.
+    pub local: u16,
     /// Which shard owns each slot.
     pub slots: Arc<SlotMap>,
-    /// Each thread's inbox, by shard index.
+    /// The site's nodes when it has several (`--topology`), and which one this is.
+    pub site: Option<Arc<crate::topology::SiteNodes>>,
+    /// Each thread's inbox, by local thread index (shard - first).
     inboxes: Vec<mpsc::Sender<Msg>>,
     /// Where each shard thread runs.
     pub placement: Vec<Place>,
@@ -64,9 +73,12 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Node {
-    /// A node of `slots.shards()` threads; returns it and each thread's inbox receiver.
+    /// A node of `slots.shards()` threads (or its topology's share of them); returns it and
+    /// each thread's inbox receiver.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         slots: Arc<SlotMap>,
+        site: Option<Arc<crate::topology::SiteNodes>>,
         placement: Vec<Place>,
         numa: String,
         cluster: Option<crate::topology::ClusterMap>,
@@ -74,11 +86,18 @@ impl Node {
         now_ms: u64,
     ) -> (Arc<Node>, Vec<mpsc::Receiver<Msg>>) {
         let shards = slots.shards();
+        let (first, local) = match &site {
+            Some(t) => t.local(),
+            None => (0, shards),
+        };
         let (inboxes, receivers): (Vec<_>, Vec<_>) =
-            (0..shards).map(|_| mpsc::channel(INBOX_MSGS_MAX)).unzip();
+            (0..local).map(|_| mpsc::channel(INBOX_MSGS_MAX)).unzip();
         let node = Node {
             shards,
+            first,
+            local,
             slots,
+            site,
             inboxes,
             placement,
             numa,
@@ -97,15 +116,34 @@ impl Node {
         (Arc::new(node), receivers)
     }
 
-    /// The inbox of shard `shard`'s thread.
+    /// The inbox of shard `shard`'s thread (None: the shard is on another node).
     pub fn inbox(&self, shard: u16) -> Option<&mpsc::Sender<Msg>> {
-        self.inboxes.get(usize::from(shard))
+        self.inboxes
+            .get(usize::from(shard.checked_sub(self.first)?))
     }
 
-    /// The thread the next accepted connection goes to (round robin).
+    /// Whether shard `shard` runs in this process.
+    pub fn is_local(&self, shard: u16) -> bool {
+        shard >= self.first && shard - self.first < self.local
+    }
+
+    /// The shards of this process.
+    pub fn local_shards(&self) -> std::ops::Range<u16> {
+        self.first..self.first + self.local
+    }
+
+    /// The cluster endpoint ("ip:port") of shard `shard` on another node of the site.
+    pub fn remote_endpoint(&self, shard: u16) -> Option<&str> {
+        if self.is_local(shard) {
+            return None;
+        }
+        self.site.as_ref()?.endpoint(shard)
+    }
+
+    /// The thread (shard) the next accepted connection goes to (round robin).
     pub fn next_conn_thread(&self) -> u16 {
         let n = self.next_thread.fetch_add(1, Ordering::Relaxed);
-        (n % usize::from(self.shards.max(1))) as u16
+        self.first + (n % usize::from(self.local.max(1))) as u16
     }
 
     /// A new client id (ids increase over the whole process, as Redis's).

@@ -51,6 +51,10 @@ pub enum ServerError {
     Shard(String),
     #[error("slot map {path}: {message}")]
     SlotMap { path: String, message: String },
+    #[error("{0}")]
+    Topology(#[from] crate::topology::TopologyError),
+    #[error("topology: {0}")]
+    Site(String),
 }
 
 /// File descriptors kept beyond `maxclients` for listeners, sync links, the log and
@@ -97,15 +101,24 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     let topology = Topology::read();
-    let slots = Arc::new(slot_map(&config, topology.allowed.len())?);
+    let site = site_nodes(&mut config)?;
+    let slots = Arc::new(match &site {
+        Some(t) => site_slot_map(&config, &t.topology)?,
+        None => slot_map(&config, topology.allowed.len())?,
+    });
+    // Shards of the site, and those this process runs.
     let shards = slots.shards();
+    let (first, local) = site.as_ref().map_or((0, shards), |t| t.local());
     // `cluster-api` unset means "on with several shards": settle it for CONFIG GET.
     config.cluster_api = Some(config.cluster_enabled(shards));
-    let placement = topology.place(usize::from(shards));
+    let placement = topology.place(usize::from(local));
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
-    let (cluster, endpoints) = bind_cluster(&config, shards)?;
+    let (cluster, endpoints) = match &site {
+        Some(t) => bind_site(&config, t)?,
+        None => bind_cluster(&config, shards)?,
+    };
     let tls = match config.sync_tls_files() {
         Some(files) => Some(Arc::new(
             meridian_syncer::TlsContext::load(files)
@@ -121,14 +134,16 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         }
     };
     tracing::info!(
-        shards,
+        shards = local,
+        first,
         numa = %topology.describe(),
-        placement = %describe_placement(&placement),
+        placement = %describe_placement(first, &placement),
         "shard threads"
     );
     let now = crate::time::wall_ms();
     let (node, inboxes) = Node::new(
         slots,
+        site,
         placement.clone(),
         topology.describe(),
         cluster,
@@ -139,9 +154,9 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     // ends with the first thread that ends by itself.
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, Result<(), String>)>();
     let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<u16>();
-    let mut handles = Vec::with_capacity(usize::from(shards));
+    let mut handles = Vec::with_capacity(usize::from(local));
     for (i, inbox) in inboxes.into_iter().enumerate() {
-        let index = i as u16;
+        let index = first + i as u16;
         let setup = ThreadSetup {
             index,
             node: node.clone(),
@@ -167,7 +182,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     }
     drop(ready_tx);
     let mut failure: Option<ServerError> = None;
-    for _ in 0..shards {
+    for _ in 0..local {
         match ready_rx.recv() {
             Ok((_, Ok(()))) => {}
             Ok((i, Err(e))) => {
@@ -189,7 +204,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
             .build()
             .map_err(ServerError::Runtime)?;
         let all_ended = rt.block_on(async {
-            let mut left = usize::from(shards);
+            let mut left = usize::from(local);
             tokio::select! {
                 () = wait_for_signal(tls.as_deref()) => {
                     tracing::info!("received shutdown signal, stopping");
@@ -308,17 +323,146 @@ fn write_slot_map(dir: &Path, map: &SlotMap) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// "0:cpu=0,node=0 1:cpu=1,node=0" for the start-up log and INFO.
-pub fn describe_placement(placement: &[Place]) -> String {
+/// "0:cpu=0,node=0 1:cpu=1,node=0" (shard `first` + i at `placement[i]`) for the start-up
+/// log and INFO.
+pub fn describe_placement(first: u16, placement: &[Place]) -> String {
     placement
         .iter()
         .enumerate()
+        .map(|(i, p)| (usize::from(first) + i, p))
         .map(|(i, p)| match p.cpu {
             Some(c) => format!("{i}:cpu={c},node={}", p.node),
             None => format!("{i}:cpu=any,node={}", p.node),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The command a link to another node of the site opens with: the endpoint checks that
+/// the dialer is of its deployment, site and topology epoch, and then runs the link's
+/// commands as they are (no redirect, no fan-out, PUBLISH not logged again).
+pub fn link_handshake(config: &Config, site: &crate::topology::SiteNodes) -> Vec<Vec<u8>> {
+    vec![
+        crate::conn::LINK_HANDSHAKE.to_vec(),
+        config.deployment_id.as_bytes().to_vec(),
+        config.site.as_bytes().to_vec(),
+        site.topology.epoch.to_string().into_bytes(),
+        site.this()
+            .map_or("", |n| n.name.as_str())
+            .as_bytes()
+            .to_vec(),
+    ]
+}
+
+/// A site across several nodes (`--topology FILE --node NAME`): the topology, checked, and
+/// this node's ports from it (the file is the one source of every node's addresses).
+fn site_nodes(config: &mut Config) -> Result<Option<Arc<crate::topology::SiteNodes>>, ServerError> {
+    if config.topology.as_os_str().is_empty() {
+        if !config.node_name.is_empty() {
+            return Err(ServerError::Site(
+                "--node names a node of a topology file: give --topology too".to_string(),
+            ));
+        }
+        return Ok(None);
+    }
+    if config.node_name.is_empty() {
+        return Err(ServerError::Site(
+            "--topology needs --node NAME: which node of the file this process is".to_string(),
+        ));
+    }
+    let t = crate::topology::Topology::read(&config.topology)?;
+    let site = crate::topology::SiteNodes::new(t, &config.node_name)?;
+    if config.cluster_api == Some(false) {
+        return Err(ServerError::Site(
+            "a site across nodes needs the cluster API (nodes reach each other's shards through their endpoints): drop --cluster-api no".to_string(),
+        ));
+    }
+    let Some(me) = site.this().cloned() else {
+        return Err(ServerError::Site(
+            "this node is not in the file".to_string(),
+        ));
+    };
+    if config.shards != 0 && config.shards != u32::from(me.shards) {
+        return Err(ServerError::Site(format!(
+            "node {:?} runs {} shards in the topology file but --shards is {}",
+            me.name, me.shards, config.shards
+        )));
+    }
+    config.shards = u32::from(me.shards);
+    config.port = me.port;
+    config.cluster_endpoint_port = me.endpoint_port;
+    if me.sync_port != 0 {
+        config.sync_port = me.sync_port;
+    }
+    config.cluster_announce_ip = me.ip.clone();
+    if !config.peer.is_empty() && config.sync_port == 0 {
+        return Err(ServerError::Site(format!(
+            "node {:?} has no sync-port in the topology file but the site has peers",
+            me.name
+        )));
+    }
+    tracing::info!(
+        node = %me.name,
+        epoch = site.topology.epoch,
+        nodes = site.topology.nodes.len(),
+        site_shards = site.topology.shards(),
+        "site across nodes"
+    );
+    Ok(Some(Arc::new(site)))
+}
+
+/// The slot map of a node of a multi-node site: the topology's; a data directory holding
+/// another map is refused, naming both (moving slots between shards moves their data).
+fn site_slot_map(config: &Config, t: &crate::topology::Topology) -> Result<SlotMap, ServerError> {
+    let path = config.dir.join(SLOT_MAP_FILE);
+    let err = |message: String| ServerError::SlotMap {
+        path: path.display().to_string(),
+        message,
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let existing = SlotMap::from_text(&text).map_err(|e| err(e.to_string()))?;
+        if existing != t.slots {
+            return Err(err(format!(
+                "this data directory holds a slot map of {} shards that differs from the topology's (epoch {}, {} shards); start this node on its own directory",
+                existing.shards(),
+                t.epoch,
+                t.shards()
+            )));
+        }
+    }
+    write_slot_map(&config.dir, &t.slots).map_err(|e| err(e.to_string()))?;
+    Ok(t.slots.clone())
+}
+
+/// A node of a multi-node site: its shards' endpoints (bound) and the map of every shard of
+/// the site.
+#[allow(clippy::type_complexity)]
+fn bind_site(
+    config: &Config,
+    site: &crate::topology::SiteNodes,
+) -> Result<
+    (
+        Option<crate::topology::ClusterMap>,
+        Vec<std::net::TcpListener>,
+    ),
+    ServerError,
+> {
+    let ip: std::net::IpAddr = config.bind.parse().map_err(|_| ServerError::Listen {
+        addr: config.bind.clone(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+    })?;
+    let (_, local) = site.local();
+    let mut listeners = Vec::with_capacity(usize::from(local));
+    for k in 0..local {
+        let port = config
+            .endpoint_port(k)
+            .ok_or_else(|| ServerError::Site("cluster endpoint port beyond 65535".to_string()))?;
+        listeners.push(listen(std::net::SocketAddr::new(ip, port))?);
+    }
+    let map = site
+        .topology
+        .cluster_map(&config.deployment_id, &config.site);
+    Ok((Some(map), listeners))
 }
 
 /// With the cluster API on: the endpoint of each shard (bound) and the map describing them.
@@ -377,7 +521,7 @@ fn start_listeners(
     endpoints: Vec<std::net::TcpListener>,
 ) -> Result<(), ServerError> {
     let inbox = node
-        .inbox(0)
+        .inbox(node.first)
         .ok_or_else(|| ServerError::Shard("no shard thread".into()))?;
     inbox
         .blocking_send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
@@ -386,7 +530,7 @@ fn start_listeners(
         })))
         .map_err(|_| ServerError::Shard("shard 0 ended at start".into()))?;
     for (i, l) in endpoints.into_iter().enumerate() {
-        let shard = i as u16;
+        let shard = node.first + i as u16;
         let inbox = node
             .inbox(shard)
             .ok_or_else(|| ServerError::Shard(format!("no thread for shard {shard}")))?;
@@ -576,6 +720,12 @@ fn run_thread(
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let now = crate::time::wall_ms();
+        let proxy = node.site.as_ref().map(|site| {
+            Rc::new(meridian_proxy::Pool::new(
+                meridian_proxy::Limits::default(),
+                vec![link_handshake(&config, site)],
+            ))
+        });
         let mut shard = Shard::in_site(index, node.slots.clone(), config, now);
         shard.sync.tls = tls;
         let hook_node = node.clone();
@@ -589,8 +739,14 @@ fn run_thread(
                     message,
                     sharded,
                 );
+                // The site's other nodes have subscribers too: they deliver it, unlogged.
+                let word: &[u8] = if sharded { b"SPUBLISH" } else { b"PUBLISH" };
+                crate::cmd::pubsub::forward_to_nodes(&[word, channel, message]);
             },
         )));
+        if let (Some(site), Some(pool)) = (&node.site, &proxy) {
+            crate::cmd::pubsub::start_forwarders(pool.clone(), site.other_nodes());
+        }
         let opened = shard.open_persistence().map_err(|e| e.to_string());
         let _ = ready.send((index, opened.clone()));
         if let Err(e) = opened {
@@ -607,6 +763,7 @@ fn run_thread(
             node: node.clone(),
             shard: shard.clone(),
             front: front.clone(),
+            proxy,
         });
         tokio::task::spawn_local(periodic(th.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));

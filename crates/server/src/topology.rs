@@ -152,3 +152,426 @@ mod tests {
         assert_eq!(m.moved(9000, 1), "MOVED 9000 127.0.0.1:7002");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// A site across several nodes
+
+/// Most nodes a site may list.
+pub const NODES_MAX: usize = 64;
+/// Bytes of a topology file read at most.
+pub const TOPOLOGY_BYTES_MAX: u64 = 1024 * 1024;
+
+/// One node of a site in the topology file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NodeSpec {
+    pub name: String,
+    /// Where other nodes and cluster clients reach it.
+    pub ip: String,
+    /// Its main client port.
+    pub port: u16,
+    /// Its first shard's cluster endpoint; its shards listen on consecutive ports.
+    pub endpoint_port: u16,
+    /// Its sync port (other sites may dial any node: each forwards to the shard's node).
+    #[serde(default)]
+    pub sync_port: u16,
+    /// How many shards it runs.
+    pub shards: u16,
+}
+
+/// One slot range's owner in the topology file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotsSpec {
+    /// "first-last" or a single slot.
+    pub range: String,
+    pub shard: u16,
+}
+
+/// The topology file: identical on every node of the site.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyFile {
+    /// Changes only upward; nodes of two epochs refuse each other's links.
+    pub epoch: u64,
+    #[serde(rename = "node")]
+    pub nodes: Vec<NodeSpec>,
+    /// Slot ranges by global shard index; absent: contiguous over every shard in node order.
+    #[serde(default)]
+    pub slots: Vec<SlotsSpec>,
+}
+
+/// Why a topology cannot be used; each names the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("topology file {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("topology: {0}")]
+    Parse(String),
+    #[error("topology: epoch must be at least 1")]
+    Epoch,
+    #[error("topology: no node")]
+    NoNode,
+    #[error("topology: {n} nodes, at most {NODES_MAX}")]
+    TooManyNodes { n: usize },
+    #[error("topology: node {name:?} is listed twice")]
+    DuplicateNode { name: String },
+    #[error("topology: node {name:?}: {message}")]
+    Node { name: String, message: String },
+    #[error("topology: node {name:?} is not in the file (nodes: {known})")]
+    UnknownNode { name: String, known: String },
+    #[error("topology: {total} shards, at most {max}")]
+    TooManyShards { total: usize, max: usize },
+    #[error("topology: slot ranges: {0}")]
+    Slots(#[from] crate::slot::SlotMapError),
+    #[error("topology: epoch {got} is not above the current epoch {current}")]
+    StaleEpoch { got: u64, current: u64 },
+}
+
+/// A site's topology, checked: its nodes, where each shard is, the slot map and the epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub epoch: u64,
+    pub nodes: Vec<NodeSpec>,
+    /// Global index of each node's first shard.
+    pub first: Vec<u16>,
+    pub slots: SlotMap,
+}
+
+impl Topology {
+    /// Parses and checks a topology file's text.
+    pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+        let file: TopologyFile =
+            toml::from_str(text).map_err(|e| TopologyError::Parse(e.to_string()))?;
+        Topology::check(file)
+    }
+
+    /// Reads a topology file.
+    pub fn read(path: &std::path::Path) -> Result<Topology, TopologyError> {
+        let err = |message: String| TopologyError::Read {
+            path: path.display().to_string(),
+            message,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+        if meta.len() > TOPOLOGY_BYTES_MAX {
+            return Err(err(format!("larger than {TOPOLOGY_BYTES_MAX} bytes")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        Topology::parse(&text)
+    }
+
+    fn check(file: TopologyFile) -> Result<Topology, TopologyError> {
+        if file.epoch == 0 {
+            return Err(TopologyError::Epoch);
+        }
+        if file.nodes.is_empty() {
+            return Err(TopologyError::NoNode);
+        }
+        if file.nodes.len() > NODES_MAX {
+            return Err(TopologyError::TooManyNodes {
+                n: file.nodes.len(),
+            });
+        }
+        let mut first = Vec::with_capacity(file.nodes.len());
+        let mut total = 0usize;
+        for (i, n) in file.nodes.iter().enumerate() {
+            let bad = |message: String| TopologyError::Node {
+                name: n.name.clone(),
+                message,
+            };
+            if file.nodes.iter().take(i).any(|m| m.name == n.name) {
+                return Err(TopologyError::DuplicateNode {
+                    name: n.name.clone(),
+                });
+            }
+            if n.name.is_empty() || n.name.len() > 64 {
+                return Err(bad("a name of 1 to 64 characters".to_string()));
+            }
+            if n.ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(bad(format!("ip {:?} is not an IP address", n.ip)));
+            }
+            if n.shards == 0 {
+                return Err(bad("shards must be at least 1".to_string()));
+            }
+            if n.port == 0 || n.endpoint_port == 0 {
+                return Err(bad("port and endpoint-port must not be 0".to_string()));
+            }
+            if u32::from(n.endpoint_port) + u32::from(n.shards) > 65_536 {
+                return Err(bad(format!(
+                    "endpoint ports {} + {} shards go beyond 65535",
+                    n.endpoint_port, n.shards
+                )));
+            }
+            first.push(total as u16);
+            total += usize::from(n.shards);
+            if total > crate::slot::SHARDS_MAX {
+                return Err(TopologyError::TooManyShards {
+                    total,
+                    max: crate::slot::SHARDS_MAX,
+                });
+            }
+        }
+        let slots = if file.slots.is_empty() {
+            SlotMap::contiguous(total as u16)
+        } else {
+            let mut ranges = Vec::with_capacity(file.slots.len());
+            for s in &file.slots {
+                let (a, b) = match s.range.split_once('-') {
+                    Some((a, b)) => (a.trim(), b.trim()),
+                    None => (s.range.trim(), s.range.trim()),
+                };
+                let parse = |v: &str| {
+                    v.parse::<u16>()
+                        .ok()
+                        .filter(|x| usize::from(*x) < crate::slot::SLOTS)
+                        .ok_or_else(|| crate::slot::SlotMapError::BadRange {
+                            text: s.range.clone(),
+                        })
+                };
+                let (a, b) = (parse(a)?, parse(b)?);
+                if a > b {
+                    return Err(crate::slot::SlotMapError::BadRange {
+                        text: s.range.clone(),
+                    }
+                    .into());
+                }
+                ranges.push((a, b, s.shard));
+            }
+            SlotMap::from_ranges(total as u16, &ranges)?
+        };
+        Ok(Topology {
+            epoch: file.epoch,
+            nodes: file.nodes,
+            first,
+            slots,
+        })
+    }
+
+    /// The index of the node named `name`.
+    pub fn node_index(&self, name: &str) -> Result<usize, TopologyError> {
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| TopologyError::UnknownNode {
+                name: name.to_string(),
+                known: self
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Total shards of the site.
+    pub fn shards(&self) -> u16 {
+        self.slots.shards()
+    }
+
+    /// The node that runs global shard `shard`.
+    pub fn node_of(&self, shard: u16) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| {
+            let f = self.first.get(i).copied().unwrap_or(0);
+            let n = self.nodes.get(i).map_or(0, |n| n.shards);
+            shard >= f && shard < f + n
+        })
+    }
+
+    /// The cluster endpoint of global shard `shard`: "ip:port".
+    pub fn endpoint_addr(&self, shard: u16) -> Option<String> {
+        let i = self.node_of(shard)?;
+        let n = self.nodes.get(i)?;
+        let f = self.first.get(i)?;
+        Some(format!("{}:{}", n.ip, n.endpoint_port + (shard - f)))
+    }
+
+    /// The cluster view: every shard's endpoint, ids from the site.
+    pub fn cluster_map(&self, deployment: &str, site: &str) -> ClusterMap {
+        let mut endpoints = Vec::with_capacity(usize::from(self.shards()));
+        for (i, n) in self.nodes.iter().enumerate() {
+            let f = self.first.get(i).copied().unwrap_or(0);
+            for k in 0..n.shards {
+                endpoints.push(Endpoint {
+                    ip: n.ip.clone(),
+                    port: n.endpoint_port + k,
+                    id: node_id(deployment, site, f + k),
+                });
+            }
+        }
+        ClusterMap {
+            endpoints,
+            epoch: self.epoch,
+        }
+    }
+
+    /// A new topology may replace this one only with a higher epoch.
+    pub fn check_successor(&self, next: &Topology) -> Result<(), TopologyError> {
+        if next.epoch <= self.epoch {
+            return Err(TopologyError::StaleEpoch {
+                got: next.epoch,
+                current: self.epoch,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A multi-node site as one node sees it: the topology and which node this is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteNodes {
+    pub topology: Topology,
+    /// This node's index in `topology.nodes`.
+    pub me: usize,
+    /// Each shard's cluster endpoint, "ip:port", by site shard index.
+    endpoints: Vec<String>,
+}
+
+impl SiteNodes {
+    /// The site of `topology` as node `name` sees it.
+    pub fn new(topology: Topology, name: &str) -> Result<SiteNodes, TopologyError> {
+        let me = topology.node_index(name)?;
+        let endpoints = (0..topology.shards())
+            .map(|s| topology.endpoint_addr(s).unwrap_or_default())
+            .collect();
+        Ok(SiteNodes {
+            topology,
+            me,
+            endpoints,
+        })
+    }
+
+    /// This node's spec.
+    pub fn this(&self) -> Option<&NodeSpec> {
+        self.topology.nodes.get(self.me)
+    }
+
+    /// (site index of this node's first shard, how many it runs).
+    pub fn local(&self) -> (u16, u16) {
+        (
+            self.topology.first.get(self.me).copied().unwrap_or(0),
+            self.this().map_or(0, |n| n.shards),
+        )
+    }
+
+    /// Shard `shard`'s cluster endpoint.
+    pub fn endpoint(&self, shard: u16) -> Option<&str> {
+        self.endpoints.get(usize::from(shard)).map(String::as_str)
+    }
+
+    /// For each other node: the endpoint of its first shard (where node-wide commands such
+    /// as a forwarded PUBLISH go).
+    pub fn other_nodes(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for (i, _) in self.topology.nodes.iter().enumerate() {
+            if i == self.me {
+                continue;
+            }
+            if let Some(f) = self.topology.first.get(i) {
+                if let Some(e) = self.endpoint(*f) {
+                    v.push(e.to_string());
+                }
+            }
+        }
+        v
+    }
+
+    /// The sync port ("ip:port") of the node that runs shard `shard` (None: it has none).
+    pub fn sync_addr(&self, shard: u16) -> Option<String> {
+        let n = self.topology.nodes.get(self.topology.node_of(shard)?)?;
+        (n.sync_port != 0).then(|| format!("{}:{}", n.ip, n.sync_port))
+    }
+}
+
+#[cfg(test)]
+mod topology_tests {
+    use super::*;
+
+    const TWO: &str = r#"
+epoch = 3
+[[node]]
+name = "n1"
+ip = "127.0.0.1"
+port = 7001
+endpoint-port = 7101
+sync-port = 7201
+shards = 2
+[[node]]
+name = "n2"
+ip = "127.0.0.2"
+port = 7002
+endpoint-port = 7111
+shards = 1
+"#;
+
+    #[test]
+    fn a_topology_file_parses_into_shards_nodes_and_slots() {
+        let t = Topology::parse(TWO).unwrap();
+        assert_eq!(t.shards(), 3);
+        assert_eq!(t.first, vec![0, 2]);
+        assert_eq!(t.node_of(1), Some(0));
+        assert_eq!(t.node_of(2), Some(1));
+        assert_eq!(t.node_of(3), None);
+        assert_eq!(t.endpoint_addr(1).as_deref(), Some("127.0.0.1:7102"));
+        assert_eq!(t.endpoint_addr(2).as_deref(), Some("127.0.0.2:7111"));
+        assert_eq!(t.slots, SlotMap::contiguous(3));
+        let m = t.cluster_map("d", "a");
+        assert_eq!(m.endpoints.len(), 3);
+        assert_eq!(m.epoch, 3);
+        assert_eq!(m.endpoints[2].id, node_id("d", "a", 2));
+        assert_eq!(t.node_index("n2"), Ok(1));
+        assert!(matches!(
+            t.node_index("n9"),
+            Err(TopologyError::UnknownNode { .. })
+        ));
+    }
+
+    #[test]
+    fn every_problem_is_named() {
+        let cases: &[(&str, &str)] = &[
+            ("epoch = 1", "node"),
+            ("nonsense", "topology"),
+            (
+                &TWO.replace("epoch = 3", "epoch = 0"),
+                "epoch must be at least 1",
+            ),
+            (&TWO.replace("\"n2\"", "\"n1\""), "listed twice"),
+            (&TWO.replace("127.0.0.2", "nowhere"), "not an IP address"),
+            (
+                &TWO.replace("shards = 1", "shards = 0"),
+                "shards must be at least 1",
+            ),
+            (
+                &TWO.replace("endpoint-port = 7101", "endpoint-port = 65535"),
+                "beyond 65535",
+            ),
+            (
+                &(TWO.to_string()
+                    + "[[slots]]\nrange = \"0-9000\"\nshard = 0\n[[slots]]\nrange = \"9000-16383\"\nshard = 1\n"),
+                "owned twice",
+            ),
+            (
+                &(TWO.to_string() + "[[slots]]\nrange = \"0-9000\"\nshard = 0\n"),
+                "owned by no shard",
+            ),
+            (
+                &(TWO.to_string() + "[[slots]]\nrange = \"0-16383\"\nshard = 7\n"),
+                "does not exist",
+            ),
+            (
+                &(TWO.to_string() + "[[slots]]\nrange = \"0-16384\"\nshard = 0\n"),
+                "bad slot range",
+            ),
+            (&TWO.replace("shards = 2", "shards = 2\nbogus = 1"), "bogus"),
+        ];
+        for (text, want) in cases {
+            let e = Topology::parse(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{want:?} not in {e:?} for:\n{text}");
+        }
+        let t = Topology::parse(TWO).unwrap();
+        let same = t.clone();
+        assert_eq!(
+            t.check_successor(&same),
+            Err(TopologyError::StaleEpoch { got: 3, current: 3 })
+        );
+    }
+}

@@ -426,11 +426,79 @@ fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -
             wakes: Some(&mut ctx.front.deferred_wakes),
         },
     );
-    // Subscribers at the other sites get it through the op stream.
+    if ctx.client.site_link {
+        // Another node of the site published it, logged it and counts its own receivers.
+        return n;
+    }
+    // Subscribers at the other sites get it through the op stream, those on the site's
+    // other nodes through links (as Redis Cluster's bus: the count is this node's).
     let now = ctx.shard.now_ms();
     ctx.shard
         .log_publish(channel, message, kind == Kind::Shard, now);
+    let word: &[u8] = if kind == Kind::Shard {
+        b"SPUBLISH"
+    } else {
+        b"PUBLISH"
+    };
+    forward_to_nodes(&[word, channel, message]);
     n
+}
+
+/// Messages queued per other node of the site before more are dropped (that node is down
+/// or slow; its subscribers miss them, as a Redis Cluster node's do while unreachable).
+pub const PUBLISH_FORWARD_QUEUE_MAX: usize = 65_536;
+/// Messages sent to a node in one request at most.
+pub const PUBLISH_FORWARD_BATCH_MAX: usize = 1024;
+
+thread_local! {
+    /// This thread's queues of messages for the site's other nodes (none: one node).
+    static FORWARD: std::cell::RefCell<Vec<tokio::sync::mpsc::Sender<Vec<Vec<u8>>>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Starts this thread's forwarders of published messages, one task per other node of the
+/// site (a slow node delays only its own), each sending its queue in order over `pool`.
+pub fn start_forwarders(pool: std::rc::Rc<meridian_proxy::Pool>, nodes: Vec<String>) {
+    let mut senders = Vec::with_capacity(nodes.len());
+    for addr in nodes {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(PUBLISH_FORWARD_QUEUE_MAX);
+        senders.push(tx);
+        let pool = pool.clone();
+        tokio::task::spawn_local(async move {
+            while let Some(first) = rx.recv().await {
+                let mut req = meridian_proxy::Request::new();
+                let mut push = |argv: &[Vec<u8>]| {
+                    let a: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                    req.push(0, &a);
+                };
+                push(&first);
+                let mut n = 1;
+                while n < PUBLISH_FORWARD_BATCH_MAX {
+                    match rx.try_recv() {
+                        Ok(argv) => push(&argv),
+                        Err(_) => break,
+                    }
+                    n += 1;
+                }
+                if let Err(e) = pool.call(&addr, false, &req).await {
+                    tracing::debug!(node = %addr, error = %e, messages = n, "published messages not forwarded");
+                }
+            }
+        });
+    }
+    FORWARD.with(|f| *f.borrow_mut() = senders);
+}
+
+/// Queues a PUBLISH/SPUBLISH for the site's other nodes (nothing with one node).
+pub fn forward_to_nodes(argv: &[&[u8]]) {
+    FORWARD.with(|f| {
+        for tx in f.borrow().iter() {
+            let owned: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+            if tx.try_send(owned).is_err() {
+                tracing::debug!("publish forward queue full: message dropped for a node");
+            }
+        }
+    });
 }
 
 /// Delivers a message that another site published to this site's subscribers.

@@ -293,12 +293,22 @@ fn info_server(shard: &Shard, front: &Front, out: &mut String, now_ms: u64) {
     );
     field(out, "io_threads_active", 0);
     // Meridian's own: the shard threads and where they run.
-    field(out, "shards", front.node.shards);
+    field(out, "shards", front.node.local);
     field(
         out,
         "shard_placement",
-        crate::server::describe_placement(&front.node.placement),
+        crate::server::describe_placement(front.node.first, &front.node.placement),
     );
+    if let Some(site) = &front.node.site {
+        field(
+            out,
+            "site_node",
+            site.this().map_or("", |n| n.name.as_str()),
+        );
+        field(out, "site_nodes", site.topology.nodes.len());
+        field(out, "site_shards", front.node.shards);
+        field(out, "topology_epoch", site.topology.epoch);
+    }
     field(out, "numa_topology", &front.node.numa);
 }
 

@@ -38,6 +38,7 @@ impl Harness {
         let now = crate::time::wall_ms();
         let (node, _inboxes) = Node::new(
             Arc::new(SlotMap::contiguous(1)),
+            None,
             Vec::new(),
             String::new(),
             None,
@@ -105,6 +106,7 @@ fn with_front<R>(f: impl FnOnce(&mut Front) -> R) -> R {
         let front = slot.get_or_insert_with(|| {
             let (node, _) = Node::new(
                 Arc::new(SlotMap::contiguous(1)),
+                None,
                 Vec::new(),
                 String::new(),
                 None,

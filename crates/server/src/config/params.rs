@@ -578,6 +578,15 @@ pub static PARAMS: &[Param] = &[
     field("cluster-endpoint-port", Kind::Int { min: 0, max: 65535 }, field!(cluster_endpoint_port), "Port of shard 0's cluster endpoint; shard N listens on it + N (0: port + 1).")
         .fixed()
         .meridian(),
+    field("topology", Kind::Text, Binding::Field {
+            get: |c| c.topology.display().to_string(),
+            set: |c, v| c.topology = std::path::PathBuf::from(v),
+        }, "A site across several nodes: the topology file, identical on every node (empty: the site is this process).")
+        .fixed()
+        .meridian(),
+    field("node-name", Kind::Text, field!(node_name), "This node's name in the topology file.")
+        .fixed()
+        .meridian(),
     field("deployment-id", Kind::Text, field!(deployment_id), "Deployment id: peers with another one are refused.")
         .fixed()
         .meridian(),

@@ -152,7 +152,15 @@ async fn route_inbound(
             return;
         }
     };
-    if shard == th.index || shard >= th.node.shards {
+    if !th.node.is_local(shard) && shard < th.node.shards {
+        // Another node of the site runs it: the link goes on there, through this node.
+        let to = th.node.site.as_ref().and_then(|s| s.sync_addr(shard));
+        if let Some(to) = to {
+            tokio::task::spawn_local(relay(stream, to, pre, addr));
+            return;
+        }
+    }
+    if shard == th.index || !th.node.is_local(shard) {
         spawn_serve(&th.shard, stream);
         return;
     }
@@ -162,6 +170,33 @@ async fn route_inbound(
     if let Some(inbox) = th.node.inbox(shard) {
         let _ = inbox.send(crate::hop::Msg::SyncLink(std_stream)).await;
     }
+}
+
+/// Carries an inbound sync connection for a shard of another node of the site to that
+/// node's sync port (its preamble first): TLS, if any, is end to end.
+async fn relay(
+    mut stream: TcpStream,
+    to: String,
+    pre: [u8; meridian_syncer::msg::PREAMBLE_BYTES],
+    from: std::net::SocketAddr,
+) {
+    use tokio::io::AsyncWriteExt as _;
+    let mut out = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&to)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(%from, node = %to, error = %e, "sync link for another node of the site: that node is unreachable");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%from, node = %to, "sync link for another node of the site: connect timed out");
+            return;
+        }
+    };
+    let _ = out.set_nodelay(true);
+    if out.write_all(&pre).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut stream, &mut out).await;
 }
 
 /// One inbound connection: TLS (when configured), then the sender role.

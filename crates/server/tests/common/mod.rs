@@ -50,7 +50,7 @@ pub fn free_port() -> u16 {
 
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
 /// accepts a connection. Panics with the log when the process exits or never listens.
-fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
+pub fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
     let log_path = dir.join("server.log");
     let log = std::fs::File::create(&log_path).expect("create server.log");
     let log_err = log.try_clone().expect("clone server.log");
