@@ -20,6 +20,7 @@ fn main() {
         "csrc/lua_cmsgpack.c",
         "csrc/lua_bit.c",
         "csrc/lua_struct.c",
+        "csrc/meridian_raise.c",
     ] {
         build.file(f);
         println!("cargo:rerun-if-changed={f}");

@@ -16,6 +16,7 @@ unsafe extern "C-unwind" {
     fn luaopen_cmsgpack(l: *mut lua_State) -> c_int;
     fn luaopen_bit(l: *mut lua_State) -> c_int;
     fn luaopen_struct(l: *mut lua_State) -> c_int;
+    fn meridian_wrap_raising(l: *mut lua_State) -> c_int;
 }
 
 /// The libraries, in the order Redis loads them (`luaLoadLibraries`), with the module name
@@ -41,6 +42,16 @@ pub fn open(lua: &mlua::Lua) -> mlua::Result<()> {
     Ok(())
 }
 
+/// A Lua function `wrap(f, where)` returning a C closure around `f` (csrc/meridian_raise.c):
+/// the closure calls `f`, which returns `(value, error)`, and raises `error` when it is not
+/// nil (prefixed with the caller's position when `where` is true and it is a string), or
+/// returns `value`. Lets Rust functions raise any Lua value, from a C frame, as Redis does.
+pub fn raising_wrapper(lua: &mlua::Lua) -> mlua::Result<mlua::Function> {
+    // SAFETY: as in `open`: a `lua_CFunction` compiled against the same Lua headers, using
+    // only the public Lua C API.
+    unsafe { lua.create_c_function(meridian_wrap_raising) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,7 +75,10 @@ mod tests {
             .eval::<String>()
             .unwrap_err()
             .to_string();
-        assert!(e.contains("Cannot serialise function: type not supported"), "{e}");
+        assert!(
+            e.contains("Cannot serialise function: type not supported"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -51,6 +51,11 @@ pub struct ClientShared {
     pub ssub: Cell<usize>,
     /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
     pub blocked: Cell<bool>,
+    /// The connection's socket, for the side path that answers this client while a script
+    /// runs long (`script::busy`); empty for the script client.
+    pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
+    /// The connection task is writing replies (the side path must not interleave its own).
+    pub writing: Cell<bool>,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -101,6 +106,8 @@ impl ClientShared {
             psub: Cell::new(0),
             ssub: Cell::new(0),
             blocked: Cell::new(false),
+            socket: RefCell::new(std::rc::Weak::new()),
+            writing: Cell::new(false),
         }
     }
 

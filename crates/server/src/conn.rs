@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use crate::blocking;
@@ -67,8 +67,44 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
     }
 }
 
+/// Reads what the socket holds (at least one byte, or 0 at the end of the stream). Cancel-safe.
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Writes all of `bytes`, marking the client as writing meanwhile (the busy-script side path
+/// must not put its replies in the middle of these).
+async fn write_all(
+    stream: &TcpStream,
+    shared: &crate::client::ClientShared,
+    mut bytes: &[u8],
+) -> std::io::Result<()> {
+    shared.writing.set(true);
+    let r = async {
+        while !bytes.is_empty() {
+            match stream.try_write(bytes) {
+                Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    stream.writable().await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    .await;
+    shared.writing.set(false);
+    r
+}
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return,
@@ -87,11 +123,13 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         }
         (s.register_client(addr, laddr, now), limits, maxclients)
     };
+    // Shared (weakly) with the client registry: a script running long answers this client
+    // from the hook (`script::busy`).
+    let stream = Rc::new(stream);
+    shared.socket.replace(Rc::downgrade(&stream));
     let mut client = Client::new(shared.clone());
     if maxclients {
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+        let _ = write_all(&stream, &shared, b"-ERR max number of clients reached\r\n").await;
         shard
             .borrow_mut()
             .unregister_client(client.id(), &client.dirty);
@@ -122,7 +160,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             // consumes nothing.
             let event = tokio::select! {
                 biased;
-                r = stream.read_buf(&mut rbuf) => match r {
+                r = read_some(&stream, &mut rbuf) => match r {
                     Ok(0) | Err(_) => break 'conn,
                     Ok(n) => BlockedEvent::Input(n),
                 },
@@ -169,7 +207,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break 'conn;
             }
             if !out.is_empty() {
-                if stream.write_all(&out.buf).await.is_err() {
+                if write_all(&stream, &shared, &out.buf).await.is_err() {
                     break;
                 }
                 out.clear();
@@ -188,11 +226,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 .max(READ_CHUNK_BYTES_MIN);
             rbuf.reserve(want);
             let n = tokio::select! {
-                r = stream.read_buf(&mut rbuf) => r,
+                r = read_some(&stream, &mut rbuf) => r,
                 () = shared.wake.notified() => {
                     // MONITOR lines and Pub/Sub messages from other connections.
                     let pending = std::mem::take(&mut *shared.push_out.borrow_mut());
-                    if !pending.is_empty() && stream.write_all(&pending).await.is_err() {
+                    if !pending.is_empty() && write_all(&stream, &shared, &pending).await.is_err() {
                         break 'conn;
                     }
                     continue 'conn;
@@ -265,7 +303,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             break;
         }
         if !out.is_empty() {
-            if stream.write_all(&out.buf).await.is_err() {
+            if write_all(&stream, &shared, &out.buf).await.is_err() {
                 break;
             }
             out.clear();
@@ -281,7 +319,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             break;
         }
     }
-    let _ = stream.shutdown().await;
+    shared.socket.replace(std::rc::Weak::new());
+    if let Ok(mut stream) = Rc::try_unwrap(stream) {
+        let _ = stream.shutdown().await;
+    }
     shard
         .borrow_mut()
         .unregister_client(client.id(), &client.dirty);

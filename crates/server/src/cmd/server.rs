@@ -44,7 +44,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // ---------------------------------------------------------------------------------------
 // Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
 
-fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+pub(crate) fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.out.array(lines.len() + 3);
     ctx.out.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
@@ -57,7 +57,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(crate) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -774,6 +774,22 @@ const PARAMS: &[Param] = &[
         },
     },
     Param {
+        name: "busy-reply-threshold",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "lua-time-limit",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
         name: "save",
         access: Access::Modifiable,
         kind: Kind::Text,
@@ -848,6 +864,7 @@ fn param_value(shard: &Shard, name: &str) -> String {
         "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
         "slowlog-max-len" => c.slowlog_max_len.to_string(),
         "latency-monitor-threshold" => c.latency_monitor_threshold.to_string(),
+        "busy-reply-threshold" | "lua-time-limit" => c.busy_reply_threshold.to_string(),
         "save" => c.save.clone(),
         "appendonly" => if c.appendonly { "yes" } else { "no" }.to_string(),
         "appendfsync" => c.appendfsync.clone(),
@@ -969,6 +986,7 @@ fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
             shard.slowlog.trim();
         }
         "latency-monitor-threshold" => c.latency_monitor_threshold = n as u64,
+        "busy-reply-threshold" | "lua-time-limit" => c.busy_reply_threshold = n as u64,
         _ => {}
     }
 }

@@ -623,6 +623,14 @@ impl Shard {
             crate::oplog::OpBody::Publish { message, sharded } => crate::oplog::encode_publish(
                 &mut buf, rec.origin, rec.seq, rec.hlc, &rec.key, message, *sharded,
             ),
+            crate::oplog::OpBody::Library { code } => crate::oplog::encode_library(
+                &mut buf,
+                rec.origin,
+                rec.seq,
+                rec.hlc,
+                &rec.key,
+                code.as_deref(),
+            ),
         }
         self.persist.scratch = buf;
         self.persist.append_scratch_op();

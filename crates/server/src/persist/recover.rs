@@ -198,9 +198,13 @@ pub fn replay(
                     shard.sync.own_logged.observe(stamp);
                 }
             }
-            if let OpBody::Write(effect) = &rec.body {
-                let hash = shard.hash_key(&rec.key);
-                shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+            match &rec.body {
+                OpBody::Write(effect) => {
+                    let hash = shard.hash_key(&rec.key);
+                    shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+                }
+                OpBody::Library { code } => shard.apply_library(&rec.key, stamp, code.as_deref()),
+                OpBody::Publish { .. } => {}
             }
         }
         Kind::State => {

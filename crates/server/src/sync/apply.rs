@@ -183,6 +183,9 @@ impl Shard {
                 OpBody::Publish { message, sharded } => {
                     crate::cmd::pubsub::deliver_remote(&self.pubsub, &rec.key, message, *sharded);
                 }
+                OpBody::Library { code } => {
+                    self.apply_library(&rec.key, stamp, code.as_deref());
+                }
             }
             self.sync.delivered.observe(stamp);
             self.log_remote_op(rec);
