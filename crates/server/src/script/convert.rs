@@ -300,7 +300,23 @@ fn table_to_reply(
             Value::Integer(i) => Some(i as f64),
             _ => None,
         } {
-            out.double(d);
+            if d.is_nan() {
+                // printf's "%.17g" keeps NaN's sign (0/0 in Lua is -nan on x86-64).
+                let text: &[u8] = if d.is_sign_negative() {
+                    b"-nan"
+                } else {
+                    b"nan"
+                };
+                if out.is_resp3() {
+                    out.raw(b",");
+                    out.raw(text);
+                    out.raw(b"\r\n");
+                } else {
+                    out.bulk(text);
+                }
+            } else {
+                out.double(d);
+            }
             return;
         }
     }
