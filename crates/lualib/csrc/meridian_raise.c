@@ -11,11 +11,29 @@
 #include "lua.h"
 #include "lauxlib.h"
 
+/* More arguments than this reach the packed variant (upvalue 2) as one table, so a call
+ * with thousands of arguments does not need a reference per argument on the Rust side. */
+#define PACK_ARGS_MIN 64
+
 static int call_wrapped(lua_State *L) {
     int n = lua_gettop(L);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, n, 2);
+    /* No luaL_checkstack: a C function always has LUA_MINSTACK (20) free slots above its
+     * arguments, and this pushes at most three before the call pops them all; checking
+     * would refuse calls with as many arguments as Redis accepts. */
+    if (n > PACK_ARGS_MIN && !lua_isnil(L, lua_upvalueindex(2))) {
+        int i;
+        lua_createtable(L, n, 0);
+        lua_insert(L, 1);
+        for (i = n; i >= 1; i--) lua_rawseti(L, 1, i);
+        lua_pushvalue(L, lua_upvalueindex(2));
+        lua_insert(L, 1);
+        lua_pushinteger(L, n);
+        lua_call(L, 2, 2);
+    } else {
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_insert(L, 1);
+        lua_call(L, n, 2);
+    }
     return lua_isnil(L, -1);
 }
 
@@ -38,11 +56,23 @@ static int raise_where(lua_State *L) {
     return 1;
 }
 
-/* wrap(f, where): a C closure around f; `where` (boolean) picks raise_where. */
+static int pass_plain(lua_State *L) {
+    call_wrapped(L);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* wrap(f, mode, packed): a C closure around f. mode: "plain" raises the error value,
+ * "where" also prefixes a string error with the caller's position, "pass" never raises and
+ * returns the value. packed (optional): the variant of f taking (table of args, count). */
 int meridian_wrap_raising(lua_State *L) {
-    int where = lua_toboolean(L, 2);
+    const char *mode = luaL_checkstring(L, 2);
+    lua_CFunction fn = raise_plain;
     luaL_checktype(L, 1, LUA_TFUNCTION);
-    lua_settop(L, 1);
-    lua_pushcclosure(L, where ? raise_where : raise_plain, 1);
+    if (mode[0] == 'w') fn = raise_where;
+    else if (mode[0] == 'p' && mode[1] == 'a') fn = pass_plain;
+    lua_settop(L, 3);
+    lua_remove(L, 2);
+    lua_pushcclosure(L, fn, 2);
     return 1;
 }

@@ -42,10 +42,12 @@ pub fn open(lua: &mlua::Lua) -> mlua::Result<()> {
     Ok(())
 }
 
-/// A Lua function `wrap(f, where)` returning a C closure around `f` (csrc/meridian_raise.c):
-/// the closure calls `f`, which returns `(value, error)`, and raises `error` when it is not
-/// nil (prefixed with the caller's position when `where` is true and it is a string), or
-/// returns `value`. Lets Rust functions raise any Lua value, from a C frame, as Redis does.
+/// A Lua function `wrap(f, mode, packed)` returning a C closure around `f`
+/// (csrc/meridian_raise.c): the closure calls `f`, which returns `(value, error)`, and raises
+/// `error` when it is not nil (mode "plain"; "where" prefixes a string error with the
+/// caller's position, as luaL_error does; "pass" never raises), or returns `value`. With
+/// more than 64 arguments it calls `packed(args_table, count)` instead, when given. Lets Rust
+/// functions raise any Lua value, from a C frame, as Redis's C functions do.
 pub fn raising_wrapper(lua: &mlua::Lua) -> mlua::Result<mlua::Function> {
     // SAFETY: as in `open`: a `lua_CFunction` compiled against the same Lua headers, using
     // only the public Lua C API.

@@ -188,6 +188,11 @@ impl Client {
         self.shared.id
     }
 
+    /// Whether this is the client scripts run their commands as (`script::Scripting`).
+    pub fn is_script(&self) -> bool {
+        self.shared.id == 0
+    }
+
     pub fn select(&mut self, db: usize) {
         self.db = db;
         self.shared.db.set(db);

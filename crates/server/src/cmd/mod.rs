@@ -396,7 +396,7 @@ fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64
                 .unwrap_or(0),
         );
     // Commands a script runs show "lua" as their client, as in Redis.
-    let who = if client.id() == 0 {
+    let who = if client.is_script() {
         "lua".to_string()
     } else {
         client.shared.addr.to_string()

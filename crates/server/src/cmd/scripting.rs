@@ -89,10 +89,14 @@ fn create_script(shard: &mut Shard, body: &[u8]) -> Result<[u8; 40], CmdError> {
             library::compile_message(&e)
         ))
     })?;
-    shard
-        .scripting
-        .scripts
-        .insert(sha, CachedScript { function, flags });
+    shard.scripting.scripts.insert(
+        sha,
+        CachedScript {
+            function,
+            flags,
+            body_bytes: body.len(),
+        },
+    );
     Ok(sha)
 }
 

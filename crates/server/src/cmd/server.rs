@@ -382,6 +382,36 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     field(out, "allocator_resident", m.resident);
     field(out, "total_system_memory", total);
     field(out, "total_system_memory_human", bytes_to_human(total));
+    let (vm_eval, vm_functions) = shard.scripting.vm_memory();
+    let (scripts_bytes, functions_bytes) = shard.scripting.code_memory();
+    field(out, "used_memory_lua", vm_eval);
+    field(out, "used_memory_vm_eval", vm_eval);
+    field(out, "used_memory_lua_human", bytes_to_human(vm_eval as u64));
+    field(out, "used_memory_scripts_eval", scripts_bytes);
+    field(
+        out,
+        "number_of_cached_scripts",
+        shard.scripting.scripts.len(),
+    );
+    field(
+        out,
+        "number_of_functions",
+        shard.scripting.libraries.function_count(),
+    );
+    field(out, "used_memory_vm_functions", vm_functions);
+    field(out, "used_memory_vm_total", vm_eval + vm_functions);
+    field(
+        out,
+        "used_memory_vm_total_human",
+        bytes_to_human((vm_eval + vm_functions) as u64),
+    );
+    field(out, "used_memory_functions", functions_bytes);
+    field(out, "used_memory_scripts", scripts_bytes + functions_bytes);
+    field(
+        out,
+        "used_memory_scripts_human",
+        bytes_to_human((scripts_bytes + functions_bytes) as u64),
+    );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
     field(out, "maxmemory_policy", "noeviction");

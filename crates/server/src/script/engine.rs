@@ -79,13 +79,26 @@ impl Engine {
         let api = lua.create_table()?;
         api.set(
             "call",
-            lua.create_function(|lua, args: MultiValue| redis_call(lua, args, true))?,
+            lua.create_function(|lua, args: MultiValue| redis_call(lua, Args::Values(args), true))?,
+        )?;
+        api.set(
+            "call_packed",
+            lua.create_function(|lua, (t, n): (Table, i64)| {
+                redis_call(lua, Args::Packed(t, n), true)
+            })?,
         )?;
         api.set(
             "pcall",
             lua.create_function(|lua, args: MultiValue| {
-                let (v, e) = redis_call(lua, args, false)?;
-                Ok(if e.is_nil() { v } else { e })
+                let (v, e) = redis_call(lua, Args::Values(args), false)?;
+                Ok((if e.is_nil() { v } else { e }, Value::Nil))
+            })?,
+        )?;
+        api.set(
+            "pcall_packed",
+            lua.create_function(|lua, (t, n): (Table, i64)| {
+                let (v, e) = redis_call(lua, Args::Packed(t, n), false)?;
+                Ok((if e.is_nil() { v } else { e }, Value::Nil))
             })?,
         )?;
         api.set("log", lua.create_function(redis_log)?)?;
@@ -377,22 +390,46 @@ fn number_arg(d: f64, out: &mut Vec<u8>) {
     out.extend_from_slice(crate::resp::reply::format_double(d).as_bytes());
 }
 
+/// The arguments of a `redis.call`: as Lua passed them, or (many of them) packed in a table
+/// by the C wrapper.
+enum Args {
+    Values(MultiValue),
+    Packed(Table, i64),
+}
+
+impl Args {
+    fn len(&self) -> usize {
+        match self {
+            Args::Values(v) => v.len(),
+            Args::Packed(_, n) => usize::try_from(*n).unwrap_or(0),
+        }
+    }
+
+    fn get(&self, i: usize) -> Value {
+        match self {
+            Args::Values(v) => v.get(i).cloned().unwrap_or(Value::Nil),
+            Args::Packed(t, _) => t.raw_get(i + 1).unwrap_or(Value::Nil),
+        }
+    }
+}
+
 /// Fills `argv` from Lua arguments (`luaArgsToRedisArgv`): strings as they are, numbers
 /// formatted with `%.17g`. `Err` when an argument is neither.
-fn lua_args(args: &MultiValue, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
-    if args.is_empty() {
+fn lua_args(args: &Args, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
+    let n = args.len();
+    if n == 0 {
         return Err("Please specify at least one argument for this redis lib call");
     }
-    while argv.len() < args.len() {
+    while argv.len() < n {
         argv.push(Vec::new());
     }
-    argv.truncate(args.len());
-    for (a, dst) in args.iter().zip(argv.iter_mut()) {
+    argv.truncate(n);
+    for (i, dst) in argv.iter_mut().enumerate() {
         dst.clear();
-        match a {
+        match args.get(i) {
             Value::String(s) => dst.extend_from_slice(&s.as_bytes()),
-            Value::Number(d) => number_arg(*d, dst),
-            Value::Integer(i) => number_arg(*i as f64, dst),
+            Value::Number(d) => number_arg(d, dst),
+            Value::Integer(i) => number_arg(i as f64, dst),
             _ => return Err("Lua redis lib command arguments must be strings or integers"),
         }
     }
@@ -401,7 +438,7 @@ fn lua_args(args: &MultiValue, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static s
 
 /// `redis.call` / `redis.pcall` (luaRedisGenericCommand): returns `(reply, nil)` or
 /// `(nil, error table)`.
-fn redis_call(lua: &Lua, args: MultiValue, raise: bool) -> mlua::Result<(Value, Value)> {
+fn redis_call(lua: &Lua, args: Args, raise: bool) -> mlua::Result<(Value, Value)> {
     let Ok(ud) = lua.named_registry_value::<AnyUserData>(SHARD_KEY) else {
         return fail(
             lua,
@@ -420,7 +457,7 @@ fn redis_call(lua: &Lua, args: MultiValue, raise: bool) -> mlua::Result<(Value, 
 fn redis_call_in(
     lua: &Lua,
     shard: &mut Shard,
-    args: MultiValue,
+    args: Args,
     raise: bool,
 ) -> mlua::Result<(Value, Value)> {
     if shard.scripting.run.is_none() {
@@ -713,7 +750,7 @@ fn redis_acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Valu
         );
     };
     let mut argv = Vec::new();
-    if let Err(text) = lua_args(&args, &mut argv) {
+    if let Err(text) = lua_args(&Args::Values(args), &mut argv) {
         return fail(lua, text);
     }
     let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();

@@ -383,9 +383,12 @@ pub fn load(
     replace: bool,
     timeout_ms: u64,
 ) -> Result<String, String> {
-    let (_, name, _) = parse_metadata(code)?;
+    let (engine_name, name, _) = parse_metadata(code)?;
     if !valid_name(name.as_bytes()) {
         return Err(BAD_NAME.to_string());
+    }
+    if !engine_name.eq_ignore_ascii_case(ENGINE_NAME) {
+        return Err(format!("Engine '{engine_name}' not found"));
     }
     if libs.get(&name).is_some() && !replace {
         return Err(format!("Library '{name}' already exists"));

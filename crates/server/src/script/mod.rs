@@ -52,6 +52,8 @@ pub const LOAD_TIMEOUT_MS: u64 = 500;
 pub struct CachedScript {
     pub function: mlua::Function,
     pub flags: ScriptFlags,
+    /// Bytes of the script's body (INFO memory's used_memory_scripts_eval).
+    pub body_bytes: usize,
 }
 
 /// Shebang flags (`#!lua flags=...`) of a script or a function.
@@ -248,6 +250,23 @@ impl Scripting {
     /// Whether a script is running past busy-reply-threshold (other clients get BUSY).
     pub fn is_busy(&self) -> bool {
         self.run.as_ref().is_some_and(|r| r.timed_out)
+    }
+
+    /// Lua heap bytes of the EVAL and FUNCTION states (0 for one not created yet).
+    pub fn vm_memory(&self) -> (usize, usize) {
+        let used = |e: &Option<Engine>| e.as_ref().map_or(0, |e| e.lua().used_memory());
+        (used(&self.eval), used(&self.functions))
+    }
+
+    /// Bytes of cached script bodies and their names, and of library code and names.
+    pub fn code_memory(&self) -> (usize, usize) {
+        let scripts = self.scripts.values().map(|s| s.body_bytes + 40).sum();
+        let libs = self
+            .libraries
+            .iter()
+            .map(|l| l.code.len() + l.name.len())
+            .sum();
+        (scripts, libs)
     }
 
     /// SCRIPT FLUSH: a new EVAL state and an empty cache, as Redis's `scriptingReset`.

@@ -205,11 +205,11 @@ end
 -- Rust functions report errors as a second result; these C closures raise them as Redis's
 -- C code does (from a C frame, so the script's own frame survives a tail call).
 local wrap = api.wrap_raising
-local function raising_table(f)
-    return wrap(f, false)
+local function raising_table(f, packed)
+    return wrap(f, "plain", packed)
 end
 local function raising_at_caller(f)
-    return wrap(f, true)
+    return wrap(f, "where")
 end
 
 G.math.random = raising_at_caller(api.random)
@@ -226,8 +226,8 @@ local function add_log(r)
 end
 
 local redis = {}
-redis.call = raising_table(api.call)
-redis.pcall = api.pcall
+redis.call = raising_table(api.call, api.call_packed)
+redis.pcall = wrap(api.pcall, "pass", api.pcall_packed)
 add_log(redis)
 redis.setresp = raising_table(api.setresp)
 redis.sha1hex = raising_table(api.sha1hex)
