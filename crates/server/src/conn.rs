@@ -103,30 +103,61 @@ async fn write_all(
     r
 }
 
-/// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
+/// A connection registered in the shard's client registry, its task not started yet.
+pub struct Admitted {
+    stream: Rc<TcpStream>,
+    shared: Rc<crate::client::ClientShared>,
+    limits: ParseLimits,
+    maxclients: bool,
+}
+
+/// Registers an accepted connection at once, before its task first runs: a script that
+/// starts running long in the meantime answers it from the side path (`script::busy`),
+/// which finds clients in the registry. `None` when the socket has no addresses (closed).
+pub fn admit(shard: &mut Shard, stream: TcpStream) -> Option<Admitted> {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
-        _ => return,
+        _ => return None,
     };
     let _ = stream.set_nodelay(true);
-    let (shared, limits, maxclients) = {
-        let mut s = shard.borrow_mut();
-        let now = s.now_ms();
-        let limits = ParseLimits {
-            bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-            authenticated: true,
-        };
-        let maxclients = s.clients.len() >= s.config.maxclients as usize;
-        if maxclients {
-            s.stats.rejected_connections += 1;
-        }
-        (s.register_client(addr, laddr, now), limits, maxclients)
+    let now = shard.now_ms();
+    let limits = ParseLimits {
+        bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
+        authenticated: true,
     };
-    // Shared (weakly) with the client registry: a script running long answers this client
-    // from the hook (`script::busy`).
+    let maxclients = shard.clients.len() >= shard.config.maxclients as usize;
+    if maxclients {
+        shard.stats.rejected_connections += 1;
+    }
+    let shared = shard.register_client(addr, laddr, now);
+    // Shared (weakly) with the client registry, for that side path.
     let stream = Rc::new(stream);
     shared.socket.replace(Rc::downgrade(&stream));
+    Some(Admitted {
+        stream,
+        shared,
+        limits,
+        maxclients,
+    })
+}
+
+/// Serves one accepted connection until it closes, is killed, or the server stops.
+pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
+    let admitted = admit(&mut shard.borrow_mut(), stream);
+    if let Some(a) = admitted {
+        serve_admitted(shard, a).await;
+    }
+}
+
+/// Serves a connection `admit` registered.
+pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
+    let Admitted {
+        stream,
+        shared,
+        limits,
+        maxclients,
+    } = admitted;
+    let addr = shared.addr;
     let mut client = Client::new(shared.clone());
     if maxclients {
         let _ = write_all(&stream, &shared, b"-ERR max number of clients reached\r\n").await;

@@ -288,6 +288,19 @@ impl Persist {
         self.appended();
     }
 
+    pub fn append_library(
+        &mut self,
+        name: &[u8],
+        stamp: meridian_crdt::Stamp,
+        code: Option<&[u8]>,
+    ) {
+        if !self.logging() {
+            return;
+        }
+        record::put_library(&mut self.pending, name, stamp, code);
+        self.appended();
+    }
+
     pub fn append_delivered(&mut self, vv: &VersionVector) {
         if !self.logging() {
             return;

@@ -25,6 +25,9 @@ use crate::shard::Shard;
 
 /// Bytes of a waiting connection's input the side path looks at per hook run.
 pub const PEEK_BYTES_MAX: usize = 16 * 1024;
+/// New connections the side path accepts during one long script (the rest wait in the
+/// listen backlog until it ends).
+pub const EARLY_CONNECTIONS_MAX: usize = 256;
 
 /// Redis's BUSY errors (shared.slowevalerr / shared.slowscripterr).
 pub const BUSY_EVAL: &str =
@@ -56,6 +59,9 @@ pub fn interrupt(shard: &mut Shard) -> bool {
             },
             run.name
         );
+    }
+    if shard.scripting.stop.as_ref().is_some_and(|s| *s.borrow()) {
+        shutdown_now(shard);
     }
     serve_waiting_clients(shard);
     let killed = shard.scripting.run.as_ref().is_some_and(|r| r.killed);
@@ -178,11 +184,54 @@ fn decide(shard: &mut Shard, argv: &[&[u8]], proto: Proto) -> Action {
     Action::Reply(error_line(busy_text))
 }
 
+/// Accepts connections waiting in the listen backlog (they get answers now, and connection
+/// tasks once the script ends).
+fn accept_early(shard: &mut Shard) {
+    let Some(listener) = shard.scripting.listener.as_ref().and_then(|l| l.upgrade()) else {
+        return;
+    };
+    while shard.scripting.early.len() < EARLY_CONNECTIONS_MAX {
+        let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+        let Ok(fd) = rustix::net::accept_with(&*listener, flags) else {
+            return;
+        };
+        match tokio::net::TcpStream::from_std(std::net::TcpStream::from(fd)) {
+            Ok(s) => shard.scripting.early.push((s, Vec::new())),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register a connection accepted while a script runs")
+            }
+        }
+    }
+}
+
+/// Gives the connections accepted during a long script to connection tasks.
+pub fn hand_over_early_connections(shard: &mut Shard) {
+    if shard.scripting.early.is_empty() {
+        return;
+    }
+    let early = std::mem::take(&mut shard.scripting.early);
+    if let Some(spawn) = shard.scripting.spawn_conn.clone() {
+        for (s, unsent) in early {
+            spawn(s, unsent);
+        }
+    }
+}
+
 /// Serves every other connection that has complete commands waiting in its socket.
 pub fn serve_waiting_clients(shard: &mut Shard) {
+    accept_early(shard);
     let caller = shard.scripting.run.as_ref().map(|r| r.caller_id);
     let clients: Vec<_> = shard.clients.values().cloned().collect();
     let mut peek = vec![0u8; PEEK_BYTES_MAX];
+    let mut early = std::mem::take(&mut shard.scripting.early);
+    for (s, unsent) in &mut early {
+        // Replies it did not take yet go first; while some wait, its commands wait too.
+        send_some(s, unsent);
+        if unsent.is_empty() {
+            serve_socket(shard, s, Out::Early(unsent), &mut peek);
+        }
+    }
+    shard.scripting.early = early;
     for c in clients {
         if Some(c.id) == caller || c.qbuf_bytes.get() > 0 || c.writing.get() {
             continue;
@@ -190,13 +239,45 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
         let Some(stream) = c.socket.borrow().upgrade() else {
             continue;
         };
+        serve_socket(shard, &stream, Out::Client(&c), &mut peek);
+    }
+}
+
+/// Where the side path's replies for one socket go when the socket will not take them now.
+enum Out<'a> {
+    /// Behind the connection's pending output (its task writes it later).
+    Client(&'a crate::client::ClientShared),
+    /// A connection accepted during the script: its own buffer, written first.
+    Early(&'a mut Vec<u8>),
+}
+
+/// Writes what it can of `unsent` now and keeps the rest.
+fn send_some(stream: &tokio::net::TcpStream, unsent: &mut Vec<u8>) {
+    let mut sent = 0;
+    while sent < unsent.len() {
+        match rustix::net::send(
+            stream,
+            unsent.get(sent..).unwrap_or_default(),
+            rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+        ) {
+            Ok(k) if k > 0 => sent += k,
+            _ => break,
+        }
+    }
+    unsent.drain(..sent);
+}
+
+/// Answers the complete commands at the head of one socket (a connection accepted during the
+/// script speaks RESP2 until HELLO, which waits for the script's end).
+fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>, peek: &mut [u8]) {
+    {
         let n = match rustix::net::recv(
-            &*stream,
+            stream,
             &mut peek[..],
             rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
         ) {
             Ok((n, _)) if n > 0 => n,
-            _ => continue,
+            _ => return,
         };
         let buf = peek.get(..n).unwrap_or_default();
         let mut parser = Parser::new(ParseLimits {
@@ -212,7 +293,11 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
                 Parsed::Command { consumed } => {
                     let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
                     parser.args(rest, &mut argv);
-                    match decide(shard, &argv, c.proto.get()) {
+                    let proto = match &dest {
+                        Out::Client(c) => c.proto.get(),
+                        Out::Early(_) => Proto::Resp2,
+                    };
+                    match decide(shard, &argv, proto) {
                         Action::Reply(bytes) => {
                             out.extend_from_slice(&bytes);
                             pos += consumed;
@@ -232,14 +317,14 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
             shutdown_now(shard);
         }
         if pos == 0 {
-            continue;
+            return;
         }
         // Take exactly the answered commands off the socket.
         let mut sink = vec![0u8; pos];
         let mut taken = 0;
         while taken < pos {
             match rustix::net::recv(
-                &*stream,
+                stream,
                 sink.get_mut(taken..pos).unwrap_or_default(),
                 rustix::net::RecvFlags::DONTWAIT,
             ) {
@@ -247,15 +332,19 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
                 _ => break,
             }
         }
-        write_now(&c, &stream, &out);
+        write_now(dest, stream, &out);
     }
 }
 
-/// Writes a reply now when nothing is queued before it; otherwise (or for what the socket
-/// would not take) queues it behind the connection's pending output.
-fn write_now(c: &crate::client::ClientShared, stream: &tokio::net::TcpStream, bytes: &[u8]) {
+/// Writes replies now when nothing is queued before them; otherwise (or for what the socket
+/// would not take) queues them behind the connection's pending output.
+fn write_now(dest: Out<'_>, stream: &tokio::net::TcpStream, bytes: &[u8]) {
     let mut sent = 0;
-    if c.push_out.borrow().is_empty() {
+    let nothing_queued = match &dest {
+        Out::Client(c) => c.push_out.borrow().is_empty(),
+        Out::Early(unsent) => unsent.is_empty(),
+    };
+    if nothing_queued {
         while sent < bytes.len() {
             match rustix::net::send(
                 stream,
@@ -267,17 +356,22 @@ fn write_now(c: &crate::client::ClientShared, stream: &tokio::net::TcpStream, by
             }
         }
     }
-    if sent < bytes.len() {
-        c.push_out
-            .borrow_mut()
-            .extend_from_slice(bytes.get(sent..).unwrap_or_default());
-        c.wake.notify_one();
+    let rest = bytes.get(sent..).unwrap_or_default();
+    if rest.is_empty() {
+        return;
+    }
+    match dest {
+        Out::Client(c) => {
+            c.push_out.borrow_mut().extend_from_slice(rest);
+            c.wake.notify_one();
+        }
+        Out::Early(unsent) => unsent.extend_from_slice(rest),
     }
 }
 
-/// SHUTDOWN NOSAVE while a script runs: the log keeps what earlier batches wrote; this
-/// batch's records (the script's partial writes among them, never acknowledged) are dropped,
-/// so the script stays atomic on disk too.
+/// SHUTDOWN NOSAVE (or a stop signal) while a script runs: the log keeps what earlier
+/// batches wrote; this batch's records (the script's partial writes among them, never
+/// acknowledged) are not written, so the script stays atomic on disk too.
 fn shutdown_now(shard: &mut Shard) -> ! {
     tracing::warn!("User requested shutdown...");
     shard.shutting_down = true;

@@ -840,6 +840,7 @@ pub fn begin_run(shard: &mut Shard, run: Run) {
 
 /// Ends a run; steps the Lua GC every `GC_CYCLE_PERIOD` runs, as Redis does.
 pub fn end_run(shard: &mut Shard, engine: &Engine) -> Option<Run> {
+    super::busy::hand_over_early_connections(shard);
     // After a kill or a load timeout the hook fires on every line; back to counting.
     let _ = engine.reset_hook();
     let run = shard.scripting.run.take();

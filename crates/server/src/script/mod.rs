@@ -178,6 +178,19 @@ pub struct Scripting {
     pub slots: Option<crate::slot::SlotMap>,
     /// Every library name's last change (replicated, LWW by stamp): see `replicate`.
     pub register: replicate::Register,
+    /// The client listener, so that a script running long can take new connections (and
+    /// answer them) from the side path; set by `server`.
+    pub listener: Option<std::rc::Weak<tokio::net::TcpListener>>,
+    /// Starts a connection task for a connection the side path accepted, after writing the
+    /// replies the socket did not take yet; set by `server`.
+    pub spawn_conn: Option<std::rc::Rc<dyn Fn(tokio::net::TcpStream, Vec<u8>)>>,
+    /// Connections accepted while a script runs long, with replies not written yet: served by
+    /// the side path, handed to connection tasks when the script ends. At most
+    /// `busy::EARLY_CONNECTIONS_MAX`.
+    pub early: Vec<(tokio::net::TcpStream, Vec<u8>)>,
+    /// Turns true when the process is asked to stop (SIGTERM/SIGINT): a script running long
+    /// then ends the process from the side path, as SHUTDOWN NOSAVE does; set by `server`.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl std::fmt::Debug for Scripting {
@@ -224,6 +237,10 @@ impl Scripting {
             gc_countdown: GC_CYCLE_PERIOD,
             slots: None,
             register: replicate::Register::default(),
+            listener: None,
+            spawn_conn: None,
+            early: Vec::new(),
+            stop: None,
         }
     }
 

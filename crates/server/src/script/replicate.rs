@@ -97,9 +97,15 @@ impl Shard {
         self.settle_libraries();
     }
 
-    /// Applies a library record from the log or a peer (the same path for both).
+    /// Logs a register entry a full sync carried (the on-disk log's `Library` record).
+    pub fn log_library_record(&mut self, name: &[u8], stamp: Stamp, code: Option<&[u8]>) {
+        self.persist.append_library(name, stamp, code);
+    }
+
+    /// Applies a library record from the log or a peer (the same path for both). While
+    /// recovering, only the register changes; the libraries load once recovery ends.
     pub fn apply_library(&mut self, name: &[u8], stamp: Stamp, code: Option<&[u8]>) {
-        if self.scripting.register.offer(name, stamp, code) {
+        if self.scripting.register.offer(name, stamp, code) && !self.persist.recovering {
             self.settle_libraries();
         }
     }
@@ -107,6 +113,10 @@ impl Shard {
     /// Derives the loaded libraries from the register (module doc), reusing the compiled
     /// libraries whose code did not change.
     pub fn settle_libraries(&mut self) {
+        if self.scripting.register.live_names().is_empty() {
+            self.scripting.libraries.clear();
+            return;
+        }
         let mut winners: Vec<(Stamp, Vec<u8>, Vec<u8>)> = self
             .scripting
             .register
