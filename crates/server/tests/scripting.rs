@@ -298,8 +298,8 @@ fn function_changes_reach_every_site() {
     }
     b.ok(&["FUNCTION", "DELETE", "shared"]);
     assert!(
-        eventually(CONVERGE_TIMEOUT, || a.err(&["FCALL", "incr2", "1", "k"])
-            == "ERR Function not found"
+        eventually(CONVERGE_TIMEOUT, || a.reply(&["FCALL", "incr2", "1", "k"])
+            == Reply::Err("ERR Function not found".into())
             && c.call_text(&["FUNCTION", "LIST"]) == "*0\r\n"),
         "FUNCTION DELETE at B never reached A and C"
     );

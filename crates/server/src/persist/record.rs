@@ -135,10 +135,11 @@ pub fn put_library(
     finish(out, start);
 }
 
-/// A library record: the name, its stamp, its code (`None`: deleted).
-pub fn decode_library(
-    payload: &[u8],
-) -> Result<(&[u8], meridian_crdt::Stamp, Option<&[u8]>), DecodeError> {
+/// A decoded library record: the name, its stamp, its code (`None`: deleted).
+pub type LibraryRecord<'a> = (&'a [u8], meridian_crdt::Stamp, Option<&'a [u8]>);
+
+/// A library record (`put_library`).
+pub fn decode_library(payload: &[u8]) -> Result<LibraryRecord<'_>, DecodeError> {
     let mut r = Reader::new(payload);
     let name = r.bytes()?;
     let rest = payload.get(r.pos()..).unwrap_or_default();

@@ -19,7 +19,7 @@ pub const REPLY_DEPTH_MAX: usize = 7990;
 /// (never for replies this server produced).
 pub fn reply_to_lua(lua: &Lua, buf: &[u8]) -> mlua::Result<Option<Value>> {
     let mut pos = 0;
-    parse(lua, buf, &mut pos, 0)
+    parse(lua, buf, &mut pos)
 }
 
 /// Whether a reply buffer holds an error reply.
@@ -74,7 +74,9 @@ pub fn error_text(text: &[u8]) -> Vec<u8> {
     out
 }
 
-fn parse(lua: &Lua, buf: &[u8], pos: &mut usize, depth: usize) -> mlua::Result<Option<Value>> {
+/// One reply from `buf` at `pos`. Replies come from this server's own commands, whose nesting
+/// is small (a few levels), so the recursion is bounded by what a command replies.
+fn parse(lua: &Lua, buf: &[u8], pos: &mut usize) -> mlua::Result<Option<Value>> {
     let Some(&kind) = buf.get(*pos) else {
         return Ok(None);
     };
@@ -131,7 +133,7 @@ fn parse(lua: &Lua, buf: &[u8], pos: &mut usize, depth: usize) -> mlua::Result<O
             } else if kind == b'~' {
                 let set = lua.create_table()?;
                 for _ in 0..n {
-                    if let Some(e) = parse(lua, buf, pos, depth + 1)? {
+                    if let Some(e) = parse(lua, buf, pos)? {
                         set.raw_set(e, true)?;
                     }
                 }
@@ -141,7 +143,7 @@ fn parse(lua: &Lua, buf: &[u8], pos: &mut usize, depth: usize) -> mlua::Result<O
             } else {
                 let t = lua.create_table_with_capacity(n.min(1024) as usize, 0)?;
                 for i in 0..n {
-                    let e = parse(lua, buf, pos, depth + 1)?.unwrap_or(Value::Nil);
+                    let e = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
                     t.raw_set(i + 1, e)?;
                 }
                 Value::Table(t)
@@ -151,8 +153,8 @@ fn parse(lua: &Lua, buf: &[u8], pos: &mut usize, depth: usize) -> mlua::Result<O
             let n = int(l).unwrap_or(0);
             let map = lua.create_table()?;
             for _ in 0..n {
-                let k = parse(lua, buf, pos, depth + 1)?.unwrap_or(Value::Nil);
-                let v = parse(lua, buf, pos, depth + 1)?.unwrap_or(Value::Nil);
+                let k = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
+                let v = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
                 if !k.is_nil() {
                     map.raw_set(k, v)?;
                 }
@@ -165,9 +167,9 @@ fn parse(lua: &Lua, buf: &[u8], pos: &mut usize, depth: usize) -> mlua::Result<O
             // Attributes are not shown to scripts: skip them, then parse the reply itself.
             let n = int(l).unwrap_or(0);
             for _ in 0..n * 2 {
-                parse(lua, buf, pos, depth + 1)?;
+                parse(lua, buf, pos)?;
             }
-            return parse(lua, buf, pos, depth);
+            return parse(lua, buf, pos);
         }
         b'_' => Value::Nil,
         b'#' => Value::Boolean(l == b"t"),
@@ -201,7 +203,9 @@ fn parse_double(l: &[u8]) -> f64 {
 
 /// C's `(long long)` of a double on x86-64: out of range (and NaN) give i64::MIN.
 pub fn number_to_i64(d: f64) -> i64 {
-    if d.is_nan() || d >= 9.223_372_036_854_775_807e18 || d < -9.223_372_036_854_775_808e18 {
+    // 2^63 as a double: every double at or above it (or below -2^63) is out of range.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if d.is_nan() || !(-LIMIT..LIMIT).contains(&d) {
         i64::MIN
     } else {
         d as i64

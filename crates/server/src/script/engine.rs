@@ -18,8 +18,9 @@ use crate::shard::Shard;
 
 /// Registry slot holding the userdata that borrows the shard while a script runs.
 const SHARD_KEY: &str = "meridian.shard";
-/// Registry flag: the hook fires on every line (after a kill or a load timeout).
-const HOOK_LINE_KEY: &str = "meridian.hook_line";
+/// App data of a Lua state whose hook was switched to every line (after a kill, a load
+/// timeout or the memory limit); its next run switches it back to counting.
+struct HookEveryLine;
 /// Chunk name of the sandbox: its frames are skipped when an error is located.
 const SANDBOX_CHUNK: &str = "=sandbox";
 const SANDBOX: &str = include_str!("sandbox.lua");
@@ -39,6 +40,8 @@ pub enum Interrupt {
     Killed,
     #[error("FUNCTION LOAD timeout")]
     LoadTimeout,
+    #[error("not enough memory")]
+    OutOfMemory,
 }
 
 #[derive(Debug)]
@@ -74,7 +77,8 @@ impl Engine {
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::new(),
         )?;
-        lua.set_memory_limit(super::LUA_MEMORY_BYTES_MAX)?;
+        // No allocator limit: with one, mlua runs every allocating API call in a protected
+        // closure, which costs more than the script. The hook enforces the limit instead.
         meridian_lualib::open(&lua)?;
         let api = lua.create_table()?;
         api.set(
@@ -154,11 +158,8 @@ impl Engine {
     /// Restores the count hook after a killed script switched it to every line.
     pub fn reset_hook(&self) -> mlua::Result<()> {
         let lua = &self.0.lua;
-        if lua
-            .named_registry_value::<bool>(HOOK_LINE_KEY)
-            .unwrap_or(false)
-        {
-            lua.set_named_registry_value(HOOK_LINE_KEY, false)?;
+        if lua.app_data_ref::<HookEveryLine>().is_some() {
+            lua.remove_app_data::<HookEveryLine>();
             lua.set_hook(count_hook(), hook)?;
         }
         Ok(())
@@ -246,6 +247,14 @@ fn redis_version_num() -> i64 {
 
 /// The hook: FUNCTION LOAD's time limit, and for scripts the busy threshold and kills.
 fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
+    if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
+        // Collect first: the limit is on live data, not on garbage not yet collected.
+        let _ = lua.gc_collect();
+        if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
+            every_line(lua)?;
+            return Err(mlua::Error::external(Interrupt::OutOfMemory));
+        }
+    }
     if let Some(mut loading) = lua.app_data_mut::<Loading>() {
         let elapsed = loading.started.elapsed().as_millis() as u64;
         if loading.timeout_ms > 0 && elapsed > loading.timeout_ms {
@@ -273,7 +282,7 @@ fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
 /// catching the error: it is raised again at the next line outside the pcall.
 fn every_line(lua: &Lua) -> mlua::Result<()> {
     lua.set_hook(HookTriggers::EVERY_LINE, hook)?;
-    lua.set_named_registry_value(HOOK_LINE_KEY, true)?;
+    lua.set_app_data(HookEveryLine);
     Ok(())
 }
 
@@ -376,9 +385,7 @@ fn fail_str(lua: &Lua, text: &str) -> mlua::Result<(Value, Value)> {
 fn with_shard<R>(lua: &Lua, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
     let ud = lua.named_registry_value::<AnyUserData>(SHARD_KEY).ok()?;
     ud.borrow_mut_scoped::<Shard, _>(|shard| {
-        if shard.scripting.run.is_none() {
-            return None;
-        }
+        shard.scripting.run.as_ref()?;
         Some(f(shard))
     })
     .ok()
@@ -779,7 +786,7 @@ fn check_int(args: &MultiValue, n: usize, fname: &str) -> Result<i32, String> {
 }
 
 fn math_random(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    let Some(raw) = with_shard(lua, |s| s.scripting.rng.next()) else {
+    let Some(raw) = with_shard(lua, |s| s.scripting.rng.next_value()) else {
         return fail_str(
             lua,
             "math.random can only be called inside a script invocation",

@@ -586,7 +586,10 @@ pub fn decode_payload(data: &[u8]) -> Result<Vec<Vec<u8>>, PayloadError> {
     }
     let body_end = data.len() - 10;
     let footer = data.get(body_end..).ok_or(PayloadError::Footer)?;
-    let version = u16::from_le_bytes([footer[0], footer[1]]);
+    let version = match footer {
+        [lo, hi, ..] => u16::from_le_bytes([*lo, *hi]),
+        _ => return Err(PayloadError::Footer),
+    };
     if version > RDB_VERSION {
         return Err(PayloadError::Footer);
     }
@@ -691,7 +694,7 @@ mod tests {
     fn metadata() {
         assert_eq!(
             parse_metadata(b"#!lua name=mylib\nreturn 1").unwrap(),
-            ("lua".to_string(), "mylib".to_string(), 15)
+            ("lua".to_string(), "mylib".to_string(), 16)
         );
         assert_eq!(
             parse_metadata(b"return 1").unwrap_err(),
@@ -739,6 +742,46 @@ mod tests {
         let crc = CRC64.checksum(&body);
         body.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(decode_payload(&body), Err(PayloadError::NotFunction));
+    }
+
+    /// Every truncation and many bit flips of a valid payload: a clear error or a decode,
+    /// never a panic (the fuzz target `function_payload` explores further).
+    #[test]
+    fn damaged_payloads_are_refused_cleanly() {
+        let mut libs = Libraries::default();
+        let engine = Engine::new(super::super::engine::Mode::Function).unwrap();
+        for i in 0..3 {
+            let code = format!(
+                "#!lua name=l{i}\nredis.register_function('f{i}', function() return {i} end)"
+            );
+            load(&engine, &mut libs, code.as_bytes(), false, 0).unwrap();
+        }
+        let payload = dump(&libs);
+        assert_eq!(decode_payload(&payload).unwrap().len(), 3);
+        for cut in 0..payload.len() {
+            assert!(decode_payload(&payload[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..5000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut damaged = payload.clone();
+            let at = (rng as usize) % damaged.len();
+            damaged[at] ^= 1 << ((rng >> 40) % 8);
+            // The checksum covers everything but itself: any flip before it is caught.
+            if at < damaged.len() - 8 {
+                assert_eq!(decode_payload(&damaged), Err(PayloadError::Footer));
+            } else {
+                assert!(decode_payload(&damaged).is_err());
+            }
+        }
+        // A well-formed footer around a body that lies about its string length.
+        let mut body = vec![OPCODE_FUNCTION2, 0x80, 0xff, 0xff, 0xff, 0xff, b'x'];
+        body.extend_from_slice(&RDB_VERSION.to_le_bytes());
+        let crc = CRC64.checksum(&body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_payload(&body), Err(PayloadError::Payload));
     }
 
     #[test]

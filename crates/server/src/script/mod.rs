@@ -36,8 +36,9 @@ use crate::client::Client;
 use crate::resp::reply::Reply;
 use engine::Engine;
 
-/// Bytes a Lua state may allocate. Redis sets no limit (a runaway script ends the process);
-/// Meridian fails the allocation instead, and the script with "not enough memory".
+/// Bytes of live data a Lua state may hold. Redis sets no limit (a runaway script ends the
+/// process); Meridian's hook stops a script past it with "not enough memory" (checked every
+/// `HOOK_INSTRUCTIONS` instructions, so one instruction's allocation may overshoot it).
 pub const LUA_MEMORY_BYTES_MAX: usize = 1024 * 1024 * 1024;
 
 /// Instructions between two runs of the hook that checks a script's time (Redis's value).
@@ -55,6 +56,9 @@ pub struct CachedScript {
     /// Bytes of the script's body (INFO memory's used_memory_scripts_eval).
     pub body_bytes: usize,
 }
+
+/// Starts a connection task for a socket and the replies it has not taken yet.
+pub type SpawnConn = std::rc::Rc<dyn Fn(tokio::net::TcpStream, Vec<u8>)>;
 
 /// Shebang flags (`#!lua flags=...`) of a script or a function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -183,7 +187,7 @@ pub struct Scripting {
     pub listener: Option<std::rc::Weak<tokio::net::TcpListener>>,
     /// Starts a connection task for a connection the side path accepted, after writing the
     /// replies the socket did not take yet; set by `server`.
-    pub spawn_conn: Option<std::rc::Rc<dyn Fn(tokio::net::TcpStream, Vec<u8>)>>,
+    pub spawn_conn: Option<SpawnConn>,
     /// Connections accepted while a script runs long, with replies not written yet: served by
     /// the side path, handed to connection tasks when the script ends. At most
     /// `busy::EARLY_CONNECTIONS_MAX`.

@@ -28,7 +28,7 @@ impl Lrand48 {
         self.x = (u64::from(s) << 16) | 0x330E;
     }
 
-    pub fn next(&mut self) -> i32 {
+    pub fn next_value(&mut self) -> i32 {
         self.x = A.wrapping_mul(self.x).wrapping_add(C) & MASK48;
         (self.x >> 17) as i32
     }
@@ -42,9 +42,9 @@ mod tests {
     fn matches_lrand48() {
         // glibc's lrand48 with the default seed and after srand48(1) produce these.
         let mut r = Lrand48::default();
-        assert_eq!(r.next(), 851401618);
+        assert_eq!(r.next_value(), 851401618);
         r.seed(1);
-        assert_eq!(r.next(), 89400484);
-        assert_eq!(r.next(), 976015093);
+        assert_eq!(r.next_value(), 89400484);
+        assert_eq!(r.next_value(), 976015093);
     }
 }

@@ -123,7 +123,7 @@ impl Shard {
             .iter()
             .filter_map(|(n, e)| e.code.as_ref().map(|c| (e.stamp, n.clone(), c.clone())))
             .collect();
-        winners.sort_by(|a, b| b.0.cmp(&a.0));
+        winners.sort_by_key(|w| std::cmp::Reverse(w.0));
         let current = std::mem::take(&mut self.scripting.libraries);
         let engine = match self.scripting.function_engine() {
             Ok(e) => e,

@@ -5,11 +5,11 @@
 pub fn sha1_hex(data: &[u8]) -> [u8; 40] {
     let digest = sha1(data);
     let mut out = [0u8; 40];
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hex = |n: u8| if n < 10 { b'0' + n } else { b'a' + n - 10 };
     for (pair, byte) in out.chunks_exact_mut(2).zip(digest) {
         if let [hi, lo] = pair {
-            *hi = HEX[usize::from(byte >> 4)];
-            *lo = HEX[usize::from(byte & 0xf)];
+            *hi = hex(byte >> 4);
+            *lo = hex(byte & 0xf);
         }
     }
     out
@@ -36,10 +36,14 @@ fn sha1(data: &[u8]) -> [u8; 20] {
     for block in blocks.chain(tail.chunks_exact(64)) {
         let mut w = [0u32; 80];
         for (wi, word) in w.iter_mut().zip(block.chunks_exact(4)) {
-            *wi = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+            *wi = u32::from_be_bytes(word.try_into().unwrap_or([0; 4]));
         }
         for i in 16..80 {
-            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+            let at = |j: usize| w.get(j).copied().unwrap_or(0);
+            let v = (at(i - 3) ^ at(i - 8) ^ at(i - 14) ^ at(i - 16)).rotate_left(1);
+            if let Some(slot) = w.get_mut(i) {
+                *slot = v;
+            }
         }
         let [mut a, mut b, mut c, mut d, mut e] = h;
         for (i, wi) in w.iter().enumerate() {
