@@ -55,6 +55,11 @@ pub struct ClientShared {
     pub ssub: Cell<usize>,
     /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
     pub blocked: Cell<bool>,
+    /// The connection's socket, for the side path that answers this client while a script
+    /// runs long (`script::busy`); empty for the script client.
+    pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
+    /// The connection task is writing replies (the side path must not interleave its own).
+    pub writing: Cell<bool>,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -106,6 +111,8 @@ impl ClientShared {
             psub: Cell::new(0),
             ssub: Cell::new(0),
             blocked: Cell::new(false),
+            socket: RefCell::new(std::rc::Weak::new()),
+            writing: Cell::new(false),
         }
     }
 
@@ -214,6 +221,11 @@ impl Client {
 
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Whether this is the client scripts run their commands as (`script::Scripting`).
+    pub fn is_script(&self) -> bool {
+        self.shared.id == 0
     }
 
     pub fn select(&mut self, db: usize) {

@@ -46,6 +46,9 @@ pub struct Config {
     pub slowlog_max_len: u64,
     /// Latency monitor threshold in milliseconds (0: off).
     pub latency_monitor_threshold: u64,
+    /// Milliseconds a script may run before other clients get BUSY and SCRIPT KILL /
+    /// FUNCTION KILL are served (Redis's busy-reply-threshold, alias lua-time-limit; 0: never).
+    pub busy_reply_threshold: u64,
     /// Bytes of recent ops each shard keeps in memory for peers that reconnect (16 MiB: the
     /// reference product clamps its CRDT backlog to 1 MB–250 MB per shard). A site with no
     /// peers keeps only the op log chunk being written.
@@ -146,6 +149,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            busy_reply_threshold: 5_000,
             backlog_bytes_max: 16 * 1024 * 1024,
             deployment_id: "meridian".to_string(),
             sync_port: 0,

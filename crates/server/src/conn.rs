@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use crate::blocking;
@@ -68,17 +68,19 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
     }
 }
 
-/// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
-/// is killed meanwhile (CLIENT KILL, `timeout`, shutdown), or when the output still pending
-/// breaks its class's limit (`ClientShared::output_over_limit`: the hard bound at once, the
-/// soft one after its seconds): a client that never reads holds at most one batch of
-/// replies, and not for longer than its class allows.
+/// Writes `buf` to the client, marking it as writing meanwhile (the busy-script side path
+/// must not put its replies in the middle of these). Gives up (false) when the connection
+/// fails, when the client is killed meanwhile (CLIENT KILL, `timeout`, shutdown), or when the
+/// output still pending breaks its class's limit (`ClientShared::output_over_limit`: the hard
+/// bound at once, the soft one after its seconds): a client that never reads holds at most
+/// one batch of replies, and not for longer than its class allows.
 async fn write_out(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     buf: &[u8],
     shared: &ClientShared,
     limit: OutputLimit,
 ) -> bool {
+    shared.writing.set(true);
     let mut written = 0usize;
     let mut woken = false;
     let ok = loop {
@@ -90,12 +92,20 @@ async fn write_out(
             tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
             break false;
         }
-        // Biased: the write goes first, so the timer is only set up when it would block.
+        // The write goes first, so the timer is only set up when it would block.
+        match stream.try_write(rest) {
+            Ok(0) => break false,
+            Ok(n) => {
+                written += n;
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break false,
+        }
         tokio::select! {
             biased;
-            r = stream.write(rest) => match r {
-                Ok(0) | Err(_) => break false,
-                Ok(n) => written += n,
+            r = stream.writable() => if r.is_err() {
+                break false;
             },
             () = shared.wake.notified() => {
                 if shared.killed.get() {
@@ -108,6 +118,7 @@ async fn write_out(
         }
     };
     shared.obuf_bytes.set(0);
+    shared.writing.set(false);
     if woken {
         shared.wake.notify_one();
     }
@@ -117,31 +128,100 @@ async fn write_out(
 /// How often a write that does not progress re-checks the output limits.
 pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
-/// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+/// Reads what the socket holds (at least one byte, or 0 at the end of the stream). Cancel-safe.
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Writes all of `bytes`, marking the client as writing meanwhile (the busy-script side path
+/// must not put its replies in the middle of these).
+async fn write_all(
+    stream: &TcpStream,
+    shared: &crate::client::ClientShared,
+    mut bytes: &[u8],
+) -> std::io::Result<()> {
+    shared.writing.set(true);
+    let r = async {
+        while !bytes.is_empty() {
+            match stream.try_write(bytes) {
+                Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    stream.writable().await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+    .await;
+    shared.writing.set(false);
+    r
+}
+
+/// A connection registered in the shard's client registry, its task not started yet.
+pub struct Admitted {
+    stream: Rc<TcpStream>,
+    shared: Rc<crate::client::ClientShared>,
+    limits: ParseLimits,
+    maxclients: bool,
+}
+
+/// Registers an accepted connection at once, before its task first runs: a script that
+/// starts running long in the meantime answers it from the side path (`script::busy`),
+/// which finds clients in the registry. `None` when the socket has no addresses (closed).
+pub fn admit(shard: &mut Shard, stream: TcpStream) -> Option<Admitted> {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
-        _ => return,
+        _ => return None,
     };
     let _ = stream.set_nodelay(true);
-    let (shared, limits, maxclients) = {
-        let mut s = shard.borrow_mut();
-        let now = s.now_ms();
-        let limits = ParseLimits {
-            bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-            authenticated: true,
-        };
-        let maxclients = s.clients.len() >= s.config.maxclients as usize;
-        if maxclients {
-            s.stats.rejected_connections += 1;
-        }
-        (s.register_client(addr, laddr, now), limits, maxclients)
+    let now = shard.now_ms();
+    let limits = ParseLimits {
+        bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
+        authenticated: true,
     };
+    let maxclients = shard.clients.len() >= shard.config.maxclients as usize;
+    if maxclients {
+        shard.stats.rejected_connections += 1;
+    }
+    let shared = shard.register_client(addr, laddr, now);
+    // Shared (weakly) with the client registry, for that side path.
+    let stream = Rc::new(stream);
+    shared.socket.replace(Rc::downgrade(&stream));
+    Some(Admitted {
+        stream,
+        shared,
+        limits,
+        maxclients,
+    })
+}
+
+/// Serves one accepted connection until it closes, is killed, or the server stops.
+pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
+    let admitted = admit(&mut shard.borrow_mut(), stream);
+    if let Some(a) = admitted {
+        serve_admitted(shard, a).await;
+    }
+}
+
+/// Serves a connection `admit` registered.
+pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
+    let Admitted {
+        stream,
+        shared,
+        limits,
+        maxclients,
+    } = admitted;
+    let addr = shared.addr;
     let mut client = Client::new(shared.clone());
     if maxclients {
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+        let _ = write_all(&stream, &shared, b"-ERR max number of clients reached\r\n").await;
         shard
             .borrow_mut()
             .unregister_client(client.id(), &client.dirty);
@@ -172,7 +252,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             // consumes nothing.
             let event = tokio::select! {
                 biased;
-                r = stream.read_buf(&mut rbuf) => match r {
+                r = read_some(&stream, &mut rbuf) => match r {
                     Ok(0) | Err(_) => break 'conn,
                     Ok(n) => BlockedEvent::Input(n),
                 },
@@ -221,7 +301,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 break 'conn;
             }
             if !out.is_empty() {
-                if !write_out(&mut stream, &out.buf, &shared, out_limit).await {
+                if !write_out(&stream, &out.buf, &shared, out_limit).await {
                     break;
                 }
                 out.clear();
@@ -240,13 +320,13 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                 .max(READ_CHUNK_BYTES_MIN);
             rbuf.reserve(want);
             let n = tokio::select! {
-                r = stream.read_buf(&mut rbuf) => r,
+                r = read_some(&stream, &mut rbuf) => r,
                 () = shared.wake.notified() => {
                     // MONITOR lines and Pub/Sub messages from other connections.
                     let pending = std::mem::take(&mut *shared.push_out.borrow_mut());
                     let limit = shared
                         .output_limit(&shard.borrow().config.client_output_buffer_limit);
-                    if !pending.is_empty() && !write_out(&mut stream, &pending, &shared, limit).await {
+                    if !pending.is_empty() && !write_out(&stream, &pending, &shared, limit).await {
                         break 'conn;
                     }
                     continue 'conn;
@@ -329,7 +409,7 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             break;
         }
         if !out.is_empty() {
-            if !write_out(&mut stream, &out.buf, &shared, out_limit).await {
+            if !write_out(&stream, &out.buf, &shared, out_limit).await {
                 break;
             }
             out.clear();
@@ -345,7 +425,10 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             break;
         }
     }
-    let _ = stream.shutdown().await;
+    shared.socket.replace(std::rc::Weak::new());
+    if let Ok(mut stream) = Rc::try_unwrap(stream) {
+        let _ = stream.shutdown().await;
+    }
     shard
         .borrow_mut()
         .unregister_client(client.id(), &client.dirty);

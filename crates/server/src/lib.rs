@@ -14,6 +14,7 @@
 //! - `client`: per-connection state and what other connections may see of it.
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
+//! - `script`: Lua scripting (EVAL, FUNCTION): engines, sandbox, conversions, busy scripts.
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
@@ -40,6 +41,7 @@ pub mod keyspace;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
+pub mod script;
 pub mod server;
 pub mod shard;
 pub mod slot;

@@ -69,6 +69,8 @@ struct ServerFlags {
     #[arg(long)]
     latency_monitor_threshold: Option<u64>,
     #[arg(long)]
+    busy_reply_threshold: Option<u64>,
+    #[arg(long)]
     backlog_bytes_max: Option<u64>,
     #[arg(long)]
     deployment_id: Option<String>,
@@ -143,6 +145,7 @@ impl ServerFlags {
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,
+            busy_reply_threshold,
             backlog_bytes_max,
             deployment_id,
             sync_port,

@@ -253,6 +253,29 @@ fn run_shard(
             now,
         )));
         shard.borrow_mut().sync.tls = tls;
+        // A script running long takes and answers new connections itself (script::busy),
+        // then hands them to connection tasks.
+        let listener = Rc::new(listener);
+        {
+            let weak = Rc::downgrade(&shard);
+            let mut s = shard.borrow_mut();
+            s.scripting.listener = Some(Rc::downgrade(&listener));
+            s.scripting.stop = Some(stop.clone());
+            s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
+                if let Some(shard) = weak.upgrade() {
+                    tokio::task::spawn_local(async move {
+                        let mut stream = stream;
+                        if !unsent.is_empty() {
+                            use tokio::io::AsyncWriteExt as _;
+                            if stream.write_all(&unsent).await.is_err() {
+                                return;
+                            }
+                        }
+                        crate::conn::serve(shard, stream).await;
+                    });
+                }
+            }));
+        }
         shard
             .borrow_mut()
             .open_persistence()
@@ -265,7 +288,10 @@ fn run_shard(
                 accepted = listener.accept() => {
                     match accepted {
                         Ok((stream, _)) => {
-                            tokio::task::spawn_local(crate::conn::serve(shard.clone(), stream));
+                            let admitted = crate::conn::admit(&mut shard.borrow_mut(), stream);
+                            if let Some(a) = admitted {
+                                tokio::task::spawn_local(crate::conn::serve_admitted(shard.clone(), a));
+                            }
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "accept failed");

@@ -66,6 +66,8 @@ pub struct Shard {
     pub run_id: String,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
+    /// Lua scripting: engines, script cache, libraries, the running script (`script`).
+    pub scripting: crate::script::Scripting,
 }
 
 impl Shard {
@@ -102,6 +104,7 @@ impl Shard {
             started_ms: now_ms,
             run_id: random_hex40(),
             shutting_down: false,
+            scripting: crate::script::Scripting::new(),
             config,
         };
         shard.set_life(0);

@@ -24,6 +24,7 @@
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
+//! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
 
 pub mod args;
 pub mod client;
@@ -37,6 +38,7 @@ pub mod keys;
 pub mod list;
 pub mod meta;
 pub mod pubsub;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -93,6 +95,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
+    v.extend_from_slice(scripting::HANDLERS);
     v
 }
 
@@ -374,6 +377,14 @@ pub fn reply_error(shard: &mut Shard, out: &mut Reply, e: &CmdError) {
     shard.stats.count_error(&e.code());
 }
 
+/// Feeds MONITOR clients a command now, before the commands it runs (EVAL, FCALL: Redis
+/// shows the script command first, then what the script runs).
+pub fn feed_monitors_now(ctx: &mut Ctx<'_>, argv: &[&[u8]]) {
+    if !ctx.shard.monitors.is_empty() {
+        feed_monitors(ctx.shard, ctx.client, argv, ctx.now_ms);
+    }
+}
+
 /// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
 fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64) {
     let mut line = Vec::with_capacity(64);
@@ -384,13 +395,19 @@ fn feed_monitors(shard: &mut Shard, client: &Client, argv: &[&[u8]], now_ms: u64
                 .map(|d| d.subsec_micros() % 1000)
                 .unwrap_or(0),
         );
+    // Commands a script runs show "lua" as their client, as in Redis.
+    let who = if client.is_script() {
+        "lua".to_string()
+    } else {
+        client.shared.addr.to_string()
+    };
     line.extend_from_slice(
         format!(
             "+{}.{:06} [{} {}]",
             micros / 1_000_000,
             micros % 1_000_000,
             client.db,
-            client.shared.addr
+            who
         )
         .as_bytes(),
     );

@@ -44,7 +44,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // ---------------------------------------------------------------------------------------
 // Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
 
-fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+pub(crate) fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.out.array(lines.len() + 3);
     ctx.out.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
@@ -57,7 +57,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(crate) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -391,6 +391,36 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     field(out, "allocator_resident", m.resident);
     field(out, "total_system_memory", total);
     field(out, "total_system_memory_human", bytes_to_human(total));
+    let (vm_eval, vm_functions) = shard.scripting.vm_memory();
+    let (scripts_bytes, functions_bytes) = shard.scripting.code_memory();
+    field(out, "used_memory_lua", vm_eval);
+    field(out, "used_memory_vm_eval", vm_eval);
+    field(out, "used_memory_lua_human", bytes_to_human(vm_eval as u64));
+    field(out, "used_memory_scripts_eval", scripts_bytes);
+    field(
+        out,
+        "number_of_cached_scripts",
+        shard.scripting.scripts.len(),
+    );
+    field(
+        out,
+        "number_of_functions",
+        shard.scripting.libraries.function_count(),
+    );
+    field(out, "used_memory_vm_functions", vm_functions);
+    field(out, "used_memory_vm_total", vm_eval + vm_functions);
+    field(
+        out,
+        "used_memory_vm_total_human",
+        bytes_to_human((vm_eval + vm_functions) as u64),
+    );
+    field(out, "used_memory_functions", functions_bytes);
+    field(out, "used_memory_scripts", scripts_bytes + functions_bytes);
+    field(
+        out,
+        "used_memory_scripts_human",
+        bytes_to_human((scripts_bytes + functions_bytes) as u64),
+    );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
     field(out, "maxmemory_policy", "noeviction");

@@ -266,7 +266,6 @@ const NO_REPLICAS: &str =
     "Meridian has no Redis replicas; writes never wait for them (WAIT answers 0).";
 const NO_REPLICATION: &str = "Meridian has no Redis primary/replica replication: sites replicate active-active (docs/replication.md).";
 const NO_REPLICATION_AUTH: &str = "Meridian has no Redis primary/replica replication.";
-const NO_SCRIPTS: &str = "Meridian has no scripts or functions yet.";
 const NO_STREAMS: &str = "Meridian has no streams yet.";
 const NO_TRACKING: &str = "Meridian has no client-side caching (CLIENT TRACKING) yet.";
 const PINNED: &str = "Each shard thread pins itself to a core of its own.";
@@ -470,7 +469,7 @@ pub static PARAMS: &[Param] = &[
     stored("active-defrag-max-scan-fields", Kind::Int { min: 1, max: I64 }, "1000", DEFRAG),
     field("slowlog-max-len", Kind::Int { min: 0, max: I64 }, field!(slowlog_max_len), "Slow log entries kept."),
     stored("acllog-max-len", Kind::Int { min: 0, max: I64 }, "128", NO_ACL),
-    stored("busy-reply-threshold", Kind::Int { min: 0, max: I64 }, "5000", NO_SCRIPTS)
+    field("busy-reply-threshold", Kind::Int { min: 0, max: I64 }, field!(busy_reply_threshold), "Milliseconds a script or function runs before other clients get -BUSY and SCRIPT KILL or FUNCTION KILL may stop it.")
         .alias("lua-time-limit"),
     stored("cluster-node-timeout", Kind::Int { min: 0, max: I64 }, "15000", NO_CLUSTER),
     field("slowlog-log-slower-than", Kind::Int { min: -1, max: I64 }, field!(slowlog_log_slower_than), "Slow log threshold in microseconds (negative: off)."),

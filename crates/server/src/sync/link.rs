@@ -593,6 +593,26 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         // Let clients run between chunks.
         tokio::task::yield_now().await;
     }
+    // The FUNCTION library register (every name's last change, deletions included), in
+    // chunks of at most FULL_SYNC_CHUNK_KEYS entries.
+    let chunks: Vec<Vec<u8>> = {
+        let s = shard.borrow();
+        let entries: Vec<_> = s.scripting.register.iter().collect();
+        entries
+            .chunks(FULL_SYNC_CHUNK_KEYS)
+            .map(|part| {
+                let mut b = Vec::new();
+                b.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                for (name, e) in part {
+                    super::apply::encode_chunk_library(&mut b, name, e.stamp, e.code.as_deref());
+                }
+                b
+            })
+            .collect()
+    };
+    for chunk in chunks {
+        writer.send(Kind::FullSyncChunk, &chunk).await?;
+    }
     if cursor.restarts > 0 {
         tracing::info!(
             restarts = cursor.restarts,
