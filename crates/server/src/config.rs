@@ -47,7 +47,8 @@ pub struct Config {
     pub sync_port: u16,
     /// Address the sync port listens on (empty: the `bind` address).
     pub sync_bind: String,
-    /// The other sites: `id=ip:port` of each one's sync endpoint.
+    /// The other sites: `id=host:port` of each one's sync endpoint (an IP address or a DNS
+    /// name, resolved again on every reconnect).
     pub peer: Vec<String>,
     /// This site's certificate, key and trusted CA for mutual TLS between sites (PEM). Without
     /// them the syncer speaks plain text, which is allowed only on loopback.
@@ -84,8 +85,17 @@ pub struct Config {
     /// Test-only: after every fsync, write `shard-N/fsynced` naming the log segment and its
     /// length known to be on disk (power-loss drills cut the log back to it).
     pub debug_fsync_watermark: bool,
-    /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
+    /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug"). The `--log-level` flag
+    /// wins over `RUST_LOG`, which wins over this key.
     pub log_level: String,
+    /// Log line format: `text` or `json`.
+    pub log_format: String,
+    /// Log file (empty: standard output). SIGHUP reopens it, for logrotate.
+    pub log_file: String,
+    /// Port of the HTTP endpoint serving `/metrics` and `/health` (0: off).
+    pub metrics_port: u16,
+    /// Address the metrics port listens on.
+    pub metrics_bind: String,
     /// Test-only: offset added to the wall clock, in milliseconds.
     pub debug_clock_offset_ms: i64,
     /// Test-only: taken as the kernel's boot id instead of `/proc/sys/kernel/random/boot_id`
@@ -132,6 +142,10 @@ impl Default for Config {
             backlog_disk_bytes_max: 1024 * 1024 * 1024,
             debug_fsync_watermark: false,
             log_level: "info".to_string(),
+            log_format: "text".to_string(),
+            log_file: String::new(),
+            metrics_port: 0,
+            metrics_bind: "127.0.0.1".to_string(),
             debug_clock_offset_ms: 0,
             debug_boot_id: String::new(),
         }
@@ -172,20 +186,55 @@ pub fn parse_save(text: &str) -> Option<Vec<(u64, u64)>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerAddr {
     pub site: String,
-    pub addr: std::net::SocketAddr,
+    /// `host:port`, the host an IP address (IPv6 in brackets) or a DNS name.
+    pub addr: String,
 }
 
-fn site_id_ok(s: &str) -> bool {
-    // A DNS label: certificates name sites, so a site id must be a valid DNS name.
-    !s.is_empty()
-        && s.len() <= 32
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+impl PeerAddr {
+    /// Whether the address is on loopback without asking DNS: a loopback IP or `localhost`.
+    pub fn is_loopback(&self) -> bool {
+        match self.addr.parse::<std::net::SocketAddr>() {
+            Ok(a) => a.ip().is_loopback(),
+            Err(_) => self
+                .addr
+                .rsplit_once(':')
+                .is_some_and(|(h, _)| h.eq_ignore_ascii_case("localhost")),
+        }
+    }
+}
+
+/// Checks `host:port`: a socket address, or a DNS name (letters, digits, '-', '.') and a
+/// port. Returns None when it is neither.
+fn host_port_ok(addr: &str) -> bool {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63 && site_id_chars(label));
+    port_ok && host_ok
+}
+
+fn site_id_chars(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
+fn site_id_ok(s: &str) -> bool {
+    // A DNS label: certificates name sites, so a site id must be a valid DNS name.
+    !s.is_empty() && s.len() <= 32 && site_id_chars(s)
+}
+
 impl Config {
-    /// The configured peers, parsed and checked (`id=ip:port`, distinct ids, not this site).
+    /// The configured peers, parsed and checked (`id=host:port`, distinct ids, not this
+    /// site). Names are not resolved here.
     pub fn peers(&self) -> Result<Vec<PeerAddr>, ConfigError> {
         let bad = |message: String| ConfigError::Invalid {
             key: "peer".to_string(),
@@ -197,7 +246,7 @@ impl Config {
         let mut out: Vec<PeerAddr> = Vec::with_capacity(self.peer.len());
         for p in &self.peer {
             let Some((site, addr)) = p.split_once('=') else {
-                return Err(bad(format!("'{p}' must be id=ip:port")));
+                return Err(bad(format!("'{p}' must be id=host:port")));
             };
             if !site_id_ok(site) {
                 return Err(bad(format!("'{site}' is not a valid site id")));
@@ -208,12 +257,14 @@ impl Config {
             if out.iter().any(|o| o.site == site) {
                 return Err(bad(format!("site '{site}' is listed twice")));
             }
-            let addr: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| bad(format!("'{addr}' is not ip:port")))?;
+            if !host_port_ok(addr) {
+                return Err(bad(format!(
+                    "'{addr}' is not host:port (an IP address or a DNS name, and a port)"
+                )));
+            }
             out.push(PeerAddr {
                 site: site.to_string(),
-                addr,
+                addr: addr.to_string(),
             });
         }
         Ok(out)
@@ -256,10 +307,13 @@ impl Config {
         })
     }
 
+    /// Reads TOML text over the defaults. A syntax error, an unknown key or a bad value
+    /// gives one line naming the line and column (`ConfigError::Parse`) or the key
+    /// (`ConfigError::Invalid`).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: String::new(),
-            message: e.to_string(),
+            message: toml_error_line(text, &e),
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -355,7 +409,7 @@ impl Config {
                     ),
                 );
             }
-            if let Some(p) = peers.iter().find(|p| !p.addr.ip().is_loopback()) {
+            if let Some(p) = peers.iter().find(|p| !p.is_loopback()) {
                 return bad(
                     "sync-tls-cert",
                     format!(
@@ -417,7 +471,46 @@ impl Config {
                 format!("'{}' is not a log filter", self.log_level),
             );
         }
+        if crate::logging::LogFormat::parse(&self.log_format).is_none() {
+            return bad(
+                "log-format",
+                format!("'{}' must be text or json", self.log_format),
+            );
+        }
+        if self.metrics_bind.parse::<std::net::IpAddr>().is_err() {
+            return bad(
+                "metrics-bind",
+                format!("'{}' is not an IP address", self.metrics_bind),
+            );
+        }
         Ok(())
+    }
+}
+
+/// A TOML error on one line: `line L, column C: message`, the message cut before serde's
+/// list of every expected key (it would list them all).
+fn toml_error_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    let message = message
+        .split_once(", expected one of")
+        .map_or(message, |(head, _)| head)
+        .replace(['\r', '\n'], " ");
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let line_start = before.rsplit('\n').next().unwrap_or("");
+            let column = line_start.chars().count() + 1;
+            // The key of that line, when the error is in its value.
+            match line_start.split_once('=') {
+                Some((key, _)) if !key.trim().is_empty() => format!(
+                    "line {line}, column {column}: key '{}': {message}",
+                    key.trim()
+                ),
+                _ => format!("line {line}, column {column}: {message}"),
+            }
+        }
+        None => message,
     }
 }
 
@@ -485,6 +578,54 @@ mod tests {
             "sync-port = 1\npeer = [\"b=10.1.2.3:7102\"]\nsync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn peers_by_dns_name() {
+        let tls = "sync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"";
+        let c = Config::from_toml(&format!(
+            "sync-port = 1\npeer = [\"b=site-b.example.net:7102\", \"c=[::1]:7103\"]\n{tls}"
+        ))
+        .unwrap();
+        let peers = c.peers().unwrap();
+        assert_eq!(peers[0].addr, "site-b.example.net:7102");
+        assert!(!peers[0].is_loopback());
+        assert!(peers[1].is_loopback());
+        // Plain text: a name other than localhost cannot be known to be loopback.
+        Config::from_toml("sync-port = 1\npeer = [\"b=localhost:7102\"]").unwrap();
+        let e = Config::from_toml("sync-port = 1\npeer = [\"b=site-b.example.net:7102\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sync-tls-cert"), "{e}");
+        for bad in [
+            "b=host:0",
+            "b=host:",
+            "b=:7102",
+            "b=bad_name:7102",
+            "b=a..b:1",
+        ] {
+            let e = Config::from_toml(&format!("sync-port = 1\npeer = [\"{bad}\"]\n{tls}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("peer"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn toml_errors_are_one_line_with_the_place() {
+        for (text, want) in [
+            ("port = ", "line 1, column 8"),
+            ("hz = 10\nbogus-key = 1", "unknown field `bogus-key`"),
+            ("port = \"x\"", "line 1, column 8"),
+        ] {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{text}: {e}");
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let e = Config::from_toml("log-format = \"xml\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log-format"), "{e}");
     }
 
     #[test]

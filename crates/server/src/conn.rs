@@ -68,7 +68,13 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
+    serve_with_input(shard, stream, BytesMut::new()).await;
+}
+
+/// `serve` for a connection that already sent `input` (accepted while the shard loaded,
+/// `crate::loading`): those bytes are parsed first.
+pub async fn serve_with_input(shard: Rc<RefCell<Shard>>, mut stream: TcpStream, input: BytesMut) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return,
@@ -98,10 +104,12 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         return;
     }
     let mut parser = Parser::new(limits);
-    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+    let mut rbuf = input;
+    rbuf.reserve(READ_BUF_BYTES_INITIAL);
     let mut out = Reply::new();
-    // The read buffer may hold complete commands not run yet (a blocking command ended).
-    let mut buffered = false;
+    // The read buffer may hold complete commands not run yet (a blocking command ended, or
+    // the connection was handed over after loading).
+    let mut buffered = !rbuf.is_empty();
     'conn: loop {
         if shared.killed.get() {
             break;

@@ -39,6 +39,9 @@ pub enum CmdError {
     OffsetOutOfRange,
     #[error("ERR value is out of range, must be positive")]
     MustBePositive,
+    /// A command other than QUIT while a shard loads its data (`crate::loading`).
+    #[error("LOADING Redis is loading the dataset in memory")]
+    Loading,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").

@@ -8,6 +8,8 @@
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
+//! - `loading`: the client port while shards load (`-LOADING`), then the handover.
+//! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
 //! - `shard`: what a shard owns.
 //! - `conn`: one connection's read–parse–execute–write loop.
 //! - `client`: per-connection state and what other connections may see of it.
@@ -34,6 +36,8 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod keyspace;
+pub mod loading;
+pub mod logging;
 pub mod oplog;
 pub mod persist;
 pub mod resp;

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -34,12 +34,66 @@ pub enum ServerError {
     Persist(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("peer {site}: cannot resolve {addr}: {reason}")]
+    PeerUnresolved {
+        site: String,
+        addr: String,
+        reason: String,
+    },
+    #[error("log: {0}")]
+    Log(String),
+}
+
+/// What a shard thread and the control thread tell each other while it starts.
+pub struct ShardStartup {
+    /// Sent once the shard has loaded its data (recovery done).
+    pub loaded: tokio::sync::oneshot::Sender<()>,
+    /// Received when every shard has loaded and the loading port stopped accepting: from
+    /// then on the shard accepts clients itself.
+    pub go: tokio::sync::oneshot::Receiver<()>,
+    /// Connections accepted while loading (`crate::loading`).
+    pub handover: tokio::sync::mpsc::Receiver<crate::loading::Handover>,
+}
+
+/// Resolves every peer's name once at start: a name that does not resolve is a
+/// configuration mistake to report now, not a link that silently never comes up. (The
+/// dialer resolves again on every reconnect.)
+pub fn resolve_peers(config: &Config) -> Result<(), ServerError> {
+    use std::net::ToSocketAddrs as _;
+    let peers = config
+        .peers()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    for p in peers {
+        let fail = |reason: String| ServerError::PeerUnresolved {
+            site: p.site.clone(),
+            addr: p.addr.clone(),
+            reason,
+        };
+        match p.addr.to_socket_addrs() {
+            Ok(mut addrs) => {
+                if addrs.next().is_none() {
+                    return Err(fail("no address".to_string()));
+                }
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    Ok(())
 }
 
 /// Runs the server until SIGINT or SIGTERM.
+///
+/// Start-up order: resolve peers, bind every port (a port in use fails here, before
+/// anything else), load TLS files, start the shard thread, which loads its data while the
+/// client port answers `-LOADING` (`crate::loading`); once every shard has loaded, the
+/// connections accepted meanwhile are handed over and "ready to accept connections" is
+/// logged. A failure at any step returns an error and nothing keeps running.
 pub fn run(config: Config) -> Result<(), ServerError> {
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
+    resolve_peers(&config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
@@ -61,28 +115,77 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    tracing::info!(%addr, site = %config.site, "Meridian ready to accept connections");
+    let loading_listener = listener.try_clone().map_err(|source| ServerError::Listen {
+        addr: addr.clone(),
+        source,
+    })?;
+    let limits = crate::loading::LoadingLimits::of(&config);
+    let (handover_tx, handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+    let startup = ShardStartup {
+        loaded: loaded_tx,
+        go: go_rx,
+        handover: handover_rx,
+    };
     let shard_tls = tls.clone();
     // Tells the main thread when the shard thread ends by itself (it could not open its data
     // directory, or failed): the process must then exit, not linger on a dead port.
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
-    let shard_thread = std::thread::Builder::new()
-        .name("shard-0".to_string())
-        .spawn(move || {
-            let r = run_shard(0, config, listener, sync_listener, shard_tls, stop_rx);
-            let _ = ended_tx.send(());
-            r
-        })
-        .map_err(ServerError::Runtime)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
+    let started = std::time::Instant::now();
+    tracing::info!(%addr, dir = %config.dir.display(), "loading the data");
+    let shard_thread = std::thread::Builder::new()
+        .name("shard-0".to_string())
+        .spawn(move || {
+            let r = run_shard(
+                0,
+                config,
+                listener,
+                sync_listener,
+                shard_tls,
+                stop_rx,
+                startup,
+            );
+            let _ = ended_tx.send(());
+            r
+        })
+        .map_err(ServerError::Runtime)?;
     rt.block_on(async {
+        let (loaded_all_tx, loaded_all_rx) = watch::channel(false);
+        let responder = tokio::spawn(crate::loading::serve(
+            loading_listener,
+            limits,
+            loaded_all_rx,
+            handover_tx,
+        ));
+        let signal = wait_for_signal(tls.as_deref());
+        tokio::pin!(signal);
+        let mut ended_rx = ended_rx;
         tokio::select! {
-            () = wait_for_signal(tls.as_deref()) => {
-                tracing::info!("received shutdown signal, stopping");
+            () = &mut signal => {
+                tracing::info!("received shutdown signal while loading, stopping");
+                return;
             }
+            _ = &mut ended_rx => return,
+            loaded = loaded_rx => if loaded.is_err() {
+                // The shard thread ended without loading: its error is returned below.
+                return;
+            },
+        }
+        let _ = loaded_all_tx.send(true);
+        let _ = responder.await;
+        let _ = go_tx.send(());
+        tracing::info!(
+            %addr,
+            load_ms = started.elapsed().as_millis() as u64,
+            "Meridian ready to accept connections"
+        );
+        tokio::select! {
+            () = &mut signal => tracing::info!("received shutdown signal, stopping"),
             _ = ended_rx => {}
         }
     });
@@ -93,8 +196,8 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
 }
 
-/// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
-/// before keep their sessions; new ones use the new files).
+/// Waits for SIGINT or SIGTERM; on SIGHUP reopens the log file and re-reads the sync TLS
+/// files (links established before keep their sessions; new ones use the new files).
 async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
@@ -110,13 +213,20 @@ async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
         tokio::select! {
             _ = term.recv() => return,
             _ = int.recv() => return,
-            _ = hup.recv() => match tls {
-                Some(ctx) => match ctx.reload() {
-                    Ok(()) => tracing::info!("SIGHUP: sync TLS files reloaded"),
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
-                },
-                None => tracing::info!("SIGHUP: no sync TLS files to reload"),
-            },
+            _ = hup.recv() => {
+                match crate::logging::reopen() {
+                    Some(Ok(path)) => tracing::info!(path = %path.display(), "SIGHUP: log file reopened"),
+                    Some(Err(e)) => tracing::error!(error = %e, "SIGHUP: log file not reopened; writing to the previous one"),
+                    None => {}
+                }
+                match tls {
+                    Some(ctx) => match ctx.reload() {
+                        Ok(()) => tracing::info!("SIGHUP: sync TLS files reloaded"),
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
+                    },
+                    None => tracing::info!("SIGHUP: no sync TLS files to reload"),
+                }
+            }
         }
     }
 }
@@ -168,6 +278,7 @@ fn run_shard(
     sync_listener: Option<std::net::TcpListener>,
     tls: Option<Arc<meridian_syncer::TlsContext>>,
     mut stop: watch::Receiver<bool>,
+    startup: ShardStartup,
 ) -> Result<(), ServerError> {
     if let Some(core) =
         core_affinity::get_core_ids().and_then(|ids| ids.get(usize::from(index)).copied())
@@ -196,6 +307,15 @@ fn run_shard(
         tokio::task::spawn_local(periodic(shard.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));
         crate::sync::link::start(&shard, sync_listener);
+        let ShardStartup {
+            loaded,
+            go,
+            mut handover,
+        } = startup;
+        let _ = loaded.send(());
+        // Clients wait on the loading port until every shard has loaded. An error means the
+        // control thread is stopping: `stop` says so below.
+        let _ = go.await;
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -207,6 +327,18 @@ fn run_shard(
                             tracing::warn!(error = %e, "accept failed");
                             tokio::time::sleep(Duration::from_millis(10)).await;
                         }
+                    }
+                }
+                Some(h) = handover.recv() => {
+                    match TcpStream::from_std(h.stream) {
+                        Ok(stream) => {
+                            tokio::task::spawn_local(crate::conn::serve_with_input(
+                                shard.clone(),
+                                stream,
+                                h.input,
+                            ));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "connection accepted while loading lost"),
                     }
                 }
                 _ = stop.changed() => break,

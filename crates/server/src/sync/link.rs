@@ -781,9 +781,10 @@ async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
             return Ok(());
         };
         p.inbound = LinkState::Connecting;
-        (p.addr, p.site.clone(), tls)
+        (p.addr.clone(), p.site.clone(), tls)
     };
-    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    // A name is resolved on every dial: a peer that moved is found at its new address.
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr.as_str())).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(SyncError::Io(std::io::Error::new(

@@ -83,7 +83,8 @@ impl LinkState {
 #[derive(Debug)]
 pub struct Peer {
     pub site: String,
-    pub addr: std::net::SocketAddr,
+    /// `host:port` of its sync port; a name is resolved again on every dial.
+    pub addr: String,
     /// The replica of the peer's shard that streams to this shard: its current life's.
     pub replica: ReplicaId,
     /// The peer's life as last learned from a handshake (0 until then).
@@ -144,10 +145,10 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn new(site: &str, addr: std::net::SocketAddr, shard: u8, now_ms: u64) -> Peer {
+    fn new(site: &str, addr: &str, shard: u8, now_ms: u64) -> Peer {
         Peer {
             site: site.to_string(),
-            addr,
+            addr: addr.to_string(),
             replica: ReplicaId::for_site_shard(site, shard),
             life: 0,
             lives: lives_of(site, shard, 0),
@@ -276,7 +277,7 @@ impl SyncState {
             .peers()
             .unwrap_or_default()
             .iter()
-            .map(|p| Peer::new(&p.site, p.addr, shard, now_ms))
+            .map(|p| Peer::new(&p.site, &p.addr, shard, now_ms))
             .collect();
         let incarnation = rand::random::<u64>().max(1);
         SyncState {
