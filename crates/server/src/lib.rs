@@ -8,6 +8,9 @@
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
+//! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
+//! - `control`: requests of the control thread to shard threads (heartbeats, figures).
+//! - `service`: systemd notifications (READY, STATUS, STOPPING, watchdog, timeouts).
 //! - `loading`: the client port while shards load (`-LOADING`), then the handover.
 //! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
 //! - `shard`: what a shard owns.
@@ -34,14 +37,17 @@ pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod error;
 pub mod keyspace;
 pub mod loading;
 pub mod logging;
+pub mod metrics;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
 pub mod server;
+pub mod service;
 pub mod shard;
 pub mod slot;
 pub mod stats;

@@ -55,6 +55,8 @@ pub struct ShardStartup {
     pub go: tokio::sync::oneshot::Receiver<()>,
     /// Connections accepted while loading (`crate::loading`).
     pub handover: tokio::sync::mpsc::Receiver<crate::loading::Handover>,
+    /// Requests of the control thread (`crate::control`), served once loaded.
+    pub control: tokio::sync::mpsc::Receiver<crate::control::ShardRequest>,
 }
 
 /// Resolves every peer's name once at start: a name that does not resolve is a
@@ -97,6 +99,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
+    let metrics_listener = bind_metrics(&config)?;
     let tls = match config.sync_tls_files() {
         Some(files) => Some(Arc::new(
             meridian_syncer::TlsContext::load(files)
@@ -123,10 +126,15 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let (handover_tx, handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+    let (shards, mut control_rx) = crate::control::channels(1);
+    let control = control_rx
+        .pop()
+        .ok_or(ServerError::Shard("no shard".to_string()))?;
     let startup = ShardStartup {
         loaded: loaded_tx,
         go: go_rx,
         handover: handover_rx,
+        control,
     };
     let shard_tls = tls.clone();
     // Tells the main thread when the shard thread ends by itself (it could not open its data
@@ -137,6 +145,14 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .build()
         .map_err(ServerError::Runtime)?;
     let started = std::time::Instant::now();
+    let (loaded_all_tx, loaded_all_rx) = watch::channel(false);
+    let endpoint = Arc::new(crate::metrics::http::Endpoint {
+        site: config.site.clone(),
+        deployment_id: config.deployment_id.clone(),
+        shards: shards.clone(),
+        loaded: loaded_all_rx.clone(),
+        started,
+    });
     tracing::info!(%addr, dir = %config.dir.display(), "loading the data");
     let shard_thread = std::thread::Builder::new()
         .name("shard-0".to_string())
@@ -155,7 +171,9 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         })
         .map_err(ServerError::Runtime)?;
     rt.block_on(async {
-        let (loaded_all_tx, loaded_all_rx) = watch::channel(false);
+        if let Some(l) = metrics_listener {
+            tokio::spawn(crate::metrics::http::serve(l, endpoint));
+        }
         let responder = tokio::spawn(crate::loading::serve(
             loading_listener,
             limits,
@@ -165,16 +183,30 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         let signal = wait_for_signal(tls.as_deref());
         tokio::pin!(signal);
         let mut ended_rx = ended_rx;
-        tokio::select! {
-            () = &mut signal => {
-                tracing::info!("received shutdown signal while loading, stopping");
-                return;
+        let mut loaded_rx = loaded_rx;
+        // systemd's start timeout is extended while loading goes on: loading is bounded
+        // work, and a data set of any size must be able to start.
+        let mut tick = tokio::time::interval(crate::service::EXTEND_EVERY);
+        loop {
+            tokio::select! {
+                () = &mut signal => {
+                    crate::service::stopping();
+                    tracing::info!("received shutdown signal while loading, stopping");
+                    return;
+                }
+                _ = &mut ended_rx => return,
+                loaded = &mut loaded_rx => {
+                    if loaded.is_err() {
+                        // The shard thread ended without loading: its error is returned below.
+                        return;
+                    }
+                    break;
+                }
+                _ = tick.tick() => crate::service::extend(&format!(
+                    "Loading the data ({} s)",
+                    started.elapsed().as_secs()
+                )),
             }
-            _ = &mut ended_rx => return,
-            loaded = loaded_rx => if loaded.is_err() {
-                // The shard thread ended without loading: its error is returned below.
-                return;
-            },
         }
         let _ = loaded_all_tx.send(true);
         let _ = responder.await;
@@ -184,12 +216,30 @@ pub fn run(config: Config) -> Result<(), ServerError> {
             load_ms = started.elapsed().as_millis() as u64,
             "Meridian ready to accept connections"
         );
+        crate::service::ready(&format!("Ready: accepting connections on {addr}"));
+        tokio::spawn(crate::service::watchdog(shards.clone()));
         tokio::select! {
-            () = &mut signal => tracing::info!("received shutdown signal, stopping"),
+            () = &mut signal => {
+                crate::service::stopping();
+                tracing::info!("received shutdown signal, stopping");
+            }
             _ = ended_rx => {}
         }
     });
     let _ = stop_tx.send(true);
+    // The shard writes what its log holds and fsyncs it before it ends: systemd's stop
+    // timeout is extended meanwhile, up to `STOP_EXTEND_MAX`.
+    let stop_started = std::time::Instant::now();
+    let mut extended: Option<std::time::Instant> = None;
+    while !shard_thread.is_finished() {
+        if stop_started.elapsed() < crate::service::STOP_EXTEND_MAX
+            && extended.is_none_or(|t| t.elapsed() >= crate::service::EXTEND_EVERY)
+        {
+            crate::service::extend("Stopping: writing the op log to disk");
+            extended = Some(std::time::Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     match shard_thread.join() {
         Ok(r) => r,
         Err(_) => Err(ServerError::Shard("panicked".to_string())),
@@ -229,6 +279,21 @@ async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
             }
         }
     }
+}
+
+/// Binds the metrics port, when configured (`metrics-port` not 0).
+fn bind_metrics(config: &Config) -> Result<Option<std::net::TcpListener>, ServerError> {
+    if config.metrics_port == 0 {
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = config
+        .metrics_bind
+        .parse()
+        .map_err(|_| ServerError::Listen {
+            addr: config.metrics_bind.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+        })?;
+    listen(std::net::SocketAddr::new(ip, config.metrics_port)).map(Some)
 }
 
 /// Binds the sync port, when configured.
@@ -311,7 +376,9 @@ fn run_shard(
             loaded,
             go,
             mut handover,
+            control,
         } = startup;
+        tokio::task::spawn_local(crate::control::serve(shard.clone(), control));
         let _ = loaded.send(());
         // Clients wait on the loading port until every shard has loaded. An error means the
         // control thread is stopping: `stop` says so below.

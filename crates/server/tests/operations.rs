@@ -226,7 +226,9 @@ fn fill(c: &mut Raw, keys: usize) {
 #[test]
 fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
     const KEYS: usize = 300_000;
-    let mut node = Node::start_new(&[]);
+    let metrics_port = free_port().to_string();
+    let mut node = Node::start_new(&["--metrics-port", &metrics_port]);
+    let metrics_port: u16 = metrics_port.parse().unwrap();
     fill(&mut node.connect(), KEYS);
     node.kill();
     // Start again and connect as soon as the port takes connections.
@@ -246,6 +248,9 @@ fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
         "-LOADING Redis is loading the dataset in memory\r\n",
         "PING right after start, with {KEYS} keys to load"
     );
+    let (status, body) = http_get(metrics_port, "/health");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.starts_with("{\"status\":\"loading\""), "{body}");
     // Errors that come before the loading check in Redis come first here too.
     assert_eq!(
         early.call(&[b"GET"]),
@@ -258,6 +263,7 @@ fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
         "never loaded; log:\n{}",
         node.last_log()
     );
+    assert_eq!(http_get(metrics_port, "/health").0, 200);
     early.send(b"12345\r\n");
     assert_eq!(early.read_reply(), b"$11\r\nvalue-12345\r\n");
     assert_eq!(early.call(&[b"DBSIZE"]), format!(":{KEYS}\r\n").as_bytes());
@@ -355,4 +361,449 @@ fn the_log_level_flag_wins_over_rust_log() {
             "flags {flags:?} RUST_LOG={env}:\n{text}"
         );
     }
+}
+
+/// Whether `program` runs here (`program --version`).
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn the_systemd_unit_verifies_and_keeps_its_contract() {
+    let unit = include_str!("../../../deploy/systemd/meridian.service");
+    let lines: Vec<&str> = unit.lines().map(str::trim).collect();
+    for want in [
+        "Type=notify",
+        "User=meridian",
+        "LimitNOFILE=65535",
+        "TimeoutStopSec=30s",
+        "WatchdogSec=30s",
+        "SystemCallFilter=@system-service",
+        "ProtectSystem=strict",
+        "NoNewPrivileges=true",
+        "CapabilityBoundingSet=",
+    ] {
+        assert!(lines.contains(&want), "{want} missing from the unit");
+    }
+    // Shard threads pin themselves: nothing may deny sched_setaffinity (@resources holds it).
+    for l in &lines {
+        if let Some(filter) = l.strip_prefix("SystemCallFilter=~") {
+            assert!(
+                !filter.contains("@resources") && !filter.contains("sched_setaffinity"),
+                "{l}"
+            );
+        }
+    }
+    if !have("systemd-analyze") {
+        eprintln!("skipped: systemd-analyze verify (systemd-analyze is not installed)");
+        return;
+    }
+    let denied = Command::new("systemd-analyze")
+        .args(["syscall-filter", "@privileged"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&denied.stdout).contains("sched_setaffinity"));
+    // Verified as installed, but with the binary this test built at /usr/bin/meridian's place.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("meridian.service");
+    std::fs::write(&path, unit.replace("/usr/bin/meridian", bin())).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify:\n{stderr}"
+    );
+}
+
+/// Collects the datagrams a process sends to `NOTIFY_SOCKET`.
+struct NotifySocket {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+}
+
+impl NotifySocket {
+    fn bind() -> NotifySocket {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = lines.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with the test process; bounded by its life.
+            loop {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let mut l = keep.lock().unwrap();
+                    for line in text.lines() {
+                        l.push((Instant::now(), line.to_string()));
+                    }
+                }
+            }
+        });
+        NotifySocket {
+            _dir: dir,
+            path,
+            lines,
+        }
+    }
+
+    fn lines(&self) -> Vec<(Instant, String)> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    fn position(&self, prefix: &str) -> Option<usize> {
+        self.lines().iter().position(|(_, l)| l.starts_with(prefix))
+    }
+}
+
+#[test]
+fn systemd_hears_loading_ready_watchdog_and_stopping() {
+    let notify = NotifySocket::bind();
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = Command::new(bin())
+        .args(["server", "--port", &port.to_string(), "--dir"])
+        .arg(tmp.path())
+        .env("NOTIFY_SOCKET", &notify.path)
+        // A half-period of 150 ms: the watchdog pings every 150 ms while shards answer.
+        .env("WATCHDOG_USEC", "300000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait = |what: &str| {
+        assert!(
+            common::disk::eventually(Duration::from_secs(20), || notify.position(what).is_some()),
+            "no {what}; got {:?}",
+            notify.lines()
+        );
+    };
+    wait("READY=1");
+    let status = notify
+        .position("STATUS=Loading the data")
+        .expect("STATUS while loading");
+    let extend = notify
+        .position("EXTEND_TIMEOUT_USEC=")
+        .expect("start timeout extended");
+    let ready = notify.position("READY=1").unwrap();
+    assert!(status < ready && extend < ready, "{:?}", notify.lines());
+    assert!(common::answers_pong(port));
+    wait("WATCHDOG=1");
+    // A wedged shard (DEBUG SLEEP blocks its thread, as Redis's blocks the server): no ping.
+    let mut c = Raw::connect(port);
+    let sent = Instant::now();
+    c.send_cmd(&[b"DEBUG", b"SLEEP", b"2"]);
+    assert_eq!(c.read_reply(), b"+OK\r\n");
+    // The shard sleeps from some time after `sent` for 2 s: a ping seen in this window
+    // would come from a heartbeat answered during the sleep (the margin at the start covers
+    // a ping already on its way when the sleep began).
+    let (from, to) = (
+        sent + Duration::from_millis(700),
+        sent + Duration::from_millis(1900),
+    );
+    let pings_while_asleep = notify
+        .lines()
+        .iter()
+        .filter(|(t, l)| l == "WATCHDOG=1" && *t > from && *t < to)
+        .count();
+    assert_eq!(
+        pings_while_asleep, 0,
+        "watchdog pinged while the shard slept"
+    );
+    let pings_before = notify
+        .lines()
+        .iter()
+        .filter(|(_, l)| l == "WATCHDOG=1")
+        .count();
+    assert!(common::disk::eventually(Duration::from_secs(10), || {
+        notify
+            .lines()
+            .iter()
+            .filter(|(_, l)| l == "WATCHDOG=1")
+            .count()
+            > pings_before
+    }));
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        notify.position("STOPPING=1").is_some(),
+        "{:?}",
+        notify.lines()
+    );
+}
+
+/// `GET path` over HTTP/1.0 on loopback: (status, body).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return (0, String::new());
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+/// Runs `program args` with `input` on stdin: (exit code, stdout + stderr).
+fn run_with_input(program: &str, args: &[&str], input: &str) -> (Option<i32>, String) {
+    use std::io::Write as _;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A process killed on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The value of an instant query's single result, as Prometheus's API returns it
+/// (`"value":[<time>,"<value>"]`).
+fn prom_value(prom_port: u16, query: &str) -> Option<String> {
+    let q: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = http_get(prom_port, &format!("/api/v1/query?query={q}"));
+    if status != 200 {
+        return None;
+    }
+    let after = body.split_once("\"value\":[")?.1;
+    let v = after.split_once(',')?.1;
+    Some(v.trim_start_matches('"').split('"').next()?.to_string())
+}
+
+#[test]
+fn prometheus_scrapes_metrics_that_promtool_accepts() {
+    if !have("prometheus") || !have("promtool") {
+        eprintln!("skipped: Prometheus scrape test (apt install prometheus to run it)");
+        return;
+    }
+    let metrics_port = free_port();
+    let node = common::Server::start_with(&[
+        "--site",
+        "scraped",
+        "--metrics-port",
+        &metrics_port.to_string(),
+    ]);
+    let mut c = node.connect();
+    for i in 0..25 {
+        c.ok(&["SET", &format!("k{i}"), "v"]);
+    }
+    c.err(&["HSET", "k0", "f", "v"]);
+    let (status, text) = http_get(metrics_port, "/metrics");
+    assert_eq!(status, 200);
+    let (code, lint) = run_with_input("promtool", &["check", "metrics"], &text);
+    assert_eq!(code, Some(0), "promtool check metrics:\n{lint}\n{text}");
+    for want in [
+        "redis_db_keys{db=\"db0\"} 25",
+        "redis_commands_total{cmd=\"set\"} 25",
+        "redis_errors_total{err=\"WRONGTYPE\"} 1",
+        "meridian_shards 1",
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want} not in:\n{text}");
+    }
+    // The real server scrapes it, and its query API gives the values back.
+    let tmp = tempfile::tempdir().unwrap();
+    let prom_port = free_port();
+    let config = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: meridian\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prom = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for (query, want) in [
+        ("redis_db_keys{db=\"db0\"}", "25"),
+        ("redis_commands_total{cmd=\"set\"}", "25"),
+        ("up{job=\"meridian\"}", "1"),
+        ("meridian_info{site=\"scraped\"}", "1"),
+    ] {
+        assert!(
+            common::disk::eventually(Duration::from_secs(60), || prom_value(prom_port, query)
+                .as_deref()
+                == Some(want)),
+            "Prometheus never had {query} = {want} (last: {:?})",
+            prom_value(prom_port, query)
+        );
+    }
+}
+
+#[test]
+fn redis_exporter_reads_info_unchanged() {
+    let exporter = "prometheus-redis-exporter";
+    if !have(exporter) && Command::new(exporter).arg("-version").output().is_err() {
+        eprintln!("skipped: redis_exporter test (apt install prometheus-redis-exporter to run it)");
+        return;
+    }
+    let node = common::Server::start();
+    let mut c = node.connect();
+    for i in 0..7 {
+        c.ok(&["SET", &format!("k{i}"), "v"]);
+    }
+    c.ok(&["SELECT", "3"]);
+    c.ok(&["SET", "x", "v"]);
+    c.err(&["LPUSH", "x", "v"]);
+    let port = free_port();
+    let _exp = Killed(
+        Command::new(exporter)
+            .arg(format!("-redis.addr=redis://127.0.0.1:{}", node.port))
+            .arg(format!("-web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut text = String::new();
+    assert!(
+        common::disk::eventually(Duration::from_secs(20), || {
+            text = http_get(port, "/metrics").1;
+            text.contains("redis_up 1")
+        }),
+        "exporter never reached Meridian:\n{text}"
+    );
+    for want in [
+        "redis_up 1",
+        "redis_db_keys{db=\"db0\"} 7",
+        "redis_db_keys{db=\"db3\"} 1",
+        "redis_commands_total{cmd=\"set\"} 8",
+        "redis_errors_total{err=\"WRONGTYPE\"} 1",
+        "redis_connected_clients 2",
+    ] {
+        assert!(
+            text.lines().any(|l| l == want),
+            "{want} not in the exporter's output:\n{text}"
+        );
+    }
+    for prefix in [
+        "redis_memory_used_bytes ",
+        "redis_commands_duration_seconds_total{cmd=\"set\"} ",
+        "redis_cpu_user_seconds_total ",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(prefix)),
+            "{prefix} not in:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn health_flips_when_a_peer_link_is_cut_and_back_when_healed() {
+    use common::sites::{Cluster, Opts};
+    let mports = [free_port(), free_port()];
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::proxied()
+            .site_flags(0, &["--metrics-port", &mports[0].to_string()])
+            .site_flags(1, &["--metrics-port", &mports[1].to_string()]),
+    );
+    cluster.wait_links_up(Duration::from_secs(30));
+    let check = "/health?max_lag_ms=3000";
+    assert_eq!(http_get(mports[0], "/health").0, 200);
+    assert!(
+        common::disk::eventually(Duration::from_secs(20), || http_get(mports[0], check).0
+            == 200),
+        "{:?}",
+        http_get(mports[0], check)
+    );
+    cluster.partition(0, 1);
+    assert!(
+        common::disk::eventually(Duration::from_secs(30), || http_get(mports[0], check).0
+            == 503),
+        "still healthy with the link cut: {:?}",
+        http_get(mports[0], check)
+    );
+    let (_, body) = http_get(mports[0], check);
+    assert!(
+        body.contains("\"status\":\"lagging\"") && body.contains("\"site\":\"b\""),
+        "{body}"
+    );
+    // The plain check does not look at lag.
+    assert_eq!(http_get(mports[0], "/health").0, 200);
+    cluster.heal(0, 1);
+    assert!(
+        common::disk::eventually(Duration::from_secs(60), || http_get(mports[0], check).0
+            == 200),
+        "not healthy again after healing: {:?}",
+        http_get(mports[0], check)
+    );
+    assert_eq!(http_get(mports[0], "/health?max_lag=1").0, 400);
 }
