@@ -227,7 +227,9 @@ fn site_id_chars(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-fn site_id_ok(s: &str) -> bool {
+/// Whether `s` is a valid site id: a DNS label of at most 32 characters (certificates name
+/// sites by it).
+pub fn site_id_ok(s: &str) -> bool {
     // A DNS label: certificates name sites, so a site id must be a valid DNS name.
     !s.is_empty() && s.len() <= 32 && site_id_chars(s)
 }

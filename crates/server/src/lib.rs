@@ -7,6 +7,7 @@
 //!
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
+//! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
 //! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
 //! - `control`: requests of the control thread to shard threads (heartbeats, figures).
@@ -33,6 +34,7 @@
 )]
 
 pub mod blocking;
+pub mod certs;
 pub mod client;
 pub mod cmd;
 pub mod config;

@@ -40,6 +40,29 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Certificates for mutual TLS between sites.
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CertsCommand {
+    /// Create a CA (ca.crt, ca.key) and, for each site, a certificate valid for its site id
+    /// (SITE.crt, SITE.key) in DIR. An existing ca.crt/ca.key in DIR (from an earlier init)
+    /// signs the new sites instead; no file is ever overwritten.
+    Init {
+        /// Site ids, comma-separated (a,b,c).
+        #[arg(long, value_delimiter = ',', required = true)]
+        sites: Vec<String>,
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Validity of the site certificates, in days. [default: 825]
+        #[arg(long, default_value_t = meridian_server::certs::SITE_VALIDITY_DAYS_DEFAULT, hide_default_value = true)]
+        days: u32,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -329,6 +352,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::FAILURE)
                 }
             }
+        }
+        Command::Certs {
+            command: CertsCommand::Init { sites, out, days },
+        } => {
+            let w = meridian_server::certs::init(&sites, &out, days)?;
+            let ca = w.ca_cert.display();
+            if w.ca_created {
+                println!(
+                    "created the CA: {ca} (its key, ca.key, signs new sites: keep it offline)"
+                );
+            } else {
+                println!("signed by the existing CA: {ca}");
+            }
+            for (site, cert, key) in &w.sites {
+                println!(
+                    "site {site}: --site {site} --sync-tls-cert {} --sync-tls-key {} --sync-tls-ca {ca}",
+                    cert.display(),
+                    key.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::CheckLog { file, fix } => {
             let report = meridian_server::persist::check::check_file(&file, fix);

@@ -807,3 +807,41 @@ fn health_flips_when_a_peer_link_is_cut_and_back_when_healed() {
     );
     assert_eq!(http_get(mports[0], "/health?max_lag=1").0, 400);
 }
+
+#[test]
+fn certs_init_makes_certificates_sites_accept_including_a_site_added_later() {
+    use common::sites::{Cluster, Opts};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tls");
+    let dir_s = dir.display().to_string();
+    let (code, out, err) = run_to_end(&["certs", "init", "--sites", "a,b", "--out", &dir_s], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("created the CA"), "{out}");
+    // Later, a third site: signed by the same CA, nothing overwritten.
+    let (code, out, err) = run_to_end(&["certs", "init", "--sites", "c", "--out", &dir_s], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("signed by the existing CA"), "{out}");
+    let (code, _, err) = run_to_end(&["certs", "init", "--sites", "a", "--out", &dir_s], &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("a.crt exists already"), "{err}");
+    let mut opts = Opts::default();
+    for (i, site) in ["a", "b", "c"].iter().enumerate() {
+        let f = |ext: &str| dir.join(format!("{site}.{ext}")).display().to_string();
+        opts = opts.site_flags(
+            i,
+            &[
+                "--sync-tls-cert",
+                &f("crt"),
+                "--sync-tls-key",
+                &f("key"),
+                "--sync-tls-ca",
+                &dir.join("ca.crt").display().to_string(),
+            ],
+        );
+    }
+    let cluster = Cluster::start(&["a", "b", "c"], opts);
+    cluster.wait_links_up(Duration::from_secs(60));
+    cluster.site(0).connect().ok(&["SET", "over-tls", "yes"]);
+    cluster.wait_converged(Duration::from_secs(60));
+    assert_eq!(cluster.site(2).info_crdt()["crdt_sync_tls"], "1");
+}
