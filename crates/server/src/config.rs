@@ -96,6 +96,10 @@ pub struct Config {
     pub metrics_port: u16,
     /// Address the metrics port listens on.
     pub metrics_bind: String,
+    /// The file this configuration was read from (not a key): CRDT.ADDPEER and
+    /// CRDT.REMOVEPEER write the peer list back to it.
+    #[serde(skip)]
+    pub source_file: Option<PathBuf>,
     /// Test-only: offset added to the wall clock, in milliseconds.
     pub debug_clock_offset_ms: i64,
     /// Test-only: taken as the kernel's boot id instead of `/proc/sys/kernel/random/boot_id`
@@ -146,6 +150,7 @@ impl Default for Config {
             log_file: String::new(),
             metrics_port: 0,
             metrics_bind: "127.0.0.1".to_string(),
+            source_file: None,
             debug_clock_offset_ms: 0,
             debug_boot_id: String::new(),
         }
@@ -300,13 +305,15 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|e| match e {
+        let mut c = Self::from_toml(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.display().to_string(),
                 message,
             },
             other => other,
-        })
+        })?;
+        c.source_file = Some(path.to_path_buf());
+        Ok(c)
     }
 
     /// Reads TOML text over the defaults. A syntax error, an unknown key or a bad value
@@ -489,6 +496,126 @@ impl Config {
     }
 }
 
+/// Replaces the `peer` key of the TOML file at `path` with `peers` (appends the key when the
+/// file has none), keeping every other line as it was. The result is checked by the same
+/// TOML parser, then written to a temporary file that replaces the original (a crash
+/// leaves the old file or the new one, never half of one). Fails, changing nothing, when the
+/// file cannot be read, would not parse, or cannot be written.
+pub fn write_peers(path: &std::path::Path, peers: &[String]) -> Result<(), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let list: Vec<String> = peers
+        .iter()
+        .map(|p| {
+            let mut q = String::new();
+            crate::logging::json_str(&mut q, p);
+            q
+        })
+        .collect();
+    let line = format!("peer = [{}]", list.join(", "));
+    let next = replace_key(&text, "peer", &line);
+    // The file alone need not be a complete configuration (flags may add to it): check that
+    // it still parses and now says exactly `peers`. The values themselves were validated
+    // with the running configuration by the caller.
+    let parsed: Result<toml::Table, _> = toml::from_str(&next);
+    let written: Option<Vec<String>> = parsed.ok().and_then(|t| {
+        t.get("peer")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect()
+    });
+    if written.as_deref() != Some(peers) {
+        return Err(ConfigError::Parse {
+            path: path.display().to_string(),
+            message: "the rewritten file would not hold the peer list; left unchanged".to_string(),
+        });
+    }
+    let tmp = path.with_extension("toml.tmp");
+    let io = |source| ConfigError::Read {
+        path: tmp.display().to_string(),
+        source,
+    };
+    std::fs::write(&tmp, next.as_bytes()).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// `text` with the top-level assignment of `key` (which may span lines, as an array does)
+/// replaced by `line`; `line` appended when the key is not set before the first table.
+fn replace_key(text: &str, key: &str, line: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 1);
+    let mut i = 0;
+    let mut done = false;
+    while let Some(l) = lines.get(i) {
+        let t = l.trim_start();
+        let is_key = !done
+            && t.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if is_key {
+            // Skip to the line closing the value: brackets balance outside strings.
+            let mut depth: i32 = 0;
+            let mut j = i;
+            while let Some(cur) = lines.get(j) {
+                depth += bracket_balance(cur);
+                if depth <= 0 {
+                    break;
+                }
+                j += 1;
+            }
+            out.push(line.to_string());
+            i = j + 1;
+            done = true;
+            continue;
+        }
+        if !done && t.starts_with('[') {
+            out.push(line.to_string());
+            done = true;
+        }
+        out.push((*l).to_string());
+        i += 1;
+    }
+    if !done {
+        out.push(line.to_string());
+    }
+    let mut s = out.join("\n");
+    s.push('\n');
+    s
+}
+
+/// '[' minus ']' on a line, outside strings and comments.
+fn bracket_balance(line: &str) -> i32 {
+    let mut n = 0;
+    let mut in_str: Option<char> = None;
+    let mut escaped = false;
+    for c in line.chars() {
+        match in_str {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                } else if c == q {
+                    in_str = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' => in_str = Some(c),
+                '#' => break,
+                '[' => n += 1,
+                ']' => n -= 1,
+                _ => {}
+            },
+        }
+    }
+    n
+}
+
 /// A TOML error on one line: `line L, column C: message`, the message cut before serde's
 /// list of every expected key (it would list them all).
 fn toml_error_line(text: &str, e: &toml::de::Error) -> String {
@@ -611,6 +738,40 @@ mod tests {
                 .to_string();
             assert!(e.contains("peer"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn write_peers_replaces_the_key_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        let before = "# site a\nsite = \"a\"\nsync-port = 7101\npeer = [\n  \"b=127.0.0.1:7102\", # b\n]\nhz = 10\n";
+        std::fs::write(&path, before).unwrap();
+        write_peers(
+            &path,
+            &["b=127.0.0.1:7102".into(), "c=localhost:7103".into()],
+        )
+        .unwrap();
+        let after = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            after,
+            "# site a\nsite = \"a\"\nsync-port = 7101\npeer = [\"b=127.0.0.1:7102\", \"c=localhost:7103\"]\nhz = 10\n"
+        );
+        let c = Config::from_file(&path).unwrap();
+        assert_eq!(c.peers().unwrap().len(), 2);
+        assert_eq!(c.source_file.as_deref(), Some(path.as_path()));
+        // No key yet: appended.
+        std::fs::write(&path, "site = \"a\"\nsync-port = 7101\n").unwrap();
+        write_peers(&path, &["b=127.0.0.1:7102".into()]).unwrap();
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .ends_with("peer = [\"b=127.0.0.1:7102\"]\n")
+        );
+        // A `peer` value the line scan cannot replace (a multi-line string): left unchanged.
+        let odd = "peer = \"\"\"\nb=1\n\"\"\"\n";
+        std::fs::write(&path, odd).unwrap();
+        assert!(write_peers(&path, &["b=127.0.0.1:7102".into()]).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), odd);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
+//! - `admin`: `meridian admin`, a command sent to every site of a deployment.
 //! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
 //! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
@@ -33,6 +34,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod admin;
 pub mod blocking;
 pub mod certs;
 pub mod client;

@@ -40,11 +40,35 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Change or inspect every site of a deployment at once over RESP (CRDT.PEERS,
+    /// CRDT.ADDPEER, CRDT.REMOVEPEER); each site writes the change to its configuration file.
+    Admin {
+        /// A site's client address, host:port (repeat for each site).
+        #[arg(long = "site", required = true, value_name = "HOST:PORT")]
+        sites: Vec<String>,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
     /// Certificates for mutual TLS between sites.
     Certs {
         #[command(subcommand)]
         command: CertsCommand,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum AdminCommand {
+    /// Each site's peers, links and lag.
+    Peers,
+    /// Add a peer site to every site given (it takes a full sync from each).
+    AddPeer {
+        /// The new site's id.
+        site: String,
+        /// Its sync endpoint, host:port, as the sites given reach it.
+        addr: String,
+    },
+    /// Remove a peer site from every site given (they stop waiting for it).
+    RemovePeer { site: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -373,6 +397,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Admin { sites, command } => {
+            let args: Vec<&str> = match &command {
+                AdminCommand::Peers => vec!["CRDT.PEERS"],
+                AdminCommand::AddPeer { site, addr } => vec!["CRDT.ADDPEER", site, addr],
+                AdminCommand::RemovePeer { site } => vec!["CRDT.REMOVEPEER", site],
+            };
+            let mut failed = false;
+            for s in &sites {
+                match meridian_server::admin::call(s, &args) {
+                    Ok(r) => {
+                        failed |= r.is_error();
+                        println!("{s}: {}", r.to_line());
+                    }
+                    Err(e) => {
+                        failed = true;
+                        println!("{s}: {e}");
+                    }
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::CheckLog { file, fix } => {
             let report = meridian_server::persist::check::check_file(&file, fix);

@@ -845,3 +845,128 @@ fn certs_init_makes_certificates_sites_accept_including_a_site_added_later() {
     cluster.wait_converged(Duration::from_secs(60));
     assert_eq!(cluster.site(2).info_crdt()["crdt_sync_tls"], "1");
 }
+
+/// Writes `SET <prefix>:<i> <i>` to `port` until `stop` (at most `max` writes); returns the
+/// keys whose write was acknowledged.
+fn write_until(
+    port: u16,
+    prefix: &str,
+    stop: &std::sync::atomic::AtomicBool,
+    max: usize,
+) -> Vec<String> {
+    let mut c = Raw::connect(port);
+    let mut acked = Vec::new();
+    for i in 0..max {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let key = format!("{prefix}:{i}");
+        if c.call(&[b"SET", key.as_bytes(), b"v"]) == b"+OK\r\n" {
+            acked.push(key);
+        }
+    }
+    acked
+}
+
+#[test]
+fn sites_are_added_and_removed_online_under_load_losing_no_acknowledged_write() {
+    use common::sites::{Cluster, Opts, wait_converged, wait_links_up};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("a.toml");
+    std::fs::write(&conf, "# site a\nhz = 10\n").unwrap();
+    let conf_s = conf.display().to_string();
+    // a and b know each other; c lists both but is not known to them yet.
+    let mut cluster = Cluster::start(
+        &["a", "b", "c"],
+        Opts::default()
+            .peers_of(0, &[1])
+            .peers_of(1, &[0])
+            .site_flags(0, &["--config", &conf_s]),
+    );
+    wait_links_up(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
+    let (pa, pb, pc) = (
+        cluster.site(0).port,
+        cluster.site(1).port,
+        cluster.site(2).port,
+    );
+    let c_sync = format!("127.0.0.1:{}", cluster.site(2).sync_port);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = [(pa, "on-a"), (pb, "on-b"), (pc, "on-c")]
+        .into_iter()
+        .map(|(port, prefix)| {
+            let stop = stop.clone();
+            std::thread::spawn(move || write_until(port, prefix, &stop, 20_000))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let sites = [format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}")];
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin", "--site", &sites[0], "--site", &sites[1]];
+        all.extend_from_slice(args);
+        run_to_end(&all, &[])
+    };
+    let (code, out, err) = admin(&["add-peer", "c", &c_sync]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out.matches(": OK").count(), 2, "{out}");
+    cluster.wait_links_up(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let acked: Vec<String> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(acked.len() > 100, "the load wrote {} keys", acked.len());
+    cluster.wait_converged(Duration::from_secs(60));
+    for site in cluster.all() {
+        let keys = site.keys();
+        let missing: Vec<&String> = acked.iter().filter(|k| !keys.contains(*k)).collect();
+        assert!(
+            missing.is_empty(),
+            "site {} lacks {} acknowledged writes, e.g. {:?}",
+            site.id,
+            missing.len(),
+            missing.first()
+        );
+    }
+    assert!(
+        std::fs::read_to_string(&conf)
+            .unwrap()
+            .contains(&format!("\"c={c_sync}\""))
+    );
+    let (code, out, _) = admin(&["peers"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.matches("[site, c, addr").count(), 2, "{out}");
+
+    // Remove c while it is down: a and b stop waiting for it (GC collects what c never acked).
+    cluster.site_mut(2).kill();
+    let (code, out, err) = admin(&["remove-peer", "c"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(cluster.site(0).info_u64("crdt_peers"), 1);
+    assert!(!std::fs::read_to_string(&conf).unwrap().contains("c="));
+    let mut a = cluster.site(0).connect();
+    a.int(&["SADD", "gc-probe", "x", "y"]);
+    a.int(&["SREM", "gc-probe", "x"]);
+    assert!(
+        common::disk::eventually(Duration::from_secs(30), || cluster
+            .site(0)
+            .info_u64("crdt_gc_pending_keys")
+            == 0),
+        "GC still waits: {}",
+        cluster.site(0).info_u64("crdt_gc_pending_keys")
+    );
+    // c comes back with its old data: refused.
+    cluster.site_mut(2).start();
+    assert!(
+        common::disk::eventually(Duration::from_secs(30), || cluster
+            .site(2)
+            .peer_info("a")
+            .get("last_error")
+            .is_some_and(|e| e.contains("was removed"))),
+        "{:?}",
+        cluster.site(2).peer_info("a")
+    );
+    let e = a.err(&["CRDT.ADDPEER", "c", &c_sync]);
+    assert!(e.contains("was removed"), "{e}");
+    wait_converged(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
+}

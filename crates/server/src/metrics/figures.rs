@@ -111,6 +111,7 @@ impl Shard {
             .sync
             .peers
             .iter()
+            .filter(|p| !p.removed)
             .map(|p| {
                 let lag_ops = self.seq.saturating_sub(p.acked_seq);
                 let since_ack = now.saturating_sub(p.last_ack_ms);
