@@ -170,12 +170,15 @@ pub struct Admitted {
     shared: Rc<crate::client::ClientShared>,
     limits: ParseLimits,
     maxclients: bool,
+    /// Bytes the client sent before it was admitted (accepted while the shard loaded,
+    /// `crate::loading`): parsed first.
+    input: BytesMut,
 }
 
 /// Registers an accepted connection at once, before its task first runs: a script that
 /// starts running long in the meantime answers it from the side path (`script::busy`),
 /// which finds clients in the registry. `None` when the socket has no addresses (closed).
-pub fn admit(shard: &mut Shard, stream: TcpStream) -> Option<Admitted> {
+pub fn admit(shard: &mut Shard, stream: TcpStream, input: BytesMut) -> Option<Admitted> {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return None,
@@ -199,12 +202,19 @@ pub fn admit(shard: &mut Shard, stream: TcpStream) -> Option<Admitted> {
         shared,
         limits,
         maxclients,
+        input,
     })
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
-    let admitted = admit(&mut shard.borrow_mut(), stream);
+    serve_with_input(shard, stream, BytesMut::new()).await;
+}
+
+/// `serve` for a connection that already sent `input` (accepted while the shard loaded,
+/// `crate::loading`): those bytes are parsed first.
+pub async fn serve_with_input(shard: Rc<RefCell<Shard>>, stream: TcpStream, input: BytesMut) {
+    let admitted = admit(&mut shard.borrow_mut(), stream, input);
     if let Some(a) = admitted {
         serve_admitted(shard, a).await;
     }
@@ -217,6 +227,7 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
         shared,
         limits,
         maxclients,
+        input,
     } = admitted;
     let addr = shared.addr;
     let mut client = Client::new(shared.clone());
@@ -228,10 +239,12 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
         return;
     }
     let mut parser = Parser::new(limits);
-    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+    let mut rbuf = input;
+    rbuf.reserve(READ_BUF_BYTES_INITIAL);
     let mut out = Reply::new();
-    // The read buffer may hold complete commands not run yet (a blocking command ended).
-    let mut buffered = false;
+    // The read buffer may hold complete commands not run yet (a blocking command ended, or
+    // the connection was handed over after loading).
+    let mut buffered = !rbuf.is_empty();
     'conn: loop {
         if shared.killed.get() {
             break;

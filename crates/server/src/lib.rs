@@ -7,8 +7,15 @@
 //!
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
+//! - `admin`: `meridian admin`, a command sent to every site of a deployment.
+//! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
 //! - `stop`: the process-wide stop request that long loops poll.
+//! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
+//! - `control`: requests of the control thread to shard threads (heartbeats, figures).
+//! - `service`: systemd notifications (READY, STATUS, STOPPING, watchdog, timeouts).
+//! - `loading`: the client port while shards load (`-LOADING`), then the handover.
+//! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
 //! - `shard`: what a shard owns.
 //! - `conn`: one connection's read–parse–execute–write loop.
 //! - `client`: per-connection state and what other connections may see of it.
@@ -30,19 +37,26 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod admin;
 pub mod blocking;
+pub mod certs;
 pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod error;
 pub mod glob;
 pub mod keyspace;
+pub mod loading;
+pub mod logging;
+pub mod metrics;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
 pub mod script;
 pub mod server;
+pub mod service;
 pub mod shard;
 pub mod slot;
 pub mod stats;

@@ -37,6 +37,7 @@ pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod meta;
+pub mod peers;
 pub mod pubsub;
 pub mod scripting;
 pub mod server;
@@ -96,19 +97,23 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(scripting::HANDLERS);
+    v.extend_from_slice(peers::HANDLERS);
     v
 }
 
 /// The process-wide command table, built on first use.
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(
-        || match Table::build(meta::META.iter().chain(crdt::META), &all_handlers()) {
+    TABLE.get_or_init(|| {
+        match Table::build(
+            meta::META.iter().chain(crdt::META).chain(peers::META),
+            &all_handlers(),
+        ) {
             Ok(t) => t,
             // The shipped table is checked by a unit test; an inconsistent build is a bug.
             Err(e) => panic!("command table: {e}"),
-        },
-    )
+        }
+    })
 }
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.

@@ -628,10 +628,10 @@ fn info_replication(shard: &Shard, out: &mut String) {
 }
 
 /// Clock ticks per second of /proc times (USER_HZ, 100 on Linux's user-visible interfaces).
-const USER_HZ: u64 = 100;
+pub(crate) const USER_HZ: u64 = 100;
 
 /// (utime, stime, cutime, cstime) in ticks from a /proc `stat` file.
-fn proc_times(path: &str) -> Option<[u64; 4]> {
+pub(crate) fn proc_times(path: &str) -> Option<[u64; 4]> {
     let text = std::fs::read_to_string(path).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = text.get(text.rfind(')')? + 1..)?;

@@ -603,6 +603,18 @@ pub static PARAMS: &[Param] = &[
     field("log-level", Kind::Text, field!(log_level), "Logging filter, as RUST_LOG.")
         .fixed()
         .meridian(),
+    field("log-format", Kind::Enum(&["text", "json"]), field!(log_format), "Log lines as text or as one JSON object each; every line names the site.")
+        .fixed()
+        .meridian(),
+    field("log-file", Kind::Text, field!(log_file), "File the log is written to (empty: standard output); SIGHUP reopens it, for logrotate.")
+        .fixed()
+        .meridian(),
+    field("metrics-port", Kind::Int { min: 0, max: 65535 }, field!(metrics_port), "Port of the HTTP endpoint serving /metrics (Prometheus) and /health (0: off).")
+        .fixed()
+        .meridian(),
+    field("metrics-bind", Kind::Text, field!(metrics_bind), "Address the metrics port listens on.")
+        .fixed()
+        .meridian(),
     field("debug-fsync-watermark", Kind::Bool, field!(debug_fsync_watermark), "Test only: record the log length known to be on disk after every fsync.")
         .fixed()
         .meridian(),
