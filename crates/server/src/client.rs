@@ -101,6 +101,14 @@ impl Mailbox {
         buf.len()
     }
 
+    /// Whether no push output is pending.
+    pub fn is_empty(&self) -> bool {
+        self.push_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// Takes the pending push output.
     pub fn take(&self) -> Vec<u8> {
         std::mem::take(&mut *self.push_out.lock().unwrap_or_else(|e| e.into_inner()))
@@ -149,6 +157,11 @@ pub struct ClientShared {
     pub ssub: Cell<usize>,
     /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
     pub blocked: Cell<bool>,
+    /// The connection's socket, for the side path that answers this client while a script
+    /// runs long (`script::busy`); empty for the script client.
+    pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
+    /// The connection task is writing replies (the side path must not interleave its own).
+    pub writing: Cell<bool>,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -209,6 +222,8 @@ impl ClientShared {
             psub: Cell::new(0),
             ssub: Cell::new(0),
             blocked: Cell::new(false),
+            socket: RefCell::new(std::rc::Weak::new()),
+            writing: Cell::new(false),
         }
     }
 
@@ -337,6 +352,11 @@ impl Client {
             Some(w) => w.1 = w.1.max(seq),
             None => self.shard_writes.push((shard, seq)),
         }
+    }
+
+    /// Whether this is the client scripts run their commands as (`script::Scripting`).
+    pub fn is_script(&self) -> bool {
+        self.shared.id == 0
     }
 
     pub fn select(&mut self, db: usize) {

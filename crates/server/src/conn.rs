@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
 use crate::blocking;
@@ -182,11 +182,12 @@ struct Conn {
 /// soft one after its seconds): a client that never reads holds at most one batch of
 /// replies, and not for longer than its class allows.
 async fn write_out(
-    stream: &mut TcpStream,
+    stream: &TcpStream,
     buf: &[u8],
     shared: &ClientShared,
     limit: OutputLimit,
 ) -> bool {
+    shared.writing.set(true);
     let mut written = 0usize;
     let mut woken = false;
     let ok = loop {
@@ -198,12 +199,20 @@ async fn write_out(
             tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
             break false;
         }
-        // Biased: the write goes first, so the timer is only set up when it would block.
+        // The write goes first, so the timer is only set up when it would block.
+        match stream.try_write(rest) {
+            Ok(0) => break false,
+            Ok(n) => {
+                written += n;
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break false,
+        }
         tokio::select! {
             biased;
-            r = stream.write(rest) => match r {
-                Ok(0) | Err(_) => break false,
-                Ok(n) => written += n,
+            r = stream.writable() => if r.is_err() {
+                break false;
             },
             () = shared.mailbox.wake.notified() => {
                 if shared.is_killed() {
@@ -216,6 +225,7 @@ async fn write_out(
         }
     };
     shared.obuf_bytes.set(0);
+    shared.writing.set(false);
     if woken {
         shared.mailbox.wake.notify_one();
     }
@@ -225,30 +235,105 @@ async fn write_out(
 /// How often a write that does not progress re-checks the output limits.
 pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
+/// Reads what the socket holds (at least one byte, or 0 at the end of the stream).
+/// Cancel-safe: the stream is shared (by `Rc`) with the busy-script side path.
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 /// `endpoint`: the shard whose cluster endpoint accepted it (None: the main port).
-pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64, endpoint: Option<u16>) {
+pub async fn serve(th: Rc<Thread>, stream: TcpStream, id: u64, endpoint: Option<u16>) {
+    serve_with_input(th, stream, id, endpoint, BytesMut::new()).await;
+}
+
+/// `serve` for a connection that already sent `input` (accepted while the shards loaded,
+/// `crate::loading`): those bytes are parsed first.
+pub async fn serve_with_input(
+    th: Rc<Thread>,
+    stream: TcpStream,
+    id: u64,
+    endpoint: Option<u16>,
+    input: BytesMut,
+) {
+    if let Some(a) = admit(&th, stream, id, endpoint, input) {
+        serve_admitted(th, a).await;
+    }
+}
+
+/// A connection registered on its thread, its task not started yet.
+pub struct Admitted {
+    stream: Rc<TcpStream>,
+    shared: Rc<ClientShared>,
+    endpoint: Option<u16>,
+    limits: ParseLimits,
+    /// Past `maxclients`: it gets the error and is closed.
+    over: bool,
+    /// Bytes the client sent before it was admitted (accepted while loading): parsed first.
+    input: BytesMut,
+}
+
+/// Registers an accepted connection at once, before its task first runs: a script that
+/// starts running long in the meantime answers it from the side path (`script::busy`),
+/// which finds the thread's clients in `Scripting::clients`. `None` when the socket has no
+/// addresses (closed).
+pub fn admit(
+    th: &Rc<Thread>,
+    stream: TcpStream,
+    id: u64,
+    endpoint: Option<u16>,
+    input: BytesMut,
+) -> Option<Admitted> {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
-        _ => return,
+        _ => return None,
     };
     let _ = stream.set_nodelay(true);
-    let node = th.node.clone();
-    let (shared, limits, over) = {
-        let s = th.shard.borrow();
-        let mut f = th.front.borrow_mut();
-        let now = s.now_ms();
-        let limits = ParseLimits {
-            bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-            authenticated: true,
-        };
-        let over = node.client_connected() >= s.config.maxclients as usize;
-        if over {
-            f.stats.rejected_connections += 1;
-        }
-        (f.register_client(id, addr, laddr, now), limits, over)
+    let mut s = th.shard.borrow_mut();
+    let mut f = th.front.borrow_mut();
+    let now = s.now_ms();
+    let limits = ParseLimits {
+        bulk_bytes_max: s.config.proto_max_bulk_len as i64,
+        authenticated: true,
     };
-    let mut client = Client::new(shared);
+    let over = th.node.client_connected() >= s.config.maxclients as usize;
+    if over {
+        f.stats.rejected_connections += 1;
+    }
+    let shared = f.register_client(id, addr, laddr, now);
+    // Shared (weakly) with the busy-script side path.
+    let stream = Rc::new(stream);
+    shared.socket.replace(Rc::downgrade(&stream));
+    s.scripting.clients.insert(id, Rc::downgrade(&shared));
+    Some(Admitted {
+        stream,
+        shared,
+        endpoint,
+        limits,
+        over,
+        input,
+    })
+}
+
+/// Serves a connection `admit` registered.
+pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
+    let Admitted {
+        stream,
+        shared,
+        endpoint,
+        limits,
+        over,
+        input,
+    } = a;
+    let node = th.node.clone();
+    let id = shared.id;
+    let mut client = Client::new(shared.clone());
     client.endpoint = endpoint;
     let mut conn = Conn {
         th: th.clone(),
@@ -258,11 +343,23 @@ pub async fn serve(th: Rc<Thread>, mut stream: TcpStream, id: u64, endpoint: Opt
         afters: Vec::new(),
     };
     if over {
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+        let _ = write_out(
+            &stream,
+            b"-ERR max number of clients reached\r\n",
+            &shared,
+            OutputLimit {
+                hard_bytes: 0,
+                soft_bytes: 0,
+                soft_seconds: 0,
+            },
+        )
+        .await;
     } else {
-        conn.run(&mut stream, Parser::new(limits)).await;
+        conn.run(&stream, Parser::new(limits), input).await;
+    }
+    th.shard.borrow_mut().scripting.clients.remove(&id);
+    shared.socket.replace(std::rc::Weak::new());
+    if let Ok(mut stream) = Rc::try_unwrap(stream) {
         let _ = stream.shutdown().await;
     }
     conn.leave().await;
@@ -282,10 +379,12 @@ impl Conn {
             .output_limit(&s.config.client_output_buffer_limit)
     }
 
-    async fn run(&mut self, stream: &mut TcpStream, mut parser: Parser) {
-        let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
-        // The read buffer may hold complete commands not run yet (a blocking command ended).
-        let mut buffered = false;
+    async fn run(&mut self, stream: &TcpStream, mut parser: Parser, input: BytesMut) {
+        let mut rbuf = input;
+        rbuf.reserve(READ_BUF_BYTES_INITIAL);
+        // The read buffer may hold complete commands not run yet (a blocking command ended,
+        // or the connection was handed over after loading).
+        let mut buffered = !rbuf.is_empty();
         let addr = self.client.shared.addr;
         loop {
             if self.is_killed() {
@@ -307,7 +406,7 @@ impl Conn {
                 rbuf.reserve(want);
                 let mailbox = self.client.shared.mailbox.clone();
                 let n = tokio::select! {
-                    r = stream.read_buf(&mut rbuf) => r,
+                    r = read_some(stream, &mut rbuf) => r,
                     () = mailbox.wake.notified() => {
                         // MONITOR lines and Pub/Sub messages from other connections.
                         let pending = mailbox.take();
@@ -346,7 +445,7 @@ impl Conn {
 
     /// Writes the pending replies once their writes are logged as the policy demands.
     /// Returns false when the connection must close.
-    async fn flush(&mut self, stream: &mut TcpStream) -> bool {
+    async fn flush(&mut self, stream: &TcpStream) -> bool {
         // appendfsync always: no reply leaves before the records of the writes it answers
         // (or that it may have read) are on disk. A failed write closes the connection
         // unanswered: those writes are not acknowledged.
@@ -374,7 +473,7 @@ impl Conn {
     /// connection must close at once.
     async fn process(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &TcpStream,
         rbuf: &mut BytesMut,
         parser: &mut Parser,
     ) -> bool {
@@ -574,6 +673,11 @@ impl Conn {
 
     /// Dispatches one command (see the module doc).
     fn dispatch(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
+        if f.node.busy.any() && !self.client.site_link {
+            if let Some(step) = self.while_busy(f, argv) {
+                return step;
+            }
+        }
         if let Some(me) = self.client.endpoint {
             return self.dispatch_endpoint(s, f, argv, now, me);
         }
@@ -659,6 +763,57 @@ impl Conn {
             }),
             Class::Special(sp) => self.special(s, f, spec, sp, argv, now),
         }
+    }
+
+    /// A script of another thread runs past busy-reply-threshold: as Redis, this client gets
+    /// BUSY, except for SCRIPT KILL and FUNCTION KILL (which reach the script through the
+    /// process's `BusyBoard`), SHUTDOWN NOSAVE, and the commands Redis runs while busy.
+    /// None: run the command as usual.
+    fn while_busy(&mut self, f: &mut Front, argv: &[&[u8]]) -> Option<Step> {
+        let eq = |i: usize, w: &str| {
+            argv.get(i)
+                .is_some_and(|a| a.eq_ignore_ascii_case(w.as_bytes()))
+        };
+        let board = f.node.busy.clone();
+        let text = board.busy_text()?;
+        let reply: Result<(), String> =
+            if (eq(0, "script") || eq(0, "function")) && eq(1, "kill") && argv.len() == 2 {
+                board.kill(eq(0, "script")).map_err(str::to_string)
+            } else if eq(0, "shutdown") {
+                let nosave = argv
+                    .iter()
+                    .skip(1)
+                    .any(|a| a.eq_ignore_ascii_case(b"nosave"));
+                let save = argv.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"save"));
+                if nosave && !save {
+                    tracing::warn!("User requested shutdown...");
+                    tracing::warn!("Meridian is now ready to exit, bye bye...");
+                    std::process::exit(0);
+                }
+                Err("ERR Errors trying to SHUTDOWN. Check logs.".to_string())
+            } else {
+                let allowed = cmd::resolve(f.table, argv)
+                    .is_ok_and(|sp| sp.meta.flags.contains(cmd::table::Flags::ALLOW_BUSY));
+                if allowed {
+                    return None;
+                }
+                Err(text.to_string())
+            };
+        let proto = self.client.shared.proto.get();
+        let Conn { round, out, .. } = self;
+        let sink = if round.active {
+            &mut round.local
+        } else {
+            &mut *out
+        };
+        sink.proto = proto;
+        let start = sink.len();
+        match reply {
+            Ok(()) => sink.ok(),
+            Err(e) => cmd::reply_error(f, sink, &CmdError::Raw(e)),
+        }
+        self.local_done(start);
+        Some(Step::Next)
     }
 
     /// Dispatches one command that came in on shard `me`'s cluster endpoint: as a Redis
@@ -1181,7 +1336,7 @@ impl Conn {
     async fn run_barrier(
         &mut self,
         b: Barrier,
-        stream: &mut TcpStream,
+        stream: &TcpStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -1324,7 +1479,7 @@ impl Conn {
         sp: Special,
         spec: &'static CommandSpec,
         argv: Vec<Vec<u8>>,
-        stream: &mut TcpStream,
+        stream: &TcpStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -1713,7 +1868,7 @@ impl Conn {
         &mut self,
         spec: &'static CommandSpec,
         argv: Vec<Vec<u8>>,
-        stream: &mut TcpStream,
+        stream: &TcpStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -1777,7 +1932,7 @@ impl Conn {
             rbuf.reserve(READ_CHUNK_BYTES_MIN);
             tokio::select! {
                 biased;
-                r = stream.read_buf(rbuf) => match r {
+                r = read_some(stream, rbuf) => match r {
                     Ok(0) | Err(_) => {
                         self.forget_wait(&targets).await;
                         return false;
@@ -1813,7 +1968,7 @@ impl Conn {
 
     /// One wait step of a blocked client. Returns None when the connection must close,
     /// else whether the client is no longer blocked (the read buffer may hold commands).
-    async fn blocked_step(&mut self, stream: &mut TcpStream, rbuf: &mut BytesMut) -> Option<bool> {
+    async fn blocked_step(&mut self, stream: &TcpStream, rbuf: &mut BytesMut) -> Option<bool> {
         let deadline = self.client.blocked.as_ref().and_then(|b| b.deadline_ms);
         let shard = self
             .client
@@ -1836,7 +1991,7 @@ impl Conn {
         // consumes nothing.
         let event = tokio::select! {
             biased;
-            r = stream.read_buf(rbuf) => match r {
+            r = read_some(stream, rbuf) => match r {
                 Ok(0) | Err(_) => return None,
                 Ok(n) => BlockedEvent::Input(n),
             },
@@ -1983,7 +2138,18 @@ pub const REMOTE_BLOCK_WAIT_MAX: Duration = Duration::from_secs(24 * 3600);
 fn site_wide(name: &str) -> bool {
     matches!(
         name,
-        "dbsize" | "keys" | "flushdb" | "flushall" | "lastsave" | "crdt.digest"
+        "dbsize"
+            | "keys"
+            | "flushdb"
+            | "flushall"
+            | "lastsave"
+            | "crdt.digest"
+            | "script|load"
+            | "script|flush"
+            | "function|load"
+            | "function|delete"
+            | "function|flush"
+            | "function|restore"
     )
 }
 

@@ -51,7 +51,7 @@ pub struct Thread {
 pub enum Msg {
     /// A client connection the acceptor handed to this thread, with the id it gave it (ids
     /// follow accept order, as Redis's).
-    Accept(std::net::TcpStream, u64),
+    Accept(std::net::TcpStream, u64, bytes::BytesMut),
     /// Commands of one connection of another thread, for this thread's shard, and where
     /// their replies go.
     Batch(Batch, oneshot::Sender<Done>),
@@ -589,11 +589,14 @@ fn run_item(
 pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
     while let Some(msg) = rx.recv().await {
         match msg {
-            Msg::Accept(stream, id) => {
+            Msg::Accept(stream, id, input) => {
                 let _ = stream.set_nonblocking(true);
                 match tokio::net::TcpStream::from_std(stream) {
                     Ok(s) => {
-                        tokio::task::spawn_local(crate::conn::serve(th.clone(), s, id, None));
+                        // Registered now, before a script could start running long here.
+                        if let Some(a) = crate::conn::admit(&th, s, id, None, input) {
+                            tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
+                        }
                     }
                     Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
                 }

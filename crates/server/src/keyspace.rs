@@ -352,6 +352,15 @@ impl Shard {
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
         }
+        if applied.ignored && stamp.replica != self.replica && !self.persist.recovering {
+            if let Some(n) = self
+                .stats
+                .remote_lost
+                .get_mut(crate::stats::effect_kind(effect))
+            {
+                *n += 1;
+            }
+        }
         applied
     }
 

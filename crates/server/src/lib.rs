@@ -9,6 +9,8 @@
 //!
 //! # Layout
 //! - `config`: defaults, TOML file and flags.
+//! - `admin`: `meridian admin`, a command sent to every site of a deployment.
+//! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the slot map, the shard threads, the periodic cycle, shutdown.
 //! - `numa`: allowed CPUs and NUMA nodes; where shard threads are pinned.
 //! - `node`: what the threads of a process share (slot map, inboxes, process-wide
@@ -18,13 +20,20 @@
 //! - `front`: what a thread owns for its connections: clients, command counters.
 //! - `route`: which shard runs a command; merging replies of several shards.
 //! - `info_merge`: one INFO from every thread's.
-//! - `topology`: the Redis Cluster view: an endpoint and a node id per shard.
+//! - `topology`: the Redis Cluster view (an endpoint and a node id per shard) and a site's
+//!   topology file (its nodes).
 //! - `conn`: one connection's read–parse–dispatch–write loop, the coordinator of its
 //!   commands.
 //! - `stop`: the process-wide stop request that long loops poll.
+//! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
+//! - `control`: requests of the control thread to shard threads (heartbeats, figures).
+//! - `service`: systemd notifications (READY, STATUS, STOPPING, watchdog, timeouts).
+//! - `loading`: the client port while shards load (`-LOADING`), then the handover.
+//! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
 //! - `client`: per-connection state and what other connections may see of it.
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
+//! - `script`: Lua scripting (EVAL, FUNCTION): engines, sandbox, conversions, busy scripts.
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
@@ -40,24 +49,32 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod admin;
 pub mod blocking;
+pub mod certs;
 pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod error;
 pub mod front;
 pub mod glob;
 pub mod hop;
 pub mod info_merge;
 pub mod keyspace;
+pub mod loading;
+pub mod logging;
+pub mod metrics;
 pub mod node;
 pub mod numa;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
 pub mod route;
+pub mod script;
 pub mod server;
+pub mod service;
 pub mod shard;
 pub mod slot;
 pub mod stats;

@@ -60,6 +60,8 @@ pub struct Node {
     clients_n: AtomicUsize,
     /// Round-robin position of the acceptor.
     next_thread: AtomicUsize,
+    /// Scripts running past busy-reply-threshold, for the other threads' connections.
+    pub busy: Arc<crate::script::busy::BusyBoard>,
     /// Process start, for INFO uptime.
     pub started_ms: u64,
     /// 40 hex characters naming this run (INFO run_id).
@@ -110,6 +112,7 @@ impl Node {
             next_client_id: AtomicU64::new(1),
             clients_n: AtomicUsize::new(0),
             next_thread: AtomicUsize::new(0),
+            busy: Arc::new(crate::script::busy::BusyBoard::new(usize::from(local))),
             started_ms: now_ms,
             run_id: random_hex40(),
         };

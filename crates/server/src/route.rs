@@ -107,6 +107,15 @@ pub fn class_of(name: &str) -> Class {
         "keys" => All(Merge::Concat),
         "flushdb" | "flushall" | "config|set" | "config|resetstat" | "save" | "bgsave"
         | "bgrewriteaof" => All(Merge::Same),
+        // Every shard has its own Lua states: scripts and libraries are loaded into each.
+        "script|load" | "script|flush" | "function|load" | "function|delete" | "function|flush"
+        | "function|restore" => All(Merge::Same),
+        // Peers are every shard's (each links to every peer).
+        "crdt.addpeer" | "crdt.removepeer" => All(Merge::Same),
+        // Every shard holds the same scripts and libraries; a busy script is the connection
+        // thread's (`script::busy`).
+        "script|exists" | "script|kill" | "script|help" | "function|list" | "function|dump"
+        | "function|stats" | "function|kill" | "function|help" | "crdt.peers" => Local,
         "info" => All(Merge::Info),
         "client|list" => All(Merge::ClientList),
         "client|kill" => All(Merge::ClientKill),

@@ -49,12 +49,61 @@ pub enum ServerError {
     Persist(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
-    #[error("slot map {path}: {message}")]
+    #[error("data directory: slot map {path}: {message}")]
     SlotMap { path: String, message: String },
     #[error("{0}")]
     Topology(#[from] crate::topology::TopologyError),
     #[error("topology: {0}")]
     Site(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("peer {site}: cannot resolve {addr}: {reason}")]
+    PeerUnresolved {
+        site: String,
+        addr: String,
+        reason: String,
+    },
+    #[error("log: {0}")]
+    Log(String),
+}
+
+/// What a shard thread and the control thread tell each other while it starts.
+pub struct ShardStartup {
+    /// Sent once the shard has loaded its data (recovery done).
+    pub loaded: tokio::sync::oneshot::Sender<()>,
+    /// Received when every shard has loaded and the loading port stopped accepting: from
+    /// then on the shard accepts clients itself.
+    pub go: tokio::sync::oneshot::Receiver<()>,
+    /// Connections accepted while loading (`crate::loading`).
+    pub handover: tokio::sync::mpsc::Receiver<crate::loading::Handover>,
+    /// Requests of the control thread (`crate::control`), served once loaded.
+    pub control: tokio::sync::mpsc::Receiver<crate::control::ShardRequest>,
+}
+
+/// Resolves every peer's name once at start: a name that does not resolve is a
+/// configuration mistake to report now, not a link that silently never comes up. (The
+/// dialer resolves again on every reconnect.)
+pub fn resolve_peers(config: &Config) -> Result<(), ServerError> {
+    use std::net::ToSocketAddrs as _;
+    let peers = config
+        .peers()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    for p in peers {
+        let fail = |reason: String| ServerError::PeerUnresolved {
+            site: p.site.clone(),
+            addr: p.addr.clone(),
+            reason,
+        };
+        match p.addr.to_socket_addrs() {
+            Ok(mut addrs) => {
+                if addrs.next().is_none() {
+                    return Err(fail("no address".to_string()));
+                }
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    Ok(())
 }
 
 /// File descriptors kept beyond `maxclients` for listeners, sync links, the log and
@@ -96,10 +145,17 @@ fn fit_open_files_limit(config: &mut Config) {
 }
 
 /// Runs the server until SIGINT or SIGTERM.
+///
+/// Start-up order: resolve peers, bind every port (a port in use fails here, before
+/// anything else), load TLS files, start the shard thread, which loads its data while the
+/// client port answers `-LOADING` (`crate::loading`); once every shard has loaded, the
+/// connections accepted meanwhile are handed over and "ready to accept connections" is
+/// logged. A failure at any step returns an error and nothing keeps running.
 pub fn run(mut config: Config) -> Result<(), ServerError> {
     fit_open_files_limit(&mut config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
+    resolve_peers(&config)?;
     let topology = Topology::read();
     let site = site_nodes(&mut config)?;
     let slots = Arc::new(match &site {
@@ -115,6 +171,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
+    let metrics_listener = bind_metrics(&config)?;
     let (cluster, endpoints) = match &site {
         Some(t) => bind_site(&config, t)?,
         None => bind_cluster(&config, shards)?,
@@ -140,6 +197,19 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         placement = %describe_placement(first, &placement),
         "shard threads"
     );
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    // While the shards load, the client port answers -LOADING (`crate::loading`) on a clone
+    // of the listener; the connections it took are handed to the threads once loaded.
+    let loading_listener = listener.try_clone().map_err(|source| ServerError::Listen {
+        addr: addr.clone(),
+        source,
+    })?;
+    let limits = crate::loading::LoadingLimits::of(&config);
+    let (handover_tx, mut handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
+    let (control, control_rxs) = crate::control::channels(usize::from(local));
     let now = crate::time::wall_ms();
     let (node, inboxes) = Node::new(
         slots,
@@ -152,10 +222,11 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     );
     // Each thread reports when its shard is open (or why it could not open); the process
     // ends with the first thread that ends by itself.
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<(u16, Result<(), String>)>();
+    let (ready_tx, mut ready_rx) =
+        tokio::sync::mpsc::unbounded_channel::<(u16, Result<(), String>)>();
     let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<u16>();
     let mut handles = Vec::with_capacity(usize::from(local));
-    for (i, inbox) in inboxes.into_iter().enumerate() {
+    for (i, (inbox, control_rx)) in inboxes.into_iter().zip(control_rxs).enumerate() {
         let index = first + i as u16;
         let setup = ThreadSetup {
             index,
@@ -168,6 +239,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
             tls: tls.clone(),
             stop: stop_rx.clone(),
             ready: ready_tx.clone(),
+            control: control_rx,
         };
         let ended = ended_tx.clone();
         let handle = std::thread::Builder::new()
@@ -181,69 +253,138 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         handles.push(handle);
     }
     drop(ready_tx);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
+    let started = std::time::Instant::now();
+    let (loaded_all_tx, loaded_all_rx) = watch::channel(false);
+    let endpoint = Arc::new(crate::metrics::http::Endpoint {
+        site: config.site.clone(),
+        deployment_id: config.deployment_id.clone(),
+        shards: control.clone(),
+        loaded: loaded_all_rx.clone(),
+        started,
+    });
+    tracing::info!(%addr, dir = %config.dir.display(), "loading the data");
     let mut failure: Option<ServerError> = None;
-    for _ in 0..local {
-        match ready_rx.recv() {
-            Ok((_, Ok(()))) => {}
-            Ok((i, Err(e))) => {
-                failure = Some(ServerError::Persist(format!("shard {i}: {e}")));
-                break;
-            }
-            Err(_) => {
-                failure = Some(ServerError::Shard("a shard thread ended at start".into()));
-                break;
+    let all_ended = rt.block_on(async {
+        if let Some(l) = metrics_listener {
+            tokio::spawn(crate::metrics::http::serve(l, endpoint));
+        }
+        let responder = tokio::spawn(crate::loading::serve(
+            loading_listener,
+            limits,
+            loaded_all_rx,
+            handover_tx,
+        ));
+        let signal = wait_for_signal(tls.as_deref());
+        tokio::pin!(signal);
+        let mut left = usize::from(local);
+        // systemd's start timeout is extended while loading goes on: loading is bounded
+        // work, and a data set of any size must be able to start.
+        let mut tick = tokio::time::interval(crate::service::EXTEND_EVERY);
+        let mut loaded = 0u16;
+        let mut stopping = false;
+        while loaded < local {
+            tokio::select! {
+                () = &mut signal => {
+                    crate::service::stopping();
+                    tracing::info!("received shutdown signal while loading, stopping");
+                    stopping = true;
+                    break;
+                }
+                r = ready_rx.recv() => match r {
+                    Some((_, Ok(()))) => loaded += 1,
+                    Some((i, Err(e))) => {
+                        failure = Some(ServerError::Persist(format!("shard {i}: {e}")));
+                        stopping = true;
+                        break;
+                    }
+                    None => {
+                        failure = Some(ServerError::Shard("a shard thread ended at start".into()));
+                        stopping = true;
+                        break;
+                    }
+                },
+                _ = tick.tick() => crate::service::extend(&format!(
+                    "Loading the data ({} s)",
+                    started.elapsed().as_secs()
+                )),
             }
         }
-    }
-    if failure.is_none() {
-        start_listeners(&node, listener, sync_listener, endpoints)?;
-        let addr = config.bind.clone() + ":" + &config.port.to_string();
-        tracing::info!(%addr, site = %config.site, shards, "Meridian ready to accept connections");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(ServerError::Runtime)?;
-        let all_ended = rt.block_on(async {
-            let mut left = usize::from(local);
+        if !stopping {
+            let _ = loaded_all_tx.send(true);
+            let _ = responder.await;
+            // The connections taken while loading go to the threads in turn, then the
+            // threads accept their own.
+            while let Ok(h) = handover_rx.try_recv() {
+                let h: crate::loading::Handover = h;
+                let id = node.client_id();
+                let to = node.next_conn_thread();
+                if let Some(inbox) = node.inbox(to) {
+                    let _ = inbox.send(Msg::Accept(h.stream, id, h.input)).await;
+                }
+            }
+            if let Err(e) = start_listeners(&node, listener, sync_listener, endpoints).await {
+                failure = Some(e);
+                stopping = true;
+            }
+        }
+        if !stopping {
+            tracing::info!(
+                %addr,
+                site = %config.site,
+                shards,
+                load_ms = started.elapsed().as_millis() as u64,
+                "Meridian ready to accept connections"
+            );
+            crate::service::ready(&format!("Ready: accepting connections on {addr}"));
+            tokio::spawn(crate::service::watchdog(control.clone()));
             tokio::select! {
-                () = wait_for_signal(tls.as_deref()) => {
+                () = &mut signal => {
+                    crate::service::stopping();
                     tracing::info!("received shutdown signal, stopping");
                 }
                 _ = ended_rx.recv() => left -= 1,
             }
-            // Long commands poll this and end; each shard then closes its clients and log.
-            crate::stop::request();
-            let _ = stop_tx.send(true);
-            let deadline = tokio::time::sleep(SHUTDOWN_WAIT_MAX);
-            tokio::pin!(deadline);
-            while left > 0 {
-                tokio::select! {
-                    r = ended_rx.recv() => match r {
-                        Some(_) => left -= 1,
-                        None => break,
-                    },
-                    () = &mut deadline => return false,
-                    () = wait_for_signal(None) => {
-                        tracing::warn!("second shutdown signal: exiting now");
-                        return false;
-                    }
-                }
-            }
-            true
-        });
-        if !all_ended {
-            // Records already written (write(2)) are in the kernel's page cache and survive
-            // the exit; only an unfinished batch, never acknowledged, can be lost, and
-            // recovery reads a torn tail as the end of the log.
-            tracing::error!(
-                wait_s = SHUTDOWN_WAIT_MAX.as_secs(),
-                "a shard did not stop in time; exiting without closing its log"
-            );
-            std::process::exit(1);
         }
+        // Long commands poll this and end; each shard then closes its clients and writes
+        // and fsyncs its log. systemd's stop timeout is extended meanwhile; the wait itself
+        // is bounded by SHUTDOWN_WAIT_MAX and a second signal.
+        crate::stop::request();
+        let _ = stop_tx.send(true);
+        let deadline = tokio::time::sleep(SHUTDOWN_WAIT_MAX);
+        tokio::pin!(deadline);
+        let second = wait_for_signal(None);
+        tokio::pin!(second);
+        let mut tick = tokio::time::interval(crate::service::EXTEND_EVERY);
+        while left > 0 {
+            tokio::select! {
+                r = ended_rx.recv() => match r {
+                    Some(_) => left -= 1,
+                    None => break,
+                },
+                () = &mut deadline => return false,
+                () = &mut second => {
+                    tracing::warn!("second shutdown signal: exiting now");
+                    return false;
+                }
+                _ = tick.tick() => crate::service::extend("Stopping: writing the op log to disk"),
+            }
+        }
+        true
+    });
+    if !all_ended {
+        // Records already written (write(2)) are in the kernel's page cache and survive
+        // the exit; only an unfinished batch, never acknowledged, can be lost, and
+        // recovery reads a torn tail as the end of the log.
+        tracing::error!(
+            wait_s = SHUTDOWN_WAIT_MAX.as_secs(),
+            "a shard did not stop in time; exiting without closing its log"
+        );
+        std::process::exit(1);
     }
-    crate::stop::request();
-    let _ = stop_tx.send(true);
     let mut result = Ok(());
     for h in handles {
         match h.join() {
@@ -514,7 +655,7 @@ fn bind_cluster(
 
 /// Starts the accept loops: on thread 0 the main port's (clients spread over the threads)
 /// and the sync port's; on each shard's thread its cluster endpoint's.
-fn start_listeners(
+async fn start_listeners(
     node: &Arc<Node>,
     listener: std::net::TcpListener,
     sync_listener: Option<std::net::TcpListener>,
@@ -524,10 +665,11 @@ fn start_listeners(
         .inbox(node.first)
         .ok_or_else(|| ServerError::Shard("no shard thread".into()))?;
     inbox
-        .blocking_send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
+        .send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
             tokio::task::spawn_local(accept_loop(th.clone(), listener));
             crate::sync::link::start_listener(th, sync_listener);
         })))
+        .await
         .map_err(|_| ServerError::Shard("shard 0 ended at start".into()))?;
     for (i, l) in endpoints.into_iter().enumerate() {
         let shard = node.first + i as u16;
@@ -535,9 +677,10 @@ fn start_listeners(
             .inbox(shard)
             .ok_or_else(|| ServerError::Shard(format!("no thread for shard {shard}")))?;
         inbox
-            .blocking_send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
+            .send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
                 tokio::task::spawn_local(endpoint_loop(th.clone(), l));
             })))
+            .await
             .map_err(|_| ServerError::Shard(format!("shard {shard} ended at start")))?;
     }
     Ok(())
@@ -559,12 +702,11 @@ async fn endpoint_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let id = th.node.client_id();
-                tokio::task::spawn_local(crate::conn::serve(
-                    th.clone(),
-                    stream,
-                    id,
-                    Some(th.index),
-                ));
+                let admitted =
+                    crate::conn::admit(&th, stream, id, Some(th.index), bytes::BytesMut::new());
+                if let Some(a) = admitted {
+                    tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -583,6 +725,10 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
             return;
         }
     };
+    // A script running long on this thread takes and answers new connections itself
+    // (`script::busy`), then hands them to connection tasks here.
+    let listener = Rc::new(listener);
+    th.shard.borrow_mut().scripting.listener = Some(Rc::downgrade(&listener));
     loop {
         if th.shard.borrow().shutting_down {
             return;
@@ -592,14 +738,22 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
                 let id = th.node.client_id();
                 let to = th.node.next_conn_thread();
                 if to == th.index {
-                    tokio::task::spawn_local(crate::conn::serve(th.clone(), stream, id, None));
+                    let admitted =
+                        crate::conn::admit(&th, stream, id, None, bytes::BytesMut::new());
+                    if let Some(a) = admitted {
+                        tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
+                    }
                     continue;
                 }
                 let Ok(std_stream) = stream.into_std() else {
                     continue;
                 };
                 if let Some(inbox) = th.node.inbox(to) {
-                    if inbox.send(Msg::Accept(std_stream, id)).await.is_err() {
+                    if inbox
+                        .send(Msg::Accept(std_stream, id, bytes::BytesMut::new()))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -616,8 +770,8 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
 /// commands at their next poll of `crate::stop`, then close the log) before it exits anyway.
 pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
 
-/// Waits for SIGINT or SIGTERM; on SIGHUP re-reads the sync TLS files (links established
-/// before keep their sessions; new ones use the new files).
+/// Waits for SIGINT or SIGTERM; on SIGHUP reopens the log file and re-reads the sync TLS
+/// files (links established before keep their sessions; new ones use the new files).
 async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
@@ -633,15 +787,37 @@ async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
         tokio::select! {
             _ = term.recv() => return,
             _ = int.recv() => return,
-            _ = hup.recv() => match tls {
-                Some(ctx) => match ctx.reload() {
-                    Ok(()) => tracing::info!("SIGHUP: sync TLS files reloaded"),
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
-                },
-                None => tracing::info!("SIGHUP: no sync TLS files to reload"),
-            },
+            _ = hup.recv() => {
+                match crate::logging::reopen() {
+                    Some(Ok(path)) => tracing::info!(path = %path.display(), "SIGHUP: log file reopened"),
+                    Some(Err(e)) => tracing::error!(error = %e, "SIGHUP: log file not reopened; writing to the previous one"),
+                    None => {}
+                }
+                match tls {
+                    Some(ctx) => match ctx.reload() {
+                        Ok(()) => tracing::info!("SIGHUP: sync TLS files reloaded"),
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
+                    },
+                    None => tracing::info!("SIGHUP: no sync TLS files to reload"),
+                }
+            }
         }
     }
+}
+
+/// Binds the metrics port, when configured (`metrics-port` not 0).
+fn bind_metrics(config: &Config) -> Result<Option<std::net::TcpListener>, ServerError> {
+    if config.metrics_port == 0 {
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = config
+        .metrics_bind
+        .parse()
+        .map_err(|_| ServerError::Listen {
+            addr: config.metrics_bind.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+        })?;
+    listen(std::net::SocketAddr::new(ip, config.metrics_port)).map(Some)
 }
 
 /// Binds the sync port, when configured.
@@ -690,7 +866,9 @@ struct ThreadSetup {
     place: Place,
     tls: Option<Arc<meridian_syncer::TlsContext>>,
     stop: watch::Receiver<bool>,
-    ready: std::sync::mpsc::Sender<(u16, Result<(), String>)>,
+    ready: tokio::sync::mpsc::UnboundedSender<(u16, Result<(), String>)>,
+    /// Requests of the control thread (`crate::control`: heartbeats, figures).
+    control: tokio::sync::mpsc::Receiver<crate::control::ShardRequest>,
 }
 
 /// A shard thread: pins itself, builds its runtime, opens its shard, then serves its
@@ -707,6 +885,7 @@ fn run_thread(
         tls,
         mut stop,
         ready,
+        control,
     } = setup;
     if let Some(cpu) = place.cpu {
         if !crate::numa::pin(cpu) {
@@ -765,9 +944,35 @@ fn run_thread(
             front: front.clone(),
             proxy,
         });
+        {
+            // A script that runs long answers this thread's clients from its hook, and ends
+            // the process on a stop request (`script::busy`); connections it accepts go to
+            // connection tasks here. Its keys must be this shard's.
+            let weak = Rc::downgrade(&th);
+            let mut s = shard.borrow_mut();
+            s.scripting.stop = Some(stop.clone());
+            s.scripting.board = Some((node.busy.clone(), usize::from(index - node.first)));
+            s.scripting.slots = (node.shards > 1).then(|| (*node.slots).clone());
+            s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
+                if let Some(th) = weak.upgrade() {
+                    tokio::task::spawn_local(async move {
+                        let mut stream = stream;
+                        if !unsent.is_empty() {
+                            use tokio::io::AsyncWriteExt as _;
+                            if stream.write_all(&unsent).await.is_err() {
+                                return;
+                            }
+                        }
+                        let id = th.node.client_id();
+                        crate::conn::serve(th, stream, id, None).await;
+                    });
+                }
+            }));
+        }
         tokio::task::spawn_local(periodic(th.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));
         tokio::task::spawn_local(crate::hop::inbox(th.clone(), inbox));
+        tokio::task::spawn_local(crate::control::serve(shard.clone(), front.clone(), control));
         crate::sync::link::start(&shard);
         let _ = stop.changed().await;
         let mut s = shard.borrow_mut();

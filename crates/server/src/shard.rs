@@ -70,6 +70,8 @@ pub struct Shard {
     pub publish_hook: Option<PublishHook>,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
+    /// Lua scripting: engines, script cache, libraries, the running script (`script`).
+    pub scripting: crate::script::Scripting,
 }
 
 impl Shard {
@@ -104,6 +106,7 @@ impl Shard {
             blocking: BlockRegistry::default(),
             publish_hook: None,
             shutting_down: false,
+            scripting: crate::script::Scripting::new(),
             config,
         };
         shard.set_life(0);

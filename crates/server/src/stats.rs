@@ -47,6 +47,9 @@ pub struct Stats {
     pub type_conflicts: u64,
     /// Remote ops applied (INFO crdt).
     pub sync_ops_applied: u64,
+    /// Remote writes that lost on arrival (to a newer write, last writer wins, or to a
+    /// removal already applied), by `EFFECT_KIND_NAMES` (`/metrics`).
+    pub remote_lost: [u64; EFFECT_KINDS],
     /// Ops per second over the last sample window (INFO stats `instantaneous_ops_per_sec`).
     pub ops_sample: OpsSampler,
     /// Highest `used_memory` seen (INFO memory `used_memory_peak`); raised by `note_memory`.
@@ -88,6 +91,34 @@ impl Stats {
     /// Records the current memory use for the peak (Redis updates it in cron and in INFO).
     pub fn note_memory(&mut self, used: u64) {
         self.used_memory_peak = self.used_memory_peak.max(used);
+    }
+}
+
+/// Kinds of writes, as `/metrics` labels them (`effect_kind`).
+pub const EFFECT_KINDS: usize = 8;
+pub const EFFECT_KIND_NAMES: [&str; EFFECT_KINDS] = [
+    "string",
+    "del",
+    "expire",
+    "set",
+    "hash",
+    "zset",
+    "list",
+    "hyperloglog",
+];
+
+/// The index in `EFFECT_KIND_NAMES` of an effect's kind.
+pub fn effect_kind<B: AsRef<[u8]>>(effect: &meridian_crdt::Effect<B>) -> usize {
+    use meridian_crdt::Effect;
+    match effect {
+        Effect::Assign { .. } | Effect::Incr { .. } => 0,
+        Effect::Remove { .. } => 1,
+        Effect::Expire { .. } => 2,
+        Effect::SetAdd { .. } | Effect::SetRem { .. } => 3,
+        Effect::Hash(_) => 4,
+        Effect::ZSet(_) => 5,
+        Effect::List(_) => 6,
+        Effect::Hll(_) => 7,
     }
 }
 

@@ -25,6 +25,7 @@
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `cluster`: CLUSTER and its subcommands, READONLY READWRITE ASKING.
+//! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
 
 pub mod args;
 pub mod client;
@@ -38,7 +39,9 @@ pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod meta;
+pub mod peers;
 pub mod pubsub;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -102,19 +105,24 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(cluster::HANDLERS);
+    v.extend_from_slice(scripting::HANDLERS);
+    v.extend_from_slice(peers::HANDLERS);
     v
 }
 
 /// The process-wide command table, built on first use.
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(
-        || match Table::build(meta::META.iter().chain(crdt::META), &all_handlers()) {
+    TABLE.get_or_init(|| {
+        match Table::build(
+            meta::META.iter().chain(crdt::META).chain(peers::META),
+            &all_handlers(),
+        ) {
             Ok(t) => t,
             // The shipped table is checked by a unit test; an inconsistent build is a bug.
             Err(e) => panic!("command table: {e}"),
-        },
-    )
+        }
+    })
 }
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.
@@ -454,6 +462,20 @@ pub fn reply_error(front: &mut Front, out: &mut Reply, e: &CmdError) {
     front.stats.count_error(&e.code());
 }
 
+/// Feeds MONITOR clients a command now, before the commands it runs (EVAL, FCALL: Redis
+/// shows the script command first, then what the script runs).
+pub fn feed_monitors_now(ctx: &mut Ctx<'_>, argv: &[&[u8]]) {
+    if ctx.front.node.monitored() {
+        feed_monitors(
+            ctx.front,
+            ctx.client,
+            argv,
+            ctx.now_ms,
+            &ctx.shard.config.client_output_buffer_limit,
+        );
+    }
+}
+
 /// Sends one MONITOR line: `+<unix.micros> [<db> <addr>] "arg" ...`.
 fn feed_monitors(
     front: &mut Front,
@@ -470,13 +492,19 @@ fn feed_monitors(
                 .map(|d| d.subsec_micros() % 1000)
                 .unwrap_or(0),
         );
+    // Commands a script runs show "lua" as their client, as in Redis.
+    let who = if client.is_script() {
+        "lua".to_string()
+    } else {
+        client.shared.addr.to_string()
+    };
     line.extend_from_slice(
         format!(
             "+{}.{:06} [{} {}]",
             micros / 1_000_000,
             micros % 1_000_000,
             client.db,
-            client.shared.addr
+            who
         )
         .as_bytes(),
     );

@@ -46,7 +46,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // ---------------------------------------------------------------------------------------
 // Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
 
-fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+pub(crate) fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.out.array(lines.len() + 3);
     ctx.out.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
@@ -59,7 +59,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(crate) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -426,6 +426,36 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     field(out, "allocator_resident", m.resident);
     field(out, "total_system_memory", total);
     field(out, "total_system_memory_human", bytes_to_human(total));
+    let (vm_eval, vm_functions) = shard.scripting.vm_memory();
+    let (scripts_bytes, functions_bytes) = shard.scripting.code_memory();
+    field(out, "used_memory_lua", vm_eval);
+    field(out, "used_memory_vm_eval", vm_eval);
+    field(out, "used_memory_lua_human", bytes_to_human(vm_eval as u64));
+    field(out, "used_memory_scripts_eval", scripts_bytes);
+    field(
+        out,
+        "number_of_cached_scripts",
+        shard.scripting.scripts.len(),
+    );
+    field(
+        out,
+        "number_of_functions",
+        shard.scripting.libraries.function_count(),
+    );
+    field(out, "used_memory_vm_functions", vm_functions);
+    field(out, "used_memory_vm_total", vm_eval + vm_functions);
+    field(
+        out,
+        "used_memory_vm_total_human",
+        bytes_to_human((vm_eval + vm_functions) as u64),
+    );
+    field(out, "used_memory_functions", functions_bytes);
+    field(out, "used_memory_scripts", scripts_bytes + functions_bytes);
+    field(
+        out,
+        "used_memory_scripts_human",
+        bytes_to_human((scripts_bytes + functions_bytes) as u64),
+    );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
     field(out, "maxmemory_policy", "noeviction");
@@ -637,10 +667,10 @@ fn info_replication(shard: &Shard, front: &Front, out: &mut String) {
 }
 
 /// Clock ticks per second of /proc times (USER_HZ, 100 on Linux's user-visible interfaces).
-const USER_HZ: u64 = 100;
+pub(crate) const USER_HZ: u64 = 100;
 
 /// (utime, stime, cutime, cstime) in ticks from a /proc `stat` file.
-fn proc_times(path: &str) -> Option<[u64; 4]> {
+pub(crate) fn proc_times(path: &str) -> Option<[u64; 4]> {
     let text = std::fs::read_to_string(path).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = text.get(text.rfind(')')? + 1..)?;

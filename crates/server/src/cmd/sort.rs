@@ -255,7 +255,9 @@ fn compare(a: &Item, b: &Item, alpha: bool, by: bool) -> Ordering {
 fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(), CmdError> {
     let mut a = parse_args(argv, readonly)?;
     let (kind, elems) = load(ctx, argv.get(1).copied().unwrap_or_default())?;
-    if a.dontsort && kind == Kind::Set && a.store.is_some() {
+    // A set's order is arbitrary: with STORE, or for a script, sort it anyway so the result
+    // is the same everywhere (Redis does this for scripts and for what it replicates).
+    if a.dontsort && kind == Kind::Set && (a.store.is_some() || ctx.client.is_script()) {
         a.dontsort = false;
         a.alpha = true;
         a.by = None;

@@ -266,7 +266,6 @@ const NO_REPLICAS: &str =
     "Meridian has no Redis replicas; writes never wait for them (WAIT answers 0).";
 const NO_REPLICATION: &str = "Meridian has no Redis primary/replica replication: sites replicate active-active (docs/replication.md).";
 const NO_REPLICATION_AUTH: &str = "Meridian has no Redis primary/replica replication.";
-const NO_SCRIPTS: &str = "Meridian has no scripts or functions yet.";
 const NO_STREAMS: &str = "Meridian has no streams yet.";
 const NO_TRACKING: &str = "Meridian has no client-side caching (CLIENT TRACKING) yet.";
 const PINNED: &str = "Each shard thread pins itself to a core of its own.";
@@ -474,7 +473,7 @@ pub static PARAMS: &[Param] = &[
     stored("active-defrag-max-scan-fields", Kind::Int { min: 1, max: I64 }, "1000", DEFRAG),
     field("slowlog-max-len", Kind::Int { min: 0, max: I64 }, field!(slowlog_max_len), "Slow log entries kept."),
     stored("acllog-max-len", Kind::Int { min: 0, max: I64 }, "128", NO_ACL),
-    stored("busy-reply-threshold", Kind::Int { min: 0, max: I64 }, "5000", NO_SCRIPTS)
+    field("busy-reply-threshold", Kind::Int { min: 0, max: I64 }, field!(busy_reply_threshold), "Milliseconds a script or function runs before other clients get -BUSY and SCRIPT KILL or FUNCTION KILL may stop it.")
         .alias("lua-time-limit"),
     stored("cluster-node-timeout", Kind::Int { min: 0, max: I64 }, "15000", NO_CLUSTER),
     field("slowlog-log-slower-than", Kind::Int { min: -1, max: I64 }, field!(slowlog_log_slower_than), "Slow log threshold in microseconds (negative: off)."),
@@ -627,6 +626,18 @@ pub static PARAMS: &[Param] = &[
         .fixed()
         .meridian(),
     field("log-level", Kind::Text, field!(log_level), "Logging filter, as RUST_LOG.")
+        .fixed()
+        .meridian(),
+    field("log-format", Kind::Enum(&["text", "json"]), field!(log_format), "Log lines as text or as one JSON object each; every line names the site.")
+        .fixed()
+        .meridian(),
+    field("log-file", Kind::Text, field!(log_file), "File the log is written to (empty: standard output); SIGHUP reopens it, for logrotate.")
+        .fixed()
+        .meridian(),
+    field("metrics-port", Kind::Int { min: 0, max: 65535 }, field!(metrics_port), "Port of the HTTP endpoint serving /metrics (Prometheus) and /health (0: off).")
+        .fixed()
+        .meridian(),
+    field("metrics-bind", Kind::Text, field!(metrics_bind), "Address the metrics port listens on.")
         .fixed()
         .meridian(),
     field("debug-fsync-watermark", Kind::Bool, field!(debug_fsync_watermark), "Test only: record the log length known to be on disk after every fsync.")

@@ -138,16 +138,28 @@ fn set_position(shard: &mut Shard, key: &str, inc: u64, seq: u64) {
 fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<SnapshotMeta, String> {
     let databases = shard.dbs.len();
     let mut n = 0u64;
-    let meta = snapshot::read(path, databases, |db, key, state| {
-        if !shard.insert_loaded(db, key, state, now_ms) {
-            return Err(format!(
-                "key {:?} appears twice",
-                String::from_utf8_lossy(key)
-            ));
-        }
-        n += 1;
-        Ok(())
-    })?;
+    let mut libraries = Vec::new();
+    let meta = snapshot::read_with_libraries(
+        path,
+        databases,
+        |db, key, state| {
+            if !shard.insert_loaded(db, key, state, now_ms) {
+                return Err(format!(
+                    "key {:?} appears twice",
+                    String::from_utf8_lossy(key)
+                ));
+            }
+            n += 1;
+            Ok(())
+        },
+        |name, stamp, code| {
+            libraries.push((name.to_vec(), stamp, code.map(<[u8]>::to_vec)));
+            Ok(())
+        },
+    )?;
+    for (name, stamp, code) in libraries {
+        shard.apply_library(&name, stamp, code.as_deref());
+    }
     if !shard.sync.lives.contains(&meta.replica) {
         return Err(format!(
             "belongs to replica {:08x} (another site or shard), not {:08x}",
@@ -211,9 +223,13 @@ pub fn replay(
                     shard.sync.own_logged.observe(stamp);
                 }
             }
-            if let OpBody::Write(effect) = &rec.body {
-                let hash = shard.hash_key(&rec.key);
-                shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+            match &rec.body {
+                OpBody::Write(effect) => {
+                    let hash = shard.hash_key(&rec.key);
+                    shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+                }
+                OpBody::Library { code } => shard.apply_library(&rec.key, stamp, code.as_deref()),
+                OpBody::Publish { .. } => {}
             }
         }
         Kind::State => {
@@ -251,6 +267,12 @@ pub fn replay(
             let vv =
                 record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
             shard.take_retired(&vv);
+        }
+        Kind::Library => {
+            let (name, stamp, code) =
+                record::decode_library(payload).map_err(|e| format!("library record: {e}"))?;
+            raise_clock(shard, stamp.hlc);
+            shard.apply_library(name, stamp, code);
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)

@@ -199,6 +199,23 @@ pub struct ChunkEntry {
     pub db: u16,
     pub key: Vec<u8>,
     pub state: KeyState,
+    /// A FUNCTION library entry (`db` is `LIBRARY_DB`, `key` the library name, `state`
+    /// empty): its register stamp and code (`None`: deleted).
+    pub library: Option<(meridian_crdt::Stamp, Option<Vec<u8>>)>,
+}
+
+/// Appends one FUNCTION library entry to a full-sync chunk body (the snapshot's encoding).
+pub fn encode_chunk_library(
+    out: &mut Vec<u8>,
+    name: &[u8],
+    stamp: meridian_crdt::Stamp,
+    code: Option<&[u8]>,
+) {
+    out.extend_from_slice(&crate::persist::snapshot::LIBRARY_DB.to_le_bytes());
+    put_bytes(out, name);
+    let mut st = Vec::new();
+    crate::persist::snapshot::encode_library(&mut st, stamp, code);
+    put_bytes(out, &st);
 }
 
 /// Appends one key to a full-sync chunk body.
@@ -224,6 +241,18 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
         let db = u16::from_le_bytes(r.array().map_err(bad)?);
+        if db == crate::persist::snapshot::LIBRARY_DB {
+            let key = r.bytes().map_err(bad)?.to_vec();
+            let st = r.bytes().map_err(bad)?;
+            let (stamp, code) = crate::persist::snapshot::decode_library(st).map_err(bad)?;
+            out.push(ChunkEntry {
+                db,
+                key,
+                state: KeyState::new(),
+                library: Some((stamp, code.map(<[u8]>::to_vec))),
+            });
+            continue;
+        }
         if usize::from(db) >= databases {
             return Err(SyncError::Refused(format!(
                 "full-sync key in database {db}"
@@ -238,7 +267,12 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
                 "trailing bytes after a key state".into(),
             ));
         }
-        out.push(ChunkEntry { db, key, state });
+        out.push(ChunkEntry {
+            db,
+            key,
+            state,
+            library: None,
+        });
     }
     if !r.is_at_end() {
         return Err(SyncError::Refused(
@@ -309,7 +343,9 @@ impl Shard {
         let mut applied = 0;
         let mut last_applied = Hlc::ZERO;
         for rec in r.records.iter().filter(|rec| rec.seq > before) {
-            if !self.owns_slot(crate::slot::slot(&rec.key)) {
+            // FUNCTION libraries live on every shard.
+            let library = matches!(rec.body, OpBody::Library { .. });
+            if !library && !self.owns_slot(crate::slot::slot(&rec.key)) {
                 tracing::debug!(
                     seq = rec.seq,
                     "remote op of a slot this shard does not own skipped"
@@ -363,6 +399,9 @@ impl Shard {
                     (hook.0)(&rec.key, message, *sharded, &self.config, now_ms);
                 }
             }
+            OpBody::Library { code } => {
+                self.apply_library(&rec.key, stamp, code.as_deref());
+            }
         }
         self.sync.delivered.observe(stamp);
         self.log_remote_op(rec);
@@ -415,6 +454,14 @@ impl Shard {
     /// Merges the states of a full-sync chunk into the live keyspace.
     pub fn apply_chunk(&mut self, entries: &[ChunkEntry], floor: &VersionVector, now_ms: u64) {
         for e in entries {
+            if let Some((stamp, code)) = &e.library {
+                let _ = self
+                    .clock
+                    .observe(stamp.hlc, now_ms, self.config.sync_clock_skew_ms_max);
+                self.apply_library(&e.key, *stamp, code.as_deref());
+                self.log_library_record(&e.key, *stamp, code.as_deref());
+                continue;
+            }
             // Observe the state's stamps so that later local writes order after them.
             let seen = e.state.observed().stamps;
             for (_, hlc) in seen.iter() {

@@ -87,7 +87,8 @@ pub struct Peer {
     pub site: String,
     /// The peer site's shard this entry is for.
     pub shard: u16,
-    pub addr: std::net::SocketAddr,
+    /// `host:port` of its sync port; a name is resolved again on every dial.
+    pub addr: String,
     /// The replica of the peer's shard that streams to this shard: its current life's.
     pub replica: ReplicaId,
     /// The peer's life as last learned from a handshake (0 until then).
@@ -145,15 +146,19 @@ pub struct Peer {
     pub last_error: String,
     /// Replication lag samples in ms (age of the oldest op of each acked range).
     pub lag_ms: VecDeque<u64>,
+    /// Removed by CRDT.REMOVEPEER: its links are dropped and refused, garbage collection no
+    /// longer waits for it (it is also `quarantined`). Kept in `peers` so that the indices of
+    /// the other peers' tasks stay valid and its replica ids stay recognized.
+    pub removed: bool,
 }
 
 impl Peer {
-    fn new(site: &str, addr: std::net::SocketAddr, shard: u16, now_ms: u64) -> Peer {
+    fn new(site: &str, addr: &str, shard: u16, now_ms: u64) -> Peer {
         let r = crate::shard::replica_shard(shard);
         Peer {
             site: site.to_string(),
             shard,
-            addr,
+            addr: addr.to_string(),
             replica: ReplicaId::for_site_shard(site, r),
             life: 0,
             lives: lives_of(site, r, 0),
@@ -182,6 +187,7 @@ impl Peer {
             rejoin_pull: false,
             last_error: String::new(),
             lag_ms: VecDeque::new(),
+            removed: false,
         }
     }
 
@@ -303,6 +309,9 @@ pub struct SyncState {
     pub collected: VersionVector,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,
+    /// Peers added at run time whose dialer is not started yet (`link::dial_supervisor`).
+    pub dials_wanted: Vec<usize>,
+    pub dial_wanted: Rc<Notify>,
 }
 
 impl SyncState {
@@ -318,7 +327,7 @@ impl SyncState {
             .peers()
             .unwrap_or_default()
             .iter()
-            .map(|p| Peer::new(&p.site, p.addr, 0, now_ms))
+            .map(|p| Peer::new(&p.site, &p.addr, 0, now_ms))
             .collect();
         let incarnation = rand::random::<u64>().max(1);
         SyncState {
@@ -338,6 +347,8 @@ impl SyncState {
             gc: GcStats::default(),
             collected: VersionVector::new(),
             frames_refused: 0,
+            dials_wanted: Vec::new(),
+            dial_wanted: Rc::new(Notify::new()),
         }
     }
 
@@ -427,10 +438,25 @@ impl SyncState {
 
     /// Number of peer sites.
     pub fn peer_sites(&self) -> usize {
-        let mut sites: Vec<&str> = self.peers.iter().map(|p| p.site.as_str()).collect();
+        let mut sites: Vec<&str> = self
+            .peers
+            .iter()
+            .filter(|p| !p.removed)
+            .map(|p| p.site.as_str())
+            .collect();
         sites.sort_unstable();
         sites.dedup();
         sites.len()
+    }
+
+    /// The first entry of peer site `site` (its shard 0's): its address and whether it was
+    /// removed are the site's.
+    pub fn peer(&self, site: &str) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.site == site)
+    }
+
+    pub fn peer_mut(&mut self, site: &str) -> Option<&mut Peer> {
+        self.peers.iter_mut().find(|p| p.site == site)
     }
 
     /// Whether `site` is a configured peer site.
@@ -449,13 +475,17 @@ impl SyncState {
     /// site only). Returns the indices added; their links start at the caller's. Shard
     /// counts above `PEER_SHARDS_MAX` are taken as that many.
     pub fn discover(&mut self, site: &str, shards: u16, now_ms: u64) -> Vec<usize> {
-        let Some(addr) = self.peers.iter().find(|p| p.site == site).map(|p| p.addr) else {
+        let Some(addr) = self
+            .peer(site)
+            .filter(|p| !p.removed)
+            .map(|p| p.addr.clone())
+        else {
             return Vec::new();
         };
         let mut added = Vec::new();
         for shard in 0..shards.min(PEER_SHARDS_MAX) {
             if self.peer_index(site, shard).is_none() {
-                self.peers.push(Peer::new(site, addr, shard, now_ms));
+                self.peers.push(Peer::new(site, &addr, shard, now_ms));
                 added.push(self.peers.len() - 1);
             }
         }
@@ -477,6 +507,40 @@ pub fn vv_text(vv: &VersionVector) -> String {
 }
 
 impl crate::shard::Shard {
+    /// CRDT.ADDPEER: a new peer; its dialer starts at once, its links are accepted from now.
+    pub fn add_peer(&mut self, site: &str, addr: &str) {
+        let now = self.now_ms();
+        let index = self.sync.peers.len();
+        // Its shard 0 first: its handshake tells how many shards it has (`discover`).
+        self.sync.peers.push(Peer::new(site, addr, 0, now));
+        self.sync.dials_wanted.push(index);
+        self.sync.dial_wanted.notify_one();
+        self.peers += 1;
+        self.oplog.set_retain_for_peers(true);
+    }
+
+    /// CRDT.REMOVEPEER: drops the peer's links (its sender sees a new generation, its
+    /// receiver and dialer see `removed`), refuses its links from now, and leaves it out of
+    /// garbage collection. Returns false when there is no such peer.
+    pub fn remove_peer(&mut self, site: &str) -> bool {
+        if self.sync.peer(site).is_none_or(|p| p.removed) {
+            return false;
+        }
+        // Every entry of the site (one per shard of it).
+        for p in self.sync.peers.iter_mut().filter(|p| p.site == site) {
+            p.removed = true;
+            p.quarantined = true;
+            p.out_generation += 1;
+            p.inbound = LinkState::Down;
+            p.outbound = LinkState::Down;
+            p.last_error = "removed from this deployment".to_string();
+        }
+        self.peers = self.peers.saturating_sub(1);
+        // CRDT.WAIT counts acks of live peers: a waiter may be done now.
+        while self.blocking.signal(WAIT_DB, WAIT_KEY).is_some() {}
+        true
+    }
+
     /// Takes `life` as this shard's life: its replica id (new ops carry it) and the lives
     /// it recognizes as its own in the log.
     pub fn set_life(&mut self, life: u32) {
@@ -645,7 +709,7 @@ impl crate::shard::Shard {
         f("crdt_peers", &self.sync.peer_sites());
         // One line per peer site; a site of several shards has a link to each, merged.
         let mut lines: Vec<(String, Vec<String>)> = Vec::new();
-        for p in &self.sync.peers {
+        for p in self.sync.peers.iter().filter(|p| !p.removed) {
             let line = self.peer_line(p, now);
             match lines.iter_mut().find(|(site, _)| *site == p.site) {
                 Some((_, v)) => v.push(line),

@@ -48,8 +48,25 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Whether the server on `port` answers PING with PONG now. A server still loading its data
+/// accepts connections but answers `-LOADING`: it is not ready yet.
+pub fn answers_pong(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err()
+        || stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(stream.read(&mut buf), Ok(n) if buf.get(..n).is_some_and(|b| b.starts_with(b"+PONG")))
+}
+
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
-/// accepts a connection. Panics with the log when the process exits or never listens.
+/// answers PING. Panics with the log when the process exits or never listens.
 pub fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
     let log_path = dir.join("server.log");
     let log = std::fs::File::create(&log_path).expect("create server.log");
@@ -63,7 +80,7 @@ pub fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> 
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if answers_pong(port) {
             return child;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -357,6 +374,19 @@ impl Raw {
                 Err(e) => panic!("connect 127.0.0.1:{port}: {e} (after {resets} resets)"),
             }
         };
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// Wraps a connection made by the test itself.
+    pub fn from_stream(stream: TcpStream) -> Raw {
         let _ = stream.set_nodelay(true);
         stream
             .set_read_timeout(Some(READ_TIMEOUT))
