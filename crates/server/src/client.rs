@@ -55,6 +55,11 @@ pub struct ClientShared {
     pub ssub: Cell<usize>,
     /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
     pub blocked: Cell<bool>,
+    /// The ACL user this connection runs as (`None`: the default user).
+    pub user: RefCell<Option<crate::acl::UserRef>>,
+    /// Whether AUTH (or a default user without password at connect) authenticated it
+    /// (Redis's `c->authenticated`).
+    pub authenticated: Cell<bool>,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -106,6 +111,8 @@ impl ClientShared {
             psub: Cell::new(0),
             ssub: Cell::new(0),
             blocked: Cell::new(false),
+            user: RefCell::new(None),
+            authenticated: Cell::new(true),
         }
     }
 

@@ -117,6 +117,21 @@ async fn write_out(
 /// How often a write that does not progress re-checks the output limits.
 pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
+/// Redis's protected-mode refusal, sent to clients from other addresses than 127.0.0.1 and
+/// ::1 while `protected-mode` is on and the default user has no password.
+pub const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
+/// Redis's `islocalClient`: exactly 127.0.0.1 or ::1 (an IPv4-mapped 127.0.0.1 too).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST
+                || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
@@ -124,24 +139,35 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         _ => return,
     };
     let _ = stream.set_nodelay(true);
-    let (shared, limits, maxclients) = {
+    let (shared, limits, refusal) = {
         let mut s = shard.borrow_mut();
         let now = s.now_ms();
+        let open = s.acl.default_is_open();
         let limits = ParseLimits {
             bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-            authenticated: true,
+            authenticated: open,
         };
-        let maxclients = s.clients.len() >= s.config.maxclients as usize;
-        if maxclients {
+        // Redis's order: maxclients, then protected mode.
+        let refusal: Option<&[u8]> = if s.clients.len() >= s.config.maxclients as usize {
+            Some(b"-ERR max number of clients reached\r\n")
+        } else if s.config.protected_mode
+            && s.acl.default_user().get().nopass()
+            && !is_local(addr.ip())
+        {
+            Some(PROTECTED_MODE_DENIED)
+        } else {
+            None
+        };
+        if refusal.is_some() {
             s.stats.rejected_connections += 1;
         }
-        (s.register_client(addr, laddr, now), limits, maxclients)
+        let shared = s.register_client(addr, laddr, now);
+        shared.authenticated.set(open);
+        (shared, limits, refusal)
     };
     let mut client = Client::new(shared.clone());
-    if maxclients {
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+    if let Some(text) = refusal {
+        let _ = stream.write_all(text).await;
         shard
             .borrow_mut()
             .unregister_client(client.id(), &client.dirty);
@@ -268,10 +294,12 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
             let pos_before = s.persist.next_pos;
             query_limit = s.config.client_query_buffer_limit as usize;
             out_limit = shared.output_limit(&s.config.client_output_buffer_limit);
-            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
+            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on, and so
+            // does authentication (AUTH in this batch lifts the limits for what follows).
+            let bulk_bytes_max = s.config.proto_max_bulk_len as i64;
             parser.set_limits(ParseLimits {
-                bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-                authenticated: true,
+                bulk_bytes_max,
+                authenticated: !crate::cmd::acl::auth_required(s, &client),
             });
             let now = s.now_ms();
             shared.last_interaction_ms.set(now);
@@ -303,6 +331,11 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
                         {
                             break;
                         }
+                        drop(argv);
+                        parser.set_limits(ParseLimits {
+                            bulk_bytes_max,
+                            authenticated: !crate::cmd::acl::auth_required(s, &client),
+                        });
                     }
                     Parsed::Skip { consumed } => pos += consumed,
                     Parsed::Incomplete => break,

@@ -15,6 +15,7 @@
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
 //! - `cmd`: the command table, dispatch, and the command families.
+//! - `acl`: users, AUTH, permission checks, the ACL log and file (per site, not replicated).
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
@@ -29,6 +30,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod acl;
 pub mod blocking;
 pub mod client;
 pub mod cmd;

@@ -61,6 +61,16 @@ struct ServerFlags {
     #[arg(long)]
     timeout: Option<u64>,
     #[arg(long)]
+    requirepass: Option<String>,
+    #[arg(long, value_parser = parse_yes_no)]
+    protected_mode: Option<bool>,
+    #[arg(long)]
+    aclfile: Option<String>,
+    #[arg(long)]
+    acllog_max_len: Option<u64>,
+    #[arg(long)]
+    acl_pubsub_default: Option<String>,
+    #[arg(long)]
     hz: Option<u32>,
     #[arg(long, allow_negative_numbers = true)]
     slowlog_log_slower_than: Option<i64>,
@@ -139,6 +149,11 @@ impl ServerFlags {
             client_query_buffer_limit,
             maxclients,
             timeout,
+            requirepass,
+            protected_mode,
+            aclfile,
+            acllog_max_len,
+            acl_pubsub_default,
             hz,
             slowlog_log_slower_than,
             slowlog_max_len,

@@ -34,6 +34,8 @@ pub enum ServerError {
     Persist(String),
     #[error("shard thread failed: {0}")]
     Shard(String),
+    #[error("Aborting startup because of ACL errors: {0}")]
+    Acl(String),
 }
 
 /// File descriptors kept beyond `maxclients` for listeners, sync links, the log and
@@ -77,6 +79,7 @@ fn fit_open_files_limit(config: &mut Config) {
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(mut config: Config) -> Result<(), ServerError> {
     fit_open_files_limit(&mut config);
+    warn_if_open(&config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -253,6 +256,7 @@ fn run_shard(
             now,
         )));
         shard.borrow_mut().sync.tls = tls;
+        load_acl_file(&mut shard.borrow_mut())?;
         shard
             .borrow_mut()
             .open_persistence()
@@ -284,6 +288,43 @@ fn run_shard(
         s.persist.close();
         Ok(())
     })
+}
+
+/// Loads `aclfile` at start (after `requirepass`, as Redis does): any error stops the start.
+fn load_acl_file(shard: &mut Shard) -> Result<(), ServerError> {
+    if shard.config.aclfile.is_empty() {
+        return Ok(());
+    }
+    let path = std::path::PathBuf::from(&shard.config.aclfile);
+    let pubsub_all = shard.config.pubsub_all();
+    shard
+        .acl
+        .load_file(&path, pubsub_all)
+        .map(|_| ())
+        .map_err(|e| ServerError::Acl(e.0))
+}
+
+/// Says at start when clients from other hosts can connect without a password, or are
+/// refused by protected mode.
+fn warn_if_open(config: &Config) {
+    let loopback = config
+        .bind
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    if loopback || !config.requirepass.is_empty() || !config.aclfile.is_empty() {
+        return;
+    }
+    if config.protected_mode {
+        tracing::warn!(
+            bind = %config.bind,
+            "no password is set for the default user: protected mode refuses clients from other addresses than 127.0.0.1 and ::1 (-DENIED); set requirepass or ACL users"
+        );
+    } else {
+        tracing::warn!(
+            bind = %config.bind,
+            "WARNING: protected mode is off and no password is set for the default user: anyone who can reach this address can run any command, FLUSHALL included"
+        );
+    }
 }
 
 /// Buckets examined per database per cycle; a pass over a large table spans several cycles.

@@ -66,6 +66,8 @@ pub struct Shard {
     pub run_id: String,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
+    /// Users, their permissions and the ACL log (per site, not replicated).
+    pub acl: crate::acl::Acl,
 }
 
 impl Shard {
@@ -102,8 +104,13 @@ impl Shard {
             started_ms: now_ms,
             run_id: random_hex40(),
             shutting_down: false,
+            acl: crate::acl::Acl::new(),
             config,
         };
+        if !shard.config.requirepass.is_empty() {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
         shard.set_life(0);
         shard
     }

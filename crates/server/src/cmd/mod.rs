@@ -24,7 +24,9 @@
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
+//! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
 
+pub mod acl;
 pub mod args;
 pub mod client;
 pub mod command;
@@ -93,6 +95,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
+    v.extend_from_slice(acl::HANDLERS);
     v
 }
 
@@ -183,6 +186,24 @@ pub fn execute(
             return;
         }
     };
+    // Authentication, then the user's permissions (Redis checks them before the rest).
+    if let Err(e) = acl::gate(shard, client, spec, argv, now_ms) {
+        if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        // A refused EXEC discards the transaction (Redis's `rejectCommand`).
+        if spec.meta.name == "exec" {
+            let mut text = Vec::new();
+            e.write_text(&mut text);
+            exec_abort(shard, client, out, &String::from_utf8_lossy(&text));
+            return;
+        }
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        reply_error(shard, out, &e);
+        return;
+    }
     // A RESP2 client with subscriptions runs only the Pub/Sub commands, PING, QUIT and RESET.
     if client.shared.is_subscribed()
         && client.shared.proto.get() == crate::resp::reply::Proto::Resp2

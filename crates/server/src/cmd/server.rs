@@ -44,7 +44,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // ---------------------------------------------------------------------------------------
 // Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
 
-fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+pub(super) fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.out.array(lines.len() + 3);
     ctx.out.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
@@ -57,7 +57,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(super) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -741,6 +741,34 @@ const PARAMS: &[Param] = &[
         kind: Kind::BufferLimits,
     },
     Param {
+        name: "requirepass",
+        access: Access::Modifiable,
+        kind: Kind::Text,
+    },
+    Param {
+        name: "protected-mode",
+        access: Access::Modifiable,
+        kind: Kind::Bool,
+    },
+    Param {
+        name: "aclfile",
+        access: Access::Immutable,
+        kind: Kind::Text,
+    },
+    Param {
+        name: "acllog-max-len",
+        access: Access::Modifiable,
+        kind: Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+    },
+    Param {
+        name: "acl-pubsub-default",
+        access: Access::Modifiable,
+        kind: Kind::Enum(&["allchannels", "resetchannels"]),
+    },
+    Param {
         name: "timeout",
         access: Access::Modifiable,
         kind: Kind::Int {
@@ -851,6 +879,11 @@ fn param_value(shard: &Shard, name: &str) -> String {
         "client-query-buffer-limit" => c.client_query_buffer_limit.to_string(),
         "maxclients" => c.maxclients.to_string(),
         "client-output-buffer-limit" => c.client_output_buffer_limit.to_string(),
+        "requirepass" => c.requirepass.clone(),
+        "protected-mode" => if c.protected_mode { "yes" } else { "no" }.to_string(),
+        "aclfile" => c.aclfile.clone(),
+        "acllog-max-len" => c.acllog_max_len.to_string(),
+        "acl-pubsub-default" => c.acl_pubsub_default.clone(),
         "timeout" => c.timeout.to_string(),
         "hz" => c.hz.to_string(),
         "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
@@ -961,6 +994,13 @@ fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
                 "client-output-buffer-limit" => {
                     let _ = shard.config.client_output_buffer_limit.apply(t);
                 }
+                // Redis's `updateRequirePass`: the default user's passwords become this one.
+                "requirepass" => {
+                    shard.config.requirepass = t.clone();
+                    shard.acl.set_requirepass(t.as_bytes());
+                }
+                "protected-mode" => shard.config.protected_mode = t == "yes",
+                "acl-pubsub-default" => shard.config.acl_pubsub_default = t.clone(),
                 "appendfsync" => {
                     if let Some(f) = crate::persist::Fsync::parse(t) {
                         shard.config.appendfsync = f.name().to_string();
@@ -978,6 +1018,7 @@ fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
         "auto-aof-rewrite-min-size" => c.auto_aof_rewrite_min_size = n as u64,
         "proto-max-bulk-len" => c.proto_max_bulk_len = n as u64,
         "client-query-buffer-limit" => c.client_query_buffer_limit = n as u64,
+        "acllog-max-len" => c.acllog_max_len = n as u64,
         "maxclients" => c.maxclients = n as u32,
         "timeout" => c.timeout = n as u64,
         "hz" => c.hz = n.clamp(HZ_MIN, HZ_MAX) as u32,

@@ -344,6 +344,28 @@ impl Raw {
         }
     }
 
+    /// A client whose source address is `from` (a loopback address other than 127.0.0.1:
+    /// protected mode treats it as a remote client).
+    pub fn connect_from(from: std::net::Ipv4Addr, port: u16) -> Raw {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        socket
+            .bind(&std::net::SocketAddr::from((from, 0)).into())
+            .expect("bind source address");
+        socket
+            .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+            .expect("connect");
+        let stream: TcpStream = socket.into();
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write to server");
     }

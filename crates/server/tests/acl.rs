@@ -1,0 +1,271 @@
+//! AUTH, ACL and protected mode through the real binary (issue 20), for what the
+//! differential corpus (`corpus/acl.txt`) cannot show on one connection: the limits of
+//! unauthenticated clients (at the limit and one past), protected mode (a client from
+//! 127.0.0.2 is not local, on both servers), connections closed by ACL DELUSER and by
+//! revoked channels, EXEC re-checking queued commands, the ACL file (start, SAVE, LOAD),
+//! the ACL log counting failed AUTHs, and the sync port refusing client commands.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Raw, RedisRef, Reply, Server};
+
+fn ok(c: &mut Raw, args: &[&str]) {
+    assert_eq!(c.call_text(args), "+OK\r\n", "{args:?}");
+}
+
+#[test]
+fn unauthenticated_clients_get_small_limits() {
+    let s = Server::start_with(&["--requirepass", "secret"]);
+    // At the limits: 10 arguments and a 16384-byte bulk are parsed (and refused NOAUTH).
+    let mut c = s.connect();
+    let mut ten: Vec<&[u8]> = vec![b"DEL"];
+    ten.extend(std::iter::repeat_n(&b"k"[..], 9));
+    assert_eq!(c.call(&ten), b"-NOAUTH Authentication required.\r\n");
+    let big = vec![b'v'; 16384];
+    assert_eq!(
+        c.call(&[b"ECHO", &big]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    // One past: the protocol error closes the connection, as Redis does.
+    c.send(b"*11\r\n");
+    assert_eq!(
+        c.read_reply(),
+        b"-ERR Protocol error: unauthenticated multibulk length\r\n"
+    );
+    assert!(c.is_closed(Duration::from_secs(5)));
+    let mut c = s.connect();
+    c.send(b"*2\r\n$4\r\nECHO\r\n$16385\r\n");
+    assert_eq!(
+        c.read_reply(),
+        b"-ERR Protocol error: unauthenticated bulk length\r\n"
+    );
+    assert!(c.is_closed(Duration::from_secs(5)));
+    // After AUTH in the same pipeline the limits are lifted.
+    let mut c = s.connect();
+    let mut bytes = common::cmd(&[b"AUTH", b"secret"]);
+    bytes.extend_from_slice(&common::cmd(&[b"ECHO", &vec![b'v'; 100_000]]));
+    c.send(&bytes);
+    assert_eq!(c.read_reply(), b"+OK\r\n");
+    assert_eq!(c.read_reply().len(), 100_000 + 11);
+    // HELLO before AUTH, and HELLO with AUTH.
+    let mut c = s.connect();
+    assert!(
+        c.call_text(&["HELLO", "3"])
+            .starts_with("-NOAUTH HELLO must be called with the client already authenticated")
+    );
+    assert!(
+        c.call_text(&["HELLO", "3", "AUTH", "default", "secret"])
+            .starts_with("%7\r\n")
+    );
+}
+
+/// The same bytes to redis-server and Meridian from 127.0.0.2: both refuse with the
+/// protected-mode text while the default user has no password, and serve once it has one.
+#[test]
+fn protected_mode_refuses_non_loopback_clients_like_redis() {
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let meridian = Server::start_with(&["--bind", "0.0.0.0"]);
+    assert!(meridian.log().contains("protected mode refuses clients"));
+    let mut replies = Vec::new();
+    let reference = RedisRef::available().then(RedisRef::start);
+    let mut ports = vec![meridian.port];
+    ports.extend(reference.as_ref().map(|r| r.port));
+    for &port in &ports {
+        let mut c = Raw::connect_from(from, port);
+        c.send(&common::cmd(&[b"PING"]));
+        let (got, closed) = c.read_until_quiet(Duration::from_secs(2));
+        assert!(closed, "port {port}");
+        replies.push(got);
+        // A loopback client is served, and once a password is set the remote one too.
+        let mut local = Raw::connect(port);
+        ok(&mut local, &["CONFIG", "SET", "requirepass", "pw"]);
+        let mut c = Raw::connect_from(from, port);
+        assert_eq!(c.call_text(&["AUTH", "pw"]), "+OK\r\n");
+        ok(&mut local, &["AUTH", "pw"]);
+        ok(&mut local, &["CONFIG", "SET", "requirepass", ""]);
+        ok(&mut local, &["CONFIG", "SET", "protected-mode", "no"]);
+        let mut c = Raw::connect_from(from, port);
+        assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
+    }
+    let text = String::from_utf8_lossy(&replies[0]).into_owned();
+    assert!(
+        text.starts_with("-DENIED Redis is running in protected mode"),
+        "{text}"
+    );
+    if replies.len() == 2 {
+        assert_eq!(
+            replies[0], replies[1],
+            "Meridian's refusal differs from Redis's"
+        );
+    }
+    let mut c = meridian.connect();
+    assert!(
+        c.call_text(&["INFO", "stats"])
+            .contains("rejected_connections:1\r\n")
+    );
+}
+
+#[test]
+fn deluser_and_revoked_channels_close_connections() {
+    let s = Server::start();
+    let mut admin = s.connect();
+    ok(
+        &mut admin,
+        &[
+            "ACL", "SETUSER", "alice", "on", ">pw", "+@all", "~*", "&news.*",
+        ],
+    );
+    let mut a1 = s.connect();
+    ok(&mut a1, &["AUTH", "alice", "pw"]);
+    assert_eq!(
+        a1.call_text(&["SUBSCRIBE", "sport"]),
+        "-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"
+    );
+    assert!(a1.call_text(&["SUBSCRIBE", "news.a"]).contains("news.a"));
+    let mut a2 = s.connect();
+    ok(&mut a2, &["AUTH", "alice", "pw"]);
+    assert!(admin.call_text(&["CLIENT", "LIST"]).contains("user=alice"));
+    // Changing other rules keeps the subscriber; revoking its channel closes it.
+    ok(&mut admin, &["ACL", "SETUSER", "alice", "resetkeys", "~k*"]);
+    assert_eq!(a2.call_text(&["PING"]), "+PONG\r\n");
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "alice", "resetchannels", "&other"],
+    );
+    assert!(a1.is_closed(Duration::from_secs(5)));
+    assert_eq!(a2.call_text(&["PING"]), "+PONG\r\n");
+    // DELUSER closes every connection of the user.
+    assert_eq!(admin.call_text(&["ACL", "DELUSER", "alice"]), ":1\r\n");
+    assert!(a2.is_closed(Duration::from_secs(5)));
+    assert_eq!(
+        admin.call_text(&["CLIENT", "KILL", "USER", "alice"]),
+        "-ERR No such user 'alice'\r\n"
+    );
+}
+
+/// MULTI checks each command as it is queued (and the transaction fails), and EXEC checks
+/// again: rules changed after queuing refuse the command with Redis's text.
+#[test]
+fn transactions_are_checked_when_queued_and_at_exec() {
+    let s = Server::start();
+    let mut admin = s.connect();
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "bob", "on", ">pw", "+@all", "~*"],
+    );
+    let mut bob = s.connect();
+    ok(&mut bob, &["AUTH", "bob", "pw"]);
+    ok(&mut bob, &["MULTI"]);
+    assert_eq!(bob.call_text(&["SET", "k", "1"]), "+QUEUED\r\n");
+    assert_eq!(bob.call_text(&["GET", "k"]), "+QUEUED\r\n");
+    ok(&mut admin, &["ACL", "SETUSER", "bob", "-set"]);
+    assert_eq!(
+        bob.call_text(&["EXEC"]),
+        "*2\r\n-NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: no permission to execute the command or subcommand\r\n$-1\r\n"
+    );
+    ok(&mut bob, &["MULTI"]);
+    assert!(bob.call_text(&["SET", "k", "1"]).starts_with("-NOPERM"));
+    assert!(bob.call_text(&["EXEC"]).starts_with("-EXECABORT"));
+    let log = admin.call_text(&["ACL", "LOG"]);
+    assert!(log.contains("multi"), "{log}");
+}
+
+#[test]
+fn acl_file_at_start_save_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("users.acl");
+    std::fs::write(
+        &path,
+        "user default on nopass ~* &* +@all\nuser carol on >cpw ~c* +get +set\n",
+    )
+    .unwrap();
+    let path_s = path.display().to_string();
+    let s = Server::start_with(&["--aclfile", &path_s]);
+    let mut c = s.connect();
+    ok(&mut c, &["AUTH", "carol", "cpw"]);
+    assert_eq!(c.call_text(&["SET", "c1", "v"]), "+OK\r\n");
+    let mut admin = s.connect();
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "dave", "on", ">dpw", "+ping"],
+    );
+    ok(&mut admin, &["ACL", "SAVE"]);
+    let saved = std::fs::read_to_string(&path).unwrap();
+    assert!(saved.contains("user dave on #"), "{saved}");
+    // LOAD replaces the users: carol's connection closes when the file drops her.
+    std::fs::write(&path, "user dave on >other +ping\n").unwrap();
+    ok(&mut admin, &["ACL", "LOAD"]);
+    assert!(c.is_closed(Duration::from_secs(5)));
+    assert_eq!(
+        admin.call_text(&["ACL", "USERS"]),
+        "*2\r\n$4\r\ndave\r\n$7\r\ndefault\r\n"
+    );
+    // A broken file changes nothing and says why.
+    std::fs::write(&path, "user eve on +nosuch\n").unwrap();
+    let e = admin.call_text(&["ACL", "LOAD"]);
+    assert!(e.contains("Unknown command or category name in ACL"), "{e}");
+    assert_eq!(
+        admin.call_text(&["ACL", "USERS"]),
+        "*2\r\n$4\r\ndave\r\n$7\r\ndefault\r\n"
+    );
+    // A server started on a broken file refuses to start.
+    let mut bad = std::process::Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(["server", "--port", "1", "--aclfile", &path_s])
+        .args(["--dir", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    bad.stderr.extend_from_slice(&bad.stdout);
+    let text = String::from_utf8_lossy(&bad.stderr);
+    assert!(text.contains("ACL errors"), "{text}");
+}
+
+/// Failed AUTHs are counted in one ACL LOG entry per user and minute (the log stays within
+/// `acllog-max-len` entries whatever the rate).
+#[test]
+fn acl_log_counts_failed_auths() {
+    let s = Server::start_with(&["--requirepass", "pw", "--acllog-max-len", "3"]);
+    let mut c = s.connect();
+    let mut admin = s.connect();
+    ok(&mut admin, &["AUTH", "pw"]);
+    for _ in 0..50 {
+        assert!(c.call_text(&["AUTH", "wrong"]).starts_with("-WRONGPASS"));
+    }
+    let entries = |admin: &mut Raw| match admin.reply(&["ACL", "LOG"]) {
+        Reply::Array(e) => e,
+        other => panic!("{other:?}"),
+    };
+    let has = |e: &Reply, v: Reply| matches!(e, Reply::Array(f) if f.contains(&v));
+    let e = entries(&mut admin);
+    assert_eq!(e.len(), 1);
+    assert!(has(&e[0], Reply::Int(50)) && has(&e[0], Reply::bulk("default")));
+    for u in ["u1", "u2", "u3", "u4"] {
+        assert!(c.call_text(&["AUTH", u, "x"]).starts_with("-WRONGPASS"));
+    }
+    let e = entries(&mut admin);
+    assert_eq!(e.len(), 3);
+    assert!(has(&e[0], Reply::bulk("u4")) && has(&e[0], Reply::bulk("auth")));
+    ok(&mut admin, &["ACL", "LOG", "RESET"]);
+    assert_eq!(admin.call_text(&["ACL", "LOG"]), "*0\r\n");
+}
+
+/// The sync port speaks only the sync protocol: a client command there is not executed.
+#[test]
+fn sync_port_never_runs_client_commands() {
+    let sync_port = common::free_port();
+    let s = Server::start_with(&["--sync-port", &sync_port.to_string()]);
+    let mut c = s.connect();
+    ok(&mut c, &["SET", "k", "v"]);
+    let mut intruder = Raw::connect(sync_port);
+    intruder.send(&common::cmd(&[b"FLUSHALL"]));
+    intruder.send(b"FLUSHALL\r\n");
+    let (got, _) = intruder.read_until_quiet(Duration::from_secs(2));
+    assert!(
+        !got.starts_with(b"+OK"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(c.reply(&["GET", "k"]), Reply::bulk("v"));
+}
