@@ -269,3 +269,39 @@ fn sync_port_never_runs_client_commands() {
     );
     assert_eq!(c.reply(&["GET", "k"]), Reply::bulk("v"));
 }
+
+/// Secrets never reach MONITOR or the slow log: Redis's `(redacted)`.
+#[test]
+fn monitor_and_slowlog_redact_secrets() {
+    let s = Server::start_with(&["--slowlog-log-slower-than", "0"]);
+    let mut mon = s.connect();
+    ok(&mut mon, &["MONITOR"]);
+    let mut c = s.connect();
+    assert!(
+        c.call_text(&["AUTH", "u", "hunter2"])
+            .starts_with("-WRONGPASS")
+    );
+    assert!(
+        c.call_text(&["HELLO", "2", "AUTH", "default", "hunter2"])
+            .starts_with("*14")
+    );
+    assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
+    let mut lines = Vec::new();
+    while lines.len() < 3 {
+        lines.push(String::from_utf8(mon.read_reply()).unwrap());
+    }
+    assert!(
+        lines[0].ends_with("\"AUTH\" \"(redacted)\" \"(redacted)\"\r\n"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].ends_with("\"HELLO\" \"2\" \"AUTH\" \"(redacted)\" \"(redacted)\"\r\n"),
+        "{lines:?}"
+    );
+    ok(&mut c, &["ACL", "SETUSER", "v", "on", ">hunter2"]);
+    ok(&mut c, &["CONFIG", "SET", "requirepass", "hunter2"]);
+    ok(&mut c, &["AUTH", "hunter2"]);
+    let slowlog = c.call_text(&["SLOWLOG", "GET", "100"]);
+    assert!(!slowlog.contains("hunter2"), "{slowlog}");
+    assert!(slowlog.contains("(redacted)"), "{slowlog}");
+}

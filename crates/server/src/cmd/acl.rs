@@ -159,6 +159,49 @@ fn current_user(shard: &Shard, client: &Client) -> UserRef {
         .unwrap_or_else(|| shard.acl.default_user().clone())
 }
 
+/// What MONITOR and the slow log show instead of a secret (Redis's `shared.redacted`).
+pub const REDACTED: &[u8] = b"(redacted)";
+
+/// `argv` with its secrets replaced by `REDACTED` for MONITOR and the slow log (Redis's
+/// `redactClientCommandArgument`: AUTH's arguments, HELLO's AUTH pair, ACL SETUSER's rules,
+/// CONFIG SET requirepass's value); None when the command carries none.
+pub fn redacted<'a>(name: &str, argv: &[&'a [u8]]) -> Option<Vec<&'a [u8]>> {
+    let mut out: Vec<&'a [u8]> = argv.to_vec();
+    let mut hide = |i: usize| {
+        if let Some(a) = out.get_mut(i) {
+            *a = REDACTED;
+        }
+    };
+    match name {
+        "auth" if argv.len() <= 3 => (1..argv.len()).for_each(&mut hide),
+        "acl|setuser" => (2..argv.len()).for_each(&mut hide),
+        "hello" => {
+            let mut j = 2;
+            while j < argv.len() {
+                let more = argv.len() - j - 1;
+                if argv.get(j).is_some_and(|a| eq_ic(a, "auth")) && more >= 2 {
+                    hide(j + 1);
+                    hide(j + 2);
+                    j += 3;
+                } else {
+                    j += 2;
+                }
+            }
+        }
+        "config|set" => {
+            let mut j = 2;
+            while j + 1 < argv.len() {
+                if argv.get(j).is_some_and(|a| eq_ic(a, "requirepass")) {
+                    hide(j + 1);
+                }
+                j += 2;
+            }
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
 // ---------------------------------------------------------------------------------------
 // AUTH
 
@@ -348,11 +391,11 @@ fn describe_selector(
     cat: &acl::rules::Catalog,
 ) {
     out.bulk(b"commands");
-    out.bulk(s.describe_commands(cat).as_bytes());
+    out.bulk(&s.describe_commands(cat));
     out.bulk(b"keys");
-    out.bulk(s.describe_keys().as_bytes());
+    out.bulk(&s.describe_keys());
     out.bulk(b"channels");
-    out.bulk(s.describe_channels().as_bytes());
+    out.bulk(&s.describe_channels());
 }
 
 /// ACL LIST: every user as an ACL file line.
@@ -360,7 +403,7 @@ fn list(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     let lines = ctx.shard.acl.list();
     ctx.out.array(lines.len());
     for l in &lines {
-        ctx.out.bulk(l.as_bytes());
+        ctx.out.bulk(l);
     }
     Ok(())
 }

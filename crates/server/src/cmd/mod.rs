@@ -368,7 +368,14 @@ pub fn call(
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
+        let shown = acl::redacted(spec.meta.name, argv);
+        shard.slowlog.push(
+            now_ms / 1000,
+            usec,
+            shown.as_deref().unwrap_or(argv),
+            peer,
+            name,
+        );
     }
     let lat_threshold = shard.config.latency_monitor_threshold;
     if lat_threshold > 0 {
@@ -385,7 +392,8 @@ pub fn call(
         && !flags.contains(Flags::SKIP_MONITOR)
         && !flags.contains(Flags::ADMIN)
     {
-        feed_monitors(shard, client, argv, now_ms);
+        let shown = acl::redacted(spec.meta.name, argv);
+        feed_monitors(shard, client, shown.as_deref().unwrap_or(argv), now_ms);
     }
 }
 
