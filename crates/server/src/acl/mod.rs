@@ -456,16 +456,12 @@ impl Acl {
     }
 
     /// ACL LIST lines (`user <name> <rules>`), in name order.
-    pub fn list(&self) -> Vec<String> {
+    pub fn list(&self) -> Vec<Vec<u8>> {
         self.users
             .values()
             .map(|slot| {
                 let u = slot.get();
-                format!(
-                    "user {} {}",
-                    String::from_utf8_lossy(&u.name),
-                    u.describe(catalog())
-                )
+                [&b"user "[..], &u.name, b" ", &u.describe(catalog())].concat()
             })
             .collect()
     }
@@ -508,10 +504,10 @@ impl Acl {
     /// Redis's `ACLSaveToFile`: every user as a `user` line, written to a temporary file
     /// then renamed over `path`.
     pub fn save_file(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let mut text = String::new();
+        let mut text: Vec<u8> = Vec::new();
         for line in self.list() {
-            text.push_str(&line);
-            text.push('\n');
+            text.extend_from_slice(&line);
+            text.push(b'\n');
         }
         let tmp = path.with_file_name(format!(
             "{}.tmp-{}-{}",
@@ -521,8 +517,7 @@ impl Acl {
             std::process::id(),
             crate::time::wall_ms()
         ));
-        let written =
-            std::fs::write(&tmp, text.as_bytes()).and_then(|()| std::fs::rename(&tmp, path));
+        let written = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, path));
         if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }

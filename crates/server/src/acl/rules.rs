@@ -462,15 +462,16 @@ impl Selector {
 
     /// Redis's `ACLDescribeSelectorCommandRules`: `+@all` or `-@all`, then the categories
     /// that fit best, then single commands, so that applying the text gives this bitmap.
-    pub fn describe_commands(&self, cat: &Catalog) -> String {
-        let mut rules = String::new();
+    /// Bytes: a first argument may be any bytes but a space.
+    pub fn describe_commands(&self, cat: &Catalog) -> Vec<u8> {
+        let mut rules: Vec<u8> = Vec::new();
         let additive = !self.commands.get(FUTURE_BIT);
         let mut fake = Selector::new(false, false);
         if additive {
-            rules.push_str("-@all ");
+            rules.extend_from_slice(b"-@all ");
             fake.all_commands(false);
         } else {
-            rules.push_str("+@all ");
+            rules.extend_from_slice(b"+@all ");
             fake.all_commands(true);
         }
         let mut temp = Selector::new(false, false);
@@ -495,9 +496,9 @@ impl Selector {
             let name = CATEGORIES.get(b).copied().unwrap_or_default();
             fake.change_category(cat, 1 << b, additive);
             temp.change_category(cat, 1 << b, !additive);
-            rules.push_str(if additive { "+@" } else { "-@" });
-            rules.push_str(name);
-            rules.push(' ');
+            rules.extend_from_slice(if additive { b"+@" } else { b"-@" });
+            rules.extend_from_slice(name.as_bytes());
+            rules.push(b' ');
             if let Some(a) = applied.get_mut(b) {
                 *a = true;
             }
@@ -506,18 +507,18 @@ impl Selector {
             let Some(e) = cat.get(id) else { continue };
             let user_bit = self.commands.get(id);
             if user_bit != fake.commands.get(id) {
-                rules.push(if user_bit { '+' } else { '-' });
-                rules.push_str(e.name);
-                rules.push(' ');
+                rules.push(if user_bit { b'+' } else { b'-' });
+                rules.extend_from_slice(e.name.as_bytes());
+                rules.push(b' ');
                 fake.change_perm(cat, id, user_bit);
             }
             if !user_bit {
                 for arg in self.firstargs.get(&id).into_iter().flatten() {
-                    rules.push('+');
-                    rules.push_str(e.name);
-                    rules.push('|');
-                    rules.push_str(&String::from_utf8_lossy(arg));
-                    rules.push(' ');
+                    rules.push(b'+');
+                    rules.extend_from_slice(e.name.as_bytes());
+                    rules.push(b'|');
+                    rules.extend_from_slice(arg);
+                    rules.push(b' ');
                 }
             }
         }
@@ -541,60 +542,66 @@ impl Selector {
     }
 
     /// The key patterns as rules ("~a %R~b").
-    pub fn describe_keys(&self) -> String {
+    pub fn describe_keys(&self) -> Vec<u8> {
         if self.allkeys {
-            return "~*".to_string();
+            return b"~*".to_vec();
         }
-        let parts: Vec<String> = self.keys.iter().map(describe_key).collect();
-        parts.join(" ")
+        join(self.keys.iter().map(describe_key))
     }
 
     /// The channel patterns as rules ("&a &b").
-    pub fn describe_channels(&self) -> String {
+    pub fn describe_channels(&self) -> Vec<u8> {
         if self.allchannels {
-            return "&*".to_string();
+            return b"&*".to_vec();
         }
-        let parts: Vec<String> = self
-            .channels
-            .iter()
-            .map(|c| format!("&{}", String::from_utf8_lossy(c)))
-            .collect();
-        parts.join(" ")
+        join(self.channels.iter().map(|c| [&b"&"[..], c].concat()))
     }
 
     /// Redis's `ACLDescribeSelector`: keys, channels, then command rules.
-    pub fn describe(&self, cat: &Catalog) -> String {
-        let mut res = String::new();
+    pub fn describe(&self, cat: &Catalog) -> Vec<u8> {
+        let mut res: Vec<u8> = Vec::new();
         if self.allkeys {
-            res.push_str("~* ");
+            res.extend_from_slice(b"~* ");
         } else {
             for k in &self.keys {
-                res.push_str(&describe_key(k));
-                res.push(' ');
+                res.extend_from_slice(&describe_key(k));
+                res.push(b' ');
             }
         }
         if self.allchannels {
-            res.push_str("&* ");
+            res.extend_from_slice(b"&* ");
         } else {
-            res.push_str("resetchannels ");
+            res.extend_from_slice(b"resetchannels ");
             for c in &self.channels {
-                res.push('&');
-                res.push_str(&String::from_utf8_lossy(c));
-                res.push(' ');
+                res.push(b'&');
+                res.extend_from_slice(c);
+                res.push(b' ');
             }
         }
-        res.push_str(&self.describe_commands(cat));
+        res.extend_from_slice(&self.describe_commands(cat));
         res
     }
 }
 
-fn describe_key(k: &KeyPattern) -> String {
-    let prefix = match (k.perm.read, k.perm.write) {
-        (true, true) => "~",
-        (true, false) => "%R~",
-        _ => "%W~",
+fn describe_key(k: &KeyPattern) -> Vec<u8> {
+    let prefix: &[u8] = match (k.perm.read, k.perm.write) {
+        (true, true) => b"~",
+        (true, false) => b"%R~",
+        _ => b"%W~",
     };
-    format!("{prefix}{}", String::from_utf8_lossy(&k.pattern))
+    [prefix, &k.pattern].concat()
+}
+
+/// Rules joined by single spaces.
+fn join(parts: impl Iterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, p) in parts.enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        out.extend_from_slice(&p);
+    }
+    out
 }
 
 /// A password as Redis keeps it: the lowercase hex SHA-256 of the cleartext.
@@ -784,22 +791,22 @@ impl User {
     }
 
     /// Redis's `ACLDescribeUser` (the rules of ACL LIST and the ACL file).
-    pub fn describe(&self, cat: &Catalog) -> String {
-        let mut res = String::new();
+    pub fn describe(&self, cat: &Catalog) -> Vec<u8> {
+        let mut res: Vec<u8> = Vec::new();
         for f in self.flag_names() {
-            res.push_str(f);
-            res.push(' ');
+            res.extend_from_slice(f.as_bytes());
+            res.push(b' ');
         }
         for p in &self.passwords {
-            res.push('#');
-            res.push_str(&String::from_utf8_lossy(p));
-            res.push(' ');
+            res.push(b'#');
+            res.extend_from_slice(p);
+            res.push(b' ');
         }
-        res.push_str(&self.root.describe(cat));
+        res.extend_from_slice(&self.root.describe(cat));
         for s in &self.selectors {
-            res.push_str(" (");
-            res.push_str(&s.describe(cat));
-            res.push(')');
+            res.extend_from_slice(b" (");
+            res.extend_from_slice(&s.describe(cat));
+            res.push(b')');
         }
         res
     }
@@ -851,7 +858,7 @@ mod tests {
     }
 
     fn describe(rules: &[&str]) -> String {
-        user(rules).unwrap().describe(cat())
+        String::from_utf8(user(rules).unwrap().describe(cat())).unwrap()
     }
 
     #[test]
@@ -892,7 +899,7 @@ mod tests {
             "off resetchannels -@all (~a resetchannels -@all +get) (%R~b resetchannels -@all +set)"
         );
         let d = User::default_user(cat()).describe(cat());
-        assert_eq!(d, "on nopass ~* &* +@all");
+        assert_eq!(d, b"on nopass ~* &* +@all");
     }
 
     #[test]
@@ -939,6 +946,71 @@ mod tests {
         assert!(!u.nopass());
     }
 
+    use proptest::prelude::*;
+
+    const VOCABULARY: &[&str] = &[
+        "on",
+        "off",
+        "nopass",
+        "resetpass",
+        ">p1",
+        ">p2",
+        "<p1",
+        "reset",
+        "allkeys",
+        "resetkeys",
+        "~k*",
+        "%R~r*",
+        "%W~w*",
+        "%RW~x",
+        "allchannels",
+        "resetchannels",
+        "&news.*",
+        "&a",
+        "+@all",
+        "-@all",
+        "+@read",
+        "-@write",
+        "+@hash",
+        "-@dangerous",
+        "+@fast",
+        "-@slow",
+        "+get",
+        "-get",
+        "+client|id",
+        "-client",
+        "+client",
+        "+select|0",
+        "+select|1",
+        "+config|get",
+        "-config|set",
+        "(~s* +set)",
+        "(%R~t +@read -@fast)",
+        "clearselectors",
+        "skip-sanitize-payload",
+        "sanitize-payload",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        /// What ACL LIST prints loads back (through the ACL file parser) as the same user.
+        #[test]
+        fn descriptions_load_back(rules in proptest::collection::vec(proptest::sample::select(VOCABULARY), 0..12), all in any::<bool>()) {
+            let mut u = User::new(b"u", all);
+            for r in &rules {
+                let _ = u.apply(cat(), r.as_bytes(), all);
+            }
+            let line = [&b"user u "[..], &u.describe(cat())].concat();
+            let users = crate::acl::parse_acl_file(&line, "t", all).unwrap();
+            let back = &users[&b"u"[..]];
+            prop_assert_eq!(back.describe(cat()), u.describe(cat()));
+            prop_assert_eq!(back.root.commands, u.root.commands);
+            prop_assert_eq!(&back.root.keys, &u.root.keys);
+            prop_assert_eq!(&back.passwords, &u.passwords);
+            prop_assert_eq!(back.selectors.len(), u.selectors.len());
+        }
+    }
+
     /// Every description applies back to the same bitmap (Redis aborts when it would not).
     #[test]
     fn descriptions_round_trip() {
@@ -951,9 +1023,10 @@ mod tests {
             let u = user(rules).unwrap();
             let text = u.root.describe_commands(cat());
             let mut back = Selector::new(true, false);
-            for op in text.split(' ') {
-                back.apply(cat(), op.as_bytes()).unwrap();
+            for op in text.split(|&c| c == b' ') {
+                back.apply(cat(), op).unwrap();
             }
+            let text = String::from_utf8_lossy(&text);
             assert_eq!(back.commands, u.root.commands, "{rules:?} -> {text}");
             assert_eq!(back.firstargs, u.root.firstargs, "{text}");
         }
