@@ -39,12 +39,18 @@ def read_replies(s, n, buf=b""):
     got = 0
     while got < n:
         while b"\r\n" not in buf:
-            buf += s.recv(65536)
+            chunk = s.recv(65536)
+            if not chunk:
+                raise EOFError("server closed the connection")
+            buf += chunk
         line, rest = buf.split(b"\r\n", 1)
         if line[:1] == b"$" and int(line[1:]) >= 0:
             need = int(line[1:]) + 2
             while len(rest) < need:
-                rest += s.recv(65536)
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise EOFError("server closed the connection")
+                rest += chunk
             rest = rest[need:]
         buf = rest
         got += 1
@@ -100,7 +106,10 @@ def flood_worker(port, seconds):
         next_t = time.monotonic()
         while time.monotonic() < stop:
             s.sendall(batch)
-            buf = read_replies(s, 50, buf)
+            try:
+                buf = read_replies(s, 50, buf)
+            except (EOFError, OSError):
+                return
             sent[i] += 50
             next_t += 0.05
             time.sleep(max(0.0, next_t - time.monotonic()))
