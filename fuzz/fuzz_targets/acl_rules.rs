@@ -4,8 +4,9 @@
 //! Input: rules separated by newlines (as ACL SETUSER arguments; selectors may span several),
 //! the first byte's low bit choosing `acl-pubsub-default`. The round trip is checked where
 //! Redis's own format can carry it: not for selectors holding quote characters (the ACL file
-//! splits a selector like `sdssplitargs`) nor for first-args holding spaces (the file splits
-//! rules on spaces), as in Redis.
+//! splits a selector like `sdssplitargs`) or parentheses (a rule ending with `)` closes the
+//! selector early), nor for first-args holding spaces (the file splits rules on spaces), as in
+//! Redis.
 //!
 //! Run: `cargo +nightly fuzz run acl_rules` from the repository root (or `fuzz/run.sh`).
 #![no_main]
@@ -15,7 +16,9 @@ use meridian_server::acl::rules::{Selector, User, merge_selector_args};
 use meridian_server::acl::{catalog, parse_acl_file};
 
 fn round_trips(u: &User) -> bool {
-    let quoted = |b: &[u8]| b.iter().any(|c| matches!(c, b'"' | b'\'' | b'\\'));
+    // Inside a selector, quotes are `sdssplitargs`'s and parentheses close the selector early
+    // when a rule ends with one (Redis's `ACLMergeSelectorArguments` does the same).
+    let quoted = |b: &[u8]| b.iter().any(|c| matches!(c, b'"' | b'\'' | b'\\' | b'(' | b')'));
     let selector_ok = |s: &Selector| {
         !s.keys.iter().any(|k| quoted(&k.pattern))
             && !s.channels.iter().any(|c| quoted(c))

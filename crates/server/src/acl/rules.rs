@@ -814,7 +814,9 @@ impl User {
 
 /// Redis's `ACLMergeSelectorArguments`: rules of a selector split over several arguments
 /// ("(~a" "+get)") joined with spaces. `Err(i)`: the selector opened at argument `i` is
-/// never closed.
+/// never closed. As in Redis, a selector whose first rule ends with `)` (a key pattern
+/// `~a)`) or any rule holding quotes does not survive ACL LIST/SAVE then LOAD: the file
+/// format cannot carry it (the `acl_rules` fuzz target excludes those cases).
 pub fn merge_selector_args(args: &[&[u8]]) -> Result<Vec<Vec<u8>>, usize> {
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(args.len());
     let mut open: Option<(usize, Vec<u8>)> = None;
