@@ -60,6 +60,11 @@ pub struct ClientShared {
     pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
     /// The connection task is writing replies (the side path must not interleave its own).
     pub writing: Cell<bool>,
+    /// The ACL user this connection runs as (`None`: the default user).
+    pub user: RefCell<Option<crate::acl::UserRef>>,
+    /// Whether AUTH (or a default user without password at connect) authenticated it
+    /// (Redis's `c->authenticated`).
+    pub authenticated: Cell<bool>,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -113,6 +118,8 @@ impl ClientShared {
             blocked: Cell::new(false),
             socket: RefCell::new(std::rc::Weak::new()),
             writing: Cell::new(false),
+            user: RefCell::new(None),
+            authenticated: Cell::new(true),
         }
     }
 

@@ -23,6 +23,7 @@
 //! - `resp`: the request parser and the reply builder.
 //! - `script`: Lua scripting (EVAL, FUNCTION): engines, sandbox, conversions, busy scripts.
 //! - `cmd`: the command table, dispatch, and the command families.
+//! - `acl`: users, AUTH, permission checks, the ACL log and file (per site, not replicated).
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
@@ -37,6 +38,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod acl;
 pub mod admin;
 pub mod blocking;
 pub mod certs;

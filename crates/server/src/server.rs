@@ -44,6 +44,8 @@ pub enum ServerError {
     },
     #[error("log: {0}")]
     Log(String),
+    #[error("Aborting startup because of ACL errors: {0}")]
+    Acl(String),
 }
 
 /// What a shard thread and the control thread tell each other while it starts.
@@ -132,9 +134,11 @@ fn fit_open_files_limit(config: &mut Config) {
 /// logged. A failure at any step returns an error and nothing keeps running.
 pub fn run(mut config: Config) -> Result<(), ServerError> {
     fit_open_files_limit(&mut config);
+    warn_if_open(&config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     resolve_peers(&config)?;
+    let authenticated = clients_start_authenticated(&config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
@@ -161,7 +165,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         addr: addr.clone(),
         source,
     })?;
-    let limits = crate::loading::LoadingLimits::of(&config);
+    let limits = crate::loading::LoadingLimits::of(&config, authenticated);
     let (handover_tx, handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let (go_tx, go_rx) = tokio::sync::oneshot::channel();
@@ -452,6 +456,7 @@ fn run_shard(
                 }
             }));
         }
+        load_acl_file(&mut shard.borrow_mut())?;
         shard
             .borrow_mut()
             .open_persistence()
@@ -509,6 +514,59 @@ fn run_shard(
         s.persist.close();
         Ok(())
     })
+}
+
+/// Loads `aclfile` at start (after `requirepass`, as Redis does): any error stops the start.
+fn load_acl_file(shard: &mut Shard) -> Result<(), ServerError> {
+    let Shard { acl, config, .. } = shard;
+    load_acl_file_into(acl, config)
+}
+
+fn load_acl_file_into(acl: &mut crate::acl::Acl, config: &Config) -> Result<(), ServerError> {
+    if config.aclfile.is_empty() {
+        return Ok(());
+    }
+    let path = std::path::PathBuf::from(&config.aclfile);
+    acl.load_file(&path, config.pubsub_all())
+        .map(|_| ())
+        .map_err(|e| ServerError::Acl(e.0))
+}
+
+/// Whether new clients start authenticated once the shard has loaded (its default user,
+/// from `requirepass` then `aclfile`, needs no password and is on). The loading port
+/// answers before the shard has its users; it applies the parser's unauthenticated limits
+/// when this is false, as the shard does after the handover. An unreadable or invalid
+/// `aclfile` stops the start here, before any port is bound.
+fn clients_start_authenticated(config: &Config) -> Result<bool, ServerError> {
+    let mut acl = crate::acl::Acl::new();
+    if !config.requirepass.is_empty() {
+        acl.set_requirepass(config.requirepass.as_bytes());
+    }
+    load_acl_file_into(&mut acl, config)?;
+    Ok(acl.default_is_open())
+}
+
+/// Says at start when clients from other hosts can connect without a password, or are
+/// refused by protected mode.
+fn warn_if_open(config: &Config) {
+    let loopback = config
+        .bind
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    if loopback || !config.requirepass.is_empty() || !config.aclfile.is_empty() {
+        return;
+    }
+    if config.protected_mode {
+        tracing::warn!(
+            bind = %config.bind,
+            "no password is set for the default user: protected mode refuses clients from other addresses than 127.0.0.1 and ::1 (-DENIED); set requirepass or ACL users"
+        );
+    } else {
+        tracing::warn!(
+            bind = %config.bind,
+            "WARNING: protected mode is off and no password is set for the default user: anyone who can reach this address can run any command, FLUSHALL included"
+        );
+    }
 }
 
 /// Buckets examined per database per cycle; a pass over a large table spans several cycles.

@@ -68,6 +68,8 @@ pub struct Shard {
     pub shutting_down: bool,
     /// Lua scripting: engines, script cache, libraries, the running script (`script`).
     pub scripting: crate::script::Scripting,
+    /// Users, their permissions and the ACL log (per site, not replicated).
+    pub acl: crate::acl::Acl,
 }
 
 impl Shard {
@@ -105,8 +107,13 @@ impl Shard {
             run_id: random_hex40(),
             shutting_down: false,
             scripting: crate::script::Scripting::new(),
+            acl: crate::acl::Acl::new(),
             config,
         };
+        if !shard.config.requirepass.is_empty() {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
         shard.set_life(0);
         shard
     }

@@ -259,7 +259,7 @@ fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
     // Half a command now, the rest once loaded: the connection is handed to the shard with it.
     early.send(b"*2\r\n$3\r\nGET\r\n$9\r\nkey:");
     assert!(
-        common::disk::eventually(Duration::from_secs(60), || common::answers_pong(node.port)),
+        common::disk::eventually(Duration::from_secs(60), || common::serves(node.port)),
         "never loaded; log:\n{}",
         node.last_log()
     );
@@ -350,7 +350,7 @@ fn the_log_level_flag_wins_over_rust_log() {
             .spawn()
             .unwrap();
         assert!(common::disk::eventually(Duration::from_secs(20), || {
-            common::answers_pong(port)
+            common::serves(port)
         }));
         let _ = child.kill();
         let _ = child.wait();
@@ -501,7 +501,7 @@ fn systemd_hears_loading_ready_watchdog_and_stopping() {
         .expect("start timeout extended");
     let ready = notify.position("READY=1").unwrap();
     assert!(status < ready && extend < ready, "{:?}", notify.lines());
-    assert!(common::answers_pong(port));
+    assert!(common::serves(port));
     wait("WATCHDOG=1");
     // A wedged shard (DEBUG SLEEP blocks its thread, as Redis's blocks the server): no ping.
     let mut c = Raw::connect(port);

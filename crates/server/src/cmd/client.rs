@@ -179,16 +179,31 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
         c.id, c.addr, c.laddr
     );
     out.extend_from_slice(name);
-    let _ = writeln!(
+    let _ = write!(
         out,
         " age={age} idle={idle} flags={flags} db={db} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free=0 \
          argv-mem={argv_mem} multi-mem={multi_mem} rbs={REPLY_BUF_BYTES} rbp={rbp} obl={obl} oll=0 omem=0 \
-         tot-mem={tot_mem} events=r cmd={cmd} user=default redir=-1 resp={resp}",
+         tot-mem={tot_mem} events=r cmd={cmd} user=",
         c.sub.get(),
         c.psub.get(),
         c.ssub.get(),
         multi.map_or(-1, |n| n as i64),
     );
+    match c.user.borrow().as_ref() {
+        Some(u) => out.extend_from_slice(&u.name()),
+        None => out.extend_from_slice(b"default"),
+    }
+    let _ = writeln!(out, " redir=-1 resp={resp}");
+}
+
+/// One connection's CLIENT LIST line without its newline (ACL LOG `client-info`).
+pub fn info_line(c: &ClientShared, now_ms: u64) -> String {
+    let mut out = Vec::new();
+    cat_client_info(&mut out, c, None, now_ms);
+    if out.last() == Some(&b'\n') {
+        out.pop();
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The current connection's view of itself while `argv` runs.
@@ -294,6 +309,7 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut ctype: Option<ClientType> = None;
     let mut id: u64 = 0;
     let mut skipme = true;
+    let mut user: Option<&[u8]> = None;
     let old_form = argv.len() == 3;
     if old_form {
         addr = argv.get(2).copied();
@@ -324,13 +340,13 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             } else if eq_ic(opt, "laddr") {
                 laddr = Some(val);
             } else if eq_ic(opt, "user") {
-                // Only the default user exists.
-                if val != b"default" {
+                if ctx.shard.acl.user(val).is_none() {
                     return Err(CmdError::Err(format!(
                         "No such user '{}'",
                         String::from_utf8_lossy(c_str(val))
                     )));
                 }
+                user = Some(val);
             } else if eq_ic(opt, "skipme") {
                 if eq_ic(val, "yes") {
                     skipme = true;
@@ -360,6 +376,12 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         if id != 0 && c.id != id {
             continue;
+        }
+        if let Some(name) = user {
+            let theirs = c.user.borrow().as_ref().map(|u| u.name());
+            if theirs.as_deref().unwrap_or(b"default") != name {
+                continue;
+            }
         }
         if c.id == me {
             if skipme {

@@ -25,7 +25,9 @@
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
+//! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
 
+pub mod acl;
 pub mod args;
 pub mod client;
 pub mod command;
@@ -98,6 +100,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(scripting::HANDLERS);
     v.extend_from_slice(peers::HANDLERS);
+    v.extend_from_slice(acl::HANDLERS);
     v
 }
 
@@ -191,6 +194,24 @@ pub fn execute(
             return;
         }
     };
+    // Authentication, then the user's permissions (Redis checks them before the rest).
+    if let Err(e) = acl::gate(shard, client, spec, argv, now_ms) {
+        if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        // A refused EXEC discards the transaction (Redis's `rejectCommand`).
+        if spec.meta.name == "exec" {
+            let mut text = Vec::new();
+            e.write_text(&mut text);
+            exec_abort(shard, client, out, &String::from_utf8_lossy(&text));
+            return;
+        }
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        reply_error(shard, out, &e);
+        return;
+    }
     // A RESP2 client with subscriptions runs only the Pub/Sub commands, PING, QUIT and RESET.
     if client.shared.is_subscribed()
         && client.shared.proto.get() == crate::resp::reply::Proto::Resp2
@@ -355,7 +376,14 @@ pub fn call(
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
+        let shown = acl::redacted(spec.meta.name, argv);
+        shard.slowlog.push(
+            now_ms / 1000,
+            usec,
+            shown.as_deref().unwrap_or(argv),
+            peer,
+            name,
+        );
     }
     let lat_threshold = shard.config.latency_monitor_threshold;
     if lat_threshold > 0 {
@@ -372,7 +400,8 @@ pub fn call(
         && !flags.contains(Flags::SKIP_MONITOR)
         && !flags.contains(Flags::ADMIN)
     {
-        feed_monitors(shard, client, argv, now_ms);
+        let shown = acl::redacted(spec.meta.name, argv);
+        feed_monitors(shard, client, shown.as_deref().unwrap_or(argv), now_ms);
     }
 }
 

@@ -800,6 +800,12 @@ fn config_applied(shard: &mut Shard, name: &str) {
             }
         }
         "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
+        // Redis's `updateRequirePass`: the default user's passwords become this one (none:
+        // nopass).
+        "requirepass" => {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
         _ => {}
     }
 }
