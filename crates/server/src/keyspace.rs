@@ -186,7 +186,10 @@ impl Shard {
     /// keyspace hit or miss, and refreshes its LRU clock. `None` when it does not exist.
     pub fn lookup_read(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&KeyState> {
         let hash = self.hash_key(key);
-        self.expire_if_needed(db, hash, key, now_ms);
+        if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
+            self.stats.keyspace_misses += 1;
+            return None;
+        }
         let lru = lru_clock(now_ms);
         let found = self
             .dbs
@@ -210,7 +213,9 @@ impl Shard {
     /// write preparation). Expires it first when its TTL has passed.
     pub fn lookup_quiet(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let hash = self.hash_key(key);
-        self.expire_if_needed(db, hash, key, now_ms);
+        if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
+            return None;
+        }
         self.dbs
             .get(db)
             .and_then(|d| d.get(hash, key))
@@ -501,12 +506,16 @@ impl Shard {
     }
 
     /// Expires `key` now if its TTL has passed: a local Remove of everything observed.
-    /// Returns whether it expired.
+    /// Returns whether it expired. While CLIENT PAUSE holds, a key past its TTL is left in
+    /// place (true is still returned: the key reads as missing), as Redis does.
     pub fn expire_if_needed(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64) -> bool {
         let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
             Some(e)
                 if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) =>
             {
+                if self.expiry_paused(now_ms) {
+                    return true;
+                }
                 e.state.observed()
             }
             _ => return false,
@@ -551,6 +560,9 @@ impl Shard {
     /// of the table.
     /// Returns the number of keys expired.
     pub fn active_expire_db(&mut self, db: usize, now_ms: u64, buckets_max: usize) -> usize {
+        if self.expiry_paused(now_ms) {
+            return 0;
+        }
         let (start, n_buckets) = match self.dbs.get_mut(db) {
             Some(d) if d.expires > 0 => (d.expire_cursor, d.table.num_buckets()),
             Some(d) => {

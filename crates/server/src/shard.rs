@@ -66,6 +66,18 @@ pub struct Shard {
     pub run_id: String,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
+    /// CLIENT PAUSE in force (`cmd::client`): commands it covers are postponed and keys do
+    /// not expire until it ends.
+    pub pause: Option<ClientPause>,
+}
+
+/// A CLIENT PAUSE: which commands wait, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientPause {
+    /// ALL: every command waits; WRITE: commands that write or may replicate.
+    pub all: bool,
+    /// Shard milliseconds at which the pause ends.
+    pub end_ms: u64,
 }
 
 impl Shard {
@@ -102,6 +114,7 @@ impl Shard {
             started_ms: now_ms,
             run_id: random_hex40(),
             shutting_down: false,
+            pause: None,
             config,
         };
         shard.set_life(0);
@@ -157,6 +170,26 @@ impl Shard {
             flags.retain(|f| !Rc::ptr_eq(f, dirty));
             !flags.is_empty()
         });
+    }
+}
+
+impl Shard {
+    /// The CLIENT PAUSE in force at `now_ms`, if any (one that ended is forgotten).
+    pub fn pause_at(&mut self, now_ms: u64) -> Option<ClientPause> {
+        match self.pause {
+            Some(p) if p.end_ms > now_ms => Some(p),
+            Some(_) => {
+                self.pause = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Whether expiry is suspended (any CLIENT PAUSE, as in Redis: a paused server neither
+    /// deletes expired keys nor replicates their deletion; they read as missing).
+    pub fn expiry_paused(&self, now_ms: u64) -> bool {
+        self.pause.is_some_and(|p| p.end_ms > now_ms)
     }
 }
 

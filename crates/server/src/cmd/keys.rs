@@ -64,10 +64,10 @@ fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R
     r
 }
 
-/// A key's value copied out of the keyspace (RENAME, COPY): the effects that rebuild it.
-struct Snapshot(Vec<Effect<Vec<u8>>>);
+/// A key's value copied out of the keyspace (RENAME, COPY, MOVE): the effects that rebuild it.
+pub(crate) struct Snapshot(Vec<Effect<Vec<u8>>>);
 
-fn snapshot(state: &KeyState) -> Option<Snapshot> {
+pub(crate) fn snapshot(state: &KeyState) -> Option<Snapshot> {
     let effects = state.recreate_effects();
     if effects.is_empty() {
         None
@@ -78,7 +78,13 @@ fn snapshot(state: &KeyState) -> Option<Snapshot> {
 
 /// Writes `value` (and the deadline `at_ms`) to `key` in `db`, replacing whatever is there:
 /// an observed-remove of the destination, then the effects that rebuild the value.
-fn write_snapshot(ctx: &mut Ctx<'_>, db: usize, key: &[u8], value: &Snapshot, at_ms: Option<u64>) {
+pub(crate) fn write_snapshot(
+    ctx: &mut Ctx<'_>,
+    db: usize,
+    key: &[u8],
+    value: &Snapshot,
+    at_ms: Option<u64>,
+) {
     let now = ctx.now_ms;
     ctx.shard.delete_key(db, key, now);
     for effect in &value.0 {

@@ -15,6 +15,7 @@
 //! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
 //! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
+//! - `db`: MOVE SWAPDB (across logical databases).
 //! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
@@ -23,6 +24,7 @@
 //! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
+//! - `replicas`: WAIT ROLE (a site is a primary with no Redis replicas).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
 pub mod args;
@@ -30,6 +32,7 @@ pub mod client;
 pub mod command;
 pub mod connection;
 pub mod crdt;
+pub mod db;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -37,6 +40,7 @@ pub mod keys;
 pub mod list;
 pub mod meta;
 pub mod pubsub;
+pub mod replicas;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -81,6 +85,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(db::HANDLERS);
     v.extend_from_slice(hash::HANDLERS);
     v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);
@@ -93,6 +98,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(zset::HANDLERS);
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
+    v.extend_from_slice(replicas::HANDLERS);
     v
 }
 
@@ -147,7 +153,8 @@ pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static Command
     Ok(spec)
 }
 
-/// Runs one command from a client: the path described in the module doc.
+/// Runs one command from a client: the path described in the module doc. With CLIENT REPLY
+/// OFF (or SKIP for this command) its reply is dropped.
 pub fn execute(
     shard: &mut Shard,
     client: &mut Client,
@@ -158,6 +165,53 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
+    use crate::client::ReplyMode;
+    if client.reply_mode == ReplyMode::SkipNext {
+        client.reply_mode = ReplyMode::Skip;
+    }
+    let mark = out.len();
+    execute_inner(shard, client, out, argv, now_ms);
+    match client.reply_mode {
+        ReplyMode::On | ReplyMode::SkipNext => {}
+        ReplyMode::Off => out.truncate(mark),
+        ReplyMode::Skip => {
+            out.truncate(mark);
+            client.reply_mode = ReplyMode::On;
+        }
+    }
+}
+
+/// Whether CLIENT PAUSE holds this command back: every command under PAUSE ALL; under PAUSE
+/// WRITE, those that write or may replicate (PUBLISH, PFCOUNT...), and EXEC of a
+/// transaction holding one (Redis's `is_may_replicate_command`).
+fn paused_by(shard: &Shard, client: &Client, spec: &CommandSpec, all: bool) -> bool {
+    if all {
+        return true;
+    }
+    let replicates = |s: &CommandSpec| {
+        s.meta.flags.contains(Flags::WRITE)
+            || s.meta.flags.contains(Flags::MAY_REPLICATE)
+            || table::MAY_REPLICATE_COMMANDS.contains(&s.meta.name)
+    };
+    if replicates(spec) {
+        return true;
+    }
+    spec.meta.name == "exec"
+        && client.multi.as_ref().is_some_and(|m| {
+            m.queued.iter().any(|q| {
+                let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+                resolve(shard.table, &argv).is_ok_and(replicates)
+            })
+        })
+}
+
+fn execute_inner(
+    shard: &mut Shard,
+    client: &mut Client,
+    out: &mut Reply,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
     let table = shard.table;
     let spec = match resolve(table, argv) {
         Ok(spec) => spec,
@@ -225,6 +279,14 @@ pub fn execute(
                 m.aborted = true;
             }
             reply_error(shard, out, &CmdError::Raw(text));
+            return;
+        }
+    }
+    // CLIENT PAUSE: the command waits for the end of the pause (checked after the errors a
+    // paused client still gets at once, before MULTI queuing, as in Redis).
+    if let Some(p) = shard.pause_at(now_ms) {
+        if paused_by(shard, client, spec, p.all) {
+            crate::blocking::postpone(shard, client, p.end_ms);
             return;
         }
     }

@@ -57,7 +57,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(crate) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
