@@ -6,6 +6,7 @@
 //! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
 //!
 //! # Layout
+//! - `alloc`: the allocator's controls (MEMORY PURGE).
 //! - `config`: defaults, TOML file and flags.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
 //! - `shard`: what a shard owns.
@@ -27,6 +28,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod alloc;
 pub mod blocking;
 pub mod client;
 pub mod cmd;

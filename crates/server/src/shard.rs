@@ -118,6 +118,7 @@ impl Shard {
             config,
         };
         shard.set_life(0);
+        shard.stats.used_memory_startup = crate::cmd::server::memory_use().allocated;
         shard
     }
 

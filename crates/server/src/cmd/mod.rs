@@ -24,6 +24,8 @@
 //! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
+//! - `latency`: LATENCY HISTOGRAM DOCTOR GRAPH, INFO latencystats.
+//! - `memory`: MEMORY USAGE STATS DOCTOR MALLOC-STATS PURGE.
 //! - `replicas`: WAIT ROLE (a site is a primary with no Redis replicas).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 
@@ -37,7 +39,9 @@ pub mod geo;
 pub mod hash;
 pub mod hll;
 pub mod keys;
+pub mod latency;
 pub mod list;
+pub mod memory;
 pub mod meta;
 pub mod pubsub;
 pub mod replicas;
@@ -99,6 +103,8 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(replicas::HANDLERS);
+    v.extend_from_slice(memory::HANDLERS);
+    v.extend_from_slice(latency::HANDLERS);
     v
 }
 
@@ -385,14 +391,22 @@ pub fn call(
     if shard.seq != seq_before {
         client.last_write_seq = shard.seq;
     }
-    let usec = started.elapsed().as_micros() as u64;
+    let elapsed = started.elapsed();
+    let usec = elapsed.as_micros() as u64;
     client.shared.last_cmd.set(spec.meta.name);
     shard.stats.total_commands_processed += 1;
+    let tracking = shard.config.latency_tracking;
     if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
         st.calls += 1;
         st.usec += usec;
         if result.is_err() {
             st.failed_calls += 1;
+        }
+        // A command that blocked is not counted here: its wait is not its latency.
+        if tracking && client.blocked.is_none() {
+            st.latency
+                .get_or_insert_with(Default::default)
+                .record(elapsed.as_nanos() as u64);
         }
     }
     if let Err(e) = &result {

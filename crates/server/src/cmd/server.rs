@@ -206,6 +206,10 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
             let _ = write!(out, "errorstat_{code}:count={count}\r\n");
         }
     }
+    if s.has("latencystats") {
+        section(&mut out, &mut n, "Latencystats");
+        super::latency::info_latencystats(shard, &mut out);
+    }
     if s.has("cluster") {
         section(&mut out, &mut n, "Cluster");
         field(&mut out, "cluster_enabled", 0);
@@ -393,7 +397,7 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     field(out, "total_system_memory_human", bytes_to_human(total));
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
-    field(out, "maxmemory_policy", "noeviction");
+    field(out, "maxmemory_policy", &shard.config.maxmemory_policy);
     field(
         out,
         "allocator_frag_ratio",
