@@ -69,6 +69,11 @@ pub struct Shard {
     /// CLIENT PAUSE in force (`cmd::client`): commands it covers are postponed and keys do
     /// not expire until it ends.
     pub pause: Option<ClientPause>,
+    /// `maxmemory-policy` is an LFU one: accesses keep frequency counters, not LRU clocks
+    /// (`keyspace::AccessClock`). Kept equal to the policy by `set_policy_flags`.
+    pub lfu: bool,
+    /// State of the draws LFU counters use.
+    pub lfu_rng: u64,
 }
 
 /// A CLIENT PAUSE: which commands wait, and until when.
@@ -115,9 +120,12 @@ impl Shard {
             run_id: random_hex40(),
             shutting_down: false,
             pause: None,
+            lfu: false,
+            lfu_rng: 0x9e37_79b9_7f4a_7c15,
             config,
         };
         shard.set_life(0);
+        shard.set_policy_flags();
         shard.stats.used_memory_startup = crate::cmd::server::memory_use().allocated;
         shard
     }
@@ -175,6 +183,11 @@ impl Shard {
 }
 
 impl Shard {
+    /// Reads the flags the access path keeps from `maxmemory-policy`.
+    pub fn set_policy_flags(&mut self) {
+        self.lfu = self.config.maxmemory_policy.ends_with("-lfu");
+    }
+
     /// The CLIENT PAUSE in force at `now_ms`, if any (one that ended is forgotten).
     pub fn pause_at(&mut self, now_ms: u64) -> Option<ClientPause> {
         match self.pause {

@@ -809,25 +809,38 @@ fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
 fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
-    match peek(ctx, db, object_key(argv), |e| idle_seconds(e.lru_s, now)) {
-        Some(s) => ctx.out.int(s),
-        None => ctx.out.null(),
+    let Some(lru) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+        ctx.out.null();
+        return Ok(());
+    };
+    if ctx.shard.lfu {
+        return Err(CmdError::Err(
+            "An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+                .to_string(),
+        ));
     }
+    ctx.out.int(idle_seconds(lru, now));
     Ok(())
 }
 
-/// No LFU maxmemory policy exists here, so OBJECT FREQ always answers Redis's error for a
-/// server without one (after the key lookup, as Redis does).
+/// OBJECT FREQ: the key's LFU counter, decayed to now (`LFUDecrAndReturn`), under an LFU
+/// `maxmemory-policy`; Redis's error otherwise (after the key lookup, as Redis does).
 fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    if peek(ctx, db, object_key(argv), |_| ()).is_none() {
+    let Some(field) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
+    };
+    if !ctx.shard.lfu {
+        return Err(CmdError::Err(
+            "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+                .to_string(),
+        ));
     }
-    Err(CmdError::Err(
-        "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
-            .to_string(),
-    ))
+    let minutes = crate::keyspace::lfu_minutes(ctx.now_ms);
+    let freq = crate::keyspace::lfu_decayed(field, minutes, ctx.shard.config.lfu_decay_time);
+    ctx.out.int(i64::from(freq));
+    Ok(())
 }
 
 const OBJECT_HELP: &[&str] = &[

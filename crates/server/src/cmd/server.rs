@@ -774,6 +774,7 @@ fn config_applied(shard: &mut Shard, name: &str) {
             }
         }
         "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
+        "maxmemory-policy" => shard.set_policy_flags(),
         _ => {}
     }
 }
