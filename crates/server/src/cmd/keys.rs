@@ -738,27 +738,42 @@ fn object_key<'a>(argv: &[&'a [u8]]) -> &'a [u8] {
     argv.get(2).copied().unwrap_or_default()
 }
 
-/// OBJECT ENCODING: the encoding Redis 7.0 would give a value of the same contents under the
-/// current thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
-/// Redis converts a value only one way, so after elements are removed Redis may still show
-/// the larger encoding where Meridian shows the smaller (docs/compatibility.md).
-fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let db = ctx.db();
-    let (hash, zset) = (
-        ctx.shard.config.hash_listpack(),
-        ctx.shard.config.zset_listpack(),
-    );
-    let intset_max = ctx.shard.config.set_max_intset_entries;
-    let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
-        Some(TypeTag::Set) => set_encoding(&e.state, intset_max),
+/// The thresholds OBJECT ENCODING reads (copied out of the configuration before the lookup).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EncodingLimits {
+    hash: crate::config::ListpackLimits,
+    zset: crate::config::ListpackLimits,
+    intset_max: u64,
+}
+
+impl EncodingLimits {
+    pub(crate) fn of(c: &crate::config::Config) -> EncodingLimits {
+        EncodingLimits {
+            hash: c.hash_listpack(),
+            zset: c.zset_listpack(),
+            intset_max: c.set_max_intset_entries,
+        }
+    }
+}
+
+/// The encoding Redis 7.0 would give a value of the same contents under the current
+/// thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
+/// Redis converts a value only one way: a hash keeps the larger encoding once it held more
+/// fields or longer ones (`HashCrdt::fits_listpack`); sets and sorted sets are judged on their
+/// contents now (docs/compatibility.md).
+pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
+    match e.state.type_tag() {
+        Some(TypeTag::Set) => set_encoding(&e.state, limits.intset_max),
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
         Some(TypeTag::ZSet) => e
             .state
             .zset()
-            .map_or("listpack", |z| super::zset::encoding(z, zset)),
+            .map_or("listpack", |z| super::zset::encoding(z, limits.zset)),
         Some(TypeTag::Hash) => match e.state.hash() {
-            Some(h) if h.fits_listpack(hash.entries_max, hash.value_max) => "listpack",
+            Some(h) if h.fits_listpack(limits.hash.entries_max, limits.hash.value_max) => {
+                "listpack"
+            }
             _ => "hashtable",
         },
         _ if e.raw => "raw",
@@ -769,7 +784,14 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .hll()
             .map_or("raw", |h| str_encoding(&StrView::Bytes(h.bytes())).0),
         _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
-    });
+    }
+}
+
+/// OBJECT ENCODING key (`encoding_name`).
+fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let limits = EncodingLimits::of(&ctx.shard.config);
+    let enc = peek(ctx, db, object_key(argv), |e| encoding_name(e, limits));
     match enc {
         Some(enc) => ctx.out.bulk(enc.as_bytes()),
         None => ctx.out.null(),
@@ -796,7 +818,7 @@ fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// Seconds since the key's last access on the 24-bit LRU clock (`estimateObjectIdleTime`).
-fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
+pub(crate) fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
     let now = lru_clock(now_ms);
     let idle = if now >= lru_s {
         now - lru_s

@@ -35,6 +35,7 @@ pub mod command;
 pub mod connection;
 pub mod crdt;
 pub mod db;
+pub mod debug;
 pub mod geo;
 pub mod hash;
 pub mod hll;
