@@ -157,6 +157,9 @@ pub struct Stats {
     pub used_memory_startup: u64,
     /// DEBUG SET-ACTIVE-EXPIRE 0 turns the active expiry cycle off (tests); kept by `reset`.
     pub active_expire_disabled: bool,
+    /// When the cross-protocol warning was last logged (unix seconds), so it is logged at most
+    /// once a minute.
+    pub security_warning_s: u64,
 }
 
 impl Stats {

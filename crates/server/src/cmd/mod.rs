@@ -172,6 +172,16 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
+    // Cross-protocol scripting guard: an HTTP request sent to the port closes the connection
+    // unanswered, as Redis's `securityWarningCommand` does (the replies of the commands
+    // before it in the same read are dropped too: Redis frees the client before writing).
+    let name = argv.first().copied().unwrap_or_default();
+    if args::eq_ic(name, "post") || args::eq_ic(name, "host:") {
+        security_warning(shard, now_ms);
+        out.truncate(0);
+        client.close_after_reply = true;
+        return;
+    }
     use crate::client::ReplyMode;
     if client.reply_mode == ReplyMode::SkipNext {
         client.reply_mode = ReplyMode::Skip;
@@ -185,6 +195,17 @@ pub fn execute(
             out.truncate(mark);
             client.reply_mode = ReplyMode::On;
         }
+    }
+}
+
+/// Logs Redis's warning about a cross-protocol attack, at most once a minute.
+fn security_warning(shard: &mut Shard, now_ms: u64) {
+    let now_s = now_ms / 1000;
+    if now_s.abs_diff(shard.stats.security_warning_s) > 60 {
+        tracing::warn!(
+            "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Redis. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Redis instance. Connection aborted."
+        );
+        shard.stats.security_warning_s = now_s;
     }
 }
 
