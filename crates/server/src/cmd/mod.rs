@@ -25,6 +25,7 @@
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `latency`: LATENCY HISTOGRAM DOCTOR GRAPH, INFO latencystats.
+//! - `lolwut`: LOLWUT (Redis's computer art, versions 5 and 6).
 //! - `memory`: MEMORY USAGE STATS DOCTOR MALLOC-STATS PURGE.
 //! - `replicas`: WAIT ROLE (a site is a primary with no Redis replicas).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
@@ -42,6 +43,7 @@ pub mod hll;
 pub mod keys;
 pub mod latency;
 pub mod list;
+pub mod lolwut;
 pub mod memory;
 pub mod meta;
 pub mod pubsub;
@@ -106,6 +108,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(replicas::HANDLERS);
     v.extend_from_slice(memory::HANDLERS);
     v.extend_from_slice(latency::HANDLERS);
+    v.extend_from_slice(lolwut::HANDLERS);
     v
 }
 
