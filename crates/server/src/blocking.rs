@@ -405,6 +405,14 @@ pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
         }
         return;
     }
+    // Logged as Redis logs a blocked command that timed out (`updateStatsOnUnblock`).
+    if let Some(b) = client.blocked.as_ref() {
+        let argv: Vec<&[u8]> = b.argv.iter().map(Vec::as_slice).collect();
+        if let Ok(spec) = cmd::resolve(shard.table, &argv) {
+            let now = shard.now_ms();
+            cmd::log_slow(shard, client, spec, &argv, 0, now);
+        }
+    }
     unblock(shard, client);
     out.null_array();
 }
@@ -433,9 +441,12 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
     b.reblocked = false;
     let owned = std::mem::take(&mut b.argv);
     let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let started = std::time::Instant::now();
+    let mut ran: Option<&'static cmd::table::CommandSpec> = None;
     match cmd::resolve(shard.table, &argv) {
         Ok(spec) => match spec.handler {
             Some(handler) => {
+                ran = Some(spec);
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {
@@ -456,8 +467,12 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
         },
         Err(e) => cmd::reply_error(shard, out, &e),
     }
-    drop(argv);
     let again = client.blocked.as_ref().is_some_and(|b| b.reblocked);
+    if let (false, Some(spec)) = (again, ran) {
+        let usec = started.elapsed().as_micros() as u64;
+        cmd::log_slow(shard, client, spec, &argv, usec, now_ms);
+    }
+    drop(argv);
     if again {
         if let Some(b) = client.blocked.as_mut() {
             b.argv = owned;

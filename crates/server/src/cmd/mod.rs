@@ -438,6 +438,29 @@ pub fn call(
         reply_error(shard, out, e);
     }
     let flags = spec.meta.flags;
+    // A command that blocked is logged when its wait ends (`blocking`), as Redis does.
+    if client.blocked.is_none() {
+        log_slow(shard, client, spec, argv, usec, now_ms);
+    }
+    if !shard.monitors.is_empty()
+        && !flags.contains(Flags::SKIP_MONITOR)
+        && !flags.contains(Flags::ADMIN)
+    {
+        feed_monitors(shard, client, argv, now_ms);
+    }
+}
+
+/// Feeds the slow log and the latency monitor with a command that took `usec` (when it
+/// ran, or for a blocked one when it was answered).
+pub fn log_slow(
+    shard: &mut Shard,
+    client: &Client,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    usec: u64,
+    now_ms: u64,
+) {
+    let flags = spec.meta.flags;
     let threshold = shard.config.slowlog_log_slower_than;
     if threshold >= 0 && usec >= threshold as u64 && !flags.contains(Flags::SKIP_SLOWLOG) {
         let peer = client.shared.addr.to_string();
@@ -460,12 +483,6 @@ pub fn call(
         shard
             .latency
             .record(event, now_ms / 1000, usec / 1000, lat_threshold);
-    }
-    if !shard.monitors.is_empty()
-        && !flags.contains(Flags::SKIP_MONITOR)
-        && !flags.contains(Flags::ADMIN)
-    {
-        feed_monitors(shard, client, argv, now_ms);
     }
 }
 
