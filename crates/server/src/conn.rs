@@ -68,7 +68,13 @@ async fn replies_may_go(after: crate::persist::AfterBatch) -> bool {
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
-pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
+pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
+    serve_with(shard, stream, Vec::new()).await;
+}
+
+/// `serve` for a connection that already sent `pending` bytes (the start of a command it
+/// sent while the shard was loading, `crate::loading`).
+pub async fn serve_with(shard: Rc<RefCell<Shard>>, mut stream: TcpStream, pending: Vec<u8>) {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return,
@@ -98,10 +104,12 @@ pub async fn serve(shard: Rc<RefCell<Shard>>, mut stream: TcpStream) {
         return;
     }
     let mut parser = Parser::new(limits);
-    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL.max(pending.len()));
     let mut out = Reply::new();
-    // The read buffer may hold complete commands not run yet (a blocking command ended).
-    let mut buffered = false;
+    // The read buffer may hold complete commands not run yet (a blocking command ended, or
+    // bytes sent while the shard was loading).
+    let mut buffered = !pending.is_empty();
+    rbuf.extend_from_slice(&pending);
     'conn: loop {
         if shared.killed.get() {
             break;

@@ -15,6 +15,7 @@
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
 //! - `cmd`: the command table, dispatch, and the command families.
+//! - `loading`: the -LOADING gate that answers clients while a shard loads at start.
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
@@ -36,6 +37,7 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod keyspace;
+pub mod loading;
 pub mod oplog;
 pub mod persist;
 pub mod resp;

@@ -179,6 +179,16 @@ fn run_shard(
         .build()
         .map_err(ServerError::Runtime)?;
     let local = tokio::task::LocalSet::new();
+    // While the shard loads its data, a gate answers clients with -LOADING (`loading`).
+    let gate = crate::loading::Gate::start(
+        listener.try_clone().map_err(ServerError::Runtime)?,
+        crate::loading::GateLimits {
+            clients_max: config.maxclients as usize,
+            query_bytes_max: config.client_query_buffer_limit as usize,
+            bulk_bytes_max: config.proto_max_bulk_len as i64,
+        },
+    )
+    .map_err(ServerError::Runtime)?;
     local.block_on(&rt, async move {
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
         let now = crate::time::wall_ms();
@@ -193,6 +203,15 @@ fn run_shard(
             .borrow_mut()
             .open_persistence()
             .map_err(|e| ServerError::Persist(e.to_string()))?;
+        // Loaded: the clients that connected meanwhile are served from here on.
+        for h in gate.finish() {
+            if h.stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if let Ok(stream) = tokio::net::TcpStream::from_std(h.stream) {
+                tokio::task::spawn_local(crate::conn::serve_with(shard.clone(), stream, h.pending));
+            }
+        }
         tokio::task::spawn_local(periodic(shard.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));
         crate::sync::link::start(&shard, sync_listener);

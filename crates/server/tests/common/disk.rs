@@ -147,6 +147,11 @@ impl Node {
         self.child = Some(child);
     }
 
+    /// Starts the process without waiting for it to listen or load.
+    pub fn spawn_only(&mut self) {
+        self.spawn();
+    }
+
     /// Starts the process and waits until it answers a PING, exits, or `timeout` passes.
     pub fn try_start(&mut self, timeout: Duration) -> Start {
         self.spawn();
@@ -271,7 +276,8 @@ fn ping_answers(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 64];
-    matches!(stream.read(&mut buf), Ok(n) if n > 0)
+    // Any reply but -LOADING: the data is loaded.
+    matches!(stream.read(&mut buf), Ok(n) if n > 0 && !buf.starts_with(b"-LOADING"))
 }
 
 /// Removes terminal colour sequences (`ESC [ ... m`) from a log.

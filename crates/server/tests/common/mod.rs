@@ -48,8 +48,25 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Whether the server on `port` answers PING with anything but -LOADING: it listens and has
+/// loaded its data (while a shard loads, commands are answered -LOADING).
+pub fn pong(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err()
+        || stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(stream.read(&mut buf), Ok(n) if n > 0 && !buf.starts_with(b"-LOADING"))
+}
+
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
-/// accepts a connection. Panics with the log when the process exits or never listens.
+/// answers PING (with anything but -LOADING). Panics with the log when the process exits or never listens.
 fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
     let log_path = dir.join("server.log");
     let log = std::fs::File::create(&log_path).expect("create server.log");
@@ -63,7 +80,7 @@ fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Chil
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if pong(port) {
             return child;
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -114,7 +114,7 @@ impl Site {
             .unwrap_or_else(|e| panic!("spawn meridian: {e}"));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if super::pong(self.port) {
                 *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
                 return;
             }
