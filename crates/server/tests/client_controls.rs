@@ -140,6 +140,12 @@ fn reply_modes(port: u16) {
     pipe.extend_from_slice(&common::cmd(&[b"INCR", b"r"]));
     a.send(&pipe);
     assert_eq!(read(&mut a), ":3\r\n");
+    // Subscription confirmations are pushes: OFF does not silence them.
+    let mut s = Raw::connect(port);
+    let mut pipe = common::cmd(&[b"CLIENT", b"REPLY", b"OFF"]);
+    pipe.extend_from_slice(&common::cmd(&[b"SUBSCRIBE", b"ch"]));
+    s.send(&pipe);
+    assert_eq!(read(&mut s), "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
 }
 
 fn unblock_and_wait(port: u16) {

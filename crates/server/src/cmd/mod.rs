@@ -191,6 +191,22 @@ pub fn execute(
     }
     let mark = out.len();
     execute_inner(shard, client, out, argv, now_ms);
+    // Subscription confirmations are pushes, which CLIENT REPLY does not silence (Redis's
+    // CLIENT_PUSHING), in RESP2 as in RESP3.
+    const CONFIRMED: [&str; 6] = [
+        "subscribe",
+        "psubscribe",
+        "ssubscribe",
+        "unsubscribe",
+        "punsubscribe",
+        "sunsubscribe",
+    ];
+    if client.reply_mode != ReplyMode::On && CONFIRMED.iter().any(|c| args::eq_ic(name, c)) {
+        if client.reply_mode == ReplyMode::Skip {
+            client.reply_mode = ReplyMode::On;
+        }
+        return;
+    }
     match client.reply_mode {
         ReplyMode::On | ReplyMode::SkipNext => {}
         ReplyMode::Off => out.truncate(mark),
