@@ -696,6 +696,17 @@ impl Shard {
         expired
     }
 
+    /// Moves up to `entries_max` entries of `db`'s incremental rehash, if one is in progress.
+    pub fn rehash_db(&mut self, db: usize, entries_max: usize) {
+        let hasher = &self.hasher;
+        if let Some(d) = self.dbs.get_mut(db) {
+            if d.table.is_rehashing() {
+                d.table
+                    .rehash_for(entries_max, &|k: &[u8]| hasher.hash_one(k));
+            }
+        }
+    }
+
     /// Moves entries of the databases' incremental rehashes (`KeyTable`) for up to `budget`
     /// (the periodic cycle: a rehash finishes while the shard is idle, not only as new keys
     /// arrive). Returns the number of databases still rehashing.

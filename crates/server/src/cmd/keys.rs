@@ -248,6 +248,9 @@ fn cursor_make(idx: usize, restarts: u64, table: &KeyTable) -> u64 {
 /// - A key added or removed during the iteration may or may not be returned; a key may be
 ///   returned several times (clients must deduplicate, as with Redis).
 /// - An arbitrary cursor not issued by this table restarts or resumes somewhere valid.
+/// Entries of a rehash in progress each SCAN call moves first (bounded work per call).
+const SCAN_REHASH_ENTRIES_MAX: usize = 4096;
+
 fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let cursor = parse_cursor(argv.get(1).copied().unwrap_or_default())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
@@ -273,6 +276,10 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     let db = ctx.db();
     let now = ctx.now_ms;
+    // A rehash in progress makes SCAN see entries twice (in the old table, then in the new
+    // one): each call first moves a bounded batch, as Redis's dict does on its operations, so
+    // a small database has finished its rehash by the first call.
+    ctx.shard.rehash_db(db, SCAN_REHASH_ENTRIES_MAX);
     let Some(d) = ctx.shard.dbs.get(db) else {
         return Err(CmdError::DbIndexOutOfRange);
     };
