@@ -226,6 +226,9 @@ fn cursor_make(idx: usize, restarts: u64, table: &KeyTable) -> u64 {
         | (idx as u64 & CURSOR_INDEX_MASK)
 }
 
+/// Entries of a rehash in progress each SCAN call moves first (bounded work per call).
+const SCAN_REHASH_ENTRIES_MAX: usize = 4096;
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 ///
 /// The cursor is a bucket index into the database's `KeyTable` (low bits), tagged with the
@@ -248,9 +251,6 @@ fn cursor_make(idx: usize, restarts: u64, table: &KeyTable) -> u64 {
 /// - A key added or removed during the iteration may or may not be returned; a key may be
 ///   returned several times (clients must deduplicate, as with Redis).
 /// - An arbitrary cursor not issued by this table restarts or resumes somewhere valid.
-/// Entries of a rehash in progress each SCAN call moves first (bounded work per call).
-const SCAN_REHASH_ENTRIES_MAX: usize = 4096;
-
 fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let cursor = parse_cursor(argv.get(1).copied().unwrap_or_default())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
