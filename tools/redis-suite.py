@@ -249,8 +249,9 @@ class Server:
 
 def parse_output(text):
     """Counts the runtest output: passed and failed test names, exceptions, skips."""
-    res = {"ok": [], "err": [], "exception": [], "skip": [], "ignore": []}
-    for raw in text.splitlines():
+    res = {"ok": [], "err": [], "exception": [], "skip": [], "ignore": [], "why": {}}
+    lines = text.splitlines()
+    for i, raw in enumerate(lines):
         m = LINE.match(ANSI.sub("", raw))
         if not m:
             continue
@@ -261,6 +262,10 @@ def parse_output(text):
         elif status == "err":
             n = ERR_NAME.match(data)
             data = n.group(1) if n else data
+            # The error's text: the longest of the next two lines (Redis prints the error
+            # message, sometimes cut, then the assertion or the full message).
+            nxt = [ANSI.sub("", x).strip() for x in lines[i + 1:i + 3]]
+            res["why"].setdefault(data, max(nxt, key=len) if nxt else "")
         res[status].append(data)
     return res
 
@@ -303,6 +308,38 @@ def counts(res):
     return len(res["ok"]), len(res["err"]) + len(res["exception"])
 
 
+def write_report(path, rows, tot):
+    """The per-unit table (Redis's passes, Meridian's, their ratio) and, per unit, each test
+    Redis passes that Meridian does not, with the first line of its error."""
+    out = ["| Unit | Redis passed | Meridian passed | Meridian failed | Meridian / Redis |",
+           "|---|---:|---:|---:|---:|"]
+    for unit, m, r, _ in rows:
+        if m[0] is None or r[0] is None:
+            continue
+        ratio = f"{100.0 * m[0] / r[0]:.1f}%" if r[0] else "-"
+        note = f" ({m[2]})" if m[2] else ""
+        out.append(f"| {unit}{note} | {r[0]} | {m[0]} | {m[1]} | {ratio} |")
+    if tot["redis_p"]:
+        out.append(f"| **total** | **{tot['redis_p']}** | **{tot['meridian_p']}** | "
+                   f"**{tot['meridian_f']}** | **{100.0 * tot['meridian_p'] / tot['redis_p']:.1f}%** |")
+    out.append("")
+    for unit, _, _, row in rows:
+        if "redis" not in row or "meridian" not in row:
+            continue
+        mres = row["meridian"][0]
+        missing = collections.Counter(row["redis"][0]["ok"]) - collections.Counter(mres["ok"])
+        if not missing:
+            continue
+        out.append(f"### {unit}")
+        out.append("")
+        for name in sorted(missing):
+            why = mres["why"].get(name, "not reached")
+            out.append(f"- {name}: `{why[:160]}`")
+        out.append("")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -326,14 +363,17 @@ def main():
                    help="runtest --baseport (default: from this process's id)")
     p.add_argument("--out", default="/tmp/redis-suite")
     p.add_argument("--diff", action="store_true", help="list tests Redis passes and Meridian not")
+    p.add_argument("--report", help="write a Markdown table and the failing tests to this file")
+    p.add_argument("--from-logs", action="store_true",
+                   help="run nothing: count the logs a previous run left in --out")
     args = p.parse_args()
 
     units = [unit_name(u) for u in (DEFAULT_UNITS if args.all or not args.units else args.units)]
-    tree = prepare_suite(args.suite, args.export_to)
+    tree = None if args.from_logs else prepare_suite(args.suite, args.export_to)
     os.makedirs(args.out, exist_ok=True)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     meridian = args.meridian or os.path.join(repo, "target", "debug", "meridian")
-    if not args.no_meridian and args.port is None and not os.path.exists(meridian):
+    if not args.from_logs and not args.no_meridian and args.port is None and not os.path.exists(meridian):
         sys.exit(f"{meridian}: no such binary (build it, or give --meridian or --port)")
 
     reasons = {}
@@ -346,11 +386,22 @@ def main():
             print(f"    {t}")
     print(f"{'unit':26} {'meridian':>8} {'failed':>7}   {'redis':>6} {'failed':>7}", flush=True)
     tot = collections.Counter()
+    report_rows = []
     shimmed = False
     for unit in units:
         row = {}
         for kind in ("redis", "meridian"):
             if (kind == "redis" and args.no_redis) or (kind == "meridian" and args.no_meridian):
+                continue
+            log = os.path.join(args.out, f"{unit.replace('/', '_')}.{kind}.log")
+            if args.from_logs:
+                if not os.path.exists(log):
+                    continue
+                with open(log, "rb") as f:
+                    text = f.read().decode("utf-8", "replace")
+                res = parse_output(text)
+                note = "" if ("All tests passed" in text or "tests failed" in text) else "stopped"
+                row[kind] = (res, note)
                 continue
             server = None
             if kind == "redis":
@@ -401,10 +452,13 @@ def main():
         notes = "  ".join(f"{k}:{c[2]}" for k, c in (("meridian", m), ("redis", r)) if c[2])
         print(f"{unit:26} {fmt(m)[0]:>8} {fmt(m)[1]:>7}   {fmt(r)[0]:>6} {fmt(r)[1]:>7}  {notes}",
               flush=True)
+        report_rows.append((unit, m, r, row))
         if args.diff and "redis" in row and "meridian" in row:
             missing = collections.Counter(row["redis"][0]["ok"]) - collections.Counter(row["meridian"][0]["ok"])
             for name in sorted(missing.elements()):
                 print(f"    not passed by meridian: {name}")
+    if args.report:
+        write_report(args.report, report_rows, tot)
     if not args.no_redis:
         print(f"redis: {tot['redis_p']} passed, {tot['redis_f']} failed")
     if not args.no_meridian:
