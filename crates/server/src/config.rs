@@ -146,6 +146,9 @@ pub struct Config {
     pub latency_tracking: bool,
     /// The percentiles INFO latencystats shows, space separated.
     pub latency_tracking_info_percentiles: String,
+    /// Test hook (Redis's hidden `key-load-delay`): microseconds slept per key or log record
+    /// loaded at start.
+    pub key_load_delay: i64,
     /// Redis parameters with no effect in Meridian set to something other than their default
     /// (`params::Binding::Stored`): name → canonical value.
     #[serde(skip)]
@@ -216,6 +219,7 @@ impl Default for Config {
             lfu_decay_time: 1,
             latency_tracking: true,
             latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            key_load_delay: 0,
             stored: BTreeMap::new(),
             config_file: None,
         }

@@ -342,7 +342,9 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
                         shared.qbuf_bytes.set(rbuf.len());
                     }
                     BlockedEvent::Wake => {
-                        if s.blocking.is_ready(client.id()) {
+                        if let Some(how) = shared.unblock.take() {
+                            blocking::unblock_by_request(s, &mut client, &mut out, how);
+                        } else if s.blocking.is_ready(client.id()) {
                             blocking::reprocess(s, &mut client, &mut out, now);
                         }
                     }

@@ -6,6 +6,7 @@
 //! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
 //!
 //! # Layout
+//! - `alloc`: the allocator's controls (MEMORY PURGE).
 //! - `config`: defaults, TOML file and flags.
 //! - `admin`: `meridian admin`, a command sent to every site of a deployment.
 //! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
@@ -40,6 +41,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod alloc;
 pub mod blocking;
 pub mod certs;
 pub mod client;

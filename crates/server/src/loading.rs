@@ -3,8 +3,9 @@
 //! The port is bound before loading starts, so a client never meets a refused connection or a
 //! silent one: the control thread accepts on it until every shard has loaded and answers each
 //! command as Redis does while loading (`processCommand`): an unknown command or a wrong
-//! arity gets its usual error, QUIT closes, and anything else gets `-LOADING Redis is loading
-//! the dataset in memory`. (Redis also runs the few commands flagged `loading`, INFO, HELLO
+//! arity gets its usual error, QUIT closes, a command named POST or Host: closes the
+//! connection unanswered (the cross-protocol scripting guard, as `cmd::execute`), and
+//! anything else gets `-LOADING Redis is loading the dataset in memory`. (Redis also runs the few commands flagged `loading`, INFO, HELLO
 //! and AUTH among them; here they get `-LOADING`, and so does a client that has not
 //! authenticated, where Redis would answer `-NOAUTH` first.) While the default user has a
 //! password, the parser applies Redis's unauthenticated limits, as the shard does after the
@@ -156,6 +157,12 @@ async fn serve_conn(
                 Parsed::Command { consumed } => {
                     let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
                     parser.args(buf, &mut argv);
+                    if crate::cmd::is_cross_protocol(&argv) {
+                        // Redis frees the client before writing: nothing of this read is
+                        // answered.
+                        security_warning();
+                        return;
+                    }
                     close = answer(table, &argv, &mut out);
                     pos += consumed;
                     if close {
@@ -184,6 +191,21 @@ async fn serve_conn(
             let _ = stream.shutdown().await;
             return;
         }
+    }
+}
+
+/// Logs the cross-protocol guard's warning at most once a minute, as the shard does.
+fn security_warning() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WARNED_S: AtomicU64 = AtomicU64::new(0);
+    let now_s = crate::time::wall_ms() / 1000;
+    let last = WARNED_S.load(Ordering::Relaxed);
+    if (last == 0 || now_s.abs_diff(last) > 60)
+        && WARNED_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!("{}", crate::cmd::SECURITY_WARNING);
     }
 }
 
@@ -252,7 +274,8 @@ mod tests {
     /// While the default user has a password, the loading port applies Redis's
     /// unauthenticated limits as the shard does after the handover: 10 arguments and a
     /// 16384-byte bulk are parsed (and answered), one past either is the protocol error and
-    /// the close. Loaded, a connection is handed over with the bytes it sent.
+    /// the close. POST closes unanswered. Loaded, a connection is handed over with the bytes
+    /// it sent.
     #[test]
     fn unauthenticated_limits_apply_while_loading() {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -300,6 +323,11 @@ mod tests {
                 read_to_close(&mut c).await,
                 b"-ERR Protocol error: unauthenticated bulk length\r\n"
             );
+            // An HTTP request closes the connection unanswered (the cross-protocol guard),
+            // the replies of the commands before it in the same read included.
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            c.write_all(b"PING\r\nPOST / HTTP/1.1\r\n").await.unwrap();
+            assert_eq!(read_to_close(&mut c).await, b"");
             // A partial command goes to the shard with the connection.
             let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
             c.write_all(&ten).await.unwrap();

@@ -592,7 +592,10 @@ async fn periodic(shard: Rc<RefCell<Shard>>) {
             for db in 0..s.dbs.len() {
                 s.active_expire_db(db, now, EXPIRE_CYCLE_BUCKETS_MAX);
             }
-            s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
+            let ms = started.elapsed().as_millis() as u64;
+            s.stats.expire_cycle_cpu_milliseconds += ms;
+            let threshold = s.config.latency_monitor_threshold;
+            s.latency.record("expire-cycle", now / 1000, ms, threshold);
         }
         s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
         s.stats

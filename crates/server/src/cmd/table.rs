@@ -73,6 +73,11 @@ impl Flags {
     }
 }
 
+/// Commands Redis 7.0 flags MAY_REPLICATE (`commands/*.json`), which `COMMAND INFO` does not
+/// show and so `meta` lacks: CLIENT PAUSE WRITE holds them back like writes.
+pub const MAY_REPLICATE_COMMANDS: &[&str] =
+    &["pfcount", "publish", "spublish", "eval", "evalsha", "fcall"];
+
 /// Static description of one command or subcommand (generated data).
 #[derive(Debug)]
 pub struct CommandMeta {

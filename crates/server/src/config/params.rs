@@ -440,7 +440,7 @@ pub static PARAMS: &[Param] = &[
     stored("list-compress-depth", Kind::Int { min: 0, max: I32 }, "0", LIST_ENCODING),
     stored("rdb-key-save-delay", Kind::Int { min: I32_MIN, max: I32 }, "0", RDB_TEST_HOOKS)
         .hidden(),
-    stored("key-load-delay", Kind::Int { min: I32_MIN, max: I32 }, "0", RDB_TEST_HOOKS)
+    field("key-load-delay", Kind::Int { min: I32_MIN, max: I32 }, field!(key_load_delay), "Test hook: microseconds slept per key or log record loaded at start (0 or less: none), so tests can watch clients answered -LOADING.")
         .hidden(),
     stored("active-expire-effort", Kind::Int { min: 1, max: 10 }, "1", EXPIRY),
     field("hz", Kind::Int { min: 0, max: I32 }, Binding::Field {

@@ -164,6 +164,10 @@ fn decide(
     proto: Proto,
     now_ms: u64,
 ) -> Action {
+    // The cross-protocol guard closes the connection: its task does that after the script.
+    if crate::cmd::is_cross_protocol(argv) {
+        return Action::Defer;
+    }
     let spec = match crate::cmd::resolve(shard.table, argv) {
         Ok(spec) => spec,
         Err(e) => return Action::Reply(error_reply(shard, &e)),
