@@ -43,6 +43,10 @@ pub struct BlockedOn {
     pub timed_out: bool,
     /// The shard whose keys it waits on (its registration is there).
     pub shard: u16,
+    /// Postponed by CLIENT PAUSE rather than blocked by its command: at the end of the pause
+    /// (CLIENT UNPAUSE, or the deadline) the command runs from the start, through
+    /// `cmd::execute`.
+    pub postponed: bool,
 }
 
 impl Ctx<'_> {
@@ -90,6 +94,7 @@ impl Ctx<'_> {
             rerun_on_timeout: false,
             timed_out: false,
             shard: self.shard.index,
+            postponed: false,
         });
     }
 
@@ -136,6 +141,63 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
     Ok(Some(now_ms.saturating_add(ms)))
 }
 
+/// `getTimeoutFromObjectOrReply` for a timeout in milliseconds (an integer, as WAIT takes):
+/// the absolute deadline, or `None` for 0 (forever). Errors: `ERR timeout is not an integer
+/// or out of range`, `ERR timeout is negative`.
+pub fn parse_timeout_ms(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
+    let ms = cmd::args::parse_i64(arg)
+        .ok_or_else(|| CmdError::Err("timeout is not an integer or out of range".to_string()))?;
+    match u64::try_from(ms) {
+        Err(_) => Err(CmdError::Err("timeout is negative".to_string())),
+        Ok(0) => Ok(None),
+        Ok(ms) => Ok(Some(now_ms.saturating_add(ms))),
+    }
+}
+
+/// Postpones the command the client just sent until CLIENT PAUSE ends (`end_ms`) or
+/// CLIENT UNPAUSE; the connection keeps its arguments as for a blocked command.
+pub fn postpone(shard: &mut Shard, client: &mut Client, end_ms: u64) {
+    shard
+        .blocking
+        .register_postponed(client.id(), client.shared.mailbox.clone());
+    client.shared.blocked.set(true);
+    client.blocked = Some(BlockedOn {
+        db: client.db,
+        deadline_ms: Some(end_ms),
+        argv: Vec::new(),
+        reblocked: true,
+        rerun_on_timeout: true,
+        timed_out: false,
+        shard: shard.index,
+        postponed: true,
+    });
+}
+
+/// CLIENT UNBLOCK reached this blocked client: its wait ends as if it timed out, or with
+/// Redis's `UNBLOCKED` error.
+pub fn unblock_by_request(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    how: crate::client::Unblock,
+) {
+    if client.blocked.is_none() {
+        return;
+    }
+    match how {
+        crate::client::Unblock::Timeout => time_out(shard, front, client, out),
+        crate::client::Unblock::Error => {
+            unblock(shard, client);
+            cmd::reply_error(
+                front,
+                out,
+                &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
+            );
+        }
+    }
+}
+
 /// Ends a client's wait: forgets its registration and clears its state.
 pub fn unblock(shard: &mut Shard, client: &mut Client) {
     shard.blocking.unregister(client.id());
@@ -146,6 +208,12 @@ pub fn unblock(shard: &mut Shard, client: &mut Client) {
 /// The deadline passed: replies the null array and ends the wait (or, for a command that
 /// asked for it, re-runs it one last time to reply).
 pub fn time_out(shard: &mut Shard, front: &mut Front, client: &mut Client, out: &mut Reply) {
+    if client.blocked.as_ref().is_some_and(|b| b.postponed) {
+        // The pause ended: the command runs now (it may be postponed or block again).
+        let now = shard.now_ms();
+        reprocess(shard, front, client, out, now);
+        return;
+    }
     let rerun = match client.blocked.as_mut() {
         Some(b) if b.rerun_on_timeout => {
             b.timed_out = true;
@@ -160,6 +228,14 @@ pub fn time_out(shard: &mut Shard, front: &mut Front, client: &mut Client, out: 
             unblock(shard, client);
         }
         return;
+    }
+    // Logged as Redis logs a blocked command that timed out (`updateStatsOnUnblock`).
+    if let Some(b) = client.blocked.as_ref() {
+        let argv: Vec<&[u8]> = b.argv.iter().map(Vec::as_slice).collect();
+        if let Ok(spec) = cmd::resolve(front.table, &argv) {
+            let now = shard.now_ms();
+            cmd::log_slow(shard, front, client, spec, &argv, 0, now);
+        }
     }
     unblock(shard, client);
     out.null_array();
@@ -178,12 +254,29 @@ pub fn reprocess(
     let Some(b) = client.blocked.as_mut() else {
         return false;
     };
+    if b.postponed {
+        let owned = std::mem::take(&mut b.argv);
+        unblock(shard, client);
+        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        cmd::execute(shard, front, client, out, &argv, now_ms);
+        drop(argv);
+        return match client.blocked.as_mut() {
+            Some(b) => {
+                b.argv = owned;
+                true
+            }
+            None => false,
+        };
+    }
     b.reblocked = false;
     let owned = std::mem::take(&mut b.argv);
     let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let started = std::time::Instant::now();
+    let mut ran: Option<&'static cmd::table::CommandSpec> = None;
     match cmd::resolve(front.table, &argv) {
         Ok(spec) => match spec.handler {
             Some(handler) => {
+                ran = Some(spec);
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {
@@ -205,15 +298,26 @@ pub fn reprocess(
         },
         Err(e) => cmd::reply_error(front, out, &e),
     }
-    drop(argv);
     let again = client.blocked.as_ref().is_some_and(|b| b.reblocked);
+    if let (false, Some(spec)) = (again, ran) {
+        let usec = started.elapsed().as_micros() as u64;
+        cmd::log_slow(shard, front, client, spec, &argv, usec, now_ms);
+    }
+    drop(argv);
     if again {
         if let Some(b) = client.blocked.as_mut() {
             b.argv = owned;
         }
         shard.blocking.clear_ready(client.id());
     } else {
+        // Served, failed or answered otherwise: the next client waiting on these keys gets
+        // its turn (a wrong-typed BRPOPLPUSH destination pops nothing), as Redis serves every
+        // client blocked on a key while it holds elements.
+        let keys = shard.blocking.keys_of(client.id());
         unblock(shard, client);
+        for (db, key) in keys {
+            shard.signal_key_ready(db, &key);
+        }
     }
     again
 }

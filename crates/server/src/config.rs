@@ -57,6 +57,19 @@ pub struct Config {
     pub client_output_buffer_limit: OutputBufferLimits,
     /// Close a client idle for this many seconds (0: never).
     pub timeout: u64,
+    /// The default user's password (Redis `requirepass`; empty: none, clients need no
+    /// AUTH). Users and passwords are per site, never replicated.
+    pub requirepass: String,
+    /// Refuse clients from addresses other than 127.0.0.1 and ::1 while the default user
+    /// has no password (Redis `protected-mode`).
+    pub protected_mode: bool,
+    /// ACL users file (Redis `aclfile`; empty: none), loaded at start and by ACL LOAD.
+    pub aclfile: String,
+    /// Entries the ACL log keeps (Redis `acllog-max-len`).
+    pub acllog_max_len: u64,
+    /// Channels of new users: `resetchannels` (none) or `allchannels` (Redis
+    /// `acl-pubsub-default`).
+    pub acl_pubsub_default: String,
     /// Active expiry cycles per second, as Redis's `hz`.
     pub hz: u32,
     /// Slow log threshold in microseconds (negative: off).
@@ -151,6 +164,9 @@ pub struct Config {
     pub latency_tracking: bool,
     /// The percentiles INFO latencystats shows, space separated.
     pub latency_tracking_info_percentiles: String,
+    /// Test hook (Redis's hidden `key-load-delay`): microseconds slept per key or log record
+    /// loaded at start.
+    pub key_load_delay: i64,
     /// Redis parameters with no effect in Meridian set to something other than their default
     /// (`params::Binding::Stored`): name → canonical value.
     #[serde(skip)]
@@ -180,6 +196,11 @@ impl Default for Config {
             maxclients: 10_000,
             client_output_buffer_limit: OutputBufferLimits::default(),
             timeout: 0,
+            requirepass: String::new(),
+            protected_mode: true,
+            aclfile: String::new(),
+            acllog_max_len: 128,
+            acl_pubsub_default: "resetchannels".to_string(),
             hz: 10,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
@@ -222,6 +243,7 @@ impl Default for Config {
             lfu_decay_time: 1,
             latency_tracking: true,
             latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            key_load_delay: 0,
             stored: BTreeMap::new(),
             config_file: None,
         }
@@ -493,6 +515,11 @@ impl Config {
         }
     }
 
+    /// Whether new ACL users get every channel (`acl-pubsub-default allchannels`).
+    pub fn pubsub_all(&self) -> bool {
+        self.acl_pubsub_default == "allchannels"
+    }
+
     /// The configured peers, parsed and checked (`id=host:port`, distinct ids, not this
     /// site). Names are not resolved here.
     pub fn peers(&self) -> Result<Vec<PeerAddr>, ConfigError> {
@@ -756,6 +783,18 @@ impl Config {
                 format!(
                     "must be at least 1048576, got {}",
                     self.client_query_buffer_limit
+                ),
+            );
+        }
+        if !matches!(
+            self.acl_pubsub_default.as_str(),
+            "resetchannels" | "allchannels"
+        ) {
+            return bad(
+                "acl-pubsub-default",
+                format!(
+                    "'{}' must be resetchannels or allchannels",
+                    self.acl_pubsub_default
                 ),
             );
         }

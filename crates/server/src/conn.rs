@@ -174,6 +174,8 @@ struct Conn {
     round: Round,
     /// Remote batches' persistence conditions, awaited before the replies go out.
     afters: Vec<AfterBatch>,
+    /// The next barrier's reply is dropped (CLIENT REPLY OFF or SKIP).
+    barrier_muted: bool,
 }
 
 /// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
@@ -267,22 +269,62 @@ pub async fn serve_with_input(
     }
 }
 
+/// Redis's reply to a connection past `maxclients`.
+pub const MAXCLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Redis's protected-mode refusal, sent to clients from other addresses than 127.0.0.1 and
+/// ::1 while `protected-mode` is on and the default user has no password.
+pub const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
+/// Redis's `islocalClient`: exactly 127.0.0.1 or ::1 (an IPv4-mapped 127.0.0.1 too).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST
+                || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
+/// Whether a new connection from `addr` is refused, and with which error (Redis's
+/// `acceptCommonHandler` order: maxclients, then protected mode). `connected` counts the
+/// connections there are already. The caller counts a refusal in `rejected_connections`.
+pub fn refusal(
+    shard: &Shard,
+    connected: usize,
+    addr: std::net::SocketAddr,
+) -> Option<&'static [u8]> {
+    if connected >= shard.config.maxclients as usize {
+        Some(MAXCLIENTS_REACHED)
+    } else if shard.config.protected_mode
+        && shard.acl.default_user().get().nopass()
+        && !is_local(addr.ip())
+    {
+        Some(PROTECTED_MODE_DENIED)
+    } else {
+        None
+    }
+}
+
 /// A connection registered on its thread, its task not started yet.
 pub struct Admitted {
     stream: Rc<TcpStream>,
     shared: Rc<ClientShared>,
     endpoint: Option<u16>,
     limits: ParseLimits,
-    /// Past `maxclients`: it gets the error and is closed.
-    over: bool,
-    /// Bytes the client sent before it was admitted (accepted while loading): parsed first.
+    /// The error a refused connection gets before it closes (`refusal`).
+    refused: Option<&'static [u8]>,
+    /// Bytes the client sent before it was admitted (accepted while loading): parsed first,
+    /// under the same limits (an unauthenticated client's included).
     input: BytesMut,
 }
 
 /// Registers an accepted connection at once, before its task first runs: a script that
 /// starts running long in the meantime answers it from the side path (`script::busy`),
 /// which finds the thread's clients in `Scripting::clients`. `None` when the socket has no
-/// addresses (closed).
+/// addresses (closed). The client starts authenticated only when the default user needs no
+/// password; until then its parser applies Redis's unauthenticated limits.
 pub fn admit(
     th: &Rc<Thread>,
     stream: TcpStream,
@@ -298,25 +340,30 @@ pub fn admit(
     let mut s = th.shard.borrow_mut();
     let mut f = th.front.borrow_mut();
     let now = s.now_ms();
+    let open = s.acl.default_is_open();
     let limits = ParseLimits {
         bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-        authenticated: true,
+        authenticated: open,
     };
-    let over = th.node.client_connected() >= s.config.maxclients as usize;
-    if over {
+    let refused = refusal(&s, th.node.client_connected(), addr);
+    if refused.is_some() {
         f.stats.rejected_connections += 1;
     }
     let shared = f.register_client(id, addr, laddr, now);
-    // Shared (weakly) with the busy-script side path.
+    shared.authenticated.set(open);
     let stream = Rc::new(stream);
-    shared.socket.replace(Rc::downgrade(&stream));
-    s.scripting.clients.insert(id, Rc::downgrade(&shared));
+    // Shared (weakly) with the busy-script side path; a refused connection is never served
+    // by it.
+    if refused.is_none() {
+        shared.socket.replace(Rc::downgrade(&stream));
+        s.scripting.clients.insert(id, Rc::downgrade(&shared));
+    }
     Some(Admitted {
         stream,
         shared,
         endpoint,
         limits,
-        over,
+        refused,
         input,
     })
 }
@@ -328,7 +375,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
         shared,
         endpoint,
         limits,
-        over,
+        refused,
         input,
     } = a;
     let node = th.node.clone();
@@ -341,11 +388,12 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
         out: Reply::new(),
         round: Round::default(),
         afters: Vec::new(),
+        barrier_muted: false,
     };
-    if over {
+    if let Some(text) = refused {
         let _ = write_out(
             &stream,
-            b"-ERR max number of clients reached\r\n",
+            text,
             &shared,
             OutputLimit {
                 hard_bytes: 0,
@@ -487,10 +535,11 @@ impl Conn {
                 let s = &mut *shard_guard;
                 let mut front_guard = th.front.borrow_mut();
                 let f = &mut *front_guard;
-                // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
+                // CONFIG SET proto-max-bulk-len applies to commands parsed from now on, and
+                // so does authentication.
                 parser.set_limits(ParseLimits {
                     bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-                    authenticated: true,
+                    authenticated: !cmd::acl::auth_required(s, &self.client),
                 });
                 let now = s.now_ms();
                 self.client.shared.last_interaction_ms.set(now);
@@ -557,7 +606,14 @@ impl Conn {
                         continue;
                     }
                     self.round.commands += 1;
-                    match self.dispatch(s, f, &argv, now) {
+                    let step = self.dispatch(s, f, &argv, now);
+                    drop(argv);
+                    // AUTH lifts the unauthenticated limits for what follows.
+                    parser.set_limits(ParseLimits {
+                        bulk_bytes_max: s.config.proto_max_bulk_len as i64,
+                        authenticated: !cmd::acl::auth_required(s, &self.client),
+                    });
+                    match step {
                         Step::Next => {}
                         Step::Barrier(b) => return (pos, Some(b)),
                         Step::Stop => return (pos, None),
@@ -671,8 +727,47 @@ impl Conn {
         self.local_done(start);
     }
 
-    /// Dispatches one command (see the module doc).
+    /// Dispatches one command (see the module doc), with what applies to its reply wherever
+    /// it runs: the cross-protocol guard, CLIENT REPLY, and CLIENT PAUSE's postponement.
     fn dispatch(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
+        use crate::client::ReplyMode;
+        // Cross-protocol scripting guard: an HTTP request sent to the port closes the
+        // connection unanswered, as Redis's `securityWarningCommand` does (the replies of the
+        // commands before it in the same read are dropped too).
+        if cmd::is_cross_protocol(argv) {
+            cmd::security_warning(f, now);
+            self.out.truncate(0);
+            self.round.slots.clear();
+            self.client.close_after_reply = true;
+            return Step::Stop;
+        }
+        if self.client.reply_mode == ReplyMode::SkipNext {
+            self.client.reply_mode = ReplyMode::Skip;
+        }
+        let (out_mark, slots_mark) = (self.out.len(), self.round.slots.len());
+        let step = self.dispatch_command(s, f, argv, now);
+        if self.client.reply_mode != ReplyMode::On
+            && !cmd::keep_reply(&mut self.client, argv.first().copied().unwrap_or_default())
+        {
+            if matches!(step, Step::Barrier(_)) {
+                self.barrier_muted = true;
+            } else {
+                self.out.truncate(out_mark);
+                self.round.slots.truncate(slots_mark);
+            }
+        }
+        if let Some(b) = self.client.blocked.as_mut() {
+            if b.postponed && b.argv.is_empty() {
+                // CLIENT PAUSE holds it: it is dispatched again when the pause ends.
+                b.argv = owned(argv);
+                return Step::Stop;
+            }
+        }
+        step
+    }
+
+    /// Dispatches one command to where it runs.
+    fn dispatch_command(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
         if f.node.busy.any() && !self.client.site_link {
             if let Some(step) = self.while_busy(f, argv) {
                 return step;
@@ -710,7 +805,7 @@ impl Conn {
             };
             sink.proto = proto;
             let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv);
+            let spec = cmd::admit(s, f, client, sink, argv, now);
             if spec.is_none() {
                 self.local_done(start);
             }
@@ -896,7 +991,7 @@ impl Conn {
             };
             sink.proto = proto;
             let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv);
+            let spec = cmd::admit(s, f, client, sink, argv, now);
             if spec.is_none() {
                 self.local_done(start);
             }
@@ -984,7 +1079,7 @@ impl Conn {
             };
             sink.proto = proto;
             let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv);
+            let spec = cmd::admit(s, f, client, sink, argv, now);
             if spec.is_none() {
                 self.local_done(start);
             }
@@ -1334,6 +1429,22 @@ impl Conn {
     /// Runs a barrier command alone (see `Barrier`). Returns false when the connection must
     /// close at once.
     async fn run_barrier(
+        &mut self,
+        b: Barrier,
+        stream: &TcpStream,
+        rbuf: &mut BytesMut,
+        pos: usize,
+    ) -> bool {
+        let muted = std::mem::take(&mut self.barrier_muted);
+        let mark = self.out.len();
+        let ok = self.run_barrier_inner(b, stream, rbuf, pos).await;
+        if muted {
+            self.out.truncate(mark);
+        }
+        ok
+    }
+
+    async fn run_barrier_inner(
         &mut self,
         b: Barrier,
         stream: &TcpStream,
@@ -2010,11 +2121,31 @@ impl Conn {
                 self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
                 self.client.shared.qbuf_bytes.set(rbuf.len());
             }
+            BlockedEvent::Wake | BlockedEvent::Timeout
+                if self.client.blocked.as_ref().is_some_and(|b| b.postponed) =>
+            {
+                let due =
+                    matches!(event, BlockedEvent::Timeout) && deadline.is_some_and(|d| now >= d);
+                let woken = matches!(event, BlockedEvent::Wake)
+                    && self.th.shard.borrow().blocking.is_ready(self.client.id());
+                if due || woken {
+                    self.requeue_postponed(rbuf);
+                }
+            }
             BlockedEvent::Wake if shard == self.th.index => {
                 let th = self.th.clone();
                 let mut sg = th.shard.borrow_mut();
                 let mut fg = th.front.borrow_mut();
-                if sg.blocking.is_ready(self.client.id()) {
+                if let Some(how) = self.client.shared.unblock.take() {
+                    self.out.proto = self.client.shared.proto.get();
+                    blocking::unblock_by_request(
+                        &mut sg,
+                        &mut fg,
+                        &mut self.client,
+                        &mut self.out,
+                        how,
+                    );
+                } else if sg.blocking.is_ready(self.client.id()) {
                     self.out.proto = self.client.shared.proto.get();
                     blocking::reprocess(&mut sg, &mut fg, &mut self.client, &mut self.out, now);
                 }
@@ -2029,9 +2160,30 @@ impl Conn {
                 }
             }
             BlockedEvent::Wake | BlockedEvent::Timeout => {
-                let due =
-                    matches!(event, BlockedEvent::Timeout) && deadline.is_some_and(|d| now >= d);
-                if matches!(event, BlockedEvent::Wake) || due {
+                let how = if matches!(event, BlockedEvent::Wake) {
+                    self.client.shared.unblock.take()
+                } else {
+                    None
+                };
+                let due = (matches!(event, BlockedEvent::Timeout)
+                    && deadline.is_some_and(|d| now >= d))
+                    || how == Some(crate::client::Unblock::Timeout);
+                if how == Some(crate::client::Unblock::Error) {
+                    // CLIENT UNBLOCK ... ERROR: the wait ends on the owning shard too.
+                    let id = self.client.id();
+                    self.client.blocked = None;
+                    self.client.shared.blocked.set(false);
+                    let _ = hop::run_on(&self.th, shard, move |t| {
+                        t.shard.borrow_mut().blocking.unregister(id);
+                    })
+                    .await;
+                    self.out.proto = self.client.shared.proto.get();
+                    cmd::reply_error(
+                        &mut self.th.front.borrow_mut(),
+                        &mut self.out,
+                        &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
+                    );
+                } else if matches!(event, BlockedEvent::Wake) || due {
                     let state = self.client.blocked.take().unwrap_or_default();
                     let op = if due {
                         Op::TimeOut(Box::new(state.clone()))
@@ -2069,6 +2221,31 @@ impl Conn {
             return None;
         }
         Some(unblocked)
+    }
+
+    /// CLIENT PAUSE ended for a postponed command: it goes back in front of the read buffer
+    /// (the parser stands at a command boundary: the command was the last one parsed), to
+    /// be dispatched again from the start, wherever its keys are.
+    fn requeue_postponed(&mut self, rbuf: &mut BytesMut) {
+        let Some(b) = self.client.blocked.take() else {
+            return;
+        };
+        self.client.shared.blocked.set(false);
+        self.th
+            .shard
+            .borrow_mut()
+            .blocking
+            .unregister(self.client.id());
+        let mut again = Vec::with_capacity(16 + b.argv.iter().map(|a| a.len() + 16).sum::<usize>());
+        again.extend_from_slice(format!("*{}\r\n", b.argv.len()).as_bytes());
+        for a in &b.argv {
+            again.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            again.extend_from_slice(a);
+            again.extend_from_slice(b"\r\n");
+        }
+        again.extend_from_slice(rbuf);
+        rbuf.clear();
+        rbuf.extend_from_slice(&again);
     }
 
     /// The client is gone: forget it here and on every shard it left state on.

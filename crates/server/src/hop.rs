@@ -82,6 +82,9 @@ pub struct ClientView {
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
     pub name: Option<Vec<u8>>,
+    /// The ACL user it runs as, by name (None: the default user). Users are `Rc`s of each
+    /// thread's shard, which holds the same users as every other (ACL SETUSER runs on all).
+    pub user: Option<Vec<u8>>,
     /// The connection's mailbox: blocked commands register it, Pub/Sub writes to it.
     pub mailbox: Arc<Mailbox>,
     pub dirty: WatchFlag,
@@ -95,6 +98,7 @@ impl ClientView {
             addr: s.addr,
             laddr: s.laddr,
             name: s.name.borrow().clone(),
+            user: s.user.borrow().as_ref().map(|u| u.name()),
             mailbox: s.mailbox.clone(),
             dirty: client.dirty.clone(),
         }
@@ -478,6 +482,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         view.mailbox,
     ));
     *shared.name.borrow_mut() = view.name;
+    *shared.user.borrow_mut() = view.user.and_then(|n| s.acl.user(&n).cloned());
     let mut client = Client::new(shared);
     client.dirty = view.dirty;
     let mut out = Reply {

@@ -8,6 +8,7 @@
 //! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
 //!
 //! # Layout
+//! - `alloc`: the allocator's controls (MEMORY PURGE).
 //! - `config`: defaults, TOML file and flags.
 //! - `admin`: `meridian admin`, a command sent to every site of a deployment.
 //! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
@@ -35,6 +36,7 @@
 //! - `resp`: the request parser and the reply builder.
 //! - `script`: Lua scripting (EVAL, FUNCTION): engines, sandbox, conversions, busy scripts.
 //! - `cmd`: the command table, dispatch, and the command families.
+//! - `acl`: users, AUTH, permission checks, the ACL log and file (per site, not replicated).
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
@@ -49,7 +51,9 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod acl;
 pub mod admin;
+pub mod alloc;
 pub mod blocking;
 pub mod certs;
 pub mod client;

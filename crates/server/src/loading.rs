@@ -3,11 +3,14 @@
 //! The port is bound before loading starts, so a client never meets a refused connection or a
 //! silent one: the control thread accepts on it until every shard has loaded and answers each
 //! command as Redis does while loading (`processCommand`): an unknown command or a wrong
-//! arity gets its usual error, QUIT closes, and anything else gets `-LOADING Redis is loading
-//! the dataset in memory`. (Redis also runs the few commands flagged `loading`, INFO and HELLO
-//! among them; here they get `-LOADING` too.) When loading ends, every such connection is
-//! handed to the shard with the bytes of a command not yet complete, so clients keep their
-//! connections.
+//! arity gets its usual error, QUIT closes, a command named POST or Host: closes the
+//! connection unanswered (the cross-protocol scripting guard, as `cmd::execute`), and
+//! anything else gets `-LOADING Redis is loading the dataset in memory`. (Redis also runs the few commands flagged `loading`, INFO, HELLO
+//! and AUTH among them; here they get `-LOADING`, and so does a client that has not
+//! authenticated, where Redis would answer `-NOAUTH` first.) While the default user has a
+//! password, the parser applies Redis's unauthenticated limits, as the shard does after the
+//! handover. When loading ends, every such connection is handed to the shard with the bytes
+//! of a command not yet complete, so clients keep their connections.
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
@@ -35,14 +38,19 @@ pub struct LoadingLimits {
     pub bulk_bytes_max: i64,
     /// `client-query-buffer-limit`: unparsed input kept per connection.
     pub query_bytes_max: usize,
+    /// Whether clients start authenticated (the default user needs no password); when not,
+    /// the parser applies Redis's unauthenticated limits here as the shard does after the
+    /// handover (AUTH itself waits for the shard: it gets `-LOADING`).
+    pub authenticated: bool,
 }
 
 impl LoadingLimits {
-    pub fn of(config: &crate::config::Config) -> LoadingLimits {
+    pub fn of(config: &crate::config::Config, authenticated: bool) -> LoadingLimits {
         LoadingLimits {
             clients_max: config.maxclients as usize,
             bulk_bytes_max: config.proto_max_bulk_len as i64,
             query_bytes_max: config.client_query_buffer_limit as usize,
+            authenticated,
         }
     }
 }
@@ -114,7 +122,7 @@ async fn serve_conn(
     let table = crate::cmd::table();
     let mut parser = Parser::new(ParseLimits {
         bulk_bytes_max: limits.bulk_bytes_max,
-        authenticated: true,
+        authenticated: limits.authenticated,
     });
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut out: Vec<u8> = Vec::new();
@@ -149,6 +157,12 @@ async fn serve_conn(
                 Parsed::Command { consumed } => {
                     let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
                     parser.args(buf, &mut argv);
+                    if crate::cmd::is_cross_protocol(&argv) {
+                        // Redis frees the client before writing: nothing of this read is
+                        // answered.
+                        security_warning();
+                        return;
+                    }
                     close = answer(table, &argv, &mut out);
                     pos += consumed;
                     if close {
@@ -177,6 +191,21 @@ async fn serve_conn(
             let _ = stream.shutdown().await;
             return;
         }
+    }
+}
+
+/// Logs the cross-protocol guard's warning at most once a minute, as the shard does.
+fn security_warning() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WARNED_S: AtomicU64 = AtomicU64::new(0);
+    let now_s = crate::time::wall_ms() / 1000;
+    let last = WARNED_S.load(Ordering::Relaxed);
+    if (last == 0 || now_s.abs_diff(last) > 60)
+        && WARNED_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!("{}", crate::cmd::SECURITY_WARNING);
     }
 }
 
@@ -231,5 +260,87 @@ mod tests {
                 .starts_with("-ERR unknown command 'nosuch'")
         );
         assert_eq!(reply(&[b"quit"]), ("+OK\r\n".to_string(), true));
+    }
+
+    /// Reads until the server closes the connection (bounded by a timeout).
+    async fn read_to_close(c: &mut TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        let read = c.read_to_end(&mut got);
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), read).await;
+        assert!(matches!(r, Ok(Ok(_))), "not closed: {r:?}");
+        got
+    }
+
+    /// While the default user has a password, the loading port applies Redis's
+    /// unauthenticated limits as the shard does after the handover: 10 arguments and a
+    /// 16384-byte bulk are parsed (and answered), one past either is the protocol error and
+    /// the close. POST closes unanswered. Loaded, a connection is handed over with the bytes
+    /// it sent.
+    #[test]
+    fn unauthenticated_limits_apply_while_loading() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let limits = LoadingLimits {
+                clients_max: 8,
+                bulk_bytes_max: 512 * 1024 * 1024,
+                query_bytes_max: 1024 * 1024 * 1024,
+                authenticated: false,
+            };
+            let (loaded_tx, loaded_rx) = watch::channel(false);
+            let (handover_tx, mut handover_rx) = mpsc::channel(8);
+            let server = tokio::spawn(serve(listener, limits, loaded_rx, handover_tx));
+            let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let mut ten = b"*10\r\n$3\r\nDEL\r\n".to_vec();
+            for _ in 0..9 {
+                ten.extend_from_slice(b"$1\r\nk\r\n");
+            }
+            let mut bulk = b"*2\r\n$4\r\nECHO\r\n$16384\r\n".to_vec();
+            bulk.extend(std::iter::repeat_n(b'v', 16384));
+            bulk.extend_from_slice(b"\r\n");
+            for cmd in [&ten, &bulk] {
+                c.write_all(cmd).await.unwrap();
+                let mut got = vec![0u8; loading.len()];
+                c.read_exact(&mut got).await.unwrap();
+                assert_eq!(got, loading);
+            }
+            c.write_all(b"*11\r\n").await.unwrap();
+            assert_eq!(
+                read_to_close(&mut c).await,
+                b"-ERR Protocol error: unauthenticated multibulk length\r\n"
+            );
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            c.write_all(b"*2\r\n$4\r\nECHO\r\n$16385\r\n")
+                .await
+                .unwrap();
+            assert_eq!(
+                read_to_close(&mut c).await,
+                b"-ERR Protocol error: unauthenticated bulk length\r\n"
+            );
+            // An HTTP request closes the connection unanswered (the cross-protocol guard),
+            // the replies of the commands before it in the same read included.
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            c.write_all(b"PING\r\nPOST / HTTP/1.1\r\n").await.unwrap();
+            assert_eq!(read_to_close(&mut c).await, b"");
+            // A partial command goes to the shard with the connection.
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            c.write_all(&ten).await.unwrap();
+            let mut got = vec![0u8; loading.len()];
+            c.read_exact(&mut got).await.unwrap();
+            c.write_all(b"*2\r\n$4\r\nAUTH\r\n$2\r\npw").await.unwrap();
+            // Let the gate read it before loading ends (what it has not read stays in the
+            // socket for the shard anyway).
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            loaded_tx.send(true).unwrap();
+            let handed = handover_rx.recv().await.expect("handed over");
+            assert_eq!(&handed.input[..], b"*2\r\n$4\r\nAUTH\r\n$2\r\npw");
+            server.await.unwrap();
+        });
     }
 }

@@ -156,6 +156,22 @@ struct ServerFlags {
     /// Close a client idle for this many seconds (0: never). [default: 0]
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
+    /// The default user's password; clients must AUTH (empty: none). [default: ""]
+    #[arg(long, value_name = "PASSWORD")]
+    requirepass: Option<String>,
+    /// While the default user has no password, refuse clients from other addresses than
+    /// 127.0.0.1 and ::1: yes or no. [default: yes]
+    #[arg(long, value_parser = parse_yes_no, value_name = "yes|no")]
+    protected_mode: Option<bool>,
+    /// ACL users file, loaded at start and by ACL LOAD (empty: none). [default: ""]
+    #[arg(long, value_name = "FILE")]
+    aclfile: Option<String>,
+    /// Entries the ACL log keeps. [default: 128]
+    #[arg(long)]
+    acllog_max_len: Option<u64>,
+    /// Channels of new ACL users: resetchannels or allchannels. [default: resetchannels]
+    #[arg(long, value_name = "resetchannels|allchannels")]
+    acl_pubsub_default: Option<String>,
     /// Background cycles per second (active expiry, GC, snapshots). [default: 10]
     #[arg(long)]
     hz: Option<u32>,
@@ -280,6 +296,11 @@ impl ServerFlags {
             client_query_buffer_limit,
             maxclients,
             timeout,
+            requirepass,
+            protected_mode,
+            aclfile,
+            acllog_max_len,
+            acl_pubsub_default,
             hz,
             slowlog_log_slower_than,
             slowlog_max_len,

@@ -116,6 +116,38 @@ pub fn class_of(name: &str) -> Class {
         // thread's (`script::busy`).
         "script|exists" | "script|kill" | "script|help" | "function|list" | "function|dump"
         | "function|stats" | "function|kill" | "function|help" | "crdt.peers" => Local,
+        // Users are each shard's (the connection's thread checks against its own): changes
+        // reach every shard. CLIENT PAUSE holds every shard; CLIENT UNBLOCK finds the client
+        // on its thread.
+        "acl|setuser" | "acl|deluser" | "acl|load" | "client|pause" | "client|unpause"
+        | "swapdb" => All(Merge::Same),
+        "client|unblock" => All(Merge::Sum),
+        "auth"
+        | "acl|cat"
+        | "acl|dryrun"
+        | "acl|genpass"
+        | "acl|getuser"
+        | "acl|help"
+        | "acl|list"
+        | "acl|log"
+        | "acl|save"
+        | "acl|users"
+        | "acl|whoami"
+        | "client|reply"
+        | "client|no-evict"
+        | "client|getredir"
+        | "wait"
+        | "role"
+        | "lolwut"
+        | "memory|stats"
+        | "memory|doctor"
+        | "memory|malloc-stats"
+        | "memory|purge"
+        | "memory|help"
+        | "latency|histogram"
+        | "latency|doctor"
+        | "latency|graph"
+        | "pfselftest" => Local,
         "info" => All(Merge::Info),
         "client|list" => All(Merge::ClientList),
         "client|kill" => All(Merge::ClientKill),

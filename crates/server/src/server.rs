@@ -65,6 +65,8 @@ pub enum ServerError {
     },
     #[error("log: {0}")]
     Log(String),
+    #[error("Aborting startup because of ACL errors: {0}")]
+    Acl(String),
 }
 
 /// What a shard thread and the control thread tell each other while it starts.
@@ -153,6 +155,7 @@ fn fit_open_files_limit(config: &mut Config) {
 /// logged. A failure at any step returns an error and nothing keeps running.
 pub fn run(mut config: Config) -> Result<(), ServerError> {
     fit_open_files_limit(&mut config);
+    warn_if_open(&config);
     // Collections hash client-chosen members with a secret key: give the CRDT crate one.
     meridian_crdt::hashing::init(rand::random());
     resolve_peers(&config)?;
@@ -168,6 +171,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     // `cluster-api` unset means "on with several shards": settle it for CONFIG GET.
     config.cluster_api = Some(config.cluster_enabled(shards));
     let placement = topology.place(usize::from(local));
+    let authenticated = clients_start_authenticated(&config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
     let sync_listener = bind_sync(&config)?;
@@ -207,7 +211,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         addr: addr.clone(),
         source,
     })?;
-    let limits = crate::loading::LoadingLimits::of(&config);
+    let limits = crate::loading::LoadingLimits::of(&config, authenticated);
     let (handover_tx, mut handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
     let (control, control_rxs) = crate::control::channels(usize::from(local));
     let now = crate::time::wall_ms();
@@ -926,7 +930,11 @@ fn run_thread(
         if let (Some(site), Some(pool)) = (&node.site, &proxy) {
             crate::cmd::pubsub::start_forwarders(pool.clone(), site.other_nodes());
         }
-        let opened = shard.open_persistence().map_err(|e| e.to_string());
+        // The users come first (`aclfile`, checked already by `clients_start_authenticated`),
+        // as Redis loads them before its data.
+        let opened = load_acl_file(&mut shard)
+            .map_err(|e| e.to_string())
+            .and_then(|()| shard.open_persistence().map_err(|e| e.to_string()));
         let _ = ready.send((index, opened.clone()));
         if let Err(e) = opened {
             return Err(ServerError::Persist(e));
@@ -985,6 +993,59 @@ fn run_thread(
     })
 }
 
+/// Loads `aclfile` at start (after `requirepass`, as Redis does): any error stops the start.
+fn load_acl_file(shard: &mut Shard) -> Result<(), ServerError> {
+    let Shard { acl, config, .. } = shard;
+    load_acl_file_into(acl, config)
+}
+
+fn load_acl_file_into(acl: &mut crate::acl::Acl, config: &Config) -> Result<(), ServerError> {
+    if config.aclfile.is_empty() {
+        return Ok(());
+    }
+    let path = std::path::PathBuf::from(&config.aclfile);
+    acl.load_file(&path, config.pubsub_all())
+        .map(|_| ())
+        .map_err(|e| ServerError::Acl(e.0))
+}
+
+/// Whether new clients start authenticated once the shard has loaded (its default user,
+/// from `requirepass` then `aclfile`, needs no password and is on). The loading port
+/// answers before the shard has its users; it applies the parser's unauthenticated limits
+/// when this is false, as the shard does after the handover. An unreadable or invalid
+/// `aclfile` stops the start here, before any port is bound.
+fn clients_start_authenticated(config: &Config) -> Result<bool, ServerError> {
+    let mut acl = crate::acl::Acl::new();
+    if !config.requirepass.is_empty() {
+        acl.set_requirepass(config.requirepass.as_bytes());
+    }
+    load_acl_file_into(&mut acl, config)?;
+    Ok(acl.default_is_open())
+}
+
+/// Says at start when clients from other hosts can connect without a password, or are
+/// refused by protected mode.
+fn warn_if_open(config: &Config) {
+    let loopback = config
+        .bind
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    if loopback || !config.requirepass.is_empty() || !config.aclfile.is_empty() {
+        return;
+    }
+    if config.protected_mode {
+        tracing::warn!(
+            bind = %config.bind,
+            "no password is set for the default user: protected mode refuses clients from other addresses than 127.0.0.1 and ::1 (-DENIED); set requirepass or ACL users"
+        );
+    } else {
+        tracing::warn!(
+            bind = %config.bind,
+            "WARNING: protected mode is off and no password is set for the default user: anyone who can reach this address can run any command, FLUSHALL included"
+        );
+    }
+}
+
 /// Buckets examined per database per cycle; a pass over a large table spans several cycles.
 pub const EXPIRE_CYCLE_BUCKETS_MAX: usize = 64 * 1024;
 
@@ -1008,7 +1069,10 @@ async fn periodic(th: Rc<Thread>) {
             for db in 0..s.dbs.len() {
                 s.active_expire_db(db, now, EXPIRE_CYCLE_BUCKETS_MAX);
             }
-            s.stats.expire_cycle_cpu_milliseconds += started.elapsed().as_millis() as u64;
+            let ms = started.elapsed().as_millis() as u64;
+            s.stats.expire_cycle_cpu_milliseconds += ms;
+            let threshold = s.config.latency_monitor_threshold;
+            crate::node::lock(&th.node.latency).record("expire-cycle", now / 1000, ms, threshold);
         }
         s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
         s.stats

@@ -225,9 +225,14 @@ fn fill(c: &mut Raw, keys: usize) {
 
 #[test]
 fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
-    const KEYS: usize = 300_000;
+    // 3 ms per log record replayed (`key-load-delay`, Redis's test hook): about 6 s of loading.
+    const KEYS: usize = 2_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("slow.toml");
+    std::fs::write(&conf, "key-load-delay = 3000\nsave = \"\"\n").unwrap();
+    let conf = conf.display().to_string();
     let metrics_port = free_port().to_string();
-    let mut node = Node::start_new(&["--metrics-port", &metrics_port]);
+    let mut node = Node::start_new(&["--metrics-port", &metrics_port, "--config", &conf]);
     let metrics_port: u16 = metrics_port.parse().unwrap();
     fill(&mut node.connect(), KEYS);
     node.kill();
@@ -257,15 +262,15 @@ fn clients_get_loading_while_the_data_loads_and_keep_their_connection() {
         b"-ERR wrong number of arguments for 'get' command\r\n"
     );
     // Half a command now, the rest once loaded: the connection is handed to the shard with it.
-    early.send(b"*2\r\n$3\r\nGET\r\n$9\r\nkey:");
+    early.send(b"*2\r\n$3\r\nGET\r\n$8\r\nkey:");
     assert!(
-        common::disk::eventually(Duration::from_secs(60), || common::answers_pong(node.port)),
+        common::disk::eventually(Duration::from_secs(60), || common::serves(node.port)),
         "never loaded; log:\n{}",
         node.last_log()
     );
     assert_eq!(http_get(metrics_port, "/health").0, 200);
-    early.send(b"12345\r\n");
-    assert_eq!(early.read_reply(), b"$11\r\nvalue-12345\r\n");
+    early.send(b"1234\r\n");
+    assert_eq!(early.read_reply(), b"$10\r\nvalue-1234\r\n");
     assert_eq!(early.call(&[b"DBSIZE"]), format!(":{KEYS}\r\n").as_bytes());
     let log = node.last_log();
     let loaded = log.find("data loaded").expect("data loaded line");
@@ -350,7 +355,7 @@ fn the_log_level_flag_wins_over_rust_log() {
             .spawn()
             .unwrap();
         assert!(common::disk::eventually(Duration::from_secs(20), || {
-            common::answers_pong(port)
+            common::serves(port)
         }));
         let _ = child.kill();
         let _ = child.wait();
@@ -501,7 +506,7 @@ fn systemd_hears_loading_ready_watchdog_and_stopping() {
         .expect("start timeout extended");
     let ready = notify.position("READY=1").unwrap();
     assert!(status < ready && extend < ready, "{:?}", notify.lines());
-    assert!(common::answers_pong(port));
+    assert!(common::serves(port));
     wait("WATCHDOG=1");
     // A wedged shard (DEBUG SLEEP blocks its thread, as Redis's blocks the server): no ping.
     let mut c = Raw::connect(port);

@@ -211,6 +211,10 @@ fn info_string(shard: &mut Shard, front: &Front, s: &Sections, now_ms: u64) -> S
             let _ = write!(out, "errorstat_{code}:count={count}\r\n");
         }
     }
+    if s.has("latencystats") {
+        section(&mut out, &mut n, "Latencystats");
+        super::latency::info_latencystats(shard, front, &mut out);
+    }
     if s.has("cluster") {
         section(&mut out, &mut n, "Cluster");
         field(
@@ -458,7 +462,7 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
-    field(out, "maxmemory_policy", "noeviction");
+    field(out, "maxmemory_policy", &shard.config.maxmemory_policy);
     field(
         out,
         "allocator_frag_ratio",
@@ -840,6 +844,13 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             }
         }
         "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
+        // Redis's `updateRequirePass`: the default user's passwords become this one (none:
+        // nopass).
+        "requirepass" => {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
+        "maxmemory-policy" => shard.set_policy_flags(),
         _ => {}
     }
 }
@@ -1115,11 +1126,21 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ctx,
             "DEBUG",
             &[
+                "DIGEST",
+                "    Output a hex signature representing the current DB content.",
+                "DIGEST-VALUE <key> [<key> ...]",
+                "    Output a hex signature of the values of all the specified keys.",
                 "ERROR <string>",
                 "    Return a Redis protocol error with <string> as message. Useful for clients",
                 "    unit tests to simulate Redis errors.",
                 "LOG <message>",
                 "    Write <message> to the server log.",
+                "OBJECT <key>",
+                "    Show low level info about `key` and associated value.",
+                "PROTOCOL <type>",
+                "    Reply with a test value of the specified type. <type> can be: string,",
+                "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                "    true, false.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1129,6 +1150,18 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ],
         );
         return Ok(());
+    }
+    if eq_ic(sub, "object") && argc == 3 {
+        return super::debug::object(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "protocol") && argc == 3 {
+        return super::debug::protocol(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "digest") && argc == 2 {
+        return super::debug::digest(ctx);
+    }
+    if eq_ic(sub, "digest-value") {
+        return super::debug::digest_value(ctx, argv.get(2..).unwrap_or_default());
     }
     if eq_ic(sub, "sleep") && argc == 3 {
         // Redis: strtod, whatever it parses (0 for junk); the shard thread blocks, as Redis's

@@ -50,6 +50,8 @@ struct Waiter {
     keys: Vec<(usize, Vec<u8>)>,
     /// Woken and not yet re-run: further writes wake the next waiter instead.
     ready: bool,
+    /// Postponed by CLIENT PAUSE (it waits on no key).
+    postponed: bool,
 }
 
 /// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -77,6 +79,23 @@ impl BlockRegistry {
     /// Registers client `id` on `keys` of `db` (duplicates count once), at the back of each
     /// key's queue. A client already registered is registered again from scratch.
     pub fn register(&mut self, id: u64, wake: Arc<dyn Wake>, db: usize, keys: &[&[u8]]) {
+        self.register_waiter(id, wake, db, keys, false);
+    }
+
+    /// Registers a client postponed by CLIENT PAUSE: it waits on no key and is woken by
+    /// `wake_postponed`.
+    pub fn register_postponed(&mut self, id: u64, wake: Arc<dyn Wake>) {
+        self.register_waiter(id, wake, 0, &[], true);
+    }
+
+    fn register_waiter(
+        &mut self,
+        id: u64,
+        wake: Arc<dyn Wake>,
+        db: usize,
+        keys: &[&[u8]],
+        postponed: bool,
+    ) {
         self.unregister(id);
         let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
         for k in keys {
@@ -92,6 +111,7 @@ impl BlockRegistry {
                 wake,
                 keys: mine,
                 ready: false,
+                postponed,
             },
         );
     }
@@ -130,6 +150,31 @@ impl BlockRegistry {
             }
         }
         None
+    }
+
+    /// Wakes every client postponed by CLIENT PAUSE (the pause ended).
+    pub fn wake_postponed(&mut self) {
+        for w in self
+            .clients
+            .values_mut()
+            .filter(|w| w.postponed && !w.ready)
+        {
+            w.ready = true;
+            w.wake.wake();
+        }
+    }
+
+    /// Whether `id` waits because of CLIENT PAUSE (CLIENT UNBLOCK leaves those alone).
+    pub fn is_postponed(&self, id: u64) -> bool {
+        self.clients.get(&id).is_some_and(|w| w.postponed)
+    }
+
+    /// The keys `id` waits on.
+    pub fn keys_of(&self, id: u64) -> Vec<(usize, Vec<u8>)> {
+        self.clients
+            .get(&id)
+            .map(|w| w.keys.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `id` was woken by a write and should re-run its command.

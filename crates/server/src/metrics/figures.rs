@@ -3,8 +3,16 @@
 //! plain fields; only this copy crosses threads.
 
 use crate::shard::Shard;
-use crate::stats::CmdStat;
 use crate::sync::LinkState;
+
+/// One command's counters (INFO commandstats' figures, without the latency histogram).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommandFigures {
+    pub calls: u64,
+    pub usec: u64,
+    pub rejected_calls: u64,
+    pub failed_calls: u64,
+}
 
 /// One shard's figures at one instant.
 #[derive(Clone, Debug, Default)]
@@ -22,7 +30,7 @@ pub struct ShardFigures {
     pub expired_keys: u64,
     pub error_replies: u64,
     /// Commands with any call, rejection or failure, named as INFO commandstats names them.
-    pub commands: Vec<(&'static str, CmdStat)>,
+    pub commands: Vec<(&'static str, CommandFigures)>,
     pub errors: Vec<(String, u64)>,
     /// (db index, keys, keys with a TTL), non-empty databases only.
     pub dbs: Vec<(usize, u64, u64)>,
@@ -99,8 +107,15 @@ impl Shard {
             .iter()
             .filter_map(|spec| {
                 let c = fst.commands.get(spec.idx)?;
-                (c.calls > 0 || c.failed_calls > 0 || c.rejected_calls > 0)
-                    .then_some((spec.meta.name, *c))
+                (c.calls > 0 || c.failed_calls > 0 || c.rejected_calls > 0).then_some((
+                    spec.meta.name,
+                    CommandFigures {
+                        calls: c.calls,
+                        usec: c.usec,
+                        rejected_calls: c.rejected_calls,
+                        failed_calls: c.failed_calls,
+                    },
+                ))
             })
             .collect();
         let dbs = self

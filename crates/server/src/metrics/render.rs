@@ -236,7 +236,8 @@ fn redis_families(m: &mut Families, p: &ProcessFigures, s: &[ShardFigures]) {
         &[],
         p.cpu_sys_seconds,
     );
-    let mut cmds: std::collections::BTreeMap<&str, crate::stats::CmdStat> = Default::default();
+    let mut cmds: std::collections::BTreeMap<&str, crate::metrics::figures::CommandFigures> =
+        Default::default();
     for f in s {
         for (name, c) in &f.commands {
             let e = cmds.entry(name).or_default();
@@ -519,7 +520,7 @@ mod tests {
     fn every_metric_the_dashboard_reads_is_rendered() {
         use crate::metrics::figures::FsyncFigures;
         let f = ShardFigures {
-            commands: vec![("set", CmdStat::default())],
+            commands: vec![("set", CommandFigures::default())],
             errors: vec![("ERR".to_string(), 1)],
             dbs: vec![(0, 1, 0)],
             fsync: Some(FsyncFigures::default()),
@@ -553,8 +554,8 @@ mod tests {
     }
 
     use super::*;
+    use crate::metrics::figures::CommandFigures;
     use crate::metrics::figures::PeerFigures;
-    use crate::stats::CmdStat;
     use crate::sync::LinkState;
 
     #[test]
@@ -564,10 +565,10 @@ mod tests {
             connected_clients: 2,
             commands: vec![(
                 "get",
-                CmdStat {
+                CommandFigures {
                     calls: 3,
                     usec: 1_500_000,
-                    ..CmdStat::default()
+                    ..CommandFigures::default()
                 },
             )],
             errors: vec![("WRONGTYPE".to_string(), 1)],

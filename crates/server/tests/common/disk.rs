@@ -290,7 +290,7 @@ impl Drop for Node {
 /// Whether a fresh connection to `port` gets a reply to PING within half a second (PONG,
 /// or an error: either means the server serves).
 fn ping_answers(port: u16) -> bool {
-    super::answers_pong(port)
+    super::serves(port)
 }
 
 /// Removes terminal colour sequences (`ESC [ ... m`) from a log.

@@ -48,9 +48,10 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// Whether the server on `port` answers PING with PONG now. A server still loading its data
-/// accepts connections but answers `-LOADING`: it is not ready yet.
-pub fn answers_pong(port: u16) -> bool {
+/// Whether the server on `port` serves commands now: it answers PING with anything but
+/// `-LOADING` (PONG, or -NOAUTH when the default user has a password). A server still
+/// loading its data accepts connections but answers `-LOADING`: it is not ready yet.
+pub fn serves(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -62,7 +63,7 @@ pub fn answers_pong(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 64];
-    matches!(stream.read(&mut buf), Ok(n) if buf.get(..n).is_some_and(|b| b.starts_with(b"+PONG")))
+    matches!(stream.read(&mut buf), Ok(n) if n > 0 && !buf.starts_with(b"-LOADING"))
 }
 
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
@@ -80,7 +81,7 @@ pub fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> 
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if answers_pong(port) {
+        if serves(port) {
             return child;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -388,6 +389,28 @@ impl Raw {
     /// Wraps a connection made by the test itself.
     pub fn from_stream(stream: TcpStream) -> Raw {
         let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// A client whose source address is `from` (a loopback address other than 127.0.0.1:
+    /// protected mode treats it as a remote client).
+    pub fn connect_from(from: std::net::Ipv4Addr, port: u16) -> Raw {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        socket
+            .bind(&std::net::SocketAddr::from((from, 0)).into())
+            .expect("bind source address");
+        socket
+            .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+            .expect("connect");
+        let stream: TcpStream = socket.into();
         stream
             .set_read_timeout(Some(READ_TIMEOUT))
             .expect("set_read_timeout");

@@ -123,7 +123,7 @@ impl Site {
             .unwrap_or_else(|e| panic!("spawn meridian: {e}"));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if super::answers_pong(self.port) {
+            if super::serves(self.port) {
                 *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
                 return;
             }
