@@ -79,6 +79,7 @@ pub mod route;
 pub mod script;
 pub mod server;
 pub mod service;
+pub mod sha1;
 pub mod shard;
 pub mod slot;
 pub mod stats;
