@@ -769,7 +769,7 @@ impl Conn {
     /// Dispatches one command to where it runs.
     fn dispatch_command(&mut self, s: &mut Shard, f: &mut Front, argv: &[&[u8]], now: u64) -> Step {
         if f.node.busy.any() && !self.client.site_link {
-            if let Some(step) = self.while_busy(f, argv) {
+            if let Some(step) = self.while_busy(s, f, argv, now) {
                 return step;
             }
         }
@@ -864,13 +864,26 @@ impl Conn {
     /// BUSY, except for SCRIPT KILL and FUNCTION KILL (which reach the script through the
     /// process's `BusyBoard`), SHUTDOWN NOSAVE, and the commands Redis runs while busy.
     /// None: run the command as usual.
-    fn while_busy(&mut self, f: &mut Front, argv: &[&[u8]]) -> Option<Step> {
+    fn while_busy(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        argv: &[&[u8]],
+        now: u64,
+    ) -> Option<Step> {
         let eq = |i: usize, w: &str| {
             argv.get(i)
                 .is_some_and(|a| a.eq_ignore_ascii_case(w.as_bytes()))
         };
         let board = f.node.busy.clone();
         let text = board.busy_text()?;
+        // Unknown commands and arities first (the usual path answers them), then
+        // authentication and permissions, as `cmd::admit` checks them.
+        let spec = cmd::resolve(f.table, argv).ok()?;
+        if let Err(e) = cmd::acl::gate(s, &self.client, spec, argv, now) {
+            self.reject(f, Some(spec), &e);
+            return Some(Step::Next);
+        }
         let reply: Result<(), String> =
             if (eq(0, "script") || eq(0, "function")) && eq(1, "kill") && argv.len() == 2 {
                 board.kill(eq(0, "script")).map_err(str::to_string)

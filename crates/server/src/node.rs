@@ -55,6 +55,8 @@ pub struct Node {
     monitors_n: AtomicUsize,
     pub slowlog: Mutex<SlowLog>,
     pub latency: Mutex<LatencyMonitor>,
+    /// The ACL log, every shard's `Acl::log`.
+    pub acl_log: Arc<Mutex<crate::acl::AclLog>>,
     next_client_id: AtomicU64,
     /// Connected clients over all threads (maxclients).
     clients_n: AtomicUsize,
@@ -109,6 +111,7 @@ impl Node {
             monitors_n: AtomicUsize::new(0),
             slowlog: Mutex::new(SlowLog::new(slowlog_len_max)),
             latency: Mutex::new(LatencyMonitor::default()),
+            acl_log: Arc::default(),
             next_client_id: AtomicU64::new(1),
             clients_n: AtomicUsize::new(0),
             next_thread: AtomicUsize::new(0),

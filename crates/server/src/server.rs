@@ -960,6 +960,7 @@ fn run_thread(
             let mut s = shard.borrow_mut();
             s.scripting.stop = Some(stop.clone());
             s.scripting.board = Some((node.busy.clone(), usize::from(index - node.first)));
+            s.acl.log = node.acl_log.clone();
             s.scripting.slots = (node.shards > 1).then(|| (*node.slots).clone());
             s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
                 if let Some(th) = weak.upgrade() {

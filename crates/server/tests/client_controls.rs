@@ -201,17 +201,18 @@ fn databases_wake_waiters(port: u16) {
     assert_eq!(read(&mut a), "*2\r\n$2\r\nmv\r\n$1\r\ny\r\n");
     call(&mut w, &["SELECT", "0"]);
     // The first waiter cannot use the element (its destination is a string): the next one
-    // is served.
-    call(&mut w, &["SET", "t1", "nolist"]);
-    send(&mut a, &["BRPOPLPUSH", "src", "t1", "0"]);
+    // is served. (Hash tags keep source and destination on one shard, as Redis Cluster
+    // requires of BRPOPLPUSH.)
+    call(&mut w, &["SET", "{q}t1", "nolist"]);
+    send(&mut a, &["BRPOPLPUSH", "{q}src", "{q}t1", "0"]);
     wait_blocked(&mut w, 1);
-    send(&mut b, &["BRPOPLPUSH", "src", "t2", "0"]);
+    send(&mut b, &["BRPOPLPUSH", "{q}src", "{q}t2", "0"]);
     wait_blocked(&mut w, 2);
-    call(&mut w, &["LPUSH", "src", "foo"]);
+    call(&mut w, &["LPUSH", "{q}src", "foo"]);
     assert!(read(&mut a).starts_with("-WRONGTYPE"));
     assert_eq!(read(&mut b), "$3\r\nfoo\r\n");
     assert_eq!(
-        call(&mut w, &["LRANGE", "t2", "0", "-1"]),
+        call(&mut w, &["LRANGE", "{q}t2", "0", "-1"]),
         "*1\r\n$3\r\nfoo\r\n"
     );
 }

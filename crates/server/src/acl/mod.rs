@@ -343,7 +343,9 @@ pub struct Acl {
     /// By name: ACL LIST and USERS list them in this (byte) order, as Redis's radix tree.
     users: BTreeMap<Vec<u8>, UserRef>,
     default: UserRef,
-    pub log: AclLog,
+    /// Shared by every shard of the process (`Node::acl_log`): a denial is logged where the
+    /// connection's thread checks it, and ACL LOG on any thread sees it.
+    pub log: std::sync::Arc<std::sync::Mutex<AclLog>>,
 }
 
 impl Default for Acl {
@@ -361,7 +363,7 @@ impl Acl {
         Acl {
             users,
             default,
-            log: AclLog::default(),
+            log: std::sync::Arc::default(),
         }
     }
 

@@ -214,7 +214,7 @@ fn add_log(
         client_info: super::client::info_line(shown, now_ms),
     };
     let len_max = usize::try_from(shard.config.acllog_max_len).unwrap_or(usize::MAX);
-    shard.acl.log.add(entry, len_max);
+    crate::node::lock(&shard.acl.log).add(entry, len_max);
 }
 
 fn current_user(shard: &Shard, shared: &ClientShared) -> UserRef {
@@ -561,7 +561,7 @@ fn log(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut count: usize = 10;
     if let Some(a) = argv.get(2) {
         if eq_ic(a, "reset") {
-            ctx.shard.acl.log.entries.clear();
+            crate::node::lock(&ctx.shard.acl.log).entries.clear();
             ctx.out.ok();
             return Ok(());
         }
@@ -569,10 +569,7 @@ fn log(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         count = usize::try_from(n.max(0)).unwrap_or(0);
     }
     let now = ctx.now_ms;
-    let entries: Vec<LogEntry> = ctx
-        .shard
-        .acl
-        .log
+    let entries: Vec<LogEntry> = crate::node::lock(&ctx.shard.acl.log)
         .entries
         .iter()
         .take(count)
