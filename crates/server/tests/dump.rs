@@ -8,7 +8,12 @@
 
 mod common;
 
+use std::time::Duration;
+
+use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
 use common::{Raw, RedisRef, Reply, Server, escape, parse_reply};
+
+const LINKS_UP: Duration = Duration::from_secs(15);
 
 fn redis() -> RedisRef {
     assert!(
@@ -518,6 +523,22 @@ fn migrate_between_meridian_and_redis() {
         rc.reply(&["LRANGE", "list", "0", "-1"]).strings(),
         vec!["a", "b", "c", "d"]
     );
+    // One key refused (BUSYKEY), the other moves: the acknowledged key is deleted, the
+    // refused one stays, and the error is the target's.
+    mc.ok(&["SET", "ok1", "v"]);
+    mc.ok(&["SET", "list2", "w"]);
+    rc.ok(&["SET", "list2", "taken"]);
+    let e = mc.err(&[
+        "MIGRATE", "127.0.0.1", &rport, "", "9", "5000", "KEYS", "list2", "ok1",
+    ]);
+    assert_eq!(
+        e,
+        "ERR Target instance replied with error: BUSYKEY Target key name already exists."
+    );
+    assert_eq!(mc.int(&["EXISTS", "ok1"]), 0);
+    assert_eq!(mc.int(&["EXISTS", "list2"]), 1);
+    assert_eq!(rc.call_text(&["GET", "ok1"]), "$1\r\nv\r\n");
+    assert_eq!(rc.call_text(&["GET", "list2"]), "$5\r\ntaken\r\n");
     // Redis → Meridian, several keys, missing ones skipped.
     rc.ok(&["SELECT", "0"]);
     rc.ok(&["MSET", "k1", "v1", "k2", "v2"]);
@@ -607,4 +628,68 @@ fn migrate_between_meridian_and_redis() {
     ]);
     assert!(e.contains("WRONGPASS"), "{e}");
     assert_eq!(mc.int(&["EXISTS", "kk"]), 1);
+}
+
+/// A RESTOREd key is a local write like any other: it reaches the other site, where it shows
+/// the same contents, TTL and DUMP bytes; RESTORE ... REPLACE removes what the site saw of
+/// the old value at every site; the deletion MIGRATE makes reaches the other site too.
+#[test]
+fn restore_and_migrate_replicate_to_other_sites() {
+    let r = redis();
+    let mut rc = r.connect();
+    rc.ok(&["SET", "s", "hello"]);
+    rc.int(&["RPUSH", "l", "a", "b", "1", "c"]);
+    rc.int(&["HSET", "h", "f1", "v1", "f2", "22"]);
+    rc.int(&["SADD", "st", "1", "2", "-300"]);
+    rc.int(&["ZADD", "z", "1", "a", "2.5", "b"]);
+    rc.int(&["PFADD", "hll", "x", "y", "z"]);
+    let keys: [&[u8]; 6] = [b"s", b"l", b"h", b"st", b"z", b"hll"];
+    let payloads: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| bulk(rc.call(&[b"DUMP", k])))
+        .collect();
+
+    let cluster = Cluster::start(&["a", "b"], Opts::default());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    // B wrote h first; A saw it, then replaced it.
+    b.int(&["HSET", "h", "old", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for (key, p) in keys.iter().zip(&payloads) {
+        let ttl: &[u8] = if *key == b"s" { b"100000" } else { b"0" };
+        assert_eq!(
+            a.call(&[b"RESTORE", key, ttl, p, b"REPLACE"]),
+            b"+OK\r\n",
+            "{}",
+            escape(key)
+        );
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for (key, p) in keys.iter().zip(&payloads) {
+        let want = contents(&mut rc, key);
+        assert_eq!(contents(&mut a, key), want);
+        assert_eq!(contents(&mut b, key), want, "site b");
+        let from_a = bulk(a.call(&[b"DUMP", key]));
+        let from_b = bulk(b.call(&[b"DUMP", key]));
+        assert_eq!(escape(&from_a), escape(&from_b), "{}", escape(key));
+        assert_eq!(escape(&from_a), escape(p), "{}", escape(key));
+    }
+    let pttl = b.int(&["PTTL", "s"]);
+    assert!((90_000..=100_000).contains(&pttl), "{pttl}");
+    assert_eq!(b.int(&["HEXISTS", "h", "old"]), 0);
+    // MIGRATE away from A: the key leaves both sites.
+    a.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &r.port.to_string(),
+        "l",
+        "5",
+        "5000",
+    ]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(a.int(&["EXISTS", "l"]), 0);
+    assert_eq!(b.int(&["EXISTS", "l"]), 0);
+    rc.ok(&["SELECT", "5"]);
+    assert_eq!(rc.reply(&["LRANGE", "l", "0", "-1"]).strings(), vec!["a", "b", "1", "c"]);
 }

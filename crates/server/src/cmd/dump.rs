@@ -7,7 +7,7 @@
 //! writes the value through `Shard::write_key` like any command: with REPLACE, a removal of
 //! what the key held (an observed DEL), then the writes that build the value (SET, SADD,
 //! HSET, ZADD, RPUSH effects), then its TTL; so it replicates as CRDT effects
-//! (docs/conflicts.md §15). MIGRATE sends RESTORE commands to another server over a plain
+//! (docs/conflicts.md §16). MIGRATE sends RESTORE commands to another server over a plain
 //! TCP connection opened for the command (no connection cache: INFO shows
 //! `migrate_cached_sockets:0`); each connect, write and read waits at most the given
 //! timeout, in slices that watch the stop request.
@@ -552,7 +552,9 @@ enum Exchange {
 }
 
 /// Sends AUTH, SELECT and the RESTOREs in `cmd`, reads the replies, and deletes (unless
-/// `copy`) each key the target acknowledged.
+/// `copy`) each key the target acknowledged, as `migrateCommand` does: an error to AUTH or
+/// SELECT fails every key; otherwise each key whose RESTORE succeeded is deleted even when
+/// another one failed, and the first error is the one reported.
 fn exchange(
     ctx: &mut Ctx<'_>,
     target: &mut Target,
@@ -567,11 +569,11 @@ fn exchange(
             replies: 0,
         };
     }
-    let mut first_error: Option<Vec<u8>> = None;
+    let mut setup_error: Option<Vec<u8>> = None;
     for _ in [m.password.is_some(), true].iter().filter(|x| **x) {
         match target.read_line() {
-            Ok(line) if line.first() == Some(&b'-') && first_error.is_none() => {
-                first_error = Some(line);
+            Ok(line) if line.first() == Some(&b'-') && setup_error.is_none() => {
+                setup_error = Some(line);
             }
             Ok(_) => {}
             Err(why) => {
@@ -583,6 +585,8 @@ fn exchange(
             }
         }
     }
+    let failed_setup = setup_error.is_some();
+    let mut first_error = setup_error;
     let db = ctx.db();
     let now = ctx.now_ms;
     for (i, key) in keys.iter().enumerate() {
@@ -597,9 +601,11 @@ fn exchange(
             }
             Err(_) => break,
         };
-        if first_error.is_none() && line.first() == Some(&b'-') {
-            first_error = Some(line);
-        } else if first_error.is_none() && !m.copy {
+        if failed_setup || line.first() == Some(&b'-') {
+            if first_error.is_none() {
+                first_error = Some(line);
+            }
+        } else if !m.copy {
             ctx.shard.delete_key(db, key, now);
         }
     }
