@@ -693,3 +693,46 @@ fn restore_and_migrate_replicate_to_other_sites() {
     rc.ok(&["SELECT", "5"]);
     assert_eq!(rc.reply(&["LRANGE", "l", "0", "-1"]).strings(), vec!["a", "b", "1", "c"]);
 }
+
+/// MIGRATE's passwords never reach the slow log (nor MONITOR, which shows the same
+/// redacted arguments); neither do CONFIG SET masterauth's.
+#[test]
+fn migrate_secrets_are_redacted() {
+    let m = Server::start();
+    let mut c = m.connect();
+    let port = m.port.to_string();
+    c.ok(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    c.ok(&["SLOWLOG", "RESET"]);
+    for tail in [&[][..], &["AUTH", "pw"][..], &["COPY", "AUTH2", "user", "pw"][..]] {
+        let mut args = vec!["MIGRATE", "127.0.0.1", port.as_str(), "key", "9", "5000"];
+        args.extend_from_slice(tail);
+        assert_eq!(c.call_text(&args), "+NOKEY\r\n");
+    }
+    // Refused (Meridian has no Redis replication to authenticate), logged all the same.
+    c.call_text(&["CONFIG", "SET", "masterauth", "secret"]);
+    c.ok(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]);
+    let entries = match c.reply(&["SLOWLOG", "GET"]) {
+        Reply::Array(e) => e,
+        other => panic!("SLOWLOG GET: {other:?}"),
+    };
+    let args: Vec<String> = entries
+        .iter()
+        .map(|e| match e {
+            Reply::Array(fields) => match fields.get(3) {
+                Some(a) => a.strings().join(" "),
+                None => panic!("entry {e:?}"),
+            },
+            other => panic!("entry {other:?}"),
+        })
+        .collect();
+    let port = &port;
+    assert_eq!(
+        args[..4],
+        [
+            "CONFIG SET masterauth (redacted)".to_string(),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000 COPY AUTH2 (redacted) (redacted)"),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000 AUTH (redacted)"),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000"),
+        ]
+    );
+}
