@@ -649,7 +649,7 @@ fn restore_and_migrate_replicate_to_other_sites() {
         .map(|k| bulk(rc.call(&[b"DUMP", k])))
         .collect();
 
-    let cluster = Cluster::start(&["a", "b"], Opts::default());
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(0).connect();
     let mut b = cluster.site(1).connect();
@@ -692,6 +692,24 @@ fn restore_and_migrate_replicate_to_other_sites() {
     assert_eq!(b.int(&["EXISTS", "l"]), 0);
     rc.ok(&["SELECT", "5"]);
     assert_eq!(rc.reply(&["LRANGE", "l", "0", "-1"]).strings(), vec!["a", "b", "1", "c"]);
+
+    // docs/conflicts.md §16's table: REPLACE removes what A saw; B's concurrent field stays.
+    rc.ok(&["SELECT", "0"]);
+    rc.int(&["HSET", "g", "g", "2"]);
+    let g = bulk(rc.call(&[b"DUMP", b"g"]));
+    a.int(&["HSET", "hh", "f", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    cluster.partition(0, 1);
+    assert_eq!(
+        a.call(&[b"RESTORE", b"hh", b"0", &g, b"REPLACE"]),
+        b"+OK\r\n"
+    );
+    b.int(&["HSET", "hh", "x", "3"]);
+    cluster.heal(0, 1);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for c in [&mut a, &mut b] {
+        assert_eq!(contents(c, b"hh"), "hash: g=2 x=3");
+    }
 }
 
 /// MIGRATE's passwords never reach the slow log (nor MONITOR, which shows the same
