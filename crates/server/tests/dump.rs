@@ -529,7 +529,15 @@ fn migrate_between_meridian_and_redis() {
     mc.ok(&["SET", "list2", "w"]);
     rc.ok(&["SET", "list2", "taken"]);
     let e = mc.err(&[
-        "MIGRATE", "127.0.0.1", &rport, "", "9", "5000", "KEYS", "list2", "ok1",
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "",
+        "9",
+        "5000",
+        "KEYS",
+        "list2",
+        "ok1",
     ]);
     assert_eq!(
         e,
@@ -644,10 +652,7 @@ fn restore_and_migrate_replicate_to_other_sites() {
     rc.int(&["ZADD", "z", "1", "a", "2.5", "b"]);
     rc.int(&["PFADD", "hll", "x", "y", "z"]);
     let keys: [&[u8]; 6] = [b"s", b"l", b"h", b"st", b"z", b"hll"];
-    let payloads: Vec<Vec<u8>> = keys
-        .iter()
-        .map(|k| bulk(rc.call(&[b"DUMP", k])))
-        .collect();
+    let payloads: Vec<Vec<u8>> = keys.iter().map(|k| bulk(rc.call(&[b"DUMP", k]))).collect();
 
     let cluster = Cluster::start(&["a", "b"], Opts::proxied());
     cluster.wait_links_up(LINKS_UP);
@@ -691,7 +696,10 @@ fn restore_and_migrate_replicate_to_other_sites() {
     assert_eq!(a.int(&["EXISTS", "l"]), 0);
     assert_eq!(b.int(&["EXISTS", "l"]), 0);
     rc.ok(&["SELECT", "5"]);
-    assert_eq!(rc.reply(&["LRANGE", "l", "0", "-1"]).strings(), vec!["a", "b", "1", "c"]);
+    assert_eq!(
+        rc.reply(&["LRANGE", "l", "0", "-1"]).strings(),
+        vec!["a", "b", "1", "c"]
+    );
 
     // docs/conflicts.md §16's table: REPLACE removes what A saw; B's concurrent field stays.
     rc.ok(&["SELECT", "0"]);
@@ -721,7 +729,11 @@ fn migrate_secrets_are_redacted() {
     let port = m.port.to_string();
     c.ok(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
     c.ok(&["SLOWLOG", "RESET"]);
-    for tail in [&[][..], &["AUTH", "pw"][..], &["COPY", "AUTH2", "user", "pw"][..]] {
+    for tail in [
+        &[][..],
+        &["AUTH", "pw"][..],
+        &["COPY", "AUTH2", "user", "pw"][..],
+    ] {
         let mut args = vec!["MIGRATE", "127.0.0.1", port.as_str(), "key", "9", "5000"];
         args.extend_from_slice(tail);
         assert_eq!(c.call_text(&args), "+NOKEY\r\n");

@@ -280,7 +280,9 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::Err("Invalid TTL value, must be >= 0".to_string()));
     }
     let value = decode_restore_payload(ctx, arg(argv, 3))?;
-    let existed = a.replace && ctx.shard.delete_key(db, key, now);
+    if a.replace {
+        ctx.shard.delete_key(db, key, now);
+    }
     // Redis adds the time in C `long long` arithmetic: a TTL that overflows wraps to a
     // deadline in the past, which removes the key.
     let at_ms = match (ttl, a.absttl) {
@@ -289,7 +291,6 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         (t, false) => Some(t.wrapping_add(now as i64)),
     };
     if at_ms.is_some_and(|at| at <= now as i64) {
-        let _ = existed;
         ctx.out.ok();
         return Ok(());
     }

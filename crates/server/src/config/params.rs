@@ -253,7 +253,8 @@ const NO_AOF: &str =
 const NO_CLIENT_TLS: &str =
     "Client connections are plain TCP; sites use TLS between them (`sync-tls-*`).";
 const NO_CLUSTER: &str = "Redis Cluster is not enabled.";
-const DUMP_SANITIZE: &str = "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
+const DUMP_SANITIZE: &str =
+    "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
 const NO_EVICTION: &str = "Meridian does not evict: memory is bounded by the keyspace alone.";
 const NO_EVICTION_TUNING: &str = "Meridian does not evict.";
 const NO_MODULES: &str = "Meridian loads no modules.";
