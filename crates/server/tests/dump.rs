@@ -581,6 +581,25 @@ fn migrate_between_meridian_and_redis() {
         "5000",
     ]);
     assert_eq!(m2c.int(&["SCARD", "s"]), 2);
+    // A value of several 64 KiB write chunks (Redis's "can correctly transfer large values").
+    let items: Vec<String> = (0..20_000u64)
+        .map(|i| format!("{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        .collect();
+    let mut rpush: Vec<&str> = vec!["RPUSH", "big"];
+    rpush.extend(items.iter().map(String::as_str));
+    assert_eq!(mc.int(&rpush), 20_000);
+    let before = mc.call(&[b"DUMP", b"big"]);
+    assert!(before.len() > 3 * 64 * 1024, "{}", before.len());
+    mc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &m2.port.to_string(),
+        "big",
+        "0",
+        "5000",
+    ]);
+    assert_eq!(mc.int(&["EXISTS", "big"]), 0);
+    assert_eq!(m2c.call(&[b"DUMP", b"big"]), before);
     // Nothing to move, a key argument with KEYS, a refused connection, a timeout.
     assert_eq!(
         mc.call_text(&["MIGRATE", "127.0.0.1", &rport, "nokey", "0", "5000"]),
