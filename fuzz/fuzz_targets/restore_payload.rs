@@ -49,7 +49,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let payload = if mode % 2 == 1 { rest.to_vec() } else { seal(rest) };
+    let payload = if mode % 2 == 1 {
+        rest.to_vec()
+    } else {
+        seal(rest)
+    };
     let Ok(decoded) = decode_payload(&payload, LIMITS) else {
         return;
     };
@@ -69,13 +73,18 @@ fuzz_target!(|data: &[u8]| {
             let refs: Vec<&[u8]> = m.iter().map(Vec::as_slice).collect();
             enc.set(&refs, 512)
         }
-        Value::Hash(h) => enc.hash(h.iter().map(|(f, v)| (f.as_slice(), v.as_slice())), h.len() <= 128),
+        Value::Hash(h) => enc.hash(
+            h.iter().map(|(f, v)| (f.as_slice(), v.as_slice())),
+            h.len() <= 128,
+        ),
         Value::ZSet(z) => {
             let mut sorted: Vec<(&[u8], f64)> = z.iter().map(|(m, s)| (m.as_slice(), *s)).collect();
             sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
             enc.zset(sorted.into_iter(), z.len() <= 128)
         }
     };
-    let back = decode_payload(&again, LIMITS).expect("DUMP's own payload decodes").value;
+    let back = decode_payload(&again, LIMITS)
+        .expect("DUMP's own payload decodes")
+        .value;
     assert_eq!(canonical(back), canonical(value));
 });
