@@ -69,6 +69,7 @@ pub fn decode_payload(payload: &[u8], limits: Limits) -> Result<Decoded, RdbErro
         buf: payload,
         pos: 0,
         budget: limits.value_bytes_max,
+        value_max: limits.value_bytes_max,
         string_max: limits.string_bytes_max,
         sanitized: 0,
     };
@@ -86,6 +87,8 @@ struct Reader<'a> {
     pos: usize,
     /// Bytes the value may still decode to.
     budget: u64,
+    /// `Limits::value_bytes_max` (for the error).
+    value_max: u64,
     string_max: u64,
     /// Packed containers validated (`Decoded::sanitized`).
     sanitized: u64,
@@ -115,7 +118,7 @@ impl<'a> Reader<'a> {
         self.budget = self
             .budget
             .checked_sub(total)
-            .ok_or(RdbError::TooLarge(self.string_max))?;
+            .ok_or(RdbError::TooLarge(self.value_max))?;
         Ok(())
     }
 
@@ -177,8 +180,11 @@ impl<'a> Reader<'a> {
                 3 => {
                     let clen = self.count()?;
                     let ulen = self.count()?;
-                    if ulen > self.string_max || ulen > self.budget {
+                    if ulen > self.string_max {
                         return Err(RdbError::TooLarge(self.string_max));
+                    }
+                    if ulen > self.budget {
+                        return Err(RdbError::TooLarge(self.value_max));
                     }
                     let c = self.take(clen)?;
                     let ulen = usize::try_from(ulen).map_err(|_| RdbError::Lzf)?;
@@ -677,5 +683,59 @@ mod tests {
             Err(RdbError::TooLarge(_))
         ));
         assert!(decode_payload(&seal(body), LIMITS).is_ok());
+    }
+
+    /// Each limit admits exactly its value and refuses one more byte: a raw string, an LZF
+    /// string (by its decompressed length), and the whole value (bytes plus
+    /// `ELEMENT_OVERHEAD_BYTES` per element).
+    #[test]
+    fn limits_hold_at_the_limit_and_refuse_one_past() {
+        let limits = |string_bytes_max, value_bytes_max| Limits {
+            string_bytes_max,
+            value_bytes_max,
+        };
+        let raw = crate::Encoder { compress: false }.string(&[b'a'; 100]);
+        let lzf = crate::Encoder { compress: true }.string(&[b'x'; 1000]);
+        assert_eq!(lzf.first(), Some(&t::STRING));
+        assert_eq!(lzf.get(1), Some(&0xC3), "LZF-encoded");
+        for (payload, n) in [(&raw, 100u64), (&lzf, 1000)] {
+            let whole = n + ELEMENT_OVERHEAD_BYTES;
+            assert!(decode_payload(payload, limits(n, whole)).is_ok(), "{n}");
+            assert_eq!(
+                decode_payload(payload, limits(n - 1, whole)),
+                Err(RdbError::TooLarge(n - 1))
+            );
+            assert_eq!(
+                decode_payload(payload, limits(n, whole - 1)),
+                Err(RdbError::TooLarge(whole - 1))
+            );
+        }
+        // A list of three 5-byte elements.
+        let list = crate::Encoder::default().list(
+            [&b"aaaaa"[..], b"bbbbb", b"ccccc"].into_iter(),
+            crate::ListOptions::default(),
+        );
+        let elements = 3 * (5 + ELEMENT_OVERHEAD_BYTES);
+        let decoded = decode_payload(&list, limits(1 << 20, 1 << 20)).map(|d| d.value);
+        assert_eq!(
+            decoded,
+            Ok(Value::List(vec![
+                b"aaaaa".to_vec(),
+                b"bbbbb".to_vec(),
+                b"ccccc".to_vec()
+            ]))
+        );
+        // The smallest budget that admits it (the node's listpack is charged too, so at
+        // least the elements' own charge); one byte less is refused.
+        let mut at = 0;
+        while decode_payload(&list, limits(1 << 20, at)).is_err() && at < 1000 {
+            at += 1;
+        }
+        assert!(at >= elements && at < 1000, "{at}");
+        assert!(decode_payload(&list, limits(1 << 20, at)).is_ok());
+        assert_eq!(
+            decode_payload(&list, limits(1 << 20, at - 1)),
+            Err(RdbError::TooLarge(at - 1))
+        );
     }
 }
