@@ -785,3 +785,43 @@ fn migrate_secrets_are_redacted() {
         ]
     );
 }
+
+/// What one payload may decode to: `proto-max-bulk-len` per string and
+/// `RESTORE_VALUE_BULKS` (4) times that for the whole value (its strings plus 32 bytes per
+/// element), each admitted at the limit and refused one byte past it.
+#[test]
+fn restore_limits_hold_at_the_limit_and_one_past() {
+    const BULK: usize = 1 << 20;
+    let m = Server::start();
+    let mut c = m.connect();
+    c.ok(&["CONFIG", "SET", "proto-max-bulk-len", &BULK.to_string()]);
+    let enc = meridian_rdb::Encoder::default();
+    let bad = b"-ERR Bad data format\r\n".to_vec();
+    assert_eq!(
+        c.call(&[b"RESTORE", b"s", b"0", &enc.string(&vec![b'x'; BULK])]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.int(&["STRLEN", "s"]), BULK as i64);
+    assert_eq!(
+        c.call(&[b"RESTORE", b"s2", b"0", &enc.string(&vec![b'x'; BULK + 1])]),
+        bad
+    );
+    // 4096 members of 992 bytes: 4096 × (992 + 32) = 4 × BULK exactly; then one byte more.
+    let members: Vec<Vec<u8>> = (0..4096)
+        .map(|i| format!("{i:0992}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = members.iter().map(Vec::as_slice).collect();
+    assert_eq!(
+        c.call(&[b"RESTORE", b"set", b"0", &enc.set(&refs, 512)]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.int(&["SCARD", "set"]), 4096);
+    let longer = format!("{:0993}", 0).into_bytes();
+    let mut refs = refs;
+    refs[0] = &longer;
+    assert_eq!(
+        c.call(&[b"RESTORE", b"set2", b"0", &enc.set(&refs, 512)]),
+        bad
+    );
+    assert_eq!(c.int(&["EXISTS", "s2", "set2"]), 0);
+}
