@@ -31,6 +31,7 @@
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
 //! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
+//! - `dump`: DUMP RESTORE MIGRATE (Redis's serialization, `meridian-rdb`).
 
 pub mod acl;
 pub mod args;
@@ -40,6 +41,7 @@ pub mod connection;
 pub mod crdt;
 pub mod db;
 pub mod debug;
+pub mod dump;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -117,6 +119,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(memory::HANDLERS);
     v.extend_from_slice(latency::HANDLERS);
     v.extend_from_slice(lolwut::HANDLERS);
+    v.extend_from_slice(dump::HANDLERS);
     v
 }
 
