@@ -48,6 +48,9 @@ pub struct ElemId {
     pub stamp: Stamp,
 }
 
+/// Values per insert of `ListCrdt::load_ops`.
+pub const LOAD_CHUNK: usize = 1024;
+
 /// Bytes of entries in one block before a new block is started.
 pub const BLOCK_BYTES: usize = 4096;
 /// Digit spacing left by inserts between elements (LINSERT), so that later inserts nearby
@@ -601,24 +604,29 @@ impl ListCrdt {
 
     /// Ops that rebuild an equal visible value on an empty key (RENAME, COPY).
     pub fn recreate_ops(&self) -> Vec<ListOp<Vec<u8>>> {
-        const CHUNK: usize = 1024;
+        ListCrdt::load_ops(self.iter().map(|e| e.value.to_vec()))
+    }
+
+    /// Ops that make an empty list hold `values` in this order (RENAME, COPY, RESTORE):
+    /// inserts of `LOAD_CHUNK` values each, at positions that follow one another.
+    pub fn load_ops<B: AsRef<[u8]>>(values: impl IntoIterator<Item = B>) -> Vec<ListOp<B>> {
         let mut ops = Vec::new();
-        let mut values: Vec<Vec<u8>> = Vec::new();
-        for e in self.iter() {
-            values.push(e.value.to_vec());
-            if values.len() == CHUNK {
-                let start = (ops.len() * CHUNK) as i64;
+        let mut chunk: Vec<B> = Vec::new();
+        for v in values {
+            chunk.push(v);
+            if chunk.len() == LOAD_CHUNK {
+                let start = (ops.len() * LOAD_CHUNK) as i64;
                 ops.push(ListOp::Insert {
                     pos: Pos::from_slice(&[start]),
-                    values: std::mem::take(&mut values),
+                    values: std::mem::take(&mut chunk),
                 });
             }
         }
-        if !values.is_empty() {
-            let start = (ops.len() * CHUNK) as i64;
+        if !chunk.is_empty() {
+            let start = (ops.len() * LOAD_CHUNK) as i64;
             ops.push(ListOp::Insert {
                 pos: Pos::from_slice(&[start]),
-                values,
+                values: chunk,
             });
         }
         ops

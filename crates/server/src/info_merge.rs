@@ -54,6 +54,7 @@ fn rule(key: &str) -> Rule {
         | "keyspace_hits"
         | "keyspace_misses"
         | "total_error_replies"
+        | "dump_payload_sanitizations"
         | "rdb_changes_since_last_save"
         | "rdb_saves"
         | "rdb_last_load_keys_loaded"
