@@ -524,10 +524,11 @@ fn migrate_between_meridian_and_redis() {
         vec!["a", "b", "c", "d"]
     );
     // One key refused (BUSYKEY), the other moves: the acknowledged key is deleted, the
-    // refused one stays, and the error is the target's.
-    mc.ok(&["SET", "ok1", "v"]);
-    mc.ok(&["SET", "list2", "w"]);
-    rc.ok(&["SET", "list2", "taken"]);
+    // refused one stays, and the error is the target's. (A hash tag keeps both keys on one
+    // shard: MIGRATE ... KEYS is a multi-key command, CROSSSLOT across shards.)
+    mc.ok(&["SET", "{m}ok1", "v"]);
+    mc.ok(&["SET", "{m}list2", "w"]);
+    rc.ok(&["SET", "{m}list2", "taken"]);
     let e = mc.err(&[
         "MIGRATE",
         "127.0.0.1",
@@ -536,17 +537,17 @@ fn migrate_between_meridian_and_redis() {
         "9",
         "5000",
         "KEYS",
-        "list2",
-        "ok1",
+        "{m}list2",
+        "{m}ok1",
     ]);
     assert_eq!(
         e,
         "ERR Target instance replied with error: BUSYKEY Target key name already exists."
     );
-    assert_eq!(mc.int(&["EXISTS", "ok1"]), 0);
-    assert_eq!(mc.int(&["EXISTS", "list2"]), 1);
-    assert_eq!(rc.call_text(&["GET", "ok1"]), "$1\r\nv\r\n");
-    assert_eq!(rc.call_text(&["GET", "list2"]), "$5\r\ntaken\r\n");
+    assert_eq!(mc.int(&["EXISTS", "{m}ok1"]), 0);
+    assert_eq!(mc.int(&["EXISTS", "{m}list2"]), 1);
+    assert_eq!(rc.call_text(&["GET", "{m}ok1"]), "$1\r\nv\r\n");
+    assert_eq!(rc.call_text(&["GET", "{m}list2"]), "$5\r\ntaken\r\n");
     // Redis → Meridian, several keys, missing ones skipped.
     rc.ok(&["SELECT", "0"]);
     rc.ok(&["MSET", "k1", "v1", "k2", "v2"]);
