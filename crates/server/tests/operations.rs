@@ -975,3 +975,46 @@ fn sites_are_added_and_removed_online_under_load_losing_no_acknowledged_write() 
     assert!(e.contains("was removed"), "{e}");
     wait_converged(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
 }
+
+/// Ops are not relayed: a removed site's writes that reached only some of the remaining sites
+/// (here b never received c's, its link from c being cut) must still reach every remaining
+/// site once c is removed, or the remaining sites never converge. Nobody streams a removed
+/// site's ops any more, so the sites that hold them bring the others up to date by a full
+/// sync, as for a retired life (docs/replication.md §9).
+#[test]
+fn a_removed_sites_writes_that_reached_only_some_sites_reach_every_remaining_site() {
+    use common::sites::{Cluster, Opts, wait_converged};
+    let mut cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());
+    cluster.wait_links_up(Duration::from_secs(30));
+    // b's link to c carries c's ops to b: cut it; a still receives them.
+    cluster.proxy(1, 2).partition();
+    let mut c = cluster.site(2).connect();
+    let keys: Vec<String> = (0..50).map(|i| format!("from-c:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&[b"SET", k.as_bytes(), b"v"]), b"+OK\r\n");
+    }
+    assert!(
+        common::disk::eventually(Duration::from_secs(30), || {
+            let at_a = cluster.site(0).keys();
+            keys.iter().all(|k| at_a.contains(k))
+        }),
+        "a never received c's writes"
+    );
+    assert!(
+        cluster.site(1).keys().is_empty(),
+        "b received c's writes through the cut link"
+    );
+    // c is lost before b got its writes; the operator removes it from a and b.
+    cluster.site_mut(2).kill();
+    for i in 0..2 {
+        let mut s = cluster.site(i).connect();
+        assert_eq!(s.call(&[b"CRDT.REMOVEPEER", b"c"]), b"+OK\r\n");
+    }
+    wait_converged(
+        &[cluster.site(0), cluster.site(1)],
+        Duration::from_secs(30),
+    );
+    let at_b = cluster.site(1).keys();
+    let missing: Vec<&String> = keys.iter().filter(|k| !at_b.contains(*k)).collect();
+    assert!(missing.is_empty(), "b lacks {} of c's writes", missing.len());
+}
