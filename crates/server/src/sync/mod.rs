@@ -365,12 +365,7 @@ impl SyncState {
     pub fn is_retired(&self, r: ReplicaId) -> bool {
         // A current life's id is never retired, even if another site's old life hashed to it.
         let current = |lives: &[ReplicaId]| lives.last() == Some(&r);
-        if current(&self.lives)
-            || self
-                .peers
-                .iter()
-                .any(|p| !p.removed && current(&p.lives))
-        {
+        if current(&self.lives) || self.peers.iter().any(|p| !p.removed && current(&p.lives)) {
             return false;
         }
         let retired =
@@ -669,7 +664,10 @@ mod tests {
         let c0 = ReplicaId::for_life("c", 0, 0);
         let b0 = ReplicaId::for_life("b", 0, 0);
         s.delivered = vv(&[(c0, 10), (b0, 10)]);
-        assert!(!s.is_retired(c0), "c streams its own ops while it is a peer");
+        assert!(
+            !s.is_retired(c0),
+            "c streams its own ops while it is a peer"
+        );
         let c = s.peers.iter_mut().find(|p| p.site == "c").unwrap();
         c.removed = true;
         // Nobody streams c's ops now: a site lacking some that this one holds gets them by
