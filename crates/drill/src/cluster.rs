@@ -22,6 +22,8 @@ use crate::site::{Site, SiteSpec, parse_peer_line};
 use crate::tls;
 use crate::workload::Endpoint;
 
+mod membership;
+
 /// Client port of every site in namespace mode.
 const NS_CLIENT_PORT: u16 = 7001;
 const NS_SYNC_PORT: u16 = 7101;
@@ -48,6 +50,13 @@ pub struct Options {
     /// Base one-way latency and jitter of every link direction, in ms.
     pub one_way_ms: u64,
     pub jitter_ms: u64,
+    /// Which sites each site lists as peers (by index); default: all the others.
+    pub peers: BTreeMap<usize, Vec<usize>>,
+    /// Sites `Cluster::start` leaves stopped (they join later: `membership`).
+    pub later: Vec<usize>,
+    /// Site ids beyond the cluster's that get a certificate from its CA (for a site that
+    /// joins later under a new id: `Cluster::reset_site`).
+    pub spare_ids: Vec<String>,
 }
 
 /// See [`Cluster::stage`].
@@ -142,7 +151,8 @@ impl Cluster {
             netns,
             ids: ids.clone(),
         };
-        let tls = tls::make(&dir.join("tls"), &ids)?;
+        let certified: Vec<String> = ids.iter().chain(&opts.spare_ids).cloned().collect();
+        let tls = tls::make(&dir.join("tls"), &certified)?;
         let lo = Ipv4Addr::LOCALHOST;
         let mut client = Vec::new();
         let mut sync = Vec::new();
@@ -206,7 +216,12 @@ impl Cluster {
                 "--cluster-api".into(),
                 "no".into(),
             ];
-            for a in (0..n).filter(|&a| a != i) {
+            let listed = opts
+                .peers
+                .get(&i)
+                .cloned()
+                .unwrap_or_else(|| (0..n).filter(|&a| a != i).collect());
+            for a in listed {
                 let p = cluster.proxies.get(&(i, a)).context("proxy")?;
                 args.push("--peer".into());
                 args.push(format!(
@@ -231,8 +246,10 @@ impl Cluster {
             std::fs::create_dir_all(&site_dir)?;
             cluster.sites.push(Site::new(spec, bin));
         }
-        for s in &mut cluster.sites {
-            s.start()?;
+        for (i, s) in cluster.sites.iter_mut().enumerate() {
+            if !opts.later.contains(&i) {
+                s.start()?;
+            }
         }
         if let Some(ns) = cluster.ns(0) {
             cluster.nft_ok = netns::nft_available(ns);

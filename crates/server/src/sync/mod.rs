@@ -399,18 +399,27 @@ impl SyncState {
         self.sender_waiting = true;
     }
 
-    /// Whether `r` is a retired life (this shard's or a peer's, as far as handshakes told):
-    /// nobody streams its ops any more, so a site that lacks some of them gets them only by
-    /// a full sync.
+    /// Whether `r` is a retired life (this shard's or a peer's, as far as handshakes told), or
+    /// any life of a removed peer (CRDT.REMOVEPEER): nobody streams its ops any more, so a
+    /// site that lacks some of them gets them only by a full sync. Ops are not relayed, so a
+    /// removed site's ops that reached only some of the remaining sites reach the others
+    /// this way.
     pub fn is_retired(&self, r: ReplicaId) -> bool {
         // A current life's id is never retired, even if another site's old life hashed to it.
         let current = |lives: &[ReplicaId]| lives.last() == Some(&r);
-        if current(&self.lives) || self.peers.iter().any(|p| current(&p.lives)) {
+        if current(&self.lives) || self.peers.iter().any(|p| !p.removed && current(&p.lives)) {
             return false;
         }
         let retired =
             |lives: &[ReplicaId]| lives.split_last().is_some_and(|(_, old)| old.contains(&r));
-        retired(&self.lives) || self.peers.iter().any(|p| retired(&p.lives))
+        retired(&self.lives)
+            || self.peers.iter().any(|p| {
+                if p.removed {
+                    p.lives.contains(&r)
+                } else {
+                    retired(&p.lives)
+                }
+            })
     }
 
     /// What this shard has delivered of retired lives.
@@ -794,6 +803,26 @@ mod tests {
         // them does not.
         assert!(s.ahead_on_retired(&vv(&[(b0, 9)])));
         assert!(!s.ahead_on_retired(&vv(&[(b0, 10)])));
+    }
+
+    #[test]
+    fn every_life_of_a_removed_peer_is_retired() {
+        let mut s = state();
+        let c0 = ReplicaId::for_life("c", 0, 0);
+        let b0 = ReplicaId::for_life("b", 0, 0);
+        s.delivered = vv(&[(c0, 10), (b0, 10)]);
+        assert!(
+            !s.is_retired(c0),
+            "c streams its own ops while it is a peer"
+        );
+        let c = s.peers.iter_mut().find(|p| p.site == "c").unwrap();
+        c.removed = true;
+        // Nobody streams c's ops now: a site lacking some that this one holds gets them by
+        // a full sync; b's current life is unaffected.
+        assert!(s.is_retired(c0));
+        assert!(!s.is_retired(b0));
+        assert!(s.ahead_on_retired(&vv(&[(c0, 9), (b0, 10)])));
+        assert!(!s.ahead_on_retired(&vv(&[(c0, 10), (b0, 5)])));
     }
 
     #[test]
