@@ -6,7 +6,7 @@
 
 use meridian_crdt::codec::{Reader, put_bytes};
 use meridian_crdt::{KeyState, ReplicaId, Stamp, VersionVector};
-use meridian_syncer::{OpsHeader, SyncError};
+use meridian_syncer::{FullSyncBegin, OpsHeader, SyncError};
 
 use crate::oplog::{self, OpBody, OpRecord};
 use crate::shard::Shard;
@@ -199,6 +199,72 @@ impl Shard {
         applied
     }
 
+    /// Starts receiving a full sync from peer `peer` (its `FullSyncBegin`): the states that
+    /// follow merge with the floor `full_sync_floor` gives. `asked_all`: this shard asked for
+    /// every key (a rejoin), so the keys not sent are merged with the empty state at the end.
+    pub fn begin_full_sync_in(
+        &mut self,
+        peer: usize,
+        begin: FullSyncBegin,
+        asked_all: bool,
+    ) -> FullSyncIn {
+        FullSyncIn {
+            peer,
+            seq: begin.seq,
+            floor: self.full_sync_floor(&begin.collected),
+            retired: begin.retired,
+            complete: asked_all,
+            sent: hashbrown::HashSet::new(),
+        }
+    }
+
+    /// Merges the states of a full-sync chunk into the live keyspace.
+    pub fn apply_chunk(&mut self, sync: &mut FullSyncIn, entries: &[ChunkEntry], now_ms: u64) {
+        for e in entries {
+            // Observe the state's stamps so that later local writes order after them.
+            let seen = e.state.observed().stamps;
+            for (_, hlc) in seen.iter() {
+                let _ = self
+                    .clock
+                    .observe(hlc, now_ms, self.config.sync_clock_skew_ms_max);
+            }
+            if sync.complete {
+                sync.sent.insert((e.db, e.key.clone()));
+            }
+            self.merge_state(usize::from(e.db), &e.key, &e.state, &sync.floor, now_ms);
+        }
+    }
+
+    /// Ends a full sync (its `FullSyncEnd` at `seq`): after an unfiltered one, every key held
+    /// here and not sent is absent at the sender and is merged with the empty state; then the
+    /// delivered vector takes the sender's entries of retired lives, and the peer's position
+    /// is `seq`.
+    pub fn end_full_sync_in(&mut self, sync: FullSyncIn, now_ms: u64) {
+        if sync.complete {
+            self.merge_unsent(&sync.sent, &sync.floor, now_ms);
+        }
+        // The states carried the sender's ops of retired lives: nobody will stream them, so
+        // the delivered vector takes them now.
+        self.take_retired(&sync.retired);
+        // The merged states carry every op of the sender's origin up to `seq`; the delivered
+        // vector catches up with the next op applied from it.
+        if let Some(p) = self.sync.peers.get_mut(sync.peer) {
+            p.in_applied_seq = sync.seq;
+            p.inbound = super::LinkState::Up;
+            p.rejoin_pull = false;
+        }
+        self.log_peer_position(sync.peer);
+    }
+
+    /// The full sync being received from `peer` (if any) ends without its end.
+    pub fn end_receiving(&mut self, _peer: usize) {}
+
+    /// Whether a frame from peer `peer` must wait for a full sync being received from
+    /// another peer: never (full syncs and ops of different links interleave freely).
+    pub fn full_sync_waits(&self, _peer: usize, _records: Option<&[OpRecord]>) -> bool {
+        false
+    }
+
     /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
     /// collected with, limited to what this site has delivered. A write the floor covers that
     /// one side holds and the other does not was removed on the other side.
@@ -220,7 +286,7 @@ impl Shard {
     /// After an unfiltered full sync (a rejoin after quarantine), every key the sender holds
     /// was sent: a key held here and not sent is absent there, and is merged with the empty
     /// state under the floor (what the sender removed and collected goes here too).
-    pub fn merge_unsent(
+    fn merge_unsent(
         &mut self,
         sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
         floor: &VersionVector,
@@ -239,20 +305,23 @@ impl Shard {
             self.merge_state(db, &key, &empty, floor, now_ms);
         }
     }
+}
 
-    /// Merges the states of a full-sync chunk into the live keyspace.
-    pub fn apply_chunk(&mut self, entries: &[ChunkEntry], floor: &VersionVector, now_ms: u64) {
-        for e in entries {
-            // Observe the state's stamps so that later local writes order after them.
-            let seen = e.state.observed().stamps;
-            for (_, hlc) in seen.iter() {
-                let _ = self
-                    .clock
-                    .observe(hlc, now_ms, self.config.sync_clock_skew_ms_max);
-            }
-            self.merge_state(usize::from(e.db), &e.key, &e.state, floor, now_ms);
-        }
-    }
+/// A full sync being received (docs/replication.md §5): from `begin_full_sync_in` to
+/// `end_full_sync_in`.
+#[derive(Debug)]
+pub struct FullSyncIn {
+    pub peer: usize,
+    /// The sender's sequence number at the start: the stream continues after it.
+    pub seq: u64,
+    /// The floor of the merges (`full_sync_floor`).
+    pub floor: VersionVector,
+    /// The sender's delivered entries of retired lives (`FullSyncBegin::retired`).
+    pub retired: VersionVector,
+    /// Every key the sender holds is sent (see `begin_full_sync_in`).
+    pub complete: bool,
+    /// Keys received in an unfiltered full sync: the others are absent at the sender.
+    pub sent: hashbrown::HashSet<(u16, Vec<u8>)>,
 }
 
 #[cfg(test)]

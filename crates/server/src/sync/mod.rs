@@ -8,6 +8,8 @@
 //!   peer that receives its ops, validates each frame whole and applies it.
 //! - `apply`: remote op batches and full-sync states into the keyspace, through the same
 //!   `Shard::apply_stamped` a local write uses.
+//! - `protocol`: the link protocol's steps without I/O (the handshake on each side, acks,
+//!   the start of a full sync), which `link` drives around its frames.
 //! - `gc`: causal stability and collection of removal metadata.
 //! - `digest`: `CRDT.DIGEST`, a digest of the observable state.
 //!
@@ -18,6 +20,7 @@ pub mod apply;
 pub mod digest;
 pub mod gc;
 pub mod link;
+pub mod protocol;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
