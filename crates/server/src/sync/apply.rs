@@ -155,6 +155,9 @@ impl Shard {
 
     /// Applies validated records from peer `peer` in order, skipping those already applied.
     /// Stops at a gap (a record beyond `in_applied_seq + 1`) and returns how many it applied.
+    /// A write the delivered vector covers already was carried by a full sync's states
+    /// (`take_context`): this shard holds it or knows it removed, so it is not applied again
+    /// (it would come back where a removal dropped it); the stream's position moves on.
     pub fn apply_batch(&mut self, peer: usize, records: &[OpRecord], now_ms: u64) -> u64 {
         let skew = self.config.sync_clock_skew_ms_max;
         let mut applied = 0;
@@ -176,6 +179,7 @@ impl Shard {
                 replica: rec.origin,
             };
             match &rec.body {
+                OpBody::Write(_) if self.sync.delivered.covers(stamp) => {}
                 OpBody::Write(effect) => {
                     let hash = self.hash_key(&rec.key);
                     self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
@@ -199,27 +203,35 @@ impl Shard {
         applied
     }
 
-    /// Starts receiving a full sync from peer `peer` (its `FullSyncBegin`): the states that
-    /// follow merge with the floor `full_sync_floor` gives. `asked_all`: this shard asked for
-    /// every key (a rejoin), so the keys not sent are merged with the empty state at the end.
+    /// Starts receiving a full sync from peer `peer` (its `FullSyncBegin`): this shard merges
+    /// the states that follow with its own causal context and the sender's
+    /// (`merge_with_contexts`). When the sender sends every key it holds (it says so, or
+    /// `asked_all`: this shard asked for every key, which a sender of an earlier version does
+    /// not confirm), the keys not sent are merged with the empty state at the end. The caller
+    /// waits first while another peer's full sync is being received (`full_sync_waits`).
     pub fn begin_full_sync_in(
         &mut self,
         peer: usize,
         begin: FullSyncBegin,
         asked_all: bool,
     ) -> FullSyncIn {
+        debug_assert!(self.sync.receiving.as_ref().is_none_or(|(p, _)| *p == peer));
+        self.sync.receiving = Some((peer, begin.context.clone()));
         FullSyncIn {
             peer,
             seq: begin.seq,
-            floor: self.full_sync_floor(&begin.collected),
+            context: begin.context,
             retired: begin.retired,
-            complete: asked_all,
+            complete: begin.complete || asked_all,
             sent: hashbrown::HashSet::new(),
         }
     }
 
     /// Merges the states of a full-sync chunk into the live keyspace.
     pub fn apply_chunk(&mut self, sync: &mut FullSyncIn, entries: &[ChunkEntry], now_ms: u64) {
+        // This shard's context as of this chunk: every write it covers is held here or was
+        // removed here, whatever this shard collected since.
+        let mine = self.context();
         for e in entries {
             // Observe the state's stamps so that later local writes order after them.
             let seen = e.state.observed().stamps;
@@ -231,65 +243,85 @@ impl Shard {
             if sync.complete {
                 sync.sent.insert((e.db, e.key.clone()));
             }
-            self.merge_state(usize::from(e.db), &e.key, &e.state, &sync.floor, now_ms);
+            self.merge_state(
+                usize::from(e.db),
+                &e.key,
+                &e.state,
+                &mine,
+                &sync.context,
+                now_ms,
+            );
         }
     }
 
-    /// Ends a full sync (its `FullSyncEnd` at `seq`): after an unfiltered one, every key held
-    /// here and not sent is absent at the sender and is merged with the empty state; then the
-    /// delivered vector takes the sender's entries of retired lives, and the peer's position
-    /// is `seq`.
+    /// Ends a full sync (its `FullSyncEnd` at `seq`): after a complete one, every key held
+    /// here and not sent is absent at the sender and is merged with the empty state (what
+    /// the sender removed and collected goes here too); then the delivered vector takes the
+    /// sender's context (`take_context`), the peer's position is `seq`, and a full sync
+    /// another peer holds back may start.
     pub fn end_full_sync_in(&mut self, sync: FullSyncIn, now_ms: u64) {
         if sync.complete {
-            self.merge_unsent(&sync.sent, &sync.floor, now_ms);
+            self.merge_unsent(&sync.sent, &sync.context, now_ms);
         }
-        // The states carried the sender's ops of retired lives: nobody will stream them, so
-        // the delivered vector takes them now.
-        self.take_retired(&sync.retired);
-        // The merged states carry every op of the sender's origin up to `seq`; the delivered
-        // vector catches up with the next op applied from it.
+        self.take_context(&sync.context);
+        self.take_context(&meridian_crdt::Context::from(sync.retired.clone()));
         if let Some(p) = self.sync.peers.get_mut(sync.peer) {
             p.in_applied_seq = sync.seq;
             p.inbound = super::LinkState::Up;
             p.rejoin_pull = false;
         }
         self.log_peer_position(sync.peer);
+        self.end_receiving(sync.peer);
     }
 
-    /// The full sync being received from `peer` (if any) ends without its end.
-    pub fn end_receiving(&mut self, _peer: usize) {}
-
-    /// Whether a frame from peer `peer` must wait for a full sync being received from
-    /// another peer: never (full syncs and ops of different links interleave freely).
-    pub fn full_sync_waits(&self, _peer: usize, _records: Option<&[OpRecord]>) -> bool {
-        false
-    }
-
-    /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
-    /// collected with, limited to what this site has delivered. A write the floor covers that
-    /// one side holds and the other does not was removed on the other side.
-    ///
-    /// Until this process has collected anything, the floor is empty (a plain join): a site
-    /// restarted without persistence has lost writes it delivered (and its own) in a previous
-    /// life, and the sender's vectors cover them; they must come back to it, not be taken for
-    /// removed. Both sites of a rejoin after a quarantine have collected, and then use the
-    /// same rule on both sides, so they decide alike.
-    pub fn full_sync_floor(&self, sender_collected: &VersionVector) -> VersionVector {
-        if self.sync.collected.is_empty() {
-            return VersionVector::new();
+    /// The full sync being received from `peer` (if any) ends: complete, or not (its link was
+    /// lost; the states merged so far stay, merging them again is harmless).
+    pub fn end_receiving(&mut self, peer: usize) {
+        if self
+            .sync
+            .receiving
+            .as_ref()
+            .is_some_and(|(p, _)| *p == peer)
+        {
+            self.sync.receiving = None;
+            self.sync.receiving_ended.notify_waiters();
         }
-        let mut joined = sender_collected.clone();
-        joined.merge(&self.sync.collected);
-        super::gc::vv_min(&joined, &self.delivered_vv())
     }
 
-    /// After an unfiltered full sync (a rejoin after quarantine), every key the sender holds
-    /// was sent: a key held here and not sent is absent there, and is merged with the empty
-    /// state under the floor (what the sender removed and collected goes here too).
+    /// Whether a frame from peer `peer` must wait for the full sync being received from
+    /// another peer to end: a full sync of its own (one at a time), or ops (`records`) one of
+    /// which that sync's context covers and this shard has not delivered. Such an op is
+    /// carried by the states on their way (or was removed at the sender): applied now, it
+    /// would come back where the sender's state had dropped it; once the sync ends, the
+    /// delivered vector covers it and `apply_batch` skips it. A merge with another peer's
+    /// state in the middle of a sync would likewise judge by a context that does not yet
+    /// record what the sync removed.
+    pub fn full_sync_waits(&self, peer: usize, records: Option<&[OpRecord]>) -> bool {
+        let Some((from, context)) = &self.sync.receiving else {
+            return false;
+        };
+        if *from == peer {
+            return false;
+        }
+        match records {
+            None => true,
+            Some(records) => records.iter().any(|r| {
+                let stamp = Stamp {
+                    hlc: r.hlc,
+                    replica: r.origin,
+                };
+                context.covers(stamp) && !self.sync.delivered.covers(stamp)
+            }),
+        }
+    }
+
+    /// After a complete full sync, every key the sender holds was sent: a key held here and
+    /// not sent is absent there, and is merged with the empty state under the sender's
+    /// context `theirs` (what the sender removed and collected goes here too).
     fn merge_unsent(
         &mut self,
         sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
-        floor: &VersionVector,
+        theirs: &meridian_crdt::Context,
         now_ms: u64,
     ) {
         let mut unsent: Vec<(usize, meridian_crdt::SmallBytes)> = Vec::new();
@@ -300,9 +332,10 @@ impl Shard {
                 }
             }
         }
+        let mine = self.context();
         let empty = KeyState::new();
         for (db, key) in unsent {
-            self.merge_state(db, &key, &empty, floor, now_ms);
+            self.merge_state(db, &key, &empty, &mine, theirs, now_ms);
         }
     }
 }
@@ -314,13 +347,13 @@ pub struct FullSyncIn {
     pub peer: usize,
     /// The sender's sequence number at the start: the stream continues after it.
     pub seq: u64,
-    /// The floor of the merges (`full_sync_floor`).
-    pub floor: VersionVector,
+    /// The sender's causal context (`FullSyncBegin::context`).
+    pub context: meridian_crdt::Context,
     /// The sender's delivered entries of retired lives (`FullSyncBegin::retired`).
     pub retired: VersionVector,
     /// Every key the sender holds is sent (see `begin_full_sync_in`).
     pub complete: bool,
-    /// Keys received in an unfiltered full sync: the others are absent at the sender.
+    /// Keys received in a complete full sync: the others are absent at the sender.
     pub sent: hashbrown::HashSet<(u16, Vec<u8>)>,
 }
 

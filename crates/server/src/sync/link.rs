@@ -400,9 +400,9 @@ fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
     }
 }
 
-/// Delta full sync: the state of every key holding a stamp `peer_delivered` does not cover
-/// (`None`: every key), in chunks, one borrow of the shard per chunk. Returns the sequence
-/// number it began at.
+/// Full sync: the state of every key holding a stamp `peer_delivered` does not cover (a
+/// delta), or of every key (`None`: complete), in chunks, one borrow of the shard per chunk,
+/// after this shard's causal context. Returns the sequence number it began at.
 ///
 /// The keyspace is walked by bucket cursor (`FullSyncCursor`), not from a list of key names
 /// taken at the start: nothing is copied up front, so starting a full sync costs no pause
@@ -415,7 +415,8 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     closed: &Cell<bool>,
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
-    // the stream sends (or by other origins, whose own links send them).
+    // the stream sends (or by other origins, whose own links send them). The context is
+    // taken with it: every write it covers is in the states sent, or was removed here.
     let begin = shard.borrow().full_sync_begin_out(peer_delivered.is_none());
     let seq = begin.seq;
     writer.send(Kind::FullSyncBegin, &begin.encode()).await?;
@@ -704,15 +705,40 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
     let incarnation = welcome.incarnation;
     let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
     let mut full: Option<super::apply::FullSyncIn> = None;
-    // An unfiltered full sync this site asked for (a rejoin): every key the sender holds.
+    // Ends the full sync being received (if any) when this link ends, however it ends, so
+    // that the links waiting for it go on.
+    let _receiving = ReceivingGuard { shard, peer };
+    // Keys received in an unfiltered full sync this site asked for (a rejoin): a sender of
+    // an earlier version does not say it sends every key.
     let asked_all = hello.want_full && hello.delivered.is_empty();
     let mut last_ack = std::time::Instant::now();
     loop {
         let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
+        // Ops of an origin another peer's full sync covers, and another full sync, wait
+        // until the full sync being received ends.
         let mut records = match f.kind {
             Kind::Ops => Some(decode_ops(shard, peer, incarnation, &f.body)?),
             _ => None,
         };
+        let frame_waits = |s: &Shard| match (f.kind, &records) {
+            (Kind::Ops, Some((_, recs))) => s.full_sync_waits(peer, Some(recs)),
+            (Kind::FullSyncBegin, _) => s.full_sync_waits(peer, None),
+            _ => false,
+        };
+        while frame_waits(&shard.borrow()) {
+            let ended = shard.borrow().sync.receiving_ended.clone();
+            let notified = ended.notified();
+            if !frame_waits(&shard.borrow()) {
+                break;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(KEEPALIVE) => {
+                    send_ack(shard, peer, incarnation, &mut writer).await?;
+                    last_ack = std::time::Instant::now();
+                }
+            }
+        }
         let mut ack_now = false;
         {
             let mut guard = shard.borrow_mut();
@@ -841,6 +867,20 @@ async fn send_ack<W: tokio::io::AsyncWrite + Unpin>(
 ) -> Result<(), SyncError> {
     let ack = shard.borrow().ack_to(peer, incarnation);
     writer.send(Kind::Ack, &ack.encode()).await
+}
+
+/// Ends the full sync being received from `peer` when the link that carried it ends.
+struct ReceivingGuard<'a> {
+    shard: &'a ShardRc,
+    peer: usize,
+}
+
+impl Drop for ReceivingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shard.try_borrow_mut() {
+            s.end_receiving(self.peer);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@ pub struct Accepted {
     /// The link's generation: a newer link from the same peer replaces it.
     pub generation: u64,
     pub welcome: Welcome,
-    /// A full sync sends every key this shard holds, instead of the keys the dialer's
-    /// vector does not cover.
+    /// A full sync sends every key this shard holds, marked complete
+    /// (`FullSyncBegin::complete`), instead of the keys the dialer's vector does not cover.
     pub complete: bool,
     /// Why a full sync was chosen (`""` for a resume), for the log.
     pub why: &'static str,
@@ -50,7 +50,7 @@ impl Shard {
             delivered: if p.rejoin_pull {
                 VersionVector::new()
             } else {
-                self.delivered_vv()
+                self.hello_delivered()
             },
             want_full: p.rejoin_pull,
             from_incarnation: self.sync.incarnation,
@@ -77,9 +77,11 @@ impl Shard {
             }
         }
         let (mode, why) = choose_mode(self, peer, hello);
-        // A full sync sends the keys the dialer's vector does not cover (every key when it
-        // states none, after a quarantine).
-        let complete = false;
+        // A dialer that asked for every key, or that this site quarantined, gets every key
+        // (marked complete): it may hold writes this site removed and collected, in keys this
+        // site no longer holds, which a delta would not send (docs/replication.md §6).
+        let complete = mode == Mode::FullSync
+            && (hello.want_full || self.sync.peers.get(peer).is_some_and(|p| p.quarantined));
         let seq = self.seq;
         let incarnation = self.sync.incarnation;
         let life = self.sync.life;
@@ -169,6 +171,24 @@ impl Shard {
         Ok(())
     }
 
+    /// What a Hello states this shard has delivered: its delivered vector, its own entry no
+    /// higher than the start of its own gap (`SyncState::own_gap`), so that a sender holding
+    /// own ops this shard lost sends them back (its delta filter sends the keys holding them,
+    /// and `choose_mode` sees it holds more of this shard's ops than this shard does).
+    fn hello_delivered(&self) -> VersionVector {
+        let mut v = self.delivered_vv();
+        if let Some(g) = self.sync.own_gap {
+            v.clamp_by(|r| {
+                if r == g.replica {
+                    g.after
+                } else {
+                    meridian_crdt::Hlc(u64::MAX)
+                }
+            });
+        }
+        v
+    }
+
     /// The ack this shard sends on its link to peer `peer` (whose stream is of incarnation
     /// `incarnation`).
     pub fn ack_to(&self, peer: usize, incarnation: u64) -> Ack {
@@ -253,13 +273,16 @@ impl Shard {
         true
     }
 
-    /// The start of a full sync this shard sends: its sequence number, the join of the
-    /// stable vectors it collected with, and its delivered entries of retired lives.
-    pub fn full_sync_begin_out(&self, _complete: bool) -> FullSyncBegin {
+    /// The start of a full sync this shard sends: its sequence number, its causal context
+    /// (its delivered vector, own last op included: every write it covers is in the states
+    /// that follow or was removed here), its delivered entries of retired lives, and whether
+    /// every key follows.
+    pub fn full_sync_begin_out(&self, complete: bool) -> FullSyncBegin {
         FullSyncBegin {
             seq: self.seq,
-            collected: self.sync.collected.clone(),
+            context: self.context(),
             retired: self.sync.retired_delivered(),
+            complete,
         }
     }
 }
