@@ -40,6 +40,9 @@ fuzz_target!(|data: &[u8]| {
             Kind::Delivered => {
                 let _ = record::decode_delivered(f.payload);
             }
+            Kind::Library => {
+                let _ = record::decode_library(f.payload);
+            }
         }
         Ok(())
     });

@@ -47,9 +47,6 @@ use crate::string::{StrView, parse_i64_redis};
 
 /// Fields above which lookups use a hash index instead of a scan of the arena.
 pub const INDEX_MIN: usize = 128;
-/// Redis 7.0's `hash-max-listpack-entries` / `hash-max-listpack-value` defaults.
-pub const LISTPACK_ENTRIES_MAX: usize = 128;
-pub const LISTPACK_VALUE_MAX: usize = 64;
 
 const TAG_PLAIN: u8 = 0;
 const TAG_RARE: u8 = 1;
@@ -225,8 +222,11 @@ struct Inner {
     n: u32,
     /// Bytes of dead entries in the arena.
     dead: u32,
-    /// Redis would have converted this hash to a hashtable (sticky, as in Redis).
-    big: bool,
+    /// The most fields and the longest field or value this hash held since it was created
+    /// (or loaded): Redis converts a listpack hash to a hashtable when either passes its limit
+    /// and never back (`fits_listpack`). A local hint, not replicated.
+    most: u32,
+    widest: u32,
     /// Base of the packed stamps' hlc (the first plain write's).
     base: u64,
     /// Replicas named by packed stamps (at most 256).
@@ -484,11 +484,14 @@ impl Inner {
 
     /// Writes `st` for `field` back: at `off` when it was there, else appended.
     fn put_state(&mut self, field: &[u8], off: Option<usize>, st: FieldState) {
-        if self.index.is_none() {
-            let big = field.len() > LISTPACK_VALUE_MAX
-                || st.writes.iter().any(|w| w.1.len() > LISTPACK_VALUE_MAX);
-            self.big |= big;
-        }
+        let wide = st
+            .writes
+            .iter()
+            .map(|w| w.1.len())
+            .chain(std::iter::once(field.len()))
+            .max()
+            .unwrap_or(0);
+        self.widest = self.widest.max(u32::try_from(wide).unwrap_or(u32::MAX));
         match off {
             Some(off) => {
                 let Some(end) = parse_at(&self.arena, off).map(|e| e.end) else {
@@ -538,12 +541,12 @@ impl Inner {
                 self.reserve(bytes.len());
                 self.arena.extend_from_slice(&bytes);
                 self.n += 1;
+                self.most = self.most.max(self.n);
                 if let Some(t) = &mut self.index {
                     t.insert_unique(hash_field(field), new_off as u32, |o| {
                         hash_of_entry(&self.arena, o)
                     });
                 } else if self.n as usize > INDEX_MIN {
-                    self.big = true;
                     self.rebuild_index();
                 }
             }
@@ -904,24 +907,14 @@ impl HashCrdt {
         })
     }
 
-    /// Whether Redis 7.0 would still hold this hash as a listpack (OBJECT ENCODING):
-    /// at most 128 fields and every field and value at most 64 bytes, ever (Redis never
-    /// converts back).
-    pub fn is_listpack(&self) -> bool {
-        match &self.inner {
-            None => true,
-            Some(i) => {
-                !i.big
-                    && i.n as usize <= LISTPACK_ENTRIES_MAX
-                    && self.iter().all(|(f, v)| {
-                        f.len() <= LISTPACK_VALUE_MAX
-                            && match v {
-                                StrView::Bytes(b) => b.len() <= LISTPACK_VALUE_MAX,
-                                _ => true,
-                            }
-                    })
-            }
-        }
+    /// Whether Redis 7.0 would hold this hash as a listpack (OBJECT ENCODING): it never had
+    /// more than `entries_max` fields nor a field or value longer than `value_max` bytes
+    /// (`hash-max-listpack-entries`, `hash-max-listpack-value`; Redis converts one way only).
+    /// Counter values count at the length of the number a write gave them.
+    pub fn fits_listpack(&self, entries_max: u64, value_max: u64) -> bool {
+        self.inner
+            .as_deref()
+            .is_none_or(|i| u64::from(i.most) <= entries_max && u64::from(i.widest) <= value_max)
     }
 
     /// Heap bytes held (for tests of compactness).
@@ -1423,7 +1416,8 @@ impl HashCrdt {
         let empty = Inner::default();
         let x = own.as_deref().unwrap_or(&empty);
         let mut out = Inner {
-            big: x.big || y.big,
+            most: x.most.max(y.most),
+            widest: x.widest.max(y.widest),
             ..Inner::default()
         };
         let no_state = FieldState::default();
@@ -1588,7 +1582,8 @@ mod tests {
             let op = set(&h, &format!("f{i}"), &format!("v{i}"));
             h.apply(st(t, 1), &op);
         }
-        assert!(!h.is_listpack());
+        assert!(!h.fits_listpack(128, 64));
+        assert!(h.fits_listpack(500, 64));
         for i in (0..500).step_by(2) {
             t += 1;
             let op = set(&h, &format!("f{i}"), &format!("value number {i}"));

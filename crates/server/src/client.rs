@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
+use crate::config::{OutputBufferLimits, OutputLimit};
 use crate::resp::reply::Proto;
 
 /// State visible to other connections. Only the owning connection writes it, except `kill`.
@@ -28,6 +29,9 @@ pub struct ClientShared {
     /// Bytes of unparsed input and of pending output, updated once per read.
     pub qbuf_bytes: Cell<usize>,
     pub obuf_bytes: Cell<usize>,
+    /// When the pending output last went from under to at or over its class's soft limit
+    /// (wall-clock ms; 0: under it), for `output_over_limit`.
+    pub obuf_soft_since_ms: Cell<u64>,
     /// Whether the client is inside MULTI (flag 'x').
     pub in_multi: Cell<bool>,
     /// Whether the client is a monitor (flag 'O').
@@ -51,6 +55,42 @@ pub struct ClientShared {
     pub ssub: Cell<usize>,
     /// Blocked in a blocking command such as BLPOP (CLIENT LIST flag 'b').
     pub blocked: Cell<bool>,
+    /// The connection's socket, for the side path that answers this client while a script
+    /// runs long (`script::busy`); empty for the script client.
+    pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
+    /// The connection task is writing replies (the side path must not interleave its own).
+    pub writing: Cell<bool>,
+    /// The ACL user this connection runs as (`None`: the default user).
+    pub user: RefCell<Option<crate::acl::UserRef>>,
+    /// Whether AUTH (or a default user without password at connect) authenticated it
+    /// (Redis's `c->authenticated`).
+    pub authenticated: Cell<bool>,
+    /// Set by CLIENT UNBLOCK on a blocked client: how its wait ends (its connection acts on
+    /// it when woken).
+    pub unblock: Cell<Option<Unblock>>,
+    /// CLIENT NO-EVICT on (flag 'e'); Meridian evicts no client, so it changes nothing else.
+    pub no_evict: Cell<bool>,
+}
+
+/// How CLIENT UNBLOCK ends a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if the timeout passed.
+    Timeout,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
+}
+
+/// CLIENT REPLY: whether command replies are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// CLIENT REPLY SKIP ran: the next command's reply is dropped.
+    SkipNext,
+    /// The reply of the command running now is dropped.
+    Skip,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -90,6 +130,7 @@ impl ClientShared {
             last_interaction_ms: Cell::new(now_ms),
             qbuf_bytes: Cell::new(0),
             obuf_bytes: Cell::new(0),
+            obuf_soft_since_ms: Cell::new(0),
             in_multi: Cell::new(false),
             is_monitor: Cell::new(false),
             watched: Cell::new(0),
@@ -101,6 +142,12 @@ impl ClientShared {
             psub: Cell::new(0),
             ssub: Cell::new(0),
             blocked: Cell::new(false),
+            socket: RefCell::new(std::rc::Weak::new()),
+            writing: Cell::new(false),
+            user: RefCell::new(None),
+            authenticated: Cell::new(true),
+            unblock: Cell::new(None),
+            no_evict: Cell::new(false),
         }
     }
 
@@ -115,6 +162,36 @@ impl ClientShared {
         self.sub.set(subs.channels.len());
         self.psub.set(subs.patterns.len());
         self.ssub.set(subs.shard_channels.len());
+    }
+
+    /// The output limit of this client's class (Redis's `getClientType`: subscribed clients
+    /// are `pubsub`; MONITOR clients and the rest are `normal`).
+    pub fn output_limit(&self, limits: &OutputBufferLimits) -> OutputLimit {
+        if self.is_subscribed() {
+            limits.pubsub
+        } else {
+            limits.normal
+        }
+    }
+
+    /// Redis's `checkClientOutputBufferLimits`: whether `pending` bytes of output break
+    /// `limit`, at or over its hard bound, or at or over its soft bound for longer than its
+    /// seconds without a break (the start of that stretch is kept in `obuf_soft_since_ms`).
+    pub fn output_over_limit(&self, pending: usize, limit: &OutputLimit, now_ms: u64) -> bool {
+        let pending = pending as u64;
+        if limit.hard_bytes > 0 && pending >= limit.hard_bytes {
+            return true;
+        }
+        if limit.soft_bytes == 0 || pending < limit.soft_bytes {
+            self.obuf_soft_since_ms.set(0);
+            return false;
+        }
+        let since = self.obuf_soft_since_ms.get();
+        if since == 0 {
+            self.obuf_soft_since_ms.set(now_ms.max(1));
+            return false;
+        }
+        now_ms.saturating_sub(since) > limit.soft_seconds.saturating_mul(1000)
     }
 
     pub fn kill(&self) {
@@ -160,6 +237,8 @@ pub struct Client {
     pub blocked: Option<crate::blocking::BlockedOn>,
     /// Sequence number of the last op this connection's commands originated (CRDT.WAIT).
     pub last_write_seq: u64,
+    /// CLIENT REPLY ON/OFF/SKIP.
+    pub reply_mode: ReplyMode,
 }
 
 impl Client {
@@ -174,11 +253,17 @@ impl Client {
             call_depth: 0,
             blocked: None,
             last_write_seq: 0,
+            reply_mode: ReplyMode::On,
         }
     }
 
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Whether this is the client scripts run their commands as (`script::Scripting`).
+    pub fn is_script(&self) -> bool {
+        self.shared.id == 0
     }
 
     pub fn select(&mut self, db: usize) {

@@ -39,6 +39,13 @@ pub enum CmdError {
     OffsetOutOfRange,
     #[error("ERR value is out of range, must be positive")]
     MustBePositive,
+    /// A long command gave up because the process is stopping (`crate::stop`); the
+    /// connection closes right after.
+    #[error("ERR server is shutting down")]
+    ShuttingDown,
+    /// A command other than QUIT while a shard loads its data (`crate::loading`).
+    #[error("LOADING Redis is loading the dataset in memory")]
+    Loading,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").
@@ -116,6 +123,14 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("config key '{key}': {message}")]
     Invalid { key: String, message: String },
+    /// CONFIG REWRITE with no file to write (Redis's text).
+    #[error("The server is running without a config file")]
+    NoFile,
+    #[error("config file {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]

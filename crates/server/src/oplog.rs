@@ -124,6 +124,18 @@ impl OpLog {
         })
     }
 
+    /// Appends one FUNCTION library record (a library loaded with `code`, or deleted).
+    pub fn append_library(
+        &mut self,
+        seq: u64,
+        hlc: Hlc,
+        name: &[u8],
+        code: Option<&[u8]>,
+    ) -> &[u8] {
+        let origin = self.origin;
+        self.append_with(seq, |buf| encode_library(buf, origin, seq, hlc, name, code))
+    }
+
     fn append_with(&mut self, seq: u64, write: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
         let needs_new = self
             .chunks
@@ -240,6 +252,12 @@ pub enum OpBody {
         message: Vec<u8>,
         sharded: bool,
     },
+    /// The FUNCTION library named by the record's key was loaded with `code` (`None`:
+    /// deleted). Library records of one name settle last-writer-wins by stamp
+    /// (`script::replicate`).
+    Library {
+        code: Option<Vec<u8>>,
+    },
 }
 
 impl OpRecord {
@@ -274,6 +292,8 @@ const TAG_LIST: u8 = 9;
 const TAG_HLL: u8 = 10;
 const TAG_PUBLISH: u8 = 11;
 const TAG_SPUBLISH: u8 = 12;
+const TAG_LIBRARY_SET: u8 = 13;
+const TAG_LIBRARY_DEL: u8 = 14;
 /// Bytes of a record body before `db`: `seq:u64 hlc:u64 origin:u32` (the wire form keeps hlc).
 const SEQ_HLC_ORIGIN_BYTES: usize = 20;
 
@@ -369,6 +389,27 @@ pub fn encode_publish(
     let len_at = begin_record(out, origin, seq, hlc, 0, channel);
     put_u8(out, if sharded { TAG_SPUBLISH } else { TAG_PUBLISH });
     put_bytes(out, message);
+    end_record(out, len_at);
+}
+
+/// Appends one library record: the library name in the key field, then `code:bytes` (set)
+/// or nothing (deleted).
+pub fn encode_library(
+    out: &mut Vec<u8>,
+    origin: ReplicaId,
+    seq: u64,
+    hlc: Hlc,
+    name: &[u8],
+    code: Option<&[u8]>,
+) {
+    let len_at = begin_record(out, origin, seq, hlc, 0, name);
+    match code {
+        Some(code) => {
+            put_u8(out, TAG_LIBRARY_SET);
+            put_bytes(out, code);
+        }
+        None => put_u8(out, TAG_LIBRARY_DEL),
+    }
     end_record(out, len_at);
 }
 
@@ -588,6 +629,25 @@ fn decode_tail(
                         message,
                         sharded: tag == TAG_SPUBLISH,
                     },
+                },
+            );
+        }
+        tag @ (TAG_LIBRARY_SET | TAG_LIBRARY_DEL) => {
+            let code = if tag == TAG_LIBRARY_SET {
+                Some(b.bytes()?.to_vec())
+            } else {
+                None
+            };
+            return finish(
+                b,
+                len,
+                OpRecord {
+                    origin,
+                    seq,
+                    hlc,
+                    db,
+                    key,
+                    body: OpBody::Library { code },
                 },
             );
         }

@@ -80,6 +80,57 @@ fn keys_patterns() {
     assert_eq!(c.reply(&["KEYS", "foo*"]).strings().len(), 2);
 }
 
+/// The pattern that wedged the shard (issue 20): a dozen stars against a 40-byte key that
+/// cannot match. KEYS, SCAN MATCH and PUBSUB CHANNELS answer, and the server still serves
+/// PING after them (the read timeout of `Raw` bounds each reply).
+#[test]
+fn many_star_patterns_do_not_wedge() {
+    let s = Server::start();
+    let mut c = s.connect();
+    let key = "a".repeat(40);
+    c.ok(&["SET", &key, "v"]);
+    let twenty = format!("{}b", "a*".repeat(20));
+    for pattern in ["a*a*a*a*a*a*a*a*a*a*a*a*b", twenty.as_str()] {
+        assert_eq!(c.reply(&["KEYS", pattern]), Reply::Array(vec![]));
+        let r = c.reply(&["SCAN", "0", "MATCH", pattern, "COUNT", "100"]);
+        assert_eq!(
+            r,
+            Reply::Array(vec![Reply::bulk("0"), Reply::Array(vec![])])
+        );
+        assert_eq!(
+            c.reply(&["PUBSUB", "CHANNELS", pattern]),
+            Reply::Array(vec![])
+        );
+        assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
+    }
+    assert_eq!(
+        c.reply(&["KEYS", "a*a*a*a*a*a*a*a*a*a*a*a*"]).strings(),
+        [key]
+    );
+}
+
+/// Redis's `stringmatchlen` edges that differ from shell globbing.
+#[test]
+fn glob_edges_follow_redis() {
+    let s = Server::start();
+    let mut c = s.connect();
+    for k in ["]", "^", "b", "-"] {
+        c.ok(&["SET", k, "v"]);
+    }
+    let mut keys = |p: &str| {
+        let mut v = c.reply(&["KEYS", p]).strings();
+        v.sort();
+        v
+    };
+    // A range may end at ']' and the class goes on: [a-]b] is ']'..'a' or 'b'.
+    assert_eq!(keys("[a-]b]"), ["]", "^", "b"]);
+    // An unterminated class takes the rest of the pattern.
+    assert_eq!(keys("[-"), ["-"]);
+    // `[]` matches nothing, `[^]` anything.
+    assert_eq!(keys("[]"), Vec::<String>::new());
+    assert_eq!(keys("[^]").len(), 4);
+}
+
 #[test]
 fn scan_covers_a_thousand_keys() {
     let s = Server::start();
@@ -109,6 +160,27 @@ fn scan_covers_a_thousand_keys() {
     assert!(keys.is_empty());
     let (keys, _) = scan_all(&mut c, &["TYPE", "whatever"]);
     assert!(keys.is_empty());
+}
+
+/// Right after a burst of inserts the table is still rehashing: a full SCAN returns every key
+/// once (redis-cli --scan counts them), as Redis does for a table of this size.
+#[test]
+fn scan_right_after_growth_returns_each_key_once() {
+    let s = Server::start();
+    let mut c = s.connect();
+    let mut pipe = Vec::new();
+    for i in 0..20_000 {
+        let k = format!("key:{i}");
+        pipe.extend_from_slice(&common::cmd(&[b"SET", k.as_bytes(), b"v"]));
+    }
+    c.send(&pipe);
+    for _ in 0..20_000 {
+        assert_eq!(c.read_reply(), b"+OK\r\n");
+    }
+    let (keys, _) = scan_all(&mut c, &[]);
+    let set: HashSet<&String> = keys.iter().collect();
+    assert_eq!(set.len(), 20_000);
+    assert_eq!(keys.len(), 20_000, "no key twice");
 }
 
 /// Redis's "SCAN guarantees check under write load": keys present throughout are returned.

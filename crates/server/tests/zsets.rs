@@ -112,6 +112,26 @@ fn zrandmember_properties() {
     }
 }
 
+/// Negative counts of the three random commands stop at `SRANDMEMBER_REPEATS_MAX` (2^24):
+/// one past it is refused instead of building a reply the shard's memory cannot hold (the
+/// limit itself is unit-tested in `cmd::set`: a 2^24-element reply takes a minute in a debug
+/// build).
+#[test]
+fn random_repeats_stop_at_their_limit() {
+    let s = Server::start();
+    let mut c = s.connect();
+    c.call_line("ZADD z 1 a");
+    c.call_line("SADD s a");
+    c.call_line("HSET h a 1");
+    for cmd in ["ZRANDMEMBER z", "SRANDMEMBER s", "HRANDFIELD h"] {
+        assert_eq!(
+            c.call_line(&format!("{cmd} -16777217")),
+            "-ERR value is out of range\r\n"
+        );
+        assert_eq!(array_len(&c.call_line(&format!("{cmd} -1000"))), 1000);
+    }
+}
+
 #[test]
 fn rename_copy_expire_and_transactions() {
     let s = Server::start();

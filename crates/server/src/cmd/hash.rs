@@ -424,9 +424,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     };
     if count < 0 {
-        if count.unsigned_abs() > super::set::SRANDMEMBER_REPEATS_MAX {
-            return Err(CmdError::Err("value is out of range".into()));
-        }
+        super::set::random_repeats(count)?;
         // Repeats allowed: streamed without building a list (the count may be huge).
         let n = count.unsigned_abs();
         header(ctx.out, n);
@@ -469,6 +467,7 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         parse_cursor(arg(argv, 2)).ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
     let db = ctx.db();
     let now = ctx.now_ms;
+    let limits = ctx.shard.config.hash_listpack();
     let h = as_hash(ctx.shard.lookup_read(db, key, now))?;
     let Some(h) = h else {
         ctx.out.array(2);
@@ -493,10 +492,10 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         i += 2;
     }
-    let matches = |f: &[u8]| pattern.is_none_or(|p| super::args::glob_match(p, f, false));
+    let matches = |f: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, f, false));
     let mut out: Vec<(&[u8], StrView<'_>)> = Vec::new();
     let next: u64;
-    if h.is_listpack() {
+    if h.fits_listpack(limits.entries_max, limits.value_max) {
         out.extend(h.iter().filter(|(f, _)| matches(f)));
         next = 0;
     } else {

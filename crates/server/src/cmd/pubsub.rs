@@ -13,9 +13,9 @@ use std::rc::Rc;
 
 use hashbrown::HashMap;
 
-use super::args::glob_match;
 use super::{Ctx, Handler};
 use crate::client::ClientShared;
+use crate::config::OutputBufferLimits;
 use crate::error::CmdError;
 use crate::resp::reply::{Proto, Reply};
 
@@ -35,10 +35,6 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("pubsub|shardnumsub", pubsub_shardnumsub),
     ("pubsub|help", pubsub_help),
 ];
-
-/// Pending push output past which a subscriber is disconnected (Redis's default
-/// `client-output-buffer-limit pubsub` hard limit, 32 MiB).
-pub const PUSH_OUT_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// Subscribers of one channel or pattern, by client id (connection order).
 type Subscribers = BTreeMap<u64, Rc<ClientShared>>;
@@ -371,9 +367,19 @@ impl<'a> Encoded<'a> {
     }
 }
 
+/// Where and under which limits messages are delivered.
+struct Delivery<'a, 'o> {
+    publisher: u64,
+    out: Option<&'o mut Reply>,
+    limits: &'a OutputBufferLimits,
+    now_ms: u64,
+}
+
 /// Delivers one encoded message: into the publisher's own output when it is the subscriber
-/// (so it precedes PUBLISH's reply, as in Redis), else into the subscriber's push buffer.
-fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&mut Reply>) {
+/// (so it precedes PUBLISH's reply, as in Redis), else into the subscriber's push buffer,
+/// closing a subscriber whose pending output breaks its class's `client-output-buffer-limit`.
+fn deliver(sub: &ClientShared, bytes: &[u8], d: &mut Delivery<'_, '_>) {
+    let (publisher, out) = (d.publisher, &mut d.out);
     if sub.id == publisher {
         if let Some(out) = out {
             out.raw(bytes);
@@ -386,10 +392,11 @@ fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&m
     let over = {
         let mut buf = sub.push_out.borrow_mut();
         buf.extend_from_slice(bytes);
-        buf.len() > PUSH_OUT_BYTES_MAX
+        let limit = sub.output_limit(d.limits);
+        sub.output_over_limit(buf.len(), &limit, d.now_ms)
     };
     if over {
-        tracing::warn!(client = %sub.addr, "closing subscriber over the pubsub output buffer limit");
+        tracing::warn!(client = %sub.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
         sub.push_out.borrow_mut().clear();
         sub.kill();
     } else {
@@ -398,14 +405,17 @@ fn deliver(sub: &ClientShared, bytes: &[u8], publisher: u64, out: &mut Option<&m
 }
 
 fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -> i64 {
-    let publisher = ctx.client.id();
     let n = deliver_all(
         &ctx.shard.pubsub,
         channel,
         message,
         kind,
-        publisher,
-        Some(ctx.out),
+        Delivery {
+            publisher: ctx.client.id(),
+            out: Some(ctx.out),
+            limits: &ctx.shard.config.client_output_buffer_limit,
+            now_ms: ctx.now_ms,
+        },
     );
     // Subscribers at the other sites get it through the op stream.
     let now = ctx.shard.now_ms();
@@ -415,10 +425,23 @@ fn publish_kind(ctx: &mut Ctx<'_>, channel: &[u8], message: &[u8], kind: Kind) -
 }
 
 /// Delivers a message that another site published to this site's subscribers.
-pub fn deliver_remote(ps: &PubSub, channel: &[u8], message: &[u8], sharded: bool) -> i64 {
+pub fn deliver_remote(
+    ps: &PubSub,
+    limits: &OutputBufferLimits,
+    now_ms: u64,
+    channel: &[u8],
+    message: &[u8],
+    sharded: bool,
+) -> i64 {
     let kind = if sharded { Kind::Shard } else { Kind::Global };
     // Client ids start at 1: publisher 0 is nobody here.
-    deliver_all(ps, channel, message, kind, 0, None)
+    let d = Delivery {
+        publisher: 0,
+        out: None,
+        limits,
+        now_ms,
+    };
+    deliver_all(ps, channel, message, kind, d)
 }
 
 fn deliver_all(
@@ -426,8 +449,7 @@ fn deliver_all(
     channel: &[u8],
     message: &[u8],
     kind: Kind,
-    publisher: u64,
-    mut out: Option<&mut Reply>,
+    mut d: Delivery<'_, '_>,
 ) -> i64 {
     let mut receivers = 0i64;
     let map = match kind {
@@ -438,19 +460,19 @@ fn deliver_all(
         let parts: [&[u8]; 3] = [kind.message_word(), channel, message];
         let mut enc = Encoded::new(&parts);
         for sub in subs.values() {
-            deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
+            deliver(sub, enc.get(sub.proto.get()), &mut d);
             receivers += 1;
         }
     }
     if kind == Kind::Global {
         for (pat, subs) in &ps.patterns {
-            if !glob_match(pat, channel, false) {
+            if !crate::glob::matches(pat, channel, false) {
                 continue;
             }
             let parts: [&[u8]; 4] = [b"pmessage", pat, channel, message];
             let mut enc = Encoded::new(&parts);
             for sub in subs.values() {
-                deliver(sub, enc.get(sub.proto.get()), publisher, &mut out);
+                deliver(sub, enc.get(sub.proto.get()), &mut d);
                 receivers += 1;
             }
         }
@@ -499,7 +521,7 @@ fn list_channels(
     };
     let names: Vec<&Vec<u8>> = map
         .keys()
-        .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
+        .filter(|c| pat.is_none_or(|p| crate::glob::matches(p, c, false)))
         .collect();
     ctx.out.array(names.len());
     for n in names {

@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use super::args::{eq_ic, glob_match, parse_f64, parse_i64};
+use super::args::{eq_ic, parse_f64, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::shard::Shard;
@@ -44,7 +44,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // ---------------------------------------------------------------------------------------
 // Help texts (Redis's `addReplyHelp`: a header, the lines, then HELP).
 
-fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+pub(crate) fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.out.array(lines.len() + 3);
     ctx.out.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
@@ -57,7 +57,7 @@ fn reply_help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`.
-fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
+pub(crate) fn subcommand_syntax_error(argv: &[&[u8]]) -> CmdError {
     let cmd =
         String::from_utf8_lossy(argv.first().copied().unwrap_or_default()).to_ascii_uppercase();
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -206,6 +206,10 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
             let _ = write!(out, "errorstat_{code}:count={count}\r\n");
         }
     }
+    if s.has("latencystats") {
+        section(&mut out, &mut n, "Latencystats");
+        super::latency::info_latencystats(shard, &mut out);
+    }
     if s.has("cluster") {
         section(&mut out, &mut n, "Cluster");
         field(&mut out, "cluster_enabled", 0);
@@ -264,7 +268,16 @@ fn info_server(shard: &Shard, out: &mut String, now_ms: u64) {
     field(out, "configured_hz", shard.config.hz);
     field(out, "lru_clock", crate::keyspace::lru_clock(now_ms));
     field(out, "executable", exe);
-    field(out, "config_file", "");
+    field(
+        out,
+        "config_file",
+        shard
+            .config
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+    );
     field(out, "io_threads_active", 0);
 }
 
@@ -382,9 +395,39 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     field(out, "allocator_resident", m.resident);
     field(out, "total_system_memory", total);
     field(out, "total_system_memory_human", bytes_to_human(total));
+    let (vm_eval, vm_functions) = shard.scripting.vm_memory();
+    let (scripts_bytes, functions_bytes) = shard.scripting.code_memory();
+    field(out, "used_memory_lua", vm_eval);
+    field(out, "used_memory_vm_eval", vm_eval);
+    field(out, "used_memory_lua_human", bytes_to_human(vm_eval as u64));
+    field(out, "used_memory_scripts_eval", scripts_bytes);
+    field(
+        out,
+        "number_of_cached_scripts",
+        shard.scripting.scripts.len(),
+    );
+    field(
+        out,
+        "number_of_functions",
+        shard.scripting.libraries.function_count(),
+    );
+    field(out, "used_memory_vm_functions", vm_functions);
+    field(out, "used_memory_vm_total", vm_eval + vm_functions);
+    field(
+        out,
+        "used_memory_vm_total_human",
+        bytes_to_human((vm_eval + vm_functions) as u64),
+    );
+    field(out, "used_memory_functions", functions_bytes);
+    field(out, "used_memory_scripts", scripts_bytes + functions_bytes);
+    field(
+        out,
+        "used_memory_scripts_human",
+        bytes_to_human((scripts_bytes + functions_bytes) as u64),
+    );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
-    field(out, "maxmemory_policy", "noeviction");
+    field(out, "maxmemory_policy", &shard.config.maxmemory_policy);
     field(
         out,
         "allocator_frag_ratio",
@@ -589,10 +632,10 @@ fn info_replication(shard: &Shard, out: &mut String) {
 }
 
 /// Clock ticks per second of /proc times (USER_HZ, 100 on Linux's user-visible interfaces).
-const USER_HZ: u64 = 100;
+pub(crate) const USER_HZ: u64 = 100;
 
 /// (utime, stime, cutime, cstime) in ticks from a /proc `stat` file.
-fn proc_times(path: &str) -> Option<[u64; 4]> {
+pub(crate) fn proc_times(path: &str) -> Option<[u64; 4]> {
     let text = std::fs::read_to_string(path).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = text.get(text.rfind(')')? + 1..)?;
@@ -636,372 +679,45 @@ fn read_trimmed(path: &str) -> Option<String> {
 // ---------------------------------------------------------------------------------------
 // CONFIG
 
-/// How CONFIG SET treats a parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Access {
-    Modifiable,
-    /// Redis: "can't set immutable config".
-    Immutable,
-    /// Redis (enable-protected-configs no): "can't set protected config".
-    Protected,
-    /// A Redis parameter whose feature Meridian lacks: the current value is accepted (no-op),
-    /// any other valid value is refused as immutable.
-    Fixed,
-}
+pub use crate::config::params::parse_memory;
+use crate::config::params::{self, Access, Param};
 
-/// How a value parses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    /// Integer in [min, max] (Redis INTEGER_CONFIG).
-    Int {
-        min: i64,
-        max: i64,
-    },
-    /// Bytes with optional unit (Redis MEMORY_CONFIG).
-    Mem {
-        min: i64,
-        max: i64,
-    },
-    Bool,
-    /// One of the listed words.
-    Enum(&'static [&'static str]),
-    Text,
-}
-
-struct Param {
-    name: &'static str,
-    access: Access,
-    kind: Kind,
-}
-
-const EVICTION_POLICIES: &[&str] = &[
-    "volatile-lru",
-    "volatile-lfu",
-    "volatile-random",
-    "volatile-ttl",
-    "allkeys-lru",
-    "allkeys-lfu",
-    "allkeys-random",
-    "noeviction",
-];
-
-const PARAMS: &[Param] = &[
-    Param {
-        name: "bind",
-        access: Access::Immutable,
-        kind: Kind::Text,
-    },
-    Param {
-        name: "port",
-        access: Access::Immutable,
-        kind: Kind::Int { min: 0, max: 65535 },
-    },
-    Param {
-        name: "dir",
-        access: Access::Protected,
-        kind: Kind::Text,
-    },
-    Param {
-        name: "databases",
-        access: Access::Immutable,
-        kind: Kind::Int {
-            min: 1,
-            max: i32::MAX as i64,
-        },
-    },
-    Param {
-        name: "proto-max-bulk-len",
-        access: Access::Modifiable,
-        kind: Kind::Mem {
-            min: 1024 * 1024,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "client-query-buffer-limit",
-        access: Access::Modifiable,
-        kind: Kind::Mem {
-            min: 1024 * 1024,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "maxclients",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 1,
-            max: u32::MAX as i64,
-        },
-    },
-    Param {
-        name: "timeout",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 0,
-            max: i32::MAX as i64,
-        },
-    },
-    Param {
-        name: "hz",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 0,
-            max: i32::MAX as i64,
-        },
-    },
-    Param {
-        name: "slowlog-log-slower-than",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: -1,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "slowlog-max-len",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "latency-monitor-threshold",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 0,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "save",
-        access: Access::Modifiable,
-        kind: Kind::Text,
-    },
-    Param {
-        name: "appendonly",
-        access: Access::Fixed,
-        kind: Kind::Bool,
-    },
-    Param {
-        name: "appendfsync",
-        access: Access::Modifiable,
-        kind: Kind::Enum(&["always", "everysec", "no"]),
-    },
-    Param {
-        name: "auto-aof-rewrite-percentage",
-        access: Access::Modifiable,
-        kind: Kind::Int {
-            min: 0,
-            max: i32::MAX as i64,
-        },
-    },
-    Param {
-        name: "auto-aof-rewrite-min-size",
-        access: Access::Modifiable,
-        kind: Kind::Mem {
-            min: 0,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "maxmemory",
-        access: Access::Fixed,
-        kind: Kind::Mem {
-            min: 0,
-            max: i64::MAX,
-        },
-    },
-    Param {
-        name: "maxmemory-policy",
-        access: Access::Fixed,
-        kind: Kind::Enum(EVICTION_POLICIES),
-    },
-];
-
-/// Redis's `hz` range after clamping (CONFIG_MIN_HZ, CONFIG_MAX_HZ).
-const HZ_MIN: i64 = 1;
-const HZ_MAX: i64 = 500;
-
-fn find_param(name: &[u8]) -> Option<&'static Param> {
-    PARAMS
-        .iter()
-        .find(|p| p.name.as_bytes().eq_ignore_ascii_case(name))
-}
-
-/// The value CONFIG GET shows.
-fn param_value(shard: &Shard, name: &str) -> String {
-    let c = &shard.config;
-    match name {
-        "bind" => c.bind.clone(),
-        "port" => c.port.to_string(),
-        "dir" => std::fs::canonicalize(&c.dir)
-            .unwrap_or_else(|_| c.dir.clone())
-            .display()
-            .to_string(),
-        "databases" => c.databases.to_string(),
-        "proto-max-bulk-len" => c.proto_max_bulk_len.to_string(),
-        "client-query-buffer-limit" => c.client_query_buffer_limit.to_string(),
-        "maxclients" => c.maxclients.to_string(),
-        "timeout" => c.timeout.to_string(),
-        "hz" => c.hz.to_string(),
-        "slowlog-log-slower-than" => c.slowlog_log_slower_than.max(-1).to_string(),
-        "slowlog-max-len" => c.slowlog_max_len.to_string(),
-        "latency-monitor-threshold" => c.latency_monitor_threshold.to_string(),
-        "save" => c.save.clone(),
-        "appendonly" => if c.appendonly { "yes" } else { "no" }.to_string(),
-        "appendfsync" => c.appendfsync.clone(),
-        "auto-aof-rewrite-percentage" => c.auto_aof_rewrite_percentage.to_string(),
-        "auto-aof-rewrite-min-size" => c.auto_aof_rewrite_min_size.to_string(),
-        "maxmemory" => "0".to_string(),
-        "maxmemory-policy" => "noeviction".to_string(),
-        _ => String::new(),
-    }
-}
-
-/// Redis's `memtoull`: digits with an optional unit b, k, kb, m, mb, g, gb (any case).
-pub fn parse_memory(v: &[u8]) -> Option<u64> {
-    let digits = v.iter().take_while(|c| c.is_ascii_digit()).count();
-    let (num, unit) = v.split_at(digits);
-    if num.is_empty() {
-        return None;
-    }
-    let unit = String::from_utf8_lossy(unit).to_ascii_lowercase();
-    let mul: u64 = match unit.as_str() {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    let n: u64 = std::str::from_utf8(num).ok()?.parse().ok()?;
-    n.checked_mul(mul)
-}
-
-/// A parsed CONFIG SET value.
-#[derive(Clone, Debug)]
-enum Value {
-    Int(i64),
-    Text(String),
-}
-
-/// Parses and checks `v` for `p` (Redis's parse, then boundary check), without applying it.
-fn parse_value(p: &Param, v: &[u8]) -> Result<Value, String> {
-    match p.kind {
-        Kind::Int { min, max } => {
-            let n = parse_i64(v)
-                .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())?;
-            if n < min || n > max {
-                return Err(format!(
-                    "argument must be between {min} and {max} inclusive"
-                ));
-            }
-            Ok(Value::Int(n))
-        }
-        Kind::Mem { min, max } => {
-            let n = parse_memory(v).ok_or_else(|| "argument must be a memory value".to_string())?;
-            // Redis stores the unsigned result in a signed field: above i64::MAX wraps negative.
-            let n = n as i64;
-            if n < min || n > max {
-                return Err(format!(
-                    "argument must be between {min} and {max} inclusive"
-                ));
-            }
-            Ok(Value::Int(n))
-        }
-        Kind::Bool => {
-            if eq_ic(v, "yes") {
-                Ok(Value::Text("yes".to_string()))
-            } else if eq_ic(v, "no") {
-                Ok(Value::Text("no".to_string()))
-            } else {
-                Err("argument must be 'yes' or 'no'".to_string())
-            }
-        }
-        Kind::Enum(words) => words
-            .iter()
-            .find(|w| eq_ic(v, w))
-            .map(|w| Value::Text(w.to_string()))
-            .ok_or_else(|| {
-                format!(
-                    "argument(s) must be one of the following: {}",
-                    words.join(", ")
-                )
-            }),
-        Kind::Text => Ok(Value::Text(String::from_utf8_lossy(v).into_owned())),
-    }
-}
-
-/// Applies a checked value.
-fn apply_value(shard: &mut Shard, name: &str, v: &Value) {
-    let n = match v {
-        Value::Int(n) => *n,
-        Value::Text(t) => {
-            match name {
-                "save" => shard.config.save = t.split_whitespace().collect::<Vec<_>>().join(" "),
-                "appendfsync" => {
-                    if let Some(f) = crate::persist::Fsync::parse(t) {
-                        shard.config.appendfsync = f.name().to_string();
-                        shard.persist.set_fsync(f);
-                    }
-                }
-                _ => {}
-            }
-            return;
-        }
-    };
-    let c = &mut shard.config;
-    match name {
-        "auto-aof-rewrite-percentage" => c.auto_aof_rewrite_percentage = n as u64,
-        "auto-aof-rewrite-min-size" => c.auto_aof_rewrite_min_size = n as u64,
-        "proto-max-bulk-len" => c.proto_max_bulk_len = n as u64,
-        "client-query-buffer-limit" => c.client_query_buffer_limit = n as u64,
-        "maxclients" => c.maxclients = n as u32,
-        "timeout" => c.timeout = n as u64,
-        "hz" => c.hz = n.clamp(HZ_MIN, HZ_MAX) as u32,
-        "slowlog-log-slower-than" => c.slowlog_log_slower_than = n,
-        "slowlog-max-len" => {
-            c.slowlog_max_len = n as u64;
-            shard.slowlog.len_max = n as u64;
-            shard.slowlog.trim();
-        }
-        "latency-monitor-threshold" => c.latency_monitor_threshold = n as u64,
-        _ => {}
-    }
-}
-
-/// CONFIG GET pattern [pattern ...]: a map of matching parameters (Redis 7.0).
+/// CONFIG GET pattern [pattern ...]: a map of matching parameters (Redis 7.0). An exact name
+/// answers under the name as given, hidden parameters included; a pattern matches every
+/// name and alias of the visible ones.
 fn config_get(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut matches: Vec<(String, &'static Param)> = Vec::new();
-    let seen = |m: &[(String, &Param)], p: &Param| m.iter().any(|(_, q)| std::ptr::eq(*q, p));
+    let seen =
+        |m: &[(String, &Param)], name: &str| m.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     for pat in argv.get(2..).unwrap_or_default() {
         if !pat.iter().any(|c| matches!(c, b'[' | b'*' | b'?')) {
-            // An exact name answers under the name as given (Redis looks it up directly).
-            if let Some(p) = find_param(pat) {
-                if !seen(&matches, p) {
-                    matches.push((String::from_utf8_lossy(pat).into_owned(), p));
+            let name = String::from_utf8_lossy(pat).into_owned();
+            if let Some(p) = params::find(pat) {
+                if !seen(&matches, &name) {
+                    matches.push((name, p));
                 }
             }
             continue;
         }
-        for p in PARAMS {
-            if !seen(&matches, p) && glob_match(pat, p.name.as_bytes(), true) {
-                matches.push((p.name.to_string(), p));
+        for p in params::PARAMS.iter().filter(|p| !p.hidden) {
+            for name in std::iter::once(p.name).chain(p.alias) {
+                if !seen(&matches, name) && crate::glob::matches(pat, name.as_bytes(), true) {
+                    matches.push((name.to_string(), p));
+                }
             }
         }
     }
     ctx.out.map(matches.len());
     for (name, p) in &matches {
         ctx.out.bulk(name.as_bytes());
-        ctx.out.bulk(param_value(ctx.shard, p.name).as_bytes());
+        ctx.out.bulk(p.get(&ctx.shard.config).as_bytes());
     }
     Ok(())
 }
 
-/// CONFIG SET parameter value [parameter value ...]: all or nothing (Redis 7.0).
+/// CONFIG SET parameter value [parameter value ...]: all or nothing (Redis 7.0). Every
+/// parameter is checked and every value parsed before any is applied; a parameter with
+/// `Access::Fixed` accepts only its current value.
 fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if argv.len() < 4 || argv.len() % 2 == 1 {
         return Err(CmdError::Syntax);
@@ -1027,9 +743,9 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     // parameter is the error.
     let mut unknown: Option<&[u8]> = None;
     let mut first_err: Option<CmdError> = None;
-    let mut found: Vec<(&'static Param, &[u8])> = Vec::new();
+    let mut found: Vec<(&'static Param, &[u8], &[u8])> = Vec::new();
     for &(name, value) in &pairs {
-        let Some(p) = find_param(name) else {
+        let Some(p) = params::find(name) else {
             if unknown.is_none() && first_err.is_none() {
                 unknown = Some(name);
             }
@@ -1042,10 +758,10 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             first_err = Some(failed(name, "can't set immutable config"));
         } else if p.access == Access::Protected {
             first_err = Some(failed(name, "can't set protected config"));
-        } else if found.iter().any(|(q, _)| std::ptr::eq(*q, p)) {
+        } else if found.iter().any(|(q, _, _)| std::ptr::eq(*q, p)) {
             first_err = Some(failed(name, "duplicate parameter"));
         }
-        found.push((p, value));
+        found.push((p, name, value));
     }
     if let Some(name) = unknown {
         return Err(CmdError::Err(format!(
@@ -1057,33 +773,46 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(e);
     }
     // Second pass: parse every value; nothing is applied unless all are valid.
-    let mut parsed: Vec<(&'static Param, Value)> = Vec::with_capacity(found.len());
-    for (p, value) in found {
-        let v = parse_value(p, value).map_err(|why| failed(p.name.as_bytes(), &why))?;
-        if p.name == "save" {
-            if let Value::Text(t) = &v {
-                if crate::config::parse_save(t).is_none() {
-                    return Err(failed(p.name.as_bytes(), "Invalid save parameters"));
-                }
-            }
-        }
-        if p.access == Access::Fixed {
-            let current = param_value(ctx.shard, p.name);
-            let same = match &v {
-                Value::Int(n) => current == n.to_string(),
-                Value::Text(t) => t.trim() == current,
-            };
-            if !same {
-                return Err(failed(p.name.as_bytes(), "can't set immutable config"));
-            }
+    let mut parsed: Vec<(&'static Param, String)> = Vec::with_capacity(found.len());
+    for (p, name, value) in found {
+        let text = String::from_utf8_lossy(value);
+        let v = p.parse(&text).map_err(|why| failed(name, &why))?;
+        if p.access == Access::Fixed && v != p.get(&ctx.shard.config) {
+            return Err(failed(name, "can't set immutable config"));
         }
         parsed.push((p, v));
     }
     for (p, v) in &parsed {
-        apply_value(ctx.shard, p.name, v);
+        p.set(&mut ctx.shard.config, v);
+        config_applied(ctx.shard, p.name);
     }
     ctx.out.ok();
     Ok(())
+}
+
+/// What a changed parameter does beyond its `Config` field (the rest read the field where
+/// they act).
+fn config_applied(shard: &mut Shard, name: &str) {
+    match name {
+        "slowlog-max-len" => {
+            shard.slowlog.len_max = shard.config.slowlog_max_len;
+            shard.slowlog.trim();
+        }
+        "appendfsync" => {
+            if let Some(f) = crate::persist::Fsync::parse(&shard.config.appendfsync) {
+                shard.persist.set_fsync(f);
+            }
+        }
+        "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
+        // Redis's `updateRequirePass`: the default user's passwords become this one (none:
+        // nopass).
+        "requirepass" => {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
+        "maxmemory-policy" => shard.set_policy_flags(),
+        _ => {}
+    }
 }
 
 /// CONFIG RESETSTAT: statistics, command and error tables (not the slow log).
@@ -1093,11 +822,22 @@ fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> 
     Ok(())
 }
 
-/// CONFIG REWRITE: Meridian's settings come from flags or a TOML file it does not rewrite.
-fn config_rewrite(_ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    Err(CmdError::Err(
-        "The server is running without a config file".to_string(),
-    ))
+/// CONFIG REWRITE: writes the running configuration into the TOML file Meridian was started
+/// with (`config::rewrite`).
+fn config_rewrite(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    match ctx.shard.config.rewrite() {
+        Ok(()) => {
+            ctx.out.ok();
+            Ok(())
+        }
+        Err(crate::error::ConfigError::NoFile) => Err(CmdError::Err(
+            "The server is running without a config file".to_string(),
+        )),
+        Err(e) => {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            Err(CmdError::Err(format!("Rewriting config file: {e}")))
+        }
+    }
 }
 
 fn config_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
@@ -1332,6 +1072,9 @@ fn latency_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// DEBUG subcommand ...: a single command whose first argument the handler parses, as in
 /// Redis 7.0. Only the subcommands Meridian can honour exist.
+/// DEBUG SLEEP looks at the stop flag at least this often.
+pub const DEBUG_SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let sub = argv.get(1).copied().unwrap_or_default();
     let argc = argv.len();
@@ -1340,11 +1083,21 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ctx,
             "DEBUG",
             &[
+                "DIGEST",
+                "    Output a hex signature representing the current DB content.",
+                "DIGEST-VALUE <key> [<key> ...]",
+                "    Output a hex signature of the values of all the specified keys.",
                 "ERROR <string>",
                 "    Return a Redis protocol error with <string> as message. Useful for clients",
                 "    unit tests to simulate Redis errors.",
                 "LOG <message>",
                 "    Write <message> to the server log.",
+                "OBJECT <key>",
+                "    Show low level info about `key` and associated value.",
+                "PROTOCOL <type>",
+                "    Reply with a test value of the specified type. <type> can be: string,",
+                "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                "    true, false.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1355,13 +1108,36 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         );
         return Ok(());
     }
+    if eq_ic(sub, "object") && argc == 3 {
+        return super::debug::object(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "protocol") && argc == 3 {
+        return super::debug::protocol(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "digest") && argc == 2 {
+        return super::debug::digest(ctx);
+    }
+    if eq_ic(sub, "digest-value") {
+        return super::debug::digest_value(ctx, argv.get(2..).unwrap_or_default());
+    }
     if eq_ic(sub, "sleep") && argc == 3 {
         // Redis: strtod, whatever it parses (0 for junk); the shard thread blocks, as Redis's
         // main thread does.
+        // It sleeps in slices so that a stop signal ends it (`crate::stop`).
         let secs = parse_f64(argv.get(2).copied().unwrap_or_default()).unwrap_or(0.0);
         let us = (secs * 1_000_000.0) as i64;
         if us > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(us as u64));
+            let until = std::time::Instant::now() + std::time::Duration::from_micros(us as u64);
+            loop {
+                if crate::stop::requested() {
+                    return Err(CmdError::ShuttingDown);
+                }
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(DEBUG_SLEEP_SLICE));
+            }
         }
         ctx.out.ok();
         return Ok(());
@@ -1767,6 +1543,74 @@ mod tests {
             t.run(&["config", "rewrite"]),
             "-ERR The server is running without a config file\r\n"
         );
+    }
+
+    #[test]
+    fn config_table_aliases_fixed_and_stored() {
+        let mut t = T::new();
+        // Aliases answer under the name asked; a pattern lists names and aliases.
+        assert_eq!(
+            t.run(&["config", "set", "hash-max-ziplist-entries", "20"]),
+            "+OK\r\n"
+        );
+        assert_eq!(t.shard.config.hash_max_listpack_entries, 20);
+        assert_eq!(
+            t.run(&["config", "get", "hash-max-*-entries"]),
+            "*4\r\n$25\r\nhash-max-listpack-entries\r\n$2\r\n20\r\n$24\r\nhash-max-ziplist-entries\r\n$2\r\n20\r\n"
+        );
+        assert!(
+            t.run(&[
+                "config",
+                "set",
+                "hash-max-listpack-entries",
+                "1",
+                "hash-max-ziplist-entries",
+                "2"
+            ])
+            .contains("duplicate parameter")
+        );
+        // A parameter without effect is kept and shown.
+        assert_eq!(
+            t.run(&["config", "set", "lazyfree-lazy-user-del", "YES"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "get", "lazyfree-lazy-user-del"]),
+            "*2\r\n$22\r\nlazyfree-lazy-user-del\r\n$3\r\nyes\r\n"
+        );
+        // Fixed: the current value is a no-op, another one is refused.
+        assert_eq!(
+            t.run(&["config", "set", "maxmemory", "0", "port", "6379"]),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            t.run(&["config", "set", "notify-keyspace-events", "KEA"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - can't set immutable config\r\n"
+        );
+        // All or nothing: a bad value later in the list applies none of the earlier ones.
+        assert!(
+            t.run(&[
+                "config",
+                "set",
+                "tcp-keepalive",
+                "5",
+                "maxmemory-clients",
+                "200%"
+            ])
+            .contains("percentage argument must be less or equal to 100")
+        );
+        assert!(
+            t.run(&["config", "get", "tcp-keepalive"])
+                .ends_with("$3\r\n300\r\n")
+        );
+        // Hidden parameters answer only by exact name.
+        assert!(
+            t.run(&["config", "get", "key-load-delay"])
+                .contains("$1\r\n0\r\n")
+        );
+        assert!(!t.run(&["config", "get", "*"]).contains("key-load-delay"));
+        let all = t.run(&["config", "get", "*"]);
+        assert!(all.contains("$12\r\nslave-read-only\r\n") || all.contains("slave-read-only"));
         assert!(
             t.run(&["config", "help"])
                 .starts_with("*11\r\n+CONFIG <subcommand>")

@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 use meridian_crdt::{Effect, OrSet, TypeTag};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, parse_cursor, parse_i64};
+use super::args::{eq_ic, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::shard::Shard;
@@ -50,10 +50,21 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// SSCAN returns sets up to this size whole, with cursor 0 (Redis 7.2's listpack bound).
 pub const SSCAN_ALL_MAX: usize = 128;
 
-/// Most members one SRANDMEMBER with a negative count replies. Redis 7.0 builds any reply
-/// (`SRANDMEMBER s -4611686018427387903` hangs it while memory lasts); Meridian refuses counts
-/// beyond this with "value is out of range" rather than exhaust the shard's memory.
+/// Most members one SRANDMEMBER, HRANDFIELD or ZRANDMEMBER with a negative count replies.
+/// Redis 7.0 builds any reply (`SRANDMEMBER s -4611686018427387903` hangs it while memory
+/// lasts); Meridian refuses counts beyond this with "value is out of range" rather than
+/// exhaust the shard's memory (docs/limits.md).
 pub const SRANDMEMBER_REPEATS_MAX: u64 = 1 << 24;
+
+/// Checks a negative count of SRANDMEMBER, HRANDFIELD or ZRANDMEMBER (repeats allowed)
+/// against `SRANDMEMBER_REPEATS_MAX`: the number of picks, or "value is out of range".
+pub fn random_repeats(count: i64) -> Result<u64, CmdError> {
+    let n = count.unsigned_abs();
+    if n > SRANDMEMBER_REPEATS_MAX {
+        return Err(CmdError::Err("value is out of range".to_string()));
+    }
+    Ok(n)
+}
 
 /// Random bucket probes before SPOP/SRANDMEMBER fall back to walking the set.
 const RANDOM_PROBES_MAX: usize = 64;
@@ -191,49 +202,71 @@ fn compute(ctx: &mut Ctx<'_>, keys: &[&[u8]], op: SetOp) -> Result<Vec<Vec<u8>>,
     }
     let db = ctx.db();
     let sets: Vec<Option<&OrSet>> = keys.iter().map(|k| set_ref(ctx.shard, db, k)).collect();
-    Ok(combine(&sets, op))
+    combine(&sets, op)
 }
 
-fn combine(sets: &[Option<&OrSet>], op: SetOp) -> Vec<Vec<u8>> {
+/// The result of `op` over `sets` (`None`: a missing key). A key named several times counts
+/// once (each of these operations is idempotent in its inputs, and the first set of a
+/// difference is kept apart), so naming one large set a million times costs its size once.
+/// Fails only when the process is stopping (`crate::stop`).
+fn combine(sets: &[Option<&OrSet>], op: SetOp) -> Result<Vec<Vec<u8>>, CmdError> {
+    let mut poll = crate::stop::Poll::new();
+    let mut out = Vec::new();
     match op {
         SetOp::Inter => {
-            let Some(mut present) = sets.iter().copied().collect::<Option<Vec<&OrSet>>>() else {
-                return Vec::new();
+            let Some(present) = sets.iter().copied().collect::<Option<Vec<&OrSet>>>() else {
+                return Ok(out);
             };
+            let mut present = distinct(present.into_iter());
             present.sort_by_key(|s| s.len());
             let Some((first, rest)) = present.split_first() else {
-                return Vec::new();
+                return Ok(out);
             };
-            first
-                .members()
-                .filter(|m| rest.iter().all(|s| s.contains(m)))
-                .map(<[u8]>::to_vec)
-                .collect()
+            for m in first.members() {
+                if poll.stop() {
+                    return Err(CmdError::ShuttingDown);
+                }
+                if rest.iter().all(|s| s.contains(m)) {
+                    out.push(m.to_vec());
+                }
+            }
         }
         SetOp::Union => {
             let mut seen: HashSet<&[u8]> = HashSet::new();
-            let mut out = Vec::new();
-            for s in sets.iter().flatten() {
+            for s in distinct(sets.iter().flatten().copied()) {
                 for m in s.members() {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
                     if seen.insert(m) {
                         out.push(m.to_vec());
                     }
                 }
             }
-            out
         }
         SetOp::Diff => {
             let Some(Some(first)) = sets.first() else {
-                return Vec::new();
+                return Ok(out);
             };
-            let rest: Vec<&OrSet> = sets.iter().skip(1).flatten().copied().collect();
-            first
-                .members()
-                .filter(|m| !rest.iter().any(|s| s.contains(m)))
-                .map(<[u8]>::to_vec)
-                .collect()
+            let rest = distinct(sets.iter().skip(1).flatten().copied());
+            for m in first.members() {
+                if poll.stop() {
+                    return Err(CmdError::ShuttingDown);
+                }
+                if !rest.iter().any(|s| s.contains(m)) {
+                    out.push(m.to_vec());
+                }
+            }
         }
     }
+    Ok(out)
+}
+
+/// The sets of `sets` in order, each once (by identity: one key, one set).
+fn distinct<'a>(sets: impl Iterator<Item = &'a OrSet>) -> Vec<&'a OrSet> {
+    let mut seen: HashSet<*const OrSet> = HashSet::new();
+    sets.filter(|s| seen.insert(std::ptr::from_ref(*s)))
+        .collect()
 }
 
 /// Redis's `set-max-intset-entries`: a set of at most this many integers is an intset.
@@ -466,8 +499,8 @@ fn srandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 ctx.out.array(0);
                 return Ok(());
             };
-            if n < 0 && n.unsigned_abs() > SRANDMEMBER_REPEATS_MAX {
-                return Err(CmdError::Err("value is out of range".to_string()));
+            if n < 0 {
+                random_repeats(n)?;
             }
             let count = usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX);
             if n < 0 {
@@ -572,10 +605,15 @@ fn sintercard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let sets: Option<Vec<&OrSet>> = keys.iter().map(|k| set_ref(ctx.shard, db, k)).collect();
     let mut n = 0usize;
-    if let Some(mut sets) = sets {
+    if let Some(sets) = sets {
+        let mut sets = distinct(sets.into_iter());
         sets.sort_by_key(|s| s.len());
+        let mut poll = crate::stop::Poll::new();
         if let Some((first, rest)) = sets.split_first() {
             for m in first.members() {
+                if poll.stop() {
+                    return Err(CmdError::ShuttingDown);
+                }
                 if rest.iter().all(|s| s.contains(m)) {
                     n += 1;
                     if limit != 0 && n >= limit {
@@ -630,7 +668,7 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.array(0);
         return Ok(());
     };
-    let keep = |m: &[u8]| pattern.is_none_or(|p| glob_match(p, m, false));
+    let keep = |m: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, m, false));
     let mut found: Vec<&[u8]> = Vec::new();
     let next: u64 = if cursor == 0 && s.len() <= SSCAN_ALL_MAX {
         found.extend(s.members().filter(|m| keep(m)));
@@ -682,6 +720,16 @@ mod tests {
         assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
         assert_eq!(parse_cursor(b" 1"), None);
         assert_eq!(parse_cursor(b"1x"), None);
+    }
+
+    #[test]
+    fn random_repeats_at_the_limit_and_one_past() {
+        assert_eq!(random_repeats(-(1 << 24)), Ok(1 << 24));
+        assert_eq!(
+            random_repeats(-(1 << 24) - 1),
+            Err(CmdError::Err("value is out of range".to_string()))
+        );
+        assert_eq!(random_repeats(-1), Ok(1));
     }
 
     #[test]

@@ -46,9 +46,24 @@ fn sort_ro(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     sort_generic(ctx, argv, true)
 }
 
+/// Whether the client's user may read every key with this command (SORT's BY and GET).
+fn full_key_access(ctx: &Ctx<'_>, argv: &[&[u8]]) -> bool {
+    let user = ctx.client.shared.user.borrow();
+    let slot = user
+        .as_ref()
+        .unwrap_or_else(|| ctx.shard.acl.default_user());
+    slot.is_unrestricted()
+        || crate::acl::may_read_every_key(crate::acl::catalog(), &slot.get(), ctx.spec.acl_id, argv)
+}
+
 /// Redis's option loop: unknown words (and STORE for SORT_RO) are a syntax error, LIMIT
-/// needs two integers.
-fn parse_args<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<SortArgs<'a>, CmdError> {
+/// needs two integers. BY with a pattern and GET read keys no key spec names: a user
+/// needs read access to every key for them (`full_key_access`).
+fn parse_args<'a>(
+    argv: &[&'a [u8]],
+    readonly: bool,
+    full_key_access: bool,
+) -> Result<SortArgs<'a>, CmdError> {
     let mut a = SortArgs {
         desc: false,
         alpha: false,
@@ -79,9 +94,18 @@ fn parse_args<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<SortArgs<'a>, Cmd
             a.by = Some(next);
             if !next.contains(&b'*') {
                 a.dontsort = true;
+            } else if !full_key_access {
+                return Err(CmdError::Err(
+                    "BY option of SORT denied due to insufficient ACL permissions.".to_string(),
+                ));
             }
             j += 1;
         } else if eq_ic(opt, "get") && left >= 1 {
+            if !full_key_access {
+                return Err(CmdError::Err(
+                    "GET option of SORT denied due to insufficient ACL permissions.".to_string(),
+                ));
+            }
             a.gets.push(next);
             j += 1;
         } else {
@@ -253,9 +277,12 @@ fn compare(a: &Item, b: &Item, alpha: bool, by: bool) -> Ordering {
 /// [STORE destination]; SORT_RO without STORE. Replies the elements (or, per element, one
 /// value per GET pattern, null when missing), or with STORE the length of the stored list.
 fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(), CmdError> {
-    let mut a = parse_args(argv, readonly)?;
+    let full_key_access = full_key_access(ctx, argv);
+    let mut a = parse_args(argv, readonly, full_key_access)?;
     let (kind, elems) = load(ctx, argv.get(1).copied().unwrap_or_default())?;
-    if a.dontsort && kind == Kind::Set && a.store.is_some() {
+    // A set's order is arbitrary: with STORE, or for a script, sort it anyway so the result
+    // is the same everywhere (Redis does this for scripts and for what it replicates).
+    if a.dontsort && kind == Kind::Set && (a.store.is_some() || ctx.client.is_script()) {
         a.dontsort = false;
         a.alpha = true;
         a.by = None;
@@ -311,7 +338,6 @@ fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(),
         None => reply(ctx, &a.gets, &selected),
         Some(dst) => store(ctx, dst, &a.gets, &selected),
     }
-    Ok(())
 }
 
 /// The elements at `start..=end` (nothing when `end < start`).
@@ -325,34 +351,55 @@ fn take_range(v: Vec<Vec<u8>>, start: i64, end: i64) -> Vec<Vec<u8>> {
     v.into_iter().skip(start).take(end - start + 1).collect()
 }
 
-fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) {
+/// The output is elements × GET patterns, both chosen by the client: the loops poll the stop
+/// flag (the reply is cut short and the connection closes).
+fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) -> Result<(), CmdError> {
     if gets.is_empty() {
         ctx.out.array(selected.len());
         for e in selected {
             ctx.out.bulk(e);
         }
-        return;
+        return Ok(());
     }
+    let mut poll = crate::stop::Poll::new();
     ctx.out.array(selected.len() * gets.len());
     for e in selected {
         for p in gets {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
             match lookup_pattern(ctx, p, e, false) {
                 Some(v) => ctx.out.bulk(&v),
                 None => ctx.out.null(),
             }
         }
     }
+    Ok(())
 }
+
+/// Most output entries SORT ... STORE reserves room for before it has them.
+const STORE_PREALLOC_MAX: usize = 64 * 1024;
 
 /// STORE: `dst` becomes a list of the output (a missing GET value stored as ""), or is
 /// deleted when the output is empty; replies the output's length.
-fn store(ctx: &mut Ctx<'_>, dst: &[u8], gets: &[&[u8]], selected: &[Vec<u8>]) {
-    let mut values: Vec<Vec<u8>> = Vec::with_capacity(selected.len() * gets.len().max(1));
+fn store(
+    ctx: &mut Ctx<'_>,
+    dst: &[u8],
+    gets: &[&[u8]],
+    selected: &[Vec<u8>],
+) -> Result<(), CmdError> {
+    let mut poll = crate::stop::Poll::new();
+    // Elements × patterns may be far more than memory holds: reserve a bounded amount.
+    let want = selected.len().saturating_mul(gets.len().max(1));
+    let mut values: Vec<Vec<u8>> = Vec::with_capacity(want.min(STORE_PREALLOC_MAX));
     for e in selected {
         if gets.is_empty() {
             values.push(e.clone());
         }
         for p in gets {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
             values.push(lookup_pattern(ctx, p, e, true).unwrap_or_default());
         }
     }
@@ -366,6 +413,7 @@ fn store(ctx: &mut Ctx<'_>, dst: &[u8], gets: &[&[u8]], selected: &[Vec<u8>]) {
         });
     }
     ctx.out.int(values.len() as i64);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, glob_match, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
+use super::args::{eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
+use crate::config::ListpackLimits;
 use crate::error::CmdError;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
@@ -60,13 +61,13 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("bzmpop", bzmpop),
 ];
 
-/// Redis's `zset-max-listpack-entries` / `zset-max-listpack-value` defaults.
-pub const LISTPACK_ENTRIES_MAX: usize = 128;
-pub const LISTPACK_VALUE_MAX: usize = 64;
-
-/// Redis 7.0's encoding name for a sorted set with these members.
-pub fn encoding(z: &ZSetCrdt) -> &'static str {
-    if z.len() <= LISTPACK_ENTRIES_MAX && z.iter().all(|(m, _)| m.len() <= LISTPACK_VALUE_MAX) {
+/// The encoding Redis 7.0 gives a sorted set of these contents (OBJECT ENCODING, and ZSCAN
+/// replies a listpack whole): "listpack" with at most `zset-max-listpack-entries` members of
+/// at most `zset-max-listpack-value` bytes each, else "skiplist".
+pub fn encoding(z: &ZSetCrdt, limits: ListpackLimits) -> &'static str {
+    if z.len() as u64 <= limits.entries_max
+        && z.iter().all(|(m, _)| m.len() as u64 <= limits.value_max)
+    {
         "listpack"
     } else {
         "skiplist"
@@ -1041,6 +1042,9 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             return Ok(());
         }
     };
+    if l < 0 {
+        super::set::random_repeats(l)?;
+    }
     let items: Vec<(&[u8], f64)> = if l < 0 {
         let n = l.unsigned_abs() as usize;
         (0..n).filter_map(|_| random_item(z, &mut rng)).collect()
@@ -1088,13 +1092,14 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         i += 2;
     }
+    let limits = ctx.shard.config.zset_listpack();
     let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
         ctx.out.array(2);
         ctx.out.bulk(b"0");
         ctx.out.array(0);
         return Ok(());
     };
-    let (next, items): (u64, Vec<(&[u8], f64)>) = if encoding(z) == "listpack" {
+    let (next, items): (u64, Vec<(&[u8], f64)>) = if encoding(z, limits) == "listpack" {
         (0, z.iter().collect())
     } else {
         let n = z.bucket_count();
@@ -1112,7 +1117,7 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let items: Vec<(&[u8], f64)> = items
         .into_iter()
-        .filter(|(m, _)| pattern.is_none_or(|p| glob_match(p, m, false)))
+        .filter(|(m, _)| pattern.is_none_or(|p| crate::glob::matches(p, m, false)))
         .collect();
     ctx.out.array(2);
     let mut b = itoa::Buffer::new();
@@ -1166,12 +1171,21 @@ fn aggregate(target: &mut f64, val: f64, aggr: Aggregate) {
     }
 }
 
-/// One input: its members with scores (a set's members score 1), and its weight.
-struct Src {
+/// One distinct input key: its members with scores (a set's members score 1), and an index
+/// by member once some input after the first names it.
+struct Input {
     items: Vec<(Vec<u8>, f64)>,
     map: hashbrown::HashMap<Vec<u8>, f64>,
+}
+
+/// One input as named: which `Input` (a key named many times is copied once, so memory stays
+/// within the data's size whatever numkeys is) and its weight.
+struct Src {
+    input: usize,
     weight: f64,
 }
+
+const NO_ITEMS: &[(Vec<u8>, f64)] = &[];
 
 /// Redis's `zunionInterDiffGenericCommand`; `numkeys_idx` is the index of numkeys.
 fn zsetop_generic(
@@ -1194,13 +1208,19 @@ fn zsetop_generic(
     }
     let setnum = setnum as usize;
     let mut srcs: Vec<Src> = Vec::with_capacity(setnum);
-    for k in argv.iter().skip(numkeys_idx + 1).take(setnum) {
+    let mut inputs: Vec<Input> = Vec::new();
+    let mut by_key: hashbrown::HashMap<&[u8], usize> = hashbrown::HashMap::new();
+    for &k in argv.iter().skip(numkeys_idx + 1).take(setnum) {
         let db = ctx.db();
         let state = if dst.is_some() {
             ctx.shard.lookup_quiet(db, k, ctx.now_ms).map(|e| &e.state)
         } else {
             ctx.shard.lookup_read(db, k, ctx.now_ms)
         };
+        if let Some(&input) = by_key.get(k) {
+            srcs.push(Src { input, weight: 1.0 });
+            continue;
+        }
         let items: Vec<(Vec<u8>, f64)> = match state {
             None => Vec::new(),
             Some(s) => match s.type_tag() {
@@ -1216,10 +1236,14 @@ fn zsetop_generic(
                 None => Vec::new(),
             },
         };
+        by_key.insert(k, inputs.len());
         srcs.push(Src {
+            input: inputs.len(),
+            weight: 1.0,
+        });
+        inputs.push(Input {
             items,
             map: hashbrown::HashMap::new(),
-            weight: 1.0,
         });
     }
     let mut aggr = Aggregate::Sum;
@@ -1262,25 +1286,36 @@ fn zsetop_generic(
             return Err(CmdError::Syntax);
         }
     }
+    let len_of = |i: usize| inputs.get(i).map_or(0, |x| x.items.len());
     if op != SetOp::Diff {
         // Smallest inputs first (stable, as glibc's qsort is a merge sort here).
-        srcs.sort_by_key(|s| s.items.len());
+        srcs.sort_by_key(|s| len_of(s.input));
     }
-    for s in srcs.iter_mut().skip(1) {
-        s.map = s.items.iter().cloned().collect();
+    for s in srcs.iter().skip(1) {
+        if let Some(x) = inputs.get_mut(s.input) {
+            if x.map.is_empty() {
+                x.map = x.items.iter().cloned().collect();
+            }
+        }
     }
+    let items_of = |i: usize| inputs.get(i).map_or(NO_ITEMS, |x| x.items.as_slice());
+    let map_get = |i: usize, m: &[u8]| inputs.get(i).and_then(|x| x.map.get(m)).copied();
+    let mut poll = crate::stop::Poll::new();
     let mut result: Vec<(Vec<u8>, f64)> = Vec::new();
     match op {
         SetOp::Inter => {
             if let Some((first, rest)) = srcs.split_first() {
-                for (m, sc) in &first.items {
+                for (m, sc) in items_of(first.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
                     let mut score = first.weight * sc;
                     if score.is_nan() {
                         score = 0.0;
                     }
                     let mut all = true;
                     for s in rest {
-                        match s.map.get(m) {
+                        match map_get(s.input, m) {
                             Some(v) => aggregate(&mut score, v * s.weight, aggr),
                             None => {
                                 all = false;
@@ -1300,7 +1335,10 @@ fn zsetop_generic(
         SetOp::Union => {
             let mut acc: hashbrown::HashMap<Vec<u8>, f64> = hashbrown::HashMap::new();
             for s in &srcs {
-                for (m, sc) in &s.items {
+                for (m, sc) in items_of(s.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
                     let mut score = s.weight * sc;
                     if score.is_nan() {
                         score = 0.0;
@@ -1317,8 +1355,11 @@ fn zsetop_generic(
         }
         SetOp::Diff => {
             if let Some((first, rest)) = srcs.split_first() {
-                for (m, sc) in &first.items {
-                    if rest.iter().all(|s| !s.map.contains_key(m)) {
+                for (m, sc) in items_of(first.input) {
+                    if poll.stop() {
+                        return Err(CmdError::ShuttingDown);
+                    }
+                    if rest.iter().all(|s| map_get(s.input, m).is_none()) {
                         result.push((m.clone(), *sc));
                     }
                 }

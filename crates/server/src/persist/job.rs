@@ -89,6 +89,8 @@ impl Shard {
         self.set_life(prev_life.as_ref().map_or(0, |l| l.life));
         let rec = recover::recover(self, &dir, Purpose::Start)?;
         self.persist.recovering = false;
+        // Recovery only fills the library register; load the libraries once, now.
+        self.settle_libraries();
         let new_life = life::needs_new_life(prev_life.as_ref(), &boot_id, self.config.appendonly);
         if new_life {
             let from = self.sync.life;

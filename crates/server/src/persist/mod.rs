@@ -295,6 +295,19 @@ impl Persist {
         self.appended();
     }
 
+    pub fn append_library(
+        &mut self,
+        name: &[u8],
+        stamp: meridian_crdt::Stamp,
+        code: Option<&[u8]>,
+    ) {
+        if !self.logging() {
+            return;
+        }
+        record::put_library(&mut self.pending, name, stamp, code);
+        self.appended();
+    }
+
     pub fn append_delivered(&mut self, vv: &VersionVector) {
         if !self.logging() {
             return;
@@ -629,6 +642,14 @@ impl Shard {
             ),
             crate::oplog::OpBody::Publish { message, sharded } => crate::oplog::encode_publish(
                 &mut buf, rec.origin, rec.seq, rec.hlc, &rec.key, message, *sharded,
+            ),
+            crate::oplog::OpBody::Library { code } => crate::oplog::encode_library(
+                &mut buf,
+                rec.origin,
+                rec.seq,
+                rec.hlc,
+                &rec.key,
+                code.as_deref(),
             ),
         }
         self.persist.scratch = buf;

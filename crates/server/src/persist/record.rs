@@ -37,11 +37,14 @@ pub enum Kind {
     /// Ops a full sync carried in states (no op record names them): the delivered vector
     /// takes `vv` (docs/replication.md §5, §9).
     Delivered = 6,
+    /// A FUNCTION library register entry a full sync carried: `name:bytes` then the
+    /// snapshot's library encoding (`snapshot::encode_library`).
+    Library = 7,
     /// A key state merged by a full sync, with the causal contexts of both sides:
     /// `db:u16 key:bytes mine:context theirs:context state:bytes`, a context being `vv` then
     /// `0`, or `1 replica:u32 after:u64 upto:u64` for one with a gap (`Kind::State` is the format before
     /// it, one floor for both sides, still replayed).
-    Merge = 7,
+    Merge = 8,
 }
 
 impl Kind {
@@ -53,7 +56,8 @@ impl Kind {
             4 => Some(Kind::Incarnation),
             5 => Some(Kind::ClockLease),
             6 => Some(Kind::Delivered),
-            7 => Some(Kind::Merge),
+            7 => Some(Kind::Library),
+            8 => Some(Kind::Merge),
             _ => None,
         }
     }
@@ -170,6 +174,30 @@ pub fn put_delivered(out: &mut Vec<u8>, vv: &VersionVector) {
     let start = begin(out, Kind::Delivered);
     put_vv(out, vv);
     finish(out, start);
+}
+
+pub fn put_library(
+    out: &mut Vec<u8>,
+    name: &[u8],
+    stamp: meridian_crdt::Stamp,
+    code: Option<&[u8]>,
+) {
+    let start = begin(out, Kind::Library);
+    put_bytes(out, name);
+    crate::persist::snapshot::encode_library(out, stamp, code);
+    finish(out, start);
+}
+
+/// A decoded library record: the name, its stamp, its code (`None`: deleted).
+pub type LibraryRecord<'a> = (&'a [u8], meridian_crdt::Stamp, Option<&'a [u8]>);
+
+/// A library record (`put_library`).
+pub fn decode_library(payload: &[u8]) -> Result<LibraryRecord<'_>, DecodeError> {
+    let mut r = Reader::new(payload);
+    let name = r.bytes()?;
+    let rest = payload.get(r.pos()..).unwrap_or_default();
+    let (stamp, code) = crate::persist::snapshot::decode_library(rest)?;
+    Ok((name, stamp, code))
 }
 
 pub fn decode_delivered(payload: &[u8]) -> Result<VersionVector, DecodeError> {

@@ -121,20 +121,43 @@ fn apply_meta(shard: &mut Shard, m: &SnapshotMeta) {
     }
 }
 
+/// The test hook `key-load-delay`: sleeps that many microseconds (as Redis's `debugDelay`
+/// does per key it loads), so tests can see clients answered while loading.
+fn key_load_delay(shard: &Shard) {
+    if let Ok(us) = u64::try_from(shard.config.key_load_delay) {
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+    }
+}
+
 /// Loads a snapshot into `shard` (whose keyspace must be empty).
 fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<SnapshotMeta, String> {
     let databases = shard.dbs.len();
     let mut n = 0u64;
-    let meta = snapshot::read(path, databases, |db, key, state| {
-        if !shard.insert_loaded(db, key, state, now_ms) {
-            return Err(format!(
-                "key {:?} appears twice",
-                String::from_utf8_lossy(key)
-            ));
-        }
-        n += 1;
-        Ok(())
-    })?;
+    let mut libraries = Vec::new();
+    let meta = snapshot::read_with_libraries(
+        path,
+        databases,
+        |db, key, state| {
+            key_load_delay(shard);
+            if !shard.insert_loaded(db, key, state, now_ms) {
+                return Err(format!(
+                    "key {:?} appears twice",
+                    String::from_utf8_lossy(key)
+                ));
+            }
+            n += 1;
+            Ok(())
+        },
+        |name, stamp, code| {
+            libraries.push((name.to_vec(), stamp, code.map(<[u8]>::to_vec)));
+            Ok(())
+        },
+    )?;
+    for (name, stamp, code) in libraries {
+        shard.apply_library(&name, stamp, code.as_deref());
+    }
     if !shard.sync.lives.contains(&meta.replica) {
         return Err(format!(
             "belongs to replica {:08x} (another site or shard), not {:08x}",
@@ -194,6 +217,7 @@ pub fn replay(
     let databases = shard.dbs.len();
     match kind {
         Kind::Op => {
+            key_load_delay(shard);
             let (rec, used) = oplog::decode(payload).map_err(|e| format!("op record: {e}"))?;
             if used != payload.len() {
                 return Err("op record: trailing bytes".to_string());
@@ -229,11 +253,14 @@ pub fn replay(
                     shard.sync.own_logged.observe(stamp);
                 }
             }
-            if let OpBody::Write(effect) = &rec.body {
-                if !carried {
+            match &rec.body {
+                OpBody::Write(_) if carried => {}
+                OpBody::Write(effect) => {
                     let hash = shard.hash_key(&rec.key);
                     shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
                 }
+                OpBody::Library { code } => shard.apply_library(&rec.key, stamp, code.as_deref()),
+                OpBody::Publish { .. } => {}
             }
         }
         Kind::State => {
@@ -266,6 +293,12 @@ pub fn replay(
             let vv =
                 record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
             shard.take_context(&meridian_crdt::Context::from(vv));
+        }
+        Kind::Library => {
+            let (name, stamp, code) =
+                record::decode_library(payload).map_err(|e| format!("library record: {e}"))?;
+            raise_clock(shard, stamp.hlc);
+            shard.apply_library(name, stamp, code);
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)

@@ -6,7 +6,10 @@
 //! Header body: `replica:u32 pos:u64 seq:u64 hlc:u64 own_last:u64 keys:u64
 //! incarnations:(varint n, n × (id:u64 first_seq:u64)) peers:(varint n, n × (site:bytes
 //! incarnation:u64 seq:u64)) delivered:vv`. Key block bodies: entries `db:u16 key:bytes
-//! state:bytes` (`KeyState::encode_state`). A snapshot is written to `*.tmp`, fsynced, then
+//! state:bytes` (`KeyState::encode_state`); FUNCTION libraries follow the keys as entries of
+//! database `LIBRARY_DB` whose key is the library name and whose state is `hlc:u64
+//! replica:u32 loaded:u8 [code:bytes]` (the library register, `script::replicate`; not counted
+//! in `keys`). A snapshot is written to `*.tmp`, fsynced, then
 //! renamed: a file with the final name is whole unless the disk damaged it, which the
 //! checksums and the key count catch.
 
@@ -14,7 +17,7 @@ use std::io::{BufReader, BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use meridian_crdt::codec::{Reader, put_bytes, put_varint, put_vv};
-use meridian_crdt::{Hlc, KeyState, ReplicaId, VersionVector};
+use meridian_crdt::{Hlc, KeyState, ReplicaId, Stamp, VersionVector};
 
 use crate::shard::Shard;
 
@@ -24,6 +27,8 @@ pub const END_MAGIC: &[u8; 8] = b"MRDNEND\x01";
 pub const BLOCK_BYTES: usize = 256 * 1024;
 /// Largest block a loader accepts (a single key's state may be large).
 pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
+/// The database index that marks a library entry among the key entries.
+pub const LIBRARY_DB: u16 = u16::MAX;
 /// Most incarnations and peers a header may list.
 pub const HEADER_ITEMS_MAX: usize = 4096;
 
@@ -168,6 +173,17 @@ pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u
             }
         }
     }
+    for (name, entry) in shard.scripting.register.iter() {
+        body.extend_from_slice(&LIBRARY_DB.to_le_bytes());
+        put_bytes(&mut body, name);
+        state.clear();
+        encode_library(&mut state, entry.stamp, entry.code.as_deref());
+        put_bytes(&mut body, &state);
+        if body.len() >= BLOCK_BYTES {
+            put_block(&mut w, &body)?;
+            body.clear();
+        }
+    }
     if !body.is_empty() {
         put_block(&mut w, &body)?;
     }
@@ -181,6 +197,38 @@ pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u
     std::fs::rename(&tmp, &path)?;
     super::writer::sync_dir(dir)?;
     Ok((path, bytes))
+}
+
+/// A library entry's state: `hlc:u64 replica:u32 loaded:u8 [code:bytes]` (snapshots and
+/// full-sync chunks).
+pub fn encode_library(out: &mut Vec<u8>, stamp: Stamp, code: Option<&[u8]>) {
+    out.extend_from_slice(&stamp.hlc.0.to_le_bytes());
+    out.extend_from_slice(&stamp.replica.0.to_le_bytes());
+    match code {
+        Some(c) => {
+            out.push(1);
+            put_bytes(out, c);
+        }
+        None => out.push(0),
+    }
+}
+
+pub fn decode_library(
+    b: &[u8],
+) -> Result<(Stamp, Option<&[u8]>), meridian_crdt::codec::DecodeError> {
+    let mut r = Reader::new(b);
+    let hlc = Hlc(r.u64()?);
+    let replica = ReplicaId(r.u32()?);
+    let code = match r.u8()? {
+        0 => None,
+        _ => Some(r.bytes()?),
+    };
+    if !r.is_at_end() {
+        return Err(meridian_crdt::codec::DecodeError::Invalid(
+            "trailing bytes after a library entry",
+        ));
+    }
+    Ok((Stamp { hlc, replica }, code))
 }
 
 /// Reads blocks of a snapshot, checking each.
@@ -260,11 +308,37 @@ pub fn read(
     read_from(BufReader::with_capacity(1024 * 1024, f), databases, each)
 }
 
+/// `read`, also calling `each_library(name, stamp, code)` for every library entry.
+pub fn read_with_libraries(
+    path: &Path,
+    databases: usize,
+    each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
+    each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
+) -> Result<SnapshotMeta, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    read_all(
+        BufReader::with_capacity(1024 * 1024, f),
+        databases,
+        each,
+        each_library,
+    )
+}
+
 /// `read` from any byte source (the fuzz target feeds it bytes).
 pub fn read_from<R: std::io::Read>(
     r: R,
     databases: usize,
+    each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
+) -> Result<SnapshotMeta, String> {
+    read_all(r, databases, each, |_, _, _| Ok(()))
+}
+
+/// Reads the whole snapshot: keys to `each`, library entries to `each_library`.
+pub fn read_all<R: std::io::Read>(
+    r: R,
+    databases: usize,
     mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
+    mut each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let mut blocks = open(r)?;
     let mut buf = Vec::new();
@@ -277,7 +351,15 @@ pub fn read_from<R: std::io::Read>(
         let mut r = Reader::new(&buf);
         while !r.is_at_end() {
             let bad = |e: meridian_crdt::codec::DecodeError| format!("block at offset {at}: {e}");
-            let db = usize::from(u16::from_le_bytes(r.array().map_err(bad)?));
+            let db16 = u16::from_le_bytes(r.array().map_err(bad)?);
+            if db16 == LIBRARY_DB {
+                let name = r.bytes().map_err(bad)?;
+                let st = r.bytes().map_err(bad)?;
+                let (stamp, code) = decode_library(st).map_err(bad)?;
+                each_library(name, stamp, code)?;
+                continue;
+            }
+            let db = usize::from(db16);
             if db >= databases {
                 return Err(format!(
                     "block at offset {at}: key in database {db} of {databases}"

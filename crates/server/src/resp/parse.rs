@@ -485,6 +485,25 @@ fn hex_value(byte: u8) -> Option<u8> {
     }
 }
 
+/// Redis `sdssplitargs` over a C string (a NUL byte ends the line, as the C string's
+/// terminator does): the arguments, or `None` for unbalanced quotes. Script shebang lines and
+/// ACL selectors use it.
+pub fn sds_split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let line = match memchr::memchr(0, line) {
+        Some(i) => line.get(..i).unwrap_or_default(),
+        None => line,
+    };
+    let mut out = Vec::new();
+    let mut spans = Vec::new();
+    split_args(line, &mut out, &mut spans).ok()?;
+    Some(
+        spans
+            .iter()
+            .map(|&(a, b)| out.get(a..b).unwrap_or_default().to_vec())
+            .collect(),
+    )
+}
+
 /// Redis `sdssplitargs` over one line that holds no NUL (the end of `line` plays the role of
 /// the C string's terminator). Arguments are appended to `out`, their spans to `spans`.
 ///

@@ -212,6 +212,11 @@ pub fn format_double(v: f64) -> String {
 
 /// C's `%.17g`: 17 significant digits, shortest of fixed or exponent form, zeros trimmed.
 pub fn format_g17(v: f64) -> String {
+    format_g(v, 17)
+}
+
+/// C's `%.<precision>g` of a finite double (`%.14g` is Lua 5.1's number format).
+pub fn format_g(v: f64, precision: i32) -> String {
     if v == 0.0 {
         return if v.is_sign_negative() {
             "-0".to_string()
@@ -219,7 +224,6 @@ pub fn format_g17(v: f64) -> String {
             "0".to_string()
         };
     }
-    let precision: i32 = 17;
     let e = format!("{:.*e}", (precision - 1) as usize, v);
     // e looks like "-1.2345678901234567e5"
     let (mantissa, exp) = match e.split_once('e') {

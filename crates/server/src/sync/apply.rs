@@ -88,6 +88,23 @@ pub struct ChunkEntry {
     pub db: u16,
     pub key: Vec<u8>,
     pub state: KeyState,
+    /// A FUNCTION library entry (`db` is `LIBRARY_DB`, `key` the library name, `state`
+    /// empty): its register stamp and code (`None`: deleted).
+    pub library: Option<(meridian_crdt::Stamp, Option<Vec<u8>>)>,
+}
+
+/// Appends one FUNCTION library entry to a full-sync chunk body (the snapshot's encoding).
+pub fn encode_chunk_library(
+    out: &mut Vec<u8>,
+    name: &[u8],
+    stamp: meridian_crdt::Stamp,
+    code: Option<&[u8]>,
+) {
+    out.extend_from_slice(&crate::persist::snapshot::LIBRARY_DB.to_le_bytes());
+    put_bytes(out, name);
+    let mut st = Vec::new();
+    crate::persist::snapshot::encode_library(&mut st, stamp, code);
+    put_bytes(out, &st);
 }
 
 /// Appends one key to a full-sync chunk body.
@@ -113,6 +130,18 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
         let db = u16::from_le_bytes(r.array().map_err(bad)?);
+        if db == crate::persist::snapshot::LIBRARY_DB {
+            let key = r.bytes().map_err(bad)?.to_vec();
+            let st = r.bytes().map_err(bad)?;
+            let (stamp, code) = crate::persist::snapshot::decode_library(st).map_err(bad)?;
+            out.push(ChunkEntry {
+                db,
+                key,
+                state: KeyState::new(),
+                library: Some((stamp, code.map(<[u8]>::to_vec))),
+            });
+            continue;
+        }
         if usize::from(db) >= databases {
             return Err(SyncError::Refused(format!(
                 "full-sync key in database {db}"
@@ -127,7 +156,12 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
                 "trailing bytes after a key state".into(),
             ));
         }
-        out.push(ChunkEntry { db, key, state });
+        out.push(ChunkEntry {
+            db,
+            key,
+            state,
+            library: None,
+        });
     }
     if !r.is_at_end() {
         return Err(SyncError::Refused(
@@ -185,7 +219,18 @@ impl Shard {
                     self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
                 }
                 OpBody::Publish { message, sharded } => {
-                    crate::cmd::pubsub::deliver_remote(&self.pubsub, &rec.key, message, *sharded);
+                    let limits = &self.config.client_output_buffer_limit;
+                    crate::cmd::pubsub::deliver_remote(
+                        &self.pubsub,
+                        limits,
+                        now_ms,
+                        &rec.key,
+                        message,
+                        *sharded,
+                    );
+                }
+                OpBody::Library { code } => {
+                    self.apply_library(&rec.key, stamp, code.as_deref());
                 }
             }
             self.sync.delivered.observe(stamp);
@@ -233,6 +278,15 @@ impl Shard {
         // removed here, whatever this shard collected since.
         let mine = self.context();
         for e in entries {
+            // A FUNCTION library: last writer wins by its stamp, outside the keyspace.
+            if let Some((stamp, code)) = &e.library {
+                let _ = self
+                    .clock
+                    .observe(stamp.hlc, now_ms, self.config.sync_clock_skew_ms_max);
+                self.apply_library(&e.key, *stamp, code.as_deref());
+                self.log_library_record(&e.key, *stamp, code.as_deref());
+                continue;
+            }
             // Observe the state's stamps so that later local writes order after them.
             let seen = e.state.observed().stamps;
             for (_, hlc) in seen.iter() {

@@ -70,10 +70,12 @@ impl Shard {
 
     /// What every peer, quarantined ones included (as of its last causal ack), and this
     /// shard have delivered: the bound of what no causal context stands in for once
-    /// collected (`KeyState::collect_with`). Empty while some peer has never acked.
+    /// collected (`KeyState::collect_with`). Empty while some peer has never acked. A peer
+    /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
+    /// nothing.
     pub fn everywhere_vv(&self) -> VersionVector {
         let mut all = self.delivered_vv();
-        for p in &self.sync.peers {
+        for p in self.sync.peers.iter().filter(|p| !p.removed) {
             match &p.acked_causal {
                 Some(acked) => all = vv_min(&all, acked),
                 None => return VersionVector::new(),

@@ -1,0 +1,493 @@
+//! A script that runs long, and the clients that wait meanwhile (script.c's
+//! `scriptInterrupt`, networking.c's `processEventsWhileBlocked`).
+//!
+//! A script holds the shard for its whole run, so no other task of the shard's runtime runs
+//! until it returns. Past `busy-reply-threshold`, the hook (every `HOOK_INSTRUCTIONS`
+//! instructions) serves the other connections from a side path that never yields to the
+//! runtime: it peeks at each idle connection's socket, parses the complete commands at its
+//! head, and answers them in place, after the checks `cmd::execute` makes (unknown command,
+//! arity, -NOAUTH for a client that has not authenticated, -NOPERM for what its ACL user may
+//! not run): SCRIPT KILL and FUNCTION KILL set the kill flag, FUNCTION STATS reports the run,
+//! SHUTDOWN NOSAVE ends the process, and everything else gets Redis's BUSY error. Only the bytes of commands it answered are read off the socket; the
+//! commands Redis would run during a busy script but that need the connection's own state
+//! (MULTI, WATCH, AUTH, HELLO...) stay in the socket and run once the script returns, as do
+//! the bytes of a connection whose task holds a partial command or unwritten output.
+//!
+//! Sockets are reached through the weak handle each connection leaves in its
+//! `ClientShared`; reads and writes are plain non-blocking system calls, so the runtime's
+//! readiness state is untouched (a connection task simply finds fewer bytes later).
+
+use smallvec::SmallVec;
+
+use crate::client::ClientShared;
+use crate::cmd::table::{CommandSpec, Flags};
+use crate::error::CmdError;
+use crate::resp::parse::{ParseLimits, Parsed, Parser};
+use crate::resp::reply::{Proto, Reply};
+use crate::shard::Shard;
+
+/// Bytes of a waiting connection's input the side path looks at per hook run.
+pub const PEEK_BYTES_MAX: usize = 16 * 1024;
+/// New connections the side path accepts during one long script (the rest wait in the
+/// listen backlog until it ends).
+pub const EARLY_CONNECTIONS_MAX: usize = 256;
+
+/// Redis's BUSY errors (shared.slowevalerr / shared.slowscripterr).
+pub const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+pub const NOT_BUSY: &str = "NOTBUSY No scripts in execution right now.";
+pub const UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
+
+/// Called by the hook: marks the run timed out once it passes the threshold, then serves the
+/// other clients. Returns whether the script was killed.
+pub fn interrupt(shard: &mut Shard) -> bool {
+    let threshold = shard.config.busy_reply_threshold;
+    let Some(run) = shard.scripting.run.as_mut() else {
+        return false;
+    };
+    if !run.timed_out {
+        let elapsed = run.started.elapsed().as_millis() as u64;
+        if threshold == 0 || elapsed < threshold {
+            return false;
+        }
+        run.timed_out = true;
+        tracing::warn!(
+            "Slow script detected: still in execution after {elapsed} milliseconds. You can try killing the script using the {} command. Script name is: {}.",
+            if run.eval {
+                "SCRIPT KILL"
+            } else {
+                "FUNCTION KILL"
+            },
+            run.name
+        );
+    }
+    if shard.scripting.stop.as_ref().is_some_and(|s| *s.borrow()) {
+        shutdown_now(shard);
+    }
+    serve_waiting_clients(shard);
+    let killed = shard.scripting.run.as_ref().is_some_and(|r| r.killed);
+    if killed {
+        tracing::warn!("Lua script killed by user with SCRIPT KILL.");
+    }
+    killed
+}
+
+/// SCRIPT KILL (`eval`) or FUNCTION KILL (`scriptKill`): the reply text, without '-' for
+/// errors; `Ok` means the script will stop.
+pub fn kill(shard: &mut Shard, eval: bool) -> Result<(), &'static str> {
+    let Some(run) = shard.scripting.run.as_mut() else {
+        return Err(NOT_BUSY);
+    };
+    if run.write_dirty {
+        return Err(UNKILLABLE);
+    }
+    if eval && !run.eval {
+        return Err(BUSY_FUNCTION);
+    }
+    if !eval && run.eval {
+        return Err(BUSY_EVAL);
+    }
+    run.killed = true;
+    Ok(())
+}
+
+/// FUNCTION STATS.
+pub fn function_stats(shard: &Shard, out: &mut Reply) -> Result<(), &'static str> {
+    if shard.scripting.run.as_ref().is_some_and(|r| r.eval) {
+        return Err(BUSY_EVAL);
+    }
+    out.map(2);
+    out.bulk(b"running_script");
+    match &shard.scripting.run {
+        None => out.null(),
+        Some(run) => {
+            out.map(3);
+            out.bulk(b"name");
+            out.bulk(run.name.as_bytes());
+            out.bulk(b"command");
+            out.array(run.caller_argv.len());
+            for a in &run.caller_argv {
+                out.bulk(a);
+            }
+            out.bulk(b"duration_ms");
+            out.int(run.started.elapsed().as_millis() as i64);
+        }
+    }
+    out.bulk(b"engines");
+    out.map(1);
+    out.bulk(super::library::ENGINE_NAME.as_bytes());
+    out.map(2);
+    out.bulk(b"libraries_count");
+    out.int(shard.scripting.libraries.len() as i64);
+    out.bulk(b"functions_count");
+    out.int(shard.scripting.libraries.function_count() as i64);
+    Ok(())
+}
+
+/// What the side path does with one command of a waiting client.
+enum Action {
+    /// Answered: these reply bytes.
+    Reply(Vec<u8>),
+    /// Left in the socket for the connection to run after the script.
+    Defer,
+    /// SHUTDOWN NOSAVE: the process ends.
+    Exit,
+}
+
+/// The error line of a refused command, counted in errorstats as `execute` counts it.
+fn error_reply(shard: &mut Shard, e: &CmdError) -> Vec<u8> {
+    shard.stats.count_error(&e.code());
+    let mut v = vec![b'-'];
+    e.write_text(&mut v);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+fn error_line(text: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(text.len() + 3);
+    v.push(b'-');
+    v.extend_from_slice(text.as_bytes());
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+/// Redis's `processCommand` for one command of a waiting client while a script runs long:
+/// unknown commands and wrong arities get their errors, then authentication and the
+/// client's ACL permissions are checked as `cmd::execute` checks them (an unauthenticated
+/// client gets -NOAUTH, never SCRIPT KILL or SHUTDOWN NOSAVE), then the busy rules apply.
+fn decide(
+    shard: &mut Shard,
+    who: &ClientShared,
+    argv: &[&[u8]],
+    proto: Proto,
+    now_ms: u64,
+) -> Action {
+    // The cross-protocol guard closes the connection: its task does that after the script.
+    if crate::cmd::is_cross_protocol(argv) {
+        return Action::Defer;
+    }
+    let spec = match crate::cmd::resolve(shard.table, argv) {
+        Ok(spec) => spec,
+        Err(e) => return Action::Reply(error_reply(shard, &e)),
+    };
+    if let Err(e) = crate::cmd::acl::gate_shared(shard, who, who.in_multi.get(), spec, argv, now_ms)
+    {
+        return Action::Reply(error_reply(shard, &e));
+    }
+    let eq = |a: Option<&&[u8]>, s: &str| a.is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()));
+    let busy_text = if shard.scripting.run.as_ref().is_some_and(|r| r.eval) {
+        BUSY_EVAL
+    } else {
+        BUSY_FUNCTION
+    };
+    let (first, second) = (argv.first(), argv.get(1));
+    if (eq(first, "script") || eq(first, "function")) && eq(second, "kill") && argv.len() == 2 {
+        return Action::Reply(match kill(shard, eq(first, "script")) {
+            Ok(()) => b"+OK\r\n".to_vec(),
+            Err(e) => error_line(e),
+        });
+    }
+    if eq(first, "function") && eq(second, "stats") && argv.len() == 2 {
+        let mut out = Reply::new();
+        out.proto = proto;
+        return Action::Reply(match function_stats(shard, &mut out) {
+            Ok(()) => out.buf,
+            Err(e) => error_line(e),
+        });
+    }
+    if eq(first, "shutdown") {
+        let nosave = argv
+            .iter()
+            .skip(1)
+            .any(|a| a.eq_ignore_ascii_case(b"nosave"));
+        let save = argv.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"save"));
+        if nosave && !save {
+            return Action::Exit;
+        }
+        return Action::Reply(error_line("ERR Errors trying to SHUTDOWN. Check logs."));
+    }
+    if spec.meta.flags.contains(Flags::ALLOW_BUSY) {
+        return Action::Defer;
+    }
+    Action::Reply(error_line(busy_text))
+}
+
+/// Accepts connections waiting in the listen backlog (they get answers now, and connection
+/// tasks once the script ends).
+fn accept_early(shard: &mut Shard) {
+    let Some(listener) = shard.scripting.listener.as_ref().and_then(|l| l.upgrade()) else {
+        return;
+    };
+    while shard.scripting.early.len() < EARLY_CONNECTIONS_MAX {
+        let flags = rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC;
+        let Ok(fd) = rustix::net::accept_with(&*listener, flags) else {
+            return;
+        };
+        let stream = std::net::TcpStream::from(fd);
+        // maxclients and protected mode apply at accept, as in `conn::admit`: a refused
+        // connection gets its error now and is closed.
+        if let Ok(peer) = stream.peer_addr() {
+            let already = shard.scripting.early.len();
+            if let Some(text) = crate::conn::refusal(shard, peer, already) {
+                let _ = rustix::net::send(
+                    &stream,
+                    text,
+                    rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+                );
+                continue;
+            }
+        }
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(s) => shard.scripting.early.push((s, Vec::new())),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register a connection accepted while a script runs")
+            }
+        }
+    }
+}
+
+/// Gives the connections accepted during a long script to connection tasks.
+pub fn hand_over_early_connections(shard: &mut Shard) {
+    if shard.scripting.early.is_empty() {
+        return;
+    }
+    let early = std::mem::take(&mut shard.scripting.early);
+    if let Some(spawn) = shard.scripting.spawn_conn.clone() {
+        for (s, unsent) in early {
+            spawn(s, unsent);
+        }
+    }
+}
+
+/// Serves every other connection that has complete commands waiting in its socket.
+pub fn serve_waiting_clients(shard: &mut Shard) {
+    accept_early(shard);
+    let caller = shard.scripting.run.as_ref().map(|r| r.caller.id);
+    let clients: Vec<_> = shard.clients.values().cloned().collect();
+    let mut peek = vec![0u8; PEEK_BYTES_MAX];
+    let mut early = std::mem::take(&mut shard.scripting.early);
+    for (s, unsent) in &mut early {
+        // Replies it did not take yet go first; while some wait, its commands wait too.
+        send_some(s, unsent);
+        if unsent.is_empty() {
+            serve_socket(shard, s, Out::Early(unsent), &mut peek);
+        }
+    }
+    shard.scripting.early = early;
+    for c in clients {
+        if Some(c.id) == caller || c.qbuf_bytes.get() > 0 || c.writing.get() {
+            continue;
+        }
+        let Some(stream) = c.socket.borrow().upgrade() else {
+            continue;
+        };
+        serve_socket(shard, &stream, Out::Client(&c), &mut peek);
+    }
+}
+
+/// Where the side path's replies for one socket go when the socket will not take them now.
+enum Out<'a> {
+    /// Behind the connection's pending output (its task writes it later).
+    Client(&'a crate::client::ClientShared),
+    /// A connection accepted during the script: its own buffer, written first.
+    Early(&'a mut Vec<u8>),
+}
+
+/// Writes what it can of `unsent` now and keeps the rest.
+fn send_some(stream: &tokio::net::TcpStream, unsent: &mut Vec<u8>) {
+    let mut sent = 0;
+    while sent < unsent.len() {
+        match rustix::net::send(
+            stream,
+            unsent.get(sent..).unwrap_or_default(),
+            rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+        ) {
+            Ok(k) if k > 0 => sent += k,
+            _ => break,
+        }
+    }
+    unsent.drain(..sent);
+}
+
+/// Answers the complete commands at the head of one socket (a connection accepted during the
+/// script speaks RESP2 until HELLO, which waits for the script's end).
+fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>, peek: &mut [u8]) {
+    {
+        let n = match rustix::net::recv(
+            stream,
+            &mut peek[..],
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+        ) {
+            Ok((n, _)) if n > 0 => n,
+            _ => return,
+        };
+        let buf = peek.get(..n).unwrap_or_default();
+        let now_ms = crate::time::wall_ms();
+        // A connection accepted during the script is not registered yet: it runs as the
+        // default user, authenticated only when that user needs no password.
+        let early_who;
+        let who: &ClientShared = match &dest {
+            Out::Client(c) => c,
+            Out::Early(_) => {
+                early_who = early_client(shard, stream, now_ms);
+                &early_who
+            }
+        };
+        let mut parser = Parser::new(ParseLimits {
+            bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
+            authenticated: who.authenticated.get() || shard.acl.default_is_open(),
+        });
+        let mut pos = 0usize;
+        let mut out: Vec<u8> = Vec::new();
+        let mut exit = false;
+        loop {
+            let rest = buf.get(pos..).unwrap_or_default();
+            match parser.next(rest) {
+                Parsed::Command { consumed } => {
+                    let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
+                    parser.args(rest, &mut argv);
+                    let proto = match &dest {
+                        Out::Client(c) => c.proto.get(),
+                        Out::Early(_) => Proto::Resp2,
+                    };
+                    match decide(shard, who, &argv, proto, now_ms) {
+                        Action::Reply(bytes) => {
+                            out.extend_from_slice(&bytes);
+                            pos += consumed;
+                        }
+                        Action::Defer => break,
+                        Action::Exit => {
+                            exit = true;
+                            break;
+                        }
+                    }
+                }
+                Parsed::Skip { consumed } => pos += consumed,
+                Parsed::Incomplete | Parsed::Error(_) => break,
+            }
+        }
+        if exit {
+            shutdown_now(shard);
+        }
+        if pos == 0 {
+            return;
+        }
+        // Take exactly the answered commands off the socket.
+        let mut sink = vec![0u8; pos];
+        let mut taken = 0;
+        while taken < pos {
+            match rustix::net::recv(
+                stream,
+                sink.get_mut(taken..pos).unwrap_or_default(),
+                rustix::net::RecvFlags::DONTWAIT,
+            ) {
+                Ok((k, _)) if k > 0 => taken += k,
+                _ => break,
+            }
+        }
+        write_now(dest, stream, &out);
+    }
+}
+
+/// What the side path knows of a connection accepted during the script, for the checks of
+/// `decide` and the ACL log (id 0: it gets its id when its task starts).
+fn early_client(shard: &Shard, stream: &tokio::net::TcpStream, now_ms: u64) -> ClientShared {
+    let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    let who = ClientShared::new(
+        0,
+        stream.peer_addr().unwrap_or(unspecified),
+        stream.local_addr().unwrap_or(unspecified),
+        now_ms,
+    );
+    who.authenticated.set(shard.acl.default_is_open());
+    who
+}
+
+/// Writes replies now when nothing is queued before them; otherwise (or for what the socket
+/// would not take) queues them behind the connection's pending output.
+fn write_now(dest: Out<'_>, stream: &tokio::net::TcpStream, bytes: &[u8]) {
+    let mut sent = 0;
+    let nothing_queued = match &dest {
+        Out::Client(c) => c.push_out.borrow().is_empty(),
+        Out::Early(unsent) => unsent.is_empty(),
+    };
+    if nothing_queued {
+        while sent < bytes.len() {
+            match rustix::net::send(
+                stream,
+                bytes.get(sent..).unwrap_or_default(),
+                rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+            ) {
+                Ok(k) if k > 0 => sent += k,
+                _ => break,
+            }
+        }
+    }
+    let rest = bytes.get(sent..).unwrap_or_default();
+    if rest.is_empty() {
+        return;
+    }
+    match dest {
+        Out::Client(c) => {
+            c.push_out.borrow_mut().extend_from_slice(rest);
+            c.wake.notify_one();
+        }
+        Out::Early(unsent) => unsent.extend_from_slice(rest),
+    }
+}
+
+/// SHUTDOWN NOSAVE (or a stop signal) while a script runs: the log keeps what earlier
+/// batches wrote; this batch's records (the script's partial writes among them, never
+/// acknowledged) are not written, so the script stays atomic on disk too.
+fn shutdown_now(shard: &mut Shard) -> ! {
+    tracing::warn!("User requested shutdown...");
+    shard.shutting_down = true;
+    tracing::warn!("Meridian is now ready to exit, bye bye...");
+    std::process::exit(0);
+}
+
+/// Whether the keys a script declared may run together: with several shards they must all
+/// live on one (Redis Cluster's CROSSSLOT otherwise). One shard: always.
+pub fn declared_keys_error(shard: &Shard, keys: &[&[u8]]) -> Option<&'static str> {
+    let map = shard.scripting.slots.as_ref()?;
+    let mut owner = None;
+    for k in keys {
+        let o = map.shard_of_key(k);
+        if owner.is_some_and(|p| p != o) {
+            return Some("CROSSSLOT Keys in request don't hash to the same slot");
+        }
+        owner = Some(o);
+    }
+    None
+}
+
+/// A key a script's command touches that another shard owns (Redis Cluster's text for a
+/// script reaching a non-local key). One shard: never.
+pub fn key_locality_error(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<String> {
+    let map = shard.scripting.slots.as_ref()?;
+    let meta = spec.meta;
+    if meta.first_key <= 0 {
+        return None;
+    }
+    let argc = argv.len() as i32;
+    let last = if meta.last_key < 0 {
+        argc + meta.last_key
+    } else {
+        meta.last_key.min(argc - 1)
+    };
+    let step = meta.key_step.max(1);
+    let mut i = meta.first_key;
+    while i <= last {
+        if let Some(k) = argv.get(i as usize) {
+            if map.shard_of_key(k) != shard.index {
+                return Some(
+                    "Script attempted to access a non local key in a cluster node".to_string(),
+                );
+            }
+        }
+        i += step;
+    }
+    None
+}

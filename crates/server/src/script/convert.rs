@@ -1,0 +1,385 @@
+//! Conversions between Redis replies and Lua values, with Redis 7.0's rules
+//! (script_lua.c: `redisProtocolToLuaType_*` and `luaReplyToRedisReply`).
+//!
+//! A command run by `redis.call` replies into a buffer like any client's; `reply_to_lua` parses
+//! those bytes back into Lua values (integers become numbers, nil bulk/array `false`, status
+//! `{ok=...}`, errors `{err=...}`, RESP3 maps/sets/doubles/big numbers/verbatim strings their
+//! tables). `lua_to_reply` writes a script's return value to the caller.
+
+use mlua::{Lua, Table, Value};
+
+use crate::resp::reply::Reply;
+
+/// Nesting of a script's return value Redis answers before it writes "reached lua stack limit"
+/// in place of the deeper element: Lua's C stack limit (LUAI_MAXCSTACK, 8000 slots) less what
+/// the call holds, one slot per level.
+pub const REPLY_DEPTH_MAX: usize = 7990;
+
+/// Parses one reply from `buf` into a Lua value. `Ok(None)` when `buf` holds no complete reply
+/// (never for replies this server produced).
+pub fn reply_to_lua(lua: &Lua, buf: &[u8]) -> mlua::Result<Option<Value>> {
+    let mut pos = 0;
+    parse(lua, buf, &mut pos)
+}
+
+/// Whether a reply buffer holds an error reply.
+pub fn is_error(buf: &[u8]) -> bool {
+    buf.first() == Some(&b'-')
+}
+
+fn line<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    let rest = buf.get(*pos..)?;
+    let end = memchr::memchr(b'\r', rest)?;
+    let l = rest.get(..end)?;
+    *pos += end + 2;
+    Some(l)
+}
+
+fn int(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// An error table as `luaPushErrorBuff` builds it from "-CODE msg" text: `{err="CODE msg"}`.
+pub fn error_table(lua: &Lua, text: &[u8]) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.raw_set("err", lua.create_string(error_text(text))?)?;
+    Ok(t)
+}
+
+/// Redis's error-table text for `text` ("-CODE msg" or a plain message): the code first
+/// ("ERR" when none), trailing CR/LF trimmed.
+pub fn error_text(text: &[u8]) -> Vec<u8> {
+    let (code, msg): (&[u8], &[u8]) = match text.strip_prefix(b"-") {
+        Some(rest) => match memchr::memchr(b' ', rest) {
+            Some(i) => (
+                rest.get(..i).unwrap_or_default(),
+                rest.get(i + 1..).unwrap_or_default(),
+            ),
+            None => (b"ERR", rest),
+        },
+        None => (b"ERR", text),
+    };
+    let mut end = msg.len();
+    let mut start = 0;
+    while start < end && matches!(msg.get(start), Some(b'\r' | b'\n')) {
+        start += 1;
+    }
+    while end > start && matches!(msg.get(end - 1), Some(b'\r' | b'\n')) {
+        end -= 1;
+    }
+    let mut out = Vec::with_capacity(code.len() + 1 + end - start);
+    out.extend_from_slice(code);
+    out.push(b' ');
+    out.extend_from_slice(msg.get(start..end).unwrap_or_default());
+    out
+}
+
+/// One reply from `buf` at `pos`. Replies come from this server's own commands, whose nesting
+/// is small (a few levels), so the recursion is bounded by what a command replies.
+fn parse(lua: &Lua, buf: &[u8], pos: &mut usize) -> mlua::Result<Option<Value>> {
+    let Some(&kind) = buf.get(*pos) else {
+        return Ok(None);
+    };
+    *pos += 1;
+    let Some(l) = line(buf, pos) else {
+        return Ok(None);
+    };
+    let v = match kind {
+        b'+' => {
+            let t = lua.create_table()?;
+            t.raw_set("ok", lua.create_string(l)?)?;
+            Value::Table(t)
+        }
+        b'-' => {
+            let mut text = Vec::with_capacity(l.len() + 1);
+            text.push(b'-');
+            text.extend_from_slice(l);
+            let t = error_table(lua, &text)?;
+            // The command already counted this error in errorstats.
+            t.raw_set("ignore_error_stats_update", true)?;
+            Value::Table(t)
+        }
+        b':' => Value::Number(int(l).unwrap_or(0) as f64),
+        b'$' => {
+            let n = int(l).unwrap_or(-1);
+            if n < 0 {
+                Value::Boolean(false)
+            } else {
+                let n = n as usize;
+                let body = buf.get(*pos..*pos + n).unwrap_or_default();
+                *pos += n + 2;
+                Value::String(lua.create_string(body)?)
+            }
+        }
+        b'=' => {
+            let n = int(l).unwrap_or(0).max(0) as usize;
+            let body = buf.get(*pos..*pos + n).unwrap_or_default();
+            *pos += n + 2;
+            let (format, text) = (
+                body.get(..3).unwrap_or_default(),
+                body.get(4..).unwrap_or_default(),
+            );
+            let inner = lua.create_table()?;
+            inner.raw_set("string", lua.create_string(text)?)?;
+            inner.raw_set("format", lua.create_string(format)?)?;
+            let t = lua.create_table()?;
+            t.raw_set("verbatim_string", inner)?;
+            Value::Table(t)
+        }
+        b'*' | b'~' | b'>' => {
+            let n = int(l).unwrap_or(-1);
+            if n < 0 {
+                Value::Boolean(false)
+            } else if kind == b'~' {
+                let set = lua.create_table()?;
+                for _ in 0..n {
+                    if let Some(e) = parse(lua, buf, pos)? {
+                        set.raw_set(e, true)?;
+                    }
+                }
+                let t = lua.create_table()?;
+                t.raw_set("set", set)?;
+                Value::Table(t)
+            } else {
+                let t = lua.create_table_with_capacity(n.min(1024) as usize, 0)?;
+                for i in 0..n {
+                    let e = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
+                    t.raw_set(i + 1, e)?;
+                }
+                Value::Table(t)
+            }
+        }
+        b'%' => {
+            let n = int(l).unwrap_or(0);
+            let map = lua.create_table()?;
+            for _ in 0..n {
+                let k = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
+                let v = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
+                if !k.is_nil() {
+                    map.raw_set(k, v)?;
+                }
+            }
+            let t = lua.create_table()?;
+            t.raw_set("map", map)?;
+            Value::Table(t)
+        }
+        b'|' => {
+            // Attributes are not shown to scripts: skip them, then parse the reply itself.
+            let n = int(l).unwrap_or(0);
+            for _ in 0..n * 2 {
+                parse(lua, buf, pos)?;
+            }
+            return parse(lua, buf, pos);
+        }
+        b'_' => Value::Nil,
+        b'#' => Value::Boolean(l == b"t"),
+        b',' => {
+            let d = parse_double(l);
+            let t = lua.create_table()?;
+            t.raw_set("double", d)?;
+            Value::Table(t)
+        }
+        b'(' => {
+            let t = lua.create_table()?;
+            t.raw_set("big_number", lua.create_string(l)?)?;
+            Value::Table(t)
+        }
+        _ => Value::Nil,
+    };
+    Ok(Some(v))
+}
+
+fn parse_double(l: &[u8]) -> f64 {
+    match l {
+        b"inf" => f64::INFINITY,
+        b"-inf" => f64::NEG_INFINITY,
+        b"nan" | b"-nan" => f64::NAN,
+        _ => std::str::from_utf8(l)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0.0),
+    }
+}
+
+/// C's `(long long)` of a double on x86-64: out of range (and NaN) give i64::MIN.
+pub fn number_to_i64(d: f64) -> i64 {
+    // 2^63 as a double: every double at or above it (or below -2^63) is out of range.
+    const LIMIT: f64 = 9_223_372_036_854_775_808.0;
+    if d.is_nan() || !(-LIMIT..LIMIT).contains(&d) {
+        i64::MIN
+    } else {
+        d as i64
+    }
+}
+
+/// Bytes up to the first NUL: what Redis keeps of a string it copies with `sdsnew`.
+fn c_string(b: &[u8]) -> &[u8] {
+    match memchr::memchr(0, b) {
+        Some(i) => b.get(..i).unwrap_or_default(),
+        None => b,
+    }
+}
+
+fn crlf_to_spaces(b: &[u8]) -> Vec<u8> {
+    b.iter()
+        .map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c })
+        .collect()
+}
+
+/// Writes an error reply from an error table's `err` text, as `addReplyErrorFormatEx("-%s")`.
+pub fn write_error(out: &mut Reply, msg: &[u8]) {
+    out.raw(b"-");
+    out.raw(&crlf_to_spaces(msg));
+    out.raw(b"\r\n");
+}
+
+/// The error code of an error text ("ERR", "WRONGTYPE"...), for errorstats.
+pub fn error_code(msg: &[u8]) -> String {
+    let end = memchr::memchr(b' ', msg).unwrap_or(msg.len());
+    String::from_utf8_lossy(msg.get(..end).unwrap_or_default()).into_owned()
+}
+
+/// One value still to be written: a Lua value, or the remaining elements of a container.
+enum Pending {
+    Value(Value, usize),
+}
+
+/// Writes a script's return value to the caller (`luaReplyToRedisReply`). `script_resp3` is
+/// the protocol the script chose with `redis.setresp` (it decides how booleans convert).
+/// Returns the error codes of error replies written (for errorstats), unless marked ignored.
+pub fn lua_to_reply(value: Value, out: &mut Reply, script_resp3: bool) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut stack = vec![Pending::Value(value, 0)];
+    while let Some(Pending::Value(v, depth)) = stack.pop() {
+        if depth >= REPLY_DEPTH_MAX {
+            out.raw(b"-ERR reached lua stack limit\r\n");
+            continue;
+        }
+        match v {
+            Value::String(s) => out.bulk(&s.as_bytes()),
+            Value::Boolean(b) => {
+                if script_resp3 {
+                    out.boolean(b);
+                } else if b {
+                    out.int(1);
+                } else {
+                    out.null();
+                }
+            }
+            Value::Integer(i) => out.int(i),
+            Value::Number(d) => out.int(number_to_i64(d)),
+            Value::Table(t) => table_to_reply(t, depth, out, &mut stack, &mut errors),
+            _ => out.null(),
+        }
+    }
+    errors
+}
+
+fn table_to_reply(
+    t: Table,
+    depth: usize,
+    out: &mut Reply,
+    stack: &mut Vec<Pending>,
+    errors: &mut Vec<String>,
+) {
+    if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+        let msg = c_string(&e.as_bytes()).to_vec();
+        write_error(out, &msg);
+        let ignored = matches!(
+            t.get::<Value>("ignore_error_stats_update"),
+            Ok(Value::Boolean(true))
+        );
+        if !ignored {
+            errors.push(error_code(&msg));
+        }
+        return;
+    }
+    if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+        out.simple_bytes(&crlf_to_spaces(c_string(&s.as_bytes())));
+        return;
+    }
+    if let Ok(d) = t.raw_get::<Value>("double") {
+        if let Some(d) = match d {
+            Value::Number(d) => Some(d),
+            Value::Integer(i) => Some(i as f64),
+            _ => None,
+        } {
+            if d.is_nan() {
+                // printf's "%.17g" keeps NaN's sign (0/0 in Lua is -nan on x86-64).
+                let text: &[u8] = if d.is_sign_negative() {
+                    b"-nan"
+                } else {
+                    b"nan"
+                };
+                if out.is_resp3() {
+                    out.raw(b",");
+                    out.raw(text);
+                    out.raw(b"\r\n");
+                } else {
+                    out.bulk(text);
+                }
+            } else {
+                out.double(d);
+            }
+            return;
+        }
+    }
+    if let Ok(Value::String(s)) = t.raw_get::<Value>("big_number") {
+        let n = crlf_to_spaces(&s.as_bytes());
+        if out.is_resp3() {
+            out.raw(b"(");
+            out.raw(&n);
+            out.raw(b"\r\n");
+        } else {
+            out.bulk(&n);
+        }
+        return;
+    }
+    if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
+        if let (Ok(Value::String(f)), Ok(Value::String(s))) =
+            (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+        {
+            let f = c_string(&f.as_bytes()).to_vec();
+            let mut format = [b' '; 3];
+            for (d, s) in format.iter_mut().zip(f.iter()) {
+                *d = *s;
+            }
+            out.verbatim(&format, &s.as_bytes());
+            return;
+        }
+    }
+    if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
+        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
+        out.map(pairs.len());
+        for (k, v) in pairs.into_iter().rev() {
+            stack.push(Pending::Value(v, depth + 1));
+            stack.push(Pending::Value(k, depth + 1));
+        }
+        return;
+    }
+    if let Ok(Value::Table(s)) = t.raw_get::<Value>("set") {
+        let keys: Vec<Value> = s
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, _)| k)
+            .collect();
+        out.set(keys.len());
+        for k in keys.into_iter().rev() {
+            stack.push(Pending::Value(k, depth + 1));
+        }
+        return;
+    }
+    let mut items = Vec::new();
+    let mut j = 1i64;
+    loop {
+        match t.raw_get::<Value>(j) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(v),
+        }
+        j += 1;
+    }
+    out.array(items.len());
+    for v in items.into_iter().rev() {
+        stack.push(Pending::Value(v, depth + 1));
+    }
+}

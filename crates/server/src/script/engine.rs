@@ -1,0 +1,891 @@
+//! A Lua state prepared as Redis prepares its own (script_lua.c): the base, table, string and
+//! math libraries, cjson/struct/cmsgpack/bit, the `redis` API, the sandbox (sandbox.lua), a
+//! memory limit and the count hook. `Engine` is a cheap handle: the shard clones it out of
+//! `Scripting` to run a script while the script borrows the shard.
+//!
+//! The `redis` functions are Rust closures that return `(value, error)`; thin Lua wrappers in
+//! the sandbox raise the error value, because Redis raises error *tables* (which `pcall` then
+//! turns back into their message) and a Rust callback can only raise its own error type.
+
+use mlua::{
+    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
+};
+use std::rc::Rc;
+
+use super::{Loading, Run, convert, library, sha1};
+use crate::cmd::table::Flags;
+use crate::shard::Shard;
+
+/// Registry slot holding the userdata that borrows the shard while a script runs.
+const SHARD_KEY: &str = "meridian.shard";
+/// App data of a Lua state whose hook was switched to every line (after a kill, a load
+/// timeout or the memory limit); its next run switches it back to counting.
+struct HookEveryLine;
+/// Chunk name of the sandbox: its frames are skipped when an error is located.
+const SANDBOX_CHUNK: &str = "=sandbox";
+const SANDBOX: &str = include_str!("sandbox.lua");
+
+/// Which of Redis's two Lua states this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Eval,
+    Function,
+}
+
+/// Why the hook stopped a script: raised as a Lua error, turned into Redis's text by the error
+/// handler.
+#[derive(Debug, thiserror::Error)]
+pub enum Interrupt {
+    #[error("Script killed by user with SCRIPT KILL...")]
+    Killed,
+    #[error("FUNCTION LOAD timeout")]
+    LoadTimeout,
+    #[error("not enough memory")]
+    OutOfMemory,
+}
+
+#[derive(Debug)]
+pub struct EngineState {
+    pub lua: Lua,
+    pub mode: Mode,
+    /// The real globals table (scripts see its proxy); KEYS and ARGV are set in it.
+    pub real_globals: Table,
+    pub run_eval: Function,
+    pub run_function: Function,
+    pub run_load: Function,
+    pub handler: Function,
+    pub load_handler: Function,
+    /// Function mode: the environment of library code and its metatable (whose `__index`
+    /// points at the library API while loading, at the globals otherwise).
+    pub library_env: Option<Table>,
+    pub library_env_mt: Option<Table>,
+    pub library_api: Option<Table>,
+    pub globals: Table,
+}
+
+/// A handle to one Lua state.
+#[derive(Debug, Clone)]
+pub struct Engine(pub Rc<EngineState>);
+
+fn count_hook() -> HookTriggers {
+    HookTriggers::new().every_nth_instruction(super::HOOK_INSTRUCTIONS)
+}
+
+impl Engine {
+    pub fn new(mode: Mode) -> mlua::Result<Engine> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::new(),
+        )?;
+        // No allocator limit: with one, mlua runs every allocating API call in a protected
+        // closure, which costs more than the script. The hook enforces the limit instead.
+        meridian_lualib::open(&lua)?;
+        let api = lua.create_table()?;
+        api.set(
+            "call",
+            lua.create_function(|lua, args: MultiValue| redis_call(lua, Args::Values(args), true))?,
+        )?;
+        api.set(
+            "call_packed",
+            lua.create_function(|lua, (t, n): (Table, i64)| {
+                redis_call(lua, Args::Packed(t, n), true)
+            })?,
+        )?;
+        api.set(
+            "pcall",
+            lua.create_function(|lua, args: MultiValue| {
+                let (v, e) = redis_call(lua, Args::Values(args), false)?;
+                Ok((if e.is_nil() { v } else { e }, Value::Nil))
+            })?,
+        )?;
+        api.set(
+            "pcall_packed",
+            lua.create_function(|lua, (t, n): (Table, i64)| {
+                let (v, e) = redis_call(lua, Args::Packed(t, n), false)?;
+                Ok((if e.is_nil() { v } else { e }, Value::Nil))
+            })?,
+        )?;
+        api.set("log", lua.create_function(redis_log)?)?;
+        api.set("setresp", lua.create_function(redis_setresp)?)?;
+        api.set("set_repl", lua.create_function(redis_set_repl)?)?;
+        api.set("sha1hex", lua.create_function(redis_sha1hex)?)?;
+        api.set("error_reply", lua.create_function(redis_error_reply)?)?;
+        api.set("status_reply", lua.create_function(redis_status_reply)?)?;
+        api.set("acl_check_cmd", lua.create_function(redis_acl_check_cmd)?)?;
+        api.set("random", lua.create_function(math_random)?)?;
+        api.set("randomseed", lua.create_function(math_randomseed)?)?;
+        api.set(
+            "register_function",
+            lua.create_function(library::register_function)?,
+        )?;
+        let handler = lua.create_function(|lua, e: Value| error_handler(lua, e, true))?;
+        api.set("error_handler", handler.clone())?;
+        api.set("wrap_raising", meridian_lualib::raising_wrapper(&lua)?)?;
+        api.set("REDIS_VERSION", crate::server::REDIS_VERSION)?;
+        api.set("REDIS_VERSION_NUM", redis_version_num())?;
+        let mode_name = match mode {
+            Mode::Eval => "eval",
+            Mode::Function => "function",
+        };
+        let handles: Table = lua
+            .load(SANDBOX)
+            .set_name(SANDBOX_CHUNK)
+            .call((api, mode_name))?;
+        let globals: Table = handles.get("globals")?;
+        lua.set_globals(globals.clone())?;
+        lua.set_hook(count_hook(), hook)?;
+        let state = EngineState {
+            real_globals: handles.get("real_globals")?,
+            run_eval: handles.get("run_eval")?,
+            run_function: handles.get("run_function")?,
+            run_load: handles.get("run_load")?,
+            handler,
+            load_handler: lua.create_function(|lua, e: Value| error_handler(lua, e, false))?,
+            library_env: handles.get("library_env")?,
+            library_env_mt: handles.get("library_env_mt")?,
+            library_api: handles.get("library_api")?,
+            globals,
+            mode,
+            lua,
+        };
+        Ok(Engine(Rc::new(state)))
+    }
+
+    pub fn lua(&self) -> &Lua {
+        &self.0.lua
+    }
+
+    /// Restores the count hook after a killed script switched it to every line.
+    pub fn reset_hook(&self) -> mlua::Result<()> {
+        let lua = &self.0.lua;
+        if lua.app_data_ref::<HookEveryLine>().is_some() {
+            lua.remove_app_data::<HookEveryLine>();
+            lua.set_hook(count_hook(), hook)?;
+        }
+        Ok(())
+    }
+
+    /// Compiles a script body (EVAL) or library code (FUNCTION LOAD) as Redis names it.
+    pub fn compile(
+        &self,
+        code: &[u8],
+        chunk_name: &str,
+        env: Option<&Table>,
+    ) -> mlua::Result<Function> {
+        let mut chunk = self
+            .0
+            .lua
+            .load(code)
+            .set_name(chunk_name)
+            .set_mode(mlua::ChunkMode::Text);
+        if let Some(env) = env {
+            chunk = chunk.set_environment(env.clone());
+        }
+        chunk.into_function()
+    }
+
+    /// Creates a Lua array of strings (KEYS, ARGV).
+    pub fn array(&self, items: &[&[u8]]) -> mlua::Result<Table> {
+        let lua = &self.0.lua;
+        let t = lua.create_table_with_capacity(items.len(), 0)?;
+        for (i, s) in items.iter().enumerate() {
+            t.raw_set(i + 1, lua.create_string(s)?)?;
+        }
+        Ok(t)
+    }
+
+    /// Runs `f` (a compiled EVAL script, or a function with `keys`/`args`) with the shard lent
+    /// to the Lua callbacks. Returns xpcall's result: `(true, value)` or `(false, error table)`.
+    pub fn run(
+        &self,
+        shard: &mut Shard,
+        f: &Function,
+        fcall_args: Option<(Table, Table)>,
+    ) -> mlua::Result<(bool, Value)> {
+        let st = &*self.0;
+        let lua = &st.lua;
+        self.reset_hook()?;
+        let result = lua.scope(|scope| {
+            let ud = scope.create_any_userdata_ref_mut(shard)?;
+            lua.set_named_registry_value(SHARD_KEY, ud)?;
+            let r = match fcall_args {
+                None => st.run_eval.call::<MultiValue>((f, &st.handler)),
+                Some((k, a)) => st.run_function.call::<MultiValue>((f, k, a, &st.handler)),
+            };
+            lua.unset_named_registry_value(SHARD_KEY)?;
+            r
+        })?;
+        let mut it = result.into_iter();
+        let ok = matches!(it.next(), Some(Value::Boolean(true)));
+        Ok((ok, it.next().unwrap_or(Value::Nil)))
+    }
+
+    /// Runs a library's top-level code (FUNCTION LOAD). Errors come back as tables without a
+    /// location, as Redis's plain `lua_pcall` leaves them.
+    pub fn run_load(&self, f: &Function) -> mlua::Result<(bool, Value)> {
+        let st = &*self.0;
+        self.reset_hook()?;
+        let result = st.run_load.call::<MultiValue>((f, &st.load_handler))?;
+        let mut it = result.into_iter();
+        let ok = matches!(it.next(), Some(Value::Boolean(true)));
+        Ok((ok, it.next().unwrap_or(Value::Nil)))
+    }
+}
+
+/// REDIS_VERSION_NUM: 0x00MMmmpp.
+fn redis_version_num() -> i64 {
+    let mut parts = crate::server::REDIS_VERSION
+        .split('.')
+        .map(|p| p.parse::<i64>().unwrap_or(0));
+    let (a, b, c) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    (a << 16) | (b << 8) | c
+}
+
+/// The hook: FUNCTION LOAD's time limit, and for scripts the busy threshold and kills.
+fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
+    if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
+        // Collect first: the limit is on live data, not on garbage not yet collected.
+        let _ = lua.gc_collect();
+        if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
+            every_line(lua)?;
+            return Err(mlua::Error::external(Interrupt::OutOfMemory));
+        }
+    }
+    if let Some(mut loading) = lua.app_data_mut::<Loading>() {
+        let elapsed = loading.started.elapsed().as_millis() as u64;
+        if loading.timeout_ms > 0 && elapsed > loading.timeout_ms {
+            loading.timed_out = true;
+            drop(loading);
+            every_line(lua)?;
+            return Err(mlua::Error::external(Interrupt::LoadTimeout));
+        }
+        return Ok(VmState::Continue);
+    }
+    let Ok(ud) = lua.named_registry_value::<AnyUserData>(SHARD_KEY) else {
+        return Ok(VmState::Continue);
+    };
+    let Ok(killed) = ud.borrow_mut_scoped::<Shard, _>(super::busy::interrupt) else {
+        return Ok(VmState::Continue);
+    };
+    if killed {
+        every_line(lua)?;
+        return Err(mlua::Error::external(Interrupt::Killed));
+    }
+    Ok(VmState::Continue)
+}
+
+/// Redis makes a killed script's hook fire on every line, so that a pcall loop cannot keep
+/// catching the error: it is raised again at the next line outside the pcall.
+fn every_line(lua: &Lua) -> mlua::Result<()> {
+    lua.set_hook(HookTriggers::EVERY_LINE, hook)?;
+    lua.set_app_data(HookEveryLine);
+    Ok(())
+}
+
+/// The message handler of every script run (Redis's `__redis__err__handler`): makes the error
+/// a table `{err=...}` and records where it happened (`source`, `line`), skipping C frames and
+/// the sandbox's own wrappers.
+fn error_handler(lua: &Lua, err: Value, locate: bool) -> mlua::Result<Value> {
+    let t = match err {
+        Value::Table(t) => t,
+        Value::Error(e) => {
+            let msg = interrupt_message(&e);
+            convert::error_table(lua, msg.as_bytes())?
+        }
+        other => {
+            let s = lua_tostring(lua, other)?;
+            let mut text = b"ERR ".to_vec();
+            text.extend_from_slice(&s);
+            let t = lua.create_table()?;
+            t.raw_set("err", lua.create_string(&text)?)?;
+            t
+        }
+    };
+    if locate {
+        // Level 1 is the function that raised (Lua's level 2 seen from a Lua handler).
+        for level in 1..=3 {
+            let found = lua.inspect_stack(level, |d| {
+                let src = d.source();
+                let what = src.what;
+                let source = src.source.map(|s| s.into_owned()).unwrap_or_default();
+                (
+                    what == "C" || source == SANDBOX_CHUNK,
+                    source,
+                    d.current_line().map_or(-1, |l| l as i64),
+                )
+            });
+            match found {
+                Some((true, _, _)) => continue,
+                Some((false, source, line)) => {
+                    t.raw_set("source", source)?;
+                    t.raw_set("line", line)?;
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(Value::Table(t))
+}
+
+/// Redis's text for an error the hook raised, or mlua's for anything else.
+pub fn interrupt_message(e: &mlua::Error) -> String {
+    let mut e = e;
+    while let mlua::Error::CallbackError { cause, .. } = e {
+        e = cause;
+    }
+    match e.downcast_ref::<Interrupt>() {
+        Some(i) => i.to_string(),
+        None => match e {
+            mlua::Error::MemoryError(_) => "not enough memory".to_string(),
+            mlua::Error::RuntimeError(m) => m.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// Lua's `tostring` of a value, as bytes.
+fn lua_tostring(lua: &Lua, v: Value) -> mlua::Result<Vec<u8>> {
+    Ok(match v {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Nil => b"nil".to_vec(),
+        Value::Boolean(b) => {
+            if b {
+                b"true".to_vec()
+            } else {
+                b"false".to_vec()
+            }
+        }
+        other => {
+            let f: Function = lua.globals().get("tostring")?;
+            let s: mlua::String = f.call(other)?;
+            s.as_bytes().to_vec()
+        }
+    })
+}
+
+/// `(nil, {err=...})`: a Rust API function's error, for the sandbox wrapper to raise.
+fn fail(lua: &Lua, text: &str) -> mlua::Result<(Value, Value)> {
+    Ok((
+        Value::Nil,
+        Value::Table(convert::error_table(lua, text.as_bytes())?),
+    ))
+}
+
+/// `(nil, "message")`: an error a C library function would raise with luaL_error.
+fn fail_str(lua: &Lua, text: &str) -> mlua::Result<(Value, Value)> {
+    Ok((Value::Nil, Value::String(lua.create_string(text)?)))
+}
+
+/// Runs `f` with the shard the running script borrows, or `None` outside a script run.
+fn with_shard<R>(lua: &Lua, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+    let ud = lua.named_registry_value::<AnyUserData>(SHARD_KEY).ok()?;
+    ud.borrow_mut_scoped::<Shard, _>(|shard| {
+        shard.scripting.run.as_ref()?;
+        Some(f(shard))
+    })
+    .ok()
+    .flatten()
+}
+
+/// Formats a Lua number as Redis passes it to a command: `%.17g`.
+fn number_arg(d: f64, out: &mut Vec<u8>) {
+    out.extend_from_slice(crate::resp::reply::format_double(d).as_bytes());
+}
+
+/// The arguments of a `redis.call`: as Lua passed them, or (many of them) packed in a table
+/// by the C wrapper.
+enum Args {
+    Values(MultiValue),
+    Packed(Table, i64),
+}
+
+impl Args {
+    fn len(&self) -> usize {
+        match self {
+            Args::Values(v) => v.len(),
+            Args::Packed(_, n) => usize::try_from(*n).unwrap_or(0),
+        }
+    }
+
+    fn get(&self, i: usize) -> Value {
+        match self {
+            Args::Values(v) => v.get(i).cloned().unwrap_or(Value::Nil),
+            Args::Packed(t, _) => t.raw_get(i + 1).unwrap_or(Value::Nil),
+        }
+    }
+}
+
+/// Fills `argv` from Lua arguments (`luaArgsToRedisArgv`): strings as they are, numbers
+/// formatted with `%.17g`. `Err` when an argument is neither.
+fn lua_args(args: &Args, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
+    let n = args.len();
+    if n == 0 {
+        return Err("Please specify at least one argument for this redis lib call");
+    }
+    while argv.len() < n {
+        argv.push(Vec::new());
+    }
+    argv.truncate(n);
+    for (i, dst) in argv.iter_mut().enumerate() {
+        dst.clear();
+        match args.get(i) {
+            Value::String(s) => dst.extend_from_slice(&s.as_bytes()),
+            Value::Number(d) => number_arg(d, dst),
+            Value::Integer(i) => number_arg(i as f64, dst),
+            _ => return Err("Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    Ok(())
+}
+
+/// `redis.call` / `redis.pcall` (luaRedisGenericCommand): returns `(reply, nil)` or
+/// `(nil, error table)`.
+fn redis_call(lua: &Lua, args: Args, raise: bool) -> mlua::Result<(Value, Value)> {
+    let Ok(ud) = lua.named_registry_value::<AnyUserData>(SHARD_KEY) else {
+        return fail(
+            lua,
+            "redis.call/pcall can only be called inside a script invocation",
+        );
+    };
+    match ud.borrow_mut_scoped::<Shard, _>(|shard| redis_call_in(lua, shard, args, raise)) {
+        Ok(r) => r,
+        Err(_) => fail(
+            lua,
+            "redis.call/pcall can only be called inside a script invocation",
+        ),
+    }
+}
+
+fn redis_call_in(
+    lua: &Lua,
+    shard: &mut Shard,
+    args: Args,
+    raise: bool,
+) -> mlua::Result<(Value, Value)> {
+    if shard.scripting.run.is_none() {
+        return fail(
+            lua,
+            "redis.call/pcall can only be called inside a script invocation",
+        );
+    }
+    let mut argv = std::mem::take(&mut shard.scripting.argv);
+    if let Err(text) = lua_args(&args, &mut argv) {
+        shard.scripting.argv = argv;
+        let (v, e) = fail(lua, text)?;
+        return Ok(if raise { (v, e) } else { (e, Value::Nil) });
+    }
+    drop(args);
+    let refs: smallvec::SmallVec<[&[u8]; 8]> = argv.iter().map(Vec::as_slice).collect();
+    let outcome = run_command(shard, &refs);
+    drop(refs);
+    shard.scripting.argv = argv;
+    let value = match outcome {
+        Err(text) => {
+            let t = convert::error_table(lua, text.as_bytes())?;
+            t.raw_set("ignore_error_stats_update", true)?;
+            Value::Table(t)
+        }
+        Ok(()) => {
+            let buf = &shard.scripting.reply.buf;
+            let v = convert::reply_to_lua(lua, buf)?.unwrap_or(Value::Nil);
+            if !(raise && convert::is_error(buf)) {
+                return Ok((v, Value::Nil));
+            }
+            v
+        }
+    };
+    Ok(if raise {
+        (Value::Nil, value)
+    } else {
+        (value, Value::Nil)
+    })
+}
+
+/// Looks a command up as a script does: unknown names and unknown subcommands are both
+/// "Unknown Redis command".
+fn lookup(
+    table: &'static crate::cmd::table::Table,
+    argv: &[&[u8]],
+) -> Option<&'static crate::cmd::table::CommandSpec> {
+    let spec = table.lookup(argv.first()?)?;
+    if spec.is_container {
+        if let Some(sub) = argv.get(1) {
+            return table.lookup_sub(spec.meta.name, sub);
+        }
+    }
+    Some(spec)
+}
+
+/// Runs one command for the running script (`scriptCall`): Redis's checks, then the ordinary
+/// dispatch as the script client; the reply is left in `scripting.reply`. `Err` is the text of
+/// a check that refused the command (already counted in errorstats).
+pub fn run_command(shard: &mut Shard, argv: &[&[u8]]) -> Result<(), String> {
+    let refused = |shard: &mut Shard, text: &str| {
+        shard
+            .stats
+            .count_error(&convert::error_code(&convert::error_text(text.as_bytes())));
+        Err(text.to_string())
+    };
+    let Some(spec) = lookup(shard.table, argv) else {
+        return refused(shard, "Unknown Redis command called from script");
+    };
+    let arity = spec.meta.arity;
+    let argc = argv.len() as i64;
+    if (arity > 0 && argc != i64::from(arity)) || (arity < 0 && argc < -i64::from(arity)) {
+        return refused(
+            shard,
+            "Wrong number of args calling Redis command from script",
+        );
+    }
+    let flags = spec.meta.flags;
+    if flags.contains(Flags::NOSCRIPT) {
+        return refused(shard, "This Redis command is not allowed from script");
+    }
+    let Some((caller, now)) = shard
+        .scripting
+        .run
+        .as_ref()
+        .map(|run| (run.caller.clone(), run.now_ms))
+    else {
+        return refused(
+            shard,
+            "redis.call/pcall can only be called inside a script invocation",
+        );
+    };
+    // The script client runs as the caller's user (Redis's `scriptCall`), for this check and
+    // for the checks commands make themselves (SORT's BY and GET patterns).
+    let Some(script_client) = shard.scripting.client.as_ref().map(|c| c.shared.clone()) else {
+        return Err("script client busy".to_string());
+    };
+    *script_client.user.borrow_mut() = caller.user.borrow().clone();
+    if let Err(text) = crate::cmd::acl::script_gate(shard, &script_client, &caller, spec, argv, now)
+    {
+        return refused(shard, &text);
+    }
+    let Some(run) = shard.scripting.run.as_ref() else {
+        return Err(String::new());
+    };
+    let writes = flags.contains(Flags::WRITE);
+    if run.read_only && (writes || flags.contains(Flags::MAY_REPLICATE)) {
+        return refused(
+            shard,
+            "Write commands are not allowed from read-only scripts.",
+        );
+    }
+    if writes && !run.write_dirty {
+        if let Some(text) = shard.persist.refusal() {
+            return refused(shard, &format!("-{text}"));
+        }
+    }
+    if let Some(text) = super::busy::key_locality_error(shard, spec, argv) {
+        return refused(shard, &text);
+    }
+    let (resp3, now) = {
+        let Some(run) = shard.scripting.run.as_mut() else {
+            return Err(String::new());
+        };
+        if writes {
+            run.write_dirty = true;
+        }
+        (run.resp3, run.now_ms)
+    };
+    let Some(mut client) = shard.scripting.client.take() else {
+        return Err("script client busy".to_string());
+    };
+    let mut reply = std::mem::take(&mut shard.scripting.reply);
+    reply.clear();
+    reply.proto = if resp3 {
+        crate::resp::reply::Proto::Resp3
+    } else {
+        crate::resp::reply::Proto::Resp2
+    };
+    client.shared.proto.set(reply.proto);
+    crate::cmd::call(shard, &mut client, &mut reply, spec, argv, now);
+    shard.scripting.reply = reply;
+    shard.scripting.client = Some(client);
+    Ok(())
+}
+
+fn redis_log(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if args.len() < 2 {
+        return fail(lua, "redis.log() requires two arguments or more.");
+    }
+    let level = match args.front() {
+        Some(Value::Number(d)) => *d as i64,
+        Some(Value::Integer(i)) => *i,
+        Some(Value::String(s)) => match std::str::from_utf8(&s.as_bytes())
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+        {
+            Some(d) => d as i64,
+            None => return fail(lua, "First argument must be a number (log level)."),
+        },
+        _ => return fail(lua, "First argument must be a number (log level)."),
+    };
+    if !(0..=3).contains(&level) {
+        return fail(lua, "Invalid debug level.");
+    }
+    let mut line = Vec::new();
+    for (i, a) in args.iter().skip(1).enumerate() {
+        let piece = match a {
+            Value::String(s) => s.as_bytes().to_vec(),
+            Value::Number(d) => lua_number_string(*d).into_bytes(),
+            Value::Integer(n) => n.to_string().into_bytes(),
+            _ => continue,
+        };
+        if i > 0 {
+            line.push(b' ');
+        }
+        line.extend_from_slice(&piece);
+    }
+    let line = String::from_utf8_lossy(&line);
+    match level {
+        0 | 1 => tracing::debug!(target: "script", "{line}"),
+        2 => tracing::info!(target: "script", "{line}"),
+        _ => tracing::warn!(target: "script", "{line}"),
+    }
+    Ok((Value::Nil, Value::Nil))
+}
+
+/// Lua 5.1's number to string (`%.14g`).
+pub fn lua_number_string(d: f64) -> String {
+    if d.is_nan() {
+        return if d.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    crate::resp::reply::format_g(d, 14)
+}
+
+fn number_of(v: Option<&Value>) -> Option<f64> {
+    match v? {
+        Value::Number(d) => Some(*d),
+        Value::Integer(i) => Some(*i as f64),
+        Value::String(s) => std::str::from_utf8(&s.as_bytes())
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok()),
+        _ => None,
+    }
+}
+
+fn redis_setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(lua, |_| ()).is_none() {
+        return fail(
+            lua,
+            "redis.setresp can only be called inside a script invocation",
+        );
+    }
+    if args.len() != 1 {
+        return fail(lua, "redis.setresp() requires one argument.");
+    }
+    let resp = number_of(args.front()).unwrap_or(0.0) as i64;
+    if resp != 2 && resp != 3 {
+        return fail(lua, "RESP version must be 2 or 3.");
+    }
+    with_shard(lua, |s| {
+        if let Some(run) = s.scripting.run.as_mut() {
+            run.resp3 = resp == 3;
+        }
+    });
+    Ok((Value::Nil, Value::Nil))
+}
+
+fn redis_set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(lua, |_| ()).is_none() {
+        return fail(
+            lua,
+            "redis.set_repl can only be called inside a script invocation",
+        );
+    }
+    if args.len() != 1 {
+        return fail(lua, "redis.set_repl() requires two arguments.");
+    }
+    let flags = number_of(args.front()).unwrap_or(0.0) as i64;
+    if flags & !3 != 0 {
+        return fail(
+            lua,
+            "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+        );
+    }
+    // Accepted and ignored: a script's writes always reach the log and the other sites as the
+    // effects they produced (docs/replication.md).
+    Ok((Value::Nil, Value::Nil))
+}
+
+fn redis_sha1hex(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if args.len() != 1 {
+        return fail(lua, "wrong number of arguments");
+    }
+    let bytes = match args.front() {
+        Some(Value::String(s)) => s.as_bytes().to_vec(),
+        Some(Value::Number(d)) => lua_number_string(*d).into_bytes(),
+        Some(Value::Integer(i)) => i.to_string().into_bytes(),
+        _ => Vec::new(),
+    };
+    let hex = sha1::sha1_hex(&bytes);
+    Ok((Value::String(lua.create_string(hex)?), Value::Nil))
+}
+
+fn single_string(args: &MultiValue) -> Option<mlua::String> {
+    match (args.len(), args.front()) {
+        (1, Some(Value::String(s))) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn redis_error_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
+    let Some(s) = single_string(&args) else {
+        return Ok(Value::Table(convert::error_table(
+            lua,
+            b"wrong number or type of arguments",
+        )?));
+    };
+    let raw = s.as_bytes();
+    let mut text = Vec::with_capacity(raw.len() + 1);
+    if raw.first() != Some(&b'-') {
+        text.push(b'-');
+    }
+    text.extend_from_slice(&raw);
+    Ok(Value::Table(convert::error_table(lua, &text)?))
+}
+
+fn redis_status_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
+    let Some(s) = single_string(&args) else {
+        return Ok(Value::Table(convert::error_table(
+            lua,
+            b"wrong number or type of arguments",
+        )?));
+    };
+    let t = lua.create_table()?;
+    t.raw_set("ok", s)?;
+    Ok(Value::Table(t))
+}
+
+fn redis_acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    let Some(table) = with_shard(lua, |s| s.table) else {
+        return fail(
+            lua,
+            "redis.acl_check_cmd can only be called inside a script invocation",
+        );
+    };
+    let mut argv = Vec::new();
+    if let Err(text) = lua_args(&Args::Values(args), &mut argv) {
+        return fail(lua, text);
+    }
+    let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    let Some(spec) = lookup(table, &refs) else {
+        return fail(lua, "Invalid command passed to redis.acl_check_cmd()");
+    };
+    // The user of the client that called the script (`rctx->original_client->user`).
+    let allowed = with_shard(lua, |s| {
+        s.scripting
+            .run
+            .as_ref()
+            .map(|run| run.caller.clone())
+            .is_some_and(|caller| crate::cmd::acl::may_run(s, &caller, spec, &refs))
+    });
+    match allowed {
+        Some(allowed) => Ok((Value::Boolean(allowed), Value::Nil)),
+        None => fail(
+            lua,
+            "redis.acl_check_cmd can only be called inside a script invocation",
+        ),
+    }
+}
+
+/// `luaL_checkint` of argument `n` (1-based) of `fname`.
+fn check_int(args: &MultiValue, n: usize, fname: &str) -> Result<i32, String> {
+    let v = args.get(n - 1);
+    match number_of(v) {
+        Some(d) => Ok(d as i64 as i32),
+        None => {
+            let got = match v {
+                None => "no value".to_string(),
+                Some(v) => v.type_name().to_string(),
+            };
+            Err(format!(
+                "bad argument #{n} to '{fname}' (number expected, got {got})"
+            ))
+        }
+    }
+}
+
+fn math_random(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    let Some(raw) = with_shard(lua, |s| s.scripting.rng.next_value()) else {
+        return fail_str(
+            lua,
+            "math.random can only be called inside a script invocation",
+        );
+    };
+    let max = super::rand::LRAND48_MAX;
+    let r = f64::from(raw % max) / f64::from(max);
+    let v = match args.len() {
+        0 => r,
+        1 => {
+            let u = match check_int(&args, 1, "random") {
+                Ok(u) => u,
+                Err(e) => return fail_str(lua, &e),
+            };
+            if u < 1 {
+                return fail_str(lua, "bad argument #1 to 'random' (interval is empty)");
+            }
+            (r * f64::from(u)).floor() + 1.0
+        }
+        2 => {
+            let (l, u) = match (check_int(&args, 1, "random"), check_int(&args, 2, "random")) {
+                (Ok(l), Ok(u)) => (l, u),
+                (Err(e), _) | (_, Err(e)) => return fail_str(lua, &e),
+            };
+            if l > u {
+                return fail_str(lua, "bad argument #2 to 'random' (interval is empty)");
+            }
+            (r * (f64::from(u) - f64::from(l) + 1.0)).floor() + f64::from(l)
+        }
+        _ => return fail_str(lua, "wrong number of arguments"),
+    };
+    Ok((Value::Number(v), Value::Nil))
+}
+
+fn math_randomseed(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(lua, |_| ()).is_none() {
+        return fail_str(
+            lua,
+            "math.randomseed can only be called inside a script invocation",
+        );
+    }
+    let seed = match check_int(&args, 1, "randomseed") {
+        Ok(s) => s,
+        Err(e) => return fail_str(lua, &e),
+    };
+    with_shard(lua, |s| s.scripting.rng.seed(seed));
+    Ok((Value::Nil, Value::Nil))
+}
+
+/// Starts a run: the run state, the script client's database, KEYS/ARGV for EVAL.
+pub fn begin_run(shard: &mut Shard, run: Run) {
+    let db = run.db;
+    shard.scripting.run = Some(run);
+    if let Some(c) = shard.scripting.client.as_mut() {
+        c.select(db);
+    }
+}
+
+/// Ends a run; steps the Lua GC every `GC_CYCLE_PERIOD` runs, as Redis does.
+pub fn end_run(shard: &mut Shard, engine: &Engine) -> Option<Run> {
+    super::busy::hand_over_early_connections(shard);
+    // After a kill or a load timeout the hook fires on every line; back to counting.
+    let _ = engine.reset_hook();
+    let run = shard.scripting.run.take();
+    shard.scripting.gc_countdown = shard.scripting.gc_countdown.saturating_sub(1);
+    if shard.scripting.gc_countdown == 0 {
+        shard.scripting.gc_countdown = super::GC_CYCLE_PERIOD;
+        let _ = engine.lua().gc_step_kbytes(super::GC_CYCLE_PERIOD as i32);
+    }
+    run
+}

@@ -1,0 +1,375 @@
+//! Lua scripting: EVAL scripts and FUNCTION libraries, with Redis 7.0's sandbox and API.
+//!
+//! Each shard owns two Lua 5.1 states (`Engine`), as Redis has one for EVAL and one for
+//! functions. A script runs on the shard's thread, atomically: `redis.call` runs the command
+//! through the ordinary dispatch (`cmd::call`) as a script client, so every write takes the
+//! one write path (`Shard::write_key`) and is stamped, applied and logged as an op like any
+//! client's. Scripts therefore replicate as the effects they produced, never as code run again
+//! elsewhere; a non-deterministic script is safe.
+//!
+//! While a script runs, Lua callbacks reach the shard through a userdata that borrows it for
+//! the length of the run (`Lua::scope`); nothing else runs on the shard meanwhile. A count
+//! hook fires every `HOOK_INSTRUCTIONS` instructions: past `busy-reply-threshold` it serves
+//! other connections from a side path (`busy`), which answers BUSY and takes SCRIPT KILL,
+//! FUNCTION KILL and SHUTDOWN NOSAVE, as Redis's `processEventsWhileBlocked` does.
+//!
+//! # Layout
+//! - `engine`: a Lua state with the sandbox, the `redis` API and the hook.
+//! - `convert`: replies to Lua values and back.
+//! - `library`: FUNCTION libraries, their metadata and the DUMP/RESTORE payload.
+//! - `busy`: serving other clients while a script runs past the threshold.
+//! - `sha1`, `rand`: script names and Redis's `math.random` generator.
+
+pub mod busy;
+pub mod convert;
+pub mod engine;
+pub mod library;
+pub mod rand;
+pub mod replicate;
+pub mod sha1;
+
+use std::time::Instant;
+
+use hashbrown::HashMap;
+
+use crate::client::Client;
+use crate::resp::reply::Reply;
+use engine::Engine;
+
+/// Bytes of live data a Lua state may hold. Redis sets no limit (a runaway script ends the
+/// process); Meridian's hook stops a script past it with "not enough memory" (checked every
+/// `HOOK_INSTRUCTIONS` instructions, so one instruction's allocation may overshoot it).
+pub const LUA_MEMORY_BYTES_MAX: usize = 1024 * 1024 * 1024;
+
+/// Instructions between two runs of the hook that checks a script's time (Redis's value).
+pub const HOOK_INSTRUCTIONS: u32 = 100_000;
+
+/// FUNCTION LOAD's time limit for running a library's top-level code (Redis's LOAD_TIMEOUT_MS).
+pub const LOAD_TIMEOUT_MS: u64 = 500;
+
+/// Scripts cached by EVAL/SCRIPT LOAD. Redis has no limit either; each entry is a compiled
+/// function and its flags, and SCRIPT FLUSH drops them all.
+#[derive(Debug)]
+pub struct CachedScript {
+    pub function: mlua::Function,
+    pub flags: ScriptFlags,
+    /// Bytes of the script's body (INFO memory's used_memory_scripts_eval).
+    pub body_bytes: usize,
+}
+
+/// Starts a connection task for a socket and the replies it has not taken yet.
+pub type SpawnConn = std::rc::Rc<dyn Fn(tokio::net::TcpStream, Vec<u8>)>;
+
+/// Shebang flags (`#!lua flags=...`) of a script or a function.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScriptFlags {
+    /// No shebang: EVAL's backwards-compatible mode.
+    pub compat: bool,
+    pub no_writes: bool,
+    pub allow_oom: bool,
+    pub allow_stale: bool,
+    pub no_cluster: bool,
+    pub allow_cross_slot: bool,
+}
+
+/// Flag names in Redis's order (`scripts_flags_def`).
+pub const FLAG_NAMES: [&str; 5] = [
+    "no-writes",
+    "allow-oom",
+    "allow-stale",
+    "no-cluster",
+    "allow-cross-slot-keys",
+];
+
+impl ScriptFlags {
+    /// Sets the flag named `name` (exact, or case-insensitive for function flags).
+    pub fn set(&mut self, name: &str, case_insensitive: bool) -> bool {
+        let eq = |a: &str| {
+            if case_insensitive {
+                a.eq_ignore_ascii_case(name)
+            } else {
+                a == name
+            }
+        };
+        if eq("no-writes") {
+            self.no_writes = true;
+        } else if eq("allow-oom") {
+            self.allow_oom = true;
+        } else if eq("allow-stale") {
+            self.allow_stale = true;
+        } else if eq("no-cluster") {
+            self.no_cluster = true;
+        } else if eq("allow-cross-slot-keys") {
+            self.allow_cross_slot = true;
+        } else {
+            return false;
+        }
+        true
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [
+            self.no_writes,
+            self.allow_oom,
+            self.allow_stale,
+            self.no_cluster,
+            self.allow_cross_slot,
+        ];
+        FLAG_NAMES
+            .iter()
+            .zip(on)
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect()
+    }
+}
+
+/// The script running now, if any (Redis's `scriptRunCtx`).
+#[derive(Debug)]
+pub struct Run {
+    pub started: Instant,
+    /// Wall-clock milliseconds fixed for the whole run (expiry and TIME-like reads).
+    pub now_ms: u64,
+    /// The caller's database; SELECT inside the script changes only the script client's.
+    pub db: usize,
+    pub resp3: bool,
+    pub read_only: bool,
+    pub allow_oom: bool,
+    /// EVAL/EVALSHA (true) or FCALL (false): decides SCRIPT KILL vs FUNCTION KILL.
+    pub eval: bool,
+    /// A write command ran: the script can no longer be killed.
+    pub write_dirty: bool,
+    pub killed: bool,
+    /// Ran past busy-reply-threshold: other clients get BUSY.
+    pub timed_out: bool,
+    /// The sha (EVAL) or the function name (FCALL).
+    pub name: String,
+    /// The client that runs the script (never served by the side path); its user is the
+    /// one the script's commands run as (ACL), and its info the one the ACL log shows.
+    pub caller: std::rc::Rc<crate::client::ClientShared>,
+    /// FCALL's arguments, for FUNCTION STATS.
+    pub caller_argv: Vec<Vec<u8>>,
+}
+
+/// A FUNCTION LOAD in progress (the library's top-level code is running).
+#[derive(Debug)]
+pub struct Loading {
+    pub started: Instant,
+    /// Zero: no time limit (a library restored from the log or a peer).
+    pub timeout_ms: u64,
+    pub timed_out: bool,
+}
+
+/// What a shard keeps for scripting.
+pub struct Scripting {
+    /// The two Lua states, created on first use (most shards never run a script).
+    eval: Option<Engine>,
+    functions: Option<Engine>,
+    pub scripts: HashMap<[u8; 40], CachedScript>,
+    pub libraries: library::Libraries,
+    pub run: Option<Run>,
+    pub loading: Option<Loading>,
+    pub rng: rand::Lrand48,
+    /// The client scripts run commands as, and the buffer their replies go to; taken out
+    /// while a command runs (the shard is borrowed at the same time).
+    pub client: Option<Box<Client>>,
+    pub reply: Reply,
+    /// Argument buffers reused by every `redis.call`.
+    pub argv: Vec<Vec<u8>>,
+    /// Runs since the last incremental GC step (Redis steps every 50 calls).
+    pub gc_countdown: u32,
+    /// Slot owners when the site runs several shards: a script's keys must all be local.
+    /// `None` with one shard (every key is local).
+    pub slots: Option<crate::slot::SlotMap>,
+    /// Every library name's last change (replicated, LWW by stamp): see `replicate`.
+    pub register: replicate::Register,
+    /// The client listener, so that a script running long can take new connections (and
+    /// answer them) from the side path; set by `server`.
+    pub listener: Option<std::rc::Weak<tokio::net::TcpListener>>,
+    /// Starts a connection task for a connection the side path accepted, after writing the
+    /// replies the socket did not take yet; set by `server`.
+    pub spawn_conn: Option<SpawnConn>,
+    /// Connections accepted while a script runs long, with replies not written yet: served by
+    /// the side path, handed to connection tasks when the script ends. At most
+    /// `busy::EARLY_CONNECTIONS_MAX`.
+    pub early: Vec<(tokio::net::TcpStream, Vec<u8>)>,
+    /// Turns true when the process is asked to stop (SIGTERM/SIGINT): a script running long
+    /// then ends the process from the side path, as SHUTDOWN NOSAVE does; set by `server`.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl std::fmt::Debug for Scripting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripting")
+            .field("scripts", &self.scripts.len())
+            .field("libraries", &self.libraries.len())
+            .field("run", &self.run)
+            .finish()
+    }
+}
+
+/// Runs between two GC steps of the Lua states (LUA_GC_CYCLE_PERIOD).
+pub const GC_CYCLE_PERIOD: u32 = 50;
+
+impl Default for Scripting {
+    fn default() -> Self {
+        Scripting::new()
+    }
+}
+
+impl Scripting {
+    pub fn new() -> Scripting {
+        let shared = std::rc::Rc::new(crate::client::ClientShared::new(
+            0,
+            std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
+            0,
+        ));
+        let mut client = Client::new(shared);
+        // Commands a script runs are nested calls: blocking commands answer at once.
+        client.call_depth = 1;
+        Scripting {
+            eval: None,
+            functions: None,
+            scripts: HashMap::new(),
+            libraries: library::Libraries::default(),
+            run: None,
+            loading: None,
+            rng: rand::Lrand48::default(),
+            client: Some(Box::new(client)),
+            reply: Reply::new(),
+            argv: Vec::new(),
+            gc_countdown: GC_CYCLE_PERIOD,
+            slots: None,
+            register: replicate::Register::default(),
+            listener: None,
+            spawn_conn: None,
+            early: Vec::new(),
+            stop: None,
+        }
+    }
+
+    /// The EVAL state (created now if this is the first use).
+    pub fn eval_engine(&mut self) -> mlua::Result<Engine> {
+        if let Some(e) = &self.eval {
+            return Ok(e.clone());
+        }
+        let e = Engine::new(engine::Mode::Eval)?;
+        self.eval = Some(e.clone());
+        Ok(e)
+    }
+
+    /// The FUNCTION state (created now if this is the first use).
+    pub fn function_engine(&mut self) -> mlua::Result<Engine> {
+        if let Some(e) = &self.functions {
+            return Ok(e.clone());
+        }
+        let e = Engine::new(engine::Mode::Function)?;
+        self.functions = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Whether a script is running past busy-reply-threshold (other clients get BUSY).
+    pub fn is_busy(&self) -> bool {
+        self.run.as_ref().is_some_and(|r| r.timed_out)
+    }
+
+    /// Lua heap bytes of the EVAL and FUNCTION states (0 for one not created yet).
+    pub fn vm_memory(&self) -> (usize, usize) {
+        let used = |e: &Option<Engine>| e.as_ref().map_or(0, |e| e.lua().used_memory());
+        (used(&self.eval), used(&self.functions))
+    }
+
+    /// Bytes of cached script bodies and their names, and of library code and names.
+    pub fn code_memory(&self) -> (usize, usize) {
+        let scripts = self.scripts.values().map(|s| s.body_bytes + 40).sum();
+        let libs = self
+            .libraries
+            .iter()
+            .map(|l| l.code.len() + l.name.len())
+            .sum();
+        (scripts, libs)
+    }
+
+    /// SCRIPT FLUSH: a new EVAL state and an empty cache, as Redis's `scriptingReset`.
+    pub fn flush_scripts(&mut self) {
+        self.scripts.clear();
+        self.eval = None;
+    }
+}
+
+/// Parses a script's shebang line (`evalExtractShebangFlags`): its flags and the length of
+/// the line (kept out of the code; the newline stays, so line numbers do not move).
+pub fn parse_shebang(body: &[u8]) -> Result<(ScriptFlags, usize), String> {
+    if !body.starts_with(b"#!") {
+        return Ok((
+            ScriptFlags {
+                compat: true,
+                ..ScriptFlags::default()
+            },
+            0,
+        ));
+    }
+    let Some(end) = memchr::memchr(b'\n', body) else {
+        return Err("Invalid script shebang".to_string());
+    };
+    let line = body.get(..end).unwrap_or_default();
+    let parts =
+        crate::resp::parse::sds_split_args(line).ok_or("Invalid engine in script shebang")?;
+    let Some(first) = parts.first() else {
+        return Err("Invalid engine in script shebang".to_string());
+    };
+    if first.as_slice() != b"#!lua" {
+        return Err(format!(
+            "Unexpected engine in script shebang: {}",
+            String::from_utf8_lossy(first)
+        ));
+    }
+    let mut flags = ScriptFlags::default();
+    for p in parts.iter().skip(1) {
+        let Some(list) = p.strip_prefix(b"flags=") else {
+            return Err(format!(
+                "Unknown lua shebang option: {}",
+                String::from_utf8_lossy(p)
+            ));
+        };
+        for f in list.split(|&c| c == b',') {
+            let name = String::from_utf8_lossy(f);
+            if !flags.set(&name, false) {
+                return Err(format!("Unexpected flag in script shebang: {name}"));
+            }
+        }
+    }
+    Ok((flags, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shebang_flags() {
+        let (f, n) = parse_shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1").unwrap();
+        assert!(f.no_writes && f.allow_oom && !f.compat);
+        assert_eq!(n, 31);
+        let (f, n) = parse_shebang(b"return 1").unwrap();
+        assert!(f.compat);
+        assert_eq!(n, 0);
+        assert_eq!(
+            parse_shebang(b"#!lua").unwrap_err(),
+            "Invalid script shebang"
+        );
+        assert_eq!(
+            parse_shebang(b"#!python\n").unwrap_err(),
+            "Unexpected engine in script shebang: #!python"
+        );
+        assert_eq!(
+            parse_shebang(b"#!lua flags=bad\n").unwrap_err(),
+            "Unexpected flag in script shebang: bad"
+        );
+        assert_eq!(
+            parse_shebang(b"#!lua name=x\n").unwrap_err(),
+            "Unknown lua shebang option: name=x"
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! The process-wide stop request: set off the shard threads (by the signal task, or by
+//! SHUTDOWN), polled by every shard loop whose length a client controls.
+//!
+//! A shard runs one command at a time, so a stop signal could otherwise wait for the longest
+//! command a client can send (KEYS over a large keyspace, DEBUG SLEEP, a union of a key named
+//! a million times). Those loops poll `Poll::stop` and end early with `CmdError::ShuttingDown`;
+//! the shard then sees the stop at its next await, closes its clients and its log. The flag
+//! is a process-wide static because a signal is process-wide.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Asks every shard to stop. Safe from any thread; idempotent.
+pub fn request() {
+    STOP_REQUESTED.store(true, Ordering::Relaxed);
+}
+
+/// Whether a stop was requested.
+pub fn requested() -> bool {
+    STOP_REQUESTED.load(Ordering::Relaxed)
+}
+
+/// Iterations between two reads of the flag: a loop pays one decrement per iteration and
+/// one relaxed load per `POLL_ITERATIONS`.
+pub const POLL_ITERATIONS: u32 = 4096;
+
+/// A countdown that reads the stop flag every `POLL_ITERATIONS` calls of `stop`.
+#[derive(Debug)]
+pub struct Poll {
+    left: u32,
+}
+
+impl Default for Poll {
+    fn default() -> Poll {
+        Poll::new()
+    }
+}
+
+impl Poll {
+    pub fn new() -> Poll {
+        Poll {
+            left: POLL_ITERATIONS,
+        }
+    }
+
+    /// Whether the loop must end now because the process is stopping.
+    #[inline]
+    pub fn stop(&mut self) -> bool {
+        self.stop_on(&STOP_REQUESTED)
+    }
+
+    #[inline]
+    fn stop_on(&mut self, flag: &AtomicBool) -> bool {
+        self.left -= 1;
+        if self.left > 0 {
+            return false;
+        }
+        self.left = POLL_ITERATIONS;
+        flag.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_reads_the_flag_every_poll_iterations() {
+        // A flag of its own: the process-wide one would stop other tests' loops.
+        let flag = AtomicBool::new(false);
+        let mut p = Poll::new();
+        assert!(!(0..POLL_ITERATIONS * 2).any(|_| p.stop_on(&flag)));
+        flag.store(true, Ordering::Relaxed);
+        let calls = (1..=POLL_ITERATIONS).find(|_| p.stop_on(&flag));
+        assert_eq!(calls, Some(POLL_ITERATIONS));
+        assert!(!requested());
+    }
+}

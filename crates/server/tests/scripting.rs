@@ -1,0 +1,380 @@
+//! Scripting against real `meridian` processes: scripts that run long (BUSY replies to other
+//! clients, SCRIPT KILL and FUNCTION KILL, UNKILLABLE once a script wrote, SHUTDOWN NOSAVE
+//! leaving none of the script's writes on disk), libraries that survive a restart while the
+//! script cache does not, and replication: a script's writes reach other sites as effects
+//! (a non-deterministic script leaves the same data everywhere), FUNCTION LOAD/DELETE reach
+//! every site, concurrent loads of one library settle last-writer-wins, and a site that
+//! joins by full sync receives the libraries.
+//!
+//! Every wait is bounded; every process is killed when its handle drops.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Reply;
+use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts, eventually};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+
+const LINKS_UP: Duration = Duration::from_secs(15);
+/// Bound on waiting for a script to be reported busy or to stop.
+const BUSY_WAIT: Duration = Duration::from_secs(10);
+
+/// Polls `PING` on `c` until it answers BUSY (the other connection's script ran past the
+/// threshold); panics after `BUSY_WAIT`.
+fn wait_busy(c: &mut common::Raw) -> String {
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        if let Reply::Err(e) = c.reply(&["PING"]) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "the script never became busy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn one_site(flags: &[&str]) -> Cluster {
+    Cluster::start(&["a"], Opts::default().flags(flags))
+}
+
+#[test]
+fn busy_script_answers_busy_then_script_kill_stops_it() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    runner.send_cmd(&[b"EVAL", b"local i = 0 while true do i = i + 1 end", b"0"]);
+    let busy = wait_busy(&mut other);
+    assert_eq!(
+        busy,
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
+    // FUNCTION KILL does not stop an EVAL script; FUNCTION STATS says why.
+    assert!(
+        other
+            .err(&["FUNCTION", "KILL"])
+            .starts_with("BUSY Redis is busy running a script. You can only call SCRIPT KILL")
+    );
+    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
+    let killed = common::parse_reply(&runner.read_reply());
+    match killed {
+        Reply::Err(e) => assert!(
+            e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
+            "{e}"
+        ),
+        other => panic!("the script's reply: {other:?}"),
+    }
+    assert_eq!(other.reply(&["PING"]), Reply::Simple("PONG".into()));
+    assert_eq!(runner.reply(&["PING"]), Reply::Simple("PONG".into()));
+    assert_eq!(
+        other.err(&["SCRIPT", "KILL"]),
+        "NOTBUSY No scripts in execution right now."
+    );
+}
+
+#[test]
+fn a_script_looping_inside_pcall_is_killed_too() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    runner.send_cmd(&[
+        b"EVAL",
+        b"local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end",
+        b"0",
+    ]);
+    wait_busy(&mut other);
+    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
+    match common::parse_reply(&runner.read_reply()) {
+        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
+        other => panic!("the script's reply: {other:?}"),
+    }
+}
+
+#[test]
+fn function_kill_and_stats_while_a_function_runs() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    assert_eq!(
+        other.reply(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=spin\nredis.register_function('spin', function() while true do end end)"
+        ]),
+        Reply::bulk("spin")
+    );
+    runner.send_cmd(&[b"FCALL", b"spin", b"0", b"arg1"]);
+    let busy = wait_busy(&mut other);
+    assert!(busy.contains("FUNCTION KILL"), "{busy}");
+    let stats = other.call_text(&["FUNCTION", "STATS"]);
+    assert!(stats.contains("spin") && stats.contains("arg1"), "{stats}");
+    assert!(
+        other
+            .err(&["SCRIPT", "KILL"])
+            .starts_with("BUSY Redis is busy running a script. You can only call FUNCTION KILL")
+    );
+    assert_eq!(
+        other.reply(&["FUNCTION", "KILL"]),
+        Reply::Simple("OK".into())
+    );
+    match common::parse_reply(&runner.read_reply()) {
+        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
+        other => panic!("the function's reply: {other:?}"),
+    }
+    assert_eq!(other.reply(&["PING"]), Reply::Simple("PONG".into()));
+}
+
+#[test]
+fn commands_pipelined_after_a_killed_script_still_run() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    let mut pipeline = common::cmd(&[b"EVAL", b"while 1 do redis.call('ping') end", b"0"]);
+    pipeline.extend(common::cmd(&[b"PING"]));
+    runner.send(&pipeline);
+    wait_busy(&mut other);
+    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
+    assert!(matches!(
+        common::parse_reply(&runner.read_reply()),
+        Reply::Err(_)
+    ));
+    assert_eq!(
+        common::parse_reply(&runner.read_reply()),
+        Reply::Simple("PONG".into())
+    );
+}
+
+#[test]
+fn a_script_that_wrote_is_unkillable_and_shutdown_nosave_keeps_none_of_its_writes() {
+    let mut cluster = one_site(&["--busy-reply-threshold", "50", "--appendfsync", "always"]);
+    {
+        let site = cluster.site(A);
+        let mut c = site.connect();
+        c.ok(&["SET", "before", "1"]);
+        let mut runner = site.connect();
+        let mut other = site.connect();
+        runner.send_cmd(&[
+            b"EVAL",
+            b"redis.call('set', KEYS[1], 'partial') while true do end",
+            b"1",
+            b"x",
+        ]);
+        wait_busy(&mut other);
+        let e = other.err(&["SCRIPT", "KILL"]);
+        assert!(
+            e.starts_with("UNKILLABLE Sorry the script already executed write commands"),
+            "{e}"
+        );
+        other.send_cmd(&[b"SHUTDOWN", b"NOSAVE"]);
+        assert!(
+            other.is_closed(BUSY_WAIT),
+            "SHUTDOWN NOSAVE did not end the server"
+        );
+    }
+    let site = cluster.site_mut(A);
+    assert!(
+        eventually(BUSY_WAIT, || !site.is_running()),
+        "the process is still running"
+    );
+    site.kill();
+    site.start();
+    let mut c = site.connect();
+    assert_eq!(c.reply(&["GET", "before"]), Reply::bulk("1"));
+    // The script's write was never acknowledged, and the log does not have it.
+    assert_eq!(c.reply(&["GET", "x"]), Reply::Nil);
+}
+
+#[test]
+fn libraries_survive_a_restart_and_the_script_cache_does_not() {
+    let mut cluster = one_site(&[]);
+    let sha = {
+        let mut c = cluster.site(A).connect();
+        assert_eq!(
+            c.reply(&[
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=keep\nredis.register_function('hello', function(k, a) return 'hi ' .. a[1] end)"
+            ]),
+            Reply::bulk("keep")
+        );
+        assert_eq!(
+            c.reply(&[
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=gone\nredis.register_function('bye', function() return 1 end)"
+            ]),
+            Reply::bulk("gone")
+        );
+        c.ok(&["FUNCTION", "DELETE", "gone"]);
+        match c.reply(&["SCRIPT", "LOAD", "return 1"]) {
+            Reply::Bulk(s) => String::from_utf8(s).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    // Once from the log alone, once from a snapshot.
+    for snapshot in [false, true] {
+        if snapshot {
+            cluster.site(A).connect().ok(&["SAVE"]);
+        }
+        cluster.site_mut(A).restart();
+        let mut c = cluster.site(A).connect();
+        assert_eq!(
+            c.reply(&["FCALL", "hello", "0", "there"]),
+            Reply::bulk("hi there")
+        );
+        assert_eq!(c.err(&["FCALL", "bye", "0"]), "ERR Function not found");
+        assert_eq!(c.call_text(&["SCRIPT", "EXISTS", &sha]), "*1\r\n:0\r\n");
+    }
+}
+
+#[test]
+fn script_writes_reach_other_sites_as_effects() {
+    let cluster = Cluster::start(&["a", "b"], Opts::default());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    // Non-deterministic: a re-run at B would pick other numbers; effects carry A's.
+    let script = "math.randomseed(tonumber(ARGV[1])) \
+        for i = 1, 20 do redis.call('hset', KEYS[1], 'f' .. i, math.random(1000000)) end \
+        redis.call('incrby', KEYS[2], 7) \
+        redis.call('rpush', KEYS[3], redis.call('time')[2]) \
+        return redis.call('hlen', KEYS[1])";
+    let seed = (std::process::id() % 100_000).to_string();
+    assert_eq!(
+        a.reply(&["EVAL", script, "3", "h", "n", "l", &seed]),
+        Reply::Int(20)
+    );
+    // B's increment is concurrent (or later, if A's already arrived): counters add.
+    assert!(matches!(b.reply(&["INCRBY", "n", "1"]), Reply::Int(1 | 8)));
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let ha = a.call_text(&["HGETALL", "h"]);
+    assert_eq!(ha, b.call_text(&["HGETALL", "h"]));
+    assert_eq!(a.reply(&["GET", "n"]), Reply::bulk("8"));
+    assert_eq!(b.reply(&["GET", "n"]), Reply::bulk("8"));
+    assert_eq!(
+        a.call_text(&["LRANGE", "l", "0", "-1"]),
+        b.call_text(&["LRANGE", "l", "0", "-1"])
+    );
+}
+
+fn function_list(c: &mut common::Raw) -> String {
+    c.call_text(&["FUNCTION", "LIST", "WITHCODE"])
+}
+
+#[test]
+fn function_changes_reach_every_site() {
+    let cluster = Cluster::start(&["a", "b", "c"], Opts::default());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    let mut c = cluster.site(C).connect();
+    assert_eq!(
+        a.reply(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=shared\nredis.register_function('incr2', function(k) return redis.call('incrby', k[1], 2) end)"
+        ]),
+        Reply::bulk("shared")
+    );
+    assert!(
+        eventually(CONVERGE_TIMEOUT, || c.reply(&["FCALL", "incr2", "1", "k"])
+            == Reply::Int(2)),
+        "FUNCTION LOAD at A never reached C"
+    );
+    // B may not have C's increment yet; the counter adds both either way.
+    assert!(matches!(
+        b.reply(&["FCALL", "incr2", "1", "k"]),
+        Reply::Int(2 | 4)
+    ));
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for c in [&mut a, &mut b, &mut c] {
+        assert_eq!(c.reply(&["GET", "k"]), Reply::bulk("4"));
+    }
+    b.ok(&["FUNCTION", "DELETE", "shared"]);
+    assert!(
+        eventually(CONVERGE_TIMEOUT, || a.reply(&["FCALL", "incr2", "1", "k"])
+            == Reply::Err("ERR Function not found".into())
+            && c.call_text(&["FUNCTION", "LIST"]) == "*0\r\n"),
+        "FUNCTION DELETE at B never reached A and C"
+    );
+}
+
+#[test]
+fn concurrent_loads_of_one_library_settle_last_writer_wins() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    cluster.partition(A, B);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    a.reply(&[
+        "FUNCTION",
+        "LOAD",
+        "#!lua name=lib\nredis.register_function('which', function() return 'a' end)",
+    ]);
+    // B's load is later in HLC order (same process clock family, issued after A's).
+    std::thread::sleep(Duration::from_millis(20));
+    b.reply(&[
+        "FUNCTION",
+        "LOAD",
+        "#!lua name=lib\nredis.register_function('which', function() return 'b' end)",
+    ]);
+    cluster.heal(A, B);
+    assert!(
+        eventually(CONVERGE_TIMEOUT, || {
+            let la = function_list(&mut a);
+            la == function_list(&mut b) && la.contains("return 'b'")
+        }),
+        "the sites never agreed on the library: A {:?} B {:?}",
+        function_list(&mut a),
+        function_list(&mut b)
+    );
+    assert_eq!(a.reply(&["FCALL", "which", "0"]), Reply::bulk("b"));
+}
+
+#[test]
+fn a_site_joining_by_full_sync_gets_the_libraries() {
+    // B keeps no log: it comes back empty and must rejoin by full sync.
+    // A keeps a small backlog in memory only (its log would extend it), so that B, behind
+    // it, needs a full sync.
+    let mut cluster = Cluster::start(
+        &["a", "b"],
+        Opts::default()
+            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"])
+            .site_flags(B, &["--appendonly", "no"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    cluster.site_mut(B).kill();
+    {
+        let mut a = cluster.site(A).connect();
+        a.reply(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=late\nredis.register_function('late', function() return 'late' end)",
+        ]);
+        let value = "v".repeat(100);
+        for i in 0..3000 {
+            a.send_cmd(&[b"SET", format!("k{i}").as_bytes(), value.as_bytes()]);
+        }
+        for _ in 0..3000 {
+            a.read_reply();
+        }
+    }
+    cluster.site_mut(B).start();
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let mut b = cluster.site(B).connect();
+    assert!(
+        eventually(CONVERGE_TIMEOUT, || b.reply(&["FCALL", "late", "0"])
+            == Reply::bulk("late")),
+        "the library never reached B"
+    );
+    assert!(
+        cluster.site(B).log().contains("full sync received"),
+        "B did not rejoin by full sync"
+    );
+}
