@@ -339,6 +339,43 @@ pub(super) mod tests {
     /// While a peer is quarantined, GC goes on for what a causal context stands in for (an
     /// SREM's member context) and keeps what none does (a DEL's key context, which decides a
     /// HyperLogLog raise the quarantined peer may hold concurrently) until that peer acks it.
+    /// A peer removed from the deployment (CRDT.REMOVEPEER) never syncs again: unlike a
+    /// quarantined one, it holds back no key removal context either.
+    #[test]
+    fn a_removed_peer_holds_back_nothing() {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec![
+                "b=127.0.0.1:7998".to_string(),
+                "c=127.0.0.1:7999".to_string(),
+            ],
+            appendonly: false,
+            sync_quarantine_ms: 1_000,
+            ..crate::config::Config::default()
+        };
+        let mut s = Shard::new(0, config, crate::cmd::table(), 1_000);
+        run(&mut s, 0, &["SADD", "set", "x", "y"]);
+        run(&mut s, 0, &["SET", "k", "1"]);
+        let before = s.delivered_vv();
+        for p in &mut s.sync.peers {
+            p.acked = Some(before.clone());
+            p.acked_causal = Some(before.clone());
+        }
+        run(&mut s, 0, &["SREM", "set", "x"]);
+        run(&mut s, 0, &["DEL", "k"]);
+        assert!(s.remove_peer("c"));
+        // B acks everything; C, removed, never will.
+        let all = s.delivered_vv();
+        s.sync.peers[0].acked = Some(all.clone());
+        s.sync.peers[0].acked_causal = Some(all);
+        s.sync.peers[0].last_ack_ms = 1_100;
+        s.gc_step(1_100, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.dbs[0].meta_keys, 0, "both contexts went");
+        let k = s.hash_key(b"k");
+        assert!(s.dbs[0].get(k, b"k").is_none());
+        assert_meta_counted(&s);
+    }
+
     #[test]
     fn a_quarantined_peer_holds_back_key_contexts_only() {
         let config = crate::config::Config {
