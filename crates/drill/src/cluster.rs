@@ -305,6 +305,21 @@ impl Cluster {
         self.pair_proxies(x, y).for_each(Proxy::partition);
     }
 
+    /// Cuts the link `x` dials to `y` (it carries `y`'s ops to `x` and `x`'s acks to `y`) with
+    /// an RST on its open connections, so both ends see it down at once; `y`'s link to `x`
+    /// flows on.
+    pub fn cut(&self, x: usize, y: usize) {
+        if let Some(p) = self.proxy(x, y) {
+            p.partition();
+            p.reset();
+        }
+    }
+
+    /// RST on every open connection of every link.
+    pub fn reset_all(&self) -> usize {
+        self.proxies.values().map(Proxy::reset).sum()
+    }
+
     /// Cuts every link of `x`.
     pub fn isolate(&self, x: usize) {
         for y in (0..self.n()).filter(|&y| y != x) {
@@ -616,6 +631,11 @@ impl Cluster {
             for ((k, t), r) in which.into_iter().zip(replies) {
                 let v = match (t.as_str(), &r) {
                     (_, Reply::Bulk(None)) => continue,
+                    // A HyperLogLog: sites agree on its registers, not on its bytes (sparse
+                    // layout and cache depend on the order of concurrent raises).
+                    ("string", Reply::Bulk(Some(b))) if b.starts_with(b"HYLL") => {
+                        Value::Str(hll_registers(b))
+                    }
                     ("string", _) => Value::Str(r.bulk_str().unwrap_or_default()),
                     ("set", _) => Value::Set(r.strings().into_iter().collect()),
                     ("list", _) => Value::List(r.strings()),
@@ -711,5 +731,20 @@ impl Cluster {
             }
         }
         out
+    }
+}
+
+/// A HyperLogLog's non-zero registers as text (`hll index=count ...`), or its bytes when they
+/// do not decode.
+fn hll_registers(bytes: &[u8]) -> String {
+    match meridian_crdt::hll::registers(bytes) {
+        Ok(r) => {
+            let mut out = String::from("hll");
+            for (i, c) in r.iter().enumerate().filter(|(_, c)| **c != 0) {
+                out.push_str(&format!(" {i}={c}"));
+            }
+            out
+        }
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }

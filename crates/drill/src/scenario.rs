@@ -75,6 +75,11 @@ pub const SCENARIOS: &[(&str, &str, bool)] = &[
         "under load, a site added online (meridian admin add-peer), another one lost and removed (remove-peer), refused when it comes back, rejoined after a reset under a new id",
         false,
     ),
+    (
+        "quarantine-rejoin",
+        "a 1-2 s quarantine among one-way link cuts, RST flaps and a killed site, under a load of every type: the sites rejoin by full syncs and converge (issue 16)",
+        true,
+    ),
 ];
 
 pub struct Ctx {
@@ -151,6 +156,7 @@ pub fn run(ctx: &Ctx, name: &str, seed: u64) -> Outcome {
             "converge-100k" => converge_100k(ctx, seed, &dir, &mut o),
             "conflicts" => conflicts(ctx, seed, &dir, &mut o),
             "add-remove-site" => add_remove_site(ctx, seed, &dir, &mut o),
+            "quarantine-rejoin" => quarantine_rejoin(ctx, seed, &dir, &mut o),
             other => Err(anyhow::anyhow!("unknown scenario {other}")),
         });
     if let Err(e) = res {
@@ -438,6 +444,14 @@ fn apply_fault(cl: &mut Cluster, f: &Fault) -> anyhow::Result<()> {
         Fault::NftPartition { a, b } => cl.nft_partition(*a, *b)?,
         Fault::NftLoss { site, pct } => cl.nft_loss(*site, *pct)?,
         Fault::KillRestart { site } => cl.site_mut(*site)?.kill(),
+        Fault::Cut { links } => {
+            for (x, y) in links {
+                cl.cut(*x, *y);
+            }
+        }
+        Fault::ResetAll => {
+            cl.reset_all();
+        }
     }
     Ok(())
 }
@@ -500,6 +514,82 @@ fn partitions(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Resu
     let heal_at = Instant::now();
     let ops_s = records.len() as f64 / duration.as_secs_f64();
     o.note(format!("load: {ops_s:.0} ops/s over {} sites", cl.n()));
+    o.note(format!("proxies: {}", cl.proxy_summary()));
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss: vec![],
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    Ok(())
+}
+
+/// Issue 16: short quarantines (`--sync-quarantine-ms` of 1–2 s, seeded) among one-way link
+/// cuts, RST flaps, resets of every link and one killed site (restarted with its log), under a
+/// load of every type, HyperLogLogs and deletions included; then heal and check.
+fn quarantine_rejoin(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    let duration = ctx.load_time(Duration::from_secs(20));
+    let quarantine_ms = Rng::derive(seed, &[0x9ca2]).range(1000, 2000);
+    let mut opts = options(ctx, seed);
+    opts.flags.extend([
+        "--sync-quarantine-ms".to_string(),
+        quarantine_ms.to_string(),
+    ]);
+    let kill = ctx.persistence.is_ok();
+    if kill {
+        // A plain SIGKILL under everysec must lose nothing (the page cache survives).
+        opts.flags
+            .extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
+    }
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let allowed = Allowed { nft: false, kill };
+    let sched = schedule::quarantine(seed, cl.n(), duration.as_millis() as u64, allowed);
+    print!("{sched}");
+    std::fs::write(dir.join("schedule.txt"), sched.to_string())?;
+    o.notes.push(format!(
+        "sync-quarantine-ms {quarantine_ms}; {} faults scheduled over {:.0}s",
+        sched.events.len(),
+        duration.as_secs_f64()
+    ));
+    if !kill {
+        o.note(format!(
+            "the site kill left out of the schedule: {}",
+            ctx.persistence.as_ref().err().map_or("", String::as_str)
+        ));
+    }
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        mix: workload::Mix::EVERY_TYPE,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let chaos = run_schedule(&mut cl, &sched, t0, duration);
+    let records = wl.stop();
+    chaos?;
+    match sched.events.last() {
+        Some(e) => revert_fault(&mut cl, &e.fault)?,
+        None => cl.heal_all()?,
+    }
+    let heal_at = Instant::now();
+    let quarantines: usize = cl
+        .sites
+        .iter()
+        .map(|s| s.log_count("peer quarantined"))
+        .sum();
+    o.note(format!(
+        "load: {:.0} ops/s over {} sites; {quarantines} quarantines (a site leaving a peer out of GC)",
+        records.len() as f64 / duration.as_secs_f64(),
+        cl.n()
+    ));
     o.note(format!("proxies: {}", cl.proxy_summary()));
     finish(
         &mut cl,

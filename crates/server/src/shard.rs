@@ -161,6 +161,14 @@ impl Shard {
         replica_shard(self.index)
     }
 
+    /// Whether every slot this shard owns is in `set`.
+    pub fn slots_within(&self, set: &crate::slot::SlotSet) -> bool {
+        self.slots
+            .ranges_of(self.index)
+            .iter()
+            .all(|&(a, b)| (a..=b).all(|slot| set.contains(slot)))
+    }
+
     /// Whether this shard owns `slot`.
     #[inline]
     pub fn owns_slot(&self, slot: u16) -> bool {

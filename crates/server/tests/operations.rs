@@ -1029,7 +1029,6 @@ fn a_removed_sites_writes_that_reached_only_some_sites_reach_every_remaining_sit
 /// sites that hold them. Here c's element `e2` is acked at c and reaches a; d joins holding c's
 /// list without `e2` and with an element of a's that c lacks; c adds d and pulls from it.
 #[test]
-#[ignore = "known defect: the full-sync floor must judge each side by its own causal context (the i16 change)"]
 fn a_full_sync_from_a_joining_site_keeps_the_pullers_newest_writes() {
     use common::sites::{Cluster, Opts, wait_converged, wait_links_up};
     // c does not list d yet; d lists both.

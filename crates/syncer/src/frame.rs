@@ -12,8 +12,9 @@ use crate::error::SyncError;
 /// are `KEY_STATE_V2` (they carry `removers`); 4: lives (`Hello.from_life`, `Welcome.life`,
 /// `FullSyncBegin.retired`); 5: sites of several shards (the connection preamble naming the
 /// shard, `Hello.to_shard` and the slots of both ends, `Welcome.shard/shards/slots`,
-/// `OpsSparse`).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// `OpsSparse`); 6: `FullSyncBegin` carries the sender's causal context (`context`, its
+/// gap) and `complete` instead of the collected vector.
+pub const PROTOCOL_VERSION: u16 = 6;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.

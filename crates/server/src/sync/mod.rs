@@ -8,6 +8,8 @@
 //!   peer that receives its ops, validates each frame whole and applies it.
 //! - `apply`: remote op batches and full-sync states into the keyspace, through the same
 //!   `Shard::apply_stamped` a local write uses.
+//! - `protocol`: the link protocol's steps without I/O (the handshake on each side, acks,
+//!   the start of a full sync), which `link` drives around its frames.
 //! - `gc`: causal stability and collection of removal metadata.
 //! - `digest`: `CRDT.DIGEST`, a digest of the observable state.
 //!
@@ -18,6 +20,9 @@ pub mod apply;
 pub mod digest;
 pub mod gc;
 pub mod link;
+#[cfg(test)]
+mod model_tests;
+pub mod protocol;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -293,6 +298,12 @@ pub struct SyncState {
     pub delivered: VersionVector,
     /// Hlc of the last op this shard originated (its own entry in what it has delivered).
     pub own_last: meridian_crdt::Hlc,
+    /// Own ops of this life that this shard may have issued before a restart and lost from
+    /// its log (above the last one recovered, up to the clock lease): its causal context
+    /// does not cover them (`Shard::context`), so a peer's copy of one is never taken for
+    /// removed here or there. Set at a restart in the same life; empty in practice, since a
+    /// killed process keeps what it wrote, unless the disk lost acknowledged data.
+    pub own_gap: Option<meridian_crdt::Gap>,
     pub peers: Vec<Peer>,
     /// Compression of frames this site sends.
     pub codec: Codec,
@@ -302,11 +313,13 @@ pub struct SyncState {
     sender_waiting: bool,
     pub new_ops: Rc<Notify>,
     pub gc: GcStats,
-    /// Join of every stable vector removal metadata was collected with in this process while
-    /// no peer was quarantined: a write it covers that this site does not hold was removed
-    /// here (the floor of full-sync merges). Collections made without a quarantined peer are
-    /// left out: they are not causally stable for that peer.
-    pub collected: VersionVector,
+    /// The full sync being received now, if any: the sending peer and its causal context
+    /// (`FullSyncBegin::context`). One at a time: another peer's full sync, and another
+    /// peer's ops that the context covers and this shard has not delivered, wait until it
+    /// ends (docs/replication.md §5).
+    pub receiving: Option<(usize, meridian_crdt::Context)>,
+    /// Signalled when `receiving` ends (complete or not).
+    pub receiving_ended: Rc<Notify>,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,
     /// Peers added at run time whose dialer is not started yet (`link::dial_supervisor`).
@@ -339,13 +352,15 @@ impl SyncState {
             own_logged: VersionVector::new(),
             delivered: VersionVector::new(),
             own_last: meridian_crdt::Hlc::ZERO,
+            own_gap: None,
             peers,
             codec: Codec::parse(&config.sync_compression).unwrap_or_default(),
             tls,
             sender_waiting: false,
             new_ops: Rc::new(Notify::new()),
             gc: GcStats::default(),
-            collected: VersionVector::new(),
+            receiving: None,
+            receiving_ended: Rc::new(Notify::new()),
             frames_refused: 0,
             dials_wanted: Vec::new(),
             dial_wanted: Rc::new(Notify::new()),
@@ -562,12 +577,20 @@ impl crate::shard::Shard {
         self.persist.lives = self.sync.lives.clone();
     }
 
-    /// After a full sync: the delivered vector takes the sender's entries of retired lives
-    /// (`FullSyncBegin::retired`), whose ops the merged states carried and no stream will
-    /// deliver. Never this shard's current life.
-    pub fn take_retired(&mut self, retired: &VersionVector) {
+    /// After a full sync: the delivered vector takes the sender's causal context
+    /// (`FullSyncBegin::context`; `retired` from senders that sent no more): the merged states
+    /// carried every op it covers, which this shard now holds or knows removed (retired lives'
+    /// ops included, which no stream delivers), so `apply_batch` skips those ops when their
+    /// streams bring them. Logged as a `Delivered` record. Never this shard's current life.
+    pub fn take_context(&mut self, context: &meridian_crdt::Context) {
         let mut taken = VersionVector::new();
-        for (r, hlc) in retired.iter() {
+        for (r, hlc) in context.seen.iter() {
+            // Of an origin with a gap, only the part before it: the ops in the gap were lost
+            // at the sender (and its later ops come by its stream).
+            let hlc = match context.gap {
+                Some(g) if g.replica == r => hlc.min(g.after),
+                _ => hlc,
+            };
             if r != self.replica && hlc > self.sync.delivered.get(r) {
                 let stamp = meridian_crdt::Stamp { hlc, replica: r };
                 self.sync.delivered.observe(stamp);
@@ -626,6 +649,16 @@ impl crate::shard::Shard {
             }
         }
         out
+    }
+
+    /// This shard's causal context: what it has delivered (its own ops included, less the
+    /// ones it may have lost, `SyncState::own_gap`). Every write it covers is held here or
+    /// was removed here, whatever was collected since (docs/replication.md §5).
+    pub fn context(&self) -> meridian_crdt::Context {
+        meridian_crdt::Context {
+            seen: self.delivered_vv(),
+            gap: self.sync.own_gap,
+        }
     }
 
     /// This shard's delivered vector including its own origin.
