@@ -101,6 +101,7 @@ fn type_name(tag: Option<TypeTag>) -> &'static str {
         Some(TypeTag::List) => "list",
         // Redis stores a HyperLogLog as a string.
         Some(TypeTag::Hll) => "string",
+        Some(TypeTag::Stream) => "stream",
     }
 }
 
@@ -750,6 +751,7 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         Some(TypeTag::Set) => set_encoding(&e.state, intset_max),
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
+        Some(TypeTag::Stream) => "stream",
         Some(TypeTag::ZSet) => e
             .state
             .zset()

@@ -25,6 +25,7 @@
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
+//! - `stream`: XADD XRANGE XREAD ... XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM XINFO.
 
 pub mod args;
 pub mod client;
@@ -42,6 +43,7 @@ pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
+pub mod stream;
 pub mod string;
 pub mod table;
 pub mod tx;
@@ -96,6 +98,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(geo::HANDLERS);
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(scripting::HANDLERS);
+    v.extend_from_slice(stream::HANDLERS);
     v
 }
 
