@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::group::{CursorUpdate, GroupParts};
-use super::{Group, Inner, Origin, Removal, SetIdRec, StreamCrdt, StreamId, StreamOp};
+use super::{Group, Inner, Origin, Removal, SetIdRec, StreamCrdt, StreamId, StreamOp, Totals};
 use crate::codec::{self, DecodeError, Reader};
 use crate::dot::{ReplicaId, Stamp};
 use crate::hlc::Hlc;
@@ -44,6 +44,24 @@ fn put_i64(out: &mut Vec<u8>, v: i64) {
 fn read_i64(r: &mut Reader<'_>) -> Result<i64, DecodeError> {
     let v = r.varint()?;
     Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+}
+
+fn put_totals(out: &mut Vec<u8>, t: &Totals) {
+    codec::put_varint(out, t.adds);
+    put_id(out, t.last_add);
+    codec::put_varint(out, t.last_add_hlc.0);
+    put_id(out, t.max_del);
+    codec::put_varint(out, t.last_del_hlc.0);
+}
+
+fn read_totals(r: &mut Reader<'_>) -> Result<Totals, DecodeError> {
+    Ok(Totals {
+        adds: r.varint()?,
+        last_add: read_id(r)?,
+        last_add_hlc: Hlc(r.varint()?),
+        max_del: read_id(r)?,
+        last_del_hlc: Hlc(r.varint()?),
+    })
 }
 
 fn put_fields<B: AsRef<[u8]>>(out: &mut Vec<u8>, fields: &[B]) {
@@ -119,14 +137,15 @@ fn read_cursor(r: &mut Reader<'_>) -> Result<CursorUpdate, DecodeError> {
 /// Appends the encoding of `op` to `out`.
 pub fn encode_op<B: AsRef<[u8]>>(op: &StreamOp<B>, out: &mut Vec<u8>) {
     match op {
-        StreamOp::Add { id, fields, adds } => {
+        StreamOp::Add { id, fields, totals } => {
             codec::put_u8(out, TAG_ADD);
             put_id(out, *id);
-            codec::put_varint(out, *adds);
+            put_totals(out, totals);
             put_fields(out, fields);
         }
-        StreamOp::Load { entries } => {
+        StreamOp::Load { entries, totals } => {
             codec::put_u8(out, TAG_LOAD);
+            put_totals(out, totals);
             codec::put_varint(out, entries.len() as u64);
             for (id, fields) in entries {
                 put_id(out, *id);
@@ -141,12 +160,12 @@ pub fn encode_op<B: AsRef<[u8]>>(op: &StreamOp<B>, out: &mut Vec<u8>) {
         StreamOp::Delete {
             ids,
             observed,
-            max_deleted,
+            totals,
         } => {
             codec::put_u8(out, TAG_DELETE);
             put_ids(out, ids);
             codec::put_vv(out, observed);
-            put_id(out, *max_deleted);
+            put_totals(out, totals);
         }
         StreamOp::SetId {
             last_id,
@@ -254,21 +273,22 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
     Ok(match r.u8()? {
         TAG_ADD => {
             let id = read_id(r)?;
-            let adds = r.varint()?;
+            let totals = read_totals(r)?;
             StreamOp::Add {
                 id,
                 fields: read_fields(r)?,
-                adds,
+                totals,
             }
         }
         TAG_LOAD => {
+            let totals = read_totals(r)?;
             let n = r.items(3)?;
             let mut entries = Vec::with_capacity(codec::prealloc(n));
             for _ in 0..n {
                 let id = read_id(r)?;
                 entries.push((id, read_fields(r)?));
             }
-            StreamOp::Load { entries }
+            StreamOp::Load { entries, totals }
         }
         TAG_TRIM => StreamOp::Trim {
             upto: read_id(r)?,
@@ -277,7 +297,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
         TAG_DELETE => StreamOp::Delete {
             ids: read_ids(r)?,
             observed: r.vv()?,
-            max_deleted: read_id(r)?,
+            totals: read_totals(r)?,
         },
         TAG_SETID => {
             let last_id = read_id(r)?;
@@ -559,28 +579,22 @@ impl StreamCrdt {
         for o in &i.origins {
             codec::put_u32(out, o.replica.0);
             codec::put_u64(out, o.hlc.0);
-            codec::put_varint(out, o.adds);
-            put_id(out, o.last_add);
-            codec::put_u64(out, o.last_add_hlc.0);
-            put_id(out, o.max_del);
-            codec::put_u64(out, o.last_del_hlc.0);
+            put_totals(out, &o.t);
         }
-        match &i.setid {
-            None => codec::put_u8(out, 0),
-            Some(s) => {
-                codec::put_u8(out, 1);
-                codec::put_stamp(out, s.stamp);
-                put_id(out, s.last_id);
-                codec::put_varint(out, s.entries_added);
-                put_id(out, s.max_deleted);
-                codec::put_vv(out, &s.observed);
-                codec::put_varint(out, s.baseline.len() as u64);
-                for (o, n) in &s.baseline {
-                    codec::put_u32(out, o.0);
-                    codec::put_varint(out, *n);
-                }
+        codec::put_varint(out, i.setids.len() as u64);
+        for s in &i.setids {
+            codec::put_stamp(out, s.stamp);
+            put_id(out, s.last_id);
+            codec::put_varint(out, s.entries_added);
+            put_id(out, s.max_deleted);
+            codec::put_vv(out, &s.observed);
+            codec::put_varint(out, s.baseline.len() as u64);
+            for (o, n) in &s.baseline {
+                codec::put_u32(out, o.0);
+                codec::put_varint(out, *n);
             }
         }
+        codec::put_vv(out, &i.setid_ctx);
         let mut removals: Vec<Vec<u8>> = i.removals.iter().map(removal_key).collect();
         removals.sort();
         removals.dedup();
@@ -642,35 +656,36 @@ impl StreamCrdt {
             let o = Origin {
                 replica,
                 hlc: Hlc(r.u64()?),
-                adds: r.varint()?,
-                last_add: read_id(r)?,
-                last_add_hlc: Hlc(r.u64()?),
-                max_del: read_id(r)?,
-                last_del_hlc: Hlc(r.u64()?),
+                t: read_totals(r)?,
             };
             i.origins.push(o);
         }
-        if r.bool()? {
+        let n = r.count("stream setids")?;
+        for _ in 0..n {
             let stamp = r.stamp()?;
+            if i.setids.last().is_some_and(|s| s.stamp >= stamp) {
+                return Err(DecodeError::Invalid("stream setids not sorted"));
+            }
             let last_id = read_id(r)?;
             let entries_added = r.varint()?;
             let max_deleted = read_id(r)?;
             let observed = r.vv_strict()?;
-            let n = r.count("stream baseline")?;
+            let k = r.count("stream baseline")?;
             let mut baseline = SmallVec::new();
-            for _ in 0..n {
+            for _ in 0..k {
                 let o = ReplicaId(r.u32()?);
                 baseline.push((o, r.varint()?));
             }
-            i.setid = Some(Box::new(SetIdRec {
+            i.setids.push(SetIdRec {
                 stamp,
                 last_id,
                 entries_added,
                 max_deleted,
                 observed,
                 baseline,
-            }));
+            });
         }
+        i.setid_ctx = r.vv_strict()?;
         let n = r.items(2)?;
         for _ in 0..n {
             let k = r.count("removal ranges")?;
@@ -742,13 +757,20 @@ mod tests {
             StreamOp::Add {
                 id: StreamId::new(5, 7),
                 fields: vec![b"f".to_vec(), b"v".to_vec()],
-                adds: 3,
+                totals: Totals {
+                    adds: 3,
+                    last_add: StreamId::new(5, 6),
+                    last_add_hlc: Hlc(9),
+                    max_del: StreamId::new(1, 1),
+                    last_del_hlc: Hlc(2),
+                },
             },
             StreamOp::Load {
                 entries: vec![
                     (StreamId::new(1, 1), vec![]),
                     (StreamId::MAX, vec![b"a".to_vec(), vec![]]),
                 ],
+                totals: Totals::default(),
             },
             StreamOp::Trim {
                 upto: StreamId::new(9, 9),
@@ -757,7 +779,7 @@ mod tests {
             StreamOp::Delete {
                 ids: vec![StreamId::new(2, 0)],
                 observed: vv(&[st(3, 1), st(4, 2)]),
-                max_deleted: StreamId::new(2, 0),
+                totals: Totals::default(),
             },
             StreamOp::SetId {
                 last_id: StreamId::new(200, 0),

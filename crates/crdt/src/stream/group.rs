@@ -821,7 +821,10 @@ impl Group {
                     .pel
                     .values()
                     .any(|vs| vs.iter().any(|p| !is_stable(p.stamp)));
-            if !keep_versions {
+            // A DELCONSUMER's context that is not stable yet still has to drop the writes it
+            // covers that are in flight (a CREATECONSUMER from a third site).
+            let keep_consumers = self.consumers.iter().any(|c| !c.removed.is_empty());
+            if !keep_versions && !keep_consumers {
                 self.epochs.clear();
                 self.pel.clear();
                 self.pel_ctx.clear();

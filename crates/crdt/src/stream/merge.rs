@@ -7,7 +7,7 @@
 //! consumer dots, cursor contributions) keep the highest of the writes so kept.
 
 use super::group::{GroupParts, VersionParts};
-use super::{Group, Inner, Origin, SetIdRec, StreamCrdt, StreamId};
+use super::{Group, Inner, Origin, StreamCrdt, StreamId};
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 
@@ -224,12 +224,10 @@ impl StreamCrdt {
     /// with causally stable vectors (joined into `seen`). Key-level removals leave no record
     /// here: the caller (`KeyState`) applies its contexts with `remove_observed`.
     pub fn merge(&mut self, other: &StreamCrdt) {
-        let Some(y) = other.inner.as_deref() else {
-            return;
-        };
         let own = self.inner.take();
         let empty = Inner::default();
         let x = own.as_deref().unwrap_or(&empty);
+        let y = other.inner.as_deref().unwrap_or(&empty);
         let mut out = Inner {
             seen: x.seen.clone(),
             ..Inner::default()
@@ -248,12 +246,25 @@ impl StreamCrdt {
             },
         );
         out.origins = origins.into_iter().collect();
-        let sx: Vec<SetIdRec> = x.setid.iter().map(|s| (**s).clone()).collect();
-        let sy: Vec<SetIdRec> = y.setid.iter().map(|s| (**s).clone()).collect();
-        out.setid = join_keyed(&sx, &x.seen, &sy, &y.seen, |_| 0u8, |s| s.stamp)
-            .into_iter()
-            .next()
-            .map(Box::new);
+        // XSETIDs: a multi-value register; each side's contexts drop what they superseded.
+        let mut ctx = x.setid_ctx.clone();
+        ctx.merge(&y.setid_ctx);
+        for (mine, theirs, their_seen) in [
+            (&x.setids, &y.setids, &y.seen),
+            (&y.setids, &x.setids, &x.seen),
+        ] {
+            for rec in mine {
+                if out.setids.iter().any(|r| r.stamp == rec.stamp) {
+                    continue;
+                }
+                let held = theirs.iter().any(|r| r.stamp == rec.stamp);
+                if keep(rec.stamp, held, their_seen) && (held || !ctx.covers(rec.stamp)) {
+                    out.setids.push(rec.clone());
+                }
+            }
+        }
+        out.setids.sort_by_key(|r| r.stamp);
+        out.setid_ctx = ctx;
         for r in x.removals.iter().chain(y.removals.iter()) {
             out.push_removal(r.clone());
         }

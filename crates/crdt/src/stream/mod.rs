@@ -16,7 +16,8 @@
 //! kept until causally stable, so a covered entry arriving late is dropped. DEL of the key
 //! removes everything it observed (`remove_observed`). A stream exists (TYPE, EXISTS) while it
 //! holds an existence dot, even with no entries (XADD MAXLEN 0, XGROUP CREATE MKSTREAM):
-//! every write but XDEL, XTRIM, XACK, DESTROY and DELCONSUMER asserts it.
+//! every write but XTRIM, XACK, XGROUP DESTROY and DELCONSUMER asserts it (they only remove,
+//! and leave nothing but removal metadata when a DEL removed the stream concurrently).
 //!
 //! # Counters
 //! `last-generated-id`, `entries-added` and `max-deleted-entry-id` come from per-origin running
@@ -183,27 +184,29 @@ fn node_limits() -> (u64, u64) {
 /// What one write of this type replicates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum StreamOp<B: AsRef<[u8]>> {
-    /// XADD of one entry; `fields` alternates names and values; `adds` is the origin's count
-    /// of adds including this one.
+    /// XADD of one entry; `fields` alternates names and values; `totals` are the origin's
+    /// running values before it.
     Add {
         id: StreamId,
         fields: Vec<B>,
-        adds: u64,
+        totals: Totals,
     },
     /// COPY, RENAME, RESTORE: entries with their IDs, in order (not counted as adds: the
-    /// recreation's SETID sets the counters).
-    Load { entries: Vec<(StreamId, Vec<B>)> },
+    /// recreation's SETID sets the counters); `totals` as for `Add`.
+    Load {
+        entries: Vec<(StreamId, Vec<B>)>,
+        totals: Totals,
+    },
     /// XTRIM, XADD MAXLEN/MINID: removes the entries `observed` covers with IDs up to `upto`.
     Trim {
         upto: StreamId,
         observed: VersionVector,
     },
-    /// XDEL: removes the versions of `ids` that `observed` covers; `max_deleted` is the
-    /// origin's largest deleted ID including these.
+    /// XDEL: removes the versions of `ids` that `observed` covers; `totals` as for `Add`.
     Delete {
         ids: Vec<StreamId>,
         observed: VersionVector,
-        max_deleted: StreamId,
+        totals: Totals,
     },
     /// XSETID: the three counters, and the per-origin add counts it had seen.
     SetId {
@@ -282,16 +285,26 @@ struct Shadow {
     fields: Vec<Vec<u8>>,
 }
 
-/// One origin's running values (its latest write that carried them).
+/// An origin's running values, as each of its adds and deletes carries them (the values
+/// before that write): the latest write of an origin sets all of them, so every site that
+/// applied it holds the same values, whatever else it removed or missed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Totals {
+    /// Entries the origin added (XADD).
+    pub adds: u64,
+    pub last_add: StreamId,
+    pub last_add_hlc: Hlc,
+    /// The largest ID the origin deleted (XDEL).
+    pub max_del: StreamId,
+    pub last_del_hlc: Hlc,
+}
+
+/// One origin's running values and the hlc of the write that set them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Origin {
     replica: ReplicaId,
     hlc: Hlc,
-    adds: u64,
-    last_add: StreamId,
-    last_add_hlc: Hlc,
-    max_del: StreamId,
-    last_del_hlc: Hlc,
+    t: Totals,
 }
 
 /// The last XSETID.
@@ -315,7 +328,11 @@ struct Inner {
     /// Existence dots: the latest asserting write per origin.
     alive: VersionVector,
     origins: SmallVec<[Origin; 1]>,
-    setid: Option<Box<SetIdRec>>,
+    /// XSETIDs no XSETID observed, by stamp; the highest is shown.
+    setids: Vec<SetIdRec>,
+    /// Merged contexts of the XSETIDs applied, until stable: a covered one arriving late
+    /// was superseded.
+    setid_ctx: VersionVector,
     removals: Vec<Removal>,
     /// The largest ID a removal record names: an entry above it is covered by none.
     removals_hi: StreamId,
@@ -374,41 +391,28 @@ impl std::hash::Hash for StreamCrdt {
 }
 
 impl Inner {
-    /// Applies `f` to the running values of `replica` (created when absent).
-    fn with_origin(&mut self, replica: ReplicaId, f: impl FnOnce(&mut Origin)) {
-        if let Some(o) = self.origins.iter_mut().find(|o| o.replica == replica) {
-            f(o);
-            return;
+    /// Sets the running values of the write `stamp`'s origin (an older write's are kept:
+    /// ops of one origin apply in order, so only duplicates are older).
+    fn set_origin(&mut self, stamp: Stamp, t: Totals) {
+        match self.origins.iter_mut().find(|o| o.replica == stamp.replica) {
+            Some(o) => {
+                if o.hlc < stamp.hlc {
+                    o.hlc = stamp.hlc;
+                    o.t = t;
+                }
+            }
+            None => {
+                let i = self.origins.partition_point(|x| x.replica < stamp.replica);
+                self.origins.insert(
+                    i,
+                    Origin {
+                        replica: stamp.replica,
+                        hlc: stamp.hlc,
+                        t,
+                    },
+                );
+            }
         }
-        let mut o = Origin {
-            replica,
-            hlc: Hlc::ZERO,
-            adds: 0,
-            last_add: StreamId::MIN,
-            last_add_hlc: Hlc::ZERO,
-            max_del: StreamId::MIN,
-            last_del_hlc: Hlc::ZERO,
-        };
-        f(&mut o);
-        let i = self.origins.partition_point(|x| x.replica < replica);
-        self.origins.insert(i, o);
-    }
-
-    fn note_add(&mut self, stamp: Stamp, id: StreamId, adds: u64) {
-        self.with_origin(stamp.replica, |o| {
-            o.hlc = o.hlc.max(stamp.hlc);
-            o.adds = adds;
-            o.last_add = id;
-            o.last_add_hlc = stamp.hlc;
-        });
-    }
-
-    fn note_delete(&mut self, stamp: Stamp, max_del: StreamId) {
-        self.with_origin(stamp.replica, |o| {
-            o.hlc = o.hlc.max(stamp.hlc);
-            o.max_del = max_del;
-            o.last_del_hlc = stamp.hlc;
-        });
     }
 
     fn removed_by_record(&self, id: StreamId, stamp: Stamp) -> bool {
@@ -630,14 +634,22 @@ impl Inner {
         self.place(s.id, s.stamp, &s.fields);
     }
 
-    fn is_droppable(&self) -> bool {
+    /// Nothing left but `seen` (what the key's removal context also covers).
+    fn is_blank(&self) -> bool {
         self.alive.is_empty()
             && self.len == 0
             && self.removals.is_empty()
             && self.shadows.is_empty()
             && self.origins.is_empty()
-            && self.setid.is_none()
+            && self.setids.is_empty()
+            && self.setid_ctx.is_empty()
             && self.groups.iter().all(Group::is_blank)
+    }
+
+    /// Nothing at all, `seen` included: the value may be dropped without changing a state
+    /// join.
+    fn is_droppable(&self) -> bool {
+        self.is_blank() && self.seen.is_empty()
     }
 
     /// The group `name`, created (blank) when absent.
@@ -673,20 +685,30 @@ impl StreamCrdt {
         }
         inner.seen.observe(stamp);
         match op {
-            StreamOp::Add { id, fields, adds } => {
+            StreamOp::Add { id, fields, totals } => {
                 inner.alive.observe(stamp);
-                inner.note_add(stamp, *id, *adds);
+                inner.set_origin(
+                    stamp,
+                    Totals {
+                        adds: totals.adds.saturating_add(1),
+                        last_add: *id,
+                        last_add_hlc: stamp.hlc,
+                        ..*totals
+                    },
+                );
                 inner.insert(*id, stamp, fields);
             }
-            StreamOp::Load { entries } => {
+            StreamOp::Load { entries, totals } => {
                 inner.alive.observe(stamp);
-                let last = entries.last().map(|e| e.0).unwrap_or_default();
-                let adds = inner
-                    .origins
-                    .iter()
-                    .find(|o| o.replica == stamp.replica)
-                    .map_or(0, |o| o.adds);
-                inner.note_add(stamp, last, adds);
+                let t = match entries.last() {
+                    Some((last, _)) => Totals {
+                        last_add: *last,
+                        last_add_hlc: stamp.hlc,
+                        ..*totals
+                    },
+                    None => *totals,
+                };
+                inner.set_origin(stamp, t);
                 for (id, fields) in entries {
                     inner.insert(*id, stamp, fields);
                 }
@@ -701,9 +723,18 @@ impl StreamCrdt {
             StreamOp::Delete {
                 ids,
                 observed,
-                max_deleted,
+                totals,
             } => {
-                inner.note_delete(stamp, *max_deleted);
+                inner.alive.observe(stamp);
+                let max = ids.iter().copied().max().unwrap_or_default();
+                inner.set_origin(
+                    stamp,
+                    Totals {
+                        max_del: totals.max_del.max(max),
+                        last_del_hlc: stamp.hlc,
+                        ..*totals
+                    },
+                );
                 let mut ranges: SmallVec<[(StreamId, StreamId); 1]> = SmallVec::new();
                 for id in ids {
                     inner.remove_where(*id, *id, |_, s| observed.covers(s));
@@ -724,15 +755,21 @@ impl StreamCrdt {
                 baseline,
             } => {
                 inner.alive.observe(stamp);
-                if inner.setid.as_ref().is_none_or(|s| s.stamp < stamp) {
-                    inner.setid = Some(Box::new(SetIdRec {
-                        stamp,
-                        last_id: *last_id,
-                        entries_added: *entries_added,
-                        max_deleted: *max_deleted,
-                        observed: observed.clone(),
-                        baseline: baseline.iter().copied().collect(),
-                    }));
+                if !inner.setid_ctx.covers(stamp) {
+                    inner.setids.retain(|s| !observed.covers(s.stamp));
+                    inner.setid_ctx.merge(observed);
+                    let at = inner.setids.partition_point(|s| s.stamp < stamp);
+                    inner.setids.insert(
+                        at,
+                        SetIdRec {
+                            stamp,
+                            last_id: *last_id,
+                            entries_added: *entries_added,
+                            max_deleted: *max_deleted,
+                            observed: observed.clone(),
+                            baseline: baseline.iter().copied().collect(),
+                        },
+                    );
                 }
             }
             StreamOp::GroupEpoch {
@@ -825,7 +862,7 @@ impl StreamCrdt {
 
     /// Holds nothing at all.
     pub fn is_blank(&self) -> bool {
-        self.inner.as_ref().is_none_or(|i| i.is_droppable())
+        self.inner.as_ref().is_none_or(|i| i.is_blank())
     }
 
     /// Holds removal metadata that `collect` would drop.
@@ -834,8 +871,10 @@ impl StreamCrdt {
             return false;
         };
         !i.removals.is_empty()
+            || !i.setid_ctx.is_empty()
+            || i.setids.len() > 1
             || i.groups.iter().any(|g| g.has_metadata() || !g.is_live())
-            || (i.alive.is_empty() && !i.is_droppable())
+            || (i.alive.is_empty() && !i.is_blank())
     }
 
     /// Adds every stamp seen (writes and removal contexts) to `vv`.
@@ -844,6 +883,7 @@ impl StreamCrdt {
             return;
         };
         vv.merge(&i.seen);
+        vv.merge(&i.setid_ctx);
         for r in &i.removals {
             vv.merge(&r.observed);
         }
@@ -897,9 +937,7 @@ impl StreamCrdt {
         }
         i.alive.forget_covered(vv);
         i.origins.retain(|o| o.hlc > vv.get(o.replica));
-        if i.setid.as_ref().is_some_and(|s| vv.covers(s.stamp)) {
-            i.setid = None;
-        }
+        i.setids.retain(|s| !vv.covers(s.stamp));
         for g in i.groups.iter_mut() {
             g.remove_covered(vv);
         }
@@ -928,17 +966,16 @@ impl StreamCrdt {
             g.collect(stable);
         }
         i.groups.retain(|g| !g.is_blank());
-        if i.alive.is_empty() {
-            let is_stable = |h: Hlc, r: ReplicaId| stable.is_none_or(|s| s.get(r) >= h);
-            i.origins.retain(|o| !is_stable(o.hlc, o.replica));
-            if i.setid
-                .as_ref()
-                .is_some_and(|s| is_stable(s.stamp.hlc, s.stamp.replica))
-            {
-                i.setid = None;
+        if stable.is_none_or(|s| s.dominates(&i.setid_ctx)) {
+            i.setid_ctx = VersionVector::new();
+        }
+        if stable.is_none() {
+            // No peers: no XSETID can be concurrent with the one shown.
+            if let Some(top) = i.setids.pop() {
+                i.setids = vec![top];
             }
         }
-        if stable.is_none() && i.is_droppable() {
+        if stable.is_none() && i.is_blank() {
             self.inner = None;
         }
     }
@@ -1016,12 +1053,12 @@ impl StreamCrdt {
             .and_then(Block::last_entry)
             .map(|e| e.id)
             .unwrap_or_default();
-        let adds = i.origins.iter().filter(|o| o.last_add_hlc > Hlc::ZERO);
-        let v = match &i.setid {
-            None => adds.map(|o| o.last_add).max().unwrap_or_default(),
+        let adds = i.origins.iter().filter(|o| o.t.last_add_hlc > Hlc::ZERO);
+        let v = match i.setids.last() {
+            None => adds.map(|o| o.t.last_add).max().unwrap_or_default(),
             Some(s) => adds
-                .filter(|o| o.last_add_hlc > s.observed.get(o.replica))
-                .map(|o| o.last_add)
+                .filter(|o| o.t.last_add_hlc > s.observed.get(o.replica))
+                .map(|o| o.t.last_add)
                 .fold(s.last_id, StreamId::max),
         };
         v.max(top)
@@ -1032,15 +1069,18 @@ impl StreamCrdt {
         let Some(i) = &self.inner else {
             return 0;
         };
-        match &i.setid {
-            None => i.origins.iter().map(|o| o.adds).sum(),
+        match i.setids.last() {
+            None => i
+                .origins
+                .iter()
+                .fold(0u64, |acc, o| acc.saturating_add(o.t.adds)),
             Some(s) => i.origins.iter().fold(s.entries_added, |acc, o| {
                 let base = s
                     .baseline
                     .iter()
                     .find(|b| b.0 == o.replica)
                     .map_or(0, |b| b.1);
-                acc.saturating_add(o.adds.saturating_sub(base))
+                acc.saturating_add(o.t.adds.saturating_sub(base))
             }),
         }
     }
@@ -1050,12 +1090,12 @@ impl StreamCrdt {
         let Some(i) = &self.inner else {
             return StreamId::MIN;
         };
-        let dels = i.origins.iter().filter(|o| o.last_del_hlc > Hlc::ZERO);
-        match &i.setid {
-            None => dels.map(|o| o.max_del).max().unwrap_or_default(),
+        let dels = i.origins.iter().filter(|o| o.t.last_del_hlc > Hlc::ZERO);
+        match i.setids.last() {
+            None => dels.map(|o| o.t.max_del).max().unwrap_or_default(),
             Some(s) => dels
-                .filter(|o| o.last_del_hlc > s.observed.get(o.replica))
-                .map(|o| o.max_del)
+                .filter(|o| o.t.last_del_hlc > s.observed.get(o.replica))
+                .map(|o| o.t.max_del)
                 .fold(s.max_deleted, StreamId::max),
         }
     }
@@ -1183,20 +1223,12 @@ impl StreamCrdt {
         i.groups.get(k).filter(|g| g.is_live())
     }
 
-    /// This origin's count of adds (the next `Add` of it carries one more).
-    pub fn origin_adds(&self, replica: ReplicaId) -> u64 {
+    /// This origin's running values (what its next add or delete carries).
+    pub fn totals(&self, replica: ReplicaId) -> Totals {
         self.inner
             .as_ref()
             .and_then(|i| i.origins.iter().find(|o| o.replica == replica))
-            .map_or(0, |o| o.adds)
-    }
-
-    /// This origin's largest deleted ID.
-    pub fn origin_max_deleted(&self, replica: ReplicaId) -> StreamId {
-        self.inner
-            .as_ref()
-            .and_then(|i| i.origins.iter().find(|o| o.replica == replica))
-            .map_or(StreamId::MIN, |o| o.max_del)
+            .map_or_else(Totals::default, |o| o.t)
     }
 
     /// Per origin, the count of adds seen (XSETID's baseline).
@@ -1204,7 +1236,7 @@ impl StreamCrdt {
         self.inner
             .iter()
             .flat_map(|i| i.origins.iter())
-            .map(|o| (o.replica, o.adds))
+            .map(|o| (o.replica, o.t.adds))
             .collect()
     }
 
@@ -1222,7 +1254,7 @@ impl StreamCrdt {
         StreamOp::Add {
             id,
             fields,
-            adds: self.origin_adds(replica).saturating_add(1),
+            totals: self.totals(replica),
         }
     }
 
@@ -1285,11 +1317,10 @@ impl StreamCrdt {
 
     /// The op of XDEL of `ids` (those present) issued by `replica`.
     pub fn delete_op<B: AsRef<[u8]>>(&self, ids: Vec<StreamId>, replica: ReplicaId) -> StreamOp<B> {
-        let max = ids.iter().copied().max().unwrap_or_default();
         StreamOp::Delete {
             ids,
             observed: self.observed_vv(),
-            max_deleted: self.origin_max_deleted(replica).max(max),
+            totals: self.totals(replica),
         }
     }
 
@@ -1323,8 +1354,8 @@ impl StreamCrdt {
         let cursors: SmallVec<[(ReplicaId, StreamId, StreamId); 2]> = i
             .origins
             .iter()
-            .filter(|o| o.last_add_hlc > Hlc::ZERO)
-            .map(|o| (o.replica, g.cursor(o.replica), o.last_add))
+            .filter(|o| o.t.last_add_hlc > Hlc::ZERO)
+            .map(|o| (o.replica, g.cursor(o.replica), o.t.last_add))
             .collect();
         let cursor_of = |r: ReplicaId| cursors.iter().find(|c| c.0 == r).map_or(floor, |c| c.1);
         // Only origins with entries beyond their cursor can have anything to deliver.
@@ -1477,7 +1508,10 @@ impl StreamImage {
             if chunk.is_empty() {
                 break;
             }
-            ops.push(StreamOp::Load { entries: chunk });
+            ops.push(StreamOp::Load {
+                entries: chunk,
+                totals: Totals::default(),
+            });
         }
         ops.push(StreamOp::SetId {
             last_id: self.last_id,
@@ -1705,17 +1739,17 @@ mod tests {
         let x: StreamOp<Vec<u8>> = StreamOp::Add {
             id: StreamId::new(5, 1),
             fields: vec![b"f".to_vec(), b"a".to_vec()],
-            adds: 1,
+            totals: Totals::default(),
         };
         let y: StreamOp<Vec<u8>> = StreamOp::Add {
             id: StreamId::new(5, 1),
             fields: vec![b"f".to_vec(), b"b".to_vec()],
-            adds: 1,
+            totals: Totals::default(),
         };
         let z: StreamOp<Vec<u8>> = StreamOp::Add {
             id: StreamId::new(3, 0),
             fields: vec![b"g".to_vec(), b"c".to_vec()],
-            adds: 2,
+            totals: Totals::default(),
         };
         a.apply(st(10, 1), &x);
         a.apply(st(12, 1), &z);
@@ -1749,7 +1783,7 @@ mod tests {
             &StreamOp::<Vec<u8>>::Delete {
                 ids: vec![StreamId::new(5, 1)],
                 observed: del,
-                max_deleted: StreamId::new(5, 1),
+                totals: Totals::default(),
             },
         );
         assert_eq!(shown(&a), b"a");

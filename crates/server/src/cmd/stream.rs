@@ -1605,7 +1605,9 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 epoch,
                 floor: g.floor().max(lastid),
                 pos: g.positions(),
-                entries_read: None,
+                // Redis leaves the read counter as it was; this write's contribution replaces
+                // the site's previous one, so it carries the counter on.
+                entries_read: Some(g.entries_read()).filter(|e| *e != ENTRIES_READ_INVALID),
             })
         } else {
             None
