@@ -2,8 +2,9 @@
 //!
 //! `cjson`, `cmsgpack`, `bit` and `struct` are compiled from Redis's own copies (csrc/, MIT) so
 //! that scripts see the same encodings, number formatting, limits and error texts as in Redis.
-//! This crate is the only place in the workspace with `unsafe` code: four `extern` declarations
-//! and the calls that hand their entry points to Lua. Everything else stays in safe Rust.
+//! This crate is the only crate in the workspace with `unsafe` code (besides one jemalloc call
+//! in the server's `alloc.rs`): four `extern` declarations and the calls that hand their entry
+//! points to Lua. Everything else stays in safe Rust.
 #![allow(unsafe_code)]
 #![cfg_attr(
     not(test),

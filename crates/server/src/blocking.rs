@@ -49,6 +49,10 @@ pub struct BlockedOn {
     pub timed_out: bool,
     /// XREAD: the IDs it waits after, as resolved when it blocked (`$` is the last ID then).
     pub stream_ids: Vec<meridian_crdt::StreamId>,
+    /// Postponed by CLIENT PAUSE rather than blocked by its command: at the end of the pause
+    /// (CLIENT UNPAUSE, or the deadline) the command runs from the start, through
+    /// `cmd::execute`.
+    pub postponed: bool,
 }
 
 /// A (db, key) looked up without allocating: hashes like `(usize, Vec<u8>)`.
@@ -69,6 +73,8 @@ struct Waiter {
     ready: bool,
     /// Woken by every write to its keys, not only in its turn (stream readers).
     wake_all: bool,
+    /// Postponed by CLIENT PAUSE (it waits on no key).
+    postponed: bool,
 }
 
 /// The shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -96,6 +102,22 @@ impl BlockRegistry {
     /// Registers a client on `keys` of `db` (duplicates count once), at the back of each
     /// key's queue. A client already registered is registered again from scratch.
     pub fn register(&mut self, shared: Rc<ClientShared>, db: usize, keys: &[&[u8]]) {
+        self.register_waiter(shared, db, keys, false);
+    }
+
+    /// Registers a client postponed by CLIENT PAUSE: it waits on no key and is woken by
+    /// `wake_postponed`.
+    pub fn register_postponed(&mut self, shared: Rc<ClientShared>) {
+        self.register_waiter(shared, 0, &[], true);
+    }
+
+    fn register_waiter(
+        &mut self,
+        shared: Rc<ClientShared>,
+        db: usize,
+        keys: &[&[u8]],
+        postponed: bool,
+    ) {
         let id = shared.id;
         self.unregister(id);
         let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
@@ -113,6 +135,7 @@ impl BlockRegistry {
                 keys: mine,
                 ready: false,
                 wake_all: false,
+                postponed,
             },
         );
     }
@@ -162,6 +185,31 @@ impl BlockRegistry {
             }
         }
         first
+    }
+
+    /// Wakes every client postponed by CLIENT PAUSE (the pause ended).
+    pub fn wake_postponed(&mut self) {
+        for w in self
+            .clients
+            .values_mut()
+            .filter(|w| w.postponed && !w.ready)
+        {
+            w.ready = true;
+            w.shared.wake.notify_one();
+        }
+    }
+
+    /// Whether `id` waits because of CLIENT PAUSE (CLIENT UNBLOCK leaves those alone).
+    pub fn is_postponed(&self, id: u64) -> bool {
+        self.clients.get(&id).is_some_and(|w| w.postponed)
+    }
+
+    /// The keys `id` waits on.
+    fn keys_of(&self, id: u64) -> Vec<(usize, Vec<u8>)> {
+        self.clients
+            .get(&id)
+            .map(|w| w.keys.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `id` was woken by a write and should re-run its command.
@@ -245,6 +293,7 @@ impl Ctx<'_> {
             rerun_on_timeout: false,
             timed_out: false,
             stream_ids: Vec::new(),
+            postponed: false,
         });
     }
 
@@ -319,6 +368,60 @@ pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
     Ok(Some(now_ms.saturating_add(ms)))
 }
 
+/// `getTimeoutFromObjectOrReply` for a timeout in milliseconds (an integer, as WAIT takes):
+/// the absolute deadline, or `None` for 0 (forever). Errors: `ERR timeout is not an integer
+/// or out of range`, `ERR timeout is negative`.
+pub fn parse_timeout_ms(arg: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
+    let ms = cmd::args::parse_i64(arg)
+        .ok_or_else(|| CmdError::Err("timeout is not an integer or out of range".to_string()))?;
+    match u64::try_from(ms) {
+        Err(_) => Err(CmdError::Err("timeout is negative".to_string())),
+        Ok(0) => Ok(None),
+        Ok(ms) => Ok(Some(now_ms.saturating_add(ms))),
+    }
+}
+
+/// Postpones the command the client just sent until CLIENT PAUSE ends (`end_ms`) or
+/// CLIENT UNPAUSE; the connection keeps its arguments as for a blocked command.
+pub fn postpone(shard: &mut Shard, client: &mut Client, end_ms: u64) {
+    shard.blocking.register_postponed(client.shared.clone());
+    client.shared.blocked.set(true);
+    client.blocked = Some(BlockedOn {
+        db: client.db,
+        deadline_ms: Some(end_ms),
+        argv: Vec::new(),
+        reblocked: true,
+        rerun_on_timeout: true,
+        timed_out: false,
+        stream_ids: Vec::new(),
+        postponed: true,
+    });
+}
+
+/// CLIENT UNBLOCK reached this blocked client: its wait ends as if it timed out, or with
+/// Redis's `UNBLOCKED` error.
+pub fn unblock_by_request(
+    shard: &mut Shard,
+    client: &mut Client,
+    out: &mut Reply,
+    how: crate::client::Unblock,
+) {
+    if client.blocked.is_none() {
+        return;
+    }
+    match how {
+        crate::client::Unblock::Timeout => time_out(shard, client, out),
+        crate::client::Unblock::Error => {
+            unblock(shard, client);
+            cmd::reply_error(
+                shard,
+                out,
+                &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
+            );
+        }
+    }
+}
+
 /// Ends a client's wait: forgets its registration and clears its state.
 pub fn unblock(shard: &mut Shard, client: &mut Client) {
     shard.blocking.unregister(client.id());
@@ -329,6 +432,12 @@ pub fn unblock(shard: &mut Shard, client: &mut Client) {
 /// The deadline passed: replies the null array and ends the wait (or, for a command that
 /// asked for it, re-runs it one last time to reply).
 pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
+    if client.blocked.as_ref().is_some_and(|b| b.postponed) {
+        // The pause ended: the command runs now (it may be postponed or block again).
+        let now = shard.now_ms();
+        reprocess(shard, client, out, now);
+        return;
+    }
     let rerun = match client.blocked.as_mut() {
         Some(b) if b.rerun_on_timeout => {
             b.timed_out = true;
@@ -344,6 +453,14 @@ pub fn time_out(shard: &mut Shard, client: &mut Client, out: &mut Reply) {
         }
         return;
     }
+    // Logged as Redis logs a blocked command that timed out (`updateStatsOnUnblock`).
+    if let Some(b) = client.blocked.as_ref() {
+        let argv: Vec<&[u8]> = b.argv.iter().map(Vec::as_slice).collect();
+        if let Ok(spec) = cmd::resolve(shard.table, &argv) {
+            let now = shard.now_ms();
+            cmd::log_slow(shard, client, spec, &argv, 0, now);
+        }
+    }
     unblock(shard, client);
     out.null_array();
 }
@@ -355,12 +472,29 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
     let Some(b) = client.blocked.as_mut() else {
         return false;
     };
+    if b.postponed {
+        let owned = std::mem::take(&mut b.argv);
+        unblock(shard, client);
+        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        cmd::execute(shard, client, out, &argv, now_ms);
+        drop(argv);
+        return match client.blocked.as_mut() {
+            Some(b) => {
+                b.argv = owned;
+                true
+            }
+            None => false,
+        };
+    }
     b.reblocked = false;
     let owned = std::mem::take(&mut b.argv);
     let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let started = std::time::Instant::now();
+    let mut ran: Option<&'static cmd::table::CommandSpec> = None;
     match cmd::resolve(shard.table, &argv) {
         Ok(spec) => match spec.handler {
             Some(handler) => {
+                ran = Some(spec);
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {
@@ -385,15 +519,26 @@ pub fn reprocess(shard: &mut Shard, client: &mut Client, out: &mut Reply, now_ms
         },
         Err(e) => cmd::reply_error(shard, out, &e),
     }
-    drop(argv);
     let again = client.blocked.as_ref().is_some_and(|b| b.reblocked);
+    if let (false, Some(spec)) = (again, ran) {
+        let usec = started.elapsed().as_micros() as u64;
+        cmd::log_slow(shard, client, spec, &argv, usec, now_ms);
+    }
+    drop(argv);
     if again {
         if let Some(b) = client.blocked.as_mut() {
             b.argv = owned;
         }
         shard.blocking.clear_ready(client.id());
     } else {
+        // Served, failed or answered otherwise: the next client waiting on these keys gets
+        // its turn (a wrong-typed BRPOPLPUSH destination pops nothing), as Redis serves every
+        // client blocked on a key while it holds elements.
+        let keys = shard.blocking.keys_of(client.id());
         unblock(shard, client);
+        for (db, key) in keys {
+            shard.signal_key_ready(db, &key);
+        }
     }
     again
 }

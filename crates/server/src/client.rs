@@ -60,6 +60,37 @@ pub struct ClientShared {
     pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
     /// The connection task is writing replies (the side path must not interleave its own).
     pub writing: Cell<bool>,
+    /// The ACL user this connection runs as (`None`: the default user).
+    pub user: RefCell<Option<crate::acl::UserRef>>,
+    /// Whether AUTH (or a default user without password at connect) authenticated it
+    /// (Redis's `c->authenticated`).
+    pub authenticated: Cell<bool>,
+    /// Set by CLIENT UNBLOCK on a blocked client: how its wait ends (its connection acts on
+    /// it when woken).
+    pub unblock: Cell<Option<Unblock>>,
+    /// CLIENT NO-EVICT on (flag 'e'); Meridian evicts no client, so it changes nothing else.
+    pub no_evict: Cell<bool>,
+}
+
+/// How CLIENT UNBLOCK ends a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unblock {
+    /// As if the timeout passed.
+    Timeout,
+    /// With `-UNBLOCKED client unblocked via CLIENT UNBLOCK`.
+    Error,
+}
+
+/// CLIENT REPLY: whether command replies are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// CLIENT REPLY SKIP ran: the next command's reply is dropped.
+    SkipNext,
+    /// The reply of the command running now is dropped.
+    Skip,
 }
 
 /// One client's Pub/Sub subscriptions. Patterns keep subscription order (PUNSUBSCRIBE with no
@@ -113,6 +144,10 @@ impl ClientShared {
             blocked: Cell::new(false),
             socket: RefCell::new(std::rc::Weak::new()),
             writing: Cell::new(false),
+            user: RefCell::new(None),
+            authenticated: Cell::new(true),
+            unblock: Cell::new(None),
+            no_evict: Cell::new(false),
         }
     }
 
@@ -202,6 +237,8 @@ pub struct Client {
     pub blocked: Option<crate::blocking::BlockedOn>,
     /// Sequence number of the last op this connection's commands originated (CRDT.WAIT).
     pub last_write_seq: u64,
+    /// CLIENT REPLY ON/OFF/SKIP.
+    pub reply_mode: ReplyMode,
 }
 
 impl Client {
@@ -216,6 +253,7 @@ impl Client {
             call_depth: 0,
             blocked: None,
             last_write_seq: 0,
+            reply_mode: ReplyMode::On,
         }
     }
 

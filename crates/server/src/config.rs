@@ -39,6 +39,19 @@ pub struct Config {
     pub client_output_buffer_limit: OutputBufferLimits,
     /// Close a client idle for this many seconds (0: never).
     pub timeout: u64,
+    /// The default user's password (Redis `requirepass`; empty: none, clients need no
+    /// AUTH). Users and passwords are per site, never replicated.
+    pub requirepass: String,
+    /// Refuse clients from addresses other than 127.0.0.1 and ::1 while the default user
+    /// has no password (Redis `protected-mode`).
+    pub protected_mode: bool,
+    /// ACL users file (Redis `aclfile`; empty: none), loaded at start and by ACL LOAD.
+    pub aclfile: String,
+    /// Entries the ACL log keeps (Redis `acllog-max-len`).
+    pub acllog_max_len: u64,
+    /// Channels of new users: `resetchannels` (none) or `allchannels` (Redis
+    /// `acl-pubsub-default`).
+    pub acl_pubsub_default: String,
     /// Active expiry cycles per second, as Redis's `hz`.
     pub hz: u32,
     /// Slow log threshold in microseconds (negative: off).
@@ -59,7 +72,8 @@ pub struct Config {
     pub sync_port: u16,
     /// Address the sync port listens on (empty: the `bind` address).
     pub sync_bind: String,
-    /// The other sites: `id=ip:port` of each one's sync endpoint.
+    /// The other sites: `id=host:port` of each one's sync endpoint (an IP address or a DNS
+    /// name, resolved again on every reconnect).
     pub peer: Vec<String>,
     /// This site's certificate, key and trusted CA for mutual TLS between sites (PEM). Without
     /// them the syncer speaks plain text, which is allowed only on loopback.
@@ -96,8 +110,17 @@ pub struct Config {
     /// Test-only: after every fsync, write `shard-N/fsynced` naming the log segment and its
     /// length known to be on disk (power-loss drills cut the log back to it).
     pub debug_fsync_watermark: bool,
-    /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug").
+    /// Logging filter, as `RUST_LOG` (e.g. "info", "meridian=debug"). The `--log-level` flag
+    /// wins over `RUST_LOG`, which wins over this key.
     pub log_level: String,
+    /// Log line format: `text` or `json`.
+    pub log_format: String,
+    /// Log file (empty: standard output). SIGHUP reopens it, for logrotate.
+    pub log_file: String,
+    /// Port of the HTTP endpoint serving `/metrics` and `/health` (0: off).
+    pub metrics_port: u16,
+    /// Address the metrics port listens on.
+    pub metrics_bind: String,
     /// Test-only: offset added to the wall clock, in milliseconds.
     pub debug_clock_offset_ms: i64,
     /// Test-only: taken as the kernel's boot id instead of `/proc/sys/kernel/random/boot_id`
@@ -126,11 +149,15 @@ pub struct Config {
     pub latency_tracking: bool,
     /// The percentiles INFO latencystats shows, space separated.
     pub latency_tracking_info_percentiles: String,
+    /// Test hook (Redis's hidden `key-load-delay`): microseconds slept per key or log record
+    /// loaded at start.
+    pub key_load_delay: i64,
     /// Redis parameters with no effect in Meridian set to something other than their default
     /// (`params::Binding::Stored`): name → canonical value.
     #[serde(skip)]
     pub stored: BTreeMap<String, String>,
-    /// The TOML file this configuration was read from (CONFIG REWRITE writes it back).
+    /// The TOML file this configuration was read from, absolute (not a key): CONFIG REWRITE
+    /// writes it back, CRDT.ADDPEER and CRDT.REMOVEPEER rewrite its peer list.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
 }
@@ -148,6 +175,11 @@ impl Default for Config {
             maxclients: 10_000,
             client_output_buffer_limit: OutputBufferLimits::default(),
             timeout: 0,
+            requirepass: String::new(),
+            protected_mode: true,
+            aclfile: String::new(),
+            acllog_max_len: 128,
+            acl_pubsub_default: "resetchannels".to_string(),
             hz: 10,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
@@ -174,6 +206,10 @@ impl Default for Config {
             backlog_disk_bytes_max: 1024 * 1024 * 1024,
             debug_fsync_watermark: false,
             log_level: "info".to_string(),
+            log_format: "text".to_string(),
+            log_file: String::new(),
+            metrics_port: 0,
+            metrics_bind: "127.0.0.1".to_string(),
             debug_clock_offset_ms: 0,
             debug_boot_id: String::new(),
             hash_max_listpack_entries: 512,
@@ -188,6 +224,7 @@ impl Default for Config {
             lfu_decay_time: 1,
             latency_tracking: true,
             latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            key_load_delay: 0,
             stored: BTreeMap::new(),
             config_file: None,
         }
@@ -373,20 +410,62 @@ pub fn parse_save(text: &str) -> Option<Vec<(u64, u64)>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerAddr {
     pub site: String,
-    pub addr: std::net::SocketAddr,
+    /// `host:port`, the host an IP address (IPv6 in brackets) or a DNS name.
+    pub addr: String,
 }
 
-fn site_id_ok(s: &str) -> bool {
-    // A DNS label: certificates name sites, so a site id must be a valid DNS name.
-    !s.is_empty()
-        && s.len() <= 32
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+impl PeerAddr {
+    /// Whether the address is on loopback without asking DNS: a loopback IP or `localhost`.
+    pub fn is_loopback(&self) -> bool {
+        match self.addr.parse::<std::net::SocketAddr>() {
+            Ok(a) => a.ip().is_loopback(),
+            Err(_) => self
+                .addr
+                .rsplit_once(':')
+                .is_some_and(|(h, _)| h.eq_ignore_ascii_case("localhost")),
+        }
+    }
+}
+
+/// Checks `host:port`: a socket address, or a DNS name (letters, digits, '-', '.') and a
+/// port. Returns None when it is neither.
+fn host_port_ok(addr: &str) -> bool {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .split('.')
+            .all(|label| !label.is_empty() && label.len() <= 63 && site_id_chars(label));
+    port_ok && host_ok
+}
+
+fn site_id_chars(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
 
+/// Whether `s` is a valid site id: a DNS label of at most 32 characters (certificates name
+/// sites by it).
+pub fn site_id_ok(s: &str) -> bool {
+    // A DNS label: certificates name sites, so a site id must be a valid DNS name.
+    !s.is_empty() && s.len() <= 32 && site_id_chars(s)
+}
+
 impl Config {
-    /// The configured peers, parsed and checked (`id=ip:port`, distinct ids, not this site).
+    /// Whether new ACL users get every channel (`acl-pubsub-default allchannels`).
+    pub fn pubsub_all(&self) -> bool {
+        self.acl_pubsub_default == "allchannels"
+    }
+
+    /// The configured peers, parsed and checked (`id=host:port`, distinct ids, not this
+    /// site). Names are not resolved here.
     pub fn peers(&self) -> Result<Vec<PeerAddr>, ConfigError> {
         let bad = |message: String| ConfigError::Invalid {
             key: "peer".to_string(),
@@ -398,7 +477,7 @@ impl Config {
         let mut out: Vec<PeerAddr> = Vec::with_capacity(self.peer.len());
         for p in &self.peer {
             let Some((site, addr)) = p.split_once('=') else {
-                return Err(bad(format!("'{p}' must be id=ip:port")));
+                return Err(bad(format!("'{p}' must be id=host:port")));
             };
             if !site_id_ok(site) {
                 return Err(bad(format!("'{site}' is not a valid site id")));
@@ -409,12 +488,14 @@ impl Config {
             if out.iter().any(|o| o.site == site) {
                 return Err(bad(format!("site '{site}' is listed twice")));
             }
-            let addr: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| bad(format!("'{addr}' is not ip:port")))?;
+            if !host_port_ok(addr) {
+                return Err(bad(format!(
+                    "'{addr}' is not host:port (an IP address or a DNS name, and a port)"
+                )));
+            }
             out.push(PeerAddr {
                 site: site.to_string(),
-                addr,
+                addr: addr.to_string(),
             });
         }
         Ok(out)
@@ -461,7 +542,9 @@ impl Config {
 
     /// Parses TOML text over the defaults. Keys of Redis parameters that have no effect in
     /// Meridian (`params::Binding::Stored`) are checked as `CONFIG SET` checks them and kept
-    /// in `stored`; every other key must be a `Config` field.
+    /// in `stored`; every other key must be a `Config` field. A syntax error, an unknown key
+    /// or a bad value gives one line naming the line and column (`ConfigError::Parse`) or the
+    /// key (`ConfigError::Invalid`).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let parse_err = |message: String| ConfigError::Parse {
             path: String::new(),
@@ -469,7 +552,7 @@ impl Config {
         };
         let mut table: toml::Table = text
             .parse()
-            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+            .map_err(|e: toml::de::Error| parse_err(toml_error_line(text, &e)))?;
         let mut stored = BTreeMap::new();
         let keys: Vec<String> = table.keys().cloned().collect();
         for key in keys {
@@ -493,9 +576,18 @@ impl Config {
                 stored.insert(p.name.to_string(), canonical);
             }
         }
-        let mut cfg: Config = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| parse_err(e.to_string()))?;
+        // Spans are lost once the table is taken apart; the message names the key instead.
+        let mut cfg: Config =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    parse_err(
+                        e.to_string()
+                            .replace(['\r', '\n'], " ")
+                            .trim_end()
+                            .to_string(),
+                    )
+                })?;
         cfg.stored = stored;
         cfg.validate()?;
         Ok(cfg)
@@ -591,7 +683,7 @@ impl Config {
                     ),
                 );
             }
-            if let Some(p) = peers.iter().find(|p| !p.addr.ip().is_loopback()) {
+            if let Some(p) = peers.iter().find(|p| !p.is_loopback()) {
                 return bad(
                     "sync-tls-cert",
                     format!(
@@ -613,6 +705,18 @@ impl Config {
                 format!(
                     "must be at least 1048576, got {}",
                     self.client_query_buffer_limit
+                ),
+            );
+        }
+        if !matches!(
+            self.acl_pubsub_default.as_str(),
+            "resetchannels" | "allchannels"
+        ) {
+            return bad(
+                "acl-pubsub-default",
+                format!(
+                    "'{}' must be resetchannels or allchannels",
+                    self.acl_pubsub_default
                 ),
             );
         }
@@ -663,7 +767,166 @@ impl Config {
                 }
             }
         }
+        if crate::logging::LogFormat::parse(&self.log_format).is_none() {
+            return bad(
+                "log-format",
+                format!("'{}' must be text or json", self.log_format),
+            );
+        }
+        if self.metrics_bind.parse::<std::net::IpAddr>().is_err() {
+            return bad(
+                "metrics-bind",
+                format!("'{}' is not an IP address", self.metrics_bind),
+            );
+        }
         Ok(())
+    }
+}
+
+/// Replaces the `peer` key of the TOML file at `path` with `peers` (appends the key when the
+/// file has none), keeping every other line as it was. The result is checked by the same
+/// TOML parser, then written to a temporary file that replaces the original (a crash
+/// leaves the old file or the new one, never half of one). Fails, changing nothing, when the
+/// file cannot be read, would not parse, or cannot be written.
+pub fn write_peers(path: &std::path::Path, peers: &[String]) -> Result<(), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let list: Vec<String> = peers
+        .iter()
+        .map(|p| {
+            let mut q = String::new();
+            crate::logging::json_str(&mut q, p);
+            q
+        })
+        .collect();
+    let line = format!("peer = [{}]", list.join(", "));
+    let next = replace_key(&text, "peer", &line);
+    // The file alone need not be a complete configuration (flags may add to it): check that
+    // it still parses and now says exactly `peers`. The values themselves were validated
+    // with the running configuration by the caller.
+    let parsed: Result<toml::Table, _> = toml::from_str(&next);
+    let written: Option<Vec<String>> = parsed.ok().and_then(|t| {
+        t.get("peer")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect()
+    });
+    if written.as_deref() != Some(peers) {
+        return Err(ConfigError::Parse {
+            path: path.display().to_string(),
+            message: "the rewritten file would not hold the peer list; left unchanged".to_string(),
+        });
+    }
+    let tmp = path.with_extension("toml.tmp");
+    let io = |source| ConfigError::Read {
+        path: tmp.display().to_string(),
+        source,
+    };
+    std::fs::write(&tmp, next.as_bytes()).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// `text` with the top-level assignment of `key` (which may span lines, as an array does)
+/// replaced by `line`; `line` appended when the key is not set before the first table.
+fn replace_key(text: &str, key: &str, line: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 1);
+    let mut i = 0;
+    let mut done = false;
+    while let Some(l) = lines.get(i) {
+        let t = l.trim_start();
+        let is_key = !done
+            && t.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if is_key {
+            // Skip to the line closing the value: brackets balance outside strings.
+            let mut depth: i32 = 0;
+            let mut j = i;
+            while let Some(cur) = lines.get(j) {
+                depth += bracket_balance(cur);
+                if depth <= 0 {
+                    break;
+                }
+                j += 1;
+            }
+            out.push(line.to_string());
+            i = j + 1;
+            done = true;
+            continue;
+        }
+        if !done && t.starts_with('[') {
+            out.push(line.to_string());
+            done = true;
+        }
+        out.push((*l).to_string());
+        i += 1;
+    }
+    if !done {
+        out.push(line.to_string());
+    }
+    let mut s = out.join("\n");
+    s.push('\n');
+    s
+}
+
+/// '[' minus ']' on a line, outside strings and comments.
+fn bracket_balance(line: &str) -> i32 {
+    let mut n = 0;
+    let mut in_str: Option<char> = None;
+    let mut escaped = false;
+    for c in line.chars() {
+        match in_str {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' && q == '"' {
+                    escaped = true;
+                } else if c == q {
+                    in_str = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' => in_str = Some(c),
+                '#' => break,
+                '[' => n += 1,
+                ']' => n -= 1,
+                _ => {}
+            },
+        }
+    }
+    n
+}
+
+/// A TOML error on one line: `line L, column C: message`, the message cut before serde's
+/// list of every expected key (it would list them all).
+fn toml_error_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim();
+    let message = message
+        .split_once(", expected one of")
+        .map_or(message, |(head, _)| head)
+        .replace(['\r', '\n'], " ");
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let line_start = before.rsplit('\n').next().unwrap_or("");
+            let column = line_start.chars().count() + 1;
+            // The key of that line, when the error is in its value.
+            match line_start.split_once('=') {
+                Some((key, _)) if !key.trim().is_empty() => format!(
+                    "line {line}, column {column}: key '{}': {message}",
+                    key.trim()
+                ),
+                _ => format!("line {line}, column {column}: {message}"),
+            }
+        }
+        None => message,
     }
 }
 
@@ -766,6 +1029,89 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("buffer limit"), "{e}");
+    }
+
+    #[test]
+    fn peers_by_dns_name() {
+        let tls = "sync-tls-cert = \"c\"\nsync-tls-key = \"k\"\nsync-tls-ca = \"ca\"";
+        let c = Config::from_toml(&format!(
+            "sync-port = 1\npeer = [\"b=site-b.example.net:7102\", \"c=[::1]:7103\"]\n{tls}"
+        ))
+        .unwrap();
+        let peers = c.peers().unwrap();
+        assert_eq!(peers[0].addr, "site-b.example.net:7102");
+        assert!(!peers[0].is_loopback());
+        assert!(peers[1].is_loopback());
+        // Plain text: a name other than localhost cannot be known to be loopback.
+        Config::from_toml("sync-port = 1\npeer = [\"b=localhost:7102\"]").unwrap();
+        let e = Config::from_toml("sync-port = 1\npeer = [\"b=site-b.example.net:7102\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sync-tls-cert"), "{e}");
+        for bad in [
+            "b=host:0",
+            "b=host:",
+            "b=:7102",
+            "b=bad_name:7102",
+            "b=a..b:1",
+        ] {
+            let e = Config::from_toml(&format!("sync-port = 1\npeer = [\"{bad}\"]\n{tls}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("peer"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn write_peers_replaces_the_key_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        let before = "# site a\nsite = \"a\"\nsync-port = 7101\npeer = [\n  \"b=127.0.0.1:7102\", # b\n]\nhz = 10\n";
+        std::fs::write(&path, before).unwrap();
+        write_peers(
+            &path,
+            &["b=127.0.0.1:7102".into(), "c=localhost:7103".into()],
+        )
+        .unwrap();
+        let after = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            after,
+            "# site a\nsite = \"a\"\nsync-port = 7101\npeer = [\"b=127.0.0.1:7102\", \"c=localhost:7103\"]\nhz = 10\n"
+        );
+        let c = Config::from_file(&path).unwrap();
+        assert_eq!(c.peers().unwrap().len(), 2);
+        assert_eq!(c.config_file.as_deref(), Some(path.as_path()));
+        // No key yet: appended.
+        std::fs::write(&path, "site = \"a\"\nsync-port = 7101\n").unwrap();
+        write_peers(&path, &["b=127.0.0.1:7102".into()]).unwrap();
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .ends_with("peer = [\"b=127.0.0.1:7102\"]\n")
+        );
+        // A `peer` value the line scan cannot replace (a multi-line string): left unchanged.
+        let odd = "peer = \"\"\"\nb=1\n\"\"\"\n";
+        std::fs::write(&path, odd).unwrap();
+        assert!(write_peers(&path, &["b=127.0.0.1:7102".into()]).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), odd);
+    }
+
+    #[test]
+    fn toml_errors_are_one_line_with_the_place() {
+        for (text, want) in [
+            ("port = ", "line 1, column 8"),
+            ("hz = 10\nbogus-key = 1", "unknown field `bogus-key`"),
+            // A value of the wrong type is found once the syntax is read: named by its key.
+            ("port = \"x\"", "in `port`"),
+        ] {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{text}: {e}");
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let e = Config::from_toml("log-format = \"xml\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log-format"), "{e}");
     }
 
     #[test]

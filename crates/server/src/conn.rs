@@ -164,47 +164,106 @@ async fn write_all(
     r
 }
 
+/// Redis's reply to a connection past `maxclients`.
+pub const MAXCLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Redis's protected-mode refusal, sent to clients from other addresses than 127.0.0.1 and
+/// ::1 while `protected-mode` is on and the default user has no password.
+pub const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
+
+/// Redis's `islocalClient`: exactly 127.0.0.1 or ::1 (an IPv4-mapped 127.0.0.1 too).
+fn is_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        std::net::IpAddr::V6(v6) => {
+            v6 == std::net::Ipv6Addr::LOCALHOST
+                || v6.to_ipv4_mapped() == Some(std::net::Ipv4Addr::LOCALHOST)
+        }
+    }
+}
+
+/// Whether a new connection from `addr` is refused, and with which error (Redis's
+/// `acceptCommonHandler` order: maxclients, then protected mode). `already` counts
+/// connections accepted but not registered yet (the busy-script side path's). A refusal is
+/// counted in `rejected_connections`.
+pub fn refusal(
+    shard: &mut Shard,
+    addr: std::net::SocketAddr,
+    already: usize,
+) -> Option<&'static [u8]> {
+    let refused = if shard.clients.len() + already >= shard.config.maxclients as usize {
+        Some(MAXCLIENTS_REACHED)
+    } else if shard.config.protected_mode
+        && shard.acl.default_user().get().nopass()
+        && !is_local(addr.ip())
+    {
+        Some(PROTECTED_MODE_DENIED)
+    } else {
+        None
+    };
+    if refused.is_some() {
+        shard.stats.rejected_connections += 1;
+    }
+    refused
+}
+
 /// A connection registered in the shard's client registry, its task not started yet.
 pub struct Admitted {
     stream: Rc<TcpStream>,
     shared: Rc<crate::client::ClientShared>,
     limits: ParseLimits,
-    maxclients: bool,
+    /// The error a refused connection gets before it closes (`refusal`).
+    refused: Option<&'static [u8]>,
+    /// Bytes the client sent before it was admitted (accepted while the shard loaded,
+    /// `crate::loading`): parsed first, under the same limits (an unauthenticated client's
+    /// included).
+    input: BytesMut,
 }
 
 /// Registers an accepted connection at once, before its task first runs: a script that
 /// starts running long in the meantime answers it from the side path (`script::busy`),
 /// which finds clients in the registry. `None` when the socket has no addresses (closed).
-pub fn admit(shard: &mut Shard, stream: TcpStream) -> Option<Admitted> {
+/// The client starts authenticated only when the default user needs no password; until
+/// then its parser applies Redis's unauthenticated limits.
+pub fn admit(shard: &mut Shard, stream: TcpStream, input: BytesMut) -> Option<Admitted> {
     let (addr, laddr) = match (stream.peer_addr(), stream.local_addr()) {
         (Ok(a), Ok(l)) => (a, l),
         _ => return None,
     };
     let _ = stream.set_nodelay(true);
     let now = shard.now_ms();
+    let open = shard.acl.default_is_open();
     let limits = ParseLimits {
         bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
-        authenticated: true,
+        authenticated: open,
     };
-    let maxclients = shard.clients.len() >= shard.config.maxclients as usize;
-    if maxclients {
-        shard.stats.rejected_connections += 1;
-    }
+    let refused = refusal(shard, addr, 0);
     let shared = shard.register_client(addr, laddr, now);
-    // Shared (weakly) with the client registry, for that side path.
+    shared.authenticated.set(open);
     let stream = Rc::new(stream);
-    shared.socket.replace(Rc::downgrade(&stream));
+    // Shared (weakly) with the client registry, for that side path; a refused connection
+    // is never served by it.
+    if refused.is_none() {
+        shared.socket.replace(Rc::downgrade(&stream));
+    }
     Some(Admitted {
         stream,
         shared,
         limits,
-        maxclients,
+        refused,
+        input,
     })
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 pub async fn serve(shard: Rc<RefCell<Shard>>, stream: TcpStream) {
-    let admitted = admit(&mut shard.borrow_mut(), stream);
+    serve_with_input(shard, stream, BytesMut::new()).await;
+}
+
+/// `serve` for a connection that already sent `input` (accepted while the shard loaded,
+/// `crate::loading`): those bytes are parsed first.
+pub async fn serve_with_input(shard: Rc<RefCell<Shard>>, stream: TcpStream, input: BytesMut) {
+    let admitted = admit(&mut shard.borrow_mut(), stream, input);
     if let Some(a) = admitted {
         serve_admitted(shard, a).await;
     }
@@ -216,22 +275,25 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
         stream,
         shared,
         limits,
-        maxclients,
+        refused,
+        input,
     } = admitted;
     let addr = shared.addr;
     let mut client = Client::new(shared.clone());
-    if maxclients {
-        let _ = write_all(&stream, &shared, b"-ERR max number of clients reached\r\n").await;
+    if let Some(text) = refused {
+        let _ = write_all(&stream, &shared, text).await;
         shard
             .borrow_mut()
             .unregister_client(client.id(), &client.dirty);
         return;
     }
     let mut parser = Parser::new(limits);
-    let mut rbuf = BytesMut::with_capacity(READ_BUF_BYTES_INITIAL);
+    let mut rbuf = input;
+    rbuf.reserve(READ_BUF_BYTES_INITIAL);
     let mut out = Reply::new();
-    // The read buffer may hold complete commands not run yet (a blocking command ended).
-    let mut buffered = false;
+    // The read buffer may hold complete commands not run yet (a blocking command ended, or
+    // the connection was handed over after loading).
+    let mut buffered = !rbuf.is_empty();
     'conn: loop {
         if shared.killed.get() {
             break;
@@ -280,7 +342,9 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
                         shared.qbuf_bytes.set(rbuf.len());
                     }
                     BlockedEvent::Wake => {
-                        if s.blocking.is_ready(client.id()) {
+                        if let Some(how) = shared.unblock.take() {
+                            blocking::unblock_by_request(s, &mut client, &mut out, how);
+                        } else if s.blocking.is_ready(client.id()) {
                             blocking::reprocess(s, &mut client, &mut out, now);
                         }
                     }
@@ -348,10 +412,12 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
             let pos_before = s.persist.next_pos;
             query_limit = s.config.client_query_buffer_limit as usize;
             out_limit = shared.output_limit(&s.config.client_output_buffer_limit);
-            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on.
+            // CONFIG SET proto-max-bulk-len applies to commands parsed from now on, and so
+            // does authentication (AUTH in this batch lifts the limits for what follows).
+            let bulk_bytes_max = s.config.proto_max_bulk_len as i64;
             parser.set_limits(ParseLimits {
-                bulk_bytes_max: s.config.proto_max_bulk_len as i64,
-                authenticated: true,
+                bulk_bytes_max,
+                authenticated: !crate::cmd::acl::auth_required(s, &client),
             });
             let now = s.now_ms();
             shared.last_interaction_ms.set(now);
@@ -383,6 +449,11 @@ pub async fn serve_admitted(shard: Rc<RefCell<Shard>>, admitted: Admitted) {
                         {
                             break;
                         }
+                        drop(argv);
+                        parser.set_limits(ParseLimits {
+                            bulk_bytes_max,
+                            authenticated: !crate::cmd::acl::auth_required(s, &client),
+                        });
                     }
                     Parsed::Skip { consumed } => pos += consumed,
                     Parsed::Incomplete => break,

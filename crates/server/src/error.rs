@@ -43,6 +43,9 @@ pub enum CmdError {
     /// connection closes right after.
     #[error("ERR server is shutting down")]
     ShuttingDown,
+    /// A command other than QUIT while a shard loads its data (`crate::loading`).
+    #[error("LOADING Redis is loading the dataset in memory")]
+    Loading,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").

@@ -164,6 +164,73 @@ pub fn lru_clock(now_ms: u64) -> u32 {
     ((now_ms / 1000) & 0x00ff_ffff) as u32
 }
 
+/// `Entry::lru_s` of an entry just created, before its first `AccessClock::touched`.
+const NEW_ENTRY: u32 = u32::MAX;
+/// Redis's `LFU_INIT_VAL`: the frequency counter of a new key.
+pub const LFU_INIT_VAL: u32 = 5;
+
+/// What an access writes into `Entry::lru_s`, as Redis's `robj->lru`: under an LRU (or no)
+/// eviction policy the LRU clock; under an LFU policy (`maxmemory-policy *-lfu`) 16 bits of
+/// minutes and an 8-bit logarithmic frequency counter (OBJECT FREQ).
+#[derive(Debug, Clone, Copy)]
+pub enum AccessClock {
+    Lru(u32),
+    Lfu {
+        minutes: u32,
+        log_factor: u64,
+        decay_time: u64,
+        /// A uniform random number in [0, 1] for `LFULogIncr`.
+        r: f64,
+    },
+}
+
+impl AccessClock {
+    /// The field after an access of an entry whose field was `prev`.
+    pub fn touched(self, prev: u32) -> u32 {
+        match self {
+            AccessClock::Lru(clock) => clock,
+            AccessClock::Lfu {
+                minutes,
+                log_factor,
+                decay_time,
+                r,
+            } => {
+                if prev == NEW_ENTRY {
+                    return (minutes << 8) | LFU_INIT_VAL;
+                }
+                let mut counter = lfu_decayed(prev, minutes, decay_time);
+                // `LFULogIncr`.
+                if counter < 255 {
+                    let base = counter.saturating_sub(LFU_INIT_VAL) as f64;
+                    if r < 1.0 / (base * log_factor as f64 + 1.0) {
+                        counter += 1;
+                    }
+                }
+                (minutes << 8) | counter
+            }
+        }
+    }
+}
+
+/// Redis's `LFUGetTimeInMinutes`: minutes on a 16-bit clock.
+pub fn lfu_minutes(now_ms: u64) -> u32 {
+    ((now_ms / 60_000) & 0xffff) as u32
+}
+
+/// Redis's `LFUDecrAndReturn`: the counter of an LFU field, less one per `decay_time`
+/// minutes since its last access.
+pub fn lfu_decayed(field: u32, minutes: u32, decay_time: u64) -> u32 {
+    let ldt = (field >> 8) & 0xffff;
+    let counter = field & 0xff;
+    let elapsed = if minutes >= ldt {
+        minutes - ldt
+    } else {
+        65_535 - ldt + minutes
+    };
+    let periods = u64::from(elapsed).checked_div(decay_time).unwrap_or(0);
+    counter.saturating_sub(u32::try_from(periods).unwrap_or(u32::MAX))
+}
+
 /// What a write did, for the handler's reply.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Written {
@@ -173,6 +240,26 @@ pub struct Written {
 }
 
 impl Shard {
+    /// What an access at `now_ms` writes into an entry's `lru_s` (`AccessClock`).
+    #[inline]
+    pub fn access_clock(&mut self, now_ms: u64) -> AccessClock {
+        if !self.lfu {
+            return AccessClock::Lru(lru_clock(now_ms));
+        }
+        // xorshift64: LFULogIncr needs only a cheap uniform draw.
+        let mut x = self.lfu_rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.lfu_rng = x;
+        AccessClock::Lfu {
+            minutes: lfu_minutes(now_ms),
+            log_factor: self.config.lfu_log_factor,
+            decay_time: self.config.lfu_decay_time,
+            r: (x >> 11) as f64 / (1u64 << 53) as f64,
+        }
+    }
+
     pub fn hash_key(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
@@ -186,8 +273,11 @@ impl Shard {
     /// keyspace hit or miss, and refreshes its LRU clock. `None` when it does not exist.
     pub fn lookup_read(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&KeyState> {
         let hash = self.hash_key(key);
-        self.expire_if_needed(db, hash, key, now_ms);
-        let lru = lru_clock(now_ms);
+        if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
+            self.stats.keyspace_misses += 1;
+            return None;
+        }
+        let clock = self.access_clock(now_ms);
         let found = self
             .dbs
             .get_mut(db)
@@ -195,7 +285,7 @@ impl Shard {
             .filter(|e| !e.state.is_empty());
         match found {
             Some(e) => {
-                e.lru_s = lru;
+                e.lru_s = clock.touched(e.lru_s);
                 self.stats.keyspace_hits += 1;
                 Some(&e.state)
             }
@@ -210,7 +300,9 @@ impl Shard {
     /// write preparation). Expires it first when its TTL has passed.
     pub fn lookup_quiet(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let hash = self.hash_key(key);
-        self.expire_if_needed(db, hash, key, now_ms);
+        if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
+            return None;
+        }
         self.dbs
             .get(db)
             .and_then(|d| d.get(hash, key))
@@ -341,8 +433,8 @@ impl Shard {
         stamp: Stamp,
         effect: &Effect<B>,
     ) -> Applied {
-        let lru = lru_clock(now_ms);
-        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key, lru) else {
+        let lru = self.access_clock(now_ms);
+        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return Applied::default();
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
@@ -350,6 +442,15 @@ impl Shard {
         self.settle(db, hash, key, had_ttl, was_empty, lru);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
+        }
+        if applied.ignored && stamp.replica != self.replica && !self.persist.recovering {
+            if let Some(n) = self
+                .stats
+                .remote_lost
+                .get_mut(crate::stats::effect_kind(effect))
+            {
+                *n += 1;
+            }
         }
         applied
     }
@@ -367,8 +468,8 @@ impl Shard {
     ) {
         self.log_merged_state(db, key, state, floor);
         let hash = self.hash_key(key);
-        let lru = lru_clock(now_ms);
-        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key, lru) else {
+        let lru = self.access_clock(now_ms);
+        let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return;
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
@@ -381,20 +482,14 @@ impl Shard {
 
     /// The entry a write to `key` changes, created empty when absent, and whether it held
     /// only removal metadata before (`None`: no such database).
-    fn entry_for_write(
-        &mut self,
-        db: usize,
-        hash: u64,
-        key: &[u8],
-        lru: u32,
-    ) -> Option<(&mut Entry, bool)> {
+    fn entry_for_write(&mut self, db: usize, hash: u64, key: &[u8]) -> Option<(&mut Entry, bool)> {
         let d = self.dbs.get_mut(db)?;
         let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
         let hasher = &self.hasher;
         let entry = d.table.get_or_insert(
             hash,
             key,
-            || Entry::boxed(key, KeyState::new(), lru),
+            || Entry::boxed(key, KeyState::new(), NEW_ENTRY),
             &|k| hasher.hash_one(k),
         );
         Some((entry, was_empty))
@@ -410,7 +505,7 @@ impl Shard {
         key: &[u8],
         had_ttl: bool,
         was_empty: bool,
-        lru: u32,
+        lru: AccessClock,
     ) {
         let keep_metadata = self.peers > 0;
         let Some(d) = self.dbs.get_mut(db) else {
@@ -423,7 +518,7 @@ impl Shard {
         // One probe: the bucket index serves the update, the marks and the removal.
         let index = d.table.find_index(hash, key);
         if let Some(e) = index.and_then(|i| d.table.get_bucket_mut(i)) {
-            e.lru_s = lru;
+            e.lru_s = lru.touched(e.lru_s);
             // With no peers every write is causally stable at once: drop removal metadata now,
             // so a single site keeps neither tombstones nor removal contexts.
             if !keep_metadata && e.state.has_metadata() {
@@ -471,6 +566,7 @@ impl Shard {
     /// already there (a damaged snapshot).
     pub fn insert_loaded(&mut self, db: usize, key: &[u8], state: KeyState, now_ms: u64) -> bool {
         let hash = self.hash_key(key);
+        let first_access = self.access_clock(now_ms).touched(NEW_ENTRY);
         let hasher = &self.hasher;
         let Some(d) = self.dbs.get_mut(db) else {
             return false;
@@ -478,7 +574,7 @@ impl Shard {
         let empty = state.is_empty();
         let has_ttl = !empty && state.expire_at_ms().is_some();
         let meta = state.has_metadata();
-        let mut e = Entry::boxed(key, state, lru_clock(now_ms));
+        let mut e = Entry::boxed(key, state, first_access);
         e.meta = meta;
         if !d.table.insert_new(hash, e, &|k| hasher.hash_one(k)) {
             return false;
@@ -502,12 +598,16 @@ impl Shard {
     }
 
     /// Expires `key` now if its TTL has passed: a local Remove of everything observed.
-    /// Returns whether it expired.
+    /// Returns whether it expired. While CLIENT PAUSE holds, a key past its TTL is left in
+    /// place (true is still returned: the key reads as missing), as Redis does.
     pub fn expire_if_needed(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64) -> bool {
         let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
             Some(e)
                 if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) =>
             {
+                if self.expiry_paused(now_ms) {
+                    return true;
+                }
                 e.state.observed()
             }
             _ => return false,
@@ -552,6 +652,9 @@ impl Shard {
     /// of the table.
     /// Returns the number of keys expired.
     pub fn active_expire_db(&mut self, db: usize, now_ms: u64, buckets_max: usize) -> usize {
+        if self.expiry_paused(now_ms) {
+            return 0;
+        }
         let (start, n_buckets) = match self.dbs.get_mut(db) {
             Some(d) if d.expires > 0 => (d.expire_cursor, d.table.num_buckets()),
             Some(d) => {
@@ -601,6 +704,17 @@ impl Shard {
             }
         }
         expired
+    }
+
+    /// Moves up to `entries_max` entries of `db`'s incremental rehash, if one is in progress.
+    pub fn rehash_db(&mut self, db: usize, entries_max: usize) {
+        let hasher = &self.hasher;
+        if let Some(d) = self.dbs.get_mut(db) {
+            if d.table.is_rehashing() {
+                d.table
+                    .rehash_for(entries_max, &|k: &[u8]| hasher.hash_one(k));
+            }
+        }
     }
 
     /// Moves entries of the databases' incremental rehashes (`KeyTable`) for up to `budget`

@@ -6,9 +6,17 @@
 //! syncer streams to other sites. Not here: the CRDT types themselves (`meridian-crdt`).
 //!
 //! # Layout
+//! - `alloc`: the allocator's controls (MEMORY PURGE).
 //! - `config`: defaults, TOML file and flags.
+//! - `admin`: `meridian admin`, a command sent to every site of a deployment.
+//! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the shard thread, the periodic cycle, shutdown.
 //! - `stop`: the process-wide stop request that long loops poll.
+//! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
+//! - `control`: requests of the control thread to shard threads (heartbeats, figures).
+//! - `service`: systemd notifications (READY, STATUS, STOPPING, watchdog, timeouts).
+//! - `loading`: the client port while shards load (`-LOADING`), then the handover.
+//! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
 //! - `shard`: what a shard owns.
 //! - `conn`: one connection's read–parse–execute–write loop.
 //! - `client`: per-connection state and what other connections may see of it.
@@ -16,6 +24,7 @@
 //! - `resp`: the request parser and the reply builder.
 //! - `script`: Lua scripting (EVAL, FUNCTION): engines, sandbox, conversions, busy scripts.
 //! - `cmd`: the command table, dispatch, and the command families.
+//! - `acl`: users, AUTH, permission checks, the ACL log and file (per site, not replicated).
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
@@ -30,19 +39,28 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod acl;
+pub mod admin;
+pub mod alloc;
 pub mod blocking;
+pub mod certs;
 pub mod client;
 pub mod cmd;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod error;
 pub mod glob;
 pub mod keyspace;
+pub mod loading;
+pub mod logging;
+pub mod metrics;
 pub mod oplog;
 pub mod persist;
 pub mod resp;
 pub mod script;
 pub mod server;
+pub mod service;
 pub mod shard;
 pub mod slot;
 pub mod stats;

@@ -2,9 +2,12 @@
 
 use std::path::PathBuf;
 
+use std::process::ExitCode;
+
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use meridian_server::config::Config;
+use meridian_server::logging::{LogFormat, LogOptions};
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -28,97 +31,222 @@ enum Command {
     /// segment at its first bad record.
     CheckLog {
         file: PathBuf,
+        /// Cut a damaged segment at its first bad record.
         #[arg(long)]
         fix: bool,
     },
+    /// Configuration files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Change or inspect every site of a deployment at once over RESP (CRDT.PEERS,
+    /// CRDT.ADDPEER, CRDT.REMOVEPEER); each site writes the change to its configuration file.
+    Admin {
+        /// A site's client address, host:port (repeat for each site).
+        #[arg(long = "site", required = true, value_name = "HOST:PORT")]
+        sites: Vec<String>,
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+    /// Certificates for mutual TLS between sites.
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
 }
 
-/// Each flag overrides the TOML key of the same name.
+#[derive(Subcommand, Debug)]
+enum AdminCommand {
+    /// Each site's peers, links and lag.
+    Peers,
+    /// Add a peer site to every site given (it takes a full sync from each).
+    AddPeer {
+        /// The new site's id.
+        site: String,
+        /// Its sync endpoint, host:port, as the sites given reach it.
+        addr: String,
+    },
+    /// Remove a peer site from every site given (they stop waiting for it).
+    RemovePeer { site: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum CertsCommand {
+    /// Create a CA (ca.crt, ca.key) and, for each site, a certificate valid for its site id
+    /// (SITE.crt, SITE.key) in DIR. An existing ca.crt/ca.key in DIR (from an earlier init)
+    /// signs the new sites instead; no file is ever overwritten.
+    Init {
+        /// Site ids, comma-separated (a,b,c).
+        #[arg(long, value_delimiter = ',', required = true)]
+        sites: Vec<String>,
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Validity of the site certificates, in days. [default: 825]
+        #[arg(long, default_value_t = meridian_server::certs::SITE_VALIDITY_DAYS_DEFAULT, hide_default_value = true)]
+        days: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Validate a configuration file: TOML syntax, every key known, every value in range,
+    /// every peer name resolvable. Prints "FILE: OK" (exit 0) or the problem (exit 1).
+    Check { file: PathBuf },
+}
+
+/// Each flag overrides the TOML key of the same name; the defaults shown are the embedded
+/// ones (`deploy/meridian.example.toml`).
 #[derive(Args, Debug, Default)]
 struct ServerFlags {
-    /// TOML configuration file.
-    #[arg(long)]
+    /// TOML configuration file, read over the embedded defaults; flags win over it.
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    #[arg(long)]
+    /// Address the client port listens on. [default: 127.0.0.1]
+    #[arg(long, value_name = "IP")]
     bind: Option<String>,
+    /// Client (RESP) port. [default: 6379]
     #[arg(long)]
     port: Option<u16>,
-    #[arg(long)]
+    /// Data directory: each shard's op log and snapshots. [default: ./meridian-data]
+    #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Number of logical databases (SELECT 0..N-1). [default: 16]
     #[arg(long)]
     databases: Option<u32>,
+    /// This site's id, a DNS label (certificates name sites by it). [default: local]
     #[arg(long)]
     site: Option<String>,
-    #[arg(long)]
+    /// Largest bulk string accepted in a request, in bytes. [default: 536870912]
+    #[arg(long, value_name = "BYTES")]
     proto_max_bulk_len: Option<u64>,
-    #[arg(long)]
+    /// Largest unparsed input buffered per client, in bytes. [default: 1073741824]
+    #[arg(long, value_name = "BYTES")]
     client_query_buffer_limit: Option<u64>,
+    /// Most clients connected at once. [default: 10000]
     #[arg(long)]
     maxclients: Option<u32>,
-    /// "class hard soft seconds" groups, applied over the file's value.
-    #[arg(long)]
+    /// Output kept for a client that does not read: "class hard soft seconds" groups
+    /// (normal, replica, pubsub), applied over the file's value. [default: normal 0 0 0 replica 268435456 67108864 60 pubsub 33554432 8388608 60]
+    #[arg(long, value_name = "LIMITS")]
     client_output_buffer_limit: Option<String>,
-    #[arg(long)]
+    /// Close a client idle for this many seconds (0: never). [default: 0]
+    #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
+    /// The default user's password; clients must AUTH (empty: none). [default: ""]
+    #[arg(long, value_name = "PASSWORD")]
+    requirepass: Option<String>,
+    /// While the default user has no password, refuse clients from other addresses than
+    /// 127.0.0.1 and ::1: yes or no. [default: yes]
+    #[arg(long, value_parser = parse_yes_no, value_name = "yes|no")]
+    protected_mode: Option<bool>,
+    /// ACL users file, loaded at start and by ACL LOAD (empty: none). [default: ""]
+    #[arg(long, value_name = "FILE")]
+    aclfile: Option<String>,
+    /// Entries the ACL log keeps. [default: 128]
+    #[arg(long)]
+    acllog_max_len: Option<u64>,
+    /// Channels of new ACL users: resetchannels or allchannels. [default: resetchannels]
+    #[arg(long, value_name = "resetchannels|allchannels")]
+    acl_pubsub_default: Option<String>,
+    /// Background cycles per second (active expiry, GC, snapshots). [default: 10]
     #[arg(long)]
     hz: Option<u32>,
-    #[arg(long, allow_negative_numbers = true)]
+    /// Slow log threshold in microseconds (negative: off). [default: 10000]
+    #[arg(long, allow_negative_numbers = true, value_name = "MICROSECONDS")]
     slowlog_log_slower_than: Option<i64>,
+    /// Entries the slow log keeps. [default: 128]
     #[arg(long)]
     slowlog_max_len: Option<u64>,
-    #[arg(long)]
+    /// Latency monitor threshold in milliseconds (0: off). [default: 0]
+    #[arg(long, value_name = "MS")]
     latency_monitor_threshold: Option<u64>,
-    #[arg(long)]
+    /// Milliseconds a script runs before other clients get -BUSY and it may be killed. [default: 5000]
+    #[arg(long, value_name = "MS")]
     busy_reply_threshold: Option<u64>,
-    #[arg(long)]
+    /// Bytes of recent ops each shard keeps in memory for peers that reconnect. [default: 16777216]
+    #[arg(long, value_name = "BYTES")]
     backlog_bytes_max: Option<u64>,
+    /// Deployment id: peers with another one are refused. [default: meridian]
     #[arg(long)]
     deployment_id: Option<String>,
+    /// Port the syncer listens on for peers (0: none; required with peers). [default: 0]
     #[arg(long)]
     sync_port: Option<u16>,
-    #[arg(long)]
+    /// Address the sync port listens on (empty: the bind address). [default: ""]
+    #[arg(long, value_name = "IP")]
     sync_bind: Option<String>,
-    /// A peer site, `id=ip:port` (repeat for each peer).
-    #[arg(long = "peer")]
+    /// A peer site, `id=host:port` of its sync port, the host an IP address or a DNS name
+    /// (repeat for each peer; replaces the file's list). [default: none]
+    #[arg(long = "peer", value_name = "ID=HOST:PORT")]
     peer: Vec<String>,
-    #[arg(long)]
+    /// This site's certificate (PEM) for mutual TLS between sites. [default: none]
+    #[arg(long, value_name = "FILE")]
     sync_tls_cert: Option<PathBuf>,
-    #[arg(long)]
+    /// This site's private key (PEM). [default: none]
+    #[arg(long, value_name = "FILE")]
     sync_tls_key: Option<PathBuf>,
-    #[arg(long)]
+    /// The CA every site trusts (PEM). [default: none]
+    #[arg(long, value_name = "FILE")]
     sync_tls_ca: Option<PathBuf>,
+    /// Compression of the frames this site sends: lz4, zstd or none. [default: lz4]
     #[arg(long)]
     sync_compression: Option<String>,
-    #[arg(long)]
+    /// Largest frame accepted from a peer, in bytes. [default: 67108864]
+    #[arg(long, value_name = "BYTES")]
     sync_frame_bytes_max: Option<u64>,
-    #[arg(long)]
+    /// A peer silent this long stops holding back GC and must rejoin by a full sync. [default: 3600000]
+    #[arg(long, value_name = "MS")]
     sync_quarantine_ms: Option<u64>,
-    #[arg(long)]
+    /// Remote timestamps further than this ahead of the local clock are refused. [default: 60000]
+    #[arg(long, value_name = "MS")]
     sync_clock_skew_ms_max: Option<u64>,
-    /// yes or no.
-    #[arg(long, value_parser = parse_yes_no)]
+    /// Write every op to the on-disk log: yes or no. [default: yes]
+    #[arg(long, value_parser = parse_yes_no, value_name = "yes|no")]
     appendonly: Option<bool>,
-    /// always, everysec or no.
+    /// When log writes reach the disk: always, everysec or no. [default: everysec]
     #[arg(long)]
     appendfsync: Option<String>,
-    /// Automatic snapshots: "seconds changes" pairs ("" for none).
+    /// Automatic snapshots: "seconds changes" pairs ("" for none). [default: 3600 1 300 100 60 10000]
     #[arg(long)]
     save: Option<String>,
-    #[arg(long)]
+    /// Snapshot once the log grew by this percentage of the last snapshot (0: off). [default: 100]
+    #[arg(long, value_name = "PERCENT")]
     auto_aof_rewrite_percentage: Option<u64>,
-    #[arg(long)]
+    /// ...and is at least this many bytes. [default: 67108864]
+    #[arg(long, value_name = "BYTES")]
     auto_aof_rewrite_min_size: Option<u64>,
-    #[arg(long)]
+    /// A log segment is closed and a new one started past this many bytes. [default: 67108864]
+    #[arg(long, value_name = "BYTES")]
     log_segment_bytes_max: Option<u64>,
-    #[arg(long)]
+    /// Disk the op log may keep beyond what recovery needs, for peers that resume. [default: 1073741824]
+    #[arg(long, value_name = "BYTES")]
     backlog_disk_bytes_max: Option<u64>,
-    #[arg(long, value_parser = parse_yes_no)]
-    debug_fsync_watermark: Option<bool>,
-    #[arg(long)]
+    /// Log filter, as RUST_LOG ("info", "meridian_server=debug"); this flag wins over
+    /// RUST_LOG, which wins over the file's log-level. [default: info]
+    #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
-    #[arg(long, allow_negative_numbers = true)]
-    debug_clock_offset_ms: Option<i64>,
+    /// Log line format: text or json. [default: text]
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<String>,
+    /// Log file, reopened on SIGHUP (empty: standard output). [default: ""]
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<String>,
+    /// Port serving /metrics (Prometheus) and /health over HTTP (0: off). [default: 0]
     #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Address the metrics port listens on. [default: 127.0.0.1]
+    #[arg(long, value_name = "IP")]
+    metrics_bind: Option<String>,
+    /// Test-only: write shard-N/fsynced after every fsync.
+    #[arg(long, value_parser = parse_yes_no, hide = true)]
+    debug_fsync_watermark: Option<bool>,
+    /// Test-only: milliseconds added to the wall clock.
+    #[arg(long, allow_negative_numbers = true, hide = true)]
+    debug_clock_offset_ms: Option<i64>,
+    /// Test-only: taken as the kernel's boot id.
+    #[arg(long, hide = true)]
     debug_boot_id: Option<String>,
 }
 
@@ -141,6 +269,11 @@ impl ServerFlags {
             client_query_buffer_limit,
             maxclients,
             timeout,
+            requirepass,
+            protected_mode,
+            aclfile,
+            acllog_max_len,
+            acl_pubsub_default,
             hz,
             slowlog_log_slower_than,
             slowlog_max_len,
@@ -162,10 +295,24 @@ impl ServerFlags {
             log_segment_bytes_max,
             backlog_disk_bytes_max,
             debug_fsync_watermark,
-            log_level,
+            log_format,
+            log_file,
+            metrics_port,
+            metrics_bind,
             debug_clock_offset_ms,
             debug_boot_id
         );
+        // The log filter: the flag, else RUST_LOG, else the file's, else the default.
+        match (self.log_level, std::env::var("RUST_LOG")) {
+            (Some(flag), _) => c.log_level = flag,
+            (None, Ok(env)) if !env.trim().is_empty() => {
+                if env.parse::<tracing_subscriber::EnvFilter>().is_err() {
+                    anyhow::bail!("RUST_LOG: '{env}' is not a log filter");
+                }
+                c.log_level = env;
+            }
+            (None, _) => {}
+        }
         if !self.peer.is_empty() {
             c.peer = self.peer;
         }
@@ -196,27 +343,128 @@ fn parse_yes_no(s: &str) -> Result<bool, String> {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the causes joined by ": ", no backtrace (a configuration mistake is
+            // not a crash). The journal gets standard error; a log file gets it too.
+            let line = one_line(&e);
+            if meridian_server::logging::is_file() {
+                tracing::error!("{line}");
+            }
+            eprintln!("meridian: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, joined by ": ", leaving out a cause whose text the
+/// line already holds (errors that print their source, as `{path}: {source}` does).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace(['\r', '\n'], " ")
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Server(flags) => {
             let config = flags.resolve().context("invalid configuration")?;
-            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-            tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_target(false)
-                .init();
-            meridian_server::server::run(config).context("server failed")?;
-            Ok(())
+            let format = LogFormat::parse(&config.log_format).unwrap_or(LogFormat::Text);
+            meridian_server::logging::init(&LogOptions {
+                filter: config.log_level.clone(),
+                format,
+                file: (!config.log_file.is_empty()).then(|| PathBuf::from(&config.log_file)),
+                site: config.site.clone(),
+            })?;
+            meridian_server::server::run(config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => {
+            let checked = Config::from_file(&file)
+                .map_err(anyhow::Error::from)
+                .and_then(|c| {
+                    meridian_server::server::resolve_peers(&c)?;
+                    Ok(c)
+                });
+            match checked {
+                Ok(_) => {
+                    println!("{}: OK", file.display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    println!("{}: {}", file.display(), one_line(&e));
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Certs {
+            command: CertsCommand::Init { sites, out, days },
+        } => {
+            let w = meridian_server::certs::init(&sites, &out, days)?;
+            let ca = w.ca_cert.display();
+            if w.ca_created {
+                println!(
+                    "created the CA: {ca} (its key, ca.key, signs new sites: keep it offline)"
+                );
+            } else {
+                println!("signed by the existing CA: {ca}");
+            }
+            for (site, cert, key) in &w.sites {
+                println!(
+                    "site {site}: --site {site} --sync-tls-cert {} --sync-tls-key {} --sync-tls-ca {ca}",
+                    cert.display(),
+                    key.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Admin { sites, command } => {
+            let args: Vec<&str> = match &command {
+                AdminCommand::Peers => vec!["CRDT.PEERS"],
+                AdminCommand::AddPeer { site, addr } => vec!["CRDT.ADDPEER", site, addr],
+                AdminCommand::RemovePeer { site } => vec!["CRDT.REMOVEPEER", site],
+            };
+            let mut failed = false;
+            for s in &sites {
+                match meridian_server::admin::call(s, &args) {
+                    Ok(r) => {
+                        failed |= r.is_error();
+                        println!("{s}: {}", r.to_line());
+                    }
+                    Err(e) => {
+                        failed = true;
+                        println!("{s}: {e}");
+                    }
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::CheckLog { file, fix } => {
             let report = meridian_server::persist::check::check_file(&file, fix);
             print!("{}", report.text);
-            if !report.ok {
-                std::process::exit(1);
-            }
-            Ok(())
+            Ok(if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }

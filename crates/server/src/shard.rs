@@ -68,6 +68,25 @@ pub struct Shard {
     pub shutting_down: bool,
     /// Lua scripting: engines, script cache, libraries, the running script (`script`).
     pub scripting: crate::script::Scripting,
+    /// Users, their permissions and the ACL log (per site, not replicated).
+    pub acl: crate::acl::Acl,
+    /// CLIENT PAUSE in force (`cmd::client`): commands it covers are postponed and keys do
+    /// not expire until it ends.
+    pub pause: Option<ClientPause>,
+    /// `maxmemory-policy` is an LFU one: accesses keep frequency counters, not LRU clocks
+    /// (`keyspace::AccessClock`). Kept equal to the policy by `set_policy_flags`.
+    pub lfu: bool,
+    /// State of the draws LFU counters use.
+    pub lfu_rng: u64,
+}
+
+/// A CLIENT PAUSE: which commands wait, and until when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientPause {
+    /// ALL: every command waits; WRITE: commands that write or may replicate.
+    pub all: bool,
+    /// Shard milliseconds at which the pause ends.
+    pub end_ms: u64,
 }
 
 impl Shard {
@@ -105,9 +124,19 @@ impl Shard {
             run_id: random_hex40(),
             shutting_down: false,
             scripting: crate::script::Scripting::new(),
+            acl: crate::acl::Acl::new(),
+            pause: None,
+            lfu: false,
+            lfu_rng: 0x9e37_79b9_7f4a_7c15,
             config,
         };
+        if !shard.config.requirepass.is_empty() {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
         shard.set_life(0);
+        shard.set_policy_flags();
+        shard.stats.used_memory_startup = crate::cmd::server::memory_use().allocated;
         shard
     }
 
@@ -160,6 +189,31 @@ impl Shard {
             flags.retain(|f| !Rc::ptr_eq(f, dirty));
             !flags.is_empty()
         });
+    }
+}
+
+impl Shard {
+    /// Reads the flags the access path keeps from `maxmemory-policy`.
+    pub fn set_policy_flags(&mut self) {
+        self.lfu = self.config.maxmemory_policy.ends_with("-lfu");
+    }
+
+    /// The CLIENT PAUSE in force at `now_ms`, if any (one that ended is forgotten).
+    pub fn pause_at(&mut self, now_ms: u64) -> Option<ClientPause> {
+        match self.pause {
+            Some(p) if p.end_ms > now_ms => Some(p),
+            Some(_) => {
+                self.pause = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Whether expiry is suspended (any CLIENT PAUSE, as in Redis: a paused server neither
+    /// deletes expired keys nor replicates their deletion; they read as missing).
+    pub fn expiry_paused(&self, now_ms: u64) -> bool {
+        self.pause.is_some_and(|p| p.end_ms > now_ms)
     }
 }
 

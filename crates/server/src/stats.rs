@@ -15,12 +15,113 @@ pub fn quantile(samples: impl Iterator<Item = u64>, q: f64) -> u64 {
 }
 
 /// Per-command counters (INFO commandstats).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct CmdStat {
     pub calls: u64,
     pub usec: u64,
     pub rejected_calls: u64,
     pub failed_calls: u64,
+    /// Latencies of the calls while `latency-tracking` is on (LATENCY HISTOGRAM, INFO
+    /// latencystats); allocated at the first one, as Redis does.
+    pub latency: Option<Box<LatencyHistogram>>,
+}
+
+/// A histogram of latencies in nanoseconds with the resolution of Redis's (hdr_histogram,
+/// 2 significant digits, 1 ns to 1 s): every value below 256 has its own bucket, and each
+/// power of two above it is split into 128 buckets. Values outside the range are clamped to
+/// it, as Redis clamps them.
+#[derive(Debug, Clone)]
+pub struct LatencyHistogram {
+    counts: Box<[u64; LATENCY_BUCKETS]>,
+    total: u64,
+}
+
+/// Smallest and largest latency recorded, in nanoseconds (Redis's
+/// `LATENCY_HISTOGRAM_MIN_VALUE`, `LATENCY_HISTOGRAM_MAX_VALUE`).
+pub const LATENCY_NS_MIN: u64 = 1;
+pub const LATENCY_NS_MAX: u64 = 1_000_000_000;
+/// Buckets: 256 exact ones, then 128 per power of two from 2^8 to 2^29 (1 s < 2^30).
+const LATENCY_BUCKETS: usize = 256 + 22 * 128;
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            counts: Box::new([0; LATENCY_BUCKETS]),
+            total: 0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// The bucket of `ns` (already clamped).
+    fn index(ns: u64) -> usize {
+        if ns < 256 {
+            return ns as usize;
+        }
+        let e = 63 - ns.leading_zeros() as usize; // 8..=29
+        let sub = (ns >> (e - 7)) as usize; // 128..=255
+        256 + (e - 8) * 128 + (sub - 128)
+    }
+
+    /// The highest value that falls in bucket `i` (hdr's `highest_equivalent_value`).
+    fn highest(i: usize) -> u64 {
+        if i < 256 {
+            return i as u64;
+        }
+        let e = 8 + (i - 256) / 128;
+        let sub = 128 + (i - 256) % 128;
+        let low = (sub as u64) << (e - 7);
+        low + (1u64 << (e - 7)) - 1
+    }
+
+    pub fn record(&mut self, ns: u64) {
+        let ns = ns.clamp(LATENCY_NS_MIN, LATENCY_NS_MAX);
+        if let Some(c) = self.counts.get_mut(Self::index(ns)) {
+            *c += 1;
+            self.total += 1;
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// hdr's `hdr_value_at_percentile`: the highest value of the bucket holding the
+    /// `percentile`-th value, in nanoseconds (0 when empty).
+    pub fn value_at_percentile(&self, percentile: f64) -> u64 {
+        let wanted = ((percentile.clamp(0.0, 100.0) / 100.0) * self.total as f64 + 0.5) as u64;
+        let wanted = wanted.max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= wanted {
+                return Self::highest(i);
+            }
+        }
+        0
+    }
+
+    /// The cumulative distribution LATENCY HISTOGRAM replies (Redis's `fillCommandCDF` over
+    /// hdr's logarithmic iterator from 1024 ns by powers of two): (microseconds, calls at or
+    /// below), only where the count grows.
+    pub fn cdf(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let (mut level, mut idx, mut seen, mut previous) = (1024u64, 0usize, 0u64, 0u64);
+        while seen < self.total && level <= 2 * LATENCY_NS_MAX {
+            let upto = Self::index(level.min(LATENCY_NS_MAX));
+            while idx <= upto {
+                seen += self.counts.get(idx).copied().unwrap_or(0);
+                idx += 1;
+            }
+            if seen > previous {
+                // hdr's highest equivalent value of the level: its bucket is 1/128 of it wide.
+                out.push(((level + level / 128 - 1) / 1000, seen));
+            }
+            previous = seen;
+            level *= 2;
+        }
+        out
+    }
 }
 
 /// Counters of one shard.
@@ -47,12 +148,21 @@ pub struct Stats {
     pub type_conflicts: u64,
     /// Remote ops applied (INFO crdt).
     pub sync_ops_applied: u64,
+    /// Remote writes that lost on arrival (to a newer write, last writer wins, or to a
+    /// removal already applied), by `EFFECT_KIND_NAMES` (`/metrics`).
+    pub remote_lost: [u64; EFFECT_KINDS],
     /// Ops per second over the last sample window (INFO stats `instantaneous_ops_per_sec`).
     pub ops_sample: OpsSampler,
     /// Highest `used_memory` seen (INFO memory `used_memory_peak`); raised by `note_memory`.
     pub used_memory_peak: u64,
+    /// Bytes allocated when the shard was built (MEMORY STATS `startup.allocated`); kept by
+    /// `reset`.
+    pub used_memory_startup: u64,
     /// DEBUG SET-ACTIVE-EXPIRE 0 turns the active expiry cycle off (tests); kept by `reset`.
     pub active_expire_disabled: bool,
+    /// When the cross-protocol warning was last logged (unix seconds), so it is logged at most
+    /// once a minute.
+    pub security_warning_s: u64,
 }
 
 impl Stats {
@@ -80,14 +190,46 @@ impl Stats {
         let n = self.commands.len();
         let dirty = self.dirty;
         let active_expire_disabled = self.active_expire_disabled;
+        let startup = self.used_memory_startup;
         *self = Stats::new(n);
         self.dirty = dirty;
         self.active_expire_disabled = active_expire_disabled;
+        self.used_memory_startup = startup;
     }
 
     /// Records the current memory use for the peak (Redis updates it in cron and in INFO).
     pub fn note_memory(&mut self, used: u64) {
         self.used_memory_peak = self.used_memory_peak.max(used);
+    }
+}
+
+/// Kinds of writes, as `/metrics` labels them (`effect_kind`).
+pub const EFFECT_KINDS: usize = 9;
+pub const EFFECT_KIND_NAMES: [&str; EFFECT_KINDS] = [
+    "string",
+    "del",
+    "expire",
+    "set",
+    "hash",
+    "zset",
+    "list",
+    "hyperloglog",
+    "stream",
+];
+
+/// The index in `EFFECT_KIND_NAMES` of an effect's kind.
+pub fn effect_kind<B: AsRef<[u8]>>(effect: &meridian_crdt::Effect<B>) -> usize {
+    use meridian_crdt::Effect;
+    match effect {
+        Effect::Assign { .. } | Effect::Incr { .. } => 0,
+        Effect::Remove { .. } => 1,
+        Effect::Expire { .. } => 2,
+        Effect::SetAdd { .. } | Effect::SetRem { .. } => 3,
+        Effect::Hash(_) => 4,
+        Effect::ZSet(_) => 5,
+        Effect::List(_) => 6,
+        Effect::Hll(_) => 7,
+        Effect::Stream(_) => 8,
     }
 }
 

@@ -162,6 +162,27 @@ fn scan_covers_a_thousand_keys() {
     assert!(keys.is_empty());
 }
 
+/// Right after a burst of inserts the table is still rehashing: a full SCAN returns every key
+/// once (redis-cli --scan counts them), as Redis does for a table of this size.
+#[test]
+fn scan_right_after_growth_returns_each_key_once() {
+    let s = Server::start();
+    let mut c = s.connect();
+    let mut pipe = Vec::new();
+    for i in 0..20_000 {
+        let k = format!("key:{i}");
+        pipe.extend_from_slice(&common::cmd(&[b"SET", k.as_bytes(), b"v"]));
+    }
+    c.send(&pipe);
+    for _ in 0..20_000 {
+        assert_eq!(c.read_reply(), b"+OK\r\n");
+    }
+    let (keys, _) = scan_all(&mut c, &[]);
+    let set: HashSet<&String> = keys.iter().collect();
+    assert_eq!(set.len(), 20_000);
+    assert_eq!(keys.len(), 20_000, "no key twice");
+}
+
 /// Redis's "SCAN guarantees check under write load": keys present throughout are returned.
 #[test]
 fn scan_guarantees_under_write_load() {

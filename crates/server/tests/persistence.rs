@@ -1719,3 +1719,52 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
     assert_eq!(persistence_u64(&mut c, "rdb_last_load_keys_loaded"), 2);
     assert!(disk::segments(&shard).is_empty());
 }
+
+/// While a restarted server replays its log, clients that connect are answered -LOADING,
+/// and once it has loaded the same connections are served (`key-load-delay` slows loading
+/// down, as in Redis's own tests).
+#[test]
+fn clients_are_answered_loading_while_the_log_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("slow.toml");
+    std::fs::write(&conf, "key-load-delay = 5000\nsave = \"\"\n").unwrap();
+    let conf_flag = conf.display().to_string();
+    let mut node = Node::new(&["--config", &conf_flag]);
+    node.start();
+    let mut c = node.connect();
+    let cmds: Vec<Vec<String>> = (0..300)
+        .map(|i| vec!["SET".to_string(), format!("k{i}"), "v".to_string()])
+        .collect();
+    pipeline(&mut c, &cmds);
+    drop(c);
+    node.kill();
+    // 300 records at 5 ms each: the replay takes about 1.5 s.
+    node.spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        if let Ok(c) = std::panic::catch_unwind(|| Raw::connect(node.port)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        c.call(&[b"GET", b"k1"]),
+        b"-LOADING Redis is loading the dataset in memory\r\n"
+    );
+    // A command sent in pieces across the end of loading is served whole.
+    c.send(b"*2\r\n$3\r\nGET\r\n$4\r\nk");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut probe = node.connect();
+        if probe.call(&[b"PING"]) == b"+PONG\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.send(b"299\r\n");
+    assert_eq!(c.read_reply(), b"$1\r\nv\r\n");
+    assert_eq!(c.call(&[b"DBSIZE"]), b":300\r\n");
+    node.kill();
+}

@@ -74,6 +74,28 @@ fn cases() -> Vec<Case> {
     pipeline.extend(b"EXISTS pk\n");
     let proto = "ERR Protocol error: ";
     vec![
+        // Cross-protocol scripting guard: POST or Host: closes the connection unanswered
+        // (replies of commands before it in the same read are dropped too).
+        with(
+            case(
+                "HTTP POST",
+                b"POST / HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec(),
+                Ping,
+            ),
+            Some((Vec::new(), true)),
+        ),
+        with(
+            case("Host: as a RESP command", cmd(&[b"host:", b"x"]), Ping),
+            Some((Vec::new(), true)),
+        ),
+        with(
+            case(
+                "PING then POST",
+                b"PING\r\npost /x HTTP/1.0\r\n".to_vec(),
+                Ping,
+            ),
+            Some((Vec::new(), true)),
+        ),
         // Row 1: a lone CRLF is ignored.
         with(case("lone CRLF", b"\r\n", Ping), silent_open()),
         with(

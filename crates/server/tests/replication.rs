@@ -258,6 +258,55 @@ fn two_sites_replicate_every_type_both_ways() {
     );
 }
 
+/// MOVE and SWAPDB are per-key writes (docs/conflicts.md): they reach the other site, and a
+/// write there that they did not observe stays in the database it was written to.
+#[test]
+fn move_and_swapdb_replicate_and_merge_with_concurrent_writes() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    a.ok(&["SET", "k", "v"]);
+    assert_eq!(a.int(&["RPUSH", "l", "x", "y"]), 2);
+    a.ok(&["SELECT", "1"]);
+    a.ok(&["SET", "one", "1"]);
+    a.ok(&["SELECT", "0"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(a.int(&["MOVE", "l", "2"]), 1);
+    a.ok(&["SWAPDB", "0", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    on_all(&cluster, &[A, B], |site, c| {
+        c.ok(&["SELECT", "0"]);
+        assert_eq!(c.reply(&["GET", "one"]), bulk("1"), "at {site}");
+        assert_eq!(c.int(&["EXISTS", "k"]), 0, "at {site}");
+        c.ok(&["SELECT", "1"]);
+        assert_eq!(c.reply(&["GET", "k"]), bulk("v"), "at {site}");
+        c.ok(&["SELECT", "2"]);
+        assert_eq!(
+            c.reply(&["LRANGE", "l", "0", "-1"]).strings(),
+            ["x", "y"],
+            "at {site}"
+        );
+        c.ok(&["SELECT", "0"]);
+    });
+
+    // Concurrent: A moves m from db 0 to db 1 while B writes m in db 0.
+    a.ok(&["SET", "m", "old"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    cluster.partition(A, B);
+    assert_eq!(a.int(&["MOVE", "m", "1"]), 1);
+    b.ok(&["SET", "m", "new"]);
+    cluster.heal(A, B);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    on_all(&cluster, &[A, B], |site, c| {
+        assert_eq!(c.reply(&["GET", "m"]), bulk("new"), "db 0 at {site}");
+        c.ok(&["SELECT", "1"]);
+        assert_eq!(c.reply(&["GET", "m"]), bulk("old"), "db 1 at {site}");
+        c.ok(&["SELECT", "0"]);
+    });
+    assert_eq!(cluster.site(A).digest(), cluster.site(B).digest());
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. The seed paper's Tables 5–7 (and the counter table of docs/conflicts.md §2), end to end.
 // ---------------------------------------------------------------------------------------

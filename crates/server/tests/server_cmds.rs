@@ -366,3 +366,22 @@ fn config_rewrite_writes_the_toml_file_and_a_restart_reads_it() {
         "*6\r\n$25\r\nhash-max-listpack-entries\r\n$1\r\n9\r\n$14\r\nlfu-log-factor\r\n$1\r\n5\r\n$15\r\nactiverehashing\r\n$2\r\nno\r\n"
     );
 }
+
+#[test]
+fn debug_protocol_push_sends_a_push_then_a_reply() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(
+        text(&mut c, &["DEBUG", "PROTOCOL", "push"]),
+        "-ERR RESP2 is not supported by this command\r\n"
+    );
+    assert!(text(&mut c, &["HELLO", "3"]).starts_with('%'));
+    assert_eq!(
+        text(&mut c, &["DEBUG", "PROTOCOL", "push"]),
+        ">2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&c.read_reply()),
+        "$40\r\nSome real reply following the push reply\r\n"
+    );
+}

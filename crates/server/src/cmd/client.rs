@@ -1,9 +1,11 @@
-//! CLIENT and its subcommands: ID SETNAME GETNAME LIST INFO KILL HELP.
+//! CLIENT and its subcommands: ID SETNAME GETNAME LIST INFO KILL PAUSE UNPAUSE REPLY UNBLOCK
+//! NO-EVICT GETREDIR HELP.
 //!
 //! Other connections are read through the shard's registry of `ClientShared` (cells only,
 //! never borrowed mutably here); the calling connection's own line is built from its `Client`
-//! and the running command, as Redis shows it. Not registered (so they answer "unknown
-//! subcommand"): PAUSE UNPAUSE REPLY TRACKING CACHING GETREDIR TRACKINGINFO UNBLOCK NO-EVICT;
+//! and the running command, as Redis shows it. CLIENT PAUSE is kept in the shard
+//! (`Shard::pause`); `cmd::execute` postpones the commands it covers (`blocking::postpone`).
+//! Not registered (so they answer "unknown subcommand"): TRACKING CACHING TRACKINGINFO;
 //! SETINFO does not exist in Redis 7.0.
 
 use std::rc::Rc;
@@ -22,6 +24,12 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("client|kill", kill),
     ("client|list", list),
     ("client|setname", setname),
+    ("client|pause", pause),
+    ("client|unpause", unpause),
+    ("client|reply", reply),
+    ("client|unblock", unblock),
+    ("client|no-evict", no_evict),
+    ("client|getredir", getredir),
 ];
 
 /// Size reported as `rbs` (the reply buffer a connection starts with, `Reply::new`).
@@ -149,6 +157,9 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     if me.is_some_and(|m| m.dirty_cas) {
         flags.push('d');
     }
+    if c.no_evict.get() {
+        flags.push('e');
+    }
     if flags.is_empty() {
         flags.push('N');
     }
@@ -179,16 +190,31 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
         c.id, c.addr, c.laddr
     );
     out.extend_from_slice(name);
-    let _ = writeln!(
+    let _ = write!(
         out,
         " age={age} idle={idle} flags={flags} db={db} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free=0 \
          argv-mem={argv_mem} multi-mem={multi_mem} rbs={REPLY_BUF_BYTES} rbp={rbp} obl={obl} oll=0 omem=0 \
-         tot-mem={tot_mem} events=r cmd={cmd} user=default redir=-1 resp={resp}",
+         tot-mem={tot_mem} events=r cmd={cmd} user=",
         c.sub.get(),
         c.psub.get(),
         c.ssub.get(),
         multi.map_or(-1, |n| n as i64),
     );
+    match c.user.borrow().as_ref() {
+        Some(u) => out.extend_from_slice(&u.name()),
+        None => out.extend_from_slice(b"default"),
+    }
+    let _ = writeln!(out, " redir=-1 resp={resp}");
+}
+
+/// One connection's CLIENT LIST line without its newline (ACL LOG `client-info`).
+pub fn info_line(c: &ClientShared, now_ms: u64) -> String {
+    let mut out = Vec::new();
+    cat_client_info(&mut out, c, None, now_ms);
+    if out.last() == Some(&b'\n') {
+        out.pop();
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The current connection's view of itself while `argv` runs.
@@ -294,6 +320,7 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut ctype: Option<ClientType> = None;
     let mut id: u64 = 0;
     let mut skipme = true;
+    let mut user: Option<&[u8]> = None;
     let old_form = argv.len() == 3;
     if old_form {
         addr = argv.get(2).copied();
@@ -324,13 +351,13 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             } else if eq_ic(opt, "laddr") {
                 laddr = Some(val);
             } else if eq_ic(opt, "user") {
-                // Only the default user exists.
-                if val != b"default" {
+                if ctx.shard.acl.user(val).is_none() {
                     return Err(CmdError::Err(format!(
                         "No such user '{}'",
                         String::from_utf8_lossy(c_str(val))
                     )));
                 }
+                user = Some(val);
             } else if eq_ic(opt, "skipme") {
                 if eq_ic(val, "yes") {
                     skipme = true;
@@ -361,6 +388,12 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         if id != 0 && c.id != id {
             continue;
         }
+        if let Some(name) = user {
+            let theirs = c.user.borrow().as_ref().map(|u| u.name());
+            if theirs.as_deref().unwrap_or(b"default") != name {
+                continue;
+            }
+        }
         if c.id == me {
             if skipme {
                 continue;
@@ -389,8 +422,6 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     const LINES: &[&str] = &[
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-        "CACHING (YES|NO)",
-        "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
         "GETREDIR",
         "    Return the client ID we are redirecting to when tracking is enabled.",
         "GETNAME",
@@ -427,11 +458,6 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "    Assign the name <name> to the current connection.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
-        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
-        "         [OPTIN] [OPTOUT] [NOLOOP]",
-        "    Control server assisted client side caching.",
-        "TRACKINGINFO",
-        "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "HELP",
@@ -441,6 +467,126 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     for l in LINES {
         ctx.out.simple(l);
     }
+    Ok(())
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL]: holds back every command (ALL, the default) or those
+/// that write (WRITE) from every client until `timeout` milliseconds pass or CLIENT UNPAUSE.
+/// A pause already in force keeps the later end and the stricter kind (`pauseClients`).
+fn pause(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if argv.len() > 4 {
+        return Err(super::server::subcommand_syntax_error(argv));
+    }
+    let mut all = true;
+    if let Some(mode) = argv.get(3) {
+        if eq_ic(mode, "write") {
+            all = false;
+        } else if !eq_ic(mode, "all") {
+            return Err(CmdError::Err(
+                "CLIENT PAUSE mode must be WRITE or ALL".to_string(),
+            ));
+        }
+    }
+    let now = ctx.now_ms;
+    let end = crate::blocking::parse_timeout_ms(argv.get(2).copied().unwrap_or_default(), now)?
+        .unwrap_or(0);
+    let new = match ctx.shard.pause_at(now) {
+        Some(p) => crate::shard::ClientPause {
+            all: p.all || all,
+            end_ms: p.end_ms.max(end),
+        },
+        None => crate::shard::ClientPause { all, end_ms: end },
+    };
+    // A pause that already ended (timeout 0) is no pause.
+    ctx.shard.pause = (new.end_ms > now).then_some(new);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT UNPAUSE: ends the pause; postponed commands run now.
+fn unpause(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.shard.pause = None;
+    ctx.shard.blocking.wake_postponed();
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT REPLY ON|OFF|SKIP: OFF drops every reply until ON, SKIP the next command's. Only
+/// ON replies (`cmd::execute` drops the rest).
+fn reply(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    use crate::client::ReplyMode;
+    let mode = argv.get(2).copied().unwrap_or_default();
+    if eq_ic(mode, "on") {
+        ctx.client.reply_mode = ReplyMode::On;
+        ctx.out.ok();
+    } else if eq_ic(mode, "off") {
+        ctx.client.reply_mode = ReplyMode::Off;
+    } else if eq_ic(mode, "skip") {
+        if ctx.client.reply_mode != ReplyMode::Off {
+            ctx.client.reply_mode = ReplyMode::SkipNext;
+        }
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    Ok(())
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends the wait of a client blocked in BLPOP, WAIT and
+/// the like, as if its timeout passed or with an `UNBLOCKED` error. 1 when it was blocked;
+/// 0 otherwise, and for a client held by CLIENT PAUSE (which Redis 7.0 cannot unblock
+/// either).
+fn unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    use crate::client::Unblock;
+    if argv.len() > 4 {
+        return Err(super::server::subcommand_syntax_error(argv));
+    }
+    let how = match argv.get(3) {
+        None => Unblock::Timeout,
+        Some(r) if eq_ic(r, "timeout") => Unblock::Timeout,
+        Some(r) if eq_ic(r, "error") => Unblock::Error,
+        Some(_) => {
+            return Err(CmdError::Err(
+                "CLIENT UNBLOCK reason should be TIMEOUT or ERROR".to_string(),
+            ));
+        }
+    };
+    let id = parse_i64(argv.get(2).copied().unwrap_or_default()).ok_or(CmdError::NotInteger)?;
+    let target = u64::try_from(id)
+        .ok()
+        .and_then(|i| ctx.shard.clients.get(&i))
+        .filter(|c| {
+            c.blocked.get() && c.unblock.get().is_none() && !ctx.shard.blocking.is_postponed(c.id)
+        })
+        .cloned();
+    match target {
+        Some(c) => {
+            c.unblock.set(Some(how));
+            c.wake.notify_one();
+            ctx.out.int(1);
+        }
+        None => ctx.out.int(0),
+    }
+    Ok(())
+}
+
+/// CLIENT NO-EVICT ON|OFF: recorded (flag `e`); Meridian evicts no client.
+fn no_evict(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let v = argv.get(2).copied().unwrap_or_default();
+    if eq_ic(v, "on") {
+        ctx.client.shared.no_evict.set(true);
+    } else if eq_ic(v, "off") {
+        ctx.client.shared.no_evict.set(false);
+    } else {
+        return Err(CmdError::Syntax);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// CLIENT GETREDIR: the client tracking invalidations are redirected to; -1 while tracking
+/// is off, which it always is (Meridian has no CLIENT TRACKING yet).
+fn getredir(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    ctx.out.int(-1);
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 //! incomplete or carry variable flags have their own extractor, as in Redis.
 
 use super::args::{eq_ic, parse_i64};
-use super::table::{CommandSpec, Flags, Table};
+use super::table::{CommandMeta, CommandSpec, Flags, Table};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::resp::reply::Reply;
@@ -306,7 +306,7 @@ fn getkeys_impl(ctx: &mut Ctx<'_>, argv: &[&[u8]], with_flags: bool) -> Result<(
             "Invalid number of arguments specified for command".to_string(),
         ));
     }
-    let keys = match keys_with_specs(spec, &specs, cargv) {
+    let keys = match keys_with_specs(spec.meta, &specs, cargv) {
         Some(k) if !k.is_empty() => k,
         _ => {
             if spec.meta.flags.contains(Flags::NO_MANDATORY_KEYS) {
@@ -372,7 +372,7 @@ enum FindKeys {
 
 /// One key spec, read from the generated COMMAND INFO bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct KeySpec {
+pub struct KeySpec {
     /// Key flags in Redis's order ("RW", "access", ...).
     flags: Vec<&'static str>,
     bs: BeginSearch,
@@ -380,7 +380,7 @@ struct KeySpec {
 }
 
 impl KeySpec {
-    fn has_flag(&self, f: &str) -> bool {
+    pub fn has_flag(&self, f: &str) -> bool {
         self.flags.contains(&f)
     }
 }
@@ -474,7 +474,7 @@ fn parse_value(b: &[u8]) -> Option<(V<'_>, &[u8])> {
 
 /// The key specs of a command, from its RESP2 `info_head` (arity, flags, first, last, step,
 /// categories, tips, key specs). Malformed data gives no specs.
-fn key_specs(info_head_resp2: &[u8]) -> Vec<KeySpec> {
+pub fn key_specs(info_head_resp2: &[u8]) -> Vec<KeySpec> {
     let mut cur = info_head_resp2;
     let mut values = Vec::with_capacity(8);
     while !cur.is_empty() {
@@ -535,20 +535,25 @@ fn parse_key_spec(v: &V<'_>) -> Option<KeySpec> {
 }
 
 /// A key found: its position in the command's argv and its flags.
-type KeyRef = (usize, Vec<&'static str>);
+pub type KeyRef = (usize, Vec<&'static str>);
 
 /// Redis's `getKeysFromCommandWithSpecs`: key specs when they are complete and their flags
-/// fixed, else the command's own extractor. None when no keys could be found.
-fn keys_with_specs(spec: &CommandSpec, specs: &[KeySpec], argv: &[&[u8]]) -> Option<Vec<KeyRef>> {
+/// fixed, else the command's own extractor. None when no keys could be found. ACL checks
+/// use it too (`crate::acl`), with the specs parsed once.
+pub fn keys_with_specs(
+    meta: &CommandMeta,
+    specs: &[KeySpec],
+    argv: &[&[u8]],
+) -> Option<Vec<KeyRef>> {
     let has_varflags = specs.iter().any(|s| s.has_flag("variable_flags"));
     if !has_varflags {
-        if let Some(k) = keys_using_specs(spec.meta.arity, specs, argv) {
+        if let Some(k) = keys_using_specs(meta.arity, specs, argv) {
             if !k.is_empty() {
                 return Some(k);
             }
         }
     }
-    native_getkeys(spec.meta.name, argv)
+    native_getkeys(meta.name, argv)
 }
 
 /// Redis's `getKeysUsingKeySpecs` (not-key specs skipped, no partial results).
@@ -730,13 +735,7 @@ mod tests {
         let m = meta(name);
         let specs = key_specs(m.info_head_resp2);
         let argv: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        let spec = CommandSpec {
-            meta: m,
-            handler: None,
-            idx: 0,
-            is_container: false,
-        };
-        keys_with_specs(&spec, &specs, &argv)
+        keys_with_specs(m, &specs, &argv)
     }
 
     #[test]

@@ -85,6 +85,10 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.out.proto = Proto::Resp2;
     ctx.client.shared.proto.set(Proto::Resp2);
     *ctx.client.shared.name.borrow_mut() = None;
+    // Back to the default user, authenticated only when it needs no password.
+    *ctx.client.shared.user.borrow_mut() = None;
+    let open = ctx.shard.acl.default_is_open();
+    ctx.client.shared.authenticated.set(open);
     ctx.out.simple("RESET");
     Ok(())
 }
@@ -115,12 +119,13 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         let opt = argv.get(i).copied().unwrap_or_default();
         let more = argv.len() - i - 1;
         if eq_ic(opt, "auth") && more >= 2 {
-            // No ACL users or requirepass exist: only the default user, which takes any
-            // password ("nopass"), as Redis with no requirepass.
-            if argv.get(i + 1).copied().unwrap_or_default() != b"default" {
-                return Err(CmdError::Raw(
-                    "WRONGPASS invalid username-password pair or user is disabled.".to_string(),
-                ));
+            let (user, pass) = (
+                argv.get(i + 1).copied().unwrap_or_default(),
+                argv.get(i + 2).copied().unwrap_or_default(),
+            );
+            let name = argv.first().copied().unwrap_or_default();
+            if !super::acl::authenticate(ctx, user, pass, name) {
+                return Err(super::acl::wrongpass());
             }
             i += 3;
         } else if eq_ic(opt, "setname") && more >= 1 {
@@ -146,6 +151,10 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         } else {
             Some(name.to_vec())
         };
+    }
+    // Redis tests the connection's flag itself here, not whether a password is needed.
+    if !ctx.client.shared.authenticated.get() {
+        return Err(CmdError::Raw(super::acl::HELLO_NOAUTH.to_string()));
     }
     ctx.out.proto = proto;
     ctx.client.shared.proto.set(proto);

@@ -1,4 +1,4 @@
-//! HyperLogLog commands: PFADD PFCOUNT PFMERGE.
+//! HyperLogLog commands: PFADD PFCOUNT PFMERGE, and PFDEBUG PFSELFTEST.
 //!
 //! Semantics, replies and error texts follow Redis 7.0 (`hyperloglog.c`); the encoding and the
 //! algorithms are `meridian_crdt::hll`, so GET of a HyperLogLog shows Redis's bytes. A key is a
@@ -24,8 +24,13 @@ use meridian_crdt::{Effect, Expire, KeyState, StrView, TypeTag};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 
-pub const HANDLERS: &[(&str, Handler)] =
-    &[("pfadd", pfadd), ("pfcount", pfcount), ("pfmerge", pfmerge)];
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("pfadd", pfadd),
+    ("pfcount", pfcount),
+    ("pfmerge", pfmerge),
+    ("pfdebug", pfdebug),
+    ("pfselftest", pfselftest),
+];
 
 /// PFADD/PFCOUNT/PFMERGE on a string that is not a HyperLogLog.
 const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
@@ -306,6 +311,204 @@ fn pfmerge(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 seen,
             });
         }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Converts the HyperLogLog at `key` to the dense encoding (PFDEBUG GETREG and TODENSE):
+/// an `HllOp::Merge` of no registers with `dense`, so every site converts it too; a string
+/// with a HyperLogLog header is rewritten as a string. Returns whether it was sparse.
+fn to_dense(ctx: &mut Ctx<'_>, key: &[u8], held: Held) -> Result<bool, CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    match held {
+        Held::Missing => Ok(false),
+        Held::Str(mut b) => {
+            if hll::is_dense(&b) {
+                return Ok(false);
+            }
+            hll::sparse_to_dense(&mut b).map_err(|_| corrupt())?;
+            store_string(ctx, key, &b, true);
+            ctx.shard.mark_raw_encoding(db, key);
+            Ok(true)
+        }
+        Held::Hll => {
+            let sparse = !hll::is_dense(hll_bytes(
+                ctx.shard.lookup_quiet(db, key, now).map(|e| &e.state),
+            ));
+            if sparse {
+                write_raise(ctx, key, |seen| HllOp::Merge {
+                    pairs: Vec::new(),
+                    dense: true,
+                    seen,
+                });
+            }
+            Ok(sparse)
+        }
+    }
+}
+
+/// The bytes of the HyperLogLog at `key` (after `classify`).
+fn current_bytes(ctx: &mut Ctx<'_>, key: &[u8]) -> Vec<u8> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    match ctx.shard.lookup_quiet(db, key, now) {
+        Some(e) => match e.state.hll() {
+            Some(h) => h.bytes().to_vec(),
+            None => match e.state.view_str() {
+                Some(StrView::Bytes(b)) => b.to_vec(),
+                _ => Vec::new(),
+            },
+        },
+        None => Vec::new(),
+    }
+}
+
+/// PFDEBUG GETREG|DECODE|ENCODING|TODENSE key (Redis's `pfdebugCommand`).
+fn pfdebug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let sub = arg(argv, 1);
+    let key = arg(argv, 2);
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let held = classify(ctx.shard.lookup_quiet(db, key, now).map(|e| &e.state))?;
+    if matches!(held, Held::Missing) {
+        return Err(CmdError::Err(
+            "The specified key does not exist".to_string(),
+        ));
+    }
+    let name = String::from_utf8_lossy(sub).into_owned();
+    let known = ["getreg", "decode", "encoding", "todense"];
+    if !known.iter().any(|k| sub.eq_ignore_ascii_case(k.as_bytes())) {
+        return Err(CmdError::Err(format!(
+            "Unknown PFDEBUG subcommand '{name}'"
+        )));
+    }
+    if argv.len() != 3 {
+        return Err(CmdError::Err(format!(
+            "Wrong number of arguments for the '{name}' subcommand"
+        )));
+    }
+    if sub.eq_ignore_ascii_case(b"getreg") {
+        to_dense(ctx, key, held)?;
+        let bytes = current_bytes(ctx, key);
+        let regs = hll::registers(&bytes).map_err(|_| corrupt())?;
+        ctx.out.array(REGISTERS);
+        for r in regs.iter() {
+            ctx.out.int(i64::from(*r));
+        }
+    } else if sub.eq_ignore_ascii_case(b"decode") {
+        let bytes = current_bytes(ctx, key);
+        if hll::is_dense(&bytes) {
+            return Err(CmdError::Err("HLL encoding is not sparse".to_string()));
+        }
+        ctx.out.bulk(decode_sparse(&bytes).as_bytes());
+    } else if sub.eq_ignore_ascii_case(b"encoding") {
+        let bytes = current_bytes(ctx, key);
+        ctx.out.simple(if hll::is_dense(&bytes) {
+            "dense"
+        } else {
+            "sparse"
+        });
+    } else {
+        let converted = to_dense(ctx, key, held)?;
+        ctx.out.int(i64::from(converted));
+    }
+    Ok(())
+}
+
+/// PFDEBUG DECODE: the sparse opcodes as Redis prints them (`z:len`, `Z:len`, `v:value,len`).
+fn decode_sparse(b: &[u8]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut p = hll::HDR_SIZE;
+    while let Some(&op) = b.get(p) {
+        if op & 0xc0 == 0 {
+            // ZERO: 00xxxxxx, run of xxxxxx + 1 zero registers.
+            out.push(format!("z:{}", (op & 0x3f) + 1));
+            p += 1;
+        } else if op & 0xc0 == 0x40 {
+            // XZERO: 01xxxxxx yyyyyyyy, run of (xxxxxx << 8 | yyyyyyyy) + 1.
+            let low = b.get(p + 1).copied().unwrap_or(0);
+            out.push(format!(
+                "Z:{}",
+                ((usize::from(op & 0x3f) << 8) | usize::from(low)) + 1
+            ));
+            p += 2;
+        } else {
+            // VAL: 1vvvvvxx, run of xx + 1 registers of value vvvvv + 1.
+            out.push(format!("v:{},{}", ((op >> 2) & 0x1f) + 1, (op & 0x3) + 1));
+            p += 1;
+        }
+    }
+    out.join(" ")
+}
+
+/// Cycles of PFSELFTEST's register test (`HLL_TEST_CYCLES`).
+const SELFTEST_CYCLES: usize = 1000;
+/// Elements PFSELFTEST adds to check the estimate (Redis's 10 million).
+const SELFTEST_ELEMENTS: u64 = 10_000_000;
+
+/// PFSELFTEST: Redis's self test of the HyperLogLog implementation: register packing of the
+/// dense encoding, then the estimate's error at each power of ten up to 10 million elements,
+/// with a sparse and a dense copy that must agree. Runs on the shard thread, as in Redis.
+fn pfselftest(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    let failed = |m: String| Err(CmdError::Raw(format!("TESTFAILED {m}")));
+    let mut seed = ctx.now_ms | 1;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // Test 1: every register keeps its value and leaves its neighbours alone.
+    for _ in 0..SELFTEST_CYCLES {
+        let mut dense = hll::create();
+        hll::sparse_to_dense(&mut dense).map_err(|_| corrupt())?;
+        let values: Vec<u8> = (0..REGISTERS)
+            .map(|_| (rand() as u8) & hll::REGISTER_MAX)
+            .collect();
+        for (i, v) in values.iter().enumerate() {
+            hll::set_register(&mut dense, i, *v).map_err(|_| corrupt())?;
+        }
+        for (i, v) in values.iter().enumerate() {
+            let got = hll::get_register(&dense, i).unwrap_or(u8::MAX);
+            if got != *v {
+                return failed(format!("Register {i} should be {v} but is {got}"));
+            }
+        }
+    }
+    // Test 2: the estimate's error, sparse and dense side by side.
+    let mut dense = hll::create();
+    hll::sparse_to_dense(&mut dense).map_err(|_| corrupt())?;
+    let mut sparse = hll::create();
+    let relerr = 1.04 / (REGISTERS as f64).sqrt();
+    let base = rand();
+    let mut checkpoint: u64 = 1;
+    for j in 1..=SELFTEST_ELEMENTS {
+        let ele = (j ^ base).to_ne_bytes();
+        let (index, count) = hll::pat_len(&ele);
+        hll::set_register(&mut dense, usize::from(index), count).map_err(|_| corrupt())?;
+        hll::set_register(&mut sparse, usize::from(index), count).map_err(|_| corrupt())?;
+        if j != checkpoint {
+            continue;
+        }
+        if (j as usize) < hll::SPARSE_MAX_BYTES / 2 && hll::is_dense(&sparse) {
+            return failed("sparse encoding not used".to_string());
+        }
+        let card = hll::count(&dense).map_err(|_| corrupt())?;
+        if card != hll::count(&sparse).map_err(|_| corrupt())? {
+            return failed("dense/sparse disagree".to_string());
+        }
+        let maxerr = if j == 10 {
+            1
+        } else {
+            (relerr * 6.0 * checkpoint as f64).ceil() as u64
+        };
+        let abserr = checkpoint.abs_diff(card);
+        if abserr > maxerr {
+            return failed(format!("Too big error. card:{checkpoint} abserr:{abserr}"));
+        }
+        checkpoint *= 10;
     }
     ctx.out.ok();
     Ok(())

@@ -64,10 +64,10 @@ fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R
     r
 }
 
-/// A key's value copied out of the keyspace (RENAME, COPY): the effects that rebuild it.
-struct Snapshot(Vec<Effect<Vec<u8>>>);
+/// A key's value copied out of the keyspace (RENAME, COPY, MOVE): the effects that rebuild it.
+pub(crate) struct Snapshot(Vec<Effect<Vec<u8>>>);
 
-fn snapshot(state: &KeyState) -> Option<Snapshot> {
+pub(crate) fn snapshot(state: &KeyState) -> Option<Snapshot> {
     let effects = state.recreate_effects();
     if effects.is_empty() {
         None
@@ -78,7 +78,13 @@ fn snapshot(state: &KeyState) -> Option<Snapshot> {
 
 /// Writes `value` (and the deadline `at_ms`) to `key` in `db`, replacing whatever is there:
 /// an observed-remove of the destination, then the effects that rebuild the value.
-fn write_snapshot(ctx: &mut Ctx<'_>, db: usize, key: &[u8], value: &Snapshot, at_ms: Option<u64>) {
+pub(crate) fn write_snapshot(
+    ctx: &mut Ctx<'_>,
+    db: usize,
+    key: &[u8],
+    value: &Snapshot,
+    at_ms: Option<u64>,
+) {
     let now = ctx.now_ms;
     ctx.shard.delete_key(db, key, now);
     for effect in &value.0 {
@@ -224,6 +230,9 @@ fn cursor_make(idx: usize, restarts: u64, table: &KeyTable) -> u64 {
         | (idx as u64 & CURSOR_INDEX_MASK)
 }
 
+/// Entries of a rehash in progress each SCAN call moves first (bounded work per call).
+const SCAN_REHASH_ENTRIES_MAX: usize = 4096;
+
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
 ///
 /// The cursor is a bucket index into the database's `KeyTable` (low bits), tagged with the
@@ -271,6 +280,10 @@ fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     let db = ctx.db();
     let now = ctx.now_ms;
+    // A rehash in progress makes SCAN see entries twice (in the old table, then in the new
+    // one): each call first moves a bounded batch, as Redis's dict does on its operations, so
+    // a small database has finished its rehash by the first call.
+    ctx.shard.rehash_db(db, SCAN_REHASH_ENTRIES_MAX);
     let Some(d) = ctx.shard.dbs.get(db) else {
         return Err(CmdError::DbIndexOutOfRange);
     };
@@ -736,28 +749,43 @@ fn object_key<'a>(argv: &[&'a [u8]]) -> &'a [u8] {
     argv.get(2).copied().unwrap_or_default()
 }
 
-/// OBJECT ENCODING: the encoding Redis 7.0 would give a value of the same contents under the
-/// current thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
-/// Redis converts a value only one way, so after elements are removed Redis may still show
-/// the larger encoding where Meridian shows the smaller (docs/compatibility.md).
-fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let db = ctx.db();
-    let (hash, zset) = (
-        ctx.shard.config.hash_listpack(),
-        ctx.shard.config.zset_listpack(),
-    );
-    let intset_max = ctx.shard.config.set_max_intset_entries;
-    let enc = peek(ctx, db, object_key(argv), |e| match e.state.type_tag() {
-        Some(TypeTag::Set) => set_encoding(&e.state, intset_max),
+/// The thresholds OBJECT ENCODING reads (copied out of the configuration before the lookup).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EncodingLimits {
+    hash: crate::config::ListpackLimits,
+    zset: crate::config::ListpackLimits,
+    intset_max: u64,
+}
+
+impl EncodingLimits {
+    pub(crate) fn of(c: &crate::config::Config) -> EncodingLimits {
+        EncodingLimits {
+            hash: c.hash_listpack(),
+            zset: c.zset_listpack(),
+            intset_max: c.set_max_intset_entries,
+        }
+    }
+}
+
+/// The encoding Redis 7.0 would give a value of the same contents under the current
+/// thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
+/// Redis converts a value only one way: a hash keeps the larger encoding once it held more
+/// fields or longer ones (`HashCrdt::fits_listpack`); sets and sorted sets are judged on their
+/// contents now (docs/compatibility.md).
+pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
+    match e.state.type_tag() {
+        Some(TypeTag::Set) => set_encoding(&e.state, limits.intset_max),
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
         Some(TypeTag::Stream) => "stream",
         Some(TypeTag::ZSet) => e
             .state
             .zset()
-            .map_or("listpack", |z| super::zset::encoding(z, zset)),
+            .map_or("listpack", |z| super::zset::encoding(z, limits.zset)),
         Some(TypeTag::Hash) => match e.state.hash() {
-            Some(h) if h.fits_listpack(hash.entries_max, hash.value_max) => "listpack",
+            Some(h) if h.fits_listpack(limits.hash.entries_max, limits.hash.value_max) => {
+                "listpack"
+            }
             _ => "hashtable",
         },
         _ if e.raw => "raw",
@@ -768,7 +796,14 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .hll()
             .map_or("raw", |h| str_encoding(&StrView::Bytes(h.bytes())).0),
         _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
-    });
+    }
+}
+
+/// OBJECT ENCODING key (`encoding_name`).
+fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let limits = EncodingLimits::of(&ctx.shard.config);
+    let enc = peek(ctx, db, object_key(argv), |e| encoding_name(e, limits));
     match enc {
         Some(enc) => ctx.out.bulk(enc.as_bytes()),
         None => ctx.out.null(),
@@ -795,7 +830,7 @@ fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// Seconds since the key's last access on the 24-bit LRU clock (`estimateObjectIdleTime`).
-fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
+pub(crate) fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
     let now = lru_clock(now_ms);
     let idle = if now >= lru_s {
         now - lru_s
@@ -808,25 +843,38 @@ fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
 fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
-    match peek(ctx, db, object_key(argv), |e| idle_seconds(e.lru_s, now)) {
-        Some(s) => ctx.out.int(s),
-        None => ctx.out.null(),
+    let Some(lru) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+        ctx.out.null();
+        return Ok(());
+    };
+    if ctx.shard.lfu {
+        return Err(CmdError::Err(
+            "An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+                .to_string(),
+        ));
     }
+    ctx.out.int(idle_seconds(lru, now));
     Ok(())
 }
 
-/// No LFU maxmemory policy exists here, so OBJECT FREQ always answers Redis's error for a
-/// server without one (after the key lookup, as Redis does).
+/// OBJECT FREQ: the key's LFU counter, decayed to now (`LFUDecrAndReturn`), under an LFU
+/// `maxmemory-policy`; Redis's error otherwise (after the key lookup, as Redis does).
 fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    if peek(ctx, db, object_key(argv), |_| ()).is_none() {
+    let Some(field) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
+    };
+    if !ctx.shard.lfu {
+        return Err(CmdError::Err(
+            "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+                .to_string(),
+        ));
     }
-    Err(CmdError::Err(
-        "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
-            .to_string(),
-    ))
+    let minutes = crate::keyspace::lfu_minutes(ctx.now_ms);
+    let freq = crate::keyspace::lfu_decayed(field, minutes, ctx.shard.config.lfu_decay_time);
+    ctx.out.int(i64::from(freq));
+    Ok(())
 }
 
 const OBJECT_HELP: &[&str] = &[

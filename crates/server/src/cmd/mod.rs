@@ -15,6 +15,7 @@
 //! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
 //! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
+//! - `db`: MOVE SWAPDB (across logical databases).
 //! - `hll`: PFADD PFCOUNT PFMERGE (HyperLogLog, Redis's encoding).
 //! - `tx`: MULTI EXEC DISCARD WATCH UNWATCH.
 //! - `server`: INFO CONFIG TIME SLOWLOG DEBUG LATENCY MONITOR DBSIZE FLUSHDB FLUSHALL.
@@ -23,22 +24,35 @@
 //! - `geo`: GEOADD GEOPOS GEODIST GEOHASH GEOSEARCH GEORADIUS... (on sorted sets).
 //! - `set`: SADD SREM SMEMBERS ... SSCAN.
 //! - `sort`: SORT SORT_RO (lists, sets, sorted sets; BY/GET patterns, STORE).
+//! - `latency`: LATENCY HISTOGRAM DOCTOR GRAPH, INFO latencystats.
+//! - `lolwut`: LOLWUT (Redis's computer art, versions 5 and 6).
+//! - `memory`: MEMORY USAGE STATS DOCTOR MALLOC-STATS PURGE.
+//! - `replicas`: WAIT ROLE (a site is a primary with no Redis replicas).
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
 //! - `stream`: XADD XRANGE XREAD ... XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM XINFO.
+//! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
 
+pub mod acl;
 pub mod args;
 pub mod client;
 pub mod command;
 pub mod connection;
 pub mod crdt;
+pub mod db;
+pub mod debug;
 pub mod geo;
 pub mod hash;
 pub mod hll;
 pub mod keys;
+pub mod latency;
 pub mod list;
+pub mod lolwut;
+pub mod memory;
 pub mod meta;
+pub mod peers;
 pub mod pubsub;
+pub mod replicas;
 pub mod scripting;
 pub mod server;
 pub mod set;
@@ -85,6 +99,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
+    v.extend_from_slice(db::HANDLERS);
     v.extend_from_slice(hash::HANDLERS);
     v.extend_from_slice(hll::HANDLERS);
     v.extend_from_slice(list::HANDLERS);
@@ -99,19 +114,28 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(scripting::HANDLERS);
     v.extend_from_slice(stream::HANDLERS);
+    v.extend_from_slice(peers::HANDLERS);
+    v.extend_from_slice(acl::HANDLERS);
+    v.extend_from_slice(replicas::HANDLERS);
+    v.extend_from_slice(memory::HANDLERS);
+    v.extend_from_slice(latency::HANDLERS);
+    v.extend_from_slice(lolwut::HANDLERS);
     v
 }
 
 /// The process-wide command table, built on first use.
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
-    TABLE.get_or_init(
-        || match Table::build(meta::META.iter().chain(crdt::META), &all_handlers()) {
+    TABLE.get_or_init(|| {
+        match Table::build(
+            meta::META.iter().chain(crdt::META).chain(peers::META),
+            &all_handlers(),
+        ) {
             Ok(t) => t,
             // The shipped table is checked by a unit test; an inconsistent build is a bug.
             Err(e) => panic!("command table: {e}"),
-        },
-    )
+        }
+    })
 }
 
 /// Names of commands a client inside MULTI runs at once instead of queuing.
@@ -153,7 +177,8 @@ pub fn resolve(table: &'static Table, argv: &[&[u8]]) -> Result<&'static Command
     Ok(spec)
 }
 
-/// Runs one command from a client: the path described in the module doc.
+/// Runs one command from a client: the path described in the module doc. With CLIENT REPLY
+/// OFF (or SKIP for this command) its reply is dropped.
 pub fn execute(
     shard: &mut Shard,
     client: &mut Client,
@@ -164,6 +189,98 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
+    // Cross-protocol scripting guard: an HTTP request sent to the port closes the connection
+    // unanswered, as Redis's `securityWarningCommand` does (the replies of the commands
+    // before it in the same read are dropped too: Redis frees the client before writing).
+    let name = argv.first().copied().unwrap_or_default();
+    if is_cross_protocol(argv) {
+        security_warning(shard, now_ms);
+        out.truncate(0);
+        client.close_after_reply = true;
+        return;
+    }
+    use crate::client::ReplyMode;
+    if client.reply_mode == ReplyMode::SkipNext {
+        client.reply_mode = ReplyMode::Skip;
+    }
+    let mark = out.len();
+    execute_inner(shard, client, out, argv, now_ms);
+    // Subscription confirmations are pushes, which CLIENT REPLY does not silence (Redis's
+    // CLIENT_PUSHING), in RESP2 as in RESP3.
+    const CONFIRMED: [&str; 6] = [
+        "subscribe",
+        "psubscribe",
+        "ssubscribe",
+        "unsubscribe",
+        "punsubscribe",
+        "sunsubscribe",
+    ];
+    if client.reply_mode != ReplyMode::On && CONFIRMED.iter().any(|c| args::eq_ic(name, c)) {
+        if client.reply_mode == ReplyMode::Skip {
+            client.reply_mode = ReplyMode::On;
+        }
+        return;
+    }
+    match client.reply_mode {
+        ReplyMode::On | ReplyMode::SkipNext => {}
+        ReplyMode::Off => out.truncate(mark),
+        ReplyMode::Skip => {
+            out.truncate(mark);
+            client.reply_mode = ReplyMode::On;
+        }
+    }
+}
+
+/// Whether a command is the start of an HTTP request (POST, or a `Host:` header line): the
+/// cross-protocol scripting guard closes such connections unanswered.
+pub fn is_cross_protocol(argv: &[&[u8]]) -> bool {
+    let name = argv.first().copied().unwrap_or_default();
+    args::eq_ic(name, "post") || args::eq_ic(name, "host:")
+}
+
+/// Redis's `securityWarningCommand` log line.
+pub const SECURITY_WARNING: &str = "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to Redis. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your Redis instance. Connection aborted.";
+
+/// Logs Redis's warning about a cross-protocol attack, at most once a minute.
+fn security_warning(shard: &mut Shard, now_ms: u64) {
+    let now_s = now_ms / 1000;
+    if now_s.abs_diff(shard.stats.security_warning_s) > 60 {
+        tracing::warn!("{SECURITY_WARNING}");
+        shard.stats.security_warning_s = now_s;
+    }
+}
+
+/// Whether CLIENT PAUSE holds this command back: every command under PAUSE ALL; under PAUSE
+/// WRITE, those that write or may replicate (PUBLISH, PFCOUNT...), and EXEC of a
+/// transaction holding one (Redis's `is_may_replicate_command`).
+fn paused_by(shard: &Shard, client: &Client, spec: &CommandSpec, all: bool) -> bool {
+    if all {
+        return true;
+    }
+    let replicates = |s: &CommandSpec| {
+        s.meta.flags.contains(Flags::WRITE)
+            || s.meta.flags.contains(Flags::MAY_REPLICATE)
+            || table::MAY_REPLICATE_COMMANDS.contains(&s.meta.name)
+    };
+    if replicates(spec) {
+        return true;
+    }
+    spec.meta.name == "exec"
+        && client.multi.as_ref().is_some_and(|m| {
+            m.queued.iter().any(|q| {
+                let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+                resolve(shard.table, &argv).is_ok_and(replicates)
+            })
+        })
+}
+
+fn execute_inner(
+    shard: &mut Shard,
+    client: &mut Client,
+    out: &mut Reply,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
     let table = shard.table;
     let spec = match resolve(table, argv) {
         Ok(spec) => spec,
@@ -189,6 +306,24 @@ pub fn execute(
             return;
         }
     };
+    // Authentication, then the user's permissions (Redis checks them before the rest).
+    if let Err(e) = acl::gate(shard, client, spec, argv, now_ms) {
+        if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        // A refused EXEC discards the transaction (Redis's `rejectCommand`).
+        if spec.meta.name == "exec" {
+            let mut text = Vec::new();
+            e.write_text(&mut text);
+            exec_abort(shard, client, out, &String::from_utf8_lossy(&text));
+            return;
+        }
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        reply_error(shard, out, &e);
+        return;
+    }
     // A RESP2 client with subscriptions runs only the Pub/Sub commands, PING, QUIT and RESET.
     if client.shared.is_subscribed()
         && client.shared.proto.get() == crate::resp::reply::Proto::Resp2
@@ -231,6 +366,14 @@ pub fn execute(
                 m.aborted = true;
             }
             reply_error(shard, out, &CmdError::Raw(text));
+            return;
+        }
+    }
+    // CLIENT PAUSE: the command waits for the end of the pause (checked after the errors a
+    // paused client still gets at once, before MULTI queuing, as in Redis).
+    if let Some(p) = shard.pause_at(now_ms) {
+        if paused_by(shard, client, spec, p.all) {
+            crate::blocking::postpone(shard, client, p.end_ms);
             return;
         }
     }
@@ -329,19 +472,51 @@ pub fn call(
     if shard.seq != seq_before {
         client.last_write_seq = shard.seq;
     }
-    let usec = started.elapsed().as_micros() as u64;
+    let elapsed = started.elapsed();
+    let usec = elapsed.as_micros() as u64;
     client.shared.last_cmd.set(spec.meta.name);
     shard.stats.total_commands_processed += 1;
+    let tracking = shard.config.latency_tracking;
     if let Some(st) = shard.stats.commands.get_mut(spec.idx) {
         st.calls += 1;
         st.usec += usec;
         if result.is_err() {
             st.failed_calls += 1;
         }
+        // A command that blocked is not counted here: its wait is not its latency.
+        if tracking && client.blocked.is_none() {
+            st.latency
+                .get_or_insert_with(Default::default)
+                .record(elapsed.as_nanos() as u64);
+        }
     }
     if let Err(e) = &result {
         reply_error(shard, out, e);
     }
+    let flags = spec.meta.flags;
+    // A command that blocked is logged when its wait ends (`blocking`), as Redis does.
+    if client.blocked.is_none() {
+        log_slow(shard, client, spec, argv, usec, now_ms);
+    }
+    if !shard.monitors.is_empty()
+        && !flags.contains(Flags::SKIP_MONITOR)
+        && !flags.contains(Flags::ADMIN)
+    {
+        let shown = acl::redacted(spec.meta.name, argv);
+        feed_monitors(shard, client, shown.as_deref().unwrap_or(argv), now_ms);
+    }
+}
+
+/// Feeds the slow log and the latency monitor with a command that took `usec` (when it
+/// ran, or for a blocked one when it was answered).
+pub fn log_slow(
+    shard: &mut Shard,
+    client: &Client,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    usec: u64,
+    now_ms: u64,
+) {
     let flags = spec.meta.flags;
     let threshold = shard.config.slowlog_log_slower_than;
     if threshold >= 0 && usec >= threshold as u64 && !flags.contains(Flags::SKIP_SLOWLOG) {
@@ -353,7 +528,14 @@ pub fn call(
             .as_ref()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        shard.slowlog.push(now_ms / 1000, usec, argv, peer, name);
+        let shown = acl::redacted(spec.meta.name, argv);
+        shard.slowlog.push(
+            now_ms / 1000,
+            usec,
+            shown.as_deref().unwrap_or(argv),
+            peer,
+            name,
+        );
     }
     let lat_threshold = shard.config.latency_monitor_threshold;
     if lat_threshold > 0 {
@@ -365,12 +547,6 @@ pub fn call(
         shard
             .latency
             .record(event, now_ms / 1000, usec / 1000, lat_threshold);
-    }
-    if !shard.monitors.is_empty()
-        && !flags.contains(Flags::SKIP_MONITOR)
-        && !flags.contains(Flags::ADMIN)
-    {
-        feed_monitors(shard, client, argv, now_ms);
     }
 }
 

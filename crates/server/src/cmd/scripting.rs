@@ -197,7 +197,7 @@ fn new_run(
         killed: false,
         timed_out: false,
         name,
-        caller_id: ctx.client.id(),
+        caller: ctx.client.shared.clone(),
         caller_argv,
     }
 }

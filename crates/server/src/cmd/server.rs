@@ -206,6 +206,10 @@ fn info_string(shard: &mut Shard, s: &Sections, now_ms: u64) -> String {
             let _ = write!(out, "errorstat_{code}:count={count}\r\n");
         }
     }
+    if s.has("latencystats") {
+        section(&mut out, &mut n, "Latencystats");
+        super::latency::info_latencystats(shard, &mut out);
+    }
     if s.has("cluster") {
         section(&mut out, &mut n, "Cluster");
         field(&mut out, "cluster_enabled", 0);
@@ -423,7 +427,7 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
     );
     field(out, "maxmemory", 0);
     field(out, "maxmemory_human", "0B");
-    field(out, "maxmemory_policy", "noeviction");
+    field(out, "maxmemory_policy", &shard.config.maxmemory_policy);
     field(
         out,
         "allocator_frag_ratio",
@@ -628,10 +632,10 @@ fn info_replication(shard: &Shard, out: &mut String) {
 }
 
 /// Clock ticks per second of /proc times (USER_HZ, 100 on Linux's user-visible interfaces).
-const USER_HZ: u64 = 100;
+pub(crate) const USER_HZ: u64 = 100;
 
 /// (utime, stime, cutime, cstime) in ticks from a /proc `stat` file.
-fn proc_times(path: &str) -> Option<[u64; 4]> {
+pub(crate) fn proc_times(path: &str) -> Option<[u64; 4]> {
     let text = std::fs::read_to_string(path).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = text.get(text.rfind(')')? + 1..)?;
@@ -800,6 +804,13 @@ fn config_applied(shard: &mut Shard, name: &str) {
             }
         }
         "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
+        // Redis's `updateRequirePass`: the default user's passwords become this one (none:
+        // nopass).
+        "requirepass" => {
+            let pass = shard.config.requirepass.clone();
+            shard.acl.set_requirepass(pass.as_bytes());
+        }
+        "maxmemory-policy" => shard.set_policy_flags(),
         _ => {}
     }
 }
@@ -1072,11 +1083,21 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ctx,
             "DEBUG",
             &[
+                "DIGEST",
+                "    Output a hex signature representing the current DB content.",
+                "DIGEST-VALUE <key> [<key> ...]",
+                "    Output a hex signature of the values of all the specified keys.",
                 "ERROR <string>",
                 "    Return a Redis protocol error with <string> as message. Useful for clients",
                 "    unit tests to simulate Redis errors.",
                 "LOG <message>",
                 "    Write <message> to the server log.",
+                "OBJECT <key>",
+                "    Show low level info about `key` and associated value.",
+                "PROTOCOL <type>",
+                "    Reply with a test value of the specified type. <type> can be: string,",
+                "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+                "    true, false.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1086,6 +1107,18 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ],
         );
         return Ok(());
+    }
+    if eq_ic(sub, "object") && argc == 3 {
+        return super::debug::object(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "protocol") && argc == 3 {
+        return super::debug::protocol(ctx, argv.get(2).copied().unwrap_or_default());
+    }
+    if eq_ic(sub, "digest") && argc == 2 {
+        return super::debug::digest(ctx);
+    }
+    if eq_ic(sub, "digest-value") {
+        return super::debug::digest_value(ctx, argv.get(2..).unwrap_or_default());
     }
     if eq_ic(sub, "sleep") && argc == 3 {
         // Redis: strtod, whatever it parses (0 for junk); the shard thread blocks, as Redis's

@@ -46,9 +46,24 @@ fn sort_ro(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     sort_generic(ctx, argv, true)
 }
 
+/// Whether the client's user may read every key with this command (SORT's BY and GET).
+fn full_key_access(ctx: &Ctx<'_>, argv: &[&[u8]]) -> bool {
+    let user = ctx.client.shared.user.borrow();
+    let slot = user
+        .as_ref()
+        .unwrap_or_else(|| ctx.shard.acl.default_user());
+    slot.is_unrestricted()
+        || crate::acl::may_read_every_key(crate::acl::catalog(), &slot.get(), ctx.spec.acl_id, argv)
+}
+
 /// Redis's option loop: unknown words (and STORE for SORT_RO) are a syntax error, LIMIT
-/// needs two integers.
-fn parse_args<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<SortArgs<'a>, CmdError> {
+/// needs two integers. BY with a pattern and GET read keys no key spec names: a user
+/// needs read access to every key for them (`full_key_access`).
+fn parse_args<'a>(
+    argv: &[&'a [u8]],
+    readonly: bool,
+    full_key_access: bool,
+) -> Result<SortArgs<'a>, CmdError> {
     let mut a = SortArgs {
         desc: false,
         alpha: false,
@@ -79,9 +94,18 @@ fn parse_args<'a>(argv: &[&'a [u8]], readonly: bool) -> Result<SortArgs<'a>, Cmd
             a.by = Some(next);
             if !next.contains(&b'*') {
                 a.dontsort = true;
+            } else if !full_key_access {
+                return Err(CmdError::Err(
+                    "BY option of SORT denied due to insufficient ACL permissions.".to_string(),
+                ));
             }
             j += 1;
         } else if eq_ic(opt, "get") && left >= 1 {
+            if !full_key_access {
+                return Err(CmdError::Err(
+                    "GET option of SORT denied due to insufficient ACL permissions.".to_string(),
+                ));
+            }
             a.gets.push(next);
             j += 1;
         } else {
@@ -253,7 +277,8 @@ fn compare(a: &Item, b: &Item, alpha: bool, by: bool) -> Ordering {
 /// [STORE destination]; SORT_RO without STORE. Replies the elements (or, per element, one
 /// value per GET pattern, null when missing), or with STORE the length of the stored list.
 fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(), CmdError> {
-    let mut a = parse_args(argv, readonly)?;
+    let full_key_access = full_key_access(ctx, argv);
+    let mut a = parse_args(argv, readonly, full_key_access)?;
     let (kind, elems) = load(ctx, argv.get(1).copied().unwrap_or_default())?;
     // A set's order is arbitrary: with STORE, or for a script, sort it anyway so the result
     // is the same everywhere (Redis does this for scripts and for what it replicates).

@@ -1,5 +1,5 @@
 //! String commands: GET SET SETNX SETEX PSETEX GETSET GETDEL GETEX MGET MSET MSETNX APPEND
-//! STRLEN GETRANGE SUBSTR SETRANGE INCR DECR INCRBY DECRBY INCRBYFLOAT.
+//! STRLEN GETRANGE SUBSTR SETRANGE INCR DECR INCRBY DECRBY INCRBYFLOAT LCS.
 //!
 //! Semantics, option parsing, reply shapes and error texts follow Redis 7.0 (`t_string.c`).
 //! Every write is a CRDT effect built from the key's current view:
@@ -41,6 +41,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("incrby", incrby),
     ("decrby", decrby),
     ("incrbyfloat", incrbyfloat),
+    ("lcs", lcs),
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -722,6 +723,184 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     ctx.out.bulk(text.as_bytes());
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// LCS
+// ---------------------------------------------------------------------------------------------
+
+/// The bytes of a string key for LCS: empty when missing; Redis's LCS text for another type.
+fn lcs_operand(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<u8>, CmdError> {
+    let db = ctx.db();
+    let Some(state) = ctx.shard.lookup_read(db, key, ctx.now_ms) else {
+        return Ok(Vec::new());
+    };
+    let view = str_view(state)
+        .map_err(|_| CmdError::Err("The specified keys must contain string values".to_string()))?;
+    Ok(with_bytes(view, <[u8]>::to_vec))
+}
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]: the longest common
+/// subsequence by Redis's dynamic programming table (`lcsCommand`), whose size is bounded as
+/// Redis bounds it: (len1 + 1) * (len2 + 1) * 4 bytes at most `proto-max-bulk-len`.
+fn lcs(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    // Both keys are looked up first, so a wrong type wins over a syntax error, as in Redis.
+    let a = lcs_operand(ctx, arg(argv, 1));
+    let b = lcs_operand(ctx, arg(argv, 2));
+    let (a, b) = (a?, b?);
+    let (mut getlen, mut getidx, mut withmatchlen) = (false, false, false);
+    let mut minmatchlen: u64 = 0;
+    let mut j = 3;
+    while let Some(opt) = argv.get(j) {
+        let more = argv.len() - 1 - j;
+        if eq_ic(opt, "idx") {
+            getidx = true;
+        } else if eq_ic(opt, "len") {
+            getlen = true;
+        } else if eq_ic(opt, "withmatchlen") {
+            withmatchlen = true;
+        } else if eq_ic(opt, "minmatchlen") && more > 0 {
+            minmatchlen = u64::try_from(int_arg(arg(argv, j + 1))?).unwrap_or(0);
+            j += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    if getlen && getidx {
+        return Err(CmdError::Err(
+            "If you want both the length and indexes, please just use IDX.".to_string(),
+        ));
+    }
+    if a.len() >= u32::MAX as usize - 1 || b.len() >= u32::MAX as usize - 1 {
+        return Err(CmdError::Err("String too long for LCS".to_string()));
+    }
+    let cells = (a.len() as u64 + 1).saturating_mul(b.len() as u64 + 1);
+    if cells.saturating_mul(4) > ctx.shard.config.proto_max_bulk_len {
+        return Err(CmdError::Err(
+            "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len".to_string(),
+        ));
+    }
+    let table = LcsTable::build(&a, &b);
+    let total = table.at(a.len(), b.len());
+    if getlen {
+        ctx.out.int(i64::from(total));
+        return Ok(());
+    }
+    let (text, ranges) = table.walk(&a, &b, minmatchlen);
+    if !getidx {
+        ctx.out.bulk(&text);
+        return Ok(());
+    }
+    let out = &mut *ctx.out;
+    out.map(2);
+    out.bulk(b"matches");
+    out.array(ranges.len());
+    for r in &ranges {
+        out.array(if withmatchlen { 3 } else { 2 });
+        out.array(2);
+        out.int(i64::from(r.a.0));
+        out.int(i64::from(r.a.1));
+        out.array(2);
+        out.int(i64::from(r.b.0));
+        out.int(i64::from(r.b.1));
+        if withmatchlen {
+            out.int(i64::from(r.a.1 - r.a.0 + 1));
+        }
+    }
+    out.bulk(b"len");
+    out.int(i64::from(total));
+    Ok(())
+}
+
+/// A matched range of LCS IDX: inclusive start and end in each string.
+struct LcsRange {
+    a: (u32, u32),
+    b: (u32, u32),
+}
+
+/// `LCS(i, j)`: the length of the LCS of a[..i] and b[..j], row by row.
+struct LcsTable {
+    cells: Vec<u32>,
+    width: usize,
+}
+
+impl LcsTable {
+    fn build(a: &[u8], b: &[u8]) -> LcsTable {
+        let width = b.len() + 1;
+        let mut cells = vec![0u32; (a.len() + 1) * width];
+        for (i, &ca) in a.iter().enumerate() {
+            for (j, &cb) in b.iter().enumerate() {
+                let v = if ca == cb {
+                    cells.get(i * width + j).copied().unwrap_or(0) + 1
+                } else {
+                    let up = cells.get(i * width + j + 1).copied().unwrap_or(0);
+                    let left = cells.get((i + 1) * width + j).copied().unwrap_or(0);
+                    up.max(left)
+                };
+                if let Some(c) = cells.get_mut((i + 1) * width + j + 1) {
+                    *c = v;
+                }
+            }
+        }
+        LcsTable { cells, width }
+    }
+
+    fn at(&self, i: usize, j: usize) -> u32 {
+        self.cells.get(i * self.width + j).copied().unwrap_or(0)
+    }
+
+    /// Redis's backward walk: the LCS text and the ranges of at least `minmatchlen` bytes,
+    /// from the end of the strings.
+    fn walk(&self, a: &[u8], b: &[u8], minmatchlen: u64) -> (Vec<u8>, Vec<LcsRange>) {
+        let mut text = Vec::with_capacity(self.at(a.len(), b.len()) as usize);
+        let mut ranges = Vec::new();
+        let (mut i, mut j) = (a.len(), b.len());
+        // The range being extended backwards: (a start, a end, b start, b end).
+        let mut cur: Option<(u32, u32, u32, u32)> = None;
+        while i > 0 && j > 0 {
+            let mut emit = false;
+            let (ca, cb) = (a.get(i - 1), b.get(j - 1));
+            if ca == cb {
+                text.extend(ca);
+                let (ai, bj) = ((i - 1) as u32, (j - 1) as u32);
+                cur = match cur {
+                    None => Some((ai, ai, bj, bj)),
+                    Some((as_, ae, bs, be)) if as_ == ai + 1 && bs == bj + 1 => {
+                        Some((ai, ae, bj, be))
+                    }
+                    Some(r) => {
+                        emit = true;
+                        Some(r)
+                    }
+                };
+                if cur.is_some_and(|r| r.0 == 0 || r.2 == 0) {
+                    emit = true;
+                }
+                i -= 1;
+                j -= 1;
+            } else {
+                if self.at(i - 1, j) > self.at(i, j - 1) {
+                    i -= 1;
+                } else {
+                    j -= 1;
+                }
+                emit = cur.is_some();
+            }
+            if emit {
+                if let Some((as_, ae, bs, be)) = cur.take() {
+                    if minmatchlen == 0 || u64::from(ae - as_ + 1) >= minmatchlen {
+                        ranges.push(LcsRange {
+                            a: (as_, ae),
+                            b: (bs, be),
+                        });
+                    }
+                }
+            }
+        }
+        text.reverse();
+        (text, ranges)
+    }
 }
 
 #[cfg(test)]

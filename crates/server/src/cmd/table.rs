@@ -73,6 +73,11 @@ impl Flags {
     }
 }
 
+/// Commands Redis 7.0 flags MAY_REPLICATE (`commands/*.json`), which `COMMAND INFO` does not
+/// show and so `meta` lacks: CLIENT PAUSE WRITE holds them back like writes.
+pub const MAY_REPLICATE_COMMANDS: &[&str] =
+    &["pfcount", "publish", "spublish", "eval", "evalsha", "fcall"];
+
 /// Static description of one command or subcommand (generated data).
 #[derive(Debug)]
 pub struct CommandMeta {
@@ -109,12 +114,17 @@ pub struct CommandSpec {
     pub idx: usize,
     /// Whether this is a container whose argv[1] picks a subcommand.
     pub is_container: bool,
+    /// This command's index in `Table::metas`: its bit in ACL command bitmaps.
+    pub acl_id: usize,
 }
 
 /// The joined table. Built once per process.
 #[derive(Debug)]
 pub struct Table {
     pub specs: Vec<CommandSpec>,
+    /// Every command's metadata, implemented or not, in the order given to `build` (a
+    /// container before its subcommands): what ACL rules can name (`crate::acl`).
+    pub metas: Vec<&'static CommandMeta>,
     by_name: HashMap<&'static str, usize>,
 }
 
@@ -129,9 +139,14 @@ impl Table {
         handlers: &[(&'static str, Handler)],
     ) -> Result<Table, String> {
         let mut by_meta: HashMap<&'static str, &'static CommandMeta> = HashMap::new();
+        let mut all: Vec<&'static CommandMeta> = Vec::new();
+        let mut acl_ids: HashMap<&'static str, usize> = HashMap::new();
         for m in metas {
             by_meta.insert(m.name, m);
+            acl_ids.insert(m.name, all.len());
+            all.push(m);
         }
+        let acl_id = |name: &str| acl_ids.get(name).copied().unwrap_or(usize::MAX);
         let mut specs = Vec::new();
         let mut by_name = HashMap::new();
         for &(name, handler) in handlers {
@@ -157,6 +172,7 @@ impl Table {
                             handler: None,
                             idx: specs.len(),
                             is_container: true,
+                            acl_id: acl_id(cmeta.name),
                         });
                     }
                 }
@@ -181,11 +197,16 @@ impl Table {
                         handler: Some(handler),
                         idx: specs.len(),
                         is_container,
+                        acl_id: acl_id(meta.name),
                     });
                 }
             }
         }
-        Ok(Table { specs, by_name })
+        Ok(Table {
+            specs,
+            metas: all,
+            by_name,
+        })
     }
 
     /// Looks a command up by name, case-insensitively, without allocating.

@@ -80,7 +80,13 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     for q in &state.queued {
         let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
         match super::resolve(table, &argv) {
-            Ok(spec) => super::call(ctx.shard, ctx.client, ctx.out, spec, &argv, ctx.now_ms),
+            Ok(spec) => {
+                // The rules may have changed since the command was queued.
+                match super::acl::exec_gate(ctx.shard, ctx.client, spec, &argv, ctx.now_ms) {
+                    None => super::call(ctx.shard, ctx.client, ctx.out, spec, &argv, ctx.now_ms),
+                    Some(e) => super::reply_error(ctx.shard, ctx.out, &e),
+                }
+            }
             Err(e) => super::reply_error(ctx.shard, ctx.out, &e),
         }
     }

@@ -248,10 +248,8 @@ const LOG_TAIL_CUT: &str =
     "A torn tail of the op log is always cut at start (docs/persistence.md).";
 const MISCONF_ALWAYS: &str =
     "Meridian always refuses writes with MISCONF while its log cannot be written.";
-const NO_ACL: &str = "Meridian has no ACL yet.";
 const NO_AOF: &str =
     "Meridian keeps an op log of its own format, not an AOF (docs/persistence.md).";
-const NO_AUTH: &str = "Meridian has no AUTH or ACL yet.";
 const NO_CLIENT_TLS: &str =
     "Client connections are plain TCP; sites use TLS between them (`sync-tls-*`).";
 const NO_CLUSTER: &str = "Redis Cluster is not enabled.";
@@ -287,8 +285,7 @@ pub static PARAMS: &[Param] = &[
         .immutable(),
     stored("always-show-logo", Kind::Bool, "no", PROCESS)
         .immutable(),
-    stored("protected-mode", Kind::Bool, "yes", NO_AUTH)
-        .fixed(),
+    field("protected-mode", Kind::Bool, field!(protected_mode), "While the default user has no password, refuse clients from addresses other than 127.0.0.1 and ::1 (-DENIED)."),
     stored("rdbcompression", Kind::Bool, "yes", NO_RDB),
     stored("rdb-del-sync-files", Kind::Bool, "no", NO_RDB),
     stored("activerehashing", Kind::Bool, "yes", REHASH),
@@ -343,7 +340,7 @@ pub static PARAMS: &[Param] = &[
     field("latency-tracking", Kind::Bool, field!(latency_tracking), "Per-command latency histograms (LATENCY HISTOGRAM, INFO latencystats)."),
     stored("aof-disable-auto-gc", Kind::Bool, "no", NO_AOF),
     stored("replica-ignore-disk-write-errors", Kind::Bool, "no", NO_REPLICATION),
-    stored("aclfile", Kind::Text, "", NO_AUTH)
+    field("aclfile", Kind::Text, field!(aclfile), "ACL users file (empty: none), loaded at start and by ACL LOAD, written by ACL SAVE; users are per site, never replicated.")
         .immutable(),
     stored("unixsocket", Kind::Text, "", TCP_ONLY)
         .immutable(),
@@ -380,8 +377,7 @@ pub static PARAMS: &[Param] = &[
         .immutable(),
     stored("masterauth", Kind::Text, "", NO_REPLICATION_AUTH)
         .fixed(),
-    stored("requirepass", Kind::Text, "", NO_AUTH)
-        .fixed(),
+    field("requirepass", Kind::Text, field!(requirepass), "The default user's password (empty: none); setting it replaces the default user's passwords, as Redis does."),
     stored("supervised", Kind::Enum(&["upstart", "systemd", "auto", "no"]), "no", PROCESS)
         .immutable(),
     stored("syslog-facility", Kind::Enum(&["user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7"]), "local0", PROCESS)
@@ -391,7 +387,7 @@ pub static PARAMS: &[Param] = &[
     field("maxmemory-policy", Kind::Enum(&["volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction"]), field!(maxmemory_policy), "Selects LRU or LFU access tracking (OBJECT IDLETIME, OBJECT FREQ); Meridian never evicts (maxmemory is 0)."),
     field("appendfsync", Kind::Enum(&["everysec", "always", "no"]), field!(appendfsync), "When log writes reach the disk: always, everysec or no."),
     stored("oom-score-adj", Kind::Enum(&["no", "yes", "relative", "absolute"]), "no", PROCESS),
-    stored("acl-pubsub-default", Kind::Enum(&["allchannels", "resetchannels"]), "resetchannels", NO_ACL),
+    field("acl-pubsub-default", Kind::Enum(&["allchannels", "resetchannels"]), field!(acl_pubsub_default), "Channels of new ACL users: resetchannels (none) or allchannels."),
     stored("sanitize-dump-payload", Kind::Enum(&["no", "yes", "clients"]), "no", NO_DUMP),
     stored("enable-protected-configs", Kind::Enum(&["no", "yes", "local"]), "no", PROTECTED_CONFIGS)
         .immutable(),
@@ -443,7 +439,7 @@ pub static PARAMS: &[Param] = &[
     stored("list-compress-depth", Kind::Int { min: 0, max: I32 }, "0", LIST_ENCODING),
     stored("rdb-key-save-delay", Kind::Int { min: I32_MIN, max: I32 }, "0", RDB_TEST_HOOKS)
         .hidden(),
-    stored("key-load-delay", Kind::Int { min: I32_MIN, max: I32 }, "0", RDB_TEST_HOOKS)
+    field("key-load-delay", Kind::Int { min: I32_MIN, max: I32 }, field!(key_load_delay), "Test hook: microseconds slept per key or log record loaded at start (0 or less: none), so tests can watch clients answered -LOADING.")
         .hidden(),
     stored("active-expire-effort", Kind::Int { min: 1, max: 10 }, "1", EXPIRY),
     field("hz", Kind::Int { min: 0, max: I32 }, Binding::Field {
@@ -467,7 +463,7 @@ pub static PARAMS: &[Param] = &[
         .immutable(),
     stored("active-defrag-max-scan-fields", Kind::Int { min: 1, max: I64 }, "1000", DEFRAG),
     field("slowlog-max-len", Kind::Int { min: 0, max: I64 }, field!(slowlog_max_len), "Slow log entries kept."),
-    stored("acllog-max-len", Kind::Int { min: 0, max: I64 }, "128", NO_ACL),
+    field("acllog-max-len", Kind::Int { min: 0, max: I64 }, field!(acllog_max_len), "Entries the ACL log keeps."),
     field("busy-reply-threshold", Kind::Int { min: 0, max: I64 }, field!(busy_reply_threshold), "Milliseconds a script or function runs before other clients get -BUSY and SCRIPT KILL or FUNCTION KILL may stop it.")
         .alias("lua-time-limit"),
     stored("cluster-node-timeout", Kind::Int { min: 0, max: I64 }, "15000", NO_CLUSTER),
@@ -600,6 +596,18 @@ pub static PARAMS: &[Param] = &[
         .fixed()
         .meridian(),
     field("log-level", Kind::Text, field!(log_level), "Logging filter, as RUST_LOG.")
+        .fixed()
+        .meridian(),
+    field("log-format", Kind::Enum(&["text", "json"]), field!(log_format), "Log lines as text or as one JSON object each; every line names the site.")
+        .fixed()
+        .meridian(),
+    field("log-file", Kind::Text, field!(log_file), "File the log is written to (empty: standard output); SIGHUP reopens it, for logrotate.")
+        .fixed()
+        .meridian(),
+    field("metrics-port", Kind::Int { min: 0, max: 65535 }, field!(metrics_port), "Port of the HTTP endpoint serving /metrics (Prometheus) and /health (0: off).")
+        .fixed()
+        .meridian(),
+    field("metrics-bind", Kind::Text, field!(metrics_bind), "Address the metrics port listens on.")
         .fixed()
         .meridian(),
     field("debug-fsync-watermark", Kind::Bool, field!(debug_fsync_watermark), "Test only: record the log length known to be on disk after every fsync.")

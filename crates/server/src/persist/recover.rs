@@ -121,6 +121,16 @@ fn apply_meta(shard: &mut Shard, m: &SnapshotMeta) {
     }
 }
 
+/// The test hook `key-load-delay`: sleeps that many microseconds (as Redis's `debugDelay`
+/// does per key it loads), so tests can see clients answered while loading.
+fn key_load_delay(shard: &Shard) {
+    if let Ok(us) = u64::try_from(shard.config.key_load_delay) {
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
+    }
+}
+
 /// Loads a snapshot into `shard` (whose keyspace must be empty).
 fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<SnapshotMeta, String> {
     let databases = shard.dbs.len();
@@ -130,6 +140,7 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         path,
         databases,
         |db, key, state| {
+            key_load_delay(shard);
             if !shard.insert_loaded(db, key, state, now_ms) {
                 return Err(format!(
                     "key {:?} appears twice",
@@ -178,6 +189,7 @@ pub fn replay(
     let databases = shard.dbs.len();
     match kind {
         Kind::Op => {
+            key_load_delay(shard);
             let (rec, used) = oplog::decode(payload).map_err(|e| format!("op record: {e}"))?;
             if used != payload.len() {
                 return Err("op record: trailing bytes".to_string());

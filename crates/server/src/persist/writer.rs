@@ -123,6 +123,13 @@ pub struct WriterShared {
 /// Fsync durations kept for `INFO persistence` (the last this many).
 pub const FSYNC_SAMPLES_MAX: usize = 1024;
 
+/// Upper bounds (µs) of the fsync duration histogram `/metrics` shows
+/// (`meridian_fsync_duration_seconds`): 100 µs to 2.5 s.
+pub const FSYNC_BUCKETS_US: [u64; 14] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000,
+];
+
 /// Writer state the shard reads.
 #[derive(Debug, Default)]
 pub struct WriterState {
@@ -137,6 +144,10 @@ pub struct WriterState {
     pub fsync_us: std::collections::VecDeque<u64>,
     /// Longest fsync pass since start, in µs.
     pub fsync_us_max: u64,
+    /// Fsync passes at most `FSYNC_BUCKETS_US[i]` µs long, cumulative, since start.
+    pub fsync_buckets: [u64; FSYNC_BUCKETS_US.len()],
+    /// Sum of every fsync pass's duration since start, in µs.
+    pub fsync_us_sum: u64,
 }
 
 impl WriterState {
@@ -147,6 +158,12 @@ impl WriterState {
         }
         self.fsync_us.push_back(us);
         self.fsync_us_max = self.fsync_us_max.max(us);
+        self.fsync_us_sum = self.fsync_us_sum.saturating_add(us);
+        for (le, n) in FSYNC_BUCKETS_US.iter().zip(self.fsync_buckets.iter_mut()) {
+            if us <= *le {
+                *n += 1;
+            }
+        }
     }
 
     /// The `q` quantile (0..=1) of the recent fsync durations in µs (0 before any).

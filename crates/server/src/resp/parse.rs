@@ -485,8 +485,9 @@ fn hex_value(byte: u8) -> Option<u8> {
     }
 }
 
-/// Redis `sdssplitargs` over a C string (bytes after a NUL are ignored): the arguments, or
-/// `None` for unbalanced quotes. Used for script shebang lines.
+/// Redis `sdssplitargs` over a C string (a NUL byte ends the line, as the C string's
+/// terminator does): the arguments, or `None` for unbalanced quotes. Script shebang lines and
+/// ACL selectors use it.
 pub fn sds_split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
     let line = match memchr::memchr(0, line) {
         Some(i) => line.get(..i).unwrap_or_default(),

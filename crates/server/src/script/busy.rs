@@ -5,9 +5,10 @@
 //! until it returns. Past `busy-reply-threshold`, the hook (every `HOOK_INSTRUCTIONS`
 //! instructions) serves the other connections from a side path that never yields to the
 //! runtime: it peeks at each idle connection's socket, parses the complete commands at its
-//! head, and answers them in place: SCRIPT KILL and FUNCTION KILL set the kill flag,
-//! FUNCTION STATS reports the run, SHUTDOWN NOSAVE ends the process, and everything else gets
-//! Redis's BUSY error. Only the bytes of commands it answered are read off the socket; the
+//! head, and answers them in place, after the checks `cmd::execute` makes (unknown command,
+//! arity, -NOAUTH for a client that has not authenticated, -NOPERM for what its ACL user may
+//! not run): SCRIPT KILL and FUNCTION KILL set the kill flag, FUNCTION STATS reports the run,
+//! SHUTDOWN NOSAVE ends the process, and everything else gets Redis's BUSY error. Only the bytes of commands it answered are read off the socket; the
 //! commands Redis would run during a busy script but that need the connection's own state
 //! (MULTI, WATCH, AUTH, HELLO...) stay in the socket and run once the script returns, as do
 //! the bytes of a connection whose task holds a partial command or unwritten output.
@@ -18,7 +19,9 @@
 
 use smallvec::SmallVec;
 
+use crate::client::ClientShared;
 use crate::cmd::table::{CommandSpec, Flags};
+use crate::error::CmdError;
 use crate::resp::parse::{ParseLimits, Parsed, Parser};
 use crate::resp::reply::{Proto, Reply};
 use crate::shard::Shard;
@@ -133,6 +136,15 @@ enum Action {
     Exit,
 }
 
+/// The error line of a refused command, counted in errorstats as `execute` counts it.
+fn error_reply(shard: &mut Shard, e: &CmdError) -> Vec<u8> {
+    shard.stats.count_error(&e.code());
+    let mut v = vec![b'-'];
+    e.write_text(&mut v);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
 fn error_line(text: &str) -> Vec<u8> {
     let mut v = Vec::with_capacity(text.len() + 3);
     v.push(b'-');
@@ -141,7 +153,29 @@ fn error_line(text: &str) -> Vec<u8> {
     v
 }
 
-fn decide(shard: &mut Shard, argv: &[&[u8]], proto: Proto) -> Action {
+/// Redis's `processCommand` for one command of a waiting client while a script runs long:
+/// unknown commands and wrong arities get their errors, then authentication and the
+/// client's ACL permissions are checked as `cmd::execute` checks them (an unauthenticated
+/// client gets -NOAUTH, never SCRIPT KILL or SHUTDOWN NOSAVE), then the busy rules apply.
+fn decide(
+    shard: &mut Shard,
+    who: &ClientShared,
+    argv: &[&[u8]],
+    proto: Proto,
+    now_ms: u64,
+) -> Action {
+    // The cross-protocol guard closes the connection: its task does that after the script.
+    if crate::cmd::is_cross_protocol(argv) {
+        return Action::Defer;
+    }
+    let spec = match crate::cmd::resolve(shard.table, argv) {
+        Ok(spec) => spec,
+        Err(e) => return Action::Reply(error_reply(shard, &e)),
+    };
+    if let Err(e) = crate::cmd::acl::gate_shared(shard, who, who.in_multi.get(), spec, argv, now_ms)
+    {
+        return Action::Reply(error_reply(shard, &e));
+    }
     let eq = |a: Option<&&[u8]>, s: &str| a.is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()));
     let busy_text = if shard.scripting.run.as_ref().is_some_and(|r| r.eval) {
         BUSY_EVAL
@@ -174,11 +208,7 @@ fn decide(shard: &mut Shard, argv: &[&[u8]], proto: Proto) -> Action {
         }
         return Action::Reply(error_line("ERR Errors trying to SHUTDOWN. Check logs."));
     }
-    let allowed_later = shard
-        .table
-        .lookup(first.copied().unwrap_or_default())
-        .is_some_and(|s: &CommandSpec| s.meta.flags.contains(Flags::ALLOW_BUSY));
-    if allowed_later {
+    if spec.meta.flags.contains(Flags::ALLOW_BUSY) {
         return Action::Defer;
     }
     Action::Reply(error_line(busy_text))
@@ -195,7 +225,21 @@ fn accept_early(shard: &mut Shard) {
         let Ok(fd) = rustix::net::accept_with(&*listener, flags) else {
             return;
         };
-        match tokio::net::TcpStream::from_std(std::net::TcpStream::from(fd)) {
+        let stream = std::net::TcpStream::from(fd);
+        // maxclients and protected mode apply at accept, as in `conn::admit`: a refused
+        // connection gets its error now and is closed.
+        if let Ok(peer) = stream.peer_addr() {
+            let already = shard.scripting.early.len();
+            if let Some(text) = crate::conn::refusal(shard, peer, already) {
+                let _ = rustix::net::send(
+                    &stream,
+                    text,
+                    rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+                );
+                continue;
+            }
+        }
+        match tokio::net::TcpStream::from_std(stream) {
             Ok(s) => shard.scripting.early.push((s, Vec::new())),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register a connection accepted while a script runs")
@@ -220,7 +264,7 @@ pub fn hand_over_early_connections(shard: &mut Shard) {
 /// Serves every other connection that has complete commands waiting in its socket.
 pub fn serve_waiting_clients(shard: &mut Shard) {
     accept_early(shard);
-    let caller = shard.scripting.run.as_ref().map(|r| r.caller_id);
+    let caller = shard.scripting.run.as_ref().map(|r| r.caller.id);
     let clients: Vec<_> = shard.clients.values().cloned().collect();
     let mut peek = vec![0u8; PEEK_BYTES_MAX];
     let mut early = std::mem::take(&mut shard.scripting.early);
@@ -280,9 +324,20 @@ fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>
             _ => return,
         };
         let buf = peek.get(..n).unwrap_or_default();
+        let now_ms = crate::time::wall_ms();
+        // A connection accepted during the script is not registered yet: it runs as the
+        // default user, authenticated only when that user needs no password.
+        let early_who;
+        let who: &ClientShared = match &dest {
+            Out::Client(c) => c,
+            Out::Early(_) => {
+                early_who = early_client(shard, stream, now_ms);
+                &early_who
+            }
+        };
         let mut parser = Parser::new(ParseLimits {
             bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
-            authenticated: true,
+            authenticated: who.authenticated.get() || shard.acl.default_is_open(),
         });
         let mut pos = 0usize;
         let mut out: Vec<u8> = Vec::new();
@@ -297,7 +352,7 @@ fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>
                         Out::Client(c) => c.proto.get(),
                         Out::Early(_) => Proto::Resp2,
                     };
-                    match decide(shard, &argv, proto) {
+                    match decide(shard, who, &argv, proto, now_ms) {
                         Action::Reply(bytes) => {
                             out.extend_from_slice(&bytes);
                             pos += consumed;
@@ -334,6 +389,20 @@ fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>
         }
         write_now(dest, stream, &out);
     }
+}
+
+/// What the side path knows of a connection accepted during the script, for the checks of
+/// `decide` and the ACL log (id 0: it gets its id when its task starts).
+fn early_client(shard: &Shard, stream: &tokio::net::TcpStream, now_ms: u64) -> ClientShared {
+    let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    let who = ClientShared::new(
+        0,
+        stream.peer_addr().unwrap_or(unspecified),
+        stream.local_addr().unwrap_or(unspecified),
+        now_ms,
+    );
+    who.authenticated.set(shard.acl.default_is_open());
+    who
 }
 
 /// Writes replies now when nothing is queued before them; otherwise (or for what the socket

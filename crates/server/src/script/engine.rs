@@ -546,11 +546,29 @@ pub fn run_command(shard: &mut Shard, argv: &[&[u8]]) -> Result<(), String> {
     if flags.contains(Flags::NOSCRIPT) {
         return refused(shard, "This Redis command is not allowed from script");
     }
-    let Some(run) = shard.scripting.run.as_ref() else {
+    let Some((caller, now)) = shard
+        .scripting
+        .run
+        .as_ref()
+        .map(|run| (run.caller.clone(), run.now_ms))
+    else {
         return refused(
             shard,
             "redis.call/pcall can only be called inside a script invocation",
         );
+    };
+    // The script client runs as the caller's user (Redis's `scriptCall`), for this check and
+    // for the checks commands make themselves (SORT's BY and GET patterns).
+    let Some(script_client) = shard.scripting.client.as_ref().map(|c| c.shared.clone()) else {
+        return Err("script client busy".to_string());
+    };
+    *script_client.user.borrow_mut() = caller.user.borrow().clone();
+    if let Err(text) = crate::cmd::acl::script_gate(shard, &script_client, &caller, spec, argv, now)
+    {
+        return refused(shard, &text);
+    }
+    let Some(run) = shard.scripting.run.as_ref() else {
+        return Err(String::new());
     };
     let writes = flags.contains(Flags::WRITE);
     if run.read_only && (writes || flags.contains(Flags::MAY_REPLICATE)) {
@@ -761,11 +779,24 @@ fn redis_acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Valu
         return fail(lua, text);
     }
     let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-    if lookup(table, &refs).is_none() {
+    let Some(spec) = lookup(table, &refs) else {
         return fail(lua, "Invalid command passed to redis.acl_check_cmd()");
+    };
+    // The user of the client that called the script (`rctx->original_client->user`).
+    let allowed = with_shard(lua, |s| {
+        s.scripting
+            .run
+            .as_ref()
+            .map(|run| run.caller.clone())
+            .is_some_and(|caller| crate::cmd::acl::may_run(s, &caller, spec, &refs))
+    });
+    match allowed {
+        Some(allowed) => Ok((Value::Boolean(allowed), Value::Nil)),
+        None => fail(
+            lua,
+            "redis.acl_check_cmd can only be called inside a script invocation",
+        ),
     }
-    // Every connection runs as the default user, which may run every command.
-    Ok((Value::Boolean(true), Value::Nil))
 }
 
 /// `luaL_checkint` of argument `n` (1-based) of `fname`.

@@ -144,8 +144,9 @@ pub struct Run {
     pub timed_out: bool,
     /// The sha (EVAL) or the function name (FCALL).
     pub name: String,
-    /// The client that runs the script (never served by the side path).
-    pub caller_id: u64,
+    /// The client that runs the script (never served by the side path); its user is the
+    /// one the script's commands run as (ACL), and its info the one the ACL log shows.
+    pub caller: std::rc::Rc<crate::client::ClientShared>,
     /// FCALL's arguments, for FUNCTION STATS.
     pub caller_argv: Vec<Vec<u8>>,
 }

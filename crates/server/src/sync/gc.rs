@@ -82,7 +82,8 @@ impl Shard {
         let Some(stable) = self.stable_vv() else {
             return;
         };
-        if self.sync.peers.iter().all(|p| !p.quarantined) {
+        // A removed peer never syncs again: collections made without it are stable.
+        if self.sync.peers.iter().all(|p| !p.quarantined || p.removed) {
             self.sync.collected.merge(&stable);
         }
         if self.sync.gc.pending_keys == 0 {

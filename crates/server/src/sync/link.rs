@@ -59,6 +59,26 @@ pub fn start(shard: &ShardRc, listener: Option<std::net::TcpListener>) {
     for i in 0..peers {
         tokio::task::spawn_local(dial_loop(shard.clone(), i));
     }
+    tokio::task::spawn_local(dial_supervisor(shard.clone()));
+}
+
+/// Starts the dialers of peers added at run time (CRDT.ADDPEER): the command cannot spawn a
+/// task that holds the shard, so it queues the peer's index and wakes this one.
+async fn dial_supervisor(shard: ShardRc) {
+    let wanted = shard.borrow().sync.dial_wanted.clone();
+    loop {
+        wanted.notified().await;
+        let indices = {
+            let mut s = shard.borrow_mut();
+            if s.shutting_down {
+                return;
+            }
+            std::mem::take(&mut s.sync.dials_wanted)
+        };
+        for i in indices {
+            tokio::task::spawn_local(dial_loop(shard.clone(), i));
+        }
+    }
 }
 
 async fn accept_loop(shard: ShardRc, listener: TcpListener) {
@@ -115,6 +135,12 @@ fn refusal(
         return Some(format!(
             "dialed site {:?} but this is site {:?}",
             hello.to_site, s.config.site
+        ));
+    }
+    if s.sync.peer(&hello.from_site).is_some_and(|p| p.removed) {
+        return Some(format!(
+            "site {:?} was removed from the deployment of site {:?}",
+            hello.from_site, s.config.site
         ));
     }
     if s.sync.peer(&hello.from_site).is_none() {
@@ -765,8 +791,11 @@ async fn read_acks<R: tokio::io::AsyncRead + Unpin>(
 async fn dial_loop(shard: ShardRc, peer: usize) {
     let mut backoff_ms = BACKOFF_MIN_MS;
     loop {
-        if shard.borrow().shutting_down {
-            return;
+        {
+            let s = shard.borrow();
+            if s.shutting_down || s.sync.peers.get(peer).is_none_or(|p| p.removed) {
+                return;
+            }
         }
         let started = std::time::Instant::now();
         let result = dial_once(&shard, peer).await;
@@ -801,9 +830,10 @@ async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
             return Ok(());
         };
         p.inbound = LinkState::Connecting;
-        (p.addr, p.site.clone(), tls)
+        (p.addr.clone(), p.site.clone(), tls)
     };
-    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    // A name is resolved on every dial: a peer that moved is found at its new address.
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr.as_str())).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(SyncError::Io(std::io::Error::new(
@@ -948,7 +978,7 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             let now = s.now_ms();
             let databases = s.dbs.len();
             let skew = s.config.sync_clock_skew_ms_max;
-            if s.sync.peers.get(peer).is_none() {
+            if s.sync.peers.get(peer).is_none_or(|p| p.removed) {
                 return Ok(());
             }
             match f.kind {

@@ -83,7 +83,8 @@ impl LinkState {
 #[derive(Debug)]
 pub struct Peer {
     pub site: String,
-    pub addr: std::net::SocketAddr,
+    /// `host:port` of its sync port; a name is resolved again on every dial.
+    pub addr: String,
     /// The replica of the peer's shard that streams to this shard: its current life's.
     pub replica: ReplicaId,
     /// The peer's life as last learned from a handshake (0 until then).
@@ -141,13 +142,17 @@ pub struct Peer {
     pub last_error: String,
     /// Replication lag samples in ms (age of the oldest op of each acked range).
     pub lag_ms: VecDeque<u64>,
+    /// Removed by CRDT.REMOVEPEER: its links are dropped and refused, garbage collection no
+    /// longer waits for it (it is also `quarantined`). Kept in `peers` so that the indices of
+    /// the other peers' tasks stay valid and its replica ids stay recognized.
+    pub removed: bool,
 }
 
 impl Peer {
-    fn new(site: &str, addr: std::net::SocketAddr, shard: u8, now_ms: u64) -> Peer {
+    fn new(site: &str, addr: &str, shard: u8, now_ms: u64) -> Peer {
         Peer {
             site: site.to_string(),
-            addr,
+            addr: addr.to_string(),
             replica: ReplicaId::for_site_shard(site, shard),
             life: 0,
             lives: lives_of(site, shard, 0),
@@ -176,6 +181,7 @@ impl Peer {
             rejoin_pull: false,
             last_error: String::new(),
             lag_ms: VecDeque::new(),
+            removed: false,
         }
     }
 
@@ -268,6 +274,9 @@ pub struct SyncState {
     pub collected: VersionVector,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,
+    /// Peers added at run time whose dialer is not started yet (`link::dial_supervisor`).
+    pub dials_wanted: Vec<usize>,
+    pub dial_wanted: Rc<Notify>,
 }
 
 impl SyncState {
@@ -276,7 +285,7 @@ impl SyncState {
             .peers()
             .unwrap_or_default()
             .iter()
-            .map(|p| Peer::new(&p.site, p.addr, shard, now_ms))
+            .map(|p| Peer::new(&p.site, &p.addr, shard, now_ms))
             .collect();
         let incarnation = rand::random::<u64>().max(1);
         SyncState {
@@ -296,6 +305,8 @@ impl SyncState {
             gc: GcStats::default(),
             collected: VersionVector::new(),
             frames_refused: 0,
+            dials_wanted: Vec::new(),
+            dial_wanted: Rc::new(Notify::new()),
         }
     }
 
@@ -406,6 +417,36 @@ pub fn vv_text(vv: &VersionVector) -> String {
 }
 
 impl crate::shard::Shard {
+    /// CRDT.ADDPEER: a new peer; its dialer starts at once, its links are accepted from now.
+    pub fn add_peer(&mut self, site: &str, addr: &str) {
+        let now = self.now_ms();
+        let index = self.sync.peers.len();
+        self.sync.peers.push(Peer::new(site, addr, self.index, now));
+        self.sync.dials_wanted.push(index);
+        self.sync.dial_wanted.notify_one();
+        self.peers += 1;
+        self.oplog.set_retain_for_peers(true);
+    }
+
+    /// CRDT.REMOVEPEER: drops the peer's links (its sender sees a new generation, its
+    /// receiver and dialer see `removed`), refuses its links from now, and leaves it out of
+    /// garbage collection. Returns false when there is no such peer.
+    pub fn remove_peer(&mut self, site: &str) -> bool {
+        let Some(p) = self.sync.peer_mut(site).filter(|p| !p.removed) else {
+            return false;
+        };
+        p.removed = true;
+        p.quarantined = true;
+        p.out_generation += 1;
+        p.inbound = LinkState::Down;
+        p.outbound = LinkState::Down;
+        p.last_error = "removed from this deployment".to_string();
+        self.peers = self.peers.saturating_sub(1);
+        // CRDT.WAIT counts acks of live peers: a waiter may be done now.
+        while self.blocking.signal(WAIT_DB, WAIT_KEY).is_some() {}
+        true
+    }
+
     /// Takes `life` as this shard's life: its replica id (new ops carry it) and the lives
     /// it recognizes as its own in the log.
     pub fn set_life(&mut self, life: u32) {
@@ -498,8 +539,11 @@ impl crate::shard::Shard {
         f("crdt_oplog_first_seq", &self.oplog.first_seq().unwrap_or(0));
         f("crdt_sync_compression", &self.sync.codec.name());
         f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
-        f("crdt_peers", &self.sync.peers.len());
-        for p in &self.sync.peers {
+        f(
+            "crdt_peers",
+            &self.sync.peers.iter().filter(|p| !p.removed).count(),
+        );
+        for p in self.sync.peers.iter().filter(|p| !p.removed) {
             let lag_ops = self.seq.saturating_sub(p.acked_seq);
             let lag_bytes = if lag_ops == 0 {
                 0

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write as _;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -114,7 +113,8 @@ impl Node {
         strip_ansi(raw.get(self.log_mark..).unwrap_or_default())
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process without waiting for it to serve.
+    pub fn spawn(&mut self) {
         assert!(
             self.child.is_none(),
             "node on port {} already runs",
@@ -281,19 +281,7 @@ impl Drop for Node {
 /// Whether a fresh connection to `port` gets a reply to PING within half a second (PONG,
 /// or an error: either means the server serves).
 fn ping_answers(port: u16) -> bool {
-    use std::io::Read as _;
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err()
-        || stream
-            .set_read_timeout(Some(Duration::from_millis(500)))
-            .is_err()
-    {
-        return false;
-    }
-    let mut buf = [0u8; 64];
-    matches!(stream.read(&mut buf), Ok(n) if n > 0)
+    super::serves(port)
 }
 
 /// Removes terminal colour sequences (`ESC [ ... m`) from a log.

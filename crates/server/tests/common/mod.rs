@@ -48,8 +48,26 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Whether the server on `port` serves commands now: it answers PING with anything but
+/// `-LOADING` (PONG, or -NOAUTH when the default user has a password). A server still
+/// loading its data accepts connections but answers `-LOADING`: it is not ready yet.
+pub fn serves(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    if stream.write_all(b"*1\r\n$4\r\nPING\r\n").is_err()
+        || stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(stream.read(&mut buf), Ok(n) if n > 0 && !buf.starts_with(b"-LOADING"))
+}
+
 /// Starts `program args…` with its output in `<dir>/server.log`, then waits until the port
-/// accepts a connection. Panics with the log when the process exits or never listens.
+/// answers PING. Panics with the log when the process exits or never listens.
 fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Child {
     let log_path = dir.join("server.log");
     let log = std::fs::File::create(&log_path).expect("create server.log");
@@ -63,7 +81,7 @@ fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> Chil
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if serves(port) {
             return child;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -334,6 +352,41 @@ impl Raw {
             }
         };
         let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// Wraps a connection made by the test itself.
+    pub fn from_stream(stream: TcpStream) -> Raw {
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set_read_timeout");
+        Raw {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// A client whose source address is `from` (a loopback address other than 127.0.0.1:
+    /// protected mode treats it as a remote client).
+    pub fn connect_from(from: std::net::Ipv4Addr, port: u16) -> Raw {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        socket
+            .bind(&std::net::SocketAddr::from((from, 0)).into())
+            .expect("bind source address");
+        socket
+            .connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())
+            .expect("connect");
+        let stream: TcpStream = socket.into();
         stream
             .set_read_timeout(Some(READ_TIMEOUT))
             .expect("set_read_timeout");

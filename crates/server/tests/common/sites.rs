@@ -83,7 +83,7 @@ impl Site {
     }
 
     /// Starts the process (its output appended to `<dir>/server.log`) and waits until the client
-    /// port accepts a connection; panics with the log if it exits or never listens.
+    /// port answers PING (loaded); panics with the log if it exits or never listens.
     pub fn start(&mut self) {
         assert!(
             self.child
@@ -114,7 +114,7 @@ impl Site {
             .unwrap_or_else(|e| panic!("spawn meridian: {e}"));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if super::serves(self.port) {
                 *self.child.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(child);
                 return;
             }

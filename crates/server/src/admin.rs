@@ -1,0 +1,162 @@
+//! `meridian admin`: one command sent to every site of a deployment over RESP, each reply
+//! printed under its site (CRDT.PEERS, CRDT.ADDPEER, CRDT.REMOVEPEER).
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::time::Duration;
+
+/// Longest wait for a connection or a reply.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest reply read (a peer list is small).
+pub const REPLY_BYTES_MAX: usize = 1024 * 1024;
+/// Deepest nesting of arrays and maps in a reply.
+pub const NESTING_MAX: usize = 8;
+
+/// Failures of one site's call.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{addr}: {source}")]
+    Io {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{addr}: cannot resolve")]
+    Resolve { addr: String },
+    #[error("{addr}: malformed or oversized reply")]
+    Reply { addr: String },
+}
+
+/// A reply, as far as the admin client shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<String>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// One line: `OK`, `(error) ERR ...`, `3`, or a list as `[a, b]`.
+    pub fn to_line(&self) -> String {
+        match self {
+            Reply::Simple(s) => s.clone(),
+            Reply::Error(e) => format!("(error) {e}"),
+            Reply::Int(n) => n.to_string(),
+            Reply::Bulk(Some(s)) => s.clone(),
+            Reply::Bulk(None) => "(nil)".to_string(),
+            Reply::Array(v) => format!(
+                "[{}]",
+                v.iter().map(Reply::to_line).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+/// Sends `args` to `addr` (`host:port`) and returns its reply.
+pub fn call(addr: &str, args: &[&str]) -> Result<Reply, AdminError> {
+    let io = |source| AdminError::Io {
+        addr: addr.to_string(),
+        source,
+    };
+    let target = addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| AdminError::Resolve {
+            addr: addr.to_string(),
+        })?;
+    let mut s = TcpStream::connect_timeout(&target, ADMIN_TIMEOUT).map_err(io)?;
+    s.set_read_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).map_err(io)?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some((reply, _)) = parse(&buf, 0) {
+            return Ok(reply);
+        }
+        if buf.len() > REPLY_BYTES_MAX {
+            return Err(AdminError::Reply {
+                addr: addr.to_string(),
+            });
+        }
+        let n = s.read(&mut chunk).map_err(io)?;
+        if n == 0 {
+            return Err(AdminError::Reply {
+                addr: addr.to_string(),
+            });
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+}
+
+/// Parses one complete reply at the start of `b`: the reply and its length, or None when
+/// incomplete, malformed or nested deeper than `NESTING_MAX`.
+fn parse(b: &[u8], depth: usize) -> Option<(Reply, usize)> {
+    if depth > NESTING_MAX {
+        return None;
+    }
+    let end = b.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(b.get(1..end)?).ok()?;
+    let after = end + 2;
+    match b.first()? {
+        b'+' => Some((Reply::Simple(line.to_string()), after)),
+        b'-' => Some((Reply::Error(line.to_string()), after)),
+        b':' => Some((Reply::Int(line.parse().ok()?), after)),
+        b'$' => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some((Reply::Bulk(None), after));
+            }
+            let n = usize::try_from(n).ok()?;
+            let body = b.get(after..after + n)?;
+            b.get(after + n..after + n + 2)?;
+            Some((
+                Reply::Bulk(Some(String::from_utf8_lossy(body).into_owned())),
+                after + n + 2,
+            ))
+        }
+        kind @ (b'*' | b'%') => {
+            let n: i64 = line.parse().ok()?;
+            if n < 0 {
+                return Some((Reply::Array(Vec::new()), after));
+            }
+            let items = usize::try_from(n).ok()? * if *kind == b'%' { 2 } else { 1 };
+            let mut v = Vec::with_capacity(items.min(1024));
+            let mut pos = after;
+            for _ in 0..items {
+                let (r, used) = parse(b.get(pos..)?, depth + 1)?;
+                v.push(r);
+                pos += used;
+            }
+            Some((Reply::Array(v), pos))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_replies_and_waits_for_the_rest() {
+        assert_eq!(parse(b"+OK\r\n", 0), Some((Reply::Simple("OK".into()), 5)));
+        assert_eq!(parse(b"+OK\r", 0), None);
+        let (r, n) = parse(b"*2\r\n%1\r\n$4\r\nsite\r\n$1\r\nb\r\n:3\r\n", 0).unwrap();
+        assert_eq!(n, 29);
+        assert_eq!(r.to_line(), "[[site, b], 3]");
+        assert_eq!(parse(b"*1\r\n$4\r\nsi", 0), None);
+        assert!(parse(b"-ERR no\r\n", 0).unwrap().0.is_error());
+        let deep = "*1\r\n".repeat(NESTING_MAX + 2) + ":1\r\n";
+        assert_eq!(parse(deep.as_bytes(), 0), None);
+    }
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+# Runs every fuzz target for a bounded time and prints each one's executions.
+#
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every target)
+#
+# Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`); without them it says
+# so and exits 0, so CI on stable can call it. Seeds come from fuzz/corpus/<target>/ when it
+# exists (fuzz/.gitignore keeps corpora out of the repository); new inputs go to a scratch
+# copy, not back into fuzz/corpus. A crash stops the run with libFuzzer's report and a
+# non-zero status.
+set -eu
+cd "$(dirname "$0")"
+secs="${1:-60}"
+[ $# -gt 0 ] && shift
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "fuzz/run.sh: no nightly toolchain (rustup toolchain install nightly): skipped"
+    exit 0
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "fuzz/run.sh: cargo-fuzz is not installed (cargo install cargo-fuzz): skipped"
+    exit 0
+fi
+targets="$*"
+[ -n "$targets" ] || targets="$(cargo +nightly fuzz list)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+status=0
+for t in $targets; do
+    mkdir -p "$work/$t"
+    if [ -d "corpus/$t" ]; then cp -r "corpus/$t/." "$work/$t/"; fi
+    log="$work/$t.log"
+    if cargo +nightly fuzz run "$t" "$work/$t" -- \
+        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=1 >"$log" 2>&1; then
+        execs="$(grep -o 'Done [0-9]* runs' "$log" | tail -n 1 | tr -dc 0-9)"
+        echo "$t: ok, ${execs:-?} executions in ${secs}s"
+    else
+        echo "$t: FAILED (libFuzzer's report follows)"
+        tail -n 40 "$log"
+        status=1
+    fi
+done
+exit $status
