@@ -61,6 +61,7 @@ pub mod resp;
 pub mod script;
 pub mod server;
 pub mod service;
+pub mod sha1;
 pub mod shard;
 pub mod slot;
 pub mod stats;

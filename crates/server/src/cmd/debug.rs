@@ -11,6 +11,7 @@ use super::{Ctx, args::eq_ic};
 use crate::error::CmdError;
 use crate::keyspace::Entry;
 use crate::resp::reply::{Proto, format_double};
+use crate::sha1::sha1;
 
 /// DEBUG OBJECT key: Redis's status line. `serializedlength` is the length of the key's
 /// state in Meridian's snapshot encoding (Meridian writes no RDB); a list shows no quicklist
@@ -265,88 +266,5 @@ fn xor_object_digest(d: &mut [u8; 20], state: &KeyState) {
     }
     if state.expire_at_ms().is_some() {
         xor_digest(d, b"!!expire!!");
-    }
-}
-
-/// SHA-1 (FIPS 180-4) of `data`, for Redis's debug digest (not for security).
-fn sha1(data: &[u8]) -> [u8; 20] {
-    let mut h: [u32; 5] = [
-        0x6745_2301,
-        0xEFCD_AB89,
-        0x98BA_DCFE,
-        0x1032_5476,
-        0xC3D2_E1F0,
-    ];
-    let mut msg = data.to_vec();
-    let bit_len = (data.len() as u64).wrapping_mul(8);
-    msg.push(0x80);
-    while msg.len() % 64 != 56 {
-        msg.push(0);
-    }
-    msg.extend_from_slice(&bit_len.to_be_bytes());
-    for block in msg.chunks_exact(64) {
-        let mut w = [0u32; 80];
-        for (i, word) in block.chunks_exact(4).enumerate() {
-            if let (Some(slot), Ok(bytes)) = (w.get_mut(i), <[u8; 4]>::try_from(word)) {
-                *slot = u32::from_be_bytes(bytes);
-            }
-        }
-        for i in 16..80 {
-            let v = w.get(i - 3).copied().unwrap_or(0)
-                ^ w.get(i - 8).copied().unwrap_or(0)
-                ^ w.get(i - 14).copied().unwrap_or(0)
-                ^ w.get(i - 16).copied().unwrap_or(0);
-            if let Some(slot) = w.get_mut(i) {
-                *slot = v.rotate_left(1);
-            }
-        }
-        let [mut a, mut b, mut c, mut dd, mut e] = h;
-        for (i, wi) in w.iter().enumerate() {
-            let (f, k) = match i {
-                0..=19 => ((b & c) | (!b & dd), 0x5A82_7999),
-                20..=39 => (b ^ c ^ dd, 0x6ED9_EBA1),
-                40..=59 => ((b & c) | (b & dd) | (c & dd), 0x8F1B_BCDC),
-                _ => (b ^ c ^ dd, 0xCA62_C1D6),
-            };
-            let t = a
-                .rotate_left(5)
-                .wrapping_add(f)
-                .wrapping_add(e)
-                .wrapping_add(k)
-                .wrapping_add(*wi);
-            e = dd;
-            dd = c;
-            c = b.rotate_left(30);
-            b = a;
-            a = t;
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, dd, e]) {
-            *x = x.wrapping_add(y);
-        }
-    }
-    let mut out = [0u8; 20];
-    for (chunk, v) in out.chunks_exact_mut(4).zip(h) {
-        chunk.copy_from_slice(&v.to_be_bytes());
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sha1_known_answers() {
-        assert_eq!(hex(&sha1(b"")), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-        assert_eq!(
-            hex(&sha1(b"abc")),
-            "a9993e364706816aba3e25717850c26c9cd0d89d"
-        );
-        assert_eq!(
-            hex(&sha1(
-                b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
-            )),
-            "84983e441c3bd26ebaae4aa1f95129e5e54670f1"
-        );
     }
 }

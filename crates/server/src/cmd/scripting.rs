@@ -11,7 +11,8 @@ use super::server::{reply_help, subcommand_syntax_error};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::script::engine::{self, Engine};
-use crate::script::{self, CachedScript, Run, ScriptFlags, busy, convert, library, sha1};
+use crate::script::{self, CachedScript, Run, ScriptFlags, busy, convert, library};
+use crate::sha1;
 use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[

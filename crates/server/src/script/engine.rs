@@ -12,8 +12,9 @@ use mlua::{
 };
 use std::rc::Rc;
 
-use super::{Loading, Run, convert, library, sha1};
+use super::{Loading, Run, convert, library};
 use crate::cmd::table::Flags;
+use crate::sha1;
 use crate::shard::Shard;
 
 /// Registry slot holding the userdata that borrows the shard while a script runs.

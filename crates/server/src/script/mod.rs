@@ -18,7 +18,7 @@
 //! - `convert`: replies to Lua values and back.
 //! - `library`: FUNCTION libraries, their metadata and the DUMP/RESTORE payload.
 //! - `busy`: serving other clients while a script runs past the threshold.
-//! - `sha1`, `rand`: script names and Redis's `math.random` generator.
+//! - `rand`: Redis's `math.random` generator (script names: `crate::sha1`).
 
 pub mod busy;
 pub mod convert;
@@ -26,7 +26,6 @@ pub mod engine;
 pub mod library;
 pub mod rand;
 pub mod replicate;
-pub mod sha1;
 
 use std::time::Instant;
 

@@ -1,5 +1,6 @@
-//! SHA-1, for script names (EVAL's sha) and `redis.sha1hex`: the digest Redis uses, as 40
-//! lowercase hex digits. Not a security primitive here: it only names scripts.
+//! SHA-1 (FIPS 180-4): script names (EVAL's sha, `redis.sha1hex`, 40 lowercase hex digits)
+//! and DEBUG DIGEST's mixing, as Redis computes them. Not a security primitive here: it only
+//! names scripts and fingerprints data.
 
 /// The lowercase hex SHA-1 of `data`.
 pub fn sha1_hex(data: &[u8]) -> [u8; 40] {
@@ -15,7 +16,8 @@ pub fn sha1_hex(data: &[u8]) -> [u8; 40] {
     out
 }
 
-fn sha1(data: &[u8]) -> [u8; 20] {
+/// The 20-byte SHA-1 digest of `data`.
+pub fn sha1(data: &[u8]) -> [u8; 20] {
     let mut h: [u32; 5] = [
         0x6745_2301,
         0xEFCD_AB89,
@@ -84,6 +86,10 @@ mod tests {
     fn known_digests() {
         // redis.sha1hex vectors from Redis's own test suite, plus multi-block inputs.
         assert_eq!(&sha1_hex(b""), b"da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(
+            &sha1_hex(b"abc"),
+            b"a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
         assert_eq!(
             &sha1_hex(b"Pizza & Mandolino"),
             b"74822d82031af7493c20eefa13bd07ec4fada82f"
