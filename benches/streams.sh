@@ -8,13 +8,15 @@
 # the medians are compared (ratio Meridian / Redis).
 #
 # - memory: one stream of N entries of 2 small fields (`XADD s * name <i> value v-<i>`), loaded
-#   with `redis-cli --pipe` into a fresh server; growth of RSS per entry.
+#   with `redis-cli --pipe` into a fresh server, then MEMORY PURGE (both allocators return the
+#   dirty pages the input buffers left): growth per entry of `used_memory` (jemalloc's
+#   allocated bytes, in both) and of RSS.
 # - XADD: redis-benchmark `XADD bench * name n value v` at -P PIPE -c 50 on a stream emptied
 #   first (one stream, as a log is used).
 # - XRANGE: `XRANGE r - + COUNT 100` at -P PIPE -c 50 on a stream of 1,000 such entries.
 #
 # Usage: benches/streams.sh [rounds=4]
-# Env:   N=1000000 REQUESTS=200000 PIPE=16 SERVER_CORE=0 CLIENT_CORE=1
+# Env:   MEMORY_ONLY=1 (skip throughput) N=1000000 REQUESTS=200000 PIPE=16 SERVER_CORE=0 CLIENT_CORE=1
 #        MERIDIAN_PORT=7391 REDIS_PORT=7392 MERIDIAN_BIN=path (skips the release build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,23 +70,27 @@ for i in range(n):
     out.write(b"*%d\r\n" % len(args) + b"".join(bulk(a) for a in args))
 PY
 
-# mem_once meridian|redis -> bytes per entry
+# mem_once meridian|redis -> "used_memory RSS" bytes per entry
+used_memory() { redis-cli -p "$1" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
 mem_once() {
   local pid port
   if [ "$1" = meridian ]; then start_meridian; pid=$mpid; port=$mport; else start_redis; pid=$rpid; port=$rport; fi
-  local before after len
-  before=$(rss_kb "$pid")
+  local rss0 rss1 u0 u1 len
+  rss0=$(rss_kb "$pid"); u0=$(used_memory "$port")
   taskset -c "$client_core" redis-cli -p "$port" --pipe < "$work/load.resp" >/dev/null
   sleep 1
-  after=$(rss_kb "$pid")
+  redis-cli -p "$port" MEMORY PURGE >/dev/null
+  sleep 1
+  rss1=$(rss_kb "$pid"); u1=$(used_memory "$port")
   len=$(redis-cli -p "$port" XLEN s)
   stop_pid "$pid"
   [ "$len" = "$n" ] || { echo "$1 holds $len entries, not $n" >&2; exit 1; }
-  awk -v a="$after" -v b="$before" -v n="$n" 'BEGIN{printf "%.1f\n", (a - b) * 1024 / n}'
+  awk -v u0="$u0" -v u1="$u1" -v r0="$rss0" -v r1="$rss1" -v n="$n" \
+    'BEGIN{printf "%.1f %.1f\n", (u1 - u0) / n, (r1 - r0) * 1024 / n}'
 }
 
 echo "Streams: Meridian vs redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2); $rounds rounds (A B B A ...)"
-echo "memory: $n entries of 2 fields (XADD s * name <i> value v-<i>), RSS growth per entry"
+echo "memory: $n entries of 2 fields (XADD s * name <i> value v-<i>), growth per entry after MEMORY PURGE"
 mm=(); mr=()
 for i in $(seq 1 "$rounds"); do
   if (( i % 4 == 1 || i % 4 == 0 )); then
@@ -92,9 +98,17 @@ for i in $(seq 1 "$rounds"); do
   else
     mr+=("$(mem_once redis)"); mm+=("$(mem_once meridian)")
   fi
-  echo "  round $i: meridian ${mm[-1]} B/entry, redis ${mr[-1]} B/entry"
+  echo "  round $i: used_memory/RSS B/entry: meridian ${mm[-1]}, redis ${mr[-1]}"
 done
-mem_m=$(printf '%s\n' "${mm[@]}" | median); mem_r=$(printf '%s\n' "${mr[@]}" | median)
+col() { local k=$1; shift; printf '%s\n' "$@" | awk -v k="$k" '{print $k}' | median; }
+mem_m=$(col 1 "${mm[@]}"); mem_r=$(col 1 "${mr[@]}")
+rss_m=$(col 2 "${mm[@]}"); rss_r=$(col 2 "${mr[@]}")
+[ "${MEMORY_ONLY:-0}" = 1 ] && {
+  printf '%-28s %14s %14s %8s\n' "median" "meridian" "redis" "ratio"
+  printf '%-28s %14s %14s %8s\n' "used_memory B/entry" "$mem_m" "$mem_r" "$(ratio "$mem_m" "$mem_r")"
+  printf '%-28s %14s %14s %8s\n' "RSS B/entry" "$rss_m" "$rss_r" "$(ratio "$rss_m" "$rss_r")"
+  exit 0
+}
 
 # Throughput: both servers up side by side.
 start_meridian; start_redis
@@ -127,6 +141,7 @@ x_m=$(printf '%s\n' "${xm[@]}" | median); x_r=$(printf '%s\n' "${xr[@]}" | media
 r_m=$(printf '%s\n' "${rm_[@]}" | median); r_r=$(printf '%s\n' "${rr[@]}" | median)
 
 printf '%-28s %14s %14s %8s\n' "median" "meridian" "redis" "ratio"
-printf '%-28s %14s %14s %8s\n' "memory B/entry (lower wins)" "$mem_m" "$mem_r" "$(ratio "$mem_m" "$mem_r")"
+printf '%-28s %14s %14s %8s\n' "used_memory B/entry" "$mem_m" "$mem_r" "$(ratio "$mem_m" "$mem_r")"
+printf '%-28s %14s %14s %8s\n' "RSS B/entry" "$rss_m" "$rss_r" "$(ratio "$rss_m" "$rss_r")"
 printf '%-28s %14s %14s %8s\n' "XADD -P $pipe ops/s" "$x_m" "$x_r" "$(ratio "$x_m" "$x_r")"
 printf '%-28s %14s %14s %8s\n' "XRANGE 100 -P $pipe ops/s" "$r_m" "$r_r" "$(ratio "$r_m" "$r_r")"
