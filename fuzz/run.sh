@@ -4,8 +4,8 @@
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every target)
 #
 # Needs a nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`); without them it says
-# so and exits 0, so CI on stable can call it. Seeds come from fuzz/corpus/<target>/ when it
-# exists (fuzz/.gitignore keeps corpora out of the repository); new inputs go to a scratch
+# so and exits 0, so CI on stable can call it. Seeds come from fuzz/seeds/<target>/ (committed)
+# and fuzz/corpus/<target>/ when they exist (fuzz/.gitignore keeps corpora out of the repository); new inputs go to a scratch
 # copy, not back into fuzz/corpus. A crash stops the run with libFuzzer's report and a
 # non-zero status.
 set -eu
@@ -27,6 +27,7 @@ trap 'rm -rf "$work"' EXIT
 status=0
 for t in $targets; do
     mkdir -p "$work/$t"
+    if [ -d "seeds/$t" ]; then cp -r "seeds/$t/." "$work/$t/"; fi
     if [ -d "corpus/$t" ]; then cp -r "corpus/$t/." "$work/$t/"; fi
     log="$work/$t.log"
     if cargo +nightly fuzz run "$t" "$work/$t" -- \

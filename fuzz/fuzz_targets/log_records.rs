@@ -22,6 +22,12 @@ fuzz_target!(|data: &[u8]| {
                     let _ = meridian_crdt::KeyState::decode_state(&mut r);
                 }
             }
+            Kind::Merge => {
+                if let Ok(p) = record::decode_merge(f.payload) {
+                    let mut r = meridian_crdt::codec::Reader::new(p.state);
+                    let _ = meridian_crdt::KeyState::decode_state(&mut r);
+                }
+            }
             Kind::Position => {
                 let _ = record::decode_position(f.payload);
             }
@@ -33,6 +39,9 @@ fuzz_target!(|data: &[u8]| {
             }
             Kind::Delivered => {
                 let _ = record::decode_delivered(f.payload);
+            }
+            Kind::Library => {
+                let _ = record::decode_library(f.payload);
             }
         }
         Ok(())

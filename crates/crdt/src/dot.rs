@@ -141,6 +141,48 @@ impl VersionVector {
     }
 }
 
+/// A replica's causal context: the writes it has seen, so that a write the context covers
+/// and the replica does not hold was removed there (the ORSWOT rule that
+/// `KeyState::merge_with_contexts` applies). A version vector (`seen`) less at most one range
+/// of one origin's writes (`gap`): a replica that restarted in the same life after its log
+/// lost part of its own ops' tail has not seen those ops any more, though it issued the ones
+/// before and after them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Context {
+    pub seen: VersionVector,
+    pub gap: Option<Gap>,
+}
+
+/// Writes of `replica` with an hlc in `(after, upto]`: not covered by a `Context` whose
+/// vector covers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gap {
+    pub replica: ReplicaId,
+    pub after: crate::hlc::Hlc,
+    pub upto: crate::hlc::Hlc,
+}
+
+impl Context {
+    /// Whether the write named `stamp` had been seen.
+    pub fn covers(&self, stamp: Stamp) -> bool {
+        self.seen.covers(stamp)
+            && !self.gap.is_some_and(|g| {
+                g.replica == stamp.replica && stamp.hlc > g.after && stamp.hlc <= g.upto
+            })
+    }
+
+    /// Covers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+impl From<VersionVector> for Context {
+    fn from(seen: VersionVector) -> Context {
+        Context { seen, gap: None }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +232,26 @@ mod tests {
         vv.merge(&other);
         assert!(vv.dominates(&other));
         assert!(!other.dominates(&vv));
+    }
+
+    #[test]
+    fn a_context_leaves_its_gap_out() {
+        let mut seen = VersionVector::new();
+        seen.observe(st(10, 1));
+        seen.observe(st(4, 2));
+        let gap = Gap {
+            replica: ReplicaId(1),
+            after: Hlc(3),
+            upto: Hlc(6),
+        };
+        let c = Context {
+            seen,
+            gap: Some(gap),
+        };
+        assert!(c.covers(st(3, 1)) && c.covers(st(7, 1)) && c.covers(st(10, 1)));
+        assert!(!c.covers(st(4, 1)) && !c.covers(st(6, 1)) && !c.covers(st(11, 1)));
+        assert!(c.covers(st(4, 2)), "another origin's writes in the range");
+        assert!(Context::default().is_empty());
     }
 
     #[test]

@@ -39,7 +39,7 @@ use smallvec::SmallVec;
 use crate::bytes::SmallBytes;
 use crate::codec::{self, DecodeError, Reader};
 use crate::counter::Delta;
-use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 use crate::num::Dec;
 use crate::op::Observed;
@@ -817,6 +817,18 @@ impl HashCrdt {
     /// floor, which `merge` uses in place of the contexts dropped here; the floor is not
     /// metadata (`has_metadata` and `is_blank` ignore it).
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        self.collect_with(stable, stable);
+    }
+
+    /// `collect` with the field contexts dropped and the floor raised by `stable`, but
+    /// increments folded only by `everywhere` (delivered at every replica, including peers
+    /// left out of `stable`): a removal that had observed part of the increments may still
+    /// come from such a peer, and must find them apart. `None`: no peers.
+    pub fn collect_with(
+        &mut self,
+        stable: Option<&VersionVector>,
+        everywhere: Option<&VersionVector>,
+    ) {
         if let Some(s) = stable.filter(|s| !s.is_empty()) {
             let floor = self.inner_mut().floor.get_or_insert_with(Box::default);
             floor.merge(s);
@@ -837,8 +849,8 @@ impl HashCrdt {
             slots.dedup();
             for slot in slots {
                 if let Some(Some(st)) = m.slab.get_mut(slot as usize) {
-                    st.fold(stable);
-                    if stable.is_some() && st.incs.len() > 1 {
+                    st.fold(everywhere);
+                    if everywhere.is_some() && st.incs.len() > 1 {
                         m.to_fold.push(slot);
                     }
                 }
@@ -1129,13 +1141,18 @@ struct Side<'a> {
     removed: Option<&'a VersionVector>,
     /// The hash's floor: every write it covers was delivered to that side.
     floor: Option<&'a VersionVector>,
+    /// The causal context of that side's replica given to the merge (see
+    /// `HashCrdt::merge_with_contexts`).
+    context: &'a Context,
 }
 
 impl Side<'_> {
     /// Whether this side has seen the write `s` and so, not holding it, removed it (or folded
     /// it into a later increment dot).
     fn saw(&self, s: Stamp) -> bool {
-        self.removed.is_some_and(|v| v.covers(s)) || self.floor.is_some_and(|v| v.covers(s))
+        self.removed.is_some_and(|v| v.covers(s))
+            || self.floor.is_some_and(|v| v.covers(s))
+            || self.context.covers(s)
     }
 }
 
@@ -1279,10 +1296,11 @@ impl Inner {
         Some(self.state_of(&e))
     }
 
-    fn side(&self, field: &[u8]) -> Side<'_> {
+    fn side<'a>(&'a self, field: &[u8], context: &'a Context) -> Side<'a> {
         Side {
             removed: self.meta.as_ref().and_then(|m| m.removed.get(field)),
             floor: self.floor.as_deref(),
+            context,
         }
     }
 }
@@ -1376,8 +1394,23 @@ impl HashCrdt {
     /// it), or call it on a copy of `other` before merging. Cost: O(fields + dots), plus the
     /// field lookups (a scan while a hash is small).
     pub fn merge(&mut self, other: &HashCrdt) {
-        let Some(y) = other.inner.as_deref() else {
-            return;
+        let none = Context::default();
+        self.merge_with_contexts(other, &none, &none);
+    }
+
+    /// `merge`, where `mine` and `theirs` are causal contexts of the replicas that hold
+    /// `self` and `other`: every write a context covers was delivered there, so a dot held
+    /// by one side only that the other side's context covers was removed there (or folded)
+    /// and goes, as one its floor covers does. The contexts are not kept in the result (the
+    /// replica keeps its own). With empty contexts it is `merge`; commutative (swapping the
+    /// contexts with the sides) and, given the join of the contexts as the result's,
+    /// associative and idempotent.
+    pub fn merge_with_contexts(&mut self, other: &HashCrdt, mine: &Context, theirs: &Context) {
+        let empty_other = Inner::default();
+        let y = match other.inner.as_deref() {
+            Some(y) => y,
+            None if self.inner.is_some() && !theirs.is_empty() => &empty_other,
+            None => return,
         };
         let own = self.inner.take();
         let empty = Inner::default();
@@ -1394,8 +1427,8 @@ impl HashCrdt {
             let st = FieldState::join(
                 &sx,
                 sy.as_ref().unwrap_or(&no_state),
-                x.side(e.field),
-                y.side(e.field),
+                x.side(e.field, mine),
+                y.side(e.field, theirs),
             );
             out.put_state(e.field, None, st);
         }
@@ -1404,7 +1437,12 @@ impl HashCrdt {
                 continue;
             }
             let sy = y.state_of(&e);
-            let st = FieldState::join(&no_state, &sy, x.side(e.field), y.side(e.field));
+            let st = FieldState::join(
+                &no_state,
+                &sy,
+                x.side(e.field, mine),
+                y.side(e.field, theirs),
+            );
             out.put_state(e.field, None, st);
         }
         let mut removed = x

@@ -41,7 +41,7 @@
 use std::hash::{Hash, Hasher};
 
 use crate::codec::{self, DecodeError, Reader};
-use crate::dot::{Stamp, VersionVector};
+use crate::dot::{Context, Stamp, VersionVector};
 use crate::op::Observed;
 
 /// Register index bits.
@@ -981,12 +981,12 @@ impl HllCrdt {
             .is_some_and(|i| i.folded_stamps.covers(s) || i.pending.iter().any(|(p, _)| *p == s))
     }
 
-    /// Drops the raises `floor` covers that `other` (the other side of a state merge, `None`
-    /// when it holds no HyperLogLog) does not hold: both sides had delivered them, so the
-    /// other side removed them. Folded raises go as a whole when one of the latest folded per
+    /// Drops the raises `floor` (the other side's causal context) covers that `other` (the
+    /// other side of a state merge, `None` when it holds no HyperLogLog) does not hold: the
+    /// other side had seen them, so it removed them. Folded raises go as a whole when one of the latest folded per
     /// origin is such a raise; dropping a pending raise also drops the folded ones (the bytes
     /// are rebuilt from the pending raises, as `remove_observed` does).
-    pub(crate) fn drop_unheld(&mut self, other: Option<&HllCrdt>, floor: &VersionVector) {
+    pub(crate) fn drop_unheld(&mut self, other: Option<&HllCrdt>, floor: &Context) {
         let Some(inner) = &mut self.inner else {
             return;
         };

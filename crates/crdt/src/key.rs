@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 
 use crate::codec::{self, DecodeError, Reader};
 use crate::counter::IncTotals;
-use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::expire::{Expire, ExpireReg};
 use crate::hash::HashCrdt;
 use crate::hll::HllCrdt;
@@ -188,15 +188,16 @@ impl Value {
         })
     }
 
-    /// Joins `other`, a value of the same type, by that type's `merge`. Returns false (and
+    /// Joins `other`, a value of the same type, by that type's `merge` (hashes, sorted sets
+    /// and lists with the sides' causal contexts `mine` and `theirs`). Returns false (and
     /// changes nothing) when the types differ.
-    fn merge_same(&mut self, other: &Value) -> bool {
+    fn merge_same(&mut self, other: &Value, mine: &Context, theirs: &Context) -> bool {
         match (self, other) {
             (Value::Str(a), Value::Str(b)) => a.merge(b),
             (Value::Set(a), Value::Set(b)) => a.merge(b),
-            (Value::Hash(a), Value::Hash(b)) => a.merge(b),
-            (Value::ZSet(a), Value::ZSet(b)) => a.merge(b),
-            (Value::List(a), Value::List(b)) => a.merge(b),
+            (Value::Hash(a), Value::Hash(b)) => a.merge_with_contexts(b, mine, theirs),
+            (Value::ZSet(a), Value::ZSet(b)) => a.merge_with_contexts(b, mine, theirs),
+            (Value::List(a), Value::List(b)) => a.merge_with_contexts(b, mine, theirs),
             (Value::Hll(a), Value::Hll(b)) => a.merge(b),
             (Value::Stream(a), Value::Stream(b)) => a.merge(b),
             _ => return false,
@@ -967,48 +968,62 @@ impl KeyState {
     /// until all of it is stable and so is every write that merged into it (a DEL and an
     /// SREM name themselves in their contexts; SET, APPEND and EXPIRE are in `removers`), so
     /// this holds between replicas that each collected only with vectors the other had
-    /// delivered. A peer left out of collection (quarantined) needs `merge_with_floor`.
+    /// delivered. Replicas that did not (one was quarantined) need `merge_with_contexts`.
     ///
     /// Returns `type_conflict` when the join made a second type live, and `ignored` when
     /// `other` brought nothing new (`self` is unchanged).
     pub fn merge(&mut self, other: &KeyState) -> Applied {
         let before = self.clone();
-        self.join(other.clone());
+        let none = Context::default();
+        self.join(other.clone(), &none, &none);
         self.applied_since(&before)
     }
 
-    /// State join with a floor: `merge`, made exact also when either side dropped removal
-    /// metadata with `collect`. `floor` must be causally stable, as `collect` requires (both
-    /// sides had delivered every write it covers), and cover every vector either side
-    /// collected with (for instance the join of both sides' stable vectors at the full sync).
-    /// A write `floor` covers that one side holds and the other does not was removed on the
-    /// other side (which had delivered it): it goes, whatever contexts were dropped. Hash,
-    /// sorted-set and list values take `floor` through their `collect(Some(floor))` and use it
-    /// in their own `merge`. A key one side does not hold at all is `KeyState::new()` there
-    /// (so a receiver must also merge the sender's "nothing" into keys the sender lacks).
-    /// Commutative, associative and idempotent for a given floor; with an empty floor it is
-    /// `merge`.
-    pub fn merge_with_floor(&mut self, other: &KeyState, floor: &VersionVector) -> Applied {
+    /// State join with causal contexts, the ORSWOT rule: `mine` and `theirs` are causal
+    /// contexts of the replicas holding `self` and `other` (every write a context covers was
+    /// delivered there, so that replica holds it or has removed it). A write held on one
+    /// side only that the other side's context covers was removed there: it goes, whether or
+    /// not the removal's context is still held anywhere. One the other side's context does
+    /// not cover is new to it and stays. Each side is judged by its own context, so both
+    /// replicas of a pair decide alike whichever of them merges, and the result is what a
+    /// replica that applied the writes of both sides holds, whatever either side collected
+    /// (docs/replication.md §6).
+    ///
+    /// Applies to string writes, set dots, HyperLogLog raises and expire writes here; hash,
+    /// sorted-set and list values take the contexts in their own `merge_with_contexts` (a
+    /// side holding no such value takes an empty one, which says: what its context covers
+    /// was removed here). A key one side does not hold at all is `KeyState::new()` there (so
+    /// a receiver of a complete full sync also merges the sender's "nothing" into keys the
+    /// sender lacks). Commutative (swapping the contexts with the sides), idempotent, and,
+    /// given the join of the contexts as the context of a result, associative; with empty
+    /// contexts it is `merge`. The contexts are not kept in the result: the replica's own
+    /// context stands for it afterwards.
+    pub fn merge_with_contexts(
+        &mut self,
+        other: &KeyState,
+        mine: &Context,
+        theirs: &Context,
+    ) -> Applied {
         let before = self.clone();
-        let mut theirs = other.clone();
-        self.drop_unheld(other, floor);
-        theirs.drop_unheld(&before, floor);
-        let tags: SmallVec<[TypeTag; 4]> =
-            [TypeTag::Hash, TypeTag::ZSet, TypeTag::List, TypeTag::Stream]
-                .into_iter()
-                .filter(|t| {
-                    before.values().any(|v| v.type_tag() == *t)
-                        || other.values().any(|v| v.type_tag() == *t)
-                })
-                .collect();
-        self.floor_collections(&tags, floor);
-        theirs.floor_collections(&tags, floor);
-        self.join(theirs);
+        let mut their_state = other.clone();
+        self.drop_unheld(other, theirs);
+        their_state.drop_unheld(&before, mine);
+        let tags: SmallVec<[TypeTag; 3]> = [TypeTag::Hash, TypeTag::ZSet, TypeTag::List]
+            .into_iter()
+            .filter(|t| {
+                before.values().any(|v| v.type_tag() == *t)
+                    || other.values().any(|v| v.type_tag() == *t)
+            })
+            .collect();
+        self.hold_collections(&tags);
+        their_state.hold_collections(&tags);
+        self.join(their_state, mine, theirs);
         self.applied_since(&before)
     }
 
-    /// The join itself (see `merge`); `theirs` is the other side's state, consumed.
-    fn join(&mut self, mut theirs: KeyState) {
+    /// The join itself (see `merge`); `theirs` is the other side's state, consumed; `mine`
+    /// and `theirs_ctx` the sides' causal contexts for the collection types' merges.
+    fn join(&mut self, mut theirs: KeyState, mine: &Context, theirs_ctx: &Context) {
         theirs.remove_contexts_of(self);
         self.remove_contexts_of(&theirs);
         let KeyState { value, extra } = theirs;
@@ -1018,21 +1033,21 @@ impl KeyState {
         };
         for v in value.into_iter().chain(hidden) {
             match self.take(v.type_tag()) {
-                Some(mut mine) => {
-                    let same = mine.merge_same(&v);
+                Some(mut held) => {
+                    let same = held.merge_same(&v, mine, theirs_ctx);
                     debug_assert!(same, "values paired by type");
-                    self.put(mine);
+                    self.put(held);
                 }
                 None => self.put(v),
             }
         }
         if let Some(x) = extra.filter(|x| !x.is_blank()) {
-            let mine = self.extra_mut();
-            mine.removed.merge(&x.removed);
-            mine.value_removed.merge(&x.value_removed);
-            mine.expire_removed.merge(&x.expire_removed);
-            mine.expire.merge(&x.expire);
-            mine.removers.merge(&x.removers);
+            let held = self.extra_mut();
+            held.removed.merge(&x.removed);
+            held.value_removed.merge(&x.value_removed);
+            held.expire_removed.merge(&x.expire_removed);
+            held.expire.merge(&x.expire);
+            held.removers.merge(&x.removers);
         }
         if let Some(x) = &self.extra {
             // The joined contexts once more over the joined values: what they make redundant
@@ -1062,9 +1077,10 @@ impl KeyState {
         }
     }
 
-    /// Drops the writes `floor` covers that this side holds and `other` does not (string
-    /// writes, set dots, HyperLogLog raises, expire writes; see `merge_with_floor`).
-    fn drop_unheld(&mut self, other: &KeyState, floor: &VersionVector) {
+    /// Drops the writes `floor` (the other side's causal context) covers that this side
+    /// holds and `other` does not (string writes, set dots, HyperLogLog raises, expire
+    /// writes; see `merge_with_contexts`).
+    fn drop_unheld(&mut self, other: &KeyState, floor: &Context) {
         if floor.is_empty() {
             return;
         }
@@ -1089,8 +1105,11 @@ impl KeyState {
                     !floor.covers(d) || other_set.is_some_and(|o| o.has_dot(m, d))
                 }),
                 Value::Hll(h) => h.drop_unheld(other_hll, floor),
-                // They keep `floor` through `collect` (`floor_collections`).
-                Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Stream(_) => {}
+                // They take the contexts in their own merge (`merge_with_contexts`).
+                Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {}
+                // The stream's join is its plain state join (no contexts yet: see
+                // docs/conflicts.md §17).
+                Value::Stream(_) => {}
             }
         }
         if let Some(x) = &mut self.extra {
@@ -1101,29 +1120,20 @@ impl KeyState {
         }
     }
 
-    /// Gives every value of the types `tags` the floor through `collect(Some(floor))`, adding
-    /// an empty one where this side holds none (it then says: what `floor` covers was removed
-    /// here).
-    fn floor_collections(&mut self, tags: &[TypeTag], floor: &VersionVector) {
+    /// Adds an empty value of each of the types `tags` that this side does not hold, so that
+    /// the join merges the other side's value of that type with this side's context (it then
+    /// says: what the context covers was removed here).
+    fn hold_collections(&mut self, tags: &[TypeTag]) {
         for &tag in tags {
-            let mut v = match self.take(tag) {
-                Some(v) => v,
-                None => match tag {
-                    TypeTag::Hash => Value::Hash(HashCrdt::new()),
-                    TypeTag::ZSet => Value::ZSet(ZSetCrdt::new()),
-                    TypeTag::List => Value::List(ListCrdt::new()),
-                    TypeTag::Stream => Value::Stream(StreamCrdt::new()),
-                    TypeTag::String | TypeTag::Set | TypeTag::Hll => continue,
-                },
-            };
-            match &mut v {
-                Value::Hash(h) => h.collect(Some(floor)),
-                Value::ZSet(z) => z.collect(Some(floor)),
-                Value::List(l) => l.collect(Some(floor)),
-                Value::Stream(x) => x.collect(Some(floor)),
-                Value::Str(_) | Value::Set(_) | Value::Hll(_) => {}
+            if self.values().any(|v| v.type_tag() == tag) {
+                continue;
             }
-            self.put(v);
+            match tag {
+                TypeTag::Hash => self.put(Value::Hash(HashCrdt::new())),
+                TypeTag::ZSet => self.put(Value::ZSet(ZSetCrdt::new())),
+                TypeTag::List => self.put(Value::List(ListCrdt::new())),
+                TypeTag::String | TypeTag::Set | TypeTag::Hll | TypeTag::Stream => {}
+            }
         }
     }
 
@@ -1178,26 +1188,38 @@ impl KeyState {
     /// could come back: the caller must filter duplicates before `apply` (per-origin sequence
     /// numbers), as it does anyway.
     pub fn collect(&mut self, stable: &VersionVector) {
+        self.collect_with(stable, stable);
+    }
+
+    /// `collect` while some replicas are left out of `stable` (quarantined peers): `stable`
+    /// collects what a causal context stands in for once dropped (member contexts of sets,
+    /// hashes, sorted sets; list removal records), and `everywhere` (delivered at every
+    /// replica, those left out included, as of their last ack; no more than `stable`) what
+    /// no context stands in for: the key's removal contexts, which decide a HyperLogLog raise
+    /// concurrent with them (DEL wins, docs/conflicts.md §12) that a left-out replica may
+    /// still hold, and the folds of increments and raises, which a removal observing part
+    /// of them, still to come from such a replica, must find apart (docs/replication.md §6).
+    pub fn collect_with(&mut self, stable: &VersionVector, everywhere: &VersionVector) {
         for v in self.values_mut() {
             match v {
                 Value::Str(_) => {}
                 Value::Set(s) => s.collect(Some(stable)),
-                Value::Hash(h) => h.collect(Some(stable)),
-                Value::ZSet(z) => z.collect(Some(stable)),
+                Value::Hash(h) => h.collect_with(Some(stable), Some(everywhere)),
+                Value::ZSet(z) => z.collect_with(Some(stable), Some(everywhere)),
                 Value::List(l) => l.collect(Some(stable)),
-                Value::Hll(h) => h.collect(Some(stable)),
-                Value::Stream(s) => s.collect(Some(stable)),
+                Value::Hll(h) => h.collect(Some(everywhere)),
+                Value::Stream(x) => x.collect(Some(everywhere)),
             }
         }
         if let Some(x) = &mut self.extra {
-            // A context goes as a whole once `stable` covers all of it (per-entry forgetting
-            // would empty it at the same moment) and every write that merged into it
-            // (`removers`; a DEL names itself in its context): until then it still covers,
+            // A context goes as a whole once `everywhere` covers all of it (per-entry
+            // forgetting would empty it at the same moment) and every write that merged into
+            // it (`removers`; a DEL names itself in its context): until then it still covers,
             // for a state merge, the writes its removals removed, even those already stable.
-            if stable.dominates(&x.removers) {
+            if everywhere.dominates(&x.removers) {
                 x.removers = VersionVector::new();
                 for ctx in [&mut x.removed, &mut x.value_removed, &mut x.expire_removed] {
-                    if stable.dominates(ctx) {
+                    if everywhere.dominates(ctx) {
                         *ctx = VersionVector::new();
                     }
                 }
@@ -1289,6 +1311,63 @@ mod tests {
         let del: E = k.remove_effect();
         k.apply(st(6, 1), &del);
         assert!(k.is_empty());
+    }
+
+    /// The ORSWOT rule with each side's context: a write held on one side only goes when the
+    /// other side's context covers it, and stays when it does not, also when the other
+    /// side's vector covers it but its gap (own ops it may have lost) leaves it out.
+    #[test]
+    fn merge_judges_each_side_by_its_own_context() {
+        let add = |m: &'static [u8]| E::SetAdd { member: m };
+        let mut a = KeyState::new();
+        a.apply(st(1, 1), &add(b"x"));
+        let mut b = a.clone();
+        b.apply(st(4, 1), &add(b"y"));
+        b.apply(st(6, 2), &add(b"z"));
+        let rem: E = a.set_rem_effect(b"x");
+        a.apply(st(7, 1), &rem);
+        a.collect_all();
+        let mut seen = VersionVector::new();
+        seen.observe(st(10, 1));
+        let ctx_a = Context {
+            seen: seen.clone(),
+            gap: None,
+        };
+        let ctx_b = Context::from({
+            let mut v = VersionVector::new();
+            v.observe(st(4, 1));
+            v.observe(st(6, 2));
+            v
+        });
+        let members = |k: &KeyState| {
+            let mut m: Vec<Vec<u8>> = k
+                .set()
+                .map_or(Vec::new(), |s| s.members().map(<[u8]>::to_vec).collect());
+            m.sort();
+            m
+        };
+        // A removed x (collected) and, its vector says, y: both go; z is new to A.
+        let mut ab = a.clone();
+        ab.merge_with_contexts(&b, &ctx_a, &ctx_b);
+        let mut ba = b.clone();
+        ba.merge_with_contexts(&a, &ctx_b, &ctx_a);
+        assert_eq!(members(&ab), vec![b"z".to_vec()]);
+        assert_eq!(ab, ba);
+        // With y's stamp in A's gap (A may have lost it), y stays, whichever side merges.
+        let gapped = Context {
+            seen,
+            gap: Some(crate::dot::Gap {
+                replica: ReplicaId(1),
+                after: Hlc(2),
+                upto: Hlc(5),
+            }),
+        };
+        let mut ab = a.clone();
+        ab.merge_with_contexts(&b, &gapped, &ctx_b);
+        let mut ba = b.clone();
+        ba.merge_with_contexts(&a, &ctx_b, &gapped);
+        assert_eq!(members(&ab), vec![b"y".to_vec(), b"z".to_vec()]);
+        assert_eq!(ab, ba);
     }
 
     #[test]

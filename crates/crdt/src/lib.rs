@@ -4,11 +4,13 @@
 //! parameters. Every type applies a local operation, reports what the operation must carry
 //! to other replicas, and applies the same operation arriving from a remote replica. For a
 //! full sync, every type also encodes its complete state and joins a peer's into its own
-//! (`encode_state`, `decode_state`, `merge`; `KeyState::merge_with_floor` after collects).
+//! (`encode_state`, `decode_state`, `merge`; `KeyState::merge_with_contexts` between replicas
+//! that collected removal metadata, each judged by its own causal context).
 //! Not here: wire encoding (the server's op log and the syncer), storage and commands (`server`).
 //!
 //! # Layout
-//! - `dot`: `ReplicaId`, `Stamp` (a write's identity and its LWW order), `VersionVector`.
+//! - `dot`: `ReplicaId`, `Stamp` (a write's identity and its LWW order), `VersionVector`,
+//!   `Context` (a replica's causal context for state merges).
 //! - `hlc`: hybrid logical clock values and the clock that issues them.
 //! - `bytes`: `SmallBytes`, right-sized byte strings stored inline when short.
 //! - `num`: `Dec`, the exact decimal used for float increments and INCRBYFLOAT.
@@ -52,7 +54,7 @@ pub mod zset;
 
 pub use crate::bytes::SmallBytes;
 pub use crate::counter::{Counter, Delta, IncTotals};
-pub use crate::dot::{ReplicaId, Stamp, VersionVector};
+pub use crate::dot::{Context, Gap, ReplicaId, Stamp, VersionVector};
 pub use crate::expire::{Expire, ExpireReg};
 pub use crate::hash::{HashCrdt, HashOp};
 pub use crate::hlc::{Hlc, HlcClock};

@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use smallvec::SmallVec;
 
 use crate::codec::{self, DecodeError, Reader};
-use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 use crate::op::Observed;
 
@@ -47,6 +47,9 @@ pub struct ElemId {
     pub pos: Pos,
     pub stamp: Stamp,
 }
+
+/// Values per insert of `ListCrdt::load_ops`.
+pub const LOAD_CHUNK: usize = 1024;
 
 /// Bytes of entries in one block before a new block is started.
 pub const BLOCK_BYTES: usize = 4096;
@@ -601,24 +604,29 @@ impl ListCrdt {
 
     /// Ops that rebuild an equal visible value on an empty key (RENAME, COPY).
     pub fn recreate_ops(&self) -> Vec<ListOp<Vec<u8>>> {
-        const CHUNK: usize = 1024;
+        ListCrdt::load_ops(self.iter().map(|e| e.value.to_vec()))
+    }
+
+    /// Ops that make an empty list hold `values` in this order (RENAME, COPY, RESTORE):
+    /// inserts of `LOAD_CHUNK` values each, at positions that follow one another.
+    pub fn load_ops<B: AsRef<[u8]>>(values: impl IntoIterator<Item = B>) -> Vec<ListOp<B>> {
         let mut ops = Vec::new();
-        let mut values: Vec<Vec<u8>> = Vec::new();
-        for e in self.iter() {
-            values.push(e.value.to_vec());
-            if values.len() == CHUNK {
-                let start = (ops.len() * CHUNK) as i64;
+        let mut chunk: Vec<B> = Vec::new();
+        for v in values {
+            chunk.push(v);
+            if chunk.len() == LOAD_CHUNK {
+                let start = (ops.len() * LOAD_CHUNK) as i64;
                 ops.push(ListOp::Insert {
                     pos: Pos::from_slice(&[start]),
-                    values: std::mem::take(&mut values),
+                    values: std::mem::take(&mut chunk),
                 });
             }
         }
-        if !values.is_empty() {
-            let start = (ops.len() * CHUNK) as i64;
+        if !chunk.is_empty() {
+            let start = (ops.len() * LOAD_CHUNK) as i64;
             ops.push(ListOp::Insert {
                 pos: Pos::from_slice(&[start]),
-                values,
+                values: chunk,
             });
         }
         ops
@@ -1387,8 +1395,22 @@ impl ListCrdt {
     /// `collect(Some(..))` on this value. Cost: O(n + m) elements plus a sweep over the
     /// records; the blocks are rebuilt full.
     pub fn merge(&mut self, other: &ListCrdt) {
-        let Some(y) = other.inner.as_deref() else {
-            return;
+        let none = Context::default();
+        self.merge_with_contexts(other, &none, &none);
+    }
+
+    /// `merge`, where `mine` and `theirs` are causal contexts of the replicas that hold
+    /// `self` and `other`: every insert a context covers was delivered there, so an element
+    /// held by one side only that the other side's context covers was removed there and
+    /// goes, as one its `seen` covers does. The contexts are not kept in the result. With
+    /// empty contexts it is `merge`; commutative (swapping the contexts with the sides) and,
+    /// given the join of the contexts as the result's, associative and idempotent.
+    pub fn merge_with_contexts(&mut self, other: &ListCrdt, mine: &Context, theirs: &Context) {
+        let empty_other = Inner::default();
+        let y = match other.inner.as_deref() {
+            Some(y) => y,
+            None if self.inner.is_some() && !theirs.is_empty() => &empty_other,
+            None => return,
         };
         let own = self.inner.take();
         let empty = Inner::default();
@@ -1398,6 +1420,9 @@ impl ListCrdt {
             ..Inner::default()
         };
         out.seen.merge(&y.seen);
+        // What each side saw: its own `seen` and its replica's context.
+        let saw_x = |s: Stamp| x.seen.covers(s) || mine.covers(s);
+        let saw_y = |s: Stamp| y.seen.covers(s) || theirs.covers(s);
         let mut cov_x = Coverage::new(&x.removals);
         let mut cov_y = Coverage::new(&y.removals);
         let xs = ListCrdt::iter_inner(x);
@@ -1411,13 +1436,13 @@ impl ListCrdt {
                     ys.next();
                 }
                 (Some(p), q) if q.is_none_or(|q| p.id < q.id) => {
-                    if !y.seen.covers(p.id.stamp) && !cov_y.covers(&p.id) {
+                    if !saw_y(p.id.stamp) && !cov_y.covers(&p.id) {
                         out.push_back(p.id.clone(), p.value);
                     }
                     xs.next();
                 }
                 (_, Some(q)) => {
-                    if !x.seen.covers(q.id.stamp) && !cov_x.covers(&q.id) {
+                    if !saw_x(q.id.stamp) && !cov_x.covers(&q.id) {
                         out.push_back(q.id.clone(), q.value);
                     }
                     ys.next();

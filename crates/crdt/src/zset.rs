@@ -35,7 +35,7 @@ use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
 use crate::codec::{self, DecodeError, Reader};
-use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 use crate::op::Observed;
 
@@ -700,6 +700,18 @@ impl ZSetCrdt {
     /// or concurrent with one, delivered at every replica); it is joined into `delivered`,
     /// which `merge` uses in place of the contexts dropped here.
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
+        self.collect_with(stable, stable);
+    }
+
+    /// `collect` with the member contexts dropped and `delivered` raised by `stable`, but
+    /// increments folded only by `everywhere` (delivered at every replica, including peers
+    /// left out of `stable`): a removal that had observed part of the increments may still
+    /// come from such a peer, and must find them apart. `None`: no peers.
+    pub fn collect_with(
+        &mut self,
+        stable: Option<&VersionVector>,
+        everywhere: Option<&VersionVector>,
+    ) {
         if let Some(s) = stable.filter(|s| !s.is_empty()) {
             // Every write `s` covers was delivered here: `merge` tells by `delivered` which
             // writes this replica removed, including those whose contexts are dropped now.
@@ -727,7 +739,7 @@ impl ZSetCrdt {
                     let mut out = ms;
                     out.removed.forget_covered(stable);
                     for (r, list) in out.incs.iter_mut() {
-                        let h = stable.get(*r);
+                        let h = everywhere.map_or(Hlc::ZERO, |e| e.get(*r));
                         let n = list.iter().take_while(|e| e.0 <= h).count();
                         if n > 1 {
                             let mut sum = 0.0;
@@ -1202,16 +1214,16 @@ fn join_incs(
 }
 
 impl MemberState {
-    /// The join of one member's states (see `ZSetCrdt::merge`); `dx`, `dy`: each side's
-    /// `delivered`.
+    /// The join of one member's states (see `ZSetCrdt::merge_with_contexts`); `dx`, `dy`:
+    /// each side's `delivered` and its replica's context.
     fn join(
         x: &MemberState,
         y: &MemberState,
-        dx: &VersionVector,
-        dy: &VersionVector,
+        dx: (&VersionVector, &Context),
+        dy: (&VersionVector, &Context),
     ) -> MemberState {
-        let saw_x = |s: Stamp| x.removed.covers(s) || dx.covers(s);
-        let saw_y = |s: Stamp| y.removed.covers(s) || dy.covers(s);
+        let saw_x = |s: Stamp| x.removed.covers(s) || dx.0.covers(s) || dx.1.covers(s);
+        let saw_y = |s: Stamp| y.removed.covers(s) || dy.0.covers(s) || dy.1.covers(s);
         let mut xa = x.adds.clone();
         xa.sort_by_key(|a| a.0);
         let mut ya = y.adds.clone();
@@ -1446,8 +1458,23 @@ impl ZSetCrdt {
     /// that context, or, once collected, through `collect(Some(..))` on this value. Cost:
     /// O(n log n) in the members (the ordered index is rebuilt).
     pub fn merge(&mut self, other: &ZSetCrdt) {
-        let Some(y) = other.inner.as_deref() else {
-            return;
+        let none = Context::default();
+        self.merge_with_contexts(other, &none, &none);
+    }
+
+    /// `merge`, where `mine` and `theirs` are causal contexts of the replicas that hold
+    /// `self` and `other`: every write a context covers was delivered there, so an add or
+    /// increment held by one side only that the other side's context covers was removed
+    /// there (or folded) and goes, as one its `delivered` covers does. The contexts are not
+    /// kept in the result. With empty contexts it is `merge`; commutative (swapping the
+    /// contexts with the sides) and, given the join of the contexts as the result's,
+    /// associative and idempotent.
+    pub fn merge_with_contexts(&mut self, other: &ZSetCrdt, mine: &Context, theirs: &Context) {
+        let empty_other = Inner::default();
+        let y = match other.inner.as_deref() {
+            Some(y) => y,
+            None if self.inner.is_some() && !theirs.is_empty() => &empty_other,
+            None => return,
         };
         let own = self.inner.take();
         let empty = Inner::default();
@@ -1459,16 +1486,14 @@ impl ZSetCrdt {
         };
         out.delivered.merge(&y.delivered);
         out.seen.merge(&y.seen);
+        // What each side saw: its own `delivered` and its replica's context.
+        let saw_x = (&x.delivered, mine);
+        let saw_y = (&y.delivered, theirs);
         let none = MemberState::default();
         for m in x.member_names() {
             let mx = x.member_state(m.as_slice()).unwrap_or_default();
             let my = y.member_state(m.as_slice());
-            let ms = MemberState::join(
-                &mx,
-                my.as_ref().unwrap_or(&none),
-                &x.delivered,
-                &y.delivered,
-            );
+            let ms = MemberState::join(&mx, my.as_ref().unwrap_or(&none), saw_x, saw_y);
             out.put_with(m.as_slice(), ms, false);
         }
         for m in y.member_names() {
@@ -1476,7 +1501,7 @@ impl ZSetCrdt {
                 continue;
             }
             let my = y.member_state(m.as_slice()).unwrap_or_default();
-            let ms = MemberState::join(&none, &my, &x.delivered, &y.delivered);
+            let ms = MemberState::join(&none, &my, saw_x, saw_y);
             out.put_with(m.as_slice(), ms, false);
         }
         out.rebuild_index();

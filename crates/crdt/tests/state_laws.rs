@@ -17,8 +17,8 @@ use meridian_crdt::codec::Reader;
 use meridian_crdt::hll;
 use meridian_crdt::zset::F64;
 use meridian_crdt::{
-    Delta, Effect, Expire, HashOp, Hlc, HllOp, KeyState, ListCrdt, Observed, ReplicaId, Stamp,
-    TypeTag, Value, VersionVector, ZSetOp,
+    Context, Delta, Effect, Expire, HashOp, Hlc, HllOp, KeyState, ListCrdt, Observed, ReplicaId,
+    Stamp, TypeTag, Value, VersionVector, ZSetOp,
 };
 use proptest::prelude::*;
 
@@ -259,8 +259,6 @@ struct World {
     rs: Vec<Replica>,
     net: Net,
     deps: Vec<Vec<Vec<usize>>>,
-    /// Per replica, the join of the vectors it collected with.
-    collected: Vec<VersionVector>,
 }
 
 impl World {
@@ -269,8 +267,14 @@ impl World {
             rs: (0..REPLICAS).map(|i| Replica::new(i as u32 + 1)).collect(),
             net: Net::new(REPLICAS),
             deps: vec![Vec::new(); REPLICAS],
-            collected: vec![VersionVector::new(); REPLICAS],
         }
+    }
+
+    /// Replica `at`'s causal context: the writes it has applied (every one it does not hold
+    /// was removed there).
+    fn context(&self, at: usize) -> Context {
+        let counts: Vec<usize> = (0..REPLICAS).map(|j| self.delivered(at, j)).collect();
+        Context::from(self.vv_of(&counts))
     }
 
     /// How many writes of `origin` replica `at` has applied.
@@ -346,14 +350,12 @@ impl World {
                     for (i, yes) in which.iter().enumerate() {
                         if *yes {
                             collect_keys(&mut self.rs[i].keys, &all);
-                            self.collected[i].merge(&all);
                         }
                     }
                 }
                 Step::CollectStable { r } => {
                     let s = self.stable();
                     collect_keys(&mut self.rs[*r].keys, &s);
-                    self.collected[*r].merge(&s);
                 }
             }
         }
@@ -371,16 +373,16 @@ fn collect_keys(keys: &mut BTreeMap<Vec<u8>, KeyState>, stable: &VersionVector) 
 type Keys = BTreeMap<Vec<u8>, KeyState>;
 
 /// Every key of `a` and `b`, merged (a key absent on one side is an empty state there), with
-/// `merge_with_floor` when a floor is given.
-fn merge_keys(a: &Keys, b: &Keys, floor: Option<&VersionVector>) -> Keys {
+/// `merge_with_contexts` when the sides' causal contexts are given.
+fn merge_keys(a: &Keys, b: &Keys, contexts: Option<(&Context, &Context)>) -> Keys {
     let names: BTreeSet<&Vec<u8>> = a.keys().chain(b.keys()).collect();
     names
         .into_iter()
         .map(|n| {
             let mut k = a.get(n).cloned().unwrap_or_default();
             let other = b.get(n).cloned().unwrap_or_default();
-            match floor {
-                Some(f) => k.merge_with_floor(&other, f),
+            match contexts {
+                Some((ca, cb)) => k.merge_with_contexts(&other, ca, cb),
                 None => k.merge(&other),
             };
             (n.clone(), k)
@@ -571,10 +573,11 @@ proptest! {
     }
 
     /// The same with collects at any time (with causally stable vectors) and
-    /// `merge_with_floor`, the floor being the join of the vectors both sides collected with
-    /// and the stable vector of the moment.
+    /// `merge_with_contexts`, each side's context being what its replica has delivered (as
+    /// the server's full sync does): the writes one side removed and collected, the other
+    /// still holds, go; the writes one side never saw stay.
     #[test]
-    fn merge_with_floor_equals_applying_the_union(
+    fn merge_with_contexts_equals_applying_the_union(
         steps in steps(true, 50),
         pair in (0..REPLICAS, 1..REPLICAS),
         picks in prop::collection::vec(any::<usize>(), 0..80),
@@ -583,46 +586,51 @@ proptest! {
         let mut w = World::new();
         w.run(&steps);
         let (a, b) = (pair.0, (pair.0 + pair.1) % REPLICAS);
-        let mut floor = w.stable();
-        floor.merge(&w.collected[a]);
-        floor.merge(&w.collected[b]);
-        let merged = merge_keys(&w.rs[a].keys, &w.rs[b].keys, Some(&floor));
+        let (ca, cb) = (w.context(a), w.context(b));
+        let merged = merge_keys(&w.rs[a].keys, &w.rs[b].keys, Some((&ca, &cb)));
         check_union(&w, a, b, merged, &picks, &later)?;
     }
 
     /// `merge` is a join of the states replicas reach, whatever they collected (with causally
-    /// stable vectors): commutative, associative, idempotent, compared with `==`; every state
-    /// and every merge result survives its encoding.
+    /// stable vectors): commutative, associative, idempotent, compared with `==`; so is
+    /// `merge_with_contexts` with the replicas' contexts (the context of a join being the
+    /// join of its sides'); every state and every merge result survives its encoding.
     #[test]
     fn merge_is_a_join_and_states_round_trip(steps in steps(true, 60)) {
         let mut w = World::new();
         w.run(&steps);
-        let mut floor = w.stable();
-        for c in &w.collected {
-            floor.merge(c);
-        }
         let names: BTreeSet<Vec<u8>> = w.rs.iter().flat_map(|r| r.keys.keys().cloned()).collect();
+        let ctx = [0, 1, 2].map(|i| w.context(i));
+        let both = |x: &Context, y: &Context| {
+            let mut z = x.seen.clone();
+            z.merge(&y.seen);
+            Context::from(z)
+        };
         for n in &names {
             let [a, b, c] = [0, 1, 2].map(|i| w.rs[i].keys.get(n).cloned().unwrap_or_default());
-            for with_floor in [false, true] {
-                let join = |x: &KeyState, y: &KeyState| {
+            for with_contexts in [false, true] {
+                let none = Context::default();
+                let cx = |i: usize| if with_contexts { ctx[i].clone() } else { none.clone() };
+                let join = |x: &KeyState, y: &KeyState, cx: &Context, cy: &Context| {
                     let mut z = x.clone();
-                    if with_floor {
-                        z.merge_with_floor(y, &floor);
+                    if with_contexts {
+                        z.merge_with_contexts(y, cx, cy);
                     } else {
                         z.merge(y);
                     }
                     z
                 };
-                let ab = join(&a, &b);
-                prop_assert_eq!(&ab, &join(&b, &a));
-                prop_assert_eq!(view(&ab), view(&join(&b, &a)));
-                prop_assert_eq!(join(&ab, &c), join(&a, &join(&b, &c)));
-                prop_assert_eq!(&join(&ab, &ab), &ab);
-                prop_assert_eq!(&join(&ab, &a), &ab);
-                prop_assert_eq!(&join(&ab, &b), &ab);
-                prop_assert!(join(&ab, &b) == ab);
-                for k in [&ab, &join(&ab, &c)] {
+                let (ca, cb, cc) = (cx(0), cx(1), cx(2));
+                let (cab, cbc) = (both(&ca, &cb), both(&cb, &cc));
+                let ab = join(&a, &b, &ca, &cb);
+                prop_assert_eq!(&ab, &join(&b, &a, &cb, &ca));
+                prop_assert_eq!(view(&ab), view(&join(&b, &a, &cb, &ca)));
+                let bc = join(&b, &c, &cb, &cc);
+                prop_assert_eq!(join(&ab, &c, &cab, &cc), join(&a, &bc, &ca, &cbc));
+                prop_assert_eq!(&join(&ab, &ab, &cab, &cab), &ab);
+                prop_assert_eq!(&join(&ab, &a, &cab, &ca), &ab);
+                prop_assert_eq!(&join(&ab, &b, &cab, &cb), &ab);
+                for k in [&ab, &join(&ab, &c, &cab, &cc)] {
                     round_trip(k)?;
                 }
             }
@@ -776,10 +784,11 @@ fn collect_keeps_a_context_until_its_write_is_stable() {
     assert!(a.observed().stamps.covers(st(2, 1)));
     let mut ab = b.clone();
     ab.merge(&a);
-    let mut ab_floor = b.clone();
-    ab_floor.merge_with_floor(&a, &stable);
+    let mut ab_contexts = b.clone();
+    let floor = Context::from(stable.clone());
+    ab_contexts.merge_with_contexts(&a, &floor, &floor);
     assert_eq!(ab, a);
-    assert_eq!(ab_floor, a);
+    assert_eq!(ab_contexts, a);
     let del: E = a.remove_effect();
     a.apply(st(3, 1), &del);
     ab.apply(st(3, 1), &del);

@@ -22,6 +22,8 @@ use crate::site::{Site, SiteSpec, parse_peer_line};
 use crate::tls;
 use crate::workload::Endpoint;
 
+mod membership;
+
 /// Client port of every site in namespace mode.
 const NS_CLIENT_PORT: u16 = 7001;
 const NS_SYNC_PORT: u16 = 7101;
@@ -48,6 +50,13 @@ pub struct Options {
     /// Base one-way latency and jitter of every link direction, in ms.
     pub one_way_ms: u64,
     pub jitter_ms: u64,
+    /// Which sites each site lists as peers (by index); default: all the others.
+    pub peers: BTreeMap<usize, Vec<usize>>,
+    /// Sites `Cluster::start` leaves stopped (they join later: `membership`).
+    pub later: Vec<usize>,
+    /// Site ids beyond the cluster's that get a certificate from its CA (for a site that
+    /// joins later under a new id: `Cluster::reset_site`).
+    pub spare_ids: Vec<String>,
 }
 
 /// See [`Cluster::stage`].
@@ -142,7 +151,8 @@ impl Cluster {
             netns,
             ids: ids.clone(),
         };
-        let tls = tls::make(&dir.join("tls"), &ids)?;
+        let certified: Vec<String> = ids.iter().chain(&opts.spare_ids).cloned().collect();
+        let tls = tls::make(&dir.join("tls"), &certified)?;
         let lo = Ipv4Addr::LOCALHOST;
         let mut client = Vec::new();
         let mut sync = Vec::new();
@@ -202,7 +212,12 @@ impl Cluster {
                 "--deployment-id".into(),
                 format!("drill-{tag}"),
             ];
-            for a in (0..n).filter(|&a| a != i) {
+            let listed = opts
+                .peers
+                .get(&i)
+                .cloned()
+                .unwrap_or_else(|| (0..n).filter(|&a| a != i).collect());
+            for a in listed {
                 let p = cluster.proxies.get(&(i, a)).context("proxy")?;
                 args.push("--peer".into());
                 args.push(format!(
@@ -227,8 +242,10 @@ impl Cluster {
             std::fs::create_dir_all(&site_dir)?;
             cluster.sites.push(Site::new(spec, bin));
         }
-        for s in &mut cluster.sites {
-            s.start()?;
+        for (i, s) in cluster.sites.iter_mut().enumerate() {
+            if !opts.later.contains(&i) {
+                s.start()?;
+            }
         }
         if let Some(ns) = cluster.ns(0) {
             cluster.nft_ok = netns::nft_available(ns);
@@ -282,6 +299,21 @@ impl Cluster {
     /// Cuts both links between `x` and `y` at the proxies.
     pub fn partition(&self, x: usize, y: usize) {
         self.pair_proxies(x, y).for_each(Proxy::partition);
+    }
+
+    /// Cuts the link `x` dials to `y` (it carries `y`'s ops to `x` and `x`'s acks to `y`) with
+    /// an RST on its open connections, so both ends see it down at once; `y`'s link to `x`
+    /// flows on.
+    pub fn cut(&self, x: usize, y: usize) {
+        if let Some(p) = self.proxy(x, y) {
+            p.partition();
+            p.reset();
+        }
+    }
+
+    /// RST on every open connection of every link.
+    pub fn reset_all(&self) -> usize {
+        self.proxies.values().map(Proxy::reset).sum()
     }
 
     /// Cuts every link of `x`.
@@ -595,6 +627,11 @@ impl Cluster {
             for ((k, t), r) in which.into_iter().zip(replies) {
                 let v = match (t.as_str(), &r) {
                     (_, Reply::Bulk(None)) => continue,
+                    // A HyperLogLog: sites agree on its registers, not on its bytes (sparse
+                    // layout and cache depend on the order of concurrent raises).
+                    ("string", Reply::Bulk(Some(b))) if b.starts_with(b"HYLL") => {
+                        Value::Str(hll_registers(b))
+                    }
                     ("string", _) => Value::Str(r.bulk_str().unwrap_or_default()),
                     ("set", _) => Value::Set(r.strings().into_iter().collect()),
                     ("list", _) => Value::List(r.strings()),
@@ -690,5 +727,20 @@ impl Cluster {
             }
         }
         out
+    }
+}
+
+/// A HyperLogLog's non-zero registers as text (`hll index=count ...`), or its bytes when they
+/// do not decode.
+fn hll_registers(bytes: &[u8]) -> String {
+    match meridian_crdt::hll::registers(bytes) {
+        Ok(r) => {
+            let mut out = String::from("hll");
+            for (i, c) in r.iter().enumerate().filter(|(_, c)| **c != 0) {
+                out.push_str(&format!(" {i}={c}"));
+            }
+            out
+        }
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
     }
 }

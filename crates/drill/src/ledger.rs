@@ -43,6 +43,8 @@ pub enum Op {
     Lpop,
     Expire,
     Persist,
+    Pfadd,
+    Pfcount,
 }
 
 impl Op {
@@ -66,12 +68,17 @@ impl Op {
             Op::Lpop => "LPOP",
             Op::Expire => "EXPIRE",
             Op::Persist => "PERSIST",
+            Op::Pfadd => "PFADD",
+            Op::Pfcount => "PFCOUNT",
         }
     }
 
     /// Whether the op changes data (reads are kept for the causal checks).
     pub fn is_write(self) -> bool {
-        !matches!(self, Op::Get | Op::SrandMember | Op::Hget | Op::ZrandMember)
+        !matches!(
+            self,
+            Op::Get | Op::SrandMember | Op::Hget | Op::ZrandMember | Op::Pfcount
+        )
     }
 }
 

@@ -51,7 +51,7 @@ use crate::scenario::{Ctx, INTERRUPTED, SCENARIOS};
 #[command(
     name = "meridian-drill",
     about = "Multi-site fault drills and convergence checks for Meridian",
-    after_help = "Short (CI) mode runs every scenario; `partitions` once per seed, the others with the first seed.\nLong (soak) mode, with --duration, runs every scenario for every seed with that load phase."
+    after_help = "Short (CI) mode runs every scenario; `partitions` and `quarantine-rejoin` once per seed, the others with the first seed.\nLong (soak) mode, with --duration, runs every scenario for every seed with that load phase."
 )]
 struct Cli {
     /// Number of sites (2-8).

@@ -43,6 +43,11 @@ pub enum Fault {
     NftLoss { site: usize, pct: u8 },
     /// SIGKILL, then restart with the same directory at the end (needs persistence).
     KillRestart { site: usize },
+    /// Links cut one way with an RST, `(x, y)`: `y`'s ops no longer reach `x`, nor `x`'s acks
+    /// `y` (the link `x` dials to `y`); the other direction flows.
+    Cut { links: Vec<(usize, usize)> },
+    /// An RST on every open sync connection, once (the dialers redial).
+    ResetAll,
 }
 
 /// What the schedule may use.
@@ -139,6 +144,76 @@ pub fn partitions(seed: u64, n: usize, duration_ms: u64, allowed: Allowed) -> Sc
     Schedule { seed, events }
 }
 
+/// Short outages around a short quarantine (issue 16): one-way link cuts (one to three links
+/// at once, often back to back, so that a link heals as another is cut), isolations, RST flaps
+/// and resets of every link, each 0.3–4 s, so that sites quarantine each other
+/// (`--sync-quarantine-ms` of 1–2 s) and rejoin while the others are in every state; and, when
+/// allowed, one site killed and restarted with its log at a seeded moment.
+pub fn quarantine(seed: u64, n: usize, duration_ms: u64, allowed: Allowed) -> Schedule {
+    let mut rng = Rng::derive(seed, &[0x9ca2_a471]);
+    let mut events = Vec::new();
+    let mut t = rng.range(300, 800);
+    let kill_at = allowed
+        .kill
+        .then(|| rng.range(duration_ms / 4, duration_ms / 2));
+    let mut killed = false;
+    while events.len() < EVENTS_MAX && n >= 2 {
+        let fault = if !killed && kill_at.is_some_and(|k| t >= k) {
+            killed = true;
+            Fault::KillRestart {
+                site: rng.below(n as u64) as usize,
+            }
+        } else {
+            let s = rng.below(n as u64) as usize;
+            let o = other(&mut rng, n, s);
+            match rng.weighted(&[6, 2, 2, 1]) {
+                0 => {
+                    let mut links = vec![(s, o)];
+                    for _ in 0..rng.below(3) {
+                        let x = rng.below(n as u64) as usize;
+                        let y = other(&mut rng, n, x);
+                        if !links.contains(&(x, y)) {
+                            links.push((x, y));
+                        }
+                    }
+                    Fault::Cut { links }
+                }
+                1 => Fault::Isolate { site: s },
+                2 => Fault::Flap {
+                    a: s,
+                    b: o,
+                    period_ms: rng.range(200, 800),
+                },
+                _ => Fault::ResetAll,
+            }
+        };
+        let dur = match fault {
+            Fault::ResetAll => rng.range(300, 1000),
+            Fault::KillRestart { .. } => rng.range(1000, 3000),
+            _ => rng.range(800, 4000),
+        };
+        if t + dur > duration_ms {
+            break;
+        }
+        events.push(Event {
+            at_ms: t,
+            dur_ms: dur,
+            fault,
+        });
+        // Often back to back: a cut heals as the next one begins.
+        t += dur
+            + if rng.chance(40) {
+                0
+            } else {
+                rng.range(200, 1000)
+            };
+    }
+    if let Some(last) = events.last_mut() {
+        last.dur_ms = duration_ms.saturating_sub(last.at_ms);
+    }
+    Schedule { seed, events }
+}
+
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let id = |i: &usize| ((b'a' + *i as u8) as char).to_string();
@@ -174,6 +249,14 @@ impl fmt::Display for Fault {
             Fault::NftPartition { a, b } => write!(f, "nft silent partition {}↔{}", id(a), id(b)),
             Fault::NftLoss { site, pct } => write!(f, "nft {pct}% loss from {}", id(site)),
             Fault::KillRestart { site } => write!(f, "SIGKILL {} then restart", id(site)),
+            Fault::Cut { links } => {
+                let l: Vec<String> = links
+                    .iter()
+                    .map(|(x, y)| format!("{}←{}", id(x), id(y)))
+                    .collect();
+                write!(f, "cut {}", l.join(", "))
+            }
+            Fault::ResetAll => write!(f, "RST every link"),
         }
     }
 }
@@ -220,8 +303,15 @@ mod tests {
     #[test]
     fn schedules_are_bounded_and_do_not_overlap() {
         for seed in 0..200 {
-            for duration in [5_000, 20_000, 120_000, 10_000_000] {
-                let s = partitions(seed, 3, duration, ALL);
+            for (duration, which) in [5_000, 20_000, 120_000, 10_000_000]
+                .into_iter()
+                .flat_map(|d| [(d, 0), (d, 1)])
+            {
+                let s = if which == 0 {
+                    partitions(seed, 3, duration, ALL)
+                } else {
+                    quarantine(seed, 3, duration, ALL)
+                };
                 assert!(s.events.len() <= EVENTS_MAX);
                 let mut end = 0;
                 for e in &s.events {
@@ -243,10 +333,39 @@ mod tests {
                             assert_ne!(a, b);
                             vec![*a, *b]
                         }
+                        Fault::Cut { links } => {
+                            assert!(!links.is_empty() && links.iter().all(|(x, y)| x != y));
+                            links.iter().flat_map(|(x, y)| [*x, *y]).collect()
+                        }
+                        Fault::ResetAll => vec![],
                     };
                     assert!(sites.iter().all(|&x| x < 3));
                 }
             }
+        }
+    }
+
+    /// The quarantine drill's schedule kills one site once when allowed (never otherwise),
+    /// and keeps most outages past a 1–2 s quarantine short of the convergence bound.
+    #[test]
+    fn the_quarantine_schedule_kills_one_site_once() {
+        for seed in 0..200 {
+            let kills = |s: &Schedule| {
+                s.events
+                    .iter()
+                    .filter(|e| matches!(e.fault, Fault::KillRestart { .. }))
+                    .count()
+            };
+            assert_eq!(kills(&quarantine(seed, 3, 20_000, ALL)), 1, "seed {seed}");
+            let no_kill = Allowed {
+                nft: false,
+                kill: false,
+            };
+            assert_eq!(kills(&quarantine(seed, 3, 20_000, no_kill)), 0);
+            assert_eq!(
+                quarantine(seed, 3, 20_000, ALL),
+                quarantine(seed, 3, 20_000, ALL)
+            );
         }
     }
 

@@ -244,6 +244,12 @@ impl Site {
             .join("\n")
     }
 
+    /// Lines of the server's log (every run of it) that contain `what`.
+    pub fn log_count(&self, what: &str) -> usize {
+        let log = std::fs::read_to_string(&self.spec.log).unwrap_or_default();
+        log.lines().filter(|l| l.contains(what)).count()
+    }
+
     /// Lines of the log at ERROR level or reporting a panic.
     pub fn log_errors(&self) -> Vec<String> {
         let log = std::fs::read_to_string(&self.spec.log).unwrap_or_default();

@@ -1,8 +1,9 @@
 //! A bounded workload on every site at once (testing.md §5.6): a few clients per site, each one
 //! connection issuing one op at a time at a fixed rate, over strings (unique SET values),
 //! counters (INCRBY ±), sets (unique SADD `site:client:seq`; SREM only of an element this client
-//! just read at that site), hashes, sorted sets, lists, DEL and EXPIRE. Every op goes into the
-//! client's ledger. Clients stop at the stop flag, at `duration_max`, or after `OPS_MAX` ops.
+//! just read at that site), hashes, sorted sets, lists, DEL and EXPIRE, and (when the mix asks)
+//! HyperLogLogs (PFADD, PFCOUNT, DEL) and DELs of sorted sets. Every op goes into the client's
+//! ledger. Clients stop at the stop flag, at `duration_max`, or after `OPS_MAX` ops.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,7 +30,13 @@ pub struct Mix {
     pub zset: u64,
     pub list: u64,
     pub exp: u64,
+    /// DEL of a set.
     pub del: u64,
+    /// HyperLogLogs: PFADD of a unique element, PFCOUNT, and now and then a DEL (which wins
+    /// over concurrent PFADDs, docs/conflicts.md §12).
+    pub hll: u64,
+    /// DEL of a sorted set.
+    pub zdel: u64,
 }
 
 impl Mix {
@@ -42,6 +49,23 @@ impl Mix {
         list: 8,
         exp: 6,
         del: 1,
+        hll: 0,
+        zdel: 0,
+    };
+
+    /// Every type, with deletions of sets, sorted sets and HyperLogLogs (the checks do not
+    /// allow deleting counters, hashes or lists: their acked writes must show).
+    pub const EVERY_TYPE: Mix = Mix {
+        str: 16,
+        cnt: 14,
+        set: 20,
+        hash: 10,
+        zset: 10,
+        list: 8,
+        exp: 6,
+        del: 2,
+        hll: 12,
+        zdel: 2,
     };
 }
 
@@ -251,9 +275,9 @@ impl Client {
 
     fn one_op(&mut self) {
         let m = self.spec.mix;
-        let family = self
-            .rng
-            .weighted(&[m.str, m.cnt, m.set, m.hash, m.zset, m.list, m.exp, m.del]);
+        let family = self.rng.weighted(&[
+            m.str, m.cnt, m.set, m.hash, m.zset, m.list, m.exp, m.del, m.hll, m.zdel,
+        ]);
         let k = self.rng.below(u64::from(self.spec.keys.max(1)));
         match family {
             0 => self.strings(&format!("str:{k}")),
@@ -279,10 +303,27 @@ impl Client {
                 }
             }
             6 => self.expiring(&format!("exp:{k}")),
-            _ => {
+            7 => {
                 let key = format!("set:{k}");
                 self.exec(Op::Del, &key, "", "", &["DEL", &key]);
             }
+            8 => self.hlls(&format!("hll:{k}")),
+            _ => {
+                let key = format!("zset:{k}");
+                self.exec(Op::Del, &key, "", "", &["DEL", &key]);
+            }
+        }
+    }
+
+    fn hlls(&mut self, key: &str) {
+        let roll = self.rng.below(100);
+        if roll < 85 {
+            let e = self.value();
+            self.exec(Op::Pfadd, key, &e, "", &["PFADD", key, &e]);
+        } else if roll < 92 {
+            self.exec(Op::Pfcount, key, "", "", &["PFCOUNT", key]);
+        } else {
+            self.exec(Op::Del, key, "", "", &["DEL", key]);
         }
     }
 

@@ -111,18 +111,20 @@ impl Db {
     }
 
     /// Collects the causally stable removal metadata (`stable` covers only writes every
-    /// replica has delivered) of the entry in bucket `index`, in place (the GC scan: no key
+    /// replica not quarantined has delivered, `everywhere` those every replica has: see
+    /// `KeyState::collect_with`) of the entry in bucket `index`, in place (the GC scan: no key
     /// copy, no second lookup), and removes the entry when nothing is left. Returns whether
     /// the entry still holds metadata; `None` when the bucket is empty.
     pub fn collect_bucket(
         &mut self,
         index: usize,
         stable: &meridian_crdt::VersionVector,
+        everywhere: &meridian_crdt::VersionVector,
     ) -> Option<bool> {
         let e = self.table.get_bucket_mut(index)?;
         let had_ttl = e.state.expire_at_ms().is_some();
         let was_empty = e.state.is_empty();
-        e.state.collect(stable);
+        e.state.collect_with(stable, everywhere);
         let meta = e.state.has_metadata();
         let was_meta = std::mem::replace(&mut e.meta, meta);
         let remove = e.state.is_empty() && !meta;
@@ -456,24 +458,26 @@ impl Shard {
     }
 
     /// Merges a key's CRDT state received in a full sync into the live key (a join: what
-    /// either side wrote survives), then does the bookkeeping of a write.
-    /// `floor`: see `Shard::full_sync_floor`.
+    /// either side wrote survives, what either side removed having seen it goes), then does
+    /// the bookkeeping of a write. `mine` and `theirs`: this shard's causal context and the
+    /// sender's (`KeyState::merge_with_contexts`, docs/replication.md §5).
     pub fn merge_state(
         &mut self,
         db: usize,
         key: &[u8],
         state: &KeyState,
-        floor: &meridian_crdt::VersionVector,
+        mine: &meridian_crdt::Context,
+        theirs: &meridian_crdt::Context,
         now_ms: u64,
     ) {
-        self.log_merged_state(db, key, state, floor);
+        self.log_merged_state(db, key, state, mine, theirs);
         let hash = self.hash_key(key);
         let lru = self.access_clock(now_ms);
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return;
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
-        let applied = entry.state.merge_with_floor(state, floor);
+        let applied = entry.state.merge_with_contexts(state, mine, theirs);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
         }

@@ -163,6 +163,9 @@ pub struct Stats {
     /// When the cross-protocol warning was last logged (unix seconds), so it is logged at most
     /// once a minute.
     pub security_warning_s: u64,
+    /// RESTORE payload containers validated entry by entry (INFO stats
+    /// `dump_payload_sanitizations`; Meridian always sanitizes deeply).
+    pub dump_payload_sanitizations: u64,
 }
 
 impl Stats {

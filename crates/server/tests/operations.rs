@@ -975,3 +975,139 @@ fn sites_are_added_and_removed_online_under_load_losing_no_acknowledged_write() 
     assert!(e.contains("was removed"), "{e}");
     wait_converged(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
 }
+
+/// Ops are not relayed: a removed site's writes that reached only some of the remaining sites
+/// (here b never received c's, its link from c being cut) must still reach every remaining
+/// site once c is removed, or the remaining sites never converge. Nobody streams a removed
+/// site's ops any more, so the sites that hold them bring the others up to date by a full
+/// sync, as for a retired life (docs/replication.md §9).
+#[test]
+fn a_removed_sites_writes_that_reached_only_some_sites_reach_every_remaining_site() {
+    use common::sites::{Cluster, Opts, wait_converged};
+    let mut cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());
+    cluster.wait_links_up(Duration::from_secs(30));
+    // b's link to c carries c's ops to b: cut it; a still receives them.
+    cluster.proxy(1, 2).partition();
+    let mut c = cluster.site(2).connect();
+    let keys: Vec<String> = (0..50).map(|i| format!("from-c:{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call(&[b"SET", k.as_bytes(), b"v"]), b"+OK\r\n");
+    }
+    assert!(
+        common::disk::eventually(Duration::from_secs(30), || {
+            let at_a = cluster.site(0).keys();
+            keys.iter().all(|k| at_a.contains(k))
+        }),
+        "a never received c's writes"
+    );
+    assert!(
+        cluster.site(1).keys().is_empty(),
+        "b received c's writes through the cut link"
+    );
+    // c is lost before b got its writes; the operator removes it from a and b.
+    cluster.site_mut(2).kill();
+    for i in 0..2 {
+        let mut s = cluster.site(i).connect();
+        assert_eq!(s.call(&[b"CRDT.REMOVEPEER", b"c"]), b"+OK\r\n");
+    }
+    wait_converged(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
+    let at_b = cluster.site(1).keys();
+    let missing: Vec<&String> = keys.iter().filter(|k| !at_b.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "b lacks {} of c's writes",
+        missing.len()
+    );
+}
+
+/// Known defect (docs/drills.md §7, found by `add-remove-site`): the floor of a full-sync merge
+/// joins what *either* side collected, limited only to what the receiver delivered
+/// (`Shard::full_sync_floor`). A site that joins under load can send the site pulling a full
+/// sync from it a state that lacks the puller's newest writes (they have not reached it yet);
+/// the puller's own collections cover them, so it takes them for removed by the joiner and
+/// drops them: acknowledged writes lost at the puller, and a permanent divergence with the
+/// sites that hold them. Here c's element `e2` is acked at c and reaches a; d joins holding c's
+/// list without `e2` and with an element of a's that c lacks; c adds d and pulls from it.
+#[test]
+fn a_full_sync_from_a_joining_site_keeps_the_pullers_newest_writes() {
+    use common::sites::{Cluster, Opts, wait_converged, wait_links_up};
+    // c does not list d yet; d lists both.
+    let mut cluster = Cluster::start(
+        &["a", "c", "d"],
+        Opts::proxied().peers_of(0, &[1, 2]).peers_of(1, &[0]),
+    );
+    cluster.site_mut(2).kill();
+    wait_links_up(&[cluster.site(0), cluster.site(1)], Duration::from_secs(30));
+    fn list(cluster: &Cluster, i: usize) -> Vec<String> {
+        cluster.site(i).cmd(&["LRANGE", "L", "0", "-1"]).strings()
+    }
+    let mut c = cluster.site(1).connect();
+    c.int(&["RPUSH", "L", "x"]);
+    assert!(common::disk::eventually(Duration::from_secs(10), || list(
+        &cluster, 0
+    ) == [
+        "x"
+    ]));
+    // d starts empty and takes a's state (c's ops reach d only by c's links, cut here).
+    cluster.proxy(2, 1).partition();
+    for e in std::fs::read_dir(cluster.site(2).dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            std::fs::remove_dir_all(p).unwrap();
+        } else {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    cluster.site_mut(2).start();
+    assert!(common::disk::eventually(Duration::from_secs(20), || list(
+        &cluster, 2
+    ) == [
+        "x"
+    ]));
+    // c's e2 reaches a, which acks it: c's garbage collection then covers it.
+    c.int(&["RPUSH", "L", "e2"]);
+    assert!(common::disk::eventually(Duration::from_secs(10), || list(
+        &cluster, 0
+    ) == [
+        "x", "e2"
+    ]));
+    std::thread::sleep(Duration::from_secs(3));
+    // a's y reaches d but not c.
+    cluster.proxy(1, 0).partition();
+    let mut a = cluster.site(0).connect();
+    a.int(&["RPUSH", "L", "y"]);
+    assert!(common::disk::eventually(Duration::from_secs(10), || list(
+        &cluster, 2
+    ) == [
+        "x", "y"
+    ]));
+    // c adds d and pulls a full sync from it (d holds y, which c lacks).
+    let d_sync = format!("127.0.0.1:{}", cluster.site(2).sync_port);
+    assert_eq!(
+        c.call(&[b"CRDT.ADDPEER", b"d", d_sync.as_bytes()]),
+        b"+OK\r\n"
+    );
+    assert!(
+        common::disk::eventually(Duration::from_secs(20), || cluster
+            .site(1)
+            .peer_u64("d", "full_syncs_in")
+            >= 1),
+        "{:?}",
+        cluster.site(1).peer_info("d")
+    );
+    assert!(
+        list(&cluster, 1).contains(&"e2".to_string()),
+        "c dropped its own acknowledged e2: {:?}",
+        list(&cluster, 1)
+    );
+    cluster.heal_all();
+    wait_converged(&cluster.all(), Duration::from_secs(30));
+    for i in 0..3 {
+        assert_eq!(
+            list(&cluster, i),
+            ["x", "e2", "y"],
+            "site {}",
+            cluster.site(i).id
+        );
+    }
+}

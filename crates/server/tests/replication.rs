@@ -1460,8 +1460,8 @@ fn removals_are_not_collected_while_a_peer_is_cut_off() {
 }
 
 /// A peer silent for longer than `sync-quarantine-ms` stops holding back garbage collection and
-/// rejoins by a full sync both ways (docs/replication.md §6). The doc accepts that a value
-/// removed and collected meanwhile may come back; it does not allow the sites to disagree.
+/// rejoins by a full sync both ways (docs/replication.md §6). A removal made and collected
+/// meanwhile wins: its site had seen the value, and its causal context says so.
 #[test]
 fn quarantined_peer_rejoins_by_full_sync_and_converges() {
     let cluster = Cluster::start(
@@ -1490,7 +1490,7 @@ fn quarantined_peer_rejoins_by_full_sync_and_converges() {
     cluster.wait_converged(CONVERGE_TIMEOUT);
     let sa = members(&mut a, "s");
     assert_eq!(sa, members(&mut b, "s"));
-    assert!(sa.contains("y"), "{sa:?}");
+    assert_eq!(sa, set_of(&["y"]));
     on_all(&cluster, &[A, B], |site, c| {
         for k in ["k", "froma", "fromb"] {
             assert_eq!(c.int(&["EXISTS", k]), 1, "{k} at {site}");
@@ -1784,4 +1784,220 @@ fn removal_through_a_third_site_keeps_an_unseen_add() {
             "site {site}"
         );
     }
+}
+
+/// Keys of the quarantine-rejoin schedules (issue 16): `s0..s5` hold `keep` and get `m<i>`
+/// added then removed; `t0..t2` hold only `m<i>`, so the removal empties them.
+const REJOIN_S: usize = 6;
+const REJOIN_T: usize = 3;
+
+fn rejoin_keys() -> Vec<(String, String)> {
+    (0..REJOIN_S)
+        .map(|i| (format!("s{i}"), format!("m{i}")))
+        .chain((0..REJOIN_T).map(|i| (format!("t{i}"), format!("m{i}"))))
+        .collect()
+}
+
+fn quarantined(cluster: &Cluster, site: usize, peer: usize) -> bool {
+    cluster.site(site).peer_info(&cluster.site(peer).id)["quarantined"] == "1"
+}
+
+fn wait_for(cluster: &Cluster, what: &str, cond: impl FnMut() -> bool) {
+    assert!(
+        eventually(Duration::from_secs(15), cond),
+        "{what}\n{}",
+        report(&cluster.all())
+    );
+}
+
+/// After the rejoin: equal digests, and on every site the removals won (each site that
+/// removed had seen the add): `s<i>` is `{keep}` and `t<i>` is gone.
+fn assert_rejoined_with_removals(cluster: &Cluster) {
+    let took = cluster.wait_converged(CONVERGE_TIMEOUT);
+    eprintln!("converged {took:?} after the heal");
+    let sites: Vec<usize> = (0..cluster.sites.len()).collect();
+    let mut dumps = Vec::new();
+    on_all(cluster, &sites, |site, c| {
+        let mut dump = Vec::new();
+        for (key, _) in rejoin_keys() {
+            dump.push((key.clone(), members(c, &key)));
+        }
+        eprintln!("{site}: {dump:?}");
+        dumps.push(dump);
+    });
+    for (i, dump) in dumps.iter().enumerate() {
+        for (key, m) in dump {
+            let want = if key.starts_with('s') {
+                set_of(&["keep"])
+            } else {
+                BTreeSet::new()
+            };
+            assert_eq!(*m, want, "{key} at {}", cluster.site(i).id);
+        }
+    }
+}
+
+/// A few GC steps at the default `hz` (10): `crdt_gc_pending_keys` is as of the last step.
+const GC_STEPS: Duration = Duration::from_millis(400);
+
+/// Whether `site` has collected the SREMs' member contexts of `s0..s5` since its
+/// `crdt_gc_collected_keys` was `before`. The SREMs that emptied `t0..t2` are key removals,
+/// whose contexts wait for the quarantined peer (docs/replication.md §6), so at most those
+/// may be left.
+fn collects_removals(cluster: &Cluster, site: usize, before: u64) -> bool {
+    let s = cluster.site(site);
+    s.info_u64("crdt_gc_collected_keys") >= before + REJOIN_S as u64
+        && s.info_u64("crdt_gc_pending_keys") <= REJOIN_T as u64
+}
+
+fn reset_all_links(cluster: &Cluster) {
+    let n = cluster.sites.len();
+    for x in 0..n {
+        for y in 0..n {
+            if x != y {
+                cluster.proxy(x, y).reset();
+            }
+        }
+    }
+}
+
+/// Issue 16, two sites: A removes members C holds while C is quarantined, and collects the
+/// removals; the sets that the removals emptied are gone from A's keyspace. At the rejoin
+/// both sites end with the removals applied (they had seen the adds), not with C's copies.
+#[test]
+fn quarantine_rejoin_keeps_removals_two_sites() {
+    let cluster = Cluster::start(
+        &["a", "c"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+    );
+    const C2: usize = 1;
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    for (key, m) in rejoin_keys() {
+        if key.starts_with('s') {
+            assert_eq!(a.int(&["SADD", &key, "keep"]), 1);
+        }
+        assert_eq!(a.int(&["SADD", &key, &m]), 1);
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    // C←A: A's ops no longer reach C, nor C's acks A. C still hears A's acks of its own
+    // (idle) link, so only A quarantines.
+    cluster.proxy(C2, A).partition();
+    wait_for(&cluster, "A quarantines C", || quarantined(&cluster, A, C2));
+    let collected = cluster.site(A).info_u64("crdt_gc_collected_keys");
+    for (key, m) in rejoin_keys() {
+        assert_eq!(a.int(&["SREM", &key, &m]), 1);
+    }
+    wait_for(&cluster, "A collects the removals", || {
+        collects_removals(&cluster, A, collected)
+    });
+    assert!(!quarantined(&cluster, C2, A));
+    reset_all_links(&cluster);
+    cluster.heal_all();
+    assert_rejoined_with_removals(&cluster);
+}
+
+/// Issue 16, three sites, ordered by what each site has seen rather than by the clock: C
+/// has A's adds, B gets the adds and A's removals only after it has quarantined C and
+/// collects the removals while C is away; B and C are cut both ways, so C never learns
+/// that B saw the adds. At the rejoin, C's copies of the members must not come back on B
+/// (B had seen and applied the removals), nor survive on C.
+#[test]
+fn quarantine_rejoin_keeps_removals_three_sites() {
+    let cluster = Cluster::start(
+        &["a", "b", "c"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut c = cluster.site(C).connect();
+    for i in 0..REJOIN_S {
+        assert_eq!(a.int(&["SADD", &format!("s{i}"), "keep"]), 1);
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    cluster.proxy(B, A).partition();
+    cluster.partition(B, C);
+    for (key, m) in rejoin_keys() {
+        assert_eq!(a.int(&["SADD", &key, &m]), 1);
+    }
+    wait_for(&cluster, "C has the adds", || {
+        rejoin_keys()
+            .iter()
+            .all(|(key, m)| members(&mut c, key).contains(m))
+    });
+    wait_for(&cluster, "B and C quarantine each other", || {
+        quarantined(&cluster, B, C) && quarantined(&cluster, C, B)
+    });
+    cluster.proxy(C, A).partition();
+    cluster.proxy(B, A).heal();
+    wait_for(&cluster, "A quarantines C", || quarantined(&cluster, A, C));
+    let collected = cluster.site(A).info_u64("crdt_gc_collected_keys");
+    for (key, m) in rejoin_keys() {
+        assert_eq!(a.int(&["SREM", &key, &m]), 1);
+    }
+    let mut b = cluster.site(B).connect();
+    wait_for(
+        &cluster,
+        "B applies the removals and A collects them",
+        || {
+            rejoin_keys()
+                .iter()
+                .all(|(key, m)| !members(&mut b, key).contains(m))
+                && collects_removals(&cluster, A, collected)
+        },
+    );
+    // B applied the removals by ops or by a full sync from A (if A quarantined B too while
+    // B←A was cut); either way it holds no member contexts once GC has run on it.
+    std::thread::sleep(GC_STEPS);
+    wait_for(&cluster, "B holds no member contexts", || {
+        cluster.site(B).info_u64("crdt_gc_pending_keys") <= REJOIN_T as u64
+    });
+    reset_all_links(&cluster);
+    cluster.heal_all();
+    assert_rejoined_with_removals(&cluster);
+}
+
+/// Issue 16's schedule with the reported timings (relative to t0): cut B←A and C←B at 1.0
+/// s; adds at 1.05–1.35 s; heal B←A and cut C←A at 1.7 s; removals at 1.8–2.1 s; reset every
+/// link at 2.5 s, heal at 3.5 s. Which full syncs run, and in what order, depends on the
+/// timing of acks and redials; whatever it is, the sites must converge with the removals.
+#[test]
+fn quarantine_rejoin_keeps_removals_issue_timings() {
+    let cluster = Cluster::start(
+        &["a", "b", "c"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    for i in 0..REJOIN_S {
+        assert_eq!(a.int(&["SADD", &format!("s{i}"), "keep"]), 1);
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let t0 = Instant::now();
+    let at = |ms: u64| {
+        let due = t0 + Duration::from_millis(ms);
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    };
+    let keys = rejoin_keys();
+    at(1000);
+    cluster.proxy(B, A).partition();
+    cluster.proxy(C, B).partition();
+    for (i, (key, m)) in keys.iter().enumerate() {
+        at(1050 + 300 * i as u64 / keys.len() as u64);
+        assert_eq!(a.int(&["SADD", key, m]), 1);
+    }
+    at(1700);
+    cluster.proxy(B, A).heal();
+    cluster.proxy(C, A).partition();
+    for (i, (key, m)) in keys.iter().enumerate() {
+        at(1800 + 300 * i as u64 / keys.len() as u64);
+        assert_eq!(a.int(&["SREM", key, m]), 1);
+    }
+    at(2500);
+    reset_all_links(&cluster);
+    at(3500);
+    cluster.heal_all();
+    assert_rejoined_with_removals(&cluster);
 }

@@ -1,4 +1,4 @@
-//! Streams across sites (docs/conflicts.md §16), between real `meridian` processes on
+//! Streams across sites (docs/conflicts.md §17), between real `meridian` processes on
 //! loopback: concurrent XADD at three sites (auto IDs never collide, one explicit ID chosen
 //! at two sites), XDEL and XTRIM during a partition (each removes only what its site had
 //! seen), consumer groups read and acknowledged at two sites during a partition (the later

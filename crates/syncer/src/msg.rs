@@ -4,7 +4,7 @@
 //! headers only. Decoders are bounds-checked and allocate nothing from an untrusted count.
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_u8, put_u32, put_u64, put_vv};
-use meridian_crdt::{ReplicaId, VersionVector};
+use meridian_crdt::{Context, Gap, Hlc, ReplicaId, VersionVector};
 
 use crate::error::SyncError;
 use crate::frame::{MAGIC, PROTOCOL_VERSION};
@@ -247,34 +247,71 @@ impl Ack {
     }
 }
 
-/// Start of a delta full sync: the sender's sequence number when it began, and the join of
-/// every causally stable vector it collected removal metadata with (the receiver's merge
-/// needs it to know which writes the sender removed and forgot).
+/// Start of a full sync: the sender's sequence number when it began, and its causal context
+/// (its delivered vector, own last op included, as the walk begins, less the gap of its own
+/// ops it may have lost): every write it covers was applied at the sender, which holds it or
+/// has removed it, so the receiver's merge drops a write it holds that the context covers and
+/// the sender's states lack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FullSyncBegin {
     pub seq: u64,
-    pub collected: VersionVector,
+    pub context: Context,
     /// The sender's delivered vector on retired lives (origins nobody streams any more) as
     /// the walk begins: the states sent carry those ops, so the receiver's delivered vector
     /// takes these entries once the full sync ends.
     pub retired: VersionVector,
+    /// Every key the sender holds follows (no delta filter): the receiver merges the keys it
+    /// holds and was not sent with the empty state.
+    pub complete: bool,
 }
 
 impl FullSyncBegin {
+    /// `seq:u64 context:vv retired:vv complete:u8 [gap]`, `gap` (present when the context
+    /// has one) `replica:u32 after:u64 upto:u64`. Messages of earlier versions end after
+    /// `retired` (not complete, no gap); they ignore what follows it.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16);
         put_u64(&mut out, self.seq);
-        put_vv(&mut out, &self.collected);
+        put_vv(&mut out, &self.context.seen);
         put_vv(&mut out, &self.retired);
+        out.push(u8::from(self.complete));
+        if let Some(g) = &self.context.gap {
+            put_u32(&mut out, g.replica.0);
+            put_u64(&mut out, g.after.0);
+            put_u64(&mut out, g.upto.0);
+        }
         out
     }
 
     pub fn decode(body: &[u8]) -> Result<FullSyncBegin, SyncError> {
         let parse = |r: &mut Reader<'_>| -> Result<FullSyncBegin, DecodeError> {
+            let seq = r.u64()?;
+            let seen = r.vv()?;
+            let retired = r.vv()?;
+            let mut complete = false;
+            let mut gap = None;
+            if !r.is_at_end() {
+                complete = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    t => return Err(DecodeError::BadTag(t)),
+                };
+                if !r.is_at_end() {
+                    gap = Some(Gap {
+                        replica: ReplicaId(r.u32()?),
+                        after: Hlc(r.u64()?),
+                        upto: Hlc(r.u64()?),
+                    });
+                }
+            }
+            if !r.is_at_end() {
+                return Err(DecodeError::Invalid("bytes after a FullSyncBegin"));
+            }
             Ok(FullSyncBegin {
-                seq: r.u64()?,
-                collected: r.vv()?,
-                retired: r.vv()?,
+                seq,
+                context: Context { seen, gap },
+                retired,
+                complete,
             })
         };
         parse(&mut Reader::new(body)).map_err(SyncError::malformed("FullSyncBegin"))
@@ -384,12 +421,37 @@ mod tests {
             delivered: vv(),
         };
         assert_eq!(Ack::decode(&a.encode()).unwrap(), a);
-        let b = FullSyncBegin {
+        let mut b = FullSyncBegin {
             seq: 4,
-            collected: vv(),
+            context: Context::from(vv()),
             retired: vv(),
+            complete: true,
         };
         assert_eq!(FullSyncBegin::decode(&b.encode()).unwrap(), b);
+        // Without the trailing byte (an earlier version's message): not complete.
+        let mut old = b.encode();
+        old.pop();
+        let d = FullSyncBegin::decode(&old).unwrap();
+        assert_eq!((d.seq, d.complete), (4, false));
+        let mut bad = b.encode();
+        *bad.last_mut().unwrap() = 2;
+        assert!(FullSyncBegin::decode(&bad).is_err());
+        // A context with a gap; every truncation of it is an error or an earlier layout.
+        b.context.gap = Some(Gap {
+            replica: ReplicaId(7),
+            after: Hlc(5),
+            upto: Hlc(9),
+        });
+        let full = b.encode();
+        assert_eq!(FullSyncBegin::decode(&full).unwrap(), b);
+        for n in 0..full.len() {
+            if let Ok(d) = FullSyncBegin::decode(&full[..n]) {
+                assert_eq!(d.context.gap, None, "{n}");
+            }
+        }
+        let mut long = full.clone();
+        long.push(0);
+        assert!(FullSyncBegin::decode(&long).is_err());
         let mut out = Vec::new();
         let oh = OpsHeader {
             origin: ReplicaId(7),

@@ -230,7 +230,8 @@ pub const REDACTED: &[u8] = b"(redacted)";
 
 /// `argv` with its secrets replaced by `REDACTED` for MONITOR and the slow log (Redis's
 /// `redactClientCommandArgument`: AUTH's arguments, HELLO's AUTH pair, ACL SETUSER's rules,
-/// CONFIG SET requirepass's value); None when the command carries none.
+/// the values of CONFIG SET's sensitive parameters (requirepass, masterauth, masteruser),
+/// MIGRATE's AUTH password and AUTH2 pair); None when the command carries none.
 pub fn redacted<'a>(name: &str, argv: &[&'a [u8]]) -> Option<Vec<&'a [u8]>> {
     let mut out: Vec<&'a [u8]> = argv.to_vec();
     let mut hide = |i: usize| {
@@ -257,10 +258,33 @@ pub fn redacted<'a>(name: &str, argv: &[&'a [u8]]) -> Option<Vec<&'a [u8]>> {
         "config|set" => {
             let mut j = 2;
             while j + 1 < argv.len() {
-                if argv.get(j).is_some_and(|a| eq_ic(a, "requirepass")) {
+                if argv.get(j).is_some_and(|a| {
+                    ["requirepass", "masterauth", "masteruser"]
+                        .iter()
+                        .any(|p| eq_ic(a, p))
+                }) {
                     hide(j + 1);
                 }
                 j += 2;
+            }
+        }
+        // As migrateCommand's option loop: what it parsed before KEYS or a syntax error.
+        "migrate" => {
+            let mut j = 6;
+            while let Some(opt) = argv.get(j) {
+                let more = argv.len() - j - 1;
+                if eq_ic(opt, "copy") || eq_ic(opt, "replace") {
+                    j += 1;
+                } else if eq_ic(opt, "auth") && more >= 1 {
+                    hide(j + 1);
+                    j += 2;
+                } else if eq_ic(opt, "auth2") && more >= 2 {
+                    hide(j + 1);
+                    hide(j + 2);
+                    j += 3;
+                } else {
+                    break;
+                }
             }
         }
         _ => return None,

@@ -716,6 +716,27 @@ fn native_getkeys(name: &str, argv: &[&[u8]]) -> Option<Vec<KeyRef>> {
         }
         // sortROGetKeys: only the sorted key.
         "sort_ro" => Some(vec![(1, vec!["RO", "access"])]),
+        // migrateGetKeys: the key argument, or every argument after KEYS (none when the key
+        // argument is not empty: MIGRATE answers that syntax error); options skip theirs.
+        "migrate" => {
+            let flags = || vec!["RW", "access", "delete"];
+            let mut i = 6;
+            while let Some(a) = argv.get(i) {
+                if eq_ic(a, "keys") {
+                    if argv.get(3).is_some_and(|k| !k.is_empty()) {
+                        return Some(Vec::new());
+                    }
+                    return Some((i + 1..argv.len()).map(|p| (p, flags())).collect());
+                }
+                if eq_ic(a, "auth") {
+                    i += 1;
+                } else if eq_ic(a, "auth2") {
+                    i += 2;
+                }
+                i += 1;
+            }
+            Some(vec![(3, flags())])
+        }
         _ => None,
     }
 }
@@ -811,6 +832,35 @@ mod tests {
         assert_eq!(
             keys("bitfield", &["bitfield", "k", "GET", "u8", "0"]),
             Some(vec![(1, vec!["RO", "access"])])
+        );
+        // MIGRATE: the key argument, or what follows KEYS past AUTH/AUTH2's arguments.
+        let positions = |argv: &[&str]| -> Vec<usize> {
+            keys("migrate", argv)
+                .unwrap_or_default()
+                .iter()
+                .map(|k| k.0)
+                .collect()
+        };
+        let m = ["migrate", "h", "1"];
+        assert_eq!(positions(&[&m[..], &["k", "0", "10"]].concat()), vec![3]);
+        assert_eq!(
+            positions(
+                &[
+                    &m[..],
+                    &["", "0", "10", "AUTH2", "keys", "p", "KEYS", "a", "b"]
+                ]
+                .concat()
+            ),
+            vec![10, 11]
+        );
+        assert_eq!(
+            positions(&[&m[..], &["", "0", "10", "AUTH", "keys", "KEYS", "a"]].concat()),
+            vec![9]
+        );
+        assert!(positions(&[&m[..], &["k", "0", "10", "KEYS", "a"]].concat()).is_empty());
+        assert_eq!(
+            keys("migrate", &["migrate", "h", "1", "k", "0", "10"]),
+            Some(vec![(3, vec!["RW", "access", "delete"])])
         );
     }
 

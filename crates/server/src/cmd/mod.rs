@@ -32,6 +32,7 @@
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
 //! - `stream`: XADD XRANGE XREAD ... XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM XINFO.
 //! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
+//! - `dump`: DUMP RESTORE MIGRATE (Redis's serialization, `meridian-rdb`).
 
 pub mod acl;
 pub mod args;
@@ -41,6 +42,7 @@ pub mod connection;
 pub mod crdt;
 pub mod db;
 pub mod debug;
+pub mod dump;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -120,6 +122,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(memory::HANDLERS);
     v.extend_from_slice(latency::HANDLERS);
     v.extend_from_slice(lolwut::HANDLERS);
+    v.extend_from_slice(dump::HANDLERS);
     v
 }
 

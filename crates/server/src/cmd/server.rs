@@ -609,8 +609,14 @@ fn info_stats(shard: &Shard, out: &mut String) {
     );
     field(out, "latest_fork_usec", 0);
     field(out, "total_forks", 0);
+    // MIGRATE opens a connection per command and keeps none (cmd/dump.rs).
+    field(out, "migrate_cached_sockets", 0);
     field(out, "total_error_replies", st.total_error_replies);
-    field(out, "dump_payload_sanitizations", 0);
+    field(
+        out,
+        "dump_payload_sanitizations",
+        st.dump_payload_sanitizations,
+    );
 }
 
 fn info_replication(shard: &Shard, out: &mut String) {

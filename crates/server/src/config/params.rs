@@ -243,7 +243,7 @@ const EXPIRY: &str = "Active expiry runs `hz` cycles per second, each bounded in
 const HLL_SPARSE: &str = "A sparse HyperLogLog becomes dense past 3000 bytes, Redis's default, on every site: the encoding is part of the replicated value.";
 const IO_THREADS: &str = "Each shard thread does its own network I/O.";
 const LAZYFREE: &str = "Meridian frees values on the shard thread.";
-const LIST_ENCODING: &str = "Lists are a CRDT of their own; Redis 7.0 reports every list as `quicklist` whatever these are.";
+const LIST_ENCODING: &str = "Lists are a CRDT of their own; Redis 7.0 reports every list as `quicklist` whatever these are. DUMP lays a list out in quicklist nodes by them, as Redis does.";
 const LOG_TAIL_CUT: &str =
     "A torn tail of the op log is always cut at start (docs/persistence.md).";
 const MISCONF_ALWAYS: &str =
@@ -253,11 +253,13 @@ const NO_AOF: &str =
 const NO_CLIENT_TLS: &str =
     "Client connections are plain TCP; sites use TLS between them (`sync-tls-*`).";
 const NO_CLUSTER: &str = "Redis Cluster is not enabled.";
-const NO_DUMP: &str = "Meridian has no DUMP/RESTORE yet.";
+const DUMP_SANITIZE: &str =
+    "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
 const NO_EVICTION: &str = "Meridian does not evict: memory is bounded by the keyspace alone.";
 const NO_EVICTION_TUNING: &str = "Meridian does not evict.";
 const NO_MODULES: &str = "Meridian loads no modules.";
 const NO_NOTIFICATIONS: &str = "Meridian has no keyspace notifications yet.";
+const DUMP_COMPRESSION: &str = "Meridian writes no RDB file (docs/persistence.md); DUMP compresses strings with LZF as Redis does when yes.";
 const NO_RDB: &str =
     "Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
 const NO_REPLICAS: &str =
@@ -286,7 +288,7 @@ pub static PARAMS: &[Param] = &[
     stored("always-show-logo", Kind::Bool, "no", PROCESS)
         .immutable(),
     field("protected-mode", Kind::Bool, field!(protected_mode), "While the default user has no password, refuse clients from addresses other than 127.0.0.1 and ::1 (-DENIED)."),
-    stored("rdbcompression", Kind::Bool, "yes", NO_RDB),
+    stored("rdbcompression", Kind::Bool, "yes", DUMP_COMPRESSION),
     stored("rdb-del-sync-files", Kind::Bool, "no", NO_RDB),
     stored("activerehashing", Kind::Bool, "yes", REHASH),
     stored("stop-writes-on-bgsave-error", Kind::Bool, "yes", MISCONF_ALWAYS)
@@ -388,7 +390,7 @@ pub static PARAMS: &[Param] = &[
     field("appendfsync", Kind::Enum(&["everysec", "always", "no"]), field!(appendfsync), "When log writes reach the disk: always, everysec or no."),
     stored("oom-score-adj", Kind::Enum(&["no", "yes", "relative", "absolute"]), "no", PROCESS),
     field("acl-pubsub-default", Kind::Enum(&["allchannels", "resetchannels"]), field!(acl_pubsub_default), "Channels of new ACL users: resetchannels (none) or allchannels."),
-    stored("sanitize-dump-payload", Kind::Enum(&["no", "yes", "clients"]), "no", NO_DUMP),
+    stored("sanitize-dump-payload", Kind::Enum(&["no", "yes", "clients"]), "no", DUMP_SANITIZE),
     stored("enable-protected-configs", Kind::Enum(&["no", "yes", "local"]), "no", PROTECTED_CONFIGS)
         .immutable(),
     stored("enable-debug-command", Kind::Enum(&["no", "yes", "local"]), "no", DEBUG_ENABLED)

@@ -91,7 +91,8 @@ impl Shard {
         self.persist.recovering = false;
         // Recovery only fills the library register; load the libraries once, now.
         self.settle_libraries();
-        if life::needs_new_life(prev_life.as_ref(), &boot_id, self.config.appendonly) {
+        let new_life = life::needs_new_life(prev_life.as_ref(), &boot_id, self.config.appendonly);
+        if new_life {
             let from = self.sync.life;
             let to = self.begin_life();
             tracing::warn!(
@@ -110,6 +111,15 @@ impl Shard {
         }
         self.persist.own_written_seq = self.seq;
         let lease = meridian_crdt::Hlc(rec.lease);
+        // In the same life, own ops issued before the restart have hlcs up to the lease;
+        // those after the last one recovered were lost if the disk lost written data (a
+        // killed process keeps it): the causal context leaves them out (`SyncState::own_gap`).
+        self.sync.own_gap =
+            (!new_life && lease > self.sync.own_last).then_some(meridian_crdt::Gap {
+                replica: self.replica,
+                after: self.sync.own_last,
+                upto: lease,
+            });
         if lease > self.clock.last() {
             self.clock = meridian_crdt::HlcClock::resume_after(lease);
         }

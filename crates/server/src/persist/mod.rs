@@ -272,11 +272,18 @@ impl Persist {
         self.appended();
     }
 
-    pub fn append_state(&mut self, db: u16, key: &[u8], floor: &VersionVector, state: &[u8]) {
+    pub fn append_merge(
+        &mut self,
+        db: u16,
+        key: &[u8],
+        mine: &meridian_crdt::Context,
+        theirs: &meridian_crdt::Context,
+        state: &[u8],
+    ) {
         if !self.logging() {
             return;
         }
-        record::put_state(&mut self.pending, db, key, floor, state);
+        record::put_merge(&mut self.pending, db, key, mine, theirs, state);
         self.appended();
     }
 
@@ -649,13 +656,14 @@ impl Shard {
         self.persist.append_scratch_op();
     }
 
-    /// Logs a key state a full sync merged.
+    /// Logs a key state a full sync merged, with both sides' causal contexts.
     pub fn log_merged_state(
         &mut self,
         db: usize,
         key: &[u8],
         state: &meridian_crdt::KeyState,
-        floor: &VersionVector,
+        mine: &meridian_crdt::Context,
+        theirs: &meridian_crdt::Context,
     ) {
         if !self.persist.logging() {
             return;
@@ -663,7 +671,8 @@ impl Shard {
         let mut buf = std::mem::take(&mut self.persist.scratch);
         buf.clear();
         state.encode_state(&mut buf);
-        self.persist.append_state(db as u16, key, floor, &buf);
+        self.persist
+            .append_merge(db as u16, key, mine, theirs, &buf);
         self.persist.scratch = buf;
     }
 }
@@ -761,6 +770,101 @@ mod tests {
             d.open_persistence(),
             Err(super::PersistError::Locked { .. })
         ));
+    }
+
+    /// A site `name` with peers `peers`, persisting in `dir` (or not).
+    fn site(name: &str, peers: &[&str], dir: Option<&std::path::Path>) -> Shard {
+        let config = Config {
+            site: name.to_string(),
+            peer: peers
+                .iter()
+                .enumerate()
+                .map(|(i, p)| format!("{p}=127.0.0.1:{}", 7100 + i))
+                .collect(),
+            appendonly: dir.is_some(),
+            dir: dir.map(|d| d.to_path_buf()).unwrap_or_default(),
+            ..Config::default()
+        };
+        Shard::new(0, config, crate::cmd::table(), crate::time::wall_ms())
+    }
+
+    /// `from`'s ops from `first_seq` on, as site `to` decodes them from its link to `from`
+    /// (peer index `peer`), then applied there.
+    fn stream(from: &Shard, to: &mut Shard, peer: usize, first_seq: u64) {
+        let parts = from.oplog.since(first_seq).unwrap();
+        let mut body = Vec::new();
+        meridian_syncer::OpsHeader {
+            origin: from.replica,
+            incarnation: from.sync.incarnation,
+            first_seq,
+            count: (from.seq + 1 - first_seq) as u32,
+        }
+        .encode_into(&mut body);
+        crate::oplog::copy_to_wire(&parts, &mut body, usize::MAX);
+        let now = crate::time::wall_ms();
+        let lives = to.sync.peers[peer].lives.clone();
+        let (_, records) =
+            crate::sync::apply::decode_batch(&body, &lives, from.sync.incarnation, 16, now, 60_000)
+                .unwrap();
+        to.apply_batch(peer, &records, now);
+    }
+
+    /// A complete full sync of every key of `from` into `to` (peer index `peer`).
+    fn full_sync(from: &Shard, to: &mut Shard, peer: usize) {
+        let now = crate::time::wall_ms();
+        let mut sync = to.begin_full_sync_in(peer, from.full_sync_begin_out(true), false);
+        let mut body = Vec::new();
+        let n = from.dbs.iter().map(|d| d.table.len()).sum::<usize>() as u32;
+        body.extend_from_slice(&n.to_le_bytes());
+        for (db, d) in from.dbs.iter().enumerate() {
+            for e in d.table.iter() {
+                crate::sync::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
+            }
+        }
+        let entries = crate::sync::apply::decode_chunk(&body, 16).unwrap();
+        to.apply_chunk(&mut sync, &entries, now);
+        to.end_full_sync_in(sync, now);
+    }
+
+    /// A full sync carries a removal whose context its sender collected; the add it removed
+    /// then arrives from its own origin's stream: the receiver skips it (its delivered vector
+    /// took the sender's context), live and when it replays its log.
+    #[test]
+    fn an_op_a_full_sync_carried_is_skipped_live_and_in_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = site("a", &["b", "c"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        let mut b = site("b", &["a", "c"], None);
+        let mut c = site("c", &["a", "b"], None);
+        run(&mut a, &["SET", "k", "v"]);
+        run(&mut c, &["SADD", "set", "y"]);
+        run(&mut c, &["SADD", "keep", "z"]);
+        stream(&c, &mut b, 1, 1);
+        run(&mut b, &["SREM", "set", "y"]);
+        // B collects the SREM's context (every peer acked everything).
+        let all = b.delivered_vv();
+        for p in &mut b.sync.peers {
+            p.acked = Some(all.clone());
+            p.acked_causal = Some(all.clone());
+        }
+        b.gc_step(crate::time::wall_ms(), crate::sync::gc::GC_STEP_BUCKETS_MAX);
+        assert!(
+            b.dbs[0].get(b.hash_key(b"set"), b"set").is_none(),
+            "gone at B"
+        );
+        full_sync(&b, &mut a, 0);
+        assert_eq!(run(&mut a, &["SMEMBERS", "keep"]), "*1\r\n$1\r\nz\r\n");
+        // C's adds arrive by C's stream: both were carried by B's states.
+        stream(&c, &mut a, 1, 1);
+        assert_eq!(run(&mut a, &["EXISTS", "set"]), ":0\r\n");
+        assert_eq!(a.sync.peers[1].in_applied_seq, 2);
+        let before = states(&a);
+        a.persist.close();
+        drop(a);
+        let mut a = site("a", &["b", "c"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        assert_eq!(states(&a), before);
+        assert_eq!(run(&mut a, &["EXISTS", "set"]), ":0\r\n");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! the bad one), which must stop recovery.
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_vv};
-use meridian_crdt::{ReplicaId, VersionVector};
+use meridian_crdt::{Context, Gap, Hlc, ReplicaId, VersionVector};
 
 pub const SEGMENT_MAGIC: &[u8; 8] = b"MRDNLOG\x01";
 pub const SEGMENT_HEADER_BYTES: usize = 24;
@@ -34,12 +34,17 @@ pub enum Kind {
     Incarnation = 4,
     /// No timestamp above this one was issued before it was written: `hlc:u64`.
     ClockLease = 5,
-    /// Ops of retired lives a full sync carried in states (no op record names them): the
-    /// delivered vector takes `vv` (docs/replication.md §9).
+    /// Ops a full sync carried in states (no op record names them): the delivered vector
+    /// takes `vv` (docs/replication.md §5, §9).
     Delivered = 6,
     /// A FUNCTION library register entry a full sync carried: `name:bytes` then the
     /// snapshot's library encoding (`snapshot::encode_library`).
     Library = 7,
+    /// A key state merged by a full sync, with the causal contexts of both sides:
+    /// `db:u16 key:bytes mine:context theirs:context state:bytes`, a context being `vv` then
+    /// `0`, or `1 replica:u32 after:u64 upto:u64` for one with a gap (`Kind::State` is the format before
+    /// it, one floor for both sides, still replayed).
+    Merge = 8,
 }
 
 impl Kind {
@@ -52,6 +57,7 @@ impl Kind {
             5 => Some(Kind::ClockLease),
             6 => Some(Kind::Delivered),
             7 => Some(Kind::Library),
+            8 => Some(Kind::Merge),
             _ => None,
         }
     }
@@ -87,6 +93,8 @@ pub fn put(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
     finish(out, start);
 }
 
+/// A `Kind::State` record (no longer written; tests replay it as an older log would hold it).
+#[cfg(test)]
 pub fn put_state(out: &mut Vec<u8>, db: u16, key: &[u8], floor: &VersionVector, state: &[u8]) {
     let start = begin(out, Kind::State);
     out.extend_from_slice(&db.to_le_bytes());
@@ -94,6 +102,51 @@ pub fn put_state(out: &mut Vec<u8>, db: u16, key: &[u8], floor: &VersionVector, 
     put_vv(out, floor);
     put_bytes(out, state);
     finish(out, start);
+}
+
+pub fn put_merge(
+    out: &mut Vec<u8>,
+    db: u16,
+    key: &[u8],
+    mine: &Context,
+    theirs: &Context,
+    state: &[u8],
+) {
+    let start = begin(out, Kind::Merge);
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
+    put_context(out, mine);
+    put_context(out, theirs);
+    put_bytes(out, state);
+    finish(out, start);
+}
+
+/// `vv` then `0`, or `1 replica:u32 after:u64 upto:u64` for a context with a gap.
+fn put_context(out: &mut Vec<u8>, c: &Context) {
+    put_vv(out, &c.seen);
+    match &c.gap {
+        None => out.push(0),
+        Some(g) => {
+            out.push(1);
+            out.extend_from_slice(&g.replica.0.to_le_bytes());
+            out.extend_from_slice(&g.after.0.to_le_bytes());
+            out.extend_from_slice(&g.upto.0.to_le_bytes());
+        }
+    }
+}
+
+fn read_context(r: &mut Reader<'_>) -> Result<Context, DecodeError> {
+    let seen = r.vv()?;
+    let gap = match r.u8()? {
+        0 => None,
+        1 => Some(Gap {
+            replica: ReplicaId(r.u32()?),
+            after: Hlc(r.u64()?),
+            upto: Hlc(r.u64()?),
+        }),
+        t => return Err(DecodeError::BadTag(t)),
+    };
+    Ok(Context { seen, gap })
 }
 
 pub fn put_position(out: &mut Vec<u8>, site: &str, incarnation: u64, seq: u64) {
@@ -183,6 +236,34 @@ pub fn decode_state(payload: &[u8]) -> Result<StatePayload<'_>, DecodeError> {
         db,
         key,
         floor,
+        state,
+    })
+}
+
+/// A decoded Merge payload.
+pub struct MergePayload<'a> {
+    pub db: u16,
+    pub key: &'a [u8],
+    /// This shard's causal context when it merged.
+    pub mine: Context,
+    /// The sender's.
+    pub theirs: Context,
+    pub state: &'a [u8],
+}
+
+pub fn decode_merge(payload: &[u8]) -> Result<MergePayload<'_>, DecodeError> {
+    let mut r = Reader::new(payload);
+    let db = u16::from_le_bytes(r.array()?);
+    let key = r.bytes()?;
+    let mine = read_context(&mut r)?;
+    let theirs = read_context(&mut r)?;
+    let state = r.bytes()?;
+    end(&r)?;
+    Ok(MergePayload {
+        db,
+        key,
+        mine,
+        theirs,
         state,
     })
 }
@@ -392,6 +473,52 @@ mod tests {
         .unwrap();
         assert_eq!((end, n), (ScanEnd::Clean, 3));
         assert_eq!(kinds, vec![Kind::Op, Kind::Position, Kind::ClockLease]);
+    }
+
+    /// Merge records keep both contexts, gaps included; State records of earlier versions
+    /// still decode; every cut of a merge payload is an error.
+    #[test]
+    fn merge_and_state_records_round_trip() {
+        let mut vv = VersionVector::new();
+        vv.observe(meridian_crdt::Stamp {
+            hlc: Hlc(9),
+            replica: ReplicaId(3),
+        });
+        let mine = Context::from(vv.clone());
+        let theirs = Context {
+            seen: vv.clone(),
+            gap: Some(Gap {
+                replica: ReplicaId(3),
+                after: Hlc(2),
+                upto: Hlc(5),
+            }),
+        };
+        let mut b = Vec::new();
+        put_merge(&mut b, 4, b"key", &mine, &theirs, b"state");
+        put_state(&mut b, 5, b"old", &vv, b"st");
+        let mut seen = Vec::new();
+        let (end, n) = scan::<()>(&b, |f| {
+            match f.kind {
+                Kind::Merge => {
+                    let p = decode_merge(f.payload).unwrap();
+                    assert_eq!((p.db, p.key, p.state), (4, &b"key"[..], &b"state"[..]));
+                    assert_eq!((&p.mine, &p.theirs), (&mine, &theirs));
+                    for cut in 0..f.payload.len() {
+                        assert!(decode_merge(&f.payload[..cut]).is_err(), "{cut}");
+                    }
+                }
+                Kind::State => {
+                    let p = decode_state(f.payload).unwrap();
+                    assert_eq!((p.db, p.key, &p.floor), (5, &b"old"[..], &vv));
+                }
+                other => panic!("{other:?}"),
+            }
+            seen.push(f.kind);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((end, n), (ScanEnd::Clean, 2));
+        assert_eq!(seen, vec![Kind::Merge, Kind::State]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use meridian_crdt::codec::Reader;
-use meridian_crdt::{Hlc, HlcClock, KeyState, Stamp};
+use meridian_crdt::{Context, Hlc, HlcClock, KeyState, Stamp};
 
 use super::PersistError;
 use super::record::{self, Kind, ScanEnd, SegmentHeader};
@@ -178,6 +178,34 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
     Ok(meta)
 }
 
+/// Replays a full-sync merge of `state` (its encoding) into `key` with the logged contexts.
+fn replay_merge(
+    shard: &mut Shard,
+    db: u16,
+    key: &[u8],
+    mine: &Context,
+    theirs: &Context,
+    state: &[u8],
+    now_ms: u64,
+) -> Result<(), String> {
+    if usize::from(db) >= shard.dbs.len() {
+        return Err(format!(
+            "state on database {db} but only {} are configured",
+            shard.dbs.len()
+        ));
+    }
+    let mut r = Reader::new(state);
+    let state = KeyState::decode_state(&mut r).map_err(|e| format!("state: {e}"))?;
+    if !r.is_at_end() {
+        return Err("state record: trailing bytes".to_string());
+    }
+    for (_, hlc) in state.observed().stamps.iter() {
+        raise_clock(shard, hlc);
+    }
+    shard.merge_state(usize::from(db), key, &state, mine, theirs, now_ms);
+    Ok(())
+}
+
 /// Applies one log record to `shard` (recovery: nothing is logged again).
 pub fn replay(
     shard: &mut Shard,
@@ -212,6 +240,9 @@ pub fn replay(
                 shard.seq = shard.seq.max(rec.seq);
                 shard.oplog.append_raw(rec.seq, payload);
             }
+            // A remote op that a full sync had carried before it arrived (the delivered vector
+            // took the sender's context first): skipped live by `apply_batch`, so here too.
+            let carried = !own && shard.sync.delivered.covers(stamp);
             if rec.origin == shard.replica {
                 if rec.hlc > shard.sync.own_last {
                     shard.sync.own_last = rec.hlc;
@@ -223,6 +254,7 @@ pub fn replay(
                 }
             }
             match &rec.body {
+                OpBody::Write(_) if carried => {}
                 OpBody::Write(effect) => {
                     let hash = shard.hash_key(&rec.key);
                     shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
@@ -232,22 +264,14 @@ pub fn replay(
             }
         }
         Kind::State => {
+            // Written before `Kind::Merge`: one floor stood for both sides' contexts.
             let p = record::decode_state(payload).map_err(|e| format!("state record: {e}"))?;
-            if usize::from(p.db) >= databases {
-                return Err(format!(
-                    "state on database {} but only {databases} are configured",
-                    p.db
-                ));
-            }
-            let mut r = Reader::new(p.state);
-            let state = KeyState::decode_state(&mut r).map_err(|e| format!("state: {e}"))?;
-            if !r.is_at_end() {
-                return Err("state record: trailing bytes".to_string());
-            }
-            for (_, hlc) in state.observed().stamps.iter() {
-                raise_clock(shard, hlc);
-            }
-            shard.merge_state(usize::from(p.db), p.key, &state, &p.floor, now_ms);
+            let floor = meridian_crdt::Context::from(p.floor);
+            replay_merge(shard, p.db, p.key, &floor, &floor, p.state, now_ms)?;
+        }
+        Kind::Merge => {
+            let p = record::decode_merge(payload).map_err(|e| format!("merge record: {e}"))?;
+            replay_merge(shard, p.db, p.key, &p.mine, &p.theirs, p.state, now_ms)?;
         }
         Kind::Position => {
             let (site, inc, seq) =
@@ -268,7 +292,7 @@ pub fn replay(
         Kind::Delivered => {
             let vv =
                 record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
-            shard.take_retired(&vv);
+            shard.take_context(&meridian_crdt::Context::from(vv));
         }
         Kind::Library => {
             let (name, stamp, code) =

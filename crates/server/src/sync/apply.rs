@@ -6,7 +6,7 @@
 
 use meridian_crdt::codec::{Reader, put_bytes};
 use meridian_crdt::{KeyState, ReplicaId, Stamp, VersionVector};
-use meridian_syncer::{OpsHeader, SyncError};
+use meridian_syncer::{FullSyncBegin, OpsHeader, SyncError};
 
 use crate::oplog::{self, OpBody, OpRecord};
 use crate::shard::Shard;
@@ -189,6 +189,9 @@ impl Shard {
 
     /// Applies validated records from peer `peer` in order, skipping those already applied.
     /// Stops at a gap (a record beyond `in_applied_seq + 1`) and returns how many it applied.
+    /// A write the delivered vector covers already was carried by a full sync's states
+    /// (`take_context`): this shard holds it or knows it removed, so it is not applied again
+    /// (it would come back where a removal dropped it); the stream's position moves on.
     pub fn apply_batch(&mut self, peer: usize, records: &[OpRecord], now_ms: u64) -> u64 {
         let skew = self.config.sync_clock_skew_ms_max;
         let mut applied = 0;
@@ -210,6 +213,7 @@ impl Shard {
                 replica: rec.origin,
             };
             match &rec.body {
+                OpBody::Write(_) if self.sync.delivered.covers(stamp) => {}
                 OpBody::Write(effect) => {
                     let hash = self.hash_key(&rec.key);
                     self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
@@ -244,50 +248,37 @@ impl Shard {
         applied
     }
 
-    /// The floor of a full-sync merge (`KeyState::merge_with_floor`): what either side
-    /// collected with, limited to what this site has delivered. A write the floor covers that
-    /// one side holds and the other does not was removed on the other side.
-    ///
-    /// Until this process has collected anything, the floor is empty (a plain join): a site
-    /// restarted without persistence has lost writes it delivered (and its own) in a previous
-    /// life, and the sender's vectors cover them; they must come back to it, not be taken for
-    /// removed. Both sites of a rejoin after a quarantine have collected, and then use the
-    /// same rule on both sides, so they decide alike.
-    pub fn full_sync_floor(&self, sender_collected: &VersionVector) -> VersionVector {
-        if self.sync.collected.is_empty() {
-            return VersionVector::new();
-        }
-        let mut joined = sender_collected.clone();
-        joined.merge(&self.sync.collected);
-        super::gc::vv_min(&joined, &self.delivered_vv())
-    }
-
-    /// After an unfiltered full sync (a rejoin after quarantine), every key the sender holds
-    /// was sent: a key held here and not sent is absent there, and is merged with the empty
-    /// state under the floor (what the sender removed and collected goes here too).
-    pub fn merge_unsent(
+    /// Starts receiving a full sync from peer `peer` (its `FullSyncBegin`): this shard merges
+    /// the states that follow with its own causal context and the sender's
+    /// (`merge_with_contexts`). When the sender sends every key it holds (it says so, or
+    /// `asked_all`: this shard asked for every key, which a sender of an earlier version does
+    /// not confirm), the keys not sent are merged with the empty state at the end. The caller
+    /// waits first while another peer's full sync is being received (`full_sync_waits`).
+    pub fn begin_full_sync_in(
         &mut self,
-        sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
-        floor: &VersionVector,
-        now_ms: u64,
-    ) {
-        let mut unsent: Vec<(usize, meridian_crdt::SmallBytes)> = Vec::new();
-        for (db, d) in self.dbs.iter().enumerate() {
-            for e in d.table.iter() {
-                if !sent.contains(&(db as u16, e.key.to_vec())) {
-                    unsent.push((db, e.key.clone()));
-                }
-            }
-        }
-        let empty = KeyState::new();
-        for (db, key) in unsent {
-            self.merge_state(db, &key, &empty, floor, now_ms);
+        peer: usize,
+        begin: FullSyncBegin,
+        asked_all: bool,
+    ) -> FullSyncIn {
+        debug_assert!(self.sync.receiving.as_ref().is_none_or(|(p, _)| *p == peer));
+        self.sync.receiving = Some((peer, begin.context.clone()));
+        FullSyncIn {
+            peer,
+            seq: begin.seq,
+            context: begin.context,
+            retired: begin.retired,
+            complete: begin.complete || asked_all,
+            sent: hashbrown::HashSet::new(),
         }
     }
 
     /// Merges the states of a full-sync chunk into the live keyspace.
-    pub fn apply_chunk(&mut self, entries: &[ChunkEntry], floor: &VersionVector, now_ms: u64) {
+    pub fn apply_chunk(&mut self, sync: &mut FullSyncIn, entries: &[ChunkEntry], now_ms: u64) {
+        // This shard's context as of this chunk: every write it covers is held here or was
+        // removed here, whatever this shard collected since.
+        let mine = self.context();
         for e in entries {
+            // A FUNCTION library: last writer wins by its stamp, outside the keyspace.
             if let Some((stamp, code)) = &e.library {
                 let _ = self
                     .clock
@@ -303,9 +294,121 @@ impl Shard {
                     .clock
                     .observe(hlc, now_ms, self.config.sync_clock_skew_ms_max);
             }
-            self.merge_state(usize::from(e.db), &e.key, &e.state, floor, now_ms);
+            if sync.complete {
+                sync.sent.insert((e.db, e.key.clone()));
+            }
+            self.merge_state(
+                usize::from(e.db),
+                &e.key,
+                &e.state,
+                &mine,
+                &sync.context,
+                now_ms,
+            );
         }
     }
+
+    /// Ends a full sync (its `FullSyncEnd` at `seq`): after a complete one, every key held
+    /// here and not sent is absent at the sender and is merged with the empty state (what
+    /// the sender removed and collected goes here too); then the delivered vector takes the
+    /// sender's context (`take_context`), the peer's position is `seq`, and a full sync
+    /// another peer holds back may start.
+    pub fn end_full_sync_in(&mut self, sync: FullSyncIn, now_ms: u64) {
+        if sync.complete {
+            self.merge_unsent(&sync.sent, &sync.context, now_ms);
+        }
+        self.take_context(&sync.context);
+        self.take_context(&meridian_crdt::Context::from(sync.retired.clone()));
+        if let Some(p) = self.sync.peers.get_mut(sync.peer) {
+            p.in_applied_seq = sync.seq;
+            p.inbound = super::LinkState::Up;
+            p.rejoin_pull = false;
+        }
+        self.log_peer_position(sync.peer);
+        self.end_receiving(sync.peer);
+    }
+
+    /// The full sync being received from `peer` (if any) ends: complete, or not (its link was
+    /// lost; the states merged so far stay, merging them again is harmless).
+    pub fn end_receiving(&mut self, peer: usize) {
+        if self
+            .sync
+            .receiving
+            .as_ref()
+            .is_some_and(|(p, _)| *p == peer)
+        {
+            self.sync.receiving = None;
+            self.sync.receiving_ended.notify_waiters();
+        }
+    }
+
+    /// Whether a frame from peer `peer` must wait for the full sync being received from
+    /// another peer to end: a full sync of its own (one at a time), or ops (`records`) one of
+    /// which that sync's context covers and this shard has not delivered. Such an op is
+    /// carried by the states on their way (or was removed at the sender): applied now, it
+    /// would come back where the sender's state had dropped it; once the sync ends, the
+    /// delivered vector covers it and `apply_batch` skips it. A merge with another peer's
+    /// state in the middle of a sync would likewise judge by a context that does not yet
+    /// record what the sync removed.
+    pub fn full_sync_waits(&self, peer: usize, records: Option<&[OpRecord]>) -> bool {
+        let Some((from, context)) = &self.sync.receiving else {
+            return false;
+        };
+        if *from == peer {
+            return false;
+        }
+        match records {
+            None => true,
+            Some(records) => records.iter().any(|r| {
+                let stamp = Stamp {
+                    hlc: r.hlc,
+                    replica: r.origin,
+                };
+                context.covers(stamp) && !self.sync.delivered.covers(stamp)
+            }),
+        }
+    }
+
+    /// After a complete full sync, every key the sender holds was sent: a key held here and
+    /// not sent is absent there, and is merged with the empty state under the sender's
+    /// context `theirs` (what the sender removed and collected goes here too).
+    fn merge_unsent(
+        &mut self,
+        sent: &hashbrown::HashSet<(u16, Vec<u8>)>,
+        theirs: &meridian_crdt::Context,
+        now_ms: u64,
+    ) {
+        let mut unsent: Vec<(usize, meridian_crdt::SmallBytes)> = Vec::new();
+        for (db, d) in self.dbs.iter().enumerate() {
+            for e in d.table.iter() {
+                if !sent.contains(&(db as u16, e.key.to_vec())) {
+                    unsent.push((db, e.key.clone()));
+                }
+            }
+        }
+        let mine = self.context();
+        let empty = KeyState::new();
+        for (db, key) in unsent {
+            self.merge_state(db, &key, &empty, &mine, theirs, now_ms);
+        }
+    }
+}
+
+/// A full sync being received (docs/replication.md §5): from `begin_full_sync_in` to
+/// `end_full_sync_in`.
+#[derive(Debug)]
+pub struct FullSyncIn {
+    pub peer: usize,
+    /// The sender's sequence number at the start: the stream continues after it.
+    pub seq: u64,
+    /// The sender's causal context (`FullSyncBegin::context`).
+    pub context: meridian_crdt::Context,
+    /// The sender's delivered entries of retired lives (`FullSyncBegin::retired`).
+    pub retired: VersionVector,
+    /// Every key the sender holds is sent (see `begin_full_sync_in`).
+    pub complete: bool,
+    /// Keys received in a complete full sync: the others are absent at the sender.
+    pub sent: hashbrown::HashSet<(u16, Vec<u8>)>,
 }
 
 #[cfg(test)]

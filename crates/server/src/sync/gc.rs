@@ -68,6 +68,22 @@ impl Shard {
         Some(stable)
     }
 
+    /// What every peer, quarantined ones included (as of its last causal ack), and this
+    /// shard have delivered: the bound of what no causal context stands in for once
+    /// collected (`KeyState::collect_with`). Empty while some peer has never acked. A peer
+    /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
+    /// nothing.
+    pub fn everywhere_vv(&self) -> VersionVector {
+        let mut all = self.delivered_vv();
+        for p in self.sync.peers.iter().filter(|p| !p.removed) {
+            match &p.acked_causal {
+                Some(acked) => all = vv_min(&all, acked),
+                None => return VersionVector::new(),
+            }
+        }
+        all
+    }
+
     /// One GC step: examines up to `buckets_max` buckets from the saved cursor and collects the
     /// stable metadata of every key holding some. Databases where no key holds any are
     /// skipped, and so is the whole scan when none does (`Db::meta_keys`): a shard at rest
@@ -82,13 +98,10 @@ impl Shard {
         let Some(stable) = self.stable_vv() else {
             return;
         };
-        // A removed peer never syncs again: collections made without it are stable.
-        if self.sync.peers.iter().all(|p| !p.quarantined || p.removed) {
-            self.sync.collected.merge(&stable);
-        }
         if self.sync.gc.pending_keys == 0 {
             return;
         }
+        let everywhere = self.everywhere_vv();
         let n_dbs = self.dbs.len();
         let (mut db, mut bucket) = self.sync.gc.cursor;
         if db >= n_dbs {
@@ -117,7 +130,7 @@ impl Shard {
                     continue;
                 }
                 let before = d.table.len();
-                match d.collect_bucket(b, &stable) {
+                match d.collect_bucket(b, &stable, &everywhere) {
                     Some(false) => {
                         collected += 1;
                         d.table.unmark(b, Mark::Metadata);
@@ -320,6 +333,90 @@ pub(super) mod tests {
             None,
             "marks cleared"
         );
+        assert_meta_counted(&s);
+    }
+
+    /// While a peer is quarantined, GC goes on for what a causal context stands in for (an
+    /// SREM's member context) and keeps what none does (a DEL's key context, which decides a
+    /// HyperLogLog raise the quarantined peer may hold concurrently) until that peer acks it.
+    /// A peer removed from the deployment (CRDT.REMOVEPEER) never syncs again: unlike a
+    /// quarantined one, it holds back no key removal context either.
+    #[test]
+    fn a_removed_peer_holds_back_nothing() {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec![
+                "b=127.0.0.1:7998".to_string(),
+                "c=127.0.0.1:7999".to_string(),
+            ],
+            appendonly: false,
+            sync_quarantine_ms: 1_000,
+            ..crate::config::Config::default()
+        };
+        let mut s = Shard::new(0, config, crate::cmd::table(), 1_000);
+        run(&mut s, 0, &["SADD", "set", "x", "y"]);
+        run(&mut s, 0, &["SET", "k", "1"]);
+        let before = s.delivered_vv();
+        for p in &mut s.sync.peers {
+            p.acked = Some(before.clone());
+            p.acked_causal = Some(before.clone());
+        }
+        run(&mut s, 0, &["SREM", "set", "x"]);
+        run(&mut s, 0, &["DEL", "k"]);
+        assert!(s.remove_peer("c"));
+        // B acks everything; C, removed, never will.
+        let all = s.delivered_vv();
+        s.sync.peers[0].acked = Some(all.clone());
+        s.sync.peers[0].acked_causal = Some(all);
+        s.sync.peers[0].last_ack_ms = 1_100;
+        s.gc_step(1_100, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.dbs[0].meta_keys, 0, "both contexts went");
+        let k = s.hash_key(b"k");
+        assert!(s.dbs[0].get(k, b"k").is_none());
+        assert_meta_counted(&s);
+    }
+
+    #[test]
+    fn a_quarantined_peer_holds_back_key_contexts_only() {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec![
+                "b=127.0.0.1:7998".to_string(),
+                "c=127.0.0.1:7999".to_string(),
+            ],
+            appendonly: false,
+            sync_quarantine_ms: 1_000,
+            ..crate::config::Config::default()
+        };
+        let mut s = Shard::new(0, config, crate::cmd::table(), 1_000);
+        run(&mut s, 0, &["SADD", "set", "x", "y"]);
+        run(&mut s, 0, &["SET", "k", "1"]);
+        let before = s.delivered_vv();
+        for p in &mut s.sync.peers {
+            p.acked = Some(before.clone());
+            p.acked_causal = Some(before.clone());
+        }
+        run(&mut s, 0, &["SREM", "set", "x"]);
+        run(&mut s, 0, &["DEL", "k"]);
+        // B acks everything; C has been silent past the quarantine.
+        let all = s.delivered_vv();
+        s.sync.peers[0].acked = Some(all.clone());
+        s.sync.peers[0].acked_causal = Some(all.clone());
+        s.sync.peers[0].last_ack_ms = 5_000;
+        s.gc_step(5_000, GC_STEP_BUCKETS_MAX);
+        assert!(s.sync.peers[1].quarantined && !s.sync.peers[0].quarantined);
+        assert_eq!(
+            s.dbs[0].meta_keys, 1,
+            "the set's context went, the DEL's stays"
+        );
+        let k = s.hash_key(b"k");
+        assert!(s.dbs[0].get(k, b"k").is_some_and(|e| e.meta));
+        // C acks everything (as its rejoin would): the DEL's context goes too.
+        s.sync.peers[1].acked = Some(all.clone());
+        s.sync.peers[1].acked_causal = Some(all);
+        s.gc_step(5_100, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.dbs[0].meta_keys, 0);
+        assert!(s.dbs[0].get(k, b"k").is_none());
         assert_meta_counted(&s);
     }
 

@@ -16,7 +16,7 @@ use meridian_syncer::msg::decode_refuse;
 use meridian_syncer::tls::{CertificateDer, check_cert_name, peer_leaf};
 use meridian_syncer::{
     Ack, FrameReader, FrameWriter, FullSyncBegin, FullSyncEnd, Hello, Io, Kind, Mode, OpsHeader,
-    PROTOCOL_VERSION, SyncError, Welcome,
+    SyncError, Welcome,
 };
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -165,81 +165,6 @@ fn refusal(
     None
 }
 
-/// How the sender brings a dialer up to date (docs/replication.md §3), and why.
-fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str) {
-    let Some(p) = s.sync.peers.get(peer) else {
-        return (Mode::FullSync, "unknown peer");
-    };
-    if hello.want_full {
-        return (Mode::FullSync, "the dialer asked for one (rejoin)");
-    }
-    if p.quarantined {
-        return (Mode::FullSync, "the dialer was quarantined");
-    }
-    if p.owes_full_sync {
-        return (
-            Mode::FullSync,
-            "the dialer restarted without ops of its own this site holds",
-        );
-    }
-    // The dialer states its own last op: holding more of its ops than it does means it
-    // lost some (a restart without them): they come back to it only by a full sync.
-    // Within one incarnation of the dialer this cannot happen; across a restart it can.
-    // (A Hello is built before the ops that overtake it on the other link.)
-    if hello.from_incarnation != p.in_incarnation
-        && s.sync.delivered.get(p.replica) > hello.delivered.get(p.replica)
-    {
-        return (
-            Mode::FullSync,
-            "this site holds ops of the dialer that the dialer lost",
-        );
-    }
-    // Ops of a retired life (the dialer's own lost tail after a reboot, or a third site's)
-    // are streamed by nobody: a dialer lacking some of them gets them only by a full sync.
-    if s.sync.ahead_on_retired(&hello.delivered) {
-        return (
-            Mode::FullSync,
-            "the dialer lacks ops of a retired life that this site holds",
-        );
-    }
-    let first_retained = match (s.oplog.first_seq(), s.persist.disk_first_own_seq()) {
-        (Some(m), Some(d)) => Some(m.min(d)),
-        (m, d) => m.or(d),
-    };
-    let retained = |from: u64| from > s.seq || first_retained.is_some_and(|f| f <= from);
-    // The dialer knows one of this shard's incarnations (sequence numbers continue across
-    // them): resume after what it applied, if that is still this shard's history.
-    if let Some(end) = s.sync.incarnation_end(hello.known_incarnation, s.seq) {
-        if hello.applied_seq <= end && retained(hello.applied_seq + 1) {
-            return (
-                Mode::Resume {
-                    from_seq: hello.applied_seq + 1,
-                },
-                "resume",
-            );
-        }
-        if hello.known_incarnation == s.sync.incarnation {
-            return (Mode::FullSync, "the dialer is behind the backlog");
-        }
-    }
-    // New to this incarnation: replaying it suffices only if the dialer already holds
-    // everything this shard holds from other origins and from its own earlier lives.
-    let mut others = s.sync.delivered.clone();
-    others.observe(meridian_crdt::Stamp {
-        hlc: s.sync.own_before_incarnation,
-        replica: s.replica,
-    });
-    others.forget_covered(&hello.delivered);
-    let first = s.sync.incarnation_first_seq();
-    if others.is_empty() && retained(first) {
-        return (Mode::Resume { from_seq: first }, "resume this incarnation");
-    }
-    (
-        Mode::FullSync,
-        "the dialer lacks ops this site holds from before this incarnation",
-    )
-}
-
 /// The sender role on an accepted link.
 async fn send_ops<S: Io + 'static>(
     shard: &ShardRc,
@@ -268,60 +193,21 @@ async fn send_ops<S: Io + 'static>(
         writer.shutdown().await;
         return Err(SyncError::Refused(reason));
     }
-    let (peer, generation, welcome) = {
-        let mut guard = shard.borrow_mut();
-        let s = &mut *guard;
-        let Some(peer) = s.sync.peers.iter().position(|p| p.site == hello.from_site) else {
-            return Err(SyncError::Refused("peer vanished".into()));
-        };
-        let shard_index = s.index;
-        if let Some(p) = s.sync.peers.get_mut(peer) {
-            if p.learn_life(hello.from_life, shard_index) {
-                tracing::info!(peer = %hello.from_site, life = hello.from_life, "peer began a new life");
-            }
-        }
-        let (mode, why) = choose_mode(s, peer, &hello);
-        if mode == Mode::FullSync {
-            tracing::info!(peer = %hello.from_site, reason = why, "full sync chosen");
-        }
+    let accepted = {
+        let mut s = shard.borrow_mut();
         let now = s.now_ms();
-        let seq = s.seq;
-        let incarnation = s.sync.incarnation;
-        let life = s.sync.life;
-        let site = s.config.site.clone();
-        let Some(p) = s.sync.peers.get_mut(peer) else {
-            return Err(SyncError::Refused("peer vanished".into()));
-        };
-        p.out_generation += 1;
-        p.outbound = LinkState::Connecting;
-        p.last_ack_ms = now;
-        p.acked_seq = match mode {
-            // The dialer holds every op of this shard before `from_seq`.
-            Mode::Resume { from_seq } => p.acked_seq.max(from_seq.saturating_sub(1).min(seq)),
-            Mode::FullSync if hello.known_incarnation == incarnation => {
-                p.acked_seq.max(hello.applied_seq.min(seq))
-            }
-            Mode::FullSync => 0,
-        };
-        match mode {
-            Mode::Resume { .. } => p.partial_syncs_out += 1,
-            Mode::FullSync => {
-                p.full_syncs_out += 1;
-                p.owes_full_sync = false;
-            }
-        }
-        (
-            peer,
-            p.out_generation,
-            Welcome {
-                site,
-                incarnation,
-                mode,
-                seq,
-                life,
-            },
-        )
+        s.accept_hello(&hello, now)?
     };
+    let super::protocol::Accepted {
+        peer,
+        generation,
+        welcome,
+        complete,
+        why,
+    } = accepted;
+    if welcome.mode == Mode::FullSync {
+        tracing::info!(peer = %hello.from_site, reason = why, complete, "full sync chosen");
+    }
     tracing::info!(peer = %hello.from_site, mode = ?welcome.mode, "sync link from peer accepted");
     writer.send(Kind::Welcome, &welcome.encode()).await?;
     let closed = Rc::new(Cell::new(false));
@@ -353,7 +239,7 @@ async fn send_ops<S: Io + 'static>(
         peer,
         generation,
         &welcome,
-        &hello.delivered,
+        (!complete).then_some(&hello.delivered),
         &closed,
         &closed_notify,
         &in_flight,
@@ -383,7 +269,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     peer: usize,
     generation: u64,
     welcome: &Welcome,
-    peer_delivered: &VersionVector,
+    peer_delivered: Option<&VersionVector>,
     closed: &Cell<bool>,
     closed_notify: &Notify,
     in_flight: &RefCell<std::collections::VecDeque<(u64, u64)>>,
@@ -393,9 +279,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
         Mode::FullSync => {
             set_outbound(shard, peer, generation, LinkState::FullSync);
             let seq = full_sync(shard, writer, peer_delivered, closed).await?;
-            if let Some(p) = shard.borrow_mut().sync.peers.get_mut(peer) {
-                p.quarantined = false;
-            }
+            shard.borrow_mut().full_sync_sent(peer);
             seq + 1
         }
     };
@@ -420,7 +304,12 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
         }
         if last_retired_check.elapsed() >= KEEPALIVE {
             last_retired_check = std::time::Instant::now();
-            if behind_on_retired(shard, peer) {
+            let behind = {
+                let mut s = shard.borrow_mut();
+                let now = s.now_ms();
+                s.behind_on_retired(peer, now)
+            };
+            if behind {
                 return Err(SyncError::Refused(
                     "the peer lacks ops of a retired life that this site holds: reconnect for a full sync".into(),
                 ));
@@ -429,62 +318,15 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
         // Created before looking, so that an op appended after the look still wakes us.
         let notified = new_ops.notified();
         let sent = {
-            let mut guard = shard.borrow_mut();
-            let s = &mut *guard;
-            let mut limit = s.persist.stream_limit(s.seq);
-            if limit < next_seq && s.seq >= next_seq {
-                // Ops appended but not written yet (an expiry between batches): write them.
-                s.persist.flush();
-                limit = s.persist.stream_limit(s.seq);
-            }
-            if limit < next_seq {
+            let mut s = shard.borrow_mut();
+            let batch = next_ops_batch(&mut s, next_seq, &mut body)?;
+            if batch.is_none() {
                 s.sync.wait_for_ops();
-                None
-            } else {
-                // The in-memory op log first; older ops from the log segments on disk.
-                let from_disk = if s.oplog.since(next_seq).is_none() {
-                    match s.persist.read_own_since(next_seq, BATCH_BYTES_MAX) {
-                        Some(bytes) => Some(bytes),
-                        None => {
-                            return Err(SyncError::Refused(format!(
-                                "peer fell behind the backlog (needs seq {next_seq}, oldest retained {})",
-                                s.oplog.first_seq().unwrap_or(0)
-                            )));
-                        }
-                    }
-                } else {
-                    None
-                };
-                let parts: Vec<&[u8]> = match &from_disk {
-                    Some(bytes) => vec![bytes.as_slice()],
-                    None => s.oplog.since(next_seq).unwrap_or_default(),
-                };
-                body.clear();
-                OpsHeader {
-                    origin: s.replica,
-                    incarnation: s.sync.incarnation,
-                    first_seq: next_seq,
-                    count: 0,
-                }
-                .encode_into(&mut body);
-                let batch = oplog::copy_to_wire_upto(&parts, &mut body, BATCH_BYTES_MAX, limit);
-                if batch.count == 0 || batch.first_seq != next_seq {
-                    return Err(SyncError::Refused(format!(
-                        "op log does not continue at seq {next_seq}"
-                    )));
-                }
-                // Patch the origin (a life's) and the count now that they are known.
-                if let Some(slot) = body.get_mut(..4) {
-                    slot.copy_from_slice(&batch.origin.0.to_le_bytes());
-                }
-                if let Some(slot) = body.get_mut(20..24) {
-                    slot.copy_from_slice(&batch.count.to_le_bytes());
-                }
-                in_flight
-                    .borrow_mut()
-                    .push_back((batch.last_seq, batch.first_hlc.physical_ms()));
-                Some(batch.last_seq)
             }
+            batch.map(|(last_seq, first_ms)| {
+                in_flight.borrow_mut().push_back((last_seq, first_ms));
+                last_seq
+            })
         };
         match sent {
             Some(last) => {
@@ -507,32 +349,66 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     }
 }
 
-/// Whether peer `peer` has stayed behind this site on a retired life for
-/// `RETIRED_RESYNC_AFTER_MS` (by its acks): then its link is reset, and the handshake that
-/// follows chooses a full sync (`choose_mode`).
-fn behind_on_retired(shard: &ShardRc, peer: usize) -> bool {
-    let mut guard = shard.borrow_mut();
-    let s = &mut *guard;
-    let now = s.now_ms();
-    let behind = s
-        .sync
-        .peers
-        .get(peer)
-        .and_then(|p| p.acked.as_ref())
-        .is_some_and(|acked| s.sync.ahead_on_retired(acked));
-    let Some(p) = s.sync.peers.get_mut(peer) else {
-        return false;
+/// Fills `body` with the next `Ops` frame of this shard's stream from `next_seq`: the ops
+/// written to the log (`Persist::stream_limit`), from the in-memory op log or else the log
+/// segments on disk, `BATCH_BYTES_MAX` of records at most. Returns the batch's last sequence
+/// number and the physical ms of its first op's hlc (a lag sample once acked), or `None`
+/// when nothing is ready. `Refused` when the peer fell behind the backlog, or the log does
+/// not continue at `next_seq`.
+pub(super) fn next_ops_batch(
+    s: &mut Shard,
+    next_seq: u64,
+    body: &mut Vec<u8>,
+) -> Result<Option<(u64, u64)>, SyncError> {
+    let mut limit = s.persist.stream_limit(s.seq);
+    if limit < next_seq && s.seq >= next_seq {
+        // Ops appended but not written yet (an expiry between batches): write them.
+        s.persist.flush();
+        limit = s.persist.stream_limit(s.seq);
+    }
+    if limit < next_seq {
+        return Ok(None);
+    }
+    // The in-memory op log first; older ops from the log segments on disk.
+    let from_disk = if s.oplog.since(next_seq).is_none() {
+        match s.persist.read_own_since(next_seq, BATCH_BYTES_MAX) {
+            Some(bytes) => Some(bytes),
+            None => {
+                return Err(SyncError::Refused(format!(
+                    "peer fell behind the backlog (needs seq {next_seq}, oldest retained {})",
+                    s.oplog.first_seq().unwrap_or(0)
+                )));
+            }
+        }
+    } else {
+        None
     };
-    if !behind {
-        p.retired_behind_since_ms = None;
-        return false;
+    let parts: Vec<&[u8]> = match &from_disk {
+        Some(bytes) => vec![bytes.as_slice()],
+        None => s.oplog.since(next_seq).unwrap_or_default(),
+    };
+    body.clear();
+    OpsHeader {
+        origin: s.replica,
+        incarnation: s.sync.incarnation,
+        first_seq: next_seq,
+        count: 0,
     }
-    let since = *p.retired_behind_since_ms.get_or_insert(now);
-    if now.saturating_sub(since) < super::RETIRED_RESYNC_AFTER_MS {
-        return false;
+    .encode_into(body);
+    let batch = oplog::copy_to_wire_upto(&parts, body, BATCH_BYTES_MAX, limit);
+    if batch.count == 0 || batch.first_seq != next_seq {
+        return Err(SyncError::Refused(format!(
+            "op log does not continue at seq {next_seq}"
+        )));
     }
-    p.retired_behind_since_ms = None;
-    true
+    // Patch the origin (a life's) and the count now that they are known.
+    if let Some(slot) = body.get_mut(..4) {
+        slot.copy_from_slice(&batch.origin.0.to_le_bytes());
+    }
+    if let Some(slot) = body.get_mut(20..24) {
+        slot.copy_from_slice(&batch.count.to_le_bytes());
+    }
+    Ok(Some((batch.last_seq, batch.first_hlc.physical_ms())))
 }
 
 fn set_outbound(shard: &ShardRc, peer: usize, generation: u64, state: LinkState) {
@@ -550,8 +426,9 @@ fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
     }
 }
 
-/// Delta full sync: the state of every key holding a stamp `peer_delivered` does not cover,
-/// in chunks, one borrow of the shard per chunk. Returns the sequence number it began at.
+/// Full sync: the state of every key holding a stamp `peer_delivered` does not cover (a
+/// delta), or of every key (`None`: complete), in chunks, one borrow of the shard per chunk,
+/// after this shard's causal context. Returns the sequence number it began at.
 ///
 /// The keyspace is walked by bucket cursor (`FullSyncCursor`), not from a list of key names
 /// taken at the start: nothing is copied up front, so starting a full sync costs no pause
@@ -560,26 +437,15 @@ fn note_out_bytes<W>(shard: &ShardRc, peer: usize, writer: &FrameWriter<W>) {
 async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     shard: &ShardRc,
     writer: &mut FrameWriter<W>,
-    peer_delivered: &VersionVector,
+    peer_delivered: Option<&VersionVector>,
     closed: &Cell<bool>,
 ) -> Result<u64, SyncError> {
     // Every key that exists now; keys created later are created by ops after `seq`, which
-    // the stream sends (or by other origins, whose own links send them).
-    let (seq, collected, retired) = {
-        let s = shard.borrow();
-        (s.seq, s.sync.collected.clone(), s.sync.retired_delivered())
-    };
-    writer
-        .send(
-            Kind::FullSyncBegin,
-            &FullSyncBegin {
-                seq,
-                collected,
-                retired,
-            }
-            .encode(),
-        )
-        .await?;
+    // the stream sends (or by other origins, whose own links send them). The context is
+    // taken with it: every write it covers is in the states sent, or was removed here.
+    let begin = shard.borrow().full_sync_begin_out(peer_delivered.is_none());
+    let seq = begin.seq;
+    writer.send(Kind::FullSyncBegin, &begin.encode()).await?;
     let mut sent = 0u64;
     let mut body = Vec::new();
     let mut cursor = FullSyncCursor::default();
@@ -587,29 +453,14 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         if closed.get() {
             return Err(SyncError::Refused("link closed during full sync".into()));
         }
-        body.clear();
-        body.extend_from_slice(&[0u8; 4]);
         let (n, chunk_seq, done) = {
             let s = shard.borrow();
-            let mut n = 0u32;
-            let done = cursor.walk(&s, |db, e| {
-                if n as usize >= FULL_SYNC_CHUNK_KEYS || body.len() >= FULL_SYNC_CHUNK_BYTES {
-                    return false;
-                }
-                if !peer_delivered.dominates(&e.state.observed().stamps) {
-                    super::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
-                    n += 1;
-                }
-                true
-            });
+            let (n, done) = fill_chunk(&s, &mut cursor, peer_delivered, &mut body);
             (n, s.seq, done)
         };
         if n > 0 {
             // The states carry every op up to `chunk_seq`: they leave once those are written.
             wait_own_written(shard, chunk_seq).await;
-            if let Some(slot) = body.get_mut(..4) {
-                slot.copy_from_slice(&n.to_le_bytes());
-            }
             writer.send(Kind::FullSyncChunk, &body).await?;
             sent += u64::from(n);
         }
@@ -653,6 +504,35 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     Ok(seq)
 }
 
+/// Fills `body` with the next full-sync chunk (`n:u32` then the keys, `FullSyncChunk`'s
+/// body) from where `cursor` stands: the states of keys holding a stamp `peer_delivered` does
+/// not cover, or of every key (`None`), at most `FULL_SYNC_CHUNK_KEYS` keys or about
+/// `FULL_SYNC_CHUNK_BYTES`. Returns the keys put in and whether the walk is complete.
+pub(super) fn fill_chunk(
+    s: &Shard,
+    cursor: &mut FullSyncCursor,
+    peer_delivered: Option<&VersionVector>,
+    body: &mut Vec<u8>,
+) -> (u32, bool) {
+    body.clear();
+    body.extend_from_slice(&[0u8; 4]);
+    let mut n = 0u32;
+    let done = cursor.walk(s, |db, e| {
+        if n as usize >= FULL_SYNC_CHUNK_KEYS || body.len() >= FULL_SYNC_CHUNK_BYTES {
+            return false;
+        }
+        if peer_delivered.is_none_or(|d| !d.dominates(&e.state.observed().stamps)) {
+            super::apply::encode_chunk_entry(body, db as u16, &e.key, &e.state);
+            n += 1;
+        }
+        true
+    });
+    if let Some(slot) = body.get_mut(..4) {
+        slot.copy_from_slice(&n.to_le_bytes());
+    }
+    (n, done)
+}
+
 /// Buckets one full-sync chunk visits at most (in one borrow of the shard), whether or not
 /// their keys are sent: a delta sync that skips most keys still yields to clients this often.
 pub const FULL_SYNC_CHUNK_BUCKETS_MAX: usize = 16 * 1024;
@@ -669,7 +549,7 @@ pub const FULL_SYNC_CHUNK_BUCKETS_MAX: usize = 16 * 1024;
 /// moves into a table at least twice the size of the one it fills, and tables never shrink,
 /// so a database restarts at most about log2 of its final size times.
 #[derive(Debug, Default)]
-struct FullSyncCursor {
+pub(super) struct FullSyncCursor {
     db: usize,
     bucket: usize,
     /// The table's generation when `bucket` was taken (`None`: not taken yet).
@@ -757,33 +637,15 @@ async fn read_acks<R: tokio::io::AsyncRead + Unpin>(
             });
         }
         let ack = Ack::decode(&f.body)?;
-        let mut guard = shard.borrow_mut();
-        let s = &mut *guard;
-        let now = s.now_ms();
-        let incarnation = s.sync.incarnation;
-        let seq = s.seq;
-        let Some(p) = s.sync.peers.get_mut(peer) else {
+        let mut s = shard.borrow_mut();
+        let Some(p) = s.sync.peers.get(peer) else {
             return Ok(());
         };
         if p.out_generation != generation {
             return Ok(());
         }
-        if ack.incarnation == incarnation {
-            let acked = ack.applied_seq.min(seq);
-            let mut q = in_flight.borrow_mut();
-            while let Some(&(last, first_ms)) = q.front() {
-                if last > acked {
-                    break;
-                }
-                q.pop_front();
-                p.note_lag(now.saturating_sub(first_ms));
-            }
-            p.acked_seq = p.acked_seq.max(acked);
-        }
-        p.acked = Some(ack.delivered);
-        p.last_ack_ms = now;
-        // CRDT.WAIT clients re-check on every ack.
-        while s.blocking.signal(super::WAIT_DB, super::WAIT_KEY).is_some() {}
+        let now = s.now_ms();
+        s.on_ack(peer, generation, ack, &mut in_flight.borrow_mut(), now);
     }
 }
 
@@ -858,37 +720,11 @@ async fn dial_once(shard: &ShardRc, peer: usize) -> Result<(), SyncError> {
 async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(), SyncError> {
     let (hello, frame_max, site) = {
         let s = shard.borrow();
-        let Some(p) = s.sync.peers.get(peer) else {
+        let (Some(hello), Some(p)) = (s.hello_to(peer), s.sync.peers.get(peer)) else {
             return Ok(());
         };
         (
-            Hello {
-                version: PROTOCOL_VERSION,
-                deployment: s.config.deployment_id.clone(),
-                from_site: s.config.site.clone(),
-                to_site: p.site.clone(),
-                shard: u16::from(s.index),
-                shards: 1,
-                known_incarnation: p.in_incarnation,
-                applied_seq: p.in_applied_seq,
-                // What it has from others and its own last op: a peer holding more of this
-                // site's ops than that (a restart lost some) sends them back by a full sync.
-                // After it collected metadata without this peer (quarantine), it states
-                // nothing, so that every key the peer holds comes back to be merged.
-                delivered: if p.rejoin_pull {
-                    VersionVector::new()
-                } else {
-                    let mut v = s.sync.delivered.clone();
-                    v.observe(meridian_crdt::Stamp {
-                        hlc: s.sync.own_last,
-                        replica: s.replica,
-                    });
-                    v
-                },
-                want_full: p.rejoin_pull,
-                from_incarnation: s.sync.incarnation,
-                from_life: s.sync.life,
-            },
+            hello,
             s.config.sync_frame_bytes_max as usize,
             p.site.clone(),
         )
@@ -914,95 +750,64 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             welcome.site
         )));
     }
-    {
-        let mut s = shard.borrow_mut();
-        let shard_index = s.index;
-        let Some(p) = s.sync.peers.get_mut(peer) else {
-            return Ok(());
-        };
-        if p.learn_life(welcome.life, shard_index) {
-            tracing::info!(peer = %site, life = welcome.life, "peer began a new life");
-        }
-        let new_life = welcome.life != p.in_life;
-        p.in_life = welcome.life;
-        if welcome.incarnation != p.in_incarnation {
-            if let Mode::Resume { from_seq } = welcome.mode {
-                // In a new life the ops it lost are a retired life's, which come back to it
-                // by the full sync `choose_mode` gives it (`ahead_on_retired`).
-                if p.in_incarnation != 0 && from_seq <= p.in_applied_seq && !new_life {
-                    p.owes_full_sync = true;
-                    tracing::warn!(peer = %site, from_seq, applied = p.in_applied_seq, "peer restarted without ops of its own that this site holds; it gets them back by a full sync");
-                }
-            }
-            p.in_incarnation = welcome.incarnation;
-            // Sequence numbers continue across the sender's incarnations: resuming at
-            // `from_seq` says this site holds every op before it.
-            p.in_applied_seq = match welcome.mode {
-                Mode::Resume { from_seq } => from_seq.saturating_sub(1),
-                Mode::FullSync => 0,
-            };
-        }
-        match welcome.mode {
-            Mode::Resume { from_seq } => {
-                if from_seq > p.in_applied_seq.saturating_add(1) {
-                    return Err(SyncError::Refused(format!(
-                        "peer resumes at seq {from_seq}, this site applied up to {}",
-                        p.in_applied_seq
-                    )));
-                }
-                p.partial_syncs_in += 1;
-                p.inbound = LinkState::Up;
-            }
-            Mode::FullSync => {
-                p.full_syncs_in += 1;
-                p.inbound = LinkState::FullSync;
-            }
-        }
-    }
+    shard.borrow_mut().take_welcome(peer, &welcome)?;
     tracing::info!(peer = %site, mode = ?welcome.mode, "sync link to peer up");
     let incarnation = welcome.incarnation;
     let mut reorder: BTreeMap<u64, Vec<OpRecord>> = BTreeMap::new();
-    let mut full_sync_seq: Option<u64> = None;
-    let mut floor = VersionVector::new();
-    let mut full_sync_retired = VersionVector::new();
-    // Keys received in an unfiltered full sync (a rejoin): the others are absent at the sender.
-    let unfiltered = hello.want_full && hello.delivered.is_empty();
-    let mut sent_keys: hashbrown::HashSet<(u16, Vec<u8>)> = hashbrown::HashSet::new();
+    let mut full: Option<super::apply::FullSyncIn> = None;
+    // Ends the full sync being received (if any) when this link ends, however it ends, so
+    // that the links waiting for it go on.
+    let _receiving = ReceivingGuard { shard, peer };
+    // Keys received in an unfiltered full sync this site asked for (a rejoin): a sender of
+    // an earlier version does not say it sends every key.
+    let asked_all = hello.want_full && hello.delivered.is_empty();
     let mut last_ack = std::time::Instant::now();
     loop {
         let f = reader.read(SYNC_IDLE_TIMEOUT).await?;
+        // Ops of an origin another peer's full sync covers, and another full sync, wait
+        // until the full sync being received ends.
+        let mut records = match f.kind {
+            Kind::Ops => Some(decode_ops(shard, peer, incarnation, &f.body)?),
+            _ => None,
+        };
+        let frame_waits = |s: &Shard| match (f.kind, &records) {
+            (Kind::Ops, Some((_, recs))) => s.full_sync_waits(peer, Some(recs)),
+            (Kind::FullSyncBegin, _) => s.full_sync_waits(peer, None),
+            _ => false,
+        };
+        while frame_waits(&shard.borrow()) {
+            let ended = shard.borrow().sync.receiving_ended.clone();
+            let notified = ended.notified();
+            if !frame_waits(&shard.borrow()) {
+                break;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(KEEPALIVE) => {
+                    send_ack(shard, peer, incarnation, &mut writer).await?;
+                    last_ack = std::time::Instant::now();
+                }
+            }
+        }
         let mut ack_now = false;
         {
             let mut guard = shard.borrow_mut();
             let s = &mut *guard;
             let now = s.now_ms();
             let databases = s.dbs.len();
-            let skew = s.config.sync_clock_skew_ms_max;
             if s.sync.peers.get(peer).is_none_or(|p| p.removed) {
                 return Ok(());
             }
             match f.kind {
                 Kind::Ops => {
-                    if full_sync_seq.is_some() {
+                    if full.is_some() {
                         return Err(SyncError::Unexpected {
                             got: "Ops",
                             want: "FullSyncEnd",
                         });
                     }
-                    let lives = s.sync.peers.get(peer).map_or(&[][..], |p| &p.lives[..]);
-                    let (h, records) = match super::apply::decode_batch(
-                        &f.body,
-                        lives,
-                        incarnation,
-                        databases,
-                        now,
-                        skew,
-                    ) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            s.sync.frames_refused += 1;
-                            return Err(e);
-                        }
+                    let Some((h, records)) = records.take() else {
+                        return Ok(());
                     };
                     let applied = s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq);
                     if h.first_seq > applied.saturating_add(1) {
@@ -1028,17 +833,15 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                 }
                 Kind::FullSyncBegin => {
                     let begin = FullSyncBegin::decode(&f.body)?;
-                    full_sync_seq = Some(begin.seq);
-                    floor = s.full_sync_floor(&begin.collected);
-                    full_sync_retired = begin.retired;
+                    full = Some(s.begin_full_sync_in(peer, begin, asked_all));
                 }
                 Kind::FullSyncChunk => {
-                    if full_sync_seq.is_none() {
+                    let Some(sync) = full.as_mut() else {
                         return Err(SyncError::Unexpected {
                             got: "FullSyncChunk",
                             want: "FullSyncBegin",
                         });
-                    }
+                    };
                     let entries = match super::apply::decode_chunk(&f.body, databases) {
                         Ok(e) => e,
                         Err(e) => {
@@ -1046,34 +849,16 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                             return Err(e);
                         }
                     };
-                    if unfiltered {
-                        sent_keys.extend(entries.iter().map(|e| (e.db, e.key.clone())));
-                    }
-                    s.apply_chunk(&entries, &floor, now);
+                    s.apply_chunk(sync, &entries, now);
                 }
                 Kind::FullSyncEnd => {
                     let end = FullSyncEnd::decode(&f.body)?;
-                    if full_sync_seq != Some(end.seq) {
+                    let Some(sync) = full.take().filter(|sync| sync.seq == end.seq) else {
                         return Err(SyncError::Refused(
                             "FullSyncEnd does not match its begin".into(),
                         ));
-                    }
-                    full_sync_seq = None;
-                    if unfiltered {
-                        s.merge_unsent(&sent_keys, &floor, now);
-                        sent_keys = hashbrown::HashSet::new();
-                    }
-                    // The states carried the sender's ops of retired lives: nobody will
-                    // stream them, so the delivered vector takes them now.
-                    s.take_retired(&std::mem::take(&mut full_sync_retired));
-                    // The merged states carry every op of the sender's origin up to `seq`; the
-                    // delivered vector catches up with the next op applied from it.
-                    if let Some(p) = s.sync.peers.get_mut(peer) {
-                        p.in_applied_seq = end.seq;
-                        p.inbound = LinkState::Up;
-                        p.rejoin_pull = false;
-                    }
-                    s.log_peer_position(peer);
+                    };
+                    s.end_full_sync_in(sync, now);
                     tracing::info!(peer = %site, keys = end.keys, seq = end.seq, "full sync received");
                     ack_now = true;
                 }
@@ -1091,16 +876,59 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
             }
         }
         if ack_now || last_ack.elapsed() >= KEEPALIVE {
-            let ack = {
-                let s = shard.borrow();
-                Ack {
-                    incarnation,
-                    applied_seq: s.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq),
-                    delivered: s.delivered_vv(),
-                }
-            };
-            writer.send(Kind::Ack, &ack.encode()).await?;
+            send_ack(shard, peer, incarnation, &mut writer).await?;
             last_ack = std::time::Instant::now();
+        }
+    }
+}
+
+/// Decodes and validates an `Ops` body from peer `peer` (`decode_batch`); a refused frame is
+/// counted.
+fn decode_ops(
+    shard: &ShardRc,
+    peer: usize,
+    incarnation: u64,
+    body: &[u8],
+) -> Result<(OpsHeader, Vec<OpRecord>), SyncError> {
+    let mut guard = shard.borrow_mut();
+    let s = &mut *guard;
+    let now = s.now_ms();
+    let lives = s.sync.peers.get(peer).map_or(&[][..], |p| &p.lives[..]);
+    let decoded = super::apply::decode_batch(
+        body,
+        lives,
+        incarnation,
+        s.dbs.len(),
+        now,
+        s.config.sync_clock_skew_ms_max,
+    );
+    if decoded.is_err() {
+        s.sync.frames_refused += 1;
+    }
+    decoded
+}
+
+/// Acks what this shard applied from peer `peer` and what it has delivered.
+async fn send_ack<W: tokio::io::AsyncWrite + Unpin>(
+    shard: &ShardRc,
+    peer: usize,
+    incarnation: u64,
+    writer: &mut FrameWriter<W>,
+) -> Result<(), SyncError> {
+    let ack = shard.borrow().ack_to(peer, incarnation);
+    writer.send(Kind::Ack, &ack.encode()).await
+}
+
+/// Ends the full sync being received from `peer` when the link that carried it ends.
+struct ReceivingGuard<'a> {
+    shard: &'a ShardRc,
+    peer: usize,
+}
+
+impl Drop for ReceivingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shard.try_borrow_mut() {
+            s.end_receiving(self.peer);
         }
     }
 }

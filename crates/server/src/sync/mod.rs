@@ -8,6 +8,8 @@
 //!   peer that receives its ops, validates each frame whole and applies it.
 //! - `apply`: remote op batches and full-sync states into the keyspace, through the same
 //!   `Shard::apply_stamped` a local write uses.
+//! - `protocol`: the link protocol's steps without I/O (the handshake on each side, acks,
+//!   the start of a full sync), which `link` drives around its frames.
 //! - `gc`: causal stability and collection of removal metadata.
 //! - `digest`: `CRDT.DIGEST`, a digest of the observable state.
 //!
@@ -18,6 +20,9 @@ pub mod apply;
 pub mod digest;
 pub mod gc;
 pub mod link;
+#[cfg(test)]
+mod model_tests;
+pub mod protocol;
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -258,6 +263,12 @@ pub struct SyncState {
     pub delivered: VersionVector,
     /// Hlc of the last op this shard originated (its own entry in what it has delivered).
     pub own_last: meridian_crdt::Hlc,
+    /// Own ops of this life that this shard may have issued before a restart and lost from
+    /// its log (above the last one recovered, up to the clock lease): its causal context
+    /// does not cover them (`Shard::context`), so a peer's copy of one is never taken for
+    /// removed here or there. Set at a restart in the same life; empty in practice, since a
+    /// killed process keeps what it wrote, unless the disk lost acknowledged data.
+    pub own_gap: Option<meridian_crdt::Gap>,
     pub peers: Vec<Peer>,
     /// Compression of frames this site sends.
     pub codec: Codec,
@@ -267,11 +278,13 @@ pub struct SyncState {
     sender_waiting: bool,
     pub new_ops: Rc<Notify>,
     pub gc: GcStats,
-    /// Join of every stable vector removal metadata was collected with in this process while
-    /// no peer was quarantined: a write it covers that this site does not hold was removed
-    /// here (the floor of full-sync merges). Collections made without a quarantined peer are
-    /// left out: they are not causally stable for that peer.
-    pub collected: VersionVector,
+    /// The full sync being received now, if any: the sending peer and its causal context
+    /// (`FullSyncBegin::context`). One at a time: another peer's full sync, and another
+    /// peer's ops that the context covers and this shard has not delivered, wait until it
+    /// ends (docs/replication.md §5).
+    pub receiving: Option<(usize, meridian_crdt::Context)>,
+    /// Signalled when `receiving` ends (complete or not).
+    pub receiving_ended: Rc<Notify>,
     /// Frames refused from peers (forged origin, future timestamps, malformed...).
     pub frames_refused: u64,
     /// Peers added at run time whose dialer is not started yet (`link::dial_supervisor`).
@@ -297,13 +310,15 @@ impl SyncState {
             own_logged: VersionVector::new(),
             delivered: VersionVector::new(),
             own_last: meridian_crdt::Hlc::ZERO,
+            own_gap: None,
             peers,
             codec: Codec::parse(&config.sync_compression).unwrap_or_default(),
             tls,
             sender_waiting: false,
             new_ops: Rc::new(Notify::new()),
             gc: GcStats::default(),
-            collected: VersionVector::new(),
+            receiving: None,
+            receiving_ended: Rc::new(Notify::new()),
             frames_refused: 0,
             dials_wanted: Vec::new(),
             dial_wanted: Rc::new(Notify::new()),
@@ -357,18 +372,27 @@ impl SyncState {
         self.sender_waiting = true;
     }
 
-    /// Whether `r` is a retired life (this shard's or a peer's, as far as handshakes told):
-    /// nobody streams its ops any more, so a site that lacks some of them gets them only by
-    /// a full sync.
+    /// Whether `r` is a retired life (this shard's or a peer's, as far as handshakes told), or
+    /// any life of a removed peer (CRDT.REMOVEPEER): nobody streams its ops any more, so a
+    /// site that lacks some of them gets them only by a full sync. Ops are not relayed, so a
+    /// removed site's ops that reached only some of the remaining sites reach the others
+    /// this way.
     pub fn is_retired(&self, r: ReplicaId) -> bool {
         // A current life's id is never retired, even if another site's old life hashed to it.
         let current = |lives: &[ReplicaId]| lives.last() == Some(&r);
-        if current(&self.lives) || self.peers.iter().any(|p| current(&p.lives)) {
+        if current(&self.lives) || self.peers.iter().any(|p| !p.removed && current(&p.lives)) {
             return false;
         }
         let retired =
             |lives: &[ReplicaId]| lives.split_last().is_some_and(|(_, old)| old.contains(&r));
-        retired(&self.lives) || self.peers.iter().any(|p| retired(&p.lives))
+        retired(&self.lives)
+            || self.peers.iter().any(|p| {
+                if p.removed {
+                    p.lives.contains(&r)
+                } else {
+                    retired(&p.lives)
+                }
+            })
     }
 
     /// What this shard has delivered of retired lives.
@@ -459,12 +483,20 @@ impl crate::shard::Shard {
         self.persist.lives = self.sync.lives.clone();
     }
 
-    /// After a full sync: the delivered vector takes the sender's entries of retired lives
-    /// (`FullSyncBegin::retired`), whose ops the merged states carried and no stream will
-    /// deliver. Never this shard's current life.
-    pub fn take_retired(&mut self, retired: &VersionVector) {
+    /// After a full sync: the delivered vector takes the sender's causal context
+    /// (`FullSyncBegin::context`; `retired` from senders that sent no more): the merged states
+    /// carried every op it covers, which this shard now holds or knows removed (retired lives'
+    /// ops included, which no stream delivers), so `apply_batch` skips those ops when their
+    /// streams bring them. Logged as a `Delivered` record. Never this shard's current life.
+    pub fn take_context(&mut self, context: &meridian_crdt::Context) {
         let mut taken = VersionVector::new();
-        for (r, hlc) in retired.iter() {
+        for (r, hlc) in context.seen.iter() {
+            // Of an origin with a gap, only the part before it: the ops in the gap were lost
+            // at the sender (and its later ops come by its stream).
+            let hlc = match context.gap {
+                Some(g) if g.replica == r => hlc.min(g.after),
+                _ => hlc,
+            };
             if r != self.replica && hlc > self.sync.delivered.get(r) {
                 let stamp = meridian_crdt::Stamp { hlc, replica: r };
                 self.sync.delivered.observe(stamp);
@@ -504,6 +536,16 @@ impl crate::shard::Shard {
         }
         self.set_life(life);
         life
+    }
+
+    /// This shard's causal context: what it has delivered (its own ops included, less the
+    /// ones it may have lost, `SyncState::own_gap`). Every write it covers is held here or
+    /// was removed here, whatever was collected since (docs/replication.md §5).
+    pub fn context(&self) -> meridian_crdt::Context {
+        meridian_crdt::Context {
+            seen: self.delivered_vv(),
+            gap: self.sync.own_gap,
+        }
     }
 
     /// This shard's delivered vector including its own origin.
@@ -647,6 +689,26 @@ mod tests {
         // them does not.
         assert!(s.ahead_on_retired(&vv(&[(b0, 9)])));
         assert!(!s.ahead_on_retired(&vv(&[(b0, 10)])));
+    }
+
+    #[test]
+    fn every_life_of_a_removed_peer_is_retired() {
+        let mut s = state();
+        let c0 = ReplicaId::for_life("c", 0, 0);
+        let b0 = ReplicaId::for_life("b", 0, 0);
+        s.delivered = vv(&[(c0, 10), (b0, 10)]);
+        assert!(
+            !s.is_retired(c0),
+            "c streams its own ops while it is a peer"
+        );
+        let c = s.peers.iter_mut().find(|p| p.site == "c").unwrap();
+        c.removed = true;
+        // Nobody streams c's ops now: a site lacking some that this one holds gets them by
+        // a full sync; b's current life is unaffected.
+        assert!(s.is_retired(c0));
+        assert!(!s.is_retired(b0));
+        assert!(s.ahead_on_retired(&vv(&[(c0, 9), (b0, 10)])));
+        assert!(!s.ahead_on_retired(&vv(&[(c0, 10), (b0, 5)])));
     }
 
     #[test]

@@ -1,0 +1,827 @@
+//! DUMP, RESTORE and MIGRATE against the reference Redis 7.0.15.
+//!
+//! The round-trip table builds a value of every type and encoding in `redis-server`, DUMPs it
+//! there, RESTOREs the payload into Meridian, compares what both servers show, DUMPs it from
+//! Meridian, RESTOREs that payload into Redis and compares again; where Redis's encoding
+//! depends only on the contents, Meridian's payload must equal Redis's byte for byte. Then
+//! RESTORE's options and errors, damaged payloads, and MIGRATE between the two servers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
+use common::{Raw, RedisRef, Reply, Server, escape, parse_reply};
+
+const LINKS_UP: Duration = Duration::from_secs(15);
+
+fn redis() -> RedisRef {
+    assert!(
+        RedisRef::available(),
+        "redis-server (Redis 7.0.15, the reference) is not on PATH"
+    );
+    RedisRef::start()
+}
+
+/// What a server shows of `key`, in a form equal on both servers for equal contents.
+fn contents(c: &mut Raw, key: &[u8]) -> String {
+    let ty = c.reply_b(&[b"TYPE", key]);
+    let ty = match ty {
+        Reply::Simple(t) => t,
+        other => panic!("TYPE: {other:?}"),
+    };
+    let show = |r: Reply| -> Vec<String> {
+        match r {
+            Reply::Array(items) => items
+                .into_iter()
+                .map(|i| match i {
+                    Reply::Bulk(b) => escape(&b),
+                    other => format!("{other:?}"),
+                })
+                .collect(),
+            Reply::Bulk(b) => vec![escape(&b)],
+            other => vec![format!("{other:?}")],
+        }
+    };
+    let body = match ty.as_str() {
+        "string" => show(c.reply_b(&[b"GET", key])),
+        "list" => show(c.reply_b(&[b"LRANGE", key, b"0", b"-1"])),
+        "set" => {
+            let mut v = show(c.reply_b(&[b"SMEMBERS", key]));
+            v.sort();
+            v
+        }
+        "hash" => {
+            let flat = show(c.reply_b(&[b"HGETALL", key]));
+            let mut pairs: Vec<String> = flat.chunks(2).map(|p| p.join("=")).collect();
+            pairs.sort();
+            pairs
+        }
+        "zset" => show(c.reply_b(&[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"])),
+        "none" => Vec::new(),
+        other => panic!("unexpected type {other}"),
+    };
+    format!("{ty}: {}", body.join(" "))
+}
+
+fn bulk(r: Vec<u8>) -> Vec<u8> {
+    match parse_reply(&r) {
+        Reply::Bulk(b) => b,
+        other => panic!("expected a bulk string, got {other:?}"),
+    }
+}
+
+fn ok(c: &mut Raw, args: &[&[u8]]) {
+    let r = c.reply_b(args);
+    assert_eq!(r, Reply::Simple("OK".into()), "{}", escape(&args.concat()));
+}
+
+/// Runs `line` (split on spaces) on `c`; `{N}` repeats the previous word N times as
+/// separate arguments numbered from 0 (`item{300}` → item0 … item299).
+fn run(c: &mut Raw, line: &str) {
+    let mut args: Vec<Vec<u8>> = Vec::new();
+    for w in line.split(' ') {
+        if let Some((stem, n)) = w.strip_suffix('}').and_then(|w| w.split_once('{')) {
+            let n: usize = n.parse().expect("count");
+            for i in 0..n {
+                if stem == "%score" {
+                    args.push(format!("{}", i % 7).into_bytes());
+                    args.push(format!("m{i}").into_bytes());
+                } else {
+                    args.push(format!("{stem}{i}").into_bytes());
+                }
+            }
+        } else if let Some(n) = w.strip_prefix("x*") {
+            args.push(vec![b'x'; n.parse().expect("size")]);
+        } else {
+            args.push(w.as_bytes().to_vec());
+        }
+    }
+    let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    let r = c.reply_b(&refs);
+    assert!(!matches!(r, Reply::Err(_)), "{line}: {r:?}");
+}
+
+/// One value of the table: setup lines, and whether Meridian's DUMP must equal Redis's.
+struct Case {
+    name: &'static str,
+    setup: &'static [&'static str],
+    same_bytes: bool,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "string short",
+        setup: &["SET k hello"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string int8",
+        setup: &["SET k -100"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string int16",
+        setup: &["SET k 30000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string int32",
+        setup: &["SET k -2000000000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string int64",
+        setup: &["SET k 9000000000000000000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string counter",
+        setup: &["INCRBY k 77777"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string float",
+        setup: &["INCRBYFLOAT k 1.5"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string empty",
+        setup: &["SET k "],
+        same_bytes: true,
+    },
+    Case {
+        name: "string 21 bytes",
+        setup: &["SET k abcdefghijklmnopqrstu"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string lzf",
+        setup: &["SET k x*1000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string incompressible",
+        setup: &["SET k 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"],
+        same_bytes: true,
+    },
+    Case {
+        name: "string appended",
+        setup: &["SET k 12", "APPEND k 34"],
+        same_bytes: true,
+    },
+    Case {
+        name: "hyperloglog sparse",
+        setup: &["PFADD k a b c"],
+        same_bytes: true,
+    },
+    Case {
+        name: "hyperloglog dense",
+        setup: &["PFADD k e{3000}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list one node",
+        setup: &["RPUSH k a 1 b hello -7 300000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list lpush one node",
+        setup: &["LPUSH k a b c"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list nodes",
+        setup: &["RPUSH k item-{3000}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list integers",
+        setup: &["RPUSH k {2000}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list big elements",
+        setup: &["RPUSH k x*10000 a x*5000 b"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list count fill",
+        setup: &["CONFIG SET list-max-listpack-size 5", "RPUSH k v{23}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "list compressed",
+        setup: &["CONFIG SET list-compress-depth 1", "RPUSH k item-{3000}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "set intset16",
+        setup: &["SADD k 3 1 2 -5"],
+        same_bytes: true,
+    },
+    Case {
+        name: "set intset32",
+        setup: &["SADD k 1 70000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "set intset64",
+        setup: &["SADD k 1 10000000000"],
+        same_bytes: true,
+    },
+    Case {
+        name: "set hashtable",
+        setup: &["SADD k a b c 1"],
+        same_bytes: false,
+    },
+    Case {
+        name: "set many integers",
+        setup: &["SADD k {600}"],
+        same_bytes: false,
+    },
+    Case {
+        name: "hash listpack",
+        setup: &["HSET k a 1 b hello c -3"],
+        same_bytes: true,
+    },
+    Case {
+        name: "hash counter",
+        setup: &["HINCRBY k n 5", "HSET k s v"],
+        same_bytes: true,
+    },
+    Case {
+        name: "hash many fields",
+        setup: &["HSET k f{600}"],
+        same_bytes: false,
+    },
+    Case {
+        name: "hash big value",
+        setup: &["HSET k a x*100 b c"],
+        same_bytes: false,
+    },
+    Case {
+        name: "zset listpack",
+        setup: &["ZADD k 1 a 2.5 b -inf c 1e300 d 0.1 e -0 f 4611686018427387904 g"],
+        same_bytes: true,
+    },
+    Case {
+        name: "zset ties",
+        setup: &["ZADD k 1 b 1 a 1 c"],
+        same_bytes: true,
+    },
+    Case {
+        name: "zset skiplist by count",
+        setup: &["ZADD k %score{200}"],
+        same_bytes: true,
+    },
+    Case {
+        name: "zset skiplist by size",
+        setup: &["ZADD k 1 x*100 2 b"],
+        same_bytes: true,
+    },
+    Case {
+        name: "geo",
+        setup: &["GEOADD k 13.361389 38.115556 Palermo 15.087269 37.502669 Catania"],
+        same_bytes: true,
+    },
+];
+
+#[test]
+fn round_trip_table_against_redis() {
+    let r = redis();
+    let m = Server::start();
+    let mut rc = r.connect();
+    let mut mc = m.connect();
+    let mut failures = Vec::new();
+    for case in CASES {
+        for c in [&mut rc, &mut mc] {
+            ok(c, &[b"FLUSHALL"]);
+            ok(c, &[b"CONFIG", b"SET", b"list-max-listpack-size", b"-2"]);
+            ok(c, &[b"CONFIG", b"SET", b"list-compress-depth", b"0"]);
+        }
+        for line in case.setup {
+            if line.starts_with("CONFIG") {
+                run(&mut mc, line);
+            }
+            run(&mut rc, line);
+        }
+        let from_redis = bulk(rc.call(&[b"DUMP", b"k"]));
+        let reply = mc.call(&[b"RESTORE", b"k", b"0", &from_redis]);
+        assert_eq!(reply, b"+OK\r\n", "{}: RESTORE into Meridian", case.name);
+        let want = contents(&mut rc, b"k");
+        let got = contents(&mut mc, b"k");
+        if want != got {
+            failures.push(format!(
+                "{}: Meridian shows\n  {got}\nRedis\n  {want}",
+                case.name
+            ));
+            continue;
+        }
+        let from_meridian = bulk(mc.call(&[b"DUMP", b"k"]));
+        if case.same_bytes && from_meridian != from_redis {
+            failures.push(format!(
+                "{}: DUMP differs\n  redis:    {}\n  meridian: {}",
+                case.name,
+                escape(&from_redis),
+                escape(&from_meridian)
+            ));
+        }
+        let reply = rc.call(&[b"RESTORE", b"back", b"0", &from_meridian]);
+        assert_eq!(reply, b"+OK\r\n", "{}: RESTORE into Redis", case.name);
+        let back = contents(&mut rc, b"back");
+        if back != want {
+            failures.push(format!(
+                "{}: Redis restored\n  {back}\nfrom\n  {want}",
+                case.name
+            ));
+        }
+        // The value restored into Meridian is a value like any other: its encoding too.
+        let enc_r = rc.call(&[b"OBJECT", b"ENCODING", b"back"]);
+        let enc_m = mc.call(&[b"OBJECT", b"ENCODING", b"k"]);
+        if case.same_bytes && enc_r != enc_m && !case.name.starts_with("hyperloglog") {
+            failures.push(format!(
+                "{}: OBJECT ENCODING redis {} meridian {}",
+                case.name,
+                escape(&enc_r),
+                escape(&enc_m)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn restore_options_and_ttl() {
+    let m = Server::start();
+    let mut c = m.connect();
+    c.ok(&["SET", "foo", "bar"]);
+    let p = bulk(c.call(&[b"DUMP", b"foo"]));
+    // BUSYKEY, then REPLACE.
+    assert_eq!(
+        c.call(&[b"RESTORE", b"foo", b"0", &p]),
+        b"-BUSYKEY Target key name already exists.\r\n"
+    );
+    c.ok(&["SET", "foo", "other"]);
+    assert_eq!(
+        c.call(&[b"RESTORE", b"foo", b"0", &p, b"REPLACE"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.call_text(&["GET", "foo"]), "$3\r\nbar\r\n");
+    assert_eq!(c.int(&["TTL", "foo"]), -1);
+    // A relative TTL, an absolute one, one in the past (the key is not created, REPLACE
+    // removes the old one).
+    assert_eq!(c.call(&[b"RESTORE", b"t1", b"5000", &p]), b"+OK\r\n");
+    let pttl = c.int(&["PTTL", "t1"]);
+    assert!((3000..=5000).contains(&pttl), "{pttl}");
+    assert_eq!(c.call(&[b"RESTORE", b"t2", b"2569591501", &p]), b"+OK\r\n");
+    assert!(c.int(&["PTTL", "t2"]) > 2_569_591_501 - 3000);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let at = (now_ms + 3000).to_string();
+    assert_eq!(
+        c.call(&[b"RESTORE", b"t3", at.as_bytes(), &p, b"ABSTTL"]),
+        b"+OK\r\n"
+    );
+    let pttl = c.int(&["PTTL", "t3"]);
+    assert!((1000..=3100).contains(&pttl), "{pttl}");
+    let past = (now_ms - 3000).to_string();
+    assert_eq!(
+        c.call(&[
+            b"RESTORE",
+            b"foo",
+            past.as_bytes(),
+            &p,
+            b"ABSTTL",
+            b"REPLACE"
+        ]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.int(&["EXISTS", "foo"]), 0);
+    // IDLETIME sets what OBJECT IDLETIME reports.
+    assert_eq!(
+        c.call(&[b"RESTORE", b"idle", b"0", &p, b"IDLETIME", b"1000"]),
+        b"+OK\r\n"
+    );
+    let idle = c.int(&["OBJECT", "IDLETIME", "idle"]);
+    assert!((1000..=1010).contains(&idle), "{idle}");
+    assert_eq!(
+        c.call(&[b"RESTORE", b"f", b"0", &p, b"FREQ", b"100"]),
+        b"+OK\r\n"
+    );
+}
+
+#[test]
+fn damaged_payloads_answer_redis_errors_and_the_server_lives() {
+    let m = Server::start();
+    let mut c = m.connect();
+    c.int(&["RPUSH", "l", "a", "b", "c"]);
+    c.int(&["HSET", "h", "a", "1", "b", "2"]);
+    let list = bulk(c.call(&[b"DUMP", b"l"]));
+    let hash = bulk(c.call(&[b"DUMP", b"h"]));
+    let footer_err = b"-ERR DUMP payload version or checksum are wrong\r\n".to_vec();
+    // Every single-byte change of the body is caught by the checksum.
+    for i in 0..list.len() {
+        let mut p = list.clone();
+        p[i] ^= 0x40;
+        assert_eq!(
+            c.call(&[b"RESTORE", b"x", b"0", &p]),
+            footer_err,
+            "byte {i}"
+        );
+    }
+    // Bodies that pass the checksum but lie: re-sealed with a correct footer.
+    let seal = |body: &[u8]| {
+        let mut p = body.to_vec();
+        p.extend_from_slice(&10u16.to_le_bytes());
+        let crc = meridian_rdb::CRC64.checksum(&p);
+        p.extend_from_slice(&crc.to_le_bytes());
+        p
+    };
+    let body = &list[..list.len() - 10];
+    let bad: Vec<Vec<u8>> = vec![
+        // Truncated anywhere.
+        body[..body.len() / 2].to_vec(),
+        // A listpack whose header claims more bytes.
+        {
+            let mut b = body.to_vec();
+            b[3] += 1;
+            b
+        },
+        // A hash listpack with a duplicate field.
+        seal_body_dup_field(&hash),
+        // Huge lengths with nothing behind them.
+        b"\x00\x81\xff\xff\xff\xff\xff\xff\xff\xff".to_vec(),
+        b"\x12\x81\x00\x00\x00\x01\x00\x00\x00\x00".to_vec(),
+        // Empty collections, a NaN score, an unknown type, a module value.
+        b"\x02\x00".to_vec(),
+        [&b"\x05\x01\x01a"[..], &f64::NAN.to_le_bytes()].concat(),
+        b"\x08".to_vec(),
+        b"\x07\x00".to_vec(),
+    ];
+    for body in &bad {
+        let r = c.call(&[b"RESTORE", b"x", b"0", &seal(body)]);
+        assert_eq!(r, b"-ERR Bad data format\r\n", "{}", escape(body));
+    }
+    assert_eq!(c.int(&["EXISTS", "x"]), 0);
+    // The lengths of the footer itself.
+    assert_eq!(c.call(&[b"RESTORE", b"x", b"0", b"short"]), footer_err);
+    assert_eq!(c.call(&[b"RESTORE", b"x", b"0", b""]), footer_err);
+    assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
+}
+
+/// The body of `payload` (a hash listpack of fields a, b) with field b renamed to a.
+fn seal_body_dup_field(payload: &[u8]) -> Vec<u8> {
+    let mut body = payload[..payload.len() - 10].to_vec();
+    let at = body
+        .windows(2)
+        .position(|w| w == b"\x81b")
+        .expect("field b");
+    body[at + 1] = b'a';
+    body
+}
+
+#[test]
+fn migrate_between_meridian_and_redis() {
+    let r = redis();
+    let m = Server::start();
+    let mut rc = r.connect();
+    let mut mc = m.connect();
+    let rport = r.port.to_string();
+    let mport = m.port.to_string();
+    // Meridian → Redis: the key moves, with its TTL.
+    mc.ok(&["SET", "key", "Some Value"]);
+    mc.int(&["EXPIRE", "key", "10"]);
+    mc.ok(&["MIGRATE", "127.0.0.1", &rport, "key", "9", "5000"]);
+    assert_eq!(mc.int(&["EXISTS", "key"]), 0);
+    rc.ok(&["SELECT", "9"]);
+    assert_eq!(rc.call_text(&["GET", "key"]), "$10\r\nSome Value\r\n");
+    let ttl = rc.int(&["TTL", "key"]);
+    assert!((7..=10).contains(&ttl), "{ttl}");
+    // COPY keeps the source; an existing key needs REPLACE.
+    mc.int(&["RPUSH", "list", "a", "b", "c", "d"]);
+    rc.ok(&["SET", "list", "somevalue"]);
+    let e = mc.err(&["MIGRATE", "127.0.0.1", &rport, "list", "9", "5000", "COPY"]);
+    assert_eq!(
+        e,
+        "ERR Target instance replied with error: BUSYKEY Target key name already exists."
+    );
+    mc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "list",
+        "9",
+        "5000",
+        "COPY",
+        "REPLACE",
+    ]);
+    assert_eq!(mc.int(&["EXISTS", "list"]), 1);
+    assert_eq!(
+        rc.reply(&["LRANGE", "list", "0", "-1"]).strings(),
+        vec!["a", "b", "c", "d"]
+    );
+    // One key refused (BUSYKEY), the other moves: the acknowledged key is deleted, the
+    // refused one stays, and the error is the target's.
+    mc.ok(&["SET", "ok1", "v"]);
+    mc.ok(&["SET", "list2", "w"]);
+    rc.ok(&["SET", "list2", "taken"]);
+    let e = mc.err(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "",
+        "9",
+        "5000",
+        "KEYS",
+        "list2",
+        "ok1",
+    ]);
+    assert_eq!(
+        e,
+        "ERR Target instance replied with error: BUSYKEY Target key name already exists."
+    );
+    assert_eq!(mc.int(&["EXISTS", "ok1"]), 0);
+    assert_eq!(mc.int(&["EXISTS", "list2"]), 1);
+    assert_eq!(rc.call_text(&["GET", "ok1"]), "$1\r\nv\r\n");
+    assert_eq!(rc.call_text(&["GET", "list2"]), "$5\r\ntaken\r\n");
+    // Redis → Meridian, several keys, missing ones skipped.
+    rc.ok(&["SELECT", "0"]);
+    rc.ok(&["MSET", "k1", "v1", "k2", "v2"]);
+    rc.int(&["HSET", "h", "f", "v"]);
+    rc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &mport,
+        "",
+        "3",
+        "5000",
+        "KEYS",
+        "nokey",
+        "k1",
+        "k2",
+        "h",
+    ]);
+    assert_eq!(rc.int(&["EXISTS", "k1", "k2", "h"]), 0);
+    mc.ok(&["SELECT", "3"]);
+    assert_eq!(mc.call_text(&["GET", "k2"]), "$2\r\nv2\r\n");
+    assert_eq!(mc.call_text(&["HGET", "h", "f"]), "$1\r\nv\r\n");
+    // Meridian → Meridian.
+    let m2 = Server::start();
+    let mut m2c = m2.connect();
+    mc.int(&["SADD", "s", "x", "y"]);
+    mc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &m2.port.to_string(),
+        "s",
+        "0",
+        "5000",
+    ]);
+    assert_eq!(m2c.int(&["SCARD", "s"]), 2);
+    // A value of several 64 KiB write chunks (Redis's "can correctly transfer large values").
+    let items: Vec<String> = (0..20_000u64)
+        .map(|i| format!("{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        .collect();
+    let mut rpush: Vec<&str> = vec!["RPUSH", "big"];
+    rpush.extend(items.iter().map(String::as_str));
+    assert_eq!(mc.int(&rpush), 20_000);
+    let before = mc.call(&[b"DUMP", b"big"]);
+    assert!(before.len() > 3 * 64 * 1024, "{}", before.len());
+    mc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &m2.port.to_string(),
+        "big",
+        "0",
+        "5000",
+    ]);
+    assert_eq!(mc.int(&["EXISTS", "big"]), 0);
+    assert_eq!(m2c.call(&[b"DUMP", b"big"]), before);
+    // Nothing to move, a key argument with KEYS, a refused connection, a timeout.
+    assert_eq!(
+        mc.call_text(&["MIGRATE", "127.0.0.1", &rport, "nokey", "0", "5000"]),
+        "+NOKEY\r\n"
+    );
+    let e = mc.err(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "k",
+        "0",
+        "5000",
+        "KEYS",
+        "a",
+    ]);
+    assert!(e.contains("empty string"), "{e}");
+    mc.ok(&["SET", "kk", "v"]);
+    let closed = common::free_port().to_string();
+    assert_eq!(
+        mc.err(&["MIGRATE", "127.0.0.1", &closed, "kk", "0", "500"]),
+        "IOERR error or timeout connecting to the client"
+    );
+    let mut sleeper = r.connect();
+    sleeper.send_cmd(&[b"DEBUG", b"SLEEP", b"1.5"]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let e = mc.err(&["MIGRATE", "127.0.0.1", &rport, "kk", "0", "300"]);
+    assert!(e.starts_with("IOERR error or timeout"), "{e}");
+    let _ = sleeper.read_reply();
+    assert_eq!(mc.int(&["EXISTS", "kk"]), 1);
+    // AUTH to a target with a password (the timed-out RESTORE still ran there: REPLACE).
+    rc.ok(&["CONFIG", "SET", "requirepass", "foobar"]);
+    mc.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "kk",
+        "0",
+        "5000",
+        "REPLACE",
+        "AUTH",
+        "foobar",
+    ]);
+    mc.ok(&["SET", "kk", "v"]);
+    let e = mc.err(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &rport,
+        "kk",
+        "0",
+        "5000",
+        "AUTH",
+        "wrong",
+    ]);
+    assert!(e.contains("WRONGPASS"), "{e}");
+    assert_eq!(mc.int(&["EXISTS", "kk"]), 1);
+}
+
+/// A RESTOREd key is a local write like any other: it reaches the other site, where it shows
+/// the same contents, TTL and DUMP bytes; RESTORE ... REPLACE removes what the site saw of
+/// the old value at every site; the deletion MIGRATE makes reaches the other site too.
+#[test]
+fn restore_and_migrate_replicate_to_other_sites() {
+    let r = redis();
+    let mut rc = r.connect();
+    rc.ok(&["SET", "s", "hello"]);
+    rc.int(&["RPUSH", "l", "a", "b", "1", "c"]);
+    rc.int(&["HSET", "h", "f1", "v1", "f2", "22"]);
+    rc.int(&["SADD", "st", "1", "2", "-300"]);
+    rc.int(&["ZADD", "z", "1", "a", "2.5", "b"]);
+    rc.int(&["PFADD", "hll", "x", "y", "z"]);
+    let keys: [&[u8]; 6] = [b"s", b"l", b"h", b"st", b"z", b"hll"];
+    let payloads: Vec<Vec<u8>> = keys.iter().map(|k| bulk(rc.call(&[b"DUMP", k]))).collect();
+
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    // B wrote h first; A saw it, then replaced it.
+    b.int(&["HSET", "h", "old", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for (key, p) in keys.iter().zip(&payloads) {
+        let ttl: &[u8] = if *key == b"s" { b"100000" } else { b"0" };
+        assert_eq!(
+            a.call(&[b"RESTORE", key, ttl, p, b"REPLACE"]),
+            b"+OK\r\n",
+            "{}",
+            escape(key)
+        );
+    }
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for (key, p) in keys.iter().zip(&payloads) {
+        let want = contents(&mut rc, key);
+        assert_eq!(contents(&mut a, key), want);
+        assert_eq!(contents(&mut b, key), want, "site b");
+        let from_a = bulk(a.call(&[b"DUMP", key]));
+        let from_b = bulk(b.call(&[b"DUMP", key]));
+        assert_eq!(escape(&from_a), escape(&from_b), "{}", escape(key));
+        assert_eq!(escape(&from_a), escape(p), "{}", escape(key));
+    }
+    let pttl = b.int(&["PTTL", "s"]);
+    assert!((90_000..=100_000).contains(&pttl), "{pttl}");
+    assert_eq!(b.int(&["HEXISTS", "h", "old"]), 0);
+    // MIGRATE away from A: the key leaves both sites.
+    a.ok(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &r.port.to_string(),
+        "l",
+        "5",
+        "5000",
+    ]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    assert_eq!(a.int(&["EXISTS", "l"]), 0);
+    assert_eq!(b.int(&["EXISTS", "l"]), 0);
+    rc.ok(&["SELECT", "5"]);
+    assert_eq!(
+        rc.reply(&["LRANGE", "l", "0", "-1"]).strings(),
+        vec!["a", "b", "1", "c"]
+    );
+
+    // docs/conflicts.md §16's table: REPLACE removes what A saw; B's concurrent field stays.
+    rc.ok(&["SELECT", "0"]);
+    rc.int(&["HSET", "g", "g", "2"]);
+    let g = bulk(rc.call(&[b"DUMP", b"g"]));
+    a.int(&["HSET", "hh", "f", "1"]);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    cluster.partition(0, 1);
+    assert_eq!(
+        a.call(&[b"RESTORE", b"hh", b"0", &g, b"REPLACE"]),
+        b"+OK\r\n"
+    );
+    b.int(&["HSET", "hh", "x", "3"]);
+    cluster.heal(0, 1);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for c in [&mut a, &mut b] {
+        assert_eq!(contents(c, b"hh"), "hash: g=2 x=3");
+    }
+}
+
+/// MIGRATE's passwords never reach the slow log (nor MONITOR, which shows the same
+/// redacted arguments); neither do CONFIG SET masterauth's.
+#[test]
+fn migrate_secrets_are_redacted() {
+    let m = Server::start();
+    let mut c = m.connect();
+    let port = m.port.to_string();
+    c.ok(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    c.ok(&["SLOWLOG", "RESET"]);
+    for tail in [
+        &[][..],
+        &["AUTH", "pw"][..],
+        &["COPY", "AUTH2", "user", "pw"][..],
+    ] {
+        let mut args = vec!["MIGRATE", "127.0.0.1", port.as_str(), "key", "9", "5000"];
+        args.extend_from_slice(tail);
+        assert_eq!(c.call_text(&args), "+NOKEY\r\n");
+    }
+    // Refused (Meridian has no Redis replication to authenticate), logged all the same.
+    c.call_text(&["CONFIG", "SET", "masterauth", "secret"]);
+    c.ok(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]);
+    let entries = match c.reply(&["SLOWLOG", "GET"]) {
+        Reply::Array(e) => e,
+        other => panic!("SLOWLOG GET: {other:?}"),
+    };
+    let args: Vec<String> = entries
+        .iter()
+        .map(|e| match e {
+            Reply::Array(fields) => match fields.get(3) {
+                Some(a) => a.strings().join(" "),
+                None => panic!("entry {e:?}"),
+            },
+            other => panic!("entry {other:?}"),
+        })
+        .collect();
+    let port = &port;
+    assert_eq!(
+        args[..4],
+        [
+            "CONFIG SET masterauth (redacted)".to_string(),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000 COPY AUTH2 (redacted) (redacted)"),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000 AUTH (redacted)"),
+            format!("MIGRATE 127.0.0.1 {port} key 9 5000"),
+        ]
+    );
+}
+
+/// What one payload may decode to: `proto-max-bulk-len` per string and
+/// `RESTORE_VALUE_BULKS` (4) times that for the whole value (its strings plus 32 bytes per
+/// element), each admitted at the limit and refused one byte past it.
+#[test]
+fn restore_limits_hold_at_the_limit_and_one_past() {
+    const BULK: usize = 1 << 20;
+    let m = Server::start();
+    let mut c = m.connect();
+    c.ok(&["CONFIG", "SET", "proto-max-bulk-len", &BULK.to_string()]);
+    let enc = meridian_rdb::Encoder::default();
+    let bad = b"-ERR Bad data format\r\n".to_vec();
+    assert_eq!(
+        c.call(&[b"RESTORE", b"s", b"0", &enc.string(&vec![b'x'; BULK])]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.int(&["STRLEN", "s"]), BULK as i64);
+    assert_eq!(
+        c.call(&[b"RESTORE", b"s2", b"0", &enc.string(&vec![b'x'; BULK + 1])]),
+        bad
+    );
+    // 4096 members of 992 bytes: 4096 × (992 + 32) = 4 × BULK exactly; then one byte more.
+    let members: Vec<Vec<u8>> = (0..4096)
+        .map(|i| format!("{i:0992}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = members.iter().map(Vec::as_slice).collect();
+    assert_eq!(
+        c.call(&[b"RESTORE", b"set", b"0", &enc.set(&refs, 512)]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.int(&["SCARD", "set"]), 4096);
+    let longer = format!("{:0993}", 0).into_bytes();
+    let mut refs = refs;
+    refs[0] = &longer;
+    assert_eq!(
+        c.call(&[b"RESTORE", b"set2", b"0", &enc.set(&refs, 512)]),
+        bad
+    );
+    assert_eq!(c.int(&["EXISTS", "s2", "set2"]), 0);
+}
