@@ -1,5 +1,5 @@
 //! Commands whose effect shows on other connections, over real sockets: CLIENT PAUSE and
-//! UNPAUSE (WRITE and ALL; expiry held while paused), CLIENT REPLY OFF/ON/SKIP, CLIENT UNBLOCK
+//! UNPAUSE (WRITE and ALL; scripts by their declared flags; expiry held while paused), CLIENT REPLY OFF/ON/SKIP, CLIENT UNBLOCK
 //! (TIMEOUT, ERROR) of BLPOP and WAIT, WAIT's timeout, SWAPDB and MOVE waking a blocked client,
 //! and several clients blocked on a key when the first one cannot be served. The same
 //! scenarios run against the reference redis-server (when installed), so the expectations are
@@ -79,6 +79,41 @@ fn pause(port: u16) {
     assert_eq!(read(&mut a), "+OK\r\n");
     assert_eq!(read(&mut b), ":0\r\n");
     assert_eq!(call(&mut w, &["GET", "k"]), "$1\r\nw\r\n");
+
+    // Scripts decide by the flags they declare (Redis's `scriptFlagsToCmdFlags`): one that
+    // declares no-writes runs (EVAL, EVALSHA, FCALL); one without a shebang, or with one
+    // declaring writes, waits.
+    let lib = "#!lua name=pauselib\nredis.register_function{function_name='pause_ro', \
+               callback=function() return 'ro' end, flags={'no-writes'}}";
+    assert_eq!(
+        call(&mut w, &["FUNCTION", "LOAD", "REPLACE", lib]),
+        "$8\r\npauselib\r\n"
+    );
+    let ro_sha = call(
+        &mut w,
+        &["SCRIPT", "LOAD", "#!lua flags=no-writes\nreturn 3"],
+    );
+    let ro_sha = ro_sha
+        .trim_end()
+        .rsplit('\n')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    call(&mut w, &["CLIENT", "PAUSE", "100000", "WRITE"]);
+    assert_eq!(
+        call(&mut a, &["EVAL", "#!lua flags=no-writes\nreturn 'ro'", "0"]),
+        "$2\r\nro\r\n"
+    );
+    assert_eq!(call(&mut a, &["EVALSHA", &ro_sha, "0"]), ":3\r\n");
+    assert_eq!(call(&mut a, &["FCALL", "pause_ro", "0"]), "$2\r\nro\r\n");
+    send(&mut a, &["EVAL", "return 1", "0"]);
+    send(&mut b, &["EVAL", "#!lua\nreturn 2", "0"]);
+    wait_blocked(&mut w, 2);
+    assert_silent(&mut a);
+    call(&mut w, &["CLIENT", "UNPAUSE"]);
+    assert_eq!(read(&mut a), ":1\r\n");
+    assert_eq!(read(&mut b), ":2\r\n");
+    call(&mut w, &["FUNCTION", "DELETE", "pauselib"]);
 
     // A write transaction queued before the pause waits at EXEC; pipelined commands behind
     // a held command wait for it.

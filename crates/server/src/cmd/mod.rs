@@ -255,24 +255,36 @@ fn security_warning(shard: &mut Shard, now_ms: u64) {
 
 /// Whether CLIENT PAUSE holds this command back: every command under PAUSE ALL; under PAUSE
 /// WRITE, those that write or may replicate (PUBLISH, PFCOUNT...), and EXEC of a
-/// transaction holding one (Redis's `is_may_replicate_command`).
-fn paused_by(shard: &Shard, client: &Client, spec: &CommandSpec, all: bool) -> bool {
+/// transaction holding one (Redis's `is_may_replicate_command`). A script call that declares
+/// its flags counts as writing unless it declares `no-writes` (`scriptFlagsToCmdFlags`).
+fn paused_by(
+    shard: &Shard,
+    client: &Client,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    all: bool,
+) -> bool {
     if all {
         return true;
     }
-    let replicates = |s: &CommandSpec| {
-        s.meta.flags.contains(Flags::WRITE)
-            || s.meta.flags.contains(Flags::MAY_REPLICATE)
-            || table::MAY_REPLICATE_COMMANDS.contains(&s.meta.name)
-    };
-    if replicates(spec) {
+    let replicates =
+        |s: &CommandSpec, argv: &[&[u8]]| match scripting::declared_flags(shard, s.meta.name, argv)
+        {
+            Some(flags) => !flags.no_writes,
+            None => {
+                s.meta.flags.contains(Flags::WRITE)
+                    || s.meta.flags.contains(Flags::MAY_REPLICATE)
+                    || table::MAY_REPLICATE_COMMANDS.contains(&s.meta.name)
+            }
+        };
+    if replicates(spec, argv) {
         return true;
     }
     spec.meta.name == "exec"
         && client.multi.as_ref().is_some_and(|m| {
             m.queued.iter().any(|q| {
                 let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
-                resolve(shard.table, &argv).is_ok_and(replicates)
+                resolve(shard.table, &argv).is_ok_and(|s| replicates(s, &argv))
             })
         })
 }
@@ -375,7 +387,7 @@ fn execute_inner(
     // CLIENT PAUSE: the command waits for the end of the pause (checked after the errors a
     // paused client still gets at once, before MULTI queuing, as in Redis).
     if let Some(p) = shard.pause_at(now_ms) {
-        if paused_by(shard, client, spec, p.all) {
+        if paused_by(shard, client, spec, argv, p.all) {
             crate::blocking::postpone(shard, client, p.end_ms);
             return;
         }

@@ -101,6 +101,34 @@ fn create_script(shard: &mut Shard, body: &[u8]) -> Result<[u8; 40], CmdError> {
     Ok(sha)
 }
 
+/// The flags a script call declares, read before it runs as Redis's `evalGetCommandFlags` and
+/// `fcallGetCommandFlags` do (CLIENT PAUSE WRITE decides on them): EVAL's body (cached, or its
+/// shebang parsed), EVALSHA's cached script, FCALL's function. `None` when `name` is no script
+/// call, the script or function is unknown, or the script declares nothing (EVAL's
+/// compatibility mode): the command's own flags apply then.
+pub fn declared_flags(shard: &Shard, name: &str, argv: &[&[u8]]) -> Option<ScriptFlags> {
+    let target = argv.get(1).copied()?;
+    let flags = match name {
+        "eval" | "eval_ro" => match shard.scripting.scripts.get(&sha1::sha1_hex(target)) {
+            Some(cached) => cached.flags,
+            None => script::parse_shebang(target).ok()?.0,
+        },
+        "evalsha" | "evalsha_ro" => {
+            let mut sha = [0u8; 40];
+            if target.len() != sha.len() {
+                return None;
+            }
+            for (d, s) in sha.iter_mut().zip(target) {
+                *d = s.to_ascii_lowercase();
+            }
+            shard.scripting.scripts.get(&sha)?.flags
+        }
+        "fcall" | "fcall_ro" => shard.scripting.libraries.function(target)?.flags,
+        _ => return None,
+    };
+    (!flags.compat).then_some(flags)
+}
+
 /// scriptPrepareForRun's checks of a script's flags against the server state.
 fn check_flags(shard: &Shard, flags: ScriptFlags, ro: bool) -> Result<(), CmdError> {
     if flags.compat || flags.no_writes {
