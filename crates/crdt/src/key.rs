@@ -34,6 +34,7 @@ use crate::hll::HllCrdt;
 use crate::list::ListCrdt;
 use crate::op::{Effect, Observed};
 use crate::orset::OrSet;
+use crate::stream::StreamCrdt;
 use crate::string::{StrCrdt, StrView};
 use crate::zset::ZSetCrdt;
 
@@ -48,6 +49,7 @@ pub enum TypeTag {
     /// A HyperLogLog: TYPE says "string" (Redis stores it as a string), but it merges as
     /// registers, and a DEL wins over concurrent PFADDs.
     Hll,
+    Stream,
 }
 
 /// One typed value of a key.
@@ -59,6 +61,7 @@ pub enum Value {
     ZSet(ZSetCrdt),
     List(ListCrdt),
     Hll(HllCrdt),
+    Stream(StreamCrdt),
 }
 
 impl Value {
@@ -70,6 +73,7 @@ impl Value {
             Value::ZSet(_) => TypeTag::ZSet,
             Value::List(_) => TypeTag::List,
             Value::Hll(_) => TypeTag::Hll,
+            Value::Stream(_) => TypeTag::Stream,
         }
     }
 
@@ -82,6 +86,7 @@ impl Value {
             Value::ZSet(z) => z.is_live(),
             Value::List(l) => l.is_live(),
             Value::Hll(h) => h.is_live(),
+            Value::Stream(x) => x.is_live(),
         }
     }
 
@@ -94,6 +99,7 @@ impl Value {
             Value::ZSet(z) => z.live_stamp(),
             Value::List(l) => l.live_stamp(),
             Value::Hll(h) => h.live_stamp(),
+            Value::Stream(x) => x.live_stamp(),
         }
     }
 
@@ -106,6 +112,7 @@ impl Value {
             Value::ZSet(z) => z.is_blank(),
             Value::List(l) => l.is_blank(),
             Value::Hll(h) => h.is_blank(),
+            Value::Stream(x) => x.is_blank(),
         }
     }
 
@@ -117,6 +124,7 @@ impl Value {
             Value::ZSet(z) => z.has_metadata(),
             Value::List(l) => l.has_metadata(),
             Value::Hll(h) => h.has_metadata(),
+            Value::Stream(x) => x.has_metadata(),
         }
     }
 
@@ -128,6 +136,7 @@ impl Value {
             Value::ZSet(z) => z.observe_into(vv),
             Value::List(l) => l.observe_into(vv),
             Value::Hll(h) => h.observe_into(vv),
+            Value::Stream(x) => x.observe_into(vv),
         }
     }
 
@@ -158,6 +167,10 @@ impl Value {
                 codec::put_u8(out, VALUE_HLL);
                 h.encode_state(out);
             }
+            Value::Stream(x) => {
+                codec::put_u8(out, VALUE_STREAM);
+                x.encode_state(out);
+            }
         }
     }
 
@@ -170,6 +183,7 @@ impl Value {
             VALUE_ZSET => Value::ZSet(ZSetCrdt::decode_state(r)?),
             VALUE_LIST => Value::List(ListCrdt::decode_state(r)?),
             VALUE_HLL => Value::Hll(HllCrdt::decode_state(r)?),
+            VALUE_STREAM => Value::Stream(StreamCrdt::decode_state(r)?),
             t => return Err(DecodeError::BadTag(t)),
         })
     }
@@ -185,6 +199,7 @@ impl Value {
             (Value::ZSet(a), Value::ZSet(b)) => a.merge_with_contexts(b, mine, theirs),
             (Value::List(a), Value::List(b)) => a.merge_with_contexts(b, mine, theirs),
             (Value::Hll(a), Value::Hll(b)) => a.merge(b),
+            (Value::Stream(a), Value::Stream(b)) => a.merge(b),
             _ => return false,
         }
         true
@@ -206,7 +221,7 @@ impl Value {
             Value::Hll(h) => {
                 h.remove_context(ctx);
             }
-            Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {
+            Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Stream(_) => {
                 self.remove_observed(&Observed {
                     stamps: ctx.clone(),
                     incs: SmallVec::new(),
@@ -225,6 +240,7 @@ impl Value {
             Value::ZSet(z) => z.remove_observed(observed),
             Value::List(l) => l.remove_observed(observed),
             Value::Hll(h) => h.remove_observed(observed),
+            Value::Stream(x) => x.remove_observed(observed),
         }
     }
 }
@@ -241,6 +257,7 @@ const VALUE_HASH: u8 = 2;
 const VALUE_ZSET: u8 = 3;
 const VALUE_LIST: u8 = 4;
 const VALUE_HLL: u8 = 5;
+const VALUE_STREAM: u8 = 6;
 
 /// What `KeyState::apply` (or `KeyState::merge`) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -409,6 +426,7 @@ impl KeyState {
                 TypeTag::ZSet => Value::ZSet(ZSetCrdt::new()),
                 TypeTag::List => Value::List(ListCrdt::new()),
                 TypeTag::Hll => Value::Hll(HllCrdt::new()),
+                TypeTag::Stream => Value::Stream(StreamCrdt::new()),
             },
         };
         let fresh = f(&mut v);
@@ -496,6 +514,7 @@ impl KeyState {
                 Value::ZSet(z) => z.live_into(&mut vv),
                 Value::List(l) => l.live_into(&mut vv),
                 Value::Hll(h) => h.live_into(&mut vv),
+                Value::Stream(x) => x.live_into(&mut vv),
             }
         }
         if let Some(x) = &self.extra {
@@ -632,6 +651,10 @@ impl KeyState {
                 Value::List(l) => l.apply(stamp, op),
                 _ => false,
             }),
+            Effect::Stream(op) => !self.apply_typed(stamp, TypeTag::Stream, |v| match v {
+                Value::Stream(x) => x.apply(stamp, op),
+                _ => false,
+            }),
             // HyperLogLog: a DEL wins over a concurrent PFADD/PFMERGE (docs/conflicts.md,
             // "HyperLogLog"). A raise that had not seen every removal context held here was
             // concurrent with one of those removals: it is dropped, as `HllCrdt::remove_observed`
@@ -741,6 +764,7 @@ impl KeyState {
                 Value::ZSet(z) => z.recreate_ops().into_iter().map(Effect::ZSet).collect(),
                 Value::List(l) => l.recreate_ops().into_iter().map(Effect::List).collect(),
                 Value::Hll(h) => h.recreate_ops().into_iter().map(Effect::Hll).collect(),
+                Value::Stream(x) => x.recreate_ops().into_iter().map(Effect::Stream).collect(),
             },
             _ => Vec::new(),
         }
@@ -766,6 +790,14 @@ impl KeyState {
     pub fn list(&self) -> Option<&ListCrdt> {
         match &self.value {
             Some(Value::List(l)) if l.is_live() => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The visible stream, if the key holds one.
+    pub fn stream(&self) -> Option<&StreamCrdt> {
+        match &self.value {
+            Some(Value::Stream(x)) if x.is_live() => Some(x),
             _ => None,
         }
     }
@@ -1075,6 +1107,9 @@ impl KeyState {
                 Value::Hll(h) => h.drop_unheld(other_hll, floor),
                 // They take the contexts in their own merge (`merge_with_contexts`).
                 Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {}
+                // The stream's join is its plain state join (no contexts yet: see
+                // docs/conflicts.md §17).
+                Value::Stream(_) => {}
             }
         }
         if let Some(x) = &mut self.extra {
@@ -1097,7 +1132,7 @@ impl KeyState {
                 TypeTag::Hash => self.put(Value::Hash(HashCrdt::new())),
                 TypeTag::ZSet => self.put(Value::ZSet(ZSetCrdt::new())),
                 TypeTag::List => self.put(Value::List(ListCrdt::new())),
-                TypeTag::String | TypeTag::Set | TypeTag::Hll => {}
+                TypeTag::String | TypeTag::Set | TypeTag::Hll | TypeTag::Stream => {}
             }
         }
     }
@@ -1130,6 +1165,7 @@ impl KeyState {
                 Value::ZSet(z) => z.collect(None),
                 Value::List(l) => l.collect(None),
                 Value::Hll(h) => h.collect(None),
+                Value::Stream(s) => s.collect(None),
             }
         }
         if let Some(x) = &mut self.extra {
@@ -1172,6 +1208,7 @@ impl KeyState {
                 Value::ZSet(z) => z.collect_with(Some(stable), Some(everywhere)),
                 Value::List(l) => l.collect(Some(stable)),
                 Value::Hll(h) => h.collect(Some(everywhere)),
+                Value::Stream(x) => x.collect(Some(everywhere)),
             }
         }
         if let Some(x) = &mut self.extra {

@@ -24,6 +24,7 @@
 //! - `zset`: sorted set: observed-remove members, LWW base score plus summed increments.
 //! - `list`: sequence CRDT: concurrent inserts all kept in one order, observed removes.
 //! - `hll`: HyperLogLog registers merged by maximum, in Redis's own encoding.
+//! - `stream`: entries in ID order (packed blocks) and consumer groups.
 //! - `op`: `Effect`, what one write replicates.
 //! - `hashing`: the keyed hash of collection tables (the host supplies the key).
 //! - `codec`: binary encoding of effects' and states' building blocks, bounds-checked decoding.
@@ -47,6 +48,7 @@ pub mod mvreg;
 pub mod num;
 pub mod op;
 pub mod orset;
+pub mod stream;
 pub mod string;
 pub mod zset;
 
@@ -63,5 +65,6 @@ pub use crate::mvreg::MvReg;
 pub use crate::num::{DIGITS_MAX, Dec};
 pub use crate::op::{Effect, Observed};
 pub use crate::orset::OrSet;
+pub use crate::stream::{StreamCrdt, StreamId, StreamOp};
 pub use crate::string::{StrCrdt, StrView, parse_i64_redis};
 pub use crate::zset::{ZSetCrdt, ZSetOp};

@@ -13,6 +13,7 @@ use crate::expire::Expire;
 use crate::hash::HashOp;
 use crate::hll::HllOp;
 use crate::list::ListOp;
+use crate::stream::StreamOp;
 use crate::zset::ZSetOp;
 
 /// What the issuing replica had seen at a key when it issued a removal.
@@ -68,4 +69,6 @@ pub enum Effect<B: AsRef<[u8]>> {
     List(ListOp<B>),
     /// A write to a HyperLogLog (PFADD, PFMERGE).
     Hll(HllOp<B>),
+    /// A write to a stream (XADD, XDEL, XTRIM, XSETID, consumer groups).
+    Stream(StreamOp<B>),
 }

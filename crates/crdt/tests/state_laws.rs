@@ -468,6 +468,13 @@ fn view(k: &KeyState) -> String {
             let v: Vec<&[u8]> = l.iter().map(|e| e.value).collect();
             format!("list {v:?}")
         }
+        Some(Value::Stream(x)) => {
+            let e: Vec<String> = x
+                .range(meridian_crdt::StreamId::MIN, meridian_crdt::StreamId::MAX)
+                .map(|e| format!("{} {:?}", e.id, e.fields().collect::<Vec<_>>()))
+                .collect();
+            format!("stream {e:?}")
+        }
     };
     format!("{:?} {v} ttl={:?}", k.type_tag(), k.expire_at_ms())
 }

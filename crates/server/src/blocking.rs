@@ -1,5 +1,5 @@
-//! Blocking commands (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP): the
-//! mechanism, as in Redis.
+//! Blocking commands (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP, XREAD and
+//! XREADGROUP with BLOCK): the mechanism, as in Redis.
 //!
 //! A handler that finds nothing to pop calls [`Ctx::block`] with the keys it waits on and its
 //! deadline (from [`parse_timeout`]) and writes no reply. The connection (`conn.rs`) then stops
@@ -11,7 +11,9 @@
 //!   not already woken. The connection re-runs the same command ([`reprocess`]); if it blocks
 //!   again the client keeps its place and its original deadline. A client served this way pops
 //!   (a write), which wakes the next waiter, so one LPUSH of several elements serves several
-//!   clients in order;
+//!   clients in order. Stream readers ([`Ctx::block_reader`]) are woken by every write to
+//!   their keys, all of them, as Redis serves every client blocked on a stream: reading does
+//!   not consume (an XREADGROUP that delivers writes, which wakes the others again);
 //! - the deadline: the reply is the null array (`*-1`, RESP3 `_`) whatever the command, as in
 //!   Redis 7.0 ([`time_out`]);
 //! - CLIENT KILL or disconnect: `Shard::unregister_client` forgets the registration.
@@ -43,6 +45,8 @@ pub struct BlockedOn {
     pub timed_out: bool,
     /// The shard whose keys it waits on (its registration is there).
     pub shard: u16,
+    /// XREAD: the IDs it waits after, as resolved when it blocked (`$` is the last ID then).
+    pub stream_ids: Vec<meridian_crdt::StreamId>,
     /// Postponed by CLIENT PAUSE rather than blocked by its command: at the end of the pause
     /// (CLIENT UNPAUSE, or the deadline) the command runs from the start, through
     /// `cmd::execute`.
@@ -94,8 +98,37 @@ impl Ctx<'_> {
             rerun_on_timeout: false,
             timed_out: false,
             shard: self.shard.index,
+            stream_ids: Vec::new(),
             postponed: false,
         });
+    }
+
+    /// Like `block`, for a stream reader (XREAD, XREADGROUP): every write to one of its keys
+    /// wakes it. `stream_ids` (XREAD) are kept for the re-runs; a re-run keeps the first ones.
+    pub fn block_reader(
+        &mut self,
+        keys: &[&[u8]],
+        deadline_ms: Option<u64>,
+        stream_ids: Vec<meridian_crdt::StreamId>,
+    ) {
+        let first = self.client.blocked.is_none();
+        self.block(keys, deadline_ms);
+        if let Some(b) = self.client.blocked.as_mut() {
+            if first {
+                b.stream_ids = stream_ids;
+            }
+            let id = self.client.id();
+            self.shard.blocking.set_wake_all(id);
+        }
+    }
+
+    /// XREAD's IDs as resolved when it blocked, during a re-run.
+    pub fn blocked_stream_ids(&self) -> Option<&[meridian_crdt::StreamId]> {
+        self.client
+            .blocked
+            .as_ref()
+            .map(|b| b.stream_ids.as_slice())
+            .filter(|ids| !ids.is_empty())
     }
 
     /// Like `block`, but at the deadline the command runs once more with
@@ -169,6 +202,7 @@ pub fn postpone(shard: &mut Shard, client: &mut Client, end_ms: u64) {
         rerun_on_timeout: true,
         timed_out: false,
         shard: shard.index,
+        stream_ids: Vec::new(),
         postponed: true,
     });
 }
@@ -291,6 +325,10 @@ pub fn reprocess(
                 };
                 client.call_depth -= 1;
                 if let Err(e) = result {
+                    // Redis counts a blocked command that ends in an error as a failed call.
+                    if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+                        st.failed_calls += 1;
+                    }
                     cmd::reply_error(front, out, &e);
                 }
             }

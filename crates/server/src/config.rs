@@ -156,6 +156,9 @@ pub struct Config {
     #[serde(alias = "zset-max-ziplist-value")]
     pub zset_max_listpack_value: u64,
     pub set_max_intset_entries: u64,
+    /// Stream block sizes (`meridian_crdt::stream::set_node_limits`), as Redis's nodes.
+    pub stream_node_max_entries: u64,
+    pub stream_node_max_bytes: u64,
     /// LRU or LFU access tracking for OBJECT IDLETIME/FREQ (Meridian never evicts).
     pub maxmemory_policy: String,
     pub lfu_log_factor: u64,
@@ -238,6 +241,8 @@ impl Default for Config {
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
             set_max_intset_entries: 512,
+            stream_node_max_entries: 100,
+            stream_node_max_bytes: 4096,
             maxmemory_policy: "noeviction".to_string(),
             lfu_log_factor: 10,
             lfu_decay_time: 1,

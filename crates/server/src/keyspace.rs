@@ -404,7 +404,8 @@ impl Shard {
             | Effect::Hash(_)
             | Effect::ZSet(_)
             | Effect::List(_)
-            | Effect::Hll(_) => return,
+            | Effect::Hll(_)
+            | Effect::Stream(_) => return,
         };
         let known = |r: meridian_crdt::ReplicaId| {
             if r == self.replica {

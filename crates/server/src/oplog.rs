@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_dec, put_observed, put_u8, put_vv};
-use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, zset};
+use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, stream, zset};
 
 /// Size at which the current chunk is sealed and a new one started.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -294,6 +294,7 @@ const TAG_PUBLISH: u8 = 11;
 const TAG_SPUBLISH: u8 = 12;
 const TAG_LIBRARY_SET: u8 = 13;
 const TAG_LIBRARY_DEL: u8 = 14;
+const TAG_STREAM: u8 = 15;
 /// Bytes of a record body before `db`: `seq:u64 hlc:u64 origin:u32` (the wire form keeps hlc).
 const SEQ_HLC_ORIGIN_BYTES: usize = 20;
 
@@ -371,6 +372,10 @@ pub fn encode<B: AsRef<[u8]>>(
         Effect::Hll(op) => {
             put_u8(out, TAG_HLL);
             hll::encode_op(op, out);
+        }
+        Effect::Stream(op) => {
+            put_u8(out, TAG_STREAM);
+            stream::codec::encode_op(op, out);
         }
     }
     end_record(out, len_at);
@@ -707,6 +712,7 @@ fn decode_tail(
         TAG_ZSET => Effect::ZSet(zset::decode_op(b)?),
         TAG_LIST => Effect::List(list::decode_op(b)?),
         TAG_HLL => Effect::Hll(hll::decode_op(b)?),
+        TAG_STREAM => Effect::Stream(stream::codec::decode_op(b)?),
         tag @ (TAG_PUBLISH | TAG_SPUBLISH) => {
             let message = b.bytes()?.to_vec();
             return finish(

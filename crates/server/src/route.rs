@@ -147,6 +147,8 @@ pub fn class_of(name: &str) -> Class {
         | "latency|histogram"
         | "latency|doctor"
         | "latency|graph"
+        | "xinfo|help"
+        | "xgroup|help"
         | "pfselftest" => Local,
         "info" => All(Merge::Info),
         "client|list" => All(Merge::ClientList),

@@ -207,7 +207,7 @@ impl Stats {
 }
 
 /// Kinds of writes, as `/metrics` labels them (`effect_kind`).
-pub const EFFECT_KINDS: usize = 8;
+pub const EFFECT_KINDS: usize = 9;
 pub const EFFECT_KIND_NAMES: [&str; EFFECT_KINDS] = [
     "string",
     "del",
@@ -217,6 +217,7 @@ pub const EFFECT_KIND_NAMES: [&str; EFFECT_KINDS] = [
     "zset",
     "list",
     "hyperloglog",
+    "stream",
 ];
 
 /// The index in `EFFECT_KIND_NAMES` of an effect's kind.
@@ -231,6 +232,7 @@ pub fn effect_kind<B: AsRef<[u8]>>(effect: &meridian_crdt::Effect<B>) -> usize {
         Effect::ZSet(_) => 5,
         Effect::List(_) => 6,
         Effect::Hll(_) => 7,
+        Effect::Stream(_) => 8,
     }
 }
 

@@ -302,8 +302,11 @@ pub fn digest_view(k: &KeyState) -> String {
             format!("set {m:?}")
         }
         // This harness generates only string and set ops; the other types have their own
-        // law tests (hash_laws, zset_laws, list_laws, hll_laws) with visible-state digests.
-        Some(tag @ (TypeTag::Hash | TypeTag::ZSet | TypeTag::List | TypeTag::Hll)) => {
+        // law tests (hash_laws, zset_laws, list_laws, hll_laws, stream_laws) with
+        // visible-state digests.
+        Some(
+            tag @ (TypeTag::Hash | TypeTag::ZSet | TypeTag::List | TypeTag::Hll | TypeTag::Stream),
+        ) => {
             format!("{tag:?} {:?}", k.value())
         }
     };

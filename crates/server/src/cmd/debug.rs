@@ -5,7 +5,7 @@
 //! element and expiry exactly as `xorObjectDigest`), so the same data gives the same digest on
 //! Meridian and on Redis. CRDT.DIGEST is Meridian's digest for comparing sites.
 
-use meridian_crdt::{KeyState, StrView, TypeTag};
+use meridian_crdt::{KeyState, StrView, StreamId, TypeTag};
 
 use super::{Ctx, args::eq_ic};
 use crate::error::CmdError;
@@ -189,6 +189,7 @@ fn redis_type(tag: TypeTag) -> u32 {
         TypeTag::Set => 2,
         TypeTag::ZSet => 3,
         TypeTag::Hash => 4,
+        TypeTag::Stream => 6,
     }
 }
 
@@ -238,6 +239,17 @@ fn xor_object_digest(d: &mut [u8; 20], state: &KeyState) {
                     mix_digest(&mut ele, m);
                     mix_digest(&mut ele, format_double(score).as_bytes());
                     xor_digest(d, &ele);
+                }
+            }
+        }
+        TypeTag::Stream => {
+            if let Some(s) = state.stream() {
+                for e in s.range(StreamId::MIN, StreamId::MAX) {
+                    mix_digest(d, format!("{}.{}", e.id.ms, e.id.seq).as_bytes());
+                    for (f, v) in e.fields() {
+                        mix_digest(d, f);
+                        mix_digest(d, v);
+                    }
                 }
             }
         }

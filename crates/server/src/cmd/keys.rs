@@ -107,6 +107,7 @@ fn type_name(tag: Option<TypeTag>) -> &'static str {
         Some(TypeTag::List) => "list",
         // Redis stores a HyperLogLog as a string.
         Some(TypeTag::Hll) => "string",
+        Some(TypeTag::Stream) => "stream",
     }
 }
 
@@ -789,6 +790,7 @@ pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
         Some(TypeTag::Set) => set_encoding(&e.state, limits.intset_max),
         // Redis 7.0 lists are always a quicklist (of listpacks).
         Some(TypeTag::List) => "quicklist",
+        Some(TypeTag::Stream) => "stream",
         Some(TypeTag::ZSet) => e
             .state
             .zset()

@@ -106,6 +106,7 @@ fn value_bytes(state: &KeyState, samples: usize) -> usize {
             let each = l.iter().map(|x| x.value.len() + ELEMENT_OVERHEAD_BYTES);
             extrapolate(each, l.len(), samples)
         }),
+        Some(TypeTag::Stream) => state.stream().map_or(0, |s| s.heap_bytes()),
         None => 0,
     }
 }

@@ -31,6 +31,7 @@
 //! - `pubsub`: SUBSCRIBE ... PUBLISH PUBSUB, SSUBSCRIBE SUNSUBSCRIBE SPUBLISH.
 //! - `cluster`: CLUSTER and its subcommands, READONLY READWRITE ASKING.
 //! - `scripting`: EVAL EVALSHA EVAL_RO EVALSHA_RO SCRIPT FCALL FCALL_RO FUNCTION.
+//! - `stream`: XADD XRANGE XREAD ... XGROUP XREADGROUP XACK XPENDING XCLAIM XAUTOCLAIM XINFO.
 //! - `acl`: AUTH and ACL, and `gate`, the authentication and permission check.
 //! - `dump`: DUMP RESTORE MIGRATE (Redis's serialization, `meridian-rdb`).
 
@@ -60,6 +61,7 @@ pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
+pub mod stream;
 pub mod string;
 pub mod table;
 #[cfg(test)]
@@ -122,6 +124,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(crdt::HANDLERS);
     v.extend_from_slice(cluster::HANDLERS);
     v.extend_from_slice(scripting::HANDLERS);
+    v.extend_from_slice(stream::HANDLERS);
     v.extend_from_slice(peers::HANDLERS);
     v.extend_from_slice(acl::HANDLERS);
     v.extend_from_slice(replicas::HANDLERS);

@@ -266,7 +266,6 @@ const NO_REPLICAS: &str =
     "Meridian has no Redis replicas; writes never wait for them (WAIT answers 0).";
 const NO_REPLICATION: &str = "Meridian has no Redis primary/replica replication: sites replicate active-active (docs/replication.md).";
 const NO_REPLICATION_AUTH: &str = "Meridian has no Redis primary/replica replication.";
-const NO_STREAMS: &str = "Meridian has no streams yet.";
 const NO_TRACKING: &str = "Meridian has no client-side caching (CLIENT TRACKING) yet.";
 const PINNED: &str = "Each shard thread pins itself to a core of its own.";
 const PROCESS: &str = "Process management and logging are the service manager's and `log-level`'s.";
@@ -477,7 +476,7 @@ pub static PARAMS: &[Param] = &[
     field("slowlog-log-slower-than", Kind::Int { min: -1, max: I64 }, field!(slowlog_log_slower_than), "Slow log threshold in microseconds (negative: off)."),
     field("latency-monitor-threshold", Kind::Int { min: 0, max: I64 }, field!(latency_monitor_threshold), "Latency monitor threshold in milliseconds (0: off)."),
     field("proto-max-bulk-len", Kind::Mem { min: 1_048_576, max: I64 }, field!(proto_max_bulk_len), "Largest bulk string accepted in a request, in bytes."),
-    stored("stream-node-max-entries", Kind::Int { min: 0, max: I64 }, "100", NO_STREAMS),
+    field("stream-node-max-entries", Kind::Int { min: 0, max: I64 }, field!(stream_node_max_entries), "Entries in a stream block before XADD opens a new one (0: no limit); `~` trimming removes whole blocks."),
     stored("maxmemory", Kind::Mem { min: 0, max: U64 }, "0", NO_EVICTION)
         .fixed(),
     stored("cluster-link-sendbuf-limit", Kind::Mem { min: 0, max: U64 }, "0", NO_CLUSTER),
@@ -489,7 +488,7 @@ pub static PARAMS: &[Param] = &[
     stored("active-defrag-ignore-bytes", Kind::Mem { min: 1, max: I64 }, "104857600", DEFRAG),
     field("hash-max-listpack-value", Kind::Mem { min: 0, max: I64 }, field!(hash_max_listpack_value), "OBJECT ENCODING reports a hash whose fields and values all have at most this many bytes as listpack (with hash-max-listpack-entries).")
         .alias("hash-max-ziplist-value"),
-    stored("stream-node-max-bytes", Kind::Mem { min: 0, max: I64 }, "4096", NO_STREAMS),
+    field("stream-node-max-bytes", Kind::Mem { min: 0, max: I64 }, field!(stream_node_max_bytes), "Bytes of a stream block, counted as Redis's listpack would, before XADD opens a new one (0: no limit)."),
     field("zset-max-listpack-value", Kind::Mem { min: 0, max: I64 }, field!(zset_max_listpack_value), "OBJECT ENCODING reports a sorted set whose members all have at most this many bytes as listpack (with zset-max-listpack-entries).")
         .alias("zset-max-ziplist-value"),
     stored("hll-sparse-max-bytes", Kind::Mem { min: 0, max: I64 }, "3000", HLL_SPARSE),

@@ -50,6 +50,8 @@ struct Waiter {
     keys: Vec<(usize, Vec<u8>)>,
     /// Woken and not yet re-run: further writes wake the next waiter instead.
     ready: bool,
+    /// Woken by every write to its keys, not only in its turn (stream readers).
+    wake_all: bool,
     /// Postponed by CLIENT PAUSE (it waits on no key).
     postponed: bool,
 }
@@ -111,9 +113,17 @@ impl BlockRegistry {
                 wake,
                 keys: mine,
                 ready: false,
+                wake_all: false,
                 postponed,
             },
         );
+    }
+
+    /// Makes a registered client one that every write to its keys wakes (a stream reader).
+    pub fn set_wake_all(&mut self, id: u64) {
+        if let Some(w) = self.clients.get_mut(&id) {
+            w.wake_all = true;
+        }
     }
 
     /// Forgets a client (served, timed out, killed, disconnected). Returns whether it was
@@ -133,23 +143,27 @@ impl BlockRegistry {
         true
     }
 
-    /// A write to (db, key): wakes the first waiter in FIFO order not already woken. Returns
-    /// the id woken, if any.
+    /// A write to (db, key): wakes the first waiter in FIFO order not already woken, and every
+    /// stream reader waiting on it. Returns the first id woken, if any.
     pub fn signal(&mut self, db: usize, key: &[u8]) -> Option<u64> {
         if self.clients.is_empty() {
             return None;
         }
         let q = self.keys.get(&KeyRef(db, key))?;
+        let mut first = None;
+        let mut turn_taken = false;
         for id in q {
             if let Some(w) = self.clients.get_mut(id) {
-                if !w.ready {
-                    w.ready = true;
-                    w.wake.wake();
-                    return Some(*id);
+                if w.ready || (turn_taken && !w.wake_all) {
+                    continue;
                 }
+                w.ready = true;
+                w.wake.wake();
+                first = first.or(Some(*id));
+                turn_taken |= !w.wake_all;
             }
         }
-        None
+        first
     }
 
     /// Wakes every client postponed by CLIENT PAUSE (the pause ended).

@@ -108,10 +108,52 @@ pub fn key_digest(db: usize, key: &[u8], state: &KeyState, now_ms: u64) -> Optio
                 h.field(&regs[..]);
             }
         }
+        Some(Value::Stream(_)) => {
+            h.field(b"stream");
+            if let Some(s) = state.stream() {
+                stream_digest(&mut h, s);
+            }
+        }
         None => return None,
     }
     h.field(&sum.to_le_bytes());
     Some(h.value())
+}
+
+/// A stream's entries in order, its counters, and each group's cursor, read counter,
+/// consumers (with their seen times) and pending entries (owner, delivery time and count).
+fn stream_digest(h: &mut Fnv128, s: &meridian_crdt::StreamCrdt) {
+    use meridian_crdt::StreamId;
+    let id = |h: &mut Fnv128, id: StreamId| {
+        h.field(&id.ms.to_le_bytes());
+        h.field(&id.seq.to_le_bytes());
+    };
+    h.field(&s.len().to_le_bytes());
+    for e in s.range(StreamId::MIN, StreamId::MAX) {
+        id(h, e.id);
+        for (f, v) in e.fields() {
+            h.field(f);
+            h.field(v);
+        }
+    }
+    id(h, s.last_id());
+    id(h, s.max_deleted());
+    h.field(&s.entries_added().to_le_bytes());
+    for g in s.groups() {
+        h.field(&g.name);
+        id(h, g.last_id());
+        h.field(&g.entries_read().to_le_bytes());
+        for c in g.consumers() {
+            h.field(c.name);
+            h.field(&c.seen_ms.to_le_bytes());
+        }
+        for p in g.pending_range(StreamId::MIN, StreamId::MAX) {
+            id(h, p.id);
+            h.field(p.consumer);
+            h.field(&p.time_ms.to_le_bytes());
+            h.field(&p.count.to_le_bytes());
+        }
+    }
 }
 
 /// Digest of a set of keys: (keys, digest).
