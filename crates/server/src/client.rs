@@ -143,6 +143,9 @@ pub struct ClientShared {
     pub obuf_bytes: Cell<usize>,
     /// Whether the client is inside MULTI (flag 'x').
     pub in_multi: Cell<bool>,
+    /// What the side path did to this client's transaction while a script ran long; the
+    /// connection applies it before its next command (`cmd::execute`).
+    pub busy_txn: Cell<BusyTxn>,
     /// Whether the client is a monitor (flag 'O').
     pub is_monitor: Cell<bool>,
     /// Number of keys watched (CLIENT LIST `watch=`).
@@ -245,6 +248,7 @@ impl ClientShared {
             qbuf_bytes: Cell::new(0),
             obuf_bytes: Cell::new(0),
             in_multi: Cell::new(false),
+            busy_txn: Cell::new(BusyTxn::UNTOUCHED),
             is_monitor: Cell::new(false),
             watched: Cell::new(0),
             mailbox,
@@ -317,6 +321,27 @@ pub struct MultiState {
     pub queued: Vec<QueuedCommand>,
     /// A command failed to queue (unknown, wrong arity): EXEC answers EXECABORT.
     pub aborted: bool,
+}
+
+/// The changes the side path of a long script (`script::busy`) made to a client's
+/// transaction, as Redis makes them while a script is busy (MULTI and DISCARD run, EXEC and
+/// every other command are refused and flag the transaction). Applied in field order by the
+/// connection before its next command: `ended` ends the transaction and drops its watches
+/// (EXECABORT, DISCARD), `opened` starts a new one (MULTI), `flagged` makes EXEC answer
+/// EXECABORT (a refused command inside the transaction).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BusyTxn {
+    pub ended: bool,
+    pub opened: bool,
+    pub flagged: bool,
+}
+
+impl BusyTxn {
+    pub const UNTOUCHED: BusyTxn = BusyTxn {
+        ended: false,
+        opened: false,
+        flagged: false,
+    };
 }
 
 /// Limit on commands queued in one MULTI, so a client cannot grow memory without bound.

@@ -75,6 +75,87 @@ fn busy_script_answers_busy_then_script_kill_stops_it() {
     );
 }
 
+/// Redis's `multi.tcl` "MULTI and script timeout", "EXEC and script timeout" and "MULTI-EXEC
+/// body and script timeout": MULTI and DISCARD answer while a script is busy, a command
+/// refused with BUSY flags the transaction, EXEC during the script answers EXECABORT and ends
+/// it; nothing of a flagged transaction runs, and the connection leaves MULTI.
+#[test]
+fn transactions_meet_a_busy_script_as_in_redis() {
+    let cluster = one_site(&["--busy-reply-threshold", "10"]);
+    let site = cluster.site(A);
+    let mut admin = site.connect();
+    let kill = |admin: &mut common::Raw, runner: &mut common::Raw| {
+        assert_eq!(admin.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
+        assert!(matches!(
+            common::parse_reply(&runner.read_reply()),
+            Reply::Err(_)
+        ));
+    };
+    let busy =
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+    let ok = || Reply::Simple("OK".into());
+    let queued = || Reply::Simple("QUEUED".into());
+
+    // MULTI during the script: OK; INCR refused (BUSY) flags it; after the kill EXEC aborts.
+    admin.reply(&["SET", "xx", "1"]);
+    let (mut runner, mut c) = (site.connect(), site.connect());
+    runner.send_cmd(&[b"EVAL", b"while true do end", b"0"]);
+    wait_busy(&mut admin);
+    assert_eq!(c.reply(&["MULTI"]), ok());
+    assert_eq!(c.err(&["MULTI"]), "ERR MULTI calls can not be nested");
+    assert_eq!(c.err(&["INCR", "xx"]), busy);
+    kill(&mut admin, &mut runner);
+    assert_eq!(c.reply(&["INCR", "xx"]), queued());
+    assert_eq!(
+        c.err(&["EXEC"]),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(admin.reply(&["GET", "xx"]), Reply::Bulk(b"1".to_vec()));
+    assert_eq!(c.reply(&["PING", "asdf"]), Reply::Bulk(b"asdf".to_vec()));
+
+    // EXEC during the script: EXECABORT because of BUSY, the transaction is gone.
+    let (mut runner, mut c) = (site.connect(), site.connect());
+    assert_eq!(c.reply(&["MULTI"]), ok());
+    assert_eq!(c.reply(&["INCR", "xx"]), queued());
+    runner.send_cmd(&[b"EVAL", b"while true do end", b"0"]);
+    wait_busy(&mut admin);
+    assert_eq!(
+        c.err(&["EXEC"]),
+        format!("EXECABORT Transaction discarded because of: {busy}")
+    );
+    kill(&mut admin, &mut runner);
+    assert_eq!(admin.reply(&["GET", "xx"]), Reply::Bulk(b"1".to_vec()));
+    assert_eq!(c.reply(&["PING", "asdf"]), Reply::Bulk(b"asdf".to_vec()));
+    assert_eq!(c.err(&["EXEC"]), "ERR EXEC without MULTI");
+
+    // A transaction opened before the script, a refused command during it, EXEC after.
+    let (mut runner, mut c) = (site.connect(), site.connect());
+    assert_eq!(c.reply(&["MULTI"]), ok());
+    assert_eq!(c.reply(&["INCR", "xx"]), queued());
+    runner.send_cmd(&[b"EVAL", b"while true do end", b"0"]);
+    wait_busy(&mut admin);
+    assert_eq!(c.err(&["INCR", "xx"]), busy);
+    kill(&mut admin, &mut runner);
+    assert_eq!(
+        c.err(&["EXEC"]),
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(admin.reply(&["GET", "xx"]), Reply::Bulk(b"1".to_vec()));
+
+    // DISCARD during the script ends the transaction; a clean one opened there runs.
+    let (mut runner, mut c) = (site.connect(), site.connect());
+    assert_eq!(c.reply(&["MULTI"]), ok());
+    assert_eq!(c.reply(&["INCR", "xx"]), queued());
+    runner.send_cmd(&[b"EVAL", b"while true do end", b"0"]);
+    wait_busy(&mut admin);
+    assert_eq!(c.reply(&["DISCARD"]), ok());
+    assert_eq!(c.err(&["DISCARD"]), "ERR DISCARD without MULTI");
+    assert_eq!(c.reply(&["MULTI"]), ok());
+    kill(&mut admin, &mut runner);
+    assert_eq!(c.reply(&["INCR", "xx"]), queued());
+    assert_eq!(c.reply(&["EXEC"]), Reply::Array(vec![Reply::Int(2)]));
+}
+
 #[test]
 fn a_script_looping_inside_pcall_is_killed_too() {
     let cluster = one_site(&["--busy-reply-threshold", "50"]);

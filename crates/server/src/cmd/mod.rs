@@ -202,6 +202,9 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
+    if client.shared.busy_txn.get() != crate::client::BusyTxn::UNTOUCHED {
+        apply_busy_txn(shard, client);
+    }
     // Cross-protocol scripting guard: an HTTP request sent to the port closes the connection
     // unanswered, as Redis's `securityWarningCommand` does (the replies of the commands
     // before it in the same read are dropped too: Redis frees the client before writing).
@@ -451,6 +454,31 @@ pub fn admit(
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
+/// Applies what the side path of a long script did to the client's transaction
+/// (`client::BusyTxn`), in its order.
+fn apply_busy_txn(shard: &mut Shard, client: &mut Client) {
+    let edit = client
+        .shared
+        .busy_txn
+        .replace(crate::client::BusyTxn::UNTOUCHED);
+    if edit.ended {
+        client.multi = None;
+        shard.unwatch_all(&client.dirty);
+        client.watched.clear();
+        client.shared.watched.set(0);
+        client.dirty.set(false);
+    }
+    if edit.opened {
+        client.multi = Some(crate::client::MultiState::default());
+    }
+    if edit.flagged {
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+    }
+    client.shared.in_multi.set(client.multi.is_some());
+}
+
 /// Redis's execCommandAbort: an EXEC refused before it runs discards the transaction and
 /// its watches, and answers `EXECABORT ... because of: <why>`.
 pub fn exec_abort(

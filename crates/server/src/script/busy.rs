@@ -8,10 +8,13 @@
 //! head, and answers them in place, after the checks `cmd::execute` makes (unknown command,
 //! arity, -NOAUTH for a client that has not authenticated, -NOPERM for what its ACL user may
 //! not run): SCRIPT KILL and FUNCTION KILL set the kill flag, FUNCTION STATS reports the run,
-//! SHUTDOWN NOSAVE ends the process, and everything else gets Redis's BUSY error. Only the bytes of commands it answered are read off the socket; the
-//! commands Redis would run during a busy script but that need the connection's own state
-//! (MULTI, WATCH, AUTH, HELLO...) stay in the socket and run once the script returns, as do
-//! the bytes of a connection whose task holds a partial command or unwritten output.
+//! SHUTDOWN NOSAVE ends the process, MULTI and DISCARD run and EXEC answers EXECABORT (the
+//! change reaches the connection's transaction through `ClientShared::busy_txn`), and
+//! everything else gets Redis's BUSY error, flagging an open transaction. Only the bytes of
+//! commands it answered are read off the socket; the other commands Redis would run during a
+//! busy script but that need the connection's own state (WATCH, AUTH, HELLO...) stay in the
+//! socket and run once the script returns, as do the bytes of a connection whose task holds
+//! a partial command or unwritten output.
 //!
 //! Sockets are reached through the weak handle each connection leaves in its
 //! `ClientShared`; reads and writes are plain non-blocking system calls, so the runtime's
@@ -279,10 +282,14 @@ fn decide(
     }
     let spec = match crate::cmd::resolve(crate::cmd::table(), argv) {
         Ok(spec) => spec,
-        Err(e) => return Action::Reply(error_reply(shard, &e)),
+        Err(e) => {
+            flag_transaction(who);
+            return Action::Reply(error_reply(shard, &e));
+        }
     };
     if let Err(e) = crate::cmd::acl::gate_shared(shard, who, who.in_multi.get(), spec, argv, now_ms)
     {
+        flag_transaction(who);
         return Action::Reply(error_reply(shard, &e));
     }
     let eq = |a: Option<&&[u8]>, s: &str| a.is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()));
@@ -317,10 +324,56 @@ fn decide(
         }
         return Action::Reply(error_line("ERR Errors trying to SHUTDOWN. Check logs."));
     }
+    // The transaction commands run here (Redis lets MULTI and DISCARD through a busy script,
+    // and refuses EXEC with EXECABORT), so a client is never left waiting on them; the
+    // connection applies the change before its next command (`client::BusyTxn`).
+    let mut txn = who.busy_txn.get();
+    match spec.meta.name {
+        "multi" if who.in_multi.get() => {
+            return Action::Reply(error_line("ERR MULTI calls can not be nested"));
+        }
+        "multi" => {
+            txn.opened = true;
+            txn.flagged = false;
+            who.in_multi.set(true);
+            who.busy_txn.set(txn);
+            return Action::Reply(b"+OK\r\n".to_vec());
+        }
+        "discard" if !who.in_multi.get() => {
+            return Action::Reply(error_line("ERR DISCARD without MULTI"));
+        }
+        "discard" | "exec" => {
+            txn = crate::client::BusyTxn {
+                ended: true,
+                opened: false,
+                flagged: false,
+            };
+            who.in_multi.set(false);
+            who.busy_txn.set(txn);
+            if spec.meta.name == "discard" {
+                return Action::Reply(b"+OK\r\n".to_vec());
+            }
+            shard.stats.count_error("EXECABORT");
+            return Action::Reply(error_line(&format!(
+                "EXECABORT Transaction discarded because of: {busy_text}"
+            )));
+        }
+        _ => {}
+    }
     if spec.meta.flags.contains(Flags::ALLOW_BUSY) {
         return Action::Defer;
     }
+    flag_transaction(who);
     Action::Reply(error_line(busy_text))
+}
+
+/// Redis's `flagTransaction`: a command refused inside MULTI makes its EXEC fail.
+fn flag_transaction(who: &ClientShared) {
+    if who.in_multi.get() {
+        let mut txn = who.busy_txn.get();
+        txn.flagged = true;
+        who.busy_txn.set(txn);
+    }
 }
 
 /// Accepts connections waiting in the listen backlog (they get answers now, and connection
