@@ -144,7 +144,7 @@ pub struct ClientShared {
     /// Whether the client is inside MULTI (flag 'x').
     pub in_multi: Cell<bool>,
     /// What the side path did to this client's transaction while a script ran long; the
-    /// connection applies it before its next command (`cmd::execute`).
+    /// connection applies it before its next command (`cmd::admit`).
     pub busy_txn: Cell<BusyTxn>,
     /// Whether the client is a monitor (flag 'O').
     pub is_monitor: Cell<bool>,

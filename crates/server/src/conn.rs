@@ -881,8 +881,32 @@ impl Conn {
         // authentication and permissions, as `cmd::admit` checks them.
         let spec = cmd::resolve(f.table, argv).ok()?;
         if let Err(e) = cmd::acl::gate(s, &self.client, spec, argv, now) {
+            flag_transaction(&mut self.client);
             self.reject(f, Some(spec), &e);
             return Some(Step::Next);
+        }
+        // The transaction commands as Redis runs them while a script is busy: MULTI and
+        // DISCARD run, EXEC answers EXECABORT and ends the transaction (`execCommandAbort`);
+        // every other command refused below flags an open transaction.
+        match spec.meta.name {
+            "multi" | "discard" => return None,
+            "exec" => {
+                let proto = self.client.shared.proto.get();
+                let Conn {
+                    client, round, out, ..
+                } = self;
+                let sink = if round.active {
+                    &mut round.local
+                } else {
+                    &mut *out
+                };
+                sink.proto = proto;
+                let start = sink.len();
+                cmd::exec_abort(s, f, client, sink, text);
+                self.local_done(start);
+                return Some(Step::Next);
+            }
+            _ => {}
         }
         let reply: Result<(), String> =
             if (eq(0, "script") || eq(0, "function")) && eq(1, "kill") && argv.len() == 2 {
@@ -918,7 +942,10 @@ impl Conn {
         let start = sink.len();
         match reply {
             Ok(()) => sink.ok(),
-            Err(e) => cmd::reply_error(f, sink, &CmdError::Raw(e)),
+            Err(e) => {
+                flag_transaction(&mut self.client);
+                cmd::reply_error(f, sink, &CmdError::Raw(e));
+            }
         }
         self.local_done(start);
         Some(Step::Next)
@@ -2503,5 +2530,12 @@ fn gather(g: &Gather, parts: &[Vec<u8>], out: &mut Reply) {
                 }
             }
         }
+    }
+}
+
+/// Redis's `flagTransaction`: a command refused inside MULTI makes its EXEC fail.
+fn flag_transaction(client: &mut Client) {
+    if let Some(m) = client.multi.as_mut() {
+        m.aborted = true;
     }
 }

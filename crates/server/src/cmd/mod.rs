@@ -202,9 +202,6 @@ pub fn execute(
     if argv.is_empty() {
         return;
     }
-    if client.shared.busy_txn.get() != crate::client::BusyTxn::UNTOUCHED {
-        apply_busy_txn(shard, client);
-    }
     // Cross-protocol scripting guard: an HTTP request sent to the port closes the connection
     // unanswered, as Redis's `securityWarningCommand` does (the replies of the commands
     // before it in the same read are dropped too: Redis frees the client before writing).
@@ -327,6 +324,10 @@ pub fn admit(
     argv: &[&[u8]],
     now_ms: u64,
 ) -> Option<&'static CommandSpec> {
+    // What the side path of a script busy on this thread did to the client's transaction.
+    if client.shared.busy_txn.get() != crate::client::BusyTxn::UNTOUCHED {
+        apply_busy_txn(shard, client);
+    }
     let table = front.table;
     let spec = match resolve(table, argv) {
         Ok(spec) => spec,

@@ -254,7 +254,7 @@ pub fn replay(
                 shard.oplog.append_raw(rec.seq, payload);
             }
             // A remote op that a full sync had carried before it arrived (the delivered vector
-            // took the sender's context first): skipped live by `apply_batch`, so here too.
+            // took the sender's context first): skipped live by `apply_received`, so here too.
             let carried = !own && shard.sync.delivered.covers(stamp);
             if rec.origin == shard.replica {
                 if rec.hlc > shard.sync.own_last {

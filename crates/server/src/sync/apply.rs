@@ -524,7 +524,7 @@ impl Shard {
     /// which that sync's context covers and this shard has not delivered. Such an op is
     /// carried by the states on their way (or was removed at the sender): applied now, it
     /// would come back where the sender's state had dropped it; once the sync ends, the
-    /// delivered vector covers it and `apply_batch` skips it. A merge with another peer's
+    /// delivered vector covers it and `apply_received` skips it. A merge with another peer's
     /// state in the middle of a sync would likewise judge by a context that does not yet
     /// record what the sync removed.
     pub fn full_sync_waits(&self, peer: usize, records: Option<&[OpRecord]>) -> bool {

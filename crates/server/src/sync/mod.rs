@@ -580,7 +580,7 @@ impl crate::shard::Shard {
     /// After a full sync: the delivered vector takes the sender's causal context
     /// (`FullSyncBegin::context`; `retired` from senders that sent no more): the merged states
     /// carried every op it covers, which this shard now holds or knows removed (retired lives'
-    /// ops included, which no stream delivers), so `apply_batch` skips those ops when their
+    /// ops included, which no stream delivers), so `apply_received` skips those ops when their
     /// streams bring them. Logged as a `Delivered` record. Never this shard's current life.
     pub fn take_context(&mut self, context: &meridian_crdt::Context) {
         let mut taken = VersionVector::new();
