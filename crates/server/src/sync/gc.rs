@@ -64,14 +64,31 @@ impl Shard {
     /// other peers only. An origin no peer entry claims is a site's shard not learned yet,
     /// and every ack counts for it (conservative).
     pub fn stable_vv(&self) -> Option<VersionVector> {
+        self.delivered_everywhere(|p| !p.quarantined)
+    }
+
+    /// What every peer, quarantined ones included (as of its last causal ack), and this
+    /// shard have delivered: the bound of what no causal context stands in for once
+    /// collected (`KeyState::collect_with`). Empty while some peer has never acked. A peer
+    /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
+    /// nothing. A peer shard's acks count for the origins it receives, as in `stable_vv`.
+    pub fn everywhere_vv(&self) -> VersionVector {
+        self.delivered_everywhere(|p| !p.removed)
+            .unwrap_or_default()
+    }
+
+    /// The pointwise minimum of this shard's delivered vector and the causal acks of the
+    /// peers `counts` keeps, each origin over the peers that receive it (see `stable_vv`).
+    /// None while such a peer has never acked.
+    fn delivered_everywhere(&self, counts: impl Fn(&super::Peer) -> bool) -> Option<VersionVector> {
         let acks: Vec<(&super::Peer, &VersionVector)> = self
             .sync
             .peers
             .iter()
-            .filter(|p| !p.quarantined)
+            .filter(|p| counts(p))
             .map(|p| p.acked_causal.as_ref().map(|a| (p, a)))
             .collect::<Option<_>>()?;
-        let mut stable = VersionVector::new();
+        let mut out = VersionVector::new();
         for (origin, hlc) in self.delivered_vv().iter() {
             let mut m = hlc;
             for (p, acked) in &acks {
@@ -84,29 +101,13 @@ impl Shard {
                 }
             }
             if m > meridian_crdt::Hlc::ZERO {
-                stable.observe(Stamp {
+                out.observe(Stamp {
                     hlc: m,
                     replica: origin,
                 });
             }
         }
-        Some(stable)
-    }
-
-    /// What every peer, quarantined ones included (as of its last causal ack), and this
-    /// shard have delivered: the bound of what no causal context stands in for once
-    /// collected (`KeyState::collect_with`). Empty while some peer has never acked. A peer
-    /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
-    /// nothing.
-    pub fn everywhere_vv(&self) -> VersionVector {
-        let mut all = self.delivered_vv();
-        for p in self.sync.peers.iter().filter(|p| !p.removed) {
-            match &p.acked_causal {
-                Some(acked) => all = vv_min(&all, acked),
-                None => return VersionVector::new(),
-            }
-        }
-        all
+        Some(out)
     }
 
     /// One GC step: examines up to `buckets_max` buckets from the saved cursor and collects the
