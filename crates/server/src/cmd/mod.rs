@@ -293,11 +293,7 @@ fn paused_by(
         |s: &CommandSpec, argv: &[&[u8]]| match scripting::declared_flags(shard, s.meta.name, argv)
         {
             Some(flags) => !flags.no_writes,
-            None => {
-                s.meta.flags.contains(Flags::WRITE)
-                    || s.meta.flags.contains(Flags::MAY_REPLICATE)
-                    || table::MAY_REPLICATE_COMMANDS.contains(&s.meta.name)
-            }
+            None => table::writes_or_may_replicate(s.meta),
         };
     if replicates(spec, argv) {
         return true;

@@ -78,6 +78,14 @@ impl Flags {
 pub const MAY_REPLICATE_COMMANDS: &[&str] =
     &["pfcount", "publish", "spublish", "eval", "evalsha", "fcall"];
 
+/// Whether Redis 7.0 flags the command WRITE or MAY_REPLICATE: what CLIENT PAUSE WRITE holds
+/// back and what a read-only script may not call (`scriptVerifyWriteCommandAllow`).
+pub fn writes_or_may_replicate(meta: &CommandMeta) -> bool {
+    meta.flags.contains(Flags::WRITE)
+        || meta.flags.contains(Flags::MAY_REPLICATE)
+        || MAY_REPLICATE_COMMANDS.contains(&meta.name)
+}
+
 /// Static description of one command or subcommand (generated data).
 #[derive(Debug)]
 pub struct CommandMeta {

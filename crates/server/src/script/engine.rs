@@ -594,7 +594,9 @@ pub fn run_command(
         return Err(String::new());
     };
     let writes = flags.contains(Flags::WRITE);
-    if run.read_only && (writes || flags.contains(Flags::MAY_REPLICATE)) {
+    // May-replicate commands count as writes here (PUBLISH, PFCOUNT...), so a read-only
+    // script never runs one, under CLIENT PAUSE WRITE included.
+    if run.read_only && crate::cmd::table::writes_or_may_replicate(spec.meta) {
         return refused(
             front,
             "Write commands are not allowed from read-only scripts.",
