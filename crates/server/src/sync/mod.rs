@@ -448,15 +448,27 @@ impl SyncState {
         v
     }
 
-    /// Whether `other` lacks ops of a retired life that this shard holds and no stream will
-    /// deliver. This shard's own retired lives count only beyond what it issued and kept
-    /// (`own_logged`): its own stream resumes through the rest, or its handshake chooses a
-    /// full sync when its log no longer holds the resume point.
-    pub fn ahead_on_retired(&self, other: &VersionVector) -> bool {
+    /// Whether peer shard `peer`, whose delivered vector is `other`, lacks ops of a retired
+    /// life that this shard holds and no stream will deliver. This shard's own retired lives
+    /// count only beyond what it issued and kept (`own_logged`): its own stream resumes
+    /// through the rest, or its handshake chooses a full sync when its log no longer holds
+    /// the resume point. The lives of the peer's sibling shards (the other shards of its
+    /// site) do not count: their ops are of the sibling's slots, which the peer does not own,
+    /// so it never receives them and lacks nothing it should hold, while this shard's entry
+    /// for them advances with every (empty) sparse batch of the sibling's stream.
+    pub fn ahead_on_retired(&self, other: &VersionVector, peer: usize) -> bool {
+        let of_sibling = |r: ReplicaId| {
+            self.peers.get(peer).is_some_and(|d| {
+                self.peers
+                    .iter()
+                    .any(|q| q.site == d.site && q.shard != d.shard && q.lives.contains(&r))
+            })
+        };
         self.delivered.iter().any(|(r, hlc)| {
             hlc > other.get(r)
                 && self.is_retired(r)
                 && !(self.lives.contains(&r) && hlc <= self.own_logged.get(r))
+                && !of_sibling(r)
         })
     }
 
@@ -823,9 +835,10 @@ mod tests {
         let b0 = ReplicaId::for_life("b", 0, 0);
         let b1 = ReplicaId::for_life("b", 0, 1);
         s.delivered = vv(&[(b0, 10)]);
+        let c = s.peer_index("c", 0).unwrap();
         // Until b says it began life 1, its life-0 ops stream from b itself.
         assert!(!s.is_retired(b0));
-        assert!(!s.ahead_on_retired(&VersionVector::new()));
+        assert!(!s.ahead_on_retired(&VersionVector::new(), c));
         let b = s.peers.iter_mut().find(|p| p.site == "b").unwrap();
         assert!(b.learn_life(1));
         assert!(!b.learn_life(1), "nothing new the second time");
@@ -834,8 +847,8 @@ mod tests {
         assert!(!s.is_retired(b1));
         // A site lacking b's life-0 ops that this one holds gets a full sync; one that has
         // them does not.
-        assert!(s.ahead_on_retired(&vv(&[(b0, 9)])));
-        assert!(!s.ahead_on_retired(&vv(&[(b0, 10)])));
+        assert!(s.ahead_on_retired(&vv(&[(b0, 9)]), c));
+        assert!(!s.ahead_on_retired(&vv(&[(b0, 10)]), c));
     }
 
     #[test]
@@ -854,8 +867,9 @@ mod tests {
         // a full sync; b's current life is unaffected.
         assert!(s.is_retired(c0));
         assert!(!s.is_retired(b0));
-        assert!(s.ahead_on_retired(&vv(&[(c0, 9), (b0, 10)])));
-        assert!(!s.ahead_on_retired(&vv(&[(c0, 10), (b0, 5)])));
+        let b = s.peer_index("b", 0).unwrap();
+        assert!(s.ahead_on_retired(&vv(&[(c0, 9), (b0, 10)]), b));
+        assert!(!s.ahead_on_retired(&vv(&[(c0, 10), (b0, 5)]), b));
     }
 
     #[test]
@@ -866,14 +880,48 @@ mod tests {
         s.life = 1;
         s.lives = vec![a0, a1];
         s.own_logged = vv(&[(a0, 10)]);
+        let b = s.peer_index("b", 0).unwrap();
         s.delivered = vv(&[(a0, 10)]);
         assert!(
-            !s.ahead_on_retired(&vv(&[(a0, 5)])),
+            !s.ahead_on_retired(&vv(&[(a0, 5)]), b),
             "the stream resumes them"
         );
         // The lost tail came back from a peer (up to 12): past 10, only a full sync has it.
         s.delivered = vv(&[(a0, 12)]);
-        assert!(s.ahead_on_retired(&vv(&[(a0, 10)])));
-        assert!(!s.ahead_on_retired(&vv(&[(a0, 12)])));
+        assert!(s.ahead_on_retired(&vv(&[(a0, 10)]), b));
+        assert!(!s.ahead_on_retired(&vv(&[(a0, 12)]), b));
+    }
+
+    /// A peer site of two shards that began a new life: each shard's old life is retired,
+    /// and this shard holds both (the sibling's through empty sparse batches). A shard of
+    /// that site never receives its sibling's ops, so lacking them is no reason for a full
+    /// sync (the drill `site-power-off` with two shards per site got one on every link
+    /// between different shards); lacking its own old life's ops, or a third site lacking
+    /// either, still is.
+    #[test]
+    fn a_dialer_lacking_its_sibling_shards_retired_ops_is_not_behind() {
+        let mut s = state();
+        s.discover("b", 2, 0);
+        let (b_0, b_1) = (s.peer_index("b", 0).unwrap(), s.peer_index("b", 1).unwrap());
+        let c = s.peer_index("c", 0).unwrap();
+        let old0 = ReplicaId::for_life("b", 0, 0);
+        let old1 = ReplicaId::for_life("b", 1, 0);
+        s.delivered = vv(&[(old0, 10), (old1, 20)]);
+        for i in [b_0, b_1] {
+            assert!(s.peers.get_mut(i).unwrap().learn_life(1));
+        }
+        assert!(s.is_retired(old0) && s.is_retired(old1));
+        assert!(!s.ahead_on_retired(&vv(&[(old0, 10)]), b_0));
+        assert!(!s.ahead_on_retired(&vv(&[(old1, 20)]), b_1));
+        assert!(
+            s.ahead_on_retired(&vv(&[(old0, 9)]), b_0),
+            "its own lost tail"
+        );
+        assert!(
+            s.ahead_on_retired(&vv(&[(old1, 19)]), b_1),
+            "its own lost tail"
+        );
+        assert!(s.ahead_on_retired(&vv(&[(old0, 10)]), c));
+        assert!(!s.ahead_on_retired(&vv(&[(old0, 10), (old1, 20)]), c));
     }
 }

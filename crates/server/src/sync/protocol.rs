@@ -260,7 +260,7 @@ impl Shard {
             .peers
             .get(peer)
             .and_then(|p| p.acked.as_ref())
-            .is_some_and(|acked| self.sync.ahead_on_retired(acked));
+            .is_some_and(|acked| self.sync.ahead_on_retired(acked, peer));
         let Some(p) = self.sync.peers.get_mut(peer) else {
             return false;
         };
@@ -321,7 +321,7 @@ pub fn choose_mode(s: &Shard, peer: usize, hello: &Hello) -> (Mode, &'static str
     }
     // Ops of a retired life (the dialer's own lost tail after a reboot, or a third site's)
     // are streamed by nobody: a dialer lacking some of them gets them only by a full sync.
-    if s.sync.ahead_on_retired(&hello.delivered) {
+    if s.sync.ahead_on_retired(&hello.delivered, peer) {
         return (
             Mode::FullSync,
             "the dialer lacks ops of a retired life that this site holds",
