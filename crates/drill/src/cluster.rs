@@ -82,6 +82,9 @@ pub struct SyncCounts {
     pub partial_in: u64,
     pub full_out: u64,
     pub partial_out: u64,
+    /// Shard links from the peer into this site: every shard of a site dials every shard of
+    /// the peer (docs/replication.md §1), and the counters above are their sums.
+    pub links: u64,
 }
 
 pub struct Cluster {
@@ -442,12 +445,21 @@ impl Cluster {
         let mut out = BTreeMap::new();
         for (i, s) in self.sites.iter().enumerate() {
             let info = s.info_crdt()?;
+            // A server without the field runs one shard.
+            let shards = info
+                .get("crdt_shards")
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(1);
             for j in (0..self.n()).filter(|&j| j != i) {
                 let line = info
                     .get(&format!("crdt_peer_{}", self.id(j)))
                     .with_context(|| format!("site {} has no crdt_peer_{}", s.id(), self.id(j)))?;
                 let p = parse_peer_line(line);
                 let g = |k: &str| p.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let peer_shards = p
+                    .get("shards")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(1);
                 out.insert(
                     (i, j),
                     SyncCounts {
@@ -455,6 +467,7 @@ impl Cluster {
                         partial_in: g("partial_syncs_in"),
                         full_out: g("full_syncs_out"),
                         partial_out: g("partial_syncs_out"),
+                        links: shards * peer_shards,
                     },
                 );
             }
