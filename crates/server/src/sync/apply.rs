@@ -492,11 +492,18 @@ impl Shard {
         if sync.complete {
             self.merge_unsent(&sync.sent, &sync.sender, &sync.context, now_ms);
         }
-        if self.slots_within(&sync.sender) {
+        // The retired entries speak for the sender's slots too: from a sender of fewer
+        // slots they stay with its link (`Peer::retired_in`), or a delta full sync from the
+        // shard holding those ops in this shard's other slots would leave them out.
+        let within = self.slots_within(&sync.sender);
+        if within {
             self.take_context(&sync.context);
+            self.take_context(&meridian_crdt::Context::from(sync.retired.clone()));
         }
-        self.take_context(&meridian_crdt::Context::from(sync.retired.clone()));
         if let Some(p) = self.sync.peers.get_mut(sync.peer) {
+            if !within {
+                p.retired_in.merge(&sync.retired);
+            }
             p.in_applied_seq = sync.seq;
             p.inbound = super::LinkState::Up;
             p.rejoin_pull = false;

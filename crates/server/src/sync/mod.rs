@@ -126,6 +126,12 @@ pub struct Peer {
     pub acked_seq: u64,
     /// What the peer has delivered from every origin, as of its last ack (None: never acked).
     pub acked: Option<VersionVector>,
+    /// Retired-life entries that full syncs from this peer carried while it owned fewer
+    /// slots than this shard (`end_full_sync_in`): its word covers only its slots, so the
+    /// delivered vector does not take them, but this link has them: the Hello and acks to
+    /// this peer state them, or it would choose a full sync again on every handshake.
+    /// In memory only: after a restart such a link takes one full sync again.
+    pub retired_in: VersionVector,
     /// The latest acked vector that garbage collection may use: one whose ack came after
     /// this shard had applied every op the peer issued before acking (its own entry in the
     /// vector). Acks travel on another connection than the peer's ops, so an ack can overtake
@@ -181,6 +187,7 @@ impl Peer {
             out_generation: 0,
             acked_seq: 0,
             acked: None,
+            retired_in: VersionVector::new(),
             acked_causal: None,
             last_ack_ms: now_ms,
             out_wire_bytes: 0,

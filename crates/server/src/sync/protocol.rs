@@ -52,7 +52,9 @@ impl Shard {
             delivered: if p.rejoin_pull {
                 VersionVector::new()
             } else {
-                self.hello_delivered()
+                let mut v = self.hello_delivered();
+                v.merge(&p.retired_in);
+                v
             },
             want_full: p.rejoin_pull,
             from_incarnation: self.sync.incarnation,
@@ -198,7 +200,15 @@ impl Shard {
         Ack {
             incarnation,
             applied_seq: self.sync.peers.get(peer).map_or(0, |p| p.in_applied_seq),
-            delivered: self.delivered_vv(),
+            // What this link's full syncs carried of retired lives counts for it
+            // (`Peer::retired_in`).
+            delivered: {
+                let mut v = self.delivered_vv();
+                if let Some(p) = self.sync.peers.get(peer) {
+                    v.merge(&p.retired_in);
+                }
+                v
+            },
         }
     }
 
