@@ -6,7 +6,8 @@
 //! turns such a payload into plain contents (`Value`) and plain contents into the payload
 //! Redis would write for a value of those contents under the given encoding thresholds.
 //! Pure: no I/O, no clock, nothing of Meridian's keyspace or CRDTs (the server maps
-//! `Value` to and from its types). Every decoder validates the way Redis's deep
+//! `Value` to and from its types); it borrows only `meridian-crdt`'s `string2ll`, so that one
+//! rule decides what an integer is everywhere. Every decoder validates the way Redis's deep
 //! sanitization does and never allocates more than the bytes present justify.
 //!
 //! # Layout

@@ -4,40 +4,9 @@
 //! listpacks and intsets); `d2string` is how a sorted-set score is written into a listpack;
 //! `strtod_prefix` reads the scores of old text-encoded sorted sets (`sscanf("%lg")`).
 
-/// Redis's `string2ll` (and `lpStringToInt64`): an optional `-`, no leading zeros (except
-/// "0" itself), no `+`, no spaces, within `i64`.
-pub fn string2ll(s: &[u8]) -> Option<i64> {
-    // LONG_STR_SIZE: nothing longer can be an i64 (lpStringToInt64 checks it first).
-    if s.is_empty() || s.len() >= 21 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut v: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    if negative {
-        if v > i64::MAX as u64 + 1 {
-            return None;
-        }
-        Some((v as i64).wrapping_neg())
-    } else {
-        i64::try_from(v).ok()
-    }
-}
+/// Redis's `string2ll` (and `lpStringToInt64`): the one parser the keyspace uses too (an
+/// optional `-`, no leading zeros except "0" itself, no `+`, no spaces, within `i64`).
+pub use meridian_crdt::string::parse_i64_redis as string2ll;
 
 /// Redis's `double2ll`: the integer equal to `d` when `|d| <= LLONG_MAX/2` and `d` has no
 /// fraction (-0.0 gives 0).
