@@ -524,9 +524,6 @@ fn protected_mode_applies_to_connections_accepted_during_a_busy_script() {
     );
     ok(&mut admin, &["SCRIPT", "KILL"]);
     assert!(String::from_utf8_lossy(&runner.read_reply()).starts_with("-ERR Script killed"));
-    assert!(
-        admin
-            .call_text(&["INFO", "stats"])
-            .contains("rejected_connections:1\r\n")
-    );
+    let stats = admin.call_text(&["INFO", "stats"]);
+    assert!(stats.contains("rejected_connections:1\r\n"), "{stats}");
 }

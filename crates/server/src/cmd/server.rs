@@ -617,7 +617,13 @@ fn info_stats(shard: &Shard, front: &Front, out: &mut String) {
     field(out, "total_net_output_bytes", st.net_output_bytes);
     field(out, "total_net_repl_input_bytes", 0);
     field(out, "total_net_repl_output_bytes", 0);
-    field(out, "rejected_connections", st.rejected_connections);
+    // A connection refused by the busy-script side path is counted in the shard's stats (that
+    // path holds the shard, not the thread's front).
+    field(
+        out,
+        "rejected_connections",
+        st.rejected_connections + keys.rejected_connections,
+    );
     field(out, "sync_full", 0);
     field(out, "sync_partial_ok", 0);
     field(out, "sync_partial_err", 0);

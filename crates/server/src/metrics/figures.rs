@@ -214,7 +214,7 @@ impl Shard {
             connected_clients: front.clients.len() as u64,
             blocked_clients: self.blocked_count() as u64,
             connections_received: fst.total_connections_received,
-            rejected_connections: fst.rejected_connections,
+            rejected_connections: fst.rejected_connections + st.rejected_connections,
             commands_processed: fst.total_commands_processed,
             net_input_bytes: fst.net_input_bytes,
             net_output_bytes: fst.net_output_bytes,
