@@ -57,6 +57,10 @@ pub struct Options {
     /// Site ids beyond the cluster's that get a certificate from its CA (for a site that
     /// joins later under a new id: `Cluster::reset_site`).
     pub spare_ids: Vec<String>,
+    /// A site that runs as two nodes (processes) of one shard each, from one topology file:
+    /// node n1 serves the site's client address and sync port (its `Site`), n2 is
+    /// `Cluster::nodes[i]`; other sites' links to n2's shard reach it through n1.
+    pub two_nodes: Option<usize>,
 }
 
 /// See [`Cluster::stage`].
@@ -89,6 +93,9 @@ pub struct SyncCounts {
 
 pub struct Cluster {
     pub sites: Vec<Site>,
+    /// The second node of a two-node site (`Options::two_nodes`), by site index. Dropped
+    /// (killed) right after the sites, before the proxies and namespaces.
+    pub nodes: BTreeMap<usize, Site>,
     proxies: BTreeMap<(usize, usize), Proxy>,
     nft: Vec<NftRules>,
     pub nft_ok: Result<(), String>,
@@ -126,6 +133,79 @@ pub fn site_ids(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Node n1's and n2's specs of a two-node site (`Options::two_nodes`): one topology file
+/// (`site_dir/topology.toml`), one shard a node, n1 on the site's client address and sync
+/// port. Nodes reach each other's endpoints and sync ports on 127.0.0.1 (both run in the
+/// site's namespace), so the sync ports listen on every address of the namespace.
+fn two_node_specs(
+    ns: Option<String>,
+    mode: NetMode,
+    id: &str,
+    (client, sync): (SocketAddr, SocketAddr),
+    site_dir: &Path,
+    deployment: &str,
+    common: &[String],
+) -> anyhow::Result<(SiteSpec, SiteSpec)> {
+    // (main, endpoint, sync) ports of n1 and n2.
+    let ports = match mode {
+        NetMode::Netns => [
+            (client.port(), NS_CLIENT_PORT + 10, sync.port()),
+            (NS_CLIENT_PORT + 1, NS_CLIENT_PORT + 11, NS_SYNC_PORT + 1),
+        ],
+        NetMode::Loopback => [
+            (client.port(), free_port()?, sync.port()),
+            (free_port()?, free_port()?, free_port()?),
+        ],
+    };
+    let mut topology = String::from("epoch = 1\n");
+    for (k, (main, endpoint, sync_port)) in ports.iter().enumerate() {
+        topology.push_str(&format!(
+            "[[node]]\nname = \"n{}\"\nip = \"127.0.0.1\"\nport = {main}\nendpoint-port = {endpoint}\nsync-port = {sync_port}\nshards = 1\n",
+            k + 1
+        ));
+    }
+    let file = site_dir.join("topology.toml");
+    std::fs::write(&file, topology).with_context(|| format!("write {}", file.display()))?;
+    let sync_bind = match mode {
+        NetMode::Netns => "0.0.0.0",
+        NetMode::Loopback => "127.0.0.1",
+    };
+    let spec = |k: usize, main: u16| -> SiteSpec {
+        let (data, log) = match k {
+            1 => ("data".to_string(), "server.log".to_string()),
+            _ => (format!("data-n{k}"), format!("server-n{k}.log")),
+        };
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--site".into(),
+            id.to_string(),
+            "--topology".into(),
+            file.display().to_string(),
+            "--node".into(),
+            format!("n{k}"),
+            "--bind".into(),
+            client.ip().to_string(),
+            "--sync-bind".into(),
+            sync_bind.into(),
+            "--dir".into(),
+            site_dir.join(&data).display().to_string(),
+            "--deployment-id".into(),
+            deployment.to_string(),
+        ];
+        args.extend(common.iter().cloned());
+        SiteSpec {
+            id: id.to_string(),
+            ns: ns.clone(),
+            client: SocketAddr::new(client.ip(), main),
+            args,
+            dir: site_dir.join(data),
+            log: site_dir.join(log),
+        }
+    };
+    let [(m1, _, _), (m2, _, _)] = ports;
+    Ok((spec(1, m1), spec(2, m2)))
+}
+
 impl Cluster {
     /// Creates the namespaces (in `Netns` mode), the certificates, the proxies and the sites,
     /// and starts every site. `tag` makes namespace names unique to this run.
@@ -148,6 +228,7 @@ impl Cluster {
         };
         let mut cluster = Cluster {
             sites: Vec::new(),
+            nodes: BTreeMap::new(),
             proxies: BTreeMap::new(),
             nft: vec![NftRules::default(); n],
             nft_ok: Err("loopback mode: no namespaces".to_string()),
@@ -198,6 +279,37 @@ impl Cluster {
                 *sync.get(i).context("sync")?,
             );
             let site_dir = dir.join(format!("site-{id}"));
+            // The flags after a node's own: peers, TLS, every site's and this site's.
+            let mut common: Vec<String> = Vec::new();
+            let listed = opts
+                .peers
+                .get(&i)
+                .cloned()
+                .unwrap_or_else(|| (0..n).filter(|&a| a != i).collect());
+            for a in listed {
+                let p = cluster.proxies.get(&(i, a)).context("proxy")?;
+                common.push("--peer".into());
+                common.push(format!(
+                    "{}={}",
+                    ids.get(a).map_or("?", String::as_str),
+                    p.listen
+                ));
+            }
+            if let Some(t) = tls.get(i) {
+                common.extend(t.flags());
+            }
+            common.extend(opts.flags.iter().cloned());
+            common.extend(opts.site_flags.get(&i).cloned().unwrap_or_default());
+            std::fs::create_dir_all(&site_dir)?;
+            let deployment = format!("drill-{tag}");
+            if opts.two_nodes == Some(i) {
+                let ns = cluster.ns(i).map(str::to_string);
+                let (n1, n2) =
+                    two_node_specs(ns, mode, &id, (c, s), &site_dir, &deployment, &common)?;
+                cluster.sites.push(Site::new(n1, bin));
+                cluster.nodes.insert(i, Site::new(n2, bin));
+                continue;
+            }
             let mut args: Vec<String> = vec![
                 "server".into(),
                 "--site".into(),
@@ -213,31 +325,13 @@ impl Cluster {
                 "--dir".into(),
                 site_dir.join("data").display().to_string(),
                 "--deployment-id".into(),
-                format!("drill-{tag}"),
+                deployment,
                 // Cluster endpoints would take ports next to the client port, which another
                 // site may hold in loopback mode; drills test replication, not that API.
                 "--cluster-api".into(),
                 "no".into(),
             ];
-            let listed = opts
-                .peers
-                .get(&i)
-                .cloned()
-                .unwrap_or_else(|| (0..n).filter(|&a| a != i).collect());
-            for a in listed {
-                let p = cluster.proxies.get(&(i, a)).context("proxy")?;
-                args.push("--peer".into());
-                args.push(format!(
-                    "{}={}",
-                    ids.get(a).map_or("?", String::as_str),
-                    p.listen
-                ));
-            }
-            if let Some(t) = tls.get(i) {
-                args.extend(t.flags());
-            }
-            args.extend(opts.flags.iter().cloned());
-            args.extend(opts.site_flags.get(&i).cloned().unwrap_or_default());
+            args.extend(common);
             let spec = SiteSpec {
                 id: id.clone(),
                 ns: cluster.ns(i).map(str::to_string),
@@ -246,12 +340,14 @@ impl Cluster {
                 dir: site_dir.join("data"),
                 log: site_dir.join("server.log"),
             };
-            std::fs::create_dir_all(&site_dir)?;
             cluster.sites.push(Site::new(spec, bin));
         }
         for (i, s) in cluster.sites.iter_mut().enumerate() {
             if !opts.later.contains(&i) {
                 s.start()?;
+                if let Some(n) = cluster.nodes.get_mut(&i) {
+                    n.start()?;
+                }
             }
         }
         if let Some(ns) = cluster.ns(0) {
@@ -275,6 +371,22 @@ impl Cluster {
 
     pub fn site(&self, i: usize) -> anyhow::Result<&Site> {
         self.sites.get(i).with_context(|| format!("no site {i}"))
+    }
+
+    /// Every server process with its site's index: the sites (a two-node site's n1), then
+    /// the second nodes.
+    pub fn processes(&self) -> impl Iterator<Item = (usize, &Site)> {
+        self.sites
+            .iter()
+            .enumerate()
+            .chain(self.nodes.iter().map(|(i, s)| (*i, s)))
+    }
+
+    /// Node n2 of two-node site `i`.
+    pub fn node_mut(&mut self, i: usize) -> anyhow::Result<&mut Site> {
+        self.nodes
+            .get_mut(&i)
+            .with_context(|| format!("site {i} runs as one node"))
     }
 
     pub fn site_mut(&mut self, i: usize) -> anyhow::Result<&mut Site> {
@@ -479,7 +591,7 @@ impl Cluster {
     /// (`lag_ops` > 0), digests differing, or converged.
     pub fn stage(&self) -> anyhow::Result<Stage> {
         let mut lagging = None;
-        for (i, s) in self.sites.iter().enumerate() {
+        for (i, s) in self.processes() {
             let info = s.info_crdt()?;
             for j in (0..self.n()).filter(|&j| j != i) {
                 let Some(line) = info.get(&format!("crdt_peer_{}", self.id(j))) else {
@@ -563,7 +675,7 @@ impl Cluster {
         let start = Instant::now();
         loop {
             let mut down = None;
-            for (i, s) in self.sites.iter().enumerate() {
+            for (i, s) in self.processes() {
                 let info = s.info_crdt()?;
                 for j in (0..self.n()).filter(|&j| j != i) {
                     let p = parse_peer_line(
@@ -734,7 +846,7 @@ impl Cluster {
     /// Sites whose process ended by itself (crashes), with their log tails.
     pub fn crashed(&mut self) -> Vec<String> {
         let mut out = Vec::new();
-        for s in &mut self.sites {
+        for s in self.sites.iter_mut().chain(self.nodes.values_mut()) {
             if let Some(status) = s.exited() {
                 out.push(format!(
                     "site {} exited with {status}; log tail:\n{}",

@@ -41,6 +41,11 @@ pub const SCENARIOS: &[(&str, &str, bool)] = &[
         false,
     ),
     (
+        "site-node-power-off",
+        "site a runs as two nodes (a topology file, one shard each); its second node loses power under load (everysec) and comes back while every site writes (issue 17)",
+        false,
+    ),
+    (
         "site-power-off",
         "a site isolated, then powered off under load (always, torn tail), others keep loading, then back (seed paper scenario 3, R6)",
         false,
@@ -149,6 +154,7 @@ pub fn run(ctx: &Ctx, name: &str, seed: u64) -> Outcome {
         .and_then(|()| match name {
             "partitions" => partitions(ctx, seed, &dir, &mut o),
             "node-power-off" => node_power_off(ctx, seed, &dir, &mut o),
+            "site-node-power-off" => site_node_power_off(ctx, seed, &dir, &mut o),
             "site-power-off" => site_power_off(ctx, seed, &dir, &mut o),
             "away-past-backlog" => away_past_backlog(ctx, seed, &dir, &mut o),
             "clock-skew" => clock_skew(ctx, seed, &dir, &mut o),
@@ -232,7 +238,7 @@ fn finish(cl: &mut Cluster, dir: &Path, o: &mut Outcome, f: Finish) -> anyhow::R
     note_convergence(cl, o, f.heal_at, f.bound)?;
     note_syncs(cl, o, &f.before, &f.full_expect)?;
     let first = check_states(cl, o, &f.records, &f.loss)?;
-    for s in &cl.sites {
+    for (_, s) in cl.processes() {
         let panics: Vec<String> = s
             .log_errors()
             .into_iter()
@@ -740,6 +746,104 @@ fn node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::
     );
     let loss = vec![LossWindow {
         site: victim,
+        from_us: off.saturating_sub(1_000_000),
+        to_us: off + 100_000,
+    }];
+    finish(
+        &mut cl,
+        dir,
+        o,
+        Finish {
+            records,
+            loss,
+            heal_at,
+            bound: CONVERGE_BOUND,
+            before,
+            full_expect: BTreeMap::new(),
+        },
+    )?;
+    Ok(())
+}
+
+/// Issue 17: a site across two nodes (one shard each) loses one of them under load, while
+/// every site writes: its other node keeps serving its own slots (the lost node's get
+/// CLUSTERDOWN or TRYAGAIN replies, never a hang), the other sites keep converging with it,
+/// and the node comes back from its log (everysec) and catches up through the site's sync
+/// port. Acks of site a in the last second before the loss are excused (they may have been
+/// n2's unsynced tail; n1's are excused with them).
+fn site_node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    if !persistence_or_skip(ctx, o) {
+        return Ok(());
+    }
+    let mut opts = options(ctx, seed);
+    opts.flags = persistence_flags("everysec");
+    let split = 0;
+    opts.two_nodes = Some(split);
+    let mut cl = start(ctx, &opts, dir, o)?;
+    let before = cl.sync_counts()?;
+    let t0 = Instant::now();
+    let spec = workload::Spec {
+        rate: ctx.rate,
+        ..workload::Spec::default()
+    };
+    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
+    let phase = ctx.load_time(Duration::from_secs(5));
+    let mut rng = Rng::derive(seed, &[0x2a0d]);
+    let run = (|| -> anyhow::Result<(u64, u64, u64)> {
+        sleep(phase + Duration::from_millis(rng.range(0, 1000)))?;
+        let off = us(t0, Instant::now());
+        let what = cl.node_mut(split)?.power_loss(None)?;
+        o.note(format!(
+            "power loss of site {}'s node n2 at +{:.2}s: {what}",
+            cl.id(split),
+            off as f64 / 1e6
+        ));
+        sleep(Duration::from_millis(rng.range(2000, 4000)))?;
+        cl.node_mut(split)?.start()?;
+        let back = us(t0, Instant::now());
+        sleep(phase)?;
+        Ok((off, back, us(t0, Instant::now())))
+    })();
+    let records = wl.stop();
+    let (off, back, end) = run?;
+    let heal_at = Instant::now();
+    note_throughput(
+        o,
+        &cl,
+        &records,
+        split,
+        [
+            (off.saturating_sub(phase.as_micros() as u64), off),
+            (off, back),
+            (back, end),
+        ],
+    );
+    // What site a's clients saw while n2 was off: n1's slots served, n2's refused at once.
+    let during: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.site == split && (off..back).contains(&r.t_done_us))
+        .collect();
+    let refused = during.iter().filter(|r| !r.ok()).count();
+    let slowest_refusal_ms = during
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.t_done_us.saturating_sub(r.t_inv_us) / 1000)
+        .max()
+        .unwrap_or(0);
+    o.note(format!(
+        "site {} while n2 was off: {} requests answered, {refused} refused (slowest refusal {slowest_refusal_ms} ms)",
+        cl.id(split),
+        during.len() - refused
+    ));
+    if refused == during.len() {
+        o.fail(format!(
+            "site {}'s node n1 served none of its {} requests while n2 was off",
+            cl.id(split),
+            during.len()
+        ));
+    }
+    let loss = vec![LossWindow {
+        site: split,
         from_us: off.saturating_sub(1_000_000),
         to_us: off + 100_000,
     }];
