@@ -45,7 +45,23 @@ getent passwd meridian >/dev/null || fail "no meridian user"
 dpkg-query -W -f='${Conffiles}\n' meridian | grep -q "/etc/meridian/meridian.toml" || fail "meridian.toml is not a conffile"
 /usr/bin/meridian config check /etc/meridian/meridian.toml >/dev/null || fail "the packaged configuration does not check"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the ephemeral range, followed by $1 more free ones: with several shards the
+# server's cluster endpoints take the ports after its client port.
+free_port() {
+  python3 - "${1:-0}" <<'PY'
+import random, socket, sys
+extra = int(sys.argv[1])
+for _ in range(1000):
+    base = random.randrange(20000, 32000 - extra)
+    try:
+        socks = []
+        for p in range(base, base + extra + 1):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+    except OSError:
+        continue
+    print(base); break
+PY
+}
 http_status() {
   python3 - "$1" <<'PY'
 import sys, urllib.request, urllib.error
@@ -58,7 +74,7 @@ except Exception:
 PY
 }
 start() {
-  port=$(free_port); mport=$(free_port)
+  port=$(free_port "$(nproc)"); mport=$(free_port)
   # As the unit runs it: the service user, the packaged configuration (ports moved aside).
   runuser -u meridian -- /usr/bin/meridian server --config /etc/meridian/meridian.toml \
     --port "$port" --metrics-port "$mport" >/tmp/meridian-package-test.log 2>&1 &
