@@ -7,11 +7,14 @@
 //! with a valid footer first, so the fuzzer explores the value decoders.
 //!
 //! Run: `cargo +nightly fuzz run restore_payload fuzz/seeds/restore_payload` from the
-//! repository root (the seeds are Redis 7.0.15 DUMP payloads of every type and encoding).
+//! repository root (the seeds are Redis 7.0.15 DUMP payloads of every type and encoding,
+//! streams included).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use meridian_rdb::{CRC64, Encoder, Limits, ListOptions, RDB_VERSION, Value, decode_payload};
+use meridian_rdb::{
+    CRC64, Encoder, Limits, ListOptions, RDB_VERSION, StreamNodes, Value, decode_payload,
+};
 
 const LIMITS: Limits = Limits {
     string_bytes_max: 1 << 20,
@@ -63,6 +66,11 @@ fuzz_target!(|data: &[u8]| {
         Value::List(l) | Value::Set(l) => l.iter().map(Vec::len).sum(),
         Value::Hash(h) => h.iter().map(|(f, v)| f.len() + v.len()).sum(),
         Value::ZSet(z) => z.iter().map(|(m, _)| m.len()).sum(),
+        Value::Stream(s) => s
+            .entries
+            .iter()
+            .flat_map(|(_, pairs)| pairs.iter().map(|(f, v)| f.len() + v.len()))
+            .sum(),
     };
     assert!(size as u64 <= LIMITS.value_bytes_max);
     let enc = Encoder::default();
@@ -82,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
             sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
             enc.zset(sorted.into_iter(), z.len() <= 128)
         }
+        Value::Stream(s) => enc.stream(s, StreamNodes::default()),
     };
     let back = decode_payload(&again, LIMITS)
         .expect("DUMP's own payload decodes")

@@ -188,8 +188,8 @@ impl Value {
         })
     }
 
-    /// Joins `other`, a value of the same type, by that type's `merge` (hashes, sorted sets
-    /// and lists with the sides' causal contexts `mine` and `theirs`). Returns false (and
+    /// Joins `other`, a value of the same type, by that type's `merge` (hashes, sorted sets,
+    /// lists and streams with the sides' causal contexts `mine` and `theirs`). Returns false (and
     /// changes nothing) when the types differ.
     fn merge_same(&mut self, other: &Value, mine: &Context, theirs: &Context) -> bool {
         match (self, other) {
@@ -199,7 +199,7 @@ impl Value {
             (Value::ZSet(a), Value::ZSet(b)) => a.merge_with_contexts(b, mine, theirs),
             (Value::List(a), Value::List(b)) => a.merge_with_contexts(b, mine, theirs),
             (Value::Hll(a), Value::Hll(b)) => a.merge(b),
-            (Value::Stream(a), Value::Stream(b)) => a.merge(b),
+            (Value::Stream(a), Value::Stream(b)) => a.merge_with_contexts(b, mine, theirs),
             _ => return false,
         }
         true
@@ -990,7 +990,7 @@ impl KeyState {
     /// (docs/replication.md §6).
     ///
     /// Applies to string writes, set dots, HyperLogLog raises and expire writes here; hash,
-    /// sorted-set and list values take the contexts in their own `merge_with_contexts` (a
+    /// sorted-set, list and stream values take the contexts in their own `merge_with_contexts` (a
     /// side holding no such value takes an empty one, which says: what its context covers
     /// was removed here). A key one side does not hold at all is `KeyState::new()` there (so
     /// a receiver of a complete full sync also merges the sender's "nothing" into keys the
@@ -1008,13 +1008,14 @@ impl KeyState {
         let mut their_state = other.clone();
         self.drop_unheld(other, theirs);
         their_state.drop_unheld(&before, mine);
-        let tags: SmallVec<[TypeTag; 3]> = [TypeTag::Hash, TypeTag::ZSet, TypeTag::List]
-            .into_iter()
-            .filter(|t| {
-                before.values().any(|v| v.type_tag() == *t)
-                    || other.values().any(|v| v.type_tag() == *t)
-            })
-            .collect();
+        let tags: SmallVec<[TypeTag; 4]> =
+            [TypeTag::Hash, TypeTag::ZSet, TypeTag::List, TypeTag::Stream]
+                .into_iter()
+                .filter(|t| {
+                    before.values().any(|v| v.type_tag() == *t)
+                        || other.values().any(|v| v.type_tag() == *t)
+                })
+                .collect();
         self.hold_collections(&tags);
         their_state.hold_collections(&tags);
         self.join(their_state, mine, theirs);
@@ -1106,10 +1107,7 @@ impl KeyState {
                 }),
                 Value::Hll(h) => h.drop_unheld(other_hll, floor),
                 // They take the contexts in their own merge (`merge_with_contexts`).
-                Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {}
-                // The stream's join is its plain state join (no contexts yet: see
-                // docs/conflicts.md §17).
-                Value::Stream(_) => {}
+                Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Stream(_) => {}
             }
         }
         if let Some(x) = &mut self.extra {
@@ -1132,7 +1130,8 @@ impl KeyState {
                 TypeTag::Hash => self.put(Value::Hash(HashCrdt::new())),
                 TypeTag::ZSet => self.put(Value::ZSet(ZSetCrdt::new())),
                 TypeTag::List => self.put(Value::List(ListCrdt::new())),
-                TypeTag::String | TypeTag::Set | TypeTag::Hll | TypeTag::Stream => {}
+                TypeTag::Stream => self.put(Value::Stream(StreamCrdt::new())),
+                TypeTag::String | TypeTag::Set | TypeTag::Hll => {}
             }
         }
     }
@@ -1368,6 +1367,55 @@ mod tests {
         ba.merge_with_contexts(&a, &ctx_b, &gapped);
         assert_eq!(members(&ab), vec![b"y".to_vec(), b"z".to_vec()]);
         assert_eq!(ab, ba);
+    }
+
+    /// A stream's entries that the other side's context covers and that side does not hold
+    /// were removed there: a site that deleted them (and collected every record of it) while
+    /// a peer was quarantined keeps them deleted when the peer rejoins by a complete full
+    /// sync, whichever side merges; the entry the peer added meanwhile stays.
+    #[test]
+    fn a_stream_a_context_covers_does_not_come_back() {
+        let add = |ms: u64| -> E {
+            Effect::Stream(crate::stream::StreamOp::Add {
+                id: crate::StreamId::new(ms, 0),
+                fields: vec![b"f".as_slice(), b"v".as_slice()],
+                totals: crate::stream::Totals::default(),
+            })
+        };
+        let mut q = KeyState::new();
+        q.apply(st(1, 1), &add(1));
+        q.apply(st(2, 1), &add(2));
+        let removed = q.clone();
+        q.apply(st(5, 2), &add(3));
+        // A removed 1-0 and 2-0 and collected it all: it holds no such key.
+        let a = KeyState::new();
+        let ctx_a = Context::from({
+            let mut v = VersionVector::new();
+            v.observe(st(4, 1));
+            v
+        });
+        let ctx_q = Context::from({
+            let mut v = VersionVector::new();
+            v.observe(st(2, 1));
+            v.observe(st(5, 2));
+            v
+        });
+        let ids = |k: &KeyState| -> Vec<crate::StreamId> {
+            k.stream().map_or(Vec::new(), |s| {
+                s.range(crate::StreamId::MIN, crate::StreamId::MAX)
+                    .map(|e| e.id)
+                    .collect()
+            })
+        };
+        let mut aq = a.clone();
+        aq.merge_with_contexts(&q, &ctx_a, &ctx_q);
+        let mut qa = q.clone();
+        qa.merge_with_contexts(&a, &ctx_q, &ctx_a);
+        assert_eq!(ids(&aq), vec![crate::StreamId::new(3, 0)]);
+        assert_eq!(aq, qa);
+        let mut gone = a.clone();
+        gone.merge_with_contexts(&removed, &ctx_a, &ctx_q);
+        assert!(gone.is_empty(), "{gone:?}");
     }
 
     #[test]

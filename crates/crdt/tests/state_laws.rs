@@ -1,6 +1,7 @@
 //! State laws (full sync). Three replicas issue random writes (strings, counters, TTLs, sets,
-//! HyperLogLogs, hashes, sorted sets, lists) on two keys and exchange them in random per-origin-FIFO orders, sometimes collecting
-//! removal metadata; then, key by key:
+//! HyperLogLogs, hashes, sorted sets, lists, streams) on two keys and exchange them in random
+//! per-origin-FIFO orders, sometimes collecting removal metadata (also as a site does while a
+//! peer is quarantined: with a stable vector that leaves that peer out); then, key by key:
 //! - `KeyState::merge` of two replicas' states equals the state of a replica that applied the
 //!   union of their writes: same view, and the same view again after the writes still in
 //!   flight and new writes built on either state are applied to both;
@@ -9,6 +10,8 @@
 //! - decoding garbage or damaged encodings never panics.
 
 mod common;
+#[path = "common/stream_model.rs"]
+mod stream_model;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +53,8 @@ enum Op {
     LSet(u8, u8),
     /// LPOP (`true`) or RPOP of one element.
     Pop(bool),
+    /// A stream command (XADD, XDEL, XTRIM, XGROUP, XREADGROUP, XACK, XCLAIM...).
+    Stream(stream_model::StreamCmd),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -73,6 +78,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<bool>(), 0u8..4).prop_map(|(l, v)| Op::Push(l, v)),
         1 => (0u8..4, 0u8..4).prop_map(|(i, v)| Op::LSet(i, v)),
         1 => any::<bool>().prop_map(Op::Pop),
+        6 => stream_model::stream_cmd().prop_map(Op::Stream),
     ]
 }
 
@@ -100,6 +106,13 @@ enum Step {
     CollectStable {
         r: usize,
     },
+    /// Collect at `r` as a site does while it quarantines `q` (`KeyState::collect_with`):
+    /// with the causally stable vector of the replicas other than `q`, and, for what no
+    /// context stands in for, the one of every replica (`q` as of what it has delivered).
+    CollectQuarantined {
+        r: usize,
+        q: usize,
+    },
 }
 
 /// Steps; `partial` adds collects with a causally stable vector taken mid-flight.
@@ -111,6 +124,8 @@ fn steps(partial: bool, max: usize) -> impl Strategy<Value = Vec<Step>> {
         1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
         1 => any::<[bool; REPLICAS]>().prop_map(|which| Step::SyncCollect { which }),
         if partial { 2 } else { 0 } => (0..REPLICAS).prop_map(|r| Step::CollectStable { r }),
+        if partial { 2 } else { 0 } => (0..REPLICAS, 1..REPLICAS)
+            .prop_map(|(r, d)| Step::CollectQuarantined { r, q: (r + d) % REPLICAS }),
     ];
     prop::collection::vec(step, 1..max)
 }
@@ -224,6 +239,15 @@ fn run_op(r: &mut Replica, key: &[u8], op: &Op, delivered: &VersionVector) -> Re
             let i = if *left { 0 } else { len - 1 };
             Some(Effect::List(l.remove_range_op(i, i)?))
         }),
+        Op::Stream(cmd) => {
+            let (id, now) = (r.id, r.now_ms);
+            write(r, key, TypeTag::Stream, |k| {
+                match stream_model::issue(k.stream(), cmd, id, true, now)? {
+                    stream_model::Issued::Op(op) => Some(Effect::Stream(op)),
+                    stream_model::Issued::DelKey => Some(k.remove_effect()),
+                }
+            })
+        }
     }
 }
 
@@ -301,17 +325,26 @@ impl World {
     /// and every write not yet delivered everywhere was issued after its issuer had
     /// delivered all it covers.
     fn stable(&self) -> VersionVector {
+        self.stable_without(None)
+    }
+
+    /// `stable` over the replicas other than `left_out` (a site's stable vector while it
+    /// quarantines that peer: `Shard::stable_vv`).
+    fn stable_without(&self, left_out: Option<usize>) -> VersionVector {
+        let counted: Vec<usize> = (0..REPLICAS).filter(|&i| Some(i) != left_out).collect();
         let mut s: Vec<usize> = (0..REPLICAS)
             .map(|j| {
-                (0..REPLICAS)
-                    .map(|i| self.delivered(i, j))
+                counted
+                    .iter()
+                    .map(|&i| self.delivered(i, j))
                     .min()
                     .unwrap_or(0)
             })
             .collect();
-        for origin in 0..REPLICAS {
-            let everywhere = (0..REPLICAS)
-                .map(|i| self.delivered(i, origin))
+        for &origin in &counted {
+            let everywhere = counted
+                .iter()
+                .map(|&i| self.delivered(i, origin))
                 .min()
                 .unwrap_or(0);
             for dep in &self.deps[origin][everywhere..] {
@@ -356,6 +389,14 @@ impl World {
                 Step::CollectStable { r } => {
                     let s = self.stable();
                     collect_keys(&mut self.rs[*r].keys, &s);
+                }
+                Step::CollectQuarantined { r, q } => {
+                    let (s, all) = (self.stable_without(Some(*q)), self.stable());
+                    let keys = &mut self.rs[*r].keys;
+                    for k in keys.values_mut() {
+                        k.collect_with(&s, &all);
+                    }
+                    keys.retain(|_, k| !k.is_empty() || k.has_metadata());
                 }
             }
         }
@@ -468,13 +509,7 @@ fn view(k: &KeyState) -> String {
             let v: Vec<&[u8]> = l.iter().map(|e| e.value).collect();
             format!("list {v:?}")
         }
-        Some(Value::Stream(x)) => {
-            let e: Vec<String> = x
-                .range(meridian_crdt::StreamId::MIN, meridian_crdt::StreamId::MAX)
-                .map(|e| format!("{} {:?}", e.id, e.fields().collect::<Vec<_>>()))
-                .collect();
-            format!("stream {e:?}")
-        }
+        Some(Value::Stream(x)) => format!("stream {}", stream_model::view(Some(x))),
     };
     format!("{:?} {v} ttl={:?}", k.type_tag(), k.expire_at_ms())
 }

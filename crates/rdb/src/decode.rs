@@ -14,7 +14,10 @@
 use crate::listpack;
 use crate::num::{string2ll, strtod_prefix};
 use crate::rdb_type as t;
-use crate::{CRC64, FOOTER_BYTES, RDB_VERSION, RdbError, Value, intset, lzf, ziplist, zipmap};
+use crate::{
+    CRC64, FOOTER_BYTES, RDB_VERSION, RdbError, Stream, StreamEntry, StreamGroup, StreamId,
+    StreamPending, Value, intset, lzf, ziplist, zipmap,
+};
 
 /// Bytes charged per decoded element on top of its own bytes (its allocation and the
 /// server's per-element structures), so that a payload of many empty elements is bounded too.
@@ -322,11 +325,8 @@ fn charge_entries(r: &mut Reader<'_>, entries: &[PackedEntry<'_>]) -> Result<(),
     Ok(())
 }
 
-/// Decodes a value of RDB type `ty` (`rdbLoadObject`).
-///
-/// Streams (`STREAM_LISTPACKS`, `STREAM_LISTPACKS_2`) and modules are refused with
-/// `RdbError::Type` until Meridian holds such values: a stream decoder adds its arm here and
-/// a `Value` variant.
+/// Decodes a value of RDB type `ty` (`rdbLoadObject`). Modules are refused with
+/// `RdbError::Type`: Meridian holds no module values.
 fn decode_value(ty: u8, r: &mut Reader<'_>) -> Result<Value, RdbError> {
     match ty {
         t::STRING => Ok(Value::Str(r.string()?)),
@@ -451,7 +451,8 @@ fn decode_value(ty: u8, r: &mut Reader<'_>) -> Result<Value, RdbError> {
             Ok(Value::Hash(non_empty(items)?))
         }
         t::LIST_QUICKLIST | t::LIST_QUICKLIST_2 => decode_quicklist(ty, r),
-        // Streams and modules: see the function doc.
+        t::STREAM_LISTPACKS | t::STREAM_LISTPACKS_2 => Ok(Value::Stream(decode_stream(ty, r)?)),
+        // Modules: see the function doc.
         _ => Err(RdbError::Type(ty)),
     }
 }
@@ -501,6 +502,274 @@ fn decode_quicklist(ty: u8, r: &mut Reader<'_>) -> Result<Value, RdbError> {
 /// `string2ll` for callers that classify members (re-exported for the server's encoders).
 pub fn is_integer(s: &[u8]) -> bool {
     string2ll(s).is_some()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+/// Entry flags in a stream node (`STREAM_ITEM_FLAG_*`).
+pub const STREAM_ITEM_FLAG_DELETED: i64 = 1;
+pub const STREAM_ITEM_FLAG_SAMEFIELDS: i64 = 2;
+
+/// What the errors of the stream decoder name.
+const STREAM: &str = "stream";
+
+impl Reader<'_> {
+    /// A 128-bit ID as the radix tree keys hold it: ms then seq, both big endian.
+    fn raw_stream_id(&mut self) -> Result<StreamId, RdbError> {
+        let b = self.take(16)?;
+        let ms = b
+            .get(..8)
+            .and_then(|x| x.try_into().ok())
+            .map(u64::from_be_bytes);
+        let seq = b
+            .get(8..)
+            .and_then(|x| x.try_into().ok())
+            .map(u64::from_be_bytes);
+        ms.zip(seq).ok_or(RdbError::Truncated)
+    }
+
+    /// `rdbLoadMillisecondTime`: a little-endian `int64`.
+    fn ms_time(&mut self) -> Result<i64, RdbError> {
+        let b: [u8; 8] = self.take(8)?.try_into().map_err(|_| RdbError::Truncated)?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    /// Two lengths: an ID (`rdbLoadLen` twice).
+    fn len_id(&mut self) -> Result<StreamId, RdbError> {
+        Ok((self.count()?, self.count()?))
+    }
+}
+
+/// `lpGetIntegerIfValid`: an integer entry, or a string entry that reads as one.
+fn lp_int(e: Option<&listpack::Entry<'_>>) -> Result<i64, RdbError> {
+    match e {
+        Some(listpack::Entry::Int(v)) => Ok(*v),
+        Some(listpack::Entry::Str(s)) => string2ll(s).ok_or(RdbError::Integrity(STREAM)),
+        None => Err(RdbError::Integrity(STREAM)),
+    }
+}
+
+/// The entries of one stream node (`streamValidateListpackIntegrity` with `deep`, then the
+/// live entries as the stream iterator reads them): the master entry (live count, deleted
+/// count, the master fields, a 0), then per entry its flags, its ID as deltas from `master`,
+/// its fields (the master's when flagged SAMEFIELDS, else a count and field/value pairs)
+/// and its element count. Beyond Redis: the counts must match the entries.
+fn decode_stream_node(
+    r: &mut Reader<'_>,
+    master: StreamId,
+    lp: &[u8],
+) -> Result<Vec<StreamEntry>, RdbError> {
+    let bad = || RdbError::Integrity(STREAM);
+    let items = listpack::parse(lp, "stream listpack")?;
+    if items.is_empty() {
+        return Err(bad());
+    }
+    let mut it = items.iter();
+    let live = lp_int(it.next())?;
+    let deleted = lp_int(it.next())?;
+    let nmaster = lp_int(it.next())?;
+    let nmaster = usize::try_from(nmaster).map_err(|_| bad())?;
+    if nmaster > items.len() {
+        return Err(bad());
+    }
+    let mut master_fields = Vec::with_capacity(nmaster);
+    for _ in 0..nmaster {
+        master_fields.push(it.next().ok_or_else(bad)?.to_bytes());
+    }
+    if lp_int(it.next())? != 0 {
+        return Err(bad());
+    }
+    let total = live.checked_add(deleted).ok_or_else(bad)?;
+    if live < 0 || deleted < 0 {
+        return Err(bad());
+    }
+    let mut out = Vec::new();
+    let (mut seen_live, mut seen_deleted) = (0i64, 0i64);
+    for _ in 0..total {
+        let flags = lp_int(it.next())?;
+        let ms = master.0.wrapping_add(lp_int(it.next())? as u64);
+        let seq = master.1.wrapping_add(lp_int(it.next())? as u64);
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)>;
+        let count;
+        if flags & STREAM_ITEM_FLAG_SAMEFIELDS != 0 {
+            fields = Vec::with_capacity(nmaster);
+            for f in &master_fields {
+                fields.push((f.clone(), it.next().ok_or_else(bad)?.to_bytes()));
+            }
+            count = nmaster as i64 + 3;
+        } else {
+            let n = lp_int(it.next())?;
+            let n = usize::try_from(n).map_err(|_| bad())?;
+            if n > items.len() {
+                return Err(bad());
+            }
+            fields = Vec::with_capacity(n);
+            for _ in 0..n {
+                let f = it.next().ok_or_else(bad)?.to_bytes();
+                let v = it.next().ok_or_else(bad)?.to_bytes();
+                fields.push((f, v));
+            }
+            count = 2 * n as i64 + 4;
+        }
+        if lp_int(it.next())? != count {
+            return Err(bad());
+        }
+        if flags & STREAM_ITEM_FLAG_DELETED != 0 {
+            seen_deleted += 1;
+            continue;
+        }
+        seen_live += 1;
+        let bytes: usize = fields.iter().map(|(f, v)| f.len() + v.len()).sum();
+        r.charge(bytes as u64)?;
+        out.push(((ms, seq), fields));
+    }
+    if it.next().is_some() || seen_live != live || seen_deleted != deleted {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+/// `streamEstimateDistanceFromFirstEverEntry`: a group's read counter from its last ID, for
+/// a payload that does not carry it (`RDB_TYPE_STREAM_LISTPACKS`).
+fn estimate_entries_read(s: &Stream, id: StreamId) -> i64 {
+    let len = s.entries.len() as u64;
+    let added = s.entries_added as i64;
+    if s.entries_added == 0 {
+        return 0;
+    }
+    if len == 0 && id <= s.last_id {
+        return added;
+    }
+    if id == s.last_id {
+        return added;
+    }
+    if id > s.last_id {
+        return -1;
+    }
+    if s.max_deleted == (0, 0) || s.max_deleted < s.first_id {
+        if id < s.first_id {
+            return added - len as i64;
+        }
+        if id == s.first_id {
+            return added - len as i64 + 1;
+        }
+    }
+    -1
+}
+
+/// `RDB_TYPE_STREAM_LISTPACKS` and `_2` (`rdbLoadObject`'s stream arm, deep sanitization):
+/// the nodes (a 16-byte master ID and a listpack each), the length, the last ID, for `_2`
+/// the first ID, the largest deleted ID and the entries added (for the older type: none
+/// deleted, as many added as held), then the groups: name, last ID, for `_2` the read
+/// counter (else estimated), the pending entries (ID, delivery time, count), the consumers
+/// (name, seen time, the IDs they own). Refused: an empty node, IDs not increasing across the
+/// nodes, a length other than the entries held, a last ID below the last entry, a duplicate
+/// group, consumer or pending ID, a consumer owning an ID not pending or owned already, a
+/// pending entry nobody owns.
+fn decode_stream(ty: u8, r: &mut Reader<'_>) -> Result<Stream, RdbError> {
+    let bad = || RdbError::Integrity(STREAM);
+    let mut s = Stream::default();
+    let nodes = r.count()?;
+    for _ in 0..nodes {
+        let key = r.string()?;
+        let master: [u8; 16] = key.as_slice().try_into().map_err(|_| bad())?;
+        let ms = master
+            .get(..8)
+            .and_then(|x| x.try_into().ok())
+            .map(u64::from_be_bytes);
+        let seq = master
+            .get(8..)
+            .and_then(|x| x.try_into().ok())
+            .map(u64::from_be_bytes);
+        let master = ms.zip(seq).ok_or_else(bad)?;
+        let lp = r.string()?;
+        r.sanitized += 1;
+        for e in decode_stream_node(r, master, &lp)? {
+            if s.entries.last().is_some_and(|l| l.0 >= e.0) {
+                return Err(bad());
+            }
+            s.entries.push(e);
+        }
+    }
+    let length = r.count()?;
+    s.last_id = r.len_id()?;
+    if length != s.entries.len() as u64 || s.entries.last().is_some_and(|l| l.0 > s.last_id) {
+        return Err(bad());
+    }
+    if ty == t::STREAM_LISTPACKS_2 {
+        s.first_id = r.len_id()?;
+        s.max_deleted = r.len_id()?;
+        s.entries_added = r.count()?;
+    } else {
+        s.entries_added = length;
+        s.first_id = s.entries.first().map_or((u64::MAX, u64::MAX), |e| e.0);
+    }
+    let ngroups = r.count()?;
+    for _ in 0..ngroups {
+        let name = r.string()?;
+        let last_id = r.len_id()?;
+        let entries_read = if ty == t::STREAM_LISTPACKS_2 {
+            r.count()? as i64
+        } else {
+            estimate_entries_read(&s, last_id)
+        };
+        let npel = r.count()?;
+        let mut pel: Vec<(StreamId, i64, u64)> = Vec::with_capacity(r.capacity(npel, 17));
+        for _ in 0..npel {
+            let id = r.raw_stream_id()?;
+            let time = r.ms_time()?;
+            let count = r.count()?;
+            r.charge(0)?;
+            pel.push((id, time, count));
+        }
+        pel.sort_by_key(|p| p.0);
+        if pel
+            .windows(2)
+            .any(|w| w.first().map(|p| p.0) == w.get(1).map(|p| p.0))
+        {
+            return Err(RdbError::Duplicate("stream PEL entries"));
+        }
+        let mut owner: Vec<Option<Vec<u8>>> = vec![None; pel.len()];
+        let ncons = r.count()?;
+        let mut consumers = Vec::with_capacity(r.capacity(ncons, 10));
+        for _ in 0..ncons {
+            let cname = r.string()?;
+            let seen = r.ms_time()?;
+            let n = r.count()?;
+            for _ in 0..n {
+                let id = r.raw_stream_id()?;
+                let i = pel.binary_search_by_key(&id, |p| p.0).map_err(|_| bad())?;
+                let slot = owner.get_mut(i).ok_or_else(bad)?;
+                if slot.is_some() {
+                    return Err(RdbError::Duplicate("stream PEL owners"));
+                }
+                *slot = Some(cname.clone());
+            }
+            consumers.push((cname, seen));
+        }
+        check_unique(&consumers, |c| c.0.as_slice(), "stream consumers")?;
+        consumers.sort();
+        let mut pending = Vec::with_capacity(pel.len());
+        for ((id, delivery_time, delivery_count), who) in pel.into_iter().zip(owner) {
+            pending.push(StreamPending {
+                id,
+                consumer: who.ok_or_else(bad)?,
+                delivery_time,
+                delivery_count,
+            });
+        }
+        s.groups.push(StreamGroup {
+            name,
+            last_id,
+            entries_read,
+            consumers,
+            pending,
+        });
+    }
+    check_unique(&s.groups, |g| g.name.as_slice(), "stream consumer groups")?;
+    s.groups.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -602,10 +871,12 @@ mod tests {
                 RdbError::Score,
             ),
             (b"\x03\x01\x01a\xfd".to_vec(), RdbError::Score),
-            // Empty values, an unknown type, a stream, an LZF length it cannot produce.
+            // Empty values, an unknown type, a stream of no nodes whose length (the footer's
+            // first byte) says 10 entries, a module, an LZF length it cannot produce.
             (b"\x01\x00".to_vec(), RdbError::Empty),
             (b"\x08".to_vec(), RdbError::Type(8)),
-            (b"\x13\x00".to_vec(), RdbError::Type(19)),
+            (b"\x13\x00".to_vec(), RdbError::Integrity("stream")),
+            (b"\x07\x00".to_vec(), RdbError::Type(7)),
             (b"\x00\xc3\x02\x0a\x01ab".to_vec(), RdbError::Lzf),
             (
                 b"\x00\xc3\x02\x80\x01\x00\x00\x00\x01ab".to_vec(),

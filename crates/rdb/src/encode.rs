@@ -9,10 +9,11 @@
 //! since removed, a hash or sorted set that Redis converted to a hash table and that has
 //! since shrunk below the thresholds (Redis never converts back).
 
+use crate::decode::STREAM_ITEM_FLAG_SAMEFIELDS;
 use crate::listpack::Builder;
 use crate::num::{d2string, double2ll, string2ll};
 use crate::rdb_type as t;
-use crate::{CRC64, RDB_VERSION, intset, lzf};
+use crate::{CRC64, RDB_VERSION, Stream, StreamId, intset, lzf};
 
 /// Redis's list node sizes for negative `list-max-listpack-size` (`optimization_level`).
 const NODE_SIZE_LEVELS: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
@@ -251,6 +252,87 @@ impl Encoder {
         seal(out)
     }
 
+    /// The payload of a stream (`RDB_TYPE_STREAM_LISTPACKS_2`): the entries in nodes as
+    /// `streamAppendItem` fills them when they are appended in order (a node is full when
+    /// its listpack and the new entry's fields and values reach `max_bytes`, or when it holds
+    /// `max_entries`; the first entry's fields are the node's master fields, and an entry
+    /// with the same field names is flagged SAMEFIELDS and stores its values only), then the
+    /// counters and the groups as `rdbSaveObject` writes them. A stream whose entries Redis
+    /// deleted or trimmed in place may have other node boundaries there.
+    pub fn stream(&self, s: &Stream, nodes: StreamNodes) -> Vec<u8> {
+        let max_bytes = match nodes.max_bytes {
+            0 => STREAM_NODE_MAX_BYTES,
+            b => b.min(STREAM_NODE_MAX_BYTES),
+        };
+        let mut built: Vec<(StreamId, Vec<u8>)> = Vec::new();
+        let mut node: Option<StreamNode<'_>> = None;
+        for (id, pairs) in &s.entries {
+            let fields_bytes: u64 = pairs.iter().map(|(f, v)| (f.len() + v.len()) as u64).sum();
+            let full = node.as_ref().is_some_and(|n| {
+                n.bytes() as u64 + fields_bytes >= max_bytes
+                    || (nodes.max_entries > 0 && n.count as u64 >= nodes.max_entries)
+            });
+            if full {
+                if let Some(n) = node.take() {
+                    built.push((n.master, n.finish()));
+                }
+            }
+            node.get_or_insert_with(|| StreamNode::new(*id, pairs))
+                .push(*id, pairs);
+        }
+        if let Some(n) = node.take() {
+            built.push((n.master, n.finish()));
+        }
+        let mut out = vec![t::STREAM_LISTPACKS_2];
+        put_len(&mut out, built.len() as u64);
+        for (master, lp) in &built {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&master.0.to_be_bytes());
+            key[8..].copy_from_slice(&master.1.to_be_bytes());
+            self.put_string(&mut out, &key);
+            self.put_string(&mut out, lp);
+        }
+        put_len(&mut out, s.entries.len() as u64);
+        for id in [s.last_id, s.first_id, s.max_deleted] {
+            put_len(&mut out, id.0);
+            put_len(&mut out, id.1);
+        }
+        put_len(&mut out, s.entries_added);
+        put_len(&mut out, s.groups.len() as u64);
+        let raw_id = |out: &mut Vec<u8>, id: StreamId| {
+            out.extend_from_slice(&id.0.to_be_bytes());
+            out.extend_from_slice(&id.1.to_be_bytes());
+        };
+        for g in &s.groups {
+            self.put_string(&mut out, &g.name);
+            put_len(&mut out, g.last_id.0);
+            put_len(&mut out, g.last_id.1);
+            put_len(&mut out, g.entries_read as u64);
+            put_len(&mut out, g.pending.len() as u64);
+            for p in &g.pending {
+                raw_id(&mut out, p.id);
+                out.extend_from_slice(&p.delivery_time.to_le_bytes());
+                put_len(&mut out, p.delivery_count);
+            }
+            put_len(&mut out, g.consumers.len() as u64);
+            for (name, seen) in &g.consumers {
+                self.put_string(&mut out, name);
+                out.extend_from_slice(&seen.to_le_bytes());
+                let owned: Vec<StreamId> = g
+                    .pending
+                    .iter()
+                    .filter(|p| p.consumer == *name)
+                    .map(|p| p.id)
+                    .collect();
+                put_len(&mut out, owned.len() as u64);
+                for id in owned {
+                    raw_id(&mut out, id);
+                }
+            }
+        }
+        seal(out)
+    }
+
     /// The payload of a sorted set, given in ascending (score, member) order: a listpack of
     /// member, score, ... when `listpack` (the caller applies `zset-max-listpack-*`), else
     /// `RDB_TYPE_ZSET_2` with the members from the highest down and binary scores.
@@ -281,6 +363,88 @@ impl Encoder {
             }
         }
         seal(out)
+    }
+}
+
+/// A stream's node limits (`stream-node-max-bytes`, `stream-node-max-entries`; 0: no
+/// limit of that kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamNodes {
+    pub max_bytes: u64,
+    pub max_entries: u64,
+}
+
+impl Default for StreamNodes {
+    fn default() -> Self {
+        StreamNodes {
+            max_bytes: 4096,
+            max_entries: 100,
+        }
+    }
+}
+
+/// Largest stream node (`STREAM_LISTPACK_MAX_SIZE`).
+const STREAM_NODE_MAX_BYTES: u64 = 1 << 30;
+
+/// One stream node being built: its master ID and fields, and its entries so far.
+struct StreamNode<'a> {
+    master: StreamId,
+    fields: Vec<&'a [u8]>,
+    lp: Builder,
+    count: i64,
+}
+
+impl<'a> StreamNode<'a> {
+    /// A node whose master entry takes the first entry's fields (`streamAppendItem`).
+    fn new(master: StreamId, pairs: &'a [(Vec<u8>, Vec<u8>)]) -> StreamNode<'a> {
+        let mut lp = Builder::new();
+        lp.push_int(1);
+        lp.push_int(0);
+        lp.push_int(pairs.len() as i64);
+        for (f, _) in pairs {
+            lp.push(f);
+        }
+        lp.push_int(0);
+        StreamNode {
+            master,
+            fields: pairs.iter().map(|(f, _)| f.as_slice()).collect(),
+            lp,
+            count: 0,
+        }
+    }
+
+    fn push(&mut self, id: StreamId, pairs: &[(Vec<u8>, Vec<u8>)]) {
+        let same = pairs.len() == self.fields.len()
+            && pairs.iter().zip(&self.fields).all(|((f, _), m)| f == m);
+        let flags = if same { STREAM_ITEM_FLAG_SAMEFIELDS } else { 0 };
+        self.lp.push_int(flags);
+        self.lp.push_int(id.0.wrapping_sub(self.master.0) as i64);
+        self.lp.push_int(id.1.wrapping_sub(self.master.1) as i64);
+        if same {
+            for (_, v) in pairs {
+                self.lp.push(v);
+            }
+            self.lp.push_int(pairs.len() as i64 + 3);
+        } else {
+            self.lp.push_int(pairs.len() as i64);
+            for (f, v) in pairs {
+                self.lp.push(f);
+                self.lp.push(v);
+            }
+            self.lp.push_int(2 * pairs.len() as i64 + 4);
+        }
+        self.count += 1;
+    }
+
+    /// Bytes of the node's listpack with its live count in the master entry.
+    fn bytes(&self) -> usize {
+        self.lp.bytes() - 2 + crate::listpack::int_entry_bytes(self.count)
+    }
+
+    /// The node's listpack, its master entry's live count set (`lpReplaceInteger`).
+    fn finish(mut self) -> Vec<u8> {
+        self.lp.replace_first_small_int(self.count);
+        self.lp.finish()
     }
 }
 

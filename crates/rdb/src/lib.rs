@@ -27,10 +27,13 @@ pub mod intset;
 pub mod listpack;
 pub mod lzf;
 pub mod num;
+#[cfg(test)]
+mod stream_tests;
 pub mod ziplist;
 pub mod zipmap;
 
 pub use crate::decode::{Decoded, Limits, decode_payload, verify_footer};
+pub use crate::encode::StreamNodes;
 pub use crate::encode::{Encoder, ListOptions};
 
 /// The RDB version Redis 7.0 writes in DUMP payloads, and the highest it reads.
@@ -67,8 +70,8 @@ pub mod rdb_type {
 
 /// The contents of one value, whatever encoding carried them.
 ///
-/// Adding a type (streams) is a variant here, its decoder in `decode::decode_value`'s
-/// dispatch on the type byte, and its encoder in `encode`.
+/// Adding a type is a variant here, its decoder in `decode::decode_value`'s dispatch on the
+/// type byte, and its encoder in `encode`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     /// A string (HyperLogLogs are strings in Redis).
@@ -81,6 +84,55 @@ pub enum Value {
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
     /// A sorted set's members and scores (never NaN), each member once.
     ZSet(Vec<(Vec<u8>, f64)>),
+    /// A stream with its consumer groups.
+    Stream(Stream),
+}
+
+/// A stream entry ID: (milliseconds, sequence).
+pub type StreamId = (u64, u64);
+
+/// A stream entry: its ID and its field/value pairs.
+pub type StreamEntry = (StreamId, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// A stream's contents, as `RDB_TYPE_STREAM_LISTPACKS_2` holds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stream {
+    /// (ID, field/value pairs), in strictly increasing ID order.
+    pub entries: Vec<StreamEntry>,
+    /// `last-generated-id`, not below the last entry's ID.
+    pub last_id: StreamId,
+    /// `recorded-first-entry-id` (Redis's `first_id`).
+    pub first_id: StreamId,
+    /// `max-deleted-entry-id`.
+    pub max_deleted: StreamId,
+    /// `entries-added`.
+    pub entries_added: u64,
+    /// In name order, each name once.
+    pub groups: Vec<StreamGroup>,
+}
+
+/// A consumer group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamGroup {
+    pub name: Vec<u8>,
+    /// `last-delivered-id`.
+    pub last_id: StreamId,
+    /// The logical read counter, `-1` when unknown (`SCG_INVALID_ENTRIES_READ`).
+    pub entries_read: i64,
+    /// (name, seen time ms), in name order, each name once.
+    pub consumers: Vec<(Vec<u8>, i64)>,
+    /// The pending entries in ID order, each ID once and owned by one of `consumers`.
+    pub pending: Vec<StreamPending>,
+}
+
+/// A pending entry of a consumer group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamPending {
+    pub id: StreamId,
+    pub consumer: Vec<u8>,
+    /// Last delivery time, ms.
+    pub delivery_time: i64,
+    pub delivery_count: u64,
 }
 
 /// Why a payload was refused. RESTORE answers `Footer` with Redis's "DUMP payload version

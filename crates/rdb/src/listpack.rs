@@ -119,6 +119,17 @@ impl Builder {
         self.count += 1;
     }
 
+    /// Replaces the first entry, an integer from 0 to 127 (two bytes with its backlen), by
+    /// the integer `v` (`lpReplaceInteger` on the head element).
+    pub fn replace_first_small_int(&mut self, v: i64) {
+        let mut b = Builder::new();
+        b.push_int(v);
+        b.buf
+            .extend_from_slice(self.buf.get(HEADER_BYTES + 2..).unwrap_or_default());
+        b.count = self.count;
+        *self = b;
+    }
+
     /// The finished listpack's bytes.
     pub fn finish(mut self) -> Vec<u8> {
         self.buf.push(EOF);
@@ -215,6 +226,18 @@ fn entry_sizes(lp: &[u8], p: usize) -> Option<(u64, Option<u64>)> {
         ),
         _ => return None,
     })
+}
+
+/// Bytes the integer entry `v` takes in a listpack, its backlen included.
+pub fn int_entry_bytes(v: i64) -> usize {
+    match v {
+        0..=127 => 2,
+        -4096..=4095 => 3,
+        -32768..=32767 => 4,
+        -8_388_608..=8_388_607 => 5,
+        -2_147_483_648..=2_147_483_647 => 6,
+        _ => 10,
+    }
 }
 
 /// Validates `lp` as `lpValidateIntegrity(lp, size, deep=1)` does and returns its entries.

@@ -486,3 +486,78 @@ fn blocked_readers_are_woken_by_another_sites_xadd() {
         assert_eq!(ids(&entries(&kv[1])), vec![id.clone()]);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. A quarantined site rejoins by a complete full sync.
+// ---------------------------------------------------------------------------------------
+
+/// The names an `XINFO GROUPS` or `XINFO CONSUMERS` reply lists.
+fn names(r: &Reply) -> Vec<String> {
+    let Reply::Array(items) = r else {
+        panic!("XINFO: {r:?}");
+    };
+    items.iter().map(|i| bulk_str(field(i, "name"))).collect()
+}
+
+/// C is cut off (A's ops no longer reach it) long enough for A to quarantine it; meanwhile A
+/// deletes an entry, acknowledges a pending entry, deletes a consumer and destroys a group
+/// that C holds, and C adds an entry of its own. At the rejoin (complete full syncs, each
+/// side judged by its causal context: docs/conflicts.md §17) nothing A removed comes back on
+/// either site, and C's entry survives.
+#[test]
+fn a_quarantined_site_rejoins_without_bringing_back_what_was_removed() {
+    let cluster = Cluster::start(
+        &["a", "c"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+    );
+    const C2: usize = 1;
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut c = cluster.site(C2).connect();
+    for i in 1..=3 {
+        xadd(&mut a, "q", &format!("{i}-0"), "i", &i.to_string());
+    }
+    a.ok(&["XGROUP", "CREATE", "q", "g", "0"]);
+    a.ok(&["XGROUP", "CREATE", "q", "g2", "0"]);
+    assert_eq!(
+        read_group(&mut a, &["GROUP", "g", "c1", "STREAMS", "q", ">"]),
+        explicit([1, 2, 3])
+    );
+    assert_eq!(a.int(&["XGROUP", "CREATECONSUMER", "q", "g", "c2"]), 1);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+
+    // C←A: A's ops no longer reach C, nor C's acks A: A quarantines C.
+    cluster.proxy(C2, A).partition();
+    let quarantined = common::sites::eventually(Duration::from_secs(15), || {
+        cluster.site(A).peer_info(&cluster.site(C2).id)["quarantined"] == "1"
+    });
+    assert!(quarantined, "A never quarantined C");
+    assert_eq!(a.int(&["XDEL", "q", "1-0"]), 1);
+    assert_eq!(a.int(&["XACK", "q", "g", "2-0"]), 1);
+    assert_eq!(a.int(&["XGROUP", "DELCONSUMER", "q", "g", "c2"]), 0);
+    assert_eq!(a.int(&["XGROUP", "DESTROY", "q", "g2"]), 1);
+    xadd(&mut c, "q", "5-0", "i", "5");
+    // A few GC steps at the default hz, so that A collects what it may.
+    std::thread::sleep(Duration::from_millis(400));
+    cluster.proxy(C2, A).reset();
+    cluster.proxy(A, C2).reset();
+    cluster.heal_all();
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+
+    for (site, x) in [("a", &mut a), ("c", &mut c)] {
+        assert_eq!(ids(&xrange(x, "q")), explicit([2, 3, 5]), "at {site}");
+        assert_eq!(
+            names(&x.reply(&["XINFO", "GROUPS", "q"])),
+            vec!["g".to_string()],
+            "at {site}"
+        );
+        assert_eq!(
+            names(&x.reply(&["XINFO", "CONSUMERS", "q", "g"])),
+            vec!["c1".to_string()],
+            "at {site}"
+        );
+        // 1-0 was deleted, not acknowledged: it stays pending, as in Redis.
+        let pending: Vec<String> = pending_list(x, "q", "g").into_iter().map(|p| p.0).collect();
+        assert_eq!(pending, explicit([1, 3]), "at {site}");
+    }
+}

@@ -1,27 +1,43 @@
 //! The state join of two streams (full sync).
 //!
 //! One rule throughout: a write held on both sides is kept; a write held on one side only is
-//! kept unless the other side saw it (its `seen` covers the stamp: it applied the write and
-//! removed or superseded it since) or one of the other side's removal contexts covers it.
-//! Registers that keep the latest write per origin (existence dots, running values, group and
-//! consumer dots, cursor contributions) keep the highest of the writes so kept.
+//! kept unless the other side saw it (its `seen` or its replica's causal context covers the
+//! stamp: it applied the write and removed or superseded it since) or one of the other side's
+//! removal contexts covers it. Registers that keep the latest write per origin (existence
+//! dots, running values, group and consumer dots, cursor contributions) keep the highest of
+//! the writes so kept. The same law as the list's and the hash's (`ListCrdt::merge_with_contexts`).
 
 use super::group::{GroupParts, VersionParts};
 use super::{Group, Inner, Origin, StreamCrdt, StreamId};
-use crate::dot::{ReplicaId, Stamp, VersionVector};
+use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 
+/// What one side of a join saw: the stream's own `seen` (every write applied to it, and the
+/// stable vectors it collected with) and the causal context of the replica holding it
+/// (empty for a plain `merge`).
+#[derive(Clone, Copy)]
+struct Saw<'a> {
+    seen: &'a VersionVector,
+    ctx: &'a Context,
+}
+
+impl Saw<'_> {
+    fn covers(&self, stamp: Stamp) -> bool {
+        self.seen.covers(stamp) || self.ctx.covers(stamp)
+    }
+}
+
 /// Whether a write held by one side survives: held by the other too, or not seen there.
-fn keep(stamp: Stamp, held_by_other: bool, other_seen: &VersionVector) -> bool {
-    held_by_other || !other_seen.covers(stamp)
+fn keep(stamp: Stamp, held_by_other: bool, other_saw: Saw<'_>) -> bool {
+    held_by_other || !other_saw.covers(stamp)
 }
 
 /// Joins two latest-write-per-origin vectors.
 fn join_latest(
     x: &VersionVector,
-    x_seen: &VersionVector,
+    x_seen: Saw<'_>,
     y: &VersionVector,
-    y_seen: &VersionVector,
+    y_seen: Saw<'_>,
 ) -> VersionVector {
     let mut out = VersionVector::new();
     let replicas: Vec<ReplicaId> = x.iter().chain(y.iter()).map(|(r, _)| r).collect();
@@ -40,14 +56,14 @@ fn join_latest(
 /// kept one.
 fn join_keyed<T: Clone, K: PartialEq + Ord + Copy>(
     x: &[T],
-    x_seen: &VersionVector,
+    x_seen: Saw<'_>,
     y: &[T],
-    y_seen: &VersionVector,
+    y_seen: Saw<'_>,
     key: impl Fn(&T) -> K,
     stamp: impl Fn(&T) -> Stamp,
 ) -> Vec<T> {
     let mut out: Vec<T> = Vec::new();
-    let mut consider = |t: &T, others: &[T], other_seen: &VersionVector| {
+    let mut consider = |t: &T, others: &[T], other_seen: Saw<'_>| {
         let held = others
             .iter()
             .any(|o| key(o) == key(t) && stamp(o) == stamp(t));
@@ -73,12 +89,7 @@ fn join_keyed<T: Clone, K: PartialEq + Ord + Copy>(
     out
 }
 
-fn join_groups(
-    gx: &GroupParts,
-    x_seen: &VersionVector,
-    gy: &GroupParts,
-    y_seen: &VersionVector,
-) -> GroupParts {
+fn join_groups(gx: &GroupParts, x_seen: Saw<'_>, gy: &GroupParts, y_seen: Saw<'_>) -> GroupParts {
     let mut removed = gx.removed.clone();
     removed.merge(&gy.removed);
     let dots = join_latest(&gx.dots, x_seen, &gy.dots, y_seen);
@@ -224,21 +235,52 @@ impl StreamCrdt {
     /// with causally stable vectors (joined into `seen`). Key-level removals leave no record
     /// here: the caller (`KeyState`) applies its contexts with `remove_observed`.
     pub fn merge(&mut self, other: &StreamCrdt) {
+        let none = Context::default();
+        self.merge_with_contexts(other, &none, &none);
+    }
+
+    /// `merge`, where `mine` and `theirs` are causal contexts of the replicas that hold
+    /// `self` and `other`: every write a context covers was delivered there, so an entry,
+    /// existence dot, running value, XSETID, group or consumer dot, cursor contribution or
+    /// pending version held by one side only that the other side's context covers was
+    /// removed (or superseded) there and goes, as one its `seen` covers does; one the context
+    /// does not cover is new to that side and stays. This is what keeps an entry XDEL'd or
+    /// trimmed, an XACK, a DESTROY or a DELCONSUMER in force against a peer that was
+    /// quarantined while its record was collected (docs/replication.md §6). The contexts are
+    /// not kept in the result. With empty contexts it is `merge`; commutative (swapping the
+    /// contexts with the sides) and, given the join of the contexts as the result's,
+    /// associative and idempotent.
+    pub fn merge_with_contexts(&mut self, other: &StreamCrdt, mine: &Context, theirs: &Context) {
+        let empty_other = Inner::default();
+        let y = match other.inner.as_deref() {
+            Some(y) => y,
+            None if self.inner.is_some() => &empty_other,
+            None => return,
+        };
         let own = self.inner.take();
         let empty = Inner::default();
         let x = own.as_deref().unwrap_or(&empty);
-        let y = other.inner.as_deref().unwrap_or(&empty);
+        let (saw_x, saw_y) = (
+            Saw {
+                seen: &x.seen,
+                ctx: mine,
+            },
+            Saw {
+                seen: &y.seen,
+                ctx: theirs,
+            },
+        );
         let mut out = Inner {
             seen: x.seen.clone(),
             ..Inner::default()
         };
         out.seen.merge(&y.seen);
-        out.alive = join_latest(&x.alive, &x.seen, &y.alive, &y.seen);
+        out.alive = join_latest(&x.alive, saw_x, &y.alive, saw_y);
         let origins: Vec<Origin> = join_keyed(
             &x.origins,
-            &x.seen,
+            saw_x,
             &y.origins,
-            &y.seen,
+            saw_y,
             |o| o.replica,
             |o| Stamp {
                 hlc: o.hlc,
@@ -249,15 +291,14 @@ impl StreamCrdt {
         // XSETIDs: a multi-value register; each side's contexts drop what they superseded.
         let mut ctx = x.setid_ctx.clone();
         ctx.merge(&y.setid_ctx);
-        for (mine, theirs, their_seen) in [
-            (&x.setids, &y.setids, &y.seen),
-            (&y.setids, &x.setids, &x.seen),
-        ] {
-            for rec in mine {
+        for (held_here, held_there, their_seen) in
+            [(&x.setids, &y.setids, saw_y), (&y.setids, &x.setids, saw_x)]
+        {
+            for rec in held_here {
                 if out.setids.iter().any(|r| r.stamp == rec.stamp) {
                     continue;
                 }
-                let held = theirs.iter().any(|r| r.stamp == rec.stamp);
+                let held = held_there.iter().any(|r| r.stamp == rec.stamp);
                 if keep(rec.stamp, held, their_seen) && (held || !ctx.covers(rec.stamp)) {
                     out.setids.push(rec.clone());
                 }
@@ -298,11 +339,11 @@ impl StreamCrdt {
                 }
                 (Some(p), q) if q.is_none_or(|q| (p.0, p.1) < (q.0, q.1)) => {
                     let p = a.next();
-                    p.filter(|p| keep(p.1, false, &y.seen) && !y.removed_by_record(p.0, p.1))
+                    p.filter(|p| keep(p.1, false, saw_y) && !y.removed_by_record(p.0, p.1))
                 }
                 (_, Some(_)) => {
                     let q = b.next();
-                    q.filter(|q| keep(q.1, false, &x.seen) && !x.removed_by_record(q.0, q.1))
+                    q.filter(|q| keep(q.1, false, saw_x) && !x.removed_by_record(q.0, q.1))
                 }
                 _ => break,
             };
@@ -338,11 +379,227 @@ impl StreamCrdt {
                     name: name.clone(),
                     ..GroupParts::default()
                 });
-            let g = Group::from_parts(&join_groups(&px, &x.seen, &py, &y.seen));
+            let g = Group::from_parts(&join_groups(&px, saw_x, &py, saw_y));
             if !g.is_blank() {
                 out.groups.push(g);
             }
         }
         self.inner = (!out.is_droppable()).then(|| Box::new(out));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::{StreamOp, Totals};
+
+    fn st(h: u64, r: u32) -> Stamp {
+        Stamp {
+            hlc: Hlc(h),
+            replica: ReplicaId(r),
+        }
+    }
+
+    fn vv(stamps: &[Stamp]) -> VersionVector {
+        let mut v = VersionVector::new();
+        for s in stamps {
+            v.observe(*s);
+        }
+        v
+    }
+
+    fn add(ms: u64, seq: u64) -> StreamOp<Vec<u8>> {
+        StreamOp::Add {
+            id: StreamId::new(ms, seq),
+            fields: vec![b"f".to_vec(), b"v".to_vec()],
+            totals: Totals::default(),
+        }
+    }
+
+    fn ids(s: &StreamCrdt) -> Vec<StreamId> {
+        s.range(StreamId::MIN, StreamId::MAX)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// A peer (Q) was quarantined while site A removed entries, acknowledged pending entries,
+    /// destroyed a group and deleted a consumer, and then collected every record of it (A
+    /// holds no stream any more: its value is the empty one a complete full sync merges in).
+    /// A's context covers what Q holds of it: nothing of it comes back, whichever side
+    /// merges, while the entry Q added during the outage (not covered) survives. The plain
+    /// join (no contexts) brings all of it back.
+    #[test]
+    fn what_a_context_covers_and_the_other_side_lacks_was_removed_there() {
+        let mut q = StreamCrdt::new();
+        q.apply(st(1, 1), &add(1, 0));
+        q.apply(st(2, 1), &add(2, 0));
+        let group = |g: &str| g.as_bytes().to_vec();
+        for (h, g) in [(3, "g1"), (4, "g2")] {
+            q.apply(
+                st(h, 1),
+                &StreamOp::GroupEpoch {
+                    group: group(g),
+                    floor: StreamId::MIN,
+                    entries_read: -1,
+                },
+            );
+        }
+        let observed = q.observed_vv();
+        q.apply(
+            st(5, 1),
+            &StreamOp::Deliver {
+                group: group("g1"),
+                consumer: Some(b"c1".to_vec()),
+                seen_ms: 7,
+                pending: vec![(StreamId::new(1, 0), 7, 1), (StreamId::new(2, 0), 7, 1)],
+                gone: Vec::new(),
+                cursor: None,
+                observed,
+            },
+        );
+        q.apply(
+            st(6, 1),
+            &StreamOp::ConsumerCreate {
+                group: group("g1"),
+                consumer: b"c2".to_vec(),
+                seen_ms: 8,
+            },
+        );
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.group(b"g1").map(|g| g.pending_count()), Some(2));
+        let removed_at_a = q.clone();
+        // Q's own write during the outage.
+        q.apply(st(9, 2), &add(3, 2));
+        let a_ctx = Context::from(vv(&[st(20, 1)]));
+        let q_ctx = Context::from(vv(&[st(6, 1), st(9, 2)]));
+        let a = StreamCrdt::new();
+        let mut aq = a.clone();
+        aq.merge_with_contexts(&q, &a_ctx, &q_ctx);
+        let mut qa = q.clone();
+        qa.merge_with_contexts(&a, &q_ctx, &a_ctx);
+        assert_eq!(ids(&aq), vec![StreamId::new(3, 2)]);
+        assert!(aq.groups().next().is_none(), "{aq:?}");
+        assert_eq!(aq, qa);
+        // Idempotent, and what A held is absorbed.
+        let mut again = aq.clone();
+        let joined = {
+            let mut c = a_ctx.seen.clone();
+            c.merge(&q_ctx.seen);
+            Context::from(c)
+        };
+        again.merge_with_contexts(&aq, &joined, &joined);
+        assert_eq!(again, aq);
+        // Without contexts everything A removed is back.
+        let mut plain = a.clone();
+        plain.merge(&removed_at_a);
+        assert_eq!(ids(&plain).len(), 2);
+        assert_eq!(plain.group(b"g1").map(|g| g.pending_count()), Some(2));
+    }
+
+    /// Where A still holds part of what Q holds, the context decides per write: a pending
+    /// entry A acknowledged and collected goes, a consumer A deleted goes, a group A
+    /// destroyed goes, an entry A deleted goes; what A still holds stays.
+    #[test]
+    fn a_context_judges_each_write_a_side_lacks() {
+        let mut base = StreamCrdt::new();
+        base.apply(st(1, 1), &add(1, 0));
+        base.apply(st(2, 1), &add(2, 0));
+        for (h, g) in [(3, b"g1"), (4, b"g2")] {
+            base.apply(
+                st(h, 1),
+                &StreamOp::GroupEpoch {
+                    group: g.to_vec(),
+                    floor: StreamId::MIN,
+                    entries_read: -1,
+                },
+            );
+        }
+        let observed = base.observed_vv();
+        base.apply(
+            st(5, 1),
+            &StreamOp::Deliver {
+                group: b"g1".to_vec(),
+                consumer: Some(b"c1".to_vec()),
+                seen_ms: 7,
+                pending: vec![(StreamId::new(1, 0), 7, 1), (StreamId::new(2, 0), 7, 1)],
+                gone: Vec::new(),
+                cursor: None,
+                observed,
+            },
+        );
+        base.apply(
+            st(6, 1),
+            &StreamOp::ConsumerCreate {
+                group: b"g1".to_vec(),
+                consumer: b"c2".to_vec(),
+                seen_ms: 8,
+            },
+        );
+        let q = base.clone();
+        let mut a = base;
+        let o = a.observed_vv();
+        a.apply(
+            st(10, 3),
+            &StreamOp::<Vec<u8>>::Delete {
+                ids: vec![StreamId::new(1, 0)],
+                observed: o.clone(),
+                totals: Totals::default(),
+            },
+        );
+        a.apply(
+            st(11, 3),
+            &StreamOp::Ack {
+                group: b"g1".to_vec(),
+                ids: vec![StreamId::new(2, 0)],
+                observed: o.clone(),
+            },
+        );
+        a.apply(
+            st(12, 3),
+            &StreamOp::ConsumerDelete {
+                group: b"g1".to_vec(),
+                consumer: b"c2".to_vec(),
+                observed: o.clone(),
+            },
+        );
+        a.apply(
+            st(13, 3),
+            &StreamOp::GroupDestroy {
+                group: b"g2".to_vec(),
+                observed: o,
+            },
+        );
+        a.collect(Some(&vv(&[st(6, 1), st(13, 3)])));
+        assert!(!a.has_metadata(), "{a:?}");
+        // A's value forgets, for the test, what its `seen` says of origin 1, so that only the
+        // context can tell what A removed (a value's `seen` is the context of the writes it
+        // applied; the replica's context covers at least as much).
+        if let Some(i) = a.inner.as_mut() {
+            i.seen = vv(&[st(13, 3)]);
+        }
+        let a_ctx = Context::from(vv(&[st(6, 1), st(13, 3)]));
+        let q_ctx = Context::from(vv(&[st(6, 1)]));
+        let mut aq = a.clone();
+        aq.merge_with_contexts(&q, &a_ctx, &q_ctx);
+        let mut qa = q.clone();
+        qa.merge_with_contexts(&a, &q_ctx, &a_ctx);
+        assert_eq!(aq, qa);
+        assert_eq!(ids(&aq), vec![StreamId::new(2, 0)]);
+        // 1-0 was deleted, not acknowledged: it stays pending (as in Redis); 2-0 was acked.
+        let g1 = aq.group(b"g1");
+        let pending: Vec<StreamId> = g1
+            .map(|g| {
+                g.pending_range(StreamId::MIN, StreamId::MAX)
+                    .map(|p| p.id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(pending, vec![StreamId::new(1, 0)], "{aq:?}");
+        assert!(g1.is_some_and(|g| g.consumer(b"c2").is_none()));
+        assert!(aq.group(b"g2").is_none());
+        // The plain join brings them back.
+        let mut plain = a.clone();
+        plain.merge(&q);
+        assert_eq!(ids(&plain).len(), 2);
     }
 }

@@ -935,6 +935,11 @@ impl StreamCrdt {
         } else {
             i.remove_where(StreamId::MIN, StreamId::MAX, |_, s| vv.covers(s));
         }
+        // What the removal covers it stands for as long as it is held (`KeyState` filters
+        // and removes by it), so `seen` forgets it: a dead value's `seen` is then the same
+        // whichever side's copy of the key context reached it first (the join stays
+        // associative with `==`), and a later merge still drops the writes it covered.
+        i.seen.forget_covered(vv);
         i.alive.forget_covered(vv);
         i.origins.retain(|o| o.hlc > vv.get(o.replica));
         i.setids.retain(|s| !vv.covers(s.stamp));

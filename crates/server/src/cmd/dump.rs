@@ -3,10 +3,11 @@
 //! DUMP writes the payload Redis 7.0 would write for a value of the same contents under the
 //! current encoding thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`,
 //! `set-max-intset-entries`, `list-max-listpack-size`, `list-compress-depth`,
-//! `rdbcompression`). RESTORE validates a payload as Redis's deep sanitization does and
+//! `rdbcompression`, `stream-node-max-bytes`, `stream-node-max-entries`). RESTORE validates a payload as Redis's deep sanitization does and
 //! writes the value through `Shard::write_key` like any command: with REPLACE, a removal of
 //! what the key held (an observed DEL), then the writes that build the value (SET, SADD,
-//! HSET, ZADD, RPUSH effects), then its TTL; so it replicates as CRDT effects
+//! HSET, ZADD, RPUSH effects; for a stream, its entries, an XSETID of its counters, and
+//! each group's creation, consumers and pending entries), then its TTL; so it replicates as CRDT effects
 //! (docs/conflicts.md §16). MIGRATE sends RESTORE commands to another server over a plain
 //! TCP connection opened for the command (no connection cache: INFO shows
 //! `migrate_cached_sockets:0`); each connect, write and read waits at most the given
@@ -17,9 +18,14 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use meridian_crdt::list::ListCrdt;
+use meridian_crdt::stream::{GroupImage, StreamImage};
 use meridian_crdt::zset::F64;
-use meridian_crdt::{Effect, Expire, HashOp, KeyState, StrView, TypeTag, VersionVector, ZSetOp};
-use meridian_rdb::{Encoder, Limits, ListOptions, RdbError, Value};
+use meridian_crdt::{
+    Effect, Expire, HashOp, KeyState, StrView, StreamCrdt, StreamId, TypeTag, VersionVector, ZSetOp,
+};
+use meridian_rdb::{
+    Encoder, Limits, ListOptions, RdbError, Stream, StreamGroup, StreamNodes, StreamPending, Value,
+};
 
 use super::args::{eq_ic, parse_i64};
 use super::{Ctx, Handler};
@@ -67,6 +73,7 @@ pub struct DumpOptions {
     hash: ListpackLimits,
     zset: ListpackLimits,
     list: ListOptions,
+    stream: StreamNodes,
 }
 
 impl DumpOptions {
@@ -85,6 +92,10 @@ impl DumpOptions {
                 fill: i32::try_from(stored_int(config, "list-max-listpack-size", -2)).unwrap_or(-2),
                 compress_depth: u32::try_from(stored_int(config, "list-compress-depth", 0))
                     .unwrap_or(0),
+            },
+            stream: StreamNodes {
+                max_bytes: config.stream_node_max_bytes,
+                max_entries: config.stream_node_max_entries,
             },
         }
     }
@@ -116,17 +127,113 @@ pub fn dump_payload(state: &KeyState, opts: &DumpOptions) -> Option<Vec<u8>> {
             enc.zset(z.iter(), super::zset::encoding(z, opts.zset) == "listpack")
         }
         TypeTag::List => enc.list(state.list()?.iter().map(|e| e.value), opts.list),
-        // Redis's stream encoding (RDB_TYPE_STREAM_LISTPACKS_2) is not written yet: DUMP and
-        // MIGRATE refuse a stream key (`STREAM_NOT_DUMPED`) rather than skip it.
-        TypeTag::Stream => return None,
+        TypeTag::Stream => enc.stream(&rdb_stream(state.stream()?), opts.stream),
     })
 }
 
-/// The error DUMP and MIGRATE answer for a stream key.
-const STREAM_NOT_DUMPED: &str = "DUMP of a stream is not supported yet";
+fn rdb_id(id: StreamId) -> meridian_rdb::StreamId {
+    (id.ms, id.seq)
+}
 
-fn is_stream(state: &KeyState) -> bool {
-    state.type_tag() == Some(TypeTag::Stream)
+fn crdt_id(id: meridian_rdb::StreamId) -> StreamId {
+    StreamId::new(id.0, id.1)
+}
+
+/// A time Redis stores as a signed `mstime_t`; Meridian's are unsigned (a negative one,
+/// which no Redis clock writes, reads as 0).
+fn ms(t: i64) -> u64 {
+    u64::try_from(t).unwrap_or(0)
+}
+
+fn ms_signed(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// A stream's visible value as `meridian-rdb` contents.
+fn rdb_stream(s: &StreamCrdt) -> Stream {
+    let img = s.image();
+    let groups = img
+        .groups
+        .into_iter()
+        .map(|g| StreamGroup {
+            name: g.name,
+            last_id: rdb_id(g.last_id),
+            entries_read: g.entries_read,
+            consumers: g
+                .consumers
+                .into_iter()
+                .map(|(n, seen)| (n, ms_signed(seen)))
+                .collect(),
+            pending: g
+                .pending
+                .into_iter()
+                .map(|(id, consumer, time, count)| StreamPending {
+                    id: rdb_id(id),
+                    consumer,
+                    delivery_time: ms_signed(time),
+                    delivery_count: count,
+                })
+                .collect(),
+        })
+        .collect();
+    Stream {
+        entries: img
+            .entries
+            .into_iter()
+            .map(|(id, fields)| {
+                let mut pairs = Vec::with_capacity(fields.len() / 2);
+                let mut it = fields.into_iter();
+                while let (Some(f), Some(v)) = (it.next(), it.next()) {
+                    pairs.push((f, v));
+                }
+                (rdb_id(id), pairs)
+            })
+            .collect(),
+        last_id: rdb_id(img.last_id),
+        first_id: rdb_id(s.first_id()),
+        max_deleted: rdb_id(img.max_deleted),
+        entries_added: img.entries_added,
+        groups,
+    }
+}
+
+/// `meridian-rdb` stream contents as the image a recreation builds.
+fn stream_image(s: Stream) -> StreamImage {
+    StreamImage {
+        entries: s
+            .entries
+            .into_iter()
+            .map(|(id, pairs)| {
+                let fields = pairs.into_iter().flat_map(|(f, v)| [f, v]).collect();
+                (crdt_id(id), fields)
+            })
+            .collect(),
+        last_id: crdt_id(s.last_id),
+        entries_added: s.entries_added,
+        max_deleted: crdt_id(s.max_deleted),
+        groups: s
+            .groups
+            .into_iter()
+            .map(|g| GroupImage {
+                name: g.name,
+                last_id: crdt_id(g.last_id),
+                entries_read: g.entries_read,
+                consumers: g.consumers.into_iter().map(|(n, t)| (n, ms(t))).collect(),
+                pending: g
+                    .pending
+                    .into_iter()
+                    .map(|p| {
+                        (
+                            crdt_id(p.id),
+                            p.consumer,
+                            ms(p.delivery_time),
+                            p.delivery_count,
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// DUMP key: the payload, or null for a missing key.
@@ -135,9 +242,6 @@ fn dump(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let now = ctx.now_ms;
     let opts = DumpOptions::from_config(&ctx.shard.config);
     let state = ctx.shard.lookup_read(db, arg(argv, 1), now);
-    if state.is_some_and(is_stream) {
-        return Err(CmdError::Err(STREAM_NOT_DUMPED.to_string()));
-    }
     let payload = state.and_then(|state| dump_payload(state, &opts));
     match payload {
         Some(p) => ctx.out.bulk(&p),
@@ -180,6 +284,11 @@ fn value_effects(value: Value) -> Vec<Effect<Vec<u8>>> {
                     observed: VersionVector::new(),
                 })
             })
+            .collect(),
+        Value::Stream(s) => stream_image(s)
+            .into_ops()
+            .into_iter()
+            .map(Effect::Stream)
             .collect(),
     }
 }
@@ -639,12 +748,6 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             Some(user) => put_command(&mut cmd, &[b"AUTH", user, pw]),
             None => put_command(&mut cmd, &[b"AUTH", pw]),
         }
-    }
-    if m.keys
-        .iter()
-        .any(|k| ctx.shard.lookup_read(db, k, now).is_some_and(is_stream))
-    {
-        return Err(CmdError::Err(STREAM_NOT_DUMPED.to_string()));
     }
     put_command(&mut cmd, &[b"SELECT", m.db.to_string().as_bytes()]);
     let mut sent: Vec<&[u8]> = Vec::new();
