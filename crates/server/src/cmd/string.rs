@@ -57,7 +57,7 @@ fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
 }
 
 /// The string a key shows, or WRONGTYPE when it holds another type.
-fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
+pub(super) fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
     // HyperLogLog (cmd/hll.rs): a string to clients, whose bytes are Redis's HYLL encoding.
     if let Some(h) = state.hll() {
         return Ok(StrView::Bytes(h.bytes()));
@@ -69,7 +69,7 @@ fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
 }
 
 /// Calls `f` with the bytes of `view` (integers rendered on the stack).
-fn with_bytes<R>(view: StrView<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+pub(super) fn with_bytes<R>(view: StrView<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
     match view {
         StrView::Bytes(b) => f(b),
         StrView::Int(n) => {
@@ -121,7 +121,7 @@ fn exists_for_write(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
 }
 
 /// Assigns `value` to `key`; `keep_ttl` keeps an existing TTL.
-fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: bool) {
+pub(super) fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: bool) {
     // A valid HyperLogLog value makes the key a HyperLogLog, as in Redis (cmd/hll.rs).
     if meridian_crdt::hll::is_valid(value.as_ref()) {
         super::hll::store_string(ctx, key, value.as_ref(), keep_ttl);
