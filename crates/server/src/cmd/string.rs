@@ -137,7 +137,7 @@ pub(super) fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, ke
 /// length limit) by `edit`, replicated as the edit alone (docs/conflicts.md §1.1) where
 /// `KeyState::can_edit` allows and the key stays a plain string; otherwise as the whole new
 /// value, TTL kept, like `assign` (a value that becomes a valid HyperLogLog turns the key into
-/// one, as in Redis). An edit never touches the first 4 bytes here (a HyperLogLog's magic).
+/// one: an edit that would make the first bytes a HyperLogLog's magic goes that way).
 pub(super) fn write_edit(ctx: &mut Ctx<'_>, key: &[u8], edit: StrEdit<Cow<'_, [u8]>>) {
     let db = ctx.db();
     let plain = edit.end_bytes() <= STR_EDIT_END_BYTES_MAX
@@ -164,16 +164,32 @@ pub(super) fn write_edit(ctx: &mut Ctx<'_>, key: &[u8], edit: StrEdit<Cow<'_, [u
     assign(ctx, key, v, true);
 }
 
-/// Whether `edit` on the plain string `b` leaves the first 4 bytes, which decide whether a
-/// string is a HyperLogLog, as they are (and they are not a HyperLogLog's).
+/// Whether `edit` on the plain string `b` leaves a plain string: its first 4 bytes, which
+/// decide whether a string is a HyperLogLog ("HYLL"), are not a HyperLogLog's after it (nor
+/// before: such a string is checked whole by `assign`). Only those bytes are computed.
 fn edit_keeps_type<B: AsRef<[u8]>>(b: &[u8], edit: &StrEdit<B>) -> bool {
-    const MAGIC_BYTES: u64 = 4;
-    let untouched = match edit {
-        StrEdit::Append(_) => true,
-        StrEdit::SetRange { offset, .. } => *offset >= MAGIC_BYTES,
-        StrEdit::SetBits { offset, .. } => *offset >= MAGIC_BYTES * 8,
+    const MAGIC: &[u8] = b"HYLL";
+    if b.starts_with(MAGIC) {
+        return false;
+    }
+    let n = MAGIC.len();
+    let touches = match edit {
+        StrEdit::Append(_) => b.len() < n,
+        StrEdit::SetRange { offset, .. } => *offset < n as u64,
+        StrEdit::SetBits { offset, .. } => *offset < n as u64 * 8,
     };
-    b.len() as u64 >= MAGIC_BYTES && untouched && !b.starts_with(b"HYLL")
+    if !touches {
+        return true;
+    }
+    let mut head = b.get(..n).unwrap_or(b).to_vec();
+    match edit {
+        StrEdit::Append(x) => {
+            let x = x.as_ref();
+            head.extend_from_slice(x.get(..n).unwrap_or(x));
+        }
+        _ => edit.apply_to(&mut head),
+    }
+    !head.starts_with(MAGIC)
 }
 
 /// Writes the TTL of `key` (`Expire::Persist` removes it).
