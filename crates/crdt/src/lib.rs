@@ -67,5 +67,5 @@ pub use crate::num::{DIGITS_MAX, Dec};
 pub use crate::op::{Effect, Observed};
 pub use crate::orset::OrSet;
 pub use crate::stream::{StreamCrdt, StreamId, StreamOp};
-pub use crate::string::{StrCrdt, StrEdit, StrView, parse_i64_redis};
+pub use crate::string::{BitOverflow, StrCrdt, StrEdit, StrView, parse_i64_redis};
 pub use crate::zset::{ZSetCrdt, ZSetOp};

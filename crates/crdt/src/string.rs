@@ -45,6 +45,138 @@ pub enum StrEdit<B> {
     /// from bit `offset` (bit 0 is the most significant bit of byte 0, as Redis numbers
     /// them), zero bytes padding the string first.
     SetBits { offset: u64, width: u8, value: u64 },
+    /// BITFIELD INCRBY: adds `incr` to the `width`-bit field at bit `offset` (signed or
+    /// unsigned), with Redis's overflow rule; under `Fail` an overflowing sum leaves the field
+    /// as it is. Applied in stamp order, concurrent increments of one field both count.
+    IncrBits {
+        offset: u64,
+        width: u8,
+        signed: bool,
+        incr: i64,
+        overflow: BitOverflow,
+    },
+}
+
+/// BITFIELD's OVERFLOW rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BitOverflow {
+    Wrap,
+    Sat,
+    Fail,
+}
+
+/// Redis's `checkUnsignedBitfieldOverflow`: 0 when `value + incr` fits `bits` bits, else
+/// ±1 (the direction) with the wrapped or saturated result (`Fail` gives the saturated one).
+pub fn unsigned_overflow(value: u64, incr: i64, bits: u32, ow: BitOverflow) -> (i32, u64) {
+    let max = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let maxincr = max.wrapping_sub(value) as i64;
+    let minincr = value.wrapping_neg() as i64;
+    let wrap = || value.wrapping_add(incr as u64) & !(u64::MAX.checked_shl(bits).unwrap_or(0));
+    if value > max || (incr > 0 && incr > maxincr) {
+        return (1, if ow == BitOverflow::Wrap { wrap() } else { max });
+    }
+    if incr < 0 && incr < minincr {
+        return (-1, if ow == BitOverflow::Wrap { wrap() } else { 0 });
+    }
+    (0, value)
+}
+
+/// Redis's `checkSignedBitfieldOverflow` (`bits` in 1..=64).
+pub fn signed_overflow(value: i64, incr: i64, bits: u32, ow: BitOverflow) -> (i32, i64) {
+    let bits = bits.clamp(1, 64);
+    let max: i64 = if bits == 64 {
+        i64::MAX
+    } else {
+        (1i64 << (bits - 1)) - 1
+    };
+    let min = -max - 1;
+    let maxincr = (max as u64).wrapping_sub(value as u64) as i64;
+    let minincr = min.wrapping_sub(value);
+    let wrap = || {
+        let msb = 1u64 << (bits - 1);
+        let mut c = (value as u64).wrapping_add(incr as u64);
+        if bits < 64 {
+            let mask = u64::MAX << bits;
+            if c & msb != 0 {
+                c |= mask;
+            } else {
+                c &= !mask;
+            }
+        }
+        c as i64
+    };
+    if value > max || (bits != 64 && incr > maxincr) || (value >= 0 && incr > 0 && incr > maxincr) {
+        return (1, if ow == BitOverflow::Wrap { wrap() } else { max });
+    }
+    if value < min || (bits != 64 && incr < minincr) || (value < 0 && incr < 0 && incr < minincr) {
+        return (-1, if ow == BitOverflow::Wrap { wrap() } else { min });
+    }
+    (0, value)
+}
+
+/// BITFIELD INCRBY of a field holding `old` (its `width` bits, unsigned): the new bits, or
+/// `None` when the sum overflows under `Fail`.
+pub fn bitfield_incr(
+    old: u64,
+    width: u32,
+    signed: bool,
+    incr: i64,
+    overflow: BitOverflow,
+) -> Option<u64> {
+    let mask = u64::MAX
+        .checked_shr(64 - width.clamp(1, 64))
+        .unwrap_or(u64::MAX);
+    if signed {
+        let old = sign_extend(old, width);
+        let (over, wrapped) = signed_overflow(old, incr, width, overflow);
+        if over != 0 && overflow == BitOverflow::Fail {
+            return None;
+        }
+        let new = if over != 0 {
+            wrapped
+        } else {
+            old.wrapping_add(incr)
+        };
+        Some(new as u64 & mask)
+    } else {
+        let (over, wrapped) = unsigned_overflow(old, incr, width, overflow);
+        if over != 0 && overflow == BitOverflow::Fail {
+            return None;
+        }
+        let new = if over != 0 {
+            wrapped
+        } else {
+            old.wrapping_add(incr as u64)
+        };
+        Some(new & mask)
+    }
+}
+
+/// The `width`-bit two's complement value `v` as an i64.
+pub fn sign_extend(v: u64, width: u32) -> i64 {
+    if width < 64 && width > 0 && v & (1u64 << (width - 1)) != 0 {
+        (v | (u64::MAX << width)) as i64
+    } else {
+        v as i64
+    }
+}
+
+/// The `width` bits from bit `offset` of `v` (most significant first; 0 past the end).
+pub fn read_bits(v: &[u8], offset: u64, width: u32) -> u64 {
+    let mut out: u64 = 0;
+    for i in 0..u64::from(width) {
+        let pos = offset.saturating_add(i);
+        let bit = usize::try_from(pos >> 3)
+            .ok()
+            .and_then(|b| v.get(b))
+            .is_some_and(|b| b & (0x80 >> (pos & 7)) != 0);
+        out = (out << 1) | u64::from(bit);
+    }
+    out
 }
 
 /// Largest string length an edit may produce, in bytes: 512 MiB, Redis's default
@@ -55,6 +187,7 @@ pub const STR_EDIT_END_BYTES_MAX: u64 = 512 << 20;
 const EDIT_APPEND: u8 = 0;
 const EDIT_SET_RANGE: u8 = 1;
 const EDIT_SET_BITS: u8 = 2;
+const EDIT_INCR_BITS: u8 = 3;
 
 impl<B: AsRef<[u8]>> StrEdit<B> {
     /// The length, in bytes, that the string has at least after this edit (an append's is
@@ -66,7 +199,7 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                 0 => 0,
                 n => offset.saturating_add(n),
             },
-            StrEdit::SetBits { offset, width, .. } => {
+            StrEdit::SetBits { offset, width, .. } | StrEdit::IncrBits { offset, width, .. } => {
                 offset.saturating_add(u64::from(*width)).div_ceil(8)
             }
         }
@@ -93,6 +226,25 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                     dst.copy_from_slice(b);
                 }
             }
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => {
+                let Ok(end) = usize::try_from(self.end_bytes()) else {
+                    return;
+                };
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                let old = read_bits(v, *offset, u32::from(*width));
+                if let Some(new) = bitfield_incr(old, u32::from(*width), *signed, *incr, *overflow)
+                {
+                    write_bits(v, *offset, *width, new);
+                }
+            }
             StrEdit::SetBits {
                 offset,
                 width,
@@ -104,21 +256,7 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                 if v.len() < end {
                     v.resize(end, 0);
                 }
-                for i in 0..u64::from(*width) {
-                    let bit = (value >> (u64::from(*width) - 1 - i)) & 1;
-                    let pos = offset.saturating_add(i);
-                    let Ok(byte) = usize::try_from(pos >> 3) else {
-                        return;
-                    };
-                    let mask = 1u8 << (7 - (pos & 7));
-                    if let Some(b) = v.get_mut(byte) {
-                        if bit == 1 {
-                            *b |= mask;
-                        } else {
-                            *b &= !mask;
-                        }
-                    }
-                }
+                write_bits(v, *offset, *width, *value);
             }
         }
     }
@@ -140,12 +278,45 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                 width: *width,
                 value: *value,
             },
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => StrEdit::IncrBits {
+                offset: *offset,
+                width: *width,
+                signed: *signed,
+                incr: *incr,
+                overflow: *overflow,
+            },
         }
     }
 }
 
-/// Appends an edit: a kind byte, then `bytes` (append), `offset:varint bytes` (range) or
-/// `offset:varint width:u8 value:u64` (bits).
+/// Writes the `width` low bits of `value` from bit `offset` (the caller has padded `v`).
+fn write_bits(v: &mut [u8], offset: u64, width: u8, value: u64) {
+    for i in 0..u64::from(width) {
+        let bit = (value >> (u64::from(width) - 1 - i)) & 1;
+        let pos = offset.saturating_add(i);
+        let Ok(byte) = usize::try_from(pos >> 3) else {
+            return;
+        };
+        let mask = 1u8 << (7 - (pos & 7));
+        if let Some(b) = v.get_mut(byte) {
+            if bit == 1 {
+                *b |= mask;
+            } else {
+                *b &= !mask;
+            }
+        }
+    }
+}
+
+/// Appends an edit: a kind byte, then `bytes` (append), `offset:varint bytes` (range),
+/// `offset:varint width:u8 value:u64` (bits) or `offset:varint width:u8 flags:u8 incr:i64`
+/// (increment; flags: 4 = signed, plus the overflow rule 0 wrap, 1 sat, 2 fail).
 pub fn encode_edit<B: AsRef<[u8]>>(edit: &StrEdit<B>, out: &mut Vec<u8>) {
     match edit {
         StrEdit::Append(b) => {
@@ -167,11 +338,30 @@ pub fn encode_edit<B: AsRef<[u8]>>(edit: &StrEdit<B>, out: &mut Vec<u8>) {
             codec::put_u8(out, *width);
             codec::put_u64(out, *value);
         }
+        StrEdit::IncrBits {
+            offset,
+            width,
+            signed,
+            incr,
+            overflow,
+        } => {
+            codec::put_u8(out, EDIT_INCR_BITS);
+            codec::put_varint(out, *offset);
+            codec::put_u8(out, *width);
+            let ow = match overflow {
+                BitOverflow::Wrap => 0,
+                BitOverflow::Sat => 1,
+                BitOverflow::Fail => 2,
+            };
+            codec::put_u8(out, u8::from(*signed) << 2 | ow);
+            codec::put_i64(out, *incr);
+        }
     }
 }
 
 /// Decodes what `encode_edit` wrote. `BadTag`: an unknown kind; `Invalid`: a width outside
-/// 1..=64, a value wider than its width, or an edit ending past `STR_EDIT_END_BYTES_MAX`.
+/// 1..=64 (1..=63 unsigned for an increment), a value wider than its width, an unknown
+/// overflow rule, or an edit ending past `STR_EDIT_END_BYTES_MAX`.
 pub fn decode_edit<'a>(r: &mut Reader<'a>) -> Result<StrEdit<&'a [u8]>, DecodeError> {
     let edit = match r.u8()? {
         EDIT_APPEND => StrEdit::Append(r.bytes()?),
@@ -196,6 +386,30 @@ pub fn decode_edit<'a>(r: &mut Reader<'a>) -> Result<StrEdit<&'a [u8]>, DecodeEr
                 offset,
                 width,
                 value,
+            }
+        }
+        EDIT_INCR_BITS => {
+            let offset = r.varint()?;
+            let width = r.u8()?;
+            let flags = r.u8()?;
+            let incr = r.i64()?;
+            let signed = flags & 4 != 0;
+            let overflow = match flags & !4 {
+                0 => BitOverflow::Wrap,
+                1 => BitOverflow::Sat,
+                2 => BitOverflow::Fail,
+                _ => return Err(DecodeError::Invalid("edit overflow rule")),
+            };
+            // Redis's field types: i1..i64, u1..u63.
+            if width == 0 || width > 64 || (!signed && width > 63) {
+                return Err(DecodeError::Invalid("edit bit width"));
+            }
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
             }
         }
         t => return Err(DecodeError::BadTag(t)),
@@ -1093,7 +1307,7 @@ mod tests {
 
     #[test]
     fn edit_codec_round_trips_and_refuses_bad_input() {
-        let edits: [StrEdit<&[u8]>; 3] = [
+        let edits: [StrEdit<&[u8]>; 4] = [
             StrEdit::Append(b"xyz"),
             StrEdit::SetRange {
                 offset: 300,
@@ -1103,6 +1317,13 @@ mod tests {
                 offset: 7,
                 width: 64,
                 value: u64::MAX,
+            },
+            StrEdit::IncrBits {
+                offset: 3,
+                width: 63,
+                signed: false,
+                incr: -5,
+                overflow: BitOverflow::Sat,
             },
         ];
         for e in &edits {
@@ -1135,5 +1356,47 @@ mod tests {
         );
         assert!(decode_edit(&mut Reader::new(&far)).is_err());
         assert!(decode_edit(&mut Reader::new(&[9])).is_err());
+    }
+
+    #[test]
+    fn concurrent_bitfield_increments_both_count() {
+        let incr = |n: i64| StrEdit::<&[u8]>::IncrBits {
+            offset: 4,
+            width: 8,
+            signed: true,
+            incr: n,
+            overflow: BitOverflow::Sat,
+        };
+        let mut a = StrCrdt::new();
+        a.assign(st(1, 1), b"\x00\x00");
+        let mut b = a.clone();
+        a.edit(st(2, 1), &incr(100));
+        a.edit(st(3, 2), &incr(100));
+        b.edit(st(3, 2), &incr(100));
+        b.edit(st(2, 1), &incr(100));
+        assert_eq!(a, b);
+        // 100 + 100 saturates at 127: 0x7f from bit 4.
+        assert_eq!(shown(&a), b"\x07\xf0");
+        let mut fail = b"\x07\xf0".to_vec();
+        StrEdit::<&[u8]>::IncrBits {
+            offset: 4,
+            width: 8,
+            signed: true,
+            incr: 1,
+            overflow: BitOverflow::Fail,
+        }
+        .apply_to(&mut fail);
+        assert_eq!(fail, b"\x07\xf0");
+        assert_eq!(bitfield_incr(250, 8, false, 10, BitOverflow::Wrap), Some(4));
+        assert_eq!(bitfield_incr(5, 8, false, -10, BitOverflow::Sat), Some(0));
+        assert_eq!(
+            bitfield_incr(0x78, 8, true, 10, BitOverflow::Wrap),
+            Some(0x82)
+        );
+        assert_eq!(bitfield_incr(0x78, 8, true, 10, BitOverflow::Fail), None);
+        assert_eq!(
+            signed_overflow(i64::MAX, 1, 64, BitOverflow::Wrap),
+            (1, i64::MIN)
+        );
     }
 }

@@ -20,6 +20,7 @@ enum Op {
     Append(u8),
     SetRange(u8, u8),
     SetBit(u8, bool),
+    BitIncr(u8, i8, bool),
     Incr(i8),
     IncrFloat(i8),
     Del,
@@ -35,6 +36,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..3).prop_map(Op::Append),
         1 => (0u8..4, 0u8..3).prop_map(|(o, v)| Op::SetRange(o, v)),
         2 => (0u8..24, any::<bool>()).prop_map(|(b, on)| Op::SetBit(b, on)),
+        2 => (0u8..12, -20i8..20, any::<bool>()).prop_map(|(o, d, sat)| Op::BitIncr(o, d, sat)),
         3 => any::<i8>().prop_map(Op::Incr),
         2 => any::<i8>().prop_map(Op::IncrFloat),
         2 => Just(Op::Del),
@@ -76,6 +78,7 @@ fn run_op(r: &mut Replica, key: &[u8], op: &Op) -> Reply {
             [b"y".as_slice(), b"2", b"34"][usize::from(*v)],
         ),
         Op::SetBit(b, on) => r.setbit(key, u64::from(*b), *on),
+        Op::BitIncr(o, d, sat) => r.bitincr(key, u64::from(*o), i64::from(*d), *sat),
         Op::Incr(d) => r.incrby(key, i64::from(*d)),
         Op::IncrFloat(d) => r.incrbyfloat(key, &format!("{}", f64::from(*d) / 10.0)),
         Op::Del => r.del(key),
@@ -359,6 +362,42 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
             }
             m.insert(key.to_vec(), (Model::Str(s), ttl));
             Reply::Int(i64::from(old))
+        }
+        Op::BitIncr(o, d, sat) => {
+            if is_set {
+                return Reply::WrongType;
+            }
+            let mut s = cur_str.unwrap_or_default();
+            let off = usize::from(*o);
+            if s.len() * 8 < off + 5 {
+                s.resize((off + 5).div_ceil(8), 0);
+            }
+            // A plain model of a signed 5-bit field: read, add, saturate or fail.
+            let mut raw = 0i64;
+            for i in off..off + 5 {
+                raw = (raw << 1) | i64::from(s[i / 8] >> (7 - i % 8) & 1);
+            }
+            let old = if raw >= 16 { raw - 32 } else { raw };
+            let sum = old + i64::from(*d);
+            let new = match (sum.clamp(-16, 15) == sum, *sat) {
+                (true, _) => Some(sum),
+                (false, true) => Some(sum.clamp(-16, 15)),
+                (false, false) => None,
+            };
+            if let Some(n) = new {
+                let bits = n & 31;
+                for (j, i) in (off..off + 5).enumerate() {
+                    let bit = (bits >> (4 - j)) & 1;
+                    let mask = 0x80u8 >> (i % 8);
+                    if bit == 1 {
+                        s[i / 8] |= mask;
+                    } else {
+                        s[i / 8] &= !mask;
+                    }
+                }
+            }
+            m.insert(key.to_vec(), (Model::Str(s), ttl));
+            new.map_or(Reply::Nil, Reply::Int)
         }
         Op::Incr(d) => {
             if is_set {

@@ -709,6 +709,19 @@ fn decode_tail(
                 width,
                 value,
             },
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            },
         }),
         TAG_EXPIRE => {
             let expire = match b.u8()? {
@@ -870,6 +883,13 @@ mod tests {
                 offset: 9,
                 width: 5,
                 value: 0x1f,
+            }),
+            Effect::StrEdit(StrEdit::IncrBits {
+                offset: 17,
+                width: 64,
+                signed: true,
+                incr: i64::MIN,
+                overflow: meridian_crdt::BitOverflow::Fail,
             }),
         ]
     }

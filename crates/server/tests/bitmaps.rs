@@ -1,6 +1,7 @@
 //! Bitmaps and string edits over real sockets (docs/conflicts.md §1.1): the op log grows by
 //! what APPEND adds, not by the whole value; two sites that write different bits, append,
-//! SETRANGE and BITFIELD SET during a partition converge with every write kept; a SET
+//! SETRANGE, BITFIELD SET and INCRBY (a counter) during a partition converge with every write
+//! kept; a SET
 //! stamped after a concurrent edit wins, and a later edit after the GC folded earlier ones
 //! still converges. Replies and error texts are compared with Redis by the differential
 //! corpus `tests/corpus/bitmaps.txt`.
@@ -97,6 +98,15 @@ fn concurrent_bit_and_append_writes_at_two_sites_all_survive() {
     assert_eq!(b.int(&["SETBIT", "bits", "0", "0"]), 1);
     a.reply(&["BITFIELD", "bf", "SET", "u8", "8", "2"]);
     b.reply(&["BITFIELD", "bf", "SET", "u8", "16", "3"]);
+    // One field incremented at both sites: a counter (both increments count).
+    assert_eq!(
+        a.reply(&["BITFIELD", "bf", "INCRBY", "u8", "0", "10"]),
+        Reply::Array(vec![Reply::Int(11)])
+    );
+    assert_eq!(
+        b.reply(&["BITFIELD", "bf", "INCRBY", "u8", "0", "20"]),
+        Reply::Array(vec![Reply::Int(21)])
+    );
     assert_eq!(a.int(&["APPEND", "s", "X"]), 5);
     std::thread::sleep(LATER);
     assert_eq!(b.int(&["APPEND", "s", "Y"]), 5);
@@ -108,7 +118,7 @@ fn concurrent_bit_and_append_writes_at_two_sites_all_survive() {
     for site in [A, B] {
         let mut c = cluster.site(site).connect();
         assert_eq!(get(&mut c, "bits"), b"\x01\x01", "bits at {site}");
-        assert_eq!(get(&mut c, "bf"), b"\x01\x02\x03", "bf at {site}");
+        assert_eq!(get(&mut c, "bf"), b"\x1f\x02\x03", "bf at {site}");
         assert_eq!(get(&mut c, "s"), b"aBcdXY", "s at {site}");
         assert_eq!(c.int(&["BITCOUNT", "bits"]), 2);
     }

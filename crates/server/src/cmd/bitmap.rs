@@ -1,18 +1,19 @@
 //! Bitmap commands on strings, as Redis 7.0's `bitops.c`: SETBIT, GETBIT, BITCOUNT, BITPOS,
 //! BITOP, BITFIELD and BITFIELD_RO, with Redis's replies, error texts and argument order.
 //!
-//! Replication (docs/conflicts.md §1.1): SETBIT and BITFIELD SET/INCRBY on a string that
-//! exists replicate as edits of the bits they change (`StrEdit::SetBits`), so concurrent
-//! writes of different bits at two sites both survive. A BITFIELD INCRBY is a
-//! read-modify-write: it replicates the field's resulting value, so two concurrent INCRBYs of
-//! one field keep the higher stamp's result (documented there, not a counter). A write that
-//! creates the key, and BITOP's destination, replicate as an assignment of the whole value.
+//! Replication (docs/conflicts.md §1.1): SETBIT and BITFIELD SET on a string that exists
+//! replicate as edits of the bits they change (`StrEdit::SetBits`), so concurrent writes of
+//! different bits at two sites both survive; BITFIELD INCRBY replicates as the increment with
+//! its overflow rule (`StrEdit::IncrBits`), so concurrent increments of one field both count.
+//! A write that creates the key, and BITOP's destination, replicate as an assignment of the
+//! whole value.
 //! Bit offsets are bounded by proto-max-bulk-len, as in Redis.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use meridian_crdt::StrEdit;
+use meridian_crdt::string::{signed_overflow, unsigned_overflow};
+use meridian_crdt::{BitOverflow, StrEdit};
 
 use super::args::{eq_ic, int_arg, parse_i64};
 use super::string::{assign, str_view, with_bytes, write_edit};
@@ -390,13 +391,6 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Overflow {
-    Wrap,
-    Sat,
-    Fail,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum FieldOp {
     Get,
     Set,
@@ -411,7 +405,7 @@ struct Field {
     offset: u64,
     /// SET's value or INCRBY's increment.
     arg: i64,
-    overflow: Overflow,
+    overflow: BitOverflow,
 }
 
 /// Redis's `getBitfieldTypeFromArgument`: `i1`..`i64`, `u1`..`u63`.
@@ -435,7 +429,7 @@ fn field_type(a: &[u8]) -> Result<(bool, u32), CmdError> {
 /// as Redis does).
 fn parse_fields(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<Vec<Field>, CmdError> {
     let mut fields = Vec::new();
-    let mut overflow = Overflow::Wrap;
+    let mut overflow = BitOverflow::Wrap;
     let mut j = 2;
     while j < argv.len() {
         let rem = argv.len() - j - 1;
@@ -449,11 +443,11 @@ fn parse_fields(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<Vec<Field>, CmdError> {
         } else if eq_ic(sub, "overflow") && rem >= 1 {
             let t = arg(argv, j + 1);
             overflow = if eq_ic(t, "wrap") {
-                Overflow::Wrap
+                BitOverflow::Wrap
             } else if eq_ic(t, "sat") {
-                Overflow::Sat
+                BitOverflow::Sat
             } else if eq_ic(t, "fail") {
-                Overflow::Fail
+                BitOverflow::Fail
             } else {
                 return Err(CmdError::Err("Invalid OVERFLOW type specified".into()));
             };
@@ -536,63 +530,16 @@ impl Overlay<'_> {
     }
 }
 
-/// Redis's `checkUnsignedBitfieldOverflow`: 0, or ±1 with the wrapped or saturated value.
-fn unsigned_overflow(value: u64, incr: i64, bits: u32, ow: Overflow) -> (i32, u64) {
-    let max = if bits == 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    };
-    let maxincr = max.wrapping_sub(value) as i64;
-    let minincr = value.wrapping_neg() as i64;
-    let wrap = || value.wrapping_add(incr as u64) & !(u64::MAX.checked_shl(bits).unwrap_or(0));
-    if value > max || (incr > 0 && incr > maxincr) {
-        return (1, if ow == Overflow::Wrap { wrap() } else { max });
-    }
-    if incr < 0 && incr < minincr {
-        return (-1, if ow == Overflow::Wrap { wrap() } else { 0 });
-    }
-    (0, value)
-}
-
-/// Redis's `checkSignedBitfieldOverflow`.
-fn signed_overflow(value: i64, incr: i64, bits: u32, ow: Overflow) -> (i32, i64) {
-    let max: i64 = if bits == 64 {
-        i64::MAX
-    } else {
-        (1i64 << (bits - 1)) - 1
-    };
-    let min = -max - 1;
-    let maxincr = (max as u64).wrapping_sub(value as u64) as i64;
-    let minincr = min.wrapping_sub(value);
-    let wrap = || {
-        let msb = 1u64 << (bits - 1);
-        let mut c = (value as u64).wrapping_add(incr as u64);
-        if bits < 64 {
-            let mask = u64::MAX << bits;
-            if c & msb != 0 {
-                c |= mask;
-            } else {
-                c &= !mask;
-            }
-        }
-        c as i64
-    };
-    if value > max || (bits != 64 && incr > maxincr) || (value >= 0 && incr > 0 && incr > maxincr) {
-        return (1, if ow == Overflow::Wrap { wrap() } else { max });
-    }
-    if value < min || (bits != 64 && incr < minincr) || (value < 0 && incr < 0 && incr < minincr) {
-        return (-1, if ow == Overflow::Wrap { wrap() } else { min });
-    }
-    (0, value)
-}
-
 /// One field's reply: an integer, or nil for an overflow under FAIL.
 type FieldReply = Option<i64>;
 
+/// A BITFIELD write as it replicates.
+type BitsEdit = StrEdit<Cow<'static, [u8]>>;
+
 /// Runs `fields` over `base` (the key's bytes, empty when it does not exist): the replies,
-/// and the writes that change bits (offset, width, value) in order.
-fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<(u64, u32, u64)>) {
+/// and the writes that change bits, in order: SET as the field's value, INCRBY as the
+/// increment with its overflow rule (docs/conflicts.md §1.1: concurrent increments count).
+fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<BitsEdit>) {
     let mut o = Overlay {
         base,
         written: BTreeMap::new(),
@@ -618,7 +565,7 @@ fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<(u64, u32,
                     let (over, wrapped) = signed_overflow(f.arg, 0, f.bits, f.overflow);
                     (over, if over != 0 { wrapped } else { f.arg }, old)
                 };
-                if over != 0 && f.overflow == Overflow::Fail {
+                if over != 0 && f.overflow == BitOverflow::Fail {
                     (None, None)
                 } else {
                     (Some(ret), Some((old as u64 & mask, new as u64 & mask)))
@@ -638,7 +585,7 @@ fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<(u64, u32,
                     let (over, wrapped) = unsigned_overflow(f.arg as u64, 0, f.bits, f.overflow);
                     (over, if over != 0 { wrapped } else { f.arg as u64 }, old)
                 };
-                if over != 0 && f.overflow == Overflow::Fail {
+                if over != 0 && f.overflow == BitOverflow::Fail {
                     (None, None)
                 } else {
                     (Some(ret as i64), Some((old, new & mask)))
@@ -648,7 +595,21 @@ fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<(u64, u32,
         if let Some((old, new)) = new {
             o.set(f.offset, f.bits, new);
             if old != new {
-                writes.push((f.offset, f.bits, new));
+                let width = u8::try_from(f.bits).unwrap_or(64);
+                writes.push(match f.op {
+                    FieldOp::IncrBy => StrEdit::IncrBits {
+                        offset: f.offset,
+                        width,
+                        signed: f.signed,
+                        incr: f.arg,
+                        overflow: f.overflow,
+                    },
+                    _ => StrEdit::SetBits {
+                        offset: f.offset,
+                        width,
+                        value: new,
+                    },
+                });
             }
         }
         replies.push(reply);
@@ -698,25 +659,24 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), C
         // Redis creates the key (zero-padded) even when every write failed.
         None => {
             let mut v = vec![0u8; usize::try_from(byte_len).map_err(|_| CmdError::StringTooLong)?];
-            for &(offset, width, value) in &writes {
-                bits_edit(offset, width, value).apply_to(&mut v);
+            for e in &writes {
+                e.apply_to(&mut v);
             }
             assign(ctx, key, v, false);
             ctx.shard.mark_raw_encoding(db, key);
         }
         Some(len) => {
             let grows = (len as u64) < byte_len;
-            let reaches = writes
-                .iter()
-                .any(|&(o, w, _)| (o + u64::from(w) - 1) / 8 + 1 == byte_len);
-            for &(offset, width, value) in &writes {
-                write_edit(ctx, key, bits_edit(offset, width, value));
+            let reaches = writes.iter().any(|e| e.end_bytes() == byte_len);
+            let wrote = !writes.is_empty();
+            for e in writes {
+                write_edit(ctx, key, e);
             }
             if grows && !reaches {
                 // Padding only: the last byte's bit written as it is (zero).
                 write_edit(ctx, key, bits_edit(highest, 1, 0));
             }
-            if grows || !writes.is_empty() {
+            if grows || wrote {
                 ctx.shard.mark_raw_encoding(db, key);
             }
         }
@@ -725,7 +685,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), C
     Ok(())
 }
 
-fn bits_edit(offset: u64, width: u32, value: u64) -> StrEdit<Cow<'static, [u8]>> {
+fn bits_edit(offset: u64, width: u32, value: u64) -> BitsEdit {
     StrEdit::SetBits {
         offset,
         width: u8::try_from(width).unwrap_or(64),
@@ -761,18 +721,18 @@ mod tests {
 
     #[test]
     fn overflow_rules_match_redis() {
-        assert_eq!(unsigned_overflow(250, 10, 8, Overflow::Wrap), (1, 4));
-        assert_eq!(unsigned_overflow(250, 10, 8, Overflow::Sat), (1, 255));
-        assert_eq!(unsigned_overflow(5, -10, 8, Overflow::Sat), (-1, 0));
-        assert_eq!(unsigned_overflow(5, -10, 8, Overflow::Wrap), (-1, 251));
-        assert_eq!(signed_overflow(120, 10, 8, Overflow::Wrap), (1, -126));
-        assert_eq!(signed_overflow(120, 10, 8, Overflow::Sat), (1, 127));
-        assert_eq!(signed_overflow(-120, -10, 8, Overflow::Sat), (-1, -128));
+        assert_eq!(unsigned_overflow(250, 10, 8, BitOverflow::Wrap), (1, 4));
+        assert_eq!(unsigned_overflow(250, 10, 8, BitOverflow::Sat), (1, 255));
+        assert_eq!(unsigned_overflow(5, -10, 8, BitOverflow::Sat), (-1, 0));
+        assert_eq!(unsigned_overflow(5, -10, 8, BitOverflow::Wrap), (-1, 251));
+        assert_eq!(signed_overflow(120, 10, 8, BitOverflow::Wrap), (1, -126));
+        assert_eq!(signed_overflow(120, 10, 8, BitOverflow::Sat), (1, 127));
+        assert_eq!(signed_overflow(-120, -10, 8, BitOverflow::Sat), (-1, -128));
         assert_eq!(
-            signed_overflow(i64::MAX, 1, 64, Overflow::Wrap),
+            signed_overflow(i64::MAX, 1, 64, BitOverflow::Wrap),
             (1, i64::MIN)
         );
-        assert_eq!(signed_overflow(5, 1, 64, Overflow::Wrap), (0, 5));
+        assert_eq!(signed_overflow(5, 1, 64, BitOverflow::Wrap), (0, 5));
     }
 
     #[test]
@@ -783,7 +743,7 @@ mod tests {
             bits,
             offset,
             arg,
-            overflow: Overflow::Wrap,
+            overflow: BitOverflow::Wrap,
         };
         let (replies, writes) = run_fields(
             b"",
@@ -795,6 +755,22 @@ mod tests {
             ],
         );
         assert_eq!(replies, [Some(0), Some(0), Some(255), Some(-3)]);
-        assert_eq!(writes, [(4, 8, 255), (100, 5, 0b11101)]);
+        assert_eq!(
+            writes,
+            [
+                StrEdit::SetBits {
+                    offset: 4,
+                    width: 8,
+                    value: 255
+                },
+                StrEdit::IncrBits {
+                    offset: 100,
+                    width: 5,
+                    signed: true,
+                    incr: -3,
+                    overflow: BitOverflow::Wrap
+                }
+            ]
+        );
     }
 }

@@ -176,7 +176,9 @@ fn edit_keeps_type<B: AsRef<[u8]>>(b: &[u8], edit: &StrEdit<B>) -> bool {
     let touches = match edit {
         StrEdit::Append(_) => b.len() < n,
         StrEdit::SetRange { offset, .. } => *offset < n as u64,
-        StrEdit::SetBits { offset, .. } => *offset < n as u64 * 8,
+        StrEdit::SetBits { offset, .. } | StrEdit::IncrBits { offset, .. } => {
+            *offset < n as u64 * 8
+        }
     };
     if !touches {
         return true;
