@@ -9,6 +9,9 @@ use meridian_server::persist::record::{self, Kind, ScanEnd, SegmentHeader};
 
 fuzz_target!(|data: &[u8]| {
     let _ = SegmentHeader::decode(data);
+    // A string edit (APPEND, SETRANGE, SETBIT...) as the op log and the sync stream carry it
+    // (`oplog::decode` reaches it too, behind a record header).
+    let _ = meridian_crdt::string::decode_edit(&mut meridian_crdt::codec::Reader::new(data));
     let mut n = 0usize;
     let walked = record::scan::<()>(data, |f| {
         n += 1;

@@ -125,6 +125,12 @@ impl std::hash::Hash for SmallBytes {
     }
 }
 
+impl AsRef<[u8]> for SmallBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::borrow::Borrow<[u8]> for SmallBytes {
     fn borrow(&self) -> &[u8] {
         self.as_slice()

@@ -35,7 +35,7 @@ use crate::list::ListCrdt;
 use crate::op::{Effect, Observed};
 use crate::orset::OrSet;
 use crate::stream::StreamCrdt;
-use crate::string::{StrCrdt, StrView};
+use crate::string::{StrCrdt, StrEdit, StrView};
 use crate::zset::ZSetCrdt;
 
 /// A key's type as clients see it.
@@ -143,6 +143,11 @@ impl Value {
     /// Appends the value's type byte and its complete state.
     pub fn encode_state(&self, out: &mut Vec<u8>) {
         match self {
+            Value::Str(s) if s.has_edits() => {
+                codec::put_u8(out, VALUE_STR_EDITS);
+                s.encode_state(out);
+                s.encode_edits(out);
+            }
             Value::Str(s) => {
                 codec::put_u8(out, VALUE_STR);
                 s.encode_state(out);
@@ -178,6 +183,11 @@ impl Value {
     pub fn decode_state(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
         Ok(match r.u8()? {
             VALUE_STR => Value::Str(StrCrdt::decode_state(r)?),
+            VALUE_STR_EDITS => {
+                let mut s = StrCrdt::decode_state(r)?;
+                s.decode_edits(r)?;
+                Value::Str(s)
+            }
             VALUE_SET => Value::Set(OrSet::decode_state(r)?),
             VALUE_HASH => Value::Hash(HashCrdt::decode_state(r)?),
             VALUE_ZSET => Value::ZSet(ZSetCrdt::decode_state(r)?),
@@ -258,6 +268,9 @@ const VALUE_ZSET: u8 = 3;
 const VALUE_LIST: u8 = 4;
 const VALUE_HLL: u8 = 5;
 const VALUE_STREAM: u8 = 6;
+/// A string holding edits or folded edit stamps: `StrCrdt::encode_state`, then
+/// `StrCrdt::encode_edits` (a string without them keeps `VALUE_STR`, readable by older code).
+const VALUE_STR_EDITS: u8 = 7;
 
 /// What `KeyState::apply` (or `KeyState::merge`) did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -584,6 +597,17 @@ impl KeyState {
                 self.put(Value::Str(s));
                 !fresh
             }
+            // An edit removes nothing; one a removal already applied covers was removed.
+            Effect::StrEdit(edit) => {
+                if self.value_covered(stamp) {
+                    true
+                } else {
+                    let mut s = self.take_str();
+                    let fresh = s.edit(stamp, edit);
+                    self.put(Value::Str(s));
+                    !fresh
+                }
+            }
             Effect::Remove { observed } => {
                 // The removal context also names the DEL itself, so a later write carries
                 // whether it had seen this DEL: a HyperLogLog raise that had not loses to it
@@ -692,6 +716,26 @@ impl KeyState {
             observed: self.observed(),
             keep_ttl: keep,
         }
+    }
+
+    /// The effect of APPEND, SETRANGE, SETBIT, BITFIELD SET... as an edit of the string
+    /// shown (docs/conflicts.md §1.1). `None` where an edit would not show what Redis shows
+    /// (unobserved increments under the bytes, a value of another type hidden by a type
+    /// conflict) or the key shows no string: the caller assigns the whole value instead.
+    pub fn edit_effect<B: AsRef<[u8]>>(&self, edit: StrEdit<B>) -> Option<Effect<B>> {
+        self.can_edit().then_some(Effect::StrEdit(edit))
+    }
+
+    /// Whether `edit_effect` gives an edit.
+    pub fn can_edit(&self) -> bool {
+        let Some(Value::Str(s)) = &self.value else {
+            return false;
+        };
+        let hidden = self
+            .extra
+            .as_ref()
+            .is_some_and(|x| x.hidden.iter().any(|v| v.is_live()));
+        s.is_live() && !s.has_live_increments() && !hidden && s.bytes().is_some()
     }
 
     /// The effect of DEL/UNLINK/expiry of this key.
@@ -1099,9 +1143,9 @@ impl KeyState {
         });
         for v in self.values_mut() {
             match v {
-                Value::Str(s) => s.retain_writes(|w| {
-                    !floor.covers(w) || other_str.is_some_and(|o| o.writes().any(|(x, _)| *x == w))
-                }),
+                Value::Str(s) => {
+                    s.retain_writes(|w| !floor.covers(w) || other_str.is_some_and(|o| o.holds(w)))
+                }
                 Value::Set(s) => s.retain_dots(|m, d| {
                     !floor.covers(d) || other_set.is_some_and(|o| o.has_dot(m, d))
                 }),
@@ -1201,7 +1245,7 @@ impl KeyState {
     pub fn collect_with(&mut self, stable: &VersionVector, everywhere: &VersionVector) {
         for v in self.values_mut() {
             match v {
-                Value::Str(_) => {}
+                Value::Str(s) => s.collect(everywhere),
                 Value::Set(s) => s.collect(Some(stable)),
                 Value::Hash(h) => h.collect_with(Some(stable), Some(everywhere)),
                 Value::ZSet(z) => z.collect_with(Some(stable), Some(everywhere)),

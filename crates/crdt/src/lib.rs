@@ -16,7 +16,8 @@
 //! - `num`: `Dec`, the exact decimal used for float increments and INCRBYFLOAT.
 //! - `counter`: per-replica increment totals and the observed baseline that resets them.
 //! - `mvreg`: multi-value register of concurrent writes, shown as last-writer-wins.
-//! - `string`: the string value: a register plus a counter (SET, APPEND, INCR...).
+//! - `string`: the string value: a register, edits of its bytes and a counter (SET, APPEND,
+//!   SETBIT, INCR...).
 //! - `expire`: the TTL register: the longest concurrent TTL wins, PERSIST beats EXPIRE.
 //! - `orset`: add-wins observed-remove set.
 //! - `key`: `KeyState`, one key's typed value, TTL and removal context; the type-conflict rule.
@@ -66,5 +67,5 @@ pub use crate::num::{DIGITS_MAX, Dec};
 pub use crate::op::{Effect, Observed};
 pub use crate::orset::OrSet;
 pub use crate::stream::{StreamCrdt, StreamId, StreamOp};
-pub use crate::string::{StrCrdt, StrView, parse_i64_redis};
+pub use crate::string::{BitOverflow, StrCrdt, StrEdit, StrView, parse_i64_redis};
 pub use crate::zset::{ZSetCrdt, ZSetOp};

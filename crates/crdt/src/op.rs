@@ -14,6 +14,7 @@ use crate::hash::HashOp;
 use crate::hll::HllOp;
 use crate::list::ListOp;
 use crate::stream::StreamOp;
+use crate::string::StrEdit;
 use crate::zset::ZSetOp;
 
 /// What the issuing replica had seen at a key when it issued a removal.
@@ -40,7 +41,7 @@ impl Observed {
 /// The effect of one write on one key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Effect<B: AsRef<[u8]>> {
-    /// SET, GETSET, APPEND, SETRANGE, SETBIT...: removes what `observed` covers (string
+    /// SET, GETSET, and APPEND/SETRANGE/SETBIT where no edit applies: removes what `observed` covers (string
     /// writes, values of any type, increments, and unless `keep_ttl` the expire writes), then
     /// writes `value`. A TTL set with the value (SET EX) is a separate `Expire` effect.
     Assign {
@@ -50,6 +51,9 @@ pub enum Effect<B: AsRef<[u8]>> {
     },
     /// INCR, INCRBY, DECRBY, INCRBYFLOAT.
     Incr { delta: Delta },
+    /// APPEND, SETRANGE, SETBIT, BITFIELD SET/INCRBY on a string shown: only what changed,
+    /// applied in stamp order among the string's writes (docs/conflicts.md §1.1).
+    StrEdit(StrEdit<B>),
     /// DEL, UNLINK, expiry, FLUSH: removes everything `observed` covers.
     Remove { observed: Observed },
     /// EXPIRE family and PERSIST: removes the expire writes `observed` covers, adds this one.

@@ -1,8 +1,22 @@
-//! The string value: a register of the assigned bytes plus a counter of increments.
+//! The string value: a register of the assigned bytes, edits of those bytes, and a counter of
+//! increments.
 //!
-//! SET, APPEND, SETRANGE, GETSET... assign bytes (LWW on `Stamp` among concurrent writes) and
-//! reset the increments they observed; INCR, INCRBY, DECRBY, INCRBYFLOAT add to the counter.
-//! The value shown is the assigned bytes plus the increments no assignment observed:
+//! SET, GETSET... assign bytes (LWW on `Stamp` among concurrent writes) and remove the edits
+//! and reset the increments they observed; APPEND, SETRANGE, SETBIT and BITFIELD SET edit the
+//! bytes (`StrEdit`: only what changed); INCR, INCRBY, DECRBY, INCRBYFLOAT add to the counter.
+//!
+//! Edits (docs/conflicts.md §1.1): the bytes shown are the assigned write with the highest
+//! stamp (the head; empty when none) with every held edit of a higher stamp applied in stamp
+//! order, as if all these writes had run on one server in stamp order. Concurrent APPENDs
+//! both survive (in stamp order), concurrent SETBITs of different bits both survive, and a
+//! SET concurrent with an edit wins if its stamp is higher and is edited if lower. An edit
+//! with a stamp below the head stays held (hidden) until a removal covers it: if the head is
+//! removed by a write that had not seen the edit, the edit shows on the next head again, at
+//! every replica alike. Edits live in the boxed rare part, with the bytes they produce
+//! (`shown`); `collect` folds the causally stable ones into the head's bytes, keeping only
+//! their stamps (`folded`), and with no peers `collect_all` keeps just the bytes.
+//!
+//! The value shown is the bytes (head and edits) plus the increments no assignment observed:
 //! - no unobserved increment: the bytes (Redis's value exactly);
 //! - base (the bytes, or 0 when nothing is assigned) is a number: `base + increments`, an
 //!   integer when base and every unobserved increment are integers, saturating at the `i64`
@@ -19,6 +33,393 @@ use crate::counter::{Counter, Delta, IncTotals};
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::num::Dec;
 
+/// An edit of a string's bytes that carries only what changed. Applied to the bytes shown at
+/// its stamp's place among the key's writes (module doc).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum StrEdit<B> {
+    /// APPEND: `bytes` added at the end.
+    Append(B),
+    /// SETRANGE: `bytes` written from byte `offset`, zero bytes padding the string first.
+    SetRange { offset: u64, bytes: B },
+    /// SETBIT (`width` 1), BITFIELD SET and INCRBY: the `width` low bits of `value` written
+    /// from bit `offset` (bit 0 is the most significant bit of byte 0, as Redis numbers
+    /// them), zero bytes padding the string first.
+    SetBits { offset: u64, width: u8, value: u64 },
+    /// BITFIELD INCRBY: adds `incr` to the `width`-bit field at bit `offset` (signed or
+    /// unsigned), with Redis's overflow rule; under `Fail` an overflowing sum leaves the field
+    /// as it is. Applied in stamp order, concurrent increments of one field both count.
+    IncrBits {
+        offset: u64,
+        width: u8,
+        signed: bool,
+        incr: i64,
+        overflow: BitOverflow,
+    },
+}
+
+/// BITFIELD's OVERFLOW rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BitOverflow {
+    Wrap,
+    Sat,
+    Fail,
+}
+
+/// Redis's `checkUnsignedBitfieldOverflow`: 0 when `value + incr` fits `bits` bits, else
+/// ±1 (the direction) with the wrapped or saturated result (`Fail` gives the saturated one).
+pub fn unsigned_overflow(value: u64, incr: i64, bits: u32, ow: BitOverflow) -> (i32, u64) {
+    let max = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let maxincr = max.wrapping_sub(value) as i64;
+    let minincr = value.wrapping_neg() as i64;
+    let wrap = || value.wrapping_add(incr as u64) & !(u64::MAX.checked_shl(bits).unwrap_or(0));
+    if value > max || (incr > 0 && incr > maxincr) {
+        return (1, if ow == BitOverflow::Wrap { wrap() } else { max });
+    }
+    if incr < 0 && incr < minincr {
+        return (-1, if ow == BitOverflow::Wrap { wrap() } else { 0 });
+    }
+    (0, value)
+}
+
+/// Redis's `checkSignedBitfieldOverflow` (`bits` in 1..=64).
+pub fn signed_overflow(value: i64, incr: i64, bits: u32, ow: BitOverflow) -> (i32, i64) {
+    let bits = bits.clamp(1, 64);
+    let max: i64 = if bits == 64 {
+        i64::MAX
+    } else {
+        (1i64 << (bits - 1)) - 1
+    };
+    let min = -max - 1;
+    let maxincr = (max as u64).wrapping_sub(value as u64) as i64;
+    let minincr = min.wrapping_sub(value);
+    let wrap = || {
+        let msb = 1u64 << (bits - 1);
+        let mut c = (value as u64).wrapping_add(incr as u64);
+        if bits < 64 {
+            let mask = u64::MAX << bits;
+            if c & msb != 0 {
+                c |= mask;
+            } else {
+                c &= !mask;
+            }
+        }
+        c as i64
+    };
+    if value > max || (bits != 64 && incr > maxincr) || (value >= 0 && incr > 0 && incr > maxincr) {
+        return (1, if ow == BitOverflow::Wrap { wrap() } else { max });
+    }
+    if value < min || (bits != 64 && incr < minincr) || (value < 0 && incr < 0 && incr < minincr) {
+        return (-1, if ow == BitOverflow::Wrap { wrap() } else { min });
+    }
+    (0, value)
+}
+
+/// BITFIELD INCRBY of a field holding `old` (its `width` bits, unsigned): the new bits, or
+/// `None` when the sum overflows under `Fail`.
+pub fn bitfield_incr(
+    old: u64,
+    width: u32,
+    signed: bool,
+    incr: i64,
+    overflow: BitOverflow,
+) -> Option<u64> {
+    let mask = u64::MAX
+        .checked_shr(64 - width.clamp(1, 64))
+        .unwrap_or(u64::MAX);
+    if signed {
+        let old = sign_extend(old, width);
+        let (over, wrapped) = signed_overflow(old, incr, width, overflow);
+        if over != 0 && overflow == BitOverflow::Fail {
+            return None;
+        }
+        let new = if over != 0 {
+            wrapped
+        } else {
+            old.wrapping_add(incr)
+        };
+        Some(new as u64 & mask)
+    } else {
+        let (over, wrapped) = unsigned_overflow(old, incr, width, overflow);
+        if over != 0 && overflow == BitOverflow::Fail {
+            return None;
+        }
+        let new = if over != 0 {
+            wrapped
+        } else {
+            old.wrapping_add(incr as u64)
+        };
+        Some(new & mask)
+    }
+}
+
+/// The `width`-bit two's complement value `v` as an i64.
+pub fn sign_extend(v: u64, width: u32) -> i64 {
+    if width < 64 && width > 0 && v & (1u64 << (width - 1)) != 0 {
+        (v | (u64::MAX << width)) as i64
+    } else {
+        v as i64
+    }
+}
+
+/// The `width` bits from bit `offset` of `v` (most significant first; 0 past the end).
+pub fn read_bits(v: &[u8], offset: u64, width: u32) -> u64 {
+    let mut out: u64 = 0;
+    for i in 0..u64::from(width) {
+        let pos = offset.saturating_add(i);
+        let bit = usize::try_from(pos >> 3)
+            .ok()
+            .and_then(|b| v.get(b))
+            .is_some_and(|b| b & (0x80 >> (pos & 7)) != 0);
+        out = (out << 1) | u64::from(bit);
+    }
+    out
+}
+
+/// Largest string length an edit may produce, in bytes: 512 MiB, Redis's default
+/// proto-max-bulk-len. The decoder refuses edits past it (a few input bytes never ask for
+/// more), and the server replicates a write past it (a raised limit) as an assignment.
+pub const STR_EDIT_END_BYTES_MAX: u64 = 512 << 20;
+
+const EDIT_APPEND: u8 = 0;
+const EDIT_SET_RANGE: u8 = 1;
+const EDIT_SET_BITS: u8 = 2;
+const EDIT_INCR_BITS: u8 = 3;
+
+impl<B: AsRef<[u8]>> StrEdit<B> {
+    /// The length, in bytes, that the string has at least after this edit (an append's is
+    /// its own length: it grows any string by that much).
+    pub fn end_bytes(&self) -> u64 {
+        match self {
+            StrEdit::Append(b) => b.as_ref().len() as u64,
+            StrEdit::SetRange { offset, bytes } => match bytes.as_ref().len() as u64 {
+                0 => 0,
+                n => offset.saturating_add(n),
+            },
+            StrEdit::SetBits { offset, width, .. } | StrEdit::IncrBits { offset, width, .. } => {
+                offset.saturating_add(u64::from(*width)).div_ceil(8)
+            }
+        }
+    }
+
+    /// Applies the edit to `v`. The caller has bounded `end_bytes` (the decoder does so for
+    /// remote edits); a SETRANGE of no bytes changes nothing, as Redis's.
+    pub fn apply_to(&self, v: &mut Vec<u8>) {
+        match self {
+            StrEdit::Append(b) => v.extend_from_slice(b.as_ref()),
+            StrEdit::SetRange { offset, bytes } => {
+                let b = bytes.as_ref();
+                let Ok(off) = usize::try_from(*offset) else {
+                    return;
+                };
+                if b.is_empty() {
+                    return;
+                }
+                let end = off.saturating_add(b.len());
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                if let Some(dst) = v.get_mut(off..end) {
+                    dst.copy_from_slice(b);
+                }
+            }
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => {
+                let Ok(end) = usize::try_from(self.end_bytes()) else {
+                    return;
+                };
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                let old = read_bits(v, *offset, u32::from(*width));
+                if let Some(new) = bitfield_incr(old, u32::from(*width), *signed, *incr, *overflow)
+                {
+                    write_bits(v, *offset, *width, new);
+                }
+            }
+            StrEdit::SetBits {
+                offset,
+                width,
+                value,
+            } => {
+                let Ok(end) = usize::try_from(self.end_bytes()) else {
+                    return;
+                };
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                write_bits(v, *offset, *width, *value);
+            }
+        }
+    }
+
+    /// The same edit holding its bytes in `SmallBytes` (the form a string keeps).
+    fn to_small(&self) -> StrEdit<SmallBytes> {
+        match self {
+            StrEdit::Append(b) => StrEdit::Append(SmallBytes::copy_from(b.as_ref())),
+            StrEdit::SetRange { offset, bytes } => StrEdit::SetRange {
+                offset: *offset,
+                bytes: SmallBytes::copy_from(bytes.as_ref()),
+            },
+            StrEdit::SetBits {
+                offset,
+                width,
+                value,
+            } => StrEdit::SetBits {
+                offset: *offset,
+                width: *width,
+                value: *value,
+            },
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => StrEdit::IncrBits {
+                offset: *offset,
+                width: *width,
+                signed: *signed,
+                incr: *incr,
+                overflow: *overflow,
+            },
+        }
+    }
+}
+
+/// Writes the `width` low bits of `value` from bit `offset` (the caller has padded `v`).
+fn write_bits(v: &mut [u8], offset: u64, width: u8, value: u64) {
+    for i in 0..u64::from(width) {
+        let bit = (value >> (u64::from(width) - 1 - i)) & 1;
+        let pos = offset.saturating_add(i);
+        let Ok(byte) = usize::try_from(pos >> 3) else {
+            return;
+        };
+        let mask = 1u8 << (7 - (pos & 7));
+        if let Some(b) = v.get_mut(byte) {
+            if bit == 1 {
+                *b |= mask;
+            } else {
+                *b &= !mask;
+            }
+        }
+    }
+}
+
+/// Appends an edit: a kind byte, then `bytes` (append), `offset:varint bytes` (range),
+/// `offset:varint width:u8 value:u64` (bits) or `offset:varint width:u8 flags:u8 incr:i64`
+/// (increment; flags: 4 = signed, plus the overflow rule 0 wrap, 1 sat, 2 fail).
+pub fn encode_edit<B: AsRef<[u8]>>(edit: &StrEdit<B>, out: &mut Vec<u8>) {
+    match edit {
+        StrEdit::Append(b) => {
+            codec::put_u8(out, EDIT_APPEND);
+            codec::put_bytes(out, b.as_ref());
+        }
+        StrEdit::SetRange { offset, bytes } => {
+            codec::put_u8(out, EDIT_SET_RANGE);
+            codec::put_varint(out, *offset);
+            codec::put_bytes(out, bytes.as_ref());
+        }
+        StrEdit::SetBits {
+            offset,
+            width,
+            value,
+        } => {
+            codec::put_u8(out, EDIT_SET_BITS);
+            codec::put_varint(out, *offset);
+            codec::put_u8(out, *width);
+            codec::put_u64(out, *value);
+        }
+        StrEdit::IncrBits {
+            offset,
+            width,
+            signed,
+            incr,
+            overflow,
+        } => {
+            codec::put_u8(out, EDIT_INCR_BITS);
+            codec::put_varint(out, *offset);
+            codec::put_u8(out, *width);
+            let ow = match overflow {
+                BitOverflow::Wrap => 0,
+                BitOverflow::Sat => 1,
+                BitOverflow::Fail => 2,
+            };
+            codec::put_u8(out, u8::from(*signed) << 2 | ow);
+            codec::put_i64(out, *incr);
+        }
+    }
+}
+
+/// Decodes what `encode_edit` wrote. `BadTag`: an unknown kind; `Invalid`: a width outside
+/// 1..=64 (1..=63 unsigned for an increment), a value wider than its width, an unknown
+/// overflow rule, or an edit ending past `STR_EDIT_END_BYTES_MAX`.
+pub fn decode_edit<'a>(r: &mut Reader<'a>) -> Result<StrEdit<&'a [u8]>, DecodeError> {
+    let edit = match r.u8()? {
+        EDIT_APPEND => StrEdit::Append(r.bytes()?),
+        EDIT_SET_RANGE => {
+            let offset = r.varint()?;
+            StrEdit::SetRange {
+                offset,
+                bytes: r.bytes()?,
+            }
+        }
+        EDIT_SET_BITS => {
+            let offset = r.varint()?;
+            let width = r.u8()?;
+            let value = r.u64()?;
+            if !(1..=64).contains(&width) {
+                return Err(DecodeError::Invalid("edit bit width"));
+            }
+            if width < 64 && value >> width != 0 {
+                return Err(DecodeError::Invalid("edit value wider than its width"));
+            }
+            StrEdit::SetBits {
+                offset,
+                width,
+                value,
+            }
+        }
+        EDIT_INCR_BITS => {
+            let offset = r.varint()?;
+            let width = r.u8()?;
+            let flags = r.u8()?;
+            let incr = r.i64()?;
+            let signed = flags & 4 != 0;
+            let overflow = match flags & !4 {
+                0 => BitOverflow::Wrap,
+                1 => BitOverflow::Sat,
+                2 => BitOverflow::Fail,
+                _ => return Err(DecodeError::Invalid("edit overflow rule")),
+            };
+            // Redis's field types: i1..i64, u1..u63.
+            if width == 0 || width > 64 || (!signed && width > 63) {
+                return Err(DecodeError::Invalid("edit bit width"));
+            }
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            }
+        }
+        t => return Err(DecodeError::BadTag(t)),
+    };
+    if edit.end_bytes() > STR_EDIT_END_BYTES_MAX {
+        return Err(DecodeError::Invalid("edit past the string length limit"));
+    }
+    Ok(edit)
+}
+
 /// A string key's value: a multi-value register of assigned bytes (the write with the highest
 /// stamp inline, concurrent ones boxed) and a counter (boxed).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
@@ -28,12 +429,29 @@ pub struct StrCrdt {
     rare: Option<Box<StrRare>>,
 }
 
-/// The rare parts of a string: concurrent assigned writes and the counter.
+/// The rare parts of a string: concurrent assigned writes, the counter, and the edits.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 struct StrRare {
     // Invariant: sorted by stamp, every stamp below head's; empty when head is None.
     others: Vec<(Stamp, SmallBytes)>,
     counter: Option<Counter>,
+    // Invariant: sorted by stamp, unique, no stamp `folded` covers or a write holds. Those
+    // above the head's stamp (all when there is no head) are visible.
+    edits: Vec<(Stamp, StrEdit<SmallBytes>)>,
+    /// Stamps of the edits `collect` folded into the head's bytes (or dropped, hidden below
+    /// it): observed, and what a state join uses to drop the other side's unfolded copies.
+    folded: VersionVector,
+    /// The head's bytes with the visible edits applied; empty when no edit is visible.
+    shown: Vec<u8>,
+}
+
+impl StrRare {
+    fn is_blank(&self) -> bool {
+        self.others.is_empty()
+            && self.counter.is_none()
+            && self.edits.is_empty()
+            && self.folded.is_empty()
+    }
 }
 
 /// Size of `StrCrdt`: one inline write (16-byte stamp, 24-byte bytes) plus one pointer.
@@ -103,18 +521,63 @@ impl StrCrdt {
 
     /// Drops the boxed part when it holds nothing.
     fn tidy(&mut self) {
-        if self
-            .rare
-            .as_ref()
-            .is_some_and(|r| r.others.is_empty() && r.counter.is_none())
-        {
+        if self.rare.as_ref().is_some_and(|r| r.is_blank()) {
             self.rare = None;
         }
     }
 
+    /// Index of the first visible edit (those above the head's stamp).
+    fn visible_from(&self) -> usize {
+        let Some(r) = &self.rare else {
+            return 0;
+        };
+        match &self.head {
+            None => 0,
+            Some((h, _)) => r.edits.partition_point(|e| e.0 <= *h),
+        }
+    }
+
+    fn has_visible_edits(&self) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|r| self.visible_from() < r.edits.len())
+    }
+
+    /// Recomputes `shown` from the head's bytes and the visible edits.
+    fn rebuild(&mut self) {
+        let from = self.visible_from();
+        let head = self.head.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
+        let Some(r) = &mut self.rare else {
+            return;
+        };
+        let mut shown = Vec::new();
+        if let Some(visible) = r.edits.get(from..).filter(|v| !v.is_empty()) {
+            shown.extend_from_slice(head);
+            for (_, e) in visible {
+                e.apply_to(&mut shown);
+            }
+        }
+        r.shown = shown;
+    }
+
+    /// The bytes shown before increments: the head's with the visible edits applied; `None`
+    /// when nothing is assigned and no edit is visible.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        if self.has_visible_edits() {
+            return self.rare.as_ref().map(|r| r.shown.as_slice());
+        }
+        self.head.as_ref().map(|(_, b)| b.as_slice())
+    }
+
+    /// Whether unobserved increments change what is shown (an edit then would apply to the
+    /// bytes under them: the server replicates such a write as an assignment instead).
+    pub fn has_live_increments(&self) -> bool {
+        self.counter_ref().is_some_and(|c| !c.is_clear())
+    }
+
     /// The value shown; `None` when nothing is assigned and no increment is unobserved.
     pub fn view(&self) -> Option<StrView<'_>> {
-        let bytes = self.head.as_ref().map(|(_, b)| b.as_slice());
+        let bytes = self.bytes();
         let counter = match self.counter_ref() {
             Some(c) if !c.is_clear() => c,
             _ => return bytes.map(StrView::Bytes),
@@ -145,16 +608,28 @@ impl StrCrdt {
         }
     }
 
-    /// Removes the assigned writes covered by `stamps` and resets the increments in `incs`.
+    /// Removes the assigned writes and edits covered by `stamps` (the folded edits with the
+    /// head they are in) and resets the increments in `incs`.
     pub fn remove(&mut self, stamps: &VersionVector, incs: &[(ReplicaId, IncTotals)]) {
+        let mut changed = false;
         if let Some(r) = &mut self.rare {
             r.others.retain(|w| !stamps.covers(w.0));
+            let n = r.edits.len();
+            r.edits.retain(|e| !stamps.covers(e.0));
+            changed = n != r.edits.len();
+            if !r.folded.is_empty() && stamps.dominates(&r.folded) {
+                r.folded = VersionVector::new();
+            }
         }
         if self.head.as_ref().is_some_and(|w| stamps.covers(w.0)) {
             self.head = self.rare.as_mut().and_then(|r| r.others.pop());
+            changed = true;
         }
         if !incs.is_empty() {
             self.counter_mut().reset(incs);
+        }
+        if changed {
+            self.rebuild();
         }
         self.tidy();
     }
@@ -162,13 +637,14 @@ impl StrCrdt {
     /// Adds the assigned write `stamp` (the caller has applied the write's removals).
     /// Returns false when a write with that stamp is held already.
     pub fn assign(&mut self, stamp: Stamp, value: &[u8]) -> bool {
-        if self.writes().any(|(s, _)| *s == stamp) {
+        if self.holds(stamp) {
             return false;
         }
         let new = (stamp, SmallBytes::copy_from(value));
         let below = match self.head.take() {
             None => {
                 self.head = Some(new);
+                self.rebuild();
                 return true;
             }
             Some(head) if head.0 < stamp => {
@@ -183,7 +659,48 @@ impl StrCrdt {
         let others = &mut self.rare.get_or_insert_with(Box::default).others;
         let i = others.partition_point(|w| w.0 < below.0);
         others.insert(i, below);
+        self.rebuild();
         true
+    }
+
+    /// Whether the write `stamp` (an assignment or an edit, folded or not) is held.
+    pub fn holds(&self, stamp: Stamp) -> bool {
+        self.writes().any(|(s, _)| *s == stamp)
+            || self.rare.as_ref().is_some_and(|r| {
+                r.folded.covers(stamp) || r.edits.binary_search_by_key(&stamp, |e| e.0).is_ok()
+            })
+    }
+
+    /// Adds the edit `stamp` (the caller has applied the key's removals); false for a
+    /// duplicate. An edit above every write held (the usual case: a local edit, or one
+    /// delivered in stamp order) is applied to the bytes shown in place; another one
+    /// rebuilds them from the head.
+    pub fn edit<B: AsRef<[u8]>>(&mut self, stamp: Stamp, edit: &StrEdit<B>) -> bool {
+        if self.holds(stamp) {
+            return false;
+        }
+        let above_head = self.head.as_ref().is_none_or(|(h, _)| *h < stamp);
+        let had_visible = self.has_visible_edits();
+        let head_bytes = self.head.as_ref().map(|(_, b)| b.as_slice());
+        let r = self.rare.get_or_insert_with(Box::default);
+        let i = r.edits.partition_point(|e| e.0 < stamp);
+        let last = i == r.edits.len();
+        r.edits.insert(i, (stamp, edit.to_small()));
+        if above_head && last {
+            if !had_visible {
+                r.shown.clear();
+                r.shown.extend_from_slice(head_bytes.unwrap_or_default());
+            }
+            edit.apply_to(&mut r.shown);
+        } else if above_head {
+            self.rebuild();
+        }
+        true
+    }
+
+    /// The edits held, not folded, in stamp order (visible ones above the head's stamp).
+    pub fn edits(&self) -> impl Iterator<Item = &(Stamp, StrEdit<SmallBytes>)> + '_ {
+        self.rare.iter().flat_map(|r| r.edits.iter())
     }
 
     /// Applies one increment; false for a duplicate.
@@ -206,20 +723,46 @@ impl StrCrdt {
 
     /// Whether the value shows anything.
     pub fn is_live(&self) -> bool {
-        self.head.is_some() || self.counter_ref().is_some_and(|c| !c.is_clear())
+        self.head.is_some()
+            || self.has_visible_edits()
+            || self.counter_ref().is_some_and(|c| !c.is_clear())
     }
 
-    /// The highest stamp among assigned writes and unobserved increments.
+    /// The highest stamp among assigned writes, visible and folded edits and unobserved
+    /// increments.
     pub fn live_stamp(&self) -> Option<Stamp> {
         let r = self.head.as_ref().map(|(s, _)| *s);
+        let e = self
+            .rare
+            .as_ref()
+            .and_then(|x| x.edits.last())
+            .map(|e| e.0)
+            .filter(|_| self.has_visible_edits());
+        // Edits folded into the head's bytes keep their place in the type-conflict order.
+        let f = self
+            .rare
+            .as_ref()
+            .filter(|_| self.head.is_some())
+            .and_then(|x| {
+                x.folded
+                    .iter()
+                    .map(|(replica, hlc)| Stamp { hlc, replica })
+                    .max()
+            });
         let c = self.counter_ref().and_then(|c| c.live_stamp());
-        r.max(c)
+        r.max(e).max(f).max(c)
     }
 
-    /// Adds the stamps held (writes, last increment per origin) to `vv`.
+    /// Adds the stamps held (writes, edits, folded edits, last increment per origin) to `vv`.
     pub fn observe_into(&self, vv: &mut VersionVector) {
         for (s, _) in self.writes() {
             vv.observe(*s);
+        }
+        if let Some(r) = &self.rare {
+            for (s, _) in &r.edits {
+                vv.observe(*s);
+            }
+            vv.merge(&r.folded);
         }
         if let Some(c) = self.counter_ref() {
             for s in c.last_stamps() {
@@ -228,17 +771,53 @@ impl StrCrdt {
         }
     }
 
-    /// Whether a cleared counter (pure metadata) is held.
+    /// Whether a cleared counter (pure metadata) or unfolded edits (for `collect` to fold)
+    /// are held.
     pub fn has_metadata(&self) -> bool {
         self.counter_ref().is_some_and(|c| c.is_clear())
+            || self.rare.as_ref().is_some_and(|r| !r.edits.is_empty())
     }
 
-    /// State join: the union of the assigned writes (one per stamp) and the join of the
-    /// counters (`Counter::merge`). A write held on one side only may have been removed on the
-    /// other: the caller then applies `remove` with each side's removal contexts (as
-    /// `KeyState::merge` does). Commutative, associative, idempotent.
+    /// State join: the union of the assigned writes (one per stamp), of the edits and of the
+    /// folded stamps (an edit one side folded goes from the other's edits), and the join of
+    /// the counters (`Counter::merge`). A write held on one side only may have been removed
+    /// on the other: the caller then applies `remove` with each side's removal contexts (as
+    /// `KeyState::merge` does). The head's bytes differ between sides when one folded more
+    /// edits into them: the side whose `folded` dominates gives them (sides of one history
+    /// fold prefixes of one stamp order, so one does; otherwise the greater bytes, for a
+    /// deterministic join). Commutative, associative, idempotent.
     pub fn merge(&mut self, other: &StrCrdt) {
+        let my_folded = self
+            .rare
+            .as_ref()
+            .map(|r| r.folded.clone())
+            .unwrap_or_default();
+        let their_folded = other
+            .rare
+            .as_ref()
+            .map(|r| r.folded.clone())
+            .unwrap_or_default();
+        let theirs_first = match (&self.head, &other.head) {
+            (Some((a, x)), Some((b, y))) if a == b && x != y => {
+                match (
+                    their_folded.dominates(&my_folded),
+                    my_folded.dominates(&their_folded),
+                ) {
+                    (true, false) => true,
+                    (false, true) => false,
+                    _ => y > x,
+                }
+            }
+            _ => false,
+        };
         let mut all: Vec<(Stamp, SmallBytes)> = Vec::new();
+        let theirs = other
+            .writes()
+            .map(|(s, b)| (*s, SmallBytes::copy_from(b)))
+            .collect::<Vec<_>>();
+        if theirs_first {
+            all.extend(theirs.iter().cloned());
+        }
         let mine = self.head.take().into_iter().chain(
             self.rare
                 .as_mut()
@@ -246,15 +825,29 @@ impl StrCrdt {
                 .unwrap_or_default(),
         );
         all.extend(mine);
-        for (s, b) in other.writes() {
-            all.push((*s, SmallBytes::copy_from(b)));
+        if !theirs_first {
+            all.extend(theirs);
         }
-        // Sorted by stamp; a stamp held on both sides names the same write: keep one.
+        // Sorted by stamp (stable: the chosen side first); a stamp held on both sides names
+        // the same write: keep one.
         all.sort_by_key(|w| w.0);
         all.dedup_by_key(|w| w.0);
         self.head = all.pop();
         if !all.is_empty() {
             self.rare.get_or_insert_with(Box::default).others = all;
+        }
+        if let Some(o) = &other.rare {
+            if !o.edits.is_empty() || !o.folded.is_empty() {
+                let r = self.rare.get_or_insert_with(Box::default);
+                r.folded.merge(&o.folded);
+                r.edits.extend(o.edits.iter().cloned());
+                r.edits.sort_by_key(|e| e.0);
+                r.edits.dedup_by_key(|e| e.0);
+            }
+        }
+        if let Some(r) = &mut self.rare {
+            let folded = &r.folded;
+            r.edits.retain(|e| !folded.covers(e.0));
         }
         if let Some(c) = other.counter_ref() {
             match self.rare.as_mut().and_then(|r| r.counter.as_mut()) {
@@ -262,18 +855,22 @@ impl StrCrdt {
                 None => self.rare.get_or_insert_with(Box::default).counter = Some(c.clone()),
             }
         }
+        self.rebuild();
         self.tidy();
     }
 
     /// Keeps the assigned writes whose stamp `keep` accepts (the state join with a floor drops
     /// those the other side had delivered and no longer holds).
+    /// Edits too.
     pub(crate) fn retain_writes(&mut self, keep: impl Fn(Stamp) -> bool) {
         if let Some(r) = &mut self.rare {
             r.others.retain(|w| keep(w.0));
+            r.edits.retain(|e| keep(e.0));
         }
         if self.head.as_ref().is_some_and(|w| !keep(w.0)) {
             self.head = self.rare.as_mut().and_then(|r| r.others.pop());
         }
+        self.rebuild();
         self.tidy();
     }
 
@@ -302,6 +899,60 @@ impl StrCrdt {
                 c.encode_state(out);
             }
         }
+    }
+
+    /// Whether edits or folded stamps are held: `encode_state` leaves them out, and
+    /// `encode_edits` follows it (under its own value tag, so older states still decode).
+    pub fn has_edits(&self) -> bool {
+        self.rare
+            .as_ref()
+            .is_some_and(|r| !r.edits.is_empty() || !r.folded.is_empty())
+    }
+
+    /// Appends the edits (count, then stamp and `encode_edit` each, in stamp order) and the
+    /// folded stamps.
+    pub fn encode_edits(&self, out: &mut Vec<u8>) {
+        let edits = self.rare.as_ref().map_or(&[][..], |r| r.edits.as_slice());
+        codec::put_varint(out, edits.len() as u64);
+        for (s, e) in edits {
+            codec::put_stamp(out, *s);
+            encode_edit(e, out);
+        }
+        match &self.rare {
+            Some(r) => codec::put_vv(out, &r.folded),
+            None => codec::put_vv(out, &VersionVector::new()),
+        }
+    }
+
+    /// Decodes what `encode_edits` wrote into `self` (decoded by `decode_state`). Edits out
+    /// of stamp order or repeated, named by a write's stamp or covered by the folded stamps,
+    /// or none at all, are `Invalid`.
+    pub fn decode_edits(&mut self, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        let n = r.count("string edits")?;
+        let mut edits: Vec<(Stamp, StrEdit<SmallBytes>)> = Vec::with_capacity(codec::prealloc(n));
+        for _ in 0..n {
+            let s = r.stamp()?;
+            let e = decode_edit(r)?.to_small();
+            if edits.last().is_some_and(|x| x.0 >= s) {
+                return Err(DecodeError::Invalid("string edits not sorted"));
+            }
+            if self.writes().any(|(w, _)| *w == s) {
+                return Err(DecodeError::Invalid("string edit named by a write"));
+            }
+            edits.push((s, e));
+        }
+        let folded = r.vv_strict()?;
+        if edits.iter().any(|e| folded.covers(e.0)) {
+            return Err(DecodeError::Invalid("string edit folded"));
+        }
+        if edits.is_empty() && folded.is_empty() {
+            return Err(DecodeError::Invalid("string edits section empty"));
+        }
+        let x = self.rare.get_or_insert_with(Box::default);
+        x.edits = edits;
+        x.folded = folded;
+        self.rebuild();
+        Ok(())
     }
 
     /// Decodes what `encode_state` wrote. Concurrent writes out of stamp order, repeated, at
@@ -337,19 +988,73 @@ impl StrCrdt {
         };
         let mut s = StrCrdt { head, rare: None };
         if !others.is_empty() || counter.is_some() {
-            s.rare = Some(Box::new(StrRare { others, counter }));
+            s.rare = Some(Box::new(StrRare {
+                others,
+                counter,
+                ..StrRare::default()
+            }));
         }
         Ok(s)
     }
 
-    /// Drops a cleared counter (only safe when no replica can still send increments or
-    /// removals referring to its totals: no peers).
+    /// Drops a cleared counter and folds every edit into the head's bytes, the head named by
+    /// the highest stamp held (only safe when no replica can still send writes, increments or
+    /// removals referring to them: no peers).
     pub fn collect_all(&mut self) {
+        if self.has_edits() {
+            let visible = self.has_visible_edits();
+            let top = self.edits().last().map(|e| e.0);
+            let head = self.head.take();
+            if let Some(r) = &mut self.rare {
+                let stamp = head.as_ref().map(|h| h.0).max(top);
+                let bytes = match head {
+                    Some((_, b)) if !visible => b,
+                    _ => SmallBytes::from_vec(std::mem::take(&mut r.shown)),
+                };
+                self.head = stamp.map(|s| (s, bytes));
+                r.edits = Vec::new();
+                r.folded = VersionVector::new();
+                r.shown = Vec::new();
+            }
+        }
         if let Some(r) = &mut self.rare {
             if r.counter.as_ref().is_some_and(|c| c.is_clear()) {
                 r.counter = None;
             }
         }
+        self.tidy();
+    }
+
+    /// Folds the causally stable edits into the head's bytes: once `everywhere` (delivered at
+    /// every replica, each having applied here everything it issued before) covers the head
+    /// and a prefix of the edits in stamp order, every write concurrent with or before them
+    /// is held here and every later one follows them, so their effect on the bytes is final.
+    /// Their stamps stay in `folded`. A string with no head takes one named by the last
+    /// folded edit.
+    pub fn collect(&mut self, everywhere: &VersionVector) {
+        if self.head.as_ref().is_some_and(|h| !everywhere.covers(h.0)) {
+            return;
+        }
+        let Some(r) = &mut self.rare else {
+            return;
+        };
+        let k = r.edits.partition_point(|e| everywhere.covers(e.0));
+        if k == 0 {
+            return;
+        }
+        let head_stamp = self.head.as_ref().map(|h| h.0);
+        let mut bytes = self.head.as_ref().map(|h| h.1.to_vec()).unwrap_or_default();
+        let mut last = None;
+        for (s, e) in r.edits.drain(..k) {
+            if head_stamp.is_none_or(|h| h < s) {
+                e.apply_to(&mut bytes);
+            }
+            r.folded.observe(s);
+            last = Some(s);
+        }
+        let stamp = head_stamp.or(last);
+        self.head = stamp.map(|s| (s, SmallBytes::from_vec(bytes)));
+        self.rebuild();
         self.tidy();
     }
 }
@@ -466,5 +1171,232 @@ mod tests {
         s.assign(st(1, 1), b"9223372036854775800");
         s.incr(st(2, 2), &Delta::Int(100));
         assert_eq!(s.view(), Some(StrView::Int(i64::MAX)));
+    }
+
+    fn app(b: &[u8]) -> StrEdit<&[u8]> {
+        StrEdit::Append(b)
+    }
+
+    fn bit(offset: u64, on: bool) -> StrEdit<&'static [u8]> {
+        StrEdit::SetBits {
+            offset,
+            width: 1,
+            value: u64::from(on),
+        }
+    }
+
+    fn shown(s: &StrCrdt) -> Vec<u8> {
+        s.view().map(|v| v.to_bytes()).unwrap_or_default()
+    }
+
+    #[test]
+    fn edits_apply_in_stamp_order_whatever_the_arrival_order() {
+        let mut a = StrCrdt::new();
+        a.assign(st(1, 1), b"ab");
+        let mut b = a.clone();
+        // Two sites append concurrently: both survive, the lower stamp first.
+        assert!(a.edit(st(2, 1), &app(b"X")));
+        assert!(a.edit(st(3, 2), &app(b"Y")));
+        assert!(b.edit(st(3, 2), &app(b"Y")));
+        assert!(b.edit(st(2, 1), &app(b"X")));
+        assert!(!b.edit(st(2, 1), &app(b"X")));
+        assert_eq!(shown(&a), b"abXY");
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn concurrent_setbits_of_different_bits_both_survive() {
+        let mut a = StrCrdt::new();
+        a.assign(st(1, 1), b"\x00");
+        let mut b = a.clone();
+        a.edit(st(2, 1), &bit(0, true));
+        b.edit(st(3, 2), &bit(15, true));
+        a.edit(st(3, 2), &bit(15, true));
+        b.edit(st(2, 1), &bit(0, true));
+        assert_eq!(shown(&a), b"\x80\x01");
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn set_concurrent_with_an_edit_is_ordered_by_stamp() {
+        // The edit's stamp is above the SET's: it applies to the SET's bytes.
+        let mut s = StrCrdt::new();
+        s.assign(st(1, 1), b"old");
+        s.edit(st(3, 2), &app(b"+"));
+        s.assign(st(2, 1), b"new");
+        assert_eq!(shown(&s), b"new+");
+        // The SET's stamp is above: it wins, the edit stays held (hidden).
+        let mut t = StrCrdt::new();
+        t.assign(st(1, 1), b"old");
+        t.edit(st(2, 2), &app(b"+"));
+        t.assign(st(3, 1), b"new");
+        assert_eq!(shown(&t), b"new");
+        assert_eq!(t.edits().count(), 1);
+        // Removing the SET alone shows the edit on the next write again.
+        let mut seen = VersionVector::new();
+        seen.observe(st(3, 1));
+        t.remove(&seen, &[]);
+        assert_eq!(shown(&t), b"+");
+    }
+
+    #[test]
+    fn setrange_and_bits_pad_with_zeroes() {
+        let mut v = b"ab".to_vec();
+        StrEdit::SetRange {
+            offset: 4,
+            bytes: &b"cd"[..],
+        }
+        .apply_to(&mut v);
+        assert_eq!(v, b"ab\0\0cd");
+        StrEdit::<&[u8]>::SetBits {
+            offset: 60,
+            width: 8,
+            value: 0xff,
+        }
+        .apply_to(&mut v);
+        assert_eq!(v, b"ab\0\0cd\0\x0f\xf0");
+        StrEdit::SetRange {
+            offset: 100,
+            bytes: &b""[..],
+        }
+        .apply_to(&mut v);
+        assert_eq!(v.len(), 9);
+    }
+
+    #[test]
+    fn collect_folds_stable_edits_and_joins_with_unfolded_copies() {
+        let mut a = StrCrdt::new();
+        a.assign(st(1, 1), b"a");
+        a.edit(st(2, 1), &app(b"b"));
+        a.edit(st(3, 2), &app(b"c"));
+        let unfolded = a.clone();
+        let mut stable = VersionVector::new();
+        stable.observe(st(2, 1));
+        a.collect(&stable);
+        // The head and the first edit are stable: folded; the second stays an edit.
+        assert_eq!(a.edits().count(), 1);
+        assert_eq!(shown(&a), b"abc");
+        assert!(a.holds(st(2, 1)));
+        assert!(!a.edit(st(2, 1), &app(b"b")));
+        stable.observe(st(3, 2));
+        a.collect(&stable);
+        assert_eq!(a.edits().count(), 0);
+        assert!(!a.has_metadata());
+        assert_eq!(a.live_stamp(), Some(st(3, 2)));
+        let mut ab = a.clone();
+        ab.merge(&unfolded);
+        let mut ba = unfolded.clone();
+        ba.merge(&a);
+        assert_eq!(ab, ba);
+        assert_eq!(ab, a);
+        assert_eq!(shown(&ab), b"abc");
+        let mut out = Vec::new();
+        a.encode_state(&mut out);
+        a.encode_edits(&mut out);
+        let mut r = Reader::new(&out);
+        let mut back = StrCrdt::decode_state(&mut r).unwrap();
+        back.decode_edits(&mut r).unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(back, a);
+        // With no peers everything folds into one write.
+        let mut solo = unfolded.clone();
+        solo.collect_all();
+        assert_eq!(shown(&solo), b"abc");
+        assert_eq!(solo.rare, None);
+    }
+
+    #[test]
+    fn edit_codec_round_trips_and_refuses_bad_input() {
+        let edits: [StrEdit<&[u8]>; 4] = [
+            StrEdit::Append(b"xyz"),
+            StrEdit::SetRange {
+                offset: 300,
+                bytes: b"q",
+            },
+            StrEdit::SetBits {
+                offset: 7,
+                width: 64,
+                value: u64::MAX,
+            },
+            StrEdit::IncrBits {
+                offset: 3,
+                width: 63,
+                signed: false,
+                incr: -5,
+                overflow: BitOverflow::Sat,
+            },
+        ];
+        for e in &edits {
+            let mut out = Vec::new();
+            encode_edit(e, &mut out);
+            let mut r = Reader::new(&out);
+            assert_eq!(&decode_edit(&mut r).unwrap(), e);
+            assert!(r.is_at_end());
+            for cut in 0..out.len() {
+                assert!(decode_edit(&mut Reader::new(&out[..cut])).is_err());
+            }
+        }
+        let mut wide = Vec::new();
+        encode_edit::<&[u8]>(
+            &StrEdit::SetBits {
+                offset: 0,
+                width: 3,
+                value: 8,
+            },
+            &mut wide,
+        );
+        assert!(decode_edit(&mut Reader::new(&wide)).is_err());
+        let mut far = Vec::new();
+        encode_edit(
+            &StrEdit::SetRange {
+                offset: STR_EDIT_END_BYTES_MAX,
+                bytes: &b"x"[..],
+            },
+            &mut far,
+        );
+        assert!(decode_edit(&mut Reader::new(&far)).is_err());
+        assert!(decode_edit(&mut Reader::new(&[9])).is_err());
+    }
+
+    #[test]
+    fn concurrent_bitfield_increments_both_count() {
+        let incr = |n: i64| StrEdit::<&[u8]>::IncrBits {
+            offset: 4,
+            width: 8,
+            signed: true,
+            incr: n,
+            overflow: BitOverflow::Sat,
+        };
+        let mut a = StrCrdt::new();
+        a.assign(st(1, 1), b"\x00\x00");
+        let mut b = a.clone();
+        a.edit(st(2, 1), &incr(100));
+        a.edit(st(3, 2), &incr(100));
+        b.edit(st(3, 2), &incr(100));
+        b.edit(st(2, 1), &incr(100));
+        assert_eq!(a, b);
+        // 100 + 100 saturates at 127: 0x7f from bit 4.
+        assert_eq!(shown(&a), b"\x07\xf0");
+        let mut fail = b"\x07\xf0".to_vec();
+        StrEdit::<&[u8]>::IncrBits {
+            offset: 4,
+            width: 8,
+            signed: true,
+            incr: 1,
+            overflow: BitOverflow::Fail,
+        }
+        .apply_to(&mut fail);
+        assert_eq!(fail, b"\x07\xf0");
+        assert_eq!(bitfield_incr(250, 8, false, 10, BitOverflow::Wrap), Some(4));
+        assert_eq!(bitfield_incr(5, 8, false, -10, BitOverflow::Sat), Some(0));
+        assert_eq!(
+            bitfield_incr(0x78, 8, true, 10, BitOverflow::Wrap),
+            Some(0x82)
+        );
+        assert_eq!(bitfield_incr(0x78, 8, true, 10, BitOverflow::Fail), None);
+        assert_eq!(
+            signed_overflow(i64::MAX, 1, 64, BitOverflow::Wrap),
+            (1, i64::MIN)
+        );
     }
 }

@@ -18,6 +18,9 @@ const CASES: u32 = 2_000;
 enum Op {
     Set(u8),
     Append(u8),
+    SetRange(u8, u8),
+    SetBit(u8, bool),
+    BitIncr(u8, i8, bool),
     Incr(i8),
     IncrFloat(i8),
     Del,
@@ -30,7 +33,10 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u8..6).prop_map(Op::Set),
-        1 => (0u8..3).prop_map(Op::Append),
+        2 => (0u8..3).prop_map(Op::Append),
+        1 => (0u8..4, 0u8..3).prop_map(|(o, v)| Op::SetRange(o, v)),
+        2 => (0u8..24, any::<bool>()).prop_map(|(b, on)| Op::SetBit(b, on)),
+        2 => (0u8..12, -20i8..20, any::<bool>()).prop_map(|(o, d, sat)| Op::BitIncr(o, d, sat)),
         3 => any::<i8>().prop_map(Op::Incr),
         2 => any::<i8>().prop_map(Op::IncrFloat),
         2 => Just(Op::Del),
@@ -66,6 +72,13 @@ fn run_op(r: &mut Replica, key: &[u8], op: &Op) -> Reply {
     match op {
         Op::Set(v) => r.set(key, format!("{}", i32::from(*v) * 7 - 10).as_bytes()),
         Op::Append(v) => r.append(key, [b"x".as_slice(), b"1", b".5"][usize::from(*v)]),
+        Op::SetRange(o, v) => r.setrange(
+            key,
+            u64::from(*o),
+            [b"y".as_slice(), b"2", b"34"][usize::from(*v)],
+        ),
+        Op::SetBit(b, on) => r.setbit(key, u64::from(*b), *on),
+        Op::BitIncr(o, d, sat) => r.bitincr(key, u64::from(*o), i64::from(*d), *sat),
         Op::Incr(d) => r.incrby(key, i64::from(*d)),
         Op::IncrFloat(d) => r.incrbyfloat(key, &format!("{}", f64::from(*d) / 10.0)),
         Op::Del => r.del(key),
@@ -315,6 +328,76 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
             let n = s.len() as i64;
             m.insert(key.to_vec(), (Model::Str(s), ttl));
             Reply::Int(n)
+        }
+        Op::SetRange(o, v) => {
+            if is_set {
+                return Reply::WrongType;
+            }
+            let mut s = cur_str.unwrap_or_default();
+            let b = [b"y".as_slice(), b"2", b"34"][usize::from(*v)];
+            let off = usize::from(*o);
+            if s.len() < off + b.len() {
+                s.resize(off + b.len(), 0);
+            }
+            s[off..off + b.len()].copy_from_slice(b);
+            let n = s.len() as i64;
+            m.insert(key.to_vec(), (Model::Str(s), ttl));
+            Reply::Int(n)
+        }
+        Op::SetBit(bit, on) => {
+            if is_set {
+                return Reply::WrongType;
+            }
+            let mut s = cur_str.unwrap_or_default();
+            let byte = usize::from(*bit / 8);
+            if s.len() <= byte {
+                s.resize(byte + 1, 0);
+            }
+            let mask = 0x80u8 >> (bit % 8);
+            let old = s[byte] & mask != 0;
+            if *on {
+                s[byte] |= mask;
+            } else {
+                s[byte] &= !mask;
+            }
+            m.insert(key.to_vec(), (Model::Str(s), ttl));
+            Reply::Int(i64::from(old))
+        }
+        Op::BitIncr(o, d, sat) => {
+            if is_set {
+                return Reply::WrongType;
+            }
+            let mut s = cur_str.unwrap_or_default();
+            let off = usize::from(*o);
+            if s.len() * 8 < off + 5 {
+                s.resize((off + 5).div_ceil(8), 0);
+            }
+            // A plain model of a signed 5-bit field: read, add, saturate or fail.
+            let mut raw = 0i64;
+            for i in off..off + 5 {
+                raw = (raw << 1) | i64::from(s[i / 8] >> (7 - i % 8) & 1);
+            }
+            let old = if raw >= 16 { raw - 32 } else { raw };
+            let sum = old + i64::from(*d);
+            let new = match (sum.clamp(-16, 15) == sum, *sat) {
+                (true, _) => Some(sum),
+                (false, true) => Some(sum.clamp(-16, 15)),
+                (false, false) => None,
+            };
+            if let Some(n) = new {
+                let bits = n & 31;
+                for (j, i) in (off..off + 5).enumerate() {
+                    let bit = (bits >> (4 - j)) & 1;
+                    let mask = 0x80u8 >> (i % 8);
+                    if bit == 1 {
+                        s[i / 8] |= mask;
+                    } else {
+                        s[i / 8] &= !mask;
+                    }
+                }
+            }
+            m.insert(key.to_vec(), (Model::Str(s), ttl));
+            new.map_or(Reply::Nil, Reply::Int)
         }
         Op::Incr(d) => {
             if is_set {

@@ -74,9 +74,11 @@ fn table7_append_wins_over_concurrent_del() {
     rs[A].append(b"key1", b"hello"); // t3
     rs[B].del(b"key1"); // t4
     net.sync_all(&mut rs); // t5
-    // t6. The seed prints "value1 hello"; APPEND adds no space, so the value is "value1hello".
+    // t6. The seed, replicating APPEND as the whole value, prints "value1 hello". An APPEND is
+    // an edit here (docs/conflicts.md §1.1): the DEL removed "value1", which it had seen, and
+    // what the APPEND added survives.
     for r in &rs {
-        assert_eq!(r.get(b"key1"), bulk("value1hello"));
+        assert_eq!(r.get(b"key1"), bulk("hello"));
     }
 }
 
@@ -269,5 +271,35 @@ fn s12_1_hidden_value_survives_until_observed() {
     net.sync_all(&mut rs);
     for r in &rs {
         assert_eq!(r.get(b"k"), Reply::Nil);
+    }
+}
+
+/// docs/conflicts.md §1.1, first table: concurrent APPENDs both survive, in stamp order.
+#[test]
+fn concurrent_appends_both_survive() {
+    let (mut rs, mut net) = pair();
+    rs[A].set(b"key1", b"ab"); // t1
+    net.sync_all(&mut rs); // t2
+    rs[A].now_ms += 10;
+    rs[B].now_ms += 20;
+    assert_eq!(rs[A].append(b"key1", b"X"), Reply::Int(3)); // t3
+    assert_eq!(rs[B].append(b"key1", b"Y"), Reply::Int(3)); // t4
+    net.sync_all(&mut rs); // t5
+    for r in &rs {
+        assert_eq!(r.get(b"key1"), bulk("abXY")); // t6
+    }
+}
+
+/// docs/conflicts.md §1.1, second table: concurrent SETBITs of different bits both survive.
+#[test]
+fn concurrent_setbits_both_survive() {
+    let (mut rs, mut net) = pair();
+    rs[A].setbit(b"bits", 0, true); // t1
+    net.sync_all(&mut rs); // t2
+    rs[A].setbit(b"bits", 15, true); // t3
+    rs[B].setbit(b"bits", 7, true);
+    net.sync_all(&mut rs); // t4
+    for r in &rs {
+        assert_eq!(r.get(b"bits"), Reply::Bulk(b"\x81\x01".to_vec())); // t5
     }
 }

@@ -33,6 +33,8 @@ const CASES: u32 = 600;
 enum Op {
     Set(u8),
     Append(u8),
+    SetBit(u8, bool),
+    BitIncr(u8, i8),
     Incr(i8),
     IncrFloat(i8),
     Del,
@@ -60,7 +62,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u8..6).prop_map(Op::Set),
-        1 => (0u8..3).prop_map(Op::Append),
+        2 => (0u8..3).prop_map(Op::Append),
+        2 => (0u8..24, any::<bool>()).prop_map(|(b, on)| Op::SetBit(b, on)),
+        1 => (0u8..12, -20i8..20).prop_map(|(o, d)| Op::BitIncr(o, d)),
         3 => any::<i8>().prop_map(Op::Incr),
         1 => any::<i8>().prop_map(Op::IncrFloat),
         2 => Just(Op::Del),
@@ -141,6 +145,8 @@ fn run_op(r: &mut Replica, key: &[u8], op: &Op, delivered: &VersionVector) -> Re
     match op {
         Op::Set(v) => r.set(key, format!("{}", i32::from(*v) * 7 - 10).as_bytes()),
         Op::Append(v) => r.append(key, [b"x".as_slice(), b"1", b".5"][usize::from(*v)]),
+        Op::SetBit(b, on) => r.setbit(key, u64::from(*b), *on),
+        Op::BitIncr(o, d) => r.bitincr(key, u64::from(*o), i64::from(*d), true),
         Op::Incr(d) => r.incrby(key, i64::from(*d)),
         Op::IncrFloat(d) => r.incrbyfloat(key, &format!("{}", f64::from(*d) / 10.0)),
         Op::Del => r.del(key),

@@ -400,6 +400,7 @@ impl Shard {
             Effect::Assign { observed, .. } | Effect::Remove { observed } => &mut observed.stamps,
             Effect::Expire { observed, .. } | Effect::SetRem { observed, .. } => observed,
             Effect::Incr { .. }
+            | Effect::StrEdit(_)
             | Effect::SetAdd { .. }
             | Effect::Hash(_)
             | Effect::ZSet(_)

@@ -17,7 +17,9 @@
 use std::collections::VecDeque;
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_dec, put_observed, put_u8, put_vv};
-use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, stream, zset};
+use meridian_crdt::{
+    Delta, Effect, Expire, Hlc, ReplicaId, Stamp, StrEdit, hash, hll, list, stream, zset,
+};
 
 /// Size at which the current chunk is sealed and a new one started.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -295,6 +297,7 @@ const TAG_SPUBLISH: u8 = 12;
 const TAG_LIBRARY_SET: u8 = 13;
 const TAG_LIBRARY_DEL: u8 = 14;
 const TAG_STREAM: u8 = 15;
+const TAG_STR_EDIT: u8 = 16;
 /// Bytes of a record body before `db`: `seq:u64 hlc:u64 origin:u32` (the wire form keeps hlc).
 const SEQ_HLC_ORIGIN_BYTES: usize = 20;
 
@@ -332,6 +335,10 @@ pub fn encode<B: AsRef<[u8]>>(
                     put_dec(out, d);
                 }
             }
+        }
+        Effect::StrEdit(edit) => {
+            put_u8(out, TAG_STR_EDIT);
+            meridian_crdt::string::encode_edit(edit, out);
         }
         Effect::Remove { observed } => {
             put_u8(out, TAG_REMOVE);
@@ -687,6 +694,35 @@ fn decode_tail(
         TAG_REMOVE => Effect::Remove {
             observed: b.observed()?,
         },
+        TAG_STR_EDIT => Effect::StrEdit(match meridian_crdt::string::decode_edit(b)? {
+            StrEdit::Append(x) => StrEdit::Append(x.to_vec()),
+            StrEdit::SetRange { offset, bytes } => StrEdit::SetRange {
+                offset,
+                bytes: bytes.to_vec(),
+            },
+            StrEdit::SetBits {
+                offset,
+                width,
+                value,
+            } => StrEdit::SetBits {
+                offset,
+                width,
+                value,
+            },
+            StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            } => StrEdit::IncrBits {
+                offset,
+                width,
+                signed,
+                incr,
+                overflow,
+            },
+        }),
         TAG_EXPIRE => {
             let expire = match b.u8()? {
                 0 => Expire::Persist,
@@ -835,9 +871,32 @@ mod tests {
         ]
     }
 
+    /// String edits, one per kind (not in `effects`: the wire tests count those).
+    fn edits() -> Vec<Effect<Vec<u8>>> {
+        vec![
+            Effect::StrEdit(StrEdit::Append(b"tail".to_vec())),
+            Effect::StrEdit(StrEdit::SetRange {
+                offset: 1 << 20,
+                bytes: b"r".to_vec(),
+            }),
+            Effect::StrEdit(StrEdit::SetBits {
+                offset: 9,
+                width: 5,
+                value: 0x1f,
+            }),
+            Effect::StrEdit(StrEdit::IncrBits {
+                offset: 17,
+                width: 64,
+                signed: true,
+                incr: i64::MIN,
+                overflow: meridian_crdt::BitOverflow::Fail,
+            }),
+        ]
+    }
+
     #[test]
     fn every_effect_round_trips() {
-        for (i, e) in effects().into_iter().enumerate() {
+        for (i, e) in effects().into_iter().chain(edits()).enumerate() {
             let mut buf = Vec::new();
             encode(&mut buf, ReplicaId(7), i as u64 + 1, Hlc(99), 3, b"key", &e);
             let (rec, used) = decode(&buf).unwrap();

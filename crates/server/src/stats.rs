@@ -224,7 +224,7 @@ pub const EFFECT_KIND_NAMES: [&str; EFFECT_KINDS] = [
 pub fn effect_kind<B: AsRef<[u8]>>(effect: &meridian_crdt::Effect<B>) -> usize {
     use meridian_crdt::Effect;
     match effect {
-        Effect::Assign { .. } | Effect::Incr { .. } => 0,
+        Effect::Assign { .. } | Effect::Incr { .. } | Effect::StrEdit(_) => 0,
         Effect::Remove { .. } => 1,
         Effect::Expire { .. } => 2,
         Effect::SetAdd { .. } | Effect::SetRem { .. } => 3,

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 
 use meridian_crdt::key::Applied;
 use meridian_crdt::op::Effect;
-use meridian_crdt::string::parse_i64_redis;
-use meridian_crdt::{Dec, Delta, Expire, HlcClock, KeyState, ReplicaId, Stamp, StrView, TypeTag};
+use meridian_crdt::string::{bitfield_incr, parse_i64_redis, read_bits, sign_extend};
+use meridian_crdt::{
+    BitOverflow, Dec, Delta, Expire, HlcClock, KeyState, ReplicaId, Stamp, StrEdit, StrView,
+    TypeTag,
+};
 
 #[derive(Clone, Debug)]
 pub struct Msg {
@@ -129,7 +132,101 @@ impl Replica {
         let mut v = k.view_str().map(|v| v.to_bytes()).unwrap_or_default();
         v.extend_from_slice(suffix);
         let len = v.len() as i64;
-        let e = k.assign_effect(v, true);
+        // As the server: an edit where one shows what Redis shows, else the whole value.
+        let e = match k.edit_effect(StrEdit::Append(suffix.to_vec())) {
+            Some(e) => e,
+            None => k.assign_effect(v, true),
+        };
+        self.issue(key, e);
+        Reply::Int(len)
+    }
+
+    /// SETRANGE (a non-empty `bytes`), as the server replicates it.
+    pub fn setrange(&mut self, key: &[u8], offset: u64, bytes: &[u8]) -> Reply {
+        self.edit(
+            key,
+            StrEdit::SetRange {
+                offset,
+                bytes: bytes.to_vec(),
+            },
+        )
+    }
+
+    /// SETBIT, as the server replicates it; replies with the bit's old value.
+    pub fn setbit(&mut self, key: &[u8], bit: u64, on: bool) -> Reply {
+        let k = self.key(key);
+        if k.type_tag().is_some_and(|t| t != TypeTag::String) {
+            return Reply::WrongType;
+        }
+        let v = k.view_str().map(|v| v.to_bytes()).unwrap_or_default();
+        let old = v
+            .get(usize::try_from(bit / 8).unwrap())
+            .is_some_and(|b| b & (0x80 >> (bit % 8)) != 0);
+        self.edit(
+            key,
+            StrEdit::SetBits {
+                offset: bit,
+                width: 1,
+                value: u64::from(on),
+            },
+        );
+        Reply::Int(i64::from(old))
+    }
+
+    /// BITFIELD INCRBY of one signed 5-bit field, as the server replicates it (the increment
+    /// itself); replies the new value, or nil when it overflows under FAIL.
+    pub fn bitincr(&mut self, key: &[u8], offset: u64, incr: i64, sat: bool) -> Reply {
+        self.clear_orphans(key);
+        let k = self.key(key);
+        if k.type_tag().is_some_and(|t| t != TypeTag::String) {
+            return Reply::WrongType;
+        }
+        let overflow = if sat {
+            BitOverflow::Sat
+        } else {
+            BitOverflow::Fail
+        };
+        let v = k.view_str().map(|v| v.to_bytes()).unwrap_or_default();
+        let old = read_bits(&v, offset, 5);
+        let reply = match bitfield_incr(old, 5, true, incr, overflow) {
+            Some(n) => Reply::Int(sign_extend(n, 5)),
+            None => Reply::Nil,
+        };
+        let edit = StrEdit::IncrBits {
+            offset,
+            width: 5,
+            signed: true,
+            incr,
+            overflow,
+        };
+        let mut nv = v.clone();
+        edit.apply_to(&mut nv);
+        if k.is_empty() {
+            let e = k.assign_effect(nv, false);
+            self.issue(key, e);
+        } else if nv != v {
+            let e = match k.edit_effect(edit) {
+                Some(e) => e,
+                None => k.assign_effect(nv, true),
+            };
+            self.issue(key, e);
+        }
+        reply
+    }
+
+    fn edit(&mut self, key: &[u8], edit: StrEdit<Vec<u8>>) -> Reply {
+        self.clear_orphans(key);
+        let k = self.key(key);
+        if k.type_tag().is_some_and(|t| t != TypeTag::String) {
+            return Reply::WrongType;
+        }
+        let mut v = k.view_str().map(|v| v.to_bytes()).unwrap_or_default();
+        edit.apply_to(&mut v);
+        let len = v.len() as i64;
+        let e = match k.edit_effect(edit) {
+            Some(e) => e,
+            None => k.assign_effect(v, true),
+        };
         self.issue(key, e);
         Reply::Int(len)
     }

@@ -12,6 +12,7 @@
 //! - `connection`: PING ECHO HELLO QUIT RESET SELECT.
 //! - `client`: CLIENT and its subcommands.
 //! - `string`: GET SET ... INCRBYFLOAT.
+//! - `bitmap`: SETBIT GETBIT BITCOUNT BITPOS BITOP BITFIELD BITFIELD_RO.
 //! - `list`: LPUSH RPUSH ... LPOS LMOVE RPOPLPUSH LMPOP.
 //! - `hash`: HSET HGET HDEL ... HINCRBYFLOAT HRANDFIELD HSCAN.
 //! - `keys`: DEL EXISTS TYPE KEYS SCAN ... OBJECT, expiry commands.
@@ -37,6 +38,7 @@
 
 pub mod acl;
 pub mod args;
+pub mod bitmap;
 pub mod client;
 pub mod cluster;
 pub mod command;
@@ -108,6 +110,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(connection::HANDLERS);
     v.extend_from_slice(client::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
+    v.extend_from_slice(bitmap::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
     v.extend_from_slice(db::HANDLERS);
     v.extend_from_slice(hash::HANDLERS);

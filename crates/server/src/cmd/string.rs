@@ -12,7 +12,10 @@
 //! The GET/SET path stores the argument as is and allocates nothing else; integer values are
 //! rendered on the stack.
 
-use meridian_crdt::{Dec, Delta, Effect, Expire, KeyState, StrView, TypeTag};
+use std::borrow::Cow;
+
+use meridian_crdt::string::STR_EDIT_END_BYTES_MAX;
+use meridian_crdt::{Dec, Delta, Effect, Expire, KeyState, StrEdit, StrView, TypeTag};
 
 use super::args::{LongDouble, eq_ic, int_arg, parse_i64, parse_long_double};
 use super::{Ctx, Handler};
@@ -54,7 +57,7 @@ fn arg<'a>(argv: &[&'a [u8]], i: usize) -> &'a [u8] {
 }
 
 /// The string a key shows, or WRONGTYPE when it holds another type.
-fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
+pub(super) fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
     // HyperLogLog (cmd/hll.rs): a string to clients, whose bytes are Redis's HYLL encoding.
     if let Some(h) = state.hll() {
         return Ok(StrView::Bytes(h.bytes()));
@@ -66,7 +69,7 @@ fn str_view(state: &KeyState) -> Result<StrView<'_>, CmdError> {
 }
 
 /// Calls `f` with the bytes of `view` (integers rendered on the stack).
-fn with_bytes<R>(view: StrView<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
+pub(super) fn with_bytes<R>(view: StrView<'_>, f: impl FnOnce(&[u8]) -> R) -> R {
     match view {
         StrView::Bytes(b) => f(b),
         StrView::Int(n) => {
@@ -118,7 +121,7 @@ fn exists_for_write(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
 }
 
 /// Assigns `value` to `key`; `keep_ttl` keeps an existing TTL.
-fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: bool) {
+pub(super) fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: bool) {
     // A valid HyperLogLog value makes the key a HyperLogLog, as in Redis (cmd/hll.rs).
     if meridian_crdt::hll::is_valid(value.as_ref()) {
         super::hll::store_string(ctx, key, value.as_ref(), keep_ttl);
@@ -128,6 +131,67 @@ fn assign<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], value: B, keep_ttl: boo
     ctx.shard.write_key(db, key, ctx.now_ms, |state| {
         state.assign_effect(value, keep_ttl)
     });
+}
+
+/// Changes the string `key` shows (it exists: the caller has checked its type and the
+/// length limit) by `edit`, replicated as the edit alone (docs/conflicts.md §1.1) where
+/// `KeyState::can_edit` allows and the key stays a plain string; otherwise as the whole new
+/// value, TTL kept, like `assign` (a value that becomes a valid HyperLogLog turns the key into
+/// one: an edit that would make the first bytes a HyperLogLog's magic goes that way).
+pub(super) fn write_edit(ctx: &mut Ctx<'_>, key: &[u8], edit: StrEdit<Cow<'_, [u8]>>) {
+    let db = ctx.db();
+    let plain = edit.end_bytes() <= STR_EDIT_END_BYTES_MAX
+        && ctx
+            .shard
+            .lookup_quiet(db, key, ctx.now_ms)
+            .is_some_and(|e| match e.state.view_str() {
+                Some(StrView::Bytes(b)) => e.state.can_edit() && edit_keeps_type(b, &edit),
+                _ => false,
+            });
+    if plain {
+        ctx.shard
+            .write_key(db, key, ctx.now_ms, |_| Effect::StrEdit(edit));
+        return;
+    }
+    let mut v = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+        Some(e) => match str_view(&e.state) {
+            Ok(view) => with_bytes(view, <[u8]>::to_vec),
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    edit.apply_to(&mut v);
+    assign(ctx, key, v, true);
+}
+
+/// Whether `edit` on the plain string `b` leaves a plain string: its first 4 bytes, which
+/// decide whether a string is a HyperLogLog ("HYLL"), are not a HyperLogLog's after it (nor
+/// before: such a string is checked whole by `assign`). Only those bytes are computed.
+fn edit_keeps_type<B: AsRef<[u8]>>(b: &[u8], edit: &StrEdit<B>) -> bool {
+    const MAGIC: &[u8] = b"HYLL";
+    if b.starts_with(MAGIC) {
+        return false;
+    }
+    let n = MAGIC.len();
+    let touches = match edit {
+        StrEdit::Append(_) => b.len() < n,
+        StrEdit::SetRange { offset, .. } => *offset < n as u64,
+        StrEdit::SetBits { offset, .. } | StrEdit::IncrBits { offset, .. } => {
+            *offset < n as u64 * 8
+        }
+    };
+    if !touches {
+        return true;
+    }
+    let mut head = b.get(..n).unwrap_or(b).to_vec();
+    match edit {
+        StrEdit::Append(x) => {
+            let x = x.as_ref();
+            head.extend_from_slice(x.get(..n).unwrap_or(x));
+        }
+        _ => edit.apply_to(&mut head),
+    }
+    !head.starts_with(MAGIC)
 }
 
 /// Writes the TTL of `key` (`Expire::Persist` removes it).
@@ -493,29 +557,26 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (key, tail) = (arg(argv, 1), arg(argv, 2));
     let db = ctx.db();
     let max = ctx.shard.config.proto_max_bulk_len;
-    let joined = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+    let len = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
         None => None,
         Some(e) => {
-            let view = str_view(&e.state)?;
-            let len = view_len(view);
+            let len = view_len(str_view(&e.state)?);
             check_string_length(len as u64, tail.len() as u64, max)?;
-            let mut v = Vec::with_capacity(len + tail.len());
-            with_bytes(view, |b| v.extend_from_slice(b));
-            v.extend_from_slice(tail);
-            Some(v)
+            Some(len)
         }
     };
-    let total = match joined {
+    let total = match len {
         None => {
             assign(ctx, key, tail, false);
             tail.len()
         }
-        Some(v) => {
-            let n = v.len();
-            assign(ctx, key, v, true);
+        Some(len) => {
+            // Replicated as the suffix alone: a string built by APPENDs costs the op log
+            // and the peers what was appended, not the whole value each time.
+            write_edit(ctx, key, StrEdit::Append(Cow::Borrowed(tail)));
             // Redis appends to an unshared sds in place: the value reports "raw".
             ctx.shard.mark_raw_encoding(db, key);
-            n
+            len + tail.len()
         }
     };
     ctx.out.int(total as i64);
@@ -603,13 +664,24 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 return Ok(());
             }
             check_string_length(offset, value.len() as u64, max)?;
-            let mut v = Vec::new();
-            with_bytes(view, |b| v.extend_from_slice(b));
-            Some(v)
+            Some(olen)
         }
     };
-    let exists = current.is_some();
-    let mut buf = current.unwrap_or_default();
+    if let Some(olen) = current {
+        let end = offset.saturating_add(value.len() as u64);
+        write_edit(
+            ctx,
+            key,
+            StrEdit::SetRange {
+                offset,
+                bytes: Cow::Borrowed(value),
+            },
+        );
+        ctx.shard.mark_raw_encoding(db, key);
+        ctx.out.int((olen as u64).max(end) as i64);
+        return Ok(());
+    }
+    let mut buf = Vec::new();
     // offset + len fits in proto-max-bulk-len (checked above), hence in usize.
     let off = usize::try_from(offset).map_err(|_| CmdError::StringTooLong)?;
     let end = off + value.len();
@@ -620,7 +692,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         dst.copy_from_slice(value);
     }
     let n = buf.len();
-    assign(ctx, key, buf, exists);
+    assign(ctx, key, buf, false);
     // Redis writes into a fresh or unshared sds: the value reports "raw".
     ctx.shard.mark_raw_encoding(db, key);
     ctx.out.int(n as i64);
