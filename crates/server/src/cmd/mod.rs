@@ -385,6 +385,23 @@ pub fn admit(
         );
         return None;
     }
+    // Past maxmemory: evict, then refuse what would use more memory (Redis's processCommand).
+    if shard.config.maxmemory != 0 && oom_refuses(shard, client, table, spec, argv, now_ms) {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        if spec.meta.name == "exec" {
+            let mut text = Vec::new();
+            CmdError::Oom.write_text(&mut text);
+            exec_abort(shard, front, client, out, &String::from_utf8_lossy(&text));
+            return None;
+        }
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        reply_error(front, out, &CmdError::Oom);
+        return None;
+    }
     // The log cannot be written: refuse writes (and PING) with MISCONF, as Redis does when
     // persistence fails; reads go on.
     if let Some(text) = shard.persist.refusal() {
@@ -448,6 +465,43 @@ pub fn admit(
         }
     }
     Some(spec)
+}
+
+/// Whether a command must get -OOM (Redis's `processCommand`): after evicting, the process
+/// is still over `maxmemory` with nothing evictable here, and the command may use memory
+/// (`denyoom`; a script declaring neither `allow-oom` nor `no-writes`; EXEC of a transaction
+/// holding one), or is queued in a transaction (only EXEC, DISCARD, QUIT and RESET go on).
+fn oom_refuses(
+    shard: &mut Shard,
+    client: &Client,
+    table: &'static Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> bool {
+    if shard.perform_evictions(now_ms) != crate::evict::Outcome::Fail {
+        return false;
+    }
+    let denyoom =
+        |s: &CommandSpec, argv: &[&[u8]]| match scripting::declared_flags(shard, s.meta.name, argv)
+        {
+            Some(flags) => !(flags.allow_oom || flags.no_writes),
+            None => s.meta.flags.contains(Flags::DENYOOM),
+        };
+    if denyoom(spec, argv) {
+        return true;
+    }
+    let Some(m) = client.multi.as_ref() else {
+        return false;
+    };
+    match spec.meta.name {
+        "exec" => m.queued.iter().any(|q| {
+            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            resolve(table, &argv).is_ok_and(|s| denyoom(s, &argv))
+        }),
+        "discard" | "quit" | "reset" => false,
+        _ => true,
+    }
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
@@ -532,6 +586,19 @@ pub fn call(
         );
         return;
     };
+    // The shard that owns the keys evicts its own, before a command a client sent (not one
+    // inside EXEC or a script): `admit` did so on the connection's thread, for its shard.
+    if shard.config.maxmemory != 0
+        && client.call_depth == 0
+        && shard.perform_evictions(now_ms) == crate::evict::Outcome::Fail
+        && spec.meta.flags.contains(Flags::DENYOOM)
+    {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        reply_error(front, out, &CmdError::Oom);
+        return;
+    }
     let started = std::time::Instant::now();
     let seq_before = shard.seq;
     client.call_depth += 1;

@@ -379,6 +379,10 @@ impl Shard {
             }
         }
         self.log_peer_position(peer);
+        // Peers' writes take memory too: make room here, locally (docs/conflicts.md).
+        if self.config.maxmemory != 0 {
+            self.perform_evictions(now_ms);
+        }
         applied
     }
 
@@ -412,6 +416,9 @@ impl Shard {
         self.sync.delivered.observe(stamp);
         self.log_remote_op(rec);
         self.stats.sync_ops_applied += 1;
+        if self.evict.over {
+            self.note_op_over_limit(now_ms);
+        }
     }
 
     /// Starts receiving a full sync from peer `peer` (its `FullSyncBegin`): this shard merges
