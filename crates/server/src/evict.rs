@@ -260,11 +260,12 @@ impl Shard {
             .saturating_sub(e.process.not_counted())
     }
 
-    /// Counts a peer's op applied while over the limit (applied all the same: refusing it
-    /// would make this site diverge) and says so in the log, at most once per
+    /// Counts `n` peers' ops applied while over the limit (applied all the same: refusing
+    /// them would make this site diverge) and says so in the log, at most once per
     /// `OVER_LIMIT_LOG_INTERVAL_MS`.
-    pub fn note_op_over_limit(&mut self, now_ms: u64) {
-        self.evict.remote_ops_over += 1;
+    pub fn note_ops_over_limit(&mut self, n: u64, now_ms: u64) {
+        self.evict.over = true;
+        self.evict.remote_ops_over += n;
         if now_ms.saturating_sub(self.evict.logged_ms) >= OVER_LIMIT_LOG_INTERVAL_MS {
             self.evict.logged_ms = now_ms;
             tracing::warn!(

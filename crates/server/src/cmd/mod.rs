@@ -385,8 +385,13 @@ pub fn admit(
         );
         return None;
     }
-    // Past maxmemory: evict, then refuse what would use more memory (Redis's processCommand).
-    if shard.config.maxmemory != 0 && oom_refuses(shard, client, table, spec, argv, now_ms) {
+    // Past maxmemory, inside a transaction: evict, then refuse what would use more memory
+    // (Redis's processCommand). Other commands are checked where they run (`call`), by the
+    // shard that owns their keys and evicts its own.
+    if shard.config.maxmemory != 0
+        && client.multi.is_some()
+        && oom_refuses(shard, client, table, spec, argv, now_ms)
+    {
         if let Some(st) = front.stats.commands.get_mut(spec.idx) {
             st.rejected_calls += 1;
         }
@@ -467,10 +472,19 @@ pub fn admit(
     Some(spec)
 }
 
-/// Whether a command must get -OOM (Redis's `processCommand`): after evicting, the process
-/// is still over `maxmemory` with nothing evictable here, and the command may use memory
-/// (`denyoom`; a script declaring neither `allow-oom` nor `no-writes`; EXEC of a transaction
-/// holding one), or is queued in a transaction (only EXEC, DISCARD, QUIT and RESET go on).
+/// Whether a command may use more memory (Redis's `is_denyoom_command`): `denyoom` in the
+/// table, or a script declaring neither `allow-oom` nor `no-writes` (`scriptFlagsToCmdFlags`).
+fn denyoom(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> bool {
+    match scripting::declared_flags(shard, spec.meta.name, argv) {
+        Some(flags) => !(flags.allow_oom || flags.no_writes),
+        None => spec.meta.flags.contains(Flags::DENYOOM),
+    }
+}
+
+/// Whether a command of a client in a transaction must get -OOM (Redis's
+/// `processCommand`): after evicting, the process is still over `maxmemory` with nothing
+/// evictable here, and the command may use memory, is EXEC of a transaction holding one, or
+/// is queued (only EXEC, DISCARD, QUIT and RESET go on).
 fn oom_refuses(
     shard: &mut Shard,
     client: &Client,
@@ -482,13 +496,7 @@ fn oom_refuses(
     if shard.perform_evictions(now_ms) != crate::evict::Outcome::Fail {
         return false;
     }
-    let denyoom =
-        |s: &CommandSpec, argv: &[&[u8]]| match scripting::declared_flags(shard, s.meta.name, argv)
-        {
-            Some(flags) => !(flags.allow_oom || flags.no_writes),
-            None => s.meta.flags.contains(Flags::DENYOOM),
-        };
-    if denyoom(spec, argv) {
+    if denyoom(shard, spec, argv) {
         return true;
     }
     let Some(m) = client.multi.as_ref() else {
@@ -497,7 +505,7 @@ fn oom_refuses(
     match spec.meta.name {
         "exec" => m.queued.iter().any(|q| {
             let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
-            resolve(table, &argv).is_ok_and(|s| denyoom(s, &argv))
+            resolve(table, &argv).is_ok_and(|s| denyoom(shard, s, &argv))
         }),
         "discard" | "quit" | "reset" => false,
         _ => true,
@@ -586,12 +594,12 @@ pub fn call(
         );
         return;
     };
-    // The shard that owns the keys evicts its own, before a command a client sent (not one
-    // inside EXEC or a script): `admit` did so on the connection's thread, for its shard.
+    // Past maxmemory, the shard that owns the keys evicts its own before a command a client
+    // sent (not one inside EXEC or a script), then refuses one that may use memory.
     if shard.config.maxmemory != 0
         && client.call_depth == 0
         && shard.perform_evictions(now_ms) == crate::evict::Outcome::Fail
-        && spec.meta.flags.contains(Flags::DENYOOM)
+        && denyoom(shard, spec, argv)
     {
         if let Some(st) = front.stats.commands.get_mut(spec.idx) {
             st.rejected_calls += 1;
