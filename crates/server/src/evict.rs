@@ -28,9 +28,15 @@ use crate::shard::Shard;
 
 /// Redis's `EVPOOL_SIZE`: candidates kept between evictions.
 pub const POOL_KEYS_MAX: usize = 16;
+/// Times one eviction refills the pool when every candidate in it is gone.
+const POOL_REFILLS_MAX: usize = 4;
 /// Buckets a sample may walk per key it asks for (Redis's `dictGetSomeKeys` walks 10; the
 /// tables here do not shrink after mass evictions, so a little more).
 const SAMPLE_BUCKETS_PER_KEY_MAX: usize = 32;
+/// Random starts one sample may try when its windows find no key.
+const SAMPLE_STARTS_MAX: usize = 8;
+/// Buckets a sample walks on, from its last start, when every window was empty.
+const SAMPLE_SPARSE_WALK_BUCKETS: usize = 1 << 16;
 /// Buckets one TTL-mark search covers (`KeyTable::next_marked` reads 64 marks a word).
 const SAMPLE_TTL_SPAN_BUCKETS: usize = 4096;
 /// Evictions between two readings of the clock against the tenacity limit (Redis: 16).
@@ -205,8 +211,12 @@ impl Eviction {
         x
     }
 
-    /// Adds a candidate, keeping the pool sorted and bounded (the worst goes when full).
+    /// Adds a candidate, keeping the pool sorted and bounded (the worst goes when full); a
+    /// key already there is not added twice.
     fn offer(&mut self, c: Candidate) {
+        if self.pool.iter().any(|p| p.db == c.db && p.key == c.key) {
+            return;
+        }
         if self.pool.len() >= POOL_KEYS_MAX {
             match self.pool.first() {
                 Some(worst) if worst.score < c.score => {
@@ -379,8 +389,16 @@ impl Shard {
         let n_dbs = self.dbs.len();
         let volatile = policy.volatile();
         if policy.random() {
-            for i in 0..n_dbs {
-                let db = (self.evict.next_db + i) % n_dbs.max(1);
+            // A sparse stretch of a table may hold no key: a few random starts per database.
+            for i in 0..n_dbs * POOL_REFILLS_MAX {
+                let db = (self.evict.next_db + i / POOL_REFILLS_MAX) % n_dbs.max(1);
+                let has = self
+                    .dbs
+                    .get(db)
+                    .is_some_and(|d| if volatile { d.expires > 0 } else { d.len() > 0 });
+                if !has {
+                    continue;
+                }
                 let r = self.evict.next_rand();
                 let mut one = Vec::with_capacity(1);
                 self.sample(db, 1, volatile, r, &mut one);
@@ -391,11 +409,40 @@ impl Shard {
             }
             return None;
         }
+        // Redis's `while (bestkey == NULL)`: the pool may hold only keys gone since they were
+        // sampled; they leave it as they are popped, and fresh samples refill it.
+        for _ in 0..POOL_REFILLS_MAX {
+            let mut sampled = false;
+            self.refill_pool(policy, now_ms, &mut sampled);
+            while let Some(c) = self.evict.pool.pop() {
+                let hash = self.hash_key(&c.key);
+                let live = self
+                    .dbs
+                    .get(c.db)
+                    .and_then(|d| d.get(hash, &c.key))
+                    .is_some_and(|e| {
+                        !e.state.is_empty() && (!volatile || e.state.expire_at_ms().is_some())
+                    });
+                if live {
+                    return Some((c.db, c.key));
+                }
+            }
+            if !sampled {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Samples every database that holds candidates into the pool; `sampled`: whether any
+    /// key was found.
+    fn refill_pool(&mut self, policy: Policy, now_ms: u64, sampled: &mut bool) {
+        let volatile = policy.volatile();
         let samples = usize::try_from(self.config.maxmemory_samples)
             .unwrap_or(usize::MAX)
             .clamp(1, 1 << 16);
         let mut found = Vec::with_capacity(samples);
-        for db in 0..n_dbs {
+        for db in 0..self.dbs.len() {
             let has = self
                 .dbs
                 .get(db)
@@ -406,30 +453,18 @@ impl Shard {
             let r = self.evict.next_rand();
             found.clear();
             self.sample(db, samples, volatile, r, &mut found);
+            *sampled |= !found.is_empty();
             for (lru_s, expire_at_ms, key) in found.drain(..) {
                 let score = self.score(policy, lru_s, expire_at_ms, now_ms);
                 self.evict.offer(Candidate { score, db, key });
             }
         }
-        while let Some(c) = self.evict.pool.pop() {
-            let hash = self.hash_key(&c.key);
-            let live = self
-                .dbs
-                .get(c.db)
-                .and_then(|d| d.get(hash, &c.key))
-                .is_some_and(|e| {
-                    !e.state.is_empty() && (!volatile || e.state.expire_at_ms().is_some())
-                });
-            if live {
-                return Some((c.db, c.key));
-            }
-        }
-        None
     }
 
     /// Up to `count` evictable keys of `db` from a random bucket on (`r`), each with its
     /// access field (`lru_s`) and expiry time (0: none). Bounded:
-    /// `count * SAMPLE_BUCKETS_PER_KEY_MAX` buckets or TTL spans.
+    /// `count * SAMPLE_BUCKETS_PER_KEY_MAX * SAMPLE_STARTS_MAX + SAMPLE_SPARSE_WALK_BUCKETS`
+    /// buckets or TTL spans.
     fn sample(
         &self,
         db: usize,
@@ -445,11 +480,29 @@ impl Shard {
         if n == 0 {
             return;
         }
+        // A stretch of the table may be empty (the new table early in a rehash, or what
+        // evictions left): a window that finds nothing moves to another random start.
+        let mut rng = r | 1;
         let mut pos = (r % n as u64) as usize;
-        let steps_max = count.saturating_mul(SAMPLE_BUCKETS_PER_KEY_MAX);
+        let window = count.saturating_mul(SAMPLE_BUCKETS_PER_KEY_MAX);
+        // After the random windows, one walk on from the last start: a table left sparse
+        // (tables do not shrink) still yields its keys.
+        let steps_max = window
+            .saturating_mul(SAMPLE_STARTS_MAX)
+            .saturating_add(SAMPLE_SPARSE_WALK_BUCKETS);
         let mut steps = 0;
+        let mut in_window = 0;
         while out.len() < count && steps < steps_max {
             steps += 1;
+            in_window += 1;
+            let windows_left = steps <= window.saturating_mul(SAMPLE_STARTS_MAX);
+            if windows_left && in_window > window && out.is_empty() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                pos = (rng % n as u64) as usize;
+                in_window = 1;
+            }
             let bucket = if volatile {
                 let to = pos.saturating_add(SAMPLE_TTL_SPAN_BUCKETS).min(n);
                 let found = d.table.next_marked(Mark::Ttl, pos, to);
@@ -684,6 +737,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sparse_table_still_yields_its_keys() {
+        for policy in ["allkeys-lru", "allkeys-random", "volatile-ttl"] {
+            let mut t = harness(policy, 5);
+            t.0.shard.config.maxmemory_samples = 1;
+            for i in 0..8_000 {
+                t.0.run(&["SET", &format!("k{i}"), "v", "EX", "1000"]);
+            }
+            for i in 10..8_000 {
+                t.0.run(&["DEL", &format!("k{i}")]);
+            }
+            assert!(t.0.shard.dbs[0].table.num_buckets() > 1 << 12, "{policy}");
+            assert_eq!(evict(&mut t), Outcome::Ok, "{policy}");
+            assert_eq!(t.0.shard.key_count(), 5, "{policy}");
+        }
+    }
+
+    #[test]
     fn tenacity_is_redis_scale() {
         assert_eq!(time_limit_us(0), Some(0));
         assert_eq!(time_limit_us(10), Some(500));
@@ -699,9 +769,15 @@ mod tests {
             e.offer(Candidate {
                 score,
                 db: 0,
-                key: SmallBytes::copy_from(b"k"),
+                key: SmallBytes::copy_from(format!("k{score}").as_bytes()),
             });
         }
+        // A key already in the pool is not added again.
+        e.offer(Candidate {
+            score: u64::MAX,
+            db: 0,
+            key: SmallBytes::copy_from(format!("k{}", POOL_KEYS_MAX * 2 - 1).as_bytes()),
+        });
         assert_eq!(e.pool.len(), POOL_KEYS_MAX);
         assert_eq!(e.pool.first().map(|c| c.score), Some(POOL_KEYS_MAX as u64));
         assert_eq!(
