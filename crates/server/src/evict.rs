@@ -11,8 +11,9 @@
 //! per shard). No shard takes another's lock.
 //!
 //! **Eviction** drops keys of the shard that runs the command, until the process is under
-//! the limit as this shard sees it: the key's entry leaves the table with no effect, no op
-//! and no log record, so other sites keep it (docs/conflicts.md, "Eviction"). Candidates
+//! the limit as this shard sees it: the key's entry leaves the table with no effect and no
+//! op, so other sites keep it; a local record in the shard's log (`Kind::Evicted`) makes a
+//! restart or a snapshot, which replay the log, drop it again (docs/conflicts.md, "Eviction"). Candidates
 //! come from Redis's sampling: `maxmemory-samples` keys of each database, the best kept in a
 //! pool of `POOL_KEYS_MAX`, by idle time (LRU), frequency (LFU) or expiry (TTL); or a random
 //! key. Entries holding only removal metadata are not keys and are never evicted.
@@ -41,6 +42,8 @@ const SAMPLE_SPARSE_WALK_BUCKETS: usize = 1 << 16;
 const SAMPLE_TTL_SPAN_BUCKETS: usize = 4096;
 /// Evictions between two readings of the clock against the tenacity limit (Redis: 16).
 const TIME_CHECK_KEYS: u32 = 16;
+/// Keys or records a snapshot's private shard loads between two reports of its memory.
+const JOB_REPORT_RECORDS: u64 = 4096;
 /// How old the allocator's figure may be, in milliseconds, before a shard reads it again.
 pub const ALLOCATED_AGE_MS_MAX: u64 = 1;
 /// The log says a site over its limit is applying its peers' ops at most this often.
@@ -117,13 +120,18 @@ pub fn time_limit_us(tenacity: u64) -> Option<u64> {
 /// do not count (its op log).
 #[derive(Debug)]
 pub struct ProcessMemory {
+    /// Per shard: its op log.
     not_counted: Vec<AtomicU64>,
+    /// Per shard: the private shard of its background snapshot, while one runs (Redis's
+    /// fork costs no allocated memory; this replay does).
+    jobs: Vec<AtomicU64>,
 }
 
 impl ProcessMemory {
     pub fn new(shards: usize) -> Arc<ProcessMemory> {
         Arc::new(ProcessMemory {
             not_counted: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            jobs: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
         })
     }
 
@@ -133,10 +141,19 @@ impl ProcessMemory {
         }
     }
 
-    /// Bytes every shard leaves out of used memory (INFO `mem_not_counted_for_evict`).
+    /// What shard `shard`'s background snapshot holds now (0: none running).
+    pub fn publish_job(&self, shard: usize, bytes: u64) {
+        if let Some(a) = self.jobs.get(shard) {
+            a.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes every shard leaves out of used memory (INFO `mem_not_counted_for_evict`): op
+    /// logs and background snapshots.
     pub fn not_counted(&self) -> u64 {
         self.not_counted
             .iter()
+            .chain(self.jobs.iter())
             .map(|a| a.load(Ordering::Relaxed))
             .sum()
     }
@@ -176,6 +193,9 @@ pub struct Eviction {
     pub remote_ops_over: u64,
     /// When the log last said so (ms).
     pub logged_ms: u64,
+    /// This is a background snapshot's private shard (`as_job`).
+    job: bool,
+    job_records: Cell<u64>,
 }
 
 impl Eviction {
@@ -193,6 +213,36 @@ impl Eviction {
             failed: false,
             remote_ops_over: 0,
             logged_ms: 0,
+            job: false,
+            job_records: Cell::new(0),
+        }
+    }
+
+    /// What a background snapshot's thread needs to report its private shard.
+    pub fn job_share(&self) -> (Arc<ProcessMemory>, usize) {
+        (self.process.clone(), self.process_index)
+    }
+
+    /// Makes this the private shard of a background snapshot of shard `index`: it reports
+    /// what its thread holds (`note_job_progress`).
+    pub fn as_job(&mut self, process: Arc<ProcessMemory>, index: usize) {
+        self.process = process;
+        self.process_index = index;
+        self.job = true;
+    }
+
+    /// Every `JOB_REPORT_RECORDS` keys or records a snapshot's private shard loads: publishes
+    /// what its thread holds (the thread started with the job, so its net allocation is the
+    /// job's).
+    pub fn note_job_progress(&self) {
+        if !self.job {
+            return;
+        }
+        let n = self.job_records.get().wrapping_add(1);
+        self.job_records.set(n);
+        if n % JOB_REPORT_RECORDS == 0 {
+            self.process
+                .publish_job(self.process_index, u64::try_from(thread_net()).unwrap_or(0));
         }
     }
 
@@ -339,6 +389,9 @@ impl Shard {
             if !self.evict_key(db, &key) {
                 continue;
             }
+            // Logged for this site only (no op): replay (restart, snapshot) drops it again.
+            self.persist
+                .append_evicted(u16::try_from(db).unwrap_or(u16::MAX), &key);
             evicted += 1;
             self.stats.evicted_keys += 1;
             if used(self) <= max {
@@ -355,7 +408,7 @@ impl Shard {
         Outcome::Fail
     }
 
-    /// Drops `key` of `db` here only (eviction): no effect, no op, no log record. WATCH sees
+    /// Drops `key` of `db` here only (eviction, and its replay): no effect, no op. WATCH sees
     /// it as a change, as Redis's `signalModifiedKey` does. False when the key is absent or
     /// holds only removal metadata.
     pub fn evict_key(&mut self, db: usize, key: &[u8]) -> bool {
