@@ -448,7 +448,7 @@ impl Shard {
                 let has = self
                     .dbs
                     .get(db)
-                    .is_some_and(|d| if volatile { d.expires > 0 } else { d.len() > 0 });
+                    .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
                 if !has {
                     continue;
                 }
@@ -499,7 +499,7 @@ impl Shard {
             let has = self
                 .dbs
                 .get(db)
-                .is_some_and(|d| if volatile { d.expires > 0 } else { d.len() > 0 });
+                .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
             if !has {
                 continue;
             }
