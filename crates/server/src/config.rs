@@ -159,8 +159,16 @@ pub struct Config {
     /// Stream block sizes (`meridian_crdt::stream::set_node_limits`), as Redis's nodes.
     pub stream_node_max_entries: u64,
     pub stream_node_max_bytes: u64,
-    /// LRU or LFU access tracking for OBJECT IDLETIME/FREQ (Meridian never evicts).
+    /// The process's memory limit in bytes (0: none): past it, writes evict keys of the
+    /// shard they run on by `maxmemory_policy` or get -OOM (`crate::evict`).
+    pub maxmemory: u64,
+    /// Which keys eviction takes (Redis's policies), and LRU or LFU access tracking for
+    /// OBJECT IDLETIME/FREQ.
     pub maxmemory_policy: String,
+    /// Keys sampled per database for each eviction pool refill.
+    pub maxmemory_samples: u64,
+    /// How long one command may evict (0..100, Redis's scale: `evict::time_limit_us`).
+    pub maxmemory_eviction_tenacity: u64,
     pub lfu_log_factor: u64,
     pub lfu_decay_time: u64,
     /// Per-command latency histograms (LATENCY HISTOGRAM, INFO latencystats).
@@ -243,7 +251,10 @@ impl Default for Config {
             set_max_intset_entries: 512,
             stream_node_max_entries: 100,
             stream_node_max_bytes: 4096,
+            maxmemory: 0,
             maxmemory_policy: "noeviction".to_string(),
+            maxmemory_samples: 5,
+            maxmemory_eviction_tenacity: 10,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
             latency_tracking: true,
@@ -684,6 +695,33 @@ impl Config {
             return bad(
                 "cluster-announce-ip",
                 format!("'{}' is not an IP address", self.cluster_announce_ip),
+            );
+        }
+        if crate::evict::Policy::parse(&self.maxmemory_policy).is_none() {
+            return bad(
+                "maxmemory-policy",
+                format!(
+                    "must be one of noeviction, allkeys-lru, allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl; got '{}'",
+                    self.maxmemory_policy
+                ),
+            );
+        }
+        if self.maxmemory_samples == 0 || self.maxmemory_samples > i32::MAX as u64 {
+            return bad(
+                "maxmemory-samples",
+                format!(
+                    "must be between 1 and 2147483647, got {}",
+                    self.maxmemory_samples
+                ),
+            );
+        }
+        if self.maxmemory_eviction_tenacity > 100 {
+            return bad(
+                "maxmemory-eviction-tenacity",
+                format!(
+                    "must be between 0 and 100, got {}",
+                    self.maxmemory_eviction_tenacity
+                ),
             );
         }
         if self.databases == 0 || self.databases > DATABASES_MAX {

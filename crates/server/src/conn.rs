@@ -528,6 +528,7 @@ impl Conn {
         let pos_before = self.th.shard.borrow().persist.next_pos;
         let mut pos = 0usize;
         let mut first = true;
+        let mut round_full;
         loop {
             let barrier = {
                 let th = self.th.clone();
@@ -553,13 +554,20 @@ impl Conn {
                 let (consumed, barrier) = self.plan(s, f, parser, buf, now);
                 f.wake_deferred();
                 pos += consumed;
+                round_full = self.round.commands >= ROUND_COMMANDS_MAX;
                 barrier
             };
             if !self.finish_round().await {
                 return false;
             }
-            let Some(b) = barrier else {
-                break;
+            let b = match barrier {
+                Some(b) => b,
+                // The round filled: the commands left in the buffer run in the next one
+                // (waiting for more input first would leave a pipeline unanswered).
+                None if round_full && !self.client.close_after_reply && !self.is_killed() => {
+                    continue;
+                }
+                None => break,
             };
             if !self.run_barrier(b, stream, rbuf, pos).await {
                 return false;

@@ -50,6 +50,10 @@ pub enum CmdError {
     /// A command other than QUIT while a shard loads its data (`crate::loading`).
     #[error("LOADING Redis is loading the dataset in memory")]
     Loading,
+    /// A write past `maxmemory` that eviction could not make room for (Redis's
+    /// `shared.oomerr`).
+    #[error("OOM command not allowed when used memory > 'maxmemory'.")]
+    Oom,
     #[error("ERR {0}")]
     Err(String),
     /// A complete error text with its own prefix (e.g. "NOPROTO ...", "EXECABORT ...").

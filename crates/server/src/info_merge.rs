@@ -75,6 +75,8 @@ fn rule(key: &str) -> Rule {
         | "crdt_gc_collected_keys"
         | "crdt_gc_dropped_keys"
         | "crdt_type_conflicts"
+        | "crdt_ops_applied_over_maxmemory"
+        | "evicted_keys"
         | "aof_rewrites_consecutive_failures" => Rule::Sum,
         "client_recent_max_input_buffer"
         | "client_recent_max_output_buffer"
@@ -92,6 +94,7 @@ fn rule(key: &str) -> Rule {
         | "aof_load_time_ms"
         | "used_memory_peak"
         | "crdt_clock"
+        | "crdt_maxmemory_over"
         | "aof_enabled" => Rule::Max,
         "rdb_last_save_time" => Rule::Min,
         "rdb_last_bgsave_status" | "aof_last_bgrewrite_status" | "aof_last_write_status" => {

@@ -169,7 +169,7 @@ pub fn lru_clock(now_ms: u64) -> u32 {
 }
 
 /// `Entry::lru_s` of an entry just created, before its first `AccessClock::touched`.
-const NEW_ENTRY: u32 = u32::MAX;
+pub const NEW_ENTRY: u32 = u32::MAX;
 /// Redis's `LFU_INIT_VAL`: the frequency counter of a new key.
 pub const LFU_INIT_VAL: u32 = 5;
 

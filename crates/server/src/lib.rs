@@ -62,6 +62,7 @@ pub mod config;
 pub mod conn;
 pub mod control;
 pub mod error;
+pub mod evict;
 pub mod front;
 pub mod glob;
 pub mod hop;

@@ -156,6 +156,14 @@ struct ServerFlags {
     /// Close a client idle for this many seconds (0: never). [default: 0]
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
+    /// The process's memory limit in bytes (0: none). [default: 0]
+    #[arg(long, value_name = "BYTES")]
+    maxmemory: Option<u64>,
+    /// Which keys are evicted past maxmemory: noeviction, allkeys-lru, allkeys-lfu,
+    /// allkeys-random, volatile-lru, volatile-lfu, volatile-random or volatile-ttl.
+    /// [default: noeviction]
+    #[arg(long, value_name = "POLICY")]
+    maxmemory_policy: Option<String>,
     /// The default user's password; clients must AUTH (empty: none). [default: ""]
     #[arg(long, value_name = "PASSWORD")]
     requirepass: Option<String>,
@@ -296,6 +304,8 @@ impl ServerFlags {
             client_query_buffer_limit,
             maxclients,
             timeout,
+            maxmemory,
+            maxmemory_policy,
             requirepass,
             protected_mode,
             aclfile,

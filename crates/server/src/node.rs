@@ -64,6 +64,8 @@ pub struct Node {
     next_thread: AtomicUsize,
     /// Scripts running past busy-reply-threshold, for the other threads' connections.
     pub busy: Arc<crate::script::busy::BusyBoard>,
+    /// What the threads' shards share for used memory under `maxmemory` (`crate::evict`).
+    pub memory: Arc<crate::evict::ProcessMemory>,
     /// Process start, for INFO uptime.
     pub started_ms: u64,
     /// 40 hex characters naming this run (INFO run_id).
@@ -116,6 +118,7 @@ impl Node {
             clients_n: AtomicUsize::new(0),
             next_thread: AtomicUsize::new(0),
             busy: Arc::new(crate::script::busy::BusyBoard::new(usize::from(local))),
+            memory: crate::evict::ProcessMemory::new(usize::from(local)),
             started_ms: now_ms,
             run_id: random_hex40(),
         };

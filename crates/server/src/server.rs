@@ -910,6 +910,10 @@ fn run_thread(
             ))
         });
         let mut shard = Shard::in_site(index, node.slots.clone(), config, now);
+        shard.evict.share(
+            node.memory.clone(),
+            usize::from(index.saturating_sub(node.first)),
+        );
         shard.sync.tls = tls;
         let hook_node = node.clone();
         shard.publish_hook = Some(PublishHook(Box::new(
@@ -1076,6 +1080,11 @@ async fn periodic(th: Rc<Thread>) {
             crate::node::lock(&th.node.latency).record("expire-cycle", now / 1000, ms, threshold);
         }
         s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
+        // Redis's eviction time proc: a command that ran out of tenacity left the process
+        // over its limit; go on here.
+        if s.config.maxmemory != 0 {
+            s.perform_evictions(now);
+        }
         s.stats
             .note_memory(crate::cmd::server::memory_use().allocated);
         s.gc_step(now, crate::sync::gc::GC_STEP_BUCKETS_MAX);

@@ -82,6 +82,8 @@ pub struct Shard {
     pub lfu: bool,
     /// State of the draws LFU counters use.
     pub lfu_rng: u64,
+    /// Eviction under `maxmemory` (`crate::evict`).
+    pub evict: crate::evict::Eviction,
 }
 
 /// A CLIENT PAUSE: which commands wait, and until when.
@@ -130,6 +132,7 @@ impl Shard {
             pause: None,
             lfu: false,
             lfu_rng: 0x9e37_79b9_7f4a_7c15,
+            evict: crate::evict::Eviction::new(crate::evict::ProcessMemory::new(1)),
             config,
         };
         if !shard.config.requirepass.is_empty() {

@@ -135,6 +135,8 @@ pub struct Stats {
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
     pub expired_keys: u64,
+    /// Keys dropped here by `maxmemory-policy` (INFO stats `evicted_keys`).
+    pub evicted_keys: u64,
     pub expired_stale_perc: f64,
     pub expire_cycle_cpu_milliseconds: u64,
     /// Writes since start (Redis `rdb_changes_since_last_save` analogue).

@@ -440,3 +440,32 @@ fn pipelined_replies_come_back_in_order() {
     }
     assert!(!conn.is_closed(Duration::from_millis(50)));
 }
+
+/// A pipeline longer than a round (`ROUND_COMMANDS_MAX` commands) sent in one write is
+/// answered whole without more input: the commands left in the read buffer when a round
+/// fills run in the next round, not after the client's next write.
+#[test]
+fn long_pipeline_in_one_write_is_answered_whole() {
+    for shards in ["1", "3"] {
+        let server = common::Server::start_with(&["--shards", shards]);
+        let mut c = server.connect();
+        // A large argument first: the connection's read buffer grows, so that later reads
+        // may take more than a round's worth of commands at once.
+        let big = vec![b'v'; 256 * 1024];
+        assert_eq!(c.call(&[b"SET", b"big", &big]), b"+OK\r\n");
+        let n = 5000;
+        let mut bytes = Vec::new();
+        for i in 0..n {
+            bytes.extend_from_slice(&common::cmd(&[b"EXISTS", format!("k:{i}").as_bytes()]));
+        }
+        c.send(&bytes);
+        for i in 0..n {
+            let r = c.try_read_reply(std::time::Duration::from_secs(5));
+            assert_eq!(
+                r.as_deref().ok(),
+                Some(&b":0\r\n"[..]),
+                "reply {i} of {n} with {shards} shard(s)"
+            );
+        }
+    }
+}

@@ -388,6 +388,28 @@ pub fn admit(
         );
         return None;
     }
+    // Past maxmemory, inside a transaction: evict, then refuse what would use more memory
+    // (Redis's processCommand). Other commands are checked where they run (`call`), by the
+    // shard that owns their keys and evicts its own.
+    if shard.config.maxmemory != 0
+        && client.multi.is_some()
+        && oom_refuses(shard, client, table, spec, argv, now_ms)
+    {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        if spec.meta.name == "exec" {
+            let mut text = Vec::new();
+            CmdError::Oom.write_text(&mut text);
+            exec_abort(shard, front, client, out, &String::from_utf8_lossy(&text));
+            return None;
+        }
+        if let Some(m) = client.multi.as_mut() {
+            m.aborted = true;
+        }
+        reply_error(front, out, &CmdError::Oom);
+        return None;
+    }
     // The log cannot be written: refuse writes (and PING) with MISCONF, as Redis does when
     // persistence fails; reads go on.
     if let Some(text) = shard.persist.refusal() {
@@ -451,6 +473,46 @@ pub fn admit(
         }
     }
     Some(spec)
+}
+
+/// Whether a command may use more memory (Redis's `is_denyoom_command`): `denyoom` in the
+/// table, or a script declaring neither `allow-oom` nor `no-writes` (`scriptFlagsToCmdFlags`).
+fn denyoom(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> bool {
+    match scripting::declared_flags(shard, spec.meta.name, argv) {
+        Some(flags) => !(flags.allow_oom || flags.no_writes),
+        None => spec.meta.flags.contains(Flags::DENYOOM),
+    }
+}
+
+/// Whether a command of a client in a transaction must get -OOM (Redis's
+/// `processCommand`): after evicting, the process is still over `maxmemory` with nothing
+/// evictable here, and the command may use memory, is EXEC of a transaction holding one, or
+/// is queued (only EXEC, DISCARD, QUIT and RESET go on).
+fn oom_refuses(
+    shard: &mut Shard,
+    client: &Client,
+    table: &'static Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> bool {
+    if shard.perform_evictions(now_ms) != crate::evict::Outcome::Fail {
+        return false;
+    }
+    if denyoom(shard, spec, argv) {
+        return true;
+    }
+    let Some(m) = client.multi.as_ref() else {
+        return false;
+    };
+    match spec.meta.name {
+        "exec" => m.queued.iter().any(|q| {
+            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            resolve(table, &argv).is_ok_and(|s| denyoom(shard, s, &argv))
+        }),
+        "discard" | "quit" | "reset" => false,
+        _ => true,
+    }
 }
 
 /// For statistics of rejected calls: the command whose arity failed, if the name resolved.
@@ -535,6 +597,19 @@ pub fn call(
         );
         return;
     };
+    // Past maxmemory, the shard that owns the keys evicts its own before a command a client
+    // sent (not one inside EXEC or a script), then refuses one that may use memory.
+    if shard.config.maxmemory != 0
+        && client.call_depth == 0
+        && shard.perform_evictions(now_ms) == crate::evict::Outcome::Fail
+        && denyoom(shard, spec, argv)
+    {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        reply_error(front, out, &CmdError::Oom);
+        return;
+    }
     let started = std::time::Instant::now();
     let seq_before = shard.seq;
     client.call_depth += 1;

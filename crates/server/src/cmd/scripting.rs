@@ -221,6 +221,7 @@ fn new_run(
         resp3: false,
         read_only: ro || (!flags.compat && flags.no_writes),
         allow_oom: !flags.compat && flags.allow_oom,
+        oom: ctx.shard.config.maxmemory != 0 && ctx.shard.evict.failed,
         eval,
         write_dirty: false,
         killed: false,

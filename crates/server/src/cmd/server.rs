@@ -460,8 +460,12 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
         "used_memory_scripts_human",
         bytes_to_human((scripts_bytes + functions_bytes) as u64),
     );
-    field(out, "maxmemory", 0);
-    field(out, "maxmemory_human", "0B");
+    field(out, "maxmemory", shard.config.maxmemory);
+    field(
+        out,
+        "maxmemory_human",
+        bytes_to_human(shard.config.maxmemory),
+    );
     field(out, "maxmemory_policy", &shard.config.maxmemory_policy);
     field(
         out,
@@ -495,7 +499,13 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
         format!("{:.2}", ratio(m.rss, used)),
     );
     field(out, "mem_fragmentation_bytes", m.rss as i64 - used as i64);
-    field(out, "mem_not_counted_for_evict", 0);
+    // The op logs of every shard of the process (the replication backlog), as Redis leaves
+    // out its replication backlog and AOF buffers.
+    field(
+        out,
+        "mem_not_counted_for_evict",
+        shard.evict.process.not_counted(),
+    );
     field(
         out,
         "mem_allocator",
@@ -638,7 +648,7 @@ fn info_stats(shard: &Shard, front: &Front, out: &mut String) {
         "expire_cycle_cpu_milliseconds",
         keys.expire_cycle_cpu_milliseconds,
     );
-    field(out, "evicted_keys", 0);
+    field(out, "evicted_keys", keys.evicted_keys);
     field(out, "evicted_clients", 0);
     field(out, "keyspace_hits", keys.keyspace_hits);
     field(out, "keyspace_misses", keys.keyspace_misses);
@@ -863,6 +873,17 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             shard.acl.set_requirepass(pass.as_bytes());
         }
         "maxmemory-policy" => shard.set_policy_flags(),
+        // Redis warns when the new limit is below what is used; the next command (or the
+        // periodic cycle) evicts.
+        "maxmemory" if shard.config.maxmemory != 0 && shard.index == 0 => {
+            let used = shard.used_memory_counted(shard.now_ms());
+            if used > shard.config.maxmemory {
+                tracing::warn!(
+                    "WARNING: the new maxmemory value set via CONFIG SET ({}) is smaller than the current memory usage ({used}). This will result in key eviction and/or the inability to accept new write commands depending on the maxmemory-policy.",
+                    shard.config.maxmemory
+                );
+            }
+        }
         _ => {}
     }
 }

@@ -255,8 +255,7 @@ const NO_CLIENT_TLS: &str =
 const NO_CLUSTER: &str = "Redis Cluster is not enabled.";
 const DUMP_SANITIZE: &str =
     "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
-const NO_EVICTION: &str = "Meridian does not evict: memory is bounded by the keyspace alone.";
-const NO_EVICTION_TUNING: &str = "Meridian does not evict.";
+const NO_CLIENT_EVICTION: &str = "Meridian evicts no client.";
 const NO_MODULES: &str = "Meridian loads no modules.";
 const NO_NOTIFICATIONS: &str = "Meridian has no keyspace notifications yet.";
 const DUMP_COMPRESSION: &str = "Meridian writes no RDB file (docs/persistence.md); DUMP compresses strings with LZF as Redis does when yes.";
@@ -390,7 +389,7 @@ pub static PARAMS: &[Param] = &[
         .immutable(),
     stored("repl-diskless-load", Kind::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", NO_REPLICATION),
     stored("loglevel", Kind::Enum(&["debug", "verbose", "notice", "warning"]), "notice", PROCESS),
-    field("maxmemory-policy", Kind::Enum(&["volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction"]), field!(maxmemory_policy), "Selects LRU or LFU access tracking (OBJECT IDLETIME, OBJECT FREQ); Meridian never evicts (maxmemory is 0)."),
+    field("maxmemory-policy", Kind::Enum(&["volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction"]), field!(maxmemory_policy), "Which keys a shard evicts past maxmemory (noeviction: writes get -OOM), and LRU or LFU access tracking (OBJECT IDLETIME, OBJECT FREQ). Eviction is local to the site (docs/conflicts.md)."),
     field("appendfsync", Kind::Enum(&["everysec", "always", "no"]), field!(appendfsync), "When log writes reach the disk: always, everysec or no."),
     stored("oom-score-adj", Kind::Enum(&["no", "yes", "relative", "absolute"]), "no", PROCESS),
     field("acl-pubsub-default", Kind::Enum(&["allchannels", "resetchannels"]), field!(acl_pubsub_default), "Channels of new ACL users: resetchannels (none) or allchannels."),
@@ -427,8 +426,8 @@ pub static PARAMS: &[Param] = &[
     stored("replica-priority", Kind::Int { min: 0, max: I32 }, "100", NO_REPLICATION)
         .alias("slave-priority"),
     stored("repl-diskless-sync-delay", Kind::Int { min: 0, max: I32 }, "5", NO_REPLICATION),
-    stored("maxmemory-samples", Kind::Int { min: 1, max: I32 }, "5", NO_EVICTION_TUNING),
-    stored("maxmemory-eviction-tenacity", Kind::Int { min: 0, max: 100 }, "10", NO_EVICTION_TUNING),
+    field("maxmemory-samples", Kind::Int { min: 1, max: I32 }, field!(maxmemory_samples), "Keys sampled per database each time eviction refills its pool of candidates."),
+    field("maxmemory-eviction-tenacity", Kind::Int { min: 0, max: 100 }, field!(maxmemory_eviction_tenacity), "How long one command may evict (Redis's scale: 10 is 500 us, 100 unlimited); the periodic cycle goes on where it stopped."),
     field("timeout", Kind::Int { min: 0, max: I32 }, field!(timeout), "Close a client idle for this many seconds (0: never)."),
     stored("replica-announce-port", Kind::Int { min: 0, max: 65535 }, "0", NO_REPLICATION)
         .alias("slave-announce-port"),
@@ -477,8 +476,7 @@ pub static PARAMS: &[Param] = &[
     field("latency-monitor-threshold", Kind::Int { min: 0, max: I64 }, field!(latency_monitor_threshold), "Latency monitor threshold in milliseconds (0: off)."),
     field("proto-max-bulk-len", Kind::Mem { min: 1_048_576, max: I64 }, field!(proto_max_bulk_len), "Largest bulk string accepted in a request, in bytes."),
     field("stream-node-max-entries", Kind::Int { min: 0, max: I64 }, field!(stream_node_max_entries), "Entries in a stream block before XADD opens a new one (0: no limit); `~` trimming removes whole blocks."),
-    stored("maxmemory", Kind::Mem { min: 0, max: U64 }, "0", NO_EVICTION)
-        .fixed(),
+    field("maxmemory", Kind::Mem { min: 0, max: U64 }, field!(maxmemory), "The process's memory limit in bytes (0: none): the allocator's figure less the op logs' backlog (docs/operations.md)."),
     stored("cluster-link-sendbuf-limit", Kind::Mem { min: 0, max: U64 }, "0", NO_CLUSTER),
     field("hash-max-listpack-entries", Kind::Int { min: 0, max: I64 }, field!(hash_max_listpack_entries), "OBJECT ENCODING reports a hash with at most this many fields as listpack (with hash-max-listpack-value); HSCAN returns such a hash whole.")
         .alias("hash-max-ziplist-entries"),
@@ -494,7 +492,7 @@ pub static PARAMS: &[Param] = &[
     stored("hll-sparse-max-bytes", Kind::Mem { min: 0, max: I64 }, "3000", HLL_SPARSE),
     stored("tracking-table-max-keys", Kind::Int { min: 0, max: I64 }, "1000000", NO_TRACKING),
     field("client-query-buffer-limit", Kind::Mem { min: 1_048_576, max: I64 }, field!(client_query_buffer_limit), "Largest unparsed input buffered per client, in bytes."),
-    stored("maxmemory-clients", Kind::MemPercent { min: -100, max: I64 }, "0", NO_EVICTION)
+    stored("maxmemory-clients", Kind::MemPercent { min: -100, max: I64 }, "0", NO_CLIENT_EVICTION)
         .fixed(),
     stored("repl-backlog-ttl", Kind::Int { min: 0, max: I64 }, "3600", NO_REPLICATION),
     field("auto-aof-rewrite-min-size", Kind::Mem { min: 0, max: I64 }, field!(auto_aof_rewrite_min_size), "The least log growth, in bytes, that triggers a snapshot by auto-aof-rewrite-percentage."),

@@ -28,6 +28,10 @@ pub struct ShardFigures {
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
     pub expired_keys: u64,
+    /// Keys dropped here by `maxmemory-policy`.
+    pub evicted_keys: u64,
+    /// `maxmemory` as this shard has it (the process's limit).
+    pub maxmemory: u64,
     pub error_replies: u64,
     /// Commands with any call, rejection or failure, named as INFO commandstats names them.
     pub commands: Vec<(&'static str, CommandFigures)>,
@@ -221,6 +225,8 @@ impl Shard {
             keyspace_hits: st.keyspace_hits,
             keyspace_misses: st.keyspace_misses,
             expired_keys: st.expired_keys,
+            evicted_keys: st.evicted_keys,
+            maxmemory: self.config.maxmemory,
             error_replies: fst.total_error_replies,
             commands,
             errors: fst.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),

@@ -193,12 +193,11 @@ fn redis_families(m: &mut Families, p: &ProcessFigures, s: &[ShardFigures]) {
         &[],
         sum(s, |f| f.expired_keys),
     );
-    // Meridian never evicts (an eviction would delete data at other sites): always 0.
     m.counter(
         "redis_evicted_keys_total",
-        "Keys evicted for maxmemory (Meridian never evicts).",
+        "Keys evicted for maxmemory, at this site only (other sites keep them).",
         &[],
-        0.0,
+        sum(s, |f| f.evicted_keys),
     );
     m.counter(
         "redis_error_replies_total",
@@ -222,7 +221,10 @@ fn redis_families(m: &mut Families, p: &ProcessFigures, s: &[ShardFigures]) {
         "redis_memory_max_bytes",
         "maxmemory (0: no limit).",
         &[],
-        p.memory_max_bytes as f64,
+        s.iter()
+            .map(|f| f.maxmemory)
+            .max()
+            .unwrap_or(p.memory_max_bytes) as f64,
     );
     m.counter(
         "redis_cpu_user_seconds_total",

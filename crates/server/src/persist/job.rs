@@ -240,9 +240,15 @@ impl Shard {
         let index = self.index;
         let slots = self.slots.clone();
         let life = self.sync.life;
+        let memory = self.evict.job_share();
         let handle = std::thread::Builder::new()
             .name("snapshot".to_string())
-            .spawn(move || background_snapshot(dir, config, index, slots, life, upto))
+            .spawn(move || {
+                let (process, at) = memory.clone();
+                let result = background_snapshot(dir, config, index, slots, life, upto, memory);
+                process.publish_job(at, 0);
+                result
+            })
             .map_err(|e| e.to_string())?;
         self.persist.job = Some(Job {
             kind,
@@ -436,9 +442,12 @@ fn background_snapshot(
     slots: std::sync::Arc<crate::slot::SlotMap>,
     life: u32,
     upto: u64,
+    memory: (std::sync::Arc<crate::evict::ProcessMemory>, usize),
 ) -> Result<(PathBuf, u64), String> {
     let now = crate::time::wall_ms();
     let mut private = Shard::in_site(index, slots, config, now);
+    // What the private shard holds is reported apart from user data (`maxmemory`).
+    private.evict.as_job(memory.0, memory.1);
     private.set_life(life);
     private.persist.recovering = true;
     private.sync.incarnations.clear();

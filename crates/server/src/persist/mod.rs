@@ -287,6 +287,15 @@ impl Persist {
         self.appended();
     }
 
+    /// Records a local eviction (`record::Kind::Evicted`): replay drops the key again.
+    pub fn append_evicted(&mut self, db: u16, key: &[u8]) {
+        if !self.logging() {
+            return;
+        }
+        record::put_evicted(&mut self.pending, db, key);
+        self.appended();
+    }
+
     pub fn append_position(&mut self, site: &str, incarnation: u64, seq: u64) {
         if !self.logging() {
             return;

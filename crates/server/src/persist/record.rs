@@ -45,6 +45,9 @@ pub enum Kind {
     /// `0`, or `1 replica:u32 after:u64 upto:u64` for one with a gap (`Kind::State` is the format before
     /// it, one floor for both sides, still replayed).
     Merge = 8,
+    /// A key this shard evicted under `maxmemory` (local only, no op): `db:u16 key:bytes`.
+    /// Replay drops it again, so a snapshot or a restart does not bring it back.
+    Evicted = 9,
 }
 
 impl Kind {
@@ -58,6 +61,7 @@ impl Kind {
             6 => Some(Kind::Delivered),
             7 => Some(Kind::Library),
             8 => Some(Kind::Merge),
+            9 => Some(Kind::Evicted),
             _ => None,
         }
     }
@@ -249,6 +253,22 @@ pub struct MergePayload<'a> {
     /// The sender's.
     pub theirs: Context,
     pub state: &'a [u8],
+}
+
+pub fn put_evicted(out: &mut Vec<u8>, db: u16, key: &[u8]) {
+    let start = begin(out, Kind::Evicted);
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
+    finish(out, start);
+}
+
+/// An eviction record (`put_evicted`): the database and the key.
+pub fn decode_evicted(payload: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
+    let mut r = Reader::new(payload);
+    let db = u16::from_le_bytes(r.array()?);
+    let key = r.bytes()?;
+    end(&r)?;
+    Ok((db, key))
 }
 
 pub fn decode_merge(payload: &[u8]) -> Result<MergePayload<'_>, DecodeError> {
@@ -473,6 +493,30 @@ mod tests {
         .unwrap();
         assert_eq!((end, n), (ScanEnd::Clean, 3));
         assert_eq!(kinds, vec![Kind::Op, Kind::Position, Kind::ClockLease]);
+    }
+
+    /// Eviction records round-trip; every cut of the payload, and a trailing byte, is an error.
+    #[test]
+    fn evicted_records_round_trip_and_refuse_cuts() {
+        let mut b = Vec::new();
+        put_evicted(&mut b, 3, b"some:key");
+        let mut payloads = Vec::new();
+        let (end, n) = scan::<()>(&b, |f| {
+            assert_eq!(f.kind, Kind::Evicted);
+            payloads.push(f.payload.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((end, n), (ScanEnd::Clean, 1));
+        let p = &payloads[0];
+        assert_eq!(decode_evicted(p).unwrap(), (3, &b"some:key"[..]));
+        for cut in 0..p.len() {
+            assert!(decode_evicted(&p[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = p.clone();
+        longer.push(0);
+        assert!(decode_evicted(&longer).is_err());
+        assert_eq!(Kind::from_u8(9), Some(Kind::Evicted));
     }
 
     /// Merge records keep both contexts, gaps included; State records of earlier versions

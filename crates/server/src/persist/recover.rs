@@ -137,6 +137,8 @@ fn set_position(shard: &mut Shard, key: &str, inc: u64, seq: u64) {
 /// The test hook `key-load-delay`: sleeps that many microseconds (as Redis's `debugDelay`
 /// does per key it loads), so tests can see clients answered while loading.
 fn key_load_delay(shard: &Shard) {
+    // A background snapshot's private shard says how much it holds (not user data).
+    shard.evict.note_job_progress();
     if let Ok(us) = u64::try_from(shard.config.key_load_delay) {
         if us > 0 {
             std::thread::sleep(std::time::Duration::from_micros(us));
@@ -309,6 +311,11 @@ pub fn replay(
                 record::decode_library(payload).map_err(|e| format!("library record: {e}"))?;
             raise_clock(shard, stamp.hlc);
             shard.apply_library(name, stamp, code);
+        }
+        Kind::Evicted => {
+            let (db, key) =
+                record::decode_evicted(payload).map_err(|e| format!("eviction record: {e}"))?;
+            shard.evict_key(usize::from(db), key);
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)

@@ -607,6 +607,19 @@ pub fn run_command(
             return refused(front, &format!("-{text}"));
         }
     }
+    // Redis's scriptVerifyOOM: past maxmemory, a script that has not written yet may not
+    // start with a command that uses memory; one that wrote must finish.
+    if run.oom
+        && !run.allow_oom
+        && !run.write_dirty
+        && flags.contains(Flags::DENYOOM)
+        && shard.config.maxmemory != 0
+    {
+        return refused(
+            front,
+            "-OOM command not allowed when used memory > 'maxmemory'.",
+        );
+    }
     if let Some(text) = super::busy::key_locality_error(shard, spec, argv) {
         return refused(front, &text);
     }

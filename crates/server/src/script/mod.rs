@@ -134,6 +134,9 @@ pub struct Run {
     pub resp3: bool,
     pub read_only: bool,
     pub allow_oom: bool,
+    /// The shard was over `maxmemory` with nothing to evict when the script started (Redis's
+    /// `script_oom`): its first write may not be a `denyoom` command.
+    pub oom: bool,
     /// EVAL/EVALSHA (true) or FCALL (false): decides SCRIPT KILL vs FUNCTION KILL.
     pub eval: bool,
     /// A write command ran: the script can no longer be killed.

@@ -343,6 +343,9 @@ impl Shard {
         if r.last_seq <= before || r.first_seq > before.saturating_add(1) {
             return 0;
         }
+        // Over maxmemory, the batch is applied all the same (docs/conflicts.md, "Eviction").
+        let over =
+            self.config.maxmemory != 0 && self.used_memory_counted(now_ms) > self.config.maxmemory;
         let mut applied = 0;
         let mut last_applied = Hlc::ZERO;
         for rec in r.records.iter().filter(|rec| rec.seq > before) {
@@ -379,6 +382,13 @@ impl Shard {
             }
         }
         self.log_peer_position(peer);
+        // Peers' writes take memory too: make room here, locally (docs/conflicts.md).
+        if over {
+            self.note_ops_over_limit(applied, now_ms);
+        }
+        if self.config.maxmemory != 0 {
+            self.perform_evictions(now_ms);
+        }
         applied
     }
 

@@ -765,6 +765,12 @@ impl crate::shard::Shard {
         f("crdt_oplog_bytes", &self.oplog.bytes());
         f("crdt_oplog_ops", &self.oplog.ops());
         f("crdt_oplog_first_seq", &self.oplog.first_seq().unwrap_or(0));
+        // Past maxmemory this site still applies its peers' ops (docs/conflicts.md).
+        f("crdt_maxmemory_over", &u8::from(self.evict.over));
+        f(
+            "crdt_ops_applied_over_maxmemory",
+            &self.evict.remote_ops_over,
+        );
         f("crdt_sync_compression", &self.sync.codec.name());
         f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
         f("crdt_peers", &self.sync.peer_sites());

@@ -1,0 +1,841 @@
+//! Eviction under `maxmemory` (Redis's `evict.c`), a local decision of each site.
+//!
+//! **Used memory** is the process's: jemalloc's `stats.allocated` (what the process has
+//! allocated and not freed) less the bytes of every shard's op log (the replication backlog,
+//! which Redis leaves out too: `mem_not_counted_for_evict`). The limit is the process's, not a
+//! fixed share per shard: a fixed share would refuse writes on a shard holding more than its
+//! share of the data (uneven slots, hot keys) while others have room. Each shard reads the
+//! allocator's figure at most once per `ALLOCATED_AGE_MS_MAX` and adds, in between, what its
+//! own thread allocated and freed since (jemalloc's per-thread counters, no lock, no atomic);
+//! the other shards' op log sizes are published through `ProcessMemory` (one relaxed atomic
+//! per shard). No shard takes another's lock.
+//!
+//! **Eviction** drops keys of the shard that runs the command, until the process is under
+//! the limit as this shard sees it: the key's entry leaves the table with no effect and no
+//! op, so other sites keep it; a local record in the shard's log (`Kind::Evicted`) makes a
+//! restart or a snapshot, which replay the log, drop it again (docs/conflicts.md, "Eviction"). Candidates
+//! come from Redis's sampling: `maxmemory-samples` keys of each database, the best kept in a
+//! pool of `POOL_KEYS_MAX`, by idle time (LRU), frequency (LFU) or expiry (TTL); or a random
+//! key. Entries holding only removal metadata are not keys and are never evicted.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use meridian_crdt::SmallBytes;
+
+use crate::keyspace::{LFU_INIT_VAL, Mark, NEW_ENTRY, lfu_decayed, lfu_minutes, lru_clock};
+use crate::shard::Shard;
+
+/// Redis's `EVPOOL_SIZE`: candidates kept between evictions.
+pub const POOL_KEYS_MAX: usize = 16;
+/// Times one eviction refills the pool when every candidate in it is gone.
+const POOL_REFILLS_MAX: usize = 4;
+/// Buckets a sample may walk per key it asks for (Redis's `dictGetSomeKeys` walks 10; the
+/// tables here do not shrink after mass evictions, so a little more).
+const SAMPLE_BUCKETS_PER_KEY_MAX: usize = 32;
+/// Random starts one sample may try when its windows find no key.
+const SAMPLE_STARTS_MAX: usize = 8;
+/// Buckets a sample walks on, from its last start, when every window was empty.
+const SAMPLE_SPARSE_WALK_BUCKETS: usize = 1 << 16;
+/// Buckets one TTL-mark search covers (`KeyTable::next_marked` reads 64 marks a word).
+const SAMPLE_TTL_SPAN_BUCKETS: usize = 4096;
+/// Evictions between two readings of the clock against the tenacity limit (Redis: 16).
+const TIME_CHECK_KEYS: u32 = 16;
+/// Keys or records a snapshot's private shard loads between two reports of its memory.
+const JOB_REPORT_RECORDS: u64 = 4096;
+/// How old the allocator's figure may be, in milliseconds, before a shard reads it again.
+pub const ALLOCATED_AGE_MS_MAX: u64 = 1;
+/// The log says a site over its limit is applying its peers' ops at most this often.
+pub const OVER_LIMIT_LOG_INTERVAL_MS: u64 = 10_000;
+
+/// `maxmemory-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    NoEviction,
+    AllkeysLru,
+    AllkeysLfu,
+    AllkeysRandom,
+    VolatileLru,
+    VolatileLfu,
+    VolatileRandom,
+    VolatileTtl,
+}
+
+impl Policy {
+    pub fn parse(name: &str) -> Option<Policy> {
+        Some(match name {
+            "noeviction" => Policy::NoEviction,
+            "allkeys-lru" => Policy::AllkeysLru,
+            "allkeys-lfu" => Policy::AllkeysLfu,
+            "allkeys-random" => Policy::AllkeysRandom,
+            "volatile-lru" => Policy::VolatileLru,
+            "volatile-lfu" => Policy::VolatileLfu,
+            "volatile-random" => Policy::VolatileRandom,
+            "volatile-ttl" => Policy::VolatileTtl,
+            _ => return None,
+        })
+    }
+
+    /// Whether only keys with a TTL may go.
+    fn volatile(self) -> bool {
+        matches!(
+            self,
+            Policy::VolatileLru
+                | Policy::VolatileLfu
+                | Policy::VolatileRandom
+                | Policy::VolatileTtl
+        )
+    }
+
+    fn random(self) -> bool {
+        matches!(self, Policy::AllkeysRandom | Policy::VolatileRandom)
+    }
+}
+
+/// What `Shard::perform_evictions` achieved (Redis's `EVICT_OK/RUNNING/FAIL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Under the limit (or no limit).
+    Ok,
+    /// Still over, but the tenacity time ran out while keys were being evicted: the command
+    /// runs, and the periodic cycle goes on evicting.
+    Running,
+    /// Over the limit and nothing (more) may be evicted: writes get -OOM.
+    Fail,
+}
+
+/// Redis's `evictionTimeLimitUs`: microseconds one command may evict; `None`: no limit.
+pub fn time_limit_us(tenacity: u64) -> Option<u64> {
+    if tenacity <= 10 {
+        return Some(50 * tenacity);
+    }
+    if tenacity < 100 {
+        return Some((500.0 * 1.15f64.powf(tenacity as f64 - 10.0)) as u64);
+    }
+    None
+}
+
+/// What the shards of one process share for the used-memory figure: each shard's bytes that
+/// do not count (its op log).
+#[derive(Debug)]
+pub struct ProcessMemory {
+    /// Per shard: its op log.
+    not_counted: Vec<AtomicU64>,
+    /// Per shard: the private shard of its background snapshot, while one runs (Redis's
+    /// fork costs no allocated memory; this replay does).
+    jobs: Vec<AtomicU64>,
+}
+
+impl ProcessMemory {
+    pub fn new(shards: usize) -> Arc<ProcessMemory> {
+        Arc::new(ProcessMemory {
+            not_counted: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            jobs: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn publish(&self, shard: usize, bytes: u64) {
+        if let Some(a) = self.not_counted.get(shard) {
+            a.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// What shard `shard`'s background snapshot holds now (0: none running).
+    pub fn publish_job(&self, shard: usize, bytes: u64) {
+        if let Some(a) = self.jobs.get(shard) {
+            a.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes every shard leaves out of used memory (INFO `mem_not_counted_for_evict`): op
+    /// logs and background snapshots.
+    pub fn not_counted(&self) -> u64 {
+        self.not_counted
+            .iter()
+            .chain(self.jobs.iter())
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// One candidate of the pool: higher `score` goes first.
+#[derive(Debug)]
+struct Candidate {
+    score: u64,
+    db: usize,
+    key: SmallBytes,
+}
+
+/// A shard's eviction state.
+#[derive(Debug)]
+pub struct Eviction {
+    pub process: Arc<ProcessMemory>,
+    /// This shard's place in `process`.
+    process_index: usize,
+    /// The allocator's figure at the last reading, this thread's net allocation then, and
+    /// when (ms); `Cell`s so that reads of used memory take `&Shard`.
+    allocated: Cell<u64>,
+    net_at_read: Cell<i64>,
+    read_ms: Cell<u64>,
+    /// Candidates, ascending by score (the best last), at most `POOL_KEYS_MAX`.
+    pool: Vec<Candidate>,
+    rng: u64,
+    /// The database a random policy starts from next (Redis's `next_db`).
+    next_db: usize,
+    /// Whether the last check found the process over its limit, with nothing evictable
+    /// here or still evicting (INFO crdt `crdt_maxmemory_over`).
+    pub over: bool,
+    /// Whether the last check ended in `Outcome::Fail` (a script started then may not
+    /// write: Redis's `script_oom`).
+    pub failed: bool,
+    /// Peers' ops applied while over the limit (INFO crdt).
+    pub remote_ops_over: u64,
+    /// When the log last said so (ms).
+    pub logged_ms: u64,
+    /// This is a background snapshot's private shard (`as_job`).
+    job: bool,
+    job_records: Cell<u64>,
+}
+
+impl Eviction {
+    pub fn new(process: Arc<ProcessMemory>) -> Eviction {
+        Eviction {
+            process,
+            process_index: 0,
+            allocated: Cell::new(0),
+            net_at_read: Cell::new(0),
+            read_ms: Cell::new(0),
+            pool: Vec::with_capacity(POOL_KEYS_MAX),
+            rng: 0x2545_f491_4f6c_dd1d,
+            next_db: 0,
+            over: false,
+            failed: false,
+            remote_ops_over: 0,
+            logged_ms: 0,
+            job: false,
+            job_records: Cell::new(0),
+        }
+    }
+
+    /// What a background snapshot's thread needs to report its private shard.
+    pub fn job_share(&self) -> (Arc<ProcessMemory>, usize) {
+        (self.process.clone(), self.process_index)
+    }
+
+    /// Makes this the private shard of a background snapshot of shard `index`: it reports
+    /// what its thread holds (`note_job_progress`).
+    pub fn as_job(&mut self, process: Arc<ProcessMemory>, index: usize) {
+        self.process = process;
+        self.process_index = index;
+        self.job = true;
+    }
+
+    /// Every `JOB_REPORT_RECORDS` keys or records a snapshot's private shard loads: publishes
+    /// what its thread holds (the thread started with the job, so its net allocation is the
+    /// job's).
+    pub fn note_job_progress(&self) {
+        if !self.job {
+            return;
+        }
+        let n = self.job_records.get().wrapping_add(1);
+        self.job_records.set(n);
+        if n % JOB_REPORT_RECORDS == 0 {
+            self.process
+                .publish_job(self.process_index, u64::try_from(thread_net()).unwrap_or(0));
+        }
+    }
+
+    /// Joins the process's other shards (`index`: this shard's place among them).
+    pub fn share(&mut self, process: Arc<ProcessMemory>, index: usize) {
+        self.process = process;
+        self.process_index = index;
+    }
+
+    fn next_rand(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// Adds a candidate, keeping the pool sorted and bounded (the worst goes when full); a
+    /// key already there is not added twice.
+    fn offer(&mut self, c: Candidate) {
+        if self.pool.iter().any(|p| p.db == c.db && p.key == c.key) {
+            return;
+        }
+        if self.pool.len() >= POOL_KEYS_MAX {
+            match self.pool.first() {
+                Some(worst) if worst.score < c.score => {
+                    self.pool.remove(0);
+                }
+                _ => return,
+            }
+        }
+        let at = self.pool.partition_point(|p| p.score <= c.score);
+        self.pool.insert(at, c);
+        debug_assert!(self.pool.len() <= POOL_KEYS_MAX);
+    }
+}
+
+thread_local! {
+    /// This thread's jemalloc counters of bytes allocated and freed (None: jemalloc's
+    /// per-thread statistics are unavailable).
+    static THREAD_COUNTERS: Option<(
+        tikv_jemalloc_ctl::thread::ThreadLocal<u64>,
+        tikv_jemalloc_ctl::thread::ThreadLocal<u64>,
+    )> = tikv_jemalloc_ctl::thread::allocatedp::read()
+        .ok()
+        .zip(tikv_jemalloc_ctl::thread::deallocatedp::read().ok());
+}
+
+/// Bytes this thread allocated less those it freed, since it started.
+fn thread_net() -> i64 {
+    THREAD_COUNTERS.with(|c| match c {
+        Some((a, d)) => (a.get() as i64).wrapping_sub(d.get() as i64),
+        None => 0,
+    })
+}
+
+impl Shard {
+    /// Used memory as eviction counts it (module docs), as this shard sees it at `now_ms`.
+    pub fn used_memory_counted(&self, now_ms: u64) -> u64 {
+        let e = &self.evict;
+        e.process
+            .publish(e.process_index, self.oplog.bytes() as u64);
+        let net = thread_net();
+        if e.read_ms.get() == 0 || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX {
+            let _ = tikv_jemalloc_ctl::epoch::advance();
+            let allocated = tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0) as u64;
+            e.allocated.set(allocated);
+            e.net_at_read.set(net);
+            e.read_ms.set(now_ms.max(1));
+        }
+        let used = (e.allocated.get() as i64).saturating_add(net - e.net_at_read.get());
+        u64::try_from(used)
+            .unwrap_or(0)
+            .saturating_sub(e.process.not_counted())
+    }
+
+    /// Counts `n` peers' ops applied while over the limit (applied all the same: refusing
+    /// them would make this site diverge) and says so in the log, at most once per
+    /// `OVER_LIMIT_LOG_INTERVAL_MS`.
+    pub fn note_ops_over_limit(&mut self, n: u64, now_ms: u64) {
+        self.evict.over = true;
+        self.evict.remote_ops_over += n;
+        if now_ms.saturating_sub(self.evict.logged_ms) >= OVER_LIMIT_LOG_INTERVAL_MS {
+            self.evict.logged_ms = now_ms;
+            tracing::warn!(
+                shard = self.index,
+                maxmemory = self.config.maxmemory,
+                policy = %self.config.maxmemory_policy,
+                ops_applied_over_limit = self.evict.remote_ops_over,
+                "over maxmemory: still applying the peers' ops (refusing them would make this site diverge)"
+            );
+        }
+    }
+
+    /// Redis's `performEvictions`, before a command: evicts keys of this shard by
+    /// `maxmemory-policy` until the process is under `maxmemory`, for at most the tenacity's
+    /// time.
+    pub fn perform_evictions(&mut self, now_ms: u64) -> Outcome {
+        if self.config.maxmemory == 0 {
+            self.evict.over = false;
+            self.evict.failed = false;
+            return Outcome::Ok;
+        }
+        self.perform_evictions_by(now_ms, &mut |s: &Shard| s.used_memory_counted(now_ms))
+    }
+
+    /// `perform_evictions` with the used-memory figure given by `used` (tests count keys).
+    pub fn perform_evictions_by(
+        &mut self,
+        now_ms: u64,
+        used: &mut dyn FnMut(&Shard) -> u64,
+    ) -> Outcome {
+        let outcome = self.evict_until_under(now_ms, used);
+        self.evict.over = outcome != Outcome::Ok;
+        self.evict.failed = outcome == Outcome::Fail;
+        outcome
+    }
+
+    fn evict_until_under(&mut self, now_ms: u64, used: &mut dyn FnMut(&Shard) -> u64) -> Outcome {
+        let max = self.config.maxmemory;
+        // Under CLIENT PAUSE the dataset must not change (Redis's isSafeToPerformEvictions);
+        // a site still loading its data has not started serving.
+        if max == 0 || self.pause_at(now_ms).is_some() || self.persist.recovering {
+            return Outcome::Ok;
+        }
+        if used(self) <= max {
+            return Outcome::Ok;
+        }
+        let policy = Policy::parse(&self.config.maxmemory_policy).unwrap_or(Policy::NoEviction);
+        if policy == Policy::NoEviction {
+            return Outcome::Fail;
+        }
+        let limit_us = time_limit_us(self.config.maxmemory_eviction_tenacity);
+        let started = std::time::Instant::now();
+        // Each round evicts a key or finds none; a stale pool entry costs a round, so the
+        // bound is the keys here plus one pool.
+        let rounds_max = self.dbs.iter().map(|d| d.table.len()).sum::<usize>() + POOL_KEYS_MAX;
+        let mut evicted = 0u32;
+        for _ in 0..rounds_max {
+            let Some((db, key)) = self.eviction_candidate(policy, now_ms) else {
+                break;
+            };
+            if !self.evict_key(db, &key) {
+                continue;
+            }
+            // Logged for this site only (no op): replay (restart, snapshot) drops it again.
+            self.persist
+                .append_evicted(u16::try_from(db).unwrap_or(u16::MAX), &key);
+            evicted += 1;
+            self.stats.evicted_keys += 1;
+            if used(self) <= max {
+                return Outcome::Ok;
+            }
+            if evicted % TIME_CHECK_KEYS == 0 {
+                if let Some(limit) = limit_us {
+                    if started.elapsed().as_micros() as u64 > limit {
+                        return Outcome::Running;
+                    }
+                }
+            }
+        }
+        Outcome::Fail
+    }
+
+    /// Drops `key` of `db` here only (eviction, and its replay): no effect, no op. WATCH sees
+    /// it as a change, as Redis's `signalModifiedKey` does. False when the key is absent or
+    /// holds only removal metadata.
+    pub fn evict_key(&mut self, db: usize, key: &[u8]) -> bool {
+        let hash = self.hash_key(key);
+        let Some(d) = self.dbs.get_mut(db) else {
+            return false;
+        };
+        let Some(index) = d.table.find_index(hash, key) else {
+            return false;
+        };
+        let (had_ttl, meta) = match d.table.get_bucket(index) {
+            Some(e) if !e.state.is_empty() => (e.state.expire_at_ms().is_some(), e.meta),
+            _ => return false,
+        };
+        if !d.table.remove_bucket(index) {
+            return false;
+        }
+        if had_ttl {
+            d.expires = d.expires.saturating_sub(1);
+        }
+        if meta {
+            d.meta_keys = d.meta_keys.saturating_sub(1);
+        }
+        self.touch_watched(db, key);
+        true
+    }
+
+    /// The next key to evict: a random one, or the best of the pool after sampling every
+    /// database into it. Only keys that exist (and, for volatile policies, have a TTL).
+    fn eviction_candidate(&mut self, policy: Policy, now_ms: u64) -> Option<(usize, SmallBytes)> {
+        let n_dbs = self.dbs.len();
+        let volatile = policy.volatile();
+        if policy.random() {
+            // A sparse stretch of a table may hold no key: a few random starts per database.
+            for i in 0..n_dbs * POOL_REFILLS_MAX {
+                let db = (self.evict.next_db + i / POOL_REFILLS_MAX) % n_dbs.max(1);
+                let has = self
+                    .dbs
+                    .get(db)
+                    .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
+                if !has {
+                    continue;
+                }
+                let r = self.evict.next_rand();
+                let mut one = Vec::with_capacity(1);
+                self.sample(db, 1, volatile, r, &mut one);
+                if let Some((_, _, key)) = one.pop() {
+                    self.evict.next_db = db + 1;
+                    return Some((db, key));
+                }
+            }
+            return None;
+        }
+        // Redis's `while (bestkey == NULL)`: the pool may hold only keys gone since they were
+        // sampled; they leave it as they are popped, and fresh samples refill it.
+        for _ in 0..POOL_REFILLS_MAX {
+            let mut sampled = false;
+            self.refill_pool(policy, now_ms, &mut sampled);
+            while let Some(c) = self.evict.pool.pop() {
+                let hash = self.hash_key(&c.key);
+                let live = self
+                    .dbs
+                    .get(c.db)
+                    .and_then(|d| d.get(hash, &c.key))
+                    .is_some_and(|e| {
+                        !e.state.is_empty() && (!volatile || e.state.expire_at_ms().is_some())
+                    });
+                if live {
+                    return Some((c.db, c.key));
+                }
+            }
+            if !sampled {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Samples every database that holds candidates into the pool; `sampled`: whether any
+    /// key was found.
+    fn refill_pool(&mut self, policy: Policy, now_ms: u64, sampled: &mut bool) {
+        let volatile = policy.volatile();
+        let samples = usize::try_from(self.config.maxmemory_samples)
+            .unwrap_or(usize::MAX)
+            .clamp(1, 1 << 16);
+        let mut found = Vec::with_capacity(samples);
+        for db in 0..self.dbs.len() {
+            let has = self
+                .dbs
+                .get(db)
+                .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
+            if !has {
+                continue;
+            }
+            let r = self.evict.next_rand();
+            found.clear();
+            self.sample(db, samples, volatile, r, &mut found);
+            *sampled |= !found.is_empty();
+            for (lru_s, expire_at_ms, key) in found.drain(..) {
+                let score = self.score(policy, lru_s, expire_at_ms, now_ms);
+                self.evict.offer(Candidate { score, db, key });
+            }
+        }
+    }
+
+    /// Up to `count` evictable keys of `db` from a random bucket on (`r`), each with its
+    /// access field (`lru_s`) and expiry time (0: none). Bounded:
+    /// `count * SAMPLE_BUCKETS_PER_KEY_MAX * SAMPLE_STARTS_MAX + SAMPLE_SPARSE_WALK_BUCKETS`
+    /// buckets or TTL spans.
+    fn sample(
+        &self,
+        db: usize,
+        count: usize,
+        volatile: bool,
+        r: u64,
+        out: &mut Vec<(u32, u64, SmallBytes)>,
+    ) {
+        let Some(d) = self.dbs.get(db) else {
+            return;
+        };
+        let n = d.table.num_buckets();
+        if n == 0 {
+            return;
+        }
+        // A stretch of the table may be empty (the new table early in a rehash, or what
+        // evictions left): a window that finds nothing moves to another random start.
+        let mut rng = r | 1;
+        let mut pos = (r % n as u64) as usize;
+        let window = count.saturating_mul(SAMPLE_BUCKETS_PER_KEY_MAX);
+        // After the random windows, one walk on from the last start: a table left sparse
+        // (tables do not shrink) still yields its keys.
+        let steps_max = window
+            .saturating_mul(SAMPLE_STARTS_MAX)
+            .saturating_add(SAMPLE_SPARSE_WALK_BUCKETS);
+        let mut steps = 0;
+        let mut in_window = 0;
+        while out.len() < count && steps < steps_max {
+            steps += 1;
+            in_window += 1;
+            let windows_left = steps <= window.saturating_mul(SAMPLE_STARTS_MAX);
+            if windows_left && in_window > window && out.is_empty() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                pos = (rng % n as u64) as usize;
+                in_window = 1;
+            }
+            let bucket = if volatile {
+                let to = pos.saturating_add(SAMPLE_TTL_SPAN_BUCKETS).min(n);
+                let found = d.table.next_marked(Mark::Ttl, pos, to);
+                pos = match found {
+                    Some(b) => b + 1,
+                    None => to,
+                };
+                found
+            } else {
+                let b = pos;
+                pos += 1;
+                Some(b)
+            };
+            if pos >= n {
+                pos = 0;
+            }
+            let Some(e) = bucket.and_then(|b| d.table.get_bucket(b)) else {
+                continue;
+            };
+            if e.state.is_empty() {
+                continue;
+            }
+            let ttl = e.state.expire_at_ms();
+            if volatile && ttl.is_none() {
+                continue;
+            }
+            out.push((e.lru_s, ttl.unwrap_or(0), e.key.clone()));
+        }
+    }
+
+    /// Redis's pool score (`evictionPoolPopulate`): higher evicts first.
+    fn score(&self, policy: Policy, field: u32, expire_at_ms: u64, now_ms: u64) -> u64 {
+        match policy {
+            Policy::VolatileTtl => u64::MAX - expire_at_ms,
+            Policy::AllkeysLfu | Policy::VolatileLfu => {
+                let counter = if field == NEW_ENTRY {
+                    LFU_INIT_VAL
+                } else {
+                    lfu_decayed(field, lfu_minutes(now_ms), self.config.lfu_decay_time)
+                };
+                255u64.saturating_sub(u64::from(counter))
+            }
+            _ => {
+                if field == NEW_ENTRY {
+                    return 0;
+                }
+                // `estimateObjectIdleTime`: seconds on the 24-bit clock, which wraps.
+                let clock = lru_clock(now_ms);
+                let lru = field & 0x00ff_ffff;
+                u64::from(if clock >= lru {
+                    clock - lru
+                } else {
+                    0x00ff_ffff - lru + clock
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testing::Harness;
+
+    /// Bytes each key counts for in these tests' used-memory figure.
+    const KEY_BYTES: u64 = 100;
+
+    /// A harness whose limit is `keys_max` keys. The limit holds only inside `evict`: the
+    /// commands in between run with none (their own checks read the allocator).
+    fn harness(policy: &str, keys_max: u64) -> (Harness, u64) {
+        let mut h = Harness::new();
+        h.shard.config.maxmemory_policy = policy.to_string();
+        h.shard.set_policy_flags();
+        // Larger than the tables below: every key is sampled, so the choice is exact.
+        h.shard.config.maxmemory_samples = 64;
+        (h, keys_max * KEY_BYTES)
+    }
+
+    fn evict((h, limit): &mut (Harness, u64)) -> Outcome {
+        let now = crate::time::wall_ms();
+        h.shard.config.maxmemory = *limit;
+        let outcome = h
+            .shard
+            .perform_evictions_by(now, &mut |s: &Shard| s.key_count() as u64 * KEY_BYTES);
+        h.shard.config.maxmemory = 0;
+        outcome
+    }
+
+    fn exists(h: &mut Harness, key: &str) -> bool {
+        h.run(&["EXISTS", key]) == ":1\r\n"
+    }
+
+    #[test]
+    fn at_the_limit_nothing_goes_one_past_one_key_goes() {
+        let mut t = harness("allkeys-random", 10);
+        for i in 0..10 {
+            t.0.run(&["SET", &format!("k{i}"), "v"]);
+        }
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.key_count(), 10);
+        assert_eq!(t.0.shard.stats.evicted_keys, 0);
+        t.0.run(&["SET", "k10", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.key_count(), 10);
+        assert_eq!(t.0.shard.stats.evicted_keys, 1);
+        assert!(!t.0.shard.evict.over);
+    }
+
+    #[test]
+    fn noeviction_fails_one_past_the_limit_and_keeps_every_key() {
+        let mut t = harness("noeviction", 3);
+        for k in ["a", "b", "c"] {
+            t.0.run(&["SET", k, "v"]);
+        }
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        t.0.run(&["SET", "d", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        assert!(t.0.shard.evict.over && t.0.shard.evict.failed);
+        assert_eq!(t.0.shard.key_count(), 4);
+        assert_eq!(t.0.shard.stats.evicted_keys, 0);
+    }
+
+    #[test]
+    fn no_limit_never_evicts() {
+        let mut t = harness("allkeys-lru", 0);
+        t.0.run(&["SET", "a", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.key_count(), 1);
+    }
+
+    #[test]
+    fn volatile_policies_take_only_keys_with_a_ttl() {
+        for policy in [
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+        ] {
+            let mut t = harness(policy, 4);
+            for k in ["p1", "p2", "p3"] {
+                t.0.run(&["SET", k, "v"]);
+            }
+            for k in ["t1", "t2"] {
+                t.0.run(&["SET", k, "v", "EX", "1000"]);
+            }
+            // One over: a key with a TTL goes.
+            assert_eq!(evict(&mut t), Outcome::Ok, "{policy}");
+            assert_eq!(t.0.shard.key_count(), 4);
+            // Two over with one key with a TTL left: it goes, then nothing may.
+            t.0.run(&["SET", "p4", "v"]);
+            t.0.run(&["SET", "p5", "v"]);
+            assert_eq!(evict(&mut t), Outcome::Fail, "{policy}");
+            for k in ["p1", "p2", "p3", "p4", "p5"] {
+                assert!(exists(&mut t.0, k), "{policy} evicted {k}");
+            }
+            assert!(
+                !exists(&mut t.0, "t1") && !exists(&mut t.0, "t2"),
+                "{policy}"
+            );
+            assert_eq!(t.0.shard.stats.evicted_keys, 2, "{policy}");
+            assert_eq!(t.0.shard.dbs[0].expires, 0, "{policy}");
+        }
+    }
+
+    #[test]
+    fn volatile_ttl_takes_the_nearest_expiry_first() {
+        let mut t = harness("volatile-ttl", 2);
+        t.0.run(&["SET", "far", "v", "EX", "5000"]);
+        t.0.run(&["SET", "near", "v", "EX", "50"]);
+        t.0.run(&["SET", "mid", "v", "EX", "500"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert!(!exists(&mut t.0, "near"));
+        assert!(exists(&mut t.0, "far") && exists(&mut t.0, "mid"));
+    }
+
+    #[test]
+    fn allkeys_lru_takes_the_longest_idle() {
+        let mut t = harness("allkeys-lru", 4);
+        for i in 0..6 {
+            t.0.run(&["SET", &format!("k{i}"), "v"]);
+        }
+        // k0 and k1 were last used 100 s ago.
+        let clock = lru_clock(crate::time::wall_ms());
+        for k in ["k0", "k1"] {
+            let hash = t.0.shard.hash_key(k.as_bytes());
+            if let Some(e) = t.0.shard.dbs[0].get_mut(hash, k.as_bytes()) {
+                e.lru_s = clock - 100;
+            }
+        }
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert!(!exists(&mut t.0, "k0") && !exists(&mut t.0, "k1"));
+        for i in 2..6 {
+            assert!(exists(&mut t.0, &format!("k{i}")));
+        }
+    }
+
+    #[test]
+    fn allkeys_lfu_takes_the_least_frequent() {
+        let mut t = harness("allkeys-lfu", 2);
+        for k in ["hot", "warm", "cold"] {
+            t.0.run(&["SET", k, "v"]);
+        }
+        assert_eq!(t.0.run(&["OBJECT", "FREQ", "cold"]), ":5\r\n");
+        let minutes = lfu_minutes(crate::time::wall_ms());
+        for (k, counter) in [("hot", 200u32), ("warm", 100), ("cold", 1)] {
+            let hash = t.0.shard.hash_key(k.as_bytes());
+            if let Some(e) = t.0.shard.dbs[0].get_mut(hash, k.as_bytes()) {
+                e.lru_s = (minutes << 8) | counter;
+            }
+        }
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert!(!exists(&mut t.0, "cold"));
+        assert!(exists(&mut t.0, "hot") && exists(&mut t.0, "warm"));
+    }
+
+    #[test]
+    fn eviction_produces_no_op_and_dirties_watch() {
+        let mut t = harness("allkeys-random", 1);
+        t.0.run(&["SET", "a", "v"]);
+        t.0.run(&["SET", "b", "v"]);
+        let seq = t.0.shard.seq;
+        let ops = t.0.shard.oplog.ops();
+        t.0.run(&["WATCH", "a", "b"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.key_count(), 1);
+        // Local only: no sequence number, no op for the peers.
+        assert_eq!(t.0.shard.seq, seq);
+        assert_eq!(t.0.shard.oplog.ops(), ops);
+        t.0.run(&["MULTI"]);
+        t.0.run(&["PING"]);
+        assert_eq!(t.0.run(&["EXEC"]), "*-1\r\n");
+    }
+
+    #[test]
+    fn a_sparse_table_still_yields_its_keys() {
+        for policy in ["allkeys-lru", "allkeys-random", "volatile-ttl"] {
+            let mut t = harness(policy, 5);
+            t.0.shard.config.maxmemory_samples = 1;
+            for i in 0..8_000 {
+                t.0.run(&["SET", &format!("k{i}"), "v", "EX", "1000"]);
+            }
+            for i in 10..8_000 {
+                t.0.run(&["DEL", &format!("k{i}")]);
+            }
+            assert!(t.0.shard.dbs[0].table.num_buckets() > 1 << 12, "{policy}");
+            assert_eq!(evict(&mut t), Outcome::Ok, "{policy}");
+            assert_eq!(t.0.shard.key_count(), 5, "{policy}");
+        }
+    }
+
+    #[test]
+    fn tenacity_is_redis_scale() {
+        assert_eq!(time_limit_us(0), Some(0));
+        assert_eq!(time_limit_us(10), Some(500));
+        assert_eq!(time_limit_us(11), Some(575));
+        assert_eq!(time_limit_us(99).map(|us| us / 1_000_000), Some(126));
+        assert_eq!(time_limit_us(100), None);
+    }
+
+    #[test]
+    fn pool_keeps_the_best_bounded() {
+        let mut e = Eviction::new(ProcessMemory::new(1));
+        for score in 0..(POOL_KEYS_MAX as u64 * 2) {
+            e.offer(Candidate {
+                score,
+                db: 0,
+                key: SmallBytes::copy_from(format!("k{score}").as_bytes()),
+            });
+        }
+        // A key already in the pool is not added again.
+        e.offer(Candidate {
+            score: u64::MAX,
+            db: 0,
+            key: SmallBytes::copy_from(format!("k{}", POOL_KEYS_MAX * 2 - 1).as_bytes()),
+        });
+        assert_eq!(e.pool.len(), POOL_KEYS_MAX);
+        assert_eq!(e.pool.first().map(|c| c.score), Some(POOL_KEYS_MAX as u64));
+        assert_eq!(
+            e.pool.last().map(|c| c.score),
+            Some(POOL_KEYS_MAX as u64 * 2 - 1)
+        );
+    }
+}

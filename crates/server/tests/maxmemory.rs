@@ -1,0 +1,366 @@
+//! `maxmemory` over real sockets: the -OOM reply under noeviction (plain writes, MULTI,
+//! EXEC, scripts), allkeys-lru keeping the keys just read, volatile-* taking only keys with a
+//! TTL, `evicted_keys`, and two sites where the one over its limit evicts locally while the
+//! other keeps every key and both go on applying each other's ops (docs/conflicts.md,
+//! "Eviction").
+//!
+//! Limits are set from the server's own `used_memory` (less `mem_not_counted_for_evict`)
+//! once the data is loaded, so the tests do not depend on the allocator's baseline. Every
+//! loop is bounded in count and time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::disk::{info, info_u64};
+use common::sites::{Cluster, Opts, eventually};
+use common::{Raw, Reply, Server};
+
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+/// Value size of the keys these tests write: large against a key's overhead, so that a key
+/// written takes about as much memory as a key evicted frees.
+const VALUE_BYTES: usize = 1024;
+
+/// Used memory as eviction counts it.
+fn used_counted(c: &mut Raw) -> u64 {
+    let m = info(c, "memory");
+    let field = |k: &str| -> u64 { m.get(k).and_then(|v| v.parse().ok()).unwrap_or(0) };
+    field("used_memory").saturating_sub(field("mem_not_counted_for_evict"))
+}
+
+/// Keys written per pipeline: the server's input and output buffers stay small, so that
+/// what they free later does not move used memory much.
+const PIPELINE_KEYS: usize = 50;
+
+/// Writes `keys` (pipelined), each with a value of VALUE_BYTES, optionally with a TTL.
+fn write(c: &mut Raw, keys: &[String], ttl_s: Option<u64>) -> Vec<Reply> {
+    let value = "v".repeat(VALUE_BYTES);
+    let ttl = ttl_s.map(|s| s.to_string());
+    let mut replies = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(PIPELINE_KEYS) {
+        for k in chunk {
+            let mut args: Vec<&[u8]> = vec![b"SET", k.as_bytes(), value.as_bytes()];
+            if let Some(t) = &ttl {
+                args.push(b"EX");
+                args.push(t.as_bytes());
+            }
+            c.send_cmd(&args);
+        }
+        for _ in chunk {
+            replies.push(common::parse_reply(&c.read_reply()));
+        }
+    }
+    replies
+}
+
+/// Writes keys `prefix:N` by pipelines of PIPELINE_KEYS until `evicted_keys` reaches
+/// `evicted_min` or `keys_max` keys were written; returns the keys written. Every write
+/// must succeed.
+fn write_until_evicted(
+    c: &mut Raw,
+    prefix: &str,
+    evicted_min: u64,
+    keys_max: usize,
+) -> Vec<String> {
+    let all = names(prefix, keys_max);
+    let mut written = 0;
+    for chunk in all.chunks(PIPELINE_KEYS) {
+        let refused: Vec<Reply> = write(c, chunk, None)
+            .into_iter()
+            .filter(|r| *r != Reply::Simple("OK".into()))
+            .collect();
+        assert!(refused.is_empty(), "{refused:?}");
+        written += chunk.len();
+        if info_u64(c, "stats", "evicted_keys") >= evicted_min {
+            break;
+        }
+    }
+    all[..written].to_vec()
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}:{i}")).collect()
+}
+
+fn count_existing(c: &mut Raw, keys: &[String]) -> usize {
+    for k in keys {
+        c.send_cmd(&[b"EXISTS", k.as_bytes()]);
+    }
+    let mut n = 0;
+    for i in 0..keys.len() {
+        match c.try_read_reply(Duration::from_secs(5)) {
+            Ok(r) => n += usize::from(r == b":1\r\n"),
+            Err(e) => panic!(
+                "reply {i} of {}: {e}; pending {:?}",
+                keys.len(),
+                String::from_utf8_lossy(c.pending())
+            ),
+        }
+    }
+    n
+}
+
+#[test]
+fn noeviction_refuses_writes_with_redis_text() {
+    let server = Server::start();
+    let mut c = server.connect();
+    c.ok(&["SET", "before", "1"]);
+    c.ok(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(c.err(&["SET", "x", "1"]), OOM);
+    assert_eq!(c.err(&["LPUSH", "l", "1"]), OOM);
+    // Reads and commands that free memory go on.
+    assert_eq!(c.reply(&["GET", "before"]), Reply::Bulk(b"1".to_vec()));
+    assert_eq!(c.int(&["DEL", "before"]), 1);
+    // A command queued in MULTI is refused; EXEC then aborts; DISCARD works.
+    c.ok(&["MULTI"]);
+    assert_eq!(c.err(&["GET", "x"]), OOM);
+    assert!(c.err(&["EXEC"]).starts_with("EXECABORT"));
+    c.ok(&["MULTI"]);
+    assert_eq!(c.err(&["SET", "x", "1"]), OOM);
+    c.ok(&["DISCARD"]);
+    // A script declaring no flags refuses its first write; one with allow-oom may write.
+    // (Redis adds the script's name to an error raised inside it.)
+    assert!(
+        c.err(&["EVAL", "return redis.call('set','x','1')", "0"])
+            .starts_with(&format!("{OOM} script: "))
+    );
+    assert_eq!(
+        c.err(&["EVAL", "#!lua\nreturn redis.call('set','x','1')", "0"]),
+        OOM
+    );
+
+    assert_eq!(
+        c.reply(&[
+            "EVAL",
+            "#!lua flags=allow-oom\nreturn redis.call('set',KEYS[1],'1')",
+            "1",
+            "x"
+        ]),
+        Reply::Simple("OK".into())
+    );
+    let m = info(&mut c, "memory");
+    assert_eq!(m.get("maxmemory").map(String::as_str), Some("1"));
+    assert_eq!(m.get("maxmemory_human").map(String::as_str), Some("1B"));
+    assert_eq!(
+        m.get("maxmemory_policy").map(String::as_str),
+        Some("noeviction")
+    );
+    assert_eq!(info_u64(&mut c, "stats", "evicted_keys"), 0);
+    c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    c.ok(&["SET", "x", "2"]);
+}
+
+#[test]
+fn exec_with_only_reads_runs_over_the_limit() {
+    let server = Server::start();
+    let mut c = server.connect();
+    let mut admin = server.connect();
+    c.ok(&["SET", "k", "v"]);
+    c.ok(&["MULTI"]);
+    assert_eq!(c.reply(&["GET", "k"]), Reply::Simple("QUEUED".into()));
+    admin.ok(&["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(
+        c.reply(&["EXEC"]),
+        Reply::Array(vec![Reply::Bulk(b"v".to_vec())])
+    );
+    c.ok(&["MULTI"]);
+    assert_eq!(c.reply(&["GET", "k"]), Reply::Err(OOM.into()));
+    c.ok(&["DISCARD"]);
+    admin.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+#[test]
+fn object_freq_needs_an_lfu_policy() {
+    let server = Server::start();
+    let mut c = server.connect();
+    c.ok(&["SET", "k", "v"]);
+    assert!(
+        c.err(&["OBJECT", "FREQ", "k"]).starts_with(
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked."
+        )
+    );
+    c.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]);
+    assert!(c.int(&["OBJECT", "FREQ", "k"]) >= 0);
+}
+
+#[test]
+fn allkeys_lru_keeps_the_keys_just_read() {
+    let server = Server::start();
+    let mut c = server.connect();
+    let old = names("old", 2000);
+    write(&mut c, &old, None);
+    // The LRU clock counts seconds: the keys read next are younger by at least one.
+    std::thread::sleep(Duration::from_millis(2100));
+    let hot: Vec<String> = old.iter().step_by(10).cloned().collect();
+    for k in &hot {
+        c.send_cmd(&[b"GET", k.as_bytes()]);
+    }
+    for _ in &hot {
+        c.read_reply();
+    }
+    c.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    c.ok(&["CONFIG", "SET", "maxmemory-samples", "10"]);
+    let limit = used_counted(&mut c);
+    c.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    // New keys until half the old ones' worth went.
+    let fresh = write_until_evicted(&mut c, "new", 1000, 3000);
+    // No limit while counting: nothing more goes meanwhile.
+    c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    let evicted = info_u64(&mut c, "stats", "evicted_keys");
+    assert!(evicted >= 1000, "evicted {evicted}");
+    let hot_left = count_existing(&mut c, &hot);
+    let old_left = count_existing(&mut c, &old);
+    let cold_left = old_left - hot_left;
+    let cold = old.len() - hot.len();
+    // The keys read stay (sampling is approximate: allow 5% of them), while the cold
+    // ones went.
+    assert!(
+        hot_left * 100 >= hot.len() * 95,
+        "hot keys left {hot_left} of {}, cold {cold_left} of {cold}",
+        hot.len()
+    );
+    assert!(cold_left < cold, "cold keys left {cold_left} of {cold}");
+    let fresh_left = count_existing(&mut c, &fresh);
+    assert!(
+        fresh_left * 100 >= fresh.len() * 95,
+        "new keys left {fresh_left}"
+    );
+    c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+#[test]
+fn volatile_policies_evict_only_keys_with_a_ttl() {
+    for policy in ["volatile-lru", "volatile-random", "volatile-ttl"] {
+        let server = Server::start();
+        let mut c = server.connect();
+        let kept = names("kept", 600);
+        let ttl = names("ttl", 600);
+        write(&mut c, &kept, None);
+        write(&mut c, &ttl, Some(1000));
+        c.ok(&["CONFIG", "SET", "maxmemory-policy", policy]);
+        let limit = used_counted(&mut c);
+        c.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+        // New keys until about a third of the keys with a TTL went, so that no shard runs
+        // out of them (each evicts its own).
+        let fresh = write_until_evicted(&mut c, "new", 200, 1000);
+        // No limit while counting: nothing more goes meanwhile.
+        c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(count_existing(&mut c, &kept), kept.len(), "{policy}");
+        assert_eq!(count_existing(&mut c, &fresh), fresh.len(), "{policy}");
+        let ttl_left = count_existing(&mut c, &ttl);
+        let evicted = info_u64(&mut c, "stats", "evicted_keys");
+        assert!(evicted > 0, "{policy}");
+        assert_eq!(evicted as usize, ttl.len() - ttl_left, "{policy}");
+        // With no key with a TTL left, writes get -OOM.
+        c.ok(&["CONFIG", "SET", "maxmemory", "1"]);
+        // (A command that ran out of eviction time runs: Redis's EVICT_RUNNING.)
+        assert!(
+            eventually(Duration::from_secs(10), || c.reply(&["SET", "more", "1"])
+                == Reply::Err(OOM.into())),
+            "{policy}"
+        );
+        // Each shard evicts its own keys, within the tenacity's time per command, and in
+        // its periodic cycle.
+        assert!(
+            eventually(Duration::from_secs(10), || count_existing(&mut c, &ttl)
+                == 0),
+            "{policy}"
+        );
+        assert_eq!(count_existing(&mut c, &kept), kept.len(), "{policy}");
+        c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    }
+}
+
+#[test]
+fn config_and_flags_set_the_limit() {
+    let server = Server::start_with(&[
+        "--maxmemory",
+        "104857600",
+        "--maxmemory-policy",
+        "allkeys-lfu",
+    ]);
+    let mut c = server.connect();
+    let m = info(&mut c, "memory");
+    assert_eq!(m.get("maxmemory").map(String::as_str), Some("104857600"));
+    assert_eq!(
+        m.get("maxmemory_human").map(String::as_str),
+        Some("100.00M")
+    );
+    assert_eq!(
+        m.get("maxmemory_policy").map(String::as_str),
+        Some("allkeys-lfu")
+    );
+    c.ok(&["CONFIG", "SET", "maxmemory", "2gb"]);
+    assert_eq!(
+        c.reply(&["CONFIG", "GET", "maxmemory"]).strings(),
+        ["maxmemory", "2147483648"]
+    );
+    c.ok(&["CONFIG", "SET", "maxmemory-eviction-tenacity", "100"]);
+    assert!(
+        c.err(&["CONFIG", "SET", "maxmemory-eviction-tenacity", "101"])
+            .contains("argument must be between 0 and 100")
+    );
+    assert!(
+        c.err(&["CONFIG", "SET", "maxmemory-policy", "lru"])
+            .contains("argument(s) must be one of the following")
+    );
+}
+
+#[test]
+fn site_over_its_limit_evicts_locally_and_keeps_applying_its_peers_ops() {
+    let cluster = Cluster::start(&["a", "b"], Opts::default());
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    let first = names("first", 1500);
+    write(&mut b, &first, None);
+    assert!(eventually(Duration::from_secs(20), || {
+        count_existing(&mut a, &first[first.len() - 1..]) == 1
+    }));
+    std::thread::sleep(Duration::from_millis(1100));
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let limit = used_counted(&mut a);
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    // B writes as much again: A applies every op, over its limit, and evicts to make room.
+    let second = names("second", 1500);
+    write(&mut b, &second, None);
+    // Until B's last key has reached A (it is the newest there: LRU keeps it).
+    let last = vec![second[second.len() - 1].clone()];
+    assert!(eventually(Duration::from_secs(20), || count_existing(
+        &mut a, &last
+    ) == 1));
+    let evicted = info_u64(&mut a, "stats", "evicted_keys");
+    assert!(evicted > 0, "a evicted nothing");
+    assert!(info_u64(&mut a, "crdt", "crdt_ops_applied_over_maxmemory") > 0);
+    // B keeps every key: the eviction removed nothing there.
+    assert_eq!(count_existing(&mut b, &first), first.len());
+    assert_eq!(count_existing(&mut b, &second), second.len());
+    let a_has = count_existing(&mut a, &first) + count_existing(&mut a, &second);
+    assert!(a_has < first.len() + second.len(), "a holds every key");
+    // Both still apply each other's ops: a write at A reaches B, one at B reaches A.
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    a.ok(&["SET", "from-a", "1"]);
+    b.ok(&["SET", "from-b", "1"]);
+    assert!(eventually(Duration::from_secs(20), || {
+        b.reply(&["GET", "from-a"]) == Reply::Bulk(b"1".to_vec())
+            && a.reply(&["GET", "from-b"]) == Reply::Bulk(b"1".to_vec())
+    }));
+    // A key A evicted comes back whole there when B writes it again.
+    let gone = first
+        .iter()
+        .find(|k| count_existing(&mut a, std::slice::from_ref(*k)) == 0)
+        .cloned();
+    if let Some(k) = gone {
+        b.ok(&["SET", &k, "again"]);
+        assert!(eventually(Duration::from_secs(20), || {
+            a.reply(&["GET", &k]) == Reply::Bulk(b"again".to_vec())
+        }));
+    }
+    assert!(
+        cluster
+            .site(0)
+            .log()
+            .contains("over maxmemory: still applying the peers' ops"),
+        "a's log does not say it applies ops over its limit"
+    );
+}
