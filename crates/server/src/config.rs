@@ -167,6 +167,8 @@ pub struct Config {
     pub latency_tracking: bool,
     /// The percentiles INFO latencystats shows, space separated.
     pub latency_tracking_info_percentiles: String,
+    /// Keyspace notification classes (Redis `notify-keyspace-events`; "" publishes none).
+    pub notify_keyspace_events: String,
     /// Test hook (Redis's hidden `key-load-delay`): microseconds slept per key or log record
     /// loaded at start.
     pub key_load_delay: i64,
@@ -248,6 +250,7 @@ impl Default for Config {
             lfu_decay_time: 1,
             latency_tracking: true,
             latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            notify_keyspace_events: String::new(),
             key_load_delay: 0,
             stored: BTreeMap::new(),
             config_file: None,

@@ -857,6 +857,7 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             shard.acl.set_requirepass(pass.as_bytes());
         }
         "maxmemory-policy" => shard.set_policy_flags(),
+        "notify-keyspace-events" => shard.set_notify_flags(),
         _ => {}
     }
 }
@@ -1629,8 +1630,8 @@ mod tests {
             "+OK\r\n"
         );
         assert_eq!(
-            t.run(&["config", "set", "notify-keyspace-events", "KEA"]),
-            "-ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - can't set immutable config\r\n"
+            t.run(&["config", "set", "aof-load-truncated", "no"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'aof-load-truncated') - can't set immutable config\r\n"
         );
         // All or nothing: a bad value later in the list applies none of the earlier ones.
         assert!(
