@@ -19,6 +19,7 @@ use crate::error::CmdError;
 #[cfg(test)]
 use crate::keyspace::Mark;
 use crate::keyspace::{Entry, KeyTable, lru_clock};
+use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("del", del),
@@ -125,6 +126,7 @@ fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut n = 0;
     for key in argv.iter().skip(1) {
         if ctx.shard.delete_key(db, key, now) {
+            ctx.shard.notify(notify::GENERIC, "del", db, key);
             n += 1;
         }
     }
@@ -462,6 +464,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     if raw {
         ctx.shard.mark_raw_encoding(db, dst);
     }
+    ctx.shard.notify(notify::GENERIC, "rename_from", db, src);
+    ctx.shard.notify(notify::GENERIC, "rename_to", db, dst);
     if nx {
         ctx.out.int(1);
     } else {
@@ -523,6 +527,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if raw {
         ctx.shard.mark_raw_encoding(dst_db, dst);
     }
+    ctx.shard.notify(notify::GENERIC, "copy_to", dst_db, dst);
     ctx.out.int(1);
     Ok(())
 }
@@ -643,11 +648,13 @@ fn expire_generic(
     if when <= now as i64 {
         // Already expired: deleted at once, as an explicit DEL.
         ctx.shard.delete_key(db, key, now);
+        ctx.shard.notify(notify::GENERIC, "del", db, key);
     } else {
         let at = when as u64;
         ctx.shard.write_key(db, key, now, |st| {
             st.expire_effect::<&[u8]>(Expire::AtMs(at))
         });
+        ctx.shard.notify(notify::GENERIC, "expire", db, key);
     }
     ctx.out.int(1);
     Ok(())
@@ -665,6 +672,7 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.shard.write_key(db, key, now, |st| {
             st.expire_effect::<&[u8]>(Expire::Persist)
         });
+        ctx.shard.notify(notify::GENERIC, "persist", db, key);
     }
     ctx.out.int(i64::from(has_ttl));
     Ok(())
