@@ -471,11 +471,19 @@ fn new_and_keymiss_events() {
     c.call_strs(&["GET", "nokey"]);
     c.call_strs(&["GET", "foo"]);
     c.call_strs(&["HGET", "nohash", "f"]);
+    c.int(&["EXISTS", "foo", "nokey"]);
+    c.int(&["TTL", "nokey"]);
+    c.call_strs(&["TYPE", "nokey"]);
+    // A write's lookup is no read: no `keymiss`.
+    c.int(&["SETNX", "other", "1"]);
     expect(
         &mut sub,
         &[
             "__keyspace@0__:nokey keymiss",
             "__keyspace@0__:nohash keymiss",
+            "__keyspace@0__:nokey keymiss",
+            "__keyspace@0__:nokey keymiss",
+            "__keyspace@0__:nokey keymiss",
         ],
     );
 }

@@ -53,7 +53,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // Lookup helpers
 
 /// `lookupKeyReadWithFlags(LOOKUP_NOTOUCH)`: expires the key if due, counts a keyspace hit or
-/// miss, leaves the LRU clock alone. `f` sees the live entry.
+/// miss (and notifies `keymiss`), leaves the LRU clock alone. `f` sees the live entry.
 fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
     let now = ctx.now_ms;
     let r = ctx.shard.lookup_quiet(db, key, now).map(f);
@@ -61,6 +61,7 @@ fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R
         ctx.shard.stats.keyspace_hits += 1;
     } else {
         ctx.shard.stats.keyspace_misses += 1;
+        ctx.shard.notify(notify::KEY_MISS, "keymiss", db, key);
     }
     r
 }
