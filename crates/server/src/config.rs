@@ -1040,6 +1040,17 @@ mod tests {
     }
 
     #[test]
+    fn notify_keyspace_events_from_the_file() {
+        let c = Config::from_toml("notify-keyspace-events = \"KEA\"").unwrap();
+        assert_eq!(
+            crate::notify::parse(&c.notify_keyspace_events),
+            crate::notify::parse("AKE")
+        );
+        let e = Config::from_toml("notify-keyspace-events = \"KQ\"").unwrap_err();
+        assert!(e.to_string().contains("notify-keyspace-events"), "{e}");
+    }
+
+    #[test]
     fn example_file_is_the_embedded_default() {
         let text = include_str!("../../../deploy/meridian.example.toml");
         assert_eq!(Config::from_toml(text).unwrap(), Config::default());

@@ -548,7 +548,10 @@ pub static PARAMS: &[Param] = &[
         }, "Output kept for a client that does not read: \"class hard soft seconds\" per class (normal, replica/slave, pubsub); past hard, or past soft for seconds, the client is closed."),
     stored("oom-score-adj-values", Kind::Special(parse_oom_values), "0 200 800", PROCESS),
     field("notify-keyspace-events", Kind::Special(parse_notify_flags), Binding::Field {
-            get: |c| crate::notify::to_text(crate::notify::parse(&c.notify_keyspace_events).unwrap_or(0)),
+            // Text that is no set of classes (a bad configuration file) shows as it is, so
+            // that `Config::validate` refuses it.
+            get: |c| crate::notify::parse(&c.notify_keyspace_events)
+                .map_or_else(|| c.notify_keyspace_events.clone(), crate::notify::to_text),
             set: |c, v| c.notify_keyspace_events = v.to_string(),
         }, "Keyspace notification classes, as Redis 7.0; writes applied from other sites notify too (docs/replication.md §4)."),
     field("bind", Kind::Special(parse_bind), field!(bind), "Address the client port listens on (one address; set at start).")
