@@ -119,7 +119,14 @@ pub fn to_stored(flags: u32) -> String {
 impl Shard {
     /// Reads the flags from `notify-keyspace-events` (at start and on CONFIG SET).
     pub fn set_notify_flags(&mut self) {
-        self.notify_flags = parse(&self.config.notify_keyspace_events).unwrap_or(0);
+        let flags = parse(&self.config.notify_keyspace_events).unwrap_or(0);
+        // Without K or E nothing is ever published: keep every class off, so that no event
+        // gets past its first test.
+        self.notify_flags = if flags & (KEYSPACE | KEYEVENT) == 0 {
+            0
+        } else {
+            flags
+        };
     }
 
     /// Whether events of `class` are published at all.

@@ -1,14 +1,15 @@
 //! Keyspace notifications over real sockets (Redis 7.0's `notify-keyspace-events`): the flag
 //! text CONFIG GET shows, each class's events with Redis's names and order as a subscriber
 //! connection receives them (keys spread over the server's shards), `new`, `keymiss`,
-//! `expired` from lazy and active expiry, and events of writes applied from another site.
+//! `expired` from lazy and active expiry, events of writes applied from another site, and a
+//! script of write commands whose every event is compared with Debian's `redis-server`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
-use common::{Raw, Server};
+use common::{Raw, RedisRef, Server};
 
 const LINKS_UP: Duration = Duration::from_secs(15);
 /// How long a subscriber waits for each expected event.
@@ -604,4 +605,161 @@ fn remote_writes_notify_at_the_receiving_site() {
         ["__keyevent@0__:expired", "gone"]
     );
     expect(&mut sub_b, &[]);
+}
+
+/// Write commands (one key slot, `{t}`, so that every one runs with several shards too)
+/// whose events are compared with Redis's.
+const EVENT_SCRIPT: &str = r#"
+SET {t}a 1
+SET {t}a 2 XX GET
+SET {t}b 1 NX EX 100
+SETNX {t}b 2
+SETEX {t}c 100 v
+GETEX {t}c PERSIST
+GETEX {t}c PXAT 1
+INCRBY {t}n 5
+DECR {t}n
+INCRBYFLOAT {t}n 1.5
+APPEND {t}s abc
+SETRANGE {t}s 1 Z
+SETRANGE {t}z 0 ""
+MSET {t}m1 a {t}m2 b
+MSETNX {t}m1 a {t}m3 c
+GETDEL {t}m2
+PFADD {t}h a b
+PFADD {t}h a
+PFMERGE {t}h2 {t}h
+RPUSH {t}l a b c d e
+LPUSHX {t}l z
+RPUSHX {t}nol z
+LINSERT {t}l AFTER a q
+LINSERT {t}l AFTER nothere q
+LSET {t}l 0 y
+LREM {t}l 1 q
+LTRIM {t}l 0 3
+LPOP {t}l 2
+RPOPLPUSH {t}l {t}l2
+LMOVE {t}l {t}l2 LEFT LEFT
+LMPOP 1 {t}l2 RIGHT COUNT 5
+SADD {t}s1 a b c
+SREM {t}s1 a z
+SMOVE {t}s1 {t}s2 b
+SMOVE {t}s1 {t}s2 nope
+SPOP {t}s1
+SADD {t}s3 x y
+SUNIONSTORE {t}s4 {t}s3 {t}s2
+SDIFFSTORE {t}s4 {t}s3 {t}s3
+SPOP {t}s3 5
+ZADD {t}z1 1 a 2 b 3 c
+ZADD {t}z1 XX CH 5 a
+ZADD {t}z1 NX 1 a
+ZINCRBY {t}z1 1 b
+ZREM {t}z1 zz
+ZREMRANGEBYRANK {t}z1 0 0
+ZPOPMIN {t}z1
+ZADD {t}z2 1 a 2 b
+ZINTERSTORE {t}z3 2 {t}z2 {t}z2
+ZDIFFSTORE {t}z3 2 {t}z2 {t}z2
+ZRANGESTORE {t}z4 {t}z2 0 0
+ZMPOP 1 {t}z2 MAX COUNT 9
+HSET {t}hh f 1 g 2
+HSETNX {t}hh f 3
+HSETNX {t}hh k 3
+HINCRBY {t}hh f 2
+HINCRBYFLOAT {t}hh g 1.5
+HDEL {t}hh f g k
+EXPIRE {t}a 100
+EXPIRE {t}a 100 NX
+PEXPIREAT {t}a 99999999999999
+PERSIST {t}a
+EXPIRE {t}a 0
+SET {t}r v
+RENAME {t}r {t}r2
+RENAMENX {t}r2 {t}b
+COPY {t}r2 {t}r3
+COPY {t}r2 {t}r3 REPLACE
+MOVE {t}r3 3
+DEL {t}r2 {t}none
+UNLINK {t}b
+XADD {t}x 1-1 f v
+XADD {t}x MAXLEN 1 2-1 f v
+XTRIM {t}x MAXLEN 0
+XADD {t}x 3-1 f v
+XDEL {t}x 3-1
+XSETID {t}x 9-9
+XGROUP CREATE {t}x g $
+XGROUP SETID {t}x g 0
+XGROUP CREATECONSUMER {t}x g c
+XGROUP DELCONSUMER {t}x g c
+XGROUP DESTROY {t}x g
+RPUSH {t}sort 3 1 2
+SORT {t}sort STORE {t}sorted
+SORT {t}none STORE {t}sorted
+GEOADD {t}geo 13.361389 38.115556 Palermo
+GEORADIUS {t}geo 15 37 200 km STORE {t}geo2
+GEOSEARCHSTORE {t}geo3 {t}geo FROMLONLAT 15 37 BYRADIUS 1 m
+SET {t}k v
+GET {t}nokey
+COPY {t}nosrc {t}x
+EXISTS {t}nokey {t}k
+TYPE {t}nokey
+TTL {t}nokey
+OBJECT ENCODING {t}nokey
+HGET {t}nokey f
+SWAPDB 0 1
+SWAPDB 0 1
+FLUSHDB
+"#;
+
+/// Runs `EVENT_SCRIPT` with every class on (`KEAnm`) and returns, per command, its reply and
+/// the keyspace events a subscriber received for it. After each command the driver
+/// publishes a marker the subscriber also receives: every event the command caused is
+/// queued before it, so no timing is involved.
+fn event_trace(mut c: Raw, sub: Raw) -> Vec<(String, Vec<String>)> {
+    let mut sub = sub;
+    c.call_strs(&["FLUSHALL"]);
+    config_set(&mut c, "KEAnm");
+    sub.call_strs(&["PSUBSCRIBE", "__keyspace*"]);
+    sub.call_strs(&["SUBSCRIBE", "marker"]);
+    let mut trace = Vec::new();
+    for (i, line) in EVENT_SCRIPT.lines().filter(|l| !l.is_empty()).enumerate() {
+        let args = common::split_args(line.as_bytes()).expect("script line");
+        let a: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let reply = common::escape(&c.call(&a));
+        let mark = i.to_string();
+        c.call_strs(&["PUBLISH", "marker", &mark]);
+        let mut events = Vec::new();
+        loop {
+            let r = sub
+                .try_read_reply(EVENT_WAIT)
+                .unwrap_or_else(|e| panic!("{line}: no marker: {e}"));
+            let p = common::parse_reply(&r).strings();
+            if p.first().map(String::as_str) == Some("message") {
+                assert_eq!(p[2], mark, "{line}");
+                break;
+            }
+            events.push(format!("{} {}", p[2], p[3]));
+        }
+        trace.push((format!("{line} -> {reply}"), events));
+    }
+    trace
+}
+
+#[test]
+fn events_match_redis() {
+    assert!(
+        RedisRef::available(),
+        "redis-server (Redis 7.0.15, the reference) is not on PATH"
+    );
+    let redis = RedisRef::start();
+    let srv = Server::start();
+    let want = event_trace(redis.connect(), redis.connect());
+    let got = event_trace(srv.connect(), srv.connect());
+    let events: usize = want.iter().map(|(_, e)| e.len()).sum();
+    assert!(events > 100, "{want:?}");
+    assert_eq!(got.len(), want.len());
+    // Replies are shown, not compared (SPOP's order is random).
+    for ((wl, w), (gl, g)) in want.iter().zip(&got) {
+        assert_eq!(g, w, "events differ from Redis's: {gl} (Redis: {wl})");
+    }
 }

@@ -55,13 +55,26 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// `lookupKeyReadWithFlags(LOOKUP_NOTOUCH)`: expires the key if due, counts a keyspace hit or
 /// miss (and notifies `keymiss`), leaves the LRU clock alone. `f` sees the live entry.
 fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
+    let r = peek_unnotified(ctx, db, key, f);
+    if r.is_none() {
+        ctx.shard.notify(notify::KEY_MISS, "keymiss", db, key);
+    }
+    r
+}
+
+/// `peek` without the `keymiss` event (OBJECT's `LOOKUP_NOTOUCH|LOOKUP_NONOTIFY`).
+fn peek_unnotified<R>(
+    ctx: &mut Ctx<'_>,
+    db: usize,
+    key: &[u8],
+    f: impl FnOnce(&Entry) -> R,
+) -> Option<R> {
     let now = ctx.now_ms;
     let r = ctx.shard.lookup_quiet(db, key, now).map(f);
     if r.is_some() {
         ctx.shard.stats.keyspace_hits += 1;
     } else {
         ctx.shard.stats.keyspace_misses += 1;
-        ctx.shard.notify(notify::KEY_MISS, "keymiss", db, key);
     }
     r
 }
@@ -825,7 +838,7 @@ pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
 fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let limits = EncodingLimits::of(&ctx.shard.config);
-    let enc = peek(ctx, db, object_key(argv), |e| encoding_name(e, limits));
+    let enc = peek_unnotified(ctx, db, object_key(argv), |e| encoding_name(e, limits));
     match enc {
         Some(enc) => ctx.out.bulk(enc.as_bytes()),
         None => ctx.out.null(),
@@ -835,7 +848,7 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let rc = peek(ctx, db, object_key(argv), |e| {
+    let rc = peek_unnotified(ctx, db, object_key(argv), |e| {
         if e.raw {
             return 1;
         }
@@ -865,7 +878,7 @@ pub(crate) fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
 fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
-    let Some(lru) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+    let Some(lru) = peek_unnotified(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
     };
@@ -883,7 +896,7 @@ fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// `maxmemory-policy`; Redis's error otherwise (after the key lookup, as Redis does).
 fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let Some(field) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+    let Some(field) = peek_unnotified(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
     };
