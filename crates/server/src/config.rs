@@ -175,6 +175,8 @@ pub struct Config {
     pub latency_tracking: bool,
     /// The percentiles INFO latencystats shows, space separated.
     pub latency_tracking_info_percentiles: String,
+    /// Keyspace notification classes (Redis `notify-keyspace-events`; "" publishes none).
+    pub notify_keyspace_events: String,
     /// Test hook (Redis's hidden `key-load-delay`): microseconds slept per key or log record
     /// loaded at start.
     pub key_load_delay: i64,
@@ -259,6 +261,7 @@ impl Default for Config {
             lfu_decay_time: 1,
             latency_tracking: true,
             latency_tracking_info_percentiles: "50 99 99.9".to_string(),
+            notify_keyspace_events: String::new(),
             key_load_delay: 0,
             stored: BTreeMap::new(),
             config_file: None,
@@ -1072,6 +1075,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bind"), "{e}");
+    }
+
+    #[test]
+    fn notify_keyspace_events_from_the_file() {
+        let c = Config::from_toml("notify-keyspace-events = \"KEA\"").unwrap();
+        assert_eq!(
+            crate::notify::parse(&c.notify_keyspace_events),
+            crate::notify::parse("AKE")
+        );
+        let e = Config::from_toml("notify-keyspace-events = \"KQ\"").unwrap_err();
+        assert!(e.to_string().contains("notify-keyspace-events"), "{e}");
     }
 
     #[test]

@@ -279,9 +279,15 @@ impl Shard {
         let hash = self.hash_key(key);
         if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
             self.stats.keyspace_misses += 1;
+            self.notify(crate::notify::KEY_MISS, "keymiss", db, key);
             return None;
         }
         let clock = self.access_clock(now_ms);
+        if self.notifies(crate::notify::KEY_MISS) && !self.key_exists_quiet(db, key) {
+            self.stats.keyspace_misses += 1;
+            self.notify(crate::notify::KEY_MISS, "keymiss", db, key);
+            return None;
+        }
         let found = self
             .dbs
             .get_mut(db)
@@ -347,6 +353,10 @@ impl Shard {
         };
         let mut effect = effect;
         let applied = self.apply_effect(db, hash, key, now_ms, &mut effect);
+        if !existed && self.notifies(crate::notify::NEW) && self.key_exists_quiet(db, key) {
+            // Redis's dbAdd: before the command's own event.
+            self.notify(crate::notify::NEW, "new", db, key);
+        }
         Written { applied, existed }
     }
 
@@ -621,6 +631,7 @@ impl Shard {
         };
         self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
         self.stats.expired_keys += 1;
+        self.notify(crate::notify::EXPIRED, "expired", db, key);
         true
     }
 

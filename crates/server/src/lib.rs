@@ -38,6 +38,7 @@
 //! - `cmd`: the command table, dispatch, and the command families.
 //! - `acl`: users, AUTH, permission checks, the ACL log and file (per site, not replicated).
 //! - `keyspace`: databases, lookups with lazy expiry, the single write path.
+//! - `notify`: keyspace notifications (`notify-keyspace-events`), published by the shard.
 //! - `oplog`: the in-memory log of ops this shard originated.
 //! - `persist`: the on-disk op log, snapshots, recovery, `check-log`.
 //! - `sync`: replication between sites: links, remote apply, full sync, GC, digest.
@@ -72,6 +73,7 @@ pub mod loading;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod notify;
 pub mod numa;
 pub mod oplog;
 pub mod persist;

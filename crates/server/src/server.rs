@@ -931,6 +931,21 @@ fn run_thread(
                 crate::cmd::pubsub::forward_to_nodes(&[word, channel, message]);
             },
         )));
+        let notify_node = node.clone();
+        shard.notify_hook = Some(PublishHook(Box::new(
+            move |channel, message, _sharded, config, now_ms| {
+                // Keyspace events reach this process's subscribers only: each node of a
+                // site notifies about its own keys, as each Redis Cluster node does.
+                crate::cmd::pubsub::deliver_remote(
+                    &crate::node::lock(&notify_node.pubsub),
+                    &config.client_output_buffer_limit,
+                    now_ms,
+                    channel,
+                    message,
+                    false,
+                );
+            },
+        )));
         if let (Some(site), Some(pool)) = (&node.site, &proxy) {
             crate::cmd::pubsub::start_forwarders(pool.clone(), site.other_nodes());
         }

@@ -68,6 +68,11 @@ pub struct Shard {
     pub blocking: BlockRegistry,
     /// Messages other sites published (`sync::apply`).
     pub publish_hook: Option<PublishHook>,
+    /// Where keyspace notifications go: this process's subscribers (`notify`).
+    pub notify_hook: Option<PublishHook>,
+    /// The `notify-keyspace-events` classes (`notify::parse`), kept equal to the parameter
+    /// by `set_notify_flags`: 0, the default, publishes nothing.
+    pub notify_flags: u32,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
     /// Lua scripting: engines, script cache, libraries, the running script (`script`).
@@ -126,6 +131,8 @@ impl Shard {
             watched: HashMap::new(),
             blocking: BlockRegistry::default(),
             publish_hook: None,
+            notify_hook: None,
+            notify_flags: 0,
             shutting_down: false,
             scripting: crate::script::Scripting::new(),
             acl: crate::acl::Acl::new(),
@@ -141,6 +148,7 @@ impl Shard {
         }
         shard.set_life(0);
         shard.set_policy_flags();
+        shard.set_notify_flags();
         shard.stats.used_memory_startup = crate::cmd::server::memory_use().allocated;
         shard
     }

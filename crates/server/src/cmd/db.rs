@@ -10,6 +10,7 @@
 use super::keys::{Snapshot, snapshot, write_snapshot};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 use meridian_crdt::SmallBytes;
 
 pub const HANDLERS: &[(&str, Handler)] = &[("move", move_cmd), ("swapdb", swapdb)];
@@ -63,6 +64,8 @@ fn move_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if raw {
         ctx.shard.mark_raw_encoding(dst, key);
     }
+    ctx.shard.notify(notify::GENERIC, "move_from", src, key);
+    ctx.shard.notify(notify::GENERIC, "move_to", dst, key);
     ctx.out.int(1);
     Ok(())
 }
@@ -84,7 +87,11 @@ fn swapdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::DbIndexOutOfRange);
     };
     if a != b {
+        // Redis swaps two pointers: no key is created, so no `new` event.
+        let flags = ctx.shard.notify_flags;
+        ctx.shard.notify_flags &= !notify::NEW;
         swap_databases(ctx, a, b);
+        ctx.shard.notify_flags = flags;
     }
     ctx.shard.stats.dirty += 1;
     ctx.out.ok();

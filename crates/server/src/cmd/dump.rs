@@ -400,9 +400,7 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::Err("Invalid TTL value, must be >= 0".to_string()));
     }
     let value = decode_restore_payload(ctx, arg(argv, 3))?;
-    if a.replace {
-        ctx.shard.delete_key(db, key, now);
-    }
+    let deleted = a.replace && ctx.shard.delete_key(db, key, now);
     // Redis adds the time in C `long long` arithmetic: a TTL that overflows wraps to a
     // deadline in the past, which removes the key.
     let at_ms = match (ttl, a.absttl) {
@@ -411,6 +409,9 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         (t, false) => Some(t.wrapping_add(now as i64)),
     };
     if at_ms.is_some_and(|at| at <= now as i64) {
+        if deleted {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
         ctx.out.ok();
         return Ok(());
     }
@@ -421,6 +422,7 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         });
     }
     set_access(ctx, key, &a);
+    ctx.notify(crate::notify::GENERIC, "restore", key);
     ctx.out.ok();
     Ok(())
 }
@@ -726,8 +728,8 @@ fn exchange(
             if first_error.is_none() {
                 first_error = Some(line);
             }
-        } else if !m.copy {
-            ctx.shard.delete_key(db, key, now);
+        } else if !m.copy && ctx.shard.delete_key(db, key, now) {
+            ctx.shard.notify(crate::notify::GENERIC, "del", db, key);
         }
     }
     Exchange::Done(first_error)

@@ -543,6 +543,10 @@ fn geoadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         }
     }
+    // GEOADD is Redis's ZADD underneath: its event.
+    if added + updated > 0 {
+        ctx.notify(crate::notify::ZSET, "zadd", key);
+    }
     ctx.out.int(if ch { added + updated } else { added });
     Ok(())
 }
@@ -916,7 +920,12 @@ fn georadius_generic(
                     .unwrap_or(std::cmp::Ordering::Equal)
                     .then_with(|| a.0.cmp(&b.0))
             });
-            let n = store(ctx, dst, &items);
+            let event = if has(GEOSEARCH) {
+                "geosearchstore"
+            } else {
+                "georadiusstore"
+            };
+            let n = store(ctx, dst, &items, event);
             ctx.out.int(n as i64);
         }
     }

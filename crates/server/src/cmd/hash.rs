@@ -14,6 +14,7 @@ use meridian_crdt::{Dec, Delta, Effect, HashCrdt, HashOp, KeyState, StrView, Typ
 use super::args::{LongDouble, eq_ic, int_arg, parse_cursor, parse_i64, parse_long_double};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 use crate::resp::reply::Reply;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -136,6 +137,7 @@ fn hset_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], name: &str) -> Result<i64, Cm
     for p in pairs.chunks_exact(2) {
         set_field(ctx, key, arg(p, 0), arg(p, 1));
     }
+    ctx.notify(notify::HASH, "hset", key);
     Ok(created)
 }
 
@@ -158,6 +160,7 @@ fn hsetnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Ok(());
     }
     set_field(ctx, key, field, arg(argv, 3));
+    ctx.notify(notify::HASH, "hset", key);
     ctx.out.int(1);
     Ok(())
 }
@@ -192,6 +195,9 @@ fn hdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         });
     }
+    if deleted > 0 {
+        ctx.notify_then_del(notify::HASH, "hdel", key);
+    }
     ctx.out.int(deleted);
     Ok(())
 }
@@ -207,6 +213,7 @@ fn hincrby(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
     incr_field(ctx, key, field, Delta::Int(by));
+    ctx.notify(notify::HASH, "hincrby", key);
     ctx.out.int(new);
     Ok(())
 }
@@ -258,6 +265,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         set_field(ctx, key, field, text.as_bytes());
     }
+    ctx.notify(notify::HASH, "hincrbyfloat", key);
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }

@@ -198,6 +198,9 @@ fn pfadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             updated
         }
     };
+    if updated {
+        ctx.notify(crate::notify::STRING, "pfadd", key);
+    }
     ctx.out.int(i64::from(updated));
     Ok(())
 }
@@ -312,6 +315,8 @@ fn pfmerge(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             });
         }
     }
+    // Redis notifies PFMERGE as `pfadd`.
+    ctx.notify(crate::notify::STRING, "pfadd", dest);
     ctx.out.ok();
     Ok(())
 }

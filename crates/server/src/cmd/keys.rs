@@ -19,6 +19,7 @@ use crate::error::CmdError;
 #[cfg(test)]
 use crate::keyspace::Mark;
 use crate::keyspace::{Entry, KeyTable, lru_clock};
+use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("del", del),
@@ -52,8 +53,22 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 // Lookup helpers
 
 /// `lookupKeyReadWithFlags(LOOKUP_NOTOUCH)`: expires the key if due, counts a keyspace hit or
-/// miss, leaves the LRU clock alone. `f` sees the live entry.
+/// miss (and notifies `keymiss`), leaves the LRU clock alone. `f` sees the live entry.
 fn peek<R>(ctx: &mut Ctx<'_>, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> R) -> Option<R> {
+    let r = peek_unnotified(ctx, db, key, f);
+    if r.is_none() {
+        ctx.shard.notify(notify::KEY_MISS, "keymiss", db, key);
+    }
+    r
+}
+
+/// `peek` without the `keymiss` event (OBJECT's `LOOKUP_NOTOUCH|LOOKUP_NONOTIFY`).
+fn peek_unnotified<R>(
+    ctx: &mut Ctx<'_>,
+    db: usize,
+    key: &[u8],
+    f: impl FnOnce(&Entry) -> R,
+) -> Option<R> {
     let now = ctx.now_ms;
     let r = ctx.shard.lookup_quiet(db, key, now).map(f);
     if r.is_some() {
@@ -125,6 +140,7 @@ fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut n = 0;
     for key in argv.iter().skip(1) {
         if ctx.shard.delete_key(db, key, now) {
+            ctx.shard.notify(notify::GENERIC, "del", db, key);
             n += 1;
         }
     }
@@ -462,6 +478,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     if raw {
         ctx.shard.mark_raw_encoding(db, dst);
     }
+    ctx.shard.notify(notify::GENERIC, "rename_from", db, src);
+    ctx.shard.notify(notify::GENERIC, "rename_to", db, dst);
     if nx {
         ctx.out.int(1);
     } else {
@@ -523,6 +541,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if raw {
         ctx.shard.mark_raw_encoding(dst_db, dst);
     }
+    ctx.shard.notify(notify::GENERIC, "copy_to", dst_db, dst);
     ctx.out.int(1);
     Ok(())
 }
@@ -643,11 +662,13 @@ fn expire_generic(
     if when <= now as i64 {
         // Already expired: deleted at once, as an explicit DEL.
         ctx.shard.delete_key(db, key, now);
+        ctx.shard.notify(notify::GENERIC, "del", db, key);
     } else {
         let at = when as u64;
         ctx.shard.write_key(db, key, now, |st| {
             st.expire_effect::<&[u8]>(Expire::AtMs(at))
         });
+        ctx.shard.notify(notify::GENERIC, "expire", db, key);
     }
     ctx.out.int(1);
     Ok(())
@@ -665,6 +686,7 @@ fn persist(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.shard.write_key(db, key, now, |st| {
             st.expire_effect::<&[u8]>(Expire::Persist)
         });
+        ctx.shard.notify(notify::GENERIC, "persist", db, key);
     }
     ctx.out.int(i64::from(has_ttl));
     Ok(())
@@ -816,7 +838,7 @@ pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
 fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let limits = EncodingLimits::of(&ctx.shard.config);
-    let enc = peek(ctx, db, object_key(argv), |e| encoding_name(e, limits));
+    let enc = peek_unnotified(ctx, db, object_key(argv), |e| encoding_name(e, limits));
     match enc {
         Some(enc) => ctx.out.bulk(enc.as_bytes()),
         None => ctx.out.null(),
@@ -826,7 +848,7 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let rc = peek(ctx, db, object_key(argv), |e| {
+    let rc = peek_unnotified(ctx, db, object_key(argv), |e| {
         if e.raw {
             return 1;
         }
@@ -856,7 +878,7 @@ pub(crate) fn idle_seconds(lru_s: u32, now_ms: u64) -> i64 {
 fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
-    let Some(lru) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+    let Some(lru) = peek_unnotified(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
     };
@@ -874,7 +896,7 @@ fn object_idletime(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// `maxmemory-policy`; Redis's error otherwise (after the key lookup, as Redis does).
 fn object_freq(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let Some(field) = peek(ctx, db, object_key(argv), |e| e.lru_s) else {
+    let Some(field) = peek_unnotified(ctx, db, object_key(argv), |e| e.lru_s) else {
         ctx.out.null();
         return Ok(());
     };

@@ -20,6 +20,7 @@ use super::args::{eq_ic, int_arg, parse_i64};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::error::CmdError;
+use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("lpush", lpush),
@@ -109,6 +110,7 @@ fn push_generic(
         return Ok(());
     }
     push_values(ctx, key, front, values);
+    ctx.notify(notify::LIST, push_event(front), key);
     ctx.out.int((len.unwrap_or(0) + values.len()) as i64);
     Ok(())
 }
@@ -127,6 +129,15 @@ fn lpushx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn rpushx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     push_generic(ctx, argv, false, true)
+}
+
+fn push_event(front: bool) -> &'static str {
+    if front { "lpush" } else { "rpush" }
+}
+
+/// The pop event of `key` (then `del` when it emptied the list), as Redis's pops send.
+fn notify_pop(ctx: &mut Ctx<'_>, key: &[u8], front: bool) {
+    ctx.notify_then_del(notify::LIST, if front { "lpop" } else { "rpop" }, key);
 }
 
 /// Pops up to `count` elements of the list at `key` from the head (`front`) or tail, in pop
@@ -195,7 +206,11 @@ fn pop_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], front: bool) -> Result<(), Cmd
         Some(c) => Some(positive_count(c)?),
         None => None,
     };
-    match pop_values(ctx, key, front, count.unwrap_or(1))? {
+    let popped = pop_values(ctx, key, front, count.unwrap_or(1))?;
+    if popped.as_ref().is_some_and(|v| !v.is_empty()) {
+        notify_pop(ctx, key, front);
+    }
+    match popped {
         None => match count {
             Some(_) => ctx.out.null_array(),
             None => ctx.out.null(),
@@ -322,6 +337,7 @@ fn lset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if let Some(op) = op {
         ctx.shard.write_key(db, key, now, |_| Effect::List(op));
     }
+    ctx.notify(notify::LIST, "lset", key);
     ctx.out.ok();
     Ok(())
 }
@@ -355,6 +371,7 @@ fn linsert(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         (l.insert_op(i, after, value), l.len())
     };
     ctx.shard.write_key(db, key, now, |_| Effect::List(op));
+    ctx.notify(notify::LIST, "linsert", key);
     ctx.out.int(len as i64 + 1);
     Ok(())
 }
@@ -428,6 +445,7 @@ fn lrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         (effect, n)
     };
     ctx.shard.write_key(db, key, now, |_| effect);
+    ctx.notify_then_del(notify::LIST, "lrem", key);
     ctx.out.int(removed as i64);
     Ok(())
 }
@@ -485,6 +503,7 @@ fn ltrim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if let Some(effect) = effect {
         ctx.shard.write_key(db, key, now, |_| effect);
     }
+    ctx.notify_then_del(notify::LIST, "ltrim", key);
     ctx.out.ok();
     Ok(())
 }
@@ -612,6 +631,9 @@ fn move_generic(
         return Ok(());
     };
     push_values(ctx, dst, to_front, &[v.as_slice()]);
+    // Redis's order: the push on the destination, the pop on the source, its `del`.
+    ctx.notify(notify::LIST, push_event(to_front), dst);
+    notify_pop(ctx, src, from_front);
     ctx.out.bulk(v);
     Ok(())
 }
@@ -715,6 +737,12 @@ fn pop_or_skip(
 ) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
     match pop_values(ctx, key, front, count) {
         Err(_) if ctx.is_rerun() => Ok(None),
+        Ok(Some(v)) => {
+            if !v.is_empty() {
+                notify_pop(ctx, key, front);
+            }
+            Ok(Some(v))
+        }
         r => r,
     }
 }

@@ -102,6 +102,19 @@ impl Ctx<'_> {
     pub fn db(&self) -> usize {
         self.client.db
     }
+
+    /// A keyspace notification about `key` of the selected database (`notify`).
+    #[inline]
+    pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
+        self.shard.notify(class, event, self.client.db, key);
+    }
+
+    /// `event`, then `del` if the write left `key` without a value (`Shard::notify_then_del`).
+    #[inline]
+    pub fn notify_then_del(&mut self, class: u32, event: &str, key: &[u8]) {
+        self.shard
+            .notify_then_del(class, event, self.client.db, key);
+    }
 }
 
 /// Every handler of every family, in the order `COMMAND` lists them.

@@ -884,6 +884,7 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
                 );
             }
         }
+        "notify-keyspace-events" => shard.set_notify_flags(),
         _ => {}
     }
 }
@@ -1656,8 +1657,8 @@ mod tests {
             "+OK\r\n"
         );
         assert_eq!(
-            t.run(&["config", "set", "notify-keyspace-events", "KEA"]),
-            "-ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - can't set immutable config\r\n"
+            t.run(&["config", "set", "aof-load-truncated", "no"]),
+            "-ERR CONFIG SET failed (possibly related to argument 'aof-load-truncated') - can't set immutable config\r\n"
         );
         // All or nothing: a bad value later in the list applies none of the earlier ones.
         assert!(

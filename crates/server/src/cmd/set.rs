@@ -25,6 +25,7 @@ use rand::RngExt as _;
 use super::args::{eq_ic, parse_cursor, parse_i64};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -307,9 +308,21 @@ fn set_op_store(ctx: &mut Ctx<'_>, argv: &[&[u8]], op: SetOp) -> Result<(), CmdE
     let keys = argv.get(2..).unwrap_or_default();
     let result = compute(ctx, keys, op)?;
     let db = ctx.db();
-    ctx.shard.delete_key(db, dst, ctx.now_ms);
+    let existed = ctx.shard.delete_key(db, dst, ctx.now_ms);
+    let flags = ctx.shard.hold_new(existed);
     for m in &result {
         add_member(ctx, dst, m);
+    }
+    ctx.shard.notify_flags = flags;
+    if !result.is_empty() {
+        let event = match op {
+            SetOp::Inter => "sinterstore",
+            SetOp::Union => "sunionstore",
+            SetOp::Diff => "sdiffstore",
+        };
+        ctx.notify(notify::SET, event, dst);
+    } else if existed {
+        ctx.notify(notify::GENERIC, "del", dst);
     }
     ctx.out.int(result.len() as i64);
     Ok(())
@@ -331,6 +344,9 @@ fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         add_member(ctx, key, m);
     }
+    if added > 0 {
+        ctx.notify(notify::SET, "sadd", key);
+    }
     ctx.out.int(added);
     Ok(())
 }
@@ -349,6 +365,9 @@ fn srem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             rem_member(ctx, key, m);
             removed += 1;
         }
+    }
+    if removed > 0 {
+        ctx.notify_then_del(notify::SET, "srem", key);
     }
     ctx.out.int(removed);
     Ok(())
@@ -438,6 +457,7 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             match picked {
                 Some(m) => {
                     rem_member(ctx, key, &m);
+                    ctx.notify_then_del(notify::SET, "spop", key);
                     ctx.out.bulk(&m);
                 }
                 None => ctx.out.null(),
@@ -463,6 +483,7 @@ fn spop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                     rem_member(ctx, key, m);
                 }
             }
+            ctx.notify_then_del(notify::SET, "spop", key);
             reply_members(ctx, &mut picked);
             Ok(())
         }
@@ -541,8 +562,13 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.int(i64::from(present));
         return Ok(());
     }
+    let dst_had = contains(ctx.shard, db, dst, member);
     rem_member(ctx, src, member);
+    ctx.notify_then_del(notify::SET, "srem", src);
     add_member(ctx, dst, member);
+    if !dst_had {
+        ctx.notify(notify::SET, "sadd", dst);
+    }
     ctx.out.int(1);
     Ok(())
 }

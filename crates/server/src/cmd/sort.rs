@@ -405,12 +405,17 @@ fn store(
     }
     let db = ctx.db();
     let now = ctx.now_ms;
-    ctx.shard.delete_key(db, dst, now);
+    let existed = ctx.shard.delete_key(db, dst, now);
     if !values.is_empty() {
         let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let flags = ctx.shard.hold_new(existed);
         ctx.shard.write_key(db, dst, now, |_| {
             Effect::List(ListCrdt::new().push_op(false, refs))
         });
+        ctx.shard.notify_flags = flags;
+        ctx.notify(crate::notify::LIST, "sortstore", dst);
+    } else if existed {
+        ctx.notify(crate::notify::GENERIC, "del", dst);
     }
     ctx.out.int(values.len() as i64);
     Ok(())

@@ -25,6 +25,7 @@ use super::args::{eq_ic, parse_i64};
 use super::server::{reply_help, subcommand_syntax_error};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 use crate::resp::reply::Reply;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -250,7 +251,28 @@ fn sync_node_limits(ctx: &Ctx<'_>) {
 fn write(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<Vec<u8>>) {
     let db = ctx.db();
     let now = ctx.now_ms;
+    // A consumer comes into being by XGROUP CREATECONSUMER or by being named in a read or
+    // a claim: Redis's `streamCreateConsumer` notifies each.
+    let creates = match &op {
+        StreamOp::ConsumerCreate {
+            group, consumer, ..
+        }
+        | StreamOp::Deliver {
+            group,
+            consumer: Some(consumer),
+            ..
+        } if ctx.shard.notifies(notify::STREAM) => ctx
+            .shard
+            .lookup_quiet(db, key, now)
+            .and_then(|e| e.state.stream())
+            .and_then(|s| s.group(group))
+            .is_some_and(|g| g.consumer(consumer).is_none()),
+        _ => false,
+    };
     ctx.shard.write_key(db, key, now, |_| Effect::Stream(op));
+    if creates {
+        ctx.notify(notify::STREAM, "xgroup-createconsumer", key);
+    }
 }
 
 /// The stream at `key` for a write (no keyspace statistics): `Ok(None)` when missing.
@@ -405,6 +427,9 @@ fn trim(ctx: &mut Ctx<'_>, key: &[u8], a: &AddTrimArgs) -> Result<u64, CmdError>
     match plan {
         Some((op, n)) => {
             write(ctx, key, op);
+            if n > 0 {
+                ctx.notify(notify::STREAM, "xtrim", key);
+            }
             Ok(n)
         }
         None => Ok(0),
@@ -475,6 +500,7 @@ fn xadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         (s.add_op(id, owned, replica), id)
     };
     write(ctx, key, op);
+    ctx.notify(notify::STREAM, "xadd", key);
     reply_id(ctx.out, id);
     trim(ctx, key, &a)?;
     Ok(())
@@ -1000,6 +1026,7 @@ fn xdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     match op {
         Some((n, op)) => {
             write(ctx, key, op);
+            ctx.notify(notify::STREAM, "xdel", key);
             ctx.out.int(n as i64);
         }
         None => ctx.out.int(0),
@@ -1064,6 +1091,7 @@ fn xsetid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         s.setid_op(id, added, max_deleted)
     };
     write(ctx, key, op);
+    ctx.notify(notify::STREAM, "xsetid", key);
     ctx.out.ok();
     Ok(())
 }
@@ -1162,6 +1190,7 @@ fn xgroup_create(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             entries_read,
         },
     );
+    ctx.notify(notify::STREAM, "xgroup-create", key);
     ctx.out.ok();
     Ok(())
 }
@@ -1189,6 +1218,7 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             entries_read,
         },
     );
+    ctx.notify(notify::STREAM, "xgroup-setid", key);
     ctx.out.ok();
     Ok(())
 }
@@ -1207,6 +1237,7 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     match op {
         Some(op) => {
             write(ctx, key, op);
+            ctx.notify(notify::STREAM, "xgroup-destroy", key);
             ctx.out.int(1);
         }
         None => ctx.out.int(0),
@@ -1261,6 +1292,7 @@ fn xgroup_delconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError>
     match op {
         Some((pending, op)) => {
             write(ctx, key, op);
+            ctx.notify(notify::STREAM, "xgroup-delconsumer", key);
             ctx.out.int(pending as i64);
         }
         None => ctx.out.int(0),

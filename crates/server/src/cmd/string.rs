@@ -20,6 +20,7 @@ use meridian_crdt::{Dec, Delta, Effect, Expire, KeyState, StrEdit, StrView, Type
 use super::args::{LongDouble, eq_ic, int_arg, parse_i64, parse_long_double};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 use crate::resp::reply::Reply;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -386,8 +387,10 @@ fn set_generic(
         }
     }
     assign(ctx, key, value, flags & OPT_KEEPTTL != 0);
+    ctx.notify(notify::STRING, "set", key);
     if let Some(at) = deadline {
         write_expire(ctx, key, Expire::AtMs(at));
+        ctx.notify(notify::GENERIC, "expire", key);
     }
     if !with_get {
         write_set_reply(ctx.out, ok_reply);
@@ -452,6 +455,7 @@ fn getset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let key = arg(argv, 1);
     reply_get(ctx, key)?;
     assign(ctx, key, arg(argv, 2), false);
+    ctx.notify(notify::STRING, "set", key);
     Ok(())
 }
 
@@ -460,6 +464,7 @@ fn getdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if reply_get(ctx, key)? {
         let db = ctx.db();
         ctx.shard.delete_key(db, key, ctx.now_ms);
+        ctx.notify(notify::GENERIC, "del", key);
     }
     Ok(())
 }
@@ -482,9 +487,16 @@ fn getex(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     match deadline {
         Some(at) if a.flags & (OPT_EXAT | OPT_PXAT) != 0 && at <= now => {
             ctx.shard.delete_key(db, key, now);
+            ctx.notify(notify::GENERIC, "del", key);
         }
-        Some(at) => write_expire(ctx, key, Expire::AtMs(at)),
-        None if a.flags & OPT_PERSIST != 0 && had_ttl => write_expire(ctx, key, Expire::Persist),
+        Some(at) => {
+            write_expire(ctx, key, Expire::AtMs(at));
+            ctx.notify(notify::GENERIC, "expire", key);
+        }
+        None if a.flags & OPT_PERSIST != 0 && had_ttl => {
+            write_expire(ctx, key, Expire::Persist);
+            ctx.notify(notify::GENERIC, "persist", key);
+        }
         None => {}
     }
     Ok(())
@@ -524,6 +536,7 @@ fn mset(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     for kv in pairs.chunks_exact(2) {
         if let [k, v] = kv {
             assign(ctx, k, *v, false);
+            ctx.notify(notify::STRING, "set", k);
         }
     }
     ctx.out.ok();
@@ -543,6 +556,7 @@ fn msetnx(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     for kv in pairs.chunks_exact(2) {
         if let [k, v] = kv {
             assign(ctx, k, *v, false);
+            ctx.notify(notify::STRING, "set", k);
         }
     }
     ctx.out.int(1);
@@ -579,6 +593,7 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             len + tail.len()
         }
     };
+    ctx.notify(notify::STRING, "append", key);
     ctx.out.int(total as i64);
     Ok(())
 }
@@ -695,6 +710,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     assign(ctx, key, buf, false);
     // Redis writes into a fresh or unshared sds: the value reports "raw".
     ctx.shard.mark_raw_encoding(db, key);
+    ctx.notify(notify::STRING, "setrange", key);
     ctx.out.int(n as i64);
     Ok(())
 }
@@ -726,6 +742,7 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Result<(), CmdError> {
         .write_key(db, key, now, |_| Effect::<&[u8]>::Incr {
             delta: Delta::Int(by),
         });
+    ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
 }
@@ -793,6 +810,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         assign(ctx, key, text.as_bytes(), true);
     }
+    ctx.notify(notify::STRING, "incrbyfloat", key);
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }

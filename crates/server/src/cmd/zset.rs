@@ -20,6 +20,7 @@ use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::config::ListpackLimits;
 use crate::error::CmdError;
+use crate::notify;
 use crate::resp::reply::Reply;
 use crate::shard::Shard;
 
@@ -190,12 +191,21 @@ pub(crate) fn reply_items<M: AsRef<[u8]>>(out: &mut Reply, items: &[(M, f64)], w
     }
 }
 
-/// Deletes `dst` and stores `items` there; returns the number stored.
-pub(crate) fn store(ctx: &mut Ctx<'_>, dst: &[u8], items: &[(Vec<u8>, f64)]) -> usize {
+/// Deletes `dst` and stores `items` there; returns the number stored. Notifies `event`
+/// (class `z`), or `del` when nothing was stored over an existing key, as Redis's STORE
+/// variants do.
+pub(crate) fn store(ctx: &mut Ctx<'_>, dst: &[u8], items: &[(Vec<u8>, f64)], event: &str) -> usize {
     let db = ctx.db();
-    ctx.shard.delete_key(db, dst, ctx.now_ms);
+    let existed = ctx.shard.delete_key(db, dst, ctx.now_ms);
+    let flags = ctx.shard.hold_new(existed);
     for (m, s) in items {
         add_member(ctx, dst, m, *s);
+    }
+    ctx.shard.notify_flags = flags;
+    if !items.is_empty() {
+        ctx.notify(notify::ZSET, event, dst);
+    } else if existed {
+        ctx.notify(notify::GENERIC, "del", dst);
     }
     items.len()
 }
@@ -481,7 +491,7 @@ fn zrange_generic(
                     .collect(),
                 None => Vec::new(),
             };
-            let n = store(ctx, dst, &items);
+            let n = store(ctx, dst, &items, "zrangestore");
             ctx.out.int(n as i64);
         }
     }
@@ -631,6 +641,9 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
             }
         }
     }
+    if added + updated > 0 {
+        ctx.notify(notify::ZSET, if incr { "zincr" } else { "zadd" }, key);
+    }
     if incr {
         if processed > 0 {
             ctx.out.double(last_score);
@@ -664,6 +677,9 @@ fn zrem(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             rem_member(ctx, key, m);
             n += 1;
         }
+    }
+    if n > 0 {
+        ctx.notify_then_del(notify::ZSET, "zrem", key);
     }
     ctx.out.int(n);
     Ok(())
@@ -762,6 +778,9 @@ fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: usize, max: bool) -> Vec<(Vec<u8>, 
     };
     for (m, _) in &items {
         rem_member(ctx, key, m);
+    }
+    if !items.is_empty() {
+        ctx.notify_then_del(notify::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
     }
     items
 }
@@ -971,6 +990,14 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: RangeType) -> Resu
     };
     for m in &members {
         rem_member(ctx, key, m);
+    }
+    if !members.is_empty() {
+        let event = match kind {
+            RangeType::Score => "zremrangebyscore",
+            RangeType::Lex => "zremrangebylex",
+            _ => "zremrangebyrank",
+        };
+        ctx.notify_then_del(notify::ZSET, event, key);
     }
     ctx.out.int(members.len() as i64);
     Ok(())
@@ -1377,7 +1404,12 @@ fn zsetop_generic(
     });
     match dst {
         Some(dst) => {
-            let n = store(ctx, dst, &result);
+            let event = match op {
+                SetOp::Union => "zunionstore",
+                SetOp::Inter => "zinterstore",
+                SetOp::Diff => "zdiffstore",
+            };
+            let n = store(ctx, dst, &result, event);
             ctx.out.int(n as i64);
         }
         None => reply_items(ctx.out, &result, withscores),

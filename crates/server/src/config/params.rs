@@ -257,7 +257,6 @@ const DUMP_SANITIZE: &str =
     "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
 const NO_CLIENT_EVICTION: &str = "Meridian evicts no client.";
 const NO_MODULES: &str = "Meridian loads no modules.";
-const NO_NOTIFICATIONS: &str = "Meridian has no keyspace notifications yet.";
 const DUMP_COMPRESSION: &str = "Meridian writes no RDB file (docs/persistence.md); DUMP compresses strings with LZF as Redis does when yes.";
 const NO_RDB: &str =
     "Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
@@ -546,8 +545,13 @@ pub static PARAMS: &[Param] = &[
             },
         }, "Output kept for a client that does not read: \"class hard soft seconds\" per class (normal, replica/slave, pubsub); past hard, or past soft for seconds, the client is closed."),
     stored("oom-score-adj-values", Kind::Special(parse_oom_values), "0 200 800", PROCESS),
-    stored("notify-keyspace-events", Kind::Special(parse_notify_flags), "", NO_NOTIFICATIONS)
-        .fixed(),
+    field("notify-keyspace-events", Kind::Special(parse_notify_flags), Binding::Field {
+            // Text that is no set of classes (a bad configuration file) shows as it is, so
+            // that `Config::validate` refuses it.
+            get: |c| crate::notify::parse(&c.notify_keyspace_events)
+                .map_or_else(|| c.notify_keyspace_events.clone(), crate::notify::to_text),
+            set: |c, v| c.notify_keyspace_events = v.to_string(),
+        }, "Keyspace notification classes, as Redis 7.0; writes applied from other sites notify too (docs/replication.md §4)."),
     field("bind", Kind::Special(parse_bind), field!(bind), "Address the client port listens on (one address; set at start).")
         .fixed(),
     stored("replicaof", Kind::Text, "", NO_REPLICATION_AUTH)
@@ -952,35 +956,12 @@ fn parse_oom_values(v: &str) -> Result<String, String> {
     Ok(words.join(" "))
 }
 
-/// `notify-keyspace-events`: class characters, shown in Redis's canonical order
-/// (`keyspaceEventsFlagsToString`).
+/// `notify-keyspace-events`: class characters (Redis's error text for any other); kept as
+/// `notify::to_stored` (every flag), shown as `notify::to_text` (Redis's canonical order).
 fn parse_notify_flags(v: &str) -> Result<String, String> {
-    const CLASSES: &str = "g$lshzxetdn";
-    let mut set = std::collections::BTreeSet::new();
-    for c in v.chars() {
-        match c {
-            'A' => set.extend(CLASSES.chars().filter(|c| *c != 'n')),
-            'g' | '$' | 'l' | 's' | 'h' | 'z' | 'x' | 'e' | 't' | 'd' | 'n' | 'K' | 'E' | 'm' => {
-                set.insert(c);
-            }
-            _ => return Err("Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string()),
-        }
-    }
-    let all = CLASSES
-        .chars()
-        .filter(|c| *c != 'n')
-        .all(|c| set.contains(&c));
-    let mut out = String::new();
-    if all {
-        out.push('A');
-        if set.contains(&'n') {
-            out.push('n');
-        }
-    } else {
-        out.extend(CLASSES.chars().filter(|c| set.contains(c)));
-    }
-    out.extend("KEm".chars().filter(|c| set.contains(c)));
-    Ok(out)
+    crate::notify::parse(v)
+        .map(crate::notify::to_stored)
+        .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string())
 }
 
 /// `latency-tracking-info-percentiles`: numbers in [0, 100], shown as Redis's `%f` with

@@ -408,7 +408,14 @@ impl Shard {
             OpBody::Write(_) if self.sync.delivered.covers(stamp) => {}
             OpBody::Write(effect) => {
                 let hash = self.hash_key(&rec.key);
-                self.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
+                let db = usize::from(rec.db);
+                // Keyspace notifications fire here too (one test when they are off).
+                let before =
+                    (self.notify_flags != 0).then(|| self.remote_before(db, &rec.key, effect));
+                let applied = self.apply_stamped(db, hash, &rec.key, now_ms, stamp, effect);
+                if let Some(before) = before {
+                    self.notify_remote(db, &rec.key, stamp, effect, before, applied);
+                }
             }
             OpBody::Publish { message, sharded } => {
                 if let Some(hook) = &self.publish_hook {
