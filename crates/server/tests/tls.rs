@@ -685,3 +685,65 @@ fn redis_cli_tls_works() {
     let refused = cli(&["PING"], false);
     assert!(!refused.contains("PONG"), "{refused}");
 }
+
+/// redis-py's `ssl=True` (Debian's python3-redis or pip's redis): PING, a transaction, a
+/// pipeline over several shards, a value larger than many TLS records, RESP3, and a client without a
+/// certificate refused.
+#[test]
+fn redis_py_ssl_works() {
+    let has_redis_py = Command::new("python3")
+        .args(["-c", "import redis"])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_redis_py {
+        eprintln!("python3 without redis-py (python3-redis): skipped");
+        return;
+    }
+    let pki = Pki::new();
+    let (cc, ck) = pki.issue("client");
+    pki.issue("server");
+    let tls_port = free_port();
+    let _server = start(&tls_flags(&pki, tls_port, "server", "yes"));
+    let script = r#"
+import sys, redis
+port, ca, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def client(**kw):
+    return redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, **kw)
+r = client(ssl_certfile=cert, ssl_keyfile=key)
+assert r.ping() is True
+p = r.pipeline(transaction=True)
+for i in range(50):
+    p.incr("{py}%d" % (i % 7))
+assert p.execute()[-1] == 8
+p = r.pipeline(transaction=False)
+for i in range(50):
+    p.incr("py%d" % (i % 7))
+assert p.execute()[-1] == 8
+big = b"y" * (5 << 20)
+assert r.set("big", big) and r.get("big") == big
+r3 = client(ssl_certfile=cert, ssl_keyfile=key, protocol=3)
+assert r3.execute_command("HELLO")[b"proto"] == 3
+try:
+    client().ping()
+    print("a client without a certificate was served")
+    sys.exit(1)
+except redis.exceptions.ConnectionError:
+    pass
+print("redis-py ok")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args([tls_port.to_string(), s(&pki.ca()), s(&cc), s(&ck)])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("redis-py ok"), "{text}");
+}
