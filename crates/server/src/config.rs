@@ -54,7 +54,8 @@ pub struct Config {
     /// (`cluster-port` + its index) and the CLUSTER commands describe them. Unset: on when
     /// the process has more than one shard.
     pub cluster_api: Option<bool>,
-    /// Port of shard 0's cluster endpoint (0: `port` + 1); shard N listens on it + N.
+    /// Port of shard 0's cluster endpoint (0: the larger of `port` and `tls-port`, + 1); shard
+    /// N listens on it + N.
     pub cluster_endpoint_port: u16,
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
     /// `bind` address, or 127.0.0.1 when it is a wildcard).
@@ -537,8 +538,10 @@ impl Config {
 
     /// The port of shard `shard`'s cluster endpoint.
     pub fn endpoint_port(&self, shard: u16) -> Option<u16> {
+        // Past both client ports, so that the usual `port 6379` and `tls-port 6380` leave
+        // the endpoints at 6381 and up.
         let base = if self.cluster_endpoint_port == 0 {
-            self.port.checked_add(1)?
+            self.port.max(self.tls_port).checked_add(1)?
         } else {
             self.cluster_endpoint_port
         };
@@ -1109,6 +1112,43 @@ fn toml_error_line(text: &str, e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_ports_and_endpoints() {
+        let mut c = Config::default();
+        assert_eq!(c.endpoint_port(0), Some(6380));
+        // The usual TLS layout: the endpoints start past the TLS port.
+        c.tls_port = 6380;
+        assert_eq!(
+            (c.endpoint_port(0), c.endpoint_port(2)),
+            (Some(6381), Some(6383))
+        );
+        c.tls_port = 6000;
+        assert_eq!(c.endpoint_port(0), Some(6380));
+        // TLS only: the cluster API (plain TCP) is off unless asked for, and then refused.
+        c.port = 0;
+        assert!(!c.cluster_enabled(3));
+        assert!(c.validate().is_ok());
+        c.cluster_api = Some(true);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cluster-api")
+        );
+        c.cluster_api = None;
+        c.tls_port = 0;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("configured to not listen anywhere"), "{e}");
+        c.port = 6379;
+        c.tls_protocols = "TLSv1.3 SSLv3".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tls-protocols")
+        );
+    }
 
     #[test]
     fn empty_file_is_the_default() {

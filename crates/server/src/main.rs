@@ -123,7 +123,8 @@ struct ServerFlags {
     /// with more than one shard]
     #[arg(long, value_parser = parse_yes_no, value_name = "YES|NO")]
     cluster_api: Option<bool>,
-    /// Port of shard 0's cluster endpoint; shard N listens on it + N (0: port + 1). [default: 0]
+    /// Port of shard 0's cluster endpoint; shard N listens on it + N (0: the larger of port and
+    /// tls-port, + 1). [default: 0]
     #[arg(long)]
     cluster_endpoint_port: Option<u16>,
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the

@@ -839,7 +839,10 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 q.set(&mut next, v);
             }
             if let Err(e) = tls.reload(&next) {
-                tracing::warn!(error = %e, "CONFIG SET: TLS configuration not updated");
+                // Every shard runs CONFIG SET; the first one logs why.
+                if ctx.front.index == ctx.front.node.first {
+                    tracing::warn!(error = %e, "CONFIG SET: TLS configuration not updated");
+                }
                 return Err(failed(
                     p.name.as_bytes(),
                     "Unable to update TLS configuration. Check server logs.",

@@ -568,7 +568,7 @@ pub static PARAMS: &[Param] = &[
         }, "The Redis Cluster API: an endpoint and a node id per shard (default: on with several shards).")
         .fixed()
         .meridian(),
-    field("cluster-endpoint-port", Kind::Int { min: 0, max: 65535 }, field!(cluster_endpoint_port), "Port of shard 0's cluster endpoint; shard N listens on it + N (0: port + 1).")
+    field("cluster-endpoint-port", Kind::Int { min: 0, max: 65535 }, field!(cluster_endpoint_port), "Port of shard 0's cluster endpoint; shard N listens on it + N (0: the larger of port and tls-port, + 1).")
         .fixed()
         .meridian(),
     field("topology", Kind::Text, Binding::Field {
