@@ -216,31 +216,31 @@ struct ServerFlags {
     /// TLS client port (0: none). [default: 0]
     #[arg(long)]
     tls_port: Option<u16>,
-    /// The TLS port's certificate chain (PEM). [default: none]
+    /// The TLS port's certificate chain (PEM). [default: ""]
     #[arg(long, value_name = "FILE")]
     tls_cert_file: Option<String>,
-    /// The TLS port's private key (PEM, unencrypted). [default: none]
+    /// The TLS port's private key (PEM, unencrypted). [default: ""]
     #[arg(long, value_name = "FILE")]
     tls_key_file: Option<String>,
     /// Only empty: encrypted private keys are refused. [default: ""]
     #[arg(long, value_name = "PASS")]
     tls_key_file_pass: Option<String>,
-    /// CA certificates (PEM) client certificates must chain to. [default: none]
+    /// CA certificates (PEM) client certificates must chain to. [default: ""]
     #[arg(long, value_name = "FILE")]
     tls_ca_cert_file: Option<String>,
-    /// A directory of CA certificate files (PEM). [default: none]
+    /// A directory of CA certificate files (PEM). [default: ""]
     #[arg(long, value_name = "DIR")]
     tls_ca_cert_dir: Option<String>,
     /// Client certificates on the TLS port: yes, no or optional. [default: yes]
     #[arg(long, value_name = "yes|no|optional")]
     tls_auth_clients: Option<String>,
-    /// TLS versions: "TLSv1.2 TLSv1.3" or one of them. [default: both]
+    /// TLS versions: "TLSv1.2 TLSv1.3" or one of them (empty: both). [default: ""]
     #[arg(long, value_name = "VERSIONS")]
     tls_protocols: Option<String>,
-    /// TLS 1.2 cipher suites, OpenSSL names, colon-separated. [default: all]
+    /// TLS 1.2 cipher suites, OpenSSL names, colon-separated (empty: all). [default: ""]
     #[arg(long, value_name = "SUITES")]
     tls_ciphers: Option<String>,
-    /// TLS 1.3 cipher suites, OpenSSL names, colon-separated. [default: all]
+    /// TLS 1.3 cipher suites, OpenSSL names, colon-separated (empty: all). [default: ""]
     #[arg(long, value_name = "SUITES")]
     tls_ciphersuites: Option<String>,
     /// Choose the cipher suite by the server's order: yes or no. [default: no]
