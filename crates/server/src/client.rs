@@ -162,7 +162,7 @@ pub struct ClientShared {
     pub blocked: Cell<bool>,
     /// The connection's socket, for the side path that answers this client while a script
     /// runs long (`script::busy`); empty for the script client.
-    pub socket: RefCell<std::rc::Weak<tokio::net::TcpStream>>,
+    pub socket: RefCell<std::rc::Weak<crate::stream::ClientStream>>,
     /// The connection task is writing replies (the side path must not interleave its own).
     pub writing: Cell<bool>,
     /// The ACL user this connection runs as (`None`: the default user).

@@ -19,9 +19,31 @@ mod rewrite;
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct Config {
-    /// Address the client port listens on.
+    /// Address the client ports listen on.
     pub bind: String,
+    /// The plain TCP client port (0: none, only `tls-port`).
     pub port: u16,
+    /// The TLS client port (0: none), Redis's `tls-port`; `crate::tls` reads the `tls-*`
+    /// settings below, Redis 7.0's names and meanings.
+    pub tls_port: u16,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// Always empty: an encrypted key is refused (`crate::tls`).
+    pub tls_key_file_pass: String,
+    pub tls_ca_cert_file: String,
+    pub tls_ca_cert_dir: String,
+    /// yes, no or optional.
+    pub tls_auth_clients: String,
+    /// "TLSv1.2", "TLSv1.3" or both (empty: both).
+    pub tls_protocols: String,
+    /// TLS 1.2 suites, OpenSSL names, colon-separated (empty: all rustls offers).
+    pub tls_ciphers: String,
+    /// TLS 1.3 suites, OpenSSL names, colon-separated (empty: all rustls offers).
+    pub tls_ciphersuites: String,
+    pub tls_prefer_server_ciphers: bool,
+    /// A connection to `tls-port` that has not completed its handshake within this many
+    /// milliseconds is closed.
+    pub tls_handshake_timeout_ms: u64,
     /// Data directory: the op log segments and snapshots of each shard (`shard-N/`) and the
     /// slot map (`slot-map`).
     pub dir: PathBuf,
@@ -32,7 +54,8 @@ pub struct Config {
     /// (`cluster-port` + its index) and the CLUSTER commands describe them. Unset: on when
     /// the process has more than one shard.
     pub cluster_api: Option<bool>,
-    /// Port of shard 0's cluster endpoint (0: `port` + 1); shard N listens on it + N.
+    /// Port of shard 0's cluster endpoint (0: the larger of `port` and `tls-port`, + 1); shard
+    /// N listens on it + N.
     pub cluster_endpoint_port: u16,
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
     /// `bind` address, or 127.0.0.1 when it is a wildcard).
@@ -195,6 +218,18 @@ impl Default for Config {
         Config {
             bind: "127.0.0.1".to_string(),
             port: 6379,
+            tls_port: 0,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_key_file_pass: String::new(),
+            tls_ca_cert_file: String::new(),
+            tls_ca_cert_dir: String::new(),
+            tls_auth_clients: "yes".to_string(),
+            tls_protocols: String::new(),
+            tls_ciphers: String::new(),
+            tls_ciphersuites: String::new(),
+            tls_prefer_server_ciphers: false,
+            tls_handshake_timeout_ms: crate::tls::HANDSHAKE_TIMEOUT_MS_DEFAULT,
             dir: PathBuf::from("./meridian-data"),
             shards: 0,
             cluster_api: None,
@@ -510,13 +545,17 @@ impl Config {
 
     /// Whether the cluster API is on for a process of `shards` shards.
     pub fn cluster_enabled(&self, shards: u16) -> bool {
-        self.cluster_api.unwrap_or(shards > 1)
+        // Its endpoints are plain TCP: with `port 0` (TLS only) it is off unless asked for,
+        // and asking for it is refused (`validate`).
+        self.cluster_api.unwrap_or(shards > 1 && self.port != 0)
     }
 
     /// The port of shard `shard`'s cluster endpoint.
     pub fn endpoint_port(&self, shard: u16) -> Option<u16> {
+        // Past both client ports, so that the usual `port 6379` and `tls-port 6380` leave
+        // the endpoints at 6381 and up.
         let base = if self.cluster_endpoint_port == 0 {
-            self.port.checked_add(1)?
+            self.port.max(self.tls_port).checked_add(1)?
         } else {
             self.cluster_endpoint_port
         };
@@ -599,6 +638,62 @@ impl Config {
     }
 
     /// Reads a TOML file over the defaults; remembers the path for CONFIG REWRITE.
+    /// The client ports and the `tls-*` values (the files are read at start, `crate::tls`).
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                message,
+            })
+        };
+        if self.port == 0 && self.tls_port == 0 {
+            return bad(
+                "port",
+                "port and tls-port are both 0: configured to not listen anywhere".to_string(),
+            );
+        }
+        if self.port == 0 && self.cluster_api == Some(true) {
+            return bad(
+                "cluster-api",
+                "the cluster API's endpoints are plain TCP; with port 0 (TLS only) set cluster-api no".to_string(),
+            );
+        }
+        if !matches!(self.tls_auth_clients.as_str(), "yes" | "no" | "optional") {
+            return bad(
+                "tls-auth-clients",
+                format!("'{}' must be yes, no or optional", self.tls_auth_clients),
+            );
+        }
+        if self.tls_handshake_timeout_ms == 0 {
+            return bad("tls-handshake-timeout-ms", "must be at least 1".to_string());
+        }
+        type Check = fn(&str) -> Result<String, String>;
+        let checks: [(&str, &str, Check); 4] = [
+            (
+                "tls-key-file-pass",
+                &self.tls_key_file_pass,
+                crate::tls::check_key_file_pass,
+            ),
+            (
+                "tls-protocols",
+                &self.tls_protocols,
+                crate::tls::check_protocols,
+            ),
+            ("tls-ciphers", &self.tls_ciphers, crate::tls::check_ciphers),
+            (
+                "tls-ciphersuites",
+                &self.tls_ciphersuites,
+                crate::tls::check_ciphersuites,
+            ),
+        ];
+        for (key, value, check) in checks {
+            if let Err(message) = check(value) {
+                return bad(key, message);
+            }
+        }
+        Ok(())
+    }
+
     pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
@@ -850,6 +945,7 @@ impl Config {
         if !(1..=500).contains(&self.hz) {
             return bad("hz", format!("must be between 1 and 500, got {}", self.hz));
         }
+        self.validate_tls()?;
         if crate::persist::Fsync::parse(&self.appendfsync).is_none() {
             return bad(
                 "appendfsync",
@@ -1057,6 +1153,43 @@ fn toml_error_line(text: &str, e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_ports_and_endpoints() {
+        let mut c = Config::default();
+        assert_eq!(c.endpoint_port(0), Some(6380));
+        // The usual TLS layout: the endpoints start past the TLS port.
+        c.tls_port = 6380;
+        assert_eq!(
+            (c.endpoint_port(0), c.endpoint_port(2)),
+            (Some(6381), Some(6383))
+        );
+        c.tls_port = 6000;
+        assert_eq!(c.endpoint_port(0), Some(6380));
+        // TLS only: the cluster API (plain TCP) is off unless asked for, and then refused.
+        c.port = 0;
+        assert!(!c.cluster_enabled(3));
+        assert!(c.validate().is_ok());
+        c.cluster_api = Some(true);
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cluster-api")
+        );
+        c.cluster_api = None;
+        c.tls_port = 0;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("configured to not listen anywhere"), "{e}");
+        c.port = 6379;
+        c.tls_protocols = "TLSv1.3 SSLv3".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("tls-protocols")
+        );
+    }
 
     #[test]
     fn empty_file_is_the_default() {

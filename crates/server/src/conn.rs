@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
-use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 
 use crate::blocking;
 use crate::client::Client;
@@ -42,6 +40,7 @@ use crate::resp::read;
 use crate::resp::reply::Reply;
 use crate::route::{self, Class, KeysAt, Merge, Scatter, Special};
 use crate::shard::Shard;
+use crate::stream::ClientStream;
 
 /// Initial read buffer per connection; it grows for large arguments.
 pub const READ_BUF_BYTES_INITIAL: usize = 16 * 1024;
@@ -184,7 +183,7 @@ struct Conn {
 /// soft one after its seconds): a client that never reads holds at most one batch of
 /// replies, and not for longer than its class allows.
 async fn write_out(
-    stream: &TcpStream,
+    stream: &ClientStream,
     buf: &[u8],
     shared: &ClientShared,
     limit: OutputLimit,
@@ -193,23 +192,30 @@ async fn write_out(
     let mut written = 0usize;
     let mut woken = false;
     let ok = loop {
-        let Some(rest) = buf.get(written..).filter(|r| !r.is_empty()) else {
-            break true;
-        };
-        shared.obuf_bytes.set(rest.len());
-        if shared.output_over_limit(rest.len(), &limit, crate::time::wall_ms()) {
-            tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
-            break false;
-        }
-        // The write goes first, so the timer is only set up when it would block.
-        match stream.try_write(rest) {
-            Ok(0) => break false,
-            Ok(n) => {
-                written += n;
-                continue;
+        let rest = buf.get(written..).unwrap_or_default();
+        if rest.is_empty() {
+            // All taken; a TLS session may still hold ciphertext the socket did not take.
+            match stream.try_flush() {
+                Ok(true) => break true,
+                Ok(false) => {}
+                Err(_) => break false,
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => break false,
+        } else {
+            shared.obuf_bytes.set(rest.len());
+            if shared.output_over_limit(rest.len(), &limit, crate::time::wall_ms()) {
+                tracing::warn!(client = %shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+                break false;
+            }
+            // The write goes first, so the timer is only set up when it would block.
+            match stream.try_write(rest) {
+                Ok(0) => break false,
+                Ok(n) => {
+                    written += n;
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break false,
+            }
         }
         tokio::select! {
             biased;
@@ -237,21 +243,15 @@ async fn write_out(
 /// How often a write that does not progress re-checks the output limits.
 pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
-/// Reads what the socket holds (at least one byte, or 0 at the end of the stream).
+/// Reads what the client sent (at least one byte, or 0 at the end of the stream).
 /// Cancel-safe: the stream is shared (by `Rc`) with the busy-script side path.
-async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        match stream.try_read_buf(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            r => return r,
-        }
-    }
+async fn read_some(stream: &ClientStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    stream.read_some(buf).await
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
 /// `endpoint`: the shard whose cluster endpoint accepted it (None: the main port).
-pub async fn serve(th: Rc<Thread>, stream: TcpStream, id: u64, endpoint: Option<u16>) {
+pub async fn serve(th: Rc<Thread>, stream: ClientStream, id: u64, endpoint: Option<u16>) {
     serve_with_input(th, stream, id, endpoint, BytesMut::new()).await;
 }
 
@@ -259,13 +259,54 @@ pub async fn serve(th: Rc<Thread>, stream: TcpStream, id: u64, endpoint: Option<
 /// `crate::loading`): those bytes are parsed first.
 pub async fn serve_with_input(
     th: Rc<Thread>,
-    stream: TcpStream,
+    stream: ClientStream,
     id: u64,
     endpoint: Option<u16>,
     input: BytesMut,
 ) {
     if let Some(a) = admit(&th, stream, id, endpoint, input) {
         serve_admitted(th, a).await;
+    }
+}
+
+/// Starts serving a connection accepted on the main port or the TLS port, on this thread. A
+/// plain one is registered now, before a script could start running long here; a TLS one
+/// first completes its handshake in its own task (bounded by `tls-handshake-timeout-ms`),
+/// so neither the acceptor nor other connections wait for it.
+pub fn accepted(
+    th: &Rc<Thread>,
+    tcp: tokio::net::TcpStream,
+    id: u64,
+    input: BytesMut,
+    transport: crate::stream::Transport,
+) {
+    match transport {
+        crate::stream::Transport::Tcp => {
+            if let Some(a) = admit(th, ClientStream::plain(tcp), id, None, input) {
+                tokio::task::spawn_local(serve_admitted(th.clone(), a));
+            }
+        }
+        crate::stream::Transport::Tls => {
+            let Some(tls) = th.node.client_tls.clone() else {
+                return;
+            };
+            let timeout_ms = th.shard.borrow().config.tls_handshake_timeout_ms;
+            let th = th.clone();
+            tokio::task::spawn_local(async move {
+                let _ = tcp.set_nodelay(true);
+                let peer = tcp.peer_addr().ok();
+                match tls.handshake(tcp, timeout_ms).await {
+                    Ok(stream) => {
+                        if let Some(a) = admit(&th, stream, id, None, input) {
+                            serve_admitted(th, a).await;
+                        }
+                    }
+                    // Redis logs these at verbose level: a port scanner or a client with the
+                    // wrong CA is no server fault.
+                    Err(e) => tracing::debug!(client = ?peer, error = %e, "TLS connection closed"),
+                }
+            });
+        }
     }
 }
 
@@ -309,7 +350,7 @@ pub fn refusal(
 
 /// A connection registered on its thread, its task not started yet.
 pub struct Admitted {
-    stream: Rc<TcpStream>,
+    stream: Rc<ClientStream>,
     shared: Rc<ClientShared>,
     endpoint: Option<u16>,
     limits: ParseLimits,
@@ -327,7 +368,7 @@ pub struct Admitted {
 /// password; until then its parser applies Redis's unauthenticated limits.
 pub fn admit(
     th: &Rc<Thread>,
-    stream: TcpStream,
+    stream: ClientStream,
     id: u64,
     endpoint: Option<u16>,
     input: BytesMut,
@@ -408,7 +449,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
     th.shard.borrow_mut().scripting.clients.remove(&id);
     shared.socket.replace(std::rc::Weak::new());
     if let Ok(mut stream) = Rc::try_unwrap(stream) {
-        let _ = stream.shutdown().await;
+        stream.shutdown().await;
     }
     conn.leave().await;
     node.client_gone();
@@ -427,7 +468,7 @@ impl Conn {
             .output_limit(&s.config.client_output_buffer_limit)
     }
 
-    async fn run(&mut self, stream: &TcpStream, mut parser: Parser, input: BytesMut) {
+    async fn run(&mut self, stream: &ClientStream, mut parser: Parser, input: BytesMut) {
         let mut rbuf = input;
         rbuf.reserve(READ_BUF_BYTES_INITIAL);
         // The read buffer may hold complete commands not run yet (a blocking command ended,
@@ -459,7 +500,8 @@ impl Conn {
                         // MONITOR lines and Pub/Sub messages from other connections.
                         let pending = mailbox.take();
                         let limit = self.output_limit();
-                        if !pending.is_empty()
+                        // A TLS session may hold output the side path left (`script::busy`).
+                        if (!pending.is_empty() || stream.has_pending_output())
                             && !write_out(stream, &pending, &self.client.shared, limit).await
                         {
                             return;
@@ -493,7 +535,7 @@ impl Conn {
 
     /// Writes the pending replies once their writes are logged as the policy demands.
     /// Returns false when the connection must close.
-    async fn flush(&mut self, stream: &TcpStream) -> bool {
+    async fn flush(&mut self, stream: &ClientStream) -> bool {
         // appendfsync always: no reply leaves before the records of the writes it answers
         // (or that it may have read) are on disk. A failed write closes the connection
         // unanswered: those writes are not acknowledged.
@@ -521,7 +563,7 @@ impl Conn {
     /// connection must close at once.
     async fn process(
         &mut self,
-        stream: &TcpStream,
+        stream: &ClientStream,
         rbuf: &mut BytesMut,
         parser: &mut Parser,
     ) -> bool {
@@ -1479,7 +1521,7 @@ impl Conn {
     async fn run_barrier(
         &mut self,
         b: Barrier,
-        stream: &TcpStream,
+        stream: &ClientStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -1495,7 +1537,7 @@ impl Conn {
     async fn run_barrier_inner(
         &mut self,
         b: Barrier,
-        stream: &TcpStream,
+        stream: &ClientStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -1638,7 +1680,7 @@ impl Conn {
         sp: Special,
         spec: &'static CommandSpec,
         argv: Vec<Vec<u8>>,
-        stream: &TcpStream,
+        stream: &ClientStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -2027,7 +2069,7 @@ impl Conn {
         &mut self,
         spec: &'static CommandSpec,
         argv: Vec<Vec<u8>>,
-        stream: &TcpStream,
+        stream: &ClientStream,
         rbuf: &mut BytesMut,
         pos: usize,
     ) -> bool {
@@ -2127,7 +2169,7 @@ impl Conn {
 
     /// One wait step of a blocked client. Returns None when the connection must close,
     /// else whether the client is no longer blocked (the read buffer may hold commands).
-    async fn blocked_step(&mut self, stream: &TcpStream, rbuf: &mut BytesMut) -> Option<bool> {
+    async fn blocked_step(&mut self, stream: &ClientStream, rbuf: &mut BytesMut) -> Option<bool> {
         let deadline = self.client.blocked.as_ref().and_then(|b| b.deadline_ms);
         let shard = self
             .client

@@ -50,8 +50,14 @@ pub struct Thread {
 /// What a thread's inbox carries.
 pub enum Msg {
     /// A client connection the acceptor handed to this thread, with the id it gave it (ids
-    /// follow accept order, as Redis's).
-    Accept(std::net::TcpStream, u64, bytes::BytesMut),
+    /// follow accept order, as Redis's), the bytes it sent already (while loading) and the
+    /// port it came in on (a TLS one does its handshake on this thread).
+    Accept(
+        std::net::TcpStream,
+        u64,
+        bytes::BytesMut,
+        crate::stream::Transport,
+    ),
     /// Commands of one connection of another thread, for this thread's shard, and where
     /// their replies go.
     Batch(Batch, oneshot::Sender<Done>),
@@ -594,15 +600,10 @@ fn run_item(
 pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
     while let Some(msg) = rx.recv().await {
         match msg {
-            Msg::Accept(stream, id, input) => {
+            Msg::Accept(stream, id, input, transport) => {
                 let _ = stream.set_nonblocking(true);
                 match tokio::net::TcpStream::from_std(stream) {
-                    Ok(s) => {
-                        // Registered now, before a script could start running long here.
-                        if let Some(a) = crate::conn::admit(&th, s, id, None, input) {
-                            tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
-                        }
-                    }
+                    Ok(s) => crate::conn::accepted(&th, s, id, input, transport),
                     Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
                 }
             }

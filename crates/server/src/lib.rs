@@ -25,6 +25,8 @@
 //!   topology file (its nodes).
 //! - `conn`: one connection's read–parse–dispatch–write loop, the coordinator of its
 //!   commands.
+//! - `stream`: a client's byte stream, plain TCP or TLS, one type for both.
+//! - `tls`: client TLS (`tls-port`): the `tls-*` parameters, reloads, the handshake.
 //! - `stop`: the process-wide stop request that long loops poll.
 //! - `metrics`: `/metrics` (Prometheus) and `/health` on the metrics port.
 //! - `control`: requests of the control thread to shard threads (heartbeats, figures).
@@ -87,6 +89,8 @@ pub mod shard;
 pub mod slot;
 pub mod stats;
 pub mod stop;
+pub mod stream;
 pub mod sync;
 pub mod time;
+pub mod tls;
 pub mod topology;

@@ -106,7 +106,7 @@ struct ServerFlags {
     /// Address the client port listens on. [default: 127.0.0.1]
     #[arg(long, value_name = "IP")]
     bind: Option<String>,
-    /// Client (RESP) port. [default: 6379]
+    /// Plain TCP client (RESP) port (0: none, TLS only). [default: 6379]
     #[arg(long)]
     port: Option<u16>,
     /// Data directory: each shard's op log and snapshots. [default: ./meridian-data]
@@ -123,7 +123,8 @@ struct ServerFlags {
     /// with more than one shard]
     #[arg(long, value_parser = parse_yes_no, value_name = "YES|NO")]
     cluster_api: Option<bool>,
-    /// Port of shard 0's cluster endpoint; shard N listens on it + N (0: port + 1). [default: 0]
+    /// Port of shard 0's cluster endpoint; shard N listens on it + N (0: the larger of port and
+    /// tls-port, + 1). [default: 0]
     #[arg(long)]
     cluster_endpoint_port: Option<u16>,
     /// The address CLUSTER SLOTS/SHARDS/NODES and MOVED give for the endpoints (empty: the
@@ -220,6 +221,42 @@ struct ServerFlags {
     /// The CA every site trusts (PEM). [default: none]
     #[arg(long, value_name = "FILE")]
     sync_tls_ca: Option<PathBuf>,
+    /// TLS client port (0: none). [default: 0]
+    #[arg(long)]
+    tls_port: Option<u16>,
+    /// The TLS port's certificate chain (PEM). [default: ""]
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<String>,
+    /// The TLS port's private key (PEM, unencrypted). [default: ""]
+    #[arg(long, value_name = "FILE")]
+    tls_key_file: Option<String>,
+    /// Only empty: encrypted private keys are refused. [default: ""]
+    #[arg(long, value_name = "PASS")]
+    tls_key_file_pass: Option<String>,
+    /// CA certificates (PEM) client certificates must chain to. [default: ""]
+    #[arg(long, value_name = "FILE")]
+    tls_ca_cert_file: Option<String>,
+    /// A directory of CA certificate files (PEM). [default: ""]
+    #[arg(long, value_name = "DIR")]
+    tls_ca_cert_dir: Option<String>,
+    /// Client certificates on the TLS port: yes, no or optional. [default: yes]
+    #[arg(long, value_name = "yes|no|optional")]
+    tls_auth_clients: Option<String>,
+    /// TLS versions: "TLSv1.2 TLSv1.3" or one of them (empty: both). [default: ""]
+    #[arg(long, value_name = "VERSIONS")]
+    tls_protocols: Option<String>,
+    /// TLS 1.2 cipher suites, OpenSSL names, colon-separated (empty: all). [default: ""]
+    #[arg(long, value_name = "SUITES")]
+    tls_ciphers: Option<String>,
+    /// TLS 1.3 cipher suites, OpenSSL names, colon-separated (empty: all). [default: ""]
+    #[arg(long, value_name = "SUITES")]
+    tls_ciphersuites: Option<String>,
+    /// Choose the cipher suite by the server's order: yes or no. [default: no]
+    #[arg(long, value_parser = parse_yes_no, value_name = "yes|no")]
+    tls_prefer_server_ciphers: Option<bool>,
+    /// Milliseconds a TLS handshake may take before the connection is closed. [default: 10000]
+    #[arg(long, value_name = "MS")]
+    tls_handshake_timeout_ms: Option<u64>,
     /// Compression of the frames this site sends: lz4, zstd or none. [default: lz4]
     #[arg(long)]
     sync_compression: Option<String>,
@@ -292,6 +329,18 @@ impl ServerFlags {
         over!(
             bind,
             port,
+            tls_port,
+            tls_cert_file,
+            tls_key_file,
+            tls_key_file_pass,
+            tls_ca_cert_file,
+            tls_ca_cert_dir,
+            tls_auth_clients,
+            tls_protocols,
+            tls_ciphers,
+            tls_ciphersuites,
+            tls_prefer_server_ciphers,
+            tls_handshake_timeout_ms,
             dir,
             shards,
             cluster_endpoint_port,

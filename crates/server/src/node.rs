@@ -70,6 +70,8 @@ pub struct Node {
     pub started_ms: u64,
     /// 40 hex characters naming this run (INFO run_id).
     pub run_id: String,
+    /// The TLS port's configuration (None: no `tls-port`).
+    pub client_tls: Option<Arc<crate::tls::ClientTls>>,
 }
 
 /// Locks `m`, taking the data of a lock a panicking thread left (the registries stay
@@ -90,6 +92,7 @@ impl Node {
         cluster: Option<crate::topology::ClusterMap>,
         slowlog_len_max: u64,
         now_ms: u64,
+        client_tls: Option<Arc<crate::tls::ClientTls>>,
     ) -> (Arc<Node>, Vec<mpsc::Receiver<Msg>>) {
         let shards = slots.shards();
         let (first, local) = match &site {
@@ -121,6 +124,7 @@ impl Node {
             memory: crate::evict::ProcessMemory::new(usize::from(local)),
             started_ms: now_ms,
             run_id: random_hex40(),
+            client_tls,
         };
         (Arc::new(node), receivers)
     }

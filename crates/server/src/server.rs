@@ -25,6 +25,7 @@ use crate::node::Node;
 use crate::numa::{Place, Topology};
 use crate::shard::{PublishHook, Shard};
 use crate::slot::SlotMap;
+use crate::stream::Transport;
 
 /// Listen backlog (Redis `tcp-backlog`).
 pub const TCP_BACKLOG: i32 = 511;
@@ -45,6 +46,8 @@ pub enum ServerError {
     Runtime(std::io::Error),
     #[error("sync TLS: {0}")]
     Tls(String),
+    #[error("client TLS: {0}")]
+    ClientTls(#[from] crate::tls::TlsError),
     #[error("data directory: {0}")]
     Persist(String),
     #[error("shard thread failed: {0}")]
@@ -174,6 +177,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     let authenticated = clients_start_authenticated(&config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = bind(&config)?;
+    let tls_listener = bind_tls(&config)?;
     let sync_listener = bind_sync(&config)?;
     let metrics_listener = bind_metrics(&config)?;
     let (cluster, endpoints) = match &site {
@@ -194,6 +198,12 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
             None
         }
     };
+    // Files and settings are checked before anything runs: a bad file stops the start,
+    // naming it.
+    let client_tls = match config.tls_port {
+        0 => None,
+        _ => Some(Arc::new(crate::tls::ClientTls::load(&config)?)),
+    };
     tracing::info!(
         shards = local,
         first,
@@ -202,15 +212,21 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         "shard threads"
     );
     let addr = listener
-        .local_addr()
+        .as_ref()
+        .or(tls_listener.as_ref())
+        .and_then(|l| l.local_addr().ok())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    // While the shards load, the client port answers -LOADING (`crate::loading`) on a clone
-    // of the listener; the connections it took are handed to the threads once loaded.
-    let loading_listener = listener.try_clone().map_err(|source| ServerError::Listen {
-        addr: addr.clone(),
-        source,
-    })?;
+    // While the shards load, the plain client port answers -LOADING (`crate::loading`) on a
+    // clone of the listener; the connections it took are handed to the threads once loaded.
+    // The TLS port accepts once loaded: clients wait in its listen backlog meanwhile.
+    let loading_listener = match &listener {
+        Some(l) => Some(l.try_clone().map_err(|source| ServerError::Listen {
+            addr: addr.clone(),
+            source,
+        })?),
+        None => None,
+    };
     let limits = crate::loading::LoadingLimits::of(&config, authenticated);
     let (handover_tx, mut handover_rx) = tokio::sync::mpsc::channel(limits.clients_max.max(1));
     let (control, control_rxs) = crate::control::channels(usize::from(local));
@@ -223,6 +239,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         cluster,
         config.slowlog_max_len,
         now,
+        client_tls.clone(),
     );
     // Each thread reports when its shard is open (or why it could not open); the process
     // ends with the first thread that ends by itself.
@@ -276,13 +293,9 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         if let Some(l) = metrics_listener {
             tokio::spawn(crate::metrics::http::serve(l, endpoint));
         }
-        let responder = tokio::spawn(crate::loading::serve(
-            loading_listener,
-            limits,
-            loaded_all_rx,
-            handover_tx,
-        ));
-        let signal = wait_for_signal(tls.as_deref());
+        let responder = loading_listener
+            .map(|l| tokio::spawn(crate::loading::serve(l, limits, loaded_all_rx, handover_tx)));
+        let signal = wait_for_signal(tls.as_deref(), client_tls.as_deref());
         tokio::pin!(signal);
         let mut left = usize::from(local);
         // systemd's start timeout is extended while loading goes on: loading is bounded
@@ -319,7 +332,9 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         }
         if !stopping {
             let _ = loaded_all_tx.send(true);
-            let _ = responder.await;
+            if let Some(r) = responder {
+                let _ = r.await;
+            }
             // The connections taken while loading go to the threads in turn, then the
             // threads accept their own.
             while let Ok(h) = handover_rx.try_recv() {
@@ -327,10 +342,19 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
                 let id = node.client_id();
                 let to = node.next_conn_thread();
                 if let Some(inbox) = node.inbox(to) {
-                    let _ = inbox.send(Msg::Accept(h.stream, id, h.input)).await;
+                    let _ = inbox
+                        .send(Msg::Accept(
+                            h.stream,
+                            id,
+                            h.input,
+                            crate::stream::Transport::Tcp,
+                        ))
+                        .await;
                 }
             }
-            if let Err(e) = start_listeners(&node, listener, sync_listener, endpoints).await {
+            if let Err(e) =
+                start_listeners(&node, listener, tls_listener, sync_listener, endpoints).await
+            {
                 failure = Some(e);
                 stopping = true;
             }
@@ -338,6 +362,8 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         if !stopping {
             tracing::info!(
                 %addr,
+                port = config.port,
+                tls_port = config.tls_port,
                 site = %config.site,
                 shards,
                 load_ms = started.elapsed().as_millis() as u64,
@@ -360,7 +386,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         let _ = stop_tx.send(true);
         let deadline = tokio::time::sleep(SHUTDOWN_WAIT_MAX);
         tokio::pin!(deadline);
-        let second = wait_for_signal(None);
+        let second = wait_for_signal(None, None);
         tokio::pin!(second);
         let mut tick = tokio::time::interval(crate::service::EXTEND_EVERY);
         while left > 0 {
@@ -657,11 +683,12 @@ fn bind_cluster(
     Ok((Some(map), listeners))
 }
 
-/// Starts the accept loops: on thread 0 the main port's (clients spread over the threads)
-/// and the sync port's; on each shard's thread its cluster endpoint's.
+/// Starts the accept loops: on thread 0 the main port's and the TLS port's (clients spread
+/// over the threads) and the sync port's; on each shard's thread its cluster endpoint's.
 async fn start_listeners(
     node: &Arc<Node>,
-    listener: std::net::TcpListener,
+    listener: Option<std::net::TcpListener>,
+    tls_listener: Option<std::net::TcpListener>,
     sync_listener: Option<std::net::TcpListener>,
     endpoints: Vec<std::net::TcpListener>,
 ) -> Result<(), ServerError> {
@@ -670,7 +697,12 @@ async fn start_listeners(
         .ok_or_else(|| ServerError::Shard("no shard thread".into()))?;
     inbox
         .send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
-            tokio::task::spawn_local(accept_loop(th.clone(), listener));
+            if let Some(l) = listener {
+                tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tcp));
+            }
+            if let Some(l) = tls_listener {
+                tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tls));
+            }
             crate::sync::link::start_listener(th, sync_listener);
         })))
         .await
@@ -706,8 +738,13 @@ async fn endpoint_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let id = th.node.client_id();
-                let admitted =
-                    crate::conn::admit(&th, stream, id, Some(th.index), bytes::BytesMut::new());
+                let admitted = crate::conn::admit(
+                    &th,
+                    crate::stream::ClientStream::plain(stream),
+                    id,
+                    Some(th.index),
+                    bytes::BytesMut::new(),
+                );
                 if let Some(a) = admitted {
                     tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
                 }
@@ -721,7 +758,8 @@ async fn endpoint_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
 }
 
 /// Accepts clients and hands each to the next thread in turn (this one serves its share).
-async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
+/// A TLS connection's handshake runs on the thread it is handed to (`conn::accepted`).
+async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener, transport: Transport) {
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -729,10 +767,13 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
             return;
         }
     };
-    // A script running long on this thread takes and answers new connections itself
-    // (`script::busy`), then hands them to connection tasks here.
+    // A script running long on this thread takes and answers new connections of the plain
+    // port itself (`script::busy`), then hands them to connection tasks here; the TLS port's
+    // wait in its backlog until the script ends.
     let listener = Rc::new(listener);
-    th.shard.borrow_mut().scripting.listener = Some(Rc::downgrade(&listener));
+    if transport == Transport::Tcp {
+        th.shard.borrow_mut().scripting.listener = Some(Rc::downgrade(&listener));
+    }
     loop {
         if th.shard.borrow().shutting_down {
             return;
@@ -742,11 +783,7 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
                 let id = th.node.client_id();
                 let to = th.node.next_conn_thread();
                 if to == th.index {
-                    let admitted =
-                        crate::conn::admit(&th, stream, id, None, bytes::BytesMut::new());
-                    if let Some(a) = admitted {
-                        tokio::task::spawn_local(crate::conn::serve_admitted(th.clone(), a));
-                    }
+                    crate::conn::accepted(&th, stream, id, bytes::BytesMut::new(), transport);
                     continue;
                 }
                 let Ok(std_stream) = stream.into_std() else {
@@ -754,7 +791,12 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
                 };
                 if let Some(inbox) = th.node.inbox(to) {
                     if inbox
-                        .send(Msg::Accept(std_stream, id, bytes::BytesMut::new()))
+                        .send(Msg::Accept(
+                            std_stream,
+                            id,
+                            bytes::BytesMut::new(),
+                            transport,
+                        ))
                         .await
                         .is_err()
                     {
@@ -775,8 +817,12 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener) {
 pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Waits for SIGINT or SIGTERM; on SIGHUP reopens the log file and re-reads the sync TLS
-/// files (links established before keep their sessions; new ones use the new files).
-async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
+/// files and the client TLS files (links and connections established before keep their
+/// sessions; new ones use the new files; a file that fails to load keeps the previous ones).
+async fn wait_for_signal(
+    tls: Option<&meridian_syncer::TlsContext>,
+    client_tls: Option<&crate::tls::ClientTls>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -803,6 +849,12 @@ async fn wait_for_signal(tls: Option<&meridian_syncer::TlsContext>) {
                         Err(e) => tracing::error!(error = %e, "SIGHUP: sync TLS reload failed; keeping the previous files"),
                     },
                     None => tracing::info!("SIGHUP: no sync TLS files to reload"),
+                }
+                if let Some(ctx) = client_tls {
+                    match ctx.reload_files() {
+                        Ok(()) => tracing::info!("SIGHUP: client TLS files reloaded"),
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: client TLS reload failed; keeping the previous files"),
+                    }
                 }
             }
         }
@@ -836,12 +888,28 @@ fn bind_sync(config: &Config) -> Result<Option<std::net::TcpListener>, ServerErr
     listen(std::net::SocketAddr::new(ip, config.sync_port)).map(Some)
 }
 
-fn bind(config: &Config) -> Result<std::net::TcpListener, ServerError> {
+/// Binds the plain client port (none with `port 0`).
+fn bind(config: &Config) -> Result<Option<std::net::TcpListener>, ServerError> {
+    bind_client_port(config, config.port)
+}
+
+/// Binds the TLS client port (none with `tls-port 0`).
+fn bind_tls(config: &Config) -> Result<Option<std::net::TcpListener>, ServerError> {
+    bind_client_port(config, config.tls_port)
+}
+
+fn bind_client_port(
+    config: &Config,
+    port: u16,
+) -> Result<Option<std::net::TcpListener>, ServerError> {
+    if port == 0 {
+        return Ok(None);
+    }
     let ip: std::net::IpAddr = config.bind.parse().map_err(|_| ServerError::Listen {
         addr: config.bind.clone(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
     })?;
-    listen(std::net::SocketAddr::new(ip, config.port))
+    listen(std::net::SocketAddr::new(ip, port)).map(Some)
 }
 
 pub fn listen(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, ServerError> {
@@ -984,12 +1052,8 @@ fn run_thread(
             s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
                 if let Some(th) = weak.upgrade() {
                     tokio::task::spawn_local(async move {
-                        let mut stream = stream;
-                        if !unsent.is_empty() {
-                            use tokio::io::AsyncWriteExt as _;
-                            if stream.write_all(&unsent).await.is_err() {
-                                return;
-                            }
+                        if !unsent.is_empty() && stream.write_all(&unsent).await.is_err() {
+                            return;
                         }
                         let id = th.node.client_id();
                         crate::conn::serve(th, stream, id, None).await;

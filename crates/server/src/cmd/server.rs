@@ -843,6 +843,29 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         parsed.push((p, v));
     }
+    // A changed `tls-*` file or setting reloads the TLS port's configuration now, as Redis's
+    // `applyTlsCfg` does; when it cannot be built nothing is applied.
+    if let Some(tls) = &ctx.front.node.client_tls {
+        if let Some((p, _)) = parsed
+            .iter()
+            .find(|(p, _)| crate::tls::PARAMS.contains(&p.name))
+        {
+            let mut next = ctx.shard.config.clone();
+            for (q, v) in &parsed {
+                q.set(&mut next, v);
+            }
+            if let Err(e) = tls.reload(&next) {
+                // Every shard runs CONFIG SET; the first one logs why.
+                if ctx.front.index == ctx.front.node.first {
+                    tracing::warn!(error = %e, "CONFIG SET: TLS configuration not updated");
+                }
+                return Err(failed(
+                    p.name.as_bytes(),
+                    "Unable to update TLS configuration. Check server logs.",
+                ));
+            }
+        }
+    }
     for (p, v) in &parsed {
         p.set(&mut ctx.shard.config, v);
         config_applied(ctx.shard, ctx.front, p.name);

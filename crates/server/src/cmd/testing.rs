@@ -44,6 +44,7 @@ impl Harness {
             None,
             128,
             now,
+            None,
         );
         let mut front = Front::new(0, node, crate::cmd::table());
         let a = "127.0.0.1:5000".parse().unwrap();
@@ -112,6 +113,7 @@ fn with_front<R>(f: impl FnOnce(&mut Front) -> R) -> R {
                 None,
                 128,
                 crate::time::wall_ms(),
+                None,
             );
             Front::new(0, node, crate::cmd::table())
         });

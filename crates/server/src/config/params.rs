@@ -250,8 +250,11 @@ const MISCONF_ALWAYS: &str =
     "Meridian always refuses writes with MISCONF while its log cannot be written.";
 const NO_AOF: &str =
     "Meridian keeps an op log of its own format, not an AOF (docs/persistence.md).";
-const NO_CLIENT_TLS: &str =
-    "Client connections are plain TCP; sites use TLS between them (`sync-tls-*`).";
+const TLS_SESSIONS: &str = "rustls keeps its own session cache (256 sessions) and TLS 1.3 tickets.";
+const TLS_CLUSTER: &str = "The cluster API's endpoints are plain TCP: CLUSTER SLOTS/SHARDS/NODES give their ports to every client, as Redis with tls-cluster no.";
+const TLS_NO_CLIENT_SIDE: &str =
+    "Meridian dials no Redis server; sites use their own TLS files (`sync-tls-*`).";
+const TLS_NO_DH: &str = "rustls offers only ECDHE key exchange: no DH parameters.";
 const NO_CLUSTER: &str = "Redis Cluster is not enabled.";
 const DUMP_SANITIZE: &str =
     "RESTORE always validates a payload entry by entry, as Redis's `yes` does.";
@@ -405,7 +408,7 @@ pub static PARAMS: &[Param] = &[
     stored("shutdown-on-sigterm", Kind::EnumSet(&["default", "save", "nosave", "now", "force"]), "default", SIGNALS),
     field("databases", Kind::Int { min: 1, max: I32 }, field!(databases), "Number of logical databases.")
         .immutable(),
-    field("port", Kind::Int { min: 0, max: 65535 }, field!(port), "Client port (set at start).")
+    field("port", Kind::Int { min: 0, max: 65535 }, field!(port), "Plain TCP client port (0: none, clients use tls-port only; set at start).")
         .fixed(),
     stored("io-threads", Kind::Int { min: 1, max: 128 }, "1", IO_THREADS)
         .immutable(),
@@ -497,39 +500,33 @@ pub static PARAMS: &[Param] = &[
     field("auto-aof-rewrite-min-size", Kind::Mem { min: 0, max: I64 }, field!(auto_aof_rewrite_min_size), "The least log growth, in bytes, that triggers a snapshot by auto-aof-rewrite-percentage."),
     stored("loading-process-events-interval-bytes", Kind::Int { min: 1024, max: I32 }, "2097152", RDB_TEST_HOOKS)
         .hidden(),
-    stored("tls-port", Kind::Int { min: 0, max: 65535 }, "0", NO_CLIENT_TLS)
+    field("tls-port", Kind::Int { min: 0, max: 65535 }, field!(tls_port), "TLS client port (0: none; set at start). Connections on it are spread over the connection threads like the plain port's.")
         .fixed(),
-    stored("tls-session-cache-size", Kind::Int { min: 0, max: I32 }, "20480", NO_CLIENT_TLS),
-    stored("tls-session-cache-timeout", Kind::Int { min: 0, max: I32 }, "300", NO_CLIENT_TLS),
-    stored("tls-cluster", Kind::Bool, "no", NO_CLIENT_TLS),
-    stored("tls-replication", Kind::Bool, "no", NO_CLIENT_TLS),
-    stored("tls-auth-clients", Kind::Enum(&["no", "yes", "optional"]), "yes", NO_CLIENT_TLS),
-    stored("tls-prefer-server-ciphers", Kind::Bool, "no", NO_CLIENT_TLS),
-    stored("tls-session-caching", Kind::Bool, "yes", NO_CLIENT_TLS),
-    stored("tls-cert-file", Kind::Text, "", NO_CLIENT_TLS)
+    stored("tls-session-cache-size", Kind::Int { min: 0, max: I32 }, "20480", TLS_SESSIONS),
+    stored("tls-session-cache-timeout", Kind::Int { min: 0, max: I32 }, "300", TLS_SESSIONS),
+    stored("tls-cluster", Kind::Bool, "no", TLS_CLUSTER)
         .fixed(),
-    stored("tls-key-file", Kind::Text, "", NO_CLIENT_TLS)
+    stored("tls-replication", Kind::Bool, "no", NO_REPLICATION)
         .fixed(),
-    stored("tls-key-file-pass", Kind::Text, "", NO_CLIENT_TLS)
+    field("tls-auth-clients", Kind::Enum(&["no", "yes", "optional"]), field!(tls_auth_clients), "Client certificates on the TLS port: yes (required), optional (checked when given) or no (not asked for)."),
+    field("tls-prefer-server-ciphers", Kind::Bool, field!(tls_prefer_server_ciphers), "Pick the cipher suite by the server's order (tls-ciphers, tls-ciphersuites) rather than the client's."),
+    stored("tls-session-caching", Kind::Bool, "yes", TLS_SESSIONS),
+    field("tls-cert-file", Kind::Text, field!(tls_cert_file), "The TLS port's certificate chain (PEM); CONFIG SET and SIGHUP reload it."),
+    field("tls-key-file", Kind::Text, field!(tls_key_file), "The TLS port's private key (PEM, unencrypted); CONFIG SET and SIGHUP reload it."),
+    field("tls-key-file-pass", Kind::Special(crate::tls::check_key_file_pass), field!(tls_key_file_pass), "Only empty: rustls reads no encrypted private key (decrypt it with `openssl pkey`)."),
+    stored("tls-client-cert-file", Kind::Text, "", TLS_NO_CLIENT_SIDE)
         .fixed(),
-    stored("tls-client-cert-file", Kind::Text, "", NO_CLIENT_TLS)
+    stored("tls-client-key-file", Kind::Text, "", TLS_NO_CLIENT_SIDE)
         .fixed(),
-    stored("tls-client-key-file", Kind::Text, "", NO_CLIENT_TLS)
+    stored("tls-client-key-file-pass", Kind::Text, "", TLS_NO_CLIENT_SIDE)
         .fixed(),
-    stored("tls-client-key-file-pass", Kind::Text, "", NO_CLIENT_TLS)
+    stored("tls-dh-params-file", Kind::Text, "", TLS_NO_DH)
         .fixed(),
-    stored("tls-dh-params-file", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
-    stored("tls-ca-cert-file", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
-    stored("tls-ca-cert-dir", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
-    stored("tls-protocols", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
-    stored("tls-ciphers", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
-    stored("tls-ciphersuites", Kind::Text, "", NO_CLIENT_TLS)
-        .fixed(),
+    field("tls-ca-cert-file", Kind::Text, field!(tls_ca_cert_file), "CA certificates (PEM) client certificates must chain to."),
+    field("tls-ca-cert-dir", Kind::Text, field!(tls_ca_cert_dir), "A directory of CA certificate files (PEM), read whole, as well as or instead of tls-ca-cert-file."),
+    field("tls-protocols", Kind::Special(crate::tls::check_protocols), field!(tls_protocols), "TLS versions accepted: TLSv1.2, TLSv1.3 or both (empty: both)."),
+    field("tls-ciphers", Kind::Special(crate::tls::check_ciphers), field!(tls_ciphers), "TLS 1.2 cipher suites, OpenSSL names separated by colons, in preference order (empty: every one rustls offers)."),
+    field("tls-ciphersuites", Kind::Special(crate::tls::check_ciphersuites), field!(tls_ciphersuites), "TLS 1.3 cipher suites, OpenSSL names separated by colons, in preference order (empty: every one rustls offers)."),
     field("dir", Kind::Text, Binding::Field {
             get: |c| std::fs::canonicalize(&c.dir).unwrap_or_else(|_| c.dir.clone()).display().to_string(),
             set: |c, v| c.dir = std::path::PathBuf::from(v),
@@ -573,7 +570,7 @@ pub static PARAMS: &[Param] = &[
         }, "The Redis Cluster API: an endpoint and a node id per shard (default: on with several shards).")
         .fixed()
         .meridian(),
-    field("cluster-endpoint-port", Kind::Int { min: 0, max: 65535 }, field!(cluster_endpoint_port), "Port of shard 0's cluster endpoint; shard N listens on it + N (0: port + 1).")
+    field("cluster-endpoint-port", Kind::Int { min: 0, max: 65535 }, field!(cluster_endpoint_port), "Port of shard 0's cluster endpoint; shard N listens on it + N (0: the larger of port and tls-port, + 1).")
         .fixed()
         .meridian(),
     field("topology", Kind::Text, Binding::Field {
@@ -605,6 +602,8 @@ pub static PARAMS: &[Param] = &[
         .meridian(),
     field("sync-tls-ca", Kind::Text, field!(sync_tls_ca), "The CA every site's certificate chains to (PEM).")
         .fixed()
+        .meridian(),
+    field("tls-handshake-timeout-ms", Kind::Int { min: 1, max: I64 }, field!(tls_handshake_timeout_ms), "A connection to tls-port that has not completed its TLS handshake within this many milliseconds is closed.")
         .meridian(),
     field("sync-compression", Kind::Enum(&["lz4", "zstd", "none"]), field!(sync_compression), "Compression of the frames this site sends.")
         .fixed()

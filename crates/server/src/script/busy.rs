@@ -28,6 +28,7 @@ use crate::error::CmdError;
 use crate::resp::parse::{ParseLimits, Parsed, Parser};
 use crate::resp::reply::{Proto, Reply};
 use crate::shard::Shard;
+use crate::stream::ClientStream;
 
 /// Bytes of a waiting connection's input the side path looks at per hook run.
 pub const PEEK_BYTES_MAX: usize = 16 * 1024;
@@ -404,7 +405,10 @@ fn accept_early(shard: &mut Shard) {
             }
         }
         match tokio::net::TcpStream::from_std(stream) {
-            Ok(s) => shard.scripting.early.push((s, Vec::new())),
+            Ok(s) => shard
+                .scripting
+                .early
+                .push((crate::stream::ClientStream::plain(s), Vec::new())),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register a connection accepted while a script runs")
             }
@@ -452,7 +456,16 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
         let Some(stream) = c.socket.borrow().upgrade() else {
             continue;
         };
+        // TLS output an earlier call left in the session goes first.
+        if !matches!(stream.flush_now(), Ok(true)) {
+            continue;
+        }
         serve_socket(shard, &stream, Out::Client(&c), &mut peek);
+        // Plaintext taken out of a TLS session and not answered is read by the connection's
+        // task when it wakes (the socket may not show it again).
+        if stream.has_buffered_input() {
+            c.mailbox.wake.notify_one();
+        }
     }
 }
 
@@ -465,33 +478,19 @@ enum Out<'a> {
 }
 
 /// Writes what it can of `unsent` now and keeps the rest.
-fn send_some(stream: &tokio::net::TcpStream, unsent: &mut Vec<u8>) {
-    let mut sent = 0;
-    while sent < unsent.len() {
-        match rustix::net::send(
-            stream,
-            unsent.get(sent..).unwrap_or_default(),
-            rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
-        ) {
-            Ok(k) if k > 0 => sent += k,
-            _ => break,
-        }
-    }
+fn send_some(stream: &ClientStream, unsent: &mut Vec<u8>) {
+    let sent = stream.send_now(unsent);
     unsent.drain(..sent);
 }
 
 /// Answers the complete commands at the head of one socket (a connection accepted during the
 /// script speaks RESP2 until HELLO, which waits for the script's end).
-fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>, peek: &mut [u8]) {
+fn serve_socket(shard: &mut Shard, stream: &ClientStream, dest: Out<'_>, peek: &mut [u8]) {
     {
-        let n = match rustix::net::recv(
-            stream,
-            &mut peek[..],
-            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
-        ) {
-            Ok((n, _)) if n > 0 => n,
-            _ => return,
-        };
+        let n = stream.peek_now(&mut peek[..]);
+        if n == 0 {
+            return;
+        }
         let buf = peek.get(..n).unwrap_or_default();
         let now_ms = crate::time::wall_ms();
         // A connection accepted during the script is not registered yet: it runs as the
@@ -543,26 +542,15 @@ fn serve_socket(shard: &mut Shard, stream: &tokio::net::TcpStream, dest: Out<'_>
         if pos == 0 {
             return;
         }
-        // Take exactly the answered commands off the socket.
-        let mut sink = vec![0u8; pos];
-        let mut taken = 0;
-        while taken < pos {
-            match rustix::net::recv(
-                stream,
-                sink.get_mut(taken..pos).unwrap_or_default(),
-                rustix::net::RecvFlags::DONTWAIT,
-            ) {
-                Ok((k, _)) if k > 0 => taken += k,
-                _ => break,
-            }
-        }
+        // Take exactly the answered commands off the stream.
+        stream.consume(pos);
         write_now(dest, stream, &out);
     }
 }
 
 /// What the side path knows of a connection accepted during the script, for the checks of
 /// `decide` and the ACL log (id 0: it gets its id when its task starts).
-fn early_client(shard: &Shard, stream: &tokio::net::TcpStream, now_ms: u64) -> ClientShared {
+fn early_client(shard: &Shard, stream: &ClientStream, now_ms: u64) -> ClientShared {
     let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
     let who = ClientShared::new(
         0,
@@ -576,23 +564,14 @@ fn early_client(shard: &Shard, stream: &tokio::net::TcpStream, now_ms: u64) -> C
 
 /// Writes replies now when nothing is queued before them; otherwise (or for what the socket
 /// would not take) queues them behind the connection's pending output.
-fn write_now(dest: Out<'_>, stream: &tokio::net::TcpStream, bytes: &[u8]) {
+fn write_now(dest: Out<'_>, stream: &ClientStream, bytes: &[u8]) {
     let mut sent = 0;
     let nothing_queued = match &dest {
         Out::Client(c) => c.mailbox.is_empty(),
         Out::Early(unsent) => unsent.is_empty(),
     };
     if nothing_queued {
-        while sent < bytes.len() {
-            match rustix::net::send(
-                stream,
-                bytes.get(sent..).unwrap_or_default(),
-                rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
-            ) {
-                Ok(k) if k > 0 => sent += k,
-                _ => break,
-            }
-        }
+        sent = stream.send_now(bytes);
     }
     let rest = bytes.get(sent..).unwrap_or_default();
     if rest.is_empty() {

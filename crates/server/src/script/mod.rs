@@ -57,7 +57,7 @@ pub struct CachedScript {
 }
 
 /// Starts a connection task for a socket and the replies it has not taken yet.
-pub type SpawnConn = std::rc::Rc<dyn Fn(tokio::net::TcpStream, Vec<u8>)>;
+pub type SpawnConn = std::rc::Rc<dyn Fn(crate::stream::ClientStream, Vec<u8>)>;
 
 /// Shebang flags (`#!lua flags=...`) of a script or a function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -194,7 +194,7 @@ pub struct Scripting {
     /// Connections accepted while a script runs long, with replies not written yet: served by
     /// the side path, handed to connection tasks when the script ends. At most
     /// `busy::EARLY_CONNECTIONS_MAX`.
-    pub early: Vec<(tokio::net::TcpStream, Vec<u8>)>,
+    pub early: Vec<(crate::stream::ClientStream, Vec<u8>)>,
     /// Turns true when the process is asked to stop (SIGTERM/SIGINT): a script running long
     /// then ends the process from the side path, as SHUTDOWN NOSAVE does; set by `server`.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,

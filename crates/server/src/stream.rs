@@ -1,0 +1,410 @@
+//! A client connection's byte stream: plain TCP, or TLS over TCP (a rustls session whose
+//! handshake `crate::tls::handshake` completed).
+//!
+//! One type for both, so the connection code (`conn`) and the busy-script side path
+//! (`script::busy`) keep one code path; a plain stream costs one branch per call.
+//!
+//! Contract: every method either never waits (`try_*`, `*_now`) or is cancel-safe
+//! (`read_some`, `writable`), and the TLS session is borrowed only inside a call, never across
+//! an await, so the connection task and the side path may share the stream by `Rc`. With TLS,
+//! plaintext the side path peeked and did not take stays in the stream (`Session::input`) and
+//! `read_some` returns it first; ciphertext the socket did not take stays in the session and
+//! goes out before any new plaintext is accepted (`try_write`) or when `try_flush` is called.
+
+use std::cell::RefCell;
+use std::io::{Read as _, Write as _};
+
+use bytes::{Buf as _, BytesMut};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+
+/// Plaintext taken from a TLS session per read (rustls holds at most 16 KiB of received
+/// plaintext at once).
+const TLS_READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Which listener a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// `port`: plain TCP.
+    Tcp,
+    /// `tls-port`: a TLS handshake first (`crate::tls`).
+    Tls,
+}
+
+/// A connected client's stream (see the module doc).
+#[derive(Debug)]
+pub struct ClientStream {
+    tcp: TcpStream,
+    tls: Option<RefCell<Session>>,
+}
+
+#[derive(Debug)]
+struct Session {
+    conn: rustls::ServerConnection,
+    /// Plaintext taken out of the session and not consumed yet (what `peek_now` showed).
+    input: BytesMut,
+}
+
+/// `std::io` over the non-blocking socket, for rustls.
+#[derive(Clone, Copy)]
+struct TryIo<'a> {
+    tcp: &'a TcpStream,
+    /// Plain system calls (the side path, while the thread's reactor does not run and its
+    /// readiness flags are stale); otherwise tokio's `try_*`, whose WouldBlock clears the
+    /// readiness the connection task then waits on.
+    raw: bool,
+}
+
+impl std::io::Read for TryIo<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.raw {
+            return rustix::net::recv(self.tcp, buf, rustix::net::RecvFlags::DONTWAIT)
+                .map(|(n, _)| n)
+                .map_err(std::io::Error::from);
+        }
+        self.tcp.try_read(buf)
+    }
+}
+
+impl std::io::Write for TryIo<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.raw {
+            return rustix::net::send(
+                self.tcp,
+                buf,
+                rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+            )
+            .map_err(std::io::Error::from);
+        }
+        self.tcp.try_write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn would_block() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::WouldBlock)
+}
+
+impl Session {
+    /// Writes the ciphertext the session holds. Ok(true): all of it went out.
+    fn flush(&mut self, mut io: TryIo<'_>) -> std::io::Result<bool> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut io) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Decrypts the records the session holds; a protocol error sends its alert and fails.
+    fn process(&mut self, io: TryIo<'_>) -> std::io::Result<()> {
+        if let Err(e) = self.conn.process_new_packets() {
+            let _ = self.flush(io);
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        }
+        Ok(())
+    }
+
+    /// Moves decrypted plaintext into `out` (at most one chunk). Ok(None): none now; Ok(Some(0)):
+    /// the peer closed.
+    fn take_plaintext(&mut self, out: &mut BytesMut) -> std::io::Result<Option<usize>> {
+        let start = out.len();
+        out.resize(start + TLS_READ_CHUNK_BYTES, 0);
+        let r = match out.get_mut(start..) {
+            Some(spare) => self.conn.reader().read(spare),
+            None => Ok(0),
+        };
+        let (keep, res) = match r {
+            Ok(n) => (n, Ok(Some(n))),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => (0, Ok(None)),
+            // The TCP stream ended without close_notify: an end like any other.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => (0, Ok(Some(0))),
+            Err(e) => (0, Err(e)),
+        };
+        out.truncate(start + keep);
+        res
+    }
+
+    /// Reads what the socket holds (one read) into the session and decrypts it. Ok(false):
+    /// nothing to read now.
+    fn pull(&mut self, mut io: TryIo<'_>) -> std::io::Result<bool> {
+        match self.conn.read_tls(&mut io) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        self.process(io)?;
+        // Alerts, key updates and tickets the records called for (the rest at the next write).
+        self.flush(io)?;
+        Ok(true)
+    }
+
+    /// Accepts what it can of `buf` and writes it out: the bytes taken, or WouldBlock.
+    fn write(&mut self, io: TryIo<'_>, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.flush(io)? {
+            return Err(would_block());
+        }
+        let n = self.conn.writer().write(buf)?;
+        self.flush(io)?;
+        if n == 0 && !buf.is_empty() {
+            return Err(would_block());
+        }
+        Ok(n)
+    }
+}
+
+impl ClientStream {
+    /// The socket for the connection task (tokio's readiness).
+    fn io(&self) -> TryIo<'_> {
+        TryIo {
+            tcp: &self.tcp,
+            raw: false,
+        }
+    }
+
+    /// The socket for the side path (plain system calls).
+    fn raw_io(&self) -> TryIo<'_> {
+        TryIo {
+            tcp: &self.tcp,
+            raw: true,
+        }
+    }
+
+    /// A plain TCP connection.
+    pub fn plain(tcp: TcpStream) -> ClientStream {
+        ClientStream { tcp, tls: None }
+    }
+
+    /// A TLS connection whose handshake completed on `tcp`.
+    pub fn tls(tcp: TcpStream, conn: rustls::ServerConnection) -> ClientStream {
+        ClientStream {
+            tcp,
+            tls: Some(RefCell::new(Session {
+                conn,
+                input: BytesMut::new(),
+            })),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    pub fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.tcp.peer_addr()
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    pub fn set_nodelay(&self, on: bool) -> std::io::Result<()> {
+        self.tcp.set_nodelay(on)
+    }
+
+    /// Reads what the client sent (at least one byte, or 0 at the end of the stream) into
+    /// `buf`. Cancel-safe.
+    pub async fn read_some(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        let Some(tls) = &self.tls else {
+            loop {
+                self.tcp.readable().await?;
+                match self.tcp.try_read_buf(buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    r => return r,
+                }
+            }
+        };
+        loop {
+            let progressed = {
+                let mut s = tls.borrow_mut();
+                if !s.input.is_empty() {
+                    let n = s.input.len();
+                    buf.extend_from_slice(&s.input);
+                    s.input.clear();
+                    return Ok(n);
+                }
+                // Records read with the handshake, or by an earlier pull, come first.
+                s.process(self.io())?;
+                if let Some(n) = s.take_plaintext(buf)? {
+                    return Ok(n);
+                }
+                s.pull(self.io())?
+            };
+            if !progressed {
+                self.tcp.readable().await?;
+            }
+        }
+    }
+
+    /// Writes some of `buf` without waiting: the bytes taken (never 0 for a non-empty
+    /// `buf`), or WouldBlock. With TLS the session's pending ciphertext goes first; while
+    /// the socket does not take it, no new plaintext is accepted.
+    pub fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(tls) = &self.tls else {
+            return self.tcp.try_write(buf);
+        };
+        tls.borrow_mut().write(self.io(), buf)
+    }
+
+    /// Writes the ciphertext the session still holds. Ok(true): nothing is pending (always,
+    /// for plain TCP).
+    pub fn try_flush(&self) -> std::io::Result<bool> {
+        match &self.tls {
+            None => Ok(true),
+            Some(tls) => tls.borrow_mut().flush(self.io()),
+        }
+    }
+
+    /// `try_flush` for the side path.
+    pub fn flush_now(&self) -> std::io::Result<bool> {
+        match &self.tls {
+            None => Ok(true),
+            Some(tls) => tls.borrow_mut().flush(self.raw_io()),
+        }
+    }
+
+    /// Whether output the socket did not take waits in the session.
+    pub fn has_pending_output(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|t| t.borrow().conn.wants_write())
+    }
+
+    /// Writes all of `bytes` (and any TLS output pending), waiting as needed.
+    pub async fn write_all(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let mut written = 0;
+        loop {
+            let rest = bytes.get(written..).unwrap_or_default();
+            let done = if rest.is_empty() {
+                self.try_flush()?
+            } else {
+                match self.try_write(rest) {
+                    Ok(n) => {
+                        written += n;
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+                    Err(e) => return Err(e),
+                }
+            };
+            if done {
+                return Ok(());
+            }
+            self.tcp.writable().await?;
+        }
+    }
+
+    /// Waits until the socket may take more bytes. Cancel-safe.
+    pub async fn writable(&self) -> std::io::Result<()> {
+        self.tcp.writable().await
+    }
+
+    /// Ends the connection: TLS sends close_notify (if the socket takes it now), then the
+    /// TCP write side is shut.
+    pub async fn shutdown(&mut self) {
+        if let Some(tls) = &self.tls {
+            let mut s = tls.borrow_mut();
+            s.conn.send_close_notify();
+            let _ = s.flush(self.io());
+        }
+        let _ = self.tcp.shutdown().await;
+    }
+
+    /// Copies into `buf` what the client sent and nobody consumed, without waiting and
+    /// without consuming it (the side path, `script::busy`). Returns the bytes copied.
+    pub fn peek_now(&self, buf: &mut [u8]) -> usize {
+        let Some(tls) = &self.tls else {
+            return match rustix::net::recv(
+                &self.tcp,
+                buf,
+                rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+            ) {
+                Ok((n, _)) => n,
+                Err(_) => 0,
+            };
+        };
+        let mut s = tls.borrow_mut();
+        let mut taken = std::mem::take(&mut s.input);
+        while taken.len() < buf.len() {
+            match s.take_plaintext(&mut taken) {
+                Ok(Some(n)) if n > 0 => continue,
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) => {}
+            }
+            if !matches!(s.pull(self.raw_io()), Ok(true)) {
+                break;
+            }
+        }
+        let n = taken.len().min(buf.len());
+        if let (Some(dst), Some(src)) = (buf.get_mut(..n), taken.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        s.input = taken;
+        n
+    }
+
+    /// Drops the first `n` bytes `peek_now` showed (the side path answered them).
+    pub fn consume(&self, n: usize) {
+        let Some(tls) = &self.tls else {
+            let mut sink = vec![0u8; n];
+            let mut taken = 0;
+            while taken < n {
+                match rustix::net::recv(
+                    &self.tcp,
+                    sink.get_mut(taken..n).unwrap_or_default(),
+                    rustix::net::RecvFlags::DONTWAIT,
+                ) {
+                    Ok((k, _)) if k > 0 => taken += k,
+                    _ => break,
+                }
+            }
+            return;
+        };
+        let mut s = tls.borrow_mut();
+        let n = n.min(s.input.len());
+        s.input.advance(n);
+    }
+
+    /// Whether plaintext the side path peeked waits in the stream (its connection task must
+    /// be woken to read it: the socket may show nothing more).
+    pub fn has_buffered_input(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|t| !t.borrow().input.is_empty())
+    }
+
+    /// Writes what the socket takes of `bytes` now; returns how many it took.
+    pub fn send_now(&self, bytes: &[u8]) -> usize {
+        if self.tls.is_none() {
+            let mut sent = 0;
+            while sent < bytes.len() {
+                match rustix::net::send(
+                    &self.tcp,
+                    bytes.get(sent..).unwrap_or_default(),
+                    rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+                ) {
+                    Ok(k) if k > 0 => sent += k,
+                    _ => break,
+                }
+            }
+            return sent;
+        }
+        let Some(tls) = &self.tls else {
+            return 0;
+        };
+        let mut s = tls.borrow_mut();
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match s.write(self.raw_io(), bytes.get(sent..).unwrap_or_default()) {
+                Ok(k) if k > 0 => sent += k,
+                _ => break,
+            }
+        }
+        sent
+    }
+}
