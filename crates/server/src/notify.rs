@@ -8,6 +8,7 @@
 //! importing the command layer. With notifications off (the default) an event costs one
 //! test of a plain field: nothing is built or locked.
 
+use meridian_crdt::string::StrEdit;
 use meridian_crdt::{
     Applied, Delta, Effect, Expire, HashOp, HllOp, ListOp, Stamp, StreamOp, ZSetOp,
 };
@@ -268,6 +269,12 @@ impl Shard {
                 return;
             }
             Effect::Assign { .. } => Some((STRING, "set")),
+            Effect::StrEdit(StrEdit::Append(_)) => Some((STRING, "append")),
+            Effect::StrEdit(StrEdit::SetRange { .. }) => Some((STRING, "setrange")),
+            // SETBIT and BITFIELD (SET and INCRBY) both notify `setbit` in Redis.
+            Effect::StrEdit(StrEdit::SetBits { .. } | StrEdit::IncrBits { .. }) => {
+                Some((STRING, "setbit"))
+            }
             Effect::Incr {
                 delta: Delta::Int(_),
             } => Some((STRING, "incrby")),

@@ -698,6 +698,16 @@ SORT {t}none STORE {t}sorted
 GEOADD {t}geo 13.361389 38.115556 Palermo
 GEORADIUS {t}geo 15 37 200 km STORE {t}geo2
 GEOSEARCHSTORE {t}geo3 {t}geo FROMLONLAT 15 37 BYRADIUS 1 m
+SETBIT {t}bits 9 1
+SETBIT {t}bits 9 1
+SETBIT {t}bits 100 0
+BITFIELD {t}bits SET u8 0 255 INCRBY u8 0 1 GET u8 0
+BITFIELD {t}bits OVERFLOW FAIL INCRBY u8 0 255
+BITFIELD {t}bf2 OVERFLOW FAIL INCRBY u2 0 9
+BITOP OR {t}bits2 {t}bits {t}none
+BITOP AND {t}bits2 {t}none {t}none2
+APPEND {t}bits 1
+SETRANGE {t}bits 2 xy
 SET {t}k v
 GET {t}nokey
 COPY {t}nosrc {t}x

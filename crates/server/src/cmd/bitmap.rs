@@ -19,6 +19,7 @@ use super::args::{eq_ic, int_arg, parse_i64};
 use super::string::{assign, str_view, with_bytes, write_edit};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
+use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("setbit", setbit),
@@ -116,6 +117,7 @@ fn setbit(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             edit.apply_to(&mut v);
             assign(ctx, key, v, false);
             ctx.shard.mark_raw_encoding(db, key);
+            ctx.notify(notify::STRING, "setbit", key);
             false
         }
         Some((old, len)) => {
@@ -123,6 +125,7 @@ fn setbit(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             if old != on || (len as u64) < byte_len {
                 write_edit(ctx, key, edit);
                 ctx.shard.mark_raw_encoding(db, key);
+                ctx.notify(notify::STRING, "setbit", key);
             }
             old
         }
@@ -378,9 +381,12 @@ fn bitop(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if n > 0 {
         assign(ctx, dest, res, false);
         ctx.shard.mark_raw_encoding(db, dest);
+        ctx.notify(notify::STRING, "set", dest);
     } else {
         let now = ctx.now_ms;
-        ctx.shard.delete_key(db, dest, now);
+        if ctx.shard.delete_key(db, dest, now) {
+            ctx.notify(notify::GENERIC, "del", dest);
+        }
     }
     ctx.out.int(n as i64);
     Ok(())
@@ -664,6 +670,11 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), C
             }
             assign(ctx, key, v, false);
             ctx.shard.mark_raw_encoding(db, key);
+            // Redis's `changes`: the SETs and INCRBYs that wrote (not those OVERFLOW FAIL
+            // refused); creating the key alone notifies only `new`.
+            if !writes.is_empty() {
+                ctx.notify(notify::STRING, "setbit", key);
+            }
         }
         Some(len) => {
             let grows = (len as u64) < byte_len;
@@ -678,6 +689,9 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), C
             }
             if grows || wrote {
                 ctx.shard.mark_raw_encoding(db, key);
+            }
+            if wrote {
+                ctx.notify(notify::STRING, "setbit", key);
             }
         }
     }

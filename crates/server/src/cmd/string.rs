@@ -693,6 +693,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             },
         );
         ctx.shard.mark_raw_encoding(db, key);
+        ctx.notify(notify::STRING, "setrange", key);
         ctx.out.int((olen as u64).max(end) as i64);
         return Ok(());
     }
