@@ -394,6 +394,8 @@ impl Shard {
                 .append_evicted(u16::try_from(db).unwrap_or(u16::MAX), &key);
             evicted += 1;
             self.stats.evicted_keys += 1;
+            // Redis's performEvictions: `evicted` (class e) after the key is gone.
+            self.notify(crate::notify::EVICTED, "evicted", db, &key);
             if used(self) <= max {
                 return Outcome::Ok;
             }

@@ -773,3 +773,19 @@ fn events_match_redis() {
         assert_eq!(g, w, "events differ from Redis's: {gl} (Redis: {wl})");
     }
 }
+
+/// Redis's "Keyspace notifications: evicted events": a key evicted for maxmemory notifies
+/// `evicted` (class e), once, after it is gone.
+#[test]
+fn eviction_notifies_evicted() {
+    let srv = Server::start();
+    let mut c = srv.connect();
+    config_set(&mut c, "Ee");
+    c.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut sub = subscriber(srv.connect());
+    c.ok(&["SET", "foo", "bar"]);
+    c.ok(&["CONFIG", "SET", "maxmemory", "1"]);
+    expect(&mut sub, &["__keyevent@0__:evicted foo"]);
+    c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(c.call_text(&["EXISTS", "foo"]), ":0\r\n");
+}
