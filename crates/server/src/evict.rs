@@ -445,10 +445,13 @@ impl Shard {
             // A sparse stretch of a table may hold no key: a few random starts per database.
             for i in 0..n_dbs * POOL_REFILLS_MAX {
                 let db = (self.evict.next_db + i / POOL_REFILLS_MAX) % n_dbs.max(1);
-                let has = self
-                    .dbs
-                    .get(db)
-                    .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
+                let has = self.dbs.get(db).is_some_and(|d| {
+                    if volatile {
+                        d.expires > 0
+                    } else {
+                        !d.is_empty()
+                    }
+                });
                 if !has {
                     continue;
                 }
@@ -496,10 +499,13 @@ impl Shard {
             .clamp(1, 1 << 16);
         let mut found = Vec::with_capacity(samples);
         for db in 0..self.dbs.len() {
-            let has = self
-                .dbs
-                .get(db)
-                .is_some_and(|d| if volatile { d.expires > 0 } else { !d.is_empty() });
+            let has = self.dbs.get(db).is_some_and(|d| {
+                if volatile {
+                    d.expires > 0
+                } else {
+                    !d.is_empty()
+                }
+            });
             if !has {
                 continue;
             }
