@@ -5,7 +5,11 @@
 # (sampled every 200 ms from /proc), the RSS and used_memory at the end, evicted_keys, keys
 # left, and the highest RSS over the limit. Server on CPU 0, load generator on CPU 1.
 #
-# Usage: tools/maxmemory-rss.sh [MERIDIAN_BIN] [REQUESTS]
+# Both without persistence (Redis: no RDB, no AOF; Meridian: appendonly no); APPENDONLY=yes
+# runs Meridian with its log and background snapshots (whose private replay is not counted as
+# used memory, as Redis's fork is not). SHARDS: Meridian's shard threads (default 1).
+#
+# Usage: [SHARDS=n] [APPENDONLY=yes] tools/maxmemory-rss.sh [MERIDIAN_BIN] [REQUESTS]
 set -euo pipefail
 BIN=${1:-target/debug/meridian}
 N=${2:-1100000}          # 1.1e6 x 1000 B = 1.1 GB written: 10x of 100 MiB plus 5%
@@ -17,8 +21,9 @@ trap 'rm -rf "$WORK"' EXIT
 run() {  # kind
     local kind=$1 pid
     if [ "$kind" = meridian ]; then
-        taskset -c 0 "$BIN" server --port $PORT --dir "$WORK/m" --shards 1 \
-            --maxmemory $LIMIT --maxmemory-policy allkeys-lru >"$WORK/log" 2>&1 &
+        taskset -c 0 "$BIN" server --port $PORT --dir "$WORK/m" --shards "${SHARDS:-1}" \
+            --maxmemory $LIMIT --maxmemory-policy allkeys-lru --appendonly "${APPENDONLY:-no}" \
+            >"$WORK/log" 2>&1 &
     else
         taskset -c 0 redis-server --port $PORT --save '' --appendonly no \
             --maxmemory $LIMIT --maxmemory-policy allkeys-lru >"$WORK/log" 2>&1 &
@@ -49,5 +54,5 @@ run() {  # kind
     rm -rf "$WORK/m"
 }
 
-echo "maxmemory=$LIMIT allkeys-lru, $N SETs of 1000 B (random keys), $(nproc) CPUs"
+echo "maxmemory=$LIMIT allkeys-lru, $N SETs of 1000 B (random keys), $(nproc) CPUs, meridian: $BIN --shards ${SHARDS:-1} --appendonly ${APPENDONLY:-no}"
 for kind in meridian redis redis meridian; do run $kind; done

@@ -499,8 +499,10 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
         format!("{:.2}", ratio(m.rss, used)),
     );
     field(out, "mem_fragmentation_bytes", m.rss as i64 - used as i64);
-    // The op logs of every shard of the process (the replication backlog), as Redis leaves
-    // out its replication backlog and AOF buffers.
+    // The op logs of every shard of the process (the replication backlog) and background
+    // snapshots, as Redis leaves out its replication backlog and AOF buffers. Reading used
+    // memory publishes this shard's share.
+    let _ = shard.used_memory_counted(shard.now_ms());
     field(
         out,
         "mem_not_counted_for_evict",
