@@ -269,10 +269,12 @@ pub async fn serve_with_input(
     }
 }
 
-/// Starts serving a connection accepted on the main port or the TLS port, on this thread. A
-/// plain one is registered now, before a script could start running long here; a TLS one
-/// first completes its handshake in its own task (bounded by `tls-handshake-timeout-ms`),
-/// so neither the acceptor nor other connections wait for it.
+/// Starts serving a connection accepted on the main port or the TLS port, on this thread.
+/// It is registered now, before a script could start running long here (a TLS one too, as
+/// Redis creates its client before the handshake: it counts against maxclients, and the
+/// busy-script side path drives its handshake). Its task completes a TLS handshake first,
+/// within `tls-handshake-timeout-ms` (`serve_admitted`), so neither the acceptor nor other
+/// connections wait for it.
 pub fn accepted(
     th: &Rc<Thread>,
     tcp: tokio::net::TcpStream,
@@ -280,33 +282,23 @@ pub fn accepted(
     input: BytesMut,
     transport: crate::stream::Transport,
 ) {
-    match transport {
-        crate::stream::Transport::Tcp => {
-            if let Some(a) = admit(th, ClientStream::plain(tcp), id, None, input) {
-                tokio::task::spawn_local(serve_admitted(th.clone(), a));
-            }
-        }
+    let stream = match transport {
+        crate::stream::Transport::Tcp => ClientStream::plain(tcp),
         crate::stream::Transport::Tls => {
-            let Some(tls) = th.node.client_tls.clone() else {
+            let Some(tls) = th.node.client_tls.as_ref() else {
                 return;
             };
-            let timeout_ms = th.shard.borrow().config.tls_handshake_timeout_ms;
-            let th = th.clone();
-            tokio::task::spawn_local(async move {
-                let _ = tcp.set_nodelay(true);
-                let peer = tcp.peer_addr().ok();
-                match tls.handshake(tcp, timeout_ms).await {
-                    Ok(stream) => {
-                        if let Some(a) = admit(&th, stream, id, None, input) {
-                            serve_admitted(th, a).await;
-                        }
-                    }
-                    // Redis logs these at verbose level: a port scanner or a client with the
-                    // wrong CA is no server fault.
-                    Err(e) => tracing::debug!(client = ?peer, error = %e, "TLS connection closed"),
+            match tls.session() {
+                Ok(session) => ClientStream::tls(tcp, session),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS session not created; connection closed");
+                    return;
                 }
-            });
+            }
         }
+    };
+    if let Some(a) = admit(th, stream, id, None, input) {
+        tokio::task::spawn_local(serve_admitted(th.clone(), a));
     }
 }
 
@@ -431,20 +423,43 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
         afters: Vec::new(),
         barrier_muted: false,
     };
-    if let Some(text) = refused {
-        let _ = write_out(
-            &stream,
-            text,
-            &shared,
-            OutputLimit {
-                hard_bytes: 0,
-                soft_bytes: 0,
-                soft_seconds: 0,
-            },
-        )
-        .await;
-    } else {
-        conn.run(&stream, Parser::new(limits), input).await;
+    // A TLS connection's handshake completes before anything is written or read, within
+    // its bound (a client that never completes it holds its slot no longer).
+    let timeout_ms = th.shard.borrow().config.tls_handshake_timeout_ms;
+    let handshaken = match tokio::time::timeout(
+        Duration::from_millis(timeout_ms),
+        stream.handshake(),
+    )
+    .await
+    {
+        Ok(Ok(())) => true,
+        // Redis logs these at verbose level: a port scanner or a client with the wrong CA
+        // is no server fault.
+        Ok(Err(e)) => {
+            tracing::debug!(client = %shared.addr, error = %e, "TLS handshake failed");
+            false
+        }
+        Err(_) => {
+            tracing::debug!(client = %shared.addr, timeout_ms, "TLS handshake not completed in time");
+            false
+        }
+    };
+    match (handshaken, refused) {
+        (false, _) => {}
+        (true, Some(text)) => {
+            let _ = write_out(
+                &stream,
+                text,
+                &shared,
+                OutputLimit {
+                    hard_bytes: 0,
+                    soft_bytes: 0,
+                    soft_seconds: 0,
+                },
+            )
+            .await;
+        }
+        (true, None) => conn.run(&stream, Parser::new(limits), input).await,
     }
     th.shard.borrow_mut().scripting.clients.remove(&id);
     shared.socket.replace(std::rc::Weak::new());

@@ -43,6 +43,8 @@ struct Session {
     conn: rustls::ServerConnection,
     /// Plaintext taken out of the session and not consumed yet (what `peek_now` showed).
     input: BytesMut,
+    /// The TCP stream ended (a read returned 0).
+    eof: bool,
 }
 
 /// `std::io` over the non-blocking socket, for rustls.
@@ -134,6 +136,7 @@ impl Session {
     /// nothing to read now.
     fn pull(&mut self, mut io: TryIo<'_>) -> std::io::Result<bool> {
         match self.conn.read_tls(&mut io) {
+            Ok(0) => self.eof = true,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) => return Err(e),
@@ -180,14 +183,48 @@ impl ClientStream {
         ClientStream { tcp, tls: None }
     }
 
-    /// A TLS connection whose handshake completed on `tcp`.
+    /// A TLS connection on `tcp`, its handshake not done yet: `handshake` completes it, and
+    /// so do reads (the busy-script side path's included), as rustls answers the handshake's
+    /// messages as they come.
     pub fn tls(tcp: TcpStream, conn: rustls::ServerConnection) -> ClientStream {
         ClientStream {
             tcp,
             tls: Some(RefCell::new(Session {
                 conn,
                 input: BytesMut::new(),
+                eof: false,
             })),
+        }
+    }
+
+    /// Completes the TLS handshake (at once for plain TCP). Cancel-safe; the caller bounds it
+    /// in time (`tls-handshake-timeout-ms`).
+    pub async fn handshake(&self) -> std::io::Result<()> {
+        let Some(tls) = &self.tls else {
+            return Ok(());
+        };
+        loop {
+            let wait_writable = {
+                let mut s = tls.borrow_mut();
+                // Records the side path read come first.
+                s.process(self.io())?;
+                let flushed = s.flush(self.io())?;
+                if !s.conn.is_handshaking() {
+                    return Ok(());
+                }
+                if s.eof {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                if flushed && s.pull(self.io())? {
+                    continue;
+                }
+                !flushed
+            };
+            if wait_writable {
+                self.tcp.writable().await?;
+            } else {
+                self.tcp.readable().await?;
+            }
         }
     }
 

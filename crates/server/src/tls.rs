@@ -1,6 +1,7 @@
 //! Client TLS (`tls-port`): Redis 7.0's `tls-*` parameters turned into a rustls server
 //! configuration (the aws-lc-rs provider the syncer uses), replaceable while connections
-//! run, and the handshake of a connection accepted on the TLS port.
+//! run, and the session of each connection accepted on the TLS port (its handshake runs in
+//! `stream::ClientStream`).
 //!
 //! Redis's meanings (src/tls.c), with what rustls cannot do refused by name: only TLSv1.2
 //! and TLSv1.3 exist (`tls-protocols` naming TLSv1 or TLSv1.1 is an error); `tls-ciphers`
@@ -15,14 +16,12 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{CipherSuite, RootCertStore, ServerConfig, SupportedCipherSuite};
-use tokio::net::TcpStream;
 
 use crate::config::Config;
 
@@ -48,15 +47,6 @@ pub enum TlsError {
         path: String,
         message: String,
     },
-}
-
-/// Why a handshake did not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum HandshakeError {
-    #[error("TLS handshake not completed within {0} ms")]
-    Timeout(u64),
-    #[error("TLS handshake failed: {0}")]
-    Failed(std::io::Error),
 }
 
 /// The current client TLS configuration, shared by every connection thread.
@@ -102,22 +92,10 @@ impl ClientTls {
         }
     }
 
-    /// Runs the server side of a handshake on `tcp`, for at most `timeout_ms` (a client that
-    /// never completes it holds its socket no longer).
-    pub async fn handshake(
-        &self,
-        tcp: TcpStream,
-        timeout_ms: u64,
-    ) -> Result<crate::stream::ClientStream, HandshakeError> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.current());
-        match tokio::time::timeout(Duration::from_millis(timeout_ms), acceptor.accept(tcp)).await {
-            Err(_) => Err(HandshakeError::Timeout(timeout_ms)),
-            Ok(Err(e)) => Err(HandshakeError::Failed(e)),
-            Ok(Ok(stream)) => {
-                let (tcp, conn) = stream.into_inner();
-                Ok(crate::stream::ClientStream::tls(tcp, conn))
-            }
-        }
+    /// A server session for a new connection, under the configuration in force; its
+    /// handshake runs as the connection reads (`stream::ClientStream::handshake`).
+    pub fn session(&self) -> Result<rustls::ServerConnection, rustls::Error> {
+        rustls::ServerConnection::new(self.current())
     }
 }
 

@@ -116,6 +116,27 @@ impl TlsClient {
         ca: &Path,
         identity: Option<(&Path, &Path)>,
     ) -> Result<TlsClient, String> {
+        // Everything slow first (this test binary's rustls is a debug build): the server's
+        // handshake timer starts at the TCP connection.
+        let (rt, connector) = TlsClient::setup(ca, identity);
+        let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        TlsClient::handshake(rt, connector, tcp)
+    }
+
+    /// Runs the client side of a handshake over a connected socket.
+    fn over(
+        tcp: std::net::TcpStream,
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> Result<TlsClient, String> {
+        let (rt, connector) = TlsClient::setup(ca, identity);
+        TlsClient::handshake(rt, connector, tcp)
+    }
+
+    fn setup(
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> (tokio::runtime::Runtime, tokio_rustls::TlsConnector) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -140,11 +161,17 @@ impl TlsClient {
             }
             None => builder.with_no_client_auth(),
         };
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        (rt, tokio_rustls::TlsConnector::from(Arc::new(config)))
+    }
+
+    fn handshake(
+        rt: tokio::runtime::Runtime,
+        connector: tokio_rustls::TlsConnector,
+        tcp: std::net::TcpStream,
+    ) -> Result<TlsClient, String> {
         let stream = rt.block_on(async {
-            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .map_err(|e| e.to_string())?;
+            tcp.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let tcp = tokio::net::TcpStream::from_std(tcp).map_err(|e| e.to_string())?;
             let name = ServerName::try_from("localhost").unwrap();
             tokio::time::timeout(REPLY_TIMEOUT, connector.connect(name, tcp))
                 .await
@@ -510,20 +537,24 @@ fn a_handshake_that_never_completes_is_closed() {
     let pki = Pki::new();
     pki.issue("server");
     let tls_port = free_port();
-    let mut flags = tls_flags(&pki, tls_port, "server", "no");
-    flags.extend(["--tls-handshake-timeout-ms".to_string(), "200".to_string()]);
-    let server = start(&flags);
-    // Silent after connecting: closed once the limit passes, while others are served.
-    let mut silent = Raw::connect(tls_port);
+    let server = start(&tls_flags(&pki, tls_port, "server", "no"));
     let mut c = TlsClient::connect(tls_port, &pki.ca(), None).unwrap();
     assert_eq!(c.call(&["PING"]).unwrap(), b"+PONG\r\n");
-    assert!(silent.is_closed(REPLY_TIMEOUT));
-    // Within a longer limit a silent client is not closed (CONFIG SET applies to new
-    // connections).
+    // The limit applies to connections made after it is set.
     let mut plain = server.connect();
+    plain.ok(&["CONFIG", "SET", "tls-handshake-timeout-ms", "200"]);
+    // Silent after connecting: closed once the limit passes, while others are served.
+    let mut silent = Raw::connect(tls_port);
+    assert!(silent.is_closed(REPLY_TIMEOUT));
+    assert_eq!(c.call(&["PING"]).unwrap(), b"+PONG\r\n");
+    // Within a longer limit a silent client is not closed.
     plain.ok(&["CONFIG", "SET", "tls-handshake-timeout-ms", "60000"]);
     let mut slow = Raw::connect(tls_port);
     assert!(!slow.is_closed(Duration::from_millis(800)));
+    // As in Redis, a connection is a client from its accept, handshake or not.
+    let list = plain.call_lossy(&[b"CLIENT", b"LIST"]);
+    let on_tls = format!("laddr=127.0.0.1:{tls_port} ");
+    assert_eq!(list.matches(on_tls.as_str()).count(), 2, "{list}");
     let mut after = TlsClient::connect(tls_port, &pki.ca(), None).unwrap();
     assert_eq!(after.call(&["PING"]).unwrap(), b"+PONG\r\n");
 }
@@ -540,7 +571,10 @@ fn a_tls_client_gets_busy_and_kills_a_long_script() {
     let server = start(&flags);
     let mut tls = TlsClient::connect(tls_port, &pki.ca(), None).unwrap();
     assert_eq!(tls.call(&["PING"]).unwrap(), b"+PONG\r\n");
+    // Connected before the script, its handshake made during it (the side path drives it).
+    let late = std::net::TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
     let mut runner = server.connect();
+    std::thread::sleep(Duration::from_millis(100));
     runner.send_cmd(&[b"EVAL", b"while true do end", b"0"]);
     let deadline = Instant::now() + REPLY_TIMEOUT;
     loop {
@@ -552,6 +586,9 @@ fn a_tls_client_gets_busy_and_kills_a_long_script() {
         assert!(Instant::now() < deadline, "never busy");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let mut late = TlsClient::over(late, &pki.ca(), None).unwrap();
+    let r = late.call(&["PING"]).unwrap();
+    assert!(r.starts_with(b"-BUSY"), "{:?}", String::from_utf8_lossy(&r));
     // Two commands in one write: both answered by the side path, in order.
     let mut two = cmd(&[b"PING"]);
     two.extend(cmd(&[b"SCRIPT", b"KILL"]));
@@ -566,6 +603,7 @@ fn a_tls_client_gets_busy_and_kills_a_long_script() {
     assert!(killed.starts_with("-ERR Script killed by user"), "{killed}");
     assert_eq!(tls.call(&["PING"]).unwrap(), b"+PONG\r\n");
     assert_eq!(tls.call(&["SET", "after", "1"]).unwrap(), b"+OK\r\n");
+    assert_eq!(late.call(&["GET", "after"]).unwrap(), b"$1\r\n1\r\n");
 }
 
 #[test]

@@ -462,8 +462,9 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
         }
         serve_socket(shard, &stream, Out::Client(&c), &mut peek);
         // Plaintext taken out of a TLS session and not answered is read by the connection's
-        // task when it wakes (the socket may not show it again).
-        if stream.has_buffered_input() {
+        // task when it wakes (the socket may not show it again), and ciphertext the socket
+        // did not take is written by it.
+        if stream.has_buffered_input() || stream.has_pending_output() {
             c.mailbox.wake.notify_one();
         }
     }
