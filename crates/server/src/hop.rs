@@ -547,6 +547,10 @@ fn run_item(
                     return;
                 }
             }
+            // The batch's client is built afresh on this thread: what it runs is its current
+            // command (CLIENT LIST and ACL LOG entries made during it show `cmd=`), as the
+            // connection's thread sets before running a command inline.
+            client.shared.last_cmd.set(spec.meta.name);
             cmd::call(s, f, client, out, spec, argv, now);
             note.blocked = client.blocked.take().map(Box::new);
         }
