@@ -16,6 +16,7 @@ use crate::report::{Outcome, Status};
 use crate::resp::Reply;
 use crate::rng::Rng;
 use crate::schedule::{self, Allowed, Fault};
+use crate::site::Site;
 use crate::workload::{self, Endpoint, Recorder, Workload};
 
 /// Set by the signal handler: every wait here stops and the drill unwinds.
@@ -698,13 +699,92 @@ fn note_throughput(
 /// Seed paper scenario 2 and R7: one server process of a site loses power under load
 /// (`everysec`: acked writes in the last second may be lost), then comes back.
 fn node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    power_cycle(ctx, seed, dir, o, PowerOff::Site)
+}
+
+/// Issue 17: a site across two nodes (one shard each) loses one of them under load, while
+/// every site writes: its other node keeps serving its own slots (the lost node's get
+/// CLUSTERDOWN or TRYAGAIN replies, never a hang), the other sites keep converging with it,
+/// and the node comes back from its log (everysec) and catches up through the site's sync
+/// port. Acks of site a in the last second before the loss are excused (they may have been
+/// n2's unsynced tail; n1's are excused with them).
+fn site_node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
+    power_cycle(ctx, seed, dir, o, PowerOff::SecondNode)
+}
+
+/// What loses power in [`power_cycle`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PowerOff {
+    /// Site b's server (a one-node site).
+    Site,
+    /// Node n2 of site a, which runs as two nodes.
+    SecondNode,
+}
+
+fn victim_process(cl: &mut Cluster, what: PowerOff, victim: usize) -> anyhow::Result<&mut Site> {
+    match what {
+        PowerOff::Site => cl.site_mut(victim),
+        PowerOff::SecondNode => cl.node_mut(victim),
+    }
+}
+
+/// What site `split`'s clients saw while its node n2 was off (`during` on the run's clock):
+/// n1's slots served, n2's refused at once. Fails the drill when n1 served nothing.
+fn note_second_node_outage(
+    o: &mut Outcome,
+    cl: &Cluster,
+    records: &[Record],
+    split: usize,
+    during: std::ops::Range<u64>,
+) {
+    let seen: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.site == split && during.contains(&r.t_done_us))
+        .collect();
+    let refused = seen.iter().filter(|r| !r.ok()).count();
+    let slowest_refusal_ms = seen
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.t_done_us.saturating_sub(r.t_inv_us) / 1000)
+        .max()
+        .unwrap_or(0);
+    o.note(format!(
+        "site {} while n2 was off: {} requests answered, {refused} refused (slowest refusal {slowest_refusal_ms} ms)",
+        cl.id(split),
+        seen.len() - refused
+    ));
+    if refused == seen.len() {
+        o.fail(format!(
+            "site {}'s node n1 served none of its {} requests while n2 was off",
+            cl.id(split),
+            seen.len()
+        ));
+    }
+}
+
+/// Under load at every site (`everysec`), the victim loses power at a seeded moment within
+/// the fsync second, stays off 2–4 s and restarts from its log; the load goes on as long
+/// again. The victim's acks in the second before the loss are excused.
+fn power_cycle(
+    ctx: &Ctx,
+    seed: u64,
+    dir: &Path,
+    o: &mut Outcome,
+    what: PowerOff,
+) -> anyhow::Result<()> {
     if !persistence_or_skip(ctx, o) {
         return Ok(());
     }
     let mut opts = options(ctx, seed);
     opts.flags = persistence_flags("everysec");
+    let (victim, salt) = match what {
+        PowerOff::Site => (1.min(ctx.sites.saturating_sub(1)), 0x90fe),
+        PowerOff::SecondNode => (0, 0x2a0d),
+    };
+    if what == PowerOff::SecondNode {
+        opts.two_nodes = Some(victim);
+    }
     let mut cl = start(ctx, &opts, dir, o)?;
-    let victim = 1.min(cl.n() - 1);
     let before = cl.sync_counts()?;
     let t0 = Instant::now();
     let spec = workload::Spec {
@@ -713,19 +793,23 @@ fn node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::
     };
     let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
     let phase = ctx.load_time(Duration::from_secs(5));
-    let mut rng = Rng::derive(seed, &[0x90fe]);
+    let mut rng = Rng::derive(seed, &[salt]);
     let run = (|| -> anyhow::Result<(u64, u64, u64)> {
         // A seeded moment within the fsync second, so the cut varies from none to a second.
         sleep(phase + Duration::from_millis(rng.range(0, 1000)))?;
         let off = us(t0, Instant::now());
-        let what = cl.site_mut(victim)?.power_loss(None)?;
+        let name = match what {
+            PowerOff::Site => "site",
+            PowerOff::SecondNode => "node n2 of site",
+        };
+        let cut = victim_process(&mut cl, what, victim)?.power_loss(None)?;
         o.note(format!(
-            "power loss of site {} at +{:.2}s: {what}",
+            "power loss of {name} {} at +{:.2}s: {cut}",
             cl.id(victim),
             off as f64 / 1e6
         ));
         sleep(Duration::from_millis(rng.range(2000, 4000)))?;
-        cl.site_mut(victim)?.start()?;
+        victim_process(&mut cl, what, victim)?.start()?;
         let back = us(t0, Instant::now());
         sleep(phase)?;
         Ok((off, back, us(t0, Instant::now())))
@@ -744,106 +828,11 @@ fn node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::
             (back, end),
         ],
     );
+    if what == PowerOff::SecondNode {
+        note_second_node_outage(o, &cl, &records, victim, off..back);
+    }
     let loss = vec![LossWindow {
         site: victim,
-        from_us: off.saturating_sub(1_000_000),
-        to_us: off + 100_000,
-    }];
-    finish(
-        &mut cl,
-        dir,
-        o,
-        Finish {
-            records,
-            loss,
-            heal_at,
-            bound: CONVERGE_BOUND,
-            before,
-            full_expect: BTreeMap::new(),
-        },
-    )?;
-    Ok(())
-}
-
-/// Issue 17: a site across two nodes (one shard each) loses one of them under load, while
-/// every site writes: its other node keeps serving its own slots (the lost node's get
-/// CLUSTERDOWN or TRYAGAIN replies, never a hang), the other sites keep converging with it,
-/// and the node comes back from its log (everysec) and catches up through the site's sync
-/// port. Acks of site a in the last second before the loss are excused (they may have been
-/// n2's unsynced tail; n1's are excused with them).
-fn site_node_power_off(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
-    if !persistence_or_skip(ctx, o) {
-        return Ok(());
-    }
-    let mut opts = options(ctx, seed);
-    opts.flags = persistence_flags("everysec");
-    let split = 0;
-    opts.two_nodes = Some(split);
-    let mut cl = start(ctx, &opts, dir, o)?;
-    let before = cl.sync_counts()?;
-    let t0 = Instant::now();
-    let spec = workload::Spec {
-        rate: ctx.rate,
-        ..workload::Spec::default()
-    };
-    let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
-    let phase = ctx.load_time(Duration::from_secs(5));
-    let mut rng = Rng::derive(seed, &[0x2a0d]);
-    let run = (|| -> anyhow::Result<(u64, u64, u64)> {
-        sleep(phase + Duration::from_millis(rng.range(0, 1000)))?;
-        let off = us(t0, Instant::now());
-        let what = cl.node_mut(split)?.power_loss(None)?;
-        o.note(format!(
-            "power loss of site {}'s node n2 at +{:.2}s: {what}",
-            cl.id(split),
-            off as f64 / 1e6
-        ));
-        sleep(Duration::from_millis(rng.range(2000, 4000)))?;
-        cl.node_mut(split)?.start()?;
-        let back = us(t0, Instant::now());
-        sleep(phase)?;
-        Ok((off, back, us(t0, Instant::now())))
-    })();
-    let records = wl.stop();
-    let (off, back, end) = run?;
-    let heal_at = Instant::now();
-    note_throughput(
-        o,
-        &cl,
-        &records,
-        split,
-        [
-            (off.saturating_sub(phase.as_micros() as u64), off),
-            (off, back),
-            (back, end),
-        ],
-    );
-    // What site a's clients saw while n2 was off: n1's slots served, n2's refused at once.
-    let during: Vec<&Record> = records
-        .iter()
-        .filter(|r| r.site == split && (off..back).contains(&r.t_done_us))
-        .collect();
-    let refused = during.iter().filter(|r| !r.ok()).count();
-    let slowest_refusal_ms = during
-        .iter()
-        .filter(|r| !r.ok())
-        .map(|r| r.t_done_us.saturating_sub(r.t_inv_us) / 1000)
-        .max()
-        .unwrap_or(0);
-    o.note(format!(
-        "site {} while n2 was off: {} requests answered, {refused} refused (slowest refusal {slowest_refusal_ms} ms)",
-        cl.id(split),
-        during.len() - refused
-    ));
-    if refused == during.len() {
-        o.fail(format!(
-            "site {}'s node n1 served none of its {} requests while n2 was off",
-            cl.id(split),
-            during.len()
-        ));
-    }
-    let loss = vec![LossWindow {
-        site: split,
         from_us: off.saturating_sub(1_000_000),
         to_us: off + 100_000,
     }];
