@@ -132,16 +132,15 @@ impl Replica {
         let mut v = k.view_str().map(|v| v.to_bytes()).unwrap_or_default();
         v.extend_from_slice(suffix);
         let len = v.len() as i64;
-        // As the server: an edit where one shows what Redis shows, else the whole value.
-        let e = match k.edit_effect(StrEdit::Append(suffix.to_vec())) {
-            Some(e) => e,
-            None => k.assign_effect(v, true),
-        };
+        // As the server: the whole new value (APPEND ∥ DEL keeps the old value with the
+        // suffix, the seed paper's Table 7).
+        let e = k.assign_effect(v, true);
         self.issue(key, e);
         Reply::Int(len)
     }
 
-    /// SETRANGE (a non-empty `bytes`), as the server replicates it.
+    /// SETRANGE (a non-empty `bytes`) as a string edit: a capability of the string type the
+    /// laws check; the server replicates SETRANGE as the whole value, like APPEND.
     pub fn setrange(&mut self, key: &[u8], offset: u64, bytes: &[u8]) -> Reply {
         self.edit(
             key,

@@ -571,26 +571,33 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (key, tail) = (arg(argv, 1), arg(argv, 2));
     let db = ctx.db();
     let max = ctx.shard.config.proto_max_bulk_len;
-    let len = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+    let joined = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
         None => None,
         Some(e) => {
-            let len = view_len(str_view(&e.state)?);
+            let view = str_view(&e.state)?;
+            let len = view_len(view);
             check_string_length(len as u64, tail.len() as u64, max)?;
-            Some(len)
+            let mut v = Vec::with_capacity(len + tail.len());
+            with_bytes(view, |b| v.extend_from_slice(b));
+            v.extend_from_slice(tail);
+            Some(v)
         }
     };
-    let total = match len {
+    // Replicated as the whole new value (an assignment that keeps the TTL), not as an edit:
+    // APPEND ∥ DEL must leave the old value with the suffix at every site (the seed paper's
+    // Table 7, docs/conflicts.md §4), and a site that applied the DEL no longer holds the
+    // bytes an edit would extend.
+    let total = match joined {
         None => {
             assign(ctx, key, tail, false);
             tail.len()
         }
-        Some(len) => {
-            // Replicated as the suffix alone: a string built by APPENDs costs the op log
-            // and the peers what was appended, not the whole value each time.
-            write_edit(ctx, key, StrEdit::Append(Cow::Borrowed(tail)));
+        Some(v) => {
+            let n = v.len();
+            assign(ctx, key, v, true);
             // Redis appends to an unshared sds in place: the value reports "raw".
             ctx.shard.mark_raw_encoding(db, key);
-            len + tail.len()
+            n
         }
     };
     ctx.notify(notify::STRING, "append", key);
@@ -682,22 +689,19 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             Some(olen)
         }
     };
-    if let Some(olen) = current {
-        let end = offset.saturating_add(value.len() as u64);
-        write_edit(
-            ctx,
-            key,
-            StrEdit::SetRange {
-                offset,
-                bytes: Cow::Borrowed(value),
-            },
-        );
-        ctx.shard.mark_raw_encoding(db, key);
-        ctx.notify(notify::STRING, "setrange", key);
-        ctx.out.int((olen as u64).max(end) as i64);
-        return Ok(());
-    }
-    let mut buf = Vec::new();
+    // Replicated as the whole new value, as APPEND (above): SETRANGE ∥ DEL keeps the old
+    // value with the range written at every site.
+    let exists = current.is_some();
+    let mut buf = match current {
+        Some(_) => {
+            let mut v = Vec::new();
+            if let Some(e) = ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+                with_bytes(str_view(&e.state)?, |b| v.extend_from_slice(b));
+            }
+            v
+        }
+        None => Vec::new(),
+    };
     // offset + len fits in proto-max-bulk-len (checked above), hence in usize.
     let off = usize::try_from(offset).map_err(|_| CmdError::StringTooLong)?;
     let end = off + value.len();
@@ -708,7 +712,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         dst.copy_from_slice(value);
     }
     let n = buf.len();
-    assign(ctx, key, buf, false);
+    assign(ctx, key, buf, exists);
     // Redis writes into a fresh or unshared sds: the value reports "raw".
     ctx.shard.mark_raw_encoding(db, key);
     ctx.notify(notify::STRING, "setrange", key);
