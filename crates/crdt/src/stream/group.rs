@@ -347,6 +347,16 @@ impl Group {
         observed: &VersionVector,
     ) {
         if self.covered(stamp) {
+            // A write the group's DESTROY had seen adds nothing here, but what it removed of
+            // versions the DESTROY had not seen (a claim's move from the previous owner, the
+            // acknowledgement of a deleted entry) stays removed: where it arrived before the
+            // DESTROY, it removed them.
+            for &(id, _, _) in pending {
+                self.remove_versions(id, observed);
+            }
+            for &id in gone {
+                self.remove_versions(id, observed);
+            }
             return;
         }
         self.dots.observe(stamp);
@@ -394,6 +404,10 @@ impl Group {
     /// XACK of `ids`.
     pub fn ack(&mut self, stamp: Stamp, ids: &[StreamId], observed: &VersionVector) {
         if self.covered(stamp) {
+            // As in `deliver`: what the XACK removed of versions a DESTROY had not seen.
+            for &id in ids {
+                self.remove_versions(id, observed);
+            }
             return;
         }
         for &id in ids {
@@ -449,6 +463,22 @@ impl Group {
             }
             None => e.reads.push(c),
         }
+    }
+
+    /// The removal half of `write_version`: removes the versions of `id` that `observed`
+    /// covers and keeps `observed` as the id's context (a version it covers that arrives later
+    /// is dropped).
+    fn remove_versions(&mut self, id: StreamId, observed: &VersionVector) {
+        if observed.is_empty() {
+            return;
+        }
+        match self.pel_ctx.get_mut(&id) {
+            Some(c) => c.merge(observed),
+            None => {
+                self.pel_ctx.insert(id, observed.clone());
+            }
+        }
+        self.update_versions(id, |vs| vs.retain(|p| !observed.covers(p.stamp)));
     }
 
     /// Writes one version of `id`: removes the versions `observed` covers, adds `v` unless
