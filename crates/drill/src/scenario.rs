@@ -2019,11 +2019,16 @@ fn add_remove_site(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow:
 
 /// Sets the GC probe of `add_remove_site` writes.
 const GC_PROBE_KEYS: usize = 200;
+/// How far above its level before the probe a site's pending count may end: the workload's
+/// own leftover metadata (docs/drills.md §7) is not steady after the load: it moves by a few keys;
+/// a dead site still counted would keep all `GC_PROBE_KEYS` pending.
+const GC_PROBE_SLACK_KEYS: u64 = GC_PROBE_KEYS as u64 / 10;
 
 /// The removed site no longer holds back GC: after the load, site a adds two members to
 /// `GC_PROBE_KEYS` fresh sets and removes one; their removal metadata must be collected on every site within
-/// 15 s (pending back to at most what it was before the probe), which could not happen while
-/// a dead site still counted. What the workload left pending is reported, not judged.
+/// 15 s (pending back to at most `GC_PROBE_SLACK_KEYS` above what it was before the probe),
+/// which could not happen while a dead site still counted. What the workload left pending is
+/// reported, not judged.
 fn gc_probe(cl: &Cluster, o: &mut Outcome) -> anyhow::Result<()> {
     let before: Vec<u64> = (0..cl.n()).map(|i| gc_pending(cl, i)).collect();
     let mut conn = cl.site(0)?.connect(crate::site::ADMIN_TIMEOUT)?;
@@ -2043,7 +2048,12 @@ fn gc_probe(cl: &Cluster, o: &mut Outcome) -> anyhow::Result<()> {
         let now: Vec<u64> = (0..cl.n()).map(|i| gc_pending(cl, i)).collect();
         raised = raised.max(now.first().copied().unwrap_or(0));
         let waited_a_step = t.elapsed() >= Duration::from_millis(500);
-        if waited_a_step && now.iter().zip(&before).all(|(n, b)| n <= b) {
+        if waited_a_step
+            && now
+                .iter()
+                .zip(&before)
+                .all(|(n, b)| *n <= b + GC_PROBE_SLACK_KEYS)
+        {
             o.note(format!(
                 "GC probe: SADD x y, SREM x on {GC_PROBE_KEYS} sets at {}: pending {} → at most {raised}, back to {now:?} everywhere {:.1}s later (the workload left {before:?} pending)",
                 cl.id(0),
@@ -2056,7 +2066,7 @@ fn gc_probe(cl: &Cluster, o: &mut Outcome) -> anyhow::Result<()> {
     }
     let left: Vec<u64> = (0..cl.n()).map(|i| gc_pending(cl, i)).collect();
     o.fail(format!(
-        "GC probe: removal metadata of {GC_PROBE_KEYS} SREMs not collected within 15 s: pending {left:?}, {before:?} before the probe"
+        "GC probe: removal metadata of {GC_PROBE_KEYS} SREMs not collected within 15 s: pending {left:?}, {before:?} before the probe (at most {GC_PROBE_SLACK_KEYS} more allowed)"
     ));
     // What GC waits on: each site's delivered vector and the vectors its peers acked.
     for i in 0..cl.n() {
