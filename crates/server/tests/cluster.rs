@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::process::Command;
 
 use common::{Raw, Reply, Server};
@@ -22,20 +21,6 @@ fn call(c: &mut Raw, args: &[&str]) -> String {
     s(&c.call_strs(args))
 }
 
-/// `n` consecutive free ports.
-fn free_ports(n: u16) -> u16 {
-    for _ in 0..200 {
-        let base = common::free_port();
-        if base > 60_000 {
-            continue;
-        }
-        if (1..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no {n} consecutive free ports");
-}
-
 struct Cl {
     srv: Server,
     base: u16,
@@ -43,7 +28,7 @@ struct Cl {
 
 impl Cl {
     fn start(shards: u16) -> Cl {
-        let base = free_ports(shards);
+        let base = common::free_ports(shards);
         let srv = Server::start_with(&[
             "--shards",
             &shards.to_string(),

@@ -19,33 +19,59 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default read timeout of a [`Raw`] client.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A port that was free a moment ago (bind port 0, read it, release it), never one this test
-/// process handed out before: tests run in parallel threads, and the kernel may give a port
-/// released by one thread to another before the first thread's server has bound it.
+/// Ports a test server may take above the one it is given: with several shards, a server
+/// on port P also listens on its cluster endpoints P+1…P+shards (`Config::endpoint_port`).
+/// Every port handed out reserves this whole block, so two servers of one test process never
+/// share a port, and a test never talks to another server's endpoint that answers on "its"
+/// port.
+pub const PORT_BLOCK: u16 = 8;
+
+/// A port that was free a moment ago (bind, release), with the `PORT_BLOCK - 1` ports above it
+/// free too, never one of a block this test process handed out before: tests run in parallel
+/// threads, and the kernel may give a port released by one thread to another before the
+/// first thread's server has bound it.
 pub fn free_port() -> u16 {
-    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    free_ports(PORT_BLOCK)
+}
+
+/// `n` consecutive ports (`n` at least [`PORT_BLOCK`]), free a moment ago and never handed out
+/// by this process before; returns the first.
+pub fn free_ports(n: u16) -> u16 {
+    static HANDED_OUT: std::sync::Mutex<Vec<std::ops::Range<u16>>> =
+        std::sync::Mutex::new(Vec::new());
     // Below the kernel's ephemeral range (32768–60999 by default): a port bound to 0 and
     // released is an ephemeral port, which any outgoing connection (a test client, a site
     // dialing its peer) may take as its local end before the server binds it; the server
     // then exits with "address in use" before listening.
     const FIRST: u16 = 15_000;
     const SPAN: u16 = 17_000;
-    let mut candidate = FIRST + rand::random::<u16>() % SPAN;
-    loop {
-        candidate = if candidate + 1 >= FIRST + SPAN {
-            FIRST
-        } else {
-            candidate + 1
-        };
+    let n = n.max(PORT_BLOCK);
+    assert!(n < SPAN / 4, "{n} consecutive ports");
+    let slots = (SPAN - n) / PORT_BLOCK;
+    let mut slot = rand::random::<u16>() % slots;
+    for _ in 0..slots {
+        slot = (slot + 1) % slots;
+        let base = FIRST + slot * PORT_BLOCK;
+        let block = base..base + n;
         let mut given = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if given.contains(&candidate) {
+        if given
+            .iter()
+            .any(|r| r.start < block.end && block.start < r.end)
+        {
             continue;
         }
-        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
-            given.push(candidate);
-            return candidate;
+        if block
+            .clone()
+            .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
+            given.push(block);
+            return base;
         }
     }
+    panic!(
+        "no {n} consecutive free ports between {FIRST} and {}",
+        FIRST + SPAN
+    );
 }
 
 /// Whether the server on `port` serves commands now: it answers PING with anything but
@@ -81,12 +107,14 @@ pub fn spawn_and_wait(program: &str, args: &[String], dir: &Path, port: u16) -> 
         .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if serves(port) {
-            return child;
-        }
+        // Whether the child exited comes first: a port that answers while the child has
+        // exited (it could not bind) belongs to some other process.
         if let Ok(Some(status)) = child.try_wait() {
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             panic!("{program} exited with {status} before listening on {port}; log:\n{log}");
+        }
+        if serves(port) {
+            return child;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
