@@ -37,7 +37,13 @@ fn rule(key: &str) -> Rule {
     if key.starts_with("cmdstat_") {
         return Rule::CmdStat;
     }
-    if key.starts_with("errorstat_") || key.starts_with("crdt_peer_") {
+    // `latency_percentiles_usec_<cmd>:p50=..,p99=..`: each thread's percentiles of the
+    // commands it ran; the merged line gives the largest (an upper bound of the process's:
+    // percentiles do not add up, LATENCY HISTOGRAM merges the exact distributions).
+    if key.starts_with("errorstat_")
+        || key.starts_with("crdt_peer_")
+        || key.starts_with("latency_percentiles_usec_")
+    {
         return Rule::Subfields;
     }
     match key {
@@ -113,6 +119,13 @@ fn sub_rule(key: &str) -> Rule {
         | "out_bytes_raw" | "partial_syncs_in" | "full_syncs_in" | "partial_syncs_out"
         | "full_syncs_out" | "count" => Rule::Sum,
         "lag_ms" | "lag_p50_ms" | "lag_p99_ms" => Rule::Max,
+        // A percentile of `latency_percentiles_usec_*` (p50, p99.9...).
+        k if k.strip_prefix('p').is_some_and(|n| {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        }) =>
+        {
+            Rule::Max
+        }
         "acked_vv" => Rule::VersionVector,
         _ => Rule::First,
     }
@@ -148,7 +161,17 @@ fn merge_values(rule: Rule, values: &[&str]) -> String {
                 first.to_string()
             }
         }
-        Rule::Max => ints().max().map_or(first.to_string(), |n| n.to_string()),
+        Rule::Max if values.iter().all(|v| v.parse::<i64>().is_ok()) => {
+            ints().max().map_or(first.to_string(), |n| n.to_string())
+        }
+        // Decimals (percentiles in milliseconds): the largest, written as its thread wrote it.
+        Rule::Max => values
+            .iter()
+            .copied()
+            .filter_map(|v| Some((v.parse::<f64>().ok()?, v)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(first, |(_, v)| v)
+            .to_string(),
         Rule::Min => ints().min().map_or(first.to_string(), |n| n.to_string()),
         Rule::Worst => values
             .iter()
@@ -350,5 +373,18 @@ mod tests {
         }
         assert!(m.starts_with("# Clients\r\n"));
         assert!(m.contains("\r\n\r\n# Persistence\r\n"));
+    }
+
+    #[test]
+    fn latency_percentiles_take_each_threads_largest() {
+        let a =
+            "# Latencystats\r\nlatency_percentiles_usec_set:p50=1.003,p99=16.127,p99.9=16.127\r\n";
+        let b = "# Latencystats\r\nlatency_percentiles_usec_set:p50=2.007,p99=4.015,p99.9=16.127\r\nlatency_percentiles_usec_get:p50=1.003,p99=1.003,p99.9=1.003\r\n";
+        let m = merge(&[a.as_bytes(), b.as_bytes()]);
+        assert!(
+            m.contains("latency_percentiles_usec_set:p50=2.007,p99=16.127,p99.9=16.127\r\n"),
+            "{m}"
+        );
+        assert!(m.contains("latency_percentiles_usec_get:p50=1.003,p99=1.003,p99.9=1.003\r\n"));
     }
 }

@@ -66,6 +66,9 @@ pub enum Merge {
     Digest,
     /// CRDT.DIGEST SLOTS: per-slot entries, in slot order.
     DigestSlots,
+    /// LATENCY HISTOGRAM: each thread's per-command histograms (commands are counted where
+    /// they run), calls added and cumulative distributions merged bucket by bucket.
+    Histogram,
 }
 
 /// Commands the dispatcher runs itself.
@@ -144,13 +147,13 @@ pub fn class_of(name: &str) -> Class {
         | "memory|malloc-stats"
         | "memory|purge"
         | "memory|help"
-        | "latency|histogram"
         | "latency|doctor"
         | "latency|graph"
         | "xinfo|help"
         | "xgroup|help"
         | "pfselftest" => Local,
         "info" => All(Merge::Info),
+        "latency|histogram" => All(Merge::Histogram),
         "client|list" => All(Merge::ClientList),
         "client|kill" => All(Merge::ClientKill),
         "exec" => Special(self::Special::Exec),
@@ -395,6 +398,93 @@ pub fn merge(merge: Merge, parts: &[&[u8]], out: &mut Reply) {
                 out.bulk(format!("{d:032x}").as_bytes());
             }
         }
+        Merge::Histogram => merge_histograms(parts, out),
+    }
+}
+
+/// One command's histogram while merging: calls, and samples per bucket (keyed by the
+/// bucket's upper bound in microseconds).
+#[derive(Default)]
+struct MergedHistogram {
+    calls: i64,
+    per_bucket: std::collections::BTreeMap<i64, i64>,
+}
+
+/// Merges LATENCY HISTOGRAM replies (`{name: {calls, histogram_usec: {us: cumulative}}}`,
+/// RESP2 or RESP3). Every thread's histograms share Redis's logarithmic bucket bounds, so
+/// turning each cumulative distribution into per-bucket counts, adding them and summing
+/// again is exact. Commands keep the order in which a thread first lists them.
+fn merge_histograms(parts: &[&[u8]], out: &mut Reply) {
+    let mut order: Vec<&[u8]> = Vec::new();
+    let mut by_name: std::collections::HashMap<&[u8], MergedHistogram> = Default::default();
+    for p in parts {
+        let Some((items, _)) = read::flat_items(p, 0) else {
+            continue;
+        };
+        for pair in items.chunks_exact(2) {
+            let &[(name_at, _), (value_at, _)] = pair else {
+                continue;
+            };
+            let Some(name) = read::bulk(p, name_at) else {
+                continue;
+            };
+            let Some((fields, _)) = read::flat_items(p, value_at) else {
+                continue;
+            };
+            let merged = by_name.entry(name).or_insert_with(|| {
+                order.push(name);
+                MergedHistogram::default()
+            });
+            for field in fields.chunks_exact(2) {
+                let &[(key_at, _), (val_at, _)] = field else {
+                    continue;
+                };
+                match read::bulk(p, key_at) {
+                    Some(b"calls") => {
+                        merged.calls = merged
+                            .calls
+                            .saturating_add(read::int(p, val_at).unwrap_or(0));
+                    }
+                    Some(b"histogram_usec") => {
+                        let Some((cdf, _)) = read::flat_items(p, val_at) else {
+                            continue;
+                        };
+                        let mut below = 0i64;
+                        for point in cdf.chunks_exact(2) {
+                            let &[(us_at, _), (n_at, _)] = point else {
+                                continue;
+                            };
+                            let (Some(us), Some(n)) = (read::int(p, us_at), read::int(p, n_at))
+                            else {
+                                continue;
+                            };
+                            let e = merged.per_bucket.entry(us).or_default();
+                            *e = e.saturating_add(n.saturating_sub(below));
+                            below = n;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.map(order.len());
+    for name in order {
+        let Some(h) = by_name.get(name) else {
+            continue;
+        };
+        out.bulk(name);
+        out.map(2);
+        out.bulk(b"calls");
+        out.int(h.calls);
+        out.bulk(b"histogram_usec");
+        out.map(h.per_bucket.len());
+        let mut cumulative = 0i64;
+        for (&us, &n) in &h.per_bucket {
+            cumulative = cumulative.saturating_add(n);
+            out.int(us);
+            out.int(cumulative);
+        }
     }
 }
 
@@ -594,6 +684,21 @@ mod tests {
             "+OK\r\n"
         );
         assert_eq!(run(Merge::ClientKill, &[b":1\r\n", b":2\r\n"]), ":3\r\n");
+        // LATENCY HISTOGRAM: thread 1 ran SET twice (1 µs and 4 µs buckets) and GET once,
+        // thread 2 ran SET once (4 µs): calls add up, distributions merge bucket by bucket.
+        let t1: &[u8] = b"%2\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n%2\r\n:1\r\n:1\r\n:4\r\n:2\r\n$3\r\nget\r\n%2\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n%1\r\n:2\r\n:1\r\n";
+        let t2: &[u8] = b"%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n%1\r\n:4\r\n:1\r\n";
+        assert_eq!(
+            run(Merge::Histogram, &[t1, t2]),
+            "*4\r\n$3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:3\r\n$14\r\nhistogram_usec\r\n*4\r\n:1\r\n:1\r\n:4\r\n:3\r\n\
+             $3\r\nget\r\n*4\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n*2\r\n:2\r\n:1\r\n"
+        );
+        // The same replies in RESP2 (maps as flat arrays) merge alike.
+        let t2_resp2: &[u8] = b"*2\r\n$3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n*2\r\n:4\r\n:1\r\n";
+        assert_eq!(
+            run(Merge::Histogram, &[t2_resp2, t2_resp2]),
+            "*2\r\n$3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n*2\r\n:4\r\n:2\r\n"
+        );
         assert_eq!(
             run(
                 Merge::ClientList,

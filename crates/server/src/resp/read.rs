@@ -119,6 +119,24 @@ pub fn elements(buf: &[u8], pos: usize) -> Option<(Vec<(usize, usize)>, usize)> 
     Some((out, at))
 }
 
+/// The items of the array, set or map at `pos`, a map's keys and values alternating (a RESP3
+/// map `%n` holds 2n items; in RESP2 the same reply is an array of 2n), and where it ends.
+pub fn flat_items(buf: &[u8], pos: usize) -> Option<(Vec<(usize, usize)>, usize)> {
+    let h = head(buf, pos)?;
+    if h.kind != b'%' {
+        return elements(buf, pos);
+    }
+    let n = usize::try_from(h.n.max(0)).ok()?.checked_mul(2)?;
+    let mut out = Vec::with_capacity(n.min(1024));
+    let mut at = h.body;
+    for _ in 0..n {
+        let end = skip(buf, at)?;
+        out.push((at, end));
+        at = end;
+    }
+    Some((out, at))
+}
+
 /// The payload of a bulk or verbatim string at `pos` (a verbatim string's `txt:` prefix
 /// removed); `None` for a null or another kind.
 pub fn bulk(buf: &[u8], pos: usize) -> Option<&[u8]> {
