@@ -1632,6 +1632,17 @@ impl Conn {
         spec: &'static CommandSpec,
         argv: &[Vec<u8>],
     ) -> Vec<Vec<u8>> {
+        self.on_shards_but(spec, argv, None).await
+    }
+
+    /// `on_every_shard`, leaving out shard `skip` when given (it ran the command already:
+    /// a transaction's, `exec_broadcasts`); the replies of the shards it ran on.
+    async fn on_shards_but(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: &[Vec<u8>],
+        skip: Option<u16>,
+    ) -> Vec<Vec<u8>> {
         let node = self.th.node.clone();
         // The keyspace's commands cover the whole site; settings, snapshots and clients are
         // each node's own (as a Redis Cluster node's).
@@ -1644,7 +1655,7 @@ impl Conn {
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let mut waits = Vec::with_capacity(usize::from(n));
         for shard in range.clone() {
-            if shard == self.th.index {
+            if shard == self.th.index || Some(shard) == skip {
                 continue;
             }
             let mut batch = Batch::new(ClientView::of(&self.client));
@@ -1656,10 +1667,14 @@ impl Conn {
             );
             waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
-        let (mine, _) = self
-            .one(self.th.index, Op::Call(spec), argv)
-            .await
-            .unwrap_or_default();
+        let mine = if skip == Some(self.th.index) {
+            Vec::new()
+        } else {
+            self.one(self.th.index, Op::Call(spec), argv)
+                .await
+                .unwrap_or_default()
+                .0
+        };
         let mut out = vec![Vec::new(); usize::from(n)];
         if let Some(slot) = out.get_mut(usize::from(self.th.index)) {
             *slot = mine;
@@ -1685,7 +1700,7 @@ impl Conn {
         }
         out.into_iter()
             .enumerate()
-            .filter(|(i, _)| range.contains(&(*i as u16)))
+            .filter(|(i, _)| range.contains(&(*i as u16)) && Some(*i as u16) != skip)
             .map(|(_, r)| r)
             .collect()
     }
@@ -1724,11 +1739,11 @@ impl Conn {
     /// discarded with CROSSSLOT, as Redis Cluster's EXEC.
     async fn exec(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
         let local = self.th.index;
-        let (target, table) = {
+        let (target, broadcasts) = {
             let f = self.th.front.borrow();
-            (self.exec_target(&f), f.table)
+            (self.exec_target(&f), self.exec_broadcasts(&f))
         };
-        let _ = table;
+        let mark = self.out.len();
         match target {
             None => {
                 let remote: Vec<u16> = {
@@ -1790,6 +1805,43 @@ impl Conn {
                 self.client.dirty.set(false);
             }
         }
+        if let (Some(t), false) = (target, broadcasts.is_empty()) {
+            // The transaction ran on shard `t`; its settings and controls (CONFIG SET,
+            // CLIENT PAUSE, FLUSHALL...) now reach the other shards, each one that
+            // succeeded in it, in its order.
+            let reply = self.out.buf.get(mark..).unwrap_or_default().to_vec();
+            let Some((items, _)) = crate::resp::read::elements(&reply, 0) else {
+                return;
+            };
+            for (i, spec, args) in broadcasts {
+                let ok = items
+                    .get(i)
+                    .and_then(|&(a, _)| reply.get(a))
+                    .is_some_and(|&b| b != b'-' && b != b'!');
+                if ok {
+                    let _ = self.on_shards_but(spec, &args, Some(t)).await;
+                }
+            }
+        }
+    }
+
+    /// The commands of the queued transaction that every shard runs (`Class::All` with
+    /// `Merge::Same`: settings, pauses, flushes, script loads), with their places in it.
+    fn exec_broadcasts(&self, f: &Front) -> Vec<(usize, &'static CommandSpec, Vec<Vec<u8>>)> {
+        let Some(m) = self.client.multi.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, q) in m.queued.iter().enumerate() {
+            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            let Ok(spec) = cmd::resolve(f.table, &argv) else {
+                continue;
+            };
+            if route::classes(f.table).get(spec.idx) == Some(&Class::All(Merge::Same)) {
+                out.push((i, spec, q.args.clone()));
+            }
+        }
+        out
     }
 
     /// The shard a transaction runs on, or None when its keys span shards.
@@ -1827,7 +1879,11 @@ impl Conn {
                         return None;
                     }
                 }
-                // Commands that cover every shard cannot run inside one shard's transaction.
+                // Settings and controls run in the transaction on its shard, then on the
+                // others (`exec_broadcasts`).
+                Class::All(Merge::Same) => {}
+                // Other commands that cover every shard cannot run inside one shard's
+                // transaction: their replies speak for every shard.
                 Class::All(_)
                 | Class::Special(
                     Special::Scan | Special::RandomKey | Special::CrdtWait | Special::Shutdown,

@@ -354,6 +354,39 @@ fn transactions_and_watch_on_another_shard() {
     );
 }
 
+/// CONFIG SET, CLIENT PAUSE and the other settings every shard holds run inside a
+/// transaction on its shard, then reach every other shard; one that fails in the
+/// transaction reaches none.
+#[test]
+fn settings_inside_a_transaction_reach_every_shard() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut a = srv.connect();
+    let keys = key_per_shard("cfg");
+    let oom = "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+    // A failing CONFIG SET is an error in the transaction's reply, and changes nothing.
+    assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut a, &["SET", &keys[0], "v"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "bla"]), "+QUEUED\r\n");
+    let r = call(&mut a, &["EXEC"]);
+    assert!(r.starts_with("*2\r\n+OK\r\n-ERR CONFIG SET failed"), "{r}");
+    for k in &keys {
+        assert_eq!(call(&mut a, &["SET", k, "v"]), "+OK\r\n", "{k}");
+    }
+    // A transaction on the last key's shard sets a one-byte limit: writes on every shard
+    // are refused after it.
+    assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut a, &["SET", &keys[3], "w"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "1"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
+    for k in &keys {
+        assert_eq!(call(&mut a, &["SET", k, "x"]), oom, "{k}");
+    }
+    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "0"]), "+OK\r\n");
+    for k in &keys {
+        assert_eq!(call(&mut a, &["SET", k, "y"]), "+OK\r\n", "{k}");
+    }
+}
+
 #[test]
 fn keyspace_wide_commands_behave_as_one_server() {
     let srv = Server::start_with(&["--shards", SHARDS]);
