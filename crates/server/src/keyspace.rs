@@ -360,6 +360,27 @@ impl Shard {
         Written { applied, existed }
     }
 
+    /// `write_key` for a write that changes nothing a client can read: the re-add of a member
+    /// a set already holds, replicated so that it wins over a remove at another site that
+    /// did not see it (docs/conflicts.md §3). It neither fails a WATCH nor wakes a blocked
+    /// client, as Redis's SADD and SMOVE signal nothing when they add nothing.
+    pub fn write_key_unseen<B, F>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now_ms: u64,
+        build: F,
+    ) -> Written
+    where
+        B: AsRef<[u8]>,
+        F: FnOnce(&KeyState) -> Effect<B>,
+    {
+        self.unseen_write = true;
+        let w = self.write_key(db, key, now_ms, build);
+        self.unseen_write = false;
+        w
+    }
+
     /// Stamps and applies `effect` as a local op on `key` (hash given), logs it, wakes
     /// watchers and removes the key's entry when nothing visible or pending is left.
     fn apply_effect<B: AsRef<[u8]>>(
@@ -575,8 +596,10 @@ impl Shard {
             d.table.remove_bucket(i);
         }
         self.stats.dirty += 1;
-        self.touch_watched(db, key);
-        self.signal_key_ready(db, key);
+        if !self.unseen_write {
+            self.touch_watched(db, key);
+            self.signal_key_ready(db, key);
+        }
     }
 
     /// Inserts a key loaded from a snapshot (recovery). Returns false when the key is

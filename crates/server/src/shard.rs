@@ -89,6 +89,9 @@ pub struct Shard {
     pub lfu_rng: u64,
     /// Eviction under `maxmemory` (`crate::evict`).
     pub evict: crate::evict::Eviction,
+    /// Set while `write_key_unseen` writes: the write changes nothing a client reads, so it
+    /// neither fails WATCH nor wakes blocked clients.
+    pub unseen_write: bool,
 }
 
 /// A CLIENT PAUSE: which commands wait, and until when.
@@ -140,6 +143,7 @@ impl Shard {
             lfu: false,
             lfu_rng: 0x9e37_79b9_7f4a_7c15,
             evict: crate::evict::Eviction::new(crate::evict::ProcessMemory::new(1)),
+            unseen_write: false,
             config,
         };
         if !shard.config.requirepass.is_empty() {

@@ -341,3 +341,30 @@ fn set_ops_on_large_sets() {
     assert_eq!(call(&mut c, "SISMEMBER d 1000"), int(0));
     assert_eq!(items(&mut c, "SMEMBERS u", b'*').len(), 3000);
 }
+
+/// SADD and SMOVE of a member the set already holds change nothing a client reads: they
+/// re-add it (replicated, so it wins over a remove at another site that did not see it), but
+/// a WATCH of the set still holds, as in Redis (unit/type/set "SMOVE only notify dstset when
+/// the addition is successful").
+#[test]
+fn adding_a_held_member_does_not_fail_watch() {
+    let srv = Server::start_single();
+    let mut a = srv.connect();
+    let mut b = srv.connect();
+    call(&mut a, "SADD src{t} a b");
+    call(&mut a, "SADD dst{t} a");
+    for other in ["SMOVE src{t} dst{t} a", "SADD dst{t} a"] {
+        assert_eq!(call(&mut a, "WATCH dst{t}"), "+OK\r\n");
+        assert_eq!(call(&mut a, "MULTI"), "+OK\r\n");
+        assert_eq!(call(&mut a, "SADD dst{t} c"), "+QUEUED\r\n");
+        call(&mut b, other);
+        assert_eq!(call(&mut a, "EXEC"), "*1\r\n:1\r\n", "after {other}");
+        assert_eq!(call(&mut a, "SREM dst{t} c"), int(1));
+    }
+    // A member it adds does fail the WATCH.
+    assert_eq!(call(&mut a, "WATCH dst{t}"), "+OK\r\n");
+    assert_eq!(call(&mut a, "MULTI"), "+OK\r\n");
+    assert_eq!(call(&mut a, "SADD dst{t} c"), "+QUEUED\r\n");
+    assert_eq!(call(&mut b, "SADD dst{t} a d"), int(1));
+    assert_eq!(call(&mut a, "EXEC"), "*-1\r\n");
+}

@@ -366,7 +366,10 @@ fn settings_inside_a_transaction_reach_every_shard() {
     // A failing CONFIG SET is an error in the transaction's reply, and changes nothing.
     assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut a, &["SET", &keys[0], "v"]), "+QUEUED\r\n");
-    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "bla"]), "+QUEUED\r\n");
+    assert_eq!(
+        call(&mut a, &["CONFIG", "SET", "maxmemory", "bla"]),
+        "+QUEUED\r\n"
+    );
     let r = call(&mut a, &["EXEC"]);
     assert!(r.starts_with("*2\r\n+OK\r\n-ERR CONFIG SET failed"), "{r}");
     for k in &keys {
@@ -376,12 +379,18 @@ fn settings_inside_a_transaction_reach_every_shard() {
     // are refused after it.
     assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut a, &["SET", &keys[3], "w"]), "+QUEUED\r\n");
-    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "1"]), "+QUEUED\r\n");
+    assert_eq!(
+        call(&mut a, &["CONFIG", "SET", "maxmemory", "1"]),
+        "+QUEUED\r\n"
+    );
     assert_eq!(call(&mut a, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
     for k in &keys {
         assert_eq!(call(&mut a, &["SET", k, "x"]), oom, "{k}");
     }
-    assert_eq!(call(&mut a, &["CONFIG", "SET", "maxmemory", "0"]), "+OK\r\n");
+    assert_eq!(
+        call(&mut a, &["CONFIG", "SET", "maxmemory", "0"]),
+        "+OK\r\n"
+    );
     for k in &keys {
         assert_eq!(call(&mut a, &["SET", k, "y"]), "+OK\r\n", "{k}");
     }

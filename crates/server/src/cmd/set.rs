@@ -126,6 +126,14 @@ fn add_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
         .write_key(db, key, ctx.now_ms, |_| Effect::SetAdd { member });
 }
 
+/// Adds `member` to the set at `key` that already holds it: a re-add, replicated, that no
+/// local client sees (`Shard::write_key_unseen`).
+fn readd_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
+    let db = ctx.db();
+    ctx.shard
+        .write_key_unseen(db, key, ctx.now_ms, |_| Effect::SetAdd { member });
+}
+
 /// Removes `member`, present in the set at `key`: the last member removes the key.
 fn rem_member(ctx: &mut Ctx<'_>, key: &[u8], member: &[u8]) {
     let db = ctx.db();
@@ -339,10 +347,12 @@ fn sadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
     let mut added = 0i64;
     for m in argv.get(2..).unwrap_or_default() {
-        if !contains(ctx.shard, db, key, m) {
+        if contains(ctx.shard, db, key, m) {
+            readd_member(ctx, key, m);
+        } else {
             added += 1;
+            add_member(ctx, key, m);
         }
-        add_member(ctx, key, m);
     }
     if added > 0 {
         ctx.notify(notify::SET, "sadd", key);
@@ -565,8 +575,10 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let dst_had = contains(ctx.shard, db, dst, member);
     rem_member(ctx, src, member);
     ctx.notify_then_del(notify::SET, "srem", src);
-    add_member(ctx, dst, member);
-    if !dst_had {
+    if dst_had {
+        readd_member(ctx, dst, member);
+    } else {
+        add_member(ctx, dst, member);
         ctx.notify(notify::SET, "sadd", dst);
     }
     ctx.out.int(1);
