@@ -480,12 +480,7 @@ fn revert_fault(cl: &mut Cluster, f: &Fault) -> anyhow::Result<()> {
 fn partitions(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Result<()> {
     let duration = ctx.load_time(Duration::from_secs(20));
     let mut opts = options(ctx, seed);
-    let kill = ctx.persistence.is_ok();
-    if kill {
-        // Plain SIGKILL under everysec must lose nothing (the page cache survives).
-        opts.flags
-            .extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
-    }
+    let kill = log_for_kills(ctx, &mut opts);
     let mut cl = start(ctx, &opts, dir, o)?;
     wan_latency(&cl);
     let allowed = Allowed {
@@ -493,8 +488,7 @@ fn partitions(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Resu
         kill,
     };
     let sched = schedule::partitions(seed, cl.n(), duration.as_millis() as u64, allowed);
-    print!("{sched}");
-    std::fs::write(dir.join("schedule.txt"), sched.to_string())?;
+    keep_schedule(&sched, dir)?;
     o.notes.push(format!(
         "{} faults scheduled over {:.0}s",
         sched.events.len(),
@@ -513,15 +507,7 @@ fn partitions(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyhow::Resu
         ..workload::Spec::default()
     };
     let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
-    let chaos = run_schedule(&mut cl, &sched, t0, duration);
-    let records = wl.stop();
-    chaos?;
-    // The last fault is still on: healing it (and everything) starts the convergence clock.
-    match sched.events.last() {
-        Some(e) => revert_fault(&mut cl, &e.fault)?,
-        None => cl.heal_all()?,
-    }
-    let heal_at = Instant::now();
+    let (records, heal_at) = chaos_under_load(&mut cl, &sched, wl, t0, duration)?;
     let ops_s = records.len() as f64 / duration.as_secs_f64();
     o.note(format!("load: {ops_s:.0} ops/s over {} sites", cl.n()));
     o.note(format!("proxies: {}", cl.proxy_summary()));
@@ -552,17 +538,11 @@ fn quarantine_rejoin(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyho
         "--sync-quarantine-ms".to_string(),
         quarantine_ms.to_string(),
     ]);
-    let kill = ctx.persistence.is_ok();
-    if kill {
-        // A plain SIGKILL under everysec must lose nothing (the page cache survives).
-        opts.flags
-            .extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
-    }
+    let kill = log_for_kills(ctx, &mut opts);
     let mut cl = start(ctx, &opts, dir, o)?;
     let allowed = Allowed { nft: false, kill };
     let sched = schedule::quarantine(seed, cl.n(), duration.as_millis() as u64, allowed);
-    print!("{sched}");
-    std::fs::write(dir.join("schedule.txt"), sched.to_string())?;
+    keep_schedule(&sched, dir)?;
     o.notes.push(format!(
         "sync-quarantine-ms {quarantine_ms}; {} faults scheduled over {:.0}s",
         sched.events.len(),
@@ -582,14 +562,7 @@ fn quarantine_rejoin(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyho
         ..workload::Spec::default()
     };
     let wl = Workload::start(&cl.endpoints(), &spec, seed, t0);
-    let chaos = run_schedule(&mut cl, &sched, t0, duration);
-    let records = wl.stop();
-    chaos?;
-    match sched.events.last() {
-        Some(e) => revert_fault(&mut cl, &e.fault)?,
-        None => cl.heal_all()?,
-    }
-    let heal_at = Instant::now();
+    let (records, heal_at) = chaos_under_load(&mut cl, &sched, wl, t0, duration)?;
     let quarantines: usize = cl
         .sites
         .iter()
@@ -615,6 +588,44 @@ fn quarantine_rejoin(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyho
         },
     )?;
     Ok(())
+}
+
+/// Whether the schedule may kill sites: with persistence available, the sites log with
+/// `appendfsync everysec`, under which a plain SIGKILL must lose nothing (the page cache
+/// survives).
+fn log_for_kills(ctx: &Ctx, opts: &mut Options) -> bool {
+    let kill = ctx.persistence.is_ok();
+    if kill {
+        opts.flags
+            .extend(["--appendonly", "yes", "--appendfsync", "everysec"].map(String::from));
+    }
+    kill
+}
+
+/// Prints the schedule and keeps it beside the drill's logs (`schedule.txt`).
+fn keep_schedule(sched: &schedule::Schedule, dir: &Path) -> anyhow::Result<()> {
+    print!("{sched}");
+    std::fs::write(dir.join("schedule.txt"), sched.to_string())?;
+    Ok(())
+}
+
+/// Runs `sched` while `wl` writes, stops the load, then heals the last fault (still on):
+/// the records, and the instant of that heal, which starts the convergence clock.
+fn chaos_under_load(
+    cl: &mut Cluster,
+    sched: &schedule::Schedule,
+    wl: Workload,
+    t0: Instant,
+    duration: Duration,
+) -> anyhow::Result<(Vec<Record>, Instant)> {
+    let chaos = run_schedule(cl, sched, t0, duration);
+    let records = wl.stop();
+    chaos?;
+    match sched.events.last() {
+        Some(e) => revert_fault(cl, &e.fault)?,
+        None => cl.heal_all()?,
+    }
+    Ok((records, Instant::now()))
 }
 
 /// Applies each fault of `sched` at its time, holds it (RST flaps repeat at their period) and
