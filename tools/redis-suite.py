@@ -38,6 +38,7 @@ Examples:
 import argparse
 import collections
 import os
+import random
 import re
 import shutil
 import signal
@@ -195,10 +196,30 @@ def lacks_function(host, port):
         return False
 
 
+# A server with several shards listens on its port and the next ones (its cluster
+# endpoints, port+1...port+shards): a block this wide is checked free. Ports come from
+# below the kernel's ephemeral range (32768-60999 by default), where an outgoing
+# connection of another process can take a port between the check and the bind.
+PORT_BLOCK = 8
+PORT_FIRST, PORT_SPAN = 12000, 18000
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(1000):
+        base = PORT_FIRST + random.randrange(PORT_SPAN // PORT_BLOCK) * PORT_BLOCK
+        socks = []
+        try:
+            for p in range(base, base + PORT_BLOCK):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    sys.exit("no free block of ports")
 
 
 def wait_port(port, proc, seconds=30):
@@ -221,7 +242,17 @@ class Server:
     """A server started for one unit on loopback, stopped by its PID."""
 
     def __init__(self, kind, binary, workdir):
-        self.kind, self.port, self.dir = kind, free_port(), tempfile.mkdtemp(dir=workdir, prefix=kind + "-")
+        self.kind, self.dir = kind, tempfile.mkdtemp(dir=workdir, prefix=kind + "-")
+        # A port taken between the check and the bind makes the server exit at once: try
+        # another block.
+        for attempt in range(3):
+            self.port = free_port()
+            if self.start(kind, binary):
+                return
+            self.stop()
+        sys.exit(f"{kind} did not start; see {self.dir}/server.log")
+
+    def start(self, kind, binary):
         log = open(os.path.join(self.dir, "server.log"), "wb")
         if kind == "redis":
             pidfile = os.path.join(self.dir, "redis.pid")
@@ -232,9 +263,7 @@ class Server:
             args = [binary, "server", "--port", str(self.port), "--bind", "127.0.0.1",
                     "--dir", os.path.join(self.dir, "data")]
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
-        if not wait_port(self.port, self.proc):
-            self.stop()
-            sys.exit(f"{kind} did not start; see {self.dir}/server.log")
+        return wait_port(self.port, self.proc)
 
     def alive(self):
         return self.proc.poll() is None
