@@ -155,6 +155,10 @@ enum BarrierKind {
     Special(Special),
     /// A blocking command, on this shard.
     Blocking(u16),
+    /// A script that declares no key, with several shards: it runs on this thread's shard,
+    /// and again on the shard of the first key it reached there if it did nothing else
+    /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
+    Script,
 }
 
 /// What dispatching one command led to.
@@ -175,6 +179,14 @@ struct Conn {
     afters: Vec<AfterBatch>,
     /// The next barrier's reply is dropped (CLIENT REPLY OFF or SKIP).
     barrier_muted: bool,
+}
+
+/// EVAL, EVALSHA, FCALL and their read-only forms.
+fn is_script_call(name: &str) -> bool {
+    matches!(
+        name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
 }
 
 /// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
@@ -906,6 +918,13 @@ impl Conn {
                 _ => self.inline(s, f, spec, argv, now),
             };
         }
+        if is_script_call(spec.meta.name) && self.keys_at(f, spec, argv) == KeysAt::None {
+            return Step::Barrier(Barrier {
+                spec,
+                argv: owned(argv),
+                kind: BarrierKind::Script,
+            });
+        }
         match class {
             Class::Local => self.inline(s, f, spec, argv, now),
             Class::Keyed => self.keyed(s, f, spec, argv, now),
@@ -1507,6 +1526,7 @@ impl Conn {
             let now = sg.now_ms();
             let mut r = Reply::new();
             r.proto = self.client.shared.proto.get();
+            sg.scripting.relocate = None;
             match op {
                 Op::Call(spec) => {
                     cmd::call(&mut sg, &mut fg, &mut self.client, &mut r, spec, &argv, now)
@@ -1516,7 +1536,11 @@ impl Conn {
                 }
                 _ => {}
             }
-            return Ok((r.buf, None));
+            let note = sg.scripting.relocate.take().map(|t| hop::Note {
+                relocate: Some(t),
+                ..hop::Note::default()
+            });
+            return Ok((r.buf, note));
         }
         let mut batch = Batch::new(ClientView::of(&self.client));
         batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
@@ -1590,6 +1614,27 @@ impl Conn {
             }
             BarrierKind::Special(sp) => {
                 return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
+            }
+            BarrierKind::Script => {
+                self.client.shared.last_cmd.set(spec.meta.name);
+                let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
+                let mut t = self.th.index;
+                loop {
+                    tried.push(t);
+                    match self.one(t, Op::Call(spec), &argv).await {
+                        Ok((reply, note)) => match note.and_then(|n| n.relocate) {
+                            Some(next) if !tried.contains(&next) => t = next,
+                            _ => {
+                                self.out.raw(&reply);
+                                break;
+                            }
+                        },
+                        Err(e) => {
+                            self.out.error(&hop::unavailable_error(e));
+                            break;
+                        }
+                    }
+                }
             }
         }
         true

@@ -208,6 +208,9 @@ pub struct Note {
     pub close: bool,
     /// A re-run found the client not woken here: nothing ran.
     pub idle: bool,
+    /// A script reached a key of this other shard before any effect: it may run there
+    /// (`Scripting::relocate`).
+    pub relocate: Option<u16>,
 }
 
 /// The replies of a batch.
@@ -503,7 +506,9 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         out.proto = item.proto;
         let argv = args.get(item.args);
         let mut note = Note::default();
+        s.scripting.relocate = None;
         run_item(s, f, &mut client, &mut out, item.op, &argv, now, &mut note);
+        note.relocate = s.scripting.relocate.take();
         note.db = client.db;
         note.close = std::mem::take(&mut client.close_after_reply);
         client.multi = None;

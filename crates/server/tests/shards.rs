@@ -354,6 +354,50 @@ fn transactions_and_watch_on_another_shard() {
     );
 }
 
+/// A script that declares no key runs where the keys it reaches are, as on one Redis: on the
+/// connection's shard first, then on the shard of the first key it reached there when it did
+/// nothing else. One that wrote or published first, or reaches keys of two shards, gets
+/// Redis Cluster's error.
+#[test]
+fn scripts_without_declared_keys_run_on_their_keys_shard() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut a = srv.connect();
+    let keys = key_per_shard("sk");
+    for k in &keys {
+        let script = format!("redis.call('set','{k}','v') return redis.call('get','{k}')");
+        assert_eq!(call(&mut a, &["EVAL", &script, "0"]), "$1\r\nv\r\n", "{k}");
+        let script = format!("redis.pcall('randomkey') return redis.pcall('incr','{k}:n')");
+        assert_eq!(call(&mut a, &["EVAL", &script, "0"]), ":1\r\n", "{k}");
+        assert_eq!(call(&mut a, &["GET", &format!("{k}:n")]), "$1\r\n1\r\n");
+    }
+    let non_local = "Script attempted to access a non local key in a cluster node";
+    // Keys of two shards in one script: refused, whichever shard it runs on.
+    let script = format!(
+        "redis.call('get','{}') return redis.call('get','{}')",
+        keys[0], keys[1]
+    );
+    let r = call(&mut a, &["EVAL", &script, "0"]);
+    assert!(r.contains(non_local), "{r}");
+    // A script that wrote before it reached another shard's key is not run twice.
+    for k in &keys {
+        let script = format!(
+            "redis.call('incr','{k}:w') for _, o in ipairs(ARGV) do redis.call('get', o) end return 1"
+        );
+        let mut argv = vec!["EVAL", script.as_str(), "0"];
+        argv.extend(keys.iter().map(String::as_str));
+        let r = call(&mut a, &argv);
+        assert!(r.contains(non_local), "{r}");
+        assert_eq!(call(&mut a, &["GET", &format!("{k}:w")]), "$1\r\n1\r\n");
+    }
+    // Functions alike.
+    let lib = "#!lua name=lib\nredis.register_function('touch', function(keys, args) return redis.call('set', args[1], 'f') end)";
+    assert_eq!(call(&mut a, &["FUNCTION", "LOAD", lib]), "$3\r\nlib\r\n");
+    for k in &keys {
+        assert_eq!(call(&mut a, &["FCALL", "touch", "0", k]), "+OK\r\n", "{k}");
+        assert_eq!(call(&mut a, &["GET", k]), "$1\r\nf\r\n");
+    }
+}
+
 /// CONFIG SET, CLIENT PAUSE and the other settings every shard holds run inside a
 /// transaction on its shard, then reach every other shard; one that fails in the
 /// transaction reaches none.

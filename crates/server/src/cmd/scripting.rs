@@ -224,6 +224,8 @@ fn new_run(
         oom: ctx.shard.config.maxmemory != 0 && ctx.shard.evict.failed,
         eval,
         write_dirty: false,
+        effects: false,
+        misplaced: None,
         killed: false,
         timed_out: false,
         name,

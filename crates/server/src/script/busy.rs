@@ -612,9 +612,9 @@ pub fn declared_keys_error(shard: &Shard, keys: &[&[u8]]) -> Option<&'static str
     None
 }
 
-/// A key a script's command touches that another shard owns (Redis Cluster's text for a
-/// script reaching a non-local key). One shard: never.
-pub fn key_locality_error(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<String> {
+/// A key a script's command touches that another shard owns: that shard. One shard: never.
+/// (The script gets Redis Cluster's text for a script reaching a non-local key.)
+pub fn non_local_key(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<u16> {
     let map = shard.scripting.slots.as_ref()?;
     let meta = spec.meta;
     if meta.first_key <= 0 {
@@ -630,10 +630,9 @@ pub fn key_locality_error(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> 
     let mut i = meta.first_key;
     while i <= last {
         if let Some(k) = argv.get(i as usize) {
-            if map.shard_of_key(k) != shard.index {
-                return Some(
-                    "Script attempted to access a non local key in a cluster node".to_string(),
-                );
+            let owner = map.shard_of_key(k);
+            if owner != shard.index {
+                return Some(owner);
             }
         }
         i += step;

@@ -620,8 +620,14 @@ pub fn run_command(
             "-OOM command not allowed when used memory > 'maxmemory'.",
         );
     }
-    if let Some(text) = super::busy::key_locality_error(shard, spec, argv) {
-        return refused(front, &text);
+    if let Some(owner) = super::busy::non_local_key(shard, spec, argv) {
+        if let Some(run) = shard.scripting.run.as_mut() {
+            run.misplaced.get_or_insert(owner);
+        }
+        return refused(
+            front,
+            "Script attempted to access a non local key in a cluster node",
+        );
     }
     let (resp3, now) = {
         let Some(run) = shard.scripting.run.as_mut() else {
@@ -629,6 +635,9 @@ pub fn run_command(
         };
         if writes {
             run.write_dirty = true;
+        }
+        if crate::cmd::table::writes_or_may_replicate(spec.meta) {
+            run.effects = true;
         }
         (run.resp3, run.now_ms)
     };
@@ -921,6 +930,11 @@ pub fn end_run(shard: &mut Shard, engine: &Engine) -> Option<Run> {
     // After a kill or a load timeout the hook fires on every line; back to counting.
     let _ = engine.reset_hook();
     let run = shard.scripting.run.take();
+    // A script that reached another shard's key with no effect anywhere may run there.
+    shard.scripting.relocate = run
+        .as_ref()
+        .filter(|r| !r.effects)
+        .and_then(|r| r.misplaced);
     shard.scripting.gc_countdown = shard.scripting.gc_countdown.saturating_sub(1);
     if shard.scripting.gc_countdown == 0 {
         shard.scripting.gc_countdown = super::GC_CYCLE_PERIOD;

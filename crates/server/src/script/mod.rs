@@ -141,6 +141,11 @@ pub struct Run {
     pub eval: bool,
     /// A write command ran: the script can no longer be killed.
     pub write_dirty: bool,
+    /// A command that writes or may replicate (PUBLISH...) ran: running the script again
+    /// elsewhere would repeat it.
+    pub effects: bool,
+    /// The shard owning the first key the script reached that this shard does not own.
+    pub misplaced: Option<u16>,
     pub killed: bool,
     /// Ran past busy-reply-threshold: other clients get BUSY.
     pub timed_out: bool,
@@ -203,6 +208,9 @@ pub struct Scripting {
     pub clients: std::collections::BTreeMap<u64, std::rc::Weak<crate::client::ClientShared>>,
     /// The process's board of busy scripts and this shard's place on it (set by `server`).
     pub board: Option<(std::sync::Arc<busy::BusyBoard>, usize)>,
+    /// The last script that ended here reached a key of shard N before any effect, and did
+    /// nothing else: it may run again there (`Run::misplaced`). Taken by the dispatcher.
+    pub relocate: Option<u16>,
 }
 
 impl std::fmt::Debug for Scripting {
@@ -255,6 +263,7 @@ impl Scripting {
             stop: None,
             clients: std::collections::BTreeMap::new(),
             board: None,
+            relocate: None,
         }
     }
 
