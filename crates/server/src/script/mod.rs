@@ -351,6 +351,11 @@ pub fn parse_shebang(body: &[u8]) -> Result<(ScriptFlags, usize), String> {
                 String::from_utf8_lossy(p)
             ));
         };
+        // Redis splits with `sdssplitlen`, which gives no element for an empty string:
+        // `flags=` sets none (and leaves compatibility mode, as any shebang does).
+        if list.is_empty() {
+            continue;
+        }
         for f in list.split(|&c| c == b',') {
             let name = String::from_utf8_lossy(f);
             if !flags.set(&name, false) {
@@ -380,6 +385,12 @@ mod tests {
         assert_eq!(
             parse_shebang(b"#!python\n").unwrap_err(),
             "Unexpected engine in script shebang: #!python"
+        );
+        let (f, _) = parse_shebang(b"#!lua flags=\nreturn 1").unwrap();
+        assert!(!f.compat && !f.no_writes && !f.allow_oom);
+        assert_eq!(
+            parse_shebang(b"#!lua flags=a,,b\n").unwrap_err(),
+            "Unexpected flag in script shebang: a"
         );
         assert_eq!(
             parse_shebang(b"#!lua flags=bad\n").unwrap_err(),
