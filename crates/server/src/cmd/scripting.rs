@@ -254,12 +254,18 @@ fn run_and_reply(
     let result = engine.run(ctx.shard, ctx.front, function, fcall_args);
     let run = engine::end_run(ctx.shard, engine);
     let script_resp3 = run.as_ref().is_some_and(|r| r.resp3);
-    match result {
+    let mark = ctx.out.len();
+    // Whether the reply holds an error Redis counts the command failed for: a script error,
+    // or a returned error reply (Redis's `afterErrorReply` counts `failed_calls` even for an
+    // error whose errorstats its `redis.call` already counted).
+    let failed = match result {
         Ok((true, value)) => {
             let errors = convert::lua_to_reply(value, ctx.out, script_resp3);
+            let failed = !errors.is_empty() || ctx.out.buf.get(mark) == Some(&b'-');
             for code in errors {
                 ctx.front.stats.count_error(&code);
             }
+            failed
         }
         Ok((false, mlua::Value::Table(t))) => {
             let msg: Vec<u8> = t
@@ -294,6 +300,7 @@ fn run_and_reply(
             if !ignored {
                 ctx.front.stats.count_error(&convert::error_code(&msg));
             }
+            true
         }
         Ok((false, other)) => {
             let msg = match other {
@@ -307,8 +314,17 @@ fn run_and_reply(
                 ctx.out,
                 &CmdError::Err(format!("Error running script {name}, {msg}")),
             );
+            true
         }
-        Err(e) => super::reply_error(ctx.front, ctx.out, &run_failure(&name, &e)),
+        Err(e) => {
+            super::reply_error(ctx.front, ctx.out, &run_failure(&name, &e));
+            true
+        }
+    };
+    if failed {
+        if let Some(st) = ctx.front.stats.commands.get_mut(ctx.spec.idx) {
+            st.failed_calls += 1;
+        }
     }
 }
 

@@ -557,17 +557,25 @@ pub fn run_command(
     let Some(spec) = lookup(front.table, argv) else {
         return refused(front, "Unknown Redis command called from script");
     };
+    // A command found and then refused counts as rejected (Redis's `scriptCall`:
+    // `incrCommandStatsOnError(cmd, ERROR_COMMAND_REJECTED)`).
+    let rejected = |front: &mut crate::front::Front, text: &str| {
+        if let Some(st) = front.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        refused(front, text)
+    };
     let arity = spec.meta.arity;
     let argc = argv.len() as i64;
     if (arity > 0 && argc != i64::from(arity)) || (arity < 0 && argc < -i64::from(arity)) {
-        return refused(
+        return rejected(
             front,
             "Wrong number of args calling Redis command from script",
         );
     }
     let flags = spec.meta.flags;
     if flags.contains(Flags::NOSCRIPT) {
-        return refused(front, "This Redis command is not allowed from script");
+        return rejected(front, "This Redis command is not allowed from script");
     }
     let Some((caller, now)) = shard
         .scripting
@@ -575,7 +583,7 @@ pub fn run_command(
         .as_ref()
         .map(|run| (run.caller.clone(), run.now_ms))
     else {
-        return refused(
+        return rejected(
             front,
             "redis.call/pcall can only be called inside a script invocation",
         );
@@ -588,7 +596,7 @@ pub fn run_command(
     *script_client.user.borrow_mut() = caller.user.borrow().clone();
     if let Err(text) = crate::cmd::acl::script_gate(shard, &script_client, &caller, spec, argv, now)
     {
-        return refused(front, &text);
+        return rejected(front, &text);
     }
     let Some(run) = shard.scripting.run.as_ref() else {
         return Err(String::new());
@@ -597,14 +605,14 @@ pub fn run_command(
     // May-replicate commands count as writes here (PUBLISH, PFCOUNT...), so a read-only
     // script never runs one, under CLIENT PAUSE WRITE included.
     if run.read_only && crate::cmd::table::writes_or_may_replicate(spec.meta) {
-        return refused(
+        return rejected(
             front,
             "Write commands are not allowed from read-only scripts.",
         );
     }
     if writes && !run.write_dirty {
         if let Some(text) = shard.persist.refusal() {
-            return refused(front, &format!("-{text}"));
+            return rejected(front, &format!("-{text}"));
         }
     }
     // Redis's scriptVerifyOOM: past maxmemory, a script that has not written yet may not
@@ -615,7 +623,7 @@ pub fn run_command(
         && flags.contains(Flags::DENYOOM)
         && shard.config.maxmemory != 0
     {
-        return refused(
+        return rejected(
             front,
             "-OOM command not allowed when used memory > 'maxmemory'.",
         );
@@ -624,7 +632,7 @@ pub fn run_command(
         if let Some(run) = shard.scripting.run.as_mut() {
             run.misplaced.get_or_insert(owner);
         }
-        return refused(
+        return rejected(
             front,
             "Script attempted to access a non local key in a cluster node",
         );
