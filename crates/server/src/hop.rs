@@ -94,6 +94,8 @@ pub struct ClientView {
     /// The connection's mailbox: blocked commands register it, Pub/Sub writes to it.
     pub mailbox: Arc<Mailbox>,
     pub dirty: WatchFlag,
+    /// CLIENT TRACKING in force: the keys its reads run here are remembered here.
+    pub tracking: Option<Arc<crate::client::Tracker>>,
 }
 
 impl ClientView {
@@ -107,6 +109,7 @@ impl ClientView {
             user: s.user.borrow().as_ref().map(|u| u.name()),
             mailbox: s.mailbox.clone(),
             dirty: client.dirty.clone(),
+            tracking: s.tracking.borrow().clone(),
         }
     }
 }
@@ -172,6 +175,8 @@ pub struct Item {
     pub db: usize,
     pub proto: Proto,
     pub args: (u32, u32),
+    /// CLIENT CACHING was in force for it (OPTIN/OPTOUT tracking).
+    pub caching: bool,
 }
 
 /// What an item does on the owning thread.
@@ -402,8 +407,16 @@ impl Batch {
             db,
             proto,
             args,
+            caching: false,
         });
         self.items.len() - 1
+    }
+
+    /// Marks item `idx` as sent under CLIENT CACHING.
+    pub fn set_caching(&mut self, idx: usize) {
+        if let Some(item) = self.items.get_mut(idx) {
+            item.caching = true;
+        }
     }
 }
 
@@ -489,6 +502,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     ));
     *shared.name.borrow_mut() = view.name;
     *shared.user.borrow_mut() = view.user.and_then(|n| s.acl.user(&n).cloned());
+    *shared.tracking.borrow_mut() = view.tracking;
     let mut client = Client::new(shared);
     client.dirty = view.dirty;
     let mut out = Reply {
@@ -500,6 +514,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     for item in items {
         client.select(item.db);
         client.shared.set_proto(item.proto);
+        client.caching = item.caching;
         out.proto = item.proto;
         let argv = args.get(item.args);
         let mut note = Note::default();

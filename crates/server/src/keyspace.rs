@@ -577,6 +577,9 @@ impl Shard {
         self.stats.dirty += 1;
         self.touch_watched(db, key);
         self.signal_key_ready(db, key);
+        if self.tracking.active() {
+            self.tracking_key_changed(key);
+        }
     }
 
     /// Inserts a key loaded from a snapshot (recovery). Returns false when the key is
@@ -629,7 +632,13 @@ impl Shard {
             }
             _ => return false,
         };
-        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
+        if self.tracking.active() {
+            self.tracking_anonymous(|s| {
+                s.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed })
+            });
+        } else {
+            self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
+        }
         self.stats.expired_keys += 1;
         self.notify(crate::notify::EXPIRED, "expired", db, key);
         true
