@@ -779,10 +779,11 @@ impl Conn {
         let db = self.client.db;
         let proto = self.client.shared.proto.get();
         let caching = self.client.caching;
+        let muted = self.client.reply_mode != crate::client::ReplyMode::On;
         let b = self.round.batch(shard, &self.client);
         let idx = b.push(op, db, proto, argv);
-        if caching {
-            b.set_caching(idx);
+        if caching || muted {
+            b.set_client_state(idx, caching, muted);
         }
         if reply {
             self.round.active = true;

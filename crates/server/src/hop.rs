@@ -177,6 +177,8 @@ pub struct Item {
     pub args: (u32, u32),
     /// CLIENT CACHING was in force for it (OPTIN/OPTOUT tracking).
     pub caching: bool,
+    /// Its reply is dropped (CLIENT REPLY OFF or SKIP): pushes due to it must not ride on it.
+    pub muted: bool,
 }
 
 /// What an item does on the owning thread.
@@ -408,14 +410,17 @@ impl Batch {
             proto,
             args,
             caching: false,
+            muted: false,
         });
         self.items.len() - 1
     }
 
-    /// Marks item `idx` as sent under CLIENT CACHING.
-    pub fn set_caching(&mut self, idx: usize) {
+    /// Marks item `idx` as sent under CLIENT CACHING (`caching`) and with its reply dropped
+    /// (`muted`: CLIENT REPLY OFF or SKIP).
+    pub fn set_client_state(&mut self, idx: usize, caching: bool, muted: bool) {
         if let Some(item) = self.items.get_mut(idx) {
-            item.caching = true;
+            item.caching = caching;
+            item.muted = muted;
         }
     }
 }
@@ -515,6 +520,11 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         client.select(item.db);
         client.shared.set_proto(item.proto);
         client.caching = item.caching;
+        client.reply_mode = if item.muted {
+            crate::client::ReplyMode::Off
+        } else {
+            crate::client::ReplyMode::On
+        };
         out.proto = item.proto;
         let argv = args.get(item.args);
         let mut note = Note::default();

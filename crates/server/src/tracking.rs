@@ -544,6 +544,41 @@ mod tests {
     }
 
     #[test]
+    fn bcast_keys_held_up_to_their_limit() {
+        let (mut s, log) = shard_with_log();
+        s.tracking.shared.subscribe(9, b"");
+        s.tracking.set_current(5, false);
+        for i in 0..BCAST_CHANGED_KEYS_MAX - 1 {
+            s.tracking_key_changed(format!("k{i}").as_bytes());
+        }
+        assert!(log.borrow().is_empty());
+        // The limit-th key sends what is held, in one message.
+        s.tracking_key_changed(b"last");
+        assert_eq!(log.borrow().len(), 1);
+        let n = log.borrow()[0].1.split(',').count();
+        assert_eq!(n, BCAST_CHANGED_KEYS_MAX);
+        // One past it starts a new batch.
+        s.tracking_key_changed(b"next");
+        assert_eq!(log.borrow().len(), 1);
+        s.tracking_broadcast();
+        assert_eq!(log.borrow().len(), 2);
+    }
+
+    #[test]
+    fn many_readers_of_one_key_each_get_one_invalidation() {
+        let (mut s, log) = shard_with_log();
+        for id in 1..=IDS_INLINE_MAX as u64 + 1 {
+            s.tracking.remember(id, b"hot");
+            s.tracking.remember(id, b"hot");
+        }
+        assert_eq!(s.tracking.items(), IDS_INLINE_MAX as u64 + 1);
+        s.tracking_key_changed(b"hot");
+        let mut ids: Vec<u64> = log.borrow().iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=IDS_INLINE_MAX as u64 + 1).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn the_limit_keeps_exactly_max_keys() {
         let (mut s, log) = shard_with_log();
         for i in 0..250 {

@@ -132,6 +132,16 @@ fn resp3_push_follows_the_reply_of_the_command_that_caused_it() {
         String::from_utf8_lossy(&push),
         ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\na{t}\r\n"
     );
+    // CLIENT REPLY OFF drops the reply, not the push due to the client's own write.
+    r.call_text(&["GET", "a{t}"]);
+    r.send_cmd(&[b"CLIENT", b"REPLY", b"OFF"]);
+    r.send_cmd(&[b"SET", b"a{t}", b"9"]);
+    let push = r.try_read_reply(WAIT).expect("push under CLIENT REPLY OFF");
+    assert_eq!(
+        String::from_utf8_lossy(&push),
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n$4\r\na{t}\r\n"
+    );
+    r.ok(&["CLIENT", "REPLY", "ON"]);
     // NOLOOP: its own writes send nothing.
     r.ok(&["CLIENT", "TRACKING", "on", "NOLOOP"]);
     r.call_text(&["GET", "b{t}"]);

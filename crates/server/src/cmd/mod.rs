@@ -635,7 +635,7 @@ pub fn call(
             st.rejected_calls += 1;
         }
         if top {
-            let inline = (!tracking::merged(front, spec)).then_some(&mut *out);
+            let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
             tracking::after_command(shard, &front.node, client, inline, now_ms);
             shard.tracking.set_current(0, false);
         }
@@ -645,7 +645,7 @@ pub fn call(
     // What eviction invalidated for the client goes before the reply (Redis flushes pending
     // keys after performEvictions).
     if top && shard.tracking.has_pending() {
-        let inline = (!tracking::merged(front, spec)).then_some(&mut *out);
+        let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
         tracking::flush_pending(shard, &front.node, client, inline, now_ms);
     }
     let started = std::time::Instant::now();
@@ -673,7 +673,7 @@ pub fn call(
     }
     if top {
         if shard.tracking.active() || shard.tracking.has_pending() {
-            let inline = (!tracking::merged(front, spec)).then_some(&mut *out);
+            let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
             tracking::after_command(shard, &front.node, client, inline, now_ms);
         }
         shard.tracking.set_current(0, false);

@@ -361,9 +361,18 @@ pub fn after_command(
     shard.tracking_broadcast();
 }
 
-/// Whether the reply of `spec` may be one part of a reply merged from several shards
-/// (scattered keys, every shard): bytes appended to it would not survive the merge.
-pub fn merged(front: &crate::front::Front, spec: &super::table::CommandSpec) -> bool {
+/// Whether pushes due to `spec` cannot follow its reply in the reply stream: the reply is
+/// dropped (CLIENT REPLY OFF or SKIP; pushes are not silenced by it), or it may be one part
+/// of a reply merged from several shards (scattered keys, every shard), which bytes appended
+/// to it would not survive.
+pub fn merged(
+    front: &crate::front::Front,
+    client: &Client,
+    spec: &super::table::CommandSpec,
+) -> bool {
+    if client.reply_mode != crate::client::ReplyMode::On {
+        return true;
+    }
     front.node.shards > 1
         && matches!(
             crate::route::classes(front.table).get(spec.idx),
