@@ -32,6 +32,9 @@ pub struct Mailbox {
     killed: AtomicBool,
     /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
     proto: AtomicU8,
+    /// Whether the client has any Pub/Sub subscription (Redis's CLIENT_PUBSUB), for
+    /// invalidations redirected to it in RESP2 (`cmd::tracking`).
+    subscribed: AtomicBool,
     /// When the pending output last went from under to at or over its class's soft limit
     /// (wall-clock ms; 0: under it), for `output_over_limit`.
     obuf_soft_since_ms: AtomicU64,
@@ -46,6 +49,7 @@ impl Mailbox {
             wake: Notify::new(),
             killed: AtomicBool::new(false),
             proto: AtomicU8::new(0),
+            subscribed: AtomicBool::new(false),
             obuf_soft_since_ms: AtomicU64::new(0),
         }
     }
@@ -86,6 +90,11 @@ impl Mailbox {
 
     pub fn is_killed(&self) -> bool {
         self.killed.load(Ordering::Relaxed)
+    }
+
+    /// Whether the client has a Pub/Sub subscription.
+    pub fn is_subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Relaxed)
     }
 
     /// Closes the connection at its next step (CLIENT KILL, shutdown, an output limit).
@@ -175,6 +184,26 @@ pub struct ClientShared {
     pub unblock: Cell<Option<Unblock>>,
     /// CLIENT NO-EVICT on (flag 'e'); Meridian evicts no client, so it changes nothing else.
     pub no_evict: Cell<bool>,
+    /// CLIENT TRACKING in force (None: off). Replaced whole by each CLIENT TRACKING.
+    pub tracking: RefCell<Option<Arc<Tracker>>>,
+}
+
+/// A client's CLIENT TRACKING settings, as every thread sees them (`Node::trackers`): the
+/// shards' invalidations find its mailbox and options here by id (`cmd::tracking`).
+#[derive(Debug)]
+pub struct Tracker {
+    pub id: u64,
+    pub mailbox: Arc<Mailbox>,
+    /// The client invalidations go to instead (0: this one).
+    pub redirect: u64,
+    pub bcast: bool,
+    pub optin: bool,
+    pub optout: bool,
+    pub noloop: bool,
+    /// BCAST prefixes, in the order given.
+    pub prefixes: Vec<Vec<u8>>,
+    /// The redirect client was gone when an invalidation was due (flag `broken_redirect`).
+    pub broken: AtomicBool,
 }
 
 /// How CLIENT UNBLOCK ends a wait.
@@ -263,6 +292,7 @@ impl ClientShared {
             authenticated: Cell::new(true),
             unblock: Cell::new(None),
             no_evict: Cell::new(false),
+            tracking: RefCell::new(None),
         }
     }
 
@@ -277,6 +307,9 @@ impl ClientShared {
         self.sub.set(subs.channels.len());
         self.psub.set(subs.patterns.len());
         self.ssub.set(subs.shard_channels.len());
+        self.mailbox
+            .subscribed
+            .store(subs.total() > 0, Ordering::Relaxed);
     }
 
     /// The output limit of this client's class (Redis's `getClientType`: subscribed clients
@@ -382,6 +415,9 @@ pub struct Client {
     pub site_link: bool,
     /// CLIENT REPLY ON/OFF/SKIP.
     pub reply_mode: ReplyMode,
+    /// CLIENT CACHING YES (OPTIN) or NO (OPTOUT) applies to the next command (or the next
+    /// transaction).
+    pub caching: bool,
 }
 
 impl Client {
@@ -402,6 +438,7 @@ impl Client {
             cluster_asking: false,
             site_link: false,
             reply_mode: ReplyMode::On,
+            caching: false,
         }
     }
 

@@ -182,6 +182,9 @@ pub struct Config {
     /// Stream block sizes (`meridian_crdt::stream::set_node_limits`), as Redis's nodes.
     pub stream_node_max_entries: u64,
     pub stream_node_max_bytes: u64,
+    /// Keys the process's client-side caching tables hold before some are invalidated to
+    /// make room (0: no limit).
+    pub tracking_table_max_keys: u64,
     /// The process's memory limit in bytes (0: none): past it, writes evict keys of the
     /// shard they run on by `maxmemory_policy` or get -OOM (`crate::evict`).
     pub maxmemory: u64,
@@ -288,6 +291,7 @@ impl Default for Config {
             set_max_intset_entries: 512,
             stream_node_max_entries: 100,
             stream_node_max_bytes: 4096,
+            tracking_table_max_keys: 1_000_000,
             maxmemory: 0,
             maxmemory_policy: "noeviction".to_string(),
             maxmemory_samples: 5,

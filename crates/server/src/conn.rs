@@ -119,11 +119,17 @@ struct Round {
 impl Round {
     fn batch(&mut self, shard: u16, client: &Client) -> &mut Batch {
         let i = match self.batches.iter().position(|(s, _)| *s == shard) {
-            Some(i) => i,
             None => {
                 self.batches
                     .push((shard, Batch::new(ClientView::of(client))));
                 self.batches.len() - 1
+            }
+            Some(i) => {
+                // CLIENT TRACKING may have run since the batch began (it runs inline).
+                if let Some((_, b)) = self.batches.get_mut(i) {
+                    b.client.tracking = client.shared.tracking.borrow().clone();
+                }
+                i
             }
         };
         // Just found or pushed.
@@ -784,8 +790,13 @@ impl Conn {
     fn remote(&mut self, shard: u16, op: Op, argv: &[&[u8]], reply: bool) -> usize {
         let db = self.client.db;
         let proto = self.client.shared.proto.get();
+        let caching = self.client.caching;
+        let muted = self.client.reply_mode != crate::client::ReplyMode::On;
         let b = self.round.batch(shard, &self.client);
         let idx = b.push(op, db, proto, argv);
+        if caching || muted {
+            b.set_client_state(idx, caching, muted);
+        }
         if reply {
             self.round.active = true;
             self.round.slots.push(Slot::Remote(shard, idx));
@@ -823,6 +834,16 @@ impl Conn {
         }
         let (out_mark, slots_mark) = (self.out.len(), self.round.slots.len());
         let step = self.dispatch_command(s, f, argv, now);
+        // CLIENT CACHING covers the next command, or the next transaction (Redis's
+        // resetClient).
+        if self.client.caching
+            && self.client.multi.is_none()
+            && !argv
+                .first()
+                .is_some_and(|a| a.eq_ignore_ascii_case(b"client"))
+        {
+            self.client.caching = false;
+        }
         if self.client.reply_mode != ReplyMode::On
             && !cmd::keep_reply(&mut self.client, argv.first().copied().unwrap_or_default())
         {

@@ -435,6 +435,9 @@ impl Shard {
             d.meta_keys = d.meta_keys.saturating_sub(1);
         }
         self.touch_watched(db, key);
+        if self.tracking.active() {
+            self.tracking_anonymous(|s| s.tracking_key_changed(key));
+        }
         true
     }
 

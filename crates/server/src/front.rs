@@ -59,6 +59,7 @@ impl Front {
     ) -> Rc<ClientShared> {
         let shared = Rc::new(ClientShared::new(id, addr, laddr, now_ms));
         self.clients.insert(id, shared.clone());
+        crate::node::lock(&self.node.directory).insert(id, shared.mailbox.clone());
         self.stats.total_connections_received += 1;
         shared
     }
@@ -67,6 +68,8 @@ impl Front {
     /// (what it left on shards is the connection's to clean up).
     pub fn unregister_client(&mut self, id: u64) {
         if let Some(c) = self.clients.remove(&id) {
+            crate::node::lock(&self.node.directory).remove(&id);
+            crate::cmd::tracking::disable(&self.node, &c);
             crate::node::lock(&self.node.pubsub).unsubscribe_all(&c);
             if c.is_monitor.get() {
                 self.node.remove_monitor(id);

@@ -94,6 +94,8 @@ pub struct ClientView {
     /// The connection's mailbox: blocked commands register it, Pub/Sub writes to it.
     pub mailbox: Arc<Mailbox>,
     pub dirty: WatchFlag,
+    /// CLIENT TRACKING in force: the keys its reads run here are remembered here.
+    pub tracking: Option<Arc<crate::client::Tracker>>,
 }
 
 impl ClientView {
@@ -107,6 +109,7 @@ impl ClientView {
             user: s.user.borrow().as_ref().map(|u| u.name()),
             mailbox: s.mailbox.clone(),
             dirty: client.dirty.clone(),
+            tracking: s.tracking.borrow().clone(),
         }
     }
 }
@@ -172,6 +175,10 @@ pub struct Item {
     pub db: usize,
     pub proto: Proto,
     pub args: (u32, u32),
+    /// CLIENT CACHING was in force for it (OPTIN/OPTOUT tracking).
+    pub caching: bool,
+    /// Its reply is dropped (CLIENT REPLY OFF or SKIP): pushes due to it must not ride on it.
+    pub muted: bool,
 }
 
 /// What an item does on the owning thread.
@@ -405,8 +412,19 @@ impl Batch {
             db,
             proto,
             args,
+            caching: false,
+            muted: false,
         });
         self.items.len() - 1
+    }
+
+    /// Marks item `idx` as sent under CLIENT CACHING (`caching`) and with its reply dropped
+    /// (`muted`: CLIENT REPLY OFF or SKIP).
+    pub fn set_client_state(&mut self, idx: usize, caching: bool, muted: bool) {
+        if let Some(item) = self.items.get_mut(idx) {
+            item.caching = caching;
+            item.muted = muted;
+        }
     }
 }
 
@@ -492,6 +510,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     ));
     *shared.name.borrow_mut() = view.name;
     *shared.user.borrow_mut() = view.user.and_then(|n| s.acl.user(&n).cloned());
+    *shared.tracking.borrow_mut() = view.tracking;
     let mut client = Client::new(shared);
     client.dirty = view.dirty;
     let mut out = Reply {
@@ -503,6 +522,12 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     for item in items {
         client.select(item.db);
         client.shared.set_proto(item.proto);
+        client.caching = item.caching;
+        client.reply_mode = if item.muted {
+            crate::client::ReplyMode::Off
+        } else {
+            crate::client::ReplyMode::On
+        };
         out.proto = item.proto;
         let argv = args.get(item.args);
         let mut note = Note::default();

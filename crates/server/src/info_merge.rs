@@ -83,6 +83,8 @@ fn rule(key: &str) -> Rule {
         | "crdt_type_conflicts"
         | "crdt_ops_applied_over_maxmemory"
         | "evicted_keys"
+        | "tracking_total_keys"
+        | "tracking_total_items"
         | "aof_rewrites_consecutive_failures" => Rule::Sum,
         "client_recent_max_input_buffer"
         | "client_recent_max_output_buffer"

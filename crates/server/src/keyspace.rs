@@ -596,9 +596,13 @@ impl Shard {
             d.table.remove_bucket(i);
         }
         self.stats.dirty += 1;
+        // A re-add changes nothing a client reads: no WATCH, wake-up or invalidation.
         if !self.unseen_write {
             self.touch_watched(db, key);
             self.signal_key_ready(db, key);
+            if self.tracking.active() {
+                self.tracking_key_changed(key);
+            }
         }
     }
 
@@ -652,7 +656,13 @@ impl Shard {
             }
             _ => return false,
         };
-        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
+        if self.tracking.active() {
+            self.tracking_anonymous(|s| {
+                s.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed })
+            });
+        } else {
+            self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
+        }
         self.stats.expired_keys += 1;
         self.notify(crate::notify::EXPIRED, "expired", db, key);
         true

@@ -33,6 +33,8 @@
 //! - `service`: systemd notifications (READY, STATUS, STOPPING, watchdog, timeouts).
 //! - `loading`: the client port while shards load (`-LOADING`), then the handover.
 //! - `logging`: log lines (text or JSON, the site on each), the log file and its reopening.
+//! - `tracking`: client-side caching, the shard's part: who read which key, BCAST
+//!   prefixes, the invalidations a change sends.
 //! - `client`: per-connection state and what other connections may see of it.
 //! - `blocking`: blocked clients (BLPOP and the like): the registry, `Ctx::block`, timeouts.
 //! - `resp`: the request parser and the reply builder.
@@ -94,3 +96,4 @@ pub mod sync;
 pub mod time;
 pub mod tls;
 pub mod topology;
+pub mod tracking;

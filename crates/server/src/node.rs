@@ -72,6 +72,12 @@ pub struct Node {
     pub run_id: String,
     /// The TLS port's configuration (None: no `tls-port`).
     pub client_tls: Option<Arc<crate::tls::ClientTls>>,
+    /// Every connected client's mailbox by id (a CLIENT TRACKING redirect is looked up here).
+    pub directory: Mutex<hashbrown::HashMap<u64, Arc<Mailbox>>>,
+    /// Clients with CLIENT TRACKING on, by id (INFO `tracking_clients`: its size).
+    pub trackers: Mutex<hashbrown::HashMap<u64, Arc<crate::client::Tracker>>>,
+    /// What every shard's tracking table shares: BCAST prefixes, the key count.
+    pub tracking: Arc<crate::tracking::Shared>,
 }
 
 /// Locks `m`, taking the data of a lock a panicking thread left (the registries stay
@@ -125,6 +131,9 @@ impl Node {
             started_ms: now_ms,
             run_id: random_hex40(),
             client_tls,
+            directory: Mutex::default(),
+            trackers: Mutex::default(),
+            tracking: Arc::default(),
         };
         (Arc::new(node), receivers)
     }

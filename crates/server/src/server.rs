@@ -999,6 +999,13 @@ fn run_thread(
                 crate::cmd::pubsub::forward_to_nodes(&[word, channel, message]);
             },
         )));
+        shard.tracking = crate::tracking::Tracking::new(node.tracking.clone());
+        let tracking_node = node.clone();
+        shard.tracking.hook = Some(crate::tracking::InvalidateHook(Box::new(
+            move |id, what, config, now_ms| {
+                crate::cmd::tracking::deliver(&tracking_node, id, what, config, now_ms);
+            },
+        )));
         let notify_node = node.clone();
         shard.notify_hook = Some(PublishHook(Box::new(
             move |channel, message, _sharded, config, now_ms| {
@@ -1163,6 +1170,10 @@ async fn periodic(th: Rc<Thread>) {
         // over its limit; go on here.
         if s.config.maxmemory != 0 {
             s.perform_evictions(now);
+        }
+        if s.tracking.active() {
+            s.tracking_limit();
+            s.tracking_broadcast();
         }
         s.stats
             .note_memory(crate::cmd::server::memory_use().allocated);

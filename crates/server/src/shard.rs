@@ -73,6 +73,8 @@ pub struct Shard {
     /// The `notify-keyspace-events` classes (`notify::parse`), kept equal to the parameter
     /// by `set_notify_flags`: 0, the default, publishes nothing.
     pub notify_flags: u32,
+    /// Client-side caching: who read which key, what a change sends (`tracking`).
+    pub tracking: crate::tracking::Tracking,
     /// Set when the server is shutting down.
     pub shutting_down: bool,
     /// Lua scripting: engines, script cache, libraries, the running script (`script`).
@@ -136,6 +138,7 @@ impl Shard {
             publish_hook: None,
             notify_hook: None,
             notify_flags: 0,
+            tracking: crate::tracking::Tracking::default(),
             shutting_down: false,
             scripting: crate::script::Scripting::new(),
             acl: crate::acl::Acl::new(),

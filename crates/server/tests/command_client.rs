@@ -334,7 +334,7 @@ fn client_help_and_unknown() {
     let mut c = s.connect();
     let help = c.call_text(&["CLIENT", "HELP"]);
     assert!(help.starts_with(
-        "*41\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+        "*48\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
     ));
     assert!(help.contains(
         "+    * SKIPME (YES|NO)\r\n+      Skip killing current connection (default: yes).\r\n"

@@ -5,8 +5,8 @@
 //! never borrowed mutably here); the calling connection's own line is built from its `Client`
 //! and the running command, as Redis shows it. CLIENT PAUSE is kept in the shard
 //! (`Shard::pause`); `cmd::execute` postpones the commands it covers (`blocking::postpone`).
-//! Not registered (so they answer "unknown subcommand"): TRACKING CACHING TRACKINGINFO;
-//! SETINFO does not exist in Redis 7.0.
+//! TRACKING, CACHING, GETREDIR and TRACKINGINFO are `cmd::tracking`'s. SETINFO does not
+//! exist in Redis 7.0.
 
 use std::rc::Rc;
 
@@ -29,7 +29,6 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("client|reply", reply),
     ("client|unblock", unblock),
     ("client|no-evict", no_evict),
-    ("client|getredir", getredir),
 ];
 
 /// Size reported as `rbs` (the reply buffer a connection starts with, `Reply::new`).
@@ -154,6 +153,8 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     if c.blocked.get() {
         flags.push('b');
     }
+    let (tflags, redir) = super::tracking::list_flags(c);
+    flags.push_str(&tflags);
     if me.is_some_and(|m| m.dirty_cas) {
         flags.push('d');
     }
@@ -204,7 +205,7 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
         Some(u) => out.extend_from_slice(&u.name()),
         None => out.extend_from_slice(b"default"),
     }
-    let _ = writeln!(out, " redir=-1 resp={resp}");
+    let _ = writeln!(out, " redir={redir} resp={resp}");
 }
 
 /// One connection's CLIENT LIST line without its newline (ACL LOG `client-info`).
@@ -422,6 +423,8 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     const LINES: &[&str] = &[
         "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CACHING (YES|NO)",
+        "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
         "GETREDIR",
         "    Return the client ID we are redirecting to when tracking is enabled.",
         "GETNAME",
@@ -458,6 +461,11 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "    Assign the name <name> to the current connection.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
+        "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+        "         [OPTIN] [OPTOUT] [NOLOOP]",
+        "    Control server assisted client side caching.",
+        "TRACKINGINFO",
+        "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
         "HELP",
@@ -580,13 +588,6 @@ fn no_evict(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         return Err(CmdError::Syntax);
     }
     ctx.out.ok();
-    Ok(())
-}
-
-/// CLIENT GETREDIR: the client tracking invalidations are redirected to; -1 while tracking
-/// is off, which it always is (Meridian has no CLIENT TRACKING yet).
-fn getredir(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    ctx.out.int(-1);
     Ok(())
 }
 

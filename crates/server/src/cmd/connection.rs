@@ -66,9 +66,11 @@ fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// RESET: leaves MULTI, drops WATCHes, leaves MONITOR and every Pub/Sub subscription,
+/// RESET: turns CLIENT TRACKING off, leaves MULTI, drops WATCHes, leaves MONITOR and every Pub/Sub subscription,
 /// selects db 0, RESP2, no name.
 fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
+    super::tracking::disable(&ctx.front.node, &ctx.client.shared);
+    ctx.client.caching = false;
     crate::node::lock(&ctx.front.node.pubsub).unsubscribe_all(&ctx.client.shared);
     ctx.client.multi = None;
     ctx.client.shared.in_multi.set(false);

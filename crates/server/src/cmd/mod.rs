@@ -68,6 +68,7 @@ pub mod string;
 pub mod table;
 #[cfg(test)]
 pub mod testing;
+pub mod tracking;
 pub mod tx;
 pub mod zset;
 
@@ -122,6 +123,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     let mut v = Vec::new();
     v.extend_from_slice(connection::HANDLERS);
     v.extend_from_slice(client::HANDLERS);
+    v.extend_from_slice(tracking::HANDLERS);
     v.extend_from_slice(string::HANDLERS);
     v.extend_from_slice(bitmap::HANDLERS);
     v.extend_from_slice(keys::HANDLERS);
@@ -610,6 +612,18 @@ pub fn call(
         );
         return;
     };
+    // Client-side caching: the client a command a client sent runs for (its own
+    // invalidations wait for its reply), and the table's limit (Redis's processCommand).
+    let top = client.call_depth == 0 && !client.is_script();
+    let tracker = client.shared.tracking.borrow().clone();
+    if top {
+        shard
+            .tracking
+            .set_current(client.id(), tracker.as_ref().is_some_and(|t| t.noloop));
+        if shard.tracking.active() {
+            shard.tracking_limit();
+        }
+    }
     // Past maxmemory, the shard that owns the keys evicts its own before a command a client
     // sent (not one inside EXEC or a script), then refuses one that may use memory.
     if shard.config.maxmemory != 0
@@ -620,8 +634,19 @@ pub fn call(
         if let Some(st) = front.stats.commands.get_mut(spec.idx) {
             st.rejected_calls += 1;
         }
+        if top {
+            let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
+            tracking::after_command(shard, &front.node, client, inline, now_ms);
+            shard.tracking.set_current(0, false);
+        }
         reply_error(front, out, &CmdError::Oom);
         return;
+    }
+    // What eviction invalidated for the client goes before the reply (Redis flushes pending
+    // keys after performEvictions).
+    if top && shard.tracking.has_pending() {
+        let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
+        tracking::flush_pending(shard, &front.node, client, inline, now_ms);
     }
     let started = std::time::Instant::now();
     let seq_before = shard.seq;
@@ -640,6 +665,18 @@ pub fn call(
     client.call_depth -= 1;
     if shard.seq != seq_before {
         client.last_write_seq = shard.seq;
+    }
+    if let Some(t) = &tracker {
+        tracking::remember(shard, front.table, client, t, spec, argv);
+    } else if client.is_script() && flags_read_only(spec) {
+        shard.tracking.script_read = true;
+    }
+    if top {
+        if shard.tracking.active() || shard.tracking.has_pending() {
+            let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
+            tracking::after_command(shard, &front.node, client, inline, now_ms);
+        }
+        shard.tracking.set_current(0, false);
     }
     let elapsed = started.elapsed();
     let usec = elapsed.as_micros() as u64;
@@ -680,6 +717,11 @@ pub fn call(
             &shard.config.client_output_buffer_limit,
         );
     }
+}
+
+#[inline]
+fn flags_read_only(spec: &CommandSpec) -> bool {
+    spec.meta.flags.contains(Flags::READONLY)
 }
 
 /// Feeds the slow log and the latency monitor with a command that took `usec` (when it
@@ -744,6 +786,15 @@ pub fn call_quiet(
         out.error(&CmdError::WrongArity(spec.meta.name.to_string()));
         return;
     };
+    // A part of a command whose reply is merged: the client's own invalidations go to its
+    // push output, not into the part.
+    let top = client.call_depth == 0 && !client.is_script();
+    let tracker = client.shared.tracking.borrow().clone();
+    if top {
+        shard
+            .tracking
+            .set_current(client.id(), tracker.as_ref().is_some_and(|t| t.noloop));
+    }
     client.call_depth += 1;
     let result = {
         let mut ctx = Ctx {
@@ -759,6 +810,15 @@ pub fn call_quiet(
     client.call_depth -= 1;
     if let Err(e) = &result {
         out.error(e);
+    }
+    if let Some(t) = &tracker {
+        tracking::remember(shard, front.table, client, t, spec, argv);
+    }
+    if top {
+        if shard.tracking.active() || shard.tracking.has_pending() {
+            tracking::after_command(shard, &front.node, client, None, now_ms);
+        }
+        shard.tracking.set_current(0, false);
     }
 }
 

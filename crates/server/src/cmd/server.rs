@@ -335,7 +335,7 @@ fn info_clients(shard: &Shard, front: &Front, out: &mut String) {
     field(out, "client_recent_max_input_buffer", max_in);
     field(out, "client_recent_max_output_buffer", max_out);
     field(out, "blocked_clients", shard.blocked_count());
-    field(out, "tracking_clients", 0);
+    field(out, "tracking_clients", lock(&front.node.trackers).len());
     field(out, "clients_in_timeout_table", 0);
 }
 
@@ -664,6 +664,15 @@ fn info_stats(shard: &Shard, front: &Front, out: &mut String) {
     field(out, "total_forks", 0);
     // MIGRATE opens a connection per command and keeps none (cmd/dump.rs).
     field(out, "migrate_cached_sockets", 0);
+    // This shard's tracking table (summed over shards by `info_merge`); prefixes are the
+    // process's.
+    field(out, "tracking_total_keys", shard.tracking.keys());
+    field(out, "tracking_total_items", shard.tracking.items());
+    field(
+        out,
+        "tracking_total_prefixes",
+        shard.tracking.shared.prefixes(),
+    );
     field(
         out,
         "total_error_replies",
@@ -1003,18 +1012,34 @@ fn flush_mode(argv: &[&[u8]]) -> Result<(), CmdError> {
 fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     flush_mode(argv)?;
     let db = ctx.client.db;
-    ctx.shard.flush_db(db, ctx.now_ms);
+    let now = ctx.now_ms;
+    ctx.shard.tracking_flush(|s| s.flush_db(db, now));
+    tracking_flushed(ctx);
     ctx.out.ok();
     Ok(())
 }
 
 fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     flush_mode(argv)?;
-    for db in 0..ctx.shard.dbs.len() {
-        ctx.shard.flush_db(db, ctx.now_ms);
-    }
+    let now = ctx.now_ms;
+    ctx.shard.tracking_flush(|s| {
+        for db in 0..s.dbs.len() {
+            s.flush_db(db, now);
+        }
+    });
+    tracking_flushed(ctx);
     ctx.out.ok();
     Ok(())
+}
+
+/// After a flush: one null invalidation to every tracking client, sent by the thread of the
+/// connection that flushed (each shard runs the flush; the connection's own thread is the
+/// one whose front holds the client).
+fn tracking_flushed(ctx: &mut Ctx<'_>) {
+    let own_thread = ctx.front.clients.contains_key(&ctx.client.id());
+    if own_thread && !lock(&ctx.front.node.trackers).is_empty() {
+        super::tracking::flushed(ctx.shard, &ctx.front.node, ctx.client, ctx.now_ms);
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -267,7 +267,6 @@ const NO_REPLICAS: &str =
     "Meridian has no Redis replicas; writes never wait for them (WAIT answers 0).";
 const NO_REPLICATION: &str = "Meridian has no Redis primary/replica replication: sites replicate active-active (docs/replication.md).";
 const NO_REPLICATION_AUTH: &str = "Meridian has no Redis primary/replica replication.";
-const NO_TRACKING: &str = "Meridian has no client-side caching (CLIENT TRACKING) yet.";
 const PINNED: &str = "Each shard thread pins itself to a core of its own.";
 const PROCESS: &str = "Process management and logging are the service manager's and `log-level`'s.";
 const PROTECTED_CONFIGS: &str = "Protected parameters (dir, dbfilename) cannot be set at run time.";
@@ -492,7 +491,7 @@ pub static PARAMS: &[Param] = &[
     field("zset-max-listpack-value", Kind::Mem { min: 0, max: I64 }, field!(zset_max_listpack_value), "OBJECT ENCODING reports a sorted set whose members all have at most this many bytes as listpack (with zset-max-listpack-entries).")
         .alias("zset-max-ziplist-value"),
     stored("hll-sparse-max-bytes", Kind::Mem { min: 0, max: I64 }, "3000", HLL_SPARSE),
-    stored("tracking-table-max-keys", Kind::Int { min: 0, max: I64 }, "1000000", NO_TRACKING),
+    field("tracking-table-max-keys", Kind::Int { min: 0, max: I64 }, field!(tracking_table_max_keys), "Keys the process's client-side caching tables (CLIENT TRACKING, default mode) hold, over all shards, before random ones are invalidated to make room (0: no limit)."),
     field("client-query-buffer-limit", Kind::Mem { min: 1_048_576, max: I64 }, field!(client_query_buffer_limit), "Largest unparsed input buffered per client, in bytes."),
     stored("maxmemory-clients", Kind::MemPercent { min: -100, max: I64 }, "0", NO_CLIENT_EVICTION)
         .fixed(),
