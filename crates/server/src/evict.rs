@@ -17,12 +17,25 @@
 //! come from Redis's sampling: `maxmemory-samples` keys of each database, the best kept in a
 //! pool of `POOL_KEYS_MAX`, by idle time (LRU), frequency (LFU) or expiry (TTL); or a random
 //! key. Entries holding only removal metadata are not keys and are never evicted.
+//!
+//! **Evicted marks.** A shard with peers remembers each key it evicted (`Eviction::evicted`:
+//! database, key, and what the key had seen, its `KeyState::observed`), until a write brings
+//! the whole key back. The marks make eviction a *miss*, never a partial value or a removal
+//! elsewhere (docs/conflicts.md §18): a complete full sync names them, so that the receiver
+//! keeps its copies (it would otherwise take them for removed here); a peer's op that carries
+//! a change (INCR, SADD, HSET...) to a marked key is not materialised here (it would rebuild
+//! only that change); an op that removes everything the mark covers (a SET or DEL that had
+//! seen it) brings the key back whole; a local write to a marked key first removes, at every
+//! site, what this site had seen of it (it writes the key whole, as the write would after an
+//! eviction in Redis). The marks are memory the allocator counts (so eviction makes room for
+//! them too), are rebuilt by replaying the log's `Evicted` records, and are written into
+//! snapshots.
 
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use meridian_crdt::SmallBytes;
+use meridian_crdt::{Effect, Observed, SmallBytes, Stamp};
 
 use crate::keyspace::{LFU_INIT_VAL, Mark, NEW_ENTRY, lfu_decayed, lfu_minutes, lru_clock};
 use crate::shard::Shard;
@@ -196,6 +209,10 @@ pub struct Eviction {
     /// This is a background snapshot's private shard (`as_job`).
     job: bool,
     job_records: Cell<u64>,
+    /// Keys this shard evicted and holds no write of since, with what each had seen (module
+    /// docs, "Evicted marks"). Kept only while the shard has peers. A key in it is absent
+    /// from its table.
+    pub evicted: hashbrown::HashMap<(u16, SmallBytes), Observed>,
 }
 
 impl Eviction {
@@ -215,6 +232,7 @@ impl Eviction {
             logged_ms: 0,
             job: false,
             job_records: Cell::new(0),
+            evicted: hashbrown::HashMap::new(),
         }
     }
 
@@ -290,6 +308,45 @@ thread_local! {
     )> = tikv_jemalloc_ctl::thread::allocatedp::read()
         .ok()
         .zip(tikv_jemalloc_ctl::thread::deallocatedp::read().ok());
+}
+
+/// Whether `o` covers everything `mark` does: its stamps, and per origin at least as many
+/// increments (a counter's reset goes by totals, `Counter::reset`).
+fn observed_covers(o: &Observed, mark: &Observed) -> bool {
+    o.stamps.dominates(&mark.stamps)
+        && mark.incs.iter().all(|(r, t)| {
+            t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n)
+        })
+}
+
+/// Joins `b` into `a`: stamps by maximum, per origin the totals counting more increments.
+fn join_observed(a: &mut Observed, b: &Observed) {
+    a.stamps.merge(&b.stamps);
+    for &(r, t) in &b.incs {
+        match a.incs.iter_mut().find(|(r2, _)| *r2 == r) {
+            Some((_, mine)) => *mine = meridian_crdt::IncTotals::merge(*mine, t),
+            None => a.incs.push((r, t)),
+        }
+    }
+}
+
+/// Counts one increment of `origin` not materialised here into `mark`'s totals: a whole
+/// write must have seen it to bring the key back, and a local removal of the key carries it.
+fn count_increment(mark: &mut Observed, origin: meridian_crdt::ReplicaId, delta: &meridian_crdt::Delta) {
+    let at = match mark.incs.iter().position(|(r, _)| *r == origin) {
+        Some(i) => i,
+        None => {
+            mark.incs.push((origin, meridian_crdt::IncTotals::default()));
+            mark.incs.len() - 1
+        }
+    };
+    if let Some((_, t)) = mark.incs.get_mut(at) {
+        t.n += 1;
+        match delta {
+            meridian_crdt::Delta::Int(v) => t.int = t.int.saturating_add(i128::from(*v)),
+            meridian_crdt::Delta::Float(d) => t.float = t.float.add(*d).unwrap_or(t.float),
+        }
+    }
 }
 
 /// Bytes this thread allocated less those it freed, since it started.
@@ -421,8 +478,12 @@ impl Shard {
         let Some(index) = d.table.find_index(hash, key) else {
             return false;
         };
-        let (had_ttl, meta) = match d.table.get_bucket(index) {
-            Some(e) if !e.state.is_empty() => (e.state.expire_at_ms().is_some(), e.meta),
+        let (had_ttl, meta, seen) = match d.table.get_bucket(index) {
+            Some(e) if !e.state.is_empty() => (
+                e.state.expire_at_ms().is_some(),
+                e.meta,
+                (self.peers > 0).then(|| e.state.observed()),
+            ),
             _ => return false,
         };
         if !d.table.remove_bucket(index) {
@@ -434,8 +495,95 @@ impl Shard {
         if meta {
             d.meta_keys = d.meta_keys.saturating_sub(1);
         }
+        if let (Some(seen), Ok(db16)) = (seen, u16::try_from(db)) {
+            self.evict.evicted.insert((db16, SmallBytes::copy_from(key)), seen);
+        }
         self.touch_watched(db, key);
         true
+    }
+
+    /// The mark of `key` of `db` if this shard evicted it and holds no write of it since.
+    /// Costs nothing while no key is marked.
+    pub fn evicted_mark(&self, db: usize, key: &[u8]) -> Option<&Observed> {
+        if self.evict.evicted.is_empty() {
+            return None;
+        }
+        let db = u16::try_from(db).ok()?;
+        self.evict.evicted.get(&(db, SmallBytes::copy_from(key)))
+    }
+
+    /// Decides a write stamped `stamp` with `effect` (local or a peer's) to `key`, which this
+    /// shard evicted: whether it is applied. An effect that removes everything the mark
+    /// covers (an Assign or Remove whose context covers what the key had seen, and every
+    /// change since) applies to nothing at every site: the key comes back whole and the mark
+    /// goes. Any other effect would rebuild only its own change here: it is not materialised
+    /// (reads keep missing), and the mark records it, so that a later whole write must have
+    /// seen it too. True when the key is not marked.
+    pub fn admit_on_evicted<B: AsRef<[u8]>>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        stamp: Stamp,
+        effect: &Effect<B>,
+    ) -> bool {
+        if self.evict.evicted.is_empty() {
+            return true;
+        }
+        let Ok(db16) = u16::try_from(db) else {
+            return true;
+        };
+        let id = (db16, SmallBytes::copy_from(key));
+        let Some(mark) = self.evict.evicted.get_mut(&id) else {
+            return true;
+        };
+        let whole = match effect {
+            Effect::Assign { observed, .. } | Effect::Remove { observed } => {
+                observed_covers(observed, mark)
+            }
+            _ => false,
+        };
+        if whole {
+            self.evict.evicted.remove(&id);
+            return true;
+        }
+        mark.stamps.observe(stamp);
+        if let Effect::Incr { delta } = effect {
+            count_increment(mark, stamp.replica, delta);
+        }
+        self.stats.evicted_writes_not_applied += 1;
+        false
+    }
+
+    /// A full sync's state for `key`, which this shard evicted: not merged (the merge drops
+    /// what this shard's context covers and no longer holds, so it would rebuild only the
+    /// writes made since), and recorded in the mark. True when the key is not marked.
+    pub fn admit_merge_on_evicted(&mut self, db: usize, key: &[u8], seen: &Observed) -> bool {
+        if self.evict.evicted.is_empty() {
+            return true;
+        }
+        let Ok(db16) = u16::try_from(db) else {
+            return true;
+        };
+        let Some(mark) = self.evict.evicted.get_mut(&(db16, SmallBytes::copy_from(key))) else {
+            return true;
+        };
+        join_observed(mark, seen);
+        self.stats.evicted_writes_not_applied += 1;
+        false
+    }
+
+    /// Removes and returns the mark of `key` of `db` (a local write brings it back whole).
+    pub fn take_evicted_mark(&mut self, db: usize, key: &[u8]) -> Option<Observed> {
+        if self.evict.evicted.is_empty() {
+            return None;
+        }
+        let db = u16::try_from(db).ok()?;
+        self.evict.evicted.remove(&(db, SmallBytes::copy_from(key)))
+    }
+
+    /// Marks `key` of `db` evicted with what it had seen (a snapshot's entry).
+    pub fn load_evicted_mark(&mut self, db: u16, key: &[u8], seen: Observed) {
+        self.evict.evicted.insert((db, SmallBytes::copy_from(key)), seen);
     }
 
     /// The next key to evict: a random one, or the best of the pool after sampling every

@@ -76,6 +76,8 @@ fn rule(key: &str) -> Rule {
         | "crdt_gc_dropped_keys"
         | "crdt_type_conflicts"
         | "crdt_ops_applied_over_maxmemory"
+        | "crdt_evicted_keys_marked"
+        | "crdt_evicted_writes_not_applied"
         | "evicted_keys"
         | "aof_rewrites_consecutive_failures" => Rule::Sum,
         "client_recent_max_input_buffer"

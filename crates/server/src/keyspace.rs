@@ -370,6 +370,12 @@ impl Shard {
         now_ms: u64,
         effect: &mut Effect<B>,
     ) -> Applied {
+        // A key this site evicted is written whole (docs/conflicts.md §18): first removed,
+        // at every site, as far as this site had seen it, so that the write acts on the
+        // same (nothing) everywhere, as it does here.
+        if let Some(mark) = self.take_evicted_mark(db, key) {
+            self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed: mark });
+        }
         self.clamp_context(db, hash, key, effect);
         let effect = &*effect;
         let hlc = self.clock.tick(now_ms);
@@ -448,6 +454,16 @@ impl Shard {
         stamp: Stamp,
         effect: &Effect<B>,
     ) -> Applied {
+        // A key this shard evicted: its own writes (of any life) come after the removal
+        // `apply_effect` issued (replay meets them in the same order); a peer's is applied
+        // only when it carries the whole value (`admit_on_evicted`).
+        if !self.evict.evicted.is_empty() {
+            if stamp.replica == self.replica || self.sync.lives.contains(&stamp.replica) {
+                self.take_evicted_mark(db, key);
+            } else if !self.admit_on_evicted(db, key, stamp, effect) {
+                return Applied::default();
+            }
+        }
         let lru = self.access_clock(now_ms);
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return Applied::default();
@@ -484,6 +500,11 @@ impl Shard {
         now_ms: u64,
     ) {
         self.log_merged_state(db, key, state, mine, theirs);
+        // Merged into a key this shard evicted, the state would lose what this shard's
+        // context covers and no longer holds: the key stays a miss here.
+        if !self.evict.evicted.is_empty() && !self.admit_merge_on_evicted(db, key, &state.observed()) {
+            return;
+        }
         let hash = self.hash_key(key);
         let lru = self.access_clock(now_ms);
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {

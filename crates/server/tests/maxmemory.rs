@@ -364,3 +364,56 @@ fn site_over_its_limit_evicts_locally_and_keeps_applying_its_peers_ops() {
         "a's log does not say it applies ops over its limit"
     );
 }
+
+/// Issue 20: a complete full sync (a rejoin after a quarantine) from a site that evicted
+/// keys must not remove those keys at the receiver. A evicts while it has quarantined B;
+/// at the rejoin A sends B a complete full sync, which names the keys A evicted: B keeps
+/// its copies (it holds every key), and A's own writes made meanwhile reach B.
+#[test]
+fn complete_full_sync_from_an_evicting_site_keeps_the_evicted_keys_at_the_peer() {
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+    );
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    let first = names("first", 1500);
+    write(&mut b, &first, None);
+    cluster.wait_converged(Duration::from_secs(30));
+    cluster.partition(0, 1);
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            cluster.site(0).peer_info("b")["quarantined"] == "1"
+                && cluster.site(1).peer_info("a")["quarantined"] == "1"
+        }),
+        "no quarantine"
+    );
+    // A, over its limit, evicts some of B's keys while it writes its own.
+    std::thread::sleep(Duration::from_millis(1100));
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let limit = used_counted(&mut a);
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    let second = write_until_evicted(&mut a, "second", 300, 3000);
+    let evicted = info_u64(&mut a, "stats", "evicted_keys");
+    assert!(evicted >= 300, "a evicted {evicted}");
+    let a_first = count_existing(&mut a, &first);
+    assert!(a_first < first.len(), "a evicted none of B's keys");
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    let a_second = count_existing(&mut a, &second);
+    cluster.heal(0, 1);
+    let synced = eventually(Duration::from_secs(30), || {
+        cluster.site(1).peer_u64("a", "full_syncs_in") >= 1
+            && cluster.site(1).peer_info("a")["quarantined"] == "0"
+            && count_existing(&mut b, &second[second.len() - 1..]) == 1
+    });
+    assert!(synced, "no rejoin\n{}", common::sites::report(&cluster.all()));
+    // B holds every key of its own, none removed by A's evictions, and every key A held.
+    // (A's own keys that A evicted before B had them are lost, as docs/conflicts.md §18
+    // says: the complete full sync replaced the op stream.)
+    assert_eq!(count_existing(&mut b, &first), first.len());
+    assert!(count_existing(&mut b, &second) >= a_second, "a's keys at b");
+    // A still misses what it evicted (the full sync from B does not bring it back: A's
+    // causal context says it had those writes).
+    assert!(count_existing(&mut a, &first) <= a_first);
+}

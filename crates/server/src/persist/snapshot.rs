@@ -9,7 +9,9 @@
 //! state:bytes` (`KeyState::encode_state`); FUNCTION libraries follow the keys as entries of
 //! database `LIBRARY_DB` whose key is the library name and whose state is `hlc:u64
 //! replica:u32 loaded:u8 [code:bytes]` (the library register, `script::replicate`; not counted
-//! in `keys`). A snapshot is written to `*.tmp`, fsynced, then
+//! in `keys`), then the keys this shard evicted (`Eviction::evicted`) as entries of
+//! `EVICTED_DB` followed by `db:u16 key:bytes observed:bytes` (not counted in `keys`; a
+//! version before them reads such a snapshot as damaged). A snapshot is written to `*.tmp`, fsynced, then
 //! renamed: a file with the final name is whole unless the disk damaged it, which the
 //! checksums and the key count catch.
 
@@ -17,7 +19,7 @@ use std::io::{BufReader, BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use meridian_crdt::codec::{Reader, put_bytes, put_varint, put_vv};
-use meridian_crdt::{Hlc, KeyState, ReplicaId, Stamp, VersionVector};
+use meridian_crdt::{Hlc, KeyState, Observed, ReplicaId, Stamp, VersionVector};
 
 use crate::shard::Shard;
 
@@ -29,6 +31,10 @@ pub const BLOCK_BYTES: usize = 256 * 1024;
 pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
 /// The database index that marks a library entry among the key entries.
 pub const LIBRARY_DB: u16 = u16::MAX;
+/// The database number that marks a key this shard evicted (docs/conflicts.md §18): in a
+/// snapshot `db:u16 key:bytes observed:bytes` follow (what the key had seen, with the
+/// writes not materialised since), in a full-sync chunk `db:u16 key:bytes`.
+pub const EVICTED_DB: u16 = u16::MAX - 1;
 /// Most incarnations and peers a header may list (a peer per shard of each of `PEERS_MAX`
 /// sites).
 pub const HEADER_ITEMS_MAX: usize = 16 * 1024;
@@ -185,6 +191,18 @@ pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u
             body.clear();
         }
     }
+    for ((db, key), seen) in shard.evict.evicted.iter() {
+        body.extend_from_slice(&EVICTED_DB.to_le_bytes());
+        body.extend_from_slice(&db.to_le_bytes());
+        put_bytes(&mut body, key);
+        state.clear();
+        meridian_crdt::codec::put_observed(&mut state, seen);
+        put_bytes(&mut body, &state);
+        if body.len() >= BLOCK_BYTES {
+            put_block(&mut w, &body)?;
+            body.clear();
+        }
+    }
     if !body.is_empty() {
         put_block(&mut w, &body)?;
     }
@@ -309,12 +327,14 @@ pub fn read(
     read_from(BufReader::with_capacity(1024 * 1024, f), databases, each)
 }
 
-/// `read`, also calling `each_library(name, stamp, code)` for every library entry.
+/// `read`, also calling `each_library(name, stamp, code)` for every library entry and
+/// `each_evicted(db, key, observed)` for every evicted key's mark.
 pub fn read_with_libraries(
     path: &Path,
     databases: usize,
     each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
+    each_evicted: impl FnMut(u16, &[u8], Observed) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     read_all(
@@ -322,6 +342,7 @@ pub fn read_with_libraries(
         databases,
         each,
         each_library,
+        each_evicted,
     )
 }
 
@@ -331,7 +352,7 @@ pub fn read_from<R: std::io::Read>(
     databases: usize,
     each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
-    read_all(r, databases, each, |_, _, _| Ok(()))
+    read_all(r, databases, each, |_, _, _| Ok(()), |_, _, _| Ok(()))
 }
 
 /// Reads the whole snapshot: keys to `each`, library entries to `each_library`.
@@ -340,6 +361,7 @@ pub fn read_all<R: std::io::Read>(
     databases: usize,
     mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     mut each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
+    mut each_evicted: impl FnMut(u16, &[u8], Observed) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let mut blocks = open(r)?;
     let mut buf = Vec::new();
@@ -358,6 +380,24 @@ pub fn read_all<R: std::io::Read>(
                 let st = r.bytes().map_err(bad)?;
                 let (stamp, code) = decode_library(st).map_err(bad)?;
                 each_library(name, stamp, code)?;
+                continue;
+            }
+            if db16 == EVICTED_DB {
+                let db = u16::from_le_bytes(r.array().map_err(bad)?);
+                if usize::from(db) >= databases {
+                    return Err(format!(
+                        "block at offset {at}: evicted key in database {db} of {databases}"
+                    ));
+                }
+                let key = r.bytes().map_err(bad)?;
+                let mut sr = Reader::new(r.bytes().map_err(bad)?);
+                let seen = sr.observed().map_err(bad)?;
+                if !sr.is_at_end() {
+                    return Err(format!(
+                        "block at offset {at}: trailing bytes after an evicted key's mark"
+                    ));
+                }
+                each_evicted(db, key, seen)?;
                 continue;
             }
             let db = usize::from(db16);

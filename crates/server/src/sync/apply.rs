@@ -202,6 +202,17 @@ pub struct ChunkEntry {
     /// A FUNCTION library entry (`db` is `LIBRARY_DB`, `key` the library name, `state`
     /// empty): its register stamp and code (`None`: deleted).
     pub library: Option<(meridian_crdt::Stamp, Option<Vec<u8>>)>,
+    /// A key the sender evicted (`state` empty): its state there is unknown, so the
+    /// receiver of a complete full sync keeps its own copy (docs/conflicts.md §18).
+    pub evicted: bool,
+}
+
+/// Appends one key the sender evicted to a full-sync chunk body: `EVICTED_DB db:u16
+/// key:bytes`.
+pub fn encode_chunk_evicted(out: &mut Vec<u8>, db: u16, key: &[u8]) {
+    out.extend_from_slice(&crate::persist::snapshot::EVICTED_DB.to_le_bytes());
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
 }
 
 /// Appends one FUNCTION library entry to a full-sync chunk body (the snapshot's encoding).
@@ -227,7 +238,9 @@ pub fn encode_chunk_entry(out: &mut Vec<u8>, db: u16, key: &[u8], state: &KeySta
     put_bytes(out, &st);
 }
 
-/// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`).
+/// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`; a
+/// library entry is `LIBRARY_DB name:bytes entry:bytes`, an evicted key `EVICTED_DB db:u16
+/// key:bytes`).
 pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, SyncError> {
     let mut r = Reader::new(body);
     let bad = |e| SyncError::Malformed {
@@ -250,6 +263,23 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
                 key,
                 state: KeyState::new(),
                 library: Some((stamp, code.map(<[u8]>::to_vec))),
+                evicted: false,
+            });
+            continue;
+        }
+        if db == crate::persist::snapshot::EVICTED_DB {
+            let db = u16::from_le_bytes(r.array().map_err(bad)?);
+            if usize::from(db) >= databases {
+                return Err(SyncError::Refused(format!(
+                    "full-sync evicted key in database {db}"
+                )));
+            }
+            out.push(ChunkEntry {
+                db,
+                key: r.bytes().map_err(bad)?.to_vec(),
+                state: KeyState::new(),
+                library: None,
+                evicted: true,
             });
             continue;
         }
@@ -272,6 +302,7 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
             key,
             state,
             library: None,
+            evicted: false,
         });
     }
     if !r.is_at_end() {
@@ -471,6 +502,14 @@ impl Shard {
                     .observe(stamp.hlc, now_ms, self.config.sync_clock_skew_ms_max);
                 self.apply_library(&e.key, *stamp, code.as_deref());
                 self.log_library_record(&e.key, *stamp, code.as_deref());
+                continue;
+            }
+            // A key the sender evicted: its state there is unknown, not empty. In a complete
+            // full sync it counts as sent, so that the copy here is kept.
+            if e.evicted {
+                if sync.complete {
+                    sync.sent.insert((e.db, e.key.clone()));
+                }
                 continue;
             }
             // Observe the state's stamps so that later local writes order after them.
