@@ -35,7 +35,8 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use meridian_crdt::{Effect, Observed, SmallBytes, Stamp};
+use meridian_crdt::{Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp};
+use smallvec::SmallVec;
 
 use crate::keyspace::{LFU_INIT_VAL, Mark, NEW_ENTRY, lfu_decayed, lfu_minutes, lru_clock};
 use crate::shard::Shard;
@@ -172,6 +173,52 @@ impl ProcessMemory {
     }
 }
 
+/// What a shard remembers of a key it evicted (module docs, "Evicted marks").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvictedMark {
+    /// What the key had seen when it was evicted (`KeyState::observed`), joined with the
+    /// writes that reached it since and were not materialised.
+    pub seen: Observed,
+    /// Per origin, the increments of the key's string counter this shard has received (the
+    /// counter's totals when it was evicted, plus those not materialised since): when the key
+    /// is held again, its counter continues from them (`KeyState::seed_counter_totals`), as
+    /// the other sites' counters, which never dropped them, do.
+    pub received: SmallVec<[(ReplicaId, IncTotals); 1]>,
+}
+
+impl EvictedMark {
+    /// The removal a local write issues first (everything this shard had seen or
+    /// received of the key).
+    pub fn removal(&self) -> Observed {
+        let mut o = self.seen.clone();
+        join_incs(&mut o.incs, &self.received);
+        o
+    }
+
+    /// Whether a write whose context is `o` removes everything this mark covers.
+    fn covered_by(&self, o: &Observed) -> bool {
+        let incs_covered = |incs: &[(ReplicaId, IncTotals)]| {
+            incs.iter()
+                .all(|(r, t)| t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n))
+        };
+        o.stamps.dominates(&self.seen.stamps)
+            && incs_covered(&self.seen.incs)
+            && incs_covered(&self.received)
+    }
+}
+
+/// What `admit_on_evicted` decided.
+#[derive(Debug)]
+pub enum Admit {
+    /// The key is not marked: the write applies as any other.
+    Unmarked,
+    /// The write removes everything the mark covered: it applies, and the key's counter
+    /// continues from these totals (`EvictedMark::received`).
+    Whole(SmallVec<[(ReplicaId, IncTotals); 1]>),
+    /// The write carries a change: not materialised here.
+    Dropped,
+}
+
 /// One candidate of the pool: higher `score` goes first.
 #[derive(Debug)]
 struct Candidate {
@@ -209,10 +256,9 @@ pub struct Eviction {
     /// This is a background snapshot's private shard (`as_job`).
     job: bool,
     job_records: Cell<u64>,
-    /// Keys this shard evicted and holds no write of since, with what each had seen (module
-    /// docs, "Evicted marks"). Kept only while the shard has peers. A key in it is absent
-    /// from its table.
-    pub evicted: hashbrown::HashMap<(u16, SmallBytes), Observed>,
+    /// Keys this shard evicted and holds no write of since (module docs, "Evicted marks").
+    /// Kept only while the shard has peers. A key in it is absent from its table.
+    pub evicted: hashbrown::HashMap<(u16, SmallBytes), EvictedMark>,
 }
 
 impl Eviction {
@@ -310,41 +356,35 @@ thread_local! {
         .zip(tikv_jemalloc_ctl::thread::deallocatedp::read().ok());
 }
 
-/// Whether `o` covers everything `mark` does: its stamps, and per origin at least as many
-/// increments (a counter's reset goes by totals, `Counter::reset`).
-fn observed_covers(o: &Observed, mark: &Observed) -> bool {
-    o.stamps.dominates(&mark.stamps)
-        && mark.incs.iter().all(|(r, t)| {
-            t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n)
-        })
-}
-
-/// Joins `b` into `a`: stamps by maximum, per origin the totals counting more increments.
-fn join_observed(a: &mut Observed, b: &Observed) {
-    a.stamps.merge(&b.stamps);
-    for &(r, t) in &b.incs {
-        match a.incs.iter_mut().find(|(r2, _)| *r2 == r) {
-            Some((_, mine)) => *mine = meridian_crdt::IncTotals::merge(*mine, t),
-            None => a.incs.push((r, t)),
+/// Joins `b` into `a`: per origin, the totals counting more increments (an origin's totals
+/// on one key are prefixes of one sequence of increments).
+fn join_incs(a: &mut SmallVec<[(ReplicaId, IncTotals); 1]>, b: &[(ReplicaId, IncTotals)]) {
+    for &(r, t) in b {
+        match a.iter_mut().find(|(r2, _)| *r2 == r) {
+            Some((_, mine)) => *mine = IncTotals::merge(*mine, t),
+            None => a.push((r, t)),
         }
     }
 }
 
-/// Counts one increment of `origin` not materialised here into `mark`'s totals: a whole
-/// write must have seen it to bring the key back, and a local removal of the key carries it.
-fn count_increment(mark: &mut Observed, origin: meridian_crdt::ReplicaId, delta: &meridian_crdt::Delta) {
-    let at = match mark.incs.iter().position(|(r, _)| *r == origin) {
+/// Counts one increment of `origin` into `totals`, as `Counter::apply_inc` would.
+fn count_increment(
+    totals: &mut SmallVec<[(ReplicaId, IncTotals); 1]>,
+    origin: ReplicaId,
+    delta: &Delta,
+) {
+    let at = match totals.iter().position(|(r, _)| *r == origin) {
         Some(i) => i,
         None => {
-            mark.incs.push((origin, meridian_crdt::IncTotals::default()));
-            mark.incs.len() - 1
+            totals.push((origin, IncTotals::default()));
+            totals.len() - 1
         }
     };
-    if let Some((_, t)) = mark.incs.get_mut(at) {
+    if let Some((_, t)) = totals.get_mut(at) {
         t.n += 1;
         match delta {
-            meridian_crdt::Delta::Int(v) => t.int = t.int.saturating_add(i128::from(*v)),
-            meridian_crdt::Delta::Float(d) => t.float = t.float.add(*d).unwrap_or(t.float),
+            Delta::Int(v) => t.int = t.int.saturating_add(i128::from(*v)),
+            Delta::Float(d) => t.float = t.float.add(*d).unwrap_or(t.float),
         }
     }
 }
@@ -482,7 +522,10 @@ impl Shard {
             Some(e) if !e.state.is_empty() => (
                 e.state.expire_at_ms().is_some(),
                 e.meta,
-                (self.peers > 0).then(|| e.state.observed()),
+                (self.peers > 0).then(|| EvictedMark {
+                    seen: e.state.observed(),
+                    received: e.state.counter_totals(),
+                }),
             ),
             _ => return false,
         };
@@ -496,7 +539,9 @@ impl Shard {
             d.meta_keys = d.meta_keys.saturating_sub(1);
         }
         if let (Some(seen), Ok(db16)) = (seen, u16::try_from(db)) {
-            self.evict.evicted.insert((db16, SmallBytes::copy_from(key)), seen);
+            self.evict
+                .evicted
+                .insert((db16, SmallBytes::copy_from(key)), seen);
         }
         self.touch_watched(db, key);
         true
@@ -504,7 +549,7 @@ impl Shard {
 
     /// The mark of `key` of `db` if this shard evicted it and holds no write of it since.
     /// Costs nothing while no key is marked.
-    pub fn evicted_mark(&self, db: usize, key: &[u8]) -> Option<&Observed> {
+    pub fn evicted_mark(&self, db: usize, key: &[u8]) -> Option<&EvictedMark> {
         if self.evict.evicted.is_empty() {
             return None;
         }
@@ -512,68 +557,77 @@ impl Shard {
         self.evict.evicted.get(&(db, SmallBytes::copy_from(key)))
     }
 
-    /// Decides a write stamped `stamp` with `effect` (local or a peer's) to `key`, which this
-    /// shard evicted: whether it is applied. An effect that removes everything the mark
-    /// covers (an Assign or Remove whose context covers what the key had seen, and every
-    /// change since) applies to nothing at every site: the key comes back whole and the mark
-    /// goes. Any other effect would rebuild only its own change here: it is not materialised
-    /// (reads keep missing), and the mark records it, so that a later whole write must have
-    /// seen it too. True when the key is not marked.
+    /// Decides a peer's write stamped `stamp` with `effect` to `key`, which this shard may
+    /// have evicted. An effect that removes everything the mark covers (an Assign or Remove
+    /// whose context covers what the key had seen and every write not materialised since)
+    /// acts on nothing at every site: the key comes back whole and the mark goes. Any other
+    /// would rebuild only its own change here: it is not materialised (reads keep missing),
+    /// and the mark records it, so that a later whole write must have seen it too.
     pub fn admit_on_evicted<B: AsRef<[u8]>>(
         &mut self,
         db: usize,
         key: &[u8],
         stamp: Stamp,
         effect: &Effect<B>,
-    ) -> bool {
+    ) -> Admit {
         if self.evict.evicted.is_empty() {
-            return true;
+            return Admit::Unmarked;
         }
         let Ok(db16) = u16::try_from(db) else {
-            return true;
+            return Admit::Unmarked;
         };
         let id = (db16, SmallBytes::copy_from(key));
         let Some(mark) = self.evict.evicted.get_mut(&id) else {
-            return true;
+            return Admit::Unmarked;
         };
         let whole = match effect {
             Effect::Assign { observed, .. } | Effect::Remove { observed } => {
-                observed_covers(observed, mark)
+                mark.covered_by(observed)
             }
             _ => false,
         };
         if whole {
+            let received = std::mem::take(&mut mark.received);
             self.evict.evicted.remove(&id);
-            return true;
+            return Admit::Whole(received);
         }
-        mark.stamps.observe(stamp);
+        mark.seen.stamps.observe(stamp);
         if let Effect::Incr { delta } = effect {
-            count_increment(mark, stamp.replica, delta);
+            count_increment(&mut mark.received, stamp.replica, delta);
         }
         self.stats.evicted_writes_not_applied += 1;
-        false
+        Admit::Dropped
     }
 
-    /// A full sync's state for `key`, which this shard evicted: not merged (the merge drops
-    /// what this shard's context covers and no longer holds, so it would rebuild only the
-    /// writes made since), and recorded in the mark. True when the key is not marked.
-    pub fn admit_merge_on_evicted(&mut self, db: usize, key: &[u8], seen: &Observed) -> bool {
+    /// A full sync's `state` for `key`, which this shard evicted: not merged (the merge
+    /// drops what this shard's context covers and no longer holds, so it would rebuild only
+    /// the writes made since), and recorded in the mark: what it had seen, and its counter's
+    /// totals (this shard's context takes the sender's, so the increments they count will
+    /// not come as ops). True when the key is not marked.
+    pub fn admit_merge_on_evicted(&mut self, db: usize, key: &[u8], state: &KeyState) -> bool {
         if self.evict.evicted.is_empty() {
             return true;
         }
         let Ok(db16) = u16::try_from(db) else {
             return true;
         };
-        let Some(mark) = self.evict.evicted.get_mut(&(db16, SmallBytes::copy_from(key))) else {
+        let Some(mark) = self
+            .evict
+            .evicted
+            .get_mut(&(db16, SmallBytes::copy_from(key)))
+        else {
             return true;
         };
-        join_observed(mark, seen);
+        let seen = state.observed();
+        mark.seen.stamps.merge(&seen.stamps);
+        join_incs(&mut mark.seen.incs, &seen.incs);
+        join_incs(&mut mark.received, &state.counter_totals());
         self.stats.evicted_writes_not_applied += 1;
         false
     }
 
     /// Removes and returns the mark of `key` of `db` (a local write brings it back whole).
-    pub fn take_evicted_mark(&mut self, db: usize, key: &[u8]) -> Option<Observed> {
+    pub fn take_evicted_mark(&mut self, db: usize, key: &[u8]) -> Option<EvictedMark> {
         if self.evict.evicted.is_empty() {
             return None;
         }
@@ -581,9 +635,11 @@ impl Shard {
         self.evict.evicted.remove(&(db, SmallBytes::copy_from(key)))
     }
 
-    /// Marks `key` of `db` evicted with what it had seen (a snapshot's entry).
-    pub fn load_evicted_mark(&mut self, db: u16, key: &[u8], seen: Observed) {
-        self.evict.evicted.insert((db, SmallBytes::copy_from(key)), seen);
+    /// Marks `key` of `db` evicted (a snapshot's entry).
+    pub fn load_evicted_mark(&mut self, db: u16, key: &[u8], mark: EvictedMark) {
+        self.evict
+            .evicted
+            .insert((db, SmallBytes::copy_from(key)), mark);
     }
 
     /// The next key to evict: a random one, or the best of the pool after sampling every
@@ -943,6 +999,104 @@ mod tests {
         t.0.run(&["MULTI"]);
         t.0.run(&["PING"]);
         assert_eq!(t.0.run(&["EXEC"]), "*-1\r\n");
+    }
+
+    /// A write stamped by another site, applied to `key` as the syncer would.
+    fn remote(h: &mut Harness, key: &str, hlc: u64, effect: Effect<&[u8]>) -> bool {
+        let stamp = Stamp {
+            hlc: meridian_crdt::Hlc(hlc),
+            replica: meridian_crdt::ReplicaId::for_site_shard("b", 0),
+        };
+        let hash = h.shard.hash_key(key.as_bytes());
+        let now = crate::time::wall_ms();
+        h.shard
+            .apply_stamped(0, hash, key.as_bytes(), now, stamp, &effect);
+        exists(h, key)
+    }
+
+    #[test]
+    fn a_change_to_an_evicted_key_stays_a_miss_until_a_whole_write_that_saw_it() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        assert_eq!(h.run(&["INCRBY", "cnt", "10"]), ":10\r\n");
+        assert!(h.shard.evict_key(0, b"cnt"));
+        assert_eq!(h.shard.evict.evicted.len(), 1);
+        let at_eviction = h.shard.evicted_mark(0, b"cnt").cloned().unwrap();
+        assert_eq!(at_eviction.received.first().map(|(_, t)| t.n), Some(1));
+        // A peer's increment: not materialised, counted into the mark.
+        let incr = Effect::Incr {
+            delta: meridian_crdt::Delta::Int(1),
+        };
+        assert!(!remote(&mut h, "cnt", 1 << 40, incr));
+        let mark = h.shard.evicted_mark(0, b"cnt").cloned().unwrap();
+        assert_eq!(mark.received.len(), 2);
+        assert_eq!(h.shard.stats.evicted_writes_not_applied, 1);
+        // A SET that saw only what the key held at the eviction: not whole.
+        let partial = Effect::Assign {
+            value: &b"5"[..],
+            observed: at_eviction.removal(),
+            keep_ttl: false,
+        };
+        assert!(!remote(&mut h, "cnt", 2 << 40, partial));
+        // One that saw every write the mark records: whole.
+        let whole = Effect::Assign {
+            value: &b"7"[..],
+            observed: h.shard.evicted_mark(0, b"cnt").unwrap().removal(),
+            keep_ttl: false,
+        };
+        assert!(remote(&mut h, "cnt", 3 << 40, whole));
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n7\r\n");
+        assert!(h.shard.evict.evicted.is_empty());
+        // The counter continues where the increments received left each origin: a
+        // further increment shows alone on top of the SET, as at the sites that never
+        // evicted the key.
+        let incr = Effect::Incr {
+            delta: meridian_crdt::Delta::Int(2),
+        };
+        assert!(remote(&mut h, "cnt", 4 << 40, incr));
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n9\r\n");
+    }
+
+    #[test]
+    fn a_merge_into_an_evicted_key_is_not_materialised() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        h.run(&["HSET", "h", "f", "1"]);
+        let state = h.shard.dbs[0]
+            .get(h.shard.hash_key(b"h"), b"h")
+            .unwrap()
+            .state
+            .clone();
+        assert!(h.shard.evict_key(0, b"h"));
+        let ctx = meridian_crdt::Context::from(meridian_crdt::VersionVector::new());
+        h.shard
+            .merge_state(0, b"h", &state, &ctx, &ctx, crate::time::wall_ms());
+        assert!(!exists(&mut h, "h"));
+        assert_eq!(h.shard.evict.evicted.len(), 1);
+    }
+
+    #[test]
+    fn a_local_write_to_an_evicted_key_writes_it_whole() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        assert_eq!(h.run(&["INCRBY", "cnt", "10"]), ":10\r\n");
+        assert!(h.shard.evict_key(0, b"cnt"));
+        let ops = h.shard.oplog.ops();
+        assert_eq!(h.run(&["INCR", "cnt"]), ":1\r\n");
+        // A removal of what this site had seen of the key, then the increment (of the
+        // same origin as the 10 evicted: its count continues from them).
+        assert_eq!(h.shard.oplog.ops(), ops + 2);
+        assert!(h.shard.evict.evicted.is_empty());
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n1\r\n");
+        assert_eq!(h.run(&["INCR", "cnt"]), ":2\r\n");
+    }
+
+    #[test]
+    fn a_site_without_peers_keeps_no_marks() {
+        let mut h = Harness::new();
+        h.run(&["SET", "k", "v"]);
+        assert!(h.shard.evict_key(0, b"k"));
+        assert!(h.shard.evict.evicted.is_empty());
     }
 
     #[test]

@@ -170,13 +170,13 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
             libraries.push((name.to_vec(), stamp, code.map(<[u8]>::to_vec)));
             Ok(())
         },
-        |db, key, seen| {
-            evicted.push((db, key.to_vec(), seen));
+        |db, key, mark| {
+            evicted.push((db, key.to_vec(), mark));
             Ok(())
         },
     )?;
-    for (db, key, seen) in evicted {
-        shard.load_evicted_mark(db, &key, seen);
+    for (db, key, mark) in evicted {
+        shard.load_evicted_mark(db, &key, mark);
     }
     for (name, stamp, code) in libraries {
         shard.apply_library(&name, stamp, code.as_deref());

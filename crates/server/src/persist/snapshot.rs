@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use meridian_crdt::codec::{Reader, put_bytes, put_varint, put_vv};
 use meridian_crdt::{Hlc, KeyState, Observed, ReplicaId, Stamp, VersionVector};
 
+use crate::evict::EvictedMark;
+
 use crate::shard::Shard;
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"MRDNSNP\x01";
@@ -32,9 +34,38 @@ pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
 /// The database index that marks a library entry among the key entries.
 pub const LIBRARY_DB: u16 = u16::MAX;
 /// The database number that marks a key this shard evicted (docs/conflicts.md §18): in a
-/// snapshot `db:u16 key:bytes observed:bytes` follow (what the key had seen, with the
-/// writes not materialised since), in a full-sync chunk `db:u16 key:bytes`.
+/// snapshot `db:u16 key:bytes mark:bytes` follow (`encode_evicted_mark`), in a full-sync
+/// chunk `db:u16 key:bytes`.
 pub const EVICTED_DB: u16 = u16::MAX - 1;
+
+/// An evicted key's mark: `seen:observed received:observed` (`received` as the counter
+/// totals of an observed with no stamps).
+pub fn encode_evicted_mark(out: &mut Vec<u8>, mark: &EvictedMark) {
+    meridian_crdt::codec::put_observed(out, &mark.seen);
+    meridian_crdt::codec::put_observed(
+        out,
+        &Observed {
+            stamps: VersionVector::new(),
+            incs: mark.received.clone(),
+        },
+    );
+}
+
+/// Decodes `encode_evicted_mark`'s bytes (all of them).
+pub fn decode_evicted_mark(bytes: &[u8]) -> Result<EvictedMark, meridian_crdt::codec::DecodeError> {
+    let mut r = Reader::new(bytes);
+    let seen = r.observed()?;
+    let received = r.observed()?;
+    if !received.stamps.is_empty() || !r.is_at_end() {
+        return Err(meridian_crdt::codec::DecodeError::Invalid(
+            "evicted key mark: stamps in the totals, or trailing bytes",
+        ));
+    }
+    Ok(EvictedMark {
+        seen,
+        received: received.incs,
+    })
+}
 /// Most incarnations and peers a header may list (a peer per shard of each of `PEERS_MAX`
 /// sites).
 pub const HEADER_ITEMS_MAX: usize = 16 * 1024;
@@ -191,12 +222,12 @@ pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u
             body.clear();
         }
     }
-    for ((db, key), seen) in shard.evict.evicted.iter() {
+    for ((db, key), mark) in shard.evict.evicted.iter() {
         body.extend_from_slice(&EVICTED_DB.to_le_bytes());
         body.extend_from_slice(&db.to_le_bytes());
         put_bytes(&mut body, key);
         state.clear();
-        meridian_crdt::codec::put_observed(&mut state, seen);
+        encode_evicted_mark(&mut state, mark);
         put_bytes(&mut body, &state);
         if body.len() >= BLOCK_BYTES {
             put_block(&mut w, &body)?;
@@ -334,7 +365,7 @@ pub fn read_with_libraries(
     databases: usize,
     each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
-    each_evicted: impl FnMut(u16, &[u8], Observed) -> Result<(), String>,
+    each_evicted: impl FnMut(u16, &[u8], EvictedMark) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     read_all(
@@ -361,7 +392,7 @@ pub fn read_all<R: std::io::Read>(
     databases: usize,
     mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     mut each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
-    mut each_evicted: impl FnMut(u16, &[u8], Observed) -> Result<(), String>,
+    mut each_evicted: impl FnMut(u16, &[u8], EvictedMark) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let mut blocks = open(r)?;
     let mut buf = Vec::new();
@@ -390,14 +421,8 @@ pub fn read_all<R: std::io::Read>(
                     ));
                 }
                 let key = r.bytes().map_err(bad)?;
-                let mut sr = Reader::new(r.bytes().map_err(bad)?);
-                let seen = sr.observed().map_err(bad)?;
-                if !sr.is_at_end() {
-                    return Err(format!(
-                        "block at offset {at}: trailing bytes after an evicted key's mark"
-                    ));
-                }
-                each_evicted(db, key, seen)?;
+                let mark = decode_evicted_mark(r.bytes().map_err(bad)?).map_err(bad)?;
+                each_evicted(db, key, mark)?;
                 continue;
             }
             let db = usize::from(db16);

@@ -194,7 +194,7 @@ pub fn decode_sparse(
 }
 
 /// One key of a full-sync chunk.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ChunkEntry {
     pub db: u16,
     pub key: Vec<u8>,
@@ -236,6 +236,20 @@ pub fn encode_chunk_entry(out: &mut Vec<u8>, db: u16, key: &[u8], state: &KeySta
     let mut st = Vec::new();
     state.encode_state(&mut st);
     put_bytes(out, &st);
+}
+
+/// Encodes `entries` as a `FullSyncChunk` body (`decode_chunk`'s inverse).
+pub fn encode_chunk(entries: &[ChunkEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for e in entries {
+        match &e.library {
+            Some((stamp, code)) => encode_chunk_library(&mut out, &e.key, *stamp, code.as_deref()),
+            None if e.evicted => encode_chunk_evicted(&mut out, e.db, &e.key),
+            None => encode_chunk_entry(&mut out, e.db, &e.key, &e.state),
+        }
+    }
+    out
 }
 
 /// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`; a
@@ -681,6 +695,64 @@ mod tests {
         .encode_into(&mut body);
         oplog::copy_to_wire(&log.since(1).unwrap(), &mut body, usize::MAX);
         body
+    }
+
+    #[test]
+    fn chunks_round_trip_with_evicted_keys() {
+        let mut state = KeyState::new();
+        let stamp = meridian_crdt::Stamp {
+            hlc: Hlc(9),
+            replica: ReplicaId(2),
+        };
+        state.apply(
+            stamp,
+            &Effect::<&[u8]>::Assign {
+                value: b"v",
+                observed: Observed::new(),
+                keep_ttl: false,
+            },
+        );
+        let entries = vec![
+            ChunkEntry {
+                db: 1,
+                key: b"k".to_vec(),
+                state,
+                library: None,
+                evicted: false,
+            },
+            ChunkEntry {
+                db: 3,
+                key: b"gone".to_vec(),
+                state: KeyState::new(),
+                library: None,
+                evicted: true,
+            },
+            ChunkEntry {
+                db: crate::persist::snapshot::LIBRARY_DB,
+                key: b"lib".to_vec(),
+                state: KeyState::new(),
+                library: Some((stamp, Some(b"code".to_vec()))),
+                evicted: false,
+            },
+        ];
+        let body = encode_chunk(&entries);
+        assert_eq!(decode_chunk(&body, 16).unwrap(), entries);
+        // An evicted key of a database the receiver lacks: refused.
+        assert!(decode_chunk(&body, 3).is_err());
+        // Every truncation, and trailing bytes: errors, never panics.
+        for cut in 0..body.len() {
+            assert!(decode_chunk(&body[..cut], 16).is_err(), "{cut}");
+        }
+        let mut long = body.clone();
+        long.push(0);
+        assert!(decode_chunk(&long, 16).is_err());
+        for i in 0..body.len() {
+            let mut bad = body.clone();
+            bad[i] ^= 0x5a;
+            if let Ok(d) = decode_chunk(&bad, 16) {
+                assert_eq!(decode_chunk(&encode_chunk(&d), 16).unwrap(), d);
+            }
+        }
     }
 
     #[test]
