@@ -259,6 +259,8 @@ pub struct Eviction {
     /// Keys this shard evicted and holds no write of since (module docs, "Evicted marks").
     /// Kept only while the shard has peers. A key in it is absent from its table.
     pub evicted: hashbrown::HashMap<(u16, SmallBytes), EvictedMark>,
+    /// When the log last said eviction stopped at `maxmemory-evicted-marks-max` (ms).
+    marks_full_logged_ms: u64,
 }
 
 impl Eviction {
@@ -279,6 +281,7 @@ impl Eviction {
             job: false,
             job_records: Cell::new(0),
             evicted: hashbrown::HashMap::new(),
+            marks_full_logged_ms: 0,
         }
     }
 
@@ -435,6 +438,20 @@ impl Shard {
         }
     }
 
+    /// Says in the log, at most once per `OVER_LIMIT_LOG_INTERVAL_MS`, that eviction
+    /// stopped at `maxmemory-evicted-marks-max`.
+    fn note_marks_full(&mut self, now_ms: u64) {
+        if now_ms.saturating_sub(self.evict.marks_full_logged_ms) >= OVER_LIMIT_LOG_INTERVAL_MS {
+            self.evict.marks_full_logged_ms = now_ms;
+            tracing::warn!(
+                shard = self.index,
+                marks = self.evict.evicted.len(),
+                limit = self.config.maxmemory_evicted_marks_max,
+                "over maxmemory with maxmemory-evicted-marks-max evicted keys remembered: evicting no more (writes get -OOM) until writes bring evicted keys back"
+            );
+        }
+    }
+
     /// Redis's `performEvictions`, before a command: evicts keys of this shard by
     /// `maxmemory-policy` until the process is under `maxmemory`, for at most the tenacity's
     /// time.
@@ -480,6 +497,13 @@ impl Shard {
         let rounds_max = self.dbs.iter().map(|d| d.table.len()).sum::<usize>() + POOL_KEYS_MAX;
         let mut evicted = 0u32;
         for _ in 0..rounds_max {
+            // With peers each eviction leaves a mark: at their limit, evict no more.
+            if self.peers > 0
+                && self.evict.evicted.len() as u64 >= self.config.maxmemory_evicted_marks_max
+            {
+                self.note_marks_full(now_ms);
+                return Outcome::Fail;
+            }
             let Some((db, key)) = self.eviction_candidate(policy, now_ms) else {
                 break;
             };
@@ -1089,6 +1113,32 @@ mod tests {
         assert!(h.shard.evict.evicted.is_empty());
         assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n1\r\n");
         assert_eq!(h.run(&["INCR", "cnt"]), ":2\r\n");
+    }
+
+    #[test]
+    fn eviction_stops_at_the_marks_limit() {
+        let mut t = harness("allkeys-random", 3);
+        t.0.shard.peers = 1;
+        t.0.shard.config.maxmemory_evicted_marks_max = 2;
+        for k in ["a", "b", "c", "d", "e"] {
+            t.0.run(&["SET", k, "v"]);
+        }
+        // Two keys over the limit: two evictions, two marks (at the marks' limit).
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.evict.evicted.len(), 2);
+        // One more key: a third mark would pass the limit.
+        t.0.run(&["SET", "f", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        assert_eq!(t.0.shard.key_count(), 4);
+        assert_eq!(t.0.shard.stats.evicted_keys, 2);
+        // A write that brings a marked key back frees a mark: eviction goes on.
+        let (db, key) = t.0.shard.evict.evicted.keys().next().cloned().unwrap();
+        assert_eq!(db, 0);
+        t.0.run(&["SET", std::str::from_utf8(&key).unwrap(), "again"]);
+        assert_eq!(t.0.shard.evict.evicted.len(), 1);
+        t.0.run(&["DEL", "f"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.evict.evicted.len(), 2);
     }
 
     #[test]

@@ -488,7 +488,13 @@ impl Shard {
                 match self.admit_on_evicted(db, key, stamp, effect) {
                     crate::evict::Admit::Unmarked => {}
                     crate::evict::Admit::Whole(received) => seed = Some(received),
-                    crate::evict::Admit::Dropped => return Applied::default(),
+                    // Not materialised: no keyspace event either.
+                    crate::evict::Admit::Dropped => {
+                        return Applied {
+                            ignored: true,
+                            ..Applied::default()
+                        };
+                    }
                 }
             }
         }
