@@ -1142,6 +1142,20 @@ mod tests {
     }
 
     #[test]
+    fn flushdb_removes_the_evicted_keys_everywhere_too() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        h.run(&["SET", "gone", "v"]);
+        h.run(&["SET", "kept", "v"]);
+        assert!(h.shard.evict_key(0, b"gone"));
+        let ops = h.shard.oplog.ops();
+        assert_eq!(h.run(&["FLUSHDB"]), "+OK\r\n");
+        // One removal for the key held, one for the key evicted.
+        assert_eq!(h.shard.oplog.ops(), ops + 2);
+        assert!(h.shard.evict.evicted.is_empty());
+    }
+
+    #[test]
     fn a_site_without_peers_keeps_no_marks() {
         let mut h = Harness::new();
         h.run(&["SET", "k", "v"]);

@@ -717,6 +717,30 @@ impl Shard {
                 n += 1;
             }
         }
+        // The keys this shard evicted go too, at every site, as far as this site had seen
+        // them (docs/conflicts.md §18): the flush removes everything this site observed.
+        let marked: Vec<SmallBytes> = self
+            .evict
+            .evicted
+            .keys()
+            .filter(|(d, _)| usize::from(*d) == db)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for k in marked {
+            let hash = self.hash_key(&k);
+            if let Some(removal) = self
+                .evicted_mark(db, &k)
+                .map(crate::evict::EvictedMark::removal)
+            {
+                self.apply_local::<&[u8]>(
+                    db,
+                    hash,
+                    &k,
+                    now_ms,
+                    &mut Effect::Remove { observed: removal },
+                );
+            }
+        }
         if let Some(d) = self.dbs.get_mut(db) {
             d.avg_ttl_ms = 0;
         }
