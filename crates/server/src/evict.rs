@@ -35,7 +35,9 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use meridian_crdt::{Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp};
+use meridian_crdt::{
+    Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
+};
 use smallvec::SmallVec;
 
 use crate::keyspace::{LFU_INIT_VAL, Mark, NEW_ENTRY, lfu_decayed, lfu_minutes, lru_clock};
@@ -179,6 +181,12 @@ pub struct EvictedMark {
     /// What the key had seen when it was evicted (`KeyState::observed`), joined with the
     /// writes that reached it since and were not materialised.
     pub seen: Observed,
+    /// The writes the key held when it was evicted (`KeyState::live_stamps`), joined with
+    /// the writes that reached it since and were not materialised: a peer's write brings
+    /// the key back only if it removes all of them. Removal contexts are left out: they
+    /// name writes already removed, and their sites collect them, so a later whole write
+    /// would no longer name them.
+    pub live: VersionVector,
     /// Per origin, the increments of the key's string counter this shard has received (the
     /// counter's totals when it was evicted, plus those not materialised since): when the key
     /// is held again, its counter continues from them (`KeyState::seed_counter_totals`), as
@@ -191,6 +199,7 @@ impl EvictedMark {
     /// received of the key).
     pub fn removal(&self) -> Observed {
         let mut o = self.seen.clone();
+        o.stamps.merge(&self.live);
         join_incs(&mut o.incs, &self.received);
         o
     }
@@ -201,7 +210,7 @@ impl EvictedMark {
             incs.iter()
                 .all(|(r, t)| t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n))
         };
-        o.stamps.dominates(&self.seen.stamps)
+        o.stamps.dominates(&self.live)
             && incs_covered(&self.seen.incs)
             && incs_covered(&self.received)
     }
@@ -548,6 +557,7 @@ impl Shard {
                 e.meta,
                 (self.peers > 0).then(|| EvictedMark {
                     seen: e.state.observed(),
+                    live: e.state.live_stamps(),
                     received: e.state.counter_totals(),
                 }),
             ),
@@ -615,7 +625,12 @@ impl Shard {
             self.evict.evicted.remove(&id);
             return Admit::Whole(received);
         }
-        mark.seen.stamps.observe(stamp);
+        // A removal that does not cover the mark removes nothing this shard holds: a later
+        // local removal carries it. Any other write is one the key holds at the other sites.
+        match effect {
+            Effect::Remove { .. } => mark.seen.stamps.observe(stamp),
+            _ => mark.live.observe(stamp),
+        }
         if let Effect::Incr { delta } = effect {
             count_increment(&mut mark.received, stamp.replica, delta);
         }
@@ -644,6 +659,7 @@ impl Shard {
         };
         let seen = state.observed();
         mark.seen.stamps.merge(&seen.stamps);
+        mark.live.merge(&state.live_stamps());
         join_incs(&mut mark.seen.incs, &seen.incs);
         join_incs(&mut mark.received, &state.counter_totals());
         self.stats.evicted_writes_not_applied += 1;

@@ -371,9 +371,26 @@ fn site_over_its_limit_evicts_locally_and_keeps_applying_its_peers_ops() {
 /// its copies (it holds every key), and A's own writes made meanwhile reach B.
 #[test]
 fn complete_full_sync_from_an_evicting_site_keeps_the_evicted_keys_at_the_peer() {
+    complete_full_sync_keeps_evicted_keys("1");
+}
+
+/// The same with sites of three shards: each shard names the keys of its slots it evicted.
+#[test]
+fn complete_full_sync_keeps_evicted_keys_with_three_shards() {
+    complete_full_sync_keeps_evicted_keys("3");
+}
+
+fn complete_full_sync_keeps_evicted_keys(shards: &str) {
     let cluster = Cluster::start(
         &["a", "b"],
-        Opts::proxied().flags(&["--sync-quarantine-ms", "1000", "--sync-compression", "none"]),
+        Opts::proxied().flags(&[
+            "--sync-quarantine-ms",
+            "1000",
+            "--sync-compression",
+            "none",
+            "--shards",
+            shards,
+        ]),
     );
     cluster.wait_links_up(Duration::from_secs(15));
     let mut a = cluster.site(0).connect();
@@ -473,7 +490,17 @@ fn evict_the_ttl_keys(a: &mut Raw) {
 /// key back. Once every op is delivered no site holds a value that differs from the other's.
 #[test]
 fn changes_to_an_evicted_key_never_leave_a_partial_value() {
-    let cluster = Cluster::start(&["a", "b"], Opts::default());
+    changes_to_evicted_keys("1");
+}
+
+/// The same with sites of three shards (the keys spread over them).
+#[test]
+fn changes_to_an_evicted_key_with_three_shards() {
+    changes_to_evicted_keys("3");
+}
+
+fn changes_to_evicted_keys(shards: &str) {
+    let cluster = Cluster::start(&["a", "b"], Opts::default().flags(&["--shards", shards]));
     cluster.wait_links_up(Duration::from_secs(15));
     let mut a = cluster.site(0).connect();
     let mut b = cluster.site(1).connect();
@@ -552,8 +579,9 @@ fn changes_to_an_evicted_key_never_leave_a_partial_value() {
     // Both sites agree on every key once A holds them all again: writes of the whole value.
     b.ok(&["SET", "h", "x"]);
     b.ok(&["SET", "l", "y"]);
-    assert!(eventually(Duration::from_secs(20), || {
+    let cleared = eventually(Duration::from_secs(20), || {
         cluster.site(0).info_crdt()["crdt_evicted_keys_marked"] == "0"
-    }));
+    });
+    assert!(cleared, "{}", cluster.site(0).log_tail(40));
     cluster.wait_converged(Duration::from_secs(20));
 }

@@ -38,10 +38,11 @@ pub const LIBRARY_DB: u16 = u16::MAX;
 /// chunk `db:u16 key:bytes`.
 pub const EVICTED_DB: u16 = u16::MAX - 1;
 
-/// An evicted key's mark: `seen:observed received:observed` (`received` as the counter
-/// totals of an observed with no stamps).
+/// An evicted key's mark: `seen:observed live:vv received:observed` (`received` as the
+/// counter totals of an observed with no stamps).
 pub fn encode_evicted_mark(out: &mut Vec<u8>, mark: &EvictedMark) {
     meridian_crdt::codec::put_observed(out, &mark.seen);
+    put_vv(out, &mark.live);
     meridian_crdt::codec::put_observed(
         out,
         &Observed {
@@ -55,6 +56,7 @@ pub fn encode_evicted_mark(out: &mut Vec<u8>, mark: &EvictedMark) {
 pub fn decode_evicted_mark(bytes: &[u8]) -> Result<EvictedMark, meridian_crdt::codec::DecodeError> {
     let mut r = Reader::new(bytes);
     let seen = r.observed()?;
+    let live = r.vv()?;
     let received = r.observed()?;
     if !received.stamps.is_empty() || !r.is_at_end() {
         return Err(meridian_crdt::codec::DecodeError::Invalid(
@@ -63,6 +65,7 @@ pub fn decode_evicted_mark(bytes: &[u8]) -> Result<EvictedMark, meridian_crdt::c
     }
     Ok(EvictedMark {
         seen,
+        live,
         received: received.incs,
     })
 }
