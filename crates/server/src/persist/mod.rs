@@ -820,12 +820,16 @@ mod tests {
             crate::slot::SlotSet::all(),
         );
         let mut body = Vec::new();
-        let n = from.dbs.iter().map(|d| d.table.len()).sum::<usize>() as u32;
-        body.extend_from_slice(&n.to_le_bytes());
+        let n = from.dbs.iter().map(|d| d.table.len()).sum::<usize>() + from.evict.evicted.len();
+        body.extend_from_slice(&(n as u32).to_le_bytes());
         for (db, d) in from.dbs.iter().enumerate() {
             for e in d.table.iter() {
                 crate::sync::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
             }
+        }
+        // The keys it evicted, named as `sync::link::full_sync` names them.
+        for (db, key) in from.evict.evicted.keys() {
+            crate::sync::apply::encode_chunk_evicted(&mut body, *db, key);
         }
         let entries = crate::sync::apply::decode_chunk(&body, 16).unwrap();
         to.apply_chunk(&mut sync, &entries, now);
@@ -907,9 +911,10 @@ mod tests {
     }
 
     /// Random writes at two sites, evictions at one (with or without its marks), ops
-    /// delivered at random points. Once every op is delivered, the evicting site must hold
-    /// each key as the other does, or miss it (docs/conflicts.md §18). `Err` names the first
-    /// key that differs.
+    /// delivered at random points, now and then a complete full sync from the evicting
+    /// site (which must leave the other site's copies of the keys it evicted as they were).
+    /// Once every op is delivered, the evicting site must hold each key as the other does,
+    /// or miss it (docs/conflicts.md §18). `Err` names the first key that differs.
     fn eviction_model(seed: u64, keep_marks: bool) -> Result<(), String> {
         let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let mut next = move |n: u64| {
@@ -939,6 +944,31 @@ mod tests {
                 7 => {
                     if a.evict_key(0, key.as_bytes()) && !keep_marks {
                         a.evict.evicted.clear();
+                    }
+                }
+                8 if next(4) == 0 => {
+                    // A complete full sync a→b (a rejoin after a quarantine), once b has
+                    // every op of a (see docs/conflicts.md §18 for writes still in flight):
+                    // b keeps its copies of the keys a evicted, unchanged.
+                    if a.seq >= a_next {
+                        stream(&a, &mut b, 0, a_next);
+                    }
+                    let before: Vec<String> = keys
+                        .iter()
+                        .filter(|k| a.evicted_mark(0, k.as_bytes()).is_some())
+                        .map(|k| value_text(&mut b, k))
+                        .collect();
+                    full_sync(&a, &mut b, 0);
+                    a_next = a.seq + 1;
+                    let after: Vec<String> = keys
+                        .iter()
+                        .filter(|k| a.evicted_mark(0, k.as_bytes()).is_some())
+                        .map(|k| value_text(&mut b, k))
+                        .collect();
+                    if before != after {
+                        return Err(format!(
+                            "seed {seed}: a complete full sync changed b's copies of the keys a evicted: {before:?} → {after:?}"
+                        ));
                     }
                 }
                 8 => {
