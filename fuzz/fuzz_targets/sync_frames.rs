@@ -1,13 +1,14 @@
 //! Everything a peer can send before and after the handshake never panics the decoders: the
 //! frame layer (kind, codec, decompression with its size limit), every message, an `Ops`
-//! or `OpsSparse` batch (header and every record, validated whole) and a full-sync chunk (key states).
+//! or `OpsSparse` batch (header and every record, validated whole) and a full-sync chunk (key
+//! states, keys the sender evicted, libraries).
 //! Decoded messages re-encode to bytes that decode to the same message.
 //!
 //! Run: `cargo +nightly fuzz run sync_frames` from the repository root.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use meridian_server::sync::apply::{decode_batch, decode_chunk, decode_sparse};
+use meridian_server::sync::apply::{decode_batch, decode_chunk, decode_sparse, encode_chunk};
 use meridian_syncer::frame::{self, Kind};
 use meridian_syncer::msg::{
     self, Ack, FullSyncBegin, FullSyncEnd, Hello, OpsHeader, SparseHeader, Welcome,
@@ -41,7 +42,10 @@ fn body(kind: Kind, body: &[u8]) {
             let _ = FullSyncEnd::decode(body);
         }
         Kind::FullSyncChunk => {
-            let _ = decode_chunk(body, 16);
+            // Keys, evicted keys and libraries re-encode to a chunk that decodes the same.
+            if let Ok(entries) = decode_chunk(body, 16) {
+                assert_eq!(decode_chunk(&encode_chunk(&entries), 16).ok(), Some(entries));
+            }
         }
         Kind::Refuse => {
             let _ = msg::decode_refuse(body);

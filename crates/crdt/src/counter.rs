@@ -116,6 +116,21 @@ impl Counter {
         self.entries.iter().map(|e| (e.origin, &e.totals))
     }
 
+    /// Raises each origin's totals to those in `totals` where they count more increments:
+    /// a site that evicted the key and holds it again (its own totals were dropped with
+    /// it) continues each origin's count where the increments it had received left it, as
+    /// every other site does.
+    pub fn seed_totals(&mut self, totals: &[(ReplicaId, IncTotals)]) {
+        for &(origin, t) in totals {
+            if t.n == 0 {
+                continue;
+            }
+            if let Some(e) = self.entry(origin) {
+                e.totals = IncTotals::merge(e.totals, t);
+            }
+        }
+    }
+
     /// Records `observed` as baseline: per origin, the one with the larger `n` wins.
     pub fn reset(&mut self, observed: &[(ReplicaId, IncTotals)]) {
         for &(origin, t) in observed {
@@ -295,6 +310,29 @@ mod tests {
         c.reset(&c.observed());
         assert!(c.is_clear());
         assert_eq!(c.live_stamp(), None);
+    }
+
+    /// A replica that dropped the counter (an eviction) and seeds it back with the totals
+    /// it had received shows what a replica that kept it shows, after the same reset and
+    /// the same later increment; without the seed the increment hides under the baseline.
+    #[test]
+    fn seeded_totals_continue_like_a_counter_that_was_kept() {
+        let mut kept = Counter::new();
+        kept.apply_inc(st(1, 1), &Delta::Int(10));
+        let received: Vec<_> = kept.totals().map(|(r, t)| (r, *t)).collect();
+        let seen = kept.observed();
+        let mut dropped = Counter::new();
+        for c in [&mut kept, &mut dropped] {
+            c.reset(&seen);
+        }
+        let mut unseeded = dropped.clone();
+        dropped.seed_totals(&received);
+        for c in [&mut kept, &mut dropped, &mut unseeded] {
+            c.apply_inc(st(2, 1), &Delta::Int(1));
+        }
+        assert_eq!(kept.unobserved().0, 1);
+        assert_eq!(dropped.unobserved().0, 1);
+        assert_eq!(unseeded.unobserved().0, 0);
     }
 
     #[test]

@@ -538,6 +538,32 @@ impl KeyState {
         vv
     }
 
+    /// The increments of the string counter held here, per origin, as applied here (not
+    /// merged with the baselines a removal recorded): what a site that evicts the key has
+    /// received of each origin.
+    pub fn counter_totals(&self) -> SmallVec<[(ReplicaId, IncTotals); 1]> {
+        for v in self.values() {
+            if let Value::Str(s) = v {
+                if let Some(c) = s.counter() {
+                    return c.totals().map(|(r, t)| (r, *t)).collect();
+                }
+            }
+        }
+        SmallVec::new()
+    }
+
+    /// Continues the string counter's per-origin totals from `totals`
+    /// (`Counter::seed_totals`), on the string value held (if any: without one, no removal
+    /// recorded a baseline here, and totals alone would show as a value).
+    pub fn seed_counter_totals(&mut self, totals: &[(ReplicaId, IncTotals)]) {
+        for v in self.values_mut() {
+            if let Value::Str(s) = v {
+                s.seed_counter_totals(totals);
+                return;
+            }
+        }
+    }
+
     /// Everything seen at this key: a local removal carries it.
     pub fn observed(&self) -> Observed {
         let mut stamps = VersionVector::new();

@@ -721,6 +721,14 @@ impl StrCrdt {
         self.counter_ref()
     }
 
+    /// `Counter::seed_totals` on this string's counter.
+    pub fn seed_counter_totals(&mut self, totals: &[(ReplicaId, IncTotals)]) {
+        if totals.iter().any(|(_, t)| t.n > 0) {
+            self.counter_mut().seed_totals(totals);
+            self.tidy();
+        }
+    }
+
     /// Whether the value shows anything.
     pub fn is_live(&self) -> bool {
         self.head.is_some()

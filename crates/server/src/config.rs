@@ -195,6 +195,9 @@ pub struct Config {
     pub maxmemory_samples: u64,
     /// How long one command may evict (0..100, Redis's scale: `evict::time_limit_us`).
     pub maxmemory_eviction_tenacity: u64,
+    /// Most keys one shard with peers keeps marked as evicted (`evict::EvictedMark`); at
+    /// the limit it evicts no more (writes get -OOM) until writes bring marked keys back.
+    pub maxmemory_evicted_marks_max: u64,
     pub lfu_log_factor: u64,
     pub lfu_decay_time: u64,
     /// Per-command latency histograms (LATENCY HISTOGRAM, INFO latencystats).
@@ -295,6 +298,7 @@ impl Default for Config {
             maxmemory: 0,
             maxmemory_policy: "noeviction".to_string(),
             maxmemory_samples: 5,
+            maxmemory_evicted_marks_max: 1_000_000,
             maxmemory_eviction_tenacity: 10,
             lfu_log_factor: 10,
             lfu_decay_time: 1,
@@ -814,6 +818,18 @@ impl Config {
                 format!(
                     "must be between 1 and 2147483647, got {}",
                     self.maxmemory_samples
+                ),
+            );
+        }
+        if self.maxmemory_evicted_marks_max == 0
+            || self.maxmemory_evicted_marks_max > i64::MAX as u64
+        {
+            return bad(
+                "maxmemory-evicted-marks-max",
+                format!(
+                    "must be between 1 and {}, got {}",
+                    i64::MAX,
+                    self.maxmemory_evicted_marks_max
                 ),
             );
         }

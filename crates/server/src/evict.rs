@@ -17,12 +17,28 @@
 //! come from Redis's sampling: `maxmemory-samples` keys of each database, the best kept in a
 //! pool of `POOL_KEYS_MAX`, by idle time (LRU), frequency (LFU) or expiry (TTL); or a random
 //! key. Entries holding only removal metadata are not keys and are never evicted.
+//!
+//! **Evicted marks.** A shard with peers remembers each key it evicted (`Eviction::evicted`:
+//! database, key, and what the key had seen, its `KeyState::observed`), until a write brings
+//! the whole key back. The marks make eviction a *miss*, never a partial value or a removal
+//! elsewhere (docs/conflicts.md §18): a complete full sync names them, so that the receiver
+//! keeps its copies (it would otherwise take them for removed here); a peer's op that carries
+//! a change (INCR, SADD, HSET...) to a marked key is not materialised here (it would rebuild
+//! only that change); an op that removes everything the mark covers (a SET or DEL that had
+//! seen it) brings the key back whole; a local write to a marked key first removes, at every
+//! site, what this site had seen of it (it writes the key whole, as the write would after an
+//! eviction in Redis). The marks are memory the allocator counts (so eviction makes room for
+//! them too), are rebuilt by replaying the log's `Evicted` records, and are written into
+//! snapshots.
 
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use meridian_crdt::SmallBytes;
+use meridian_crdt::{
+    Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
+};
+use smallvec::SmallVec;
 
 use crate::keyspace::{LFU_INIT_VAL, Mark, NEW_ENTRY, lfu_decayed, lfu_minutes, lru_clock};
 use crate::shard::Shard;
@@ -159,6 +175,59 @@ impl ProcessMemory {
     }
 }
 
+/// What a shard remembers of a key it evicted (module docs, "Evicted marks").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EvictedMark {
+    /// What the key had seen when it was evicted (`KeyState::observed`), joined with the
+    /// writes that reached it since and were not materialised.
+    pub seen: Observed,
+    /// The writes the key held when it was evicted (`KeyState::live_stamps`), joined with
+    /// the writes that reached it since and were not materialised: a peer's write brings
+    /// the key back only if it removes all of them. Removal contexts are left out: they
+    /// name writes already removed, and their sites collect them, so a later whole write
+    /// would no longer name them.
+    pub live: VersionVector,
+    /// Per origin, the increments of the key's string counter this shard has received (the
+    /// counter's totals when it was evicted, plus those not materialised since): when the key
+    /// is held again, its counter continues from them (`KeyState::seed_counter_totals`), as
+    /// the other sites' counters, which never dropped them, do.
+    pub received: SmallVec<[(ReplicaId, IncTotals); 1]>,
+}
+
+impl EvictedMark {
+    /// The removal a local write issues first (everything this shard had seen or
+    /// received of the key).
+    pub fn removal(&self) -> Observed {
+        let mut o = self.seen.clone();
+        o.stamps.merge(&self.live);
+        join_incs(&mut o.incs, &self.received);
+        o
+    }
+
+    /// Whether a write whose context is `o` removes everything this mark covers.
+    fn covered_by(&self, o: &Observed) -> bool {
+        let incs_covered = |incs: &[(ReplicaId, IncTotals)]| {
+            incs.iter()
+                .all(|(r, t)| t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n))
+        };
+        o.stamps.dominates(&self.live)
+            && incs_covered(&self.seen.incs)
+            && incs_covered(&self.received)
+    }
+}
+
+/// What `admit_on_evicted` decided.
+#[derive(Debug)]
+pub enum Admit {
+    /// The key is not marked: the write applies as any other.
+    Unmarked,
+    /// The write removes everything the mark covered: it applies, and the key's counter
+    /// continues from these totals (`EvictedMark::received`).
+    Whole(SmallVec<[(ReplicaId, IncTotals); 1]>),
+    /// The write carries a change: not materialised here.
+    Dropped,
+}
+
 /// One candidate of the pool: higher `score` goes first.
 #[derive(Debug)]
 struct Candidate {
@@ -196,6 +265,11 @@ pub struct Eviction {
     /// This is a background snapshot's private shard (`as_job`).
     job: bool,
     job_records: Cell<u64>,
+    /// Keys this shard evicted and holds no write of since (module docs, "Evicted marks").
+    /// Kept only while the shard has peers. A key in it is absent from its table.
+    pub evicted: hashbrown::HashMap<(u16, SmallBytes), EvictedMark>,
+    /// When the log last said eviction stopped at `maxmemory-evicted-marks-max` (ms).
+    marks_full_logged_ms: u64,
 }
 
 impl Eviction {
@@ -215,6 +289,8 @@ impl Eviction {
             logged_ms: 0,
             job: false,
             job_records: Cell::new(0),
+            evicted: hashbrown::HashMap::new(),
+            marks_full_logged_ms: 0,
         }
     }
 
@@ -292,6 +368,39 @@ thread_local! {
         .zip(tikv_jemalloc_ctl::thread::deallocatedp::read().ok());
 }
 
+/// Joins `b` into `a`: per origin, the totals counting more increments (an origin's totals
+/// on one key are prefixes of one sequence of increments).
+fn join_incs(a: &mut SmallVec<[(ReplicaId, IncTotals); 1]>, b: &[(ReplicaId, IncTotals)]) {
+    for &(r, t) in b {
+        match a.iter_mut().find(|(r2, _)| *r2 == r) {
+            Some((_, mine)) => *mine = IncTotals::merge(*mine, t),
+            None => a.push((r, t)),
+        }
+    }
+}
+
+/// Counts one increment of `origin` into `totals`, as `Counter::apply_inc` would.
+fn count_increment(
+    totals: &mut SmallVec<[(ReplicaId, IncTotals); 1]>,
+    origin: ReplicaId,
+    delta: &Delta,
+) {
+    let at = match totals.iter().position(|(r, _)| *r == origin) {
+        Some(i) => i,
+        None => {
+            totals.push((origin, IncTotals::default()));
+            totals.len() - 1
+        }
+    };
+    if let Some((_, t)) = totals.get_mut(at) {
+        t.n += 1;
+        match delta {
+            Delta::Int(v) => t.int = t.int.saturating_add(i128::from(*v)),
+            Delta::Float(d) => t.float = t.float.add(*d).unwrap_or(t.float),
+        }
+    }
+}
+
 /// Bytes this thread allocated less those it freed, since it started.
 fn thread_net() -> i64 {
     THREAD_COUNTERS.with(|c| match c {
@@ -334,6 +443,20 @@ impl Shard {
                 policy = %self.config.maxmemory_policy,
                 ops_applied_over_limit = self.evict.remote_ops_over,
                 "over maxmemory: still applying the peers' ops (refusing them would make this site diverge)"
+            );
+        }
+    }
+
+    /// Says in the log, at most once per `OVER_LIMIT_LOG_INTERVAL_MS`, that eviction
+    /// stopped at `maxmemory-evicted-marks-max`.
+    fn note_marks_full(&mut self, now_ms: u64) {
+        if now_ms.saturating_sub(self.evict.marks_full_logged_ms) >= OVER_LIMIT_LOG_INTERVAL_MS {
+            self.evict.marks_full_logged_ms = now_ms;
+            tracing::warn!(
+                shard = self.index,
+                marks = self.evict.evicted.len(),
+                limit = self.config.maxmemory_evicted_marks_max,
+                "over maxmemory with maxmemory-evicted-marks-max evicted keys remembered: evicting no more (writes get -OOM) until writes bring evicted keys back"
             );
         }
     }
@@ -383,6 +506,13 @@ impl Shard {
         let rounds_max = self.dbs.iter().map(|d| d.table.len()).sum::<usize>() + POOL_KEYS_MAX;
         let mut evicted = 0u32;
         for _ in 0..rounds_max {
+            // With peers each eviction leaves a mark: at their limit, evict no more.
+            if self.peers > 0
+                && self.evict.evicted.len() as u64 >= self.config.maxmemory_evicted_marks_max
+            {
+                self.note_marks_full(now_ms);
+                return Outcome::Fail;
+            }
             let Some((db, key)) = self.eviction_candidate(policy, now_ms) else {
                 break;
             };
@@ -421,8 +551,16 @@ impl Shard {
         let Some(index) = d.table.find_index(hash, key) else {
             return false;
         };
-        let (had_ttl, meta) = match d.table.get_bucket(index) {
-            Some(e) if !e.state.is_empty() => (e.state.expire_at_ms().is_some(), e.meta),
+        let (had_ttl, meta, seen) = match d.table.get_bucket(index) {
+            Some(e) if !e.state.is_empty() => (
+                e.state.expire_at_ms().is_some(),
+                e.meta,
+                (self.peers > 0).then(|| EvictedMark {
+                    seen: e.state.observed(),
+                    live: e.state.live_stamps(),
+                    received: e.state.counter_totals(),
+                }),
+            ),
             _ => return false,
         };
         if !d.table.remove_bucket(index) {
@@ -434,11 +572,117 @@ impl Shard {
         if meta {
             d.meta_keys = d.meta_keys.saturating_sub(1);
         }
+        if let (Some(seen), Ok(db16)) = (seen, u16::try_from(db)) {
+            self.evict
+                .evicted
+                .insert((db16, SmallBytes::copy_from(key)), seen);
+        }
         self.touch_watched(db, key);
         if self.tracking.active() {
             self.tracking_anonymous(|s| s.tracking_key_changed(key));
         }
         true
+    }
+
+    /// The mark of `key` of `db` if this shard evicted it and holds no write of it since.
+    /// Costs nothing while no key is marked.
+    pub fn evicted_mark(&self, db: usize, key: &[u8]) -> Option<&EvictedMark> {
+        if self.evict.evicted.is_empty() {
+            return None;
+        }
+        let db = u16::try_from(db).ok()?;
+        self.evict.evicted.get(&(db, SmallBytes::copy_from(key)))
+    }
+
+    /// Decides a peer's write stamped `stamp` with `effect` to `key`, which this shard may
+    /// have evicted. An effect that removes everything the mark covers (an Assign or Remove
+    /// whose context covers what the key had seen and every write not materialised since)
+    /// acts on nothing at every site: the key comes back whole and the mark goes. Any other
+    /// would rebuild only its own change here: it is not materialised (reads keep missing),
+    /// and the mark records it, so that a later whole write must have seen it too.
+    pub fn admit_on_evicted<B: AsRef<[u8]>>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        stamp: Stamp,
+        effect: &Effect<B>,
+    ) -> Admit {
+        if self.evict.evicted.is_empty() {
+            return Admit::Unmarked;
+        }
+        let Ok(db16) = u16::try_from(db) else {
+            return Admit::Unmarked;
+        };
+        let id = (db16, SmallBytes::copy_from(key));
+        let Some(mark) = self.evict.evicted.get_mut(&id) else {
+            return Admit::Unmarked;
+        };
+        let whole = match effect {
+            Effect::Assign { observed, .. } | Effect::Remove { observed } => {
+                mark.covered_by(observed)
+            }
+            _ => false,
+        };
+        if whole {
+            let received = std::mem::take(&mut mark.received);
+            self.evict.evicted.remove(&id);
+            return Admit::Whole(received);
+        }
+        // A removal that does not cover the mark removes nothing this shard holds: a later
+        // local removal carries it. Any other write is one the key holds at the other sites.
+        match effect {
+            Effect::Remove { .. } => mark.seen.stamps.observe(stamp),
+            _ => mark.live.observe(stamp),
+        }
+        if let Effect::Incr { delta } = effect {
+            count_increment(&mut mark.received, stamp.replica, delta);
+        }
+        self.stats.evicted_writes_not_applied += 1;
+        Admit::Dropped
+    }
+
+    /// A full sync's `state` for `key`, which this shard evicted: not merged (the merge
+    /// drops what this shard's context covers and no longer holds, so it would rebuild only
+    /// the writes made since), and recorded in the mark: what it had seen, and its counter's
+    /// totals (this shard's context takes the sender's, so the increments they count will
+    /// not come as ops). True when the key is not marked.
+    pub fn admit_merge_on_evicted(&mut self, db: usize, key: &[u8], state: &KeyState) -> bool {
+        if self.evict.evicted.is_empty() {
+            return true;
+        }
+        let Ok(db16) = u16::try_from(db) else {
+            return true;
+        };
+        let Some(mark) = self
+            .evict
+            .evicted
+            .get_mut(&(db16, SmallBytes::copy_from(key)))
+        else {
+            return true;
+        };
+        let seen = state.observed();
+        mark.seen.stamps.merge(&seen.stamps);
+        mark.live.merge(&state.live_stamps());
+        join_incs(&mut mark.seen.incs, &seen.incs);
+        join_incs(&mut mark.received, &state.counter_totals());
+        self.stats.evicted_writes_not_applied += 1;
+        false
+    }
+
+    /// Removes and returns the mark of `key` of `db` (a local write brings it back whole).
+    pub fn take_evicted_mark(&mut self, db: usize, key: &[u8]) -> Option<EvictedMark> {
+        if self.evict.evicted.is_empty() {
+            return None;
+        }
+        let db = u16::try_from(db).ok()?;
+        self.evict.evicted.remove(&(db, SmallBytes::copy_from(key)))
+    }
+
+    /// Marks `key` of `db` evicted (a snapshot's entry).
+    pub fn load_evicted_mark(&mut self, db: u16, key: &[u8], mark: EvictedMark) {
+        self.evict
+            .evicted
+            .insert((db, SmallBytes::copy_from(key)), mark);
     }
 
     /// The next key to evict: a random one, or the best of the pool after sampling every
@@ -798,6 +1042,144 @@ mod tests {
         t.0.run(&["MULTI"]);
         t.0.run(&["PING"]);
         assert_eq!(t.0.run(&["EXEC"]), "*-1\r\n");
+    }
+
+    /// A write stamped by another site, applied to `key` as the syncer would.
+    fn remote(h: &mut Harness, key: &str, hlc: u64, effect: Effect<&[u8]>) -> bool {
+        let stamp = Stamp {
+            hlc: meridian_crdt::Hlc(hlc),
+            replica: meridian_crdt::ReplicaId::for_site_shard("b", 0),
+        };
+        let hash = h.shard.hash_key(key.as_bytes());
+        let now = crate::time::wall_ms();
+        h.shard
+            .apply_stamped(0, hash, key.as_bytes(), now, stamp, &effect);
+        exists(h, key)
+    }
+
+    #[test]
+    fn a_change_to_an_evicted_key_stays_a_miss_until_a_whole_write_that_saw_it() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        assert_eq!(h.run(&["INCRBY", "cnt", "10"]), ":10\r\n");
+        assert!(h.shard.evict_key(0, b"cnt"));
+        assert_eq!(h.shard.evict.evicted.len(), 1);
+        let at_eviction = h.shard.evicted_mark(0, b"cnt").cloned().unwrap();
+        assert_eq!(at_eviction.received.first().map(|(_, t)| t.n), Some(1));
+        // A peer's increment: not materialised, counted into the mark.
+        let incr = Effect::Incr {
+            delta: meridian_crdt::Delta::Int(1),
+        };
+        assert!(!remote(&mut h, "cnt", 1 << 40, incr));
+        let mark = h.shard.evicted_mark(0, b"cnt").cloned().unwrap();
+        assert_eq!(mark.received.len(), 2);
+        assert_eq!(h.shard.stats.evicted_writes_not_applied, 1);
+        // A SET that saw only what the key held at the eviction: not whole.
+        let partial = Effect::Assign {
+            value: &b"5"[..],
+            observed: at_eviction.removal(),
+            keep_ttl: false,
+        };
+        assert!(!remote(&mut h, "cnt", 2 << 40, partial));
+        // One that saw every write the mark records: whole.
+        let whole = Effect::Assign {
+            value: &b"7"[..],
+            observed: h.shard.evicted_mark(0, b"cnt").unwrap().removal(),
+            keep_ttl: false,
+        };
+        assert!(remote(&mut h, "cnt", 3 << 40, whole));
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n7\r\n");
+        assert!(h.shard.evict.evicted.is_empty());
+        // The counter continues where the increments received left each origin: a
+        // further increment shows alone on top of the SET, as at the sites that never
+        // evicted the key.
+        let incr = Effect::Incr {
+            delta: meridian_crdt::Delta::Int(2),
+        };
+        assert!(remote(&mut h, "cnt", 4 << 40, incr));
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n9\r\n");
+    }
+
+    #[test]
+    fn a_merge_into_an_evicted_key_is_not_materialised() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        h.run(&["HSET", "h", "f", "1"]);
+        let state = h.shard.dbs[0]
+            .get(h.shard.hash_key(b"h"), b"h")
+            .unwrap()
+            .state
+            .clone();
+        assert!(h.shard.evict_key(0, b"h"));
+        let ctx = meridian_crdt::Context::from(meridian_crdt::VersionVector::new());
+        h.shard
+            .merge_state(0, b"h", &state, &ctx, &ctx, crate::time::wall_ms());
+        assert!(!exists(&mut h, "h"));
+        assert_eq!(h.shard.evict.evicted.len(), 1);
+    }
+
+    #[test]
+    fn a_local_write_to_an_evicted_key_writes_it_whole() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        assert_eq!(h.run(&["INCRBY", "cnt", "10"]), ":10\r\n");
+        assert!(h.shard.evict_key(0, b"cnt"));
+        let ops = h.shard.oplog.ops();
+        assert_eq!(h.run(&["INCR", "cnt"]), ":1\r\n");
+        // A removal of what this site had seen of the key, then the increment (of the
+        // same origin as the 10 evicted: its count continues from them).
+        assert_eq!(h.shard.oplog.ops(), ops + 2);
+        assert!(h.shard.evict.evicted.is_empty());
+        assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n1\r\n");
+        assert_eq!(h.run(&["INCR", "cnt"]), ":2\r\n");
+    }
+
+    #[test]
+    fn eviction_stops_at_the_marks_limit() {
+        let mut t = harness("allkeys-random", 3);
+        t.0.shard.peers = 1;
+        t.0.shard.config.maxmemory_evicted_marks_max = 2;
+        for k in ["a", "b", "c", "d", "e"] {
+            t.0.run(&["SET", k, "v"]);
+        }
+        // Two keys over the limit: two evictions, two marks (at the marks' limit).
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.evict.evicted.len(), 2);
+        // One more key: a third mark would pass the limit.
+        t.0.run(&["SET", "f", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        assert_eq!(t.0.shard.key_count(), 4);
+        assert_eq!(t.0.shard.stats.evicted_keys, 2);
+        // A write that brings a marked key back frees a mark: eviction goes on.
+        let (db, key) = t.0.shard.evict.evicted.keys().next().cloned().unwrap();
+        assert_eq!(db, 0);
+        t.0.run(&["SET", std::str::from_utf8(&key).unwrap(), "again"]);
+        assert_eq!(t.0.shard.evict.evicted.len(), 1);
+        t.0.run(&["DEL", "f"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.evict.evicted.len(), 2);
+    }
+
+    #[test]
+    fn flushdb_removes_the_evicted_keys_everywhere_too() {
+        let mut h = Harness::new();
+        h.shard.peers = 1;
+        h.run(&["SET", "gone", "v"]);
+        h.run(&["SET", "kept", "v"]);
+        assert!(h.shard.evict_key(0, b"gone"));
+        let ops = h.shard.oplog.ops();
+        assert_eq!(h.run(&["FLUSHDB"]), "+OK\r\n");
+        // One removal for the key held, one for the key evicted.
+        assert_eq!(h.shard.oplog.ops(), ops + 2);
+        assert!(h.shard.evict.evicted.is_empty());
+    }
+
+    #[test]
+    fn a_site_without_peers_keeps_no_marks() {
+        let mut h = Harness::new();
+        h.run(&["SET", "k", "v"]);
+        assert!(h.shard.evict_key(0, b"k"));
+        assert!(h.shard.evict.evicted.is_empty());
     }
 
     #[test]

@@ -82,6 +82,8 @@ fn rule(key: &str) -> Rule {
         | "crdt_gc_dropped_keys"
         | "crdt_type_conflicts"
         | "crdt_ops_applied_over_maxmemory"
+        | "crdt_evicted_keys_marked"
+        | "crdt_evicted_writes_not_applied"
         | "evicted_keys"
         | "tracking_total_keys"
         | "tracking_total_items"

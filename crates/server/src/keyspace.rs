@@ -391,6 +391,33 @@ impl Shard {
         now_ms: u64,
         effect: &mut Effect<B>,
     ) -> Applied {
+        // A key this site evicted is written whole (docs/conflicts.md §18): first removed,
+        // at every site, as far as this site had seen it, so that the write acts on the
+        // same (nothing) everywhere, as it does here. `apply_stamped` takes the mark.
+        if let Some(removal) = self
+            .evicted_mark(db, key)
+            .map(crate::evict::EvictedMark::removal)
+        {
+            self.apply_local::<&[u8]>(
+                db,
+                hash,
+                key,
+                now_ms,
+                &mut Effect::Remove { observed: removal },
+            );
+        }
+        self.apply_local(db, hash, key, now_ms, effect)
+    }
+
+    /// `apply_effect` once the key is not marked evicted.
+    fn apply_local<B: AsRef<[u8]>>(
+        &mut self,
+        db: usize,
+        hash: u64,
+        key: &[u8],
+        now_ms: u64,
+        effect: &mut Effect<B>,
+    ) -> Applied {
         self.clamp_context(db, hash, key, effect);
         let effect = &*effect;
         let hlc = self.clock.tick(now_ms);
@@ -469,12 +496,38 @@ impl Shard {
         stamp: Stamp,
         effect: &Effect<B>,
     ) -> Applied {
+        // A key this shard evicted: its own writes (of any life) come after the removal
+        // `apply_effect` issued (replay meets them in the same order); a peer's is applied
+        // only when it carries the whole value (`admit_on_evicted`).
+        // Either way the key's counter then continues from the increments this shard had
+        // received of each origin (`EvictedMark::received`).
+        let mut seed = None;
+        if !self.evict.evicted.is_empty() {
+            if stamp.replica == self.replica || self.sync.lives.contains(&stamp.replica) {
+                seed = self.take_evicted_mark(db, key).map(|m| m.received);
+            } else {
+                match self.admit_on_evicted(db, key, stamp, effect) {
+                    crate::evict::Admit::Unmarked => {}
+                    crate::evict::Admit::Whole(received) => seed = Some(received),
+                    // Not materialised: no keyspace event either.
+                    crate::evict::Admit::Dropped => {
+                        return Applied {
+                            ignored: true,
+                            ..Applied::default()
+                        };
+                    }
+                }
+            }
+        }
         let lru = self.access_clock(now_ms);
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return Applied::default();
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
         let applied = entry.state.apply(stamp, effect);
+        if let Some(received) = &seed {
+            entry.state.seed_counter_totals(received);
+        }
         self.settle(db, hash, key, had_ttl, was_empty, lru);
         if applied.type_conflict {
             self.stats.type_conflicts += 1;
@@ -505,6 +558,11 @@ impl Shard {
         now_ms: u64,
     ) {
         self.log_merged_state(db, key, state, mine, theirs);
+        // Merged into a key this shard evicted, the state would lose what this shard's
+        // context covers and no longer holds: the key stays a miss here.
+        if !self.evict.evicted.is_empty() && !self.admit_merge_on_evicted(db, key, state) {
+            return;
+        }
         let hash = self.hash_key(key);
         let lru = self.access_clock(now_ms);
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
@@ -690,6 +748,30 @@ impl Shard {
         for k in keys {
             if self.delete_key(db, &k, now_ms) {
                 n += 1;
+            }
+        }
+        // The keys this shard evicted go too, at every site, as far as this site had seen
+        // them (docs/conflicts.md §18): the flush removes everything this site observed.
+        let marked: Vec<SmallBytes> = self
+            .evict
+            .evicted
+            .keys()
+            .filter(|(d, _)| usize::from(*d) == db)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for k in marked {
+            let hash = self.hash_key(&k);
+            if let Some(removal) = self
+                .evicted_mark(db, &k)
+                .map(crate::evict::EvictedMark::removal)
+            {
+                self.apply_local::<&[u8]>(
+                    db,
+                    hash,
+                    &k,
+                    now_ms,
+                    &mut Effect::Remove { observed: removal },
+                );
             }
         }
         if let Some(d) = self.dbs.get_mut(db) {

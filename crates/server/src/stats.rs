@@ -137,6 +137,9 @@ pub struct Stats {
     pub expired_keys: u64,
     /// Keys dropped here by `maxmemory-policy` (INFO stats `evicted_keys`).
     pub evicted_keys: u64,
+    /// Writes to keys this shard evicted that were not materialised here (they carried a
+    /// change, not the whole value: INFO crdt `crdt_evicted_writes_not_applied`).
+    pub evicted_writes_not_applied: u64,
     pub expired_stale_perc: f64,
     pub expire_cycle_cpu_milliseconds: u64,
     /// Writes since start (Redis `rdb_changes_since_last_save` analogue).

@@ -364,3 +364,226 @@ fn site_over_its_limit_evicts_locally_and_keeps_applying_its_peers_ops() {
         "a's log does not say it applies ops over its limit"
     );
 }
+
+/// Issue 20: a complete full sync (a rejoin after a quarantine) from a site that evicted
+/// keys must not remove those keys at the receiver. A evicts while it has quarantined B;
+/// at the rejoin A sends B a complete full sync, which names the keys A evicted: B keeps
+/// its copies (it holds every key), and A's own writes made meanwhile reach B.
+#[test]
+fn complete_full_sync_from_an_evicting_site_keeps_the_evicted_keys_at_the_peer() {
+    complete_full_sync_keeps_evicted_keys("1");
+}
+
+/// The same with sites of three shards: each shard names the keys of its slots it evicted.
+#[test]
+fn complete_full_sync_keeps_evicted_keys_with_three_shards() {
+    complete_full_sync_keeps_evicted_keys("3");
+}
+
+fn complete_full_sync_keeps_evicted_keys(shards: &str) {
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::proxied().flags(&[
+            "--sync-quarantine-ms",
+            "1000",
+            "--sync-compression",
+            "none",
+            "--shards",
+            shards,
+        ]),
+    );
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    let first = names("first", 1500);
+    write(&mut b, &first, None);
+    cluster.wait_converged(Duration::from_secs(30));
+    cluster.partition(0, 1);
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            cluster.site(0).peer_info("b")["quarantined"] == "1"
+                && cluster.site(1).peer_info("a")["quarantined"] == "1"
+        }),
+        "no quarantine"
+    );
+    // A, over its limit, evicts some of B's keys while it writes its own.
+    std::thread::sleep(Duration::from_millis(1100));
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let limit = used_counted(&mut a);
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    let second = write_until_evicted(&mut a, "second", 300, 3000);
+    let evicted = info_u64(&mut a, "stats", "evicted_keys");
+    assert!(evicted >= 300, "a evicted {evicted}");
+    let a_first = count_existing(&mut a, &first);
+    assert!(a_first < first.len(), "a evicted none of B's keys");
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    let a_second = count_existing(&mut a, &second);
+    cluster.heal(0, 1);
+    // Generous: with three shards a rejoin is three pairs of full syncs, which a loaded
+    // machine may have to retry.
+    let synced = eventually(Duration::from_secs(60), || {
+        cluster.site(1).peer_u64("a", "full_syncs_in") >= 1
+            && cluster.site(1).peer_info("a")["quarantined"] == "0"
+            && count_existing(&mut b, &second[second.len() - 1..]) == 1
+    });
+    assert!(
+        synced,
+        "no rejoin\n{}",
+        common::sites::report(&cluster.all())
+    );
+    // B holds every key of its own, none removed by A's evictions, and every key A held.
+    // (A's own keys that A evicted before B had them are lost, as docs/conflicts.md §18
+    // says: the complete full sync replaced the op stream.)
+    assert_eq!(count_existing(&mut b, &first), first.len());
+    assert!(count_existing(&mut b, &second) >= a_second, "a's keys at b");
+    // A still misses what it evicted (the full sync from B does not bring it back: A's
+    // causal context says it had those writes).
+    assert!(count_existing(&mut a, &first) <= a_first);
+}
+
+/// What `key` holds, as one comparable text (any type).
+fn value_of(c: &mut Raw, key: &str) -> String {
+    let t = match c.reply(&["TYPE", key]) {
+        Reply::Simple(t) => t,
+        other => panic!("TYPE {key}: {other:?}"),
+    };
+    let v = match t.as_str() {
+        "none" => return "none".into(),
+        "string" => c.reply(&["GET", key]),
+        "hash" => c.reply(&["HGETALL", key]),
+        "list" => c.reply(&["LRANGE", key, "0", "-1"]),
+        "set" => c.reply(&["SMEMBERS", key]),
+        other => panic!("{key} is a {other}"),
+    };
+    format!("{t} {v:?}")
+}
+
+/// Keys of the divergence tests (issue 20): written at B, each with a TTL so that
+/// `volatile-ttl` at A evicts only these; the `local:` ones are then written at A, the
+/// others at B.
+const DIVERGE_KEYS: [&str; 6] = ["cnt", "h", "l", "local:cnt", "local:h", "local:l"];
+
+/// Makes A evict every key of DIVERGE_KEYS (and only those: the others have no TTL), then
+/// lifts A's limit.
+fn evict_the_ttl_keys(a: &mut Raw) {
+    std::thread::sleep(Duration::from_millis(1100));
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+    let limit = used_counted(a);
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    let value = "v".repeat(VALUE_BYTES);
+    let before = info_u64(a, "stats", "evicted_keys");
+    for i in 0..2000 {
+        // Past the last volatile key writes get -OOM: any reply will do.
+        let _ = a.reply(&["SET", &format!("filler:{i}"), &value]);
+        if info_u64(a, "stats", "evicted_keys") >= before + DIVERGE_KEYS.len() as u64 {
+            break;
+        }
+    }
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    for k in DIVERGE_KEYS {
+        assert_eq!(a.int(&["EXISTS", k]), 0, "{k} not evicted at a");
+    }
+}
+
+/// Issue 20: a change (INCRBY, HSET of a field, RPUSH) to a key a site evicted must not
+/// leave that site holding only the change. Written at the other site, the change is not
+/// materialised at the evicting site (it misses the key, as a cache would); written at the
+/// evicting site, it writes the key whole everywhere. A later whole write (SET) brings the
+/// key back. Once every op is delivered no site holds a value that differs from the other's.
+#[test]
+fn changes_to_an_evicted_key_never_leave_a_partial_value() {
+    changes_to_evicted_keys("1");
+}
+
+/// The same with sites of three shards (the keys spread over them).
+#[test]
+fn changes_to_an_evicted_key_with_three_shards() {
+    changes_to_evicted_keys("3");
+}
+
+fn changes_to_evicted_keys(shards: &str) {
+    let cluster = Cluster::start(&["a", "b"], Opts::default().flags(&["--shards", shards]));
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    for p in ["", "local:"] {
+        assert_eq!(b.int(&["INCRBY", &format!("{p}cnt"), "10"]), 10);
+        assert_eq!(b.int(&["HSET", &format!("{p}h"), "f1", "1", "f2", "2"]), 2);
+        assert_eq!(b.int(&["RPUSH", &format!("{p}l"), "a", "b"]), 2);
+    }
+    for k in DIVERGE_KEYS {
+        assert_eq!(b.int(&["EXPIRE", k, "100000"]), 1);
+    }
+    cluster.wait_converged(Duration::from_secs(20));
+    evict_the_ttl_keys(&mut a);
+    // Changes at B to keys A evicted; at A, changes to the local: keys it evicted.
+    assert_eq!(b.int(&["INCR", "cnt"]), 11);
+    assert_eq!(b.int(&["HSET", "h", "f3", "3"]), 1);
+    assert_eq!(b.int(&["RPUSH", "l", "c"]), 3);
+    assert_eq!(a.int(&["INCR", "local:cnt"]), 1);
+    assert_eq!(a.int(&["HSET", "local:h", "f9", "9"]), 1);
+    assert_eq!(a.int(&["RPUSH", "local:l", "z"]), 1);
+    a.ok(&["SET", "fence:a", "1"]);
+    b.ok(&["SET", "fence:b", "1"]);
+    assert!(eventually(Duration::from_secs(20), || {
+        a.int(&["EXISTS", "fence:b"]) == 1 && b.int(&["EXISTS", "fence:a"]) == 1
+    }));
+    for k in DIVERGE_KEYS {
+        let (va, vb) = (value_of(&mut a, k), value_of(&mut b, k));
+        eprintln!("{k}: a {va} | b {vb}");
+        assert!(va == "none" || va == vb, "{k}: a holds {va}, b {vb}");
+    }
+    // B's changes are not materialised at A; A's local writes made the key whole.
+    for k in ["cnt", "h", "l"] {
+        assert_eq!(value_of(&mut a, k), "none", "{k}");
+    }
+    assert_eq!(b.reply(&["GET", "cnt"]), Reply::bulk("11"));
+    assert_eq!(b.reply(&["GET", "local:cnt"]), Reply::bulk("1"));
+    assert_eq!(value_of(&mut b, "local:h"), value_of(&mut a, "local:h"));
+    assert_eq!(b.int(&["HLEN", "local:h"]), 1);
+    assert_eq!(b.int(&["LLEN", "local:l"]), 1);
+    let crdt = cluster.site(0).info_crdt();
+    assert_eq!(crdt["crdt_evicted_keys_marked"], "3", "{crdt:?}");
+    assert!(cluster.site(0).info_u64("crdt_evicted_writes_not_applied") >= 3);
+    // The counter A wrote whole continues alike at both sites, whoever increments it.
+    assert_eq!(a.int(&["INCR", "local:cnt"]), 2);
+    // 6 or 7, whether A's increment has reached B yet or not.
+    assert!([6, 7].contains(&b.int(&["INCRBY", "local:cnt", "5"])));
+    assert!(eventually(Duration::from_secs(20), || {
+        a.reply(&["GET", "local:cnt"]) == Reply::bulk("7")
+            && b.reply(&["GET", "local:cnt"]) == Reply::bulk("7")
+    }));
+    // A restart keeps the marks (a snapshot, then the log's records after it): B's next
+    // change is still not materialised at A.
+    a.ok(&["SAVE"]);
+    let mut cluster = cluster;
+    cluster.site_mut(0).restart();
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    assert_eq!(b.int(&["INCR", "cnt"]), 12);
+    b.ok(&["SET", "fence:b", "2"]);
+    assert!(eventually(Duration::from_secs(20), || {
+        a.reply(&["GET", "fence:b"]) == Reply::bulk("2")
+    }));
+    assert_eq!(value_of(&mut a, "cnt"), "none");
+    // A SET at B (which had seen every increment) brings the key back whole at A.
+    b.ok(&["SET", "cnt", "5"]);
+    assert!(eventually(Duration::from_secs(20), || {
+        a.reply(&["GET", "cnt"]) == Reply::bulk("5")
+    }));
+    assert_eq!(cluster.site(0).info_crdt()["crdt_evicted_keys_marked"], "2");
+    // Back whole at A, the counter continues alike at both sites.
+    assert_eq!(a.int(&["INCR", "cnt"]), 6);
+    assert!([7, 8].contains(&b.int(&["INCRBY", "cnt", "2"])));
+    assert!(eventually(Duration::from_secs(20), || {
+        a.reply(&["GET", "cnt"]) == Reply::bulk("8") && b.reply(&["GET", "cnt"]) == Reply::bulk("8")
+    }));
+    // Both sites agree on every key once A holds them all again: writes of the whole value.
+    b.ok(&["SET", "h", "x"]);
+    b.ok(&["SET", "l", "y"]);
+    let cleared = eventually(Duration::from_secs(20), || {
+        cluster.site(0).info_crdt()["crdt_evicted_keys_marked"] == "0"
+    });
+    assert!(cleared, "{}", cluster.site(0).log_tail(40));
+    cluster.wait_converged(Duration::from_secs(20));
+}

@@ -13,8 +13,12 @@ use crate::error::SyncError;
 /// `FullSyncBegin.retired`); 5: sites of several shards (the connection preamble naming the
 /// shard, `Hello.to_shard` and the slots of both ends, `Welcome.shard/shards/slots`,
 /// `OpsSparse`); 6: `FullSyncBegin` carries the sender's causal context (`context`, its
-/// gap) and `complete` instead of the collected vector.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// gap) and `complete` instead of the collected vector; 7: a complete full sync names the
+/// keys its sender evicted (`FullSyncChunk` entries of database `0xFFFE`: `db:u16
+/// key:bytes`), which a version-6 receiver would take for an unknown database. A peer of
+/// another version is refused at the handshake, so sites of versions 6 and 7 do not sync:
+/// upgrade every site of a deployment before its links must carry traffic again.
+pub const PROTOCOL_VERSION: u16 = 7;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.

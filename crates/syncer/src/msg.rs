@@ -659,7 +659,7 @@ mod tests {
             slots: vec![(0, 16383)],
         };
         let e = Hello::decode(&h.encode()).unwrap_err();
-        assert!(e.to_string().contains("protocol version 7"), "{e}");
+        assert!(e.to_string().contains("protocol version 8"), "{e}");
         h.version = PROTOCOL_VERSION;
         let mut bytes = h.encode();
         bytes[0] = b'X';

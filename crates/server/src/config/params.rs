@@ -428,6 +428,7 @@ pub static PARAMS: &[Param] = &[
         .alias("slave-priority"),
     stored("repl-diskless-sync-delay", Kind::Int { min: 0, max: I32 }, "5", NO_REPLICATION),
     field("maxmemory-samples", Kind::Int { min: 1, max: I32 }, field!(maxmemory_samples), "Keys sampled per database each time eviction refills its pool of candidates."),
+    field("maxmemory-evicted-marks-max", Kind::Int { min: 1, max: I64 }, field!(maxmemory_evicted_marks_max), "Most evicted keys one shard of a site with peers remembers (docs/conflicts.md §18); at the limit it evicts no more and writes get -OOM until writes bring marked keys back."),
     field("maxmemory-eviction-tenacity", Kind::Int { min: 0, max: 100 }, field!(maxmemory_eviction_tenacity), "How long one command may evict (Redis's scale: 10 is 500 us, 100 unlimited); the periodic cycle goes on where it stopped."),
     field("timeout", Kind::Int { min: 0, max: I32 }, field!(timeout), "Close a client idle for this many seconds (0: never)."),
     stored("replica-announce-port", Kind::Int { min: 0, max: 65535 }, "0", NO_REPLICATION)

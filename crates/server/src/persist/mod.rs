@@ -820,12 +820,16 @@ mod tests {
             crate::slot::SlotSet::all(),
         );
         let mut body = Vec::new();
-        let n = from.dbs.iter().map(|d| d.table.len()).sum::<usize>() as u32;
-        body.extend_from_slice(&n.to_le_bytes());
+        let n = from.dbs.iter().map(|d| d.table.len()).sum::<usize>() + from.evict.evicted.len();
+        body.extend_from_slice(&(n as u32).to_le_bytes());
         for (db, d) in from.dbs.iter().enumerate() {
             for e in d.table.iter() {
                 crate::sync::apply::encode_chunk_entry(&mut body, db as u16, &e.key, &e.state);
             }
+        }
+        // The keys it evicted, named as `sync::link::full_sync` names them.
+        for (db, key) in from.evict.evicted.keys() {
+            crate::sync::apply::encode_chunk_evicted(&mut body, *db, key);
         }
         let entries = crate::sync::apply::decode_chunk(&body, 16).unwrap();
         to.apply_chunk(&mut sync, &entries, now);
@@ -871,6 +875,231 @@ mod tests {
         a.open_persistence().unwrap();
         assert_eq!(states(&a), before);
         assert_eq!(run(&mut a, &["EXISTS", "set"]), ":0\r\n");
+    }
+
+    /// What `key` holds at `s`, as comparable text (members and fields sorted: their order
+    /// is the table's).
+    fn value_text(s: &mut Shard, key: &str) -> String {
+        let t = run(s, &["TYPE", key]);
+        let mut lines: Vec<String> = match t.as_str() {
+            "+none\r\n" => return "none".into(),
+            "+string\r\n" => vec![run(s, &["GET", key])],
+            "+list\r\n" => vec![run(s, &["LRANGE", key, "0", "-1"])],
+            "+hash\r\n" | "+set\r\n" => {
+                let cmd = if t == "+hash\r\n" {
+                    "HGETALL"
+                } else {
+                    "SMEMBERS"
+                };
+                let r = run(s, &[cmd, key]);
+                let mut items: Vec<String> = r.split("\r\n").map(str::to_string).collect();
+                if cmd == "HGETALL" {
+                    // Pairs of (len, field, len, value) lines after the header.
+                    let body: Vec<String> = items.drain(1..).collect();
+                    let mut pairs: Vec<String> = body.chunks(4).map(|c| c.join("|")).collect();
+                    pairs.sort();
+                    pairs
+                } else {
+                    items.sort();
+                    items
+                }
+            }
+            other => vec![other.to_string()],
+        };
+        lines.insert(0, t);
+        lines.join(";")
+    }
+
+    /// Random writes at two sites, evictions at one (with or without its marks), ops
+    /// delivered at random points, now and then a complete full sync from the evicting
+    /// site (which must leave the other site's copies of the keys it evicted as they were).
+    /// Once every op is delivered, the evicting site must hold each key as the other does,
+    /// or miss it (docs/conflicts.md §18). `Err` names the first key that differs.
+    fn eviction_model(seed: u64, keep_marks: bool) -> Result<(), String> {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut a = site("a", &["b"], None);
+        let mut b = site("b", &["a"], None);
+        let (mut a_next, mut b_next) = (1u64, 1u64);
+        let keys = ["k0", "k1", "k2"];
+        for _ in 0..60 {
+            let key = keys[next(keys.len() as u64) as usize];
+            let member = format!("m{}", next(3));
+            let n = format!("{}", next(5) + 1);
+            let at_a = next(2) == 0;
+            let s = if at_a { &mut a } else { &mut b };
+            match next(10) {
+                0 => drop(run(s, &["INCRBY", key, &n])),
+                1 => drop(run(s, &["SET", key, &n])),
+                2 => drop(run(s, &["HSET", key, &member, &n])),
+                3 => drop(run(s, &["HINCRBY", key, &member, &n])),
+                4 => drop(run(s, &["RPUSH", key, &member])),
+                5 => drop(run(s, &["SADD", key, &member])),
+                6 => drop(run(s, &["DEL", key])),
+                7 => {
+                    if a.evict_key(0, key.as_bytes()) && !keep_marks {
+                        a.evict.evicted.clear();
+                    }
+                }
+                8 if next(4) == 0 => {
+                    // A complete full sync a→b (a rejoin after a quarantine), once b has
+                    // every op of a (see docs/conflicts.md §18 for writes still in flight):
+                    // b keeps its copies of the keys a evicted, unchanged.
+                    if a.seq >= a_next {
+                        stream(&a, &mut b, 0, a_next);
+                    }
+                    let before: Vec<String> = keys
+                        .iter()
+                        .filter(|k| a.evicted_mark(0, k.as_bytes()).is_some())
+                        .map(|k| value_text(&mut b, k))
+                        .collect();
+                    full_sync(&a, &mut b, 0);
+                    a_next = a.seq + 1;
+                    let after: Vec<String> = keys
+                        .iter()
+                        .filter(|k| a.evicted_mark(0, k.as_bytes()).is_some())
+                        .map(|k| value_text(&mut b, k))
+                        .collect();
+                    if before != after {
+                        return Err(format!(
+                            "seed {seed}: a complete full sync changed b's copies of the keys a evicted: {before:?} → {after:?}"
+                        ));
+                    }
+                }
+                8 => {
+                    if a.seq >= a_next {
+                        stream(&a, &mut b, 0, a_next);
+                        a_next = a.seq + 1;
+                    }
+                }
+                _ => {
+                    if b.seq >= b_next {
+                        stream(&b, &mut a, 0, b_next);
+                        b_next = b.seq + 1;
+                    }
+                }
+            }
+        }
+        // Deliver everything, both ways, until neither has anything new (a local write to
+        // an evicted key issues its removal too).
+        for _ in 0..3 {
+            if a.seq >= a_next {
+                stream(&a, &mut b, 0, a_next);
+                a_next = a.seq + 1;
+            }
+            if b.seq >= b_next {
+                stream(&b, &mut a, 0, b_next);
+                b_next = b.seq + 1;
+            }
+        }
+        for key in keys {
+            let (va, vb) = (value_text(&mut a, key), value_text(&mut b, key));
+            if va != "none" && va != vb {
+                return Err(format!("seed {seed}: {key}: a holds {va}, b {vb}"));
+            }
+            if a.evicted_mark(0, key.as_bytes()).is_some() && va != "none" {
+                return Err(format!("seed {seed}: {key} marked and held"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The eviction rule as a property: over many random schedules the evicting site only
+    /// ever misses a key; without its marks (the rule before) some schedule leaves it
+    /// holding a different value.
+    #[test]
+    fn an_evicting_site_only_misses_keys_whatever_the_schedule() {
+        for seed in 0..400 {
+            if let Err(e) = eviction_model(seed, true) {
+                panic!("{e}");
+            }
+        }
+        let diverged = (0..400)
+            .filter(|&seed| eviction_model(seed, false).is_err())
+            .count();
+        assert!(diverged > 0, "no schedule diverges without the marks");
+    }
+
+    /// An evicted key's mark (docs/conflicts.md §18) survives a restart, by the log's
+    /// `Evicted` record, and a snapshot, which holds it past the records it replaces.
+    #[test]
+    fn evicted_marks_survive_restarts_and_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = site("a", &["b"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        run(&mut a, &["INCRBY", "cnt", "10"]);
+        run(&mut a, &["SET", "x", "1"]);
+        assert!(a.evict_key(0, b"cnt"));
+        a.persist.append_evicted(0, b"cnt");
+        let mark = a.evicted_mark(0, b"cnt").cloned().unwrap();
+        a.persist.close();
+        drop(a);
+        let mut a = site("a", &["b"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        assert_eq!(a.evicted_mark(0, b"cnt"), Some(&mark));
+        assert_eq!(run(&mut a, &["SAVE"]), "+OK\r\n");
+        a.persist.close();
+        drop(a);
+        let mut a = site("a", &["b"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        assert_eq!(a.evicted_mark(0, b"cnt"), Some(&mark));
+        assert_eq!(run(&mut a, &["EXISTS", "cnt"]), ":0\r\n");
+        // A local write then brings it back whole, and a restart replays that too.
+        assert_eq!(run(&mut a, &["INCR", "cnt"]), ":1\r\n");
+        a.persist.close();
+        drop(a);
+        let mut a = site("a", &["b"], Some(dir.path()));
+        a.open_persistence().unwrap();
+        assert!(a.evict.evicted.is_empty());
+        assert_eq!(run(&mut a, &["GET", "cnt"]), "$1\r\n1\r\n");
+        assert_eq!(run(&mut a, &["INCR", "cnt"]), ":2\r\n");
+    }
+
+    #[test]
+    fn a_snapshot_with_evicted_marks_reads_back_and_damage_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = site("a", &["b"], None);
+        dataset(&mut a);
+        run(&mut a, &["INCRBY", "cnt", "3"]);
+        assert!(a.evict_key(0, b"cnt"));
+        assert!(a.evict_key(1, b"db1:0") || a.evict_key(0, b"s:0"));
+        let (path, _) = super::snapshot::write(&a, 7, dir.path()).unwrap();
+        let mut marks = Vec::new();
+        super::snapshot::read_with_libraries(
+            &path,
+            16,
+            |_, _, _| Ok(()),
+            |_, _, _| Ok(()),
+            |db, key, mark| {
+                marks.push((db, key.to_vec(), mark));
+                Ok(())
+            },
+        )
+        .unwrap();
+        let mut want: Vec<_> = a
+            .evict
+            .evicted
+            .iter()
+            .map(|((db, k), m)| (*db, k.to_vec(), m.clone()))
+            .collect();
+        want.sort_by(|x, y| (x.0, &x.1).cmp(&(y.0, &y.1)));
+        marks.sort_by(|x, y| (x.0, &x.1).cmp(&(y.0, &y.1)));
+        assert_eq!(marks.len(), 2);
+        assert_eq!(marks, want);
+        // A mark of a database the loader lacks, or with bytes after it: refused.
+        let mut bad = Vec::new();
+        super::snapshot::encode_evicted_mark(&mut bad, &want[0].2);
+        bad.push(0);
+        assert!(super::snapshot::decode_evicted_mark(&bad).is_err());
+        bad.pop();
+        for cut in 0..bad.len() {
+            assert!(super::snapshot::decode_evicted_mark(&bad[..cut]).is_err());
+        }
     }
 
     #[test]

@@ -151,6 +151,7 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
     let databases = shard.dbs.len();
     let mut n = 0u64;
     let mut libraries = Vec::new();
+    let mut evicted = Vec::new();
     let meta = snapshot::read_with_libraries(
         path,
         databases,
@@ -169,7 +170,14 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
             libraries.push((name.to_vec(), stamp, code.map(<[u8]>::to_vec)));
             Ok(())
         },
+        |db, key, mark| {
+            evicted.push((db, key.to_vec(), mark));
+            Ok(())
+        },
     )?;
+    for (db, key, mark) in evicted {
+        shard.load_evicted_mark(db, &key, mark);
+    }
     for (name, stamp, code) in libraries {
         shard.apply_library(&name, stamp, code.as_deref());
     }

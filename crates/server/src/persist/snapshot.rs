@@ -9,7 +9,9 @@
 //! state:bytes` (`KeyState::encode_state`); FUNCTION libraries follow the keys as entries of
 //! database `LIBRARY_DB` whose key is the library name and whose state is `hlc:u64
 //! replica:u32 loaded:u8 [code:bytes]` (the library register, `script::replicate`; not counted
-//! in `keys`). A snapshot is written to `*.tmp`, fsynced, then
+//! in `keys`), then the keys this shard evicted (`Eviction::evicted`) as entries of
+//! `EVICTED_DB` followed by `db:u16 key:bytes observed:bytes` (not counted in `keys`; a
+//! version before them reads such a snapshot as damaged). A snapshot is written to `*.tmp`, fsynced, then
 //! renamed: a file with the final name is whole unless the disk damaged it, which the
 //! checksums and the key count catch.
 
@@ -17,7 +19,9 @@ use std::io::{BufReader, BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use meridian_crdt::codec::{Reader, put_bytes, put_varint, put_vv};
-use meridian_crdt::{Hlc, KeyState, ReplicaId, Stamp, VersionVector};
+use meridian_crdt::{Hlc, KeyState, Observed, ReplicaId, Stamp, VersionVector};
+
+use crate::evict::EvictedMark;
 
 use crate::shard::Shard;
 
@@ -29,6 +33,42 @@ pub const BLOCK_BYTES: usize = 256 * 1024;
 pub const BLOCK_BYTES_MAX: usize = 2 * 1024 * 1024 * 1024;
 /// The database index that marks a library entry among the key entries.
 pub const LIBRARY_DB: u16 = u16::MAX;
+/// The database number that marks a key this shard evicted (docs/conflicts.md §18): in a
+/// snapshot `db:u16 key:bytes mark:bytes` follow (`encode_evicted_mark`), in a full-sync
+/// chunk `db:u16 key:bytes`.
+pub const EVICTED_DB: u16 = u16::MAX - 1;
+
+/// An evicted key's mark: `seen:observed live:vv received:observed` (`received` as the
+/// counter totals of an observed with no stamps).
+pub fn encode_evicted_mark(out: &mut Vec<u8>, mark: &EvictedMark) {
+    meridian_crdt::codec::put_observed(out, &mark.seen);
+    put_vv(out, &mark.live);
+    meridian_crdt::codec::put_observed(
+        out,
+        &Observed {
+            stamps: VersionVector::new(),
+            incs: mark.received.clone(),
+        },
+    );
+}
+
+/// Decodes `encode_evicted_mark`'s bytes (all of them).
+pub fn decode_evicted_mark(bytes: &[u8]) -> Result<EvictedMark, meridian_crdt::codec::DecodeError> {
+    let mut r = Reader::new(bytes);
+    let seen = r.observed()?;
+    let live = r.vv()?;
+    let received = r.observed()?;
+    if !received.stamps.is_empty() || !r.is_at_end() {
+        return Err(meridian_crdt::codec::DecodeError::Invalid(
+            "evicted key mark: stamps in the totals, or trailing bytes",
+        ));
+    }
+    Ok(EvictedMark {
+        seen,
+        live,
+        received: received.incs,
+    })
+}
 /// Most incarnations and peers a header may list (a peer per shard of each of `PEERS_MAX`
 /// sites).
 pub const HEADER_ITEMS_MAX: usize = 16 * 1024;
@@ -185,6 +225,18 @@ pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u
             body.clear();
         }
     }
+    for ((db, key), mark) in shard.evict.evicted.iter() {
+        body.extend_from_slice(&EVICTED_DB.to_le_bytes());
+        body.extend_from_slice(&db.to_le_bytes());
+        put_bytes(&mut body, key);
+        state.clear();
+        encode_evicted_mark(&mut state, mark);
+        put_bytes(&mut body, &state);
+        if body.len() >= BLOCK_BYTES {
+            put_block(&mut w, &body)?;
+            body.clear();
+        }
+    }
     if !body.is_empty() {
         put_block(&mut w, &body)?;
     }
@@ -309,12 +361,14 @@ pub fn read(
     read_from(BufReader::with_capacity(1024 * 1024, f), databases, each)
 }
 
-/// `read`, also calling `each_library(name, stamp, code)` for every library entry.
+/// `read`, also calling `each_library(name, stamp, code)` for every library entry and
+/// `each_evicted(db, key, observed)` for every evicted key's mark.
 pub fn read_with_libraries(
     path: &Path,
     databases: usize,
     each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
+    each_evicted: impl FnMut(u16, &[u8], EvictedMark) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     read_all(
@@ -322,6 +376,7 @@ pub fn read_with_libraries(
         databases,
         each,
         each_library,
+        each_evicted,
     )
 }
 
@@ -331,7 +386,7 @@ pub fn read_from<R: std::io::Read>(
     databases: usize,
     each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
-    read_all(r, databases, each, |_, _, _| Ok(()))
+    read_all(r, databases, each, |_, _, _| Ok(()), |_, _, _| Ok(()))
 }
 
 /// Reads the whole snapshot: keys to `each`, library entries to `each_library`.
@@ -340,6 +395,7 @@ pub fn read_all<R: std::io::Read>(
     databases: usize,
     mut each: impl FnMut(usize, &[u8], KeyState) -> Result<(), String>,
     mut each_library: impl FnMut(&[u8], Stamp, Option<&[u8]>) -> Result<(), String>,
+    mut each_evicted: impl FnMut(u16, &[u8], EvictedMark) -> Result<(), String>,
 ) -> Result<SnapshotMeta, String> {
     let mut blocks = open(r)?;
     let mut buf = Vec::new();
@@ -358,6 +414,18 @@ pub fn read_all<R: std::io::Read>(
                 let st = r.bytes().map_err(bad)?;
                 let (stamp, code) = decode_library(st).map_err(bad)?;
                 each_library(name, stamp, code)?;
+                continue;
+            }
+            if db16 == EVICTED_DB {
+                let db = u16::from_le_bytes(r.array().map_err(bad)?);
+                if usize::from(db) >= databases {
+                    return Err(format!(
+                        "block at offset {at}: evicted key in database {db} of {databases}"
+                    ));
+                }
+                let key = r.bytes().map_err(bad)?;
+                let mark = decode_evicted_mark(r.bytes().map_err(bad)?).map_err(bad)?;
+                each_evicted(db, key, mark)?;
                 continue;
             }
             let db = usize::from(db16);

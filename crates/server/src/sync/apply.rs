@@ -194,7 +194,7 @@ pub fn decode_sparse(
 }
 
 /// One key of a full-sync chunk.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ChunkEntry {
     pub db: u16,
     pub key: Vec<u8>,
@@ -202,6 +202,17 @@ pub struct ChunkEntry {
     /// A FUNCTION library entry (`db` is `LIBRARY_DB`, `key` the library name, `state`
     /// empty): its register stamp and code (`None`: deleted).
     pub library: Option<(meridian_crdt::Stamp, Option<Vec<u8>>)>,
+    /// A key the sender evicted (`state` empty): its state there is unknown, so the
+    /// receiver of a complete full sync keeps its own copy (docs/conflicts.md §18).
+    pub evicted: bool,
+}
+
+/// Appends one key the sender evicted to a full-sync chunk body: `EVICTED_DB db:u16
+/// key:bytes`.
+pub fn encode_chunk_evicted(out: &mut Vec<u8>, db: u16, key: &[u8]) {
+    out.extend_from_slice(&crate::persist::snapshot::EVICTED_DB.to_le_bytes());
+    out.extend_from_slice(&db.to_le_bytes());
+    put_bytes(out, key);
 }
 
 /// Appends one FUNCTION library entry to a full-sync chunk body (the snapshot's encoding).
@@ -227,7 +238,23 @@ pub fn encode_chunk_entry(out: &mut Vec<u8>, db: u16, key: &[u8], state: &KeySta
     put_bytes(out, &st);
 }
 
-/// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`).
+/// Encodes `entries` as a `FullSyncChunk` body (`decode_chunk`'s inverse).
+pub fn encode_chunk(entries: &[ChunkEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for e in entries {
+        match &e.library {
+            Some((stamp, code)) => encode_chunk_library(&mut out, &e.key, *stamp, code.as_deref()),
+            None if e.evicted => encode_chunk_evicted(&mut out, e.db, &e.key),
+            None => encode_chunk_entry(&mut out, e.db, &e.key, &e.state),
+        }
+    }
+    out
+}
+
+/// Decodes a `FullSyncChunk` body (`n:u32` then n × `db:u16 key:bytes state:bytes`; a
+/// library entry is `LIBRARY_DB name:bytes entry:bytes`, an evicted key `EVICTED_DB db:u16
+/// key:bytes`).
 pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, SyncError> {
     let mut r = Reader::new(body);
     let bad = |e| SyncError::Malformed {
@@ -250,6 +277,23 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
                 key,
                 state: KeyState::new(),
                 library: Some((stamp, code.map(<[u8]>::to_vec))),
+                evicted: false,
+            });
+            continue;
+        }
+        if db == crate::persist::snapshot::EVICTED_DB {
+            let db = u16::from_le_bytes(r.array().map_err(bad)?);
+            if usize::from(db) >= databases {
+                return Err(SyncError::Refused(format!(
+                    "full-sync evicted key in database {db}"
+                )));
+            }
+            out.push(ChunkEntry {
+                db,
+                key: r.bytes().map_err(bad)?.to_vec(),
+                state: KeyState::new(),
+                library: None,
+                evicted: true,
             });
             continue;
         }
@@ -272,6 +316,7 @@ pub fn decode_chunk(body: &[u8], databases: usize) -> Result<Vec<ChunkEntry>, Sy
             key,
             state,
             library: None,
+            evicted: false,
         });
     }
     if !r.is_at_end() {
@@ -473,6 +518,14 @@ impl Shard {
                 self.log_library_record(&e.key, *stamp, code.as_deref());
                 continue;
             }
+            // A key the sender evicted: its state there is unknown, not empty. In a complete
+            // full sync it counts as sent, so that the copy here is kept.
+            if e.evicted {
+                if sync.complete {
+                    sync.sent.insert((e.db, e.key.clone()));
+                }
+                continue;
+            }
             // Observe the state's stamps so that later local writes order after them.
             let seen = e.state.observed().stamps;
             for (_, hlc) in seen.iter() {
@@ -642,6 +695,64 @@ mod tests {
         .encode_into(&mut body);
         oplog::copy_to_wire(&log.since(1).unwrap(), &mut body, usize::MAX);
         body
+    }
+
+    #[test]
+    fn chunks_round_trip_with_evicted_keys() {
+        let mut state = KeyState::new();
+        let stamp = meridian_crdt::Stamp {
+            hlc: Hlc(9),
+            replica: ReplicaId(2),
+        };
+        state.apply(
+            stamp,
+            &Effect::<&[u8]>::Assign {
+                value: b"v",
+                observed: Observed::new(),
+                keep_ttl: false,
+            },
+        );
+        let entries = vec![
+            ChunkEntry {
+                db: 1,
+                key: b"k".to_vec(),
+                state,
+                library: None,
+                evicted: false,
+            },
+            ChunkEntry {
+                db: 3,
+                key: b"gone".to_vec(),
+                state: KeyState::new(),
+                library: None,
+                evicted: true,
+            },
+            ChunkEntry {
+                db: crate::persist::snapshot::LIBRARY_DB,
+                key: b"lib".to_vec(),
+                state: KeyState::new(),
+                library: Some((stamp, Some(b"code".to_vec()))),
+                evicted: false,
+            },
+        ];
+        let body = encode_chunk(&entries);
+        assert_eq!(decode_chunk(&body, 16).unwrap(), entries);
+        // An evicted key of a database the receiver lacks: refused.
+        assert!(decode_chunk(&body, 3).is_err());
+        // Every truncation, and trailing bytes: errors, never panics.
+        for cut in 0..body.len() {
+            assert!(decode_chunk(&body[..cut], 16).is_err(), "{cut}");
+        }
+        let mut long = body.clone();
+        long.push(0);
+        assert!(decode_chunk(&long, 16).is_err());
+        for i in 0..body.len() {
+            let mut bad = body.clone();
+            bad[i] ^= 0x5a;
+            if let Ok(d) = decode_chunk(&bad, 16) {
+                assert_eq!(decode_chunk(&encode_chunk(&d), 16).unwrap(), d);
+            }
+        }
     }
 
     #[test]

@@ -631,6 +631,33 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         // Let clients run between chunks.
         tokio::task::yield_now().await;
     }
+    // A complete full sync names the keys this shard evicted and holds no write of since
+    // (docs/conflicts.md §18): the receiver keeps its copies of those, where it would take
+    // any other key not sent for removed here. Taken after the walk: a key evicted during it
+    // is named too (and may have been sent as a state before, which is merged as usual).
+    if peer_delivered.is_none() {
+        let marks: Vec<(u16, meridian_crdt::SmallBytes)> = {
+            let s = shard.borrow();
+            s.evict
+                .evicted
+                .keys()
+                .filter(|(_, key)| filter.contains_key(key))
+                .cloned()
+                .collect()
+        };
+        let mut chunk = Vec::new();
+        for part in marks.chunks(FULL_SYNC_CHUNK_KEYS) {
+            chunk.clear();
+            chunk.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            for (db, key) in part {
+                super::apply::encode_chunk_evicted(&mut chunk, *db, key);
+            }
+            writer.send(Kind::FullSyncChunk, &chunk).await?;
+        }
+        if !marks.is_empty() {
+            tracing::info!(keys = marks.len(), "full sync named the keys evicted here");
+        }
+    }
     // The FUNCTION library register (every name's last change, deletions included), in
     // chunks of at most FULL_SYNC_CHUNK_KEYS entries.
     let chunks: Vec<Vec<u8>> = {

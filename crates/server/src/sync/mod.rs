@@ -771,6 +771,12 @@ impl crate::shard::Shard {
             "crdt_ops_applied_over_maxmemory",
             &self.evict.remote_ops_over,
         );
+        // Keys evicted here and not written whole since (docs/conflicts.md §18).
+        f("crdt_evicted_keys_marked", &self.evict.evicted.len());
+        f(
+            "crdt_evicted_writes_not_applied",
+            &self.stats.evicted_writes_not_applied,
+        );
         f("crdt_sync_compression", &self.sync.codec.name());
         f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
         f("crdt_peers", &self.sync.peer_sites());
