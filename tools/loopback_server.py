@@ -169,10 +169,10 @@ class Server:
                 raise RuntimeError("server did not answer within %.0f s" % START_SECONDS_MAX)
             time.sleep(0.1)
 
-    def log_tail(self):
+    def log_tail(self, size=2000):
         self.log.flush()
         with open(os.path.join(self.dir, "server.log"), "rb") as f:
-            return f.read()[-2000:].decode(errors="replace")
+            return f.read()[-size:].decode(errors="replace")
 
     def stop(self):
         """SIGTERM, then SIGKILL after 20 s (and says so: a server that needs it is a defect)."""

@@ -67,10 +67,12 @@ def tcp_state(sock):
     return struct.unpack("B", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1))[0]
 
 
-def probe(port, rate, seconds, out, stop=None):
+def probe(port, rate, seconds, out, stop=None, ports=None):
     """PING round trips (ms), one at a time at `rate` per second, for `seconds` (or until
-    `stop` is set)."""
+    `stop` is set). Its local port is appended to `ports` (to find it in the server log)."""
     c = Conn(port, timeout=30)
+    if ports is not None:
+        ports.append(c.sock.getsockname()[1])
     ping = enc("PING")
     start = time.monotonic()
     for i in range(int(rate * seconds)):
@@ -86,12 +88,26 @@ def probe(port, rate, seconds, out, stop=None):
     c.close()
 
 
+def fresh_ping(port):
+    t0 = time.perf_counter()
+    try:
+        c = Conn(port, timeout=10)
+        c.sock.sendall(enc("PING"))
+        r = c.reply()
+        c.close()
+        return "%r after %.1f ms" % (r, (time.perf_counter() - t0) * 1000)
+    except (OSError, EOFError) as e:
+        return "%r after %.1f ms" % (e, (time.perf_counter() - t0) * 1000)
+
+
 def run_one(label, kind, path, shards, args):
     extra = ["--client-output-buffer-limit", args.limit]
     srv = Server(kind, path, shards=shards, extra=extra)
     aborted = False
+    ports = []  # the admin's and the probe's local ports
     try:
         admin = Conn(srv.port, timeout=30)
+        ports.append(admin.sock.getsockname()[1])
         limit_seen = admin.call("CONFIG", "GET", "client-output-buffer-limit")[1].decode()
         admin.call("SET", "bigkey", b"v" * args.value_bytes)
         idle = []
@@ -104,7 +120,6 @@ def run_one(label, kind, path, shards, args):
             c = Conn(srv.port, rcvbuf=args.rcvbuf)
             c.sock.setblocking(False)
             clients.append(c)
-        connected_before = int(admin.info("clients")["connected_clients"])
         rss_conn = rss_kb(srv.pid)
         pipeline = enc("GET", "bigkey") * args.gets
         unsent = 0
@@ -116,27 +131,39 @@ def run_one(label, kind, path, shards, args):
                 unsent += len(pipeline)
 
         flood, stop = [], threading.Event()
-        prober = threading.Thread(target=probe,
-                                  args=(srv.port, args.probe_rate, args.seconds, flood, stop))
+        prober = threading.Thread(target=probe, args=(srv.port, args.probe_rate, args.seconds,
+                                                      flood, stop, ports))
         prober.start()
         start = time.monotonic()
-        peak_rss, peak_used, peak_tcp = rss_conn, used0, tcp0
+        # RSS and kernel memory are sampled on their own thread: an INFO that the server is
+        # slow to answer must not hide the peak.
+        peak = {"rss": rss_conn, "tcp": tcp0, "aborted": False}
+
+        def sample():
+            while not stop.is_set() and time.monotonic() - start < args.seconds:
+                rss = rss_kb(srv.pid)
+                peak["rss"] = max(peak["rss"], rss)
+                peak["tcp"] = max(peak["tcp"], tcp_mem_kb())
+                if rss > args.rss_abort_mb * 1024:
+                    peak["aborted"] = True
+                    srv.proc.kill()
+                    return
+                time.sleep(0.25)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        peak_used = used0
         connected = []  # (seconds, connected_clients)
         next_info = start
-        while time.monotonic() - start < args.seconds:
-            rss = rss_kb(srv.pid)
-            peak_rss = max(peak_rss, rss)
-            peak_tcp = max(peak_tcp, tcp_mem_kb())
-            if rss > args.rss_abort_mb * 1024:
-                aborted = True
-                srv.proc.kill()
-                break
+        while time.monotonic() - start < args.seconds and not peak["aborted"]:
             if time.monotonic() >= next_info:
                 next_info += 1.0
                 connected.append((time.monotonic() - start,
                                   int(admin.info("clients")["connected_clients"])))
                 peak_used = max(peak_used, int(admin.info("memory")["used_memory"]))
             time.sleep(0.25)
+        sampler.join()
+        peak_rss, peak_tcp, aborted = peak["rss"], peak["tcp"], peak["aborted"]
         stop.set()
         prober.join(timeout=60)
         closed = sum(1 for c in clients if tcp_state(c.sock) != TCP_ESTABLISHED)
@@ -151,11 +178,25 @@ def run_one(label, kind, path, shards, args):
         else:
             rss_after = used_after = connected_after = 0
         admin.close()
+    except (OSError, EOFError) as e:
+        # The server stopped answering: say how, with its log (the lines naming the admin's
+        # and the probe's ports first), and go on with the others.
+        log = srv.log_tail(1 << 24)
+        mine = [ln for ln in log.splitlines()
+                if any(":%d" % p in ln for p in ports)]
+        print("%-12s FAILED: %r; server %s; a new connection's PING: %s\n"
+              "--- server log lines naming the admin's and probe's ports %s:\n%s\n"
+              "--- server log tail:\n%s"
+              % (label, e, "alive" if srv.proc.poll() is None else
+                 "exited with %s" % srv.proc.returncode, fresh_ping(srv.port), ports,
+                 "\n".join(mine[-20:]), log[-1500:]), flush=True)
+        print("%-12s stopping it %s" % (label, "needed SIGKILL" if srv.stop() else
+                                          "took SIGTERM"), flush=True)
+        return None
     finally:
         killed = srv.stop()
-    # The admin and probe connections are not the flood's.
-    all_cut_at = next((t for t, n in connected if n <= connected_before - args.clients + 1),
-                      None)
+    # The admin and probe connections are the only ones left once every flood one is cut.
+    all_cut_at = next((t for t, n in connected if n <= 2), None)
     i99 = percentile(sorted(idle), 99)
     f = sorted(flood)
     r = {
@@ -220,24 +261,29 @@ def main():
     for rnd in range(args.rounds):
         order = configs if rnd % 2 == 0 else list(reversed(configs))
         for cfg in order:
-            runs.append(run_one(*cfg, args))
+            r = run_one(*cfg, args)
+            if r is not None:
+                runs.append(r)
     print()
     print("| Server | runs | clients closed | all closed by (s) | RSS idle (MB) | RSS peak (MB) "
           "| RSS after (MB) | used_memory peak (MB) | kernel TCP mem peak (MB) "
-          "| PING p99 idle → during (ms) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| PING p99 idle → during (ms) | PING max during (ms) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, *_ in configs:
         rs = [r for r in runs if r["label"] == label]
+        if not rs:
+            print("| %s | 0 (every run failed) |" % label)
+            continue
         med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
         each = lambda k, fmt: ", ".join(fmt % r[k] for r in rs)  # noqa: E731
         cut = ", ".join("%.0f" % r["all_cut_at"] if r["all_cut_at"] is not None else "never"
                         for r in rs)
-        print("| %s | %d | %s | %s | %.1f | %.1f (%s) | %.1f | %.1f | %.0f | %.2f → %.2f |"
+        print("| %s | %d | %s | %s | %.1f | %.1f (%s) | %.1f | %.1f | %.0f | %.2f → %.2f | %s |"
               % (label, len(rs), each("closed", "%d"), cut, med("rss0") / 1024,
                  med("peak_rss") / 1024,
                  ", ".join("%.0f" % (r["peak_rss"] / 1024) for r in rs), med("rss_after") / 1024,
                  med("peak_used") / 1e6, med("tcp_peak") / 1024, med("idle_p99"),
-                 med("flood_p99")))
+                 med("flood_p99"), each("flood_max", "%.0f")))
 
 
 if __name__ == "__main__":
