@@ -1466,8 +1466,21 @@ impl Conn {
             debug_assert!(!round.active);
             return true;
         }
+        // Each batch may produce what the client's hard output limit leaves after the
+        // replies this connection holds already (`ClientView::output_bytes_max`).
+        let hard = {
+            let sg = self.th.shard.borrow();
+            self.client
+                .shared
+                .output_limit(&sg.config.client_output_buffer_limit)
+                .hard_bytes
+        };
+        let held = (self.out.len() + round.local.len()) as u64;
         let mut waits = Vec::with_capacity(round.batches.len());
-        for (shard, batch) in round.batches.drain(..) {
+        for (shard, mut batch) in round.batches.drain(..) {
+            if hard > 0 {
+                batch.client.output_bytes_max = hard.saturating_sub(held).max(1);
+            }
             waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
         let mut done: Vec<(u16, Result<Done, hop::Unavailable>)> = Vec::with_capacity(waits.len());
@@ -1480,6 +1493,12 @@ impl Conn {
         }
         for (shard, d) in &mut done {
             if let Ok(d) = d {
+                if d.cut {
+                    // Commands were left unrun: the client is over its hard output limit and
+                    // closes without the replies, as Redis closes it.
+                    tracing::warn!(client = %self.client.shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+                    self.client.shared.kill();
+                }
                 if let Some(seq) = d.wrote {
                     self.client.note_write(*shard, seq);
                 }

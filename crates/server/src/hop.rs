@@ -96,6 +96,11 @@ pub struct ClientView {
     pub dirty: WatchFlag,
     /// CLIENT TRACKING in force: the keys its reads run here are remembered here.
     pub tracking: Option<Arc<crate::client::Tracker>>,
+    /// Reply bytes the batch may produce before its client breaks its hard output limit
+    /// (`client-output-buffer-limit`, less what the connection already holds; 0: no limit).
+    /// The batch runs no command past it (`Done::cut`), as Redis runs nothing more for a
+    /// client it closes for its output.
+    pub output_bytes_max: u64,
 }
 
 impl ClientView {
@@ -110,6 +115,7 @@ impl ClientView {
             mailbox: s.mailbox.clone(),
             dirty: client.dirty.clone(),
             tracking: s.tracking.borrow().clone(),
+            output_bytes_max: 0,
         }
     }
 }
@@ -231,6 +237,9 @@ pub struct Done {
     pub after: AfterBatch,
     /// Sequence number of the last op the batch originated on that shard.
     pub wrote: Option<u64>,
+    /// The replies reached `ClientView::output_bytes_max`: the items after that point did
+    /// not run (their replies are empty), and the client must be closed.
+    pub cut: bool,
 }
 
 impl Done {
@@ -391,6 +400,7 @@ async fn forward(
         notes,
         after: AfterBatch::Reply,
         wrote: None,
+        cut: false,
     });
 }
 
@@ -495,6 +505,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         items,
         args,
     } = batch;
+    let output_bytes_max = view.output_bytes_max;
     let mut shard_guard = th.shard.borrow_mut();
     let s = &mut *shard_guard;
     let mut front_guard = th.front.borrow_mut();
@@ -519,7 +530,14 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     };
     let mut ends = Vec::with_capacity(items.len());
     let mut notes = Vec::with_capacity(items.len());
+    let mut cut = false;
     for item in items {
+        cut = cut || (output_bytes_max > 0 && out.len() as u64 >= output_bytes_max);
+        if cut {
+            ends.push(out.len() as u32);
+            notes.push(Note::default());
+            continue;
+        }
         client.select(item.db);
         client.shared.set_proto(item.proto);
         client.caching = item.caching;
@@ -550,6 +568,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         notes,
         after,
         wrote,
+        cut,
     });
 }
 
@@ -669,6 +688,7 @@ mod tests {
             notes: Vec::new(),
             after: AfterBatch::Reply,
             wrote: None,
+            cut: false,
         };
         assert_eq!(done.reply(0), b"+OK\r\n");
         assert_eq!(done.reply(1), b"$1\r\nv\r\n");

@@ -227,3 +227,51 @@ fn pubsub_hard_limit_closes_a_subscriber() {
     // Normal clients are unaffected by the pubsub class.
     assert_eq!(publisher.call_strs(&["GET", "none"]), b"$-1\r\n");
 }
+
+/// The hard output limit holds for commands that run on another shard than the connection's
+/// (with several shards, a round sends them there as one batch of up to 1,024): a pipeline of
+/// large replies on keys of every shard closes the client without the server holding the
+/// whole round's replies, and the server keeps serving meanwhile.
+#[test]
+fn output_hard_limit_holds_for_commands_run_on_other_shards() {
+    let s = Server::start_with(&[
+        "--shards",
+        "3",
+        "--client-output-buffer-limit",
+        "normal 1048576 0 0",
+    ]);
+    let mut admin = s.connect();
+    let value = "v".repeat(256 * 1024);
+    let keys: Vec<String> = (0..12).map(|i| format!("big{i}")).collect();
+    for k in &keys {
+        admin.ok(&["SET", k, &value]);
+    }
+    let used = |c: &mut Raw| -> u64 {
+        let info = c.call_text(&["INFO", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before = used(&mut admin);
+    // 1,024 GETs over every shard's keys: 256 MiB of replies if the round ran whole.
+    let mut pipeline = Vec::new();
+    for i in 0..1024 {
+        pipeline.extend(common::cmd(&[b"GET", keys[i % keys.len()].as_bytes()]));
+    }
+    let mut slow = s.connect();
+    slow.send(&pipeline);
+    let mut peak = 0;
+    for _ in 0..20 {
+        peak = peak.max(used(&mut admin));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (got, closed) = slow.read_until_quiet(Duration::from_secs(2));
+    assert!(closed, "still open after {} bytes", got.len());
+    assert!(
+        peak < before + 64 * 1024 * 1024,
+        "used_memory {before} before, {peak} at the peak"
+    );
+    assert_eq!(admin.call_text(&["PING"]), "+PONG\r\n");
+    assert!(s.log().contains("overcoming of output buffer limits"));
+}
