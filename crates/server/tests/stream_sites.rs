@@ -691,3 +691,98 @@ fn a_quarantined_site_rejoins_without_bringing_back_what_was_removed() {
         assert_eq!(pending, explicit([1, 3]), "at {site}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// 7. The stable ID: what a reader at one site may read up to without missing an entry.
+// ---------------------------------------------------------------------------------------
+
+/// `CRDT.STREAMSTABLE key` as an ID.
+fn stable(c: &mut Raw, key: &str) -> (u64, u64) {
+    parse_id(&bulk_str(&c.reply(&["CRDT.STREAMSTABLE", key])))
+}
+
+/// The stable ID at A follows B's clock while B is connected, stops below every ID B
+/// generates while cut off (so a reader that stays at or below it misses none of B's
+/// entries), and catches up after the heal. Alone, a server's stable ID is the stream's last
+/// ID.
+#[test]
+fn the_stable_id_stops_below_a_cut_off_sites_entries_and_catches_up() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    let to_id = |(ms, seq): (u64, u64)| format!("{ms}-{seq}");
+
+    // Connected: an entry B adds is soon below A's stable ID, and so is A's own.
+    let before = xadd(&mut b, "s", "*", "b", "0");
+    let own = xadd(&mut a, "s", "*", "a", "0");
+    let caught_up = common::sites::eventually(Duration::from_secs(10), || {
+        let s = stable(&mut a, "s");
+        s >= parse_id(&before) && s >= parse_id(&own)
+    });
+    assert!(caught_up, "A's stable ID never passed {before} and {own}");
+    // Its form: the last ID of a millisecond.
+    assert_eq!(stable(&mut a, "s").1, u64::MAX);
+
+    cluster.partition(A, B);
+    // Whatever B's links carried before the cut has arrived by now.
+    std::thread::sleep(Duration::from_millis(500));
+    let frozen = stable(&mut a, "s");
+    let cut_off: Vec<String> = (1..=3)
+        .map(|i| xadd(&mut b, "s", "*", "b", &i.to_string()))
+        .collect();
+    let local: Vec<String> = (1..=3)
+        .map(|i| xadd(&mut a, "s", "*", "a", &i.to_string()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // A's stable ID does not move while B is cut off, and every ID B or A generated
+    // meanwhile is above it: reading A's stream up to it misses nothing.
+    assert_eq!(stable(&mut a, "s"), frozen);
+    for id in cut_off.iter().chain(&local) {
+        assert!(parse_id(id) > frozen, "{id} at or below {frozen:?}");
+    }
+    let read_to_stable = ids(&entries(&a.reply(&["XRANGE", "s", "-", &to_id(frozen)])));
+    // B's view stops at A's clock likewise.
+    let frozen_b = stable(&mut b, "s");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stable(&mut b, "s"), frozen_b);
+
+    cluster.heal(A, B);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let last = cut_off.iter().chain(&local).map(|id| parse_id(id)).max();
+    let caught_up = common::sites::eventually(Duration::from_secs(10), || {
+        Some(stable(&mut a, "s")) > last && Some(stable(&mut b, "s")) > last
+    });
+    assert!(
+        caught_up,
+        "the stable IDs did not pass {last:?} after the heal"
+    );
+    // What A showed up to the frozen ID is still exactly what is there: nothing arrived
+    // below it.
+    assert_eq!(
+        ids(&entries(&a.reply(&["XRANGE", "s", "-", &to_id(frozen)]))),
+        read_to_stable
+    );
+    assert_eq!(xrange(&mut a, "s").len(), 8);
+
+    // Another type: WRONGTYPE; wrong arity: Redis's error.
+    a.ok(&["SET", "str", "x"]);
+    let r = a.reply(&["CRDT.STREAMSTABLE", "str"]);
+    assert!(
+        matches!(&r, Reply::Err(e) if e.starts_with("WRONGTYPE")),
+        "{r:?}"
+    );
+    let r = a.reply(&["CRDT.STREAMSTABLE"]);
+    assert!(
+        matches!(&r, Reply::Err(e) if e.contains("wrong number of arguments")),
+        "{r:?}"
+    );
+    drop(cluster);
+
+    // Alone, the stable ID is the stream's last ID, and 0-0 before the stream exists.
+    let solo = common::Server::start();
+    let mut c = solo.connect();
+    assert_eq!(stable(&mut c, "s"), (0, 0));
+    xadd(&mut c, "s", "5-3", "f", "v");
+    assert_eq!(stable(&mut c, "s"), (5, 3));
+}
