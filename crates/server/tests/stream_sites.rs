@@ -2,7 +2,8 @@
 //! loopback: concurrent XADD at three sites (auto IDs never collide, one explicit ID chosen
 //! at two sites), XDEL and XTRIM during a partition (each removes only what its site had
 //! seen), consumer groups read and acknowledged at two sites during a partition (the later
-//! action wins per entry, cursors per entry origin), concurrent XACK and XCLAIM of one entry,
+//! action wins per entry, cursors per entry origin), concurrent XACK and XCLAIM of one entry
+//! at two sites and at three (one acknowledges, two claim),
 //! and entries that arrive late from a cut-off site still delivered by `XREADGROUP >`.
 //!
 //! Every site listens on 127.0.0.1 only; partitions come from the loopback proxy in
@@ -375,6 +376,135 @@ fn consumer_groups_at_two_sites_converge_by_the_later_action() {
     }
 }
 
+/// The IDs an XCLAIM (without JUSTID) returned.
+fn claim(c: &mut Raw, key: &str, group: &str, consumer: &str, id: &str) -> Vec<String> {
+    ids(&entries(
+        &c.reply(&["XCLAIM", key, group, consumer, "0", id]),
+    ))
+}
+
+/// `XINFO CONSUMERS` as (name, pending) pairs (idle times left out: they are per site).
+fn consumers(c: &mut Raw, key: &str, group: &str) -> Vec<(String, i64)> {
+    let r = c.reply(&["XINFO", "CONSUMERS", key, group]);
+    let Reply::Array(items) = &r else {
+        panic!("XINFO CONSUMERS: {r:?}");
+    };
+    items
+        .iter()
+        .map(|i| match field(i, "pending") {
+            Reply::Int(n) => (bulk_str(field(i, "name")), *n),
+            other => panic!("XINFO CONSUMERS pending: {other:?}"),
+        })
+        .collect()
+}
+
+/// Three sites cut off from each other act on one delivered entry each: one acknowledges it,
+/// the other two claim it for their own consumers. Per entry the latest of the three actions
+/// wins at every site (docs/conflicts.md §17), whichever site took it and in whatever order
+/// the sites hear of them; the losing claimers stay consumers with nothing pending.
+#[test]
+fn concurrent_xack_and_xclaims_at_three_sites_converge_on_the_latest() {
+    let cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut conns: Vec<Raw> = (0..3).map(|i| cluster.site(i).connect()).collect();
+    for i in 1..=3 {
+        xadd(&mut conns[A], "q", &format!("{i}-0"), "i", &i.to_string());
+    }
+    conns[A].ok(&["XGROUP", "CREATE", "q", "g", "0"]);
+    assert_eq!(
+        read_group(&mut conns[A], &["GROUP", "g", "alice", "STREAMS", "q", ">"]),
+        explicit(1..=3)
+    );
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+
+    cluster.isolate(A);
+    cluster.isolate(B);
+    // Three rounds, each a little later than the one before; per entry each site acts once:
+    //   1-0: A acks, B claims for bob, C claims for carol (latest)
+    //   2-0: B claims for bob, C claims for carol, A acks (latest)
+    //   3-0: C claims for carol, A acks, B claims for bob (latest)
+    let act = |conns: &mut [Raw], site: usize, id: &str| match site {
+        A => assert_eq!(conns[A].int(&["XACK", "q", "g", id]), 1, "A acks {id}"),
+        B => assert_eq!(
+            claim(&mut conns[B], "q", "g", "bob", id),
+            vec![id.to_string()]
+        ),
+        _ => assert_eq!(
+            claim(&mut conns[C], "q", "g", "carol", id),
+            vec![id.to_string()]
+        ),
+    };
+    for round in 0..3 {
+        act(&mut conns, A, ["1-0", "3-0", "2-0"][round]);
+        act(&mut conns, B, ["2-0", "1-0", "3-0"][round]);
+        act(&mut conns, C, ["3-0", "2-0", "1-0"][round]);
+        std::thread::sleep(LATER);
+    }
+    // Before the heal each site shows only its own actions.
+    assert_eq!(pending_list(&mut conns[A], "q", "g"), vec![]);
+    assert_eq!(
+        pending_list(&mut conns[C], "q", "g"),
+        vec![
+            ("1-0".to_string(), "carol".to_string(), 2),
+            ("2-0".to_string(), "carol".to_string(), 2),
+            ("3-0".to_string(), "carol".to_string(), 2)
+        ]
+    );
+    cluster.heal_all();
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+
+    let mut reference = None;
+    for (site, c) in conns.iter_mut().enumerate() {
+        // Each claim counted one more delivery on top of the one the claimer's site had seen.
+        assert_eq!(
+            pending_list(c, "q", "g"),
+            vec![
+                ("1-0".to_string(), "carol".to_string(), 2),
+                ("3-0".to_string(), "bob".to_string(), 2)
+            ],
+            "at site {site}"
+        );
+        let (n, per_consumer) = pending_summary(c, "q", "g");
+        assert_eq!(n, 2, "at site {site}");
+        assert_eq!(
+            per_consumer,
+            vec![
+                ("bob".to_string(), "1".to_string()),
+                ("carol".to_string(), "1".to_string())
+            ],
+            "at site {site}"
+        );
+        assert_eq!(
+            consumers(c, "q", "g"),
+            vec![
+                ("alice".to_string(), 0),
+                ("bob".to_string(), 1),
+                ("carol".to_string(), 1)
+            ],
+            "at site {site}"
+        );
+        let groups = c.reply(&["XINFO", "GROUPS", "q"]);
+        let Reply::Array(gs) = &groups else {
+            panic!("XINFO GROUPS: {groups:?}")
+        };
+        assert_eq!(gs.len(), 1);
+        assert_eq!(*field(&gs[0], "consumers"), Reply::Int(3), "at site {site}");
+        assert_eq!(*field(&gs[0], "pending"), Reply::Int(2), "at site {site}");
+        assert_eq!(bulk_str(field(&gs[0], "last-delivered-id")), "3-0");
+        // The whole XINFO GROUPS reply (no per-site times in it) is the same everywhere.
+        match &reference {
+            None => reference = Some(groups),
+            Some(r) => assert_eq!(&groups, r, "XINFO GROUPS at site {site}"),
+        }
+    }
+    // The digests agree (wait_converged checked them); so does the next action anywhere.
+    assert_eq!(conns[B].int(&["XACK", "q", "g", "1-0", "3-0"]), 2);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    for c in conns.iter_mut() {
+        assert_eq!(pending_summary(c, "q", "g").0, 0);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // 4. A site cut off while others read: its entries arrive late and are still delivered.
 // ---------------------------------------------------------------------------------------
@@ -560,4 +690,99 @@ fn a_quarantined_site_rejoins_without_bringing_back_what_was_removed() {
         let pending: Vec<String> = pending_list(x, "q", "g").into_iter().map(|p| p.0).collect();
         assert_eq!(pending, explicit([1, 3]), "at {site}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. The stable ID: what a reader at one site may read up to without missing an entry.
+// ---------------------------------------------------------------------------------------
+
+/// `CRDT.STREAMSTABLE key` as an ID.
+fn stable(c: &mut Raw, key: &str) -> (u64, u64) {
+    parse_id(&bulk_str(&c.reply(&["CRDT.STREAMSTABLE", key])))
+}
+
+/// The stable ID at A follows B's clock while B is connected, stops below every ID B
+/// generates while cut off (so a reader that stays at or below it misses none of B's
+/// entries), and catches up after the heal. Alone, a server's stable ID is the stream's last
+/// ID.
+#[test]
+fn the_stable_id_stops_below_a_cut_off_sites_entries_and_catches_up() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    let to_id = |(ms, seq): (u64, u64)| format!("{ms}-{seq}");
+
+    // Connected: an entry B adds is soon below A's stable ID, and so is A's own.
+    let before = xadd(&mut b, "s", "*", "b", "0");
+    let own = xadd(&mut a, "s", "*", "a", "0");
+    let caught_up = common::sites::eventually(Duration::from_secs(10), || {
+        let s = stable(&mut a, "s");
+        s >= parse_id(&before) && s >= parse_id(&own)
+    });
+    assert!(caught_up, "A's stable ID never passed {before} and {own}");
+    // Its form: the last ID of a millisecond.
+    assert_eq!(stable(&mut a, "s").1, u64::MAX);
+
+    cluster.partition(A, B);
+    // Whatever B's links carried before the cut has arrived by now.
+    std::thread::sleep(Duration::from_millis(500));
+    let frozen = stable(&mut a, "s");
+    let cut_off: Vec<String> = (1..=3)
+        .map(|i| xadd(&mut b, "s", "*", "b", &i.to_string()))
+        .collect();
+    let local: Vec<String> = (1..=3)
+        .map(|i| xadd(&mut a, "s", "*", "a", &i.to_string()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // A's stable ID does not move while B is cut off, and every ID B or A generated
+    // meanwhile is above it: reading A's stream up to it misses nothing.
+    assert_eq!(stable(&mut a, "s"), frozen);
+    for id in cut_off.iter().chain(&local) {
+        assert!(parse_id(id) > frozen, "{id} at or below {frozen:?}");
+    }
+    let read_to_stable = ids(&entries(&a.reply(&["XRANGE", "s", "-", &to_id(frozen)])));
+    // B's view stops at A's clock likewise.
+    let frozen_b = stable(&mut b, "s");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stable(&mut b, "s"), frozen_b);
+
+    cluster.heal(A, B);
+    cluster.wait_converged(CONVERGE_TIMEOUT);
+    let last = cut_off.iter().chain(&local).map(|id| parse_id(id)).max();
+    let caught_up = common::sites::eventually(Duration::from_secs(10), || {
+        Some(stable(&mut a, "s")) > last && Some(stable(&mut b, "s")) > last
+    });
+    assert!(
+        caught_up,
+        "the stable IDs did not pass {last:?} after the heal"
+    );
+    // What A showed up to the frozen ID is still exactly what is there: nothing arrived
+    // below it.
+    assert_eq!(
+        ids(&entries(&a.reply(&["XRANGE", "s", "-", &to_id(frozen)]))),
+        read_to_stable
+    );
+    assert_eq!(xrange(&mut a, "s").len(), 8);
+
+    // Another type: WRONGTYPE; wrong arity: Redis's error.
+    a.ok(&["SET", "str", "x"]);
+    let r = a.reply(&["CRDT.STREAMSTABLE", "str"]);
+    assert!(
+        matches!(&r, Reply::Err(e) if e.starts_with("WRONGTYPE")),
+        "{r:?}"
+    );
+    let r = a.reply(&["CRDT.STREAMSTABLE"]);
+    assert!(
+        matches!(&r, Reply::Err(e) if e.contains("wrong number of arguments")),
+        "{r:?}"
+    );
+    drop(cluster);
+
+    // Alone, the stable ID is the stream's last ID, and 0-0 before the stream exists.
+    let solo = common::Server::start();
+    let mut c = solo.connect();
+    assert_eq!(stable(&mut c, "s"), (0, 0));
+    xadd(&mut c, "s", "5-3", "f", "v");
+    assert_eq!(stable(&mut c, "s"), (5, 3));
 }

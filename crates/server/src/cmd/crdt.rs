@@ -5,6 +5,8 @@
 //! - `CRDT.WAIT numsites timeout`: blocks until that many other sites acked every write this
 //!   connection made so far (or the timeout, in milliseconds, passes; 0 waits for ever);
 //!   replies how many did.
+//! - `CRDT.STREAMSTABLE key`: the stream ID up to which every entry any site adds with an
+//!   automatic ID is here already (docs/conflicts.md §17).
 //!
 //! Their metadata is written here by hand (Redis has no such commands to generate it from).
 
@@ -44,9 +46,27 @@ pub static META: &[CommandMeta] = &[
         docs_resp2: b"$7\r\nsummary\r\n$127\r\nWaits until the given number of other sites have acknowledged every write made so far on this connection, or the timeout passes\r\n$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$6\r\nserver\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*2\r\n*4\r\n$4\r\nname\r\n$8\r\nnumsites\r\n$4\r\ntype\r\n$7\r\ninteger\r\n*4\r\n$4\r\nname\r\n$7\r\ntimeout\r\n$4\r\ntype\r\n$7\r\ninteger\r\n",
         docs_resp3: b"$7\r\nsummary\r\n$127\r\nWaits until the given number of other sites have acknowledged every write made so far on this connection, or the timeout passes\r\n$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$6\r\nserver\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*2\r\n%2\r\n$4\r\nname\r\n$8\r\nnumsites\r\n$4\r\ntype\r\n$7\r\ninteger\r\n%2\r\n$4\r\nname\r\n$7\r\ntimeout\r\n$4\r\ntype\r\n$7\r\ninteger\r\n",
     },
+    CommandMeta {
+        name: "crdt.streamstable",
+        arity: 2,
+        flags: Flags(2050),
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+        acl_categories: &["read", "stream", "fast"],
+        info_head_resp2: b":2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n+@stream\r\n+@fast\r\n*0\r\n*1\r\n*6\r\n$5\r\nflags\r\n*1\r\n+RO\r\n$12\r\nbegin_search\r\n*4\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n*2\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n*4\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n*6\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n",
+        info_head_resp3: b":2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n~3\r\n+@read\r\n+@stream\r\n+@fast\r\n~0\r\n~1\r\n%3\r\n$5\r\nflags\r\n~1\r\n+RO\r\n$12\r\nbegin_search\r\n%2\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n%1\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n%2\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n%3\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n",
+        docs_fields: 5,
+        docs_resp2: b"$7\r\nsummary\r\n$110\r\nReturns the stream ID up to which every entry that any site adds with an automatic ID has arrived at this site\r\n$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$6\r\nstream\r\n$10\r\ncomplexity\r\n$41\r\nO(N) where N is the number of peer shards\r\n$9\r\narguments\r\n*1\r\n*6\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n",
+        docs_resp3: b"$7\r\nsummary\r\n$110\r\nReturns the stream ID up to which every entry that any site adds with an automatic ID has arrived at this site\r\n$5\r\nsince\r\n$5\r\n0.1.0\r\n$5\r\ngroup\r\n$6\r\nstream\r\n$10\r\ncomplexity\r\n$41\r\nO(N) where N is the number of peer shards\r\n$9\r\narguments\r\n*1\r\n%3\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n",
+    },
 ];
 
-pub const HANDLERS: &[(&str, Handler)] = &[("crdt.digest", crdt_digest), ("crdt.wait", crdt_wait)];
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("crdt.digest", crdt_digest),
+    ("crdt.wait", crdt_wait),
+    ("crdt.streamstable", super::stream::crdt_streamstable),
+];
 
 fn crdt_digest(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let now = ctx.now_ms;

@@ -605,6 +605,25 @@ fn xlen(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// `CRDT.STREAMSTABLE key`: the stream's stable ID at this site (docs/conflicts.md §17). No
+/// `XADD key *` at any site, this one included, will add an entry at or below it that is not
+/// here already. With peers: just below the ms of the least of their promises and applied
+/// ops (`SyncState::stable_hlc`), since every site's auto IDs take at least its clock's ms
+/// and the clock only moves past what it promised. With none: the stream's last ID (every
+/// later ID is above it, explicit ones too). A key that holds no stream yet answers the
+/// same bound (its first entries are added above it); another type is WRONGTYPE.
+pub(super) fn crdt_streamstable(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let last = lookup_read(ctx, arg(argv, 1))?.map_or(StreamId::MIN, StreamCrdt::last_id);
+    let stable = match ctx.shard.sync.stable_hlc() {
+        Some(h) if ctx.shard.peers > 0 => StreamId::new(h.physical_ms(), 0)
+            .prev()
+            .unwrap_or(StreamId::MIN),
+        _ => last,
+    };
+    reply_id(ctx.out, stable);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // XREAD XREADGROUP
 

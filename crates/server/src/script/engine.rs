@@ -8,7 +8,8 @@
 //! turns back into their message) and a Rust callback can only raise its own error type.
 
 use mlua::{
-    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
+    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table,
+    Value, VmState,
 };
 use std::rc::Rc;
 
@@ -17,10 +18,30 @@ use crate::cmd::table::Flags;
 use crate::sha1;
 use crate::shard::Shard;
 
-/// Registry slot holding the userdata that borrows the shard while a script runs.
-const SHARD_KEY: &str = "meridian.shard";
-/// The thread's front (command counters, MONITOR, the client registry), lent beside the shard.
-const FRONT_KEY: &str = "meridian.front";
+/// App data of every Lua state: the registry slots that hold, while a script runs, the
+/// userdata borrowing the shard and the thread's front (command counters, MONITOR, the client
+/// registry); `false` between runs. Integer slots allocated once: setting one per run and
+/// reading one per `redis.call` is a `lua_rawseti`/`lua_rawgeti`, where a named slot costs a
+/// string interning and, to set, a protected call.
+struct Lent {
+    shard: RegistryKey,
+    front: RegistryKey,
+}
+
+/// The userdata in `slot` of [`Lent`] (`None` outside a script run).
+fn lent(lua: &Lua, slot: fn(&Lent) -> &RegistryKey) -> Option<AnyUserData> {
+    let lent = lua.app_data_ref::<Lent>()?;
+    lua.registry_value::<AnyUserData>(slot(&lent)).ok()
+}
+
+/// Sets both slots of [`Lent`] (userdata, or `false` to end the loan).
+fn set_lent(lua: &Lua, shard: Value, front: Value) -> mlua::Result<()> {
+    let Some(mut lent) = lua.app_data_mut::<Lent>() else {
+        return Err(mlua::Error::runtime("no lending slots"));
+    };
+    lua.replace_registry_value(&mut lent.shard, shard)?;
+    lua.replace_registry_value(&mut lent.front, front)
+}
 /// App data of a Lua state whose hook was switched to every line (after a kill, a load
 /// timeout or the memory limit); its next run switches it back to counting.
 struct HookEveryLine;
@@ -137,6 +158,11 @@ impl Engine {
         let globals: Table = handles.get("globals")?;
         lua.set_globals(globals.clone())?;
         lua.set_hook(count_hook(), hook)?;
+        // Never nil: a nil would free the slot, and the next run would allocate it again.
+        lua.set_app_data(Lent {
+            shard: lua.create_registry_value(false)?,
+            front: lua.create_registry_value(false)?,
+        });
         let state = EngineState {
             real_globals: handles.get("real_globals")?,
             run_eval: handles.get("run_eval")?,
@@ -211,15 +237,13 @@ impl Engine {
         self.reset_hook()?;
         let result = lua.scope(|scope| {
             let ud = scope.create_any_userdata_ref_mut(shard)?;
-            lua.set_named_registry_value(SHARD_KEY, ud)?;
             let fud = scope.create_any_userdata_ref_mut(front)?;
-            lua.set_named_registry_value(FRONT_KEY, fud)?;
+            set_lent(lua, Value::UserData(ud), Value::UserData(fud))?;
             let r = match fcall_args {
                 None => st.run_eval.call::<MultiValue>((f, &st.handler)),
                 Some((k, a)) => st.run_function.call::<MultiValue>((f, k, a, &st.handler)),
             };
-            lua.unset_named_registry_value(SHARD_KEY)?;
-            lua.unset_named_registry_value(FRONT_KEY)?;
+            set_lent(lua, Value::Boolean(false), Value::Boolean(false))?;
             r
         })?;
         let mut it = result.into_iter();
@@ -272,7 +296,7 @@ fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
         }
         return Ok(VmState::Continue);
     }
-    let Ok(ud) = lua.named_registry_value::<AnyUserData>(SHARD_KEY) else {
+    let Some(ud) = lent(lua, |l| &l.shard) else {
         return Ok(VmState::Continue);
     };
     let Ok(killed) = ud.borrow_mut_scoped::<Shard, _>(super::busy::interrupt) else {
@@ -390,7 +414,7 @@ fn fail_str(lua: &Lua, text: &str) -> mlua::Result<(Value, Value)> {
 
 /// Runs `f` with the shard the running script borrows, or `None` outside a script run.
 fn with_shard<R>(lua: &Lua, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-    let ud = lua.named_registry_value::<AnyUserData>(SHARD_KEY).ok()?;
+    let ud = lent(lua, |l| &l.shard)?;
     ud.borrow_mut_scoped::<Shard, _>(|shard| {
         shard.scripting.run.as_ref()?;
         Some(f(shard))
@@ -419,12 +443,26 @@ impl Args {
         }
     }
 
-    fn get(&self, i: usize) -> Value {
+    /// Appends argument `i` to `dst` as a command argument; `false` when it is neither a
+    /// string nor a number. Reads a passed value in place: cloning one costs a reference in
+    /// mlua's reference thread.
+    fn write(&self, i: usize, dst: &mut Vec<u8>) -> bool {
         match self {
-            Args::Values(v) => v.get(i).cloned().unwrap_or(Value::Nil),
-            Args::Packed(t, _) => t.raw_get(i + 1).unwrap_or(Value::Nil),
+            Args::Values(v) => v.get(i).is_some_and(|a| arg_bytes(a, dst)),
+            Args::Packed(t, _) => arg_bytes(&t.raw_get(i + 1).unwrap_or(Value::Nil), dst),
         }
     }
+}
+
+/// A string as it is, a number formatted with `%.17g`; `false` for anything else.
+fn arg_bytes(v: &Value, dst: &mut Vec<u8>) -> bool {
+    match v {
+        Value::String(s) => dst.extend_from_slice(&s.as_bytes()),
+        Value::Number(d) => number_arg(*d, dst),
+        Value::Integer(i) => number_arg(*i as f64, dst),
+        _ => return false,
+    }
+    true
 }
 
 /// Fills `argv` from Lua arguments (`luaArgsToRedisArgv`): strings as they are, numbers
@@ -440,11 +478,8 @@ fn lua_args(args: &Args, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
     argv.truncate(n);
     for (i, dst) in argv.iter_mut().enumerate() {
         dst.clear();
-        match args.get(i) {
-            Value::String(s) => dst.extend_from_slice(&s.as_bytes()),
-            Value::Number(d) => number_arg(d, dst),
-            Value::Integer(i) => number_arg(i as f64, dst),
-            _ => return Err("Lua redis lib command arguments must be strings or integers"),
+        if !args.write(i, dst) {
+            return Err("Lua redis lib command arguments must be strings or integers");
         }
     }
     Ok(())
@@ -453,13 +488,13 @@ fn lua_args(args: &Args, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
 /// `redis.call` / `redis.pcall` (luaRedisGenericCommand): returns `(reply, nil)` or
 /// `(nil, error table)`.
 fn redis_call(lua: &Lua, args: Args, raise: bool) -> mlua::Result<(Value, Value)> {
-    let Ok(ud) = lua.named_registry_value::<AnyUserData>(SHARD_KEY) else {
+    let Some(ud) = lent(lua, |l| &l.shard) else {
         return fail(
             lua,
             "redis.call/pcall can only be called inside a script invocation",
         );
     };
-    let Ok(fud) = lua.named_registry_value::<AnyUserData>(FRONT_KEY) else {
+    let Some(fud) = lent(lua, |l| &l.front) else {
         return fail(
             lua,
             "redis.call/pcall can only be called inside a script invocation",

@@ -37,6 +37,9 @@ pub const FULL_SYNC_CHUNK_BYTES: usize = 1024 * 1024;
 pub const REORDER_BATCHES_MAX: usize = 64;
 /// Keepalive period: the sender pings and the receiver acks at least this often.
 const KEEPALIVE: Duration = Duration::from_secs(1);
+/// How often a sender that has sent every op it issued states its clock in a `Ping` (the
+/// peer's stable stream ID advances by these: docs/conflicts.md §17); its body is 8 bytes.
+pub const PROMISE_INTERVAL: Duration = Duration::from_millis(100);
 /// Dial timeout and reconnect backoff bounds.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN_MS: u64 = 100;
@@ -419,6 +422,7 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
     let new_ops = shard.borrow().sync.new_ops.clone();
     let mut body: Vec<u8> = Vec::new();
     let mut last_retired_check = std::time::Instant::now();
+    let mut last_ping = std::time::Instant::now();
     loop {
         if closed.get() || shard.borrow().shutting_down {
             return Ok(());
@@ -468,17 +472,44 @@ async fn stream_ops<W: tokio::io::AsyncWrite + Unpin>(
                 note_out_bytes(shard, peer, writer);
             }
             None => {
+                // Caught up: every PROMISE_INTERVAL, busy or idle, a Ping (the keepalive too)
+                // states this shard's clock when every op it issued has been sent.
+                let wait = PROMISE_INTERVAL.saturating_sub(last_ping.elapsed());
+                if wait.is_zero() {
+                    let promise = promise(&mut shard.borrow_mut(), next_seq);
+                    let body = promise.map(|h| h.0.to_le_bytes());
+                    writer
+                        .send(Kind::Ping, body.as_ref().map_or(&[][..], |b| &b[..]))
+                        .await?;
+                    note_out_bytes(shard, peer, writer);
+                    last_ping = std::time::Instant::now();
+                    continue;
+                }
                 tokio::select! {
                     () = notified => {}
                     () = closed_notify.notified() => {}
-                    () = tokio::time::sleep(KEEPALIVE) => {
-                        writer.send(Kind::Ping, &[]).await?;
-                        note_out_bytes(shard, peer, writer);
-                    }
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }
     }
+}
+
+/// This shard's promise to a peer whose stream is sent up to `next_seq - 1`: an hlc that no
+/// op it issues later reaches or goes below (its clock, moved up to the wall clock), or
+/// `None` while an op it issued is not sent yet. Every later `XADD *` here generates an ID
+/// at or above the promise's ms (`cmd::stream` takes the clock's ms), which is what the
+/// peer's stable stream ID rests on (`SyncState::stable_hlc`).
+fn promise(s: &mut Shard, next_seq: u64) -> Option<meridian_crdt::Hlc> {
+    if s.seq >= next_seq {
+        return None;
+    }
+    let now = s.now_ms();
+    // Never ahead of the wall clock, so the skew check cannot refuse it.
+    let _ = s
+        .clock
+        .observe(meridian_crdt::Hlc::from_parts(now, 0), now, 0);
+    Some(s.clock.last())
 }
 
 /// Fills `body` with the next `Ops` frame of this shard's stream from `next_seq` (an
@@ -1071,7 +1102,16 @@ async fn receive_ops<S: Io>(shard: &ShardRc, peer: usize, stream: S) -> Result<(
                     tracing::info!(peer = %site, keys = end.keys, seq = end.seq, "full sync received");
                     ack_now = true;
                 }
-                Kind::Ping => {}
+                Kind::Ping => {
+                    // A sender's promise (an empty body: none, or a sender of an earlier
+                    // version) counts once every op it sent before is applied here.
+                    if let Ok(b) = <[u8; 8]>::try_from(&f.body[..]) {
+                        if reorder.is_empty() {
+                            let h = meridian_crdt::Hlc(u64::from_le_bytes(b));
+                            s.take_promise(peer, h, now)?;
+                        }
+                    }
+                }
                 other => {
                     return Err(SyncError::Unexpected {
                         got: other.name(),

@@ -161,6 +161,10 @@ pub struct Peer {
     /// longer waits for it (it is also `quarantined`). Kept in `peers` so that the indices of
     /// the other peers' tasks stay valid and its replica ids stay recognized.
     pub removed: bool,
+    /// The peer's latest promise (a `Ping` body, `link::promise`), taken once every op it
+    /// sent before it was applied here: none of its later ops carries an hlc at or below
+    /// this. In memory only; never goes down.
+    pub promised: meridian_crdt::Hlc,
 }
 
 impl Peer {
@@ -200,6 +204,7 @@ impl Peer {
             last_error: String::new(),
             lag_ms: VecDeque::new(),
             removed: false,
+            promised: meridian_crdt::Hlc::ZERO,
         }
     }
 
@@ -514,6 +519,18 @@ impl SyncState {
             .position(|p| p.site == site && p.shard == shard)
     }
 
+    /// The hlc below which no op of any peer is still to come: for each peer shard not
+    /// removed (quarantined ones included: they may still deliver), the larger of its promise
+    /// and the last op applied from its current life; the least of those. `None` with no
+    /// peers. A peer never heard from counts as zero.
+    pub fn stable_hlc(&self) -> Option<meridian_crdt::Hlc> {
+        self.peers
+            .iter()
+            .filter(|p| !p.removed)
+            .map(|p| p.promised.max(self.delivered.get(p.replica)))
+            .min()
+    }
+
     /// `site` has `shards` shards: adds an entry for each one not known yet (a configured
     /// site only). Returns the indices added; their links start at the caller's. Shard
     /// counts above `PEER_SHARDS_MAX` are taken as that many.
@@ -550,6 +567,29 @@ pub fn vv_text(vv: &VersionVector) -> String {
 }
 
 impl crate::shard::Shard {
+    /// Takes peer `peer`'s promise `h` (a `Ping` body) once every op it sent before is
+    /// applied: the clock moves past it, so that this site's own later `XADD *` IDs are above
+    /// the stable ID too. Refused like an op when it is ahead of the clock by more than
+    /// `sync-clock-skew-ms-max`.
+    pub fn take_promise(
+        &mut self,
+        peer: usize,
+        h: meridian_crdt::Hlc,
+        now_ms: u64,
+    ) -> Result<(), meridian_syncer::SyncError> {
+        let skew = self.config.sync_clock_skew_ms_max;
+        if self.clock.observe(h, now_ms, skew).is_err() {
+            return Err(meridian_syncer::SyncError::Refused(format!(
+                "promise is stamped {} ms ahead of this site's clock (limit {skew})",
+                h.physical_ms().saturating_sub(now_ms)
+            )));
+        }
+        if let Some(p) = self.sync.peers.get_mut(peer) {
+            p.promised = p.promised.max(h);
+        }
+        Ok(())
+    }
+
     /// CRDT.ADDPEER: a new peer; its dialer starts at once, its links are accepted from now.
     pub fn add_peer(&mut self, site: &str, addr: &str) {
         let now = self.now_ms();
