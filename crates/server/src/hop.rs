@@ -195,6 +195,10 @@ pub enum Op {
     Unwatch,
     /// Drops everything the client left here (it disconnected): watches, a blocked wait.
     Forget,
+    /// The last step of a SORT the connection's thread coordinated across shards
+    /// (`crate::sort_across`): its reply or STORE from what was gathered, counted as the
+    /// command. Never sent to another node.
+    SortFinish(&'static CommandSpec, Box<cmd::sort::Gathered>),
 }
 
 /// What one item left besides its reply.
@@ -340,6 +344,12 @@ async fn forward(
                 local.push(None);
             }
             Op::Unwatch | Op::Forget => local.push(Some(Vec::new())),
+            Op::SortFinish(..) => {
+                // `sort_across` refuses keys on other nodes before it gathers anything.
+                local.push(Some(
+                    b"-ERR SORT across nodes is not supported\r\n".to_vec(),
+                ));
+            }
             Op::Rerun(_) | Op::TimeOut(_) => {
                 local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
             }
@@ -534,18 +544,34 @@ fn run_item(
     now: u64,
     note: &mut Note,
 ) {
+    // The log of this shard cannot be written: writes get MISCONF, as `cmd::admit` answers
+    // for the connection's own shard.
+    let refused = |s: &Shard, f: &mut Front, out: &mut Reply, spec: &CommandSpec| {
+        if !spec.meta.flags.contains(cmd::table::Flags::WRITE) {
+            return false;
+        }
+        let Some(text) = s.persist.refusal() else {
+            return false;
+        };
+        if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        cmd::reply_error(f, out, &CmdError::Raw(text));
+        true
+    };
     match op {
+        Op::SortFinish(spec, gathered) => {
+            if refused(s, f, out, spec) {
+                return;
+            }
+            client.shared.last_cmd.set(spec.meta.name);
+            cmd::call_with(s, f, client, out, spec, argv, now, |ctx| {
+                cmd::sort::finish(ctx, argv, *gathered)
+            });
+        }
         Op::Call(spec) => {
-            // The log of this shard cannot be written: writes get MISCONF, as `cmd::admit`
-            // answers for the connection's own shard.
-            if spec.meta.flags.contains(cmd::table::Flags::WRITE) {
-                if let Some(text) = s.persist.refusal() {
-                    if let Some(st) = f.stats.commands.get_mut(spec.idx) {
-                        st.rejected_calls += 1;
-                    }
-                    cmd::reply_error(f, out, &CmdError::Raw(text));
-                    return;
-                }
+            if refused(s, f, out, spec) {
+                return;
             }
             // The batch's client is built afresh on this thread: what it runs is its current
             // command (CLIENT LIST and ACL LOG entries made during it show `cmd=`), as the

@@ -610,6 +610,24 @@ pub fn call(
         );
         return;
     };
+    call_with(shard, front, client, out, spec, argv, now_ms, |ctx| {
+        handler(ctx, argv)
+    });
+}
+
+/// `call` with `run` in place of the command's handler: the same checks and accounting
+/// around it (the last step of a command another thread prepared, `crate::sort_across`).
+#[allow(clippy::too_many_arguments)]
+pub fn call_with(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+    run: impl FnOnce(&mut Ctx<'_>) -> Result<(), CmdError>,
+) {
     // Past maxmemory, the shard that owns the keys evicts its own before a command a client
     // sent (not one inside EXEC or a script), then refuses one that may use memory.
     if shard.config.maxmemory != 0
@@ -635,7 +653,7 @@ pub fn call(
             now_ms,
             spec,
         };
-        handler(&mut ctx, argv)
+        run(&mut ctx)
     };
     client.call_depth -= 1;
     if shard.seq != seq_before {
