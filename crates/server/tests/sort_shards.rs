@@ -2,7 +2,7 @@
 //! sorted key, BY and GET pattern keys and STORE destination are on different shards: the
 //! main port coordinates them (`sort_across`) and must answer byte for byte as one
 //! `redis-server` 7.0.15 does with the same data. Also: an empty result deleting the
-//! destination and waking its WATCH, the ACL rule, the per-job lookup limit at and one past
+//! destination and waking its WATCH, RESP3, keyspace events, the ACL rule, the per-job lookup limit at and one past
 //! it, counting, and the refusal inside MULTI/EXEC, scripts and on the cluster endpoints.
 
 mod common;
@@ -137,6 +137,54 @@ fn sort_across_shards_answers_as_redis() {
     ] {
         both(&mut m, &mut r, args);
     }
+    // RESP3: missing GET values are RESP3 nulls.
+    for c in [&mut m, &mut r] {
+        let hello = s(&c.call_strs(&["HELLO", "3"]));
+        assert!(hello.starts_with('%'), "{hello}");
+    }
+    both(
+        &mut m,
+        &mut r,
+        &[
+            "SORT", "l", "BY", "w_*", "LIMIT", "0", "4", "GET", "o_*", "GET", "#",
+        ],
+    );
+    both(
+        &mut m,
+        &mut r,
+        &["SORT_RO", "z", "BY", "h_*->f", "GET", "nope_*"],
+    );
+}
+
+#[test]
+fn store_across_shards_notifies_sortstore() {
+    let srv = Server::start();
+    let mut c = srv.connect();
+    let mut sub = srv.connect();
+    assert_eq!(
+        s(&c.call_strs(&["CONFIG", "SET", "notify-keyspace-events", "KEA"])),
+        "+OK\r\n"
+    );
+    let subscribed = s(&sub.call_strs(&["SUBSCRIBE", "__keyspace@0__:dst"]));
+    assert!(subscribed.contains("subscribe"), "{subscribed}");
+    assert_eq!(s(&c.call_strs(&["RPUSH", "src", "b", "a"])), ":2\r\n");
+    assert_eq!(
+        s(&c.call_strs(&["SORT", "src", "BY", "w_*", "ALPHA", "STORE", "dst"])),
+        ":2\r\n"
+    );
+    assert_eq!(
+        s(&sub.read_reply()),
+        "*3\r\n$7\r\nmessage\r\n$18\r\n__keyspace@0__:dst\r\n$9\r\nsortstore\r\n"
+    );
+    // An empty result deletes it: "del".
+    assert_eq!(
+        s(&c.call_strs(&["SORT", "nothing", "BY", "w_*", "STORE", "dst"])),
+        ":0\r\n"
+    );
+    assert_eq!(
+        s(&sub.read_reply()),
+        "*3\r\n$7\r\nmessage\r\n$18\r\n__keyspace@0__:dst\r\n$3\r\ndel\r\n"
+    );
 }
 
 #[test]
