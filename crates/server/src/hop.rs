@@ -426,7 +426,23 @@ pub async fn run_on<T: Send + 'static>(
     if shard == th.index {
         return Ok(job(th));
     }
+    let rx = send_job(th, shard, job).await?;
+    rx.await.map_err(|_| Unavailable { shard })
+}
+
+/// Sends `job` to `shard`'s thread (waiting while its inbox is full; this thread's runs at
+/// once) and returns the receiver of its result, so that jobs for several shards run at the
+/// same time.
+pub async fn send_job<T: Send + 'static>(
+    th: &Rc<Thread>,
+    shard: u16,
+    job: impl FnOnce(&Rc<Thread>) -> T + Send + 'static,
+) -> Result<oneshot::Receiver<T>, Unavailable> {
     let (tx, rx) = oneshot::channel();
+    if shard == th.index {
+        let _ = tx.send(job(th));
+        return Ok(rx);
+    }
     let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
     let boxed: Job = Box::new(move |t| {
         let _ = tx.send(job(t));
@@ -435,7 +451,7 @@ pub async fn run_on<T: Send + 'static>(
         .send(Msg::Job(boxed))
         .await
         .map_err(|_| Unavailable { shard })?;
-    rx.await.map_err(|_| Unavailable { shard })
+    Ok(rx)
 }
 
 /// Runs `job` on every shard thread of this process (this one inline) and returns the

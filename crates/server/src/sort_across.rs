@@ -209,7 +209,8 @@ fn formed(pattern: &[u8], elem: &[u8]) -> Option<Formed> {
 }
 
 /// The values of `wanted` keys (fields) of database `db`, read on their shards in jobs of at
-/// most `SORT_LOOKUPS_PER_JOB_MAX` lookups; missing ones are absent.
+/// most `SORT_LOOKUPS_PER_JOB_MAX` lookups, one job per shard at a time, the shards' jobs
+/// at the same time (this thread's last); missing ones are absent.
 async fn fetch(
     th: &Rc<Thread>,
     db: usize,
@@ -227,16 +228,23 @@ async fn fetch(
     if let Some(e) = other_node(th, by_shard.keys().copied()) {
         return Err(e);
     }
+    // This thread's shard last: its job runs inline while the others run.
+    let mut lists: Vec<(u16, Vec<Formed>)> = by_shard.into_iter().collect();
+    lists.sort_by_key(|(t, _)| *t == th.index);
     let mut values = HashMap::new();
-    for (shard, mut list) in by_shard {
-        while !list.is_empty() {
-            if crate::stop::requested() {
-                return Err(CmdError::ShuttingDown);
+    while lists.iter().any(|(_, l)| !l.is_empty()) {
+        if crate::stop::requested() {
+            return Err(CmdError::ShuttingDown);
+        }
+        let mut waits = Vec::with_capacity(lists.len());
+        for (shard, list) in &mut lists {
+            if list.is_empty() {
+                continue;
             }
             let chunk: Vec<Formed> = list
                 .drain(..list.len().min(SORT_LOOKUPS_PER_JOB_MAX))
                 .collect();
-            let found = hop::run_on(th, shard, move |t| {
+            let rx = hop::send_job(th, *shard, move |t| {
                 let mut s = t.shard.borrow_mut();
                 let now = s.now_ms();
                 chunk
@@ -249,6 +257,12 @@ async fn fetch(
             })
             .await
             .map_err(hop::unavailable_error)?;
+            waits.push((*shard, rx));
+        }
+        for (shard, rx) in waits {
+            let found = rx
+                .await
+                .map_err(|_| hop::unavailable_error(hop::Unavailable { shard }))?;
             values.extend(found);
         }
     }
