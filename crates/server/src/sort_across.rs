@@ -275,6 +275,6 @@ fn other_node(th: &Thread, shards: impl IntoIterator<Item = u16>) -> Option<CmdE
         .into_iter()
         .find(|&t| th.node.remote_endpoint(t).is_some())?;
     Some(CmdError::Err(format!(
-        "SORT of keys on another node of the site (shard {t}) is not supported on this port: use the cluster endpoints"
+        "SORT of keys on another node of the site (shard {t}) is not supported: keep its keys on one node (hash tags)"
     )))
 }
