@@ -7,9 +7,9 @@
 //!
 //! 1. the sorted key's elements and type, read on its shard (`sort::load_from`: WRONGTYPE,
 //!    a missing key is empty);
-//! 2. the BY values of every element, one job per shard holding them (at most
-//!    `SORT_LOOKUPS_PER_JOB_MAX` lookups per job), then the sort and LIMIT
-//!    (`sort::select`), here;
+//! 2. the BY values of every element's (distinct) formed key, in jobs on the shards holding
+//!    them (at most `SORT_LOOKUPS_PER_JOB_MAX` lookups per job; the shards' jobs at the same
+//!    time), then the sort and LIMIT (`sort::select`), here;
 //! 3. the GET values of the selected elements, the same way;
 //! 4. the reply, or the STORE (one whole-list assignment, or the destination's deletion when
 //!    the result is empty), as the command's last step (`hop::Op::SortFinish`, run by
@@ -28,7 +28,7 @@ use std::rc::Rc;
 use crate::client::Client;
 use crate::cmd::sort::{self, Formed, Gathered};
 use crate::cmd::table::{CommandSpec, Table};
-use crate::cmd::{self};
+use crate::cmd;
 use crate::error::CmdError;
 use crate::hop::{self, Batch, ClientView, Op, Thread};
 use crate::persist::AfterBatch;
