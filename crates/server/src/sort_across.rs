@@ -26,9 +26,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::client::Client;
+use crate::cmd;
 use crate::cmd::sort::{self, Formed, Gathered};
 use crate::cmd::table::{CommandSpec, Table};
-use crate::cmd;
 use crate::error::CmdError;
 use crate::hop::{self, Batch, ClientView, Op, Thread};
 use crate::persist::AfterBatch;
