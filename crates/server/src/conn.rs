@@ -1385,13 +1385,12 @@ impl Conn {
                 }
                 step
             }
-            Special::Sort => {
-                if let Some(text) = route::sort_pattern_error(&f.node.slots, argv) {
-                    self.reject(f, Some(spec), &CmdError::Err(text.to_string()));
-                    return Step::Next;
-                }
-                self.keyed(s, f, spec, argv, now)
+            Special::Sort
+                if crate::sort_across::spans_shards(&f.node.slots, f.table, spec, argv) =>
+            {
+                barrier(BarrierKind::Special(sp))
             }
+            Special::Sort => self.keyed(s, f, spec, argv, now),
             Special::Debug => {
                 let sub = argv.get(1).copied().unwrap_or_default();
                 if sub.eq_ignore_ascii_case(b"set-active-expire") {
@@ -1806,11 +1805,17 @@ impl Conn {
             Special::RandomKey => self.randomkey(spec, argv).await,
             Special::CrdtWait => return self.crdt_wait(spec, argv, stream, rbuf, pos).await,
             Special::Shutdown => self.shutdown(spec, argv).await,
-            Special::Unwatch
-            | Special::Sort
-            | Special::Debug
-            | Special::Digest
-            | Special::Cluster => {
+            Special::Sort => {
+                let th = self.th.clone();
+                let Conn {
+                    client,
+                    out,
+                    afters,
+                    ..
+                } = self;
+                crate::sort_across::run(&th, client, out, afters, spec, argv).await;
+            }
+            Special::Unwatch | Special::Debug | Special::Digest | Special::Cluster => {
                 // Dispatched without a barrier.
                 self.out
                     .error(&CmdError::Err("internal routing error".to_string()));

@@ -208,6 +208,10 @@ pub enum Op {
     Unwatch,
     /// Drops everything the client left here (it disconnected): watches, a blocked wait.
     Forget,
+    /// The last step of a SORT the connection's thread coordinated across shards
+    /// (`crate::sort_across`): its reply or STORE from what was gathered, counted as the
+    /// command. Never sent to another node.
+    SortFinish(&'static CommandSpec, Box<cmd::sort::Gathered>),
 }
 
 /// What one item left besides its reply.
@@ -359,6 +363,12 @@ async fn forward(
                 local.push(None);
             }
             Op::Unwatch | Op::Forget => local.push(Some(Vec::new())),
+            Op::SortFinish(..) => {
+                // `sort_across` refuses keys on other nodes before it gathers anything.
+                local.push(Some(
+                    b"-ERR SORT across nodes is not supported\r\n".to_vec(),
+                ));
+            }
             Op::Rerun(_) | Op::TimeOut(_) => {
                 local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
             }
@@ -447,7 +457,23 @@ pub async fn run_on<T: Send + 'static>(
     if shard == th.index {
         return Ok(job(th));
     }
+    let rx = send_job(th, shard, job).await?;
+    rx.await.map_err(|_| Unavailable { shard })
+}
+
+/// Sends `job` to `shard`'s thread (waiting while its inbox is full; this thread's runs at
+/// once) and returns the receiver of its result, so that jobs for several shards run at the
+/// same time.
+pub async fn send_job<T: Send + 'static>(
+    th: &Rc<Thread>,
+    shard: u16,
+    job: impl FnOnce(&Rc<Thread>) -> T + Send + 'static,
+) -> Result<oneshot::Receiver<T>, Unavailable> {
     let (tx, rx) = oneshot::channel();
+    if shard == th.index {
+        let _ = tx.send(job(th));
+        return Ok(rx);
+    }
     let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
     let boxed: Job = Box::new(move |t| {
         let _ = tx.send(job(t));
@@ -456,7 +482,7 @@ pub async fn run_on<T: Send + 'static>(
         .send(Msg::Job(boxed))
         .await
         .map_err(|_| Unavailable { shard })?;
-    rx.await.map_err(|_| Unavailable { shard })
+    Ok(rx)
 }
 
 /// Runs `job` on every shard thread of this process (this one inline) and returns the
@@ -583,18 +609,34 @@ fn run_item(
     now: u64,
     note: &mut Note,
 ) {
+    // The log of this shard cannot be written: writes get MISCONF, as `cmd::admit` answers
+    // for the connection's own shard.
+    let refused = |s: &Shard, f: &mut Front, out: &mut Reply, spec: &CommandSpec| {
+        if !spec.meta.flags.contains(cmd::table::Flags::WRITE) {
+            return false;
+        }
+        let Some(text) = s.persist.refusal() else {
+            return false;
+        };
+        if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+            st.rejected_calls += 1;
+        }
+        cmd::reply_error(f, out, &CmdError::Raw(text));
+        true
+    };
     match op {
+        Op::SortFinish(spec, gathered) => {
+            if refused(s, f, out, spec) {
+                return;
+            }
+            client.shared.last_cmd.set(spec.meta.name);
+            cmd::call_with(s, f, client, out, spec, argv, now, |ctx| {
+                cmd::sort::finish(ctx, argv, *gathered)
+            });
+        }
         Op::Call(spec) => {
-            // The log of this shard cannot be written: writes get MISCONF, as `cmd::admit`
-            // answers for the connection's own shard.
-            if spec.meta.flags.contains(cmd::table::Flags::WRITE) {
-                if let Some(text) = s.persist.refusal() {
-                    if let Some(st) = f.stats.commands.get_mut(spec.idx) {
-                        st.rejected_calls += 1;
-                    }
-                    cmd::reply_error(f, out, &CmdError::Raw(text));
-                    return;
-                }
+            if refused(s, f, out, spec) {
+                return;
             }
             // The batch's client is built afresh on this thread: what it runs is its current
             // command (CLIENT LIST and ACL LOG entries made during it show `cmd=`), as the

@@ -89,6 +89,7 @@ pub mod service;
 pub mod sha1;
 pub mod shard;
 pub mod slot;
+pub mod sort_across;
 pub mod stats;
 pub mod stop;
 pub mod stream;

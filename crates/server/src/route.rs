@@ -92,7 +92,8 @@ pub enum Special {
     Digest,
     /// SHUTDOWN: every shard closes its log before the process exits.
     Shutdown,
-    /// SORT/SORT_RO: BY and GET patterns must name keys of the sorted key's shard.
+    /// SORT/SORT_RO: coordinated by the connection's thread when its keys (sorted key,
+    /// pattern keys, STORE destination) may be on several shards (`crate::sort_across`).
     Sort,
     /// CLUSTER: COUNTKEYSINSLOT and GETKEYSINSLOT run on the slot's shard.
     Cluster,
@@ -237,42 +238,6 @@ pub fn pattern_slot(pattern: &[u8]) -> Option<u16> {
         return None;
     }
     Some(slot(tag))
-}
-
-/// With several shards, SORT's BY and GET patterns must form keys of the sorted key's
-/// shard: Redis Cluster's texts when they may not. `#` (the element itself), a BY without
-/// `*` (no sorting) and GET of a hash field of the element (`#->f` does not exist) are fine.
-pub fn sort_pattern_error(slots: &SlotMap, argv: &[&[u8]]) -> Option<&'static str> {
-    let key_shard = slots.shard_of_key(argv.get(1)?);
-    let same = |p: &[u8]| pattern_slot(p).is_some_and(|s| slots.shard_of_slot(s) == key_shard);
-    let mut i = 2;
-    while let Some(a) = argv.get(i) {
-        let next = argv.get(i + 1).copied();
-        if a.eq_ignore_ascii_case(b"by") {
-            if let Some(p) = next {
-                if p.contains(&b'*') && !same(p) {
-                    return Some(
-                        "BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
-                    );
-                }
-            }
-            i += 2;
-        } else if a.eq_ignore_ascii_case(b"get") {
-            if let Some(p) = next {
-                if p != b"#" && !same(p) {
-                    return Some(
-                        "GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
-                    );
-                }
-            }
-            i += 2;
-        } else if a.eq_ignore_ascii_case(b"limit") {
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    None
 }
 
 // ---------------------------------------------------------------------------------------
@@ -639,26 +604,9 @@ mod tests {
 
     #[test]
     fn sort_patterns_and_scan_cursors() {
-        let slots = SlotMap::contiguous(2);
         assert_eq!(pattern_slot(b"w_{tag}_*"), Some(slot(b"tag")));
         assert_eq!(pattern_slot(b"w_*"), None);
         assert_eq!(pattern_slot(b"{*}"), None);
-        let ok: [&[u8]; 6] = [b"sort", b"{t}l", b"BY", b"{t}w_*", b"GET", b"#"];
-        assert_eq!(sort_pattern_error(&slots, &ok), None);
-        let by: [&[u8]; 4] = [b"sort", b"l", b"by", b"w_*"];
-        assert!(
-            sort_pattern_error(&slots, &by)
-                .unwrap()
-                .starts_with("BY option")
-        );
-        let nosort: [&[u8]; 4] = [b"sort", b"l", b"by", b"nosort"];
-        assert_eq!(sort_pattern_error(&slots, &nosort), None);
-        let get: [&[u8]; 4] = [b"sort", b"l", b"get", b"o_*"];
-        assert!(
-            sort_pattern_error(&slots, &get)
-                .unwrap()
-                .starts_with("GET option")
-        );
         assert_eq!(scan_split(scan_join(2, 77, 4)), (2, 77));
         assert_eq!(scan_join(2, 0, 4), 3 << SCAN_SHARD_SHIFT);
         assert_eq!(scan_join(3, 0, 4), 0);

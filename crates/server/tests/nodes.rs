@@ -603,3 +603,48 @@ fn nodes_of_two_epochs_refuse_each_other() {
     assert!(e.contains("epoch mismatch"), "{e}");
     assert!(e.contains("epoch 1") && e.contains("epoch 2"), "{e}");
 }
+
+/// SORT on a node's main port: keys of this node's shards are coordinated across them
+/// (`sort_across`); a key of another node is refused with a clear error, not read as
+/// missing.
+#[test]
+fn sort_across_this_nodes_shards_and_refused_across_nodes() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, _n2) = start_site(root.path(), "a", &[]);
+    let mut c = n1.connect();
+    // n1 runs shards 0 and 1, n2 shard 2.
+    let (src, dst) = (key_on(0, "src"), key_on(1, "dst"));
+    let tag = key_on(1, "t");
+    let w = |i: u32| format!("{{{tag}}}w_{i}");
+    assert_eq!(c.int(&["RPUSH", &src, "1", "2", "3"]), 3);
+    c.ok(&["MSET", &w(1), "30", &w(2), "10", &w(3), "20"]);
+    let by = format!("{{{tag}}}w_*");
+    assert_eq!(
+        c.reply(&["SORT", &src, "BY", &by, "GET", &by]),
+        Reply::Array(vec![
+            Reply::bulk("10"),
+            Reply::bulk("20"),
+            Reply::bulk("30")
+        ])
+    );
+    assert_eq!(c.int(&["SORT", &src, "BY", &by, "DESC", "STORE", &dst]), 3);
+    assert_eq!(
+        c.reply(&["LRANGE", &dst, "0", "-1"]),
+        Reply::Array(vec![Reply::bulk("1"), Reply::bulk("3"), Reply::bulk("2")])
+    );
+    let remote = key_on(2, "far");
+    let refused =
+        String::from_utf8_lossy(&c.call_strs(&["SORT", &src, "STORE", &remote])).into_owned();
+    assert!(
+        refused.starts_with("-ERR SORT of keys on another node of the site (shard 2)"),
+        "{refused}"
+    );
+    // A pattern whose keys are all on shard 2 (its tag is `remote`).
+    let far_by = format!("{{{remote}}}w_*");
+    let refused =
+        String::from_utf8_lossy(&c.call_strs(&["SORT", &src, "BY", &far_by])).into_owned();
+    assert!(
+        refused.starts_with("-ERR SORT of keys on another node of the site (shard 2)"),
+        "{refused}"
+    );
+}

@@ -612,6 +612,24 @@ pub fn call(
         );
         return;
     };
+    call_with(shard, front, client, out, spec, argv, now_ms, |ctx| {
+        handler(ctx, argv)
+    });
+}
+
+/// `call` with `run` in place of the command's handler: the same checks and accounting
+/// around it (the last step of a command another thread prepared, `crate::sort_across`).
+#[allow(clippy::too_many_arguments)]
+pub fn call_with(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+    run: impl FnOnce(&mut Ctx<'_>) -> Result<(), CmdError>,
+) {
     // Client-side caching: the client a command a client sent runs for (its own
     // invalidations wait for its reply), and the table's limit (Redis's processCommand).
     let top = client.call_depth == 0 && !client.is_script();
@@ -660,7 +678,7 @@ pub fn call(
             now_ms,
             spec,
         };
-        handler(&mut ctx, argv)
+        run(&mut ctx)
     };
     client.call_depth -= 1;
     if shard.seq != seq_before {

@@ -6,28 +6,58 @@
 //! reverses it), a set keeps its iteration order, except with STORE, where it is sorted ALPHA
 //! so that what is stored does not depend on a hash order. Byte order is what Redis's
 //! `strcoll` gives under the C and C.UTF-8 locales.
+//!
+//! With several shards, a SORT whose keys (the sorted key, the keys its patterns form, the
+//! STORE destination) are not all on one shard is coordinated by the connection's thread
+//! (`crate::sort_across`) out of the same parts: `parse_args`, `load_from`, `read_formed`,
+//! `select` and `output`, and `finish` as the command's last step. The handler itself
+//! refuses patterns that may form keys of another shard (inside MULTI/EXEC, scripts, and on
+//! the cluster endpoints), with Redis Cluster's texts.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use meridian_crdt::{Effect, KeyState, ListCrdt, StrView, TypeTag};
 
 use super::args::{eq_ic, int_arg, is_c_space, strtod_decimal};
 use super::{Ctx, Handler};
+use crate::client::Client;
 use crate::error::CmdError;
+use crate::shard::Shard;
+use crate::slot::SlotMap;
 
 pub const HANDLERS: &[(&str, Handler)] = &[("sort", sort), ("sort_ro", sort_ro)];
 
 /// The options of one SORT call.
-struct SortArgs<'a> {
-    desc: bool,
-    alpha: bool,
+#[derive(Debug)]
+pub(crate) struct SortArgs<'a> {
+    pub desc: bool,
+    pub alpha: bool,
     /// LIMIT offset count, as given (negative values are handled as Redis does).
-    limit: Option<(i64, i64)>,
-    by: Option<&'a [u8]>,
+    pub limit: Option<(i64, i64)>,
+    pub by: Option<&'a [u8]>,
     /// A BY pattern without `*` was given: no sorting (Redis never resets it).
-    dontsort: bool,
-    gets: Vec<&'a [u8]>,
-    store: Option<&'a [u8]>,
+    pub dontsort: bool,
+    pub gets: Vec<&'a [u8]>,
+    pub store: Option<&'a [u8]>,
+}
+
+impl SortArgs<'_> {
+    /// A set's order is arbitrary: with STORE, or for a script, it is sorted anyway so the
+    /// result is the same everywhere (Redis does this for scripts and for what it
+    /// replicates).
+    pub fn settle(&mut self, kind: Kind, script: bool) {
+        if self.dontsort && kind == Kind::Set && (self.store.is_some() || script) {
+            self.dontsort = false;
+            self.alpha = true;
+            self.by = None;
+        }
+    }
+
+    /// The BY pattern that forms keys to sort by, when sorting happens.
+    pub fn by_lookup(&self) -> Option<&[u8]> {
+        if self.dontsort { None } else { self.by }
+    }
 }
 
 /// One element to sort and what it sorts by.
@@ -47,19 +77,43 @@ fn sort_ro(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// Whether the client's user may read every key with this command (SORT's BY and GET).
-fn full_key_access(ctx: &Ctx<'_>, argv: &[&[u8]]) -> bool {
-    let user = ctx.client.shared.user.borrow();
-    let slot = user
-        .as_ref()
-        .unwrap_or_else(|| ctx.shard.acl.default_user());
+pub(crate) fn full_key_access(
+    shard: &Shard,
+    client: &Client,
+    spec: &super::table::CommandSpec,
+    argv: &[&[u8]],
+) -> bool {
+    let user = client.shared.user.borrow();
+    let slot = user.as_ref().unwrap_or_else(|| shard.acl.default_user());
     slot.is_unrestricted()
-        || crate::acl::may_read_every_key(crate::acl::catalog(), &slot.get(), ctx.spec.acl_id, argv)
+        || crate::acl::may_read_every_key(crate::acl::catalog(), &slot.get(), spec.acl_id, argv)
+}
+
+/// Redis Cluster's refusal of a pattern that may form keys outside the shard of `key` (a
+/// `{tag}` without `*` pins them to one slot; Redis 7.2's rule, at shard rather than slot
+/// grain): None when none may. `#` (the element itself) and a BY without `*` (no sorting)
+/// form no key.
+pub(crate) fn pattern_denial(slots: &SlotMap, key: &[u8], a: &SortArgs<'_>) -> Option<CmdError> {
+    let home = slots.shard_of_key(key);
+    let same =
+        |p: &[u8]| crate::route::pattern_slot(p).is_some_and(|s| slots.shard_of_slot(s) == home);
+    if a.by.is_some_and(|p| p.contains(&b'*') && !same(p)) {
+        return Some(CmdError::Err(
+            "BY option of SORT denied in Cluster mode.".to_string(),
+        ));
+    }
+    if a.gets.iter().any(|p| *p != b"#" && !same(p)) {
+        return Some(CmdError::Err(
+            "GET option of SORT denied in Cluster mode.".to_string(),
+        ));
+    }
+    None
 }
 
 /// Redis's option loop: unknown words (and STORE for SORT_RO) are a syntax error, LIMIT
 /// needs two integers. BY with a pattern and GET read keys no key spec names: a user
 /// needs read access to every key for them (`full_key_access`).
-fn parse_args<'a>(
+pub(crate) fn parse_args<'a>(
     argv: &[&'a [u8]],
     readonly: bool,
     full_key_access: bool,
@@ -117,8 +171,8 @@ fn parse_args<'a>(
 }
 
 /// Which of the key's types SORT reads: a list, a set or a sorted set.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
     List,
     Set,
     ZSet,
@@ -126,9 +180,13 @@ enum Kind {
 
 /// The elements of the key to sort in its own order, and its type (a missing key is an empty
 /// list). WRONGTYPE for other types.
-fn load(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<(Kind, Vec<Vec<u8>>), CmdError> {
-    let db = ctx.db();
-    let Some(state) = ctx.shard.lookup_read(db, key, ctx.now_ms) else {
+pub(crate) fn load_from(
+    shard: &mut Shard,
+    db: usize,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<(Kind, Vec<Vec<u8>>), CmdError> {
+    let Some(state) = shard.lookup_read(db, key, now_ms) else {
         return Ok((Kind::List, Vec::new()));
     };
     match state.type_tag() {
@@ -205,13 +263,13 @@ fn pattern_value(state: &KeyState, field: Option<&[u8]>) -> Option<Vec<u8>> {
     }
 }
 
-/// Redis's `lookupKeyByPattern`: `#` is the element itself; otherwise the first `*` is
-/// replaced by the element, and a `->field` after it reads a hash field. `None` when the
-/// pattern has no `*`, or the key (field) is missing or of another type.
-fn lookup_pattern(ctx: &mut Ctx<'_>, pattern: &[u8], elem: &[u8], write: bool) -> Option<Vec<u8>> {
-    if pattern == b"#" {
-        return Some(elem.to_vec());
-    }
+/// The key (and hash field) `pattern` forms for `elem`, as Redis's `lookupKeyByPattern`:
+/// the first `*` replaced by the element, a `->field` after it naming a hash field. None
+/// when the pattern has no `*` (its value is always missing). `#` is handled by callers.
+pub(crate) fn pattern_key<'p>(
+    pattern: &'p [u8],
+    elem: &[u8],
+) -> Option<(Vec<u8>, Option<&'p [u8]>)> {
     let star = pattern.iter().position(|&c| c == b'*')?;
     let after = pattern.get(star + 1..)?;
     let arrow = after.windows(2).position(|w| w == b"->");
@@ -223,15 +281,37 @@ fn lookup_pattern(ctx: &mut Ctx<'_>, pattern: &[u8], elem: &[u8], write: bool) -
     key.extend_from_slice(pattern.get(..star)?);
     key.extend_from_slice(elem);
     key.extend_from_slice(suffix);
-    let db = ctx.db();
-    let now = ctx.now_ms;
+    Some((key, field))
+}
+
+/// The value of a formed key (or of its hash field) on `shard`: `None` when missing or of
+/// another type. A STORE reads as a write does (no keyspace hit or miss counted).
+pub(crate) fn read_formed(
+    shard: &mut Shard,
+    db: usize,
+    key: &[u8],
+    field: Option<&[u8]>,
+    now_ms: u64,
+    write: bool,
+) -> Option<Vec<u8>> {
     if write {
-        let e = ctx.shard.lookup_quiet(db, &key, now)?;
+        let e = shard.lookup_quiet(db, key, now_ms)?;
         pattern_value(&e.state, field)
     } else {
-        let state = ctx.shard.lookup_read(db, &key, now)?;
+        let state = shard.lookup_read(db, key, now_ms)?;
         pattern_value(state, field)
     }
+}
+
+/// Redis's `lookupKeyByPattern` on this shard: `#` is the element itself; otherwise the
+/// value of the key (field) the pattern forms.
+fn lookup_pattern(ctx: &mut Ctx<'_>, pattern: &[u8], elem: &[u8], write: bool) -> Option<Vec<u8>> {
+    if pattern == b"#" {
+        return Some(elem.to_vec());
+    }
+    let (key, field) = pattern_key(pattern, elem)?;
+    let db = ctx.db();
+    read_formed(ctx.shard, db, &key, field, ctx.now_ms, write)
 }
 
 /// What SORT's `strtod` accepts as a number to sort by: the C string (up to a NUL) parsed
@@ -277,67 +357,131 @@ fn compare(a: &Item, b: &Item, alpha: bool, by: bool) -> Ordering {
 /// [STORE destination]; SORT_RO without STORE. Replies the elements (or, per element, one
 /// value per GET pattern, null when missing), or with STORE the length of the stored list.
 fn sort_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], readonly: bool) -> Result<(), CmdError> {
-    let full_key_access = full_key_access(ctx, argv);
-    let mut a = parse_args(argv, readonly, full_key_access)?;
-    let (kind, elems) = load(ctx, argv.get(1).copied().unwrap_or_default())?;
-    // A set's order is arbitrary: with STORE, or for a script, sort it anyway so the result
-    // is the same everywhere (Redis does this for scripts and for what it replicates).
-    if a.dontsort && kind == Kind::Set && (a.store.is_some() || ctx.client.is_script()) {
-        a.dontsort = false;
-        a.alpha = true;
-        a.by = None;
+    let access = full_key_access(ctx.shard, ctx.client, ctx.spec, argv);
+    let mut a = parse_args(argv, readonly, access)?;
+    let key = argv.get(1).copied().unwrap_or_default();
+    // Here every key must be this shard's: the main port coordinates a SORT whose keys are
+    // not (`crate::sort_across`), so this is a transaction, a script or a cluster endpoint.
+    if ctx.front.node.shards > 1 {
+        if let Some(e) = pattern_denial(&ctx.front.node.slots, key, &a) {
+            return Err(e);
+        }
     }
+    let db = ctx.db();
+    let (kind, elems) = load_from(ctx.shard, db, key, ctx.now_ms)?;
+    a.settle(kind, ctx.client.is_script());
+    let write = a.store.is_some();
+    let by = a.by_lookup();
+    let selected = select(&a, kind, elems, |elem| {
+        by.and_then(|p| lookup_pattern(ctx, p, elem, write))
+    })?;
+    output(ctx, &a, &selected, |ctx, p, e| {
+        lookup_pattern(ctx, p, e, write)
+    })
+}
+
+/// The sorted elements SORT outputs, after LIMIT: `by` gives an element's BY value (called
+/// only when sorting by a pattern; `None` for a missing one).
+pub(crate) fn select(
+    a: &SortArgs<'_>,
+    kind: Kind,
+    elems: Vec<Vec<u8>>,
+    mut by: impl FnMut(&[u8]) -> Option<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>, CmdError> {
     let (start, end) = limit_range(a.limit, elems.len());
-    let selected: Vec<Vec<u8>> = if a.dontsort {
+    if a.dontsort {
         let mut elems = elems;
         if a.desc && kind != Kind::Set {
             elems.reverse();
         }
-        take_range(elems, start, end)
-    } else {
-        let write = a.store.is_some();
-        let mut items = Vec::with_capacity(elems.len());
-        let mut bad_score = false;
-        for elem in elems {
-            let byval = match a.by {
-                Some(p) => lookup_pattern(ctx, p, &elem, write),
-                None => Some(elem.clone()),
-            };
-            let mut item = Item {
-                elem,
-                score: 0.0,
-                cmp: None,
-            };
-            if let Some(v) = byval {
-                if a.alpha {
-                    if a.by.is_some() {
-                        item.cmp = Some(v);
-                    }
-                } else {
-                    match sort_score(&v) {
-                        Some(s) => item.score = s,
-                        None => bad_score = true,
-                    }
+        return Ok(take_range(elems, start, end));
+    }
+    let mut items = Vec::with_capacity(elems.len());
+    let mut bad_score = false;
+    for elem in elems {
+        let byval = match a.by {
+            Some(_) => by(&elem),
+            None => Some(elem.clone()),
+        };
+        let mut item = Item {
+            elem,
+            score: 0.0,
+            cmp: None,
+        };
+        if let Some(v) = byval {
+            if a.alpha {
+                if a.by.is_some() {
+                    item.cmp = Some(v);
+                }
+            } else {
+                match sort_score(&v) {
+                    Some(s) => item.score = s,
+                    None => bad_score = true,
                 }
             }
-            items.push(item);
         }
-        if bad_score {
-            return Err(CmdError::Err(
-                "One or more scores can't be converted into double".to_string(),
-            ));
-        }
-        let (alpha, by, desc) = (a.alpha, a.by.is_some(), a.desc);
-        items.sort_by(|x, y| {
-            let o = compare(x, y, alpha, by);
-            if desc { o.reverse() } else { o }
-        });
-        take_range(items.into_iter().map(|i| i.elem).collect(), start, end)
-    };
-    match a.store {
-        None => reply(ctx, &a.gets, &selected),
-        Some(dst) => store(ctx, dst, &a.gets, &selected),
+        items.push(item);
     }
+    if bad_score {
+        return Err(CmdError::Err(
+            "One or more scores can't be converted into double".to_string(),
+        ));
+    }
+    let (alpha, by, desc) = (a.alpha, a.by.is_some(), a.desc);
+    items.sort_by(|x, y| {
+        let o = compare(x, y, alpha, by);
+        if desc { o.reverse() } else { o }
+    });
+    Ok(take_range(
+        items.into_iter().map(|i| i.elem).collect(),
+        start,
+        end,
+    ))
+}
+
+/// The reply, or with STORE the stored list: `get` gives the value of a GET pattern for an
+/// element (`None`: missing).
+pub(crate) fn output(
+    ctx: &mut Ctx<'_>,
+    a: &SortArgs<'_>,
+    selected: &[Vec<u8>],
+    get: impl FnMut(&mut Ctx<'_>, &[u8], &[u8]) -> Option<Vec<u8>>,
+) -> Result<(), CmdError> {
+    match a.store {
+        None => reply(ctx, &a.gets, selected, get),
+        Some(dst) => store(ctx, dst, &a.gets, selected, get),
+    }
+}
+
+/// A formed key and hash field whose value the coordinator read (`crate::sort_across`).
+pub(crate) type Formed = (Vec<u8>, Option<Vec<u8>>);
+
+/// What the coordinator of a SORT across shards hands to its last step (`finish`).
+#[derive(Debug)]
+pub struct Gathered {
+    /// The sorted elements after LIMIT, or the error SORT answers.
+    pub selected: Result<Vec<Vec<u8>>, CmdError>,
+    /// The values of the GET patterns' keys (fields) for those elements; missing ones are
+    /// absent.
+    pub values: HashMap<Formed, Vec<u8>>,
+}
+
+/// The last step of a SORT the connection's thread coordinated, on the shard of its STORE
+/// destination (else the connection's own): its reply, or the store, from what was
+/// gathered. Counted as the command (`cmd::call_with`).
+pub(crate) fn finish(ctx: &mut Ctx<'_>, argv: &[&[u8]], g: Gathered) -> Result<(), CmdError> {
+    let selected = g.selected?;
+    let readonly = ctx.spec.meta.name == "sort_ro";
+    // Parsed (and the ACL rule checked) by the coordinator already.
+    let a = parse_args(argv, readonly, true)?;
+    let values = g.values;
+    output(ctx, &a, &selected, |_, p, e| {
+        if p == b"#" {
+            return Some(e.to_vec());
+        }
+        let (key, field) = pattern_key(p, e)?;
+        values.get(&(key, field.map(<[u8]>::to_vec))).cloned()
+    })
 }
 
 /// The elements at `start..=end` (nothing when `end < start`).
@@ -353,7 +497,12 @@ fn take_range(v: Vec<Vec<u8>>, start: i64, end: i64) -> Vec<Vec<u8>> {
 
 /// The output is elements × GET patterns, both chosen by the client: the loops poll the stop
 /// flag (the reply is cut short and the connection closes).
-fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) -> Result<(), CmdError> {
+fn reply(
+    ctx: &mut Ctx<'_>,
+    gets: &[&[u8]],
+    selected: &[Vec<u8>],
+    mut get: impl FnMut(&mut Ctx<'_>, &[u8], &[u8]) -> Option<Vec<u8>>,
+) -> Result<(), CmdError> {
     if gets.is_empty() {
         ctx.out.array(selected.len());
         for e in selected {
@@ -368,7 +517,7 @@ fn reply(ctx: &mut Ctx<'_>, gets: &[&[u8]], selected: &[Vec<u8>]) -> Result<(), 
             if poll.stop() {
                 return Err(CmdError::ShuttingDown);
             }
-            match lookup_pattern(ctx, p, e, false) {
+            match get(ctx, p, e) {
                 Some(v) => ctx.out.bulk(&v),
                 None => ctx.out.null(),
             }
@@ -387,6 +536,7 @@ fn store(
     dst: &[u8],
     gets: &[&[u8]],
     selected: &[Vec<u8>],
+    mut get: impl FnMut(&mut Ctx<'_>, &[u8], &[u8]) -> Option<Vec<u8>>,
 ) -> Result<(), CmdError> {
     let mut poll = crate::stop::Poll::new();
     // Elements × patterns may be far more than memory holds: reserve a bounded amount.
@@ -400,7 +550,7 @@ fn store(
             if poll.stop() {
                 return Err(CmdError::ShuttingDown);
             }
-            values.push(lookup_pattern(ctx, p, e, true).unwrap_or_default());
+            values.push(get(ctx, p, e).unwrap_or_default());
         }
     }
     let db = ctx.db();
@@ -424,6 +574,46 @@ fn store(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_outside_the_key_shard_are_denied() {
+        let slots = SlotMap::contiguous(2);
+        let denial = |argv: &[&[u8]]| {
+            let a = parse_args(argv, false, true).unwrap();
+            pattern_denial(&slots, argv[1], &a).map(|e| e.to_string())
+        };
+        assert_eq!(
+            denial(&[b"sort", b"{t}l", b"BY", b"{t}w_*", b"GET", b"#"]),
+            None
+        );
+        assert!(
+            denial(&[b"sort", b"l", b"by", b"w_*"])
+                .unwrap()
+                .starts_with("ERR BY option")
+        );
+        assert_eq!(denial(&[b"sort", b"l", b"by", b"nosort"]), None);
+        assert!(
+            denial(&[b"sort", b"l", b"get", b"o_*"])
+                .unwrap()
+                .starts_with("ERR GET option")
+        );
+        // STORE's destination named like an option is not read as one.
+        assert_eq!(denial(&[b"sort", b"l", b"store", b"by"]), None);
+    }
+
+    #[test]
+    fn patterns_form_keys_like_redis() {
+        assert_eq!(pattern_key(b"w_*", b"1"), Some((b"w_1".to_vec(), None)));
+        assert_eq!(
+            pattern_key(b"h_*_x->f", b"ab"),
+            Some((b"h_ab_x".to_vec(), Some(&b"f"[..])))
+        );
+        // An arrow with no field after it is part of the key; only the first `*` is
+        // replaced.
+        assert_eq!(pattern_key(b"h_*->", b"1"), Some((b"h_1->".to_vec(), None)));
+        assert_eq!(pattern_key(b"*_*", b"1"), Some((b"1_*".to_vec(), None)));
+        assert_eq!(pattern_key(b"nostar", b"1"), None);
+    }
 
     #[test]
     fn limit_like_redis() {
