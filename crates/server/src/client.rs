@@ -30,6 +30,9 @@ pub struct Mailbox {
     /// kill.
     pub wake: Notify,
     killed: AtomicBool,
+    /// The shard owning the keys it was blocked on served its blocked command (the reply is
+    /// in `push_out`): the connection's wait is over (`deliver_served`, `take_served`).
+    served: AtomicBool,
     /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
     proto: AtomicU8,
     /// When the pending output last went from under to at or over its class's soft limit
@@ -45,6 +48,7 @@ impl Mailbox {
             push_out: Mutex::new(Vec::new()),
             wake: Notify::new(),
             killed: AtomicBool::new(false),
+            served: AtomicBool::new(false),
             proto: AtomicU8::new(0),
             obuf_soft_since_ms: AtomicU64::new(0),
         }
@@ -99,6 +103,24 @@ impl Mailbox {
         let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
         buf.extend_from_slice(bytes);
         buf.len()
+    }
+
+    /// A shard served this client's blocked command: its reply goes out after the push
+    /// output already pending, and the connection is woken to end its wait.
+    pub fn deliver_served(&self, reply: &[u8]) {
+        let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
+        buf.extend_from_slice(reply);
+        // Set under the lock: whoever sees the flag (`take_served` before `take`) finds the
+        // reply in `push_out`.
+        self.served.store(true, Ordering::Release);
+        drop(buf);
+        self.wake.notify_one();
+    }
+
+    /// Whether a shard served the blocked command since the last call (its reply is then in
+    /// the push output: call this before `take`).
+    pub fn take_served(&self) -> bool {
+        self.served.swap(false, Ordering::AcqRel)
     }
 
     /// Whether no push output is pending.

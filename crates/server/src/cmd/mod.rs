@@ -623,6 +623,12 @@ pub fn call(
         reply_error(front, out, &CmdError::Oom);
         return;
     }
+    // Clients that writes made ready (ops from other sites, a command of another shard's
+    // EXEC...) are served before the next command a client sent, as Redis does.
+    let top = client.call_depth == 0 && !client.is_script();
+    if top && shard.blocking.has_ready() {
+        crate::blocking::serve_ready(shard, front, now_ms);
+    }
     let started = std::time::Instant::now();
     let seq_before = shard.seq;
     client.call_depth += 1;
@@ -679,6 +685,16 @@ pub fn call(
             now_ms,
             &shard.config.client_output_buffer_limit,
         );
+    }
+    if top {
+        if client.blocked.is_some() {
+            crate::blocking::park(front, client, argv);
+        }
+        // Redis's `handleClientsBlockedOnKeys` after `call`: the clients this command (or its
+        // EXEC, or its script) made ready are served before anything else runs here.
+        if shard.blocking.has_ready() {
+            crate::blocking::serve_ready(shard, front, now_ms);
+        }
     }
 }
 
