@@ -593,4 +593,61 @@ mod tests {
         assert_eq!(t.shard.blocked_count(), 0);
         assert!(t.shard.blocking.waiters(0, b"k").is_empty());
     }
+
+    #[test]
+    fn served_on_the_shard_and_settled() {
+        let mut t = Harness::new();
+        let id = t.client.id();
+        let mailbox = t.client.shared.mailbox.clone();
+        // A top-level command that blocks is parked on the shard with its arguments.
+        assert_eq!(t.run(&["BLPOP", "k", "0"]), "");
+        assert!(t.front.parked.contains_key(&id));
+        // The write's command serves it before returning: reply in its mailbox.
+        assert_eq!(t.other(&["RPUSH", "k", "a", "b"]), ":2\r\n");
+        assert!(mailbox.take_served());
+        assert_eq!(
+            String::from_utf8_lossy(&mailbox.take()),
+            "*2\r\n$1\r\nk\r\n$1\r\na\r\n"
+        );
+        assert_eq!(t.other(&["LLEN", "k"]), ":1\r\n");
+        assert_eq!(t.shard.blocked_count(), 0);
+        assert!(t.front.parked.is_empty());
+        t.client.blocked = None;
+        // The deadline, asked by the connection: the null array, the wait over.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        let now = crate::time::wall_ms();
+        let (reply, waits) = settle(&mut t.shard, &mut t.front, id, Settle::TimeOut, now);
+        assert_eq!(
+            (String::from_utf8_lossy(&reply).into_owned(), waits),
+            ("*-1\r\n".into(), false)
+        );
+        assert!(t.front.parked.is_empty() && t.shard.blocked_count() == 0);
+        t.client.blocked = None;
+        // A wake with nothing ready leaves it waiting; CLIENT UNBLOCK ... ERROR ends it.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        assert_eq!(
+            settle(&mut t.shard, &mut t.front, id, Settle::Serve, now),
+            (Vec::new(), true)
+        );
+        let how = Settle::Unblock(crate::client::Unblock::Error);
+        let (reply, waits) = settle(&mut t.shard, &mut t.front, id, how, now);
+        assert!(reply.starts_with(b"-UNBLOCKED") && !waits);
+        assert!(!mailbox.take_served());
+        t.client.blocked = None;
+        // Served before the connection's deadline: the deadline finds nothing to answer.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        assert_eq!(t.other(&["LPUSH", "j", "x"]), ":1\r\n");
+        assert_eq!(
+            settle(&mut t.shard, &mut t.front, id, Settle::TimeOut, now),
+            (Vec::new(), false)
+        );
+        assert!(mailbox.take_served());
+        t.client.blocked = None;
+        // A client that goes is forgotten.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        forget(&mut t.shard, &mut t.front, id);
+        assert!(t.front.parked.is_empty() && t.shard.blocked_count() == 0);
+        assert_eq!(t.other(&["LPUSH", "j", "x"]), ":1\r\n");
+        assert_eq!(t.other(&["LLEN", "j"]), ":1\r\n");
+    }
 }
