@@ -48,6 +48,8 @@ pub struct Parked {
     view: ClientView,
     proto: Proto,
     blocked: BlockedOn,
+    /// The client's last write on this shard when it blocked (CRDT.WAIT waits for it).
+    last_write_seq: u64,
 }
 
 /// After a top-level command that blocked (`cmd::call`): keeps what serving the client on
@@ -65,6 +67,7 @@ pub fn park(front: &mut Front, client: &mut Client, argv: &[&[u8]]) {
         view: ClientView::of(client),
         proto: client.shared.proto.get(),
         blocked,
+        last_write_seq: client.last_write_seq,
     };
     front.parked.insert(client.id(), parked);
 }
@@ -83,6 +86,7 @@ fn stand_in(shard: &Shard, p: &Parked, now_ms: u64) -> (Client, Reply) {
     *shared.user.borrow_mut() = v.user.as_ref().and_then(|n| shard.acl.user(n).cloned());
     let mut client = Client::new(shared);
     client.dirty = v.dirty.clone();
+    client.last_write_seq = p.last_write_seq;
     client.select(p.blocked.db);
     client.shared.set_proto(p.proto);
     client.shared.blocked.set(true);
@@ -113,7 +117,12 @@ pub fn serve_ready(shard: &mut Shard, front: &mut Front, now_ms: u64) {
                 front.parked.insert(id, Parked { blocked: b, ..p });
             }
         } else {
-            p.view.mailbox.deliver_served(&out.buf);
+            let wrote = if client.last_write_seq != p.last_write_seq {
+                client.last_write_seq
+            } else {
+                0
+            };
+            p.view.mailbox.deliver_served(&out.buf, wrote);
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct Mailbox {
     /// The shard owning the keys it was blocked on served its blocked command (the reply is
     /// in `push_out`): the connection's wait is over (`deliver_served`, `take_served`).
     served: AtomicBool,
+    /// The sequence number of the served command's last write on its shard (0: none), for
+    /// WAIT and CRDT.WAIT after it.
+    served_seq: AtomicU64,
     /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
     proto: AtomicU8,
     /// When the pending output last went from under to at or over its class's soft limit
@@ -49,6 +52,7 @@ impl Mailbox {
             wake: Notify::new(),
             killed: AtomicBool::new(false),
             served: AtomicBool::new(false),
+            served_seq: AtomicU64::new(0),
             proto: AtomicU8::new(0),
             obuf_soft_since_ms: AtomicU64::new(0),
         }
@@ -107,9 +111,10 @@ impl Mailbox {
 
     /// A shard served this client's blocked command: its reply goes out after the push
     /// output already pending, and the connection is woken to end its wait.
-    pub fn deliver_served(&self, reply: &[u8]) {
+    pub fn deliver_served(&self, reply: &[u8], wrote_seq: u64) {
         let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
         buf.extend_from_slice(reply);
+        self.served_seq.store(wrote_seq, Ordering::Relaxed);
         // Set under the lock: whoever sees the flag (`take_served` before `take`) finds the
         // reply in `push_out`.
         self.served.store(true, Ordering::Release);
@@ -121,6 +126,12 @@ impl Mailbox {
     /// the push output: call this before `take`).
     pub fn take_served(&self) -> bool {
         self.served.swap(false, Ordering::AcqRel)
+    }
+
+    /// After `take_served` returned true: the sequence number of the served command's last
+    /// write on the shard that served it (0: it wrote nothing).
+    pub fn served_seq(&self) -> u64 {
+        self.served_seq.load(Ordering::Relaxed)
     }
 
     /// Whether no push output is pending.

@@ -2227,7 +2227,7 @@ impl Conn {
         self.out.raw(&pushed);
         let now = self.th.shard.borrow().now_ms();
         if served {
-            self.end_wait();
+            self.end_served(shard, &mailbox);
         }
         match event {
             BlockedEvent::Input(n) => {
@@ -2279,6 +2279,19 @@ impl Conn {
         self.client.shared.blocked.set(false);
     }
 
+    /// The shard `shard` served the blocked command: its write counts as this connection's
+    /// (WAIT after it), and the wait is over.
+    fn end_served(&mut self, shard: u16, mailbox: &crate::client::Mailbox) {
+        let seq = mailbox.served_seq();
+        if seq > 0 {
+            self.client.note_write(shard, seq);
+            if shard == self.th.index {
+                self.client.last_write_seq = self.client.last_write_seq.max(seq);
+            }
+        }
+        self.end_wait();
+    }
+
     /// Asks the shard owning the blocked client's keys to serve it, or to end its wait as
     /// `how` says (`blocking::settle`); writes the reply and ends the wait when it is over.
     async fn settle(&mut self, shard: u16, how: blocking::Settle, now: u64) {
@@ -2313,7 +2326,7 @@ impl Conn {
         if mailbox.take_served() {
             let pushed = mailbox.take();
             self.out.raw(&pushed);
-            self.end_wait();
+            self.end_served(shard, &mailbox);
         } else if !waits {
             self.end_wait();
         }
