@@ -531,8 +531,6 @@ impl Conn {
                 self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
             }
             buffered = false;
-            // What other threads forwarded here before this read runs before its commands.
-            hop::drain_inbox(&self.th);
             let query_limit = self.th.shard.borrow().config.client_query_buffer_limit as usize;
             if !self.process(stream, &mut rbuf, &mut parser).await {
                 return;

@@ -45,10 +45,6 @@ pub struct Thread {
     pub front: FrontRc,
     /// Links to the shards of the site's other nodes (None: the site is this process).
     pub proxy: Option<Rc<meridian_proxy::Pool>>,
-    /// The receiving end of this thread's inbox, once `inbox` runs: borrowed only for one
-    /// poll or `try_recv`, so `drain_inbox` can run what other threads sent ahead of a
-    /// command read here.
-    pub inbox_rx: RefCell<Option<tokio::sync::mpsc::Receiver<Msg>>>,
 }
 
 /// What a thread's inbox carries.
@@ -623,56 +619,23 @@ fn settle_item(
 }
 
 /// A thread's inbox loop: runs until every sender is gone (the process stops).
-pub async fn inbox(th: Rc<Thread>, rx: tokio::sync::mpsc::Receiver<Msg>) {
-    *th.inbox_rx.borrow_mut() = Some(rx);
-    loop {
-        let msg = std::future::poll_fn(|cx| match th.inbox_rx.borrow_mut().as_mut() {
-            Some(rx) => rx.poll_recv(cx),
-            None => std::task::Poll::Ready(None),
-        })
-        .await;
-        let Some(msg) = msg else {
-            return;
-        };
-        handle(&th, msg);
-    }
-}
-
-/// Runs what other threads already sent this thread (at most `INBOX_MSGS_MAX` messages),
-/// called by a connection before it runs commands it just read: a command another thread
-/// read and forwarded here first runs first. Without it the runtime would poll the tasks of
-/// this thread's readable sockets before the inbox's wake from another thread, so a command
-/// sent later on a socket of this thread would overtake it every time. Callers hold no
-/// borrow of the shard or the front.
-pub fn drain_inbox(th: &Rc<Thread>) {
-    for _ in 0..crate::node::INBOX_MSGS_MAX {
-        let msg = match th.inbox_rx.try_borrow_mut() {
-            Ok(mut rx) => match rx.as_mut().map(|r| r.try_recv()) {
-                Some(Ok(msg)) => msg,
-                _ => return,
-            },
-            Err(_) => return,
-        };
-        handle(th, msg);
-    }
-}
-
-/// Runs one message of the inbox.
-fn handle(th: &Rc<Thread>, msg: Msg) {
-    match msg {
-        Msg::Accept(stream, id, input, transport) => {
-            let _ = stream.set_nonblocking(true);
-            match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => crate::conn::accepted(th, s, id, input, transport),
-                Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
+pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Msg::Accept(stream, id, input, transport) => {
+                let _ = stream.set_nonblocking(true);
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(s) => crate::conn::accepted(&th, s, id, input, transport),
+                    Err(e) => tracing::warn!(error = %e, "handed-over connection unusable"),
+                }
             }
+            Msg::Batch(b, done) => run_batch(&th, b, done),
+            Msg::Job(j) => {
+                j(&th);
+                th.front.borrow_mut().wake_deferred();
+            }
+            Msg::SyncLink(stream) => crate::sync::link::serve_handed(&th.shard, stream),
         }
-        Msg::Batch(b, done) => run_batch(th, b, done),
-        Msg::Job(j) => {
-            j(th);
-            th.front.borrow_mut().wake_deferred();
-        }
-        Msg::SyncLink(stream) => crate::sync::link::serve_handed(&th.shard, stream),
     }
 }
 

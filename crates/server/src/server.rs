@@ -1038,7 +1038,6 @@ fn run_thread(
             shard: shard.clone(),
             front: front.clone(),
             proxy,
-            inbox_rx: RefCell::new(None),
         });
         {
             // A script that runs long answers this thread's clients from its hook, and ends
