@@ -7,16 +7,28 @@
 //! and waits for one of:
 //!
 //! - a wake: a write to one of its keys (`keyspace.rs::apply_effect` calls
-//!   [`Shard::signal_key_ready`]) wakes the first client in FIFO order for that key that was
-//!   not already woken. The connection re-runs the same command ([`reprocess`]); if it blocks
-//!   again the client keeps its place and its original deadline. A client served this way pops
-//!   (a write), which wakes the next waiter, so one LPUSH of several elements serves several
-//!   clients in order. Stream readers ([`Ctx::block_reader`]) are woken by every write to
-//!   their keys, all of them, as Redis serves every client blocked on a stream: reading does
-//!   not consume (an XREADGROUP that delivers writes, which wakes the others again);
+//!   [`Shard::signal_key_ready`]) marks ready the first client in FIFO order for that key that
+//!   was not already ready. The shard serves ready clients itself ([`serve_ready`]), as
+//!   Redis's `handleClientsBlockedOnKeys` does: right after the command (or EXEC, or script)
+//!   that made them ready, and before any other command it runs, so the next command of any
+//!   connection sees their effects. It re-runs the blocked command ([`reprocess`]) as the
+//!   client, from what [`park`] kept of it (`Front::parked`), and hands the reply to the
+//!   client's connection, on whatever thread (`Mailbox::deliver_served`); if the command
+//!   blocks again the client keeps its place and its original deadline. A client served this
+//!   way pops (a write), which makes the next waiter ready, and the loop goes on until no
+//!   client is ready: one LPUSH of several elements serves several clients in order, and a
+//!   served BLMOVE's push serves the client blocked on its destination. Ops from other sites
+//!   make clients ready too; they are served before the shard's next command, or when the
+//!   woken connection asks ([`settle`]). Stream readers ([`Ctx::block_reader`]) are made
+//!   ready by every write to their keys, all of them, as Redis serves every client blocked on
+//!   a stream: reading does not consume (an XREADGROUP that delivers writes, which readies
+//!   the others again);
 //! - the deadline: the reply is the null array (`*-1`, RESP3 `_`) whatever the command, as in
 //!   Redis 7.0 ([`time_out`]);
-//! - CLIENT KILL or disconnect: `Shard::unregister_client` forgets the registration.
+//! - CLIENT KILL or disconnect: [`forget`] drops the registration and the parked command.
+//!
+//! The deadline and CLIENT UNBLOCK are the connection's to notice; it asks the owning shard
+//! ([`settle`]), which alone decides, so a client served at the same moment gets one reply.
 //!
 //! Inside MULTI/EXEC a blocking command does not block: [`Ctx::block`] replies the null array
 //! at once (and [`Ctx::can_block`] lets BLMOVE/BRPOPLPUSH reply their null bulk instead).
@@ -25,8 +37,144 @@ use crate::client::Client;
 use crate::cmd::{self, Ctx};
 use crate::error::CmdError;
 use crate::front::Front;
-use crate::resp::reply::Reply;
+use crate::hop::ClientView;
+use crate::resp::reply::{Proto, Reply};
 use crate::shard::Shard;
+
+/// A blocked client as the shard owning its keys keeps it, to serve it there: who it is and
+/// the blocked command (`BlockedOn::argv`).
+#[derive(Debug)]
+pub struct Parked {
+    view: ClientView,
+    proto: Proto,
+    blocked: BlockedOn,
+    /// The client's last write on this shard when it blocked (CRDT.WAIT waits for it).
+    last_write_seq: u64,
+}
+
+/// After a top-level command that blocked (`cmd::call`): keeps what serving the client on
+/// this shard needs. The connection keeps its own copy of the wait (deadline, shard).
+pub fn park(front: &mut Front, client: &mut Client, argv: &[&[u8]]) {
+    let Some(b) = client.blocked.as_mut() else {
+        return;
+    };
+    if b.postponed || !b.argv.is_empty() {
+        return;
+    }
+    b.argv = argv.iter().map(|a| a.to_vec()).collect();
+    let blocked = b.clone();
+    let parked = Parked {
+        view: ClientView::of(client),
+        proto: client.shared.proto.get(),
+        blocked,
+        last_write_seq: client.last_write_seq,
+    };
+    front.parked.insert(client.id(), parked);
+}
+
+/// The client a parked command runs as: its id, names, user, mailbox and WATCH flag.
+fn stand_in(shard: &Shard, p: &Parked, now_ms: u64) -> (Client, Reply) {
+    let v = &p.view;
+    let shared = std::rc::Rc::new(crate::client::ClientShared::with_mailbox(
+        v.id,
+        v.addr,
+        v.laddr,
+        now_ms,
+        v.mailbox.clone(),
+    ));
+    *shared.name.borrow_mut() = v.name.clone();
+    *shared.user.borrow_mut() = v.user.as_ref().and_then(|n| shard.acl.user(n).cloned());
+    let mut client = Client::new(shared);
+    client.dirty = v.dirty.clone();
+    client.last_write_seq = p.last_write_seq;
+    client.select(p.blocked.db);
+    client.shared.set_proto(p.proto);
+    client.shared.blocked.set(true);
+    client.blocked = Some(p.blocked.clone());
+    let out = Reply {
+        buf: Vec::new(),
+        proto: p.proto,
+    };
+    (client, out)
+}
+
+/// Redis's `handleClientsBlockedOnKeys`: serves every client a write made ready, in the
+/// order they became ready (per key, FIFO), including those the served commands' own writes
+/// make ready, until none is. Each reply goes to its client's connection. Every client
+/// served leaves the registry or is no longer ready, so the loop ends.
+pub fn serve_ready(shard: &mut Shard, front: &mut Front, now_ms: u64) {
+    while let Some(id) = shard.blocking.pop_ready() {
+        if !shard.blocking.is_ready(id) {
+            continue;
+        }
+        let Some(p) = front.parked.remove(&id) else {
+            // Not parked here (postponed by CLIENT PAUSE): its connection re-runs it.
+            continue;
+        };
+        let (mut client, mut out) = stand_in(shard, &p, now_ms);
+        if reprocess(shard, front, &mut client, &mut out, now_ms) {
+            if let Some(b) = client.blocked.take() {
+                front.parked.insert(id, Parked { blocked: b, ..p });
+            }
+        } else {
+            let wrote = if client.last_write_seq != p.last_write_seq {
+                client.last_write_seq
+            } else {
+                0
+            };
+            p.view.mailbox.deliver_served(&out.buf, wrote);
+        }
+    }
+}
+
+/// What a blocked client's connection asks of the shard owning its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// It was woken: serve what is ready.
+    Serve,
+    /// Its deadline passed.
+    TimeOut,
+    /// CLIENT UNBLOCK reached it.
+    Unblock(crate::client::Unblock),
+}
+
+/// Runs on the shard owning a blocked client's keys, for its connection: serves what is
+/// ready first (the client itself, possibly), then ends its wait as `how` says if it still
+/// waits. Returns the reply to write (empty when it was served: that reply is in its
+/// mailbox) and whether it still waits.
+pub fn settle(
+    shard: &mut Shard,
+    front: &mut Front,
+    id: u64,
+    how: Settle,
+    now_ms: u64,
+) -> (Vec<u8>, bool) {
+    serve_ready(shard, front, now_ms);
+    if how == Settle::Serve {
+        return (Vec::new(), front.parked.contains_key(&id));
+    }
+    let Some(p) = front.parked.remove(&id) else {
+        return (Vec::new(), false);
+    };
+    let (mut client, mut out) = stand_in(shard, &p, now_ms);
+    match how {
+        Settle::TimeOut => time_out(shard, front, &mut client, &mut out),
+        Settle::Unblock(u) => unblock_by_request(shard, front, &mut client, &mut out, u),
+        Settle::Serve => {}
+    }
+    // A command that re-runs at its deadline ends its wait there too (`time_out`).
+    if let Some(b) = client.blocked.take() {
+        front.parked.insert(id, Parked { blocked: b, ..p });
+        return (out.buf, true);
+    }
+    (out.buf, false)
+}
+
+/// The client is gone (disconnect, CLIENT KILL): drops its wait on this shard.
+pub fn forget(shard: &mut Shard, front: &mut Front, id: u64) {
+    front.parked.remove(&id);
+    shard.blocking.unregister(id);
+}
 
 /// What a blocked client waits for; kept in `Client::blocked` while it waits.
 #[derive(Debug, Clone, Default)]
@@ -453,5 +601,62 @@ mod tests {
         t.shard.forget_client(id, &dirty);
         assert_eq!(t.shard.blocked_count(), 0);
         assert!(t.shard.blocking.waiters(0, b"k").is_empty());
+    }
+
+    #[test]
+    fn served_on_the_shard_and_settled() {
+        let mut t = Harness::new();
+        let id = t.client.id();
+        let mailbox = t.client.shared.mailbox.clone();
+        // A top-level command that blocks is parked on the shard with its arguments.
+        assert_eq!(t.run(&["BLPOP", "k", "0"]), "");
+        assert!(t.front.parked.contains_key(&id));
+        // The write's command serves it before returning: reply in its mailbox.
+        assert_eq!(t.other(&["RPUSH", "k", "a", "b"]), ":2\r\n");
+        assert!(mailbox.take_served());
+        assert_eq!(
+            String::from_utf8_lossy(&mailbox.take()),
+            "*2\r\n$1\r\nk\r\n$1\r\na\r\n"
+        );
+        assert_eq!(t.other(&["LLEN", "k"]), ":1\r\n");
+        assert_eq!(t.shard.blocked_count(), 0);
+        assert!(t.front.parked.is_empty());
+        t.client.blocked = None;
+        // The deadline, asked by the connection: the null array, the wait over.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        let now = crate::time::wall_ms();
+        let (reply, waits) = settle(&mut t.shard, &mut t.front, id, Settle::TimeOut, now);
+        assert_eq!(
+            (String::from_utf8_lossy(&reply).into_owned(), waits),
+            ("*-1\r\n".into(), false)
+        );
+        assert!(t.front.parked.is_empty() && t.shard.blocked_count() == 0);
+        t.client.blocked = None;
+        // A wake with nothing ready leaves it waiting; CLIENT UNBLOCK ... ERROR ends it.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        assert_eq!(
+            settle(&mut t.shard, &mut t.front, id, Settle::Serve, now),
+            (Vec::new(), true)
+        );
+        let how = Settle::Unblock(crate::client::Unblock::Error);
+        let (reply, waits) = settle(&mut t.shard, &mut t.front, id, how, now);
+        assert!(reply.starts_with(b"-UNBLOCKED") && !waits);
+        assert!(!mailbox.take_served());
+        t.client.blocked = None;
+        // Served before the connection's deadline: the deadline finds nothing to answer.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        assert_eq!(t.other(&["LPUSH", "j", "x"]), ":1\r\n");
+        assert_eq!(
+            settle(&mut t.shard, &mut t.front, id, Settle::TimeOut, now),
+            (Vec::new(), false)
+        );
+        assert!(mailbox.take_served());
+        t.client.blocked = None;
+        // A client that goes is forgotten.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        forget(&mut t.shard, &mut t.front, id);
+        assert!(t.front.parked.is_empty() && t.shard.blocked_count() == 0);
+        assert_eq!(t.other(&["LPUSH", "j", "x"]), ":1\r\n");
+        assert_eq!(t.other(&["LLEN", "j"]), ":1\r\n");
     }
 }

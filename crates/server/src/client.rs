@@ -30,6 +30,12 @@ pub struct Mailbox {
     /// kill.
     pub wake: Notify,
     killed: AtomicBool,
+    /// The shard owning the keys it was blocked on served its blocked command (the reply is
+    /// in `push_out`): the connection's wait is over (`deliver_served`, `take_served`).
+    served: AtomicBool,
+    /// The sequence number of the served command's last write on its shard (0: none), for
+    /// WAIT and CRDT.WAIT after it.
+    served_seq: AtomicU64,
     /// The client's protocol (0: RESP2, 1: RESP3), for encoding pushes on other threads.
     proto: AtomicU8,
     /// Whether the client has any Pub/Sub subscription (Redis's CLIENT_PUBSUB), for
@@ -48,6 +54,8 @@ impl Mailbox {
             push_out: Mutex::new(Vec::new()),
             wake: Notify::new(),
             killed: AtomicBool::new(false),
+            served: AtomicBool::new(false),
+            served_seq: AtomicU64::new(0),
             proto: AtomicU8::new(0),
             subscribed: AtomicBool::new(false),
             obuf_soft_since_ms: AtomicU64::new(0),
@@ -108,6 +116,31 @@ impl Mailbox {
         let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
         buf.extend_from_slice(bytes);
         buf.len()
+    }
+
+    /// A shard served this client's blocked command: its reply goes out after the push
+    /// output already pending, and the connection is woken to end its wait.
+    pub fn deliver_served(&self, reply: &[u8], wrote_seq: u64) {
+        let mut buf = self.push_out.lock().unwrap_or_else(|e| e.into_inner());
+        buf.extend_from_slice(reply);
+        self.served_seq.store(wrote_seq, Ordering::Relaxed);
+        // Set under the lock: whoever sees the flag (`take_served` before `take`) finds the
+        // reply in `push_out`.
+        self.served.store(true, Ordering::Release);
+        drop(buf);
+        self.wake.notify_one();
+    }
+
+    /// Whether a shard served the blocked command since the last call (its reply is then in
+    /// the push output: call this before `take`).
+    pub fn take_served(&self) -> bool {
+        self.served.swap(false, Ordering::AcqRel)
+    }
+
+    /// After `take_served` returned true: the sequence number of the served command's last
+    /// write on the shard that served it (0: it wrote nothing).
+    pub fn served_seq(&self) -> u64 {
+        self.served_seq.load(Ordering::Relaxed)
     }
 
     /// Whether no push output is pending.

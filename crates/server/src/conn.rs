@@ -2364,14 +2364,21 @@ impl Conn {
             return None;
         }
         let pos_before = self.th.shard.borrow().persist.next_pos;
+        // Served by the shard of its keys (`blocking::serve_ready`): the reply is in the push
+        // output (the flag first: whoever sees it finds the reply there).
+        let served = mailbox.take_served();
         let pushed = mailbox.take();
         self.out.raw(&pushed);
         let now = self.th.shard.borrow().now_ms();
+        if served {
+            self.end_served(shard, &mailbox);
+        }
         match event {
             BlockedEvent::Input(n) => {
                 self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
                 self.client.shared.qbuf_bytes.set(rbuf.len());
             }
+            _ if served => {}
             BlockedEvent::Wake | BlockedEvent::Timeout
                 if self.client.blocked.as_ref().is_some_and(|b| b.postponed) =>
             {
@@ -2383,78 +2390,14 @@ impl Conn {
                     self.requeue_postponed(rbuf);
                 }
             }
-            BlockedEvent::Wake if shard == self.th.index => {
-                let th = self.th.clone();
-                let mut sg = th.shard.borrow_mut();
-                let mut fg = th.front.borrow_mut();
-                if let Some(how) = self.client.shared.unblock.take() {
-                    self.out.proto = self.client.shared.proto.get();
-                    blocking::unblock_by_request(
-                        &mut sg,
-                        &mut fg,
-                        &mut self.client,
-                        &mut self.out,
-                        how,
-                    );
-                } else if sg.blocking.is_ready(self.client.id()) {
-                    self.out.proto = self.client.shared.proto.get();
-                    blocking::reprocess(&mut sg, &mut fg, &mut self.client, &mut self.out, now);
-                }
-            }
-            BlockedEvent::Timeout if shard == self.th.index => {
-                if deadline.is_some_and(|d| now >= d) {
-                    let th = self.th.clone();
-                    let mut sg = th.shard.borrow_mut();
-                    let mut fg = th.front.borrow_mut();
-                    self.out.proto = self.client.shared.proto.get();
-                    blocking::time_out(&mut sg, &mut fg, &mut self.client, &mut self.out);
-                }
-            }
             BlockedEvent::Wake | BlockedEvent::Timeout => {
-                let how = if matches!(event, BlockedEvent::Wake) {
-                    self.client.shared.unblock.take()
-                } else {
-                    None
+                let how = match self.client.shared.unblock.take() {
+                    Some(u) => blocking::Settle::Unblock(u),
+                    None if matches!(event, BlockedEvent::Wake) => blocking::Settle::Serve,
+                    None if deadline.is_some_and(|d| now >= d) => blocking::Settle::TimeOut,
+                    None => blocking::Settle::Serve,
                 };
-                let due = (matches!(event, BlockedEvent::Timeout)
-                    && deadline.is_some_and(|d| now >= d))
-                    || how == Some(crate::client::Unblock::Timeout);
-                if how == Some(crate::client::Unblock::Error) {
-                    // CLIENT UNBLOCK ... ERROR: the wait ends on the owning shard too.
-                    let id = self.client.id();
-                    self.client.blocked = None;
-                    self.client.shared.blocked.set(false);
-                    let _ = hop::run_on(&self.th, shard, move |t| {
-                        t.shard.borrow_mut().blocking.unregister(id);
-                    })
-                    .await;
-                    self.out.proto = self.client.shared.proto.get();
-                    cmd::reply_error(
-                        &mut self.th.front.borrow_mut(),
-                        &mut self.out,
-                        &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
-                    );
-                } else if matches!(event, BlockedEvent::Wake) || due {
-                    let state = self.client.blocked.take().unwrap_or_default();
-                    let op = if due {
-                        Op::TimeOut(Box::new(state.clone()))
-                    } else {
-                        Op::Rerun(Box::new(state.clone()))
-                    };
-                    match self.one(shard, op, &[]).await {
-                        Ok((reply, note)) => {
-                            self.out.raw(&reply);
-                            match note.and_then(|n| n.blocked) {
-                                Some(b) => self.client.blocked = Some(*b),
-                                None => self.client.shared.blocked.set(false),
-                            }
-                        }
-                        Err(e) => {
-                            self.client.shared.blocked.set(false);
-                            self.out.error(&hop::unavailable_error(e));
-                        }
-                    }
-                }
+                self.settle(shard, how, now).await;
             }
         }
         let unblocked = self.client.blocked.is_none();
@@ -2472,6 +2415,65 @@ impl Conn {
             return None;
         }
         Some(unblocked)
+    }
+
+    /// The blocked command was answered: the connection runs commands again.
+    fn end_wait(&mut self) {
+        self.client.blocked = None;
+        self.client.shared.blocked.set(false);
+    }
+
+    /// The shard `shard` served the blocked command: its write counts as this connection's
+    /// (WAIT after it), and the wait is over.
+    fn end_served(&mut self, shard: u16, mailbox: &crate::client::Mailbox) {
+        let seq = mailbox.served_seq();
+        if seq > 0 {
+            self.client.note_write(shard, seq);
+            if shard == self.th.index {
+                self.client.last_write_seq = self.client.last_write_seq.max(seq);
+            }
+        }
+        self.end_wait();
+    }
+
+    /// Asks the shard owning the blocked client's keys to serve it, or to end its wait as
+    /// `how` says (`blocking::settle`); writes the reply and ends the wait when it is over.
+    async fn settle(&mut self, shard: u16, how: blocking::Settle, now: u64) {
+        self.out.proto = self.client.shared.proto.get();
+        let waits = if shard == self.th.index {
+            let th = self.th.clone();
+            let mut sg = th.shard.borrow_mut();
+            let mut fg = th.front.borrow_mut();
+            let (reply, waits) = blocking::settle(&mut sg, &mut fg, self.client.id(), how, now);
+            self.out.raw(&reply);
+            waits
+        } else {
+            let state = Box::new(self.client.blocked.clone().unwrap_or_default());
+            let op = match how {
+                blocking::Settle::Serve => Op::Rerun(state),
+                blocking::Settle::TimeOut => Op::TimeOut(state),
+                blocking::Settle::Unblock(u) => Op::Unblock(state, u),
+            };
+            match self.one(shard, op, &[]).await {
+                Ok((reply, note)) => {
+                    self.out.raw(&reply);
+                    note.is_some_and(|n| n.blocked.is_some())
+                }
+                Err(e) => {
+                    self.out.error(&hop::unavailable_error(e));
+                    false
+                }
+            }
+        };
+        // Served there meanwhile: its reply is in the mailbox.
+        let mailbox = self.client.shared.mailbox.clone();
+        if mailbox.take_served() {
+            let pushed = mailbox.take();
+            self.out.raw(&pushed);
+            self.end_served(shard, &mailbox);
+        } else if !waits {
+            self.end_wait();
+        }
     }
 
     /// CLIENT PAUSE ended for a postponed command: it goes back in front of the read buffer
@@ -2507,6 +2509,7 @@ impl Conn {
             let mut sg = th.shard.borrow_mut();
             let mut fg = th.front.borrow_mut();
             fg.unregister_client(id);
+            blocking::forget(&mut sg, &mut fg, id);
             sg.forget_client(id, &self.client.dirty);
             let mut v = self.watch_shards(&fg);
             if let Some(b) = &self.client.blocked {

@@ -28,6 +28,9 @@ pub struct Front {
     /// per pipeline round (`wake_deferred`), so one wake-up carries a round's messages and
     /// the output limit sees them together, as in one-threaded Redis.
     pub deferred_wakes: Vec<Arc<crate::client::Mailbox>>,
+    /// Clients blocked on this thread's shard's keys (whatever thread their connection is
+    /// on), with what serving them here needs (`blocking::serve_ready`), by client id.
+    pub parked: std::collections::HashMap<u64, crate::blocking::Parked>,
 }
 
 impl Front {
@@ -39,6 +42,7 @@ impl Front {
             clients: BTreeMap::new(),
             stats: Stats::new(table.len()),
             deferred_wakes: Vec::new(),
+            parked: std::collections::HashMap::new(),
         }
     }
 

@@ -200,10 +200,12 @@ pub enum Op {
         multi: MultiState,
         watched: Vec<(usize, Vec<u8>)>,
     },
-    /// A blocked command after a wake: re-runs it if the client was woken here.
+    /// A blocked client was woken: serves what is ready here (`blocking::settle`).
     Rerun(Box<BlockedOn>),
     /// A blocked command's deadline passed.
     TimeOut(Box<BlockedOn>),
+    /// CLIENT UNBLOCK reached a blocked client.
+    Unblock(Box<BlockedOn>, crate::client::Unblock),
     /// Drops the client's watches here (UNWATCH, DISCARD, RESET, after EXEC).
     Unwatch,
     /// Drops everything the client left here (it disconnected): watches, a blocked wait.
@@ -223,8 +225,6 @@ pub struct Note {
     pub db: usize,
     /// The command asked to close the connection (CLIENT KILL of itself).
     pub close: bool,
-    /// A re-run found the client not woken here: nothing ran.
-    pub idle: bool,
     /// A script reached a key of this other shard before any effect: it may run there
     /// (`Scripting::relocate`).
     pub relocate: Option<u16>,
@@ -369,7 +369,7 @@ async fn forward(
                     b"-ERR SORT across nodes is not supported\r\n".to_vec(),
                 ));
             }
-            Op::Rerun(_) | Op::TimeOut(_) => {
+            Op::Rerun(_) | Op::TimeOut(_) | Op::Unblock(..) => {
                 local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
             }
         }
@@ -666,28 +666,46 @@ fn run_item(
                 Err(e) => cmd::reply_error(f, out, &e),
             }
         }
-        Op::Rerun(b) => {
-            if !s.blocking.is_ready(client.id()) {
-                note.idle = true;
-                note.blocked = Some(b);
-                return;
-            }
-            client.blocked = Some(*b);
-            client.shared.blocked.set(true);
-            blocking::reprocess(s, f, client, out, now);
-            note.blocked = client.blocked.take().map(Box::new);
-        }
-        Op::TimeOut(b) => {
-            client.blocked = Some(*b);
-            client.shared.blocked.set(true);
-            blocking::time_out(s, f, client, out);
-            note.blocked = client.blocked.take().map(Box::new);
+        Op::Rerun(b) => settle_item(s, f, client, out, b, blocking::Settle::Serve, now, note),
+        Op::TimeOut(b) => settle_item(s, f, client, out, b, blocking::Settle::TimeOut, now, note),
+        Op::Unblock(b, how) => {
+            settle_item(
+                s,
+                f,
+                client,
+                out,
+                b,
+                blocking::Settle::Unblock(how),
+                now,
+                note,
+            );
         }
         Op::Unwatch => s.unwatch_all(&client.dirty),
         Op::Forget => {
             let dirty = client.dirty.clone();
+            blocking::forget(s, f, client.id());
             s.forget_client(client.id(), &dirty);
         }
+    }
+}
+
+/// A blocked client's connection asks its keys' shard to serve it or end its wait: the reply
+/// (if it was not served) goes in `out`; `note.blocked` gives back the wait while it lasts.
+#[allow(clippy::too_many_arguments)]
+fn settle_item(
+    s: &mut Shard,
+    f: &mut Front,
+    client: &Client,
+    out: &mut Reply,
+    b: Box<BlockedOn>,
+    how: blocking::Settle,
+    now: u64,
+    note: &mut Note,
+) {
+    let (reply, waits) = blocking::settle(s, f, client.id(), how, now);
+    out.raw(&reply);
+    if waits {
+        note.blocked = Some(b);
     }
 }
 

@@ -210,3 +210,83 @@ fn blocking_lists_reference() {
     let r = RedisRef::start();
     scenarios(r.port);
 }
+
+/// Redis serves the clients a write made ready right after that write's command (EXEC, script)
+/// and before the next command, chains included ("Linked LMOVEs" of Redis's suite): the
+/// pushing connection's next command sees the final state. Looped, because a server that
+/// serves them later passes now and then by luck.
+fn served_before_next_command(port: u16) {
+    let conn = || Raw::connect(port);
+    let mut w = conn();
+    let scripts = call(&mut w, &["EVAL", "return 1", "0"]) == ":1\r\n";
+    for round in 0..50 {
+        let mut a = conn();
+        let mut b = conn();
+        call(&mut w, &["DEL", "list1{t}", "list2{t}", "list3{t}"]);
+        send(
+            &mut a,
+            &["BLMOVE", "list1{t}", "list2{t}", "RIGHT", "LEFT", "0"],
+        );
+        wait_blocked(&mut w, 1);
+        send(
+            &mut b,
+            &["BLMOVE", "list2{t}", "list3{t}", "LEFT", "RIGHT", "0"],
+        );
+        wait_blocked(&mut w, 2);
+        // Pushed by a plain command, a transaction or a script, by turns.
+        match round % 3 {
+            1 => {
+                assert_eq!(call(&mut w, &["MULTI"]), "+OK\r\n");
+                call(&mut w, &["RPUSH", "list1{t}", "foo"]);
+                assert_eq!(call(&mut w, &["EXEC"]), "*1\r\n:1\r\n");
+            }
+            2 if scripts => {
+                let push = "return redis.call('rpush', KEYS[1], 'foo')";
+                assert_eq!(call(&mut w, &["EVAL", push, "1", "list1{t}"]), ":1\r\n");
+            }
+            _ => assert_eq!(call(&mut w, &["RPUSH", "list1{t}", "foo"]), ":1\r\n"),
+        }
+        assert_eq!(
+            call(&mut w, &["LRANGE", "list1{t}", "0", "-1"]),
+            "*0\r\n",
+            "round {round}"
+        );
+        assert_eq!(
+            call(&mut w, &["LRANGE", "list2{t}", "0", "-1"]),
+            "*0\r\n",
+            "round {round}"
+        );
+        assert_eq!(
+            call(&mut w, &["LRANGE", "list3{t}", "0", "-1"]),
+            "*1\r\n$3\r\nfoo\r\n",
+            "round {round}"
+        );
+        assert_eq!(read(&mut a), "$3\r\nfoo\r\n");
+        assert_eq!(read(&mut b), "$3\r\nfoo\r\n");
+        // A served BLPOP: its pop is done before the pusher's next command.
+        send(&mut a, &["BLPOP", "q{t}", "0"]);
+        wait_blocked(&mut w, 1);
+        assert_eq!(call(&mut w, &["LPUSH", "q{t}", "x"]), ":1\r\n");
+        assert_eq!(call(&mut w, &["LLEN", "q{t}"]), ":0\r\n", "round {round}");
+        assert_eq!(read(&mut a), "*2\r\n$4\r\nq{t}\r\n$1\r\nx\r\n");
+        // The same connection goes on normally after being served.
+        assert_eq!(call(&mut a, &["PING"]), "+PONG\r\n");
+        wait_blocked(&mut w, 0);
+    }
+}
+
+#[test]
+fn served_before_next_command_meridian() {
+    let srv = Server::start();
+    served_before_next_command(srv.port);
+}
+
+#[test]
+fn served_before_next_command_reference() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed; skipped");
+        return;
+    }
+    let r = RedisRef::start();
+    served_before_next_command(r.port);
+}

@@ -630,9 +630,14 @@ pub fn call_with(
     now_ms: u64,
     run: impl FnOnce(&mut Ctx<'_>) -> Result<(), CmdError>,
 ) {
+    // Clients that writes made ready (ops from other sites, a command of another shard's
+    // EXEC...) are served before the next command a client sent, as Redis does.
+    let top = client.call_depth == 0 && !client.is_script();
+    if top && shard.blocking.has_ready() {
+        crate::blocking::serve_ready(shard, front, now_ms);
+    }
     // Client-side caching: the client a command a client sent runs for (its own
     // invalidations wait for its reply), and the table's limit (Redis's processCommand).
-    let top = client.call_depth == 0 && !client.is_script();
     let tracker = client.shared.tracking.borrow().clone();
     if top {
         shard
@@ -734,6 +739,16 @@ pub fn call_with(
             now_ms,
             &shard.config.client_output_buffer_limit,
         );
+    }
+    if top {
+        if client.blocked.is_some() {
+            crate::blocking::park(front, client, argv);
+        }
+        // Redis's `handleClientsBlockedOnKeys` after `call`: the clients this command (or its
+        // EXEC, or its script) made ready are served before anything else runs here.
+        if shard.blocking.has_ready() {
+            crate::blocking::serve_ready(shard, front, now_ms);
+        }
     }
 }
 

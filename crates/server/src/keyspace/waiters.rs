@@ -61,6 +61,9 @@ struct Waiter {
 pub struct BlockRegistry {
     keys: HashMap<(usize, Vec<u8>), VecDeque<u64>>,
     clients: HashMap<u64, Waiter>,
+    /// Clients woken by writes, in the order they were woken (per key, FIFO), not yet taken
+    /// by whoever serves them on this shard (`pop_ready`). May name clients since gone.
+    ready: VecDeque<u64>,
 }
 
 impl BlockRegistry {
@@ -132,6 +135,9 @@ impl BlockRegistry {
         let Some(w) = self.clients.remove(&id) else {
             return false;
         };
+        if self.clients.is_empty() {
+            self.ready.clear();
+        }
         for key in w.keys {
             if let Some(q) = self.keys.get_mut(&key) {
                 q.retain(|&c| c != id);
@@ -159,11 +165,23 @@ impl BlockRegistry {
                 }
                 w.ready = true;
                 w.wake.wake();
+                self.ready.push_back(*id);
                 first = first.or(Some(*id));
                 turn_taken |= !w.wake_all;
             }
         }
         first
+    }
+
+    /// Whether a write woke some client that was not served since (`pop_ready`).
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The next client woken by a write, in wake order (Redis's ready keys, served per key in
+    /// FIFO order). The caller checks that it is still registered and ready.
+    pub fn pop_ready(&mut self) -> Option<u64> {
+        self.ready.pop_front()
     }
 
     /// Wakes every client postponed by CLIENT PAUSE (the pause ended).
@@ -242,6 +260,9 @@ mod tests {
         assert_eq!(r.signal(0, b"x"), None);
         assert_eq!(r.signal(0, b"k"), Some(1));
         assert!(r.is_ready(1));
+        assert!(r.has_ready());
+        assert_eq!(r.pop_ready(), Some(1));
+        assert!(!r.has_ready());
         // A second write before client 1 ran wakes the next one in line.
         assert_eq!(r.signal(0, b"k"), Some(2));
         assert_eq!(r.signal(0, b"j"), None, "1 is already woken");
@@ -262,8 +283,11 @@ mod tests {
         let mut r = BlockRegistry::default();
         r.register(7, w(), 2, &[b"a", b"b"]);
         assert!(r.contains(7));
+        r.signal(2, b"a");
+        assert!(r.has_ready());
         assert!(r.unregister(7));
         assert!(r.is_empty());
+        assert!(!r.has_ready(), "no client left: nothing to serve");
         assert!(r.keys.is_empty());
         assert_eq!(r.signal(2, b"a"), None);
     }
