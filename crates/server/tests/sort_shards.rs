@@ -1,4 +1,4 @@
-//! SORT and SORT_RO on a server with several shards (the default 3 of test servers), whose
+//! SORT and SORT_RO on a server with several shards (3, whatever `MERIDIAN_TEST_SHARDS` says), whose
 //! sorted key, BY and GET pattern keys and STORE destination are on different shards: the
 //! main port coordinates them (`sort_across`) and must answer byte for byte as one
 //! `redis-server` 7.0.15 does with the same data. Also: an empty result deleting the
@@ -8,6 +8,10 @@
 mod common;
 
 use common::{Raw, RedisRef, Server};
+
+/// Shard threads of every server here: several whatever `MERIDIAN_TEST_SHARDS` says, since
+/// these tests are about keys on different shards.
+const SHARDS: &str = "3";
 
 fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -62,7 +66,7 @@ fn load(c: &mut Raw) {
 
 #[test]
 fn sort_across_shards_answers_as_redis() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let redis = RedisRef::start();
     let mut m = srv.connect();
     let mut r = redis.connect();
@@ -158,7 +162,7 @@ fn sort_across_shards_answers_as_redis() {
 
 #[test]
 fn store_across_shards_notifies_sortstore() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let mut c = srv.connect();
     let mut sub = srv.connect();
     assert_eq!(
@@ -189,7 +193,7 @@ fn store_across_shards_notifies_sortstore() {
 
 #[test]
 fn empty_store_touches_a_watched_destination() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let redis = RedisRef::start();
     for port in [srv.port, redis.port] {
         let mut c = Raw::connect(port);
@@ -224,7 +228,7 @@ fn empty_store_touches_a_watched_destination() {
 
 #[test]
 fn by_and_get_need_full_key_access() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let redis = RedisRef::start();
     let mut m = srv.connect();
     let mut r = redis.connect();
@@ -247,7 +251,7 @@ fn by_and_get_need_full_key_access() {
 /// replies are Redis's either way.
 #[test]
 fn lookups_per_job_at_the_limit_and_one_past() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let redis = RedisRef::start();
     let mut m = srv.connect();
     let mut r = redis.connect();
@@ -287,7 +291,7 @@ fn lookups_per_job_at_the_limit_and_one_past() {
 
 #[test]
 fn counted_once_and_refused_where_one_shard_runs_it() {
-    let srv = Server::start();
+    let srv = Server::start_with(&["--shards", SHARDS]);
     let mut c = srv.connect();
     assert_eq!(s(&c.call_strs(&["RPUSH", "l", "2", "1"])), ":2\r\n");
     assert_eq!(s(&c.call_strs(&["CONFIG", "RESETSTAT"])), "+OK\r\n");
