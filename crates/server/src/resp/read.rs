@@ -108,9 +108,12 @@ pub fn elements(buf: &[u8], pos: usize) -> Option<(Vec<(usize, usize)>, usize)> 
     if !matches!(h.kind, b'*' | b'~' | b'>') {
         return None;
     }
-    let n = usize::try_from(h.n.max(0)).ok()?;
+    spans(buf, h.body, usize::try_from(h.n.max(0)).ok()?)
+}
+
+/// The spans of the `n` replies from `at` on, and where the last ends.
+fn spans(buf: &[u8], mut at: usize, n: usize) -> Option<(Vec<(usize, usize)>, usize)> {
     let mut out = Vec::with_capacity(n.min(1024));
-    let mut at = h.body;
     for _ in 0..n {
         let end = skip(buf, at)?;
         out.push((at, end));
@@ -126,15 +129,7 @@ pub fn flat_items(buf: &[u8], pos: usize) -> Option<(Vec<(usize, usize)>, usize)
     if h.kind != b'%' {
         return elements(buf, pos);
     }
-    let n = usize::try_from(h.n.max(0)).ok()?.checked_mul(2)?;
-    let mut out = Vec::with_capacity(n.min(1024));
-    let mut at = h.body;
-    for _ in 0..n {
-        let end = skip(buf, at)?;
-        out.push((at, end));
-        at = end;
-    }
-    Some((out, at))
+    spans(buf, h.body, usize::try_from(h.n.max(0)).ok()?.checked_mul(2)?)
 }
 
 /// The payload of a bulk or verbatim string at `pos` (a verbatim string's `txt:` prefix
