@@ -129,7 +129,11 @@ pub fn flat_items(buf: &[u8], pos: usize) -> Option<(Vec<(usize, usize)>, usize)
     if h.kind != b'%' {
         return elements(buf, pos);
     }
-    spans(buf, h.body, usize::try_from(h.n.max(0)).ok()?.checked_mul(2)?)
+    spans(
+        buf,
+        h.body,
+        usize::try_from(h.n.max(0)).ok()?.checked_mul(2)?,
+    )
 }
 
 /// The payload of a bulk or verbatim string at `pos` (a verbatim string's `txt:` prefix
