@@ -459,3 +459,49 @@ fn a_site_joining_by_full_sync_gets_the_libraries() {
         "B did not rejoin by full sync"
     );
 }
+
+/// FUNCTION STATS shows a busy function from every connection, whichever shard thread runs
+/// it (Redis's unit/functions "test function kill" reads it from another connection).
+#[test]
+fn function_stats_shows_a_busy_function_from_every_thread() {
+    let cluster = one_site(&["--busy-reply-threshold", "20", "--shards", "3"]);
+    let site = cluster.site(A);
+    let mut admin = site.connect();
+    let lib = "#!lua name=spin\nredis.register_function('spin', function() local a = 1 while true do a = a + 1 end end)";
+    assert_eq!(admin.reply(&["FUNCTION", "LOAD", lib]), Reply::bulk("spin"));
+    // Connections are spread over the threads: some of these are on the runner's, some not.
+    let mut others: Vec<common::Raw> = (0..4).map(|_| site.connect()).collect();
+    let mut runner = site.connect();
+    runner.send_cmd(&[b"FCALL", b"spin", b"0"]);
+    wait_busy(&mut admin);
+    for c in &mut others {
+        let Reply::Array(stats) = c.reply(&["FUNCTION", "STATS"]) else {
+            panic!("FUNCTION STATS is not an array")
+        };
+        assert_eq!(stats.first(), Some(&Reply::bulk("running_script")));
+        let Some(Reply::Array(running)) = stats.get(1) else {
+            panic!("no running script: {stats:?}")
+        };
+        assert_eq!(running.get(1), Some(&Reply::bulk("spin")), "{running:?}");
+        assert_eq!(
+            running.get(3),
+            Some(&Reply::Array(vec![
+                Reply::bulk("FCALL"),
+                Reply::bulk("spin"),
+                Reply::bulk("0")
+            ]))
+        );
+    }
+    assert_eq!(
+        admin.reply(&["FUNCTION", "KILL"]),
+        Reply::Simple("OK".to_string())
+    );
+    let stopped = common::parse_reply(&runner.read_reply());
+    assert!(format!("{stopped:?}").contains("killed"), "{stopped:?}");
+    assert_eq!(admin.reply(&["PING"]), Reply::Simple("PONG".to_string()));
+    // No script runs any more: FUNCTION STATS shows none.
+    match admin.reply(&["FUNCTION", "STATS"]) {
+        Reply::Array(items) => assert_eq!(items.get(1), Some(&Reply::Nil), "{items:?}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -66,6 +66,18 @@ pub struct BusyFlags {
     pub dirty: std::sync::atomic::AtomicBool,
     /// SCRIPT KILL / FUNCTION KILL from another thread, seen at the next hook run.
     pub kill: std::sync::atomic::AtomicBool,
+    /// What FUNCTION STATS on another thread shows of it: set when it goes on the board,
+    /// taken off with it (read only while a script is busy, never on the hot path).
+    pub running: std::sync::Mutex<Option<RunningScript>>,
+}
+
+/// A busy script as FUNCTION STATS shows it.
+#[derive(Debug, Clone)]
+pub struct RunningScript {
+    pub eval: bool,
+    pub name: String,
+    pub command: Vec<Vec<u8>>,
+    pub started: std::time::Instant,
 }
 
 impl BusyBoard {
@@ -129,6 +141,12 @@ fn post(shard: &mut Shard) {
     if !f.on.load(Relaxed) {
         f.eval.store(run.eval, Relaxed);
         f.kill.store(false, Relaxed);
+        *f.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(RunningScript {
+            eval: run.eval,
+            name: run.name.clone(),
+            command: run.caller_argv.clone(),
+            started: run.started,
+        });
         f.on.store(true, Relaxed);
         board.n.fetch_add(1, Relaxed);
     }
@@ -147,6 +165,7 @@ pub fn unpost(shard: &mut Shard) {
     if let Some(f) = board.shards.get(i) {
         if f.on.swap(false, Relaxed) {
             f.kill.store(false, Relaxed);
+            *f.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
             board.n.fetch_sub(1, Relaxed);
         }
     }
@@ -206,22 +225,38 @@ pub fn kill(shard: &mut Shard, eval: bool) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// FUNCTION STATS.
+/// FUNCTION STATS: the script running here, else a busy one of another shard thread (from
+/// the process's board), as one Redis shows the one script it runs.
 pub fn function_stats(shard: &Shard, out: &mut Reply) -> Result<(), &'static str> {
-    if shard.scripting.run.as_ref().is_some_and(|r| r.eval) {
+    let running = match &shard.scripting.run {
+        Some(run) => Some(RunningScript {
+            eval: run.eval,
+            name: run.name.clone(),
+            command: run.caller_argv.clone(),
+            started: run.started,
+        }),
+        None => shard.scripting.board.as_ref().and_then(|(board, _)| {
+            board.shards.iter().find_map(|f| {
+                f.on.load(std::sync::atomic::Ordering::Relaxed)
+                    .then(|| f.running.lock().unwrap_or_else(|e| e.into_inner()).clone())
+                    .flatten()
+            })
+        }),
+    };
+    if running.as_ref().is_some_and(|r| r.eval) {
         return Err(BUSY_EVAL);
     }
     out.map(2);
     out.bulk(b"running_script");
-    match &shard.scripting.run {
+    match running {
         None => out.null(),
         Some(run) => {
             out.map(3);
             out.bulk(b"name");
             out.bulk(run.name.as_bytes());
             out.bulk(b"command");
-            out.array(run.caller_argv.len());
-            for a in &run.caller_argv {
+            out.array(run.command.len());
+            for a in &run.command {
                 out.bulk(a);
             }
             out.bulk(b"duration_ms");
