@@ -1736,6 +1736,24 @@ impl Conn {
             node.local_shards()
         };
         let n = node.shards;
+        // A setting, load or flush every shard holds (`Merge::Same`) runs here first, with
+        // every check a client's command gets (the other shards run only its handler): one
+        // refused here (-OOM, a bad argument) is refused everywhere, so the shards never
+        // diverge on it.
+        let table = self.th.front.borrow().table;
+        let same_everywhere = route::classes(table).get(spec.idx) == Some(&Class::All(Merge::Same));
+        let mut mine: Option<Vec<u8>> = None;
+        if same_everywhere && skip != Some(self.th.index) {
+            let reply = self
+                .one(self.th.index, Op::Call(spec), argv)
+                .await
+                .unwrap_or_default()
+                .0;
+            if reply.first() == Some(&b'-') {
+                return vec![reply];
+            }
+            mine = Some(reply);
+        }
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let mut waits = Vec::with_capacity(usize::from(n));
         for shard in range.clone() {
@@ -1751,13 +1769,15 @@ impl Conn {
             );
             waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
-        let mine = if skip == Some(self.th.index) {
-            Vec::new()
-        } else {
-            self.one(self.th.index, Op::Call(spec), argv)
-                .await
-                .unwrap_or_default()
-                .0
+        let mine = match mine {
+            Some(reply) => reply,
+            None if skip == Some(self.th.index) => Vec::new(),
+            None => {
+                self.one(self.th.index, Op::Call(spec), argv)
+                    .await
+                    .unwrap_or_default()
+                    .0
+            }
         };
         let mut out = vec![Vec::new(); usize::from(n)];
         if let Some(slot) = out.get_mut(usize::from(self.th.index)) {

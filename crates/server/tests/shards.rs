@@ -434,12 +434,31 @@ fn settings_inside_a_transaction_reach_every_shard() {
     for k in &keys {
         assert_eq!(call(&mut a, &["SET", k, "x"]), oom, "{k}");
     }
+    // A FUNCTION LOAD refused under the limit is refused on every shard: none holds the
+    // library after it.
+    let lib = "#!lua name=cfglib\nredis.register_function('cfgf', function(keys) return redis.call('get', keys[1]) end)";
+    assert!(call(&mut a, &["FUNCTION", "LOAD", lib]).starts_with("-OOM"));
+    for k in &keys {
+        assert_eq!(
+            call(&mut a, &["FCALL", "cfgf", "1", k]),
+            "-ERR Function not found\r\n",
+            "{k}"
+        );
+    }
     assert_eq!(
         call(&mut a, &["CONFIG", "SET", "maxmemory", "0"]),
         "+OK\r\n"
     );
     for k in &keys {
         assert_eq!(call(&mut a, &["SET", k, "y"]), "+OK\r\n", "{k}");
+    }
+    assert_eq!(call(&mut a, &["FUNCTION", "LOAD", lib]), "$6\r\ncfglib\r\n");
+    for k in &keys {
+        assert_eq!(
+            call(&mut a, &["FCALL", "cfgf", "1", k]),
+            "$1\r\ny\r\n",
+            "{k}"
+        );
     }
 }
 
