@@ -866,10 +866,9 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 q.set(&mut next, v);
             }
             if let Err(e) = tls.reload(&next) {
-                // Every shard runs CONFIG SET; the first one logs why.
-                if ctx.front.index == ctx.front.node.first {
-                    tracing::warn!(error = %e, "CONFIG SET: TLS configuration not updated");
-                }
+                // CONFIG SET runs on the client's shard first, and on the others only once it
+                // succeeded there (`Conn::on_shards_but`): the shard that fails says why.
+                tracing::warn!(error = %e, "CONFIG SET: TLS configuration not updated");
                 return Err(failed(
                     p.name.as_bytes(),
                     "Unable to update TLS configuration. Check server logs.",
