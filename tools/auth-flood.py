@@ -44,7 +44,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loopback_server import (  # noqa: E402
-    LOAD_CPU, Conn, Server, enc, percentile, rss_kb)
+    LOAD_CPU, Conn, Server, add_server_args, alternating_runs, enc, paced_round_trips,
+    percentile, rss_kb, server_configs)
 
 PASSWORD = "flood-test-password"
 WRONG = "not-the-password"
@@ -136,20 +137,7 @@ def probe(port, rate, seconds, out):
     """Round trips (ms) of PING/GET sent one at a time at `rate` per second for `seconds`."""
     c = Conn(port)
     c.call("AUTH", PASSWORD)
-    ping, get = enc("PING"), enc("GET", "probe-key")
-    start = time.monotonic()
-    n = int(rate * seconds)
-    for i in range(n):
-        due = start + i / rate
-        d = due - time.monotonic()
-        if d > 0:
-            time.sleep(d)
-        t0 = time.perf_counter()
-        c.sock.sendall(ping if i % 2 == 0 else get)
-        r = c.reply()
-        out.append((time.perf_counter() - t0) * 1000.0)
-        if isinstance(r, Exception):
-            raise r
+    paced_round_trips(c, [enc("PING"), enc("GET", "probe-key")], rate, seconds, out)
     c.close()
 
 
@@ -247,10 +235,7 @@ def run_one(label, kind, path, shards, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--meridian", help="path of the meridian binary")
-    ap.add_argument("--redis-server", help="path of redis-server")
-    ap.add_argument("--shards", default="1", help="Meridian --shards values, comma-separated")
-    ap.add_argument("--rounds", type=int, default=2)
+    add_server_args(ap)
     ap.add_argument("--idle-seconds", type=float, default=10.0)
     ap.add_argument("--flood-seconds", type=float, default=30.0)
     ap.add_argument("--probe-rate", type=float, default=1000.0)
@@ -263,24 +248,13 @@ def main():
                     help="each AUTH names a new user: one ACL LOG entry per failure")
     args = ap.parse_args()
     os.sched_setaffinity(0, {LOAD_CPU})
-    configs = []
-    if args.meridian:
-        for s in args.shards.split(","):
-            configs.append(("meridian-%ss" % s, "meridian", args.meridian, int(s)))
-    if args.redis_server:
-        configs.append(("redis", "redis", args.redis_server, None))
-    if not configs:
-        ap.error("give --meridian and/or --redis-server")
+    configs = server_configs(ap, args)
     print("auth-flood: %s, %s idle + %s s flood at %s failed AUTH/s%s, probe %s/s, load avg %s"
           % (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), args.idle_seconds,
              args.flood_seconds, args.rate,
              " (a new user name each)" if args.distinct_users else "", args.probe_rate,
              open("/proc/loadavg").read().split()[:3]), flush=True)
-    runs = []
-    for rnd in range(args.rounds):
-        order = configs if rnd % 2 == 0 else list(reversed(configs))
-        for cfg in order:
-            runs.append(run_one(*cfg, args))
+    runs = alternating_runs(configs, args.rounds, lambda *cfg: run_one(*cfg, args))
     print()
     print("| Server | runs | idle p99 (ms) | flood p99 (ms) | p99 flood/idle | failed AUTH/s "
           "| RSS growth over the flood (kB) | used_memory growth (B) | ACL LOG entries |")

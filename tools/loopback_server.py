@@ -1,6 +1,7 @@
 """What tools/auth-flood.py and tools/nonreading-clients.py share: starting a server (Meridian
 or redis-server) on a free loopback port in a temporary directory pinned to one CPU, a minimal
-RESP client over a raw socket, and the server's RSS from /proc. Standard library only.
+RESP client over a raw socket, paced probes, the server's RSS from /proc, the servers to
+compare and their alternating order. Standard library only.
 
 Only 127.0.0.1 is ever connected to; every wait is bounded in time."""
 
@@ -195,3 +196,54 @@ def percentile(sorted_values, p):
         return float("nan")
     i = min(len(sorted_values) - 1, max(0, int(round(p / 100.0 * len(sorted_values))) - 1))
     return sorted_values[i]
+
+
+def paced_round_trips(c, commands, rate, seconds, out, stop=None):
+    """Sends `commands` on `c` in turn, one at a time, `rate` per second for `seconds` (or
+    until `stop` is set), appending each round trip (ms) to `out`. An error reply raises."""
+    start = time.monotonic()
+    for i in range(int(rate * seconds)):
+        if stop is not None and stop.is_set():
+            break
+        d = start + i / rate - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+        t0 = time.perf_counter()
+        c.sock.sendall(commands[i % len(commands)])
+        r = c.reply()
+        out.append((time.perf_counter() - t0) * 1000.0)
+        if isinstance(r, Exception):
+            raise r
+
+
+def add_server_args(ap):
+    """The options every tool here takes: the servers to run and how many rounds."""
+    ap.add_argument("--meridian", help="path of the meridian binary")
+    ap.add_argument("--redis-server", help="path of redis-server")
+    ap.add_argument("--shards", default="1", help="Meridian --shards values, comma-separated")
+    ap.add_argument("--rounds", type=int, default=2)
+
+
+def server_configs(ap, args):
+    """(label, kind, binary, shards) of each server `add_server_args`'s options name."""
+    configs = []
+    if args.meridian:
+        for s in args.shards.split(","):
+            configs.append(("meridian-%ss" % s, "meridian", args.meridian, int(s)))
+    if args.redis_server:
+        configs.append(("redis", "redis", args.redis_server, None))
+    if not configs:
+        ap.error("give --meridian and/or --redis-server")
+    return configs
+
+
+def alternating_runs(configs, rounds, run):
+    """`run(*config)` for every config, round after round, the order reversed every other
+    round (A B, B A, ...); the results that are not None."""
+    runs = []
+    for rnd in range(rounds):
+        for cfg in configs if rnd % 2 == 0 else list(reversed(configs)):
+            r = run(*cfg)
+            if r is not None:
+                runs.append(r)
+    return runs

@@ -48,7 +48,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loopback_server import (  # noqa: E402
-    LOAD_CPU, Conn, Server, enc, percentile, rss_kb)
+    LOAD_CPU, Conn, Server, add_server_args, alternating_runs, enc, paced_round_trips,
+    percentile, rss_kb, server_configs)
 
 TCP_ESTABLISHED = 1
 
@@ -73,18 +74,7 @@ def probe(port, rate, seconds, out, stop=None, ports=None):
     c = Conn(port, timeout=30)
     if ports is not None:
         ports.append(c.sock.getsockname()[1])
-    ping = enc("PING")
-    start = time.monotonic()
-    for i in range(int(rate * seconds)):
-        if stop is not None and stop.is_set():
-            break
-        d = start + i / rate - time.monotonic()
-        if d > 0:
-            time.sleep(d)
-        t0 = time.perf_counter()
-        c.sock.sendall(ping)
-        c.reply()
-        out.append((time.perf_counter() - t0) * 1000.0)
+    paced_round_trips(c, [enc("PING")], rate, seconds, out, stop)
     c.close()
 
 
@@ -224,10 +214,7 @@ def run_one(label, kind, path, shards, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--meridian", help="path of the meridian binary")
-    ap.add_argument("--redis-server", help="path of redis-server")
-    ap.add_argument("--shards", default="1", help="Meridian --shards values, comma-separated")
-    ap.add_argument("--rounds", type=int, default=2)
+    add_server_args(ap)
     ap.add_argument("--clients", type=int, default=1000)
     ap.add_argument("--value-bytes", type=int, default=256 * 1024)
     ap.add_argument("--gets", type=int, default=32, help="GETs each client pipelines")
@@ -244,26 +231,13 @@ def main():
     want = args.clients + 64
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
-    configs = []
-    if args.meridian:
-        for s in args.shards.split(","):
-            configs.append(("meridian-%ss" % s, "meridian", args.meridian, int(s)))
-    if args.redis_server:
-        configs.append(("redis", "redis", args.redis_server, None))
-    if not configs:
-        ap.error("give --meridian and/or --redis-server")
+    configs = server_configs(ap, args)
     print("nonreading-clients: %s, %d clients x %d GETs of %d bytes (%.1f MB asked each), "
           "SO_RCVBUF %d, %s s, limit '%s', load avg %s"
           % (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), args.clients, args.gets,
              args.value_bytes, args.gets * args.value_bytes / 1e6, args.rcvbuf, args.seconds,
              args.limit, open("/proc/loadavg").read().split()[:3]), flush=True)
-    runs = []
-    for rnd in range(args.rounds):
-        order = configs if rnd % 2 == 0 else list(reversed(configs))
-        for cfg in order:
-            r = run_one(*cfg, args)
-            if r is not None:
-                runs.append(r)
+    runs = alternating_runs(configs, args.rounds, lambda *cfg: run_one(*cfg, args))
     print()
     print("| Server | runs | clients closed | all closed by (s) | RSS idle (MB) | RSS peak (MB) "
           "| RSS after (MB) | used_memory peak (MB) | kernel TCP mem peak (MB) "
