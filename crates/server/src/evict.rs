@@ -694,14 +694,7 @@ impl Shard {
             // A sparse stretch of a table may hold no key: a few random starts per database.
             for i in 0..n_dbs * POOL_REFILLS_MAX {
                 let db = (self.evict.next_db + i / POOL_REFILLS_MAX) % n_dbs.max(1);
-                let has = self.dbs.get(db).is_some_and(|d| {
-                    if volatile {
-                        d.expires > 0
-                    } else {
-                        !d.is_empty()
-                    }
-                });
-                if !has {
+                if !self.has_candidates(db, volatile) {
                     continue;
                 }
                 let r = self.evict.next_rand();
@@ -739,6 +732,18 @@ impl Shard {
         None
     }
 
+    /// Whether database `db` holds keys a policy may evict: any key, or (`volatile`) a key
+    /// with a TTL.
+    fn has_candidates(&self, db: usize, volatile: bool) -> bool {
+        self.dbs.get(db).is_some_and(|d| {
+            if volatile {
+                d.expires > 0
+            } else {
+                !d.is_empty()
+            }
+        })
+    }
+
     /// Samples every database that holds candidates into the pool; `sampled`: whether any
     /// key was found.
     fn refill_pool(&mut self, policy: Policy, now_ms: u64, sampled: &mut bool) {
@@ -748,14 +753,7 @@ impl Shard {
             .clamp(1, 1 << 16);
         let mut found = Vec::with_capacity(samples);
         for db in 0..self.dbs.len() {
-            let has = self.dbs.get(db).is_some_and(|d| {
-                if volatile {
-                    d.expires > 0
-                } else {
-                    !d.is_empty()
-                }
-            });
-            if !has {
+            if !self.has_candidates(db, volatile) {
                 continue;
             }
             let r = self.evict.next_rand();
