@@ -118,6 +118,21 @@ impl Mailbox {
         buf.len()
     }
 
+    /// Appends push output under its class's `limit`. When the output pending breaks it, the
+    /// client is closed with that output dropped (Redis's
+    /// `closeClientOnOutputBufferLimitReached`) and this answers false; otherwise true, and
+    /// the caller wakes the connection (now, or once for a batch of messages).
+    pub fn push_within(&self, bytes: &[u8], limit: &OutputLimit, now_ms: u64) -> bool {
+        let pending = self.push(bytes);
+        if !self.output_over_limit(pending, limit, now_ms) {
+            return true;
+        }
+        tracing::warn!(client = %self.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+        self.clear();
+        self.kill();
+        false
+    }
+
     /// A shard served this client's blocked command: its reply goes out after the push
     /// output already pending, and the connection is woken to end its wait.
     pub fn deliver_served(&self, reply: &[u8], wrote_seq: u64) {

@@ -214,15 +214,8 @@ impl Node {
         now_ms: u64,
     ) {
         for m in lock(&self.monitors).iter() {
-            if m.id != from && !m.is_killed() {
-                let pending = m.push(line);
-                if m.output_over_limit(pending, limit, now_ms) {
-                    tracing::warn!(client = %m.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
-                    m.clear();
-                    m.kill();
-                } else {
-                    m.wake.notify_one();
-                }
+            if m.id != from && !m.is_killed() && m.push_within(line, limit, now_ms) {
+                m.wake.notify_one();
             }
         }
     }

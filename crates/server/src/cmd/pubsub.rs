@@ -397,12 +397,10 @@ fn deliver(sub: &Arc<Mailbox>, bytes: &[u8], d: &mut Delivery<'_, '_>) {
     if sub.is_killed() {
         return;
     }
-    let pending = sub.push(bytes);
-    if sub.output_over_limit(pending, &d.limits.pubsub, d.now_ms) {
-        tracing::warn!(client = %sub.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
-        sub.clear();
-        sub.kill();
-    } else if let Some(wakes) = d.wakes.as_deref_mut() {
+    if !sub.push_within(bytes, &d.limits.pubsub, d.now_ms) {
+        return;
+    }
+    if let Some(wakes) = d.wakes.as_deref_mut() {
         if !wakes.iter().any(|m| Arc::ptr_eq(m, sub)) {
             wakes.push(sub.clone());
         }

@@ -510,12 +510,7 @@ fn send(m: &Mailbox, msg: &[u8], inline: Option<&mut Vec<u8>>, config: &Config, 
     } else {
         &limits.normal
     };
-    let pending = m.push(msg);
-    if m.output_over_limit(pending, limit, now_ms) {
-        tracing::warn!(client = %m.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
-        m.clear();
-        m.kill();
-    } else {
+    if m.push_within(msg, limit, now_ms) {
         m.wake.notify_one();
     }
 }
