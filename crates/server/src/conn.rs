@@ -187,14 +187,6 @@ struct Conn {
     barrier_muted: bool,
 }
 
-/// EVAL, EVALSHA, FCALL and their read-only forms.
-fn is_script_call(name: &str) -> bool {
-    matches!(
-        name,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
-    )
-}
-
 /// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
 /// is killed meanwhile (CLIENT KILL, `timeout`, shutdown), or when the output still pending
 /// breaks its class's limit (`ClientShared::output_over_limit`: the hard bound at once, the
@@ -939,13 +931,6 @@ impl Conn {
                 _ => self.inline(s, f, spec, argv, now),
             };
         }
-        if is_script_call(spec.meta.name) && self.keys_at(f, spec, argv) == KeysAt::None {
-            return Step::Barrier(Barrier {
-                spec,
-                argv: owned(argv),
-                kind: BarrierKind::Script,
-            });
-        }
         match class {
             Class::Local => self.inline(s, f, spec, argv, now),
             Class::Keyed => self.keyed(s, f, spec, argv, now),
@@ -1391,6 +1376,10 @@ impl Conn {
                 barrier(BarrierKind::Special(sp))
             }
             Special::Sort => self.keyed(s, f, spec, argv, now),
+            Special::Script if self.keys_at(f, spec, argv) == KeysAt::None => {
+                barrier(BarrierKind::Script)
+            }
+            Special::Script => self.keyed(s, f, spec, argv, now),
             Special::Debug => {
                 let sub = argv.get(1).copied().unwrap_or_default();
                 if sub.eq_ignore_ascii_case(b"set-active-expire") {
@@ -1835,7 +1824,11 @@ impl Conn {
                 } = self;
                 crate::sort_across::run(&th, client, out, afters, spec, argv).await;
             }
-            Special::Unwatch | Special::Debug | Special::Digest | Special::Cluster => {
+            Special::Unwatch
+            | Special::Debug
+            | Special::Digest
+            | Special::Cluster
+            | Special::Script => {
                 // Dispatched without a barrier.
                 self.out
                     .error(&CmdError::Err("internal routing error".to_string()));

@@ -97,6 +97,9 @@ pub enum Special {
     Sort,
     /// CLUSTER: COUNTKEYSINSLOT and GETKEYSINSLOT run on the slot's shard.
     Cluster,
+    /// EVAL, EVALSHA, FCALL and their read-only forms: on their keys' shard; one that declares
+    /// no key runs where the keys it reaches are (`conn`'s `BarrierKind::Script`).
+    Script,
 }
 
 /// The class of a command by its full name.
@@ -170,6 +173,9 @@ pub fn class_of(name: &str) -> Class {
         "debug" => Special(self::Special::Debug),
         "shutdown" => Special(self::Special::Shutdown),
         "sort" | "sort_ro" => Special(self::Special::Sort),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            Special(self::Special::Script)
+        }
         "cluster|countkeysinslot" | "cluster|getkeysinslot" => Special(self::Special::Cluster),
         // Shard channels are not keys here: subscriptions are process-wide.
         "spublish" | "ssubscribe" | "sunsubscribe" => Local,
