@@ -18,6 +18,16 @@
 //! pool of `POOL_KEYS_MAX`, by idle time (LRU), frequency (LFU) or expiry (TTL); or a random
 //! key. Entries holding only removal metadata are not keys and are never evicted.
 //!
+//! **Only what every peer holds.** A shard with peers evicts a candidate only if every peer
+//! still in the deployment (quarantined ones included) has said, in its latest ack, that it
+//! delivered every write and removal the key holds (`Shard::held_everywhere_vv`). Another key
+//! may carry a write no other site has yet; a full sync from here (a peer behind the backlog,
+//! or rejoining after a quarantine) no longer carries it once evicted, so it would be lost at
+//! every site. Such candidates are passed over (INFO crdt `crdt_evictions_held_back`); a shard
+//! whose candidates all are answers -OOM until acks move (`HELD_BACK_RETRY_MS` between
+//! samples while they do not), as Redis Enterprise's Active-Active eviction waits for its
+//! writes to reach every participating cluster.
+//!
 //! **Evicted marks.** A shard with peers remembers each key it evicted (`Eviction::evicted`:
 //! database, key, and what the key had seen, its `KeyState::observed`), until a write brings
 //! the whole key back. The marks make eviction a *miss*, never a partial value or a removal
@@ -62,6 +72,9 @@ const TIME_CHECK_KEYS: u32 = 16;
 const JOB_REPORT_RECORDS: u64 = 4096;
 /// How old the allocator's figure may be, in milliseconds, before a shard reads it again.
 pub const ALLOCATED_AGE_MS_MAX: u64 = 1;
+/// How long (ms) a shard whose eviction pass found only keys some peer lacks answers
+/// -OOM without sampling again, while no peer's ack moves (`Eviction::held_back_at`).
+pub const HELD_BACK_RETRY_MS: u64 = 100;
 /// The log says a site over its limit is applying its peers' ops at most this often.
 pub const OVER_LIMIT_LOG_INTERVAL_MS: u64 = 10_000;
 
@@ -270,6 +283,11 @@ pub struct Eviction {
     pub evicted: hashbrown::HashMap<(u16, SmallBytes), EvictedMark>,
     /// When the log last said eviction stopped at `maxmemory-evicted-marks-max` (ms).
     marks_full_logged_ms: u64,
+    /// `Shard::held_everywhere_vv` when the last eviction pass found no candidate every
+    /// peer held, and when (ms): until it moves no key becomes evictable (a key's writes
+    /// only grow), so for `HELD_BACK_RETRY_MS` writes get -OOM without sampling again
+    /// (a sample that met only keys some peer lacks may have missed others).
+    held_back_at: Option<(VersionVector, u64)>,
 }
 
 impl Eviction {
@@ -291,6 +309,7 @@ impl Eviction {
             job_records: Cell::new(0),
             evicted: hashbrown::HashMap::new(),
             marks_full_logged_ms: 0,
+            held_back_at: None,
         }
     }
 
@@ -499,6 +518,14 @@ impl Shard {
         if policy == Policy::NoEviction {
             return Outcome::Fail;
         }
+        // With peers, only a key every peer holds may go: a write only this site held
+        // would be lost at every site by a later full sync from here (docs/conflicts.md §18).
+        let held = (self.peers > 0).then(|| self.held_everywhere_vv());
+        if let (Some(vv), Some((at_vv, at_ms))) = (&held, &self.evict.held_back_at) {
+            if vv == at_vv && now_ms < at_ms.saturating_add(HELD_BACK_RETRY_MS) {
+                return Outcome::Fail;
+            }
+        }
         let limit_us = time_limit_us(self.config.maxmemory_eviction_tenacity);
         let started = std::time::Instant::now();
         // Each round evicts a key or finds none; a stale pool entry costs a round, so the
@@ -513,7 +540,13 @@ impl Shard {
                 self.note_marks_full(now_ms);
                 return Outcome::Fail;
             }
-            let Some((db, key)) = self.eviction_candidate(policy, now_ms) else {
+            let mut held_back = false;
+            let Some((db, key)) =
+                self.eviction_candidate(policy, now_ms, held.as_ref(), &mut held_back)
+            else {
+                if held_back {
+                    self.evict.held_back_at = held.map(|vv| (vv, now_ms));
+                }
                 break;
             };
             if !self.evict_key(db, &key) {
@@ -685,9 +718,24 @@ impl Shard {
             .insert((db, SmallBytes::copy_from(key)), mark);
     }
 
+    /// Whether every write and removal `state` holds lies within `held` (None: no peers,
+    /// anything may go). Costs what `KeyState::observed` costs: paid only for the key about
+    /// to be evicted, whose mark needs as much.
+    pub(crate) fn held_everywhere(state: &KeyState, held: Option<&VersionVector>) -> bool {
+        held.is_none_or(|vv| vv.dominates(&state.observed().stamps))
+    }
+
     /// The next key to evict: a random one, or the best of the pool after sampling every
-    /// database into it. Only keys that exist (and, for volatile policies, have a TTL).
-    fn eviction_candidate(&mut self, policy: Policy, now_ms: u64) -> Option<(usize, SmallBytes)> {
+    /// database into it. Only keys that exist (and, for volatile policies, have a TTL) and
+    /// that every peer holds (`held`; `held_back` says one was passed over for that).
+    /// Bounded: `POOL_REFILLS_MAX` samples per database, each candidate checked once.
+    fn eviction_candidate(
+        &mut self,
+        policy: Policy,
+        now_ms: u64,
+        held: Option<&VersionVector>,
+        held_back: &mut bool,
+    ) -> Option<(usize, SmallBytes)> {
         let n_dbs = self.dbs.len();
         let volatile = policy.volatile();
         if policy.random() {
@@ -702,7 +750,17 @@ impl Shard {
                 self.sample(db, 1, volatile, r, &mut one);
                 if let Some((_, _, key)) = one.pop() {
                     self.evict.next_db = db + 1;
-                    return Some((db, key));
+                    let hash = self.hash_key(&key);
+                    let everywhere = self
+                        .dbs
+                        .get(db)
+                        .and_then(|d| d.get(hash, &key))
+                        .is_some_and(|e| Self::held_everywhere(&e.state, held));
+                    if everywhere {
+                        return Some((db, key));
+                    }
+                    *held_back = true;
+                    self.stats.evictions_held_back += 1;
                 }
             }
             return None;
@@ -714,16 +772,17 @@ impl Shard {
             self.refill_pool(policy, now_ms, &mut sampled);
             while let Some(c) = self.evict.pool.pop() {
                 let hash = self.hash_key(&c.key);
-                let live = self
-                    .dbs
-                    .get(c.db)
-                    .and_then(|d| d.get(hash, &c.key))
-                    .is_some_and(|e| {
-                        !e.state.is_empty() && (!volatile || e.state.expire_at_ms().is_some())
-                    });
-                if live {
+                let Some(e) = self.dbs.get(c.db).and_then(|d| d.get(hash, &c.key)) else {
+                    continue;
+                };
+                if e.state.is_empty() || (volatile && e.state.expire_at_ms().is_none()) {
+                    continue;
+                }
+                if Self::held_everywhere(&e.state, held) {
                     return Some((c.db, c.key));
                 }
+                *held_back = true;
+                self.stats.evictions_held_back += 1;
             }
             if !sampled {
                 return None;
@@ -1170,6 +1229,69 @@ mod tests {
         // One removal for the key held, one for the key evicted.
         assert_eq!(h.shard.oplog.ops(), ops + 2);
         assert!(h.shard.evict.evicted.is_empty());
+    }
+
+    /// A shard with a peer evicts only keys whose writes the peer has said it holds: the
+    /// others would be lost at every site by a later full sync from here (issue 20).
+    #[test]
+    fn only_keys_every_peer_holds_are_evicted() {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec!["b=127.0.0.1:7999".to_string()],
+            maxmemory_policy: "allkeys-lru".to_string(),
+            maxmemory_samples: 64,
+            ..crate::config::Config::default()
+        };
+        let mut t = (
+            Harness::with_shard(Shard::new(0, config, crate::time::wall_ms())),
+            2 * KEY_BYTES,
+        );
+        t.0.shard.set_policy_flags();
+        for k in ["a", "b", "c"] {
+            t.0.run(&["SET", k, "v"]);
+        }
+        // The peer never acked: nothing may go, writes would get -OOM.
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        assert_eq!(t.0.shard.stats.evicted_keys, 0);
+        let held_back = t.0.shard.stats.evictions_held_back;
+        assert!(held_back > 0);
+        // Within HELD_BACK_RETRY_MS and with no new ack, the next check does not sample again.
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        assert_eq!(t.0.shard.stats.evictions_held_back, held_back);
+        // The peer acks what it holds: "a" and "b" (the ack before "c" was written).
+        let before_c = {
+            let mut vv = t.0.shard.delivered_vv();
+            let c = t.0.shard.dbs[0]
+                .get(t.0.shard.hash_key(b"c"), b"c")
+                .unwrap()
+                .state
+                .observed()
+                .stamps;
+            let own = t.0.shard.replica;
+            let mut cut = VersionVector::new();
+            cut.observe(Stamp {
+                hlc: meridian_crdt::Hlc(c.get(own).0 - 1),
+                replica: own,
+            });
+            vv = crate::sync::gc::vv_min(&vv, &cut);
+            vv
+        };
+        t.0.shard.sync.peers[0].acked = Some(before_c);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.stats.evicted_keys, 1);
+        assert!(exists(&mut t.0, "c"), "c went before the peer held it");
+        // One more key: only "c" is left besides one of "a"/"b", and the peer lacks "c".
+        t.0.run(&["SET", "d", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.stats.evicted_keys, 2);
+        assert!(exists(&mut t.0, "c") && exists(&mut t.0, "d"));
+        t.0.run(&["SET", "e", "v"]);
+        assert_eq!(evict(&mut t), Outcome::Fail);
+        // Once the peer holds everything, any key may go again.
+        let all = t.0.shard.delivered_vv();
+        t.0.shard.sync.peers[0].acked = Some(all);
+        assert_eq!(evict(&mut t), Outcome::Ok);
+        assert_eq!(t.0.shard.key_count(), 2);
     }
 
     #[test]

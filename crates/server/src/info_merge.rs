@@ -84,6 +84,7 @@ fn rule(key: &str) -> Rule {
         | "crdt_ops_applied_over_maxmemory"
         | "crdt_evicted_keys_marked"
         | "crdt_evicted_writes_not_applied"
+        | "crdt_evictions_held_back"
         | "evicted_keys"
         | "tracking_total_keys"
         | "tracking_total_items"

@@ -140,6 +140,9 @@ pub struct Stats {
     /// Writes to keys this shard evicted that were not materialised here (they carried a
     /// change, not the whole value: INFO crdt `crdt_evicted_writes_not_applied`).
     pub evicted_writes_not_applied: u64,
+    /// Eviction candidates passed over because some peer had not yet delivered all they
+    /// held (INFO crdt `crdt_evictions_held_back`, docs/conflicts.md §18).
+    pub evictions_held_back: u64,
     pub expired_stale_perc: f64,
     pub expire_cycle_cpu_milliseconds: u64,
     /// Writes since start (Redis `rdb_changes_since_last_save` analogue).

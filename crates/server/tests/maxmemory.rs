@@ -78,6 +78,27 @@ fn write_until_evicted(
     all[..written].to_vec()
 }
 
+/// Waits until site `at` holds an ack from site `peer` (named `peer_name` there) that
+/// covers every write `peer` has delivered: a site evicts only keys every peer has said it
+/// holds (docs/conflicts.md §18). Acks come about every second on an idle link; a site of
+/// several shards gets one per pair of shards, so one more second lets the others come.
+fn wait_acked(cluster: &Cluster, at: usize, peer: usize, peer_name: &str) {
+    let parse = |text: &str| -> Vec<(String, u64)> {
+        text.split(';')
+            .filter_map(|p| p.split_once('='))
+            .map(|(r, h)| (r.to_string(), h.parse().unwrap_or(0)))
+            .collect()
+    };
+    let want = parse(&cluster.site(peer).info_crdt()["crdt_version_vector"]);
+    let acked = eventually(Duration::from_secs(15), || {
+        let got = parse(&cluster.site(at).peer_info(peer_name)["acked_vv"]);
+        want.iter()
+            .all(|(r, h)| got.iter().any(|(r2, h2)| r2 == r && h2 >= h))
+    });
+    assert!(acked, "no ack from {peer_name} covers its writes");
+    std::thread::sleep(Duration::from_millis(1100));
+}
+
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}:{i}")).collect()
 }
@@ -212,10 +233,11 @@ fn allkeys_lru_keeps_the_keys_just_read() {
     let old_left = count_existing(&mut c, &old);
     let cold_left = old_left - hot_left;
     let cold = old.len() - hot.len();
-    // The keys read stay (sampling is approximate: allow 5% of them), while the cold
-    // ones went.
+    // The keys read stay (sampling is approximate: late in the run a sample of windows of
+    // adjacent buckets may find no cold key, then ties go at random; allow 10% of them:
+    // random eviction would leave about two thirds), while the cold ones went.
     assert!(
-        hot_left * 100 >= hot.len() * 95,
+        hot_left * 100 >= hot.len() * 90,
         "hot keys left {hot_left} of {}, cold {cold_left} of {cold}",
         hot.len()
     );
@@ -398,6 +420,8 @@ fn complete_full_sync_keeps_evicted_keys(shards: &str) {
     let first = names("first", 1500);
     write(&mut b, &first, None);
     cluster.wait_converged(Duration::from_secs(30));
+    // A may evict B's keys once B has said it holds them.
+    wait_acked(&cluster, 0, 1, "b");
     cluster.partition(0, 1);
     assert!(
         eventually(Duration::from_secs(15), || {
@@ -417,36 +441,82 @@ fn complete_full_sync_keeps_evicted_keys(shards: &str) {
     let a_first = count_existing(&mut a, &first);
     assert!(a_first < first.len(), "a evicted none of B's keys");
     a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
-    // A's own keys it still holds (it may have evicted any of them, the last written
-    // included: with three shards a shard over the process's limit can evict all of its
-    // keys) must all reach B.
-    let a_held: Vec<String> = second
-        .iter()
-        .filter(|k| count_existing(&mut a, std::slice::from_ref(*k)) == 1)
-        .cloned()
-        .collect();
-    let a_second = a_held.len();
+    // A evicted none of its own keys: B, quarantined, had none of them.
+    assert_eq!(count_existing(&mut a, &second), second.len());
     cluster.heal(0, 1);
     // Generous: with three shards a rejoin is three pairs of full syncs, which a loaded
     // machine may have to retry.
     let synced = eventually(Duration::from_secs(60), || {
         cluster.site(1).peer_u64("a", "full_syncs_in") >= 1
             && cluster.site(1).peer_info("a")["quarantined"] == "0"
-            && count_existing(&mut b, &a_held) == a_held.len()
+            && count_existing(&mut b, &second) == second.len()
     });
     assert!(
         synced,
         "no rejoin\n{}",
         common::sites::report(&cluster.all())
     );
-    // B holds every key of its own, none removed by A's evictions, and every key A held.
-    // (A's own keys that A evicted before B had them are lost, as docs/conflicts.md §18
-    // says: the complete full sync replaced the op stream.)
+    // B holds every key of its own, none removed by A's evictions, and every key A wrote.
     assert_eq!(count_existing(&mut b, &first), first.len());
-    assert!(count_existing(&mut b, &second) >= a_second, "a's keys at b");
     // A still misses what it evicted (the full sync from B does not bring it back: A's
     // causal context says it had those writes).
     assert!(count_existing(&mut a, &first) <= a_first);
+}
+
+/// Issue 20: a site never evicts a write some peer lacks. A, cut off from B, holds only
+/// keys of its own, which B has not received: over its limit it evicts none of them and
+/// refuses writes with -OOM instead; every write it acknowledged reaches B at the rejoin.
+#[test]
+fn a_site_never_evicts_writes_a_peer_lacks() {
+    let cluster = Cluster::start(
+        &["a", "b"],
+        Opts::proxied().flags(&["--sync-quarantine-ms", "1000"]),
+    );
+    cluster.wait_links_up(Duration::from_secs(15));
+    let mut a = cluster.site(0).connect();
+    let mut b = cluster.site(1).connect();
+    cluster.partition(0, 1);
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            cluster.site(0).peer_info("b")["quarantined"] == "1"
+        }),
+        "no quarantine"
+    );
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let own = names("own", 200);
+    write(&mut a, &own[..100], None);
+    let limit = used_counted(&mut a);
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    let replies = write(&mut a, &own[100..], None);
+    let refused = replies
+        .iter()
+        .filter(|r| matches!(r, Reply::Err(e) if e == OOM))
+        .count();
+    assert!(refused > 0, "a accepted every write over its limit");
+    assert_eq!(info_u64(&mut a, "stats", "evicted_keys"), 0);
+    assert!(info_u64(&mut a, "crdt", "crdt_evictions_held_back") > 0);
+    let acked: Vec<String> = own[..100]
+        .iter()
+        .chain(
+            own[100..]
+                .iter()
+                .zip(&replies)
+                .filter(|(_, r)| **r == Reply::Simple("OK".into()))
+                .map(|(k, _)| k),
+        )
+        .cloned()
+        .collect();
+    assert_eq!(count_existing(&mut a, &acked), acked.len());
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    cluster.heal(0, 1);
+    assert!(
+        eventually(Duration::from_secs(60), || count_existing(&mut b, &acked)
+            == acked.len()),
+        "a's acknowledged writes at b: {} of {}\n{}",
+        count_existing(&mut b, &acked),
+        acked.len(),
+        common::sites::report(&cluster.all())
+    );
 }
 
 /// What `key` holds, as one comparable text (any type).

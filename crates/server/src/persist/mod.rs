@@ -910,12 +910,24 @@ mod tests {
         lines.join(";")
     }
 
-    /// Random writes at two sites, evictions at one (with or without its marks), ops
-    /// delivered at random points, now and then a complete full sync from the evicting
-    /// site (which must leave the other site's copies of the keys it evicted as they were).
-    /// Once every op is delivered, the evicting site must hold each key as the other does,
-    /// or miss it (docs/conflicts.md §18). `Err` names the first key that differs.
-    fn eviction_model(seed: u64, keep_marks: bool) -> Result<(), String> {
+    /// What the model's evicting site keeps to (docs/conflicts.md §18); the tests switch
+    /// each part off to show that it is needed.
+    #[derive(Clone, Copy)]
+    struct EvictionRule {
+        /// Marks of the keys evicted (a miss, never a partial value).
+        marks: bool,
+        /// Only keys every peer holds are evicted (no write lost at every site).
+        held_only: bool,
+    }
+
+    /// Random writes at two sites, evictions at one, ops delivered at random points, now and
+    /// then a complete full sync from the evicting site, with ops of it still in flight
+    /// (which must leave the other site's copies of the keys it evicted as they were). A
+    /// third site receives every op of both and never evicts: the reference. Once every op
+    /// is delivered, the evicting site must hold each key as the reference does, or miss it,
+    /// and the other site must hold every key as the reference does (no write lost). `Err`
+    /// names the first key that differs.
+    fn eviction_model(seed: u64, rule: EvictionRule) -> Result<(), String> {
         let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let mut next = move |n: u64| {
             rng ^= rng << 13;
@@ -925,6 +937,7 @@ mod tests {
         };
         let mut a = site("a", &["b"], None);
         let mut b = site("b", &["a"], None);
+        let mut reference = site("c", &["a", "b"], None);
         let (mut a_next, mut b_next) = (1u64, 1u64);
         let keys = ["k0", "k1", "k2"];
         for _ in 0..60 {
@@ -942,17 +955,21 @@ mod tests {
                 5 => drop(run(s, &["SADD", key, &member])),
                 6 => drop(run(s, &["DEL", key])),
                 7 => {
-                    if a.evict_key(0, key.as_bytes()) && !keep_marks {
+                    // B's latest ack says what it holds now.
+                    a.sync.peers[0].acked = Some(b.delivered_vv());
+                    let held = a.held_everywhere_vv();
+                    let may = !rule.held_only
+                        || a.dbs[0]
+                            .get(a.hash_key(key.as_bytes()), key.as_bytes())
+                            .is_some_and(|e| Shard::held_everywhere(&e.state, Some(&held)));
+                    if may && a.evict_key(0, key.as_bytes()) && !rule.marks {
                         a.evict.evicted.clear();
                     }
                 }
                 8 if next(4) == 0 => {
-                    // A complete full sync a→b (a rejoin after a quarantine), once b has
-                    // every op of a (see docs/conflicts.md §18 for writes still in flight):
-                    // b keeps its copies of the keys a evicted, unchanged.
-                    if a.seq >= a_next {
-                        stream(&a, &mut b, 0, a_next);
-                    }
+                    // A complete full sync a→b (a rejoin after a quarantine), whatever of
+                    // a's ops b has not received yet: b keeps its copies of the keys a
+                    // evicted, unchanged.
                     let before: Vec<String> = keys
                         .iter()
                         .filter(|k| a.evicted_mark(0, k.as_bytes()).is_some())
@@ -986,7 +1003,7 @@ mod tests {
             }
         }
         // Deliver everything, both ways, until neither has anything new (a local write to
-        // an evicted key issues its removal too).
+        // an evicted key issues its removal too), and all of it to the reference.
         for _ in 0..3 {
             if a.seq >= a_next {
                 stream(&a, &mut b, 0, a_next);
@@ -997,10 +1014,24 @@ mod tests {
                 b_next = b.seq + 1;
             }
         }
+        if a.seq >= 1 {
+            stream(&a, &mut reference, 0, 1);
+        }
+        if b.seq >= 1 {
+            stream(&b, &mut reference, 1, 1);
+        }
         for key in keys {
             let (va, vb) = (value_text(&mut a, key), value_text(&mut b, key));
-            if va != "none" && va != vb {
-                return Err(format!("seed {seed}: {key}: a holds {va}, b {vb}"));
+            let vc = value_text(&mut reference, key);
+            if va != "none" && va != vc {
+                return Err(format!(
+                    "seed {seed}: {key}: a holds {va}, every op gives {vc}"
+                ));
+            }
+            if vb != vc {
+                return Err(format!(
+                    "seed {seed}: {key}: b holds {vb}, every op gives {vc}"
+                ));
             }
             if a.evicted_mark(0, key.as_bytes()).is_some() && va != "none" {
                 return Err(format!("seed {seed}: {key} marked and held"));
@@ -1010,19 +1041,41 @@ mod tests {
     }
 
     /// The eviction rule as a property: over many random schedules the evicting site only
-    /// ever misses a key; without its marks (the rule before) some schedule leaves it
-    /// holding a different value.
+    /// ever misses a key and no write is lost; without its marks (the rule before) some
+    /// schedule leaves it holding a different value, and evicting keys a peer lacks loses
+    /// writes at a complete full sync.
     #[test]
     fn an_evicting_site_only_misses_keys_whatever_the_schedule() {
+        let full = EvictionRule {
+            marks: true,
+            held_only: true,
+        };
         for seed in 0..400 {
-            if let Err(e) = eviction_model(seed, true) {
+            if let Err(e) = eviction_model(seed, full) {
                 panic!("{e}");
             }
         }
-        let diverged = (0..400)
-            .filter(|&seed| eviction_model(seed, false).is_err())
-            .count();
-        assert!(diverged > 0, "no schedule diverges without the marks");
+        for (name, rule) in [
+            (
+                "without the marks",
+                EvictionRule {
+                    marks: false,
+                    ..full
+                },
+            ),
+            (
+                "evicting keys a peer lacks",
+                EvictionRule {
+                    held_only: false,
+                    ..full
+                },
+            ),
+        ] {
+            let failed = (0..400)
+                .filter(|&seed| eviction_model(seed, rule).is_err())
+                .count();
+            assert!(failed > 0, "no schedule fails {name}");
+        }
     }
 
     /// An evicted key's mark (docs/conflicts.md §18) survives a restart, by the log's

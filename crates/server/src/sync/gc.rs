@@ -64,7 +64,18 @@ impl Shard {
     /// other peers only. An origin no peer entry claims is a site's shard not learned yet,
     /// and every ack counts for it (conservative).
     pub fn stable_vv(&self) -> Option<VersionVector> {
-        self.delivered_everywhere(|p| !p.quarantined)
+        self.delivered_everywhere(|p| (!p.quarantined).then_some(p.acked_causal.as_ref()))
+    }
+
+    /// What every peer still in the deployment (quarantined ones included) said it had
+    /// delivered at its last ack, and this shard has too: a key whose every write and
+    /// removal lies within it is held by every peer, so evicting it here loses nothing at
+    /// any site (evict.rs, docs/conflicts.md §18). Empty while some such peer has never
+    /// acked. Unlike `everywhere_vv` it takes each peer's latest ack, not its causal one:
+    /// eviction asks only what the peer holds, not what no later op of it can still need.
+    pub fn held_everywhere_vv(&self) -> VersionVector {
+        self.delivered_everywhere(|p| (!p.removed).then_some(p.acked.as_ref()))
+            .unwrap_or_default()
     }
 
     /// What every peer, quarantined ones included (as of its last causal ack), and this
@@ -73,20 +84,23 @@ impl Shard {
     /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
     /// nothing. A peer shard's acks count for the origins it receives, as in `stable_vv`.
     pub fn everywhere_vv(&self) -> VersionVector {
-        self.delivered_everywhere(|p| !p.removed)
+        self.delivered_everywhere(|p| (!p.removed).then_some(p.acked_causal.as_ref()))
             .unwrap_or_default()
     }
 
-    /// The pointwise minimum of this shard's delivered vector and the causal acks of the
-    /// peers `counts` keeps, each origin over the peers that receive it (see `stable_vv`).
-    /// None while such a peer has never acked.
-    fn delivered_everywhere(&self, counts: impl Fn(&super::Peer) -> bool) -> Option<VersionVector> {
+    /// The pointwise minimum of this shard's delivered vector and the acks `ack` takes of
+    /// the peers (None: the peer does not count; Some(None): it counts and never acked),
+    /// each origin over the peers that receive it (see `stable_vv`). None while a peer that
+    /// counts has never acked.
+    fn delivered_everywhere<'a>(
+        &'a self,
+        ack: impl Fn(&'a super::Peer) -> Option<Option<&'a VersionVector>>,
+    ) -> Option<VersionVector> {
         let acks: Vec<(&super::Peer, &VersionVector)> = self
             .sync
             .peers
             .iter()
-            .filter(|p| counts(p))
-            .map(|p| p.acked_causal.as_ref().map(|a| (p, a)))
+            .filter_map(|p| ack(p).map(|a| a.map(|a| (p, a))))
             .collect::<Option<_>>()?;
         let mut out = VersionVector::new();
         for (origin, hlc) in self.delivered_vv().iter() {

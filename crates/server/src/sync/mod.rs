@@ -817,6 +817,7 @@ impl crate::shard::Shard {
             "crdt_evicted_writes_not_applied",
             &self.stats.evicted_writes_not_applied,
         );
+        f("crdt_evictions_held_back", &self.stats.evictions_held_back);
         f("crdt_sync_compression", &self.sync.codec.name());
         f("crdt_sync_tls", &u8::from(self.sync.tls.is_some()));
         f("crdt_peers", &self.sync.peer_sites());
