@@ -148,6 +148,10 @@ pub struct Config {
     /// Disk the op log may keep beyond what recovery needs, for peers that resume from it
     /// (the on-disk extension of `backlog-bytes-max`); the oldest segments go first.
     pub backlog_disk_bytes_max: u64,
+    /// What a background snapshot's replay may hold at once (0: a quarter of `maxmemory`,
+    /// or no bound without one): it replays the keys in parts to stay under it
+    /// (`persist::job`).
+    pub snapshot_memory_bytes_max: u64,
     /// Test-only: after every fsync, write `shard-N/fsynced` naming the log segment and its
     /// length known to be on disk (power-loss drills cut the log back to it).
     pub debug_fsync_watermark: bool,
@@ -279,6 +283,7 @@ impl Default for Config {
             auto_aof_rewrite_min_size: 64 * 1024 * 1024,
             log_segment_bytes_max: 64 * 1024 * 1024,
             backlog_disk_bytes_max: 1024 * 1024 * 1024,
+            snapshot_memory_bytes_max: 0,
             debug_fsync_watermark: false,
             log_level: "info".to_string(),
             log_format: "text".to_string(),

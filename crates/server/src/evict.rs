@@ -328,17 +328,19 @@ impl Eviction {
 
     /// Every `JOB_REPORT_RECORDS` keys or records a snapshot's private shard loads: publishes
     /// what its thread holds (the thread started with the job, so its net allocation is the
-    /// job's).
-    pub fn note_job_progress(&self) {
+    /// job's), and returns it.
+    pub fn note_job_progress(&self) -> Option<u64> {
         if !self.job {
-            return;
+            return None;
         }
         let n = self.job_records.get().wrapping_add(1);
         self.job_records.set(n);
-        if n % JOB_REPORT_RECORDS == 0 {
-            self.process
-                .publish_job(self.process_index, u64::try_from(thread_net()).unwrap_or(0));
+        if n % JOB_REPORT_RECORDS != 0 {
+            return None;
         }
+        let bytes = u64::try_from(thread_net()).unwrap_or(0);
+        self.process.publish_job(self.process_index, bytes);
+        Some(bytes)
     }
 
     /// Joins the process's other shards (`index`: this shard's place among them).

@@ -1768,3 +1768,54 @@ fn clients_are_answered_loading_while_the_log_replays() {
     assert_eq!(c.call(&[b"DBSIZE"]), b":300\r\n");
     node.kill();
 }
+
+/// Issue 20: a background snapshot replays the log into a private copy of the data; past
+/// `snapshot-memory-bytes-max` it starts again with the keys in more parts, so that copy
+/// stays within the budget. The snapshot written in parts holds every key: after a restart
+/// (which loads it, the log before it gone) the server holds them all.
+#[test]
+fn background_snapshot_replays_in_parts_within_its_memory_budget() {
+    let mut node = Node::start_new(&["--save", "", "--auto-aof-rewrite-percentage", "0"]);
+    let mut c = node.connect();
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "snapshot-memory-bytes-max", "8mb"],
+    );
+    let value = "v".repeat(1000);
+    let n = 12_000;
+    let cmds: Vec<Vec<String>> = (0..n)
+        .map(|i| vec!["SET".to_string(), format!("k:{i}"), format!("{value}{i}")])
+        .collect();
+    pipeline(&mut c, &cmds);
+    assert_eq!(
+        c.reply(&["BGREWRITEAOF"]),
+        Reply::Simple("Background append only file rewriting started".into())
+    );
+    assert!(
+        disk::eventually(JOB_TIMEOUT * 2, || {
+            persistence_u64(&mut c, "aof_rewrite_in_progress") == 0
+                && persistence_u64(&mut c, "aof_rewrites") == 1
+        }),
+        "BGREWRITEAOF did not finish; log:\n{}",
+        node.log()
+    );
+    assert_eq!(
+        disk::info(&mut c, "persistence")["aof_last_bgrewrite_status"],
+        "ok"
+    );
+    assert!(
+        node.log().contains("starting again in more parts"),
+        "12 MB of values replayed in one part under an 8 MiB budget; log:\n{}",
+        node.log()
+    );
+    drop(c);
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["DBSIZE"]), Reply::Int(n));
+    for i in [0, 1, n / 2, n - 1] {
+        assert_eq!(
+            c.reply(&["GET", &format!("k:{i}")]),
+            Reply::Bulk(format!("{value}{i}").into_bytes())
+        );
+    }
+}

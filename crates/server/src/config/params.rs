@@ -623,6 +623,8 @@ pub static PARAMS: &[Param] = &[
     field("backlog-disk-bytes-max", Kind::Int { min: 0, max: I64 }, field!(backlog_disk_bytes_max), "Disk the op log may keep beyond what recovery needs, for peers that resume from it.")
         .fixed()
         .meridian(),
+    field("snapshot-memory-bytes-max", Kind::Mem { min: 0, max: U64 }, field!(snapshot_memory_bytes_max), "What a background snapshot's replay may hold at once (0: a quarter of maxmemory, or no bound without it; at least 8 MiB): past it the snapshot replays the keys in more parts (docs/persistence.md).")
+        .meridian(),
     field("log-level", Kind::Text, field!(log_level), "Logging filter, as RUST_LOG.")
         .fixed()
         .meridian(),

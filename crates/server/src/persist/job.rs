@@ -4,9 +4,13 @@
 //! A background snapshot never touches the live keyspace: the shard closes the current log
 //! segment, and a thread replays the newest snapshot plus the sealed segments into a
 //! private shard and writes that as the new snapshot (an incremental scheme: each snapshot
-//! is the previous one plus the log since). It costs a second copy of the data while it
-//! runs, as a fork's copy-on-write does at worst, and no pause of the shard. SAVE writes
-//! the live state directly and blocks the shard, as Redis's SAVE blocks the server.
+//! is the previous one plus the log since), and no pause of the shard. The replay keeps the
+//! keys a part at a time (`Part`: a keyed hash of the key, modulo the parts) within
+//! `snapshot-memory-bytes-max` (by default a quarter of `maxmemory`, unbounded without it):
+//! a part that outgrows it is abandoned and the snapshot starts again with twice the parts,
+//! up to `SNAPSHOT_PARTS_MAX`. So the second copy of the data a fork's copy-on-write costs
+//! Redis at worst is bounded here, for a replay of the log per part. SAVE writes the live
+//! state directly and blocks the shard, as Redis's SAVE blocks the server.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +24,53 @@ use crate::shard::Shard;
 
 /// Snapshots kept: the newest, and one before it in case the newest is found damaged.
 pub const SNAPSHOTS_KEPT: usize = 2;
+/// Most parts a background snapshot replays the keys in; at this many a part may outgrow
+/// the budget (one key larger than it, say): it is written anyway.
+pub const SNAPSHOT_PARTS_MAX: u64 = 1024;
+/// The least memory budget a background snapshot's part gets (its buffers alone take
+/// about 2 MiB): a smaller `snapshot-memory-bytes-max` or `maxmemory` would only multiply
+/// the parts.
+pub const SNAPSHOT_PART_BYTES_MIN: u64 = 8 * 1024 * 1024;
+
+/// The keys one pass of a background snapshot's replay keeps: those whose keyed hash is
+/// `index` modulo `count` (every pass of one snapshot shares the hasher, so each key falls
+/// in exactly one part; the seed is random, so no client can pile keys into one part).
+#[derive(Clone, Debug)]
+pub struct Part {
+    pub count: u64,
+    pub index: u64,
+    pub hasher: std::hash::RandomState,
+    /// Bytes the private shard's thread may hold (`u64::MAX`: no bound), beyond
+    /// `buffer_bytes`.
+    pub bytes_max: u64,
+    /// The log segment the replay holds in memory while it walks it (up to
+    /// `log-segment-bytes-max`): not counted against `bytes_max`, which would otherwise be
+    /// outgrown by every part.
+    pub buffer_bytes: u64,
+    /// Set when the replay stopped for holding more than `bytes_max`.
+    pub over: bool,
+}
+
+impl Part {
+    /// Whether this pass keeps `key`.
+    pub fn holds(&self, key: &[u8]) -> bool {
+        use std::hash::BuildHasher as _;
+        self.count <= 1 || self.hasher.hash_one(key) % self.count == self.index
+    }
+}
+
+/// What one background snapshot's part may hold: `snapshot-memory-bytes-max`, or a quarter
+/// of `maxmemory`, or no bound; never under `SNAPSHOT_PART_BYTES_MIN`.
+pub fn part_bytes_max(config: &crate::config::Config) -> u64 {
+    let configured = if config.snapshot_memory_bytes_max > 0 {
+        config.snapshot_memory_bytes_max
+    } else if config.maxmemory > 0 {
+        config.maxmemory / 4
+    } else {
+        return u64::MAX;
+    };
+    configured.max(SNAPSHOT_PART_BYTES_MIN)
+}
 
 /// Which command started a background snapshot (their replies and INFO fields differ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -433,8 +484,8 @@ impl Shard {
     }
 }
 
-/// The background snapshot thread: replays the closed segments into a private shard and
-/// writes it.
+/// The background snapshot thread: replays the closed segments into a private shard, a
+/// part of the keys at a time (module docs), and writes each part into the snapshot.
 fn background_snapshot(
     dir: PathBuf,
     config: crate::config::Config,
@@ -444,13 +495,123 @@ fn background_snapshot(
     upto: u64,
     memory: (std::sync::Arc<crate::evict::ProcessMemory>, usize),
 ) -> Result<(PathBuf, u64), String> {
+    let budget = (part_bytes_max(&config), SNAPSHOT_PARTS_MAX);
+    let source = (dir.as_path(), &config, index, &slots, life);
+    snapshot_in_parts(source, upto, &memory, budget).map(|(path, bytes, _)| (path, bytes))
+}
+
+/// Where a background snapshot replays from: the shard's directory and configuration, its
+/// index, slots and life.
+type SnapshotSource<'a> = (
+    &'a Path,
+    &'a crate::config::Config,
+    u16,
+    &'a std::sync::Arc<crate::slot::SlotMap>,
+    u32,
+);
+
+/// `background_snapshot` with its budget `(bytes_max, parts_max)`: returns the path, the
+/// size and the parts the keys were replayed in.
+pub(super) fn snapshot_in_parts(
+    (dir, config, index, slots, life): SnapshotSource<'_>,
+    upto: u64,
+    memory: &(std::sync::Arc<crate::evict::ProcessMemory>, usize),
+    (bytes_max, parts_max): (u64, u64),
+) -> Result<(PathBuf, u64, u64), String> {
+    let hasher = std::hash::RandomState::new();
+    let mut count = 1u64;
+    loop {
+        let mut out = snapshot::SnapshotWriter::create(dir, upto).map_err(|e| e.to_string())?;
+        let mut outgrown = false;
+        for index_in in 0..count {
+            let part = Part {
+                count,
+                index: index_in,
+                hasher: hasher.clone(),
+                bytes_max: if count >= parts_max {
+                    u64::MAX
+                } else {
+                    bytes_max
+                },
+                buffer_bytes: 0,
+                over: false,
+            };
+            let replayed = replay_part((dir, config, index, slots, life), upto, memory, part);
+            let private = match replayed {
+                Ok(Some(private)) => private,
+                Ok(None) => {
+                    outgrown = true;
+                    break;
+                }
+                Err(e) => {
+                    out.abandon();
+                    return Err(e);
+                }
+            };
+            let written = write_part(&mut out, &private, upto, index_in == 0);
+            drop(private);
+            memory.0.publish_job(memory.1, 0);
+            if let Err(e) = written {
+                out.abandon();
+                return Err(e);
+            }
+        }
+        if !outgrown {
+            let (path, bytes) = out.finish().map_err(|e| e.to_string())?;
+            return Ok((path, bytes, count));
+        }
+        out.abandon();
+        count = (count * 2).min(parts_max);
+        tracing::info!(
+            parts = count,
+            bytes_max,
+            "background snapshot: a part outgrew snapshot-memory-bytes-max; starting again in more parts"
+        );
+    }
+}
+
+/// Replays the keys of `part` into a private shard: None when it outgrew its budget.
+fn replay_part(
+    (dir, config, index, slots, life): SnapshotSource<'_>,
+    upto: u64,
+    memory: &(std::sync::Arc<crate::evict::ProcessMemory>, usize),
+    part: Part,
+) -> Result<Option<Shard>, String> {
     let now = crate::time::wall_ms();
-    let mut private = Shard::in_site(index, slots, config, now);
+    let mut private = Shard::in_site(index, slots.clone(), config.clone(), now);
     // What the private shard holds is reported apart from user data (`maxmemory`).
-    private.evict.as_job(memory.0, memory.1);
+    private.evict.as_job(memory.0.clone(), memory.1);
     private.set_life(life);
     private.persist.recovering = true;
+    private.persist.part = Some(part);
     private.sync.incarnations.clear();
-    recover::recover(&mut private, &dir, Purpose::Snapshot { upto }).map_err(|e| e.to_string())?;
-    snapshot::write(&private, upto, &dir).map_err(|e| e.to_string())
+    match recover::recover(&mut private, dir, Purpose::Snapshot { upto }) {
+        Ok(_) => Ok(Some(private)),
+        Err(_) if private.persist.part.as_ref().is_some_and(|p| p.over) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Writes one part's keys into `out`; the first part writes the header and the libraries
+/// too, and every later part must reach the same header (every pass replays the same
+/// records; only the keys kept differ).
+fn write_part(
+    out: &mut snapshot::SnapshotWriter,
+    private: &Shard,
+    upto: u64,
+    first: bool,
+) -> Result<(), String> {
+    let meta = snapshot::SnapshotMeta::of(private, upto);
+    if first {
+        out.header(&meta).map_err(|e| e.to_string())?;
+        out.libraries_of(private).map_err(|e| e.to_string())?;
+    } else if out.meta().is_some_and(|m| {
+        snapshot::SnapshotMeta {
+            keys: m.keys,
+            ..meta.clone()
+        } != *m
+    }) {
+        return Err("background snapshot: two parts' replays reached different headers".into());
+    }
+    out.keys_of(private).map_err(|e| e.to_string())
 }

@@ -134,16 +134,34 @@ fn set_position(shard: &mut Shard, key: &str, inc: u64, seq: u64) {
     }
 }
 
-/// The test hook `key-load-delay`: sleeps that many microseconds (as Redis's `debugDelay`
-/// does per key it loads), so tests can see clients answered while loading.
-fn key_load_delay(shard: &Shard) {
-    // A background snapshot's private shard says how much it holds (not user data).
-    shard.evict.note_job_progress();
+/// What a replay says when a background snapshot's part outgrew its memory budget
+/// (`job::Part::over` tells it from damage).
+const PART_OUTGROWN: &str = "the part outgrew its memory budget";
+
+/// Per key or record loaded: a background snapshot's private shard says how much it holds
+/// (not user data) and stops past its part's budget; the test hook `key-load-delay` sleeps
+/// that many microseconds (as Redis's `debugDelay` does per key it loads), so tests can see
+/// clients answered while loading.
+fn key_load_delay(shard: &mut Shard) -> Result<(), String> {
+    if let Some(bytes) = shard.evict.note_job_progress() {
+        if let Some(part) = shard.persist.part.as_mut() {
+            if bytes.saturating_sub(part.buffer_bytes) >= part.bytes_max {
+                part.over = true;
+                return Err(PART_OUTGROWN.to_string());
+            }
+        }
+    }
     if let Ok(us) = u64::try_from(shard.config.key_load_delay) {
         if us > 0 {
             std::thread::sleep(std::time::Duration::from_micros(us));
         }
     }
+    Ok(())
+}
+
+/// Whether the replay keeps `key` (all of them, but in a background snapshot's part).
+fn in_part(shard: &Shard, key: &[u8]) -> bool {
+    shard.persist.part.as_ref().is_none_or(|p| p.holds(key))
 }
 
 /// Loads a snapshot into `shard` (whose keyspace must be empty).
@@ -156,7 +174,10 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         path,
         databases,
         |db, key, state| {
-            key_load_delay(shard);
+            key_load_delay(shard)?;
+            if !in_part(shard, key) {
+                return Ok(());
+            }
             if !shard.insert_loaded(db, key, state, now_ms) {
                 return Err(format!(
                     "key {:?} appears twice",
@@ -176,7 +197,9 @@ fn load_snapshot(shard: &mut Shard, path: &Path, now_ms: u64) -> Result<Snapshot
         },
     )?;
     for (db, key, mark) in evicted {
-        shard.load_evicted_mark(db, &key, mark);
+        if in_part(shard, &key) {
+            shard.load_evicted_mark(db, &key, mark);
+        }
     }
     for (name, stamp, code) in libraries {
         shard.apply_library(&name, stamp, code.as_deref());
@@ -225,7 +248,9 @@ fn replay_merge(
     for (_, hlc) in state.observed().stamps.iter() {
         raise_clock(shard, hlc);
     }
-    shard.merge_state(usize::from(db), key, &state, mine, theirs, now_ms);
+    if in_part(shard, key) {
+        shard.merge_state(usize::from(db), key, &state, mine, theirs, now_ms);
+    }
     Ok(())
 }
 
@@ -240,7 +265,7 @@ pub fn replay(
     let databases = shard.dbs.len();
     match kind {
         Kind::Op => {
-            key_load_delay(shard);
+            key_load_delay(shard)?;
             let (rec, used) = oplog::decode(payload).map_err(|e| format!("op record: {e}"))?;
             if used != payload.len() {
                 return Err("op record: trailing bytes".to_string());
@@ -261,7 +286,10 @@ pub fn replay(
             let own = shard.sync.lives.contains(&rec.origin);
             if own {
                 shard.seq = shard.seq.max(rec.seq);
-                shard.oplog.append_raw(rec.seq, payload);
+                // A background snapshot's replay streams nothing: no backlog to hold.
+                if shard.persist.part.is_none() {
+                    shard.oplog.append_raw(rec.seq, payload);
+                }
             }
             // A remote op that a full sync had carried before it arrived (the delivered vector
             // took the sender's context first): skipped live by `apply_received`, so here too.
@@ -277,7 +305,7 @@ pub fn replay(
                 }
             }
             match &rec.body {
-                OpBody::Write(_) if carried => {}
+                OpBody::Write(_) if carried || !in_part(shard, &rec.key) => {}
                 OpBody::Write(effect) => {
                     let hash = shard.hash_key(&rec.key);
                     shard.apply_stamped(usize::from(rec.db), hash, &rec.key, now_ms, stamp, effect);
@@ -323,7 +351,9 @@ pub fn replay(
         Kind::Evicted => {
             let (db, key) =
                 record::decode_evicted(payload).map_err(|e| format!("eviction record: {e}"))?;
-            shard.evict_key(usize::from(db), key);
+            if in_part(shard, key) {
+                shard.evict_key(usize::from(db), key);
+            }
         }
         Kind::ClockLease => {
             let hlc = record::decode_clock_lease(payload)
@@ -425,6 +455,10 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 break;
             }
             Err(reason) => {
+                // A part that outgrew its budget is no damage: the snapshot starts again.
+                if shard.persist.part.as_ref().is_some_and(|p| p.over) {
+                    return Err(PersistError::Inconsistent(reason));
+                }
                 if reason.contains("belongs to replica") {
                     return Err(PersistError::Inconsistent(format!(
                         "{}: {reason}",
@@ -487,6 +521,10 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             }
         }
         let bytes = std::fs::read(path).map_err(|e| PersistError::io(path, e))?;
+        // The segment read is the replay's buffer, not the part's keys (its budget).
+        if let Some(part) = shard.persist.part.as_mut() {
+            part.buffer_bytes = bytes.len() as u64;
+        }
         let body = bytes
             .get(record::SEGMENT_HEADER_BYTES..)
             .unwrap_or_default();

@@ -191,65 +191,149 @@ fn put_block(w: &mut impl std::io::Write, body: &[u8]) -> std::io::Result<()> {
 /// Writes `shard`'s state as the snapshot at `pos` in `dir`: a temporary file, fsynced,
 /// renamed, and the directory fsynced. Returns the path and its size.
 pub fn write(shard: &Shard, pos: u64, dir: &Path) -> std::io::Result<(PathBuf, u64)> {
-    let path = dir.join(snapshot_name(pos));
-    let tmp = dir.join(format!("{}.tmp", snapshot_name(pos)));
-    let file = std::fs::File::create(&tmp)?;
-    let mut w = BufWriter::with_capacity(1024 * 1024, file);
-    w.write_all(SNAPSHOT_MAGIC)?;
-    let mut body = Vec::with_capacity(BLOCK_BYTES + 4096);
-    SnapshotMeta::of(shard, pos).encode(&mut body);
-    put_block(&mut w, &body)?;
-    body.clear();
-    let mut state = Vec::new();
-    for (db, d) in shard.dbs.iter().enumerate() {
-        for e in d.table.iter() {
-            body.extend_from_slice(&(db as u16).to_le_bytes());
-            put_bytes(&mut body, &e.key);
-            state.clear();
-            e.state.encode_state(&mut state);
-            put_bytes(&mut body, &state);
-            if body.len() >= BLOCK_BYTES {
-                put_block(&mut w, &body)?;
-                body.clear();
+    let mut w = SnapshotWriter::create(dir, pos)?;
+    w.header(&SnapshotMeta::of(shard, pos))?;
+    w.keys_of(shard)?;
+    w.libraries_of(shard)?;
+    w.finish()
+}
+
+/// A snapshot written in parts (`job::background_snapshot` replays the keys a part at a
+/// time): the header of the first part, then each part's keys and evicted marks, the
+/// libraries once, and at `finish` the header again with the count of every part's keys
+/// (the same length: only that fixed-width field differs).
+pub struct SnapshotWriter {
+    w: BufWriter<std::fs::File>,
+    tmp: PathBuf,
+    path: PathBuf,
+    dir: PathBuf,
+    /// The header written, with `keys` the keys written so far.
+    meta: Option<SnapshotMeta>,
+    body: Vec<u8>,
+    state: Vec<u8>,
+}
+
+impl SnapshotWriter {
+    /// Starts `dir`'s snapshot at `pos` in a temporary file.
+    pub fn create(dir: &Path, pos: u64) -> std::io::Result<SnapshotWriter> {
+        let path = dir.join(snapshot_name(pos));
+        let tmp = dir.join(format!("{}.tmp", snapshot_name(pos)));
+        let file = std::fs::File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(1024 * 1024, file);
+        w.write_all(SNAPSHOT_MAGIC)?;
+        Ok(SnapshotWriter {
+            w,
+            tmp,
+            path,
+            dir: dir.to_path_buf(),
+            meta: None,
+            body: Vec::with_capacity(BLOCK_BYTES + 4096),
+            state: Vec::new(),
+        })
+    }
+
+    /// Writes the header (its `keys` is replaced at `finish`).
+    pub fn header(&mut self, meta: &SnapshotMeta) -> std::io::Result<()> {
+        let mut meta = meta.clone();
+        meta.keys = 0;
+        self.body.clear();
+        meta.encode(&mut self.body);
+        put_block(&mut self.w, &self.body)?;
+        self.body.clear();
+        self.meta = Some(meta);
+        Ok(())
+    }
+
+    /// The header written (`keys`: those written so far).
+    pub fn meta(&self) -> Option<&SnapshotMeta> {
+        self.meta.as_ref()
+    }
+
+    /// Cuts a block once the body reached `BLOCK_BYTES`.
+    fn entry_done(&mut self) -> std::io::Result<()> {
+        if self.body.len() >= BLOCK_BYTES {
+            put_block(&mut self.w, &self.body)?;
+            self.body.clear();
+        }
+        Ok(())
+    }
+
+    /// Every key `shard` holds and every key it evicted.
+    pub fn keys_of(&mut self, shard: &Shard) -> std::io::Result<()> {
+        let mut n = 0u64;
+        for (db, d) in shard.dbs.iter().enumerate() {
+            for e in d.table.iter() {
+                self.body.extend_from_slice(&(db as u16).to_le_bytes());
+                put_bytes(&mut self.body, &e.key);
+                self.state.clear();
+                e.state.encode_state(&mut self.state);
+                put_bytes(&mut self.body, &self.state);
+                n += 1;
+                self.entry_done()?;
             }
         }
-    }
-    for (name, entry) in shard.scripting.register.iter() {
-        body.extend_from_slice(&LIBRARY_DB.to_le_bytes());
-        put_bytes(&mut body, name);
-        state.clear();
-        encode_library(&mut state, entry.stamp, entry.code.as_deref());
-        put_bytes(&mut body, &state);
-        if body.len() >= BLOCK_BYTES {
-            put_block(&mut w, &body)?;
-            body.clear();
+        for ((db, key), mark) in shard.evict.evicted.iter() {
+            self.body.extend_from_slice(&EVICTED_DB.to_le_bytes());
+            self.body.extend_from_slice(&db.to_le_bytes());
+            put_bytes(&mut self.body, key);
+            self.state.clear();
+            encode_evicted_mark(&mut self.state, mark);
+            put_bytes(&mut self.body, &self.state);
+            self.entry_done()?;
         }
-    }
-    for ((db, key), mark) in shard.evict.evicted.iter() {
-        body.extend_from_slice(&EVICTED_DB.to_le_bytes());
-        body.extend_from_slice(&db.to_le_bytes());
-        put_bytes(&mut body, key);
-        state.clear();
-        encode_evicted_mark(&mut state, mark);
-        put_bytes(&mut body, &state);
-        if body.len() >= BLOCK_BYTES {
-            put_block(&mut w, &body)?;
-            body.clear();
+        if let Some(m) = self.meta.as_mut() {
+            m.keys += n;
         }
+        Ok(())
     }
-    if !body.is_empty() {
-        put_block(&mut w, &body)?;
+
+    /// `shard`'s FUNCTION libraries.
+    pub fn libraries_of(&mut self, shard: &Shard) -> std::io::Result<()> {
+        for (name, entry) in shard.scripting.register.iter() {
+            self.body.extend_from_slice(&LIBRARY_DB.to_le_bytes());
+            put_bytes(&mut self.body, name);
+            self.state.clear();
+            encode_library(&mut self.state, entry.stamp, entry.code.as_deref());
+            put_bytes(&mut self.body, &self.state);
+            self.entry_done()?;
+        }
+        Ok(())
     }
-    w.write_all(&0u32.to_le_bytes())?;
-    w.write_all(&0u32.to_le_bytes())?;
-    w.write_all(END_MAGIC)?;
-    let file = w.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    let bytes = file.metadata()?.len();
-    drop(file);
-    std::fs::rename(&tmp, &path)?;
-    super::writer::sync_dir(dir)?;
-    Ok((path, bytes))
+
+    /// Ends the file, writes the header's key count, fsyncs, renames, fsyncs the directory.
+    /// Returns the path and its size.
+    pub fn finish(mut self) -> std::io::Result<(PathBuf, u64)> {
+        use std::io::{Seek as _, SeekFrom};
+        if !self.body.is_empty() {
+            put_block(&mut self.w, &self.body)?;
+        }
+        self.w.write_all(&0u32.to_le_bytes())?;
+        self.w.write_all(&0u32.to_le_bytes())?;
+        self.w.write_all(END_MAGIC)?;
+        let mut file = self.w.into_inner().map_err(|e| e.into_error())?;
+        let meta = self
+            .meta
+            .ok_or_else(|| std::io::Error::other("a snapshot without a header"))?;
+        if meta.keys > 0 {
+            self.body.clear();
+            meta.encode(&mut self.body);
+            file.seek(SeekFrom::Start(SNAPSHOT_MAGIC.len() as u64))?;
+            put_block(&mut file, &self.body)?;
+        }
+        file.sync_all()?;
+        let bytes = file.metadata()?.len();
+        drop(file);
+        std::fs::rename(&self.tmp, &self.path)?;
+        super::writer::sync_dir(&self.dir)?;
+        Ok((self.path, bytes))
+    }
+
+    /// Removes the unfinished file (a part outgrew its budget, or a part failed).
+    pub fn abandon(self) {
+        let tmp = self.tmp.clone();
+        drop(self);
+        let _ = std::fs::remove_file(tmp);
+    }
 }
 
 /// A library entry's state: `hlc:u64 replica:u32 loaded:u8 [code:bytes]` (snapshots and
