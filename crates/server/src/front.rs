@@ -31,6 +31,10 @@ pub struct Front {
     /// Clients blocked on this thread's shard's keys (whatever thread their connection is
     /// on), with what serving them here needs (`blocking::serve_ready`), by client id.
     pub parked: std::collections::HashMap<u64, crate::blocking::Parked>,
+    /// MONITOR lines of the script running now, held until it ends (`cmd::scripting`): a run
+    /// that stops to start again on its keys' shard (`Scripting::relocate`) shows nothing,
+    /// so MONITOR shows the script once, as Redis does. None: lines go out at once.
+    pub monitor_held: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 impl Front {
@@ -43,6 +47,7 @@ impl Front {
             stats: Stats::new(table.len()),
             deferred_wakes: Vec::new(),
             parked: std::collections::HashMap::new(),
+            monitor_held: None,
         }
     }
 

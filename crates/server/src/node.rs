@@ -78,6 +78,20 @@ pub struct Node {
     pub trackers: Mutex<hashbrown::HashMap<u64, Arc<crate::client::Tracker>>>,
     /// What every shard's tracking table shares: BCAST prefixes, the key count.
     pub tracking: Arc<crate::tracking::Shared>,
+    /// The plain client port (`port`), and the listener CONFIG SET bound that the client
+    /// port's loop on thread `first` has not taken yet (`server::switch_client_port`).
+    pub client_port: Mutex<ClientPort>,
+    /// Wakes that loop when `client_port` holds a new listener.
+    pub client_port_changed: tokio::sync::Notify,
+}
+
+/// The plain client port as CONFIG SET last set it.
+#[derive(Debug, Default)]
+pub struct ClientPort {
+    /// The port bound (0: none).
+    pub port: u16,
+    /// A switch not taken yet: the new listener (None: port 0, no listener).
+    pub next: Option<Option<std::net::TcpListener>>,
 }
 
 /// Locks `m`, taking the data of a lock a panicking thread left (the registries stay
@@ -134,6 +148,8 @@ impl Node {
             directory: Mutex::default(),
             trackers: Mutex::default(),
             tracking: Arc::default(),
+            client_port: Mutex::default(),
+            client_port_changed: tokio::sync::Notify::new(),
         };
         (Arc::new(node), receivers)
     }

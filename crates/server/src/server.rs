@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::front::Front;
 use crate::hop::{Msg, Thread};
-use crate::node::Node;
+use crate::node::{Node, lock};
 use crate::numa::{Place, Topology};
 use crate::shard::{PublishHook, Shard};
 use crate::slot::SlotMap;
@@ -241,6 +241,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         now,
         client_tls.clone(),
     );
+    lock(&node.client_port).port = config.port;
     // Each thread reports when its shard is open (or why it could not open); the process
     // ends with the first thread that ends by itself.
     let (ready_tx, mut ready_rx) =
@@ -697,9 +698,7 @@ async fn start_listeners(
         .ok_or_else(|| ServerError::Shard("no shard thread".into()))?;
     inbox
         .send(Msg::Job(Box::new(move |th: &Rc<Thread>| {
-            if let Some(l) = listener {
-                tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tcp));
-            }
+            tokio::task::spawn_local(client_port_loop(th.clone(), listener));
             if let Some(l) = tls_listener {
                 tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tls));
             }
@@ -719,6 +718,58 @@ async fn start_listeners(
             .await
             .map_err(|_| ServerError::Shard(format!("shard {shard} ended at start")))?;
     }
+    Ok(())
+}
+
+/// Runs the plain client port's accept loop, and replaces it when CONFIG SET binds another
+/// port (`switch_client_port`): the old loop ends, which closes its listener, and clients
+/// already connected stay, as in Redis's `changeListenPort`.
+async fn client_port_loop(th: Rc<Thread>, listener: Option<std::net::TcpListener>) {
+    let mut current =
+        listener.map(|l| tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tcp)));
+    loop {
+        th.node.client_port_changed.notified().await;
+        if th.shard.borrow().shutting_down {
+            return;
+        }
+        let next = lock(&th.node.client_port).next.take();
+        if let Some(next) = next {
+            if let Some(old) = current.take() {
+                old.abort();
+            }
+            current =
+                next.map(|l| tokio::task::spawn_local(accept_loop(th.clone(), l, Transport::Tcp)));
+        }
+    }
+}
+
+/// CONFIG SET port: binds `port` on `bind` (0: none) and hands the listener to the client
+/// port's loop. Nothing changes when it cannot be bound (the caller answers Redis's "Unable
+/// to listen on this port"), nor when `port` is the one bound. A node of a site of several
+/// nodes keeps the port its topology names: the other nodes reach it there.
+pub fn switch_client_port(node: &Node, bind: &str, port: u16) -> Result<(), ServerError> {
+    let mut cp = lock(&node.client_port);
+    if cp.port == port {
+        return Ok(());
+    }
+    if node.site.is_some() {
+        return Err(ServerError::Site(
+            "a node of a site of several nodes keeps the port its topology names".to_string(),
+        ));
+    }
+    let listener = if port == 0 {
+        None
+    } else {
+        let ip: std::net::IpAddr = bind.parse().map_err(|_| ServerError::Listen {
+            addr: bind.to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"),
+        })?;
+        Some(listen(std::net::SocketAddr::new(ip, port))?)
+    };
+    cp.port = port;
+    cp.next = Some(listener);
+    drop(cp);
+    node.client_port_changed.notify_one();
     Ok(())
 }
 

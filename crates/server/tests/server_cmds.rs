@@ -247,6 +247,47 @@ fn monitor_sees_other_clients() {
     assert!(line.contains(" [0 127.0.0.1:"), "{line}");
 }
 
+/// A script with no declared keys runs again on the shard of the first key it touches
+/// (docs/scripting.md); MONITOR still shows each call once, then what it ran, as Redis
+/// does (its suite: "MONITOR can log commands issued by functions").
+#[test]
+fn monitor_shows_a_relocated_script_once() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert!(
+        text(
+            &mut c,
+            &[
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=mon\nredis.register_function('setit', function(keys, args) return redis.call('set', args[1], 'bar') end)"
+            ]
+        )
+        .starts_with("$3\r\nmon")
+    );
+    let mut m = s.connect();
+    assert_eq!(text(&mut m, &["MONITOR"]), "+OK\r\n");
+    // Enough keys that, with several shards, some live on another shard than the caller's.
+    let keys: Vec<String> = (0..12).map(|i| format!("mon:{i}")).collect();
+    for k in &keys {
+        assert_eq!(text(&mut c, &["FCALL", "setit", "0", k]), "+OK\r\n");
+    }
+    for k in &keys {
+        let call = String::from_utf8_lossy(&m.read_reply()).into_owned();
+        assert!(
+            call.ends_with(&format!(" \"FCALL\" \"setit\" \"0\" \"{k}\"\r\n")),
+            "{call}"
+        );
+        let inner = String::from_utf8_lossy(&m.read_reply()).into_owned();
+        assert!(
+            inner.contains(" lua] ") && inner.ends_with(&format!(" \"set\" \"{k}\" \"bar\"\r\n")),
+            "{inner}"
+        );
+    }
+    let (rest, _) = m.read_until_quiet(Duration::from_millis(200));
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+}
+
 #[test]
 fn flushall_dbsize_time_debug() {
     let s = Server::start();
@@ -384,4 +425,65 @@ fn debug_protocol_push_sends_a_push_then_a_reply() {
         String::from_utf8_lossy(&c.read_reply()),
         "$40\r\nSome real reply following the push reply\r\n"
     );
+}
+
+/// CONFIG SET port binds the new port and closes the old one; clients already connected
+/// stay. A port that cannot be bound is Redis's "Unable to listen on this port" error, and
+/// nothing of that CONFIG SET is applied (Redis's suite: "CONFIG SET rollback on apply
+/// error").
+#[test]
+fn config_set_port_moves_the_listener_or_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.connect();
+    let old = server.port;
+    let new = common::free_port();
+    c.ok(&["CONFIG", "SET", "port", &new.to_string()]);
+    let mut moved = Raw::connect(new);
+    assert_eq!(moved.reply(&["PING"]), common::Reply::Simple("PONG".into()));
+    // The listening thread closes the old port as it takes the new one (at once, or as
+    // soon as it runs).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", old)).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old port still accepts"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client connected before the switch is still served.
+    assert_eq!(c.reply(&["PING"]), common::Reply::Simple("PONG".into()));
+    assert_eq!(
+        c.reply(&["CONFIG", "GET", "port"]),
+        common::Reply::Array(vec![
+            common::Reply::bulk("port"),
+            common::Reply::bulk(&new.to_string())
+        ])
+    );
+    assert!(text(&mut c, &["INFO", "server"]).contains(&format!("tcp_port:{new}\r\n")));
+    // A port in use: an error, and the other parameter keeps its value.
+    let taken_port = common::free_port();
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", taken_port)).unwrap();
+    let maxmemory = text(&mut c, &["CONFIG", "GET", "maxmemory"]);
+    assert_eq!(
+        text(
+            &mut c,
+            &[
+                "CONFIG",
+                "SET",
+                "maxmemory",
+                "10000001",
+                "port",
+                &taken_port.to_string()
+            ]
+        ),
+        "-ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs.\r\n"
+    );
+    assert_eq!(text(&mut c, &["CONFIG", "GET", "maxmemory"]), maxmemory);
+    assert_eq!(moved.reply(&["PING"]), common::Reply::Simple("PONG".into()));
+    let mut again = Raw::connect(new);
+    assert_eq!(again.reply(&["PING"]), common::Reply::Simple("PONG".into()));
+    // Back to the first port (the harness stops the server by its process, not its port).
+    c.ok(&["CONFIG", "SET", "port", &old.to_string()]);
+    let mut back = Raw::connect(old);
+    assert_eq!(back.reply(&["PING"]), common::Reply::Simple("PONG".into()));
 }

@@ -912,7 +912,29 @@ fn feed_monitors(
         args::repr_into(&mut line, a);
     }
     line.extend_from_slice(b"\r\n");
+    if let Some(held) = front.monitor_held.as_mut() {
+        held.push((client.id(), line));
+        return;
+    }
     front
         .node
         .feed_monitors(client.id(), &line, &limits.normal, now_ms);
+}
+
+/// Runs a script command (`run`) with its MONITOR lines held (`Front::monitor_held`): they
+/// go out when it ends, unless the run stopped to start again on its keys' shard.
+pub fn with_monitor_lines_held<T>(ctx: &mut Ctx<'_>, run: impl FnOnce(&mut Ctx<'_>) -> T) -> T {
+    if !ctx.front.node.monitored() || ctx.front.monitor_held.is_some() {
+        return run(ctx);
+    }
+    ctx.front.monitor_held = Some(Vec::new());
+    let out = run(ctx);
+    let held = ctx.front.monitor_held.take().unwrap_or_default();
+    if ctx.shard.scripting.relocate.is_none() {
+        let limit = &ctx.shard.config.client_output_buffer_limit.normal;
+        for (from, line) in held {
+            ctx.front.node.feed_monitors(from, &line, limit, ctx.now_ms);
+        }
+    }
+    out
 }

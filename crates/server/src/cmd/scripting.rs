@@ -153,6 +153,10 @@ fn eval_generic(
     evalsha: bool,
     ro: bool,
 ) -> Result<(), CmdError> {
+    super::with_monitor_lines_held(ctx, |ctx| eval_run(ctx, argv, evalsha, ro))
+}
+
+fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Result<(), CmdError> {
     super::feed_monitors_now(ctx, argv);
     let body = argv.get(1).copied().unwrap_or_default();
     if evalsha && body.len() != 40 {
@@ -337,6 +341,10 @@ fn fcall_ro(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 fn fcall_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError> {
+    super::with_monitor_lines_held(ctx, |ctx| fcall_run(ctx, argv, ro))
+}
+
+fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError> {
     super::feed_monitors_now(ctx, argv);
     let fname = argv.get(1).copied().unwrap_or_default();
     let Some(f) = ctx.shard.scripting.libraries.function(fname) else {

@@ -876,6 +876,20 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             }
         }
     }
+    // A new `port` is bound now (Redis's `updatePort`); when it cannot be, nothing is
+    // applied. The shards after the first find it bound already.
+    if let Some((p, v)) = parsed.iter().find(|(p, _)| p.name == "port") {
+        let port = v.parse::<u16>().unwrap_or(0);
+        if let Err(e) =
+            crate::server::switch_client_port(&ctx.front.node, &ctx.shard.config.bind, port)
+        {
+            tracing::warn!(error = %e, port, "CONFIG SET port: not listening on the new port");
+            return Err(failed(
+                p.name.as_bytes(),
+                "Unable to listen on this port. Check server logs.",
+            ));
+        }
+    }
     for (p, v) in &parsed {
         p.set(&mut ctx.shard.config, v);
         config_applied(ctx.shard, ctx.front, p.name);

@@ -407,8 +407,7 @@ pub static PARAMS: &[Param] = &[
     stored("shutdown-on-sigterm", Kind::EnumSet(&["default", "save", "nosave", "now", "force"]), "default", SIGNALS),
     field("databases", Kind::Int { min: 1, max: I32 }, field!(databases), "Number of logical databases.")
         .immutable(),
-    field("port", Kind::Int { min: 0, max: 65535 }, field!(port), "Plain TCP client port (0: none, clients use tls-port only; set at start).")
-        .fixed(),
+    field("port", Kind::Int { min: 0, max: 65535 }, field!(port), "Plain TCP client port (0: none, clients use tls-port only). CONFIG SET binds the new port and closes the old one (clients connected stay); the cluster endpoints keep the ports bound at start."),
     stored("io-threads", Kind::Int { min: 1, max: 128 }, "1", IO_THREADS)
         .immutable(),
     field("auto-aof-rewrite-percentage", Kind::Int { min: 0, max: I32 }, field!(auto_aof_rewrite_percentage), "Snapshot (and drop the log before it) once the log written since the last snapshot has grown by this percentage of the snapshot's size (0: off), and by auto-aof-rewrite-min-size."),
