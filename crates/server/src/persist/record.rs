@@ -407,6 +407,16 @@ fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
     Ok((kind, body.get(1..).unwrap_or_default(), start + len))
 }
 
+/// Whether the record at `at` runs past the end of `buf` (its header, or the length its
+/// header gives): more bytes may complete it.
+pub fn incomplete_at(buf: &[u8], at: usize) -> bool {
+    let Some(len) = buf.get(at..at + 4) else {
+        return true;
+    };
+    let len = u32::from_le_bytes(len.try_into().unwrap_or([0; 4])) as usize;
+    at + RECORD_HEADER_BYTES > buf.len() || (len > 0 && at + RECORD_HEADER_BYTES + len > buf.len())
+}
+
 /// Whether a valid record starts anywhere after `at` (bounded work per candidate).
 fn valid_record_after(buf: &[u8], at: usize) -> bool {
     let mut i = at + 1;

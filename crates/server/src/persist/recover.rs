@@ -364,6 +364,87 @@ pub fn replay(
     Ok(())
 }
 
+/// Bytes a background snapshot's replay reads of a log segment at a time (a record longer
+/// than that is read whole).
+const SEGMENT_READ_BYTES: usize = 4 * 1024 * 1024;
+
+/// `record::scan` over the records of the segment at `path`, read `SEGMENT_READ_BYTES` at a
+/// time; offsets count from the end of its header, as with the whole body. A record cut by
+/// a chunk's end is completed by the next read; at the end of the file the walk ends as
+/// `record::scan` would end on the whole body.
+fn scan_segment_chunked<E>(
+    path: &Path,
+    chunk_bytes: usize,
+    mut each: impl FnMut(record::Found<'_>) -> Result<(), E>,
+) -> std::io::Result<Result<(ScanEnd, usize), E>> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut head = Vec::with_capacity(record::SEGMENT_HEADER_BYTES);
+    (&mut file)
+        .take(record::SEGMENT_HEADER_BYTES as u64)
+        .read_to_end(&mut head)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(chunk_bytes);
+    let mut base = 0usize;
+    let mut found = 0usize;
+    let mut eof = false;
+    loop {
+        if !eof {
+            let read = (&mut file)
+                .take(chunk_bytes.max(1) as u64)
+                .read_to_end(&mut buf)?;
+            eof = read == 0;
+        }
+        let walk = record::scan(&buf, |f| {
+            each(record::Found {
+                offset: f.offset + base,
+                ..f
+            })
+        });
+        let (end, n) = match walk {
+            Ok(w) => w,
+            Err(e) => return Ok(Err(e)),
+        };
+        found += n;
+        match end {
+            ScanEnd::Clean => {
+                base += buf.len();
+                buf.clear();
+                if eof {
+                    return Ok(Ok((ScanEnd::Clean, found)));
+                }
+            }
+            ScanEnd::Torn { offset, .. } | ScanEnd::Corrupt { offset, .. } if !eof => {
+                buf.drain(..offset);
+                base += offset;
+                if !record::incomplete_at(&buf, 0) {
+                    // A whole record that is not valid: what follows it tells a torn tail
+                    // from damage, as in the whole body, so the rest is read.
+                    file.read_to_end(&mut buf)?;
+                    eof = true;
+                }
+            }
+            ScanEnd::Torn { offset, reason } => {
+                return Ok(Ok((
+                    ScanEnd::Torn {
+                        offset: offset + base,
+                        reason,
+                    },
+                    found,
+                )));
+            }
+            ScanEnd::Corrupt { offset, reason } => {
+                return Ok(Ok((
+                    ScanEnd::Corrupt {
+                        offset: offset + base,
+                        reason,
+                    },
+                    found,
+                )));
+            }
+        }
+    }
+}
+
 /// Recovers `shard` from `dir` (see the module comment).
 pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recovered, PersistError> {
     let now_ms = shard.now_ms();
@@ -504,7 +585,10 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 own_first_seq: 0,
                 own_last_seq: 0,
             });
-            note_own_seqs(out.segments.last_mut(), path, &shard.sync.lives);
+            // (A background snapshot needs no extents: it reads nothing it will not replay.)
+            if purpose == Purpose::Start {
+                note_own_seqs(out.segments.last_mut(), path, &shard.sync.lives);
+            }
             continue;
         }
         if let Some(expected) = pos_expected {
@@ -520,10 +604,24 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
                 )));
             }
         }
-        let bytes = std::fs::read(path).map_err(|e| PersistError::io(path, e))?;
-        // The segment read is the replay's buffer, not the part's keys (its budget).
+        // A background snapshot reads a sealed segment a chunk at a time (its replay's
+        // memory is budgeted); the start reads it whole (it may cut a torn tail).
+        let chunked = matches!(purpose, Purpose::Snapshot { .. });
+        let bytes = if chunked {
+            Vec::new()
+        } else {
+            std::fs::read(path).map_err(|e| PersistError::io(path, e))?
+        };
+        let file_bytes = if chunked {
+            std::fs::metadata(path)
+                .map_err(|e| PersistError::io(path, e))?
+                .len()
+        } else {
+            bytes.len() as u64
+        };
+        // The chunk read is the replay's buffer, not the part's keys (its budget).
         if let Some(part) = shard.persist.part.as_mut() {
-            part.buffer_bytes = bytes.len() as u64;
+            part.buffer_bytes = SEGMENT_READ_BYTES as u64;
         }
         let body = bytes
             .get(record::SEGMENT_HEADER_BYTES..)
@@ -533,14 +631,14 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             first_pos: *first,
             end_pos: *first,
             path: path.clone(),
-            bytes: bytes.len() as u64,
+            bytes: file_bytes,
             own_first_seq: 0,
             own_last_seq: 0,
         };
         let lives = shard.sync.lives.clone();
         let mut replayed = 0u64;
         let mut lease = out.lease;
-        let walk = record::scan::<(usize, String)>(body, |f| {
+        let each = |f: record::Found<'_>| -> Result<(), (usize, String)> {
             if f.kind == Kind::Op {
                 if let Some(seq) = super::writer::own_seq(f.payload, &lives) {
                     if info.own_first_seq == 0 {
@@ -555,7 +653,13 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             }
             pos += 1;
             Ok(())
-        });
+        };
+        let walk = if chunked {
+            scan_segment_chunked(path, SEGMENT_READ_BYTES, each)
+                .map_err(|e| PersistError::io(path, e))?
+        } else {
+            record::scan(body, each)
+        };
         out.lease = lease;
         out.records_replayed += replayed;
         let last = i + 1 == count;
@@ -571,7 +675,7 @@ pub fn recover(shard: &mut Shard, dir: &Path, purpose: Purpose) -> Result<Recove
             Ok((ScanEnd::Clean, _)) => {}
             Ok((ScanEnd::Torn { offset, reason }, _)) if last && purpose == Purpose::Start => {
                 let at = (offset + record::SEGMENT_HEADER_BYTES) as u64;
-                let dropped = bytes.len() as u64 - at;
+                let dropped = file_bytes - at;
                 tracing::warn!(
                     file = %file,
                     offset = at,
@@ -618,6 +722,78 @@ fn note_own_seqs(info: Option<&mut SegmentInfo>, path: &Path, lives: &[meridian_
                 Ok(())
             });
             info.end_pos = info.first_pos + n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every walk of `path` read `chunk` bytes at a time: (offset, kind, payload) of each
+    /// record, and how it ended.
+    type Walk = (Vec<(usize, u8, Vec<u8>)>, String);
+
+    fn walk_chunked(path: &Path, chunk: usize) -> Walk {
+        let mut seen = Vec::new();
+        let (end, n) = scan_segment_chunked::<()>(path, chunk, |f| {
+            seen.push((f.offset, f.kind as u8, f.payload.to_vec()));
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, seen.len());
+        (seen, format!("{end:?}"))
+    }
+
+    fn walk_whole(body: &[u8]) -> Walk {
+        let mut seen = Vec::new();
+        let (end, _) = record::scan::<()>(body, |f| {
+            seen.push((f.offset, f.kind as u8, f.payload.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        (seen, format!("{end:?}"))
+    }
+
+    /// Read a chunk at a time, whatever the chunk (records cut anywhere, one longer than
+    /// many chunks), a segment walks as read whole: the same records at the same offsets,
+    /// and the same end for a clean, a torn and a damaged segment.
+    #[test]
+    fn a_segment_read_in_chunks_walks_as_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut body = Vec::new();
+        record::put(&mut body, Kind::Op, b"first op");
+        record::put(&mut body, Kind::Op, &[7u8; 300]);
+        record::put_position(&mut body, "b", 7, 42);
+        record::put_clock_lease(&mut body, 99);
+        let clean = body.clone();
+        let mut torn = clean.clone();
+        record::put(&mut torn, Kind::Op, b"cut short");
+        torn.truncate(torn.len() - 3);
+        // The second record's length, then a byte of its payload.
+        let mut damaged = clean.clone();
+        damaged[20] ^= 0x40;
+        let mut damaged_payload = clean.clone();
+        damaged_payload[30] ^= 0x01;
+        for (name, body) in [
+            ("clean", clean),
+            ("torn", torn),
+            ("damaged", damaged),
+            ("damaged payload", damaged_payload),
+        ] {
+            let path = dir.path().join(name);
+            let mut file = vec![0u8; record::SEGMENT_HEADER_BYTES];
+            file.extend_from_slice(&body);
+            std::fs::write(&path, &file).unwrap();
+            let want = walk_whole(&body);
+            for chunk in [1, 2, 7, 8, 9, 64, 301, 4096] {
+                assert_eq!(
+                    walk_chunked(&path, chunk),
+                    want,
+                    "{name}, chunks of {chunk}"
+                );
+            }
         }
     }
 }
