@@ -3,6 +3,9 @@
 //! state; a single site equals a plain model; every op survives its codec; truncated or
 //! garbage bytes never make the decoder panic.
 
+#[path = "common/one_key.rs"]
+mod one_key;
+
 use std::collections::BTreeMap;
 
 use meridian_crdt::codec::Reader;
@@ -10,9 +13,8 @@ use meridian_crdt::hash::{decode_op, encode_op};
 use meridian_crdt::{
     Dec, Delta, Effect, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag, VersionVector,
 };
+use one_key::{Mix, Replica, Step};
 use proptest::prelude::*;
-
-const REPLICAS: usize = 3;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -33,19 +35,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, op: Op },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-    ]
+fn step() -> impl Strategy<Value = Step<Op>> {
+    one_key::step(
+        op(),
+        Mix {
+            tick: 0,
+            ..Mix::PLAIN
+        },
+    )
 }
 
 fn field(f: u8) -> Vec<u8> {
@@ -108,12 +105,12 @@ fn view(state: &KeyState) -> View {
     (state.type_tag(), v)
 }
 
-struct Replica {
-    state: KeyState,
-    hlc: u64,
-    log: Vec<(Stamp, Effect<Vec<u8>>)>,
-    /// Per origin, how many of its ops were delivered here.
-    delivered: [usize; REPLICAS],
+impl Replica {
+    fn issue(&mut self, me: usize, op: &Op) {
+        if let Some(e) = effect(&self.key, op) {
+            self.write(me, e);
+        }
+    }
 }
 
 proptest! {
@@ -121,56 +118,15 @@ proptest! {
 
     #[test]
     fn replicas_converge(steps in proptest::collection::vec(step(), 1..60)) {
-        let mut reps: Vec<Replica> = (0..REPLICAS)
-            .map(|_| Replica { state: KeyState::new(), hlc: 0, log: Vec::new(), delivered: [0; REPLICAS] })
-            .collect();
-        for s in &steps {
-            match s {
-                Step::Local { r, op } => {
-                    let rep = &mut reps[*r];
-                    if let Some(e) = effect(&rep.state, op) {
-                        rep.hlc += 1;
-                        let stamp = Stamp { hlc: Hlc(rep.hlc), replica: ReplicaId(*r as u32 + 1) };
-                        rep.state.apply(stamp, &e);
-                        rep.log.push((stamp, e));
-                        rep.delivered[*r] = rep.log.len();
-                    }
-                }
-                Step::Deliver { from, to, n } => {
-                    if from == to { continue; }
-                    for _ in 0..*n {
-                        let i = reps[*to].delivered[*from];
-                        let Some((stamp, e)) = reps[*from].log.get(i).cloned() else { break };
-                        let to_rep = &mut reps[*to];
-                        to_rep.state.apply(stamp, &e);
-                        to_rep.hlc = to_rep.hlc.max(stamp.hlc.0);
-                        to_rep.delivered[*from] += 1;
-                    }
-                }
-                Step::Dup { from, to, pick } => {
-                    let done = reps[*to].delivered[*from];
-                    if done == 0 || from == to { continue; }
-                    let (stamp, e) = reps[*from].log[pick % done].clone();
-                    reps[*to].state.apply(stamp, &e);
-                }
-            }
-        }
-        for to in 0..REPLICAS {
-            for from in 0..REPLICAS {
-                while let Some((stamp, e)) = reps[from].log.get(reps[to].delivered[from]).cloned() {
-                    reps[to].state.apply(stamp, &e);
-                    reps[to].delivered[from] += 1;
-                }
-            }
-        }
-        let v0 = view(&reps[0].state);
+        let mut reps = one_key::run(&steps, |r, me, op| r.issue(me, op));
+        let v0 = view(&reps[0].key);
         for r in &reps[1..] {
-            prop_assert_eq!(&view(&r.state), &v0);
+            prop_assert_eq!(&view(&r.key), &v0);
         }
         // Collecting everything keeps what is shown.
         for r in &mut reps {
-            r.state.collect_all();
-            prop_assert_eq!(&view(&r.state), &v0);
+            r.key.collect_all();
+            prop_assert_eq!(&view(&r.key), &v0);
         }
     }
 

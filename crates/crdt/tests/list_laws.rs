@@ -3,14 +3,16 @@
 //! orders with duplicates, end with identical sequences; a single site behaves as a deque;
 //! the op codec round-trips and never panics on garbage; a long push/pop queue stays compact.
 
+#[path = "common/one_key.rs"]
+mod one_key;
+
 use std::collections::VecDeque;
 
 use meridian_crdt::codec::Reader;
 use meridian_crdt::list::{ElemId, Pos, decode_op, encode_op};
-use meridian_crdt::{Effect, HlcClock, KeyState, ListCrdt, ListOp, ReplicaId, Stamp};
+use meridian_crdt::{Effect, KeyState, ListCrdt, ListOp, ReplicaId, Stamp};
+use one_key::{Mix, Replica, Step, deliver};
 use proptest::prelude::*;
-
-const REPLICAS: usize = 3;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -225,100 +227,20 @@ fn model(d: &mut VecDeque<Vec<u8>>, op: &Op) {
     }
 }
 
-struct Replica {
-    id: ReplicaId,
-    clock: HlcClock,
-    now_ms: u64,
-    key: KeyState,
-    outbox: Vec<(Stamp, Effect<Vec<u8>>)>,
-    /// Per origin, how many of its ops were delivered here.
-    delivered: [usize; REPLICAS],
-}
-
 impl Replica {
-    fn new(i: usize) -> Replica {
-        Replica {
-            id: ReplicaId(i as u32 + 1),
-            clock: HlcClock::new(),
-            now_ms: 1_000,
-            key: KeyState::new(),
-            outbox: Vec::new(),
-            delivered: [0; REPLICAS],
-        }
-    }
-
     fn issue(&mut self, me: usize, op: &Op) {
         if let Some(e) = effect_of(&self.key, op) {
-            let stamp = Stamp {
-                hlc: self.clock.tick(self.now_ms),
-                replica: self.id,
-            };
-            self.key.apply(stamp, &e);
-            self.outbox.push((stamp, e));
-            self.delivered[me] = self.outbox.len();
+            self.write(me, e);
         }
     }
-
-    fn receive(&mut self, stamp: Stamp, e: &Effect<Vec<u8>>) {
-        let _ = self.clock.observe(stamp.hlc, self.now_ms, u64::MAX / 4);
-        self.key.apply(stamp, e);
-    }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, op: Op },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-    Tick { r: usize, ms: u64 },
+fn step() -> impl Strategy<Value = Step<Op>> {
+    one_key::step(op(), Mix::PLAIN)
 }
 
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-        1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
-    ]
-}
-
-fn deliver(reps: &mut [Replica], from: usize, to: usize, n: usize) {
-    if from == to {
-        return;
-    }
-    for _ in 0..n {
-        let k = reps[to].delivered[from];
-        let Some((s, e)) = reps[from].outbox.get(k).cloned() else {
-            return;
-        };
-        reps[to].receive(s, &e);
-        reps[to].delivered[from] = k + 1;
-    }
-}
-
-fn run(steps: &[Step]) -> Vec<Replica> {
-    let mut reps: Vec<Replica> = (0..REPLICAS).map(Replica::new).collect();
-    for s in steps {
-        match s {
-            Step::Local { r, op } => reps[*r].issue(*r, op),
-            Step::Deliver { from, to, n } => deliver(&mut reps, *from, *to, *n),
-            Step::Dup { from, to, pick } => {
-                let k = reps[*to].delivered[*from];
-                if k > 0 && from != to {
-                    let (s, e) = reps[*from].outbox[pick % k].clone();
-                    reps[*to].receive(s, &e);
-                }
-            }
-            Step::Tick { r, ms } => reps[*r].now_ms += ms,
-        }
-    }
-    // Deliver everything everywhere.
-    for from in 0..REPLICAS {
-        for to in 0..REPLICAS {
-            deliver(&mut reps, from, to, usize::MAX);
-        }
-    }
-    reps
+fn run(steps: &[Step<Op>]) -> Vec<Replica> {
+    one_key::run(steps, |r, me, op| r.issue(me, op))
 }
 
 fn any_op() -> impl Strategy<Value = ListOp<Vec<u8>>> {
