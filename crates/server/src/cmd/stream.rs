@@ -214,6 +214,12 @@ fn ll(a: &[u8], msg: Option<&str>) -> Result<i64, CmdError> {
     })
 }
 
+/// The integer argument after option `j` (`j` moves onto it), or the error `msg`.
+fn next_ll(argv: &[&[u8]], j: &mut usize, msg: &str) -> Result<i64, CmdError> {
+    *j += 1;
+    ll(arg(argv, *j), Some(msg))
+}
+
 /// Appends an ID as `ms-seq`.
 fn id_text(id: StreamId, out: &mut Vec<u8>) {
     let mut b = itoa::Buffer::new();
@@ -330,7 +336,7 @@ fn parse_add_trim(
         let opt = arg(argv, i);
         if xadd && opt == b"*" {
             break;
-        } else if eq_ic(opt, "maxlen") && moreargs > 0 {
+        } else if (eq_ic(opt, "maxlen") || eq_ic(opt, "minid")) && moreargs > 0 {
             if a.trim.is_some() {
                 return Err(err(
                     "syntax error, MAXLEN and MINID options at the same time are not compatible",
@@ -344,29 +350,17 @@ fn parse_add_trim(
             } else if moreargs >= 2 && next == b"=" {
                 i += 1;
             }
-            let maxlen = ll(arg(argv, i + 1), None)?;
-            if maxlen < 0 {
-                return Err(err("The MAXLEN argument must be >= 0."));
-            }
+            let threshold = arg(argv, i + 1);
+            a.trim = Some(if eq_ic(opt, "maxlen") {
+                let maxlen = ll(threshold, None)?;
+                if maxlen < 0 {
+                    return Err(err("The MAXLEN argument must be >= 0."));
+                }
+                TrimBy::MaxLen(maxlen as u64)
+            } else {
+                TrimBy::MinId(parse_strict_id(threshold, 0)?)
+            });
             i += 1;
-            a.trim = Some(TrimBy::MaxLen(maxlen as u64));
-        } else if eq_ic(opt, "minid") && moreargs > 0 {
-            if a.trim.is_some() {
-                return Err(err(
-                    "syntax error, MAXLEN and MINID options at the same time are not compatible",
-                ));
-            }
-            a.approx = false;
-            let next = arg(argv, i + 1);
-            if moreargs >= 2 && next == b"~" {
-                a.approx = true;
-                i += 1;
-            } else if moreargs >= 2 && next == b"=" {
-                i += 1;
-            }
-            let minid = parse_strict_id(arg(argv, i + 1), 0)?;
-            i += 1;
-            a.trim = Some(TrimBy::MinId(minid));
         } else if eq_ic(opt, "limit") && moreargs > 0 {
             limit = ll(arg(argv, i + 1), None)?;
             if limit < 0 {
@@ -1540,23 +1534,15 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         } else if eq_ic(opt, "justid") {
             justid = true;
         } else if eq_ic(opt, "idle") && moreargs > 0 {
-            j += 1;
-            let v = ll(
-                arg(argv, j),
-                Some("Invalid IDLE option argument for XCLAIM"),
-            )?;
+            let v = next_ll(argv, &mut j, "Invalid IDLE option argument for XCLAIM")?;
             deliverytime = now_i.wrapping_sub(v);
         } else if eq_ic(opt, "time") && moreargs > 0 {
-            j += 1;
-            deliverytime = ll(
-                arg(argv, j),
-                Some("Invalid TIME option argument for XCLAIM"),
-            )?;
+            deliverytime = next_ll(argv, &mut j, "Invalid TIME option argument for XCLAIM")?;
         } else if eq_ic(opt, "retrycount") && moreargs > 0 {
-            j += 1;
-            retrycount = ll(
-                arg(argv, j),
-                Some("Invalid RETRYCOUNT option argument for XCLAIM"),
+            retrycount = next_ll(
+                argv,
+                &mut j,
+                "Invalid RETRYCOUNT option argument for XCLAIM",
             )?;
         } else if eq_ic(opt, "lastid") && moreargs > 0 {
             j += 1;
