@@ -36,6 +36,33 @@ const REPLICAS: usize = 3;
 // The harness, generic over the type
 // ------------------------------------------------------------------------------------------
 
+/// The `Crdt` methods each type under test has as inherent methods of the same names.
+macro_rules! inherent_crdt_methods {
+    ($t:ty) => {
+        fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
+            <$t>::apply(self, stamp, op);
+        }
+        fn remove_observed(&mut self, observed: &Observed) {
+            <$t>::remove_observed(self, observed);
+        }
+        fn observe_into(&self, vv: &mut VersionVector) {
+            <$t>::observe_into(self, vv);
+        }
+        fn collect(&mut self, stable: Option<&VersionVector>) {
+            <$t>::collect(self, stable);
+        }
+        fn merge(&mut self, other: &Self) {
+            <$t>::merge(self, other);
+        }
+        fn encode_state(&self, out: &mut Vec<u8>) {
+            <$t>::encode_state(self, out);
+        }
+        fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+            <$t>::decode_state(r)
+        }
+    };
+}
+
 /// What a server issues: a write of the type, or a removal of the whole key.
 enum Issue<O> {
     Op(O),
@@ -521,27 +548,8 @@ impl Crdt for HashCrdt {
     type Cmd = HashCmd;
     const CANONICAL: bool = false;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        HashCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        HashCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        HashCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        HashCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        HashCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        HashCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        HashCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(HashCrdt);
+
     fn view(&self) -> String {
         let mut v: Vec<(Vec<u8>, Vec<u8>)> = self
             .iter()
@@ -651,27 +659,8 @@ impl Crdt for ZSetCrdt {
     type Cmd = ZCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        ZSetCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        ZSetCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        ZSetCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        ZSetCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        ZSetCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        ZSetCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        ZSetCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(ZSetCrdt);
+
     fn view(&self) -> String {
         // In order, with score bits: ranks and the exact sums are part of what clients see.
         let v: Vec<(Vec<u8>, u64)> = self
@@ -789,27 +778,8 @@ impl Crdt for ListCrdt {
     type Cmd = LCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        ListCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        ListCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        ListCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        ListCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        ListCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        ListCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        ListCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(ListCrdt);
+
     fn view(&self) -> String {
         // Values in order and their ids (ids decide where later inserts go).
         let v: Vec<(Vec<u8>, ElemId)> = self.iter().map(|e| (e.value.to_vec(), e.id)).collect();
@@ -1020,27 +990,8 @@ impl Crdt for meridian_crdt::StreamCrdt {
     type Cmd = stream_model::StreamCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        meridian_crdt::StreamCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        meridian_crdt::StreamCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        meridian_crdt::StreamCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        meridian_crdt::StreamCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        meridian_crdt::StreamCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        meridian_crdt::StreamCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        meridian_crdt::StreamCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(meridian_crdt::StreamCrdt);
+
     fn view(&self) -> String {
         stream_model::view(self.is_live().then_some(self))
     }
