@@ -17,6 +17,7 @@
 
 use std::fmt::Debug;
 
+use list_model::{ListCmd, list_cmd};
 use meridian_crdt::codec::{DecodeError, Reader};
 use meridian_crdt::list::{ElemId, Pos};
 use meridian_crdt::op::Observed;
@@ -27,6 +28,8 @@ use meridian_crdt::{
 };
 use proptest::prelude::*;
 
+#[path = "common/list_model.rs"]
+mod list_model;
 #[path = "common/stream_model.rs"]
 mod stream_model;
 
@@ -734,48 +737,9 @@ proptest! {
 // List
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum LCmd {
-    LPush(Vec<u8>),
-    RPush(u8, u8),
-    Insert(usize, bool, u8),
-    Set(usize, u8),
-    LPop(usize),
-    RPop(usize),
-    Rem(i8, u8),
-    Trim(i8, i8),
-    Del,
-}
-
-fn list_cmd() -> impl Strategy<Value = LCmd> {
-    let val = || 0u8..4;
-    prop_oneof![
-        4 => prop::collection::vec(val(), 1..3).prop_map(LCmd::LPush),
-        4 => (val(), val()).prop_map(|(a, b)| LCmd::RPush(a, b)),
-        3 => (0usize..8, any::<bool>(), val()).prop_map(|(i, a, v)| LCmd::Insert(i, a, v)),
-        2 => (0usize..8, val()).prop_map(|(i, v)| LCmd::Set(i, v)),
-        2 => (1usize..3).prop_map(LCmd::LPop),
-        2 => (1usize..3).prop_map(LCmd::RPop),
-        1 => (-2i8..3, val()).prop_map(|(c, v)| LCmd::Rem(c, v)),
-        1 => (-4i8..4, -4i8..4).prop_map(|(a, b)| LCmd::Trim(a, b)),
-        1 => Just(LCmd::Del),
-    ]
-}
-
-/// LTRIM's counts of elements removed at the left and at the right.
-fn trim_counts(start: i64, end: i64, llen: i64) -> (usize, usize) {
-    let start = if start < 0 { llen + start } else { start }.max(0);
-    let end = if end < 0 { llen + end } else { end };
-    if start > end || start >= llen {
-        (llen as usize, 0)
-    } else {
-        (start as usize, (llen - end.min(llen - 1) - 1) as usize)
-    }
-}
-
 impl Crdt for ListCrdt {
     type Op = ListOp<Vec<u8>>;
-    type Cmd = LCmd;
+    type Cmd = ListCmd;
     const CANONICAL: bool = true;
 
     inherent_crdt_methods!(ListCrdt);
@@ -785,75 +749,11 @@ impl Crdt for ListCrdt {
         let v: Vec<(Vec<u8>, ElemId)> = self.iter().map(|e| (e.value.to_vec(), e.id)).collect();
         format!("{v:?} {}", self.len())
     }
-    fn issue(&self, cmd: &LCmd) -> Option<Issue<Self::Op>> {
-        let len = self.len();
-        let op = match cmd {
-            LCmd::LPush(vs) => {
-                let v: Vec<Vec<u8>> = vs.iter().rev().map(|b| vec![*b]).collect();
-                self.push_op(true, v)
-            }
-            LCmd::RPush(a, b) => self.push_op(false, vec![vec![*a], vec![*b]]),
-            LCmd::Insert(i, after, v) if len > 0 => self.insert_op(i % len, *after, vec![*v]),
-            LCmd::Set(i, v) if len > 0 => self.replace_op(i % len, vec![*v])?,
-            LCmd::LPop(n) | LCmd::RPop(n) if len > 0 => {
-                let n = (*n).min(len);
-                if n == len {
-                    return Some(Issue::Del);
-                }
-                if matches!(cmd, LCmd::LPop(_)) {
-                    self.remove_range_op(0, n - 1)?
-                } else {
-                    self.remove_range_op(len - n, len - 1)?
-                }
-            }
-            LCmd::Rem(c, v) => {
-                let mut idx: Vec<usize> = self
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.value == [*v])
-                    .map(|(i, _)| i)
-                    .collect();
-                if *c < 0 {
-                    idx.reverse();
-                }
-                if *c != 0 {
-                    idx.truncate(c.unsigned_abs() as usize);
-                }
-                idx.sort_unstable();
-                if idx.is_empty() {
-                    return None;
-                }
-                if idx.len() == len {
-                    return Some(Issue::Del);
-                }
-                let mut ranges = Vec::new();
-                for i in idx {
-                    let id = self.get(i)?.id;
-                    ranges.push((id.clone(), id));
-                }
-                self.remove_ids_op(ranges)
-            }
-            LCmd::Trim(a, b) if len > 0 => {
-                let (lt, rt) = trim_counts(i64::from(*a), i64::from(*b), len as i64);
-                if lt + rt >= len {
-                    return Some(Issue::Del);
-                }
-                if lt == 0 && rt == 0 {
-                    return None;
-                }
-                let mut ranges = Vec::new();
-                if lt > 0 {
-                    ranges.push((self.get(0)?.id, self.get(lt - 1)?.id));
-                }
-                if rt > 0 {
-                    ranges.push((self.get(len - rt)?.id, self.get(len - 1)?.id));
-                }
-                self.remove_ids_op(ranges)
-            }
-            LCmd::Del if len > 0 => return Some(Issue::Del),
-            _ => return None,
-        };
-        Some(Issue::Op(op))
+    fn issue(&self, cmd: &ListCmd) -> Option<Issue<Self::Op>> {
+        Some(match list_model::issue(self, cmd)? {
+            list_model::Issued::Op(op) => Issue::Op(op),
+            list_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 
@@ -925,7 +825,7 @@ fn zset_write_dropped_under_a_collected_key_context() {
 
 #[test]
 fn list_write_dropped_under_a_collected_key_context() {
-    write_dropped_under_a_collected_key_context::<ListCrdt>(LCmd::RPush(0, 1), LCmd::Del);
+    write_dropped_under_a_collected_key_context::<ListCrdt>(ListCmd::RPush(0, 1), ListCmd::Del);
 }
 
 /// Large joins stay near linear: two replicas with 20 000 entries of the union, each having
