@@ -3,39 +3,34 @@
 //! state; a single site equals a plain model; every op survives its codec; truncated or
 //! garbage bytes never make the decoder panic.
 
+#[path = "common/hash_model.rs"]
+mod hash_model;
 #[path = "common/one_key.rs"]
 mod one_key;
 
 use std::collections::BTreeMap;
 
+use hash_model::{HashCmd, Issued, field};
 use meridian_crdt::codec::Reader;
 use meridian_crdt::hash::{decode_op, encode_op};
 use meridian_crdt::{
-    Dec, Delta, Effect, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag, VersionVector,
+    Dec, Delta, Effect, HashCrdt, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag,
+    VersionVector,
 };
 use one_key::{Mix, Replica, Step};
 use proptest::prelude::*;
 
-#[derive(Clone, Debug)]
-enum Op {
-    HSet(u8, u8),
-    HIncr(u8, i8),
-    HIncrFloat(u8, i8),
-    HDel(u8),
-    Del,
-}
-
-fn op() -> impl Strategy<Value = Op> {
+fn op() -> impl Strategy<Value = HashCmd> {
     prop_oneof![
-        4 => (0u8..5, 0u8..4).prop_map(|(f, v)| Op::HSet(f, v)),
-        3 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncr(f, d)),
-        2 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncrFloat(f, d)),
-        3 => (0u8..5).prop_map(Op::HDel),
-        1 => Just(Op::Del),
+        4 => (0u8..5, 0u8..4).prop_map(|(f, v)| HashCmd::HSet(f, v)),
+        3 => (0u8..5, any::<i8>()).prop_map(|(f, d)| HashCmd::HIncr(f, d)),
+        2 => (0u8..5, any::<i8>()).prop_map(|(f, d)| HashCmd::HIncrFloat(f, d)),
+        3 => (0u8..5).prop_map(HashCmd::HDel),
+        1 => Just(HashCmd::Del),
     ]
 }
 
-fn step() -> impl Strategy<Value = Step<Op>> {
+fn step() -> impl Strategy<Value = Step<HashCmd>> {
     one_key::step(
         op(),
         Mix {
@@ -45,52 +40,19 @@ fn step() -> impl Strategy<Value = Step<Op>> {
     )
 }
 
-fn field(f: u8) -> Vec<u8> {
-    format!("f{f}").into_bytes()
-}
-
 fn float_delta(d: i8) -> Delta {
     Delta::Float(Dec::parse(format!("{}.5", d).as_bytes()).unwrap_or(Dec::ZERO))
 }
 
-/// The effect a server would build for `op` on `state`.
-fn effect(state: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
-    let h = state.hash();
-    Some(match op {
-        Op::HSet(f, v) => Effect::Hash(HashOp::Set {
-            field: field(*f),
-            value: format!("{v}").into_bytes(),
-            observed: h.map(|h| h.field_observed(&field(*f))).unwrap_or_default(),
-        }),
-        Op::HIncr(f, d) => Effect::Hash(HashOp::Incr {
-            field: field(*f),
-            delta: Delta::Int(i64::from(*d)),
-        }),
-        Op::HIncrFloat(f, d) => Effect::Hash(HashOp::Incr {
-            field: field(*f),
-            delta: float_delta(*d),
-        }),
-        Op::HDel(f) => {
-            let h = h?;
-            if !h.contains(&field(*f)) {
-                return None;
-            }
-            if h.len() == 1 {
-                state.remove_effect()
-            } else {
-                Effect::Hash(HashOp::Del {
-                    field: field(*f),
-                    observed: h.field_observed(&field(*f)),
-                })
-            }
-        }
-        Op::Del => {
-            if state.is_empty() {
-                return None;
-            }
-            state.remove_effect()
-        }
-    })
+/// The effect a server would build for `cmd` on `state`.
+fn effect(state: &KeyState, cmd: &HashCmd) -> Option<Effect<Vec<u8>>> {
+    let empty = HashCrdt::new();
+    Some(
+        match hash_model::issue(state.hash().unwrap_or(&empty), cmd)? {
+            Issued::Op(op) => Effect::Hash(op),
+            Issued::DelKey => state.remove_effect(),
+        },
+    )
 }
 
 /// The visible type and the fields with their values, sorted.
@@ -106,7 +68,7 @@ fn view(state: &KeyState) -> View {
 }
 
 impl Replica {
-    fn issue(&mut self, me: usize, op: &Op) {
+    fn issue(&mut self, me: usize, op: &HashCmd) {
         if let Some(e) = effect(&self.key, op) {
             self.write(me, e);
         }
@@ -138,25 +100,25 @@ proptest! {
         for op in &ops {
             // The server refuses increments of values that are not numbers.
             let cur = match op {
-                Op::HIncr(f, _) | Op::HIncrFloat(f, _) => model.get(&field(*f)).cloned(),
+                HashCmd::HIncr(f, _) | HashCmd::HIncrFloat(f, _) => model.get(&field(*f)).cloned(),
                 _ => None,
             };
             match op {
-                Op::HSet(f, v) => { model.insert(field(*f), format!("{v}").into_bytes()); }
-                Op::HIncr(f, d) => {
+                HashCmd::HSet(f, v) => { model.insert(field(*f), format!("{v}").into_bytes()); }
+                HashCmd::HIncr(f, d) => {
                     let base = match &cur { None => Some(0), Some(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()) };
                     let Some(base) = base else { continue };
                     model.insert(field(*f), (base + i64::from(*d)).to_string().into_bytes());
                 }
-                Op::HIncrFloat(f, d) => {
+                HashCmd::HIncrFloat(f, d) => {
                     let base = match &cur { None => Some(Dec::ZERO), Some(b) => Dec::parse(b) };
                     let Some(base) = base else { continue };
                     let Delta::Float(dd) = float_delta(*d) else { continue };
                     let Some(sum) = base.add(dd) else { continue };
                     model.insert(field(*f), sum.format_redis().into_bytes());
                 }
-                Op::HDel(f) => { model.remove(&field(*f)); }
-                Op::Del => model.clear(),
+                HashCmd::HDel(f) => { model.remove(&field(*f)); }
+                HashCmd::Del => model.clear(),
             }
             if let Some(e) = effect(&k, op) {
                 t += 1;
@@ -208,11 +170,11 @@ fn update_wins_over_concurrent_hdel_and_increments_add_up() {
         replica: ReplicaId(r),
     };
     let mut a = KeyState::new();
-    let set = effect(&a, &Op::HSet(1, 1)).unwrap();
+    let set = effect(&a, &HashCmd::HSet(1, 1)).unwrap();
     a.apply(st(1, 1), &set);
     let mut b = a.clone();
-    let del = effect(&a, &Op::HDel(1)).unwrap();
-    let inc = effect(&b, &Op::HIncr(1, 5)).unwrap();
+    let del = effect(&a, &HashCmd::HDel(1)).unwrap();
+    let inc = effect(&b, &HashCmd::HIncr(1, 5)).unwrap();
     a.apply(st(2, 1), &del);
     b.apply(st(2, 2), &inc);
     a.apply(st(2, 2), &inc);

@@ -17,21 +17,26 @@
 
 use std::fmt::Debug;
 
+use hash_model::HashCmd;
 use list_model::{ListCmd, list_cmd};
 use meridian_crdt::codec::{DecodeError, Reader};
 use meridian_crdt::list::{ElemId, Pos};
 use meridian_crdt::op::Observed;
 use meridian_crdt::zset::F64;
 use meridian_crdt::{
-    Dec, Delta, HashCrdt, HashOp, Hlc, ListCrdt, ListOp, ReplicaId, Stamp, VersionVector, ZSetCrdt,
-    ZSetOp,
+    HashCrdt, HashOp, Hlc, ListCrdt, ListOp, ReplicaId, Stamp, VersionVector, ZSetCrdt, ZSetOp,
 };
 use proptest::prelude::*;
+use zset_model::{ZCmd, member};
 
+#[path = "common/hash_model.rs"]
+mod hash_model;
 #[path = "common/list_model.rs"]
 mod list_model;
 #[path = "common/stream_model.rs"]
 mod stream_model;
+#[path = "common/zset_model.rs"]
+mod zset_model;
 
 const REPLICAS: usize = 3;
 
@@ -523,15 +528,6 @@ fn edits() -> impl Strategy<Value = Vec<(usize, u8, u8)>> {
 // Hash
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum HashCmd {
-    HSet(u8, u8),
-    HIncr(u8, i8),
-    HIncrFloat(u8, i8),
-    HDel(u8),
-    Del,
-}
-
 fn hash_cmd() -> impl Strategy<Value = HashCmd> {
     prop_oneof![
         4 => (0u8..4, 0u8..4).prop_map(|(f, v)| HashCmd::HSet(f, v)),
@@ -540,10 +536,6 @@ fn hash_cmd() -> impl Strategy<Value = HashCmd> {
         3 => (0u8..4).prop_map(HashCmd::HDel),
         1 => Just(HashCmd::Del),
     ]
-}
-
-fn field(f: u8) -> Vec<u8> {
-    format!("f{f}").into_bytes()
 }
 
 impl Crdt for HashCrdt {
@@ -562,39 +554,10 @@ impl Crdt for HashCrdt {
         format!("{v:?}")
     }
     fn issue(&self, cmd: &HashCmd) -> Option<Issue<Self::Op>> {
-        Some(Issue::Op(match cmd {
-            HashCmd::HSet(f, v) => HashOp::Set {
-                field: field(*f),
-                value: format!("{v}").into_bytes(),
-                observed: self.field_observed(&field(*f)),
-            },
-            HashCmd::HIncr(f, d) => HashOp::Incr {
-                field: field(*f),
-                delta: Delta::Int(i64::from(*d)),
-            },
-            HashCmd::HIncrFloat(f, d) => HashOp::Incr {
-                field: field(*f),
-                delta: Delta::Float(Dec::parse(format!("{d}.5").as_bytes())?),
-            },
-            HashCmd::HDel(f) => {
-                if !self.contains(&field(*f)) {
-                    return None;
-                }
-                if self.len() == 1 {
-                    return Some(Issue::Del);
-                }
-                HashOp::Del {
-                    field: field(*f),
-                    observed: self.field_observed(&field(*f)),
-                }
-            }
-            HashCmd::Del => {
-                if self.is_empty() {
-                    return None;
-                }
-                return Some(Issue::Del);
-            }
-        }))
+        Some(match hash_model::issue(self, cmd)? {
+            hash_model::Issued::Op(op) => Issue::Op(op),
+            hash_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 
@@ -625,14 +588,6 @@ proptest! {
 // Sorted set
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum ZCmd {
-    Add(u8, f64),
-    Incr(u8, f64),
-    Rem(u8),
-    Del,
-}
-
 fn score() -> impl Strategy<Value = f64> {
     prop_oneof![
         Just(0.1),
@@ -653,10 +608,6 @@ fn zset_cmd() -> impl Strategy<Value = ZCmd> {
     ]
 }
 
-fn member(m: u8) -> Vec<u8> {
-    vec![b'a' + m]
-}
-
 impl Crdt for ZSetCrdt {
     type Op = ZSetOp<Vec<u8>>;
     type Cmd = ZCmd;
@@ -674,39 +625,10 @@ impl Crdt for ZSetCrdt {
         format!("{v:?} {ranks:?} {}", self.len())
     }
     fn issue(&self, cmd: &ZCmd) -> Option<Issue<Self::Op>> {
-        Some(Issue::Op(match cmd {
-            ZCmd::Add(m, s) => ZSetOp::Add {
-                member: member(*m),
-                score: F64(*s),
-                observed: self.member_observed(&member(*m)),
-            },
-            ZCmd::Incr(m, d) => {
-                let cur = self.score(&member(*m)).unwrap_or(0.0);
-                if (cur + d).is_nan() {
-                    return None;
-                }
-                ZSetOp::Incr {
-                    member: member(*m),
-                    delta: F64(*d),
-                }
-            }
-            ZCmd::Rem(m) => {
-                self.score(&member(*m))?;
-                if self.len() == 1 {
-                    return Some(Issue::Del);
-                }
-                ZSetOp::Rem {
-                    member: member(*m),
-                    observed: self.member_observed(&member(*m)),
-                }
-            }
-            ZCmd::Del => {
-                if self.is_empty() {
-                    return None;
-                }
-                return Some(Issue::Del);
-            }
-        }))
+        Some(match zset_model::issue(self, cmd)? {
+            zset_model::Issued::Op(op) => Issue::Op(op),
+            zset_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 

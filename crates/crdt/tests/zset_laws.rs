@@ -6,6 +6,8 @@
 
 #[path = "common/one_key.rs"]
 mod one_key;
+#[path = "common/zset_model.rs"]
+mod zset_model;
 
 use std::collections::BTreeMap;
 
@@ -14,14 +16,7 @@ use meridian_crdt::zset::{F64, decode_op, encode_op};
 use meridian_crdt::{Effect, Hlc, KeyState, ReplicaId, Stamp, VersionVector, ZSetCrdt, ZSetOp};
 use one_key::{Mix, Replica, Step};
 use proptest::prelude::*;
-
-#[derive(Clone, Debug)]
-enum Op {
-    Add(u8, f64),
-    Incr(u8, f64),
-    Rem(u8),
-    Del,
-}
+use zset_model::{Issued, ZCmd, member};
 
 fn score_s() -> impl Strategy<Value = f64> {
     prop_oneof![
@@ -36,53 +31,22 @@ fn score_s() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op() -> impl Strategy<Value = ZCmd> {
     prop_oneof![
-        4 => (0u8..4, score_s()).prop_map(|(m, s)| Op::Add(m, s)),
-        4 => (0u8..4, score_s()).prop_map(|(m, s)| Op::Incr(m, s)),
-        2 => (0u8..4).prop_map(Op::Rem),
-        1 => Just(Op::Del),
+        4 => (0u8..4, score_s()).prop_map(|(m, s)| ZCmd::Add(m, s)),
+        4 => (0u8..4, score_s()).prop_map(|(m, s)| ZCmd::Incr(m, s)),
+        2 => (0u8..4).prop_map(ZCmd::Rem),
+        1 => Just(ZCmd::Del),
     ]
 }
 
-fn member(m: u8) -> Vec<u8> {
-    vec![b'a' + m]
-}
-
-/// The effect a server would issue for `op` on `k` (None: no write).
-fn effect_of(k: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
+/// The effect a server would issue for `cmd` on `k` (None: no write).
+fn effect_of(k: &KeyState, cmd: &ZCmd) -> Option<Effect<Vec<u8>>> {
     let empty = ZSetCrdt::new();
-    let z = k.zset().unwrap_or(&empty);
-    match op {
-        Op::Add(m, s) => Some(Effect::ZSet(ZSetOp::Add {
-            member: member(*m),
-            score: F64(*s),
-            observed: z.member_observed(&member(*m)),
-        })),
-        Op::Incr(m, d) => {
-            let cur = z.score(&member(*m)).unwrap_or(0.0);
-            if (cur + d).is_nan() {
-                return None;
-            }
-            Some(Effect::ZSet(ZSetOp::Incr {
-                member: member(*m),
-                delta: F64(*d),
-            }))
-        }
-        Op::Rem(m) => {
-            let mm = member(*m);
-            z.score(&mm)?;
-            if z.len() == 1 {
-                Some(k.remove_effect())
-            } else {
-                Some(Effect::ZSet(ZSetOp::Rem {
-                    observed: z.member_observed(&mm),
-                    member: mm,
-                }))
-            }
-        }
-        Op::Del => (!k.is_empty()).then(|| k.remove_effect()),
-    }
+    Some(match zset_model::issue(k.zset().unwrap_or(&empty), cmd)? {
+        Issued::Op(op) => Effect::ZSet(op),
+        Issued::DelKey => k.remove_effect(),
+    })
 }
 
 /// Members and score bits shown.
@@ -93,14 +57,14 @@ fn shown(k: &KeyState) -> Vec<(Vec<u8>, u64)> {
 }
 
 impl Replica {
-    fn issue(&mut self, me: usize, op: &Op) {
+    fn issue(&mut self, me: usize, op: &ZCmd) {
         if let Some(e) = effect_of(&self.key, op) {
             self.write(me, e);
         }
     }
 }
 
-fn step() -> impl Strategy<Value = Step<Op>> {
+fn step() -> impl Strategy<Value = Step<ZCmd>> {
     one_key::step(
         op(),
         Mix {
@@ -110,26 +74,26 @@ fn step() -> impl Strategy<Value = Step<Op>> {
     )
 }
 
-fn run(steps: &[Step<Op>]) -> Vec<Replica> {
+fn run(steps: &[Step<ZCmd>]) -> Vec<Replica> {
     one_key::run(steps, |r, me, op| r.issue(me, op))
 }
 
 /// Redis's behaviour for a single site.
-fn model(m: &mut BTreeMap<Vec<u8>, f64>, op: &Op) {
+fn model(m: &mut BTreeMap<Vec<u8>, f64>, op: &ZCmd) {
     match op {
-        Op::Add(x, s) => {
+        ZCmd::Add(x, s) => {
             m.insert(member(*x), *s);
         }
-        Op::Incr(x, d) => {
+        ZCmd::Incr(x, d) => {
             let cur = m.get(&member(*x)).copied().unwrap_or(0.0);
             if !(cur + d).is_nan() {
                 m.insert(member(*x), cur + d);
             }
         }
-        Op::Rem(x) => {
+        ZCmd::Rem(x) => {
             m.remove(&member(*x));
         }
-        Op::Del => m.clear(),
+        ZCmd::Del => m.clear(),
     }
 }
 
@@ -373,12 +337,12 @@ fn removal_context_drops_a_late_write_it_observed() {
     assert_eq!(c.zset(), b.zset());
 }
 
-fn int_step() -> impl Strategy<Value = Step<Op>> {
+fn int_step() -> impl Strategy<Value = Step<ZCmd>> {
     let iop = prop_oneof![
-        3 => (0u8..4, -5i8..5).prop_map(|(m, s)| Op::Add(m, f64::from(s))),
-        3 => (0u8..4, -5i8..5).prop_map(|(m, d)| Op::Incr(m, f64::from(d))),
-        2 => (0u8..4).prop_map(Op::Rem),
-        1 => Just(Op::Del),
+        3 => (0u8..4, -5i8..5).prop_map(|(m, s)| ZCmd::Add(m, f64::from(s))),
+        3 => (0u8..4, -5i8..5).prop_map(|(m, d)| ZCmd::Incr(m, f64::from(d))),
+        2 => (0u8..4).prop_map(ZCmd::Rem),
+        1 => Just(ZCmd::Del),
     ];
     one_key::step(
         iop,
