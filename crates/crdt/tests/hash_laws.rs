@@ -147,11 +147,7 @@ proptest! {
             2 => HashOp::Incr { field: f.clone(), delta: Delta::Float(Dec::from_i64(n)) },
             _ => HashOp::Del { field: f.clone(), observed: vv },
         };
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut rd = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut rd).unwrap(), op);
-        prop_assert!(rd.is_at_end());
+        let out = one_key::round_trips(&op, encode_op, decode_op)?;
         for cut in 0..out.len() {
             prop_assert!(decode_op(&mut Reader::new(&out[..cut])).is_err());
         }

@@ -173,11 +173,7 @@ proptest! {
             }
             Op::Del => HllOp::Cache,
         };
-        let mut out = Vec::new();
-        encode_op(&hop, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), hop);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&hop, encode_op, decode_op)?;
     }
 
     /// Garbage never panics the decoder; whatever decodes applies without panicking.

@@ -169,11 +169,7 @@ proptest! {
 
     #[test]
     fn codec_round_trips(op in any_op()) {
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), op);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&op, encode_op, decode_op)?;
     }
 
     #[test]

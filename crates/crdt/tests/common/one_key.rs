@@ -8,6 +8,7 @@
 
 use std::fmt::Debug;
 
+use meridian_crdt::codec::{DecodeError, Reader};
 use meridian_crdt::{Effect, HlcClock, KeyState, ReplicaId, Stamp, VersionVector};
 use proptest::prelude::*;
 use proptest::strategy::Union;
@@ -206,4 +207,20 @@ pub fn run<C>(steps: &[Step<C>], mut issue: impl FnMut(&mut Replica, usize, &C))
     }
     deliver_all(&mut reps);
     reps
+}
+
+/// The codec law of an op type: `op` encoded then decoded is `op`, read to the end. Returns
+/// the encoding.
+pub fn round_trips<O: PartialEq + Debug>(
+    op: &O,
+    encode: impl Fn(&O, &mut Vec<u8>),
+    decode: impl Fn(&mut Reader<'_>) -> Result<O, DecodeError>,
+) -> Result<Vec<u8>, TestCaseError> {
+    let mut out = Vec::new();
+    encode(op, &mut out);
+    let mut r = Reader::new(&out);
+    let back = decode(&mut r).map_err(|e| TestCaseError::fail(format!("{op:?}: {e:?}")))?;
+    prop_assert_eq!(&back, op);
+    prop_assert!(r.is_at_end());
+    Ok(out)
 }
