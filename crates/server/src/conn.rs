@@ -27,8 +27,8 @@ use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
 
 use crate::blocking;
-use crate::client::Client;
 use crate::client::ClientShared;
+use crate::client::{Client, MultiState};
 use crate::cmd::{self, table::CommandSpec};
 use crate::config::OutputLimit;
 use crate::error::CmdError;
@@ -1058,11 +1058,7 @@ impl Conn {
             }
             let redirect = if name == "exec" {
                 self.client.multi.as_ref().and_then(|m| {
-                    let queued: Vec<Vec<&[u8]>> = m
-                        .queued
-                        .iter()
-                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
-                        .collect();
+                    let queued = queued_argvs(m);
                     cluster_redirect(f, me, queued.iter().map(Vec::as_slice))
                 })
             } else if self.client.multi.is_some() && cmd::runs_inside_multi(name) {
@@ -1073,12 +1069,7 @@ impl Conn {
             if let Some(e) = redirect {
                 if name == "exec" {
                     // Redis discards the transaction whose keys are elsewhere.
-                    self.client.multi = None;
-                    self.client.shared.in_multi.set(false);
-                    s.unwatch_all(&self.client.dirty);
-                    self.client.watched.clear();
-                    self.client.shared.watched.set(0);
-                    self.client.dirty.set(false);
+                    cmd::tx::end_transaction(s, &mut self.client);
                 } else if let Some(m) = self.client.multi.as_mut() {
                     m.aborted = true;
                 }
@@ -1130,11 +1121,7 @@ impl Conn {
             let pubsub = matches!(name, "publish" | "spublish");
             let redirect = if name == "exec" {
                 self.client.multi.as_ref().and_then(|m| {
-                    let queued: Vec<Vec<&[u8]>> = m
-                        .queued
-                        .iter()
-                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
-                        .collect();
+                    let queued = queued_argvs(m);
                     not_owned(f, me, queued.iter().map(Vec::as_slice))
                 })
             } else if pubsub || (self.client.multi.is_some() && cmd::runs_inside_multi(name)) {
@@ -1802,12 +1789,7 @@ impl Conn {
                     if let Some(st) = fg.stats.commands.get_mut(spec.idx) {
                         st.rejected_calls += 1;
                     }
-                    self.client.multi = None;
-                    self.client.shared.in_multi.set(false);
-                    sg.unwatch_all(&self.client.dirty);
-                    self.client.watched.clear();
-                    self.client.shared.watched.set(0);
-                    self.client.dirty.set(false);
+                    cmd::tx::end_transaction(&mut sg, &mut self.client);
                     self.out.proto = self.client.shared.proto.get();
                     cmd::reply_error(&mut fg, &mut self.out, &CmdError::CrossSlot);
                 }
@@ -2462,6 +2444,14 @@ impl Conn {
             let _ = self.one(t, Op::Forget, &[]).await;
         }
     }
+}
+
+/// The queued commands of a transaction, each as the argument slices the checks read.
+fn queued_argvs(m: &MultiState) -> Vec<Vec<&[u8]>> {
+    m.queued
+        .iter()
+        .map(|q| q.args.iter().map(Vec::as_slice).collect())
+        .collect()
 }
 
 /// Redis Cluster's redirection of a command (or of every command of a transaction) that came
