@@ -1194,18 +1194,31 @@ fn xgroup_create(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             "BUSYGROUP Consumer Group name already exists".to_string(),
         ));
     }
+    start_group_epoch(ctx, key, group, id, entries_read, "xgroup-create");
+    Ok(())
+}
+
+/// Writes a new epoch of `group` (XGROUP CREATE, SETID): it delivers after `floor`, having
+/// read `entries_read` entries; announces `event` and answers OK.
+fn start_group_epoch(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    group: &[u8],
+    floor: StreamId,
+    entries_read: i64,
+    event: &str,
+) {
     write(
         ctx,
         key,
         StreamOp::GroupEpoch {
             group: group.to_vec(),
-            floor: id,
+            floor,
             entries_read,
         },
     );
-    ctx.notify(notify::STREAM, "xgroup-create", key);
+    ctx.notify(notify::STREAM, event, key);
     ctx.out.ok();
-    Ok(())
 }
 
 /// XGROUP SETID key group id|$ [ENTRIESREAD entries-read]
@@ -1222,17 +1235,7 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         parse_id(arg(argv, 4), 0)?
     };
-    write(
-        ctx,
-        key,
-        StreamOp::GroupEpoch {
-            group: arg(argv, 3).to_vec(),
-            floor: id,
-            entries_read,
-        },
-    );
-    ctx.notify(notify::STREAM, "xgroup-setid", key);
-    ctx.out.ok();
+    start_group_epoch(ctx, key, arg(argv, 3), id, entries_read, "xgroup-setid");
     Ok(())
 }
 
