@@ -15,7 +15,7 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
+use super::args::{HexFloat, eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::config::ListpackLimits;
@@ -255,25 +255,12 @@ fn parse_range_score(b: &[u8]) -> Option<f64> {
 
 /// C99 hexadecimal floating constant: `[+-]0x<hex>[.<hex>][p[+-]<dec>]`.
 fn parse_hex_float(b: &[u8]) -> Option<f64> {
-    let (neg, rest) = match b.split_first() {
-        Some((b'-', r)) => (true, r),
-        Some((b'+', r)) => (false, r),
-        _ => (false, b),
-    };
-    let rest = rest
-        .strip_prefix(b"0x")
-        .or_else(|| rest.strip_prefix(b"0X"))?;
-    let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
-        Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
-        None => (rest, None),
-    };
-    let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
-        Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
-        None => (mant, &b""[..]),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
+    let HexFloat {
+        negative: neg,
+        int_part,
+        frac_part,
+        exp,
+    } = HexFloat::split(b)?;
     let mut v = 0.0f64;
     for &c in int_part {
         v = v * 16.0 + f64::from((c as char).to_digit(16)?);
