@@ -156,6 +156,49 @@ pub fn parse_long_double(b: &[u8]) -> Option<LongDouble> {
     }
     parse_hex_float(b).map(LongDouble::Finite)
 }
+/// The options of SCAN, HSCAN, SSCAN and ZSCAN: `[MATCH pattern] [COUNT count]`, and SCAN's
+/// `[TYPE type]`.
+pub struct ScanOptions<'a> {
+    /// How much one call walks: at least 1, 10 when not given.
+    pub count: u64,
+    /// The glob what is returned must match; None: everything (no MATCH, or MATCH *).
+    pub pattern: Option<&'a [u8]>,
+    /// SCAN's TYPE.
+    pub type_filter: Option<&'a [u8]>,
+}
+
+/// Reads the scan options in `argv[from..]`, TYPE only `with_type`. As Redis: a COUNT that is
+/// not an integer is refused as one, a COUNT below 1 and an unknown or incomplete option as
+/// a syntax error.
+pub fn scan_options<'a>(
+    argv: &[&'a [u8]],
+    from: usize,
+    with_type: bool,
+) -> Result<ScanOptions<'a>, CmdError> {
+    let mut o = ScanOptions {
+        count: 10,
+        pattern: None,
+        type_filter: None,
+    };
+    let mut i = from;
+    while let Some(opt) = argv.get(i) {
+        match argv.get(i + 1).copied() {
+            Some(v) if eq_ic(opt, "count") => {
+                let c = int_arg(v)?;
+                if c < 1 {
+                    return Err(CmdError::Syntax);
+                }
+                o.count = c as u64;
+            }
+            Some(v) if eq_ic(opt, "match") => o.pattern = if v == b"*" { None } else { Some(v) },
+            Some(v) if with_type && eq_ic(opt, "type") => o.type_filter = Some(v),
+            _ => return Err(CmdError::Syntax),
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
 /// The parts of a C99 hexadecimal floating constant, `[+-]0x<hex>[.<hex>][p<exponent>]`.
 pub struct HexFloat<'a> {
     pub negative: bool,

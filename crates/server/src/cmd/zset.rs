@@ -15,7 +15,10 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{HexFloat, eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
+use super::args::{
+    HexFloat, ScanOptions, eq_ic, int_arg, is_c_space, parse_f64, parse_i64, scan_options,
+    strtod_decimal,
+};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::config::ListpackLimits;
@@ -1089,23 +1092,8 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         .filter(|s| s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty())
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
-    let mut count: usize = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while let Some(opt) = argv.get(i) {
-        match argv.get(i + 1).copied() {
-            Some(v) if eq_ic(opt, "count") => {
-                let c = int_arg(v)?;
-                if c < 1 {
-                    return Err(CmdError::Syntax);
-                }
-                count = c as usize;
-            }
-            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
-            _ => return Err(CmdError::Syntax),
-        }
-        i += 2;
-    }
+    let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
     let limits = ctx.shard.config.zset_listpack();
     let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
         ctx.out.array(2);
