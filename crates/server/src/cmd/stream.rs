@@ -281,6 +281,26 @@ fn write(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<Vec<u8>>) {
     }
 }
 
+/// Writes `op` when there is one, announcing `event` (XACK announces none), and answers the
+/// count that comes with it; answers 0 when there is nothing to write.
+fn write_counted(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    op: Option<(u64, StreamOp<Vec<u8>>)>,
+    event: Option<&str>,
+) {
+    match op {
+        Some((n, op)) => {
+            write(ctx, key, op);
+            if let Some(event) = event {
+                ctx.notify(notify::STREAM, event, key);
+            }
+            ctx.out.int(n as i64);
+        }
+        None => ctx.out.int(0),
+    }
+}
+
 /// The stream at `key` for a write (no keyspace statistics): `Ok(None)` when missing.
 fn lookup_write<'a>(ctx: &'a mut Ctx<'_>, key: &[u8]) -> Result<Option<&'a StreamCrdt>, CmdError> {
     let db = ctx.db();
@@ -1034,16 +1054,9 @@ fn xdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .collect();
         present.sort_unstable();
         present.dedup();
-        (!present.is_empty()).then(|| (present.len(), s.delete_op(present, replica)))
+        (!present.is_empty()).then(|| (present.len() as u64, s.delete_op(present, replica)))
     };
-    match op {
-        Some((n, op)) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xdel", key);
-            ctx.out.int(n as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, Some("xdel"));
     Ok(())
 }
 
@@ -1250,14 +1263,7 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             group: group.to_vec(),
             observed: s.observed_vv(),
         });
-    match op {
-        Some(op) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xgroup-destroy", key);
-            ctx.out.int(1);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op.map(|op| (1, op)), Some("xgroup-destroy"));
     Ok(())
 }
 
@@ -1305,14 +1311,7 @@ fn xgroup_delconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError>
             },
         ))
     });
-    match op {
-        Some((pending, op)) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xgroup-delconsumer", key);
-            ctx.out.int(pending as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, Some("xgroup-delconsumer"));
     Ok(())
 }
 
@@ -1370,23 +1369,17 @@ fn xack(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .collect();
         pending.sort_unstable();
         pending.dedup();
-        (!pending.is_empty()).then(|| StreamOp::Ack {
-            group: group.to_vec(),
-            ids: pending,
-            observed: s.observed_vv(),
+        (!pending.is_empty()).then(|| {
+            let n = pending.len() as u64;
+            let op = StreamOp::Ack {
+                group: group.to_vec(),
+                ids: pending,
+                observed: s.observed_vv(),
+            };
+            (n, op)
         })
     });
-    match op {
-        Some(op) => {
-            let n = match &op {
-                StreamOp::Ack { ids, .. } => ids.len(),
-                _ => 0,
-            };
-            write(ctx, key, op);
-            ctx.out.int(n as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, None);
     Ok(())
 }
 
