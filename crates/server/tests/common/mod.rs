@@ -859,3 +859,28 @@ fn parse_reply_at(buf: &[u8], at: usize) -> (Reply, usize) {
         }
     }
 }
+
+/// Redis Cluster's slot of a key: CRC16/XMODEM of the key, or of its hash tag (the text
+/// between the first `{` and the next `}`, when not empty), mod 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let k = match b.iter().position(|&c| c == b'{') {
+        Some(s) => match b[s + 1..].iter().position(|&c| c == b'}') {
+            Some(0) | None => b,
+            Some(e) => &b[s + 1..s + 1 + e],
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in k {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
