@@ -11,15 +11,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use common::text::{call, s};
 use common::{Raw, Reply, Server, key_slot};
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    s(&c.call_strs(args))
-}
 
 struct Cl {
     srv: Server,

@@ -11,17 +11,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
+use common::text::{call, s};
 use common::{Raw, RedisRef, Reply, Server, key_slot};
 
 const SHARDS: &str = "4";
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    s(&c.call_strs(args))
-}
 
 /// The shard of four contiguous ranges a key is on.
 fn shard_of(key: &str) -> u16 {

@@ -7,6 +7,7 @@
 pub mod disk;
 pub mod proxy;
 pub mod sites;
+pub mod text;
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
