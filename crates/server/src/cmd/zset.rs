@@ -314,6 +314,23 @@ enum Range {
     Lex(LexBound, LexBound),
 }
 
+impl Range {
+    /// The range from `min` to `max` read as `kind` says (ranks unless scores or lex).
+    fn parse(kind: RangeType, min: &[u8], max: &[u8]) -> Result<Range, CmdError> {
+        Ok(match kind {
+            RangeType::Score => {
+                let (lo, hi) = score_range(min, max)?;
+                Range::Score(lo, hi)
+            }
+            RangeType::Lex => {
+                let (lo, hi) = lex_range(min, max)?;
+                Range::Lex(lo, hi)
+            }
+            RangeType::Auto | RangeType::Rank => Range::Rank(int_arg(min)?, int_arg(max)?),
+        })
+    }
+}
+
 /// The members a range selects, in reply order; `offset`/`limit` as Redis applies them to
 /// score and lex ranges (a negative offset selects nothing, a negative limit everything).
 fn select<'a>(
@@ -452,17 +469,7 @@ fn zrange_generic(
         std::mem::swap(&mut minidx, &mut maxidx);
     }
     let (min, max) = (arg(argv, minidx), arg(argv, maxidx));
-    let range = match rtype {
-        RangeType::Score => {
-            let (a, b) = score_range(min, max)?;
-            Range::Score(a, b)
-        }
-        RangeType::Lex => {
-            let (a, b) = lex_range(min, max)?;
-            Range::Lex(a, b)
-        }
-        _ => Range::Rank(int_arg(min)?, int_arg(max)?),
-    };
+    let range = Range::parse(rtype, min, max)?;
     match dst {
         None => {
             let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
@@ -957,17 +964,7 @@ fn bzpopmax(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn zremrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: RangeType) -> Result<(), CmdError> {
     let key = arg(argv, 1);
     let (a, b) = (arg(argv, 2), arg(argv, 3));
-    let range = match kind {
-        RangeType::Score => {
-            let (lo, hi) = score_range(a, b)?;
-            Range::Score(lo, hi)
-        }
-        RangeType::Lex => {
-            let (lo, hi) = lex_range(a, b)?;
-            Range::Lex(lo, hi)
-        }
-        _ => Range::Rank(int_arg(a)?, int_arg(b)?),
-    };
+    let range = Range::parse(kind, a, b)?;
     let members: Vec<Vec<u8>> = match read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key)? {
         Some(z) => select(z, &range, false, 0, -1)
             .into_iter()
