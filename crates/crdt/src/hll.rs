@@ -1278,15 +1278,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<HllOp<Vec<u8>>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::ReplicaId;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn add_elems(b: &mut Vec<u8>, elems: &[&[u8]]) -> bool {
         let op: HllOp<Vec<u8>> = HllOp::Add {

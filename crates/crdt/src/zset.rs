@@ -1506,13 +1506,7 @@ impl ZSetCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn add(z: &ZSetCrdt, m: &str, s: f64) -> ZSetOp<Vec<u8>> {
         ZSetOp::Add {

@@ -708,13 +708,7 @@ impl StreamCrdt {
 mod tests {
     use super::*;
     use crate::dot::VersionVector;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn vv(s: &[Stamp]) -> VersionVector {
         let mut v = VersionVector::new();
