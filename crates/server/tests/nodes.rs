@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Raw, Reply, free_port, key_slot, parse_reply, spawn_and_wait};
+use common::{Raw, Reply, eventually, free_port, key_slot, parse_reply, spawn_and_wait};
 
 /// Ports of one node.
 #[derive(Clone, Copy, Debug)]
@@ -150,19 +150,6 @@ fn key_on(shard: u16, prefix: &str) -> String {
         .map(|i| format!("{prefix}{i}"))
         .find(|k| shard_of(k) == shard)
         .unwrap()
-}
-
-fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

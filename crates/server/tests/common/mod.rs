@@ -404,15 +404,7 @@ impl Raw {
                 Err(e) => panic!("connect 127.0.0.1:{port}: {e} (after {resets} resets)"),
             }
         };
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_read_timeout(Some(READ_TIMEOUT))
-            .expect("set_read_timeout");
-        Raw {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-        }
+        Raw::from_stream(stream)
     }
 
     /// Wraps a connection made by the test itself.
@@ -884,4 +876,18 @@ pub fn key_slot(key: &str) -> u16 {
         }
     }
     crc % 16384
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
