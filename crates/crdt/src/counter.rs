@@ -281,13 +281,7 @@ fn join_totals(a: IncTotals, b: IncTotals) -> IncTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     #[test]
     fn increments_add_up_and_duplicates_are_ignored() {

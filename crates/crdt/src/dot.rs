@@ -183,6 +183,15 @@ impl From<VersionVector> for Context {
     }
 }
 
+/// `Stamp { hlc: Hlc(h), replica: ReplicaId(r) }`: the unit tests' stamps.
+#[cfg(test)]
+pub(crate) fn st(h: u64, r: u32) -> Stamp {
+    Stamp {
+        hlc: crate::hlc::Hlc(h),
+        replica: ReplicaId(r),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,13 +211,6 @@ mod tests {
             ReplicaId::for_life("a", 0, 1),
             ReplicaId::for_life("b", 0, 1)
         );
-    }
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
     }
 
     #[test]

@@ -101,15 +101,7 @@ impl ExpireReg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::ReplicaId;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     #[test]
     fn longest_ttl_wins_and_persist_beats_expire() {

@@ -1473,13 +1473,7 @@ impl HashCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn set(h: &HashCrdt, f: &str, v: &str) -> HashOp<Vec<u8>> {
         HashOp::Set {

@@ -193,6 +193,31 @@ fn at(b: &[u8], i: usize) -> u8 {
     b.get(i).copied().unwrap_or(0)
 }
 
+/// The runs of a sparse value's opcodes in order, as (first register, length, value): value
+/// 0 for ZERO and XZERO runs, 1 to 32 for VAL runs. A byte past the end reads as 0, as `at`
+/// reads it; the caller checks that the runs cover exactly `REGISTERS`.
+fn sparse_runs(b: &[u8]) -> impl Iterator<Item = (usize, usize, u8)> + '_ {
+    let mut p = HDR_SIZE;
+    let mut idx = 0usize;
+    std::iter::from_fn(move || {
+        if p >= b.len() {
+            return None;
+        }
+        let op = at(b, p);
+        let (len, val, oplen) = if is_zero(op) {
+            (zero_len(op), 0, 1)
+        } else if is_xzero(op) {
+            (xzero_len(op, at(b, p + 1)), 0, 2)
+        } else {
+            (val_len(op), val_value(op), 1)
+        };
+        let start = idx;
+        idx += len;
+        p += oplen;
+        Some((start, len, val))
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Whole-value operations (Redis's hyperloglog.c on a byte vector)
 // ---------------------------------------------------------------------------------------------
@@ -275,29 +300,18 @@ pub fn sparse_to_dense(b: &mut Vec<u8>) -> Result<(), Corrupt> {
         *e = ENC_DENSE;
     }
     let mut idx = 0usize;
-    let mut p = HDR_SIZE;
-    let end = b.len();
     {
         let regs = dense.get_mut(HDR_SIZE..).unwrap_or_default();
-        while p < end {
-            let op = at(b, p);
-            if is_zero(op) {
-                idx += zero_len(op);
-                p += 1;
-            } else if is_xzero(op) {
-                idx += xzero_len(op, at(b, p + 1));
-                p += 2;
-            } else {
-                let (len, val) = (val_len(op), val_value(op));
-                if len + idx > REGISTERS {
+        for (start, len, val) in sparse_runs(b) {
+            if val > 0 {
+                if len + start > REGISTERS {
                     break;
                 }
-                for _ in 0..len {
-                    dense_put(regs, idx, val);
-                    idx += 1;
+                for i in start..start + len {
+                    dense_put(regs, i, val);
                 }
-                p += 1;
             }
+            idx = start + len;
         }
     }
     if idx != REGISTERS {
@@ -463,28 +477,18 @@ pub fn merge_max(max: &mut [u8; REGISTERS], b: &[u8]) -> Result<(), Corrupt> {
         return Ok(());
     }
     let mut i = 0usize;
-    let mut p = HDR_SIZE;
-    while p < b.len() {
-        let op = at(b, p);
-        if is_zero(op) {
-            i += zero_len(op);
-            p += 1;
-        } else if is_xzero(op) {
-            i += xzero_len(op, at(b, p + 1));
-            p += 2;
-        } else {
-            let (len, val) = (val_len(op), val_value(op));
-            if len + i > REGISTERS {
+    for (start, len, val) in sparse_runs(b) {
+        if val > 0 {
+            if len + start > REGISTERS {
                 break;
             }
-            for m in max.iter_mut().skip(i).take(len) {
+            for m in max.iter_mut().skip(start).take(len) {
                 if val > *m {
                     *m = val;
                 }
             }
-            i += len;
-            p += 1;
         }
+        i = start + len;
     }
     if i == REGISTERS { Ok(()) } else { Err(Corrupt) }
 }
@@ -501,24 +505,9 @@ pub fn get_register(b: &[u8], index: usize) -> Option<u8> {
     if at(b, 4) == ENC_DENSE {
         return Some(dense_get(b.get(HDR_SIZE..)?, index));
     }
-    let mut i = 0usize;
-    let mut p = HDR_SIZE;
-    while p < b.len() {
-        let op = at(b, p);
-        let (len, val, oplen) = if is_zero(op) {
-            (zero_len(op), 0, 1)
-        } else if is_xzero(op) {
-            (xzero_len(op, at(b, p + 1)), 0, 2)
-        } else {
-            (val_len(op), val_value(op), 1)
-        };
-        if index < i + len {
-            return Some(val);
-        }
-        i += len;
-        p += oplen;
-    }
-    None
+    sparse_runs(b)
+        .find(|&(start, len, _)| index < start + len)
+        .map(|(_, _, val)| val)
 }
 
 /// The register histogram of a value (`hllDenseRegHisto`, `hllSparseRegHisto`).
@@ -534,21 +523,11 @@ fn histogram(b: &[u8]) -> Result<[u64; 64], Corrupt> {
         return Ok(h);
     }
     let mut idx = 0usize;
-    let mut p = HDR_SIZE;
-    while p < b.len() {
-        let op = at(b, p);
-        let (len, val, oplen) = if is_zero(op) {
-            (zero_len(op), 0, 1)
-        } else if is_xzero(op) {
-            (xzero_len(op, at(b, p + 1)), 0, 2)
-        } else {
-            (val_len(op), val_value(op), 1)
-        };
-        idx += len;
+    for (start, len, val) in sparse_runs(b) {
+        idx = start + len;
         if let Some(x) = h.get_mut(usize::from(val)) {
             *x += len as u64;
         }
-        p += oplen;
     }
     if idx == REGISTERS {
         Ok(h)
@@ -1299,15 +1278,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<HllOp<Vec<u8>>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::ReplicaId;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn add_elems(b: &mut Vec<u8>, elems: &[&[u8]]) -> bool {
         let op: HllOp<Vec<u8>> = HllOp::Add {

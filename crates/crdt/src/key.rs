@@ -1303,14 +1303,8 @@ mod tests {
     use super::*;
     use crate::counter::Delta;
     use crate::dot::ReplicaId;
+    use crate::dot::st;
     use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
 
     type E = Effect<&'static [u8]>;
 

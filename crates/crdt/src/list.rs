@@ -1473,13 +1473,7 @@ impl ListCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn vals(l: &ListCrdt) -> Vec<Vec<u8>> {
         l.iter().map(|e| e.value.to_vec()).collect()

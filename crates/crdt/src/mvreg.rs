@@ -128,15 +128,7 @@ impl<T> MvReg<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::ReplicaId;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     #[test]
     fn concurrent_writes_show_the_highest_stamp_until_observed() {

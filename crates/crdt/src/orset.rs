@@ -637,15 +637,7 @@ impl Hash for OrSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dot::ReplicaId;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn vv(stamps: &[Stamp]) -> VersionVector {
         let mut v = VersionVector::new();

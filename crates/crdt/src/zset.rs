@@ -902,29 +902,23 @@ impl ZSetCrdt {
         };
         if first.score == last.score && first.score.to_bits() == last.score.to_bits() {
             let s = first.score;
-            let start = match lo {
-                LexBound::Min => Bound::Unbounded,
-                LexBound::Max => return Box::new(std::iter::empty()),
-                LexBound::Incl(m) => Bound::Included(Key {
+            // The index bound of a lex bound at the shared score; None when it selects
+            // nothing (`+` as the lower end, `-` as the upper).
+            let key_bound = |b: &LexBound, lower: bool| -> Option<Bound<Key>> {
+                let key = |m: &[u8]| Key {
                     score: s,
                     member: SmallBytes::copy_from(m),
-                }),
-                LexBound::Excl(m) => Bound::Excluded(Key {
-                    score: s,
-                    member: SmallBytes::copy_from(m),
-                }),
+                };
+                Some(match b {
+                    LexBound::Min if lower => Bound::Unbounded,
+                    LexBound::Max if !lower => Bound::Unbounded,
+                    LexBound::Min | LexBound::Max => return None,
+                    LexBound::Incl(m) => Bound::Included(key(m)),
+                    LexBound::Excl(m) => Bound::Excluded(key(m)),
+                })
             };
-            let end = match hi {
-                LexBound::Max => Bound::Unbounded,
-                LexBound::Min => return Box::new(std::iter::empty()),
-                LexBound::Incl(m) => Bound::Included(Key {
-                    score: s,
-                    member: SmallBytes::copy_from(m),
-                }),
-                LexBound::Excl(m) => Bound::Excluded(Key {
-                    score: s,
-                    member: SmallBytes::copy_from(m),
-                }),
+            let (Some(start), Some(end)) = (key_bound(lo, true), key_bound(hi, false)) else {
+                return Box::new(std::iter::empty());
             };
             if !range_ok(&start, &end) {
                 return Box::new(std::iter::empty());
@@ -1512,13 +1506,7 @@ impl ZSetCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn add(z: &ZSetCrdt, m: &str, s: f64) -> ZSetOp<Vec<u8>> {
         ZSetOp::Add {

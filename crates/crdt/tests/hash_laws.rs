@@ -3,97 +3,56 @@
 //! state; a single site equals a plain model; every op survives its codec; truncated or
 //! garbage bytes never make the decoder panic.
 
+#[path = "common/hash_model.rs"]
+mod hash_model;
+#[path = "common/one_key.rs"]
+mod one_key;
+
 use std::collections::BTreeMap;
 
+use hash_model::{HashCmd, Issued, field};
 use meridian_crdt::codec::Reader;
 use meridian_crdt::hash::{decode_op, encode_op};
 use meridian_crdt::{
-    Dec, Delta, Effect, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag, VersionVector,
+    Dec, Delta, Effect, HashCrdt, HashOp, Hlc, KeyState, ReplicaId, Stamp, StrView, TypeTag,
+    VersionVector,
 };
+use one_key::{Mix, Replica, Step};
 use proptest::prelude::*;
 
-const REPLICAS: usize = 3;
-
-#[derive(Clone, Debug)]
-enum Op {
-    HSet(u8, u8),
-    HIncr(u8, i8),
-    HIncrFloat(u8, i8),
-    HDel(u8),
-    Del,
-}
-
-fn op() -> impl Strategy<Value = Op> {
+fn op() -> impl Strategy<Value = HashCmd> {
     prop_oneof![
-        4 => (0u8..5, 0u8..4).prop_map(|(f, v)| Op::HSet(f, v)),
-        3 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncr(f, d)),
-        2 => (0u8..5, any::<i8>()).prop_map(|(f, d)| Op::HIncrFloat(f, d)),
-        3 => (0u8..5).prop_map(Op::HDel),
-        1 => Just(Op::Del),
+        4 => (0u8..5, 0u8..4).prop_map(|(f, v)| HashCmd::HSet(f, v)),
+        3 => (0u8..5, any::<i8>()).prop_map(|(f, d)| HashCmd::HIncr(f, d)),
+        2 => (0u8..5, any::<i8>()).prop_map(|(f, d)| HashCmd::HIncrFloat(f, d)),
+        3 => (0u8..5).prop_map(HashCmd::HDel),
+        1 => Just(HashCmd::Del),
     ]
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, op: Op },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-    ]
-}
-
-fn field(f: u8) -> Vec<u8> {
-    format!("f{f}").into_bytes()
+fn step() -> impl Strategy<Value = Step<HashCmd>> {
+    one_key::step(
+        op(),
+        Mix {
+            tick: 0,
+            ..Mix::PLAIN
+        },
+    )
 }
 
 fn float_delta(d: i8) -> Delta {
     Delta::Float(Dec::parse(format!("{}.5", d).as_bytes()).unwrap_or(Dec::ZERO))
 }
 
-/// The effect a server would build for `op` on `state`.
-fn effect(state: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
-    let h = state.hash();
-    Some(match op {
-        Op::HSet(f, v) => Effect::Hash(HashOp::Set {
-            field: field(*f),
-            value: format!("{v}").into_bytes(),
-            observed: h.map(|h| h.field_observed(&field(*f))).unwrap_or_default(),
-        }),
-        Op::HIncr(f, d) => Effect::Hash(HashOp::Incr {
-            field: field(*f),
-            delta: Delta::Int(i64::from(*d)),
-        }),
-        Op::HIncrFloat(f, d) => Effect::Hash(HashOp::Incr {
-            field: field(*f),
-            delta: float_delta(*d),
-        }),
-        Op::HDel(f) => {
-            let h = h?;
-            if !h.contains(&field(*f)) {
-                return None;
-            }
-            if h.len() == 1 {
-                state.remove_effect()
-            } else {
-                Effect::Hash(HashOp::Del {
-                    field: field(*f),
-                    observed: h.field_observed(&field(*f)),
-                })
-            }
-        }
-        Op::Del => {
-            if state.is_empty() {
-                return None;
-            }
-            state.remove_effect()
-        }
-    })
+/// The effect a server would build for `cmd` on `state`.
+fn effect(state: &KeyState, cmd: &HashCmd) -> Option<Effect<Vec<u8>>> {
+    let empty = HashCrdt::new();
+    Some(
+        match hash_model::issue(state.hash().unwrap_or(&empty), cmd)? {
+            Issued::Op(op) => Effect::Hash(op),
+            Issued::DelKey => state.remove_effect(),
+        },
+    )
 }
 
 /// The visible type and the fields with their values, sorted.
@@ -108,12 +67,12 @@ fn view(state: &KeyState) -> View {
     (state.type_tag(), v)
 }
 
-struct Replica {
-    state: KeyState,
-    hlc: u64,
-    log: Vec<(Stamp, Effect<Vec<u8>>)>,
-    /// Per origin, how many of its ops were delivered here.
-    delivered: [usize; REPLICAS],
+impl Replica {
+    fn issue(&mut self, me: usize, op: &HashCmd) {
+        if let Some(e) = effect(&self.key, op) {
+            self.write(me, e);
+        }
+    }
 }
 
 proptest! {
@@ -121,56 +80,15 @@ proptest! {
 
     #[test]
     fn replicas_converge(steps in proptest::collection::vec(step(), 1..60)) {
-        let mut reps: Vec<Replica> = (0..REPLICAS)
-            .map(|_| Replica { state: KeyState::new(), hlc: 0, log: Vec::new(), delivered: [0; REPLICAS] })
-            .collect();
-        for s in &steps {
-            match s {
-                Step::Local { r, op } => {
-                    let rep = &mut reps[*r];
-                    if let Some(e) = effect(&rep.state, op) {
-                        rep.hlc += 1;
-                        let stamp = Stamp { hlc: Hlc(rep.hlc), replica: ReplicaId(*r as u32 + 1) };
-                        rep.state.apply(stamp, &e);
-                        rep.log.push((stamp, e));
-                        rep.delivered[*r] = rep.log.len();
-                    }
-                }
-                Step::Deliver { from, to, n } => {
-                    if from == to { continue; }
-                    for _ in 0..*n {
-                        let i = reps[*to].delivered[*from];
-                        let Some((stamp, e)) = reps[*from].log.get(i).cloned() else { break };
-                        let to_rep = &mut reps[*to];
-                        to_rep.state.apply(stamp, &e);
-                        to_rep.hlc = to_rep.hlc.max(stamp.hlc.0);
-                        to_rep.delivered[*from] += 1;
-                    }
-                }
-                Step::Dup { from, to, pick } => {
-                    let done = reps[*to].delivered[*from];
-                    if done == 0 || from == to { continue; }
-                    let (stamp, e) = reps[*from].log[pick % done].clone();
-                    reps[*to].state.apply(stamp, &e);
-                }
-            }
-        }
-        for to in 0..REPLICAS {
-            for from in 0..REPLICAS {
-                while let Some((stamp, e)) = reps[from].log.get(reps[to].delivered[from]).cloned() {
-                    reps[to].state.apply(stamp, &e);
-                    reps[to].delivered[from] += 1;
-                }
-            }
-        }
-        let v0 = view(&reps[0].state);
+        let mut reps = one_key::run(&steps, |r, me, op| r.issue(me, op));
+        let v0 = view(&reps[0].key);
         for r in &reps[1..] {
-            prop_assert_eq!(&view(&r.state), &v0);
+            prop_assert_eq!(&view(&r.key), &v0);
         }
         // Collecting everything keeps what is shown.
         for r in &mut reps {
-            r.state.collect_all();
-            prop_assert_eq!(&view(&r.state), &v0);
+            r.key.collect_all();
+            prop_assert_eq!(&view(&r.key), &v0);
         }
     }
 
@@ -182,25 +100,25 @@ proptest! {
         for op in &ops {
             // The server refuses increments of values that are not numbers.
             let cur = match op {
-                Op::HIncr(f, _) | Op::HIncrFloat(f, _) => model.get(&field(*f)).cloned(),
+                HashCmd::HIncr(f, _) | HashCmd::HIncrFloat(f, _) => model.get(&field(*f)).cloned(),
                 _ => None,
             };
             match op {
-                Op::HSet(f, v) => { model.insert(field(*f), format!("{v}").into_bytes()); }
-                Op::HIncr(f, d) => {
+                HashCmd::HSet(f, v) => { model.insert(field(*f), format!("{v}").into_bytes()); }
+                HashCmd::HIncr(f, d) => {
                     let base = match &cur { None => Some(0), Some(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()) };
                     let Some(base) = base else { continue };
                     model.insert(field(*f), (base + i64::from(*d)).to_string().into_bytes());
                 }
-                Op::HIncrFloat(f, d) => {
+                HashCmd::HIncrFloat(f, d) => {
                     let base = match &cur { None => Some(Dec::ZERO), Some(b) => Dec::parse(b) };
                     let Some(base) = base else { continue };
                     let Delta::Float(dd) = float_delta(*d) else { continue };
                     let Some(sum) = base.add(dd) else { continue };
                     model.insert(field(*f), sum.format_redis().into_bytes());
                 }
-                Op::HDel(f) => { model.remove(&field(*f)); }
-                Op::Del => model.clear(),
+                HashCmd::HDel(f) => { model.remove(&field(*f)); }
+                HashCmd::Del => model.clear(),
             }
             if let Some(e) = effect(&k, op) {
                 t += 1;
@@ -229,11 +147,7 @@ proptest! {
             2 => HashOp::Incr { field: f.clone(), delta: Delta::Float(Dec::from_i64(n)) },
             _ => HashOp::Del { field: f.clone(), observed: vv },
         };
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut rd = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut rd).unwrap(), op);
-        prop_assert!(rd.is_at_end());
+        let out = one_key::round_trips(&op, encode_op, decode_op)?;
         for cut in 0..out.len() {
             prop_assert!(decode_op(&mut Reader::new(&out[..cut])).is_err());
         }
@@ -252,11 +166,11 @@ fn update_wins_over_concurrent_hdel_and_increments_add_up() {
         replica: ReplicaId(r),
     };
     let mut a = KeyState::new();
-    let set = effect(&a, &Op::HSet(1, 1)).unwrap();
+    let set = effect(&a, &HashCmd::HSet(1, 1)).unwrap();
     a.apply(st(1, 1), &set);
     let mut b = a.clone();
-    let del = effect(&a, &Op::HDel(1)).unwrap();
-    let inc = effect(&b, &Op::HIncr(1, 5)).unwrap();
+    let del = effect(&a, &HashCmd::HDel(1)).unwrap();
+    let inc = effect(&b, &HashCmd::HIncr(1, 5)).unwrap();
     a.apply(st(2, 1), &del);
     b.apply(st(2, 2), &inc);
     a.apply(st(2, 2), &inc);

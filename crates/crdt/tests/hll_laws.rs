@@ -3,11 +3,13 @@
 //! identical states; a DEL wins over every raise concurrent with it; the op codec round-trips
 //! and never panics on garbage.
 
+#[path = "common/one_key.rs"]
+mod one_key;
+
 use meridian_crdt::hll::{self, HllOp, REGISTERS, decode_op, encode_op};
 use meridian_crdt::{Effect, Hlc, KeyState, ReplicaId, Stamp, VersionVector, codec::Reader};
+use one_key::{Mix, REPLICAS, Replica, Step};
 use proptest::prelude::*;
-
-const REPLICAS: usize = 3;
 
 type Eff = Effect<Vec<u8>>;
 
@@ -32,19 +34,15 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, op: Op },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        5 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-    ]
+fn step() -> impl Strategy<Value = Step<Op>> {
+    one_key::step(
+        op(),
+        Mix {
+            local: 5,
+            tick: 0,
+            collect: 0,
+        },
+    )
 }
 
 fn elem(e: u16) -> Vec<u8> {
@@ -58,63 +56,33 @@ fn add_op(elems: &[u16], seen: VersionVector) -> Eff {
     })
 }
 
-/// A replica of one key: its state, clock and the log of the writes it issued.
-struct Replica {
-    id: u32,
-    clock: u64,
-    key: KeyState,
-    log: Vec<(Stamp, Eff)>,
-}
-
-impl Replica {
-    fn new(id: u32) -> Replica {
-        Replica {
-            id,
-            clock: 0,
-            key: KeyState::new(),
-            log: Vec::new(),
-        }
-    }
-
-    fn write(&mut self, effect: Eff) {
-        self.clock += 1;
-        let stamp = Stamp {
-            hlc: Hlc(self.clock),
-            replica: ReplicaId(self.id),
-        };
-        self.key.apply(stamp, &effect);
-        self.log.push((stamp, effect));
-    }
-
-    fn receive(&mut self, stamp: Stamp, effect: &Eff) {
-        self.clock = self.clock.max(stamp.hlc.0);
-        self.key.apply(stamp, effect);
-    }
-
-    fn run(&mut self, op: &Op) {
-        let seen = self.key.observed().stamps;
-        match op {
-            Op::Add(elems) => self.write(add_op(elems, seen)),
-            Op::Merge(regs, dense) => self.write(Effect::Hll(HllOp::Merge {
+/// Runs `op` at site `me` as the server issues it.
+fn issue(r: &mut Replica, me: usize, op: &Op) {
+    let seen = r.key.observed().stamps;
+    match op {
+        Op::Add(elems) => r.write(me, add_op(elems, seen)),
+        Op::Merge(regs, dense) => r.write(
+            me,
+            Effect::Hll(HllOp::Merge {
                 pairs: hll::pack_pairs(regs.iter().copied()),
                 dense: *dense,
                 seen,
-            })),
-            Op::Set(elems) => {
-                let mut b = Vec::new();
-                hll::apply_raise(&mut b, &add_op(elems, VersionVector::new()).into_hll()).unwrap();
-                if !self.key.is_empty() {
-                    let e = self.key.remove_effect();
-                    self.write(e);
-                }
-                let seen = self.key.observed().stamps;
-                self.write(Effect::Hll(HllOp::Load { hyll: b, seen }));
+            }),
+        ),
+        Op::Set(elems) => {
+            let mut b = Vec::new();
+            hll::apply_raise(&mut b, &add_op(elems, VersionVector::new()).into_hll()).unwrap();
+            if !r.key.is_empty() {
+                let e = r.key.remove_effect();
+                r.write(me, e);
             }
-            Op::Del => {
-                if !self.key.is_empty() {
-                    let e = self.key.remove_effect();
-                    self.write(e);
-                }
+            let seen = r.key.observed().stamps;
+            r.write(me, Effect::Hll(HllOp::Load { hyll: b, seen }));
+        }
+        Op::Del => {
+            if !r.key.is_empty() {
+                let e = r.key.remove_effect();
+                r.write(me, e);
             }
         }
     }
@@ -133,62 +101,8 @@ impl IntoHll for Eff {
     }
 }
 
-/// Per-origin FIFO channels: `cursor[from][to]` is the next message index.
-struct Net {
-    cursor: Vec<Vec<usize>>,
-}
-
-impl Net {
-    fn new() -> Net {
-        Net {
-            cursor: vec![vec![0; REPLICAS]; REPLICAS],
-        }
-    }
-
-    fn deliver(&mut self, rs: &mut [Replica], from: usize, to: usize, n: usize) {
-        if from == to {
-            return;
-        }
-        for _ in 0..n {
-            let i = self.cursor[from][to];
-            let Some((s, e)) = rs[from].log.get(i).cloned() else {
-                return;
-            };
-            rs[to].receive(s, &e);
-            self.cursor[from][to] += 1;
-        }
-    }
-
-    fn duplicate(&mut self, rs: &mut [Replica], from: usize, to: usize, pick: usize) {
-        let done = self.cursor[from][to];
-        if from == to || done == 0 {
-            return;
-        }
-        let (s, e) = rs[from].log[pick % done].clone();
-        rs[to].receive(s, &e);
-    }
-
-    fn sync_all(&mut self, rs: &mut [Replica]) {
-        for from in 0..REPLICAS {
-            for to in 0..REPLICAS {
-                self.deliver(rs, from, to, usize::MAX >> 1);
-            }
-        }
-    }
-}
-
-fn run(steps: &[Step]) -> Vec<Replica> {
-    let mut rs: Vec<Replica> = (0..REPLICAS).map(|i| Replica::new(i as u32 + 1)).collect();
-    let mut net = Net::new();
-    for s in steps {
-        match s {
-            Step::Local { r, op } => rs[*r].run(op),
-            Step::Deliver { from, to, n } => net.deliver(&mut rs, *from, *to, *n),
-            Step::Dup { from, to, pick } => net.duplicate(&mut rs, *from, *to, *pick),
-        }
-    }
-    net.sync_all(&mut rs);
-    rs
+fn run(steps: &[Step<Op>]) -> Vec<Replica> {
+    one_key::run(steps, issue)
 }
 
 fn regs(k: &KeyState) -> Option<Box<[u8; REGISTERS]>> {
@@ -227,9 +141,9 @@ proptest! {
     /// they are the maximum over every raise issued.
     #[test]
     fn without_del_registers_are_the_max(ops in prop::collection::vec((0..REPLICAS, prop::collection::vec(0u16..400, 0..6)), 1..20)) {
-        let steps: Vec<Step> = ops
+        let steps: Vec<Step<Op>> = ops
             .iter()
-            .map(|(r, e)| Step::Local { r: *r, op: Op::Add(e.clone()) })
+            .map(|(r, e)| Step::Local { r: *r, cmd: Op::Add(e.clone()) })
             .collect();
         let rs = run(&steps);
         let mut expect = [0u8; REGISTERS];
@@ -259,11 +173,7 @@ proptest! {
             }
             Op::Del => HllOp::Cache,
         };
-        let mut out = Vec::new();
-        encode_op(&hop, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), hop);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&hop, encode_op, decode_op)?;
     }
 
     /// Garbage never panics the decoder; whatever decodes applies without panicking.

@@ -3,45 +3,19 @@
 //! orders with duplicates, end with identical sequences; a single site behaves as a deque;
 //! the op codec round-trips and never panics on garbage; a long push/pop queue stays compact.
 
+#[path = "common/list_model.rs"]
+mod list_model;
+#[path = "common/one_key.rs"]
+mod one_key;
+
 use std::collections::VecDeque;
 
+use list_model::{Issued, ListCmd, list_cmd, trim_counts};
 use meridian_crdt::codec::Reader;
 use meridian_crdt::list::{ElemId, Pos, decode_op, encode_op};
-use meridian_crdt::{Effect, HlcClock, KeyState, ListCrdt, ListOp, ReplicaId, Stamp};
+use meridian_crdt::{Effect, KeyState, ListCrdt, ListOp, ReplicaId, Stamp};
+use one_key::{Mix, Replica, Step, deliver};
 use proptest::prelude::*;
-
-const REPLICAS: usize = 3;
-
-#[derive(Clone, Debug)]
-enum Op {
-    LPush(Vec<u8>),
-    RPush(u8, u8),
-    Insert(usize, bool, u8),
-    Set(usize, u8),
-    LPop(usize),
-    RPop(usize),
-    Rem(i8, u8),
-    Trim(i8, i8),
-    Del,
-}
-
-fn val() -> impl Strategy<Value = u8> {
-    0u8..4
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => prop::collection::vec(val(), 1..3).prop_map(Op::LPush),
-        4 => (val(), val()).prop_map(|(a, b)| Op::RPush(a, b)),
-        3 => (0usize..8, any::<bool>(), val()).prop_map(|(i, a, v)| Op::Insert(i, a, v)),
-        2 => (0usize..8, val()).prop_map(|(i, v)| Op::Set(i, v)),
-        2 => (1usize..3).prop_map(Op::LPop),
-        2 => (1usize..3).prop_map(Op::RPop),
-        1 => (-2i8..3, val()).prop_map(|(c, v)| Op::Rem(c, v)),
-        1 => (-4i8..4, -4i8..4).prop_map(|(a, b)| Op::Trim(a, b)),
-        1 => Just(Op::Del),
-    ]
-}
 
 fn list(k: &KeyState) -> Option<&ListCrdt> {
     k.list()
@@ -51,154 +25,50 @@ fn values(k: &KeyState) -> Vec<Vec<u8>> {
     list(k).map_or_else(Vec::new, |l| l.iter().map(|e| e.value.to_vec()).collect())
 }
 
-/// The effect a server would issue for `op` on `k` (None: no write).
-fn effect_of(k: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
+/// The effect a server would issue for `cmd` on `k` (None: no write).
+fn effect_of(k: &KeyState, cmd: &ListCmd) -> Option<Effect<Vec<u8>>> {
     let empty = ListCrdt::new();
-    let l = list(k).unwrap_or(&empty);
-    let len = l.len();
-    let e = match op {
-        Op::LPush(vs) => {
-            let mut v: Vec<Vec<u8>> = vs.iter().map(|b| vec![*b]).collect();
-            v.reverse();
-            Effect::List(l.push_op(true, v))
-        }
-        Op::RPush(a, b) => Effect::List(l.push_op(false, vec![vec![*a], vec![*b]])),
-        Op::Insert(i, after, v) => {
-            if len == 0 {
-                return None;
-            }
-            Effect::List(l.insert_op(i % len, *after, vec![*v]))
-        }
-        Op::Set(i, v) => {
-            if len == 0 {
-                return None;
-            }
-            Effect::List(l.replace_op(i % len, vec![*v])?)
-        }
-        Op::LPop(n) | Op::RPop(n) => {
-            if len == 0 {
-                return None;
-            }
-            let n = (*n).min(len);
-            if n == len {
-                k.remove_effect()
-            } else if matches!(op, Op::LPop(_)) {
-                Effect::List(l.remove_range_op(0, n - 1)?)
-            } else {
-                Effect::List(l.remove_range_op(len - n, len - 1)?)
-            }
-        }
-        Op::Rem(c, v) => {
-            let mut idx: Vec<usize> = l
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| e.value == [*v])
-                .map(|(i, _)| i)
-                .collect();
-            if *c < 0 {
-                idx.reverse();
-            }
-            if *c != 0 {
-                idx.truncate(c.unsigned_abs() as usize);
-            }
-            idx.sort_unstable();
-            if idx.is_empty() {
-                return None;
-            }
-            if idx.len() == len {
-                k.remove_effect()
-            } else {
-                let ranges: Vec<(ElemId, ElemId)> = idx
-                    .iter()
-                    .map(|&i| {
-                        let id = l.get(i).map(|e| e.id).expect("index");
-                        (id.clone(), id)
-                    })
-                    .collect();
-                Effect::List(l.remove_ids_op(ranges))
-            }
-        }
-        Op::Trim(a, b) => {
-            if len == 0 {
-                return None;
-            }
-            let (lt, rt) = trim_counts(i64::from(*a), i64::from(*b), len as i64);
-            if lt + rt >= len {
-                k.remove_effect()
-            } else if lt == 0 && rt == 0 {
-                return None;
-            } else {
-                let mut ranges = Vec::new();
-                if lt > 0 {
-                    ranges.push((l.get(0)?.id, l.get(lt - 1)?.id));
-                }
-                if rt > 0 {
-                    ranges.push((l.get(len - rt)?.id, l.get(len - 1)?.id));
-                }
-                Effect::List(l.remove_ids_op(ranges))
-            }
-        }
-        Op::Del => {
-            if len == 0 {
-                return None;
-            }
-            k.remove_effect()
-        }
-    };
-    Some(e)
-}
-
-fn trim_counts(start: i64, end: i64, llen: i64) -> (usize, usize) {
-    let mut start = if start < 0 { llen + start } else { start };
-    let mut end = if end < 0 { llen + end } else { end };
-    if start < 0 {
-        start = 0;
-    }
-    if start > end || start >= llen {
-        (llen as usize, 0)
-    } else {
-        if end >= llen {
-            end = llen - 1;
-        }
-        (start as usize, (llen - end - 1) as usize)
-    }
+    Some(match list_model::issue(list(k).unwrap_or(&empty), cmd)? {
+        Issued::Op(op) => Effect::List(op),
+        Issued::DelKey => k.remove_effect(),
+    })
 }
 
 /// The deque model of `op` (Redis's semantics at one site).
-fn model(d: &mut VecDeque<Vec<u8>>, op: &Op) {
+fn model(d: &mut VecDeque<Vec<u8>>, op: &ListCmd) {
     let len = d.len();
     match op {
-        Op::LPush(vs) => {
+        ListCmd::LPush(vs) => {
             for v in vs {
                 d.push_front(vec![*v]);
             }
         }
-        Op::RPush(a, b) => {
+        ListCmd::RPush(a, b) => {
             d.push_back(vec![*a]);
             d.push_back(vec![*b]);
         }
-        Op::Insert(i, after, v) => {
+        ListCmd::Insert(i, after, v) => {
             if len > 0 {
                 let at = i % len + usize::from(*after);
                 d.insert(at, vec![*v]);
             }
         }
-        Op::Set(i, v) => {
+        ListCmd::Set(i, v) => {
             if len > 0 {
                 d[i % len] = vec![*v];
             }
         }
-        Op::LPop(n) => {
+        ListCmd::LPop(n) => {
             for _ in 0..*n {
                 d.pop_front();
             }
         }
-        Op::RPop(n) => {
+        ListCmd::RPop(n) => {
             for _ in 0..*n {
                 d.pop_back();
             }
         }
-        Op::Rem(c, v) => {
+        ListCmd::Rem(c, v) => {
             let mut idx: Vec<usize> = (0..len).filter(|&i| d[i] == [*v]).collect();
             if *c < 0 {
                 idx.reverse();
@@ -211,7 +81,7 @@ fn model(d: &mut VecDeque<Vec<u8>>, op: &Op) {
                 d.remove(i);
             }
         }
-        Op::Trim(a, b) => {
+        ListCmd::Trim(a, b) => {
             let (lt, rt) = trim_counts(i64::from(*a), i64::from(*b), len as i64);
             if lt + rt >= len {
                 d.clear();
@@ -221,104 +91,24 @@ fn model(d: &mut VecDeque<Vec<u8>>, op: &Op) {
                 d.truncate(keep);
             }
         }
-        Op::Del => d.clear(),
+        ListCmd::Del => d.clear(),
     }
-}
-
-struct Replica {
-    id: ReplicaId,
-    clock: HlcClock,
-    now_ms: u64,
-    key: KeyState,
-    outbox: Vec<(Stamp, Effect<Vec<u8>>)>,
-    /// Per origin, how many of its ops were delivered here.
-    delivered: [usize; REPLICAS],
 }
 
 impl Replica {
-    fn new(i: usize) -> Replica {
-        Replica {
-            id: ReplicaId(i as u32 + 1),
-            clock: HlcClock::new(),
-            now_ms: 1_000,
-            key: KeyState::new(),
-            outbox: Vec::new(),
-            delivered: [0; REPLICAS],
-        }
-    }
-
-    fn issue(&mut self, me: usize, op: &Op) {
+    fn issue(&mut self, me: usize, op: &ListCmd) {
         if let Some(e) = effect_of(&self.key, op) {
-            let stamp = Stamp {
-                hlc: self.clock.tick(self.now_ms),
-                replica: self.id,
-            };
-            self.key.apply(stamp, &e);
-            self.outbox.push((stamp, e));
-            self.delivered[me] = self.outbox.len();
+            self.write(me, e);
         }
     }
-
-    fn receive(&mut self, stamp: Stamp, e: &Effect<Vec<u8>>) {
-        let _ = self.clock.observe(stamp.hlc, self.now_ms, u64::MAX / 4);
-        self.key.apply(stamp, e);
-    }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, op: Op },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-    Tick { r: usize, ms: u64 },
+fn step() -> impl Strategy<Value = Step<ListCmd>> {
+    one_key::step(list_cmd(), Mix::PLAIN)
 }
 
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-        1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
-    ]
-}
-
-fn deliver(reps: &mut [Replica], from: usize, to: usize, n: usize) {
-    if from == to {
-        return;
-    }
-    for _ in 0..n {
-        let k = reps[to].delivered[from];
-        let Some((s, e)) = reps[from].outbox.get(k).cloned() else {
-            return;
-        };
-        reps[to].receive(s, &e);
-        reps[to].delivered[from] = k + 1;
-    }
-}
-
-fn run(steps: &[Step]) -> Vec<Replica> {
-    let mut reps: Vec<Replica> = (0..REPLICAS).map(Replica::new).collect();
-    for s in steps {
-        match s {
-            Step::Local { r, op } => reps[*r].issue(*r, op),
-            Step::Deliver { from, to, n } => deliver(&mut reps, *from, *to, *n),
-            Step::Dup { from, to, pick } => {
-                let k = reps[*to].delivered[*from];
-                if k > 0 && from != to {
-                    let (s, e) = reps[*from].outbox[pick % k].clone();
-                    reps[*to].receive(s, &e);
-                }
-            }
-            Step::Tick { r, ms } => reps[*r].now_ms += ms,
-        }
-    }
-    // Deliver everything everywhere.
-    for from in 0..REPLICAS {
-        for to in 0..REPLICAS {
-            deliver(&mut reps, from, to, usize::MAX);
-        }
-    }
-    reps
+fn run(steps: &[Step<ListCmd>]) -> Vec<Replica> {
+    one_key::run(steps, |r, me, op| r.issue(me, op))
 }
 
 fn any_op() -> impl Strategy<Value = ListOp<Vec<u8>>> {
@@ -364,7 +154,7 @@ proptest! {
     }
 
     #[test]
-    fn single_site_is_a_deque(ops in prop::collection::vec(op(), 1..80)) {
+    fn single_site_is_a_deque(ops in prop::collection::vec(list_cmd(), 1..80)) {
         let mut r = Replica::new(0);
         let mut d: VecDeque<Vec<u8>> = VecDeque::new();
         for op in &ops {
@@ -379,11 +169,7 @@ proptest! {
 
     #[test]
     fn codec_round_trips(op in any_op()) {
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), op);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&op, encode_op, decode_op)?;
     }
 
     #[test]
@@ -407,10 +193,10 @@ proptest! {
 #[test]
 fn concurrent_linserts_same_order() {
     let mut reps: Vec<Replica> = (0..2).map(Replica::new).collect();
-    reps[0].issue(0, &Op::LPush(vec![9]));
+    reps[0].issue(0, &ListCmd::LPush(vec![9]));
     deliver(&mut reps, 0, 1, 1);
-    reps[0].issue(0, &Op::Insert(0, true, 1));
-    reps[1].issue(1, &Op::Insert(0, true, 2));
+    reps[0].issue(0, &ListCmd::Insert(0, true, 1));
+    reps[1].issue(1, &ListCmd::Insert(0, true, 2));
     deliver(&mut reps, 0, 1, 5);
     deliver(&mut reps, 1, 0, 5);
     assert_eq!(values(&reps[0].key), values(&reps[1].key));
@@ -421,10 +207,10 @@ fn concurrent_linserts_same_order() {
 #[test]
 fn del_spares_concurrent_push() {
     let mut reps: Vec<Replica> = (0..2).map(Replica::new).collect();
-    reps[0].issue(0, &Op::LPush(vec![0]));
+    reps[0].issue(0, &ListCmd::LPush(vec![0]));
     deliver(&mut reps, 0, 1, 1);
-    reps[0].issue(0, &Op::LPush(vec![1]));
-    reps[1].issue(1, &Op::Del);
+    reps[0].issue(0, &ListCmd::LPush(vec![1]));
+    reps[1].issue(1, &ListCmd::Del);
     deliver(&mut reps, 0, 1, 5);
     deliver(&mut reps, 1, 0, 5);
     assert_eq!(values(&reps[0].key), vec![vec![1]]);

@@ -17,24 +17,59 @@
 
 use std::fmt::Debug;
 
+use hash_model::HashCmd;
+use list_model::{ListCmd, list_cmd};
 use meridian_crdt::codec::{DecodeError, Reader};
 use meridian_crdt::list::{ElemId, Pos};
 use meridian_crdt::op::Observed;
 use meridian_crdt::zset::F64;
 use meridian_crdt::{
-    Dec, Delta, HashCrdt, HashOp, Hlc, ListCrdt, ListOp, ReplicaId, Stamp, VersionVector, ZSetCrdt,
-    ZSetOp,
+    HashCrdt, HashOp, Hlc, ListCrdt, ListOp, ReplicaId, Stamp, VersionVector, ZSetCrdt, ZSetOp,
 };
 use proptest::prelude::*;
+use zset_model::{ZCmd, member};
 
+#[path = "common/hash_model.rs"]
+mod hash_model;
+#[path = "common/list_model.rs"]
+mod list_model;
 #[path = "common/stream_model.rs"]
 mod stream_model;
+#[path = "common/zset_model.rs"]
+mod zset_model;
 
 const REPLICAS: usize = 3;
 
 // ------------------------------------------------------------------------------------------
 // The harness, generic over the type
 // ------------------------------------------------------------------------------------------
+
+/// The `Crdt` methods each type under test has as inherent methods of the same names.
+macro_rules! inherent_crdt_methods {
+    ($t:ty) => {
+        fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
+            <$t>::apply(self, stamp, op);
+        }
+        fn remove_observed(&mut self, observed: &Observed) {
+            <$t>::remove_observed(self, observed);
+        }
+        fn observe_into(&self, vv: &mut VersionVector) {
+            <$t>::observe_into(self, vv);
+        }
+        fn collect(&mut self, stable: Option<&VersionVector>) {
+            <$t>::collect(self, stable);
+        }
+        fn merge(&mut self, other: &Self) {
+            <$t>::merge(self, other);
+        }
+        fn encode_state(&self, out: &mut Vec<u8>) {
+            <$t>::encode_state(self, out);
+        }
+        fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+            <$t>::decode_state(r)
+        }
+    };
+}
 
 /// What a server issues: a write of the type, or a removal of the whole key.
 enum Issue<O> {
@@ -493,15 +528,6 @@ fn edits() -> impl Strategy<Value = Vec<(usize, u8, u8)>> {
 // Hash
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum HashCmd {
-    HSet(u8, u8),
-    HIncr(u8, i8),
-    HIncrFloat(u8, i8),
-    HDel(u8),
-    Del,
-}
-
 fn hash_cmd() -> impl Strategy<Value = HashCmd> {
     prop_oneof![
         4 => (0u8..4, 0u8..4).prop_map(|(f, v)| HashCmd::HSet(f, v)),
@@ -512,36 +538,13 @@ fn hash_cmd() -> impl Strategy<Value = HashCmd> {
     ]
 }
 
-fn field(f: u8) -> Vec<u8> {
-    format!("f{f}").into_bytes()
-}
-
 impl Crdt for HashCrdt {
     type Op = HashOp<Vec<u8>>;
     type Cmd = HashCmd;
     const CANONICAL: bool = false;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        HashCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        HashCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        HashCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        HashCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        HashCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        HashCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        HashCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(HashCrdt);
+
     fn view(&self) -> String {
         let mut v: Vec<(Vec<u8>, Vec<u8>)> = self
             .iter()
@@ -551,39 +554,10 @@ impl Crdt for HashCrdt {
         format!("{v:?}")
     }
     fn issue(&self, cmd: &HashCmd) -> Option<Issue<Self::Op>> {
-        Some(Issue::Op(match cmd {
-            HashCmd::HSet(f, v) => HashOp::Set {
-                field: field(*f),
-                value: format!("{v}").into_bytes(),
-                observed: self.field_observed(&field(*f)),
-            },
-            HashCmd::HIncr(f, d) => HashOp::Incr {
-                field: field(*f),
-                delta: Delta::Int(i64::from(*d)),
-            },
-            HashCmd::HIncrFloat(f, d) => HashOp::Incr {
-                field: field(*f),
-                delta: Delta::Float(Dec::parse(format!("{d}.5").as_bytes())?),
-            },
-            HashCmd::HDel(f) => {
-                if !self.contains(&field(*f)) {
-                    return None;
-                }
-                if self.len() == 1 {
-                    return Some(Issue::Del);
-                }
-                HashOp::Del {
-                    field: field(*f),
-                    observed: self.field_observed(&field(*f)),
-                }
-            }
-            HashCmd::Del => {
-                if self.is_empty() {
-                    return None;
-                }
-                return Some(Issue::Del);
-            }
-        }))
+        Some(match hash_model::issue(self, cmd)? {
+            hash_model::Issued::Op(op) => Issue::Op(op),
+            hash_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 
@@ -614,14 +588,6 @@ proptest! {
 // Sorted set
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum ZCmd {
-    Add(u8, f64),
-    Incr(u8, f64),
-    Rem(u8),
-    Del,
-}
-
 fn score() -> impl Strategy<Value = f64> {
     prop_oneof![
         Just(0.1),
@@ -642,36 +608,13 @@ fn zset_cmd() -> impl Strategy<Value = ZCmd> {
     ]
 }
 
-fn member(m: u8) -> Vec<u8> {
-    vec![b'a' + m]
-}
-
 impl Crdt for ZSetCrdt {
     type Op = ZSetOp<Vec<u8>>;
     type Cmd = ZCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        ZSetCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        ZSetCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        ZSetCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        ZSetCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        ZSetCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        ZSetCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        ZSetCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(ZSetCrdt);
+
     fn view(&self) -> String {
         // In order, with score bits: ranks and the exact sums are part of what clients see.
         let v: Vec<(Vec<u8>, u64)> = self
@@ -682,39 +625,10 @@ impl Crdt for ZSetCrdt {
         format!("{v:?} {ranks:?} {}", self.len())
     }
     fn issue(&self, cmd: &ZCmd) -> Option<Issue<Self::Op>> {
-        Some(Issue::Op(match cmd {
-            ZCmd::Add(m, s) => ZSetOp::Add {
-                member: member(*m),
-                score: F64(*s),
-                observed: self.member_observed(&member(*m)),
-            },
-            ZCmd::Incr(m, d) => {
-                let cur = self.score(&member(*m)).unwrap_or(0.0);
-                if (cur + d).is_nan() {
-                    return None;
-                }
-                ZSetOp::Incr {
-                    member: member(*m),
-                    delta: F64(*d),
-                }
-            }
-            ZCmd::Rem(m) => {
-                self.score(&member(*m))?;
-                if self.len() == 1 {
-                    return Some(Issue::Del);
-                }
-                ZSetOp::Rem {
-                    member: member(*m),
-                    observed: self.member_observed(&member(*m)),
-                }
-            }
-            ZCmd::Del => {
-                if self.is_empty() {
-                    return None;
-                }
-                return Some(Issue::Del);
-            }
-        }))
+        Some(match zset_model::issue(self, cmd)? {
+            zset_model::Issued::Op(op) => Issue::Op(op),
+            zset_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 
@@ -745,145 +659,23 @@ proptest! {
 // List
 // ------------------------------------------------------------------------------------------
 
-#[derive(Clone, Debug)]
-enum LCmd {
-    LPush(Vec<u8>),
-    RPush(u8, u8),
-    Insert(usize, bool, u8),
-    Set(usize, u8),
-    LPop(usize),
-    RPop(usize),
-    Rem(i8, u8),
-    Trim(i8, i8),
-    Del,
-}
-
-fn list_cmd() -> impl Strategy<Value = LCmd> {
-    let val = || 0u8..4;
-    prop_oneof![
-        4 => prop::collection::vec(val(), 1..3).prop_map(LCmd::LPush),
-        4 => (val(), val()).prop_map(|(a, b)| LCmd::RPush(a, b)),
-        3 => (0usize..8, any::<bool>(), val()).prop_map(|(i, a, v)| LCmd::Insert(i, a, v)),
-        2 => (0usize..8, val()).prop_map(|(i, v)| LCmd::Set(i, v)),
-        2 => (1usize..3).prop_map(LCmd::LPop),
-        2 => (1usize..3).prop_map(LCmd::RPop),
-        1 => (-2i8..3, val()).prop_map(|(c, v)| LCmd::Rem(c, v)),
-        1 => (-4i8..4, -4i8..4).prop_map(|(a, b)| LCmd::Trim(a, b)),
-        1 => Just(LCmd::Del),
-    ]
-}
-
-/// LTRIM's counts of elements removed at the left and at the right.
-fn trim_counts(start: i64, end: i64, llen: i64) -> (usize, usize) {
-    let start = if start < 0 { llen + start } else { start }.max(0);
-    let end = if end < 0 { llen + end } else { end };
-    if start > end || start >= llen {
-        (llen as usize, 0)
-    } else {
-        (start as usize, (llen - end.min(llen - 1) - 1) as usize)
-    }
-}
-
 impl Crdt for ListCrdt {
     type Op = ListOp<Vec<u8>>;
-    type Cmd = LCmd;
+    type Cmd = ListCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        ListCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        ListCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        ListCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        ListCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        ListCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        ListCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        ListCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(ListCrdt);
+
     fn view(&self) -> String {
         // Values in order and their ids (ids decide where later inserts go).
         let v: Vec<(Vec<u8>, ElemId)> = self.iter().map(|e| (e.value.to_vec(), e.id)).collect();
         format!("{v:?} {}", self.len())
     }
-    fn issue(&self, cmd: &LCmd) -> Option<Issue<Self::Op>> {
-        let len = self.len();
-        let op = match cmd {
-            LCmd::LPush(vs) => {
-                let v: Vec<Vec<u8>> = vs.iter().rev().map(|b| vec![*b]).collect();
-                self.push_op(true, v)
-            }
-            LCmd::RPush(a, b) => self.push_op(false, vec![vec![*a], vec![*b]]),
-            LCmd::Insert(i, after, v) if len > 0 => self.insert_op(i % len, *after, vec![*v]),
-            LCmd::Set(i, v) if len > 0 => self.replace_op(i % len, vec![*v])?,
-            LCmd::LPop(n) | LCmd::RPop(n) if len > 0 => {
-                let n = (*n).min(len);
-                if n == len {
-                    return Some(Issue::Del);
-                }
-                if matches!(cmd, LCmd::LPop(_)) {
-                    self.remove_range_op(0, n - 1)?
-                } else {
-                    self.remove_range_op(len - n, len - 1)?
-                }
-            }
-            LCmd::Rem(c, v) => {
-                let mut idx: Vec<usize> = self
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.value == [*v])
-                    .map(|(i, _)| i)
-                    .collect();
-                if *c < 0 {
-                    idx.reverse();
-                }
-                if *c != 0 {
-                    idx.truncate(c.unsigned_abs() as usize);
-                }
-                idx.sort_unstable();
-                if idx.is_empty() {
-                    return None;
-                }
-                if idx.len() == len {
-                    return Some(Issue::Del);
-                }
-                let mut ranges = Vec::new();
-                for i in idx {
-                    let id = self.get(i)?.id;
-                    ranges.push((id.clone(), id));
-                }
-                self.remove_ids_op(ranges)
-            }
-            LCmd::Trim(a, b) if len > 0 => {
-                let (lt, rt) = trim_counts(i64::from(*a), i64::from(*b), len as i64);
-                if lt + rt >= len {
-                    return Some(Issue::Del);
-                }
-                if lt == 0 && rt == 0 {
-                    return None;
-                }
-                let mut ranges = Vec::new();
-                if lt > 0 {
-                    ranges.push((self.get(0)?.id, self.get(lt - 1)?.id));
-                }
-                if rt > 0 {
-                    ranges.push((self.get(len - rt)?.id, self.get(len - 1)?.id));
-                }
-                self.remove_ids_op(ranges)
-            }
-            LCmd::Del if len > 0 => return Some(Issue::Del),
-            _ => return None,
-        };
-        Some(Issue::Op(op))
+    fn issue(&self, cmd: &ListCmd) -> Option<Issue<Self::Op>> {
+        Some(match list_model::issue(self, cmd)? {
+            list_model::Issued::Op(op) => Issue::Op(op),
+            list_model::Issued::DelKey => Issue::Del,
+        })
     }
 }
 
@@ -955,7 +747,7 @@ fn zset_write_dropped_under_a_collected_key_context() {
 
 #[test]
 fn list_write_dropped_under_a_collected_key_context() {
-    write_dropped_under_a_collected_key_context::<ListCrdt>(LCmd::RPush(0, 1), LCmd::Del);
+    write_dropped_under_a_collected_key_context::<ListCrdt>(ListCmd::RPush(0, 1), ListCmd::Del);
 }
 
 /// Large joins stay near linear: two replicas with 20 000 entries of the union, each having
@@ -1020,27 +812,8 @@ impl Crdt for meridian_crdt::StreamCrdt {
     type Cmd = stream_model::StreamCmd;
     const CANONICAL: bool = true;
 
-    fn apply(&mut self, stamp: Stamp, op: &Self::Op) {
-        meridian_crdt::StreamCrdt::apply(self, stamp, op);
-    }
-    fn remove_observed(&mut self, observed: &Observed) {
-        meridian_crdt::StreamCrdt::remove_observed(self, observed);
-    }
-    fn observe_into(&self, vv: &mut VersionVector) {
-        meridian_crdt::StreamCrdt::observe_into(self, vv);
-    }
-    fn collect(&mut self, stable: Option<&VersionVector>) {
-        meridian_crdt::StreamCrdt::collect(self, stable);
-    }
-    fn merge(&mut self, other: &Self) {
-        meridian_crdt::StreamCrdt::merge(self, other);
-    }
-    fn encode_state(&self, out: &mut Vec<u8>) {
-        meridian_crdt::StreamCrdt::encode_state(self, out);
-    }
-    fn decode_state(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        meridian_crdt::StreamCrdt::decode_state(r)
-    }
+    inherent_crdt_methods!(meridian_crdt::StreamCrdt);
+
     fn view(&self) -> String {
         stream_model::view(self.is_live().then_some(self))
     }

@@ -5,114 +5,36 @@
 //! delivers every entry exactly once to a group even when entries of another site arrive
 //! below what the group already delivered; the op codec round-trips and never panics.
 
-mod common;
+#[path = "common/one_key.rs"]
+mod one_key;
 #[path = "common/stream_model.rs"]
 mod stream_model;
 
 use meridian_crdt::codec::Reader;
 use meridian_crdt::stream::codec::{decode_op, encode_op};
 use meridian_crdt::stream::{CursorUpdate, StreamCrdt, StreamId, StreamOp, Totals};
-use meridian_crdt::{Effect, HlcClock, KeyState, ReplicaId, Stamp};
+use meridian_crdt::{Effect, ReplicaId, Stamp};
+use one_key::{Mix, Replica, Step, deliver};
 use proptest::prelude::*;
 use stream_model::{Issued, StreamCmd, issue, stream_cmd, view};
 
-const REPLICAS: usize = 3;
-
-struct Replica {
-    id: ReplicaId,
-    clock: HlcClock,
-    now_ms: u64,
-    key: KeyState,
-    outbox: Vec<(Stamp, Effect<Vec<u8>>)>,
-    delivered: [usize; REPLICAS],
-}
-
 impl Replica {
-    fn new(i: usize) -> Replica {
-        Replica {
-            id: ReplicaId(i as u32 + 1),
-            clock: HlcClock::new(),
-            now_ms: 1_000,
-            key: KeyState::new(),
-            outbox: Vec::new(),
-            delivered: [0; REPLICAS],
-        }
-    }
-
     fn issue(&mut self, me: usize, cmd: &StreamCmd, peers: bool) {
         let e = match issue(self.key.stream(), cmd, self.id, peers, self.now_ms) {
             None => return,
             Some(Issued::Op(op)) => Effect::Stream(op),
             Some(Issued::DelKey) => self.key.remove_effect(),
         };
-        let stamp = Stamp {
-            hlc: self.clock.tick(self.now_ms),
-            replica: self.id,
-        };
-        self.key.apply(stamp, &e);
-        self.outbox.push((stamp, e));
-        self.delivered[me] = self.outbox.len();
-    }
-
-    fn receive(&mut self, stamp: Stamp, e: &Effect<Vec<u8>>) {
-        let _ = self.clock.observe(stamp.hlc, self.now_ms, u64::MAX / 4);
-        self.key.apply(stamp, e);
+        self.write(me, e);
     }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local { r: usize, cmd: StreamCmd },
-    Deliver { from: usize, to: usize, n: usize },
-    Dup { from: usize, to: usize, pick: usize },
-    Tick { r: usize, ms: u64 },
+fn step() -> impl Strategy<Value = Step<StreamCmd>> {
+    one_key::step(stream_cmd(), Mix::PLAIN)
 }
 
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, stream_cmd()).prop_map(|(r, cmd)| Step::Local { r, cmd }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-        1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
-    ]
-}
-
-fn deliver(reps: &mut [Replica], from: usize, to: usize, n: usize) {
-    if from == to {
-        return;
-    }
-    for _ in 0..n {
-        let k = reps[to].delivered[from];
-        let Some((s, e)) = reps[from].outbox.get(k).cloned() else {
-            return;
-        };
-        reps[to].receive(s, &e);
-        reps[to].delivered[from] = k + 1;
-    }
-}
-
-fn run(steps: &[Step], peers: bool) -> Vec<Replica> {
-    let mut reps: Vec<Replica> = (0..REPLICAS).map(Replica::new).collect();
-    for s in steps {
-        match s {
-            Step::Local { r, cmd } => reps[*r].issue(*r, cmd, peers),
-            Step::Deliver { from, to, n } => deliver(&mut reps, *from, *to, *n),
-            Step::Dup { from, to, pick } => {
-                let k = reps[*to].delivered[*from];
-                if k > 0 && from != to {
-                    let (s, e) = reps[*from].outbox[pick % k].clone();
-                    reps[*to].receive(s, &e);
-                }
-            }
-            Step::Tick { r, ms } => reps[*r].now_ms += ms,
-        }
-    }
-    for from in 0..REPLICAS {
-        for to in 0..REPLICAS {
-            deliver(&mut reps, from, to, usize::MAX);
-        }
-    }
-    reps
+fn run(steps: &[Step<StreamCmd>], peers: bool) -> Vec<Replica> {
+    one_key::run(steps, |r, me, cmd| r.issue(me, cmd, peers))
 }
 
 fn any_id() -> impl Strategy<Value = StreamId> {
@@ -246,11 +168,7 @@ proptest! {
 
     #[test]
     fn codec_round_trips(op in any_op()) {
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), op);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&op, encode_op, decode_op)?;
     }
 
     #[test]

@@ -4,24 +4,19 @@
 //! with no peers) behaves as Redis; the §3.4 table of conflict-semantics; the op codec
 //! round-trips and never panics on garbage.
 
+#[path = "common/one_key.rs"]
+mod one_key;
+#[path = "common/zset_model.rs"]
+mod zset_model;
+
 use std::collections::BTreeMap;
 
 use meridian_crdt::codec::Reader;
 use meridian_crdt::zset::{F64, decode_op, encode_op};
-use meridian_crdt::{
-    Effect, Hlc, HlcClock, KeyState, ReplicaId, Stamp, VersionVector, ZSetCrdt, ZSetOp,
-};
+use meridian_crdt::{Effect, Hlc, KeyState, ReplicaId, Stamp, VersionVector, ZSetCrdt, ZSetOp};
+use one_key::{Mix, Replica, Step};
 use proptest::prelude::*;
-
-const REPLICAS: usize = 3;
-
-#[derive(Clone, Debug)]
-enum Op {
-    Add(u8, f64),
-    Incr(u8, f64),
-    Rem(u8),
-    Del,
-}
+use zset_model::{Issued, ZCmd, member};
 
 fn score_s() -> impl Strategy<Value = f64> {
     prop_oneof![
@@ -36,53 +31,22 @@ fn score_s() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op() -> impl Strategy<Value = ZCmd> {
     prop_oneof![
-        4 => (0u8..4, score_s()).prop_map(|(m, s)| Op::Add(m, s)),
-        4 => (0u8..4, score_s()).prop_map(|(m, s)| Op::Incr(m, s)),
-        2 => (0u8..4).prop_map(Op::Rem),
-        1 => Just(Op::Del),
+        4 => (0u8..4, score_s()).prop_map(|(m, s)| ZCmd::Add(m, s)),
+        4 => (0u8..4, score_s()).prop_map(|(m, s)| ZCmd::Incr(m, s)),
+        2 => (0u8..4).prop_map(ZCmd::Rem),
+        1 => Just(ZCmd::Del),
     ]
 }
 
-fn member(m: u8) -> Vec<u8> {
-    vec![b'a' + m]
-}
-
-/// The effect a server would issue for `op` on `k` (None: no write).
-fn effect_of(k: &KeyState, op: &Op) -> Option<Effect<Vec<u8>>> {
+/// The effect a server would issue for `cmd` on `k` (None: no write).
+fn effect_of(k: &KeyState, cmd: &ZCmd) -> Option<Effect<Vec<u8>>> {
     let empty = ZSetCrdt::new();
-    let z = k.zset().unwrap_or(&empty);
-    match op {
-        Op::Add(m, s) => Some(Effect::ZSet(ZSetOp::Add {
-            member: member(*m),
-            score: F64(*s),
-            observed: z.member_observed(&member(*m)),
-        })),
-        Op::Incr(m, d) => {
-            let cur = z.score(&member(*m)).unwrap_or(0.0);
-            if (cur + d).is_nan() {
-                return None;
-            }
-            Some(Effect::ZSet(ZSetOp::Incr {
-                member: member(*m),
-                delta: F64(*d),
-            }))
-        }
-        Op::Rem(m) => {
-            let mm = member(*m);
-            z.score(&mm)?;
-            if z.len() == 1 {
-                Some(k.remove_effect())
-            } else {
-                Some(Effect::ZSet(ZSetOp::Rem {
-                    observed: z.member_observed(&mm),
-                    member: mm,
-                }))
-            }
-        }
-        Op::Del => (!k.is_empty()).then(|| k.remove_effect()),
-    }
+    Some(match zset_model::issue(k.zset().unwrap_or(&empty), cmd)? {
+        Issued::Op(op) => Effect::ZSet(op),
+        Issued::DelKey => k.remove_effect(),
+    })
 }
 
 /// Members and score bits shown.
@@ -92,168 +56,44 @@ fn shown(k: &KeyState) -> Vec<(Vec<u8>, u64)> {
     })
 }
 
-struct Replica {
-    id: ReplicaId,
-    clock: HlcClock,
-    now_ms: u64,
-    key: KeyState,
-    outbox: Vec<(Stamp, Effect<Vec<u8>>)>,
-    /// For each op in `outbox`, what this replica had delivered when it issued it.
-    issued_with: Vec<[usize; REPLICAS]>,
-    delivered: [usize; REPLICAS],
-}
-
 impl Replica {
-    fn new(i: usize) -> Replica {
-        Replica {
-            id: ReplicaId(i as u32 + 1),
-            clock: HlcClock::new(),
-            now_ms: 1_000,
-            key: KeyState::new(),
-            outbox: Vec::new(),
-            issued_with: Vec::new(),
-            delivered: [0; REPLICAS],
-        }
-    }
-
-    fn issue(&mut self, me: usize, op: &Op) {
+    fn issue(&mut self, me: usize, op: &ZCmd) {
         if let Some(e) = effect_of(&self.key, op) {
-            let stamp = Stamp {
-                hlc: self.clock.tick(self.now_ms),
-                replica: self.id,
-            };
-            self.key.apply(stamp, &e);
-            self.issued_with.push(self.delivered);
-            self.outbox.push((stamp, e));
-            self.delivered[me] = self.outbox.len();
+            self.write(me, e);
         }
     }
-
-    fn receive(&mut self, stamp: Stamp, e: &Effect<Vec<u8>>) {
-        let _ = self.clock.observe(stamp.hlc, self.now_ms, u64::MAX / 4);
-        self.key.apply(stamp, e);
-    }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Local {
-        r: usize,
-        op: Op,
-    },
-    Deliver {
-        from: usize,
-        to: usize,
-        n: usize,
-    },
-    Dup {
-        from: usize,
-        to: usize,
-        pick: usize,
-    },
-    Tick {
-        r: usize,
-        ms: u64,
-    },
-    /// Collect removal metadata at `r` with a causally stable vector as `r` can know it.
-    Collect {
-        r: usize,
-    },
+fn step() -> impl Strategy<Value = Step<ZCmd>> {
+    one_key::step(
+        op(),
+        Mix {
+            collect: 1,
+            ..Mix::PLAIN
+        },
+    )
 }
 
-/// The causally stable vector at `r`: per origin, the lowest hlc every replica `t` is known to
-/// have delivered, where what `t` delivered counts only as of the first op of `t` that `r`
-/// has not received yet (that op, in flight, may have observed less). This is what the
-/// server's rule gives: a peer's ack counts once every op it issued before it was delivered.
-fn stable(reps: &[Replica], r: usize) -> VersionVector {
-    let known: Vec<[usize; REPLICAS]> = (0..REPLICAS)
-        .map(|t| {
-            let k = reps[r].delivered[t];
-            if t == r || k >= reps[t].outbox.len() {
-                reps[t].delivered
-            } else {
-                reps[t].issued_with[k]
-            }
-        })
-        .collect();
-    let mut vv = VersionVector::new();
-    for (o, origin) in reps.iter().enumerate() {
-        let min = known.iter().map(|d| d[o]).min().unwrap_or(0);
-        if min > 0 {
-            vv.observe(origin.outbox[min - 1].0);
-        }
-    }
-    vv
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => (0..REPLICAS, op()).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-        1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
-        1 => (0..REPLICAS).prop_map(|r| Step::Collect { r }),
-    ]
-}
-
-fn deliver(reps: &mut [Replica], from: usize, to: usize, n: usize) {
-    if from == to {
-        return;
-    }
-    for _ in 0..n {
-        let k = reps[to].delivered[from];
-        let Some((s, e)) = reps[from].outbox.get(k).cloned() else {
-            return;
-        };
-        reps[to].receive(s, &e);
-        reps[to].delivered[from] = k + 1;
-    }
-}
-
-fn run(steps: &[Step]) -> Vec<Replica> {
-    let mut reps: Vec<Replica> = (0..REPLICAS).map(Replica::new).collect();
-    for s in steps {
-        match s {
-            Step::Local { r, op } => reps[*r].issue(*r, op),
-            Step::Deliver { from, to, n } => deliver(&mut reps, *from, *to, *n),
-            Step::Dup { from, to, pick } => {
-                let k = reps[*to].delivered[*from];
-                if k > 0 && from != to {
-                    let (s, e) = reps[*from].outbox[pick % k].clone();
-                    reps[*to].receive(s, &e);
-                }
-            }
-            Step::Tick { r, ms } => reps[*r].now_ms += ms,
-            Step::Collect { r } => {
-                let st = stable(&reps, *r);
-                reps[*r].key.collect(&st);
-            }
-        }
-    }
-    for from in 0..REPLICAS {
-        for to in 0..REPLICAS {
-            deliver(&mut reps, from, to, usize::MAX);
-        }
-    }
-    reps
+fn run(steps: &[Step<ZCmd>]) -> Vec<Replica> {
+    one_key::run(steps, |r, me, op| r.issue(me, op))
 }
 
 /// Redis's behaviour for a single site.
-fn model(m: &mut BTreeMap<Vec<u8>, f64>, op: &Op) {
+fn model(m: &mut BTreeMap<Vec<u8>, f64>, op: &ZCmd) {
     match op {
-        Op::Add(x, s) => {
+        ZCmd::Add(x, s) => {
             m.insert(member(*x), *s);
         }
-        Op::Incr(x, d) => {
+        ZCmd::Incr(x, d) => {
             let cur = m.get(&member(*x)).copied().unwrap_or(0.0);
             if !(cur + d).is_nan() {
                 m.insert(member(*x), cur + d);
             }
         }
-        Op::Rem(x) => {
+        ZCmd::Rem(x) => {
             m.remove(&member(*x));
         }
-        Op::Del => m.clear(),
+        ZCmd::Del => m.clear(),
     }
 }
 
@@ -327,11 +167,7 @@ proptest! {
 
     #[test]
     fn codec_round_trips(op in any_op()) {
-        let mut out = Vec::new();
-        encode_op(&op, &mut out);
-        let mut r = Reader::new(&out);
-        prop_assert_eq!(decode_op(&mut r).unwrap(), op);
-        prop_assert!(r.is_at_end());
+        one_key::round_trips(&op, encode_op, decode_op)?;
     }
 
     #[test]
@@ -497,20 +333,20 @@ fn removal_context_drops_a_late_write_it_observed() {
     assert_eq!(c.zset(), b.zset());
 }
 
-fn int_step() -> impl Strategy<Value = Step> {
+fn int_step() -> impl Strategy<Value = Step<ZCmd>> {
     let iop = prop_oneof![
-        3 => (0u8..4, -5i8..5).prop_map(|(m, s)| Op::Add(m, f64::from(s))),
-        3 => (0u8..4, -5i8..5).prop_map(|(m, d)| Op::Incr(m, f64::from(d))),
-        2 => (0u8..4).prop_map(Op::Rem),
-        1 => Just(Op::Del),
+        3 => (0u8..4, -5i8..5).prop_map(|(m, s)| ZCmd::Add(m, f64::from(s))),
+        3 => (0u8..4, -5i8..5).prop_map(|(m, d)| ZCmd::Incr(m, f64::from(d))),
+        2 => (0u8..4).prop_map(ZCmd::Rem),
+        1 => Just(ZCmd::Del),
     ];
-    prop_oneof![
-        6 => (0..REPLICAS, iop).prop_map(|(r, op)| Step::Local { r, op }),
-        3 => (0..REPLICAS, 0..REPLICAS, 1usize..4).prop_map(|(from, to, n)| Step::Deliver { from, to, n }),
-        1 => (0..REPLICAS, 0..REPLICAS, any::<usize>()).prop_map(|(from, to, pick)| Step::Dup { from, to, pick }),
-        1 => (0..REPLICAS, 0u64..3).prop_map(|(r, ms)| Step::Tick { r, ms }),
-        2 => (0..REPLICAS).prop_map(|r| Step::Collect { r }),
-    ]
+    one_key::step(
+        iop,
+        Mix {
+            collect: 2,
+            ..Mix::PLAIN
+        },
+    )
 }
 
 proptest! {

@@ -27,8 +27,8 @@ use bytes::{Buf as _, BytesMut};
 use smallvec::SmallVec;
 
 use crate::blocking;
-use crate::client::Client;
 use crate::client::ClientShared;
+use crate::client::{Client, MultiState};
 use crate::cmd::{self, table::CommandSpec};
 use crate::config::OutputLimit;
 use crate::error::CmdError;
@@ -176,6 +176,10 @@ enum Step {
 }
 
 /// One connection's state between reads.
+/// A queued command of a transaction that every shard runs: its place in the transaction,
+/// spec and arguments (`Conn::exec_plan`).
+type Broadcast = (usize, &'static CommandSpec, Vec<Vec<u8>>);
+
 struct Conn {
     th: Rc<Thread>,
     client: Client,
@@ -713,12 +717,11 @@ impl Conn {
                 Parsed::Skip { consumed } => pos += consumed,
                 Parsed::Incomplete => return (pos, None),
                 Parsed::Error(e) => {
-                    let sink = self.sink();
-                    let start = sink.len();
-                    sink.raw(b"-");
-                    sink.raw(&e.message_bytes());
-                    sink.raw(b"\r\n");
-                    self.local_done(start);
+                    self.answer(|_, sink| {
+                        sink.raw(b"-");
+                        sink.raw(&e.message_bytes());
+                        sink.raw(b"\r\n");
+                    });
                     f.stats.count_error("ERR");
                     self.client.close_after_reply = true;
                     return (pos, None);
@@ -727,17 +730,46 @@ impl Conn {
         }
     }
 
-    /// Where inline replies go: the output, or the round's local buffer once some command
-    /// of the round went to another shard.
-    fn sink(&mut self) -> &mut Reply {
+    /// Writes an inline reply with `w` where inline replies go: the output, or the round's
+    /// local buffer once some command of the round went to another shard. Returns what `w`
+    /// returns and where the reply began there (for `local_done`).
+    fn write_sink<R>(&mut self, w: impl FnOnce(&mut Client, &mut Reply) -> R) -> (R, usize) {
         let proto = self.client.shared.proto.get();
-        let r = if self.round.active {
-            &mut self.round.local
+        let Conn {
+            client, round, out, ..
+        } = self;
+        let sink = if round.active {
+            &mut round.local
         } else {
-            &mut self.out
+            &mut *out
         };
-        r.proto = proto;
-        r
+        sink.proto = proto;
+        let start = sink.len();
+        (w(client, sink), start)
+    }
+
+    /// `write_sink`, the reply recorded as the round's (`local_done`).
+    fn answer<R>(&mut self, w: impl FnOnce(&mut Client, &mut Reply) -> R) -> R {
+        let (res, start) = self.write_sink(w);
+        self.local_done(start);
+        res
+    }
+
+    /// Admits `argv` (`cmd::admit`): its spec, or None when it was answered here (refused,
+    /// queued in a transaction).
+    fn admit(
+        &mut self,
+        s: &mut Shard,
+        f: &mut Front,
+        argv: &[&[u8]],
+        now: u64,
+    ) -> Option<&'static CommandSpec> {
+        let (spec, start) =
+            self.write_sink(|client, sink| cmd::admit(s, f, client, sink, argv, now));
+        if spec.is_none() {
+            self.local_done(start);
+        }
+        spec
     }
 
     /// Records an inline reply that began at `start` of the sink.
@@ -757,19 +789,7 @@ impl Conn {
         argv: &[&[u8]],
         now: u64,
     ) -> Step {
-        let proto = self.client.shared.proto.get();
-        let Conn {
-            client, round, out, ..
-        } = self;
-        let sink = if round.active {
-            &mut round.local
-        } else {
-            &mut *out
-        };
-        sink.proto = proto;
-        let start = sink.len();
-        cmd::call(s, f, client, sink, spec, argv, now);
-        self.local_done(start);
+        self.answer(|client, sink| cmd::call(s, f, client, sink, spec, argv, now));
         if let Some(b) = self.client.blocked.as_mut() {
             // The command blocked: keep it to re-run; later commands wait.
             b.argv = argv.iter().map(|a| a.to_vec()).collect();
@@ -801,10 +821,7 @@ impl Conn {
         if let Some(st) = spec.and_then(|sp| f.stats.commands.get_mut(sp.idx)) {
             st.rejected_calls += 1;
         }
-        let sink = self.sink();
-        let start = sink.len();
-        cmd::reply_error(f, sink, e);
-        self.local_done(start);
+        self.answer(|_, sink| cmd::reply_error(f, sink, e));
     }
 
     /// Dispatches one command (see the module doc), with what applies to its reply wherever
@@ -883,26 +900,8 @@ impl Conn {
                 }
             }
         }
-        let spec = {
-            let proto = self.client.shared.proto.get();
-            let Conn {
-                client, round, out, ..
-            } = self;
-            let sink = if round.active {
-                &mut round.local
-            } else {
-                &mut *out
-            };
-            sink.proto = proto;
-            let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv, now);
-            if spec.is_none() {
-                self.local_done(start);
-            }
-            match spec {
-                Some(spec) => spec,
-                None => return Step::Next,
-            }
+        let Some(spec) = self.admit(s, f, argv, now) else {
+            return Step::Next;
         };
         if shards == 1 {
             return self.inline(s, f, spec, argv, now);
@@ -981,19 +980,7 @@ impl Conn {
         match spec.meta.name {
             "multi" | "discard" => return None,
             "exec" => {
-                let proto = self.client.shared.proto.get();
-                let Conn {
-                    client, round, out, ..
-                } = self;
-                let sink = if round.active {
-                    &mut round.local
-                } else {
-                    &mut *out
-                };
-                sink.proto = proto;
-                let start = sink.len();
-                cmd::exec_abort(s, f, client, sink, text);
-                self.local_done(start);
+                self.answer(|client, sink| cmd::exec_abort(s, f, client, sink, text));
                 return Some(Step::Next);
             }
             _ => {}
@@ -1021,23 +1008,13 @@ impl Conn {
                 }
                 Err(text.to_string())
             };
-        let proto = self.client.shared.proto.get();
-        let Conn { round, out, .. } = self;
-        let sink = if round.active {
-            &mut round.local
-        } else {
-            &mut *out
-        };
-        sink.proto = proto;
-        let start = sink.len();
-        match reply {
+        self.answer(|client, sink| match reply {
             Ok(()) => sink.ok(),
             Err(e) => {
-                flag_transaction(&mut self.client);
+                flag_transaction(client);
                 cmd::reply_error(f, sink, &CmdError::Raw(e));
             }
-        }
-        self.local_done(start);
+        });
         Some(Step::Next)
     }
 
@@ -1081,11 +1058,7 @@ impl Conn {
             }
             let redirect = if name == "exec" {
                 self.client.multi.as_ref().and_then(|m| {
-                    let queued: Vec<Vec<&[u8]>> = m
-                        .queued
-                        .iter()
-                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
-                        .collect();
+                    let queued = queued_argvs(m);
                     cluster_redirect(f, me, queued.iter().map(Vec::as_slice))
                 })
             } else if self.client.multi.is_some() && cmd::runs_inside_multi(name) {
@@ -1096,12 +1069,7 @@ impl Conn {
             if let Some(e) = redirect {
                 if name == "exec" {
                     // Redis discards the transaction whose keys are elsewhere.
-                    self.client.multi = None;
-                    self.client.shared.in_multi.set(false);
-                    s.unwatch_all(&self.client.dirty);
-                    self.client.watched.clear();
-                    self.client.shared.watched.set(0);
-                    self.client.dirty.set(false);
+                    cmd::tx::end_transaction(s, &mut self.client);
                 } else if let Some(m) = self.client.multi.as_mut() {
                     m.aborted = true;
                 }
@@ -1109,26 +1077,8 @@ impl Conn {
                 return Step::Next;
             }
         }
-        let spec = {
-            let proto = self.client.shared.proto.get();
-            let Conn {
-                client, round, out, ..
-            } = self;
-            let sink = if round.active {
-                &mut round.local
-            } else {
-                &mut *out
-            };
-            sink.proto = proto;
-            let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv, now);
-            if spec.is_none() {
-                self.local_done(start);
-            }
-            match spec {
-                Some(spec) => spec,
-                None => return Step::Next,
-            }
+        let Some(spec) = self.admit(s, f, argv, now) else {
+            return Step::Next;
         };
         let class = route::classes(table)
             .get(spec.idx)
@@ -1171,11 +1121,7 @@ impl Conn {
             let pubsub = matches!(name, "publish" | "spublish");
             let redirect = if name == "exec" {
                 self.client.multi.as_ref().and_then(|m| {
-                    let queued: Vec<Vec<&[u8]>> = m
-                        .queued
-                        .iter()
-                        .map(|q| q.args.iter().map(Vec::as_slice).collect())
-                        .collect();
+                    let queued = queued_argvs(m);
                     not_owned(f, me, queued.iter().map(Vec::as_slice))
                 })
             } else if pubsub || (self.client.multi.is_some() && cmd::runs_inside_multi(name)) {
@@ -1197,26 +1143,8 @@ impl Conn {
                 return Step::Next;
             }
         }
-        let spec = {
-            let proto = self.client.shared.proto.get();
-            let Conn {
-                client, round, out, ..
-            } = self;
-            let sink = if round.active {
-                &mut round.local
-            } else {
-                &mut *out
-            };
-            sink.proto = proto;
-            let start = sink.len();
-            let spec = cmd::admit(s, f, client, sink, argv, now);
-            if spec.is_none() {
-                self.local_done(start);
-            }
-            match spec {
-                Some(spec) => spec,
-                None => return Step::Next,
-            }
+        let Some(spec) = self.admit(s, f, argv, now) else {
+            return Step::Next;
         };
         self.inline(s, f, spec, argv, now)
     }
@@ -1709,7 +1637,7 @@ impl Conn {
     }
 
     /// `on_every_shard`, leaving out shard `skip` when given (it ran the command already:
-    /// a transaction's, `exec_broadcasts`); the replies of the shards it ran on.
+    /// a transaction's, `exec_plan`); the replies of the shards it ran on.
     async fn on_shards_but(
         &mut self,
         spec: &'static CommandSpec,
@@ -1842,10 +1770,11 @@ impl Conn {
     /// discarded with CROSSSLOT, as Redis Cluster's EXEC.
     async fn exec(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
         let local = self.th.index;
-        let (target, broadcasts) = {
+        let plan = {
             let f = self.th.front.borrow();
-            (self.exec_target(&f), self.exec_broadcasts(&f))
+            self.exec_plan(&f)
         };
+        let target = plan.as_ref().map(|&(t, _)| t);
         let mark = self.out.len();
         match target {
             None => {
@@ -1860,12 +1789,7 @@ impl Conn {
                     if let Some(st) = fg.stats.commands.get_mut(spec.idx) {
                         st.rejected_calls += 1;
                     }
-                    self.client.multi = None;
-                    self.client.shared.in_multi.set(false);
-                    sg.unwatch_all(&self.client.dirty);
-                    self.client.watched.clear();
-                    self.client.shared.watched.set(0);
-                    self.client.dirty.set(false);
+                    cmd::tx::end_transaction(&mut sg, &mut self.client);
                     self.out.proto = self.client.shared.proto.get();
                     cmd::reply_error(&mut fg, &mut self.out, &CmdError::CrossSlot);
                 }
@@ -1908,7 +1832,7 @@ impl Conn {
                 self.client.dirty.set(false);
             }
         }
-        if let (Some(t), false) = (target, broadcasts.is_empty()) {
+        if let Some((t, broadcasts)) = plan.filter(|(_, b)| !b.is_empty()) {
             // The transaction ran on shard `t`; its settings and controls (CONFIG SET,
             // CLIENT PAUSE, FLUSHALL...) now reach the other shards, each one that
             // succeeded in it, in its order.
@@ -1928,27 +1852,10 @@ impl Conn {
         }
     }
 
-    /// The commands of the queued transaction that every shard runs (`Class::All` with
-    /// `Merge::Same`: settings, pauses, flushes, script loads), with their places in it.
-    fn exec_broadcasts(&self, f: &Front) -> Vec<(usize, &'static CommandSpec, Vec<Vec<u8>>)> {
-        let Some(m) = self.client.multi.as_ref() else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, q) in m.queued.iter().enumerate() {
-            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
-            let Ok(spec) = cmd::resolve(f.table, &argv) else {
-                continue;
-            };
-            if route::classes(f.table).get(spec.idx) == Some(&Class::All(Merge::Same)) {
-                out.push((i, spec, q.args.clone()));
-            }
-        }
-        out
-    }
-
-    /// The shard a transaction runs on, or None when its keys span shards.
-    fn exec_target(&self, f: &Front) -> Option<u16> {
+    /// The shard a transaction runs on, with the queued commands every shard runs after it
+    /// (`Class::All` with `Merge::Same`: settings, pauses, flushes, script loads) and their
+    /// places in it; None when its keys span shards. One pass resolves each queued command.
+    fn exec_plan(&self, f: &Front) -> Option<(u16, Vec<Broadcast>)> {
         let slots = &f.node.slots;
         let local = self.th.index;
         let mut target: Option<u16> = None;
@@ -1965,9 +1872,10 @@ impl Conn {
             }
         }
         let Some(m) = self.client.multi.as_ref() else {
-            return Some(local);
+            return Some((local, Vec::new()));
         };
-        for q in &m.queued {
+        let mut broadcasts = Vec::new();
+        for (i, q) in m.queued.iter().enumerate() {
             let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
             let Ok(spec) = cmd::resolve(f.table, &argv) else {
                 continue;
@@ -1983,8 +1891,8 @@ impl Conn {
                     }
                 }
                 // Settings and controls run in the transaction on its shard, then on the
-                // others (`exec_broadcasts`).
-                Class::All(Merge::Same) => {}
+                // others.
+                Class::All(Merge::Same) => broadcasts.push((i, spec, q.args.clone())),
                 // Other commands that cover every shard cannot run inside one shard's
                 // transaction: their replies speak for every shard.
                 Class::All(_)
@@ -2011,7 +1919,7 @@ impl Conn {
                 },
             }
         }
-        Some(target.unwrap_or(local))
+        Some((target.unwrap_or(local), broadcasts))
     }
 
     /// WATCH with several shards: the keys must share a shard, where they are registered.
@@ -2536,6 +2444,14 @@ impl Conn {
             let _ = self.one(t, Op::Forget, &[]).await;
         }
     }
+}
+
+/// The queued commands of a transaction, each as the argument slices the checks read.
+fn queued_argvs(m: &MultiState) -> Vec<Vec<&[u8]>> {
+    m.queued
+        .iter()
+        .map(|q| q.args.iter().map(Vec::as_slice).collect())
+        .collect()
 }
 
 /// Redis Cluster's redirection of a command (or of every command of a transaction) that came

@@ -9,25 +9,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::text::{call, read, send};
 use common::{Raw, RedisRef, Server};
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-    s(&c.call(&a))
-}
-
-fn send(c: &mut Raw, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-    c.send_cmd(&a);
-}
-
-fn read(c: &mut Raw) -> String {
-    s(&c.read_reply())
-}
 
 /// Nothing arrives within a short while.
 fn assert_silent(c: &mut Raw) {

@@ -11,15 +11,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::{Raw, Reply, Server};
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    s(&c.call_strs(args))
-}
+use common::text::{call, s};
+use common::{Raw, Reply, Server, key_slot};
 
 struct Cl {
     srv: Server,
@@ -76,23 +69,8 @@ fn owner(slot: u16, n: u16) -> u16 {
 fn key_on(shard: u16, n: u16) -> String {
     (0..100_000)
         .map(|i| format!("key:{i}"))
-        .find(|k| owner(slot_of(k), n) == shard)
+        .find(|k| owner(key_slot(k), n) == shard)
         .expect("a key")
-}
-
-fn slot_of(key: &str) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in key.as_bytes() {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
 }
 
 #[test]
@@ -160,7 +138,7 @@ fn cluster_commands_describe_one_node_per_shard() {
         assert!(text.ends_with("\n"));
         assert_eq!(
             e.reply(&["CLUSTER", "KEYSLOT", "{user1}.x"]),
-            Reply::Int(i64::from(slot_of("user1")))
+            Reply::Int(i64::from(key_slot("user1")))
         );
     }
     // The main port is no node: no "myself".
@@ -197,7 +175,7 @@ fn cluster_commands_describe_one_node_per_shard() {
     // COUNTKEYSINSLOT / GETKEYSINSLOT on the main port ask the slot's shard.
     let k = key_on(2, 3);
     assert_eq!(call(&mut main, &["SET", &k, "v"]), "+OK\r\n");
-    let slot = slot_of(&k).to_string();
+    let slot = key_slot(&k).to_string();
     assert_eq!(
         call(&mut main, &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
         ":1\r\n"
@@ -225,7 +203,11 @@ fn endpoints_redirect_and_the_main_port_does_not() {
             } else {
                 assert_eq!(
                     got,
-                    format!("-MOVED {} 127.0.0.1:{}\r\n", slot_of(k), cl.base + i as u16)
+                    format!(
+                        "-MOVED {} 127.0.0.1:{}\r\n",
+                        key_slot(k),
+                        cl.base + i as u16
+                    )
                 );
             }
         }
@@ -234,14 +216,14 @@ fn endpoints_redirect_and_the_main_port_does_not() {
             .map(|i| format!("m{i}"))
             .filter(|k| {
                 let per = 16384 / 3;
-                u16::try_from(u32::from(slot_of(k)) / per)
+                u16::try_from(u32::from(key_slot(k)) / per)
                     .unwrap_or(9)
                     .min(2)
                     == shard
             })
             .take(2)
             .collect();
-        assert_ne!(slot_of(&mine[0]), slot_of(&mine[1]));
+        assert_ne!(key_slot(&mine[0]), key_slot(&mine[1]));
         assert_eq!(
             call(&mut e, &["MGET", &mine[0], &mine[1]]),
             "-CROSSSLOT Keys in request don't hash to the same slot\r\n"

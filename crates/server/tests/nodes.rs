@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Raw, Reply, free_port, parse_reply, spawn_and_wait};
+use common::{Raw, Reply, eventually, free_port, key_slot, parse_reply, spawn_and_wait};
 
 /// Ports of one node.
 #[derive(Clone, Copy, Debug)]
@@ -135,33 +135,9 @@ fn start_site(root: &Path, site: &str, extra: &[&str]) -> (NodeProc, NodeProc) {
     (n1, n2)
 }
 
-/// Redis's key slot (CRC16 of the key or its hash tag, mod 16384).
-fn slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let k = match b.iter().position(|&c| c == b'{') {
-        Some(s) => match b[s + 1..].iter().position(|&c| c == b'}') {
-            Some(0) | None => b,
-            Some(e) => &b[s + 1..s + 1 + e],
-        },
-        None => b,
-    };
-    let mut crc: u16 = 0;
-    for &byte in k {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
 /// The shard owning `key` in the site's contiguous map of 3 shards.
 fn shard_of(key: &str) -> u16 {
-    match slot(key) {
+    match key_slot(key) {
         0..=5460 => 0,
         5461..=10922 => 1,
         _ => 2,
@@ -174,19 +150,6 @@ fn key_on(shard: u16, prefix: &str) -> String {
         .map(|i| format!("{prefix}{i}"))
         .find(|k| shard_of(k) == shard)
         .unwrap()
-}
-
-fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -315,7 +278,7 @@ fn two_nodes_serve_one_keyspace() {
     let mut e = Raw::connect(n1.ports.endpoint);
     assert_eq!(
         e.err(&["GET", &tk]),
-        format!("MOVED {} 127.0.0.1:{}", slot(&tk), n2.ports.endpoint)
+        format!("MOVED {} 127.0.0.1:{}", key_slot(&tk), n2.ports.endpoint)
     );
     // The same node ids everywhere.
     let ids = |c: &mut Raw| -> Vec<String> {

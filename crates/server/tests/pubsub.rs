@@ -6,25 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Raw, Server};
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-    s(&c.call(&a))
-}
-
-fn send(c: &mut Raw, args: &[&str]) {
-    let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
-    c.send_cmd(&a);
-}
-
-fn read(c: &mut Raw) -> String {
-    s(&c.read_reply())
-}
+use common::Server;
+use common::text::{call, read, s, send};
 
 const RESTRICTED: &str =
     "only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context";

@@ -11,37 +11,14 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts};
-use common::{Raw, RedisRef, Reply, Server};
+use common::text::{call, s};
+use common::{Raw, RedisRef, Reply, Server, key_slot};
 
 const SHARDS: &str = "4";
 
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn call(c: &mut Raw, args: &[&str]) -> String {
-    s(&c.call_strs(args))
-}
-
-/// CRC16/XMODEM slot of a key, as Redis Cluster computes it (no hash tags in these keys).
-fn slot(key: &str) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in key.as_bytes() {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
 /// The shard of four contiguous ranges a key is on.
 fn shard_of(key: &str) -> u16 {
-    slot(key) / 4096
+    key_slot(key) / 4096
 }
 
 /// One key per shard of four: `prefix` followed by a number.

@@ -7,15 +7,12 @@
 
 mod common;
 
+use common::text::s;
 use common::{Raw, RedisRef, Server};
 
 /// Shard threads of every server here: several whatever `MERIDIAN_TEST_SHARDS` says, since
 /// these tests are about keys on different shards.
 const SHARDS: &str = "3";
-
-fn s(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Sends `args` to both servers and asserts equal replies; returns Meridian's.
 fn both(m: &mut Raw, r: &mut Raw, args: &[&str]) -> String {

@@ -645,13 +645,7 @@ impl Block {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     #[test]
     fn entries_round_trip_in_every_form() {

@@ -46,6 +46,63 @@ fn read_i64(r: &mut Reader<'_>) -> Result<i64, DecodeError> {
     Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
 }
 
+/// Appends `v` as a presence byte (0 or 1) and, when present, `put`'s encoding of it.
+fn put_opt<T>(out: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
+    match v {
+        None => codec::put_u8(out, 0),
+        Some(x) => {
+            codec::put_u8(out, 1);
+            put(out, x);
+        }
+    }
+}
+
+/// Reads what `put_opt` wrote, the value with `read`.
+fn read_opt<'a, T>(
+    r: &mut Reader<'a>,
+    read: impl FnOnce(&mut Reader<'a>) -> Result<T, DecodeError>,
+) -> Result<Option<T>, DecodeError> {
+    Ok(if r.bool()? { Some(read(r)?) } else { None })
+}
+
+/// A group's read positions, one ID per origin.
+fn put_positions(out: &mut Vec<u8>, pos: &[(ReplicaId, StreamId)]) {
+    codec::put_varint(out, pos.len() as u64);
+    for (o, id) in pos {
+        codec::put_u32(out, o.0);
+        put_id(out, *id);
+    }
+}
+
+fn read_positions(r: &mut Reader<'_>) -> Result<Vec<(ReplicaId, StreamId)>, DecodeError> {
+    let n = r.count("group positions")?;
+    let mut pos = Vec::with_capacity(codec::prealloc(n));
+    for _ in 0..n {
+        let o = ReplicaId(r.u32()?);
+        pos.push((o, read_id(r)?));
+    }
+    Ok(pos)
+}
+
+/// A SETID's baseline: entries added per origin.
+fn put_baseline(out: &mut Vec<u8>, baseline: &[(ReplicaId, u64)]) {
+    codec::put_varint(out, baseline.len() as u64);
+    for (o, n) in baseline {
+        codec::put_u32(out, o.0);
+        codec::put_varint(out, *n);
+    }
+}
+
+fn read_baseline<C: FromIterator<(ReplicaId, u64)>>(r: &mut Reader<'_>) -> Result<C, DecodeError> {
+    let n = r.count("stream baseline")?;
+    (0..n)
+        .map(|_| {
+            let o = ReplicaId(r.u32()?);
+            Ok((o, r.varint()?))
+        })
+        .collect()
+}
+
 fn put_totals(out: &mut Vec<u8>, t: &Totals) {
     codec::put_varint(out, t.adds);
     put_id(out, t.last_add);
@@ -102,30 +159,15 @@ fn read_ids(r: &mut Reader<'_>) -> Result<Vec<StreamId>, DecodeError> {
 fn put_cursor(out: &mut Vec<u8>, c: &CursorUpdate) {
     codec::put_stamp(out, c.epoch);
     put_id(out, c.floor);
-    codec::put_varint(out, c.pos.len() as u64);
-    for (o, id) in &c.pos {
-        codec::put_u32(out, o.0);
-        put_id(out, *id);
-    }
-    match c.entries_read {
-        None => codec::put_u8(out, 0),
-        Some(e) => {
-            codec::put_u8(out, 1);
-            put_i64(out, e);
-        }
-    }
+    put_positions(out, &c.pos);
+    put_opt_i64(out, c.entries_read);
 }
 
 fn read_cursor(r: &mut Reader<'_>) -> Result<CursorUpdate, DecodeError> {
     let epoch = r.stamp()?;
     let floor = read_id(r)?;
-    let n = r.count("group positions")?;
-    let mut pos = Vec::with_capacity(codec::prealloc(n));
-    for _ in 0..n {
-        let o = ReplicaId(r.u32()?);
-        pos.push((o, read_id(r)?));
-    }
-    let entries_read = if r.bool()? { Some(read_i64(r)?) } else { None };
+    let pos = read_positions(r)?;
+    let entries_read = read_opt_i64(r)?;
     Ok(CursorUpdate {
         epoch,
         floor,
@@ -179,11 +221,7 @@ pub fn encode_op<B: AsRef<[u8]>>(op: &StreamOp<B>, out: &mut Vec<u8>) {
             codec::put_varint(out, *entries_added);
             put_id(out, *max_deleted);
             codec::put_vv(out, observed);
-            codec::put_varint(out, baseline.len() as u64);
-            for (r, n) in baseline {
-                codec::put_u32(out, r.0);
-                codec::put_varint(out, *n);
-            }
+            put_baseline(out, baseline);
         }
         StreamOp::GroupEpoch {
             group,
@@ -231,13 +269,9 @@ pub fn encode_op<B: AsRef<[u8]>>(op: &StreamOp<B>, out: &mut Vec<u8>) {
         } => {
             codec::put_u8(out, TAG_DELIVER);
             codec::put_bytes(out, group.as_ref());
-            match consumer {
-                None => codec::put_u8(out, 0),
-                Some(c) => {
-                    codec::put_u8(out, 1);
-                    codec::put_bytes(out, c.as_ref());
-                }
-            }
+            put_opt(out, consumer.as_ref(), |out, c| {
+                codec::put_bytes(out, c.as_ref())
+            });
             codec::put_varint(out, *seen_ms);
             codec::put_varint(out, pending.len() as u64);
             for (id, ms, count) in pending {
@@ -246,13 +280,7 @@ pub fn encode_op<B: AsRef<[u8]>>(op: &StreamOp<B>, out: &mut Vec<u8>) {
                 codec::put_varint(out, *count);
             }
             put_ids(out, gone);
-            match cursor {
-                None => codec::put_u8(out, 0),
-                Some(c) => {
-                    codec::put_u8(out, 1);
-                    put_cursor(out, c);
-                }
-            }
+            put_opt(out, cursor.as_ref(), put_cursor);
             codec::put_vv(out, observed);
         }
         StreamOp::Ack {
@@ -304,12 +332,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
             let entries_added = r.varint()?;
             let max_deleted = read_id(r)?;
             let observed = r.vv()?;
-            let n = r.count("stream baseline")?;
-            let mut baseline = Vec::with_capacity(codec::prealloc(n));
-            for _ in 0..n {
-                let o = ReplicaId(r.u32()?);
-                baseline.push((o, r.varint()?));
-            }
+            let baseline = read_baseline(r)?;
             StreamOp::SetId {
                 last_id,
                 entries_added,
@@ -339,11 +362,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
         },
         TAG_DELIVER => {
             let group = r.bytes()?.to_vec();
-            let consumer = if r.bool()? {
-                Some(r.bytes()?.to_vec())
-            } else {
-                None
-            };
+            let consumer = read_opt(r, |r| Ok(r.bytes()?.to_vec()))?;
             let seen_ms = r.varint()?;
             let n = r.items(4)?;
             let mut pending = Vec::with_capacity(codec::prealloc(n));
@@ -353,11 +372,7 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
                 pending.push((id, ms, r.varint()?));
             }
             let gone = read_ids(r)?;
-            let cursor = if r.bool()? {
-                Some(read_cursor(r)?)
-            } else {
-                None
-            };
+            let cursor = read_opt(r, read_cursor)?;
             StreamOp::Deliver {
                 group,
                 consumer,
@@ -382,17 +397,11 @@ pub fn decode_op(r: &mut Reader<'_>) -> Result<StreamOp<Vec<u8>>, DecodeError> {
 // ------------------------------------------------------------------------------------------
 
 fn put_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
-    match v {
-        None => codec::put_u8(out, 0),
-        Some(e) => {
-            codec::put_u8(out, 1);
-            put_i64(out, e);
-        }
-    }
+    put_opt(out, v, put_i64);
 }
 
 fn read_opt_i64(r: &mut Reader<'_>) -> Result<Option<i64>, DecodeError> {
-    Ok(if r.bool()? { Some(read_i64(r)?) } else { None })
+    read_opt(r, read_i64)
 }
 
 pub(crate) fn put_group(out: &mut Vec<u8>, p: &GroupParts) {
@@ -402,23 +411,15 @@ pub(crate) fn put_group(out: &mut Vec<u8>, p: &GroupParts) {
     codec::put_varint(out, p.epochs.len() as u64);
     for (stamp, base, reads) in &p.epochs {
         codec::put_stamp(out, *stamp);
-        match base {
-            None => codec::put_u8(out, 0),
-            Some((floor, er)) => {
-                codec::put_u8(out, 1);
-                put_id(out, *floor);
-                put_i64(out, *er);
-            }
-        }
+        put_opt(out, base.as_ref(), |out, (floor, er)| {
+            put_id(out, *floor);
+            put_i64(out, *er);
+        });
         codec::put_varint(out, reads.len() as u64);
         for (s, floor, pos, er) in reads {
             codec::put_stamp(out, *s);
             put_id(out, *floor);
-            codec::put_varint(out, pos.len() as u64);
-            for (o, id) in pos {
-                codec::put_u32(out, o.0);
-                put_id(out, *id);
-            }
+            put_positions(out, pos);
             put_opt_i64(out, *er);
         }
     }
@@ -438,13 +439,7 @@ pub(crate) fn put_group(out: &mut Vec<u8>, p: &GroupParts) {
         codec::put_varint(out, versions.len() as u64);
         for (s, owner, ms, count) in versions {
             codec::put_stamp(out, *s);
-            match owner {
-                None => codec::put_u8(out, 0),
-                Some(o) => {
-                    codec::put_u8(out, 1);
-                    codec::put_bytes(out, o);
-                }
-            }
+            put_opt(out, owner.as_ref(), |out, o| codec::put_bytes(out, o));
             codec::put_varint(out, *ms);
             codec::put_varint(out, *count);
         }
@@ -469,22 +464,13 @@ pub(crate) fn read_group(r: &mut Reader<'_>) -> Result<GroupParts, DecodeError> 
             return Err(DecodeError::Invalid("group epochs not sorted"));
         }
         prev = Some(stamp);
-        let base = if r.bool()? {
-            Some((read_id(r)?, read_i64(r)?))
-        } else {
-            None
-        };
+        let base = read_opt(r, |r| Ok((read_id(r)?, read_i64(r)?)))?;
         let k = r.count("epoch contributions")?;
         let mut reads = Vec::with_capacity(codec::prealloc(k));
         for _ in 0..k {
             let s = r.stamp()?;
             let floor = read_id(r)?;
-            let m = r.count("group positions")?;
-            let mut pos = Vec::with_capacity(codec::prealloc(m));
-            for _ in 0..m {
-                let o = ReplicaId(r.u32()?);
-                pos.push((o, read_id(r)?));
-            }
+            let pos = read_positions(r)?;
             reads.push((s, floor, pos, read_opt_i64(r)?));
         }
         if base.is_none() && reads.is_empty() {
@@ -525,11 +511,7 @@ pub(crate) fn read_group(r: &mut Reader<'_>) -> Result<GroupParts, DecodeError> 
         let mut versions = Vec::with_capacity(codec::prealloc(k));
         for _ in 0..k {
             let s = r.stamp()?;
-            let owner = if r.bool()? {
-                Some(r.bytes()?.to_vec())
-            } else {
-                None
-            };
+            let owner = read_opt(r, |r| Ok(r.bytes()?.to_vec()))?;
             let ms = r.varint()?;
             versions.push((s, owner, ms, r.varint()?));
         }
@@ -588,11 +570,7 @@ impl StreamCrdt {
             codec::put_varint(out, s.entries_added);
             put_id(out, s.max_deleted);
             codec::put_vv(out, &s.observed);
-            codec::put_varint(out, s.baseline.len() as u64);
-            for (o, n) in &s.baseline {
-                codec::put_u32(out, o.0);
-                codec::put_varint(out, *n);
-            }
+            put_baseline(out, &s.baseline);
         }
         codec::put_vv(out, &i.setid_ctx);
         let mut removals: Vec<Vec<u8>> = i.removals.iter().map(removal_key).collect();
@@ -670,12 +648,7 @@ impl StreamCrdt {
             let entries_added = r.varint()?;
             let max_deleted = read_id(r)?;
             let observed = r.vv_strict()?;
-            let k = r.count("stream baseline")?;
-            let mut baseline = SmallVec::new();
-            for _ in 0..k {
-                let o = ReplicaId(r.u32()?);
-                baseline.push((o, r.varint()?));
-            }
+            let baseline = read_baseline(r)?;
             i.setids.push(SetIdRec {
                 stamp,
                 last_id,
@@ -735,13 +708,7 @@ impl StreamCrdt {
 mod tests {
     use super::*;
     use crate::dot::VersionVector;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn vv(s: &[Stamp]) -> VersionVector {
         let mut v = VersionVector::new();

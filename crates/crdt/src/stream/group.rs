@@ -1001,14 +1001,7 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hlc::Hlc;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn id(ms: u64) -> StreamId {
         StreamId { ms, seq: 0 }

@@ -391,14 +391,8 @@ impl StreamCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dot::st;
     use crate::stream::{StreamOp, Totals};
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
 
     fn vv(stamps: &[Stamp]) -> VersionVector {
         let mut v = VersionVector::new();

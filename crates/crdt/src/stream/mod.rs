@@ -1640,13 +1640,7 @@ pub fn field_pairs<B: AsRef<[u8]>>(fields: &[B]) -> impl Iterator<Item = (&[u8],
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn st(h: u64, r: u32) -> Stamp {
-        Stamp {
-            hlc: Hlc(h),
-            replica: ReplicaId(r),
-        }
-    }
+    use crate::dot::st;
 
     fn ids(s: &StreamCrdt) -> Vec<StreamId> {
         s.range(StreamId::MIN, StreamId::MAX)

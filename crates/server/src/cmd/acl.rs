@@ -408,6 +408,27 @@ fn kill_revoked_subscribers(ctx: &mut Ctx<'_>, name: &[u8]) {
     }
 }
 
+/// Signs out and closes every connection of user `slot`, which is gone (ACL DELUSER, LOAD);
+/// this one closes after its reply.
+fn sign_out(ctx: &mut Ctx<'_>, slot: &UserRef) {
+    for c in ctx.front.clients.values() {
+        let theirs = c
+            .user
+            .borrow()
+            .as_ref()
+            .is_some_and(|u| std::rc::Rc::ptr_eq(u, slot));
+        if theirs {
+            *c.user.borrow_mut() = None;
+            c.authenticated.set(false);
+            if c.id == ctx.client.id() {
+                ctx.client.close_after_reply = true;
+            } else {
+                c.kill();
+            }
+        }
+    }
+}
+
 /// ACL DELUSER username [username ...]: the number removed; their connections close.
 fn deluser(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let names = argv.get(2..).unwrap_or_default();
@@ -422,22 +443,7 @@ fn deluser(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             continue;
         };
         deleted += 1;
-        for c in ctx.front.clients.values() {
-            let theirs = c
-                .user
-                .borrow()
-                .as_ref()
-                .is_some_and(|u| std::rc::Rc::ptr_eq(u, &slot));
-            if theirs {
-                *c.user.borrow_mut() = None;
-                c.authenticated.set(false);
-                if c.id == ctx.client.id() {
-                    ctx.client.close_after_reply = true;
-                } else {
-                    c.kill();
-                }
-            }
-        }
+        sign_out(ctx, &slot);
     }
     ctx.out.int(deleted);
     Ok(())
@@ -696,22 +702,7 @@ fn load(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         .load_file(&path, pubsub_all)
         .map_err(|e| CmdError::Err(e.0))?;
     for slot in gone {
-        for c in ctx.front.clients.values() {
-            let theirs = c
-                .user
-                .borrow()
-                .as_ref()
-                .is_some_and(|u| std::rc::Rc::ptr_eq(u, &slot));
-            if theirs {
-                *c.user.borrow_mut() = None;
-                c.authenticated.set(false);
-                if c.id == ctx.client.id() {
-                    ctx.client.close_after_reply = true;
-                } else {
-                    c.kill();
-                }
-            }
-        }
+        sign_out(ctx, &slot);
     }
     ctx.out.ok();
     Ok(())

@@ -156,28 +156,99 @@ pub fn parse_long_double(b: &[u8]) -> Option<LongDouble> {
     }
     parse_hex_float(b).map(LongDouble::Finite)
 }
+/// The options of SCAN, HSCAN, SSCAN and ZSCAN: `[MATCH pattern] [COUNT count]`, and SCAN's
+/// `[TYPE type]`.
+pub struct ScanOptions<'a> {
+    /// How much one call walks: at least 1, 10 when not given.
+    pub count: u64,
+    /// The glob what is returned must match; None: everything (no MATCH, or MATCH *).
+    pub pattern: Option<&'a [u8]>,
+    /// SCAN's TYPE.
+    pub type_filter: Option<&'a [u8]>,
+}
+
+/// Reads the scan options in `argv[from..]`, TYPE only `with_type`. As Redis: a COUNT that is
+/// not an integer is refused as one, a COUNT below 1 and an unknown or incomplete option as
+/// a syntax error.
+pub fn scan_options<'a>(
+    argv: &[&'a [u8]],
+    from: usize,
+    with_type: bool,
+) -> Result<ScanOptions<'a>, CmdError> {
+    let mut o = ScanOptions {
+        count: 10,
+        pattern: None,
+        type_filter: None,
+    };
+    let mut i = from;
+    while let Some(opt) = argv.get(i) {
+        match argv.get(i + 1).copied() {
+            Some(v) if eq_ic(opt, "count") => {
+                let c = int_arg(v)?;
+                if c < 1 {
+                    return Err(CmdError::Syntax);
+                }
+                o.count = c as u64;
+            }
+            Some(v) if eq_ic(opt, "match") => o.pattern = if v == b"*" { None } else { Some(v) },
+            Some(v) if with_type && eq_ic(opt, "type") => o.type_filter = Some(v),
+            _ => return Err(CmdError::Syntax),
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
+/// The parts of a C99 hexadecimal floating constant, `[+-]0x<hex>[.<hex>][p<exponent>]`.
+pub struct HexFloat<'a> {
+    pub negative: bool,
+    /// The digits before the point and after it (not both empty), not yet checked to be hex.
+    pub int_part: &'a [u8],
+    pub frac_part: &'a [u8],
+    /// The exponent's text after `p`, not yet checked.
+    pub exp: Option<&'a [u8]>,
+}
+
+impl<'a> HexFloat<'a> {
+    /// Splits `b` into its parts; None when it does not have the shape of one.
+    pub fn split(b: &'a [u8]) -> Option<HexFloat<'a>> {
+        let (negative, rest) = match b.split_first() {
+            Some((b'-', r)) => (true, r),
+            Some((b'+', r)) => (false, r),
+            _ => (false, b),
+        };
+        let rest = rest
+            .strip_prefix(b"0x")
+            .or_else(|| rest.strip_prefix(b"0X"))?;
+        let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
+            Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
+            None => (rest, None),
+        };
+        let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
+            Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
+            None => (mant, &b""[..]),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return None;
+        }
+        Some(HexFloat {
+            negative,
+            int_part,
+            frac_part,
+            exp,
+        })
+    }
+}
+
 /// A C hex float (`0x1.8p3`, `-0X10`): the value, `None` when `b` is not one, or when it is out
 /// of range or too precise for `f64` to hold it exactly (then it is refused, not rounded).
 pub fn parse_hex_float(b: &[u8]) -> Option<Dec> {
-    let (negative, rest) = match b.split_first() {
-        Some((b'-', r)) => (true, r),
-        Some((b'+', r)) => (false, r),
-        _ => (false, b),
-    };
-    let rest = rest
-        .strip_prefix(b"0x")
-        .or_else(|| rest.strip_prefix(b"0X"))?;
-    let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
-        Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
-        None => (rest, None),
-    };
-    let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
-        Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
-        None => (mant, &b""[..]),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
+    let HexFloat {
+        negative,
+        int_part,
+        frac_part,
+        exp,
+    } = HexFloat::split(b)?;
     let mut coef: u64 = 0;
     let mut scale: i64 = 0;
     for (i, &c) in int_part.iter().chain(frac_part).enumerate() {
@@ -243,6 +314,27 @@ pub fn parse_cursor(arg: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_floats_split_and_parse() {
+        let h = HexFloat::split(b"-0X1.8p3").unwrap();
+        assert!(h.negative);
+        assert_eq!(
+            (h.int_part, h.frac_part, h.exp),
+            (&b"1"[..], &b"8"[..], Some(&b"3"[..]))
+        );
+        let h = HexFloat::split(b"0x.8").unwrap();
+        assert_eq!(
+            (h.int_part, h.frac_part, h.exp),
+            (&b""[..], &b"8"[..], None)
+        );
+        for bad in [&b"0x"[..], b"0x.", b"0xp1", b"1.5", b"x10", b""] {
+            assert!(HexFloat::split(bad).is_none(), "{bad:?}");
+        }
+        assert_eq!(parse_hex_float(b"0x1.8p3"), Dec::parse(b"12"));
+        assert_eq!(parse_hex_float(b"-0X10"), Dec::parse(b"-16"));
+        assert_eq!(parse_hex_float(b"0xg"), None);
+    }
 
     #[test]
     fn string2ll_rules() {

@@ -422,7 +422,6 @@ fn kill(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// CLIENT HELP: Redis 7.0's text, subcommands Meridian lacks included.
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     const LINES: &[&str] = &[
-        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "CACHING (YES|NO)",
         "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
         "GETREDIR",
@@ -468,13 +467,8 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "    Report tracking status for the current connection.",
         "NO-EVICT (ON|OFF)",
         "    Protect current client connection from eviction.",
-        "HELP",
-        "    Prints this help.",
     ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    super::server::reply_help(ctx, "CLIENT", LINES);
     Ok(())
 }
 

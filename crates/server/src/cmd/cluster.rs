@@ -207,7 +207,6 @@ fn getkeysinslot(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     map(ctx)?;
     const LINES: &[&str] = &[
-        "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "COUNTKEYSINSLOT <slot>",
         "    Return the number of keys in <slot>.",
         "GETKEYSINSLOT <slot> <count>",
@@ -226,13 +225,8 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "    start, end, master and replicas IP addresses, ports and ids",
         "SHARDS",
         "    Return information about slot range mappings and the nodes associated with them.",
-        "HELP",
-        "    Prints this help.",
     ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    super::server::reply_help(ctx, "CLUSTER", LINES);
     Ok(())
 }
 

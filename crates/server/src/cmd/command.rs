@@ -249,7 +249,6 @@ fn list(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// COMMAND HELP.
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     const LINES: &[&str] = &[
-        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "(no subcommand)",
         "    Return details about all Redis commands.",
         "COUNT",
@@ -268,13 +267,8 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "    Return the keys from a full Redis command.",
         "GETKEYSANDFLAGS <full-command>",
         "    Return the keys and the access flags from a full Redis command.",
-        "HELP",
-        "    Prints this help.",
     ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    super::server::reply_help(ctx, "COMMAND", LINES);
     Ok(())
 }
 

@@ -72,12 +72,7 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     super::tracking::disable(&ctx.front.node, &ctx.client.shared);
     ctx.client.caching = false;
     crate::node::lock(&ctx.front.node.pubsub).unsubscribe_all(&ctx.client.shared);
-    ctx.client.multi = None;
-    ctx.client.shared.in_multi.set(false);
-    ctx.shard.unwatch_all(&ctx.client.dirty);
-    ctx.client.watched.clear();
-    ctx.client.shared.watched.set(0);
-    ctx.client.dirty.set(false);
+    super::tx::end_transaction(ctx.shard, ctx.client);
     if ctx.client.shared.is_monitor.get() {
         ctx.client.shared.is_monitor.set(false);
         ctx.front.node.remove_monitor(ctx.client.id());

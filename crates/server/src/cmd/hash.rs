@@ -11,7 +11,10 @@
 
 use meridian_crdt::{Dec, Delta, Effect, HashCrdt, HashOp, KeyState, StrView, TypeTag};
 
-use super::args::{LongDouble, eq_ic, int_arg, parse_cursor, parse_i64, parse_long_double};
+use super::args::{
+    LongDouble, ScanOptions, eq_ic, int_arg, parse_cursor, parse_i64, parse_long_double,
+    scan_options,
+};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::notify;
@@ -483,23 +486,7 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.array(0);
         return Ok(());
     };
-    let mut count: u64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while let Some(opt) = argv.get(i) {
-        match argv.get(i + 1).copied() {
-            Some(v) if eq_ic(opt, "count") => {
-                let c = int_arg(v)?;
-                if c < 1 {
-                    return Err(CmdError::Syntax);
-                }
-                count = c as u64;
-            }
-            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
-            _ => return Err(CmdError::Syntax),
-        }
-        i += 2;
-    }
+    let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
     let matches = |f: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, f, false));
     let mut out: Vec<(&[u8], StrView<'_>)> = Vec::new();
     let next: u64;

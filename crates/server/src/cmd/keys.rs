@@ -13,7 +13,7 @@
 
 use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
 
-use super::args::{eq_ic, int_arg, parse_cursor, parse_i64};
+use super::args::{ScanOptions, eq_ic, int_arg, parse_cursor, parse_i64, scan_options};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 #[cfg(test)]
@@ -287,26 +287,11 @@ const SCAN_REHASH_ENTRIES_MAX: usize = 4096;
 fn scan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let cursor = parse_cursor(argv.get(1).copied().unwrap_or_default())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
-    let mut count: u64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_filter: Option<&[u8]> = None;
-    let mut i = 2;
-    while let Some(opt) = argv.get(i) {
-        let value = argv.get(i + 1).copied();
-        match value {
-            Some(v) if eq_ic(opt, "count") => {
-                let c = int_arg(v)?;
-                if c < 1 {
-                    return Err(CmdError::Syntax);
-                }
-                count = c as u64;
-            }
-            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
-            Some(v) if eq_ic(opt, "type") => type_filter = Some(v),
-            _ => return Err(CmdError::Syntax),
-        }
-        i += 2;
-    }
+    let ScanOptions {
+        count,
+        pattern,
+        type_filter,
+    } = scan_options(argv, 2, true)?;
     let db = ctx.db();
     let now = ctx.now_ms;
     // A rehash in progress makes SCAN see entries twice (in the old table, then in the new

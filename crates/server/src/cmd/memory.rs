@@ -336,7 +336,6 @@ fn purge(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     const LINES: &[&str] = &[
-        "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "DOCTOR",
         "    Return memory problems reports.",
         "MALLOC-STATS",
@@ -348,13 +347,8 @@ fn help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
         "USAGE <key> [SAMPLES <count>]",
         "    Return memory in bytes used by <key> and its value. Nested values are",
         "    sampled up to <count> times (default: 5, 0 means sample all).",
-        "HELP",
-        "    Prints this help.",
     ];
-    ctx.out.array(LINES.len());
-    for l in LINES {
-        ctx.out.simple(l);
-    }
+    super::server::reply_help(ctx, "MEMORY", LINES);
     Ok(())
 }
 

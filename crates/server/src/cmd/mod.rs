@@ -565,12 +565,7 @@ pub fn exec_abort(
     out: &mut Reply,
     why: &str,
 ) {
-    client.multi = None;
-    client.shared.in_multi.set(false);
-    shard.unwatch_all(&client.dirty);
-    client.watched.clear();
-    client.shared.watched.set(0);
-    client.dirty.set(false);
+    tx::end_transaction(shard, client);
     reply_error(
         front,
         out,

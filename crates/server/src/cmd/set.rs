@@ -22,7 +22,7 @@ use hashbrown::HashSet;
 use meridian_crdt::{Effect, OrSet, TypeTag};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, parse_cursor, parse_i64};
+use super::args::{ScanOptions, eq_ic, parse_cursor, parse_i64, scan_options};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::notify;
@@ -682,23 +682,7 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.array(0);
         return Ok(());
     }
-    let mut count: u64 = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while let Some(opt) = argv.get(i) {
-        match argv.get(i + 1).copied() {
-            Some(v) if eq_ic(opt, "count") => {
-                let c = parse_i64(v).ok_or(CmdError::NotInteger)?;
-                if c < 1 {
-                    return Err(CmdError::Syntax);
-                }
-                count = c as u64;
-            }
-            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
-            _ => return Err(CmdError::Syntax),
-        }
-        i += 2;
-    }
+    let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
     let db = ctx.db();
     let Some(s) = set_ref(ctx.shard, db, key) else {
         ctx.out.array(2);

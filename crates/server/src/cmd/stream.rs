@@ -214,6 +214,12 @@ fn ll(a: &[u8], msg: Option<&str>) -> Result<i64, CmdError> {
     })
 }
 
+/// The integer argument after option `j` (`j` moves onto it), or the error `msg`.
+fn next_ll(argv: &[&[u8]], j: &mut usize, msg: &str) -> Result<i64, CmdError> {
+    *j += 1;
+    ll(arg(argv, *j), Some(msg))
+}
+
 /// Appends an ID as `ms-seq`.
 fn id_text(id: StreamId, out: &mut Vec<u8>) {
     let mut b = itoa::Buffer::new();
@@ -275,6 +281,26 @@ fn write(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<Vec<u8>>) {
     }
 }
 
+/// Writes `op` when there is one, announcing `event` (XACK announces none), and answers the
+/// count that comes with it; answers 0 when there is nothing to write.
+fn write_counted(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    op: Option<(u64, StreamOp<Vec<u8>>)>,
+    event: Option<&str>,
+) {
+    match op {
+        Some((n, op)) => {
+            write(ctx, key, op);
+            if let Some(event) = event {
+                ctx.notify(notify::STREAM, event, key);
+            }
+            ctx.out.int(n as i64);
+        }
+        None => ctx.out.int(0),
+    }
+}
+
 /// The stream at `key` for a write (no keyspace statistics): `Ok(None)` when missing.
 fn lookup_write<'a>(ctx: &'a mut Ctx<'_>, key: &[u8]) -> Result<Option<&'a StreamCrdt>, CmdError> {
     let db = ctx.db();
@@ -330,7 +356,7 @@ fn parse_add_trim(
         let opt = arg(argv, i);
         if xadd && opt == b"*" {
             break;
-        } else if eq_ic(opt, "maxlen") && moreargs > 0 {
+        } else if (eq_ic(opt, "maxlen") || eq_ic(opt, "minid")) && moreargs > 0 {
             if a.trim.is_some() {
                 return Err(err(
                     "syntax error, MAXLEN and MINID options at the same time are not compatible",
@@ -344,29 +370,17 @@ fn parse_add_trim(
             } else if moreargs >= 2 && next == b"=" {
                 i += 1;
             }
-            let maxlen = ll(arg(argv, i + 1), None)?;
-            if maxlen < 0 {
-                return Err(err("The MAXLEN argument must be >= 0."));
-            }
+            let threshold = arg(argv, i + 1);
+            a.trim = Some(if eq_ic(opt, "maxlen") {
+                let maxlen = ll(threshold, None)?;
+                if maxlen < 0 {
+                    return Err(err("The MAXLEN argument must be >= 0."));
+                }
+                TrimBy::MaxLen(maxlen as u64)
+            } else {
+                TrimBy::MinId(parse_strict_id(threshold, 0)?)
+            });
             i += 1;
-            a.trim = Some(TrimBy::MaxLen(maxlen as u64));
-        } else if eq_ic(opt, "minid") && moreargs > 0 {
-            if a.trim.is_some() {
-                return Err(err(
-                    "syntax error, MAXLEN and MINID options at the same time are not compatible",
-                ));
-            }
-            a.approx = false;
-            let next = arg(argv, i + 1);
-            if moreargs >= 2 && next == b"~" {
-                a.approx = true;
-                i += 1;
-            } else if moreargs >= 2 && next == b"=" {
-                i += 1;
-            }
-            let minid = parse_strict_id(arg(argv, i + 1), 0)?;
-            i += 1;
-            a.trim = Some(TrimBy::MinId(minid));
         } else if eq_ic(opt, "limit") && moreargs > 0 {
             limit = ll(arg(argv, i + 1), None)?;
             if limit < 0 {
@@ -1040,16 +1054,9 @@ fn xdel(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .collect();
         present.sort_unstable();
         present.dedup();
-        (!present.is_empty()).then(|| (present.len(), s.delete_op(present, replica)))
+        (!present.is_empty()).then(|| (present.len() as u64, s.delete_op(present, replica)))
     };
-    match op {
-        Some((n, op)) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xdel", key);
-            ctx.out.int(n as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, Some("xdel"));
     Ok(())
 }
 
@@ -1200,18 +1207,31 @@ fn xgroup_create(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             "BUSYGROUP Consumer Group name already exists".to_string(),
         ));
     }
+    start_group_epoch(ctx, key, group, id, entries_read, "xgroup-create");
+    Ok(())
+}
+
+/// Writes a new epoch of `group` (XGROUP CREATE, SETID): it delivers after `floor`, having
+/// read `entries_read` entries; announces `event` and answers OK.
+fn start_group_epoch(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    group: &[u8],
+    floor: StreamId,
+    entries_read: i64,
+    event: &str,
+) {
     write(
         ctx,
         key,
         StreamOp::GroupEpoch {
             group: group.to_vec(),
-            floor: id,
+            floor,
             entries_read,
         },
     );
-    ctx.notify(notify::STREAM, "xgroup-create", key);
+    ctx.notify(notify::STREAM, event, key);
     ctx.out.ok();
-    Ok(())
 }
 
 /// XGROUP SETID key group id|$ [ENTRIESREAD entries-read]
@@ -1228,17 +1248,7 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         parse_id(arg(argv, 4), 0)?
     };
-    write(
-        ctx,
-        key,
-        StreamOp::GroupEpoch {
-            group: arg(argv, 3).to_vec(),
-            floor: id,
-            entries_read,
-        },
-    );
-    ctx.notify(notify::STREAM, "xgroup-setid", key);
-    ctx.out.ok();
+    start_group_epoch(ctx, key, arg(argv, 3), id, entries_read, "xgroup-setid");
     Ok(())
 }
 
@@ -1253,14 +1263,7 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             group: group.to_vec(),
             observed: s.observed_vv(),
         });
-    match op {
-        Some(op) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xgroup-destroy", key);
-            ctx.out.int(1);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op.map(|op| (1, op)), Some("xgroup-destroy"));
     Ok(())
 }
 
@@ -1308,14 +1311,7 @@ fn xgroup_delconsumer(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError>
             },
         ))
     });
-    match op {
-        Some((pending, op)) => {
-            write(ctx, key, op);
-            ctx.notify(notify::STREAM, "xgroup-delconsumer", key);
-            ctx.out.int(pending as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, Some("xgroup-delconsumer"));
     Ok(())
 }
 
@@ -1373,23 +1369,17 @@ fn xack(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             .collect();
         pending.sort_unstable();
         pending.dedup();
-        (!pending.is_empty()).then(|| StreamOp::Ack {
-            group: group.to_vec(),
-            ids: pending,
-            observed: s.observed_vv(),
+        (!pending.is_empty()).then(|| {
+            let n = pending.len() as u64;
+            let op = StreamOp::Ack {
+                group: group.to_vec(),
+                ids: pending,
+                observed: s.observed_vv(),
+            };
+            (n, op)
         })
     });
-    match op {
-        Some(op) => {
-            let n = match &op {
-                StreamOp::Ack { ids, .. } => ids.len(),
-                _ => 0,
-            };
-            write(ctx, key, op);
-            ctx.out.int(n as i64);
-        }
-        None => ctx.out.int(0),
-    }
+    write_counted(ctx, key, op, None);
     Ok(())
 }
 
@@ -1540,23 +1530,15 @@ fn xclaim(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         } else if eq_ic(opt, "justid") {
             justid = true;
         } else if eq_ic(opt, "idle") && moreargs > 0 {
-            j += 1;
-            let v = ll(
-                arg(argv, j),
-                Some("Invalid IDLE option argument for XCLAIM"),
-            )?;
+            let v = next_ll(argv, &mut j, "Invalid IDLE option argument for XCLAIM")?;
             deliverytime = now_i.wrapping_sub(v);
         } else if eq_ic(opt, "time") && moreargs > 0 {
-            j += 1;
-            deliverytime = ll(
-                arg(argv, j),
-                Some("Invalid TIME option argument for XCLAIM"),
-            )?;
+            deliverytime = next_ll(argv, &mut j, "Invalid TIME option argument for XCLAIM")?;
         } else if eq_ic(opt, "retrycount") && moreargs > 0 {
-            j += 1;
-            retrycount = ll(
-                arg(argv, j),
-                Some("Invalid RETRYCOUNT option argument for XCLAIM"),
+            retrycount = next_ll(
+                argv,
+                &mut j,
+                "Invalid RETRYCOUNT option argument for XCLAIM",
             )?;
         } else if eq_ic(opt, "lastid") && moreargs > 0 {
             j += 1;

@@ -5,8 +5,9 @@
 //! expires) before EXEC, which then answers a null array.
 
 use super::{Ctx, Handler};
-use crate::client::MultiState;
+use crate::client::{Client, MultiState};
 use crate::error::CmdError;
+use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("multi", multi),
@@ -30,23 +31,25 @@ fn discard(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     if ctx.client.multi.is_none() {
         return Err(CmdError::Err("DISCARD without MULTI".to_string()));
     }
-    end_transaction(ctx);
+    end_transaction(ctx.shard, ctx.client);
     ctx.out.ok();
     Ok(())
 }
 
-/// Leaves MULTI and drops every WATCH.
-fn end_transaction(ctx: &mut Ctx<'_>) {
-    ctx.client.multi = None;
-    ctx.client.shared.in_multi.set(false);
-    clear_watches(ctx);
+/// Leaves MULTI and drops every WATCH of `client` (DISCARD, RESET, an EXEC refused before
+/// it runs).
+pub fn end_transaction(shard: &mut Shard, client: &mut Client) {
+    client.multi = None;
+    client.shared.in_multi.set(false);
+    clear_watches(shard, client);
 }
 
-fn clear_watches(ctx: &mut Ctx<'_>) {
-    ctx.shard.unwatch_all(&ctx.client.dirty);
-    ctx.client.watched.clear();
-    ctx.client.shared.watched.set(0);
-    ctx.client.dirty.set(false);
+/// Drops every WATCH of `client`, its keys' registrations at `shard` with them.
+pub fn clear_watches(shard: &mut Shard, client: &mut Client) {
+    shard.unwatch_all(&client.dirty);
+    client.watched.clear();
+    client.shared.watched.set(0);
+    client.dirty.set(false);
 }
 
 fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
@@ -55,7 +58,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     ctx.client.shared.in_multi.set(false);
     if state.aborted {
-        clear_watches(ctx);
+        clear_watches(ctx.shard, ctx.client);
         return Err(CmdError::Raw(
             "EXECABORT Transaction discarded because of previous errors.".to_string(),
         ));
@@ -70,11 +73,11 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
             .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= ctx.now_ms))
     });
     if ctx.client.dirty.get() || expired {
-        clear_watches(ctx);
+        clear_watches(ctx.shard, ctx.client);
         ctx.out.null_array();
         return Ok(());
     }
-    clear_watches(ctx);
+    clear_watches(ctx.shard, ctx.client);
     ctx.out.array(state.queued.len());
     let table = ctx.front.table;
     for q in &state.queued {
@@ -124,7 +127,7 @@ fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 fn unwatch(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    clear_watches(ctx);
+    clear_watches(ctx.shard, ctx.client);
     ctx.out.ok();
     Ok(())
 }

@@ -15,7 +15,10 @@ use meridian_crdt::zset::{F64, LexBound};
 use meridian_crdt::{Effect, KeyState, TypeTag, ZSetCrdt, ZSetOp};
 use rand::RngExt as _;
 
-use super::args::{eq_ic, int_arg, is_c_space, parse_f64, parse_i64, strtod_decimal};
+use super::args::{
+    HexFloat, ScanOptions, eq_ic, int_arg, is_c_space, parse_f64, parse_i64, scan_options,
+    strtod_decimal,
+};
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout;
 use crate::config::ListpackLimits;
@@ -255,25 +258,12 @@ fn parse_range_score(b: &[u8]) -> Option<f64> {
 
 /// C99 hexadecimal floating constant: `[+-]0x<hex>[.<hex>][p[+-]<dec>]`.
 fn parse_hex_float(b: &[u8]) -> Option<f64> {
-    let (neg, rest) = match b.split_first() {
-        Some((b'-', r)) => (true, r),
-        Some((b'+', r)) => (false, r),
-        _ => (false, b),
-    };
-    let rest = rest
-        .strip_prefix(b"0x")
-        .or_else(|| rest.strip_prefix(b"0X"))?;
-    let (mant, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
-        Some(i) => (rest.get(..i)?, Some(rest.get(i + 1..)?)),
-        None => (rest, None),
-    };
-    let (int_part, frac_part) = match mant.iter().position(|&c| c == b'.') {
-        Some(i) => (mant.get(..i)?, mant.get(i + 1..)?),
-        None => (mant, &b""[..]),
-    };
-    if int_part.is_empty() && frac_part.is_empty() {
-        return None;
-    }
+    let HexFloat {
+        negative: neg,
+        int_part,
+        frac_part,
+        exp,
+    } = HexFloat::split(b)?;
     let mut v = 0.0f64;
     for &c in int_part {
         v = v * 16.0 + f64::from((c as char).to_digit(16)?);
@@ -322,6 +312,23 @@ enum Range {
     Rank(i64, i64),
     Score(Bound<f64>, Bound<f64>),
     Lex(LexBound, LexBound),
+}
+
+impl Range {
+    /// The range from `min` to `max` read as `kind` says (ranks unless scores or lex).
+    fn parse(kind: RangeType, min: &[u8], max: &[u8]) -> Result<Range, CmdError> {
+        Ok(match kind {
+            RangeType::Score => {
+                let (lo, hi) = score_range(min, max)?;
+                Range::Score(lo, hi)
+            }
+            RangeType::Lex => {
+                let (lo, hi) = lex_range(min, max)?;
+                Range::Lex(lo, hi)
+            }
+            RangeType::Auto | RangeType::Rank => Range::Rank(int_arg(min)?, int_arg(max)?),
+        })
+    }
 }
 
 /// The members a range selects, in reply order; `offset`/`limit` as Redis applies them to
@@ -462,17 +469,7 @@ fn zrange_generic(
         std::mem::swap(&mut minidx, &mut maxidx);
     }
     let (min, max) = (arg(argv, minidx), arg(argv, maxidx));
-    let range = match rtype {
-        RangeType::Score => {
-            let (a, b) = score_range(min, max)?;
-            Range::Score(a, b)
-        }
-        RangeType::Lex => {
-            let (a, b) = lex_range(min, max)?;
-            Range::Lex(a, b)
-        }
-        _ => Range::Rank(int_arg(min)?, int_arg(max)?),
-    };
+    let range = Range::parse(rtype, min, max)?;
     match dst {
         None => {
             let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
@@ -967,17 +964,7 @@ fn bzpopmax(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn zremrange_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: RangeType) -> Result<(), CmdError> {
     let key = arg(argv, 1);
     let (a, b) = (arg(argv, 2), arg(argv, 3));
-    let range = match kind {
-        RangeType::Score => {
-            let (lo, hi) = score_range(a, b)?;
-            Range::Score(lo, hi)
-        }
-        RangeType::Lex => {
-            let (lo, hi) = lex_range(a, b)?;
-            Range::Lex(lo, hi)
-        }
-        _ => Range::Rank(int_arg(a)?, int_arg(b)?),
-    };
+    let range = Range::parse(kind, a, b)?;
     let members: Vec<Vec<u8>> = match read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key)? {
         Some(z) => select(z, &range, false, 0, -1)
             .into_iter()
@@ -1102,23 +1089,8 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         .filter(|s| s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty())
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
-    let mut count: usize = 10;
-    let mut pattern: Option<&[u8]> = None;
-    let mut i = 3;
-    while let Some(opt) = argv.get(i) {
-        match argv.get(i + 1).copied() {
-            Some(v) if eq_ic(opt, "count") => {
-                let c = int_arg(v)?;
-                if c < 1 {
-                    return Err(CmdError::Syntax);
-                }
-                count = c as usize;
-            }
-            Some(v) if eq_ic(opt, "match") => pattern = if v == b"*" { None } else { Some(v) },
-            _ => return Err(CmdError::Syntax),
-        }
-        i += 2;
-    }
+    let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
     let limits = ctx.shard.config.zset_listpack();
     let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
         ctx.out.array(2);

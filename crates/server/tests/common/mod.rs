@@ -7,6 +7,7 @@
 pub mod disk;
 pub mod proxy;
 pub mod sites;
+pub mod text;
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -403,15 +404,7 @@ impl Raw {
                 Err(e) => panic!("connect 127.0.0.1:{port}: {e} (after {resets} resets)"),
             }
         };
-        let _ = stream.set_nodelay(true);
-        stream
-            .set_read_timeout(Some(READ_TIMEOUT))
-            .expect("set_read_timeout");
-        Raw {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-        }
+        Raw::from_stream(stream)
     }
 
     /// Wraps a connection made by the test itself.
@@ -857,5 +850,44 @@ fn parse_reply_at(buf: &[u8], at: usize) -> (Reply, usize) {
                 .map_or(buf.len(), |n| at + n);
             (Reply::Other(line), end)
         }
+    }
+}
+
+/// Redis Cluster's slot of a key: CRC16/XMODEM of the key, or of its hash tag (the text
+/// between the first `{` and the next `}`, when not empty), mod 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let k = match b.iter().position(|&c| c == b'{') {
+        Some(s) => match b[s + 1..].iter().position(|&c| c == b'}') {
+            Some(0) | None => b,
+            Some(e) => &b[s + 1..s + 1 + e],
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in k {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

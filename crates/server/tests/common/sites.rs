@@ -634,19 +634,9 @@ pub fn report(sites: &[&Site]) -> String {
     out
 }
 
-/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
-pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+// The tests that drive sites and disks poll through this module's name too.
+#[allow(unused_imports)]
+pub use super::eventually;
 
 /// Parses a reply, for callers holding raw bytes.
 pub fn parsed(bytes: &[u8]) -> Reply {
