@@ -1083,11 +1083,7 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let key = arg(argv, 1);
-    let c = arg(argv, 2);
-    let cursor = std::str::from_utf8(c)
-        .ok()
-        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty())
-        .and_then(|s| s.parse::<u64>().ok())
+    let cursor = super::args::parse_cursor(arg(argv, 2))
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
     let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
     let count = usize::try_from(count).unwrap_or(usize::MAX);
