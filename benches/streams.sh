@@ -49,7 +49,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 
 start_meridian() {
   rm -rf "$work/m"
-  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --log-level warn &
+  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
   mpid=$!; pids+=("$mpid"); wait_port "$mport"
 }
 start_redis() {
