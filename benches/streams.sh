@@ -2,8 +2,9 @@
 # Streams: memory per entry and XADD/XRANGE throughput, Meridian vs Debian's redis-server in
 # the same run.
 #
-# Both servers are pinned to core SERVER_CORE (no persistence on Redis; Meridian's RSS includes
-# its op log, bounded by backlog_bytes_max, as in production); redis-cli/redis-benchmark run on
+# Both servers are pinned to core SERVER_CORE, both without persistence (Meridian
+# `--appendonly no`; its RSS still includes its in-memory op log, bounded by
+# backlog_bytes_max, as in production); redis-cli/redis-benchmark run on
 # CLIENT_CORE. Every figure is taken in ROUNDS rounds whose order alternates (A B B A ...), and
 # the medians are compared (ratio Meridian / Redis).
 #
