@@ -3,7 +3,8 @@
 #
 # Each server is pinned to core 0 and redis-benchmark to core 1. Every row runs in rounds whose
 # order alternates (A B B A ...), and the medians are compared; a difference under 10% is noise.
-# Usage: benches/vs-redis.sh [rounds=4] [requests=200000]   (SKIP_THROUGHPUT=1: memory row only)
+# Usage: benches/vs-redis.sh [rounds=4] [requests=200000]   (SKIP_THROUGHPUT=1: memory row only;
+# MERIDIAN_BIN=path: no build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,8 +18,12 @@ client_core=${CLIENT_CORE:-1}
 
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
   echo "needs redis-server and redis-benchmark (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
-cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
-bin=target/release/meridian
+# MERIDIAN_BIN: a binary built already (skips the release build).
+bin=${MERIDIAN_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
+  bin=target/release/meridian
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
