@@ -580,17 +580,30 @@ impl Inner {
             return;
         }
         let mut out = Vec::with_capacity(self.arena.len() - self.dead as usize);
+        // (old offset, new offset) of each live entry, in arena order.
+        let mut moved: Vec<(u32, u32)> = Vec::with_capacity(self.n as usize);
         let mut pos = 0;
         while let Some(e) = parse_at(&self.arena, pos) {
             if !e.dead {
+                moved.push((pos as u32, out.len() as u32));
                 out.extend_from_slice(self.arena.get(pos..e.end).unwrap_or_default());
             }
             pos = e.end;
         }
         self.arena = out;
         self.dead = 0;
-        if self.index.is_some() {
-            self.rebuild_index();
+        // The index keeps its buckets (only the offsets they hold change), so a scan cursor,
+        // a bucket position, stays valid across compactions: only growth moves entries.
+        if let Some(t) = &mut self.index {
+            for off in t.iter_mut() {
+                if let Some(&(_, new)) = moved
+                    .binary_search_by_key(off, |m| m.0)
+                    .ok()
+                    .and_then(|i| moved.get(i))
+                {
+                    *off = new;
+                }
+            }
         }
     }
 
@@ -884,9 +897,27 @@ impl HashCrdt {
         })
     }
 
-    /// The per-process keyed hash of a field (HSCAN orders a large hash by it).
-    pub fn field_hash(field: &[u8]) -> u64 {
-        hash_field(field)
+    /// Buckets of a large hash's index (0 while the hash is small, at most `INDEX_MIN`
+    /// fields ever, and has no index): with `bucket`, a way to pick random fields and to scan
+    /// with a cursor. A field keeps its bucket until the index grows (writes, removals and
+    /// arena compactions never move it); a state join (`merge_with_contexts`) builds a new one.
+    pub fn bucket_count(&self) -> usize {
+        self.inner
+            .as_ref()
+            .and_then(|i| i.index.as_ref())
+            .map_or(0, |t| t.num_buckets())
+    }
+
+    /// The field in bucket `index` of the index and its value, if that bucket is occupied.
+    pub fn bucket(&self, index: usize) -> Option<(&[u8], StrView<'_>)> {
+        let inner = self.inner.as_deref()?;
+        let off = *inner.index.as_ref()?.get_bucket(index)?;
+        let e = parse_at(&inner.arena, off as usize)?;
+        let v = match e.body {
+            Body::Plain(_, v) => StrView::Bytes(v),
+            Body::Rare(slot) => inner.rare(slot).view(),
+        };
+        Some((e.field, v))
     }
 
     pub fn contains(&self, field: &[u8]) -> bool {
@@ -1596,6 +1627,60 @@ mod tests {
             let v = h.get(format!("f{i}").as_bytes()).unwrap().to_bytes();
             assert_eq!(v, format!("value number {i}").into_bytes());
             assert!(!h.contains(format!("f{}", i + 1).as_bytes()));
+        }
+    }
+
+    /// HSCAN's cursor is a bucket of the index: writes, removals and the arena compactions
+    /// they cause must leave every remaining field in its bucket.
+    #[test]
+    fn fields_keep_their_bucket_through_rewrites_and_compaction() {
+        let mut h = HashCrdt::new();
+        let mut t = 0;
+        for i in 0..2000 {
+            t += 1;
+            let op = set(&h, &format!("f{i}"), "v");
+            h.apply(st(t, 1), &op);
+        }
+        let buckets = h.bucket_count();
+        assert!(buckets >= 2000);
+        let place = |h: &HashCrdt| -> BTreeMap<Vec<u8>, usize> {
+            (0..h.bucket_count())
+                .filter_map(|b| h.bucket(b).map(|(f, _)| (f.to_vec(), b)))
+                .collect()
+        };
+        let before = place(&h);
+        assert_eq!(before.len(), 2000);
+        let arena_len = |h: &HashCrdt| h.inner.as_ref().map_or(0, |i| i.arena.len());
+        let mut compactions = 0;
+        // Longer values move every rewritten entry to the arena's end, leaving dead bytes:
+        // past the half-dead compaction threshold, several times.
+        for round in 0..10 {
+            for i in (0..2000).step_by(2) {
+                t += 1;
+                let op = set(&h, &format!("f{i}"), &"w".repeat(10 + round * 10));
+                let len = arena_len(&h);
+                h.apply(st(t, 1), &op);
+                compactions += usize::from(arena_len(&h) < len);
+            }
+        }
+        assert!(compactions >= 2, "{compactions} compactions");
+        for i in (1..2000).step_by(4) {
+            t += 1;
+            let f = format!("f{i}");
+            let del = HashOp::Del {
+                field: f.as_bytes().to_vec(),
+                observed: h.field_observed(f.as_bytes()),
+            };
+            h.apply(st(t, 1), &del);
+        }
+        assert_eq!(h.bucket_count(), buckets);
+        let after = place(&h);
+        assert_eq!(after.len(), 1500);
+        for (f, b) in &after {
+            assert_eq!(before.get(f), Some(b));
+            let (bf, bv) = h.bucket(*b).unwrap();
+            assert_eq!(bf, f.as_slice());
+            assert_eq!(Some(bv), h.get(f));
         }
     }
 

@@ -588,6 +588,36 @@ impl KeyState {
         Observed { stamps, incs }
     }
 
+    /// Moves out the collection values (sets, hashes, sorted sets, lists, streams), for the
+    /// caller to free elsewhere (FLUSHALL ASYNC), and returns them. Only for a replica with no
+    /// peers, just before it applies a removal carrying this state's own `observed()`: that
+    /// removal leaves such values blank, and `collect_all` then drops what is left, so the
+    /// state ends as it would have with them, without removing their elements one by one.
+    /// Strings and HyperLogLogs stay (freeing one is one deallocation).
+    pub fn take_collections(&mut self) -> Vec<Value> {
+        let is_collection = |v: &Value| {
+            matches!(
+                v,
+                Value::Set(_) | Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Stream(_)
+            )
+        };
+        let mut out = Vec::new();
+        if self.value.as_ref().is_some_and(is_collection) {
+            out.extend(self.value.take());
+        }
+        if let Some(x) = &mut self.extra {
+            let (taken, kept) = std::mem::take(&mut x.hidden)
+                .into_iter()
+                .partition(is_collection);
+            x.hidden = kept;
+            out.extend::<Vec<Value>>(taken);
+        }
+        if !out.is_empty() {
+            self.normalize();
+        }
+        out
+    }
+
     /// Applies the write `stamp` with `effect`, local or remote. Idempotent and convergent.
     pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, effect: &Effect<B>) -> Applied {
         let before = self.live_types();
@@ -1307,6 +1337,57 @@ mod tests {
     use crate::hlc::Hlc;
 
     type E = Effect<&'static [u8]>;
+
+    /// FLUSHALL ASYNC with no peers: the removal of a key whose collection was taken out
+    /// first leaves what the removal over the collection leaves, once collected, and the
+    /// shard removed none of its elements (all of them are in the value taken, to be freed
+    /// on another thread).
+    #[test]
+    fn taking_collections_before_a_removal_ends_as_the_removal() {
+        let n = 50_000u64;
+        let mut k = KeyState::new();
+        for i in 0..n {
+            let m = format!("member:{i}").into_bytes();
+            k.apply(st(i + 1, 1), &Effect::SetAdd { member: m });
+        }
+        k.apply(
+            st(n + 1, 1),
+            &Effect::<&[u8]>::Expire {
+                expire: crate::expire::Expire::AtMs(u64::MAX / 2),
+                observed: VersionVector::new(),
+            },
+        );
+        let mut slow = k.clone();
+        let observed = slow.observed();
+        slow.apply(st(n + 2, 1), &E::Remove { observed });
+        slow.collect_all();
+
+        let observed = k.observed();
+        let taken = k.take_collections();
+        assert_eq!(taken.len(), 1);
+        match taken.first() {
+            Some(Value::Set(s)) => assert_eq!(s.len() as u64, n, "no member removed"),
+            other => panic!("{other:?}"),
+        }
+        assert!(k.is_empty());
+        k.apply(st(n + 2, 1), &E::Remove { observed });
+        k.collect_all();
+        assert_eq!(k, slow);
+        assert!(k.is_empty() && !k.has_metadata());
+
+        // Strings stay: a removal frees one in one deallocation.
+        let mut s = KeyState::new();
+        s.apply(
+            st(1, 1),
+            &E::Assign {
+                value: b"v",
+                observed: Observed::default(),
+                keep_ttl: false,
+            },
+        );
+        assert!(s.take_collections().is_empty());
+        assert!(!s.is_empty());
+    }
 
     #[test]
     fn sizes_stay_small() {

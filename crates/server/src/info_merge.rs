@@ -73,6 +73,8 @@ fn rule(key: &str) -> Rule {
         | "aof_durable_position"
         | "aof_snapshot_position"
         | "aof_load_records"
+        | "lazyfree_pending_objects"
+        | "lazyfreed_objects"
         | "crdt_seq"
         | "crdt_oplog_bytes"
         | "crdt_oplog_ops"

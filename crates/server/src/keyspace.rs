@@ -738,16 +738,72 @@ impl Shard {
         true
     }
 
+    /// `delete_key` that first moves the key's collection values into `out` (no peers only:
+    /// `KeyState::take_collections`).
+    fn delete_key_taking(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now_ms: u64,
+        out: &mut Vec<meridian_crdt::Value>,
+    ) -> bool {
+        let hash = self.hash_key(key);
+        self.expire_if_needed(db, hash, key, now_ms);
+        let Some(d) = self.dbs.get_mut(db) else {
+            return false;
+        };
+        let (observed, had_ttl, emptied) = match d.get_mut(hash, key) {
+            Some(e) if !e.state.is_empty() => {
+                let observed = e.state.observed();
+                let had_ttl = e.state.expire_at_ms().is_some();
+                let taken = e.state.take_collections();
+                let emptied = !taken.is_empty() && e.state.is_empty();
+                out.extend(taken);
+                (observed, had_ttl, emptied)
+            }
+            _ => return false,
+        };
+        if emptied {
+            // The entry holds nothing until its removal is applied: counted as `settle` will
+            // find it (empty, without a TTL).
+            d.empty += 1;
+            if had_ttl {
+                d.expires = d.expires.saturating_sub(1);
+            }
+        }
+        self.apply_effect::<&[u8]>(db, hash, key, now_ms, &mut Effect::Remove { observed });
+        true
+    }
+
     /// Removes every key of `db` (FLUSHDB): one observed-remove per key. Returns the count.
-    pub fn flush_db(&mut self, db: usize, now_ms: u64) -> usize {
+    /// With `freed` (ASYNC) and no peers, the collection values are moved into it instead of
+    /// being removed element by element (`KeyState::take_collections`), for the caller to
+    /// free off the shard; each key's removal is still applied and logged here. With peers
+    /// the removal runs on the values (a key keeps its removal metadata, docs/limits.md).
+    pub fn flush_db(
+        &mut self,
+        db: usize,
+        now_ms: u64,
+        mut freed: Option<&mut Vec<meridian_crdt::Value>>,
+    ) -> usize {
         let keys: Vec<SmallBytes> = match self.dbs.get(db) {
             Some(d) => d.table.iter().map(|e| e.key.clone()).collect(),
             None => return 0,
         };
         let mut n = 0;
+        let lazy = self.peers == 0;
         for k in keys {
-            if self.delete_key(db, &k, now_ms) {
-                n += 1;
+            match freed.as_deref_mut().filter(|_| lazy) {
+                Some(out) => {
+                    if self.delete_key_taking(db, &k, now_ms, out) {
+                        n += 1;
+                    }
+                }
+                None => {
+                    if self.delete_key(db, &k, now_ms) {
+                        n += 1;
+                    }
+                }
             }
         }
         // The keys this shard evicted go too, at every site, as far as this site had seen

@@ -73,6 +73,7 @@ pub mod glob;
 pub mod hop;
 pub mod info_merge;
 pub mod keyspace;
+pub mod lazyfree;
 pub mod loading;
 pub mod logging;
 pub mod metrics;

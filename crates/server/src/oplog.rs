@@ -17,9 +17,7 @@
 use std::collections::VecDeque;
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_dec, put_observed, put_u8, put_vv};
-use meridian_crdt::{
-    Delta, Effect, Expire, Hlc, ReplicaId, Stamp, StrEdit, hash, hll, list, stream, zset,
-};
+use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, stream, zset};
 
 /// Size at which the current chunk is sealed and a new one started.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -694,35 +692,9 @@ fn decode_tail(
         TAG_REMOVE => Effect::Remove {
             observed: b.observed()?,
         },
-        TAG_STR_EDIT => Effect::StrEdit(match meridian_crdt::string::decode_edit(b)? {
-            StrEdit::Append(x) => StrEdit::Append(x.to_vec()),
-            StrEdit::SetRange { offset, bytes } => StrEdit::SetRange {
-                offset,
-                bytes: bytes.to_vec(),
-            },
-            StrEdit::SetBits {
-                offset,
-                width,
-                value,
-            } => StrEdit::SetBits {
-                offset,
-                width,
-                value,
-            },
-            StrEdit::IncrBits {
-                offset,
-                width,
-                signed,
-                incr,
-                overflow,
-            } => StrEdit::IncrBits {
-                offset,
-                width,
-                signed,
-                incr,
-                overflow,
-            },
-        }),
+        TAG_STR_EDIT => {
+            Effect::StrEdit(meridian_crdt::string::decode_edit(b)?.map_bytes(<[u8]>::to_vec))
+        }
         TAG_EXPIRE => {
             let expire = match b.u8()? {
                 0 => Expire::Persist,
@@ -811,7 +783,7 @@ fn finish(b: &Reader<'_>, len: usize, rec: OpRecord) -> Result<OpRecord, OpDecod
 
 #[cfg(test)]
 mod tests {
-    use meridian_crdt::{Dec, IncTotals, Observed, VersionVector};
+    use meridian_crdt::{Dec, IncTotals, Observed, StrEdit, VersionVector};
 
     use super::*;
 

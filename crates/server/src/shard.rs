@@ -57,6 +57,8 @@ pub struct Shard {
     pub persist: crate::persist::Persist,
     /// Number of peer sites; with none, removal metadata is dropped at once.
     pub peers: usize,
+    /// The thread that frees what FLUSHALL ASYNC and FLUSHDB ASYNC took out (`lazyfree`).
+    pub lazyfree: crate::lazyfree::LazyFree,
     /// Replication: incarnation, delivered vector, peers, links (`sync`).
     pub sync: crate::sync::SyncState,
     /// Keyspace counters (hits, misses, expiries, writes); command counters are the
@@ -131,6 +133,7 @@ impl Shard {
             oplog,
             persist: crate::persist::Persist::disabled(),
             peers,
+            lazyfree: crate::lazyfree::LazyFree::default(),
             sync,
             stats: Stats::default(),
             watched: HashMap::new(),

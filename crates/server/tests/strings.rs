@@ -297,6 +297,62 @@ fn append_strlen_getrange_setrange() {
     assert_eq!(c.call_line("TTL t"), int(100));
 }
 
+/// `aof_current_size` of `INFO persistence`: the bytes of the log segments on disk, summed
+/// over the shards (the in-memory op log of a site with no peers keeps one chunk only).
+fn oplog_bytes(c: &mut common::Raw) -> u64 {
+    let raw = c.call_strs(&["INFO", "persistence"]);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("aof_current_size:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no aof_current_size in {text}"))
+}
+
+/// The work of n APPENDs (and SETRANGEs) on a single site, measured by what they log: one
+/// edit of about the piece each, so twice the appends log twice the bytes. They logged the
+/// whole new value each time: n² × the piece / 2 bytes (4× for 2× the appends).
+#[test]
+fn appends_log_what_changed_not_the_value() {
+    let s = Server::start();
+    let mut c = s.connect();
+    assert_eq!(c.call_line("SET s start"), OK);
+    let mut grew = Vec::new();
+    let mut len = 5;
+    for n in [1_000u64, 2_000] {
+        let before = oplog_bytes(&mut c);
+        let mut batch = Vec::new();
+        for _ in 0..n {
+            batch.extend_from_slice(&common::cmd(&[b"APPEND", b"s", b"0123456789"]));
+        }
+        c.send(&batch);
+        for _ in 0..n {
+            len += 10;
+            assert_eq!(String::from_utf8_lossy(&c.read_reply()), int(len));
+        }
+        grew.push(oplog_bytes(&mut c).saturating_sub(before));
+    }
+    assert!(grew[0] > 0);
+    assert!(
+        grew[1] <= 2_000 * 100,
+        "{} bytes logged for 2,000 APPENDs",
+        grew[1]
+    );
+    assert!(grew[1] < 3 * grew[0], "linear growth: {grew:?}");
+    assert_eq!(c.call_line("STRLEN s"), int(len));
+    let value = c.call_strs(&["GET", "s"]);
+    assert!(value.ends_with(b"01234567890123456789\r\n"));
+    assert!(value.starts_with(format!("${len}\r\nstart0123456789").as_bytes()));
+    // SETRANGE inside the string logs the range too.
+    let before = oplog_bytes(&mut c);
+    for i in 0..100 {
+        let off = (i * 97).to_string();
+        assert_eq!(c.int(&["SETRANGE", "s", &off, "xy"]), len);
+    }
+    assert!(oplog_bytes(&mut c) - before <= 100 * 100);
+    assert_eq!(c.call_line("GETRANGE s 97 98"), bulk("xy"));
+    assert_eq!(c.call_line("OBJECT ENCODING s"), bulk("raw"));
+}
+
 #[test]
 fn incr_family() {
     let s = Server::start();

@@ -15,6 +15,7 @@ use super::args::{
     LongDouble, ScanOptions, eq_ic, int_arg, parse_cursor, parse_i64, parse_long_double,
     scan_options,
 };
+use super::set::{BucketSampler, Buckets, scan_buckets};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::notify;
@@ -376,15 +377,9 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         let db = ctx.db();
         let now = ctx.now_ms;
         let h = as_hash(ctx.shard.lookup_read(db, key, now))?;
-        match h {
-            Some(h) if !h.is_empty() => {
-                let i = rand::rng().random_range(0..h.len());
-                match h.iter().nth(i) {
-                    Some((f, _)) => ctx.out.bulk(f),
-                    None => ctx.out.null(),
-                }
-            }
-            _ => ctx.out.null(),
+        match h.and_then(|h| BucketSampler::new(h).pick(&mut rand::rng())) {
+            Some((f, _)) => ctx.out.bulk(f),
+            None => ctx.out.null(),
         }
         return Ok(());
     }
@@ -413,17 +408,15 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.array(0);
         return Ok(());
     };
-    let all: Vec<(&[u8], StrView<'_>)> = h.iter().collect();
-    let size = all.len();
+    let size = h.len();
     let mut rng = rand::rng();
-    let emit = |out: &mut Reply, i: usize| {
-        let Some((f, v)) = all.get(i) else { return };
+    let emit = |out: &mut Reply, (f, v): (&[u8], StrView<'_>)| {
         if withvalues && resp3 {
             out.array(2);
         }
         out.bulk(f);
         if withvalues {
-            reply_view(out, *v);
+            reply_view(out, v);
         }
     };
     let header = |out: &mut Reply, n: u64| {
@@ -436,19 +429,39 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     if count < 0 {
         super::set::random_repeats(count)?;
-        // Repeats allowed: streamed without building a list (the count may be huge).
+        // Repeats allowed: streamed without building a list (the count may be huge), each
+        // pick O(1) on a large hash's index.
         let n = count.unsigned_abs();
         header(ctx.out, n);
+        let mut sampler = BucketSampler::new(h);
         for _ in 0..n {
-            emit(ctx.out, rng.random_range(0..size));
+            if let Some(x) = sampler.pick(&mut rng) {
+                emit(ctx.out, x);
+            }
         }
     } else if count as u64 >= size as u64 {
         header(ctx.out, size as u64);
-        for i in 0..size {
-            emit(ctx.out, i);
+        for x in h.iter() {
+            emit(ctx.out, x);
+        }
+    } else if h.bucket_count() > 0 && (count as usize).saturating_mul(3) <= size {
+        // Distinct fields of a large hash, picked from its index (Redis's case 4): O(count).
+        let mut sampler = BucketSampler::new(h);
+        let mut picked: std::collections::HashSet<&[u8]> =
+            std::collections::HashSet::with_capacity(count as usize);
+        header(ctx.out, count as u64);
+        while picked.len() < count as usize {
+            let Some(x) = sampler.pick(&mut rng) else {
+                break;
+            };
+            if picked.insert(x.0) {
+                emit(ctx.out, x);
+            }
         }
     } else {
-        // Distinct fields, kept in the hash's order (as Redis's listpack sampling).
+        // Distinct fields, kept in the hash's order (as Redis's listpack sampling; a large
+        // hash asked for over a third of its fields is O(fields), as Redis's case 3).
+        let all: Vec<(&[u8], StrView<'_>)> = h.iter().collect();
         let mut chosen = vec![false; size];
         let mut left = count as usize;
         while left > 0 {
@@ -462,16 +475,36 @@ fn hrandfield(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
         header(ctx.out, count as u64);
         for (i, _) in chosen.iter().enumerate().filter(|(_, c)| **c) {
-            emit(ctx.out, i);
+            if let Some(x) = all.get(i) {
+                emit(ctx.out, *x);
+            }
         }
     }
     Ok(())
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count]. A small hash (Redis's listpack) is
-/// returned whole with cursor 0. A large one is walked in the order of the fields' keyed
-/// hash: the cursor is the hash where the next call resumes, so every field present for the
-/// whole scan is returned at least once whatever is written in between.
+type Field<'a> = (&'a [u8], StrView<'a>);
+
+/// Random picks of a hash's fields (`BucketSampler`): by bucket of a large hash's index, from
+/// the listed fields of a small one (no index).
+impl<'a> Buckets for &'a HashCrdt {
+    type Item = Field<'a>;
+    fn bucket_count(&self) -> usize {
+        HashCrdt::bucket_count(self)
+    }
+    fn bucket(&self, index: usize) -> Option<Field<'a>> {
+        HashCrdt::bucket(self, index)
+    }
+    fn list(&self) -> Vec<Field<'a>> {
+        self.iter().collect()
+    }
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count]. A small hash (Redis's listpack, or one
+/// with no index: at most `INDEX_MIN` fields ever) is returned whole with cursor 0. A large
+/// one is walked by bucket of its index, as SSCAN walks a set (`set::scan_buckets`): O(COUNT)
+/// per call, and every field present for the whole scan is returned at least once whatever
+/// is written in between (a grown index restarts the walk).
 fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let key = arg(argv, 1);
     let cursor =
@@ -488,32 +521,13 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
     let matches = |f: &[u8]| pattern.is_none_or(|p| crate::glob::matches(p, f, false));
-    let mut out: Vec<(&[u8], StrView<'_>)> = Vec::new();
-    let next: u64;
-    if h.fits_listpack(limits.entries_max, limits.value_max) {
-        out.extend(h.iter().filter(|(f, _)| matches(f)));
-        next = 0;
-    } else {
-        let mut all: Vec<(u64, &[u8], StrView<'_>)> = h
-            .iter()
-            .map(|(f, v)| (HashCrdt::field_hash(f), f, v))
-            .filter(|x| x.0 >= cursor)
-            .collect();
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        let mut resume = 0u64;
-        let mut last: Option<u64> = None;
-        for (taken, (hv, f, v)) in all.into_iter().enumerate() {
-            if taken as u64 >= count && last != Some(hv) {
-                resume = hv;
-                break;
-            }
-            last = Some(hv);
-            if matches(f) {
-                out.push((f, v));
-            }
-        }
-        next = resume;
-    }
+    let (next, fields): (u64, Vec<Field<'_>>) =
+        if h.fits_listpack(limits.entries_max, limits.value_max) || h.bucket_count() == 0 {
+            (0, h.iter().collect())
+        } else {
+            scan_buckets(cursor, count, h.bucket_count(), |i| h.bucket(i))
+        };
+    let out: Vec<Field<'_>> = fields.into_iter().filter(|(f, _)| matches(f)).collect();
     ctx.out.array(2);
     ctx.out.bulk(next.to_string().as_bytes());
     ctx.out.array(out.len() * 2);
@@ -531,6 +545,134 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meridian_crdt::{Hlc, ReplicaId, Stamp, VersionVector};
+    use std::cell::Cell;
+
+    fn big_hash(fields: u64) -> HashCrdt {
+        let mut h = HashCrdt::new();
+        for i in 0..fields {
+            let op = HashOp::Set {
+                field: format!("field:{i}").into_bytes(),
+                value: b"v".to_vec(),
+                observed: VersionVector::new(),
+            };
+            h.apply(
+                Stamp {
+                    hlc: Hlc(i + 1),
+                    replica: ReplicaId(1),
+                },
+                &op,
+            );
+        }
+        h
+    }
+
+    /// HSCAN's work, counted in buckets visited: O(COUNT) per call and O(buckets) for a whole
+    /// iteration (it hashed and sorted every field past the cursor on each call: O(N log N)).
+    #[test]
+    fn hscan_visits_count_buckets_per_call() {
+        let n = 100_000;
+        let h = big_hash(n);
+        let visits = Cell::new(0u64);
+        let bucket = |i: usize| {
+            visits.set(visits.get() + 1);
+            h.bucket(i)
+        };
+        let (mut cursor, mut calls, mut seen) = (0u64, 0u64, std::collections::HashSet::new());
+        loop {
+            let before = visits.get();
+            let (next, fields) = scan_buckets(cursor, 10, h.bucket_count(), bucket);
+            assert!(
+                visits.get() - before <= 100,
+                "one call visits at most COUNT × 10"
+            );
+            assert!(fields.len() <= 10);
+            seen.extend(fields.into_iter().map(|(f, _)| f));
+            calls += 1;
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(seen.len() as u64, n);
+        assert_eq!(
+            visits.get(),
+            h.bucket_count() as u64,
+            "each bucket visited once"
+        );
+        assert!(calls >= n / 10);
+    }
+
+    /// A hash's buckets, counting the probes and listings a sampler makes.
+    struct Counting<'a> {
+        h: &'a HashCrdt,
+        probes: &'a Cell<u64>,
+        listings: &'a Cell<u64>,
+    }
+
+    impl<'a> Buckets for Counting<'a> {
+        type Item = Field<'a>;
+        fn bucket_count(&self) -> usize {
+            self.h.bucket_count()
+        }
+        fn bucket(&self, index: usize) -> Option<Field<'a>> {
+            self.probes.set(self.probes.get() + 1);
+            self.h.bucket(index)
+        }
+        fn list(&self) -> Vec<Field<'a>> {
+            self.listings.set(self.listings.get() + 1);
+            self.h.iter().collect()
+        }
+    }
+
+    /// HRANDFIELD's work, counted in probes and listings: picks from a large hash probe its
+    /// index (O(1) each, no listing); a hash left sparse by removals is listed once, not per
+    /// pick (it copied the whole field list on every call).
+    #[test]
+    fn hrandfield_picks_cost_probes_not_fields() {
+        let mut h = big_hash(20_000);
+        let (probes, listings) = (Cell::new(0u64), Cell::new(0u64));
+        let mut rng = rand::rng();
+        {
+            let mut s = BucketSampler::new(Counting {
+                h: &h,
+                probes: &probes,
+                listings: &listings,
+            });
+            for _ in 0..1000 {
+                assert!(s.pick(&mut rng).is_some());
+            }
+        }
+        assert_eq!(listings.get(), 0);
+        // At least half the buckets are full: about 2 probes a pick, 64 at most.
+        assert!(probes.get() < 10 * 1000, "{} probes", probes.get());
+        for i in 10..20_000 {
+            let f = format!("field:{i}");
+            let del = HashOp::Del {
+                field: f.as_bytes().to_vec(),
+                observed: h.field_observed(f.as_bytes()),
+            };
+            h.apply(
+                Stamp {
+                    hlc: Hlc(100_000 + i),
+                    replica: ReplicaId(1),
+                },
+                &del,
+            );
+        }
+        let mut s = BucketSampler::new(Counting {
+            h: &h,
+            probes: &probes,
+            listings: &listings,
+        });
+        for _ in 0..100_000 {
+            let (f, _) = s.pick(&mut rng).unwrap();
+            assert!(f.starts_with(b"field:"));
+        }
+        // 10 fields in 32 Ki buckets: the probes miss, the fields are listed once, and the
+        // 100,000 picks take them by position (O(picks + fields), not O(picks × fields)).
+        assert_eq!(listings.get(), 1);
+    }
 
     #[test]
     fn long_doubles_and_cursors() {

@@ -518,8 +518,8 @@ fn info_memory(shard: &mut Shard, out: &mut String) {
         },
     );
     field(out, "active_defrag_running", 0);
-    field(out, "lazyfree_pending_objects", 0);
-    field(out, "lazyfreed_objects", 0);
+    field(out, "lazyfree_pending_objects", shard.lazyfree.pending());
+    field(out, "lazyfreed_objects", shard.lazyfree.freed());
 }
 
 fn info_persistence(shard: &Shard, out: &mut String) {
@@ -1006,40 +1006,43 @@ fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Redis's `getFlushCommandFlags`: nothing, ASYNC or SYNC. Both run synchronously here.
-fn flush_mode(argv: &[&[u8]]) -> Result<(), CmdError> {
-    match argv.len() {
-        1 => Ok(()),
-        2 if argv
-            .get(1)
-            .is_some_and(|a| eq_ic(a, "sync") || eq_ic(a, "async")) =>
-        {
-            Ok(())
-        }
+/// Redis's `getFlushCommandFlags`: nothing, ASYNC or SYNC; whether ASYNC (Redis's
+/// `lazyfree-lazy-user-flush` default, no, makes the bare form SYNC).
+fn flush_mode(argv: &[&[u8]]) -> Result<bool, CmdError> {
+    match argv.get(1) {
+        None => Ok(false),
+        Some(a) if argv.len() == 2 && eq_ic(a, "sync") => Ok(false),
+        Some(a) if argv.len() == 2 && eq_ic(a, "async") => Ok(true),
         _ => Err(CmdError::Syntax),
     }
 }
 
 /// FLUSHDB [ASYNC|SYNC]. Each existing key is removed through the write path (replicated
-/// and waking its WATCHers, as Redis touches only watched keys that existed).
+/// and waking its WATCHers, as Redis touches only watched keys that existed). ASYNC with no
+/// peers frees the collections on the shard's lazyfree thread (`Keyspace::flush_db`).
 fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    flush_mode(argv)?;
+    let lazy = flush_mode(argv)?;
     let db = ctx.client.db;
     let now = ctx.now_ms;
-    ctx.shard.tracking_flush(|s| s.flush_db(db, now));
+    let mut freed = Vec::new();
+    ctx.shard
+        .tracking_flush(|s| s.flush_db(db, now, lazy.then_some(&mut freed)));
+    ctx.shard.lazyfree.free(freed);
     tracking_flushed(ctx);
     ctx.out.ok();
     Ok(())
 }
 
 fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    flush_mode(argv)?;
+    let lazy = flush_mode(argv)?;
     let now = ctx.now_ms;
+    let mut freed = Vec::new();
     ctx.shard.tracking_flush(|s| {
         for db in 0..s.dbs.len() {
-            s.flush_db(db, now);
+            s.flush_db(db, now, lazy.then_some(&mut freed));
         }
     });
+    ctx.shard.lazyfree.free(freed);
     tracking_flushed(ctx);
     ctx.out.ok();
     Ok(())
@@ -1521,6 +1524,48 @@ mod tests {
             let base = name.split('|').next().unwrap();
             assert!(t.lookup(base.as_bytes()).is_some(), "{name}");
         }
+    }
+
+    /// FLUSHALL ASYNC's work on the shard, counted: one logged removal per key, the
+    /// collections handed whole to the lazyfree thread (`lazyfreed_objects`), the keyspace's
+    /// counts (empty entries, TTLs) as after a SYNC flush. SYNC hands nothing over.
+    #[test]
+    fn flushall_async_frees_collections_off_the_shard() {
+        let mut h = T::new();
+        for c in 0..20 {
+            let mut args = vec!["SADD".to_string(), "s".to_string()];
+            args.extend((0..1000).map(|i| format!("m{c}:{i}")));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(h.run(&args), ":1000\r\n");
+        }
+        h.run(&["HSET", "h", "f", "v"]);
+        h.run(&["EXPIRE", "h", "100"]);
+        h.run(&["SET", "str", "v", "EX", "100"]);
+        h.run(&["SELECT", "1"]);
+        h.run(&["RPUSH", "l", "a", "b"]);
+        h.run(&["SELECT", "0"]);
+        let seq = h.shard.seq;
+        assert_eq!(h.run(&["FLUSHALL", "ASYNC"]), "+OK\r\n");
+        assert_eq!(h.shard.seq, seq + 4, "one removal per key");
+        assert_eq!(h.run(&["DBSIZE"]), ":0\r\n");
+        assert_eq!(h.run(&["EXISTS", "s", "h", "str"]), ":0\r\n");
+        for d in &h.shard.dbs {
+            assert_eq!((d.table.len(), d.empty, d.expires), (0, 0, 0));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.shard.lazyfree.freed() < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            h.shard.lazyfree.freed(),
+            3,
+            "the set, the hash and the list"
+        );
+        h.run(&["SADD", "s", "a"]);
+        assert_eq!(h.run(&["FLUSHDB", "SYNC"]), "+OK\r\n");
+        assert_eq!(h.run(&["FLUSHDB"]), "+OK\r\n");
+        assert_eq!(h.shard.lazyfree.freed(), 3);
+        assert_eq!(h.run(&["FLUSHALL", "LAZY"]), "-ERR syntax error\r\n");
     }
 
     #[test]

@@ -70,9 +70,109 @@ pub fn random_repeats(count: i64) -> Result<u64, CmdError> {
 /// Random bucket probes before SPOP/SRANDMEMBER fall back to walking the set.
 const RANDOM_PROBES_MAX: usize = 64;
 
-/// SSCAN cursor layout: the bucket index shifted left by this, the log2 of the table's bucket
-/// count in the low bits (a cursor of a resized table restarts at 0, so nothing is missed).
+/// Buckets one SSCAN or HSCAN call visits per element asked (`COUNT`), as Redis bounds a
+/// dictionary scan step: a sparse table returns fewer elements rather than walk further.
+const SCAN_VISITS_PER_COUNT: u64 = 10;
+
+/// One step of a scan by bucket (SSCAN, HSCAN) of a table of `buckets` buckets, `bucket`
+/// giving the element a bucket holds. The cursor is `bucket index << CURSOR_TAG_BITS |
+/// log2(buckets)`; cursor 0, or one issued for a table of another size, starts at bucket 0.
+/// Visits at most `count × SCAN_VISITS_PER_COUNT` buckets and stops after `count` elements:
+/// O(count) per call, O(buckets) for a whole iteration. Returns the next cursor (0 at the
+/// end) and the elements found, MATCH not applied.
+pub(super) fn scan_buckets<T>(
+    cursor: u64,
+    count: u64,
+    buckets: usize,
+    bucket: impl Fn(usize) -> Option<T>,
+) -> (u64, Vec<T>) {
+    let tag = u64::from(buckets.trailing_zeros());
+    let mut idx = if cursor == 0 || cursor & ((1 << CURSOR_TAG_BITS) - 1) != tag {
+        0
+    } else {
+        usize::try_from(cursor >> CURSOR_TAG_BITS).unwrap_or(usize::MAX)
+    };
+    let mut found = Vec::new();
+    let mut visits_left = count.saturating_mul(SCAN_VISITS_PER_COUNT);
+    while idx < buckets && visits_left > 0 && (found.len() as u64) < count {
+        if let Some(x) = bucket(idx) {
+            found.push(x);
+        }
+        idx += 1;
+        visits_left -= 1;
+    }
+    let next = if idx >= buckets {
+        0
+    } else {
+        ((idx as u64) << CURSOR_TAG_BITS) | tag
+    };
+    (next, found)
+}
+
+/// SSCAN and HSCAN cursor layout: the bucket index shifted left by this, the log2 of the
+/// table's bucket count in the low bits (a cursor of a resized table restarts at 0, so
+/// nothing is missed).
 const CURSOR_TAG_BITS: u32 = 6;
+
+/// A hash table whose elements can be picked by bucket (`BucketSampler`).
+pub(super) trait Buckets {
+    type Item: Copy;
+    fn bucket_count(&self) -> usize;
+    /// The element bucket `index` holds, if it is occupied.
+    fn bucket(&self, index: usize) -> Option<Self::Item>;
+    /// Every element (what a sparse table falls back to).
+    fn list(&self) -> Vec<Self::Item>;
+}
+
+impl<'a> Buckets for &'a OrSet {
+    type Item = &'a [u8];
+    fn bucket_count(&self) -> usize {
+        OrSet::bucket_count(self)
+    }
+    fn bucket(&self, index: usize) -> Option<&'a [u8]> {
+        OrSet::bucket(self, index)
+    }
+    fn list(&self) -> Vec<&'a [u8]> {
+        self.members().collect()
+    }
+}
+
+/// Random picks from a table (SRANDMEMBER, HRANDFIELD and ZRANDMEMBER with a count): each
+/// pick probes at most `RANDOM_PROBES_MAX` random buckets. When they all miss (a table left
+/// sparse by removals: tables never shrink), or there is no table, the elements are listed
+/// once and later picks take one by position, so n picks cost O(n + elements) at worst,
+/// never O(n × elements).
+pub(super) struct BucketSampler<S: Buckets> {
+    table: S,
+    listed: Option<Vec<S::Item>>,
+}
+
+impl<S: Buckets> BucketSampler<S> {
+    pub(super) fn new(table: S) -> Self {
+        BucketSampler {
+            table,
+            listed: None,
+        }
+    }
+
+    /// A random element; `None` when the table holds none.
+    pub(super) fn pick(&mut self, rng: &mut impl rand::Rng) -> Option<S::Item> {
+        let n = self.table.bucket_count();
+        if self.listed.is_none() && n > 0 {
+            for _ in 0..RANDOM_PROBES_MAX {
+                if let Some(x) = self.table.bucket(rng.random_range(0..n)) {
+                    return Some(x);
+                }
+            }
+        }
+        let table = &self.table;
+        let all = self.listed.get_or_insert_with(|| table.list());
+        if all.is_empty() {
+            return None;
+        }
+        all.get(rng.random_range(0..all.len())).copied()
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers
@@ -183,8 +283,9 @@ fn distinct_random(s: &OrSet, count: usize, rng: &mut impl rand::Rng) -> Vec<Vec
     }
     let mut picked: HashSet<&[u8]> = HashSet::with_capacity(count);
     let mut out = Vec::with_capacity(count);
+    let mut sampler = BucketSampler::new(s);
     while out.len() < count {
-        match random_member(s, rng) {
+        match sampler.pick(rng) {
             Some(m) => {
                 if picked.insert(m) {
                     out.push(m.to_vec());
@@ -537,8 +638,9 @@ fn srandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             if n < 0 {
                 // Repeats allowed: `count` independent picks.
                 ctx.out.array(count);
+                let mut sampler = BucketSampler::new(s);
                 for _ in 0..count {
-                    match random_member(s, &mut rng) {
+                    match sampler.pick(&mut rng) {
                         Some(m) => ctx.out.bulk(m),
                         None => ctx.out.null(),
                     }
@@ -696,30 +798,9 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         found.extend(s.members().filter(|m| keep(m)));
         0
     } else {
-        let n_buckets = s.bucket_count();
-        let tag = u64::from(n_buckets.trailing_zeros());
-        let mut idx = if cursor == 0 || cursor & ((1 << CURSOR_TAG_BITS) - 1) != tag {
-            0
-        } else {
-            usize::try_from(cursor >> CURSOR_TAG_BITS).unwrap_or(usize::MAX)
-        };
-        let mut collected = 0u64;
-        let mut visits_left = count.saturating_mul(10);
-        while idx < n_buckets && visits_left > 0 && collected < count {
-            if let Some(m) = s.bucket(idx) {
-                collected += 1;
-                if keep(m) {
-                    found.push(m);
-                }
-            }
-            idx += 1;
-            visits_left -= 1;
-        }
-        if idx >= n_buckets {
-            0
-        } else {
-            ((idx as u64) << CURSOR_TAG_BITS) | tag
-        }
+        let (next, members) = scan_buckets(cursor, count, s.bucket_count(), |i| s.bucket(i));
+        found.extend(members.into_iter().filter(|m| keep(m)));
+        next
     };
     ctx.out.array(2);
     let mut buf = itoa::Buffer::new();

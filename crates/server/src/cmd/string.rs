@@ -571,38 +571,62 @@ fn append(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (key, tail) = (arg(argv, 1), arg(argv, 2));
     let db = ctx.db();
     let max = ctx.shard.config.proto_max_bulk_len;
-    let joined = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+    let len = match ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
         None => None,
         Some(e) => {
-            let view = str_view(&e.state)?;
-            let len = view_len(view);
+            let len = view_len(str_view(&e.state)?);
             check_string_length(len as u64, tail.len() as u64, max)?;
-            let mut v = Vec::with_capacity(len + tail.len());
-            with_bytes(view, |b| v.extend_from_slice(b));
-            v.extend_from_slice(tail);
-            Some(v)
+            Some(len)
         }
     };
-    // Replicated as the whole new value (an assignment that keeps the TTL), not as an edit:
-    // APPEND ∥ DEL must leave the old value with the suffix at every site (the seed paper's
-    // Table 7, docs/conflicts.md §4), and a site that applied the DEL no longer holds the
-    // bytes an edit would extend.
-    let total = match joined {
+    let total = match len {
         None => {
             assign(ctx, key, tail, false);
             tail.len()
         }
-        Some(v) => {
-            let n = v.len();
-            assign(ctx, key, v, true);
+        Some(len) => {
+            edit_or_assign(ctx, key, StrEdit::Append(Cow::Borrowed(tail)));
             // Redis appends to an unshared sds in place: the value reports "raw".
             ctx.shard.mark_raw_encoding(db, key);
-            n
+            len + tail.len()
         }
     };
     ctx.notify(notify::STRING, "append", key);
     ctx.out.int(total as i64);
     Ok(())
+}
+
+/// APPEND and SETRANGE of an existing string. With no peers they are edits (`write_edit`):
+/// the op log holds what changed, and the string grows in place (`StrCrdt::collect_all`
+/// folds its edits geometrically), so n APPENDs cost O(total length), as in Redis. With
+/// peers they replicate the whole new value, an assignment that keeps the TTL: APPEND ∥ DEL
+/// must leave the old value with the suffix at every site (the seed paper's Table 7,
+/// docs/conflicts.md §4), and a site that applied the DEL no longer holds the bytes an edit
+/// would extend. With no peers no removal can be concurrent with the edit (the assumption
+/// under which every write is folded at once), so the edit shows what the assignment would.
+fn edit_or_assign(ctx: &mut Ctx<'_>, key: &[u8], edit: StrEdit<Cow<'_, [u8]>>) {
+    if ctx.shard.peers == 0 {
+        write_edit(ctx, key, edit);
+        return;
+    }
+    let db = ctx.db();
+    let mut v = Vec::new();
+    if let Some(e) = ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
+        if let Ok(view) = str_view(&e.state) {
+            v.reserve(view_len(view) + edit_len(&edit));
+            with_bytes(view, |b| v.extend_from_slice(b));
+        }
+    }
+    edit.apply_to(&mut v);
+    assign(ctx, key, v, true);
+}
+
+/// Bytes an APPEND or SETRANGE edit carries (a capacity hint).
+fn edit_len<B: AsRef<[u8]>>(edit: &StrEdit<B>) -> usize {
+    match edit {
+        StrEdit::Append(b) | StrEdit::SetRange { bytes: b, .. } => b.as_ref().len(),
+        StrEdit::SetBits { .. } | StrEdit::IncrBits { .. } => 0,
+    }
 }
 
 fn strlen(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
@@ -689,30 +713,29 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             Some(olen)
         }
     };
-    // Replicated as the whole new value, as APPEND (above): SETRANGE ∥ DEL keeps the old
-    // value with the range written at every site.
-    let exists = current.is_some();
-    let mut buf = match current {
-        Some(_) => {
-            let mut v = Vec::new();
-            if let Some(e) = ctx.shard.lookup_quiet(db, key, ctx.now_ms) {
-                with_bytes(str_view(&e.state)?, |b| v.extend_from_slice(b));
-            }
-            v
-        }
-        None => Vec::new(),
-    };
     // offset + len fits in proto-max-bulk-len (checked above), hence in usize.
     let off = usize::try_from(offset).map_err(|_| CmdError::StringTooLong)?;
     let end = off + value.len();
-    if buf.len() < end {
-        buf.resize(end, 0);
-    }
-    if let Some(dst) = buf.get_mut(off..end) {
-        dst.copy_from_slice(value);
-    }
-    let n = buf.len();
-    assign(ctx, key, buf, exists);
+    let n = match current {
+        // An edit with no peers, the whole new value with peers, as APPEND (above):
+        // SETRANGE ∥ DEL keeps the old value with the range written at every site.
+        Some(olen) => {
+            let edit = StrEdit::SetRange {
+                offset,
+                bytes: Cow::Borrowed(value),
+            };
+            edit_or_assign(ctx, key, edit);
+            olen.max(end)
+        }
+        None => {
+            let mut buf = vec![0; end];
+            if let Some(dst) = buf.get_mut(off..end) {
+                dst.copy_from_slice(value);
+            }
+            assign(ctx, key, buf, false);
+            end
+        }
+    };
     // Redis writes into a fresh or unshared sds: the value reports "raw".
     ctx.shard.mark_raw_encoding(db, key);
     ctx.notify(notify::STRING, "setrange", key);

@@ -1022,6 +1022,19 @@ fn random_item<'a>(z: &'a ZSetCrdt, rng: &mut impl rand::Rng) -> Option<(&'a [u8
     z.iter_unordered().nth(rng.random_range(0..z.len()))
 }
 
+impl<'a> super::set::Buckets for &'a ZSetCrdt {
+    type Item = (&'a [u8], f64);
+    fn bucket_count(&self) -> usize {
+        ZSetCrdt::bucket_count(self)
+    }
+    fn bucket(&self, index: usize) -> Option<(&'a [u8], f64)> {
+        ZSetCrdt::bucket(self, index)
+    }
+    fn list(&self) -> Vec<(&'a [u8], f64)> {
+        self.iter_unordered().collect()
+    }
+}
+
 fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let key = arg(argv, 1);
     let mut rng = rand::rng();
@@ -1061,7 +1074,8 @@ fn zrandmember(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     let items: Vec<(&[u8], f64)> = if l < 0 {
         let n = l.unsigned_abs() as usize;
-        (0..n).filter_map(|_| random_item(z, &mut rng)).collect()
+        let mut sampler = super::set::BucketSampler::new(z);
+        (0..n).filter_map(|_| sampler.pick(&mut rng)).collect()
     } else {
         let count = l as usize;
         if count >= z.len() {
