@@ -27,8 +27,10 @@
 //!   Redis 7.0 ([`time_out`]);
 //! - CLIENT KILL or disconnect: [`forget`] drops the registration and the parked command.
 //!
-//! The deadline and CLIENT UNBLOCK are the connection's to notice; it asks the owning shard
-//! ([`settle`]), which alone decides, so a client served at the same moment gets one reply.
+//! The deadline is the connection's to notice; it asks the owning shard ([`settle`]), which
+//! alone decides, so a client served at the same moment gets one reply. CLIENT UNBLOCK runs
+//! on every shard and ends the wait where the client is parked ([`unblock_parked`]), its
+//! reply delivered as a served client's.
 //!
 //! Inside MULTI/EXEC a blocking command does not block: [`Ctx::block`] replies the null array
 //! at once (and [`Ctx::can_block`] lets BLMOVE/BRPOPLPUSH reply their null bulk instead).
@@ -134,8 +136,6 @@ pub enum Settle {
     Serve,
     /// Its deadline passed.
     TimeOut,
-    /// CLIENT UNBLOCK reached it.
-    Unblock(crate::client::Unblock),
 }
 
 /// Runs on the shard owning a blocked client's keys, for its connection: serves what is
@@ -157,10 +157,8 @@ pub fn settle(
         return (Vec::new(), false);
     };
     let (mut client, mut out) = stand_in(shard, &p, now_ms);
-    match how {
-        Settle::TimeOut => time_out(shard, front, &mut client, &mut out),
-        Settle::Unblock(u) => unblock_by_request(shard, front, &mut client, &mut out, u),
-        Settle::Serve => {}
+    if how == Settle::TimeOut {
+        time_out(shard, front, &mut client, &mut out);
     }
     // A command that re-runs at its deadline ends its wait there too (`time_out`).
     if let Some(b) = client.blocked.take() {
@@ -168,6 +166,46 @@ pub fn settle(
         return (out.buf, true);
     }
     (out.buf, false)
+}
+
+/// CLIENT UNBLOCK, on each shard: ends the wait of client `id` if it is parked here (its
+/// command blocked on this shard's keys; not one CLIENT PAUSE postponed, which Redis 7.0
+/// cannot unblock either, nor one a write made ready, which this shard serves before its next
+/// command), as its deadline or an `UNBLOCKED` error would, and hands the reply to its
+/// connection as a served client's (`Mailbox::deliver_served`). Returns whether it did.
+///
+/// Decided here, where the client is registered, rather than by the connection: a client
+/// INFO counts in `blocked_clients` (this registry) is one CLIENT UNBLOCK finds, even while
+/// its connection, on another thread, has not yet learnt that its command blocked. As in
+/// Redis, where both read the one client's flags.
+pub fn unblock_parked(
+    shard: &mut Shard,
+    front: &mut Front,
+    id: u64,
+    how: crate::client::Unblock,
+    now_ms: u64,
+) -> bool {
+    let b = &shard.blocking;
+    if !b.contains(id) || b.is_postponed(id) || b.is_ready(id) {
+        return false;
+    }
+    let Some(p) = front.parked.remove(&id) else {
+        return false;
+    };
+    let (mut client, mut out) = stand_in(shard, &p, now_ms);
+    unblock_by_request(shard, front, &mut client, &mut out, how);
+    if let Some(b) = client.blocked.take() {
+        // Still waiting (a re-run at the deadline that may not end it): nothing to answer.
+        front.parked.insert(id, Parked { blocked: b, ..p });
+        return false;
+    }
+    let wrote = if client.last_write_seq != p.last_write_seq {
+        client.last_write_seq
+    } else {
+        0
+    };
+    p.view.mailbox.deliver_served(&out.buf, wrote);
+    true
 }
 
 /// The client is gone (disconnect, CLIENT KILL): drops its wait on this shard.
@@ -638,10 +676,23 @@ mod tests {
             settle(&mut t.shard, &mut t.front, id, Settle::Serve, now),
             (Vec::new(), true)
         );
-        let how = Settle::Unblock(crate::client::Unblock::Error);
-        let (reply, waits) = settle(&mut t.shard, &mut t.front, id, how, now);
-        assert!(reply.starts_with(b"-UNBLOCKED") && !waits);
-        assert!(!mailbox.take_served());
+        let how = crate::client::Unblock::Error;
+        assert!(unblock_parked(&mut t.shard, &mut t.front, id, how, now));
+        assert!(mailbox.take_served());
+        assert_eq!(
+            String::from_utf8_lossy(&mailbox.take()),
+            "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+        );
+        assert!(t.front.parked.is_empty() && t.shard.blocked_count() == 0);
+        // Nothing parked here any more: CLIENT UNBLOCK finds nobody.
+        assert!(!unblock_parked(&mut t.shard, &mut t.front, id, how, now));
+        t.client.blocked = None;
+        // CLIENT UNBLOCK ... TIMEOUT: the null array.
+        assert_eq!(t.run(&["BLPOP", "j", "0"]), "");
+        let how = crate::client::Unblock::Timeout;
+        assert!(unblock_parked(&mut t.shard, &mut t.front, id, how, now));
+        assert!(mailbox.take_served());
+        assert_eq!(String::from_utf8_lossy(&mailbox.take()), "*-1\r\n");
         t.client.blocked = None;
         // Served before the connection's deadline: the deadline finds nothing to answer.
         assert_eq!(t.run(&["BLPOP", "j", "0"]), "");

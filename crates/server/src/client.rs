@@ -227,9 +227,6 @@ pub struct ClientShared {
     /// Whether AUTH (or a default user without password at connect) authenticated it
     /// (Redis's `c->authenticated`).
     pub authenticated: Cell<bool>,
-    /// Set by CLIENT UNBLOCK on a blocked client: how its wait ends (its connection acts on
-    /// it when woken).
-    pub unblock: Cell<Option<Unblock>>,
     /// CLIENT NO-EVICT on (flag 'e'); Meridian evicts no client, so it changes nothing else.
     pub no_evict: Cell<bool>,
     /// CLIENT TRACKING in force (None: off). Replaced whole by each CLIENT TRACKING.
@@ -338,7 +335,6 @@ impl ClientShared {
             writing: Cell::new(false),
             user: RefCell::new(None),
             authenticated: Cell::new(true),
-            unblock: Cell::new(None),
             no_evict: Cell::new(false),
             tracking: RefCell::new(None),
         }

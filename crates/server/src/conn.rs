@@ -2312,11 +2312,13 @@ impl Conn {
                 }
             }
             BlockedEvent::Wake | BlockedEvent::Timeout => {
-                let how = match self.client.shared.unblock.take() {
-                    Some(u) => blocking::Settle::Unblock(u),
-                    None if matches!(event, BlockedEvent::Wake) => blocking::Settle::Serve,
-                    None if deadline.is_some_and(|d| now >= d) => blocking::Settle::TimeOut,
-                    None => blocking::Settle::Serve,
+                // CLIENT UNBLOCK is not the connection's: the shard where the client is
+                // parked ends the wait, as a serve (`blocking::unblock_parked`).
+                let how = match event {
+                    BlockedEvent::Timeout if deadline.is_some_and(|d| now >= d) => {
+                        blocking::Settle::TimeOut
+                    }
+                    _ => blocking::Settle::Serve,
                 };
                 self.settle(shard, how, now).await;
             }
@@ -2373,7 +2375,6 @@ impl Conn {
             let op = match how {
                 blocking::Settle::Serve => Op::Rerun(state),
                 blocking::Settle::TimeOut => Op::TimeOut(state),
-                blocking::Settle::Unblock(u) => Op::Unblock(state, u),
             };
             match self.one(shard, op, &[]).await {
                 Ok((reply, note)) => {

@@ -204,8 +204,6 @@ pub enum Op {
     Rerun(Box<BlockedOn>),
     /// A blocked command's deadline passed.
     TimeOut(Box<BlockedOn>),
-    /// CLIENT UNBLOCK reached a blocked client.
-    Unblock(Box<BlockedOn>, crate::client::Unblock),
     /// Drops the client's watches here (UNWATCH, DISCARD, RESET, after EXEC).
     Unwatch,
     /// Drops everything the client left here (it disconnected): watches, a blocked wait.
@@ -369,7 +367,7 @@ async fn forward(
                     b"-ERR SORT across nodes is not supported\r\n".to_vec(),
                 ));
             }
-            Op::Rerun(_) | Op::TimeOut(_) | Op::Unblock(..) => {
+            Op::Rerun(_) | Op::TimeOut(_) => {
                 local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
             }
         }
@@ -668,18 +666,6 @@ fn run_item(
         }
         Op::Rerun(b) => settle_item(s, f, client, out, b, blocking::Settle::Serve, now, note),
         Op::TimeOut(b) => settle_item(s, f, client, out, b, blocking::Settle::TimeOut, now, note),
-        Op::Unblock(b, how) => {
-            settle_item(
-                s,
-                f,
-                client,
-                out,
-                b,
-                blocking::Settle::Unblock(how),
-                now,
-                note,
-            );
-        }
         Op::Unwatch => s.unwatch_all(&client.dirty),
         Op::Forget => {
             let dirty = client.dirty.clone();

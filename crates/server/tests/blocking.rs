@@ -290,3 +290,107 @@ fn served_before_next_command_reference() {
     let r = RedisRef::start();
     served_before_next_command(r.port);
 }
+
+/// Redis's "BRPOPLPUSH with multiple blocked clients": two fresh connections send BRPOPLPUSH
+/// back to back and a third LPUSHes, none waiting for a reply in between. A server that runs
+/// the commands of different connections in the order they arrived blocks the first client
+/// (its destination holds a string) ahead of the second; the push serves it first
+/// (WRONGTYPE, the element stays) and then the second, which takes the element. Meridian
+/// keeps that order between connections one thread reads (always with `--shards 1`); with
+/// several threads a command another thread forwards can reach the owning shard after one
+/// sent later, and then the first client stays blocked (docs/compatibility.md, "Order
+/// between connections"). Looped, because arrival order is only visible when a race could
+/// break it; each read is bounded.
+fn arrival_order(port: u16) {
+    let mut w = Raw::connect(port);
+    for round in 0..40 {
+        let mut rd1 = Raw::connect(port);
+        let mut rd2 = Raw::connect(port);
+        call(&mut w, &["DEL", "blist{t}", "target1{t}", "target2{t}"]);
+        assert_eq!(call(&mut w, &["SET", "target1{t}", "nolist"]), "+OK\r\n");
+        send(&mut rd1, &["BRPOPLPUSH", "blist{t}", "target1{t}", "0"]);
+        send(&mut rd2, &["BRPOPLPUSH", "blist{t}", "target2{t}", "0"]);
+        assert_eq!(call(&mut w, &["LPUSH", "blist{t}", "foo"]), ":1\r\n");
+        let first = rd1.try_read_reply(Duration::from_secs(5)).map(|r| s(&r));
+        assert!(
+            matches!(&first, Ok(r) if r.starts_with("-WRONGTYPE")),
+            "round {round}: the first client blocked got {first:?}"
+        );
+        assert_eq!(read(&mut rd2), "$3\r\nfoo\r\n", "round {round}");
+        assert_eq!(
+            call(&mut w, &["LRANGE", "target2{t}", "0", "-1"]),
+            "*1\r\n$3\r\nfoo\r\n",
+            "round {round}"
+        );
+    }
+}
+
+#[test]
+fn arrival_order_one_shard_meridian() {
+    let srv = Server::start_single();
+    arrival_order(srv.port);
+}
+
+#[test]
+fn arrival_order_reference() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed; skipped");
+        return;
+    }
+    let r = RedisRef::start();
+    arrival_order(r.port);
+}
+
+/// Redis's "client unblock tests": once INFO counts a client as blocked, CLIENT UNBLOCK finds
+/// it (1) and ends its wait, whatever thread the client's connection is on and whichever
+/// shard its key is on. Fresh connections by turns, so the blocked client sits on each
+/// thread in turn; INFO is polled without pause, so CLIENT UNBLOCK follows the registration
+/// as closely as a client can make it. A server that asks the blocked connection (rather than
+/// the shard where the client is parked) answers 0 when that connection has not yet learnt
+/// that its command blocked, and the client then waits for ever: each read is bounded.
+fn unblock_as_soon_as_counted(port: u16) {
+    let mut w = Raw::connect(port);
+    for round in 0..400 {
+        let mut c = Raw::connect(port);
+        let id = call(&mut c, &["CLIENT", "ID"]);
+        let id = id.trim_start_matches(':').trim_end().to_string();
+        let key = ["l", "l{a}", "l{b}"][round % 3];
+        let (how, want) = match round % 3 {
+            0 => (None, "*-1\r\n"),
+            1 => (Some("TIMEOUT"), "*-1\r\n"),
+            _ => (
+                Some("ERROR"),
+                "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n",
+            ),
+        };
+        send(&mut c, &["BLPOP", key, "0"]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !call(&mut w, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
+            assert!(Instant::now() < deadline, "round {round}: never blocked");
+        }
+        let mut unblock = vec!["CLIENT", "UNBLOCK", id.as_str()];
+        unblock.extend(how);
+        assert_eq!(call(&mut w, &unblock), ":1\r\n", "round {round}");
+        let got = c.try_read_reply(Duration::from_secs(5)).map(|r| s(&r));
+        assert_eq!(got.ok().as_deref(), Some(want), "round {round}");
+        // Nothing is left blocked, and the connection goes on.
+        assert_eq!(call(&mut c, &["PING"]), "+PONG\r\n");
+        assert_eq!(call(&mut w, &["CLIENT", "UNBLOCK", &id]), ":0\r\n");
+    }
+}
+
+#[test]
+fn unblock_as_soon_as_counted_meridian() {
+    let srv = Server::start();
+    unblock_as_soon_as_counted(srv.port);
+}
+
+#[test]
+fn unblock_as_soon_as_counted_reference() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed; skipped");
+        return;
+    }
+    let r = RedisRef::start();
+    unblock_as_soon_as_counted(r.port);
+}

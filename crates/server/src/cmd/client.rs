@@ -536,7 +536,8 @@ fn reply(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends the wait of a client blocked in BLPOP, WAIT and
 /// the like, as if its timeout passed or with an `UNBLOCKED` error. 1 when it was blocked;
 /// 0 otherwise, and for a client held by CLIENT PAUSE (which Redis 7.0 cannot unblock
-/// either).
+/// either). Decided by the shard where the client is parked (`blocking::unblock_parked`),
+/// the registry INFO's `blocked_clients` counts.
 fn unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     use crate::client::Unblock;
     if argv.len() > 4 {
@@ -553,21 +554,11 @@ fn unblock(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     };
     let id = parse_i64(argv.get(2).copied().unwrap_or_default()).ok_or(CmdError::NotInteger)?;
-    let target = u64::try_from(id)
-        .ok()
-        .and_then(|i| ctx.front.clients.get(&i))
-        .filter(|c| {
-            c.blocked.get() && c.unblock.get().is_none() && !ctx.shard.blocking.is_postponed(c.id)
-        })
-        .cloned();
-    match target {
-        Some(c) => {
-            c.unblock.set(Some(how));
-            c.mailbox.wake.notify_one();
-            ctx.out.int(1);
-        }
-        None => ctx.out.int(0),
-    }
+    // Every shard runs this (the replies are summed): the one where the client is parked
+    // ends its wait.
+    let done = u64::try_from(id)
+        .is_ok_and(|id| crate::blocking::unblock_parked(ctx.shard, ctx.front, id, how, ctx.now_ms));
+    ctx.out.int(i64::from(done));
     Ok(())
 }
 
