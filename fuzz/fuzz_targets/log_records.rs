@@ -46,6 +46,9 @@ fuzz_target!(|data: &[u8]| {
             Kind::Library => {
                 let _ = record::decode_library(f.payload);
             }
+            Kind::Evicted => {
+                let _ = record::decode_evicted(f.payload);
+            }
         }
         Ok(())
     });
