@@ -11,7 +11,9 @@
 //! per shard). No shard takes another's lock.
 //!
 //! **Eviction** drops keys of the shard that runs the command, until the process is under
-//! the limit as this shard sees it: the key's entry leaves the table with no effect and no
+//! the limit as this shard sees it, or until this shard's thread has freed as much as the
+//! process was over when the pass began (the rest is other threads' growth, which their
+//! shards answer with their own keys; a shard that went on would empty itself for them): the key's entry leaves the table with no effect and no
 //! op, so other sites keep it; a local record in the shard's log (`Kind::Evicted`) makes a
 //! restart or a snapshot, which replay the log, drop it again (docs/conflicts.md, "Eviction"). Candidates
 //! come from Redis's sampling: `maxmemory-samples` keys of each database, the best kept in a
@@ -127,8 +129,9 @@ impl Policy {
 pub enum Outcome {
     /// Under the limit (or no limit).
     Ok,
-    /// Still over, but the tenacity time ran out while keys were being evicted: the command
-    /// runs, and the periodic cycle goes on evicting.
+    /// Still over, but the tenacity time ran out while keys were being evicted, or this
+    /// shard freed as much as the process was over when the pass began (the rest is other
+    /// shards' to free): the command runs, and the periodic cycle goes on evicting.
     Running,
     /// Over the limit and nothing (more) may be evicted: writes get -OOM.
     Fail,
@@ -513,9 +516,16 @@ impl Shard {
         if max == 0 || self.pause_at(now_ms).is_some() || self.persist.recovering {
             return Outcome::Ok;
         }
-        if used(self) <= max {
+        let used_at_start = used(self);
+        if used_at_start <= max {
             return Outcome::Ok;
         }
+        // What this pass owes: the excess it found, freed by this shard's own thread (the
+        // keys it evicts are its own). Past it, what keeps the process over is other threads'
+        // growth, which their shards answer by evicting their own keys; going on here would
+        // empty this shard for them.
+        let owed = used_at_start - max;
+        let net_at_start = thread_net();
         let policy = Policy::parse(&self.config.maxmemory_policy).unwrap_or(Policy::NoEviction);
         if policy == Policy::NoEviction {
             return Outcome::Fail;
@@ -563,6 +573,10 @@ impl Shard {
             self.notify(crate::notify::EVICTED, "evicted", db, &key);
             if used(self) <= max {
                 return Outcome::Ok;
+            }
+            let freed = u64::try_from(net_at_start.saturating_sub(thread_net())).unwrap_or(0);
+            if freed >= owed {
+                return Outcome::Running;
             }
             if evicted % TIME_CHECK_KEYS == 0 {
                 if let Some(limit) = limit_us {
