@@ -20,25 +20,10 @@ rport=${REDIS_PORT:-7394}
 server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
 
-command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
-  echo "needs redis-server and redis-benchmark (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
-bin=${MERIDIAN_BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
-  bin=target/release/meridian
-fi
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
-
-taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
-pids+=("$!"); wait_port "$mport"
-taskset -c "$server_core" redis-server --port "$rport" --save "" --appendonly no --dir "$work" \
-  --daemonize no --loglevel warning &
-pids+=("$!"); wait_port "$rport"
+. benches/common.sh
+bench_setup
+start_meridian "$mport" "$work/m"
+start_redis "$rport"
 
 # Two 1 MB values of the same pseudo-random bytes in both servers, written 4 KiB at a time.
 python3 - > "$work/load.resp" <<'PY'
@@ -59,8 +44,6 @@ for k in bm1 bm2; do
   a=$(redis-cli -p "$mport" bitcount "$k"); b=$(redis-cli -p "$rport" bitcount "$k")
   [ "$a" = "$b" ] || { echo "BITCOUNT $k differs: meridian $a, redis $b" >&2; exit 1; }
 done
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 
 bench_once() { # port requests command... -> ops/s
   local port=$1 n=$2; shift 2

@@ -17,33 +17,15 @@ rport=${REDIS_PORT:-7390}
 server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
 
-command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
-  echo "needs redis-server and redis-benchmark (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
-# MERIDIAN_BIN: a binary built already (skips the release build).
-bin=${MERIDIAN_BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
-  bin=target/release/meridian
-fi
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
-
-taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
-pids+=("$!"); wait_port "$mport"
-taskset -c "$server_core" redis-server --port "$rport" --save "" --appendonly no --dir "$work" \
-  --daemonize no --loglevel warning &
-pids+=("$!"); wait_port "$rport"
+. benches/common.sh
+bench_setup
+start_meridian "$mport" "$work/m"
+start_redis "$rport"
 
 script="local v = redis.call('get', KEYS[1]) redis.call('set', KEYS[1], ARGV[1]) return v"
 sha_m=$(redis-cli -p "$mport" script load "$script")
 sha_r=$(redis-cli -p "$rport" script load "$script")
 [ "$sha_m" = "$sha_r" ] || { echo "sha differs: $sha_m vs $sha_r" >&2; exit 1; }
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 
 bench_once() { # port -> ops/s
   taskset -c "$client_core" redis-benchmark -p "$1" -P "$pipe" -c 50 -r 100000 -n "$requests" --csv -q \

@@ -22,27 +22,10 @@ server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
 keys=10000
 
-command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
-  echo "needs redis-server and redis-benchmark (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
-bin=${MERIDIAN_BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
-  bin=target/release/meridian
-fi
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
-
-taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
-pids+=("$!"); wait_port "$mport"
-taskset -c "$server_core" redis-server --port "$rport" --save "" --appendonly no --dir "$work" \
-  --daemonize no --loglevel warning &
-pids+=("$!"); wait_port "$rport"
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+. benches/common.sh
+bench_setup
+start_meridian "$mport" "$work/m"
+start_redis "$rport"
 
 bench_once() { # port test -> ops/s
   taskset -c "$client_core" redis-benchmark -p "$1" -t "$2" -P 16 -c 50 -d 100 -r "$keys" -n "$requests" --csv -q 2>/dev/null \

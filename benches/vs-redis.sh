@@ -16,39 +16,15 @@ keys_mem=${KEYS_MEM:-1000000}
 server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
 
-command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
-  echo "needs redis-server and redis-benchmark (apt-get install -y redis-server redis-tools)" >&2; exit 1; }
-# MERIDIAN_BIN: a binary built already (skips the release build).
-bin=${MERIDIAN_BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --release -p meridian-server --bin meridian >/dev/null 2>&1 || cargo build --release -p meridian-server --bin meridian
-  bin=target/release/meridian
-fi
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
-
-start_meridian() {
-  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
-  mpid=$!; pids+=("$mpid"); wait_port "$mport"
-}
-start_redis() {
-  taskset -c "$server_core" redis-server --port "$rport" --save "" --appendonly no --dir "$work" \
-    --daemonize no --loglevel warning &
-  rpid=$!; pids+=("$rpid"); wait_port "$rport"
-}
-
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+. benches/common.sh
+bench_setup
 
 bench_once() { # port test pipeline -> ops/s
   taskset -c "$client_core" redis-benchmark -p "$1" -t "$2" -P "$3" -c 50 -d 100 -r 1000000 -n "$requests" --csv -q 2>/dev/null \
     | awk -F'","' 'NR==2 {gsub(/"/,"",$2); print $2}'
 }
 
-start_meridian; start_redis
+start_meridian "$mport" "$work/m"; start_redis "$rport"
 echo "Meridian $($bin --version 2>/dev/null | awk '{print $2}') vs $(redis-server --version | awk '{print $3}'); $rounds rounds, $requests requests, -c 50 -d 100 -r 1000000"
 printf '%-14s %14s %14s %8s\n' "test" "meridian ops/s" "redis ops/s" "ratio"
 tests="set get"; [ "${SKIP_THROUGHPUT:-0}" = 1 ] && tests=""
@@ -79,7 +55,7 @@ for i in range(n):
 PY
 # Fresh processes: tables and allocator caches left by the throughput rows would hide growth.
 kill "$mpid" "$rpid"; wait "$mpid" "$rpid" 2>/dev/null || true
-start_meridian; start_redis
+start_meridian "$mport" "$work/m"; start_redis "$rport"
 m0=$(rss_kb "$mpid"); r0=$(rss_kb "$rpid")
 redis-cli -p "$mport" --pipe < "$work/load.resp" >/dev/null
 redis-cli -p "$rport" --pipe < "$work/load.resp" >/dev/null
