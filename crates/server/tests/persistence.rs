@@ -1500,6 +1500,27 @@ fn second_server_on_the_same_dir_refuses_to_start() {
 // ---------------------------------------------------------------------------------------
 // SAVE BGSAVE BGREWRITEAOF LASTSAVE, the save policy, CONFIG SET appendfsync, appendonly no
 
+/// Starts BGREWRITEAOF, the node's first, and waits (up to `within`) until it has finished
+/// and succeeded.
+fn first_rewrite(c: &mut Raw, node: &Node, within: Duration) {
+    assert_eq!(
+        c.reply(&["BGREWRITEAOF"]),
+        Reply::Simple("Background append only file rewriting started".into())
+    );
+    assert!(
+        disk::eventually(within, || {
+            persistence_u64(c, "aof_rewrite_in_progress") == 0
+                && persistence_u64(c, "aof_rewrites") == 1
+        }),
+        "BGREWRITEAOF did not finish; log:\n{}",
+        node.log()
+    );
+    assert_eq!(
+        disk::info(c, "persistence")["aof_last_bgrewrite_status"],
+        "ok"
+    );
+}
+
 fn persistence_u64(c: &mut Raw, field: &str) -> u64 {
     disk::info_u64(c, "persistence", field)
 }
@@ -1592,22 +1613,7 @@ fn bgrewriteaof_drops_old_segments_and_a_restart_loads_snapshot_and_tail() {
     let before = disk::segments(&shard);
     assert!(before.len() >= 4, "300 KiB in 64 KiB segments: {before:?}");
     assert_eq!(persistence_u64(&mut c, "aof_rewrites"), 0);
-    assert_eq!(
-        c.reply(&["BGREWRITEAOF"]),
-        Reply::Simple("Background append only file rewriting started".into())
-    );
-    assert!(
-        disk::eventually(JOB_TIMEOUT, || {
-            persistence_u64(&mut c, "aof_rewrite_in_progress") == 0
-                && persistence_u64(&mut c, "aof_rewrites") == 1
-        }),
-        "BGREWRITEAOF did not finish; log:\n{}",
-        node.log()
-    );
-    assert_eq!(
-        disk::info(&mut c, "persistence")["aof_last_bgrewrite_status"],
-        "ok"
-    );
+    first_rewrite(&mut c, &node, JOB_TIMEOUT);
     let snaps = disk::snapshots(&shard);
     assert_eq!(snaps.len(), 1, "{snaps:?}");
     let snap_pos = disk::position_of(&snaps[0]);
@@ -1787,22 +1793,7 @@ fn background_snapshot_replays_in_parts_within_its_memory_budget() {
         .map(|i| vec!["SET".to_string(), format!("k:{i}"), format!("{value}{i}")])
         .collect();
     pipeline(&mut c, &cmds);
-    assert_eq!(
-        c.reply(&["BGREWRITEAOF"]),
-        Reply::Simple("Background append only file rewriting started".into())
-    );
-    assert!(
-        disk::eventually(JOB_TIMEOUT * 2, || {
-            persistence_u64(&mut c, "aof_rewrite_in_progress") == 0
-                && persistence_u64(&mut c, "aof_rewrites") == 1
-        }),
-        "BGREWRITEAOF did not finish; log:\n{}",
-        node.log()
-    );
-    assert_eq!(
-        disk::info(&mut c, "persistence")["aof_last_bgrewrite_status"],
-        "ok"
-    );
+    first_rewrite(&mut c, &node, JOB_TIMEOUT * 2);
     assert!(
         node.log().contains("starting again in more parts"),
         "12 MB of values replayed in one part under an 8 MiB budget; log:\n{}",

@@ -368,6 +368,23 @@ pub enum ScanEnd {
     Corrupt { offset: usize, reason: String },
 }
 
+impl ScanEnd {
+    /// The same end with its offset counted `by` bytes further (a walk of part of a buffer).
+    pub fn shifted(self, by: usize) -> ScanEnd {
+        match self {
+            ScanEnd::Clean => ScanEnd::Clean,
+            ScanEnd::Torn { offset, reason } => ScanEnd::Torn {
+                offset: offset + by,
+                reason,
+            },
+            ScanEnd::Corrupt { offset, reason } => ScanEnd::Corrupt {
+                offset: offset + by,
+                reason,
+            },
+        }
+    }
+}
+
 /// One record found by a walk: its offset in the buffer, kind byte and payload.
 #[derive(Clone, Copy, Debug)]
 pub struct Found<'a> {

@@ -423,24 +423,7 @@ fn scan_segment_chunked<E>(
                     eof = true;
                 }
             }
-            ScanEnd::Torn { offset, reason } => {
-                return Ok(Ok((
-                    ScanEnd::Torn {
-                        offset: offset + base,
-                        reason,
-                    },
-                    found,
-                )));
-            }
-            ScanEnd::Corrupt { offset, reason } => {
-                return Ok(Ok((
-                    ScanEnd::Corrupt {
-                        offset: offset + base,
-                        reason,
-                    },
-                    found,
-                )));
-            }
+            end => return Ok(Ok((end.shifted(base), found))),
         }
     }
 }
