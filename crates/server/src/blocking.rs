@@ -86,6 +86,7 @@ fn stand_in(shard: &Shard, p: &Parked, now_ms: u64) -> (Client, Reply) {
     ));
     *shared.name.borrow_mut() = v.name.clone();
     *shared.user.borrow_mut() = v.user.as_ref().and_then(|n| shard.acl.user(n).cloned());
+    *shared.tracking.borrow_mut() = v.tracking.clone();
     let mut client = Client::new(shared);
     client.dirty = v.dirty.clone();
     client.last_write_seq = p.last_write_seq;
@@ -497,6 +498,15 @@ pub fn reprocess(
         Ok(spec) => match spec.handler {
             Some(handler) => {
                 ran = Some(spec);
+                // Invalidations its own writes cause follow its reply (Redis's order), as
+                // `cmd::call` holds them for the client it runs; NOLOOP drops them.
+                let noloop = client
+                    .shared
+                    .tracking
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(|t| t.noloop);
+                shard.tracking.set_current(client.id(), noloop);
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {
@@ -517,6 +527,10 @@ pub fn reprocess(
                     }
                     cmd::reply_error(front, out, &e);
                 }
+                if shard.tracking.has_pending() {
+                    cmd::tracking::flush_pending(shard, &front.node, client, Some(out), now_ms);
+                }
+                shard.tracking.set_current(0, false);
             }
             None => cmd::reply_error(front, out, &CmdError::WrongArity(spec.meta.name.into())),
         },

@@ -149,6 +149,38 @@ fn resp3_push_follows_the_reply_of_the_command_that_caused_it() {
     quiet(&mut r);
 }
 
+/// Redis's unit/tracking "Unblocked BLMOVE gets notification after response": a blocked
+/// BLMOVE served by another client's push writes a key its own client tracks; the reply
+/// comes first, then the invalidation. Three fresh connections, so that with several shards
+/// one of them lives on another thread than the keys' shard (served there, its reply and
+/// push travel back together).
+#[test]
+fn a_served_blocking_command_is_answered_before_its_own_invalidation() {
+    let srv = Server::start();
+    let mut r = srv.connect();
+    for _ in 0..3 {
+        r.call_text(&["DEL", "list1{t}", "list2{t}"]);
+        assert_eq!(r.int(&["RPUSH", "list2{t}", "a"]), 1);
+        let mut rd = srv.connect();
+        hello3(&mut rd);
+        rd.ok(&["CLIENT", "TRACKING", "on"]);
+        rd.call_text(&["LRANGE", "list2{t}", "0", "-1"]);
+        rd.send_cmd(&[b"BLMOVE", b"list1{t}", b"list2{t}", b"LEFT", b"LEFT", b"0"]);
+        assert!(
+            common::sites::eventually(WAIT, || r
+                .call_text(&["INFO", "clients"])
+                .contains("blocked_clients:1\r\n")),
+            "BLMOVE did not block"
+        );
+        assert_eq!(r.int(&["RPUSH", "list1{t}", "foo"]), 1);
+        assert_eq!(String::from_utf8_lossy(&rd.read_reply()), "$3\r\nfoo\r\n");
+        assert_eq!(
+            String::from_utf8_lossy(&rd.read_reply()),
+            ">2\r\n$10\r\ninvalidate\r\n*1\r\n$8\r\nlist2{t}\r\n"
+        );
+    }
+}
+
 #[test]
 fn bcast_prefixes_and_noloop() {
     let srv = Server::start();
