@@ -1,6 +1,6 @@
 //! Controls of the allocator (jemalloc) that its safe wrapper does not offer.
 //!
-//! The one unsafe call of the server crate lives here, behind a safe function.
+//! The unsafe calls of the server crate live here, each behind a safe function.
 
 /// `MALLCTL_ARENAS_ALL`: the pseudo-index naming every arena.
 const ARENAS_ALL_PURGE: &[u8] = b"arena.4096.purge\0";
@@ -25,4 +25,24 @@ pub fn purge() -> bool {
         )
     };
     rc == 0
+}
+
+/// `stats.arenas.<MALLCTL_ARENAS_ALL>.tcache_bytes`: what sits in every thread's cache.
+const ARENAS_ALL_TCACHE_BYTES: &[u8] = b"stats.arenas.4096.tcache_bytes\0";
+
+/// Bytes the program holds, as of jemalloc's last epoch (`epoch::advance` first): its
+/// `stats.allocated` less the freed blocks its thread caches keep for reuse, which
+/// `stats.allocated` counts as allocated. Those caches fill and drain with each thread's
+/// traffic, by hundreds of KiB on an idle server, so `stats.allocated` alone is not what the
+/// data holds; this figure, like Redis's `zmalloc_used_memory`, is. 0 where jemalloc is not
+/// the allocator (unit tests).
+pub fn allocated_live() -> u64 {
+    let allocated = tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0) as u64;
+    // SAFETY: "stats.arenas.<i>.tcache_bytes" is a read-only control of type size_t, which
+    // `raw::read::<usize>` reads into a `usize` it owns; the name is a static NUL-terminated
+    // string. Where the control does not exist (jemalloc without stats, or not the
+    // allocator), mallctl fails and nothing is read.
+    #[allow(unsafe_code)]
+    let cached = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(ARENAS_ALL_TCACHE_BYTES) };
+    allocated.saturating_sub(cached.map_or(0, |c| c as u64))
 }

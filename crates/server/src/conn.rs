@@ -189,6 +189,20 @@ struct Conn {
     afters: Vec<AfterBatch>,
     /// The next barrier's reply is dropped (CLIENT REPLY OFF or SKIP).
     barrier_muted: bool,
+    /// Where planning stopped before a command to make room on every shard first
+    /// (`make_room`), and whether that was done for the command about to be parsed.
+    room: Room,
+}
+
+/// A connection's steps of making room under `maxmemory` across shards (`Conn::make_room`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Nothing pending: the next command checks `ProcessMemory::room_wanted`.
+    Check,
+    /// Planning stopped before a command: make room, then plan it.
+    Wanted,
+    /// Made for the next command: it runs without checking again.
+    Made,
 }
 
 /// Writes `buf` to the client. Gives up (false) when the connection fails, when the client
@@ -436,6 +450,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
         round: Round::default(),
         afters: Vec::new(),
         barrier_muted: false,
+        room: Room::Check,
     };
     // A TLS connection's handshake completes before anything is written or read, within
     // its bound (a client that never completes it holds its slot no longer).
@@ -631,6 +646,10 @@ impl Conn {
             if !self.finish_round().await {
                 return false;
             }
+            if self.room == Room::Wanted {
+                self.make_room().await;
+                continue;
+            }
             let b = match barrier {
                 Some(b) => b,
                 // The round filled: the commands left in the buffer run in the next one
@@ -660,6 +679,59 @@ impl Conn {
         true
     }
 
+    /// Whether to make room on every shard before the next command (`make_room`): the
+    /// process has several shards here, a `maxmemory` with a policy that evicts, and some
+    /// shard saw it over. A site link's ops are applied whatever the memory.
+    fn room_wanted(&self, s: &Shard, f: &Front, now: u64) -> bool {
+        s.config.maxmemory != 0
+            && f.node.local > 1
+            && !self.client.site_link
+            && s.config.maxmemory_policy != "noeviction"
+            && s.evict.process.room_wanted(now)
+    }
+
+    /// Redis's `performEvictions` before a command, for a process of several shards: asks
+    /// each shard of this process in turn to evict its own keys (`Shard::perform_evictions`)
+    /// until one finds the process under the limit. The shard the command goes to may hold
+    /// nothing the policy evicts (`volatile-*` with no TTL there) while another does; asking
+    /// only it would refuse the command -OOM, or run it before the eviction it needed, as
+    /// Redis never does. The invalidations and `evicted` notifications the evictions caused
+    /// for this client go out before the command's reply, as Redis's do. When no shard could
+    /// evict anything, connections stop asking for `evict::ROOM_FUTILE_RETRY_MS`.
+    async fn make_room(&mut self) {
+        use crate::evict::Outcome;
+        self.room = Room::Made;
+        let mut progress = false;
+        for t in self.th.node.local_shards() {
+            let outcome = hop::run_on(&self.th, t, |th| {
+                let mut s = th.shard.borrow_mut();
+                let now = s.now_ms();
+                // Another thread's growth (the write that went over) counts at once.
+                s.forget_used_memory_reading();
+                let outcome = s.perform_evictions(now);
+                drop(s);
+                th.front.borrow_mut().wake_deferred();
+                outcome
+            })
+            .await;
+            match outcome {
+                Ok(Outcome::Ok) => {
+                    progress = true;
+                    break;
+                }
+                // It freed its share; the rest is the next shard's to find.
+                Ok(Outcome::Running) => progress = true,
+                Ok(Outcome::Fail) | Err(_) => {}
+            }
+        }
+        if !progress {
+            let s = self.th.shard.borrow();
+            s.evict.process.note_room_futile(s.now_ms());
+        }
+        let pushed = self.client.shared.mailbox.take();
+        self.out.raw(&pushed);
+    }
+
     /// Parses and dispatches commands of `buf` until it holds no complete command, a
     /// barrier, or a stop. Returns the bytes consumed and the barrier met.
     fn plan(
@@ -678,12 +750,18 @@ impl Conn {
             let rest = buf.get(pos..).unwrap_or_default();
             match parser.next(rest) {
                 Parsed::Command { consumed } => {
+                    if self.room == Room::Check && self.room_wanted(s, f, now) {
+                        // Not consumed: parsed again once there is room (`make_room`).
+                        self.room = Room::Wanted;
+                        return (pos, None);
+                    }
                     let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
                     parser.args(rest, &mut argv);
                     pos += consumed;
                     if argv.is_empty() {
                         continue;
                     }
+                    self.room = Room::Check;
                     self.round.commands += 1;
                     let step = self.dispatch(s, f, &argv, now);
                     drop(argv);

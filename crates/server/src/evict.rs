@@ -1,7 +1,7 @@
 //! Eviction under `maxmemory` (Redis's `evict.c`), a local decision of each site.
 //!
-//! **Used memory** is the process's: jemalloc's `stats.allocated` (what the process has
-//! allocated and not freed) less the bytes of every shard's op log (the replication backlog,
+//! **Used memory** is the process's: jemalloc's `stats.allocated` less what the thread
+//! caches hold (`alloc::allocated_live`: what the process has allocated and not freed) less the bytes of every shard's op log (the replication backlog,
 //! which Redis leaves out too: `mem_not_counted_for_evict`). The limit is the process's, not a
 //! fixed share per shard: a fixed share would refuse writes on a shard holding more than its
 //! share of the data (uneven slots, hot keys) while others have room. Each shard reads the
@@ -45,7 +45,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use meridian_crdt::{
     Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
@@ -77,6 +77,9 @@ pub const ALLOCATED_AGE_MS_MAX: u64 = 1;
 /// How long (ms) a shard whose eviction pass found only keys some peer lacks answers
 /// -OOM without sampling again, while no peer's ack moves (`Eviction::held_back_at`).
 pub const HELD_BACK_RETRY_MS: u64 = 100;
+/// How long (ms) connections stop asking every shard to make room after a round in which
+/// none could get the process under its limit (`ProcessMemory::room_futile_until_ms`).
+pub const ROOM_FUTILE_RETRY_MS: u64 = 10;
 /// The log says a site over its limit is applying its peers' ops at most this often.
 pub const OVER_LIMIT_LOG_INTERVAL_MS: u64 = 10_000;
 
@@ -157,6 +160,22 @@ pub struct ProcessMemory {
     /// Per shard: the private shard of its background snapshot, while one runs (Redis's
     /// fork costs no allocated memory; this replay does).
     jobs: Vec<AtomicU64>,
+    /// Some shard saw the process over `maxmemory` (after a client's write, or before a
+    /// command) and none has seen it under since. With several shards a connection then
+    /// asks each shard in turn to evict before its next command (`conn::Conn::make_room`):
+    /// the shard that runs the command may hold nothing evictable while another does, and
+    /// Redis, one keyspace, evicts before every command.
+    over: AtomicBool,
+    /// Until when (ms) asking every shard is not worth it: the last round left the process
+    /// over (every shard out of candidates, or holding them back for peers).
+    room_futile_until_ms: AtomicU64,
+    /// Eviction passes that freed keys, on any shard: another shard's cached reading of
+    /// the allocator no longer counts what they freed, and reads it again.
+    passes_freed: AtomicU64,
+    /// Per shard: at its last eviction pass it held keys the policy evicts and the pass did
+    /// not fail (it found the process under, or evicted). While another shard's is set, a shard with nothing to evict runs a
+    /// command that may use memory rather than refuse it (`Shard::oom_refuses`).
+    evictable: Vec<AtomicBool>,
 }
 
 impl ProcessMemory {
@@ -164,7 +183,56 @@ impl ProcessMemory {
         Arc::new(ProcessMemory {
             not_counted: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
             jobs: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            over: AtomicBool::new(false),
+            room_futile_until_ms: AtomicU64::new(0),
+            passes_freed: AtomicU64::new(0),
+            evictable: (0..shards.max(1)).map(|_| AtomicBool::new(true)).collect(),
         })
+    }
+
+    /// Records whether a shard found the process over its limit (a store only on change).
+    fn note_over(&self, over: bool) {
+        if self.over.load(Ordering::Relaxed) != over {
+            self.over.store(over, Ordering::Release);
+        }
+    }
+
+    /// Whether a connection should ask every shard to evict before its next command: some
+    /// shard saw the process over and the last such round, if recent, did not prove futile.
+    pub fn room_wanted(&self, now_ms: u64) -> bool {
+        self.over.load(Ordering::Acquire)
+            && now_ms >= self.room_futile_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// A round of eviction on every shard left the process over: none for a while.
+    pub fn note_room_futile(&self, now_ms: u64) {
+        self.room_futile_until_ms.store(
+            now_ms.saturating_add(ROOM_FUTILE_RETRY_MS),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn shards(&self) -> usize {
+        self.not_counted.len()
+    }
+
+    fn note_evictable(&self, shard: usize, evictable: bool) {
+        if let Some(a) = self.evictable.get(shard) {
+            if a.load(Ordering::Relaxed) != evictable {
+                a.store(evictable, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether another shard than `me` may still evict (its last pass did not fail) and
+    /// asking every shard is not known to be futile.
+    fn others_evictable(&self, me: usize, now_ms: u64) -> bool {
+        now_ms >= self.room_futile_until_ms.load(Ordering::Relaxed)
+            && self
+                .evictable
+                .iter()
+                .enumerate()
+                .any(|(i, a)| i != me && a.load(Ordering::Relaxed))
     }
 
     fn publish(&self, shard: usize, bytes: u64) {
@@ -263,6 +331,8 @@ pub struct Eviction {
     allocated: Cell<u64>,
     net_at_read: Cell<i64>,
     read_ms: Cell<u64>,
+    /// `ProcessMemory::passes_freed` at that reading.
+    passes_freed_at_read: Cell<u64>,
     /// Candidates, ascending by score (the best last), at most `POOL_KEYS_MAX`.
     pool: Vec<Candidate>,
     rng: u64,
@@ -301,6 +371,7 @@ impl Eviction {
             allocated: Cell::new(0),
             net_at_read: Cell::new(0),
             read_ms: Cell::new(0),
+            passes_freed_at_read: Cell::new(0),
             pool: Vec::with_capacity(POOL_KEYS_MAX),
             rng: 0x2545_f491_4f6c_dd1d,
             next_db: 0,
@@ -314,6 +385,12 @@ impl Eviction {
             marks_full_logged_ms: 0,
             held_back_at: None,
         }
+    }
+
+    /// The last eviction pass stopped at its time limit or its share with the process still
+    /// over (`Outcome::Running`): the shard's timer goes on with it.
+    pub fn running(&self) -> bool {
+        self.over && !self.failed
     }
 
     /// What a background snapshot's thread needs to report its private shard.
@@ -440,17 +517,28 @@ impl Shard {
         e.process
             .publish(e.process_index, self.oplog.bytes() as u64);
         let net = thread_net();
-        if e.read_ms.get() == 0 || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX {
+        let passes_freed = e.process.passes_freed.load(Ordering::Relaxed);
+        if e.read_ms.get() == 0
+            || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX
+            || passes_freed != e.passes_freed_at_read.get()
+        {
             let _ = tikv_jemalloc_ctl::epoch::advance();
-            let allocated = tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0) as u64;
+            let allocated = crate::alloc::allocated_live();
             e.allocated.set(allocated);
             e.net_at_read.set(net);
             e.read_ms.set(now_ms.max(1));
+            e.passes_freed_at_read.set(passes_freed);
         }
         let used = (e.allocated.get() as i64).saturating_add(net - e.net_at_read.get());
         u64::try_from(used)
             .unwrap_or(0)
             .saturating_sub(e.process.not_counted())
+    }
+
+    /// Makes the next reading of used memory ask the allocator, so that it counts what
+    /// other threads allocated and freed since this shard last did.
+    pub fn forget_used_memory_reading(&self) {
+        self.evict.read_ms.set(0);
     }
 
     /// Counts `n` peers' ops applied while over the limit (applied all the same: refusing
@@ -492,9 +580,51 @@ impl Shard {
         if self.config.maxmemory == 0 {
             self.evict.over = false;
             self.evict.failed = false;
+            self.evict.process.note_over(false);
             return Outcome::Ok;
         }
-        self.perform_evictions_by(now_ms, &mut |s: &Shard| s.used_memory_counted(now_ms))
+        let outcome =
+            self.perform_evictions_by(now_ms, &mut |s: &Shard| s.used_memory_counted(now_ms));
+        let process = &self.evict.process;
+        process.note_over(outcome != Outcome::Ok);
+        if process.shards() > 1 {
+            let policy = Policy::parse(&self.config.maxmemory_policy).unwrap_or(Policy::NoEviction);
+            let evictable = outcome != Outcome::Fail
+                && policy != Policy::NoEviction
+                && (0..self.dbs.len()).any(|db| self.has_candidates(db, policy.volatile()));
+            process.note_evictable(self.evict.process_index, evictable);
+        }
+        outcome
+    }
+
+    /// Before a client's command (Redis's `processCommand`): evicts, and says whether a
+    /// command that may use memory must get -OOM. With several shards not while another
+    /// shard may still evict: the command runs, over the limit by what it adds, and the
+    /// connection's next command makes room on every shard first (`conn::Conn::make_room`:
+    /// the commands of a pipeline forwarded together run here one after the other, with no
+    /// chance to ask the others in between). A round that finds no shard able to evict
+    /// ends that (`ProcessMemory::note_room_futile`, and each shard's failed pass).
+    pub fn evict_or_refuse(&mut self, now_ms: u64) -> bool {
+        self.perform_evictions(now_ms) == Outcome::Fail
+            && (self.config.maxmemory_policy == "noeviction"
+                || !self
+                    .evict
+                    .process
+                    .others_evictable(self.evict.process_index, now_ms))
+    }
+
+    /// After a client's command that wrote, with several shards: records whether the
+    /// process is now over its limit (`ProcessMemory::room_wanted`), so that the next
+    /// command of any connection first makes room on every shard, not only on the one
+    /// that runs it. One cheap reading of used memory; nothing with one shard.
+    pub fn note_memory_after_write(&self, now_ms: u64) {
+        let max = self.config.maxmemory;
+        if max == 0 || self.evict.process.shards() < 2 || self.persist.recovering {
+            return;
+        }
+        if self.used_memory_counted(now_ms) > max {
+            self.evict.process.note_over(true);
+        }
     }
 
     /// `perform_evictions` with the used-memory figure given by `used` (tests count keys).
@@ -503,7 +633,14 @@ impl Shard {
         now_ms: u64,
         used: &mut dyn FnMut(&Shard) -> u64,
     ) -> Outcome {
+        let evicted_before = self.stats.evicted_keys;
         let outcome = self.evict_until_under(now_ms, used);
+        if self.stats.evicted_keys != evicted_before {
+            self.evict
+                .process
+                .passes_freed
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.evict.over = outcome != Outcome::Ok;
         self.evict.failed = outcome == Outcome::Fail;
         outcome

@@ -1218,8 +1218,10 @@ async fn periodic(th: Rc<Thread>) {
         }
         s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
         // Redis's eviction time proc: a command that ran out of tenacity left the process
-        // over its limit; go on here.
-        if s.config.maxmemory != 0 {
+        // over its limit; go on here. Only then: Redis evicts before commands, not between
+        // them (a client tracking a key sees its invalidation before the reply of the
+        // command that needed the room, not at some tick before).
+        if s.config.maxmemory != 0 && s.evict.running() {
             s.perform_evictions(now);
         }
         if s.tracking.active() {

@@ -667,3 +667,71 @@ fn changes_to_evicted_keys(shards: &str) {
     assert!(cleared, "{}", cluster.site(0).log_tail(40));
     cluster.wait_converged(Duration::from_secs(20));
 }
+
+/// Tags of keys at both ends of the slot space: on the first shard and on the last, whatever
+/// the number of shards (one shard: both on it, and the test holds as for Redis).
+const LOW_SHARD_TAG: &str = "{t29}";
+const HIGH_SHARD_TAG: &str = "{t79}";
+
+/// Redis evicts before every command from its one keyspace. With several shards the shard
+/// that runs a command may hold nothing the policy evicts (`volatile-*`, no TTL there) while
+/// another does: the command first makes room on every shard. So a tracking client sees the
+/// invalidation of a key evicted on another shard before the reply of the command that needed
+/// the room (Redis's unit/tracking "Tracking invalidation message of eviction keys should be
+/// before response"), and a write is not refused -OOM while another shard still holds keys
+/// the policy evicts.
+#[test]
+fn a_command_makes_room_on_every_shard_first() {
+    let server = Server::start();
+    // `c` tracks in RESP3; `a` reads INFO and sets the limit.
+    let mut a = server.connect();
+    let mut c = server.connect();
+    let r = c.call_text(&["HELLO", "3"]);
+    assert!(r.starts_with('%'), "{r}");
+    c.ok(&["CLIENT", "TRACKING", "on"]);
+    a.ok(&["CONFIG", "SET", "maxmemory-policy", "volatile-random"]);
+    let volatile = format!("volatile-key{LOW_SHARD_TAG}");
+    let big = format!("big-key{HIGH_SHARD_TAG}");
+    c.ok(&["SETEX", &volatile, "10000", "x"]);
+    assert_eq!(c.call_text(&["GET", &volatile]), "$1\r\nx\r\n");
+    let limit = used_counted(&mut a) + 100 * 1024;
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    // 200 KB over a limit 100 KB away: the next command must evict.
+    assert_eq!(c.call_text(&["SETBIT", &big, "1600000", "0"]), ":0\r\n");
+    let push = c.call_text(&["GETBIT", &big, "0"]);
+    assert_eq!(
+        push,
+        format!(
+            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{volatile}\r\n",
+            volatile.len()
+        )
+    );
+    assert_eq!(String::from_utf8_lossy(&c.read_reply()), ":0\r\n");
+    assert_eq!(info_u64(&mut a, "stats", "evicted_keys"), 1);
+
+    // Keys with a TTL only on the low shard; the high shard's writes need their room.
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    c.ok(&["CLIENT", "TRACKING", "off"]);
+    a.ok(&["FLUSHALL"]);
+    let ttl: Vec<String> = (0..300)
+        .map(|i| format!("ttl:{i}{LOW_SHARD_TAG}"))
+        .collect();
+    write(&mut a, &ttl, Some(10_000));
+    let limit = used_counted(&mut a) + 100 * 1024;
+    a.ok(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    assert_eq!(c.call_text(&["SETBIT", &big, "1600000", "0"]), ":0\r\n");
+    let more: Vec<String> = (0..20)
+        .map(|i| format!("more:{i}{HIGH_SHARD_TAG}"))
+        .collect();
+    for reply in write(&mut a, &more, None) {
+        assert_eq!(reply, Reply::Simple("OK".into()));
+    }
+    a.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+    let evicted = info_u64(&mut a, "stats", "evicted_keys") - 1;
+    assert!(evicted > 0);
+    assert_eq!(count_existing(&mut a, &more), more.len());
+    assert_eq!(
+        count_existing(&mut a, &ttl),
+        ttl.len() - usize::try_from(evicted).unwrap()
+    );
+}

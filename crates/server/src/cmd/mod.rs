@@ -511,7 +511,7 @@ fn oom_refuses(
     argv: &[&[u8]],
     now_ms: u64,
 ) -> bool {
-    if shard.perform_evictions(now_ms) != crate::evict::Outcome::Fail {
+    if !shard.evict_or_refuse(now_ms) {
         return false;
     }
     if denyoom(shard, spec, argv) {
@@ -646,7 +646,7 @@ pub fn call_with(
     // sent (not one inside EXEC or a script), then refuses one that may use memory.
     if shard.config.maxmemory != 0
         && client.call_depth == 0
-        && shard.perform_evictions(now_ms) == crate::evict::Outcome::Fail
+        && shard.evict_or_refuse(now_ms)
         && denyoom(shard, spec, argv)
     {
         if let Some(st) = front.stats.commands.get_mut(spec.idx) {
@@ -683,6 +683,9 @@ pub fn call_with(
     client.call_depth -= 1;
     if shard.seq != seq_before {
         client.last_write_seq = shard.seq;
+        if top && shard.config.maxmemory != 0 {
+            shard.note_memory_after_write(now_ms);
+        }
     }
     if let Some(t) = &tracker {
         tracking::remember(shard, front.table, client, t, spec, argv);

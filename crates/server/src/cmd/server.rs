@@ -342,6 +342,7 @@ fn info_clients(shard: &Shard, front: &Front, out: &mut String) {
 /// Memory figures: the allocator's (jemalloc) and the process's.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MemoryUse {
+    /// What the program holds (`alloc::allocated_live`): INFO's `used_memory`.
     pub allocated: u64,
     pub active: u64,
     pub resident: u64,
@@ -355,7 +356,7 @@ pub fn memory_use() -> MemoryUse {
     let _ = tikv_jemalloc_ctl::epoch::advance();
     let read = |r: Result<usize, tikv_jemalloc_ctl::Error>| r.map(|v| v as u64).unwrap_or(0);
     MemoryUse {
-        allocated: read(tikv_jemalloc_ctl::stats::allocated::read()),
+        allocated: crate::alloc::allocated_live(),
         active: read(tikv_jemalloc_ctl::stats::active::read()),
         resident: read(tikv_jemalloc_ctl::stats::resident::read()),
         rss: process_rss(),
