@@ -1918,20 +1918,47 @@ impl Conn {
             let Some((items, _)) = crate::resp::read::elements(&reply, 0) else {
                 return;
             };
+            // Counts (DBSIZE, CLIENT UNBLOCK) become the site's: the transaction's element
+            // is rewritten, the last first so that earlier offsets hold.
+            let mut totals: Vec<((usize, usize), i64)> = Vec::new();
             for (i, spec, args) in broadcasts {
-                let ok = items
-                    .get(i)
-                    .and_then(|&(a, _)| reply.get(a))
-                    .is_some_and(|&b| b != b'-' && b != b'!');
-                if ok {
-                    let _ = self.on_shards_but(spec, &args, Some(t)).await;
+                let Some(&(a, e)) = items.get(i) else {
+                    continue;
+                };
+                let ok = reply.get(a).is_some_and(|&b| b != b'-' && b != b'!');
+                if !ok {
+                    continue;
+                }
+                let replies = self.on_shards_but(spec, &args, Some(t)).await;
+                let table = self.th.front.borrow().table;
+                if route::classes(table).get(spec.idx) != Some(&Class::All(Merge::Sum)) {
+                    continue;
+                }
+                let count = |r: &[u8]| {
+                    r.strip_prefix(b":")
+                        .and_then(|r| r.strip_suffix(b"\r\n"))
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                        .and_then(|n| n.parse::<i64>().ok())
+                };
+                let own = reply.get(a..e).and_then(count);
+                let others: Option<i64> = replies.iter().map(|r| count(r)).sum();
+                if let (Some(own), Some(others)) = (own, others) {
+                    totals.push(((mark + a, mark + e), own.saturating_add(others)));
+                }
+            }
+            for ((a, e), total) in totals.into_iter().rev() {
+                if e <= self.out.buf.len() && a < e {
+                    self.out
+                        .buf
+                        .splice(a..e, format!(":{total}\r\n").into_bytes());
                 }
             }
         }
     }
 
     /// The shard a transaction runs on, with the queued commands every shard runs after it
-    /// (`Class::All` with `Merge::Same`: settings, pauses, flushes, script loads) and their
+    /// (`Class::All` with `Merge::Same`: settings, pauses, flushes, script loads; with
+    /// `Merge::Sum`: DBSIZE, CLIENT UNBLOCK, their counts added to the transaction's) and their
     /// places in it; None when its keys span shards. One pass resolves each queued command.
     fn exec_plan(&self, f: &Front) -> Option<(u16, Vec<Broadcast>)> {
         let slots = &f.node.slots;
@@ -1970,7 +1997,11 @@ impl Conn {
                 }
                 // Settings and controls run in the transaction on its shard, then on the
                 // others.
-                Class::All(Merge::Same) => broadcasts.push((i, spec, q.args.clone())),
+                // So do counts every shard answers for itself (DBSIZE, CLIENT UNBLOCK), added
+                // to the transaction's.
+                Class::All(Merge::Same | Merge::Sum) => {
+                    broadcasts.push((i, spec, q.args.clone()));
+                }
                 // Other commands that cover every shard cannot run inside one shard's
                 // transaction: their replies speak for every shard.
                 Class::All(_)

@@ -437,6 +437,28 @@ fn settings_inside_a_transaction_reach_every_shard() {
             "{k}"
         );
     }
+    // Counts every shard answers for itself are the site's inside a transaction too, as in
+    // Redis (Redis Cluster takes keyless commands in MULTI): DBSIZE counts every shard's
+    // keys, CLIENT UNBLOCK finds a client blocked on any shard.
+    let mut blocked = srv.connect();
+    let id = blocked.int(&["CLIENT", "ID"]).to_string();
+    let list = format!("{{{}}}:list", keys[2]);
+    blocked.send_cmd(&[b"BLPOP", list.as_bytes(), b"0"]);
+    assert!(
+        common::sites::eventually(Duration::from_secs(5), || call(
+            &mut a,
+            &["INFO", "clients"]
+        )
+        .contains("blocked_clients:1\r\n")),
+        "BLPOP did not block"
+    );
+    assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut a, &["SET", &keys[1], "z"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["DBSIZE"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["CLIENT", "UNBLOCK", &id]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["CLIENT", "UNBLOCK", &id]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["EXEC"]), "*4\r\n+OK\r\n:4\r\n:1\r\n:0\r\n");
+    assert_eq!(String::from_utf8_lossy(&blocked.read_reply()), "*-1\r\n");
 }
 
 #[test]
