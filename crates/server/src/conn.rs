@@ -192,6 +192,16 @@ struct Conn {
     /// Where planning stopped before a command to make room on every shard first
     /// (`make_room`), and whether that was done for the command about to be parsed.
     room: Room,
+    /// WATCH of keys on a shard of another node of the site: the watch lives on a
+    /// connection of this client's own to that shard's endpoint, where its EXEC then runs
+    /// (`watch`, `exec`); dropped (and the watch with it) by EXEC, UNWATCH, DISCARD, RESET.
+    watch_link: Option<WatchLink>,
+}
+
+/// A client's own link to another node's shard, holding its WATCH there.
+struct WatchLink {
+    shard: u16,
+    link: meridian_proxy::Link,
 }
 
 /// A connection's steps of making room under `maxmemory` across shards (`Conn::make_room`).
@@ -451,6 +461,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
         afters: Vec::new(),
         barrier_muted: false,
         room: Room::Check,
+        watch_link: None,
     };
     // A TLS connection's handshake completes before anything is written or read, within
     // its bound (a client that never completes it holds its slot no longer).
@@ -1374,6 +1385,8 @@ impl Conn {
                 for t in remote {
                     self.remote(t, Op::Unwatch, &[], false);
                 }
+                // Its connection closes: the other node drops the watch with it.
+                self.watch_link = None;
                 step
             }
             Special::Sort
@@ -1854,6 +1867,8 @@ impl Conn {
         };
         let target = plan.as_ref().map(|&(t, _)| t);
         let mark = self.out.len();
+        // EXEC ends every watch: one held on another node's link goes with its link.
+        let watch_link = self.watch_link.take();
         match target {
             None => {
                 let remote: Vec<u16> = {
@@ -1891,6 +1906,57 @@ impl Conn {
                     &argv,
                     now,
                 );
+            }
+            Some(t) if self.th.node.remote_endpoint(t).is_some() && watch_link.is_some() => {
+                // Its WATCH lives on its own link to that shard: the transaction runs there.
+                let multi = self.client.multi.take().unwrap_or_default();
+                self.client.watched.clear();
+                self.client.shared.in_multi.set(false);
+                self.client.shared.watched.set(0);
+                self.client.shared.last_cmd.set(spec.meta.name);
+                let reply = match watch_link {
+                    Some(w) if w.shard == t && !multi.aborted => {
+                        let mut req = meridian_proxy::Request::new();
+                        let selected = hop::push_exec(&mut req, self.client.db, &multi);
+                        let limit = self
+                            .th
+                            .proxy
+                            .as_ref()
+                            .map_or(Duration::from_secs(1), |p| p.limits().request);
+                        match w.link.call(&req, limit).await {
+                            Ok(mut r) => {
+                                if let Some(db) = selected {
+                                    self.client.select(db);
+                                }
+                                r.pop().unwrap_or_default()
+                            }
+                            Err(e) => {
+                                let mut r = Reply::new();
+                                r.error(&CmdError::Raw(hop::proxy_error_text(&e)));
+                                r.buf
+                            }
+                        }
+                    }
+                    _ => {
+                        b"-EXECABORT Transaction discarded because of previous errors.\r\n".to_vec()
+                    }
+                };
+                self.out.raw(&reply);
+                self.client.dirty.set(false);
+            }
+            Some(t)
+                if self.th.node.remote_endpoint(t).is_some() && !self.client.watched.is_empty() =>
+            {
+                // Its WATCH on that shard was lost with its link (a failed WATCH there): a
+                // watched key may have changed unseen, so the transaction is not run.
+                self.client.multi = None;
+                self.client.watched.clear();
+                self.client.shared.in_multi.set(false);
+                self.client.shared.watched.set(0);
+                self.client.shared.last_cmd.set(spec.meta.name);
+                self.out.proto = self.client.shared.proto.get();
+                self.out.null_array();
+                self.client.dirty.set(false);
             }
             Some(t) => {
                 let multi = self.client.multi.take().unwrap_or_default();
@@ -2052,40 +2118,80 @@ impl Conn {
             KeysAt::None => self.th.index,
         };
         if self.th.node.remote_endpoint(t).is_some() {
-            // The watch would live on a link other clients share.
-            let mut f = self.th.front.borrow_mut();
-            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
-                st.rejected_calls += 1;
+            let reply = self.watch_remote(t, &argv).await;
+            if reply == b"+OK\r\n" {
+                self.note_watched(&argv);
             }
-            self.out.proto = self.client.shared.proto.get();
-            cmd::reply_error(
-                &mut f,
-                &mut self.out,
-                &CmdError::Err(format!(
-                    "WATCH of keys on another node of the site (shard {t}) is not supported on this port: use that shard's cluster endpoint"
-                )),
-            );
+            self.out.raw(&reply);
             return;
         }
         match self.one(t, Op::Call(spec), &argv).await {
             Ok((reply, _)) => {
                 if t != self.th.index && reply == b"+OK\r\n" {
-                    let db = self.client.db;
-                    for key in argv.iter().skip(1) {
-                        if !self
-                            .client
-                            .watched
-                            .iter()
-                            .any(|(d, k)| *d == db && k == key)
-                        {
-                            self.client.watched.push((db, key.clone()));
-                        }
-                    }
-                    self.client.shared.watched.set(self.client.watched.len());
+                    self.note_watched(&argv);
                 }
                 self.out.raw(&reply);
             }
             Err(e) => self.out.error(&hop::unavailable_error(e)),
+        }
+    }
+
+    /// Keeps the keys of a WATCH another thread or node holds (`watch_shards`, EXEC's plan).
+    fn note_watched(&mut self, argv: &[Vec<u8>]) {
+        let db = self.client.db;
+        for key in argv.iter().skip(1) {
+            if !self
+                .client
+                .watched
+                .iter()
+                .any(|(d, k)| *d == db && k == key)
+            {
+                self.client.watched.push((db, key.clone()));
+            }
+        }
+        self.client.shared.watched.set(self.client.watched.len());
+    }
+
+    /// WATCH of keys on shard `t` of another node: sent on this client's own link to that
+    /// shard's endpoint (opened by the first such WATCH), where the watch lives until EXEC
+    /// runs there or the link is dropped. A shared link would mix the watches of every
+    /// client on it. Keys of two shards of other nodes cannot be one transaction's: a WATCH
+    /// of a second such shard is CROSSSLOT.
+    async fn watch_remote(&mut self, t: u16, argv: &[Vec<u8>]) -> Vec<u8> {
+        let err = |e: CmdError| {
+            let mut r = Reply::new();
+            r.error(&e);
+            r.buf
+        };
+        if self.watch_link.as_ref().is_some_and(|w| w.shard != t) {
+            return err(CmdError::CrossSlot);
+        }
+        let (Some(addr), Some(pool)) = (
+            self.th.node.remote_endpoint(t).map(str::to_string),
+            self.th.proxy.clone(),
+        ) else {
+            return err(hop::unavailable_error(hop::Unavailable { shard: t }));
+        };
+        if self.watch_link.is_none() {
+            let resp3 = self.client.shared.proto.get() == crate::resp::reply::Proto::Resp3;
+            match pool.dedicated(&addr, resp3).await {
+                Ok(link) => self.watch_link = Some(WatchLink { shard: t, link }),
+                Err(e) => return err(CmdError::Raw(hop::proxy_error_text(&e))),
+            }
+        }
+        let Some(w) = self.watch_link.as_ref() else {
+            return Vec::new();
+        };
+        let mut req = meridian_proxy::Request::new();
+        let a: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        req.push(self.client.db, &a);
+        match w.link.call(&req, pool.limits().request).await {
+            Ok(mut r) => r.pop().unwrap_or_default(),
+            Err(e) => {
+                // Its watches are gone with it: EXEC must not run on a fresh link.
+                self.watch_link = None;
+                err(CmdError::Raw(hop::proxy_error_text(&e)))
+            }
         }
     }
 

@@ -334,26 +334,7 @@ async fn forward(
                     ));
                     continue;
                 }
-                req.push_unanswered(item.db, &[b"MULTI"]);
-                for q in &multi.queued {
-                    let a: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
-                    req.push_unanswered(item.db, &a);
-                }
-                req.push(item.db, &[b"EXEC"]);
-                let selected = multi.queued.iter().rev().find_map(|q| {
-                    let name = q.args.first()?;
-                    if !name.eq_ignore_ascii_case(b"select") {
-                        return None;
-                    }
-                    std::str::from_utf8(q.args.get(1)?)
-                        .ok()?
-                        .parse::<usize>()
-                        .ok()
-                });
-                if let Some(db) = selected {
-                    // The link's database is the one its own SELECTs chose: put it back.
-                    let n = item.db.to_string();
-                    req.push_unanswered(item.db, &[b"SELECT", n.as_bytes()]);
+                if let Some(db) = push_exec(&mut req, item.db, multi) {
                     if let Some(last) = dbs.last_mut() {
                         *last = db;
                     }
@@ -410,6 +391,36 @@ async fn forward(
         wrote: None,
         cut: false,
     });
+}
+
+/// Puts a transaction on a link to another node's shard: MULTI, the queued commands and
+/// EXEC (only EXEC's reply is kept), then a SELECT of `db` again when the transaction
+/// selected another database (the link's database is the one its own SELECTs chose).
+/// Returns the database the transaction left the client in, when it selected one.
+pub fn push_exec(
+    req: &mut meridian_proxy::Request,
+    db: usize,
+    multi: &MultiState,
+) -> Option<usize> {
+    req.push_unanswered(db, &[b"MULTI"]);
+    for q in &multi.queued {
+        let a: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+        req.push_unanswered(db, &a);
+    }
+    req.push(db, &[b"EXEC"]);
+    let selected = multi.queued.iter().rev().find_map(|q| {
+        let name = q.args.first()?;
+        if !name.eq_ignore_ascii_case(b"select") {
+            return None;
+        }
+        std::str::from_utf8(q.args.get(1)?)
+            .ok()?
+            .parse::<usize>()
+            .ok()
+    })?;
+    let n = db.to_string();
+    req.push_unanswered(db, &[b"SELECT", n.as_bytes()]);
+    Some(selected)
 }
 
 impl Batch {

@@ -244,8 +244,48 @@ fn two_nodes_serve_one_keyspace() {
         Reply::Array(vec![Reply::Simple("OK".into()), Reply::Int(15)])
     );
     assert_eq!(c2.reply(&["GET", &tk]), Reply::bulk("15"));
-    // WATCH of a key on the other node is refused with the reason.
-    assert!(c1.err(&["WATCH", &tk]).contains("another node"));
+    // WATCH of a key on the other node: held on a link of the client's own to that shard,
+    // where its EXEC runs. A write from anywhere after the WATCH aborts the transaction.
+    c1.ok(&["WATCH", &tk]);
+    c2.ok(&["SET", &tk, "20"]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(
+        c1.reply(&["INCRBY", &tk, "1"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(c1.reply(&["EXEC"]), Reply::Nil);
+    assert_eq!(c2.reply(&["GET", &tk]), Reply::bulk("20"));
+    // No write meanwhile: it runs; a database its transaction selects stays selected.
+    c1.ok(&["WATCH", &tk]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(
+        c1.reply(&["INCRBY", &tk, "1"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(c1.reply(&["SELECT", "3"]), Reply::Simple("QUEUED".into()));
+    assert_eq!(
+        c1.reply(&["EXEC"]),
+        Reply::Array(vec![Reply::Int(21), Reply::Simple("OK".into())])
+    );
+    assert_eq!(c1.reply(&["GET", &tk]), Reply::Nil);
+    c1.ok(&["SELECT", "0"]);
+    // UNWATCH drops it: a later write does not abort.
+    c1.ok(&["WATCH", &tk]);
+    c1.ok(&["UNWATCH"]);
+    c2.ok(&["SET", &tk, "30"]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(
+        c1.reply(&["INCRBY", &tk, "1"]),
+        Reply::Simple("QUEUED".into())
+    );
+    assert_eq!(c1.reply(&["EXEC"]), Reply::Array(vec![Reply::Int(31)]));
+    // Keys of two shards of the other node (n1's, seen from n2) are no one transaction's.
+    c2.ok(&["WATCH", &key_on(0, "tx")]);
+    assert_eq!(
+        c2.err(&["WATCH", &key_on(1, "tx")]),
+        "CROSSSLOT Keys in request don't hash to the same slot"
+    );
+    c2.ok(&["UNWATCH"]);
 
     // CLUSTER SLOTS lists every shard of the site at its node's endpoints, from both nodes.
     for c in [&mut c1, &mut c2] {
