@@ -333,6 +333,8 @@ pub struct Eviction {
     read_ms: Cell<u64>,
     /// `ProcessMemory::passes_freed` at that reading.
     passes_freed_at_read: Cell<u64>,
+    /// The periodic cycle runs a pass next (`start_cycle`).
+    cycle_wanted: bool,
     /// Candidates, ascending by score (the best last), at most `POOL_KEYS_MAX`.
     pool: Vec<Candidate>,
     rng: u64,
@@ -372,6 +374,7 @@ impl Eviction {
             net_at_read: Cell::new(0),
             read_ms: Cell::new(0),
             passes_freed_at_read: Cell::new(0),
+            cycle_wanted: false,
             pool: Vec::with_capacity(POOL_KEYS_MAX),
             rng: 0x2545_f491_4f6c_dd1d,
             next_db: 0,
@@ -390,7 +393,13 @@ impl Eviction {
     /// The last eviction pass stopped at its time limit or its share with the process still
     /// over (`Outcome::Running`): the shard's timer goes on with it.
     pub fn running(&self) -> bool {
-        self.over && !self.failed
+        (self.over && !self.failed) || self.cycle_wanted
+    }
+
+    /// Redis's `startEvictionTimeProc` (CONFIG SET maxmemory): the next periodic cycle runs
+    /// a pass whatever the last one found.
+    pub fn start_cycle(&mut self) {
+        self.cycle_wanted = true;
     }
 
     /// What a background snapshot's thread needs to report its private shard.
@@ -634,6 +643,7 @@ impl Shard {
         used: &mut dyn FnMut(&Shard) -> u64,
     ) -> Outcome {
         let evicted_before = self.stats.evicted_keys;
+        self.evict.cycle_wanted = false;
         let outcome = self.evict_until_under(now_ms, used);
         if self.stats.evicted_keys != evicted_before {
             self.evict

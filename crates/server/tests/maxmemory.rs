@@ -735,3 +735,30 @@ fn a_command_makes_room_on_every_shard_first() {
         ttl.len() - usize::try_from(evicted).unwrap()
     );
 }
+
+/// Redis's `startEvictionTimeProc` on CONFIG SET maxmemory: the keys go without another
+/// command (Redis's unit/pubsub "Keyspace notifications: evicted events" waits for the
+/// event with no command after the CONFIG SET). The periodic cycle evicts otherwise only
+/// after a pass that ran out of time.
+#[test]
+fn config_set_maxmemory_evicts_without_another_command() {
+    let server = Server::start();
+    let mut c = server.connect();
+    c.ok(&["CONFIG", "SET", "notify-keyspace-events", "Ee"]);
+    c.ok(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut sub = server.connect();
+    assert_eq!(
+        String::from_utf8_lossy(&sub.call(&[b"PSUBSCRIBE", b"*"])),
+        "*3\r\n$10\r\npsubscribe\r\n$1\r\n*\r\n:1\r\n"
+    );
+    c.ok(&["SET", "foo", "bar"]);
+    c.ok(&["CONFIG", "SET", "maxmemory", "1"]);
+    let event = sub
+        .try_read_reply(Duration::from_secs(5))
+        .expect("an evicted event");
+    assert_eq!(
+        String::from_utf8_lossy(&event),
+        "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$22\r\n__keyevent@0__:evicted\r\n$3\r\nfoo\r\n"
+    );
+    c.ok(&["CONFIG", "SET", "maxmemory", "0"]);
+}

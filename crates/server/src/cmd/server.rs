@@ -921,16 +921,17 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             shard.acl.set_requirepass(pass.as_bytes());
         }
         "maxmemory-policy" => shard.set_policy_flags(),
-        // Redis warns when the new limit is below what is used; the next command (or the
-        // periodic cycle) evicts.
-        "maxmemory" if shard.config.maxmemory != 0 && shard.index == 0 => {
+        // Redis warns when the new limit is below what is used, and starts its eviction
+        // time proc: each shard's periodic cycle evicts at once, not only the next command.
+        "maxmemory" if shard.config.maxmemory != 0 => {
             let used = shard.used_memory_counted(shard.now_ms());
-            if used > shard.config.maxmemory {
+            if used > shard.config.maxmemory && shard.index == 0 {
                 tracing::warn!(
                     "WARNING: the new maxmemory value set via CONFIG SET ({}) is smaller than the current memory usage ({used}). This will result in key eviction and/or the inability to accept new write commands depending on the maxmemory-policy.",
                     shard.config.maxmemory
                 );
             }
+            shard.evict.start_cycle();
         }
         "notify-keyspace-events" => shard.set_notify_flags(),
         _ => {}
