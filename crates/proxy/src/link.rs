@@ -90,6 +90,9 @@ struct Inner {
     dead: RefCell<Option<ProxyError>>,
     /// The database the endpoint has selected for this link (in write order).
     db: Cell<usize>,
+    /// Where RESP3 pushes go (`Link::connect_with_pushes`); without it a push is a reply
+    /// nobody asked for.
+    pushes: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
 }
 
 /// A pipelined connection (cheap to clone: one connection).
@@ -115,6 +118,27 @@ impl Link {
         addr: &str,
         connect: Duration,
         handshake: &[Vec<Vec<u8>>],
+    ) -> Result<Link, ProxyError> {
+        Link::connect_inner(addr, connect, handshake, None).await
+    }
+
+    /// `connect`, and every RESP3 push the endpoint sends (after a `HELLO 3` in the
+    /// handshake: invalidations of client-side caching, say) goes to `pushes` rather than
+    /// to a call. The sender is dropped when the link breaks.
+    pub async fn connect_with_pushes(
+        addr: &str,
+        connect: Duration,
+        handshake: &[Vec<Vec<u8>>],
+        pushes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Result<Link, ProxyError> {
+        Link::connect_inner(addr, connect, handshake, Some(pushes)).await
+    }
+
+    async fn connect_inner(
+        addr: &str,
+        connect: Duration,
+        handshake: &[Vec<Vec<u8>>],
+        pushes: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
     ) -> Result<Link, ProxyError> {
         let down = |why: String| ProxyError::Down {
             addr: addr.to_string(),
@@ -161,6 +185,7 @@ impl Link {
             pending: RefCell::new(VecDeque::new()),
             dead: RefCell::new(None),
             db: Cell::new(0),
+            pushes,
         });
         tokio::task::spawn_local(read_loop(inner.clone(), rd, buf));
         Ok(Link { inner })
@@ -265,7 +290,12 @@ async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
                 Ok(Some(n)) => {
                     let bytes = buf.get(..n).unwrap_or_default().to_vec();
                     buf.advance(n);
-                    deliver(&inner, bytes);
+                    match &inner.pushes {
+                        Some(tx) if bytes.first() == Some(&b'>') => {
+                            let _ = tx.send(bytes);
+                        }
+                        _ => deliver(&inner, bytes),
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {

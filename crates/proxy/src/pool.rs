@@ -92,6 +92,24 @@ impl Pool {
 
     /// A new link to `addr` of its own (not pooled), for a command that may wait long
     /// (a blocking pop): other calls must not queue behind it.
+    /// A RESP3 link of its own to `addr` whose pushes go to `pushes`
+    /// (`Link::connect_with_pushes`).
+    pub async fn dedicated_with_pushes(
+        &self,
+        addr: &str,
+        pushes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Result<Link, ProxyError> {
+        if let Some((until, e)) = self.down_until.borrow().get(addr) {
+            if Instant::now() < *until {
+                return Err(e.clone());
+            }
+        }
+        let mut handshake = Vec::with_capacity(self.handshake.len() + 1);
+        handshake.push(vec![b"HELLO".to_vec(), b"3".to_vec()]);
+        handshake.extend(self.handshake.iter().cloned());
+        Link::connect_with_pushes(addr, self.limits.connect, &handshake, pushes).await
+    }
+
     pub async fn dedicated(&self, addr: &str, resp3: bool) -> Result<Link, ProxyError> {
         if let Some((until, e)) = self.down_until.borrow().get(addr) {
             if Instant::now() < *until {

@@ -45,6 +45,8 @@ pub struct Thread {
     pub front: FrontRc,
     /// Links to the shards of the site's other nodes (None: the site is this process).
     pub proxy: Option<Rc<meridian_proxy::Pool>>,
+    /// Its clients' tracked reads on the other nodes (with `proxy`).
+    pub remote_tracking: Option<Rc<crate::remote_tracking::RemoteTracking>>,
 }
 
 /// What a thread's inbox carries.
@@ -278,7 +280,8 @@ pub async fn send(
 ) -> Result<oneshot::Receiver<Done>, Unavailable> {
     if let (Some(addr), Some(pool)) = (th.node.remote_endpoint(shard), &th.proxy) {
         let (tx, rx) = oneshot::channel();
-        tokio::task::spawn_local(forward(pool.clone(), addr.to_string(), batch, tx));
+        let rt = th.remote_tracking.clone();
+        tokio::task::spawn_local(forward(pool.clone(), rt, addr.to_string(), batch, tx));
         return Ok(rx);
     }
     let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
@@ -307,13 +310,45 @@ pub fn proxy_error_text(e: &meridian_proxy::ProxyError) -> String {
 /// fsync policy allows, so no wait is left here.
 async fn forward(
     pool: Rc<meridian_proxy::Pool>,
+    rt: Option<Rc<crate::remote_tracking::RemoteTracking>>,
     addr: String,
     batch: Batch,
     done: oneshot::Sender<Done>,
 ) {
-    let Batch { items, args, .. } = batch;
+    let Batch {
+        items,
+        args,
+        client,
+    } = batch;
     let resp3 = items.first().is_some_and(|i| i.proto == Proto::Resp3);
     let mut req = meridian_proxy::Request::new();
+    // A tracking client's reads are tracked there for this thread (`remote_tracking`).
+    let table = crate::cmd::table();
+    let tracked = |item: &Item| match (&item.op, client.tracking.as_deref()) {
+        (Op::Call(spec), Some(t)) => cmd::tracking::tracks_read(t, item.caching, spec),
+        _ => false,
+    };
+    let redirect = match &rt {
+        Some(rt) if items.iter().any(&tracked) => rt.redirect_id(&pool, &addr).await,
+        _ => None,
+    };
+    if let Some(id) = redirect {
+        let id = id.to_string();
+        let db = items.first().map_or(0, |i| i.db);
+        req.push_unanswered(
+            db,
+            &[
+                b"CLIENT",
+                b"TRACKING",
+                b"on",
+                b"REDIRECT",
+                id.as_bytes(),
+                b"OPTIN",
+            ],
+        );
+    }
+    // The keys of the tracked reads.
+    let mut remember: Vec<Vec<u8>> = Vec::new();
     // Per item: its reply from the link (None) or one made here.
     let mut local: Vec<Option<Vec<u8>>> = Vec::with_capacity(items.len());
     // The client's database after each item (a SELECT inside a transaction changes it).
@@ -322,6 +357,15 @@ async fn forward(
         let argv = args.get(item.args);
         dbs.push(item.db);
         match &item.op {
+            Op::Call(spec) if redirect.is_some() && tracked(item) => {
+                req.push_unanswered(item.db, &[b"CLIENT", b"CACHING", b"yes"]);
+                req.push(item.db, &argv);
+                local.push(None);
+                let mut pos = SmallVec::<[usize; 8]>::new();
+                if cmd::command::key_positions(table, spec, &argv, &mut pos) {
+                    remember.extend(pos.iter().filter_map(|&p| argv.get(p).map(|k| k.to_vec())));
+                }
+            }
             Op::Call(_) | Op::Quiet(_) => {
                 req.push(item.db, &argv);
                 local.push(None);
@@ -353,7 +397,19 @@ async fn forward(
             }
         }
     }
+    // Remembered before the reads go: an invalidation can overtake their replies (it comes
+    // on another connection); one before the read is harmless.
+    if let (Some(rt), Some(_)) = (&rt, redirect) {
+        for k in &remember {
+            rt.remember(&addr, k, client.id);
+        }
+    }
     let result = pool.call(&addr, resp3, &req).await;
+    if let (Some(rt), None) = (&rt, redirect) {
+        if items.iter().any(&tracked) {
+            rt.flush_client(client.id);
+        }
+    }
     let mut out = Vec::new();
     let mut ends = Vec::with_capacity(items.len());
     let mut replies = match &result {

@@ -1090,12 +1090,19 @@ fn run_thread(
             node.clone(),
             crate::cmd::table(),
         )));
+        let remote_tracking = proxy.as_ref().map(|_| {
+            Rc::new(crate::remote_tracking::RemoteTracking::new(
+                node.clone(),
+                shard.clone(),
+            ))
+        });
         let th = Rc::new(Thread {
             index,
             node: node.clone(),
             shard: shard.clone(),
             front: front.clone(),
             proxy,
+            remote_tracking,
         });
         {
             // A script that runs long answers this thread's clients from its hook, and ends

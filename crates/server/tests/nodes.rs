@@ -399,6 +399,65 @@ fn blocking_pops_and_pubsub_cross_nodes() {
     }
 }
 
+/// CLIENT TRACKING of a key on the other node: the read is tracked there for this node,
+/// whose invalidations reach the client as a local write's would, whoever writes the key
+/// (a client of the other node, or another client of this one whose write is forwarded).
+#[test]
+fn tracking_covers_reads_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut c1 = n1.connect();
+    let mut c2 = n2.connect();
+    let mut w1 = n1.connect();
+    let r = c1.call_text(&["HELLO", "3"]);
+    assert!(r.starts_with('%'), "{r}");
+    c1.ok(&["CLIENT", "TRACKING", "on"]);
+    let tk = key_on(2, "trk");
+    let local = key_on(0, "trk");
+    c2.ok(&["SET", &tk, "v"]);
+    let push = |key: &str| {
+        format!(
+            ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n",
+            key.len()
+        )
+    };
+    for writer in [&mut c2, &mut w1] {
+        assert_eq!(c1.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+        writer.ok(&["SET", &tk, "v"]);
+        let got = c1
+            .try_read_reply(Duration::from_secs(5))
+            .expect("an invalidation");
+        assert_eq!(String::from_utf8_lossy(&got), push(&tk));
+    }
+    // Once: a second write without a read between sends nothing.
+    c2.ok(&["SET", &tk, "v"]);
+    assert_eq!(c1.call_text(&["PING"]), "+PONG\r\n");
+    // Keys of both nodes in one read (MGET scattered): each invalidated where it lives.
+    c1.ok(&["SET", &local, "l"]);
+    assert_eq!(
+        c1.call_text(&["MGET", &tk, &local]),
+        "*2\r\n$1\r\nv\r\n$1\r\nl\r\n"
+    );
+    c2.ok(&["SET", &local, "m"]);
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("an invalidation");
+    assert_eq!(String::from_utf8_lossy(&got), push(&local));
+    w1.ok(&["SET", &tk, "m"]);
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("an invalidation");
+    assert_eq!(String::from_utf8_lossy(&got), push(&tk));
+    // OPTIN: a read without CLIENT CACHING yes is not tracked.
+    c1.ok(&["CLIENT", "TRACKING", "off"]);
+    c1.ok(&["CLIENT", "TRACKING", "on", "OPTIN"]);
+    c1.call_text(&["GET", &tk]);
+    c2.ok(&["SET", &tk, "n"]);
+    assert_eq!(c1.call_text(&["PING"]), "+PONG\r\n");
+    drop(n1);
+    drop(n2);
+}
+
 #[test]
 fn a_node_down_fails_fast_and_comes_back() {
     let root = tempfile::tempdir().unwrap();

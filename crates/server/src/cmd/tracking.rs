@@ -313,13 +313,21 @@ fn remembers(
     } else {
         spec.meta.flags.contains(super::table::Flags::READONLY)
     };
-    if !reads {
-        return false;
-    }
-    if (t.optin && !client.caching) || (t.optout && client.caching) {
-        return false;
-    }
-    true
+    reads && caches(t, client.caching)
+}
+
+/// Whether a plain command (no script) of a client tracking as `t` is remembered for it:
+/// a read, in default mode, and CLIENT CACHING (`caching`) as OPTIN/OPTOUT want
+/// (`remote_tracking`: its reads on another node).
+pub fn tracks_read(t: &Tracker, caching: bool, spec: &super::table::CommandSpec) -> bool {
+    !t.bcast
+        && !spec.meta.flags.contains(super::table::Flags::PUBSUB)
+        && spec.meta.flags.contains(super::table::Flags::READONLY)
+        && caches(t, caching)
+}
+
+fn caches(t: &Tracker, caching: bool) -> bool {
+    !((t.optin && !caching) || (t.optout && caching))
 }
 
 /// After a command of a tracking client: remembers the keys it read.
