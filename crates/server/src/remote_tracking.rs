@@ -46,12 +46,61 @@ enum Remote {
         id: u64,
         /// Kept open: the endpoint forgets the link's redirections when it closes.
         _link: meridian_proxy::Link,
-        /// Key → the clients of this thread that read it there since its last invalidation.
-        readers: HashMap<Vec<u8>, SmallVec<[u64; 2]>>,
-        /// A read could not be remembered (`REMOTE_TRACKED_KEYS_MAX`): the next invalidation
-        /// from there is a flush for everyone.
-        overflowed: bool,
+        readers: Readers,
     },
+}
+
+/// Key → the clients of this thread that read it at one endpoint since its last
+/// invalidation there.
+#[derive(Debug, Default)]
+struct Readers {
+    keys: HashMap<Vec<u8>, SmallVec<[u64; 2]>>,
+    /// A read could not be remembered (`keys_max`): the next invalidation from there is a
+    /// flush for everyone.
+    overflowed: bool,
+}
+
+impl Readers {
+    /// Client `client` read `key`; past `keys_max` keys it is not remembered.
+    fn remember(&mut self, key: &[u8], client: u64, keys_max: usize) {
+        if let Some(ids) = self.keys.get_mut(key) {
+            if !ids.contains(&client) {
+                ids.push(client);
+            }
+            return;
+        }
+        if self.keys.len() >= keys_max {
+            self.overflowed = true;
+            return;
+        }
+        let mut ids = SmallVec::new();
+        ids.push(client);
+        self.keys.insert(key.to_vec(), ids);
+    }
+
+    /// Who gets what for an invalidation of `keys` (None: a flush): each (client, key), or
+    /// (client, None) once per client for a flush, also after an overflow. Those keys are
+    /// forgotten (all of them for a flush).
+    fn invalidate(&mut self, keys: Option<Vec<Vec<u8>>>) -> Vec<(u64, Option<Vec<u8>>)> {
+        match keys {
+            Some(keys) if !self.overflowed => {
+                let mut due = Vec::new();
+                for k in keys {
+                    if let Some(ids) = self.keys.remove(&k) {
+                        due.extend(ids.into_iter().map(|id| (id, Some(k.clone()))));
+                    }
+                }
+                due
+            }
+            _ => {
+                self.overflowed = false;
+                let mut ids: Vec<u64> = self.keys.drain().flat_map(|(_, ids)| ids).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids.into_iter().map(|id| (id, None)).collect()
+            }
+        }
+    }
 }
 
 /// One thread's tracking of its clients' reads on other nodes.
@@ -129,8 +178,7 @@ impl RemoteTracking {
             Remote::Ready {
                 id,
                 _link: link,
-                readers: HashMap::new(),
-                overflowed: false,
+                readers: Readers::default(),
             },
         );
         drop(remotes);
@@ -140,28 +188,9 @@ impl RemoteTracking {
 
     /// Client `client` read `key` at `addr`, tracked there for this thread.
     pub fn remember(&self, addr: &str, key: &[u8], client: u64) {
-        let mut remotes = self.remotes.borrow_mut();
-        let Some(Remote::Ready {
-            readers,
-            overflowed,
-            ..
-        }) = remotes.get_mut(addr)
-        else {
-            return;
-        };
-        if let Some(ids) = readers.get_mut(key) {
-            if !ids.contains(&client) {
-                ids.push(client);
-            }
-            return;
+        if let Some(Remote::Ready { readers, .. }) = self.remotes.borrow_mut().get_mut(addr) {
+            readers.remember(key, client, REMOTE_TRACKED_KEYS_MAX);
         }
-        if readers.len() >= REMOTE_TRACKED_KEYS_MAX {
-            *overflowed = true;
-            return;
-        }
-        let mut ids = SmallVec::new();
-        ids.push(client);
-        readers.insert(key.to_vec(), ids);
     }
 
     /// A flush for client `client`: a read of its could not be tracked.
@@ -171,38 +200,17 @@ impl RemoteTracking {
 
     /// An invalidation pushed by `addr`: `keys` changed there (None: everything, a flush).
     fn invalidated(&self, addr: &str, keys: Option<Vec<Vec<u8>>>) {
-        let mut due: Vec<(u64, Option<Vec<u8>>)> = Vec::new();
-        {
-            let mut remotes = self.remotes.borrow_mut();
-            let Some(Remote::Ready {
-                readers,
-                overflowed,
-                ..
-            }) = remotes.get_mut(addr)
-            else {
-                return;
-            };
-            match keys {
-                Some(keys) if !*overflowed => {
-                    for k in keys {
-                        if let Some(ids) = readers.remove(&k) {
-                            due.extend(ids.into_iter().map(|id| (id, Some(k.clone()))));
-                        }
-                    }
-                }
-                _ => {
-                    due.extend(flush_all(readers));
-                    *overflowed = false;
-                }
-            }
-        }
+        let due = match self.remotes.borrow_mut().get_mut(addr) {
+            Some(Remote::Ready { readers, .. }) => readers.invalidate(keys),
+            _ => return,
+        };
         self.deliver(due);
     }
 
     /// The redirect link to `addr` broke: a flush for everyone who read through it.
     fn lost(&self, addr: &str) {
         let due = match self.remotes.borrow_mut().remove(addr) {
-            Some(Remote::Ready { mut readers, .. }) => flush_all(&mut readers),
+            Some(Remote::Ready { mut readers, .. }) => readers.invalidate(None),
             _ => Vec::new(),
         };
         self.deliver(due);
@@ -224,14 +232,6 @@ impl RemoteTracking {
             crate::cmd::tracking::deliver(&self.node, id, what, &shard.config, now);
         }
     }
-}
-
-/// Each client that read anything through it, once, for a flush; the table emptied.
-fn flush_all(readers: &mut HashMap<Vec<u8>, SmallVec<[u64; 2]>>) -> Vec<(u64, Option<Vec<u8>>)> {
-    let mut ids: Vec<u64> = readers.drain().flat_map(|(_, ids)| ids).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.into_iter().map(|id| (id, None)).collect()
 }
 
 /// The keys of an invalidation push (`>2 invalidate <keys>`); `Some(None)`: a null (flush);
@@ -271,6 +271,32 @@ async fn invalidations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readers_are_told_once_and_flushed_past_their_limit() {
+        let mut r = Readers::default();
+        r.remember(b"a", 1, 2);
+        r.remember(b"a", 2, 2);
+        r.remember(b"a", 1, 2);
+        r.remember(b"b", 1, 2);
+        // At the limit: both keys remembered.
+        assert_eq!(
+            r.invalidate(Some(vec![b"a".to_vec()])),
+            vec![(1, Some(b"a".to_vec())), (2, Some(b"a".to_vec()))]
+        );
+        assert_eq!(r.invalidate(Some(vec![b"a".to_vec()])), vec![]);
+        r.remember(b"c", 3, 2);
+        // One past it: not remembered, so the next invalidation is a flush for everyone.
+        r.remember(b"d", 4, 2);
+        assert!(r.overflowed);
+        assert_eq!(
+            r.invalidate(Some(vec![b"zz".to_vec()])),
+            vec![(1, None), (3, None)]
+        );
+        assert!(!r.overflowed && r.keys.is_empty());
+        r.remember(b"e", 5, 2);
+        assert_eq!(r.invalidate(None), vec![(5, None)]);
+    }
 
     #[test]
     fn invalidation_pushes_are_read() {
