@@ -116,9 +116,14 @@ struct Bridge {
 /// Keeps the bridge alive with the state (app data is dropped with it).
 struct BridgeKeeper(#[allow(dead_code)] Rc<Bridge>);
 
-/// Called by the C closures.
+/// Called by the C closures (csrc/meridian_bridge.c), never from Rust.
+///
+/// # Safety
+/// `bridge` is the light userdata `call_functions` made (or null), `args` points to `argc`
+/// initialised `meridian_arg`s whose strings stay alive until this returns (or is null with
+/// `argc` 0), and `out` points to a writable `meridian_bytes` (or is null).
 #[unsafe(no_mangle)]
-extern "C" fn meridian_bridge_call(
+unsafe extern "C" fn meridian_bridge_call(
     bridge: *mut c_void,
     args: *const RawArg,
     argc: usize,

@@ -360,10 +360,15 @@ fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError
         .scripting
         .function_engine()
         .map_err(|e| CmdError::Err(e.to_string()))?;
-    let (k, a) = library::fcall_tables(&engine, keys, args).map_err(|e| run_failure(&name, &e))?;
     let caller_argv = argv.iter().map(|a| a.to_vec()).collect();
     let run = new_run(ctx, flags, ro, false, name, caller_argv);
-    run_and_reply(ctx, &engine, &callback, RunArgs::Function(k, a), run);
+    run_and_reply(
+        ctx,
+        &engine,
+        &callback,
+        RunArgs::Function { keys, args },
+        run,
+    );
     Ok(())
 }
 

@@ -59,9 +59,9 @@ pub struct EngineState {
     pub mode: Mode,
     /// The real globals table (scripts see its proxy); KEYS and ARGV are set in it.
     pub real_globals: Table,
-    /// Sets KEYS/ARGV and runs an EVAL script (C: `meridian_run`).
+    /// Runs an EVAL script with KEYS/ARGV set, or a function with them as arguments (C:
+    /// `meridian_run`).
     pub runner: meridian_lualib::Runner,
-    pub run_function: Function,
     pub run_load: Function,
     pub handler: Function,
     pub load_handler: Function,
@@ -75,14 +75,17 @@ pub struct EngineState {
     pub loan: Rc<Loan>,
 }
 
-/// What a run passes its script: EVAL's KEYS and ARGV (set as globals), or FCALL's two
-/// tables (passed as arguments).
+/// What a run passes its script: EVAL's KEYS and ARGV (set as globals), or FCALL's (passed
+/// as its two arguments).
 pub enum RunArgs<'a> {
     Eval {
         keys: &'a [&'a [u8]],
         args: &'a [&'a [u8]],
     },
-    Function(Table, Table),
+    Function {
+        keys: &'a [&'a [u8]],
+        args: &'a [&'a [u8]],
+    },
 }
 
 /// A handle to one Lua state.
@@ -146,7 +149,6 @@ impl Engine {
         let state = EngineState {
             real_globals: handles.get("real_globals")?,
             runner: meridian_lualib::Runner::new(&lua)?,
-            run_function: handles.get("run_function")?,
             run_load: handles.get("run_load")?,
             handler,
             load_handler: lua.create_function(|lua, e: Value| error_handler(lua, e, false))?,
@@ -194,16 +196,6 @@ impl Engine {
         chunk.into_function()
     }
 
-    /// Creates a Lua array of strings (KEYS, ARGV).
-    pub fn array(&self, items: &[&[u8]]) -> mlua::Result<Table> {
-        let lua = &self.0.lua;
-        let t = lua.create_table_with_capacity(items.len(), 0)?;
-        for (i, s) in items.iter().enumerate() {
-            t.raw_set(i + 1, lua.create_string(s)?)?;
-        }
-        Ok(t)
-    }
-
     /// Runs `f` (a compiled EVAL script, or a function with `keys`/`args`) with the shard lent
     /// to the Lua callbacks. Returns xpcall's result: `(true, value)` or `(false, error table)`.
     pub fn run(
@@ -220,12 +212,7 @@ impl Engine {
                 st.runner
                     .run(f, &st.handler, Some(&st.real_globals), keys, args)
             }
-            RunArgs::Function(k, a) => {
-                let result = st.run_function.call::<MultiValue>((f, k, a, &st.handler))?;
-                let mut it = result.into_iter();
-                let ok = matches!(it.next(), Some(Value::Boolean(true)));
-                Ok((ok, it.next().unwrap_or(Value::Nil)))
-            }
+            RunArgs::Function { keys, args } => st.runner.run(f, &st.handler, None, keys, args),
         })
     }
 

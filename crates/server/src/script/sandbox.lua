@@ -289,18 +289,7 @@ if mode == "function" then
     handles.library_env_mt = env_mt
 end
 
--- FCALL passes KEYS and ARGV as arguments; xpcall in 5.1 forwards none, so they wait here.
-local pending_f, pending_k, pending_a
-local function trampoline()
-    local f, k, a = pending_f, pending_k, pending_a
-    pending_f, pending_k, pending_a = nil, nil, nil
-    return f(k, a)
-end
 local xpcall = xpcall
-handles.run_function = function(f, k, a, handler)
-    pending_f, pending_k, pending_a = f, k, a
-    return xpcall(trampoline, handler)
-end
 handles.run_load = function(f, handler)
     return xpcall(f, handler)
 end
