@@ -12,7 +12,7 @@ use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
 
 use mlua::ffi::lua_State;
-use mlua::{Function, LightUserData, Lua, MultiValue, Table, Value};
+use mlua::{Function, LightUserData, Lua, Table, Value};
 
 unsafe extern "C-unwind" {
     fn meridian_bridge_functions(l: *mut lua_State) -> c_int;
@@ -47,6 +47,9 @@ struct RawRun {
     nkeys: usize,
     nargs: usize,
 }
+
+/// Keys and arguments of a run passed from the stack up to this count (more: a vector).
+const RUN_ITEMS_ON_STACK: usize = 8;
 
 /// One argument of a `redis.call`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -217,14 +220,26 @@ impl Runner {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> mlua::Result<(bool, Value)> {
-        let items: Vec<RawBytes> = keys
-            .iter()
-            .chain(args.iter())
-            .map(|s| RawBytes {
-                ptr: s.as_ptr(),
-                len: s.len(),
-            })
-            .collect();
+        let raw_bytes = |s: &&[u8]| RawBytes {
+            ptr: s.as_ptr(),
+            len: s.len(),
+        };
+        // A few items (the usual script) on the stack, more in a vector.
+        let mut on_stack = [RawBytes {
+            ptr: std::ptr::null(),
+            len: 0,
+        }; RUN_ITEMS_ON_STACK];
+        let spilled: Vec<RawBytes>;
+        let n = keys.len() + args.len();
+        let items: &[RawBytes] = if n <= RUN_ITEMS_ON_STACK {
+            for (d, s) in on_stack.iter_mut().zip(keys.iter().chain(args.iter())) {
+                *d = raw_bytes(s);
+            }
+            on_stack.get(..n).unwrap_or_default()
+        } else {
+            spilled = keys.iter().chain(args.iter()).map(raw_bytes).collect();
+            &spilled
+        };
         let raw = RawRun {
             items: items.as_ptr(),
             nkeys: keys.len(),
@@ -237,12 +252,9 @@ impl Runner {
         // The C function reads `raw` (and through it `items`, `keys`, `args`) only while this
         // call runs; all outlive it.
         let ptr = &raw as *const RawRun as *mut c_void;
-        let result = self
-            .run
-            .call::<MultiValue>((f, handler, g, LightUserData(ptr)))?;
-        let mut it = result.into_iter();
-        let ok = matches!(it.next(), Some(Value::Boolean(true)));
-        Ok((ok, it.next().unwrap_or(Value::Nil)))
+        // Exactly two results: read off the stack as a pair, no `MultiValue`.
+        self.run
+            .call::<(bool, Value)>((f, handler, g, LightUserData(ptr)))
     }
 }
 
@@ -391,6 +403,18 @@ mod tests {
         let (ok, v) = runner.run(&f, &handler, None, &[b"x"], &[b"y"]).unwrap();
         assert!(ok);
         assert_eq!(v.as_string().unwrap().to_str().unwrap(), "xy");
+        // More items than fit on the stack.
+        let f = lua
+            .load("return #KEYS..'/'..#ARGV..'/'..KEYS[5]..ARGV[7]")
+            .into_function()
+            .unwrap();
+        let keys: Vec<Vec<u8>> = (1..=6).map(|i| format!("k{i}").into_bytes()).collect();
+        let args: Vec<Vec<u8>> = (1..=7).map(|i| format!("a{i}").into_bytes()).collect();
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let (ok, v) = runner.run(&f, &handler, Some(&g), &keys, &args).unwrap();
+        assert!(ok);
+        assert_eq!(v.as_string().unwrap().to_str().unwrap(), "6/7/k5a7");
         let f = lua.load("error('boom')").into_function().unwrap();
         let (ok, v) = runner.run(&f, &handler, None, &[], &[]).unwrap();
         assert!(!ok);

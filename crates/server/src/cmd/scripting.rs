@@ -199,7 +199,11 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
 }
 
 fn sha_name(sha: &[u8; 40]) -> String {
-    String::from_utf8_lossy(sha).into_owned()
+    // A cached script's sha is hex: the plain check, not the lossy one, on this path.
+    match std::str::from_utf8(sha) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(sha).into_owned(),
+    }
 }
 
 fn new_run(
@@ -245,10 +249,10 @@ fn run_and_reply(
     args: RunArgs<'_>,
     run: Run,
 ) {
-    let name = run.name.clone();
     engine::begin_run(ctx.shard, run);
     let result = engine.run(ctx.shard, ctx.front, function, args);
     let run = engine::end_run(ctx.shard, engine);
+    let name = run.as_ref().map_or("", |r| r.name.as_str());
     let script_resp3 = run.as_ref().is_some_and(|r| r.resp3);
     let mark = ctx.out.len();
     // Whether the reply holds an error Redis counts the command failed for: a script error,
@@ -313,7 +317,7 @@ fn run_and_reply(
             true
         }
         Err(e) => {
-            super::reply_error(ctx.front, ctx.out, &run_failure(&name, &e));
+            super::reply_error(ctx.front, ctx.out, &run_failure(name, &e));
             true
         }
     };
