@@ -21,6 +21,7 @@ fn main() {
         "csrc/lua_bit.c",
         "csrc/lua_struct.c",
         "csrc/meridian_raise.c",
+        "csrc/meridian_bridge.c",
     ] {
         build.file(f);
         println!("cargo:rerun-if-changed={f}");

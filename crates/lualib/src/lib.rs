@@ -3,15 +3,22 @@
 //! `cjson`, `cmsgpack`, `bit` and `struct` are compiled from Redis's own copies (csrc/, MIT) so
 //! that scripts see the same encodings, number formatting, limits and error texts as in Redis.
 //! This crate is the only crate in the workspace with `unsafe` code (besides one jemalloc call
-//! in the server's `alloc.rs`): four `extern` declarations and the calls that hand their entry
-//! points to Lua. Everything else stays in safe Rust.
+//! in the server's `alloc.rs`): the `extern` declarations and the calls that hand their entry
+//! points to Lua, and [`Lender`], which lends the host's values to Rust callbacks for the
+//! length of a script run. Everything else stays in safe Rust.
 #![allow(unsafe_code)]
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+pub mod bridge;
+pub mod lend;
+
 use std::os::raw::c_int;
+
+pub use bridge::{CallArg, CallArgs, CallOutcome, Runner, call_functions};
+pub use lend::Lender;
 
 use mlua::ffi::lua_State;
 

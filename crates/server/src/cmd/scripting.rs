@@ -10,7 +10,7 @@ use super::args::{eq_ic, parse_i64};
 use super::server::{reply_help, subcommand_syntax_error};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
-use crate::script::engine::{self, Engine};
+use crate::script::engine::{self, Engine, RunArgs};
 use crate::script::{self, CachedScript, Run, ScriptFlags, busy, convert, library};
 use crate::sha1;
 use crate::shard::Shard;
@@ -192,22 +192,18 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
         .scripting
         .eval_engine()
         .map_err(|e| CmdError::Err(e.to_string()))?;
-    let set_globals = || -> mlua::Result<()> {
-        let g = &engine.0.real_globals;
-        g.raw_set("KEYS", engine.array(keys)?)?;
-        g.raw_set("ARGV", engine.array(args)?)
-    };
-    if let Err(e) = set_globals() {
-        return Err(run_failure(&sha_name(&sha), &e));
-    }
     let name = sha_name(&sha);
     let run = new_run(ctx, flags, ro, true, name, Vec::new());
-    run_and_reply(ctx, &engine, &function, None, run);
+    run_and_reply(ctx, &engine, &function, RunArgs::Eval { keys, args }, run);
     Ok(())
 }
 
 fn sha_name(sha: &[u8; 40]) -> String {
-    String::from_utf8_lossy(sha).into_owned()
+    // A cached script's sha is hex: the plain check, not the lossy one, on this path.
+    match std::str::from_utf8(sha) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(sha).into_owned(),
+    }
 }
 
 fn new_run(
@@ -250,13 +246,13 @@ fn run_and_reply(
     ctx: &mut Ctx<'_>,
     engine: &Engine,
     function: &mlua::Function,
-    fcall_args: Option<(mlua::Table, mlua::Table)>,
+    args: RunArgs<'_>,
     run: Run,
 ) {
-    let name = run.name.clone();
     engine::begin_run(ctx.shard, run);
-    let result = engine.run(ctx.shard, ctx.front, function, fcall_args);
+    let result = engine.run(ctx.shard, ctx.front, function, args);
     let run = engine::end_run(ctx.shard, engine);
+    let name = run.as_ref().map_or("", |r| r.name.as_str());
     let script_resp3 = run.as_ref().is_some_and(|r| r.resp3);
     let mark = ctx.out.len();
     // Whether the reply holds an error Redis counts the command failed for: a script error,
@@ -321,7 +317,7 @@ fn run_and_reply(
             true
         }
         Err(e) => {
-            super::reply_error(ctx.front, ctx.out, &run_failure(&name, &e));
+            super::reply_error(ctx.front, ctx.out, &run_failure(name, &e));
             true
         }
     };
@@ -368,10 +364,15 @@ fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError
         .scripting
         .function_engine()
         .map_err(|e| CmdError::Err(e.to_string()))?;
-    let tables = library::fcall_tables(&engine, keys, args).map_err(|e| run_failure(&name, &e))?;
     let caller_argv = argv.iter().map(|a| a.to_vec()).collect();
     let run = new_run(ctx, flags, ro, false, name, caller_argv);
-    run_and_reply(ctx, &engine, &callback, Some(tables), run);
+    run_and_reply(
+        ctx,
+        &engine,
+        &callback,
+        RunArgs::Function { keys, args },
+        run,
+    );
     Ok(())
 }
 

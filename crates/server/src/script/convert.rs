@@ -1,10 +1,11 @@
 //! Conversions between Redis replies and Lua values, with Redis 7.0's rules
 //! (script_lua.c: `redisProtocolToLuaType_*` and `luaReplyToRedisReply`).
 //!
-//! A command run by `redis.call` replies into a buffer like any client's; `reply_to_lua` parses
-//! those bytes back into Lua values (integers become numbers, nil bulk/array `false`, status
-//! `{ok=...}`, errors `{err=...}`, RESP3 maps/sets/doubles/big numbers/verbatim strings their
-//! tables). `lua_to_reply` writes a script's return value to the caller.
+//! A command run by `redis.call` replies into a buffer like any client's; the C side of
+//! `redis.call` (`meridian_lualib::call_functions`) turns those bytes into Lua values
+//! (integers become numbers, nil bulk/array `false`, status `{ok=...}`, errors `{err=...}`,
+//! RESP3 maps/sets/doubles/big numbers/verbatim strings their tables). `lua_to_reply` writes
+//! a script's return value to the caller.
 
 use mlua::{Lua, Table, Value};
 
@@ -14,30 +15,6 @@ use crate::resp::reply::Reply;
 /// in place of the deeper element: Lua's C stack limit (LUAI_MAXCSTACK, 8000 slots) less what
 /// the call holds, one slot per level.
 pub const REPLY_DEPTH_MAX: usize = 7990;
-
-/// Parses one reply from `buf` into a Lua value. `Ok(None)` when `buf` holds no complete reply
-/// (never for replies this server produced).
-pub fn reply_to_lua(lua: &Lua, buf: &[u8]) -> mlua::Result<Option<Value>> {
-    let mut pos = 0;
-    parse(lua, buf, &mut pos)
-}
-
-/// Whether a reply buffer holds an error reply.
-pub fn is_error(buf: &[u8]) -> bool {
-    buf.first() == Some(&b'-')
-}
-
-fn line<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
-    let rest = buf.get(*pos..)?;
-    let end = memchr::memchr(b'\r', rest)?;
-    let l = rest.get(..end)?;
-    *pos += end + 2;
-    Some(l)
-}
-
-fn int(b: &[u8]) -> Option<i64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
-}
 
 /// An error table as `luaPushErrorBuff` builds it from "-CODE msg" text: `{err="CODE msg"}`.
 pub fn error_table(lua: &Lua, text: &[u8]) -> mlua::Result<Table> {
@@ -72,133 +49,6 @@ pub fn error_text(text: &[u8]) -> Vec<u8> {
     out.push(b' ');
     out.extend_from_slice(msg.get(start..end).unwrap_or_default());
     out
-}
-
-/// One reply from `buf` at `pos`. Replies come from this server's own commands, whose nesting
-/// is small (a few levels), so the recursion is bounded by what a command replies.
-fn parse(lua: &Lua, buf: &[u8], pos: &mut usize) -> mlua::Result<Option<Value>> {
-    let Some(&kind) = buf.get(*pos) else {
-        return Ok(None);
-    };
-    *pos += 1;
-    let Some(l) = line(buf, pos) else {
-        return Ok(None);
-    };
-    let v = match kind {
-        b'+' => {
-            let t = lua.create_table()?;
-            t.raw_set("ok", lua.create_string(l)?)?;
-            Value::Table(t)
-        }
-        b'-' => {
-            let mut text = Vec::with_capacity(l.len() + 1);
-            text.push(b'-');
-            text.extend_from_slice(l);
-            let t = error_table(lua, &text)?;
-            // The command already counted this error in errorstats.
-            t.raw_set("ignore_error_stats_update", true)?;
-            Value::Table(t)
-        }
-        b':' => Value::Number(int(l).unwrap_or(0) as f64),
-        b'$' => {
-            let n = int(l).unwrap_or(-1);
-            if n < 0 {
-                Value::Boolean(false)
-            } else {
-                let n = n as usize;
-                let body = buf.get(*pos..*pos + n).unwrap_or_default();
-                *pos += n + 2;
-                Value::String(lua.create_string(body)?)
-            }
-        }
-        b'=' => {
-            let n = int(l).unwrap_or(0).max(0) as usize;
-            let body = buf.get(*pos..*pos + n).unwrap_or_default();
-            *pos += n + 2;
-            let (format, text) = (
-                body.get(..3).unwrap_or_default(),
-                body.get(4..).unwrap_or_default(),
-            );
-            let inner = lua.create_table()?;
-            inner.raw_set("string", lua.create_string(text)?)?;
-            inner.raw_set("format", lua.create_string(format)?)?;
-            let t = lua.create_table()?;
-            t.raw_set("verbatim_string", inner)?;
-            Value::Table(t)
-        }
-        b'*' | b'~' | b'>' => {
-            let n = int(l).unwrap_or(-1);
-            if n < 0 {
-                Value::Boolean(false)
-            } else if kind == b'~' {
-                let set = lua.create_table()?;
-                for _ in 0..n {
-                    if let Some(e) = parse(lua, buf, pos)? {
-                        set.raw_set(e, true)?;
-                    }
-                }
-                let t = lua.create_table()?;
-                t.raw_set("set", set)?;
-                Value::Table(t)
-            } else {
-                let t = lua.create_table_with_capacity(n.min(1024) as usize, 0)?;
-                for i in 0..n {
-                    let e = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
-                    t.raw_set(i + 1, e)?;
-                }
-                Value::Table(t)
-            }
-        }
-        b'%' => {
-            let n = int(l).unwrap_or(0);
-            let map = lua.create_table()?;
-            for _ in 0..n {
-                let k = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
-                let v = parse(lua, buf, pos)?.unwrap_or(Value::Nil);
-                if !k.is_nil() {
-                    map.raw_set(k, v)?;
-                }
-            }
-            let t = lua.create_table()?;
-            t.raw_set("map", map)?;
-            Value::Table(t)
-        }
-        b'|' => {
-            // Attributes are not shown to scripts: skip them, then parse the reply itself.
-            let n = int(l).unwrap_or(0);
-            for _ in 0..n * 2 {
-                parse(lua, buf, pos)?;
-            }
-            return parse(lua, buf, pos);
-        }
-        b'_' => Value::Nil,
-        b'#' => Value::Boolean(l == b"t"),
-        b',' => {
-            let d = parse_double(l);
-            let t = lua.create_table()?;
-            t.raw_set("double", d)?;
-            Value::Table(t)
-        }
-        b'(' => {
-            let t = lua.create_table()?;
-            t.raw_set("big_number", lua.create_string(l)?)?;
-            Value::Table(t)
-        }
-        _ => Value::Nil,
-    };
-    Ok(Some(v))
-}
-
-fn parse_double(l: &[u8]) -> f64 {
-    match l {
-        b"inf" => f64::INFINITY,
-        b"-inf" => f64::NEG_INFINITY,
-        b"nan" | b"-nan" => f64::NAN,
-        _ => std::str::from_utf8(l)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0.0),
-    }
 }
 
 /// C's `(long long)` of a double on x86-64: out of range (and NaN) give i64::MIN.

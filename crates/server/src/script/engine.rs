@@ -6,11 +6,13 @@
 //! The `redis` functions are Rust closures that return `(value, error)`; thin Lua wrappers in
 //! the sandbox raise the error value, because Redis raises error *tables* (which `pcall` then
 //! turns back into their message) and a Rust callback can only raise its own error type.
+//! `redis.call` and `redis.pcall`, the hot path, are C functions of `meridian_lualib`'s bridge
+//! instead: they read their arguments in place, call `host_call` (which runs the command), and
+//! build the reply's Lua values and error tables themselves; EVAL scripts run through its
+//! `Runner`, which sets KEYS and ARGV.
 
-use mlua::{
-    AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table,
-    Value, VmState,
-};
+use meridian_lualib::{CallArg, CallArgs, CallOutcome};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use std::rc::Rc;
 
 use super::{Loading, Run, convert, library};
@@ -18,30 +20,13 @@ use crate::cmd::table::Flags;
 use crate::sha1;
 use crate::shard::Shard;
 
-/// App data of every Lua state: the registry slots that hold, while a script runs, the
-/// userdata borrowing the shard and the thread's front (command counters, MONITOR, the client
-/// registry); `false` between runs. Integer slots allocated once: setting one per run and
-/// reading one per `redis.call` is a `lua_rawseti`/`lua_rawgeti`, where a named slot costs a
-/// string interning and, to set, a protected call.
-struct Lent {
-    shard: RegistryKey,
-    front: RegistryKey,
-}
+/// What a script run lends its state's Rust callbacks (`redis.call`, the hook...): the shard
+/// and the thread's front (command counters, MONITOR, the client registry). Each callback
+/// holds the state's `Rc<Loan>`, captured when it was created, so reaching the shard costs two
+/// cell reads, where a `Lua::scope` with scoped userdata cost more than a tenth of a shard's
+/// time under `EVALSHA`.
+pub type Loan = meridian_lualib::Lender<Shard, crate::front::Front>;
 
-/// The userdata in `slot` of [`Lent`] (`None` outside a script run).
-fn lent(lua: &Lua, slot: fn(&Lent) -> &RegistryKey) -> Option<AnyUserData> {
-    let lent = lua.app_data_ref::<Lent>()?;
-    lua.registry_value::<AnyUserData>(slot(&lent)).ok()
-}
-
-/// Sets both slots of [`Lent`] (userdata, or `false` to end the loan).
-fn set_lent(lua: &Lua, shard: Value, front: Value) -> mlua::Result<()> {
-    let Some(mut lent) = lua.app_data_mut::<Lent>() else {
-        return Err(mlua::Error::runtime("no lending slots"));
-    };
-    lua.replace_registry_value(&mut lent.shard, shard)?;
-    lua.replace_registry_value(&mut lent.front, front)
-}
 /// App data of a Lua state whose hook was switched to every line (after a kill, a load
 /// timeout or the memory limit); its next run switches it back to counting.
 struct HookEveryLine;
@@ -74,8 +59,9 @@ pub struct EngineState {
     pub mode: Mode,
     /// The real globals table (scripts see its proxy); KEYS and ARGV are set in it.
     pub real_globals: Table,
-    pub run_eval: Function,
-    pub run_function: Function,
+    /// Runs an EVAL script with KEYS/ARGV set, or a function with them as arguments (C:
+    /// `meridian_run`).
+    pub runner: meridian_lualib::Runner,
     pub run_load: Function,
     pub handler: Function,
     pub load_handler: Function,
@@ -85,6 +71,21 @@ pub struct EngineState {
     pub library_env_mt: Option<Table>,
     pub library_api: Option<Table>,
     pub globals: Table,
+    /// The shard and front lent to the callbacks while a script runs.
+    pub loan: Rc<Loan>,
+}
+
+/// What a run passes its script: EVAL's KEYS and ARGV (set as globals), or FCALL's (passed
+/// as its two arguments).
+pub enum RunArgs<'a> {
+    Eval {
+        keys: &'a [&'a [u8]],
+        args: &'a [&'a [u8]],
+    },
+    Function {
+        keys: &'a [&'a [u8]],
+        args: &'a [&'a [u8]],
+    },
 }
 
 /// A handle to one Lua state.
@@ -104,40 +105,27 @@ impl Engine {
         // No allocator limit: with one, mlua runs every allocating API call in a protected
         // closure, which costs more than the script. The hook enforces the limit instead.
         meridian_lualib::open(&lua)?;
+        let loan: Rc<Loan> = Rc::new(Loan::new());
         let api = lua.create_table()?;
-        api.set(
-            "call",
-            lua.create_function(|lua, args: MultiValue| redis_call(lua, Args::Values(args), true))?,
-        )?;
-        api.set(
-            "call_packed",
-            lua.create_function(|lua, (t, n): (Table, i64)| {
-                redis_call(lua, Args::Packed(t, n), true)
-            })?,
-        )?;
-        api.set(
-            "pcall",
-            lua.create_function(|lua, args: MultiValue| {
-                let (v, e) = redis_call(lua, Args::Values(args), false)?;
-                Ok((if e.is_nil() { v } else { e }, Value::Nil))
-            })?,
-        )?;
-        api.set(
-            "pcall_packed",
-            lua.create_function(|lua, (t, n): (Table, i64)| {
-                let (v, e) = redis_call(lua, Args::Packed(t, n), false)?;
-                Ok((if e.is_nil() { v } else { e }, Value::Nil))
-            })?,
-        )?;
+        // Each callback holds the loan (`l`); `lf` makes one for a function of (lua, loan, args).
+        let lf = |f: fn(&Lua, &Loan, MultiValue) -> mlua::Result<(Value, Value)>| {
+            let l = loan.clone();
+            lua.create_function(move |lua, args: MultiValue| f(lua, &l, args))
+        };
+        let l = loan.clone();
+        let (call, pcall) =
+            meridian_lualib::call_functions(&lua, move |args, out| host_call(&l, args, out))?;
+        api.set("call", call)?;
+        api.set("pcall", pcall)?;
         api.set("log", lua.create_function(redis_log)?)?;
-        api.set("setresp", lua.create_function(redis_setresp)?)?;
-        api.set("set_repl", lua.create_function(redis_set_repl)?)?;
+        api.set("setresp", lf(redis_setresp)?)?;
+        api.set("set_repl", lf(redis_set_repl)?)?;
         api.set("sha1hex", lua.create_function(redis_sha1hex)?)?;
         api.set("error_reply", lua.create_function(redis_error_reply)?)?;
         api.set("status_reply", lua.create_function(redis_status_reply)?)?;
-        api.set("acl_check_cmd", lua.create_function(redis_acl_check_cmd)?)?;
-        api.set("random", lua.create_function(math_random)?)?;
-        api.set("randomseed", lua.create_function(math_randomseed)?)?;
+        api.set("acl_check_cmd", lf(redis_acl_check_cmd)?)?;
+        api.set("random", lf(math_random)?)?;
+        api.set("randomseed", lf(math_randomseed)?)?;
         api.set(
             "register_function",
             lua.create_function(library::register_function)?,
@@ -157,16 +145,10 @@ impl Engine {
             .call((api, mode_name))?;
         let globals: Table = handles.get("globals")?;
         lua.set_globals(globals.clone())?;
-        lua.set_hook(count_hook(), hook)?;
-        // Never nil: a nil would free the slot, and the next run would allocate it again.
-        lua.set_app_data(Lent {
-            shard: lua.create_registry_value(false)?,
-            front: lua.create_registry_value(false)?,
-        });
+        set_count_hook(&lua, &loan)?;
         let state = EngineState {
             real_globals: handles.get("real_globals")?,
-            run_eval: handles.get("run_eval")?,
-            run_function: handles.get("run_function")?,
+            runner: meridian_lualib::Runner::new(&lua)?,
             run_load: handles.get("run_load")?,
             handler,
             load_handler: lua.create_function(|lua, e: Value| error_handler(lua, e, false))?,
@@ -176,6 +158,7 @@ impl Engine {
             globals,
             mode,
             lua,
+            loan,
         };
         Ok(Engine(Rc::new(state)))
     }
@@ -189,7 +172,7 @@ impl Engine {
         let lua = &self.0.lua;
         if lua.app_data_ref::<HookEveryLine>().is_some() {
             lua.remove_app_data::<HookEveryLine>();
-            lua.set_hook(count_hook(), hook)?;
+            set_count_hook(lua, &self.0.loan)?;
         }
         Ok(())
     }
@@ -213,16 +196,6 @@ impl Engine {
         chunk.into_function()
     }
 
-    /// Creates a Lua array of strings (KEYS, ARGV).
-    pub fn array(&self, items: &[&[u8]]) -> mlua::Result<Table> {
-        let lua = &self.0.lua;
-        let t = lua.create_table_with_capacity(items.len(), 0)?;
-        for (i, s) in items.iter().enumerate() {
-            t.raw_set(i + 1, lua.create_string(s)?)?;
-        }
-        Ok(t)
-    }
-
     /// Runs `f` (a compiled EVAL script, or a function with `keys`/`args`) with the shard lent
     /// to the Lua callbacks. Returns xpcall's result: `(true, value)` or `(false, error table)`.
     pub fn run(
@@ -230,25 +203,17 @@ impl Engine {
         shard: &mut Shard,
         front: &mut crate::front::Front,
         f: &Function,
-        fcall_args: Option<(Table, Table)>,
+        args: RunArgs<'_>,
     ) -> mlua::Result<(bool, Value)> {
         let st = &*self.0;
-        let lua = &st.lua;
         self.reset_hook()?;
-        let result = lua.scope(|scope| {
-            let ud = scope.create_any_userdata_ref_mut(shard)?;
-            let fud = scope.create_any_userdata_ref_mut(front)?;
-            set_lent(lua, Value::UserData(ud), Value::UserData(fud))?;
-            let r = match fcall_args {
-                None => st.run_eval.call::<MultiValue>((f, &st.handler)),
-                Some((k, a)) => st.run_function.call::<MultiValue>((f, k, a, &st.handler)),
-            };
-            set_lent(lua, Value::Boolean(false), Value::Boolean(false))?;
-            r
-        })?;
-        let mut it = result.into_iter();
-        let ok = matches!(it.next(), Some(Value::Boolean(true)));
-        Ok((ok, it.next().unwrap_or(Value::Nil)))
+        st.loan.lend(shard, front, || match args {
+            RunArgs::Eval { keys, args } => {
+                st.runner
+                    .run(f, &st.handler, Some(&st.real_globals), keys, args)
+            }
+            RunArgs::Function { keys, args } => st.runner.run(f, &st.handler, None, keys, args),
+        })
     }
 
     /// Runs a library's top-level code (FUNCTION LOAD). Errors come back as tables without a
@@ -276,13 +241,19 @@ fn redis_version_num() -> i64 {
     (a << 16) | (b << 8) | c
 }
 
+/// Sets the count hook (every `HOOK_INSTRUCTIONS` instructions).
+fn set_count_hook(lua: &Lua, loan: &Rc<Loan>) -> mlua::Result<()> {
+    let l = loan.clone();
+    lua.set_hook(count_hook(), move |lua, _| hook(lua, &l))
+}
+
 /// The hook: FUNCTION LOAD's time limit, and for scripts the busy threshold and kills.
-fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
+fn hook(lua: &Lua, loan: &Rc<Loan>) -> mlua::Result<VmState> {
     if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
         // Collect first: the limit is on live data, not on garbage not yet collected.
         let _ = lua.gc_collect();
         if lua.used_memory() > super::LUA_MEMORY_BYTES_MAX {
-            every_line(lua)?;
+            every_line(lua, loan)?;
             return Err(mlua::Error::external(Interrupt::OutOfMemory));
         }
     }
@@ -291,19 +262,16 @@ fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
         if loading.timeout_ms > 0 && elapsed > loading.timeout_ms {
             loading.timed_out = true;
             drop(loading);
-            every_line(lua)?;
+            every_line(lua, loan)?;
             return Err(mlua::Error::external(Interrupt::LoadTimeout));
         }
         return Ok(VmState::Continue);
     }
-    let Some(ud) = lent(lua, |l| &l.shard) else {
-        return Ok(VmState::Continue);
-    };
-    let Ok(killed) = ud.borrow_mut_scoped::<Shard, _>(super::busy::interrupt) else {
+    let Some(killed) = loan.with(|shard, _| super::busy::interrupt(shard)) else {
         return Ok(VmState::Continue);
     };
     if killed {
-        every_line(lua)?;
+        every_line(lua, loan)?;
         return Err(mlua::Error::external(Interrupt::Killed));
     }
     Ok(VmState::Continue)
@@ -311,8 +279,9 @@ fn hook(lua: &Lua, _: &mlua::Debug) -> mlua::Result<VmState> {
 
 /// Redis makes a killed script's hook fire on every line, so that a pcall loop cannot keep
 /// catching the error: it is raised again at the next line outside the pcall.
-fn every_line(lua: &Lua) -> mlua::Result<()> {
-    lua.set_hook(HookTriggers::EVERY_LINE, hook)?;
+fn every_line(lua: &Lua, loan: &Rc<Loan>) -> mlua::Result<()> {
+    let l = loan.clone();
+    lua.set_hook(HookTriggers::EVERY_LINE, move |lua, _| hook(lua, &l))?;
     lua.set_app_data(HookEveryLine);
     Ok(())
 }
@@ -413,13 +382,11 @@ fn fail_str(lua: &Lua, text: &str) -> mlua::Result<(Value, Value)> {
 }
 
 /// Runs `f` with the shard the running script borrows, or `None` outside a script run.
-fn with_shard<R>(lua: &Lua, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
-    let ud = lent(lua, |l| &l.shard)?;
-    ud.borrow_mut_scoped::<Shard, _>(|shard| {
+fn with_shard<R>(loan: &Loan, f: impl FnOnce(&mut Shard) -> R) -> Option<R> {
+    loan.with(|shard, _| {
         shard.scripting.run.as_ref()?;
         Some(f(shard))
     })
-    .ok()
     .flatten()
 }
 
@@ -428,18 +395,15 @@ fn number_arg(d: f64, out: &mut Vec<u8>) {
     out.extend_from_slice(crate::resp::reply::format_double(d).as_bytes());
 }
 
-/// The arguments of a `redis.call`: as Lua passed them, or (many of them) packed in a table
-/// by the C wrapper.
+/// The arguments of a `redis.acl_check_cmd`, as Lua passed them.
 enum Args {
     Values(MultiValue),
-    Packed(Table, i64),
 }
 
 impl Args {
     fn len(&self) -> usize {
         match self {
             Args::Values(v) => v.len(),
-            Args::Packed(_, n) => usize::try_from(*n).unwrap_or(0),
         }
     }
 
@@ -449,7 +413,6 @@ impl Args {
     fn write(&self, i: usize, dst: &mut Vec<u8>) -> bool {
         match self {
             Args::Values(v) => v.get(i).is_some_and(|a| arg_bytes(a, dst)),
-            Args::Packed(t, _) => arg_bytes(&t.raw_get(i + 1).unwrap_or(Value::Nil), dst),
         }
     }
 }
@@ -485,79 +448,82 @@ fn lua_args(args: &Args, argv: &mut Vec<Vec<u8>>) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// `redis.call` / `redis.pcall` (luaRedisGenericCommand): returns `(reply, nil)` or
-/// `(nil, error table)`.
-fn redis_call(lua: &Lua, args: Args, raise: bool) -> mlua::Result<(Value, Value)> {
-    let Some(ud) = lent(lua, |l| &l.shard) else {
-        return fail(
-            lua,
-            "redis.call/pcall can only be called inside a script invocation",
-        );
-    };
-    let Some(fud) = lent(lua, |l| &l.front) else {
-        return fail(
-            lua,
-            "redis.call/pcall can only be called inside a script invocation",
-        );
-    };
-    let r = ud.borrow_mut_scoped::<Shard, _>(|shard| {
-        fud.borrow_mut_scoped::<crate::front::Front, _>(|front| {
-            redis_call_in(lua, shard, front, args, raise)
-        })
-    });
-    match r {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) | Err(_) => fail(
-            lua,
-            "redis.call/pcall can only be called inside a script invocation",
-        ),
+const NOT_IN_SCRIPT: &str = "redis.call/pcall can only be called inside a script invocation";
+const NO_ARGUMENTS: &str = "Please specify at least one argument for this redis lib call";
+const BAD_ARGUMENT: &str = "Lua redis lib command arguments must be strings or integers";
+
+/// `redis.call` / `redis.pcall` (luaRedisGenericCommand), called by the C functions of
+/// `meridian_lualib::call_functions`: runs the command and leaves its reply (or an error
+/// text) in `out`, which the C side turns into Lua values.
+fn host_call(loan: &Loan, args: CallArgs<'_>, out: &mut Vec<u8>) -> CallOutcome {
+    match loan.with(|shard, front| host_call_in(shard, front, args, out)) {
+        Some(outcome) => outcome,
+        None => {
+            out.extend_from_slice(NOT_IN_SCRIPT.as_bytes());
+            CallOutcome::Failed
+        }
     }
 }
 
-fn redis_call_in(
-    lua: &Lua,
+fn host_call_in(
     shard: &mut Shard,
     front: &mut crate::front::Front,
-    args: Args,
-    raise: bool,
-) -> mlua::Result<(Value, Value)> {
+    args: CallArgs<'_>,
+    out: &mut Vec<u8>,
+) -> CallOutcome {
     if shard.scripting.run.is_none() {
-        return fail(
-            lua,
-            "redis.call/pcall can only be called inside a script invocation",
-        );
+        out.extend_from_slice(NOT_IN_SCRIPT.as_bytes());
+        return CallOutcome::Failed;
     }
-    let mut argv = std::mem::take(&mut shard.scripting.argv);
-    if let Err(text) = lua_args(&args, &mut argv) {
-        shard.scripting.argv = argv;
-        let (v, e) = fail(lua, text)?;
-        return Ok(if raise { (v, e) } else { (e, Value::Nil) });
+    if args.is_empty() {
+        out.extend_from_slice(NO_ARGUMENTS.as_bytes());
+        return CallOutcome::Failed;
     }
-    drop(args);
-    let refs: smallvec::SmallVec<[&[u8]; 8]> = argv.iter().map(Vec::as_slice).collect();
+    // Strings are passed as Lua holds them; numbers are formatted (`%.17g`) into buffers
+    // reused across calls (`luaArgsToRedisArgv`).
+    let mut numbers = std::mem::take(&mut shard.scripting.argv);
+    let mut n_numbers = 0;
+    for i in 0..args.len() {
+        match args.get(i) {
+            Some(CallArg::Bytes(_)) => {}
+            Some(CallArg::Number(d)) => {
+                if numbers.len() <= n_numbers {
+                    numbers.push(Vec::new());
+                }
+                if let Some(buf) = numbers.get_mut(n_numbers) {
+                    buf.clear();
+                    number_arg(d, buf);
+                }
+                n_numbers += 1;
+            }
+            Some(CallArg::Other) | None => {
+                shard.scripting.argv = numbers;
+                out.extend_from_slice(BAD_ARGUMENT.as_bytes());
+                return CallOutcome::Failed;
+            }
+        }
+    }
+    let mut formatted = numbers.iter();
+    let refs: smallvec::SmallVec<[&[u8]; 8]> = (0..args.len())
+        .map(|i| match args.get(i) {
+            Some(CallArg::Bytes(b)) => b,
+            _ => formatted.next().map(Vec::as_slice).unwrap_or_default(),
+        })
+        .collect();
     let outcome = run_command(shard, front, &refs);
     drop(refs);
-    shard.scripting.argv = argv;
-    let value = match outcome {
+    shard.scripting.argv = numbers;
+    match outcome {
         Err(text) => {
-            let t = convert::error_table(lua, text.as_bytes())?;
-            t.raw_set("ignore_error_stats_update", true)?;
-            Value::Table(t)
+            out.extend_from_slice(text.as_bytes());
+            CallOutcome::Refused
         }
         Ok(()) => {
-            let buf = &shard.scripting.reply.buf;
-            let v = convert::reply_to_lua(lua, buf)?.unwrap_or(Value::Nil);
-            if !(raise && convert::is_error(buf)) {
-                return Ok((v, Value::Nil));
-            }
-            v
+            // The reply's buffer goes to the C side; `out`'s (empty) takes its place.
+            std::mem::swap(out, &mut shard.scripting.reply.buf);
+            CallOutcome::Reply
         }
-    };
-    Ok(if raise {
-        (Value::Nil, value)
-    } else {
-        (value, Value::Nil)
-    })
+    }
 }
 
 /// Looks a command up as a script does: unknown names and unknown subcommands are both
@@ -764,8 +730,8 @@ fn number_of(v: Option<&Value>) -> Option<f64> {
     }
 }
 
-fn redis_setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    if with_shard(lua, |_| ()).is_none() {
+fn redis_setresp(lua: &Lua, loan: &Loan, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(loan, |_| ()).is_none() {
         return fail(
             lua,
             "redis.setresp can only be called inside a script invocation",
@@ -778,7 +744,7 @@ fn redis_setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
     if resp != 2 && resp != 3 {
         return fail(lua, "RESP version must be 2 or 3.");
     }
-    with_shard(lua, |s| {
+    with_shard(loan, |s| {
         if let Some(run) = s.scripting.run.as_mut() {
             run.resp3 = resp == 3;
         }
@@ -786,8 +752,8 @@ fn redis_setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
     Ok((Value::Nil, Value::Nil))
 }
 
-fn redis_set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    if with_shard(lua, |_| ()).is_none() {
+fn redis_set_repl(lua: &Lua, loan: &Loan, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(loan, |_| ()).is_none() {
         return fail(
             lua,
             "redis.set_repl can only be called inside a script invocation",
@@ -857,8 +823,8 @@ fn redis_status_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
     Ok(Value::Table(t))
 }
 
-fn redis_acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    let Some(table) = with_shard(lua, |_| crate::cmd::table()) else {
+fn redis_acl_check_cmd(lua: &Lua, loan: &Loan, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    let Some(table) = with_shard(loan, |_| crate::cmd::table()) else {
         return fail(
             lua,
             "redis.acl_check_cmd can only be called inside a script invocation",
@@ -873,7 +839,7 @@ fn redis_acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Valu
         return fail(lua, "Invalid command passed to redis.acl_check_cmd()");
     };
     // The user of the client that called the script (`rctx->original_client->user`).
-    let allowed = with_shard(lua, |s| {
+    let allowed = with_shard(loan, |s| {
         s.scripting
             .run
             .as_ref()
@@ -906,8 +872,8 @@ fn check_int(args: &MultiValue, n: usize, fname: &str) -> Result<i32, String> {
     }
 }
 
-fn math_random(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    let Some(raw) = with_shard(lua, |s| s.scripting.rng.next_value()) else {
+fn math_random(lua: &Lua, loan: &Loan, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    let Some(raw) = with_shard(loan, |s| s.scripting.rng.next_value()) else {
         return fail_str(
             lua,
             "math.random can only be called inside a script invocation",
@@ -942,8 +908,8 @@ fn math_random(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
     Ok((Value::Number(v), Value::Nil))
 }
 
-fn math_randomseed(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {
-    if with_shard(lua, |_| ()).is_none() {
+fn math_randomseed(lua: &Lua, loan: &Loan, args: MultiValue) -> mlua::Result<(Value, Value)> {
+    if with_shard(loan, |_| ()).is_none() {
         return fail_str(
             lua,
             "math.randomseed can only be called inside a script invocation",
@@ -953,7 +919,7 @@ fn math_randomseed(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> 
         Ok(s) => s,
         Err(e) => return fail_str(lua, &e),
     };
-    with_shard(lua, |s| s.scripting.rng.seed(seed));
+    with_shard(loan, |s| s.scripting.rng.seed(seed));
     Ok((Value::Nil, Value::Nil))
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use hashbrown::HashMap;
-use mlua::{Function, Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Value};
 
 use super::engine::Engine;
 use super::{Loading, ScriptFlags};
@@ -675,15 +675,6 @@ pub fn restore(
     }
     *libs = next;
     Ok(())
-}
-
-/// Table of a library's KEYS/ARGV for FCALL.
-pub fn fcall_tables(
-    engine: &Engine,
-    keys: &[&[u8]],
-    args: &[&[u8]],
-) -> mlua::Result<(Table, Table)> {
-    Ok((engine.array(keys)?, engine.array(args)?))
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //! client's. Scripts therefore replicate as the effects they produced, never as code run again
 //! elsewhere; a non-deterministic script is safe.
 //!
-//! While a script runs, Lua callbacks reach the shard through a userdata that borrows it for
-//! the length of the run (`Lua::scope`); nothing else runs on the shard meanwhile. A count
+//! While a script runs, Lua callbacks reach the shard through the `engine::Loan` the run lends
+//! it with (`meridian_lualib::Lender`); nothing else runs on the shard meanwhile. A count
 //! hook fires every `HOOK_INSTRUCTIONS` instructions: past `busy-reply-threshold` it serves
 //! other connections from a side path (`busy`), which answers BUSY and takes SCRIPT KILL,
 //! FUNCTION KILL and SHUTDOWN NOSAVE, as Redis's `processEventsWhileBlocked` does.
@@ -181,7 +181,8 @@ pub struct Scripting {
     /// while a command runs (the shard is borrowed at the same time).
     pub client: Option<Box<Client>>,
     pub reply: Reply,
-    /// Argument buffers reused by every `redis.call`.
+    /// The number arguments of a `redis.call`, formatted (`%.17g`) into buffers reused by
+    /// every call (string arguments are read in place from Lua).
     pub argv: Vec<Vec<u8>>,
     /// Runs since the last incremental GC step (Redis steps every 50 calls).
     pub gc_countdown: u32,

@@ -205,8 +205,8 @@ end
 -- Rust functions report errors as a second result; these C closures raise them as Redis's
 -- C code does (from a C frame, so the script's own frame survives a tail call).
 local wrap = api.wrap_raising
-local function raising_table(f, packed)
-    return wrap(f, "plain", packed)
+local function raising_table(f)
+    return wrap(f, "plain")
 end
 local function raising_at_caller(f)
     return wrap(f, "where")
@@ -226,8 +226,9 @@ local function add_log(r)
 end
 
 local redis = {}
-redis.call = raising_table(api.call, api.call_packed)
-redis.pcall = wrap(api.pcall, "pass", api.pcall_packed)
+-- C functions already (meridian_bridge.c): they raise, or return, the error tables themselves.
+redis.call = api.call
+redis.pcall = api.pcall
 add_log(redis)
 redis.setresp = raising_table(api.setresp)
 redis.sha1hex = raising_table(api.sha1hex)
@@ -288,21 +289,7 @@ if mode == "function" then
     handles.library_env_mt = env_mt
 end
 
--- FCALL passes KEYS and ARGV as arguments; xpcall in 5.1 forwards none, so they wait here.
-local pending_f, pending_k, pending_a
-local function trampoline()
-    local f, k, a = pending_f, pending_k, pending_a
-    pending_f, pending_k, pending_a = nil, nil, nil
-    return f(k, a)
-end
 local xpcall = xpcall
-handles.run_eval = function(f, handler)
-    return xpcall(f, handler)
-end
-handles.run_function = function(f, k, a, handler)
-    pending_f, pending_k, pending_a = f, k, a
-    return xpcall(trampoline, handler)
-end
 handles.run_load = function(f, handler)
     return xpcall(f, handler)
 end
