@@ -250,7 +250,18 @@ impl ClientStream {
         let Some(tls) = &self.tls else {
             loop {
                 self.tcp.readable().await?;
+                let spare = buf.capacity() - buf.len();
                 match self.tcp.try_read_buf(buf) {
+                    Ok(n) if n > 0 && n < spare => {
+                        // A short read took all the socket held: mark it not readable now,
+                        // rather than learn it from one more recv answering EAGAIN (tokio
+                        // clears readiness only then). Data arriving later is a new epoll
+                        // event, which the reactor has not consumed while this task runs.
+                        let _ = self.tcp.try_io(tokio::io::Interest::READABLE, || {
+                            Err::<(), _>(would_block())
+                        });
+                        return Ok(n);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                     r => return r,
                 }
