@@ -520,11 +520,22 @@ impl Shard {
             }
         }
         let lru = self.access_clock(now_ms);
+        let stable = self.peers == 0;
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return Applied::default();
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
-        let applied = entry.state.apply(stamp, effect);
+        // With no peers `settle` collects every write at once: a string edit folds in place
+        // (the same state, without the metadata collected right after).
+        let folded = if stable {
+            entry.state.apply_folded(stamp, effect)
+        } else {
+            None
+        };
+        let applied = match folded {
+            Some(a) => a,
+            None => entry.state.apply(stamp, effect),
+        };
         if let Some(received) = &seed {
             entry.state.seed_counter_totals(received);
         }
