@@ -211,13 +211,19 @@ pub struct Block {
     /// Bytes Redis's master entry would spend on the field names.
     lp_master_fields: u32,
     replicas: SmallVec<[ReplicaId; 2]>,
-    /// The field names of the opening entry: a count, then length-prefixed names.
-    master: Vec<u8>,
+    /// The field names of the opening entry: a count, then length-prefixed names (fixed once
+    /// the block opens: a boxed slice, which keeps `Block` within `BLOCK_STRUCT_BYTES_MAX`).
+    master: Box<[u8]>,
     data: Vec<u8>,
     /// Offset of the last entry in `data` (0 when empty): XADD reads the last ID on every
     /// insert, which must not decode the whole block.
     last_off: u32,
 }
+
+/// Size of `Block`: a stream holds one per 100 entries (by default) in its block array,
+/// whose size counts in the memory per entry.
+pub const BLOCK_STRUCT_BYTES_MAX: usize = 144;
+const _: () = assert!(std::mem::size_of::<Block>() <= BLOCK_STRUCT_BYTES_MAX);
 
 /// The pairs of an entry being added: `fields` alternates names and values.
 pub fn pairs_of<B: AsRef<[u8]>>(fields: &[B]) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
@@ -237,7 +243,6 @@ impl Block {
             codec::put_bytes(&mut master, f);
             lp_master_fields = lp_master_fields.saturating_add(lp_str_bytes(f));
         }
-        master.shrink_to_fit();
         Block {
             base: id,
             base_hlc: stamp.hlc.0,
@@ -248,7 +253,7 @@ impl Block {
             lp_entries: 0,
             lp_master_fields,
             replicas: SmallVec::new(),
-            master,
+            master: master.into_boxed_slice(),
             data: Vec::new(),
             last_off: 0,
         }
@@ -256,7 +261,7 @@ impl Block {
 
     /// Bytes of the arena (memory reports).
     pub fn heap_bytes(&self) -> usize {
-        self.data.capacity() + self.master.capacity()
+        self.data.capacity() + self.master.len()
     }
 
     /// The size Redis's listpack for this node would have (`lpBytes`).
