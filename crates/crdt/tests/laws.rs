@@ -576,7 +576,9 @@ fn folding_on_apply_takes_short_plain_strings_only() {
     }
     assert_eq!(took, vec![b"short".to_vec()]);
     assert_eq!(
-        keys.get(b"short".as_slice()).and_then(|k| k.view_str()).map(|v| v.to_bytes()),
+        keys.get(b"short".as_slice())
+            .and_then(|k| k.view_str())
+            .map(|v| v.to_bytes()),
         Some(b"qbc".to_vec())
     );
 }

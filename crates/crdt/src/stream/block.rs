@@ -364,7 +364,10 @@ impl Block {
         } else {
             codec::put_varint(out, zigzag(id.seq.wrapping_sub(self.base.seq) as i64));
         }
-        codec::put_varint(out, zigzag(if use_base { from_base } else { from_id } as i64));
+        codec::put_varint(
+            out,
+            zigzag(if use_base { from_base } else { from_id } as i64),
+        );
         codec::put_varint(out, body_len as u64);
         if !same {
             codec::put_varint(out, (fields.len() / 2) as u64);
