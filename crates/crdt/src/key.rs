@@ -760,6 +760,31 @@ impl KeyState {
         }
     }
 
+    /// `apply` followed by `collect_all`, for a replica whose writes are stable at once (no
+    /// peers), where that can skip the metadata `collect_all` would drop at once: a string
+    /// edit on a plain key (no removal contexts, TTL or hidden values) whose string folds it
+    /// in place (`StrCrdt::edit_folded`). `None`, with nothing changed, otherwise: the caller
+    /// applies and collects.
+    pub fn apply_folded<B: AsRef<[u8]>>(
+        &mut self,
+        stamp: Stamp,
+        effect: &Effect<B>,
+    ) -> Option<Applied> {
+        let Effect::StrEdit(edit) = effect else {
+            return None;
+        };
+        if self.extra.is_some() {
+            return None;
+        }
+        let Some(Value::Str(s)) = &mut self.value else {
+            return None;
+        };
+        s.edit_folded(stamp, edit).then_some(Applied {
+            type_conflict: false,
+            ignored: false,
+        })
+    }
+
     /// The effect of SET/APPEND/SETRANGE... writing `value`. `keep_ttl` (SET KEEPTTL, APPEND,
     /// SETRANGE) is kept only when the key exists with expire writes; otherwise the write also
     /// removes the observed expire writes (Redis: a new key has no TTL).

@@ -210,24 +210,41 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
         }
     }
 
+    /// The length of a string of `len` bytes after this edit.
+    pub fn len_after(&self, len: usize) -> u64 {
+        match self {
+            StrEdit::Append(b) => (len as u64).saturating_add(b.as_ref().len() as u64),
+            _ => (len as u64).max(self.end_bytes()),
+        }
+    }
+
     /// Applies the edit to `v`. The caller has bounded `end_bytes` (the decoder does so for
     /// remote edits); a SETRANGE of no bytes changes nothing, as Redis's.
     pub fn apply_to(&self, v: &mut Vec<u8>) {
+        if let StrEdit::Append(b) = self {
+            v.extend_from_slice(b.as_ref());
+            return;
+        }
+        let Ok(end) = usize::try_from(self.end_bytes()) else {
+            return;
+        };
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        self.apply_within(v);
+    }
+
+    /// Applies an edit other than an append to `v`, already `end_bytes` long or longer
+    /// (zero-padded as `apply_to` pads); an append changes nothing here.
+    fn apply_within(&self, v: &mut [u8]) {
         match self {
-            StrEdit::Append(b) => v.extend_from_slice(b.as_ref()),
+            StrEdit::Append(_) => {}
             StrEdit::SetRange { offset, bytes } => {
                 let b = bytes.as_ref();
                 let Ok(off) = usize::try_from(*offset) else {
                     return;
                 };
-                if b.is_empty() {
-                    return;
-                }
-                let end = off.saturating_add(b.len());
-                if v.len() < end {
-                    v.resize(end, 0);
-                }
-                if let Some(dst) = v.get_mut(off..end) {
+                if let Some(dst) = v.get_mut(off..off.saturating_add(b.len())) {
                     dst.copy_from_slice(b);
                 }
             }
@@ -238,12 +255,6 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                 incr,
                 overflow,
             } => {
-                let Ok(end) = usize::try_from(self.end_bytes()) else {
-                    return;
-                };
-                if v.len() < end {
-                    v.resize(end, 0);
-                }
                 let old = read_bits(v, *offset, u32::from(*width));
                 if let Some(new) = bitfield_incr(old, u32::from(*width), *signed, *incr, *overflow)
                 {
@@ -254,15 +265,7 @@ impl<B: AsRef<[u8]>> StrEdit<B> {
                 offset,
                 width,
                 value,
-            } => {
-                let Ok(end) = usize::try_from(self.end_bytes()) else {
-                    return;
-                };
-                if v.len() < end {
-                    v.resize(end, 0);
-                }
-                write_bits(v, *offset, *width, *value);
-            }
+            } => write_bits(v, *offset, *width, *value),
         }
     }
 
@@ -706,6 +709,44 @@ impl StrCrdt {
         } else if above_head {
             self.rebuild();
         }
+        true
+    }
+
+    /// `edit` followed by `collect_all`, for a replica whose writes are stable at once (no
+    /// peers): the edit is folded into the head's bytes at once, without the held edit, the
+    /// rare part and the copies of the bytes those cost. Only where `collect_all` would fold
+    /// it: a string with no rare part (no concurrent writes, counter or edits held) whose
+    /// head is below `stamp` and at most `EDIT_HELD_BYTES` long, and the result at most that
+    /// long too. Otherwise false, with nothing changed (the caller takes the general path).
+    pub fn edit_folded<B: AsRef<[u8]>>(&mut self, stamp: Stamp, edit: &StrEdit<B>) -> bool {
+        if self.rare.is_some() {
+            return false;
+        }
+        let Some((head, bytes)) = &mut self.head else {
+            return false;
+        };
+        let len = bytes.len();
+        let new_len = edit.len_after(len);
+        if *head >= stamp || len > EDIT_HELD_BYTES || new_len > EDIT_HELD_BYTES as u64 {
+            return false;
+        }
+        let mut buf = [0u8; EDIT_HELD_BYTES];
+        let Some(v) = buf.get_mut(..new_len as usize) else {
+            return false;
+        };
+        if let Some(dst) = v.get_mut(..len) {
+            dst.copy_from_slice(bytes);
+        }
+        match edit {
+            StrEdit::Append(b) => {
+                if let Some(dst) = v.get_mut(len..) {
+                    dst.copy_from_slice(b.as_ref());
+                }
+            }
+            _ => edit.apply_within(v),
+        }
+        *bytes = SmallBytes::copy_from(v);
+        *head = stamp;
         true
     }
 

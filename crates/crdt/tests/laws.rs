@@ -474,3 +474,111 @@ fn model_op(m: &mut BTreeMap<Vec<u8>, (Model, Option<u64>)>, key: &[u8], op: &Op
         }
     }
 }
+
+/// A write of one site, for the fold-on-apply law: bit offsets up to 600 and values up to
+/// 70 bytes, so strings cross `EDIT_HELD_BYTES` (where folding stops being immediate).
+#[derive(Clone, Debug)]
+enum FoldOp {
+    Set(u8),
+    SetBit(u16, bool),
+    BitIncr(u16, i8, bool),
+    SetRange(u8, u8),
+    Append(u8),
+    Incr(i8),
+    Del,
+    Expire(u16),
+    Persist,
+}
+
+fn fold_op() -> impl Strategy<Value = FoldOp> {
+    prop_oneof![
+        2 => (0u8..70).prop_map(FoldOp::Set),
+        4 => (0u16..600, any::<bool>()).prop_map(|(b, on)| FoldOp::SetBit(b, on)),
+        4 => (0u16..600, -20i8..20, any::<bool>()).prop_map(|(o, d, s)| FoldOp::BitIncr(o, d, s)),
+        2 => (0u8..80, 1u8..4).prop_map(|(o, n)| FoldOp::SetRange(o, n)),
+        1 => (1u8..8).prop_map(FoldOp::Append),
+        1 => any::<i8>().prop_map(FoldOp::Incr),
+        1 => Just(FoldOp::Del),
+        1 => (1u16..100).prop_map(FoldOp::Expire),
+        1 => Just(FoldOp::Persist),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// A replica with no peers collects every write at once (the server's `settle`);
+    /// `KeyState::apply_folded`, where it applies, leaves exactly the state `apply` then
+    /// `collect_all` leaves, with the same `Applied`.
+    #[test]
+    fn folding_on_apply_is_apply_then_collect(ops in prop::collection::vec(fold_op(), 1..60)) {
+        let mut r = Replica::new(1);
+        let key = b"k".as_slice();
+        for op in &ops {
+            r.now_ms += 1;
+            match op {
+                FoldOp::Set(n) => r.set(key, &vec![b'a'; usize::from(*n)]),
+                FoldOp::SetBit(b, on) => r.setbit(key, u64::from(*b), *on),
+                FoldOp::BitIncr(o, d, sat) => r.bitincr(key, u64::from(*o), i64::from(*d), *sat),
+                FoldOp::SetRange(o, n) => r.setrange(key, u64::from(*o), &vec![b'z'; usize::from(*n)]),
+                FoldOp::Append(n) => r.append(key, &vec![b'y'; usize::from(*n)]),
+                FoldOp::Incr(d) => r.incrby(key, i64::from(*d)),
+                FoldOp::Del => r.del(key),
+                FoldOp::Expire(t) => r.expire_at(key, 10_000 + u64::from(*t)),
+                FoldOp::Persist => r.persist(key),
+            };
+        }
+        let mut plain = KeyState::new();
+        let mut folded = KeyState::new();
+        for m in &r.outbox {
+            let a = plain.apply(m.stamp, &m.effect);
+            if plain.has_metadata() {
+                plain.collect_all();
+            }
+            let b = match folded.apply_folded(m.stamp, &m.effect) {
+                Some(b) => b,
+                None => folded.apply(m.stamp, &m.effect),
+            };
+            if folded.has_metadata() {
+                folded.collect_all();
+            }
+            prop_assert_eq!(a, b);
+            prop_assert_eq!(&plain, &folded);
+        }
+    }
+}
+
+/// Where `apply_folded` applies: an edit of a short plain string; not over 64 bytes, nor on a
+/// key with a TTL (its extra part), nor for other effects.
+#[test]
+fn folding_on_apply_takes_short_plain_strings_only() {
+    let mut r = Replica::new(1);
+    r.set(b"short", b"abc");
+    r.setbit(b"short", 3, true);
+    r.set(b"long", &[b'x'; 65]);
+    r.setbit(b"long", 3, true);
+    r.set(b"ttl", b"abc");
+    r.expire_at(b"ttl", 50_000);
+    r.setbit(b"ttl", 3, true);
+    let mut keys: BTreeMap<Vec<u8>, KeyState> = BTreeMap::new();
+    let mut took = Vec::new();
+    for m in &r.outbox {
+        let k = keys.entry(m.key.clone()).or_default();
+        match k.apply_folded(m.stamp, &m.effect) {
+            Some(_) => took.push(m.key.clone()),
+            None => {
+                k.apply(m.stamp, &m.effect);
+            }
+        }
+        if k.has_metadata() {
+            k.collect_all();
+        }
+    }
+    assert_eq!(took, vec![b"short".to_vec()]);
+    assert_eq!(
+        keys.get(b"short".as_slice())
+            .and_then(|k| k.view_str())
+            .map(|v| v.to_bytes()),
+        Some(b"qbc".to_vec())
+    );
+}

@@ -235,6 +235,12 @@ pub fn lfu_decayed(field: u32, minutes: u32, decay_time: u64) -> u32 {
     counter.saturating_sub(u32::try_from(periods).unwrap_or(u32::MAX))
 }
 
+/// Whether `state` shows a value whose TTL has passed at `now_ms` (`expire_if_needed`
+/// removes it).
+fn expire_due(state: &KeyState, now_ms: u64) -> bool {
+    !state.is_empty() && state.expire_at_ms().is_some_and(|at| at <= now_ms)
+}
+
 /// What a write did, for the handler's reply.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Written {
@@ -310,12 +316,26 @@ impl Shard {
     /// write preparation). Expires it first when its TTL has passed.
     pub fn lookup_quiet(&mut self, db: usize, key: &[u8], now_ms: u64) -> Option<&Entry> {
         let hash = self.hash_key(key);
-        if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
-            return None;
+        // One probe in the usual case (no TTL due); the bucket index serves the answer.
+        let index = self.dbs.get(db)?.table.find_index(hash, key)?;
+        let due = self
+            .dbs
+            .get(db)
+            .and_then(|d| d.table.get_bucket(index))
+            .is_some_and(|e| expire_due(&e.state, now_ms));
+        if due {
+            if self.expire_if_needed(db, hash, key, now_ms) && self.expiry_paused(now_ms) {
+                return None;
+            }
+            return self
+                .dbs
+                .get(db)
+                .and_then(|d| d.get(hash, key))
+                .filter(|e| !e.state.is_empty());
         }
         self.dbs
             .get(db)
-            .and_then(|d| d.get(hash, key))
+            .and_then(|d| d.table.get_bucket(index))
             .filter(|e| !e.state.is_empty())
     }
 
@@ -328,18 +348,26 @@ impl Shard {
         F: FnOnce(&KeyState) -> Effect<B>,
     {
         let hash = self.hash_key(key);
-        self.expire_if_needed(db, hash, key, now_ms);
-        // A TTL left on an empty key by a concurrent EXPIRE ∥ DEL must not attach to the key
-        // this write may create: Redis creates keys without a TTL.
-        let orphan = self
+        // One probe decides the usual case: no TTL due and no orphan TTL.
+        let due = self
             .dbs
             .get(db)
             .and_then(|d| d.get(hash, key))
-            .filter(|e| e.state.has_orphan_expire())
-            .map(|e| e.state.remove_effect::<&[u8]>());
-        if let Some(effect) = orphan {
-            let mut effect = effect;
-            self.apply_effect(db, hash, key, now_ms, &mut effect);
+            .is_some_and(|e| expire_due(&e.state, now_ms) || e.state.has_orphan_expire());
+        if due {
+            self.expire_if_needed(db, hash, key, now_ms);
+            // A TTL left on an empty key by a concurrent EXPIRE ∥ DEL must not attach to the
+            // key this write may create: Redis creates keys without a TTL.
+            let orphan = self
+                .dbs
+                .get(db)
+                .and_then(|d| d.get(hash, key))
+                .filter(|e| e.state.has_orphan_expire())
+                .map(|e| e.state.remove_effect::<&[u8]>());
+            if let Some(effect) = orphan {
+                let mut effect = effect;
+                self.apply_effect(db, hash, key, now_ms, &mut effect);
+            }
         }
         let empty = KeyState::new();
         let (effect, existed) = {
@@ -520,11 +548,22 @@ impl Shard {
             }
         }
         let lru = self.access_clock(now_ms);
+        let stable = self.peers == 0;
         let Some((entry, was_empty)) = self.entry_for_write(db, hash, key) else {
             return Applied::default();
         };
         let had_ttl = entry.state.expire_at_ms().is_some();
-        let applied = entry.state.apply(stamp, effect);
+        // With no peers `settle` collects every write at once: a string edit folds in place
+        // (the same state, without the metadata collected right after).
+        let folded = if stable {
+            entry.state.apply_folded(stamp, effect)
+        } else {
+            None
+        };
+        let applied = match folded {
+            Some(a) => a,
+            None => entry.state.apply(stamp, effect),
+        };
         if let Some(received) = &seed {
             entry.state.seed_counter_totals(received);
         }
@@ -580,7 +619,13 @@ impl Shard {
     /// only removal metadata before (`None`: no such database).
     fn entry_for_write(&mut self, db: usize, hash: u64, key: &[u8]) -> Option<(&mut Entry, bool)> {
         let d = self.dbs.get_mut(db)?;
-        let was_empty = d.get(hash, key).is_some_and(|e| e.state.is_empty());
+        // A present key (the usual write) in one probe.
+        if let Some(index) = d.table.find_index(hash, key) {
+            let entry = d.table.get_bucket_mut(index)?;
+            let was_empty = entry.state.is_empty();
+            return Some((entry, was_empty));
+        }
+        let was_empty = false;
         let hasher = &self.hasher;
         let entry = d.table.get_or_insert(
             hash,
@@ -704,9 +749,7 @@ impl Shard {
     /// place (true is still returned: the key reads as missing), as Redis does.
     pub fn expire_if_needed(&mut self, db: usize, hash: u64, key: &[u8], now_ms: u64) -> bool {
         let observed = match self.dbs.get(db).and_then(|d| d.get(hash, key)) {
-            Some(e)
-                if !e.state.is_empty() && e.state.expire_at_ms().is_some_and(|at| at <= now_ms) =>
-            {
+            Some(e) if expire_due(&e.state, now_ms) => {
                 if self.expiry_paused(now_ms) {
                     return true;
                 }

@@ -58,6 +58,11 @@ fn read_varint(data: &[u8], off: &mut usize) -> Option<u64> {
     None
 }
 
+/// Bytes `codec::put_varint` writes for `v`.
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
 fn read_bytes<'a>(data: &'a [u8], off: &mut usize) -> Option<&'a [u8]> {
     let n = usize::try_from(read_varint(data, off)?).ok()?;
     let s = data.get(*off..off.checked_add(n)?)?;
@@ -206,10 +211,19 @@ pub struct Block {
     /// Bytes Redis's master entry would spend on the field names.
     lp_master_fields: u32,
     replicas: SmallVec<[ReplicaId; 2]>,
-    /// The field names of the opening entry: a count, then length-prefixed names.
-    master: Vec<u8>,
+    /// The field names of the opening entry: a count, then length-prefixed names (fixed once
+    /// the block opens: a boxed slice, which keeps `Block` within `BLOCK_STRUCT_BYTES_MAX`).
+    master: Box<[u8]>,
     data: Vec<u8>,
+    /// Offset of the last entry in `data` (0 when empty): XADD reads the last ID on every
+    /// insert, which must not decode the whole block.
+    last_off: u32,
 }
+
+/// Size of `Block`: a stream holds one per 100 entries (by default) in its block array,
+/// whose size counts in the memory per entry.
+pub const BLOCK_STRUCT_BYTES_MAX: usize = 144;
+const _: () = assert!(std::mem::size_of::<Block>() <= BLOCK_STRUCT_BYTES_MAX);
 
 /// The pairs of an entry being added: `fields` alternates names and values.
 pub fn pairs_of<B: AsRef<[u8]>>(fields: &[B]) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
@@ -229,7 +243,6 @@ impl Block {
             codec::put_bytes(&mut master, f);
             lp_master_fields = lp_master_fields.saturating_add(lp_str_bytes(f));
         }
-        master.shrink_to_fit();
         Block {
             base: id,
             base_hlc: stamp.hlc.0,
@@ -240,14 +253,15 @@ impl Block {
             lp_entries: 0,
             lp_master_fields,
             replicas: SmallVec::new(),
-            master,
+            master: master.into_boxed_slice(),
             data: Vec::new(),
+            last_off: 0,
         }
     }
 
     /// Bytes of the arena (memory reports).
     pub fn heap_bytes(&self) -> usize {
-        self.data.capacity() + self.master.capacity()
+        self.data.capacity() + self.master.len()
     }
 
     /// The size Redis's listpack for this node would have (`lpBytes`).
@@ -298,14 +312,15 @@ impl Block {
         true
     }
 
-    /// Encodes an entry for this block (may add a replica to the table); returns its bytes
-    /// and the bytes Redis would spend on it.
+    /// Encodes an entry for this block at the end of `out` (may add a replica to the table);
+    /// returns the bytes Redis would spend on it.
     fn encode<B: AsRef<[u8]>>(
         &mut self,
+        out: &mut Vec<u8>,
         id: StreamId,
         stamp: Stamp,
         fields: &[B],
-    ) -> (Vec<u8>, u32) {
+    ) -> u32 {
         let same = self.same_fields(fields);
         let idx = match self.replicas.iter().position(|r| *r == stamp.replica) {
             Some(i) => i,
@@ -329,35 +344,40 @@ impl Block {
         if use_base {
             header |= F_HLC_BASE;
         }
-        let mut out =
-            Vec::with_capacity(16 + fields.iter().map(|f| f.as_ref().len() + 1).sum::<usize>());
+        let piece = |b: &[u8]| varint_len(b.len() as u64) + b.len();
+        let body_len = if same {
+            pairs_of(fields).map(|(_, v)| piece(v)).sum::<usize>()
+        } else {
+            varint_len((fields.len() / 2) as u64)
+                + pairs_of(fields)
+                    .map(|(f, v)| piece(f) + piece(v))
+                    .sum::<usize>()
+        };
+        out.reserve(16 + varint_len(body_len as u64) + body_len);
         out.push(header);
         if idx == REPLICA_INLINE_MAX {
-            codec::put_u32(&mut out, stamp.replica.0);
+            codec::put_u32(out, stamp.replica.0);
         }
-        codec::put_varint(&mut out, zigzag(id.ms.wrapping_sub(self.base.ms) as i64));
+        codec::put_varint(out, zigzag(id.ms.wrapping_sub(self.base.ms) as i64));
         if seq_origin {
-            codec::put_varint(&mut out, id.seq >> 32);
+            codec::put_varint(out, id.seq >> 32);
         } else {
-            codec::put_varint(&mut out, zigzag(id.seq.wrapping_sub(self.base.seq) as i64));
+            codec::put_varint(out, zigzag(id.seq.wrapping_sub(self.base.seq) as i64));
         }
         codec::put_varint(
-            &mut out,
+            out,
             zigzag(if use_base { from_base } else { from_id } as i64),
         );
-        let mut body =
-            Vec::with_capacity(fields.iter().map(|f| f.as_ref().len() + 1).sum::<usize>() + 1);
+        codec::put_varint(out, body_len as u64);
         if !same {
-            codec::put_varint(&mut body, (fields.len() / 2) as u64);
+            codec::put_varint(out, (fields.len() / 2) as u64);
         }
         for (f, v) in pairs_of(fields) {
             if !same {
-                codec::put_bytes(&mut body, f);
+                codec::put_bytes(out, f);
             }
-            codec::put_bytes(&mut body, v);
+            codec::put_bytes(out, v);
         }
-        codec::put_varint(&mut out, body.len() as u64);
-        out.extend_from_slice(&body);
         // Redis: flags, ms delta, seq delta, [num-fields, fields], values, lp-count.
         let mut lp = lp_int_bytes(if same { 2 } else { 0 })
             + lp_int_bytes(id.ms.wrapping_sub(self.base.ms) as i64)
@@ -375,7 +395,7 @@ impl Block {
             lp = lp.saturating_add(lp_str_bytes(v));
         }
         lp = lp.saturating_add(lp_int_bytes(lp_count));
-        (out, lp)
+        lp
     }
 
     /// Decodes the entry at `off`: the entry and the offset of the next one.
@@ -449,9 +469,15 @@ impl Block {
     }
 
     pub fn last_entry(&self) -> Option<EntryRef<'_>> {
-        let offs = self.offsets();
-        let o = *offs.last()?;
-        self.decode(o as usize).map(|(e, _)| e)
+        if self.data.is_empty() {
+            return None;
+        }
+        self.decode(self.last_off as usize).map(|(e, _)| e)
+    }
+
+    /// Finds `last_off` again by a scan (after a removal that may have taken the last entry).
+    fn relocate_last(&mut self) {
+        self.last_off = self.offsets().last().copied().unwrap_or(0);
     }
 
     /// The offset of the first entry with an ID at least `id` (the arena's end when none).
@@ -487,12 +513,22 @@ impl Block {
             }
             at
         };
-        let (bytes, lp) = self.encode(id, stamp, fields);
-        if at >= self.data.len() {
-            self.data.extend_from_slice(&bytes);
+        let lp = if at >= self.data.len() {
+            // Appends (every local XADD) encode in place.
+            let mut data = std::mem::take(&mut self.data);
+            let start = data.len();
+            let lp = self.encode(&mut data, id, stamp, fields);
+            self.data = data;
+            self.last_off = start as u32;
+            lp
         } else {
+            let mut bytes = Vec::new();
+            let lp = self.encode(&mut bytes, id, stamp, fields);
             self.data.splice(at..at, bytes.iter().copied());
-        }
+            // `at` is an entry's offset below the end: the last entry moved up.
+            self.last_off = self.last_off.saturating_add(bytes.len() as u32);
+            lp
+        };
         self.n += 1;
         self.lp_entries = self.lp_entries.saturating_add(lp);
         if self.n == 1 || id < self.first {
@@ -509,7 +545,13 @@ impl Block {
         if off >= next || next > self.data.len() {
             return;
         }
+        let was_last = next == self.data.len();
         self.data.drain(off..next);
+        if was_last {
+            self.relocate_last();
+        } else {
+            self.last_off = self.last_off.saturating_sub((next - off) as u32);
+        }
         self.n = self.n.saturating_sub(1);
         self.deleted = self.deleted.saturating_add(1);
         if off == 0 {
@@ -570,6 +612,7 @@ impl Block {
                 self.data = data;
             }
         }
+        self.relocate_last();
         let k = removed.len() as u32;
         self.n = self.n.saturating_sub(k);
         self.deleted = self.deleted.saturating_add(k);
@@ -614,7 +657,9 @@ impl Block {
             replicas: self.replicas.clone(),
             master: self.master.clone(),
             data: tail,
+            last_off: self.last_off.saturating_sub(at as u32),
         };
+        self.last_off = offs.get(half - 1).copied().unwrap_or(0);
         self.n = self.n.saturating_sub(moved);
         // Redis never splits a node: give each half its share of the listpack bytes.
         let share = (u64::from(self.lp_entries) * u64::from(moved)
@@ -714,6 +759,50 @@ mod tests {
                 .map(|e| e.id)
                 .eq(sorted.into_iter())
         );
+    }
+
+    /// `last_entry` (kept as an offset) is the last entry a scan finds, after appends,
+    /// inserts in the middle, removals of the last and of other entries, retains and splits.
+    #[test]
+    fn last_entry_follows_every_change() {
+        fn check(b: &Block) {
+            assert_eq!(
+                b.last_entry().map(|e| e.id),
+                b.iter().last().map(|e| e.id),
+                "last entry"
+            );
+        }
+        let f: Vec<&[u8]> = vec![b"f", b"v"];
+        let id = |ms: u64| StreamId { ms, seq: 0 };
+        let mut b = Block::open(id(10), st(1, 1), &f);
+        assert!(b.last_entry().is_none());
+        for ms in (10..40).step_by(2) {
+            assert!(b.insert(id(ms), st(ms, 1), &f));
+            check(&b);
+        }
+        assert!(b.insert(id(21), st(5, 2), &[&b"other"[..], b"x"]));
+        check(&b);
+        assert!(b.insert(id(1), st(5, 2), &f));
+        check(&b);
+        // Remove the last entry, then one in the middle.
+        for target in [38, 20] {
+            let off = b.seek(id(target));
+            let (e, next) = b.decode(off).unwrap();
+            assert_eq!(e.id, id(target));
+            b.remove_at(off, next);
+            check(&b);
+        }
+        let removed = b.retain_until(None, |e| e.id != id(36) && e.id != id(12));
+        assert_eq!(removed.len(), 2);
+        check(&b);
+        let tail = b.split().unwrap();
+        check(&b);
+        check(&tail);
+        let mut t = tail;
+        t.retain_until(None, |_| false);
+        assert!(t.last_entry().is_none());
+        assert!(t.insert(id(100), st(100, 1), &f));
+        check(&t);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use smallvec::SmallVec;
+
 use meridian_crdt::string::{signed_overflow, unsigned_overflow};
 use meridian_crdt::{BitOverflow, StrEdit};
 
@@ -438,8 +440,8 @@ fn field_type(a: &[u8]) -> Result<(bool, u32), CmdError> {
 
 /// Parses BITFIELD's operations; `ro`: BITFIELD_RO (only GET allowed, checked after parsing
 /// as Redis does).
-fn parse_fields(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<Vec<Field>, CmdError> {
-    let mut fields = Vec::new();
+fn parse_fields(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<Fields, CmdError> {
+    let mut fields = Fields::new();
     let mut overflow = BitOverflow::Wrap;
     let mut j = 2;
     while j < argv.len() {
@@ -544,20 +546,27 @@ impl Overlay<'_> {
 /// One field's reply: an integer, or nil for an overflow under FAIL.
 type FieldReply = Option<i64>;
 
+/// Fields, replies and writes of one BITFIELD: most name one or a few fields, held inline
+/// (no allocation per command).
+const FIELDS_INLINE: usize = 4;
+type Fields = SmallVec<[Field; FIELDS_INLINE]>;
+type FieldReplies = SmallVec<[FieldReply; FIELDS_INLINE]>;
+type BitsEdits = SmallVec<[BitsEdit; FIELDS_INLINE]>;
+
 /// A BITFIELD write as it replicates.
 type BitsEdit = StrEdit<Cow<'static, [u8]>>;
 
 /// Runs `fields` over `base` (the key's bytes, empty when it does not exist): the replies,
 /// and the writes that change bits, in order: SET as the field's value, INCRBY as the
 /// increment with its overflow rule (docs/conflicts.md §1.1: concurrent increments count).
-fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<BitsEdit>) {
+fn run_fields(base: &[u8], fields: &[Field]) -> (FieldReplies, BitsEdits) {
     let mut o = Overlay {
         base,
         written: BTreeMap::new(),
     };
-    let mut replies = Vec::with_capacity(fields.len());
-    let mut writes = Vec::new();
-    for f in fields {
+    let mut replies = FieldReplies::new();
+    let mut writes = BitsEdits::new();
+    for (i, f) in fields.iter().enumerate() {
         let mask = u64::MAX.checked_shr(64 - f.bits).unwrap_or(u64::MAX);
         let (reply, new) = match (f.op, f.signed) {
             (FieldOp::Get, true) => (Some(o.get_signed(f.offset, f.bits)), None),
@@ -604,7 +613,10 @@ fn run_fields(base: &[u8], fields: &[Field]) -> (Vec<FieldReply>, Vec<BitsEdit>)
             }
         };
         if let Some((old, new)) = new {
-            o.set(f.offset, f.bits, new);
+            // Only later fields read the overlay: the last one need not write it.
+            if i + 1 < fields.len() {
+                o.set(f.offset, f.bits, new);
+            }
             if old != new {
                 let width = u8::try_from(f.bits).unwrap_or(64);
                 writes.push(match f.op {
@@ -773,9 +785,9 @@ mod tests {
                 f(FieldOp::IncrBy, true, 5, 100, -3),
             ],
         );
-        assert_eq!(replies, [Some(0), Some(0), Some(255), Some(-3)]);
+        assert_eq!(replies.as_slice(), [Some(0), Some(0), Some(255), Some(-3)]);
         assert_eq!(
-            writes,
+            writes.as_slice(),
             [
                 StrEdit::SetBits {
                     offset: 4,

@@ -220,18 +220,27 @@ fn next_ll(argv: &[&[u8]], j: &mut usize, msg: &str) -> Result<i64, CmdError> {
     ll(arg(argv, *j), Some(msg))
 }
 
-/// Appends an ID as `ms-seq`.
-fn id_text(id: StreamId, out: &mut Vec<u8>) {
-    let mut b = itoa::Buffer::new();
-    out.extend_from_slice(b.format(id.ms).as_bytes());
-    out.push(b'-');
-    out.extend_from_slice(b.format(id.seq).as_bytes());
-}
-
+/// Writes an ID as a bulk string without a heap buffer (every XADD reply, every entry of a
+/// range).
 fn reply_id(out: &mut Reply, id: StreamId) {
-    let mut t: Vec<u8> = Vec::with_capacity(42);
-    id_text(id, &mut t);
-    out.bulk(&t);
+    // Two u64s in decimal and the dash.
+    let mut t = [0u8; 41];
+    let mut b = itoa::Buffer::new();
+    let ms = b.format(id.ms).as_bytes();
+    let mut n = ms.len();
+    if let Some(d) = t.get_mut(..n) {
+        d.copy_from_slice(ms);
+    }
+    if let Some(d) = t.get_mut(n) {
+        *d = b'-';
+    }
+    n += 1;
+    let seq = b.format(id.seq).as_bytes();
+    if let Some(d) = t.get_mut(n..n + seq.len()) {
+        d.copy_from_slice(seq);
+    }
+    n += seq.len();
+    out.bulk(t.get(..n).unwrap_or_default());
 }
 
 /// `[id, [field, value, ...]]`.
@@ -254,7 +263,7 @@ fn sync_node_limits(ctx: &Ctx<'_>) {
 }
 
 /// Writes one stream op to `key`.
-fn write(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<Vec<u8>>) {
+fn write<B: AsRef<[u8]>>(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<B>) {
     let db = ctx.db();
     let now = ctx.now_ms;
     // A consumer comes into being by XGROUP CREATECONSUMER or by being named in a read or
@@ -271,8 +280,8 @@ fn write(ctx: &mut Ctx<'_>, key: &[u8], op: StreamOp<Vec<u8>>) {
             .shard
             .lookup_quiet(db, key, now)
             .and_then(|e| e.state.stream())
-            .and_then(|s| s.group(group))
-            .is_some_and(|g| g.consumer(consumer).is_none()),
+            .and_then(|s| s.group(group.as_ref()))
+            .is_some_and(|g| g.consumer(consumer.as_ref()).is_none()),
         _ => false,
     };
     ctx.shard.write_key(db, key, now, |_| Effect::Stream(op));
@@ -435,7 +444,7 @@ fn trim(ctx: &mut Ctx<'_>, key: &[u8], a: &AddTrimArgs) -> Result<u64, CmdError>
     let plan = match lookup_write(ctx, key)? {
         Some(s) => s
             .trim_plan(by, a.approx, a.limit)
-            .map(|(upto, n)| (s.trim_op(upto), n)),
+            .map(|(upto, n)| (s.trim_op::<&[u8]>(upto), n)),
         None => None,
     };
     match plan {
@@ -510,8 +519,9 @@ fn xadd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         if bytes > ENTRY_FIELD_BYTES_MAX {
             return Err(err("Elements are too large to be stored"));
         }
-        let owned: Vec<Vec<u8>> = fields.iter().map(|f| f.to_vec()).collect();
-        (s.add_op(id, owned, replica), id)
+        // The op borrows the arguments: the entry is copied once, into its block (and once
+        // into the op log's record).
+        (s.add_op(id, fields.to_vec(), replica), id)
     };
     write(ctx, key, op);
     ctx.notify(notify::STREAM, "xadd", key);
@@ -1114,7 +1124,7 @@ fn xsetid(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         } else {
             max_xdel
         };
-        s.setid_op(id, added, max_deleted)
+        s.setid_op::<&[u8]>(id, added, max_deleted)
     };
     write(ctx, key, op);
     ctx.notify(notify::STREAM, "xsetid", key);
