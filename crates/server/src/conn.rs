@@ -1907,15 +1907,11 @@ impl Conn {
                     now,
                 );
             }
-            Some(t) if self.th.node.remote_endpoint(t).is_some() && watch_link.is_some() => {
+            Some(t) if watch_link.as_ref().is_some_and(|w| w.shard == t) => {
                 // Its WATCH lives on its own link to that shard: the transaction runs there.
-                let multi = self.client.multi.take().unwrap_or_default();
-                self.client.watched.clear();
-                self.client.shared.in_multi.set(false);
-                self.client.shared.watched.set(0);
-                self.client.shared.last_cmd.set(spec.meta.name);
+                let (multi, _) = self.take_transaction(spec);
                 let reply = match watch_link {
-                    Some(w) if w.shard == t && !multi.aborted => {
+                    Some(w) if !multi.aborted => {
                         let mut req = meridian_proxy::Request::new();
                         let selected = hop::push_exec(&mut req, self.client.db, &multi);
                         let limit = self
@@ -1949,21 +1945,13 @@ impl Conn {
             {
                 // Its WATCH on that shard was lost with its link (a failed WATCH there): a
                 // watched key may have changed unseen, so the transaction is not run.
-                self.client.multi = None;
-                self.client.watched.clear();
-                self.client.shared.in_multi.set(false);
-                self.client.shared.watched.set(0);
-                self.client.shared.last_cmd.set(spec.meta.name);
+                self.take_transaction(spec);
                 self.out.proto = self.client.shared.proto.get();
                 self.out.null_array();
                 self.client.dirty.set(false);
             }
             Some(t) => {
-                let multi = self.client.multi.take().unwrap_or_default();
-                let watched = std::mem::take(&mut self.client.watched);
-                self.client.shared.in_multi.set(false);
-                self.client.shared.watched.set(0);
-                self.client.shared.last_cmd.set(spec.meta.name);
+                let (multi, watched) = self.take_transaction(spec);
                 match self.one(t, Op::Exec { multi, watched }, &argv).await {
                     Ok((reply, note)) => {
                         self.out.raw(&reply);
@@ -1986,7 +1974,7 @@ impl Conn {
             };
             // Counts (DBSIZE, CLIENT UNBLOCK) become the site's: the transaction's element
             // is rewritten, the last first so that earlier offsets hold.
-            let mut totals: Vec<((usize, usize), i64)> = Vec::new();
+            let mut totals: Vec<((usize, usize), Vec<u8>)> = Vec::new();
             for (i, spec, args) in broadcasts {
                 let Some(&(a, e)) = items.get(i) else {
                     continue;
@@ -2000,26 +1988,33 @@ impl Conn {
                 if route::classes(table).get(spec.idx) != Some(&Class::All(Merge::Sum)) {
                     continue;
                 }
-                let count = |r: &[u8]| {
-                    r.strip_prefix(b":")
-                        .and_then(|r| r.strip_suffix(b"\r\n"))
-                        .and_then(|n| std::str::from_utf8(n).ok())
-                        .and_then(|n| n.parse::<i64>().ok())
-                };
-                let own = reply.get(a..e).and_then(count);
-                let others: Option<i64> = replies.iter().map(|r| count(r)).sum();
-                if let (Some(own), Some(others)) = (own, others) {
-                    totals.push(((mark + a, mark + e), own.saturating_add(others)));
-                }
+                let mut parts: Vec<&[u8]> = vec![reply.get(a..e).unwrap_or_default()];
+                parts.extend(replies.iter().map(Vec::as_slice));
+                let mut merged = Reply::new();
+                merged.proto = self.client.shared.proto.get();
+                route::merge(Merge::Sum, &parts, &mut merged);
+                totals.push(((mark + a, mark + e), merged.buf));
             }
-            for ((a, e), total) in totals.into_iter().rev() {
+            for ((a, e), merged) in totals.into_iter().rev() {
                 if e <= self.out.buf.len() && a < e {
-                    self.out
-                        .buf
-                        .splice(a..e, format!(":{total}\r\n").into_bytes());
+                    self.out.buf.splice(a..e, merged);
                 }
             }
         }
+    }
+
+    /// EXEC running elsewhere than this thread: the transaction and the watched keys leave
+    /// the connection's state, which EXEC ends.
+    fn take_transaction(
+        &mut self,
+        spec: &'static CommandSpec,
+    ) -> (MultiState, Vec<(usize, Vec<u8>)>) {
+        let multi = self.client.multi.take().unwrap_or_default();
+        let watched = std::mem::take(&mut self.client.watched);
+        self.client.shared.in_multi.set(false);
+        self.client.shared.watched.set(0);
+        self.client.shared.last_cmd.set(spec.meta.name);
+        (multi, watched)
     }
 
     /// The shard a transaction runs on, with the queued commands every shard runs after it
@@ -2104,8 +2099,13 @@ impl Conn {
             let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
             self.keys_at(&f, spec, &borrowed)
         };
+        // Keys of two shards of other nodes cannot be one transaction's: its watch link
+        // holds one shard's.
+        let other_link = |t: u16| self.watch_link.as_ref().is_some_and(|w| w.shard != t);
         let t = match at {
-            KeysAt::Many => {
+            KeysAt::Shard(t) if !other_link(t) => t,
+            KeysAt::None if !other_link(self.th.index) => self.th.index,
+            _ => {
                 let mut f = self.th.front.borrow_mut();
                 if let Some(st) = f.stats.commands.get_mut(spec.idx) {
                     st.rejected_calls += 1;
@@ -2114,8 +2114,6 @@ impl Conn {
                 cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
                 return;
             }
-            KeysAt::Shard(t) => t,
-            KeysAt::None => self.th.index,
         };
         if self.th.node.remote_endpoint(t).is_some() {
             let reply = self.watch_remote(t, &argv).await;
@@ -2155,17 +2153,13 @@ impl Conn {
     /// WATCH of keys on shard `t` of another node: sent on this client's own link to that
     /// shard's endpoint (opened by the first such WATCH), where the watch lives until EXEC
     /// runs there or the link is dropped. A shared link would mix the watches of every
-    /// client on it. Keys of two shards of other nodes cannot be one transaction's: a WATCH
-    /// of a second such shard is CROSSSLOT.
+    /// client on it.
     async fn watch_remote(&mut self, t: u16, argv: &[Vec<u8>]) -> Vec<u8> {
         let err = |e: CmdError| {
             let mut r = Reply::new();
             r.error(&e);
             r.buf
         };
-        if self.watch_link.as_ref().is_some_and(|w| w.shard != t) {
-            return err(CmdError::CrossSlot);
-        }
         let (Some(addr), Some(pool)) = (
             self.th.node.remote_endpoint(t).map(str::to_string),
             self.th.proxy.clone(),
