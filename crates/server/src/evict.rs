@@ -170,7 +170,7 @@ pub struct ProcessMemory {
     /// over (every shard out of candidates, or holding them back for peers).
     room_futile_until_ms: AtomicU64,
     /// Eviction passes that freed keys, on any shard: another shard's cached reading of
-    /// the allocator no longer counts what they freed, and reads it again.
+    /// the allocator no longer counts what they freed, and it reads again before it evicts.
     passes_freed: AtomicU64,
     /// Per shard: at its last eviction pass it held keys the policy evicts and the pass did
     /// not fail (it found the process under, or evicted). While another shard's is set, a shard with nothing to evict runs a
@@ -526,17 +526,14 @@ impl Shard {
         e.process
             .publish(e.process_index, self.oplog.bytes() as u64);
         let net = thread_net();
-        let passes_freed = e.process.passes_freed.load(Ordering::Relaxed);
-        if e.read_ms.get() == 0
-            || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX
-            || passes_freed != e.passes_freed_at_read.get()
-        {
+        if e.read_ms.get() == 0 || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX {
             let _ = tikv_jemalloc_ctl::epoch::advance();
             let allocated = crate::alloc::allocated_live();
             e.allocated.set(allocated);
             e.net_at_read.set(net);
             e.read_ms.set(now_ms.max(1));
-            e.passes_freed_at_read.set(passes_freed);
+            e.passes_freed_at_read
+                .set(e.process.passes_freed.load(Ordering::Relaxed));
         }
         let used = (e.allocated.get() as i64).saturating_add(net - e.net_at_read.get());
         u64::try_from(used)
@@ -663,7 +660,17 @@ impl Shard {
         if max == 0 || self.pause_at(now_ms).is_some() || self.persist.recovering {
             return Outcome::Ok;
         }
-        let used_at_start = used(self);
+        let mut used_at_start = used(self);
+        // Over as this shard's reading says: if another shard evicted since that reading, it
+        // does not count what they freed; read again before evicting (only then, so that
+        // steady eviction elsewhere does not cost every command an allocator reading).
+        if used_at_start > max
+            && self.evict.process.passes_freed.load(Ordering::Relaxed)
+                != self.evict.passes_freed_at_read.get()
+        {
+            self.forget_used_memory_reading();
+            used_at_start = used(self);
+        }
         if used_at_start <= max {
             return Outcome::Ok;
         }
