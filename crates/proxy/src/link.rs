@@ -92,7 +92,7 @@ struct Inner {
     db: Cell<usize>,
     /// Where RESP3 pushes go (`Link::connect_with_pushes`); without it a push is a reply
     /// nobody asked for.
-    pushes: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+    pushes: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
 }
 
 /// A pipelined connection (cheap to clone: one connection).
@@ -124,12 +124,13 @@ impl Link {
 
     /// `connect`, and every RESP3 push the endpoint sends (after a `HELLO 3` in the
     /// handshake: invalidations of client-side caching, say) goes to `pushes` rather than
-    /// to a call. The sender is dropped when the link breaks.
+    /// to a call, waiting while its queue is full. The sender is dropped when the link
+    /// breaks.
     pub async fn connect_with_pushes(
         addr: &str,
         connect: Duration,
         handshake: &[Vec<Vec<u8>>],
-        pushes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+        pushes: tokio::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<Link, ProxyError> {
         Link::connect_inner(addr, connect, handshake, Some(pushes)).await
     }
@@ -138,7 +139,7 @@ impl Link {
         addr: &str,
         connect: Duration,
         handshake: &[Vec<Vec<u8>>],
-        pushes: Option<tokio::sync::mpsc::UnboundedSender<Vec<u8>>>,
+        pushes: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> Result<Link, ProxyError> {
         let down = |why: String| ProxyError::Down {
             addr: addr.to_string(),
@@ -291,8 +292,9 @@ async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
                     let bytes = buf.get(..n).unwrap_or_default().to_vec();
                     buf.advance(n);
                     match &inner.pushes {
+                        // A full queue holds up this link's reading (its owner is behind).
                         Some(tx) if bytes.first() == Some(&b'>') => {
-                            let _ = tx.send(bytes);
+                            let _ = tx.send(bytes).await;
                         }
                         _ => deliver(&inner, bytes),
                     }

@@ -97,20 +97,21 @@ impl Pool {
     pub async fn dedicated_with_pushes(
         &self,
         addr: &str,
-        pushes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+        pushes: tokio::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<Link, ProxyError> {
-        if let Some((until, e)) = self.down_until.borrow().get(addr) {
-            if Instant::now() < *until {
-                return Err(e.clone());
-            }
-        }
-        let mut handshake = Vec::with_capacity(self.handshake.len() + 1);
-        handshake.push(vec![b"HELLO".to_vec(), b"3".to_vec()]);
-        handshake.extend(self.handshake.iter().cloned());
-        Link::connect_with_pushes(addr, self.limits.connect, &handshake, pushes).await
+        self.dedicated_inner(addr, true, Some(pushes)).await
     }
 
     pub async fn dedicated(&self, addr: &str, resp3: bool) -> Result<Link, ProxyError> {
+        self.dedicated_inner(addr, resp3, None).await
+    }
+
+    async fn dedicated_inner(
+        &self,
+        addr: &str,
+        resp3: bool,
+        pushes: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    ) -> Result<Link, ProxyError> {
         if let Some((until, e)) = self.down_until.borrow().get(addr) {
             if Instant::now() < *until {
                 return Err(e.clone());
@@ -121,7 +122,10 @@ impl Pool {
             handshake.push(vec![b"HELLO".to_vec(), b"3".to_vec()]);
         }
         handshake.extend(self.handshake.iter().cloned());
-        Link::connect(addr, self.limits.connect, &handshake).await
+        match pushes {
+            Some(p) => Link::connect_with_pushes(addr, self.limits.connect, &handshake, p).await,
+            None => Link::connect(addr, self.limits.connect, &handshake).await,
+        }
     }
 
     /// Sends `req` to `addr` and returns its replies in order.

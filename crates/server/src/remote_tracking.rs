@@ -34,6 +34,10 @@ use crate::tracking::Invalid;
 /// endpoint, so nothing cached goes stale).
 pub const REMOTE_TRACKED_KEYS_MAX: usize = 1 << 20;
 
+/// Invalidation pushes read off a redirect link and not yet handed to the clients; past it
+/// the link's reading waits.
+pub const PUSHES_QUEUED_MAX: usize = 1024;
+
 /// How often a read waits for another read's opening of the redirect link to finish.
 const CONNECTING_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -153,7 +157,7 @@ impl RemoteTracking {
         self.remotes
             .borrow_mut()
             .insert(addr.to_string(), Remote::Connecting);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::channel(PUSHES_QUEUED_MAX);
         let opened = match pool.dedicated_with_pushes(addr, tx).await {
             Ok(link) => {
                 let mut req = meridian_proxy::Request::new();
@@ -258,7 +262,7 @@ fn parse_invalidation(push: &[u8]) -> Option<Option<Vec<Vec<u8>>>> {
 async fn invalidations(
     rt: Rc<RemoteTracking>,
     addr: String,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
 ) {
     while let Some(push) = rx.recv().await {
         if let Some(keys) = parse_invalidation(&push) {
