@@ -50,10 +50,14 @@ start_meridian() {
 }
 
 # start_redis PORT [flags...]: sets rpid.
-start_redis() {
-  local port=$1
-  shift
-  taskset -c "$server_core" redis-server --port "$port" --save "" --appendonly no --dir "$work" \
+start_redis() { start_server_like_redis redis-server "$@"; }
+
+# start_server_like_redis BIN PORT [flags...]: a server taking redis-server's flags (Valkey's
+# valkey-server does) started as start_redis starts Redis; sets rpid.
+start_server_like_redis() {
+  local server=$1 port=$2
+  shift 2
+  taskset -c "$server_core" "$server" --port "$port" --save "" --appendonly no --dir "$work" \
     --daemonize no --loglevel warning "$@" &
   rpid=$!
   pids+=("$rpid")

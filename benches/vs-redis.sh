@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Side-by-side throughput and memory: Meridian vs Debian's redis-server, in the same run.
+# Side-by-side throughput, p99 latency and memory: Meridian vs Debian's redis-server (and
+# Valkey when VALKEY_BIN names a valkey-server), in the same run.
 #
-# Each server is pinned to core 0 and redis-benchmark to core 1. Every row runs in rounds whose
-# order alternates (A B B A ...), and the medians are compared; a difference under 10% is noise.
-# Usage: benches/vs-redis.sh [rounds=4] [requests=200000]   (SKIP_THROUGHPUT=1: memory row only;
-# MERIDIAN_BIN=path: no build)
+# Each server is pinned to core 0 and the load generator to core 1. Every row runs in rounds
+# whose order alternates (A B C, C B A, C B A, A B C, ...), and the medians are compared; a
+# difference under 10% is noise. Rows:
+#  1. redis-benchmark SET and GET, -c 50 -d 100 -r 1000000, at -P 1 and -P 16: ops/s and p99;
+#  2. memtier_benchmark, the seeds' two profiles, 50 connections on keys prefilled in each
+#     server (MEMTIER=path, or memtier_benchmark on PATH; skipped with a message without it):
+#     seed 001 `--ratio 1:1 --pipeline 9 -d 100`, seed 000 `--ratio 3:7 --pipeline 4 -d 256`;
+#  3. RSS per key after loading 1,000,000 keys with 100-byte values into fresh processes.
+# Every server runs without persistence (equal configurations).
+# Usage: benches/vs-redis.sh [rounds=4] [requests=200000]
+#   SKIP_THROUGHPUT=1: memory row only; MERIDIAN_BIN=path: no build; VALKEY_BIN=path: a third
+#   column; MEMTIER_SECS (default 10), MEMTIER_KEYS (default 100000): each memtier run's length
+#   and the keys prefilled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,36 +22,111 @@ rounds=${1:-4}
 requests=${2:-200000}
 mport=${MERIDIAN_PORT:-7379}
 rport=${REDIS_PORT:-7380}
+vport=${VALKEY_PORT:-7381}
 keys_mem=${KEYS_MEM:-1000000}
 server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
+memtier=${MEMTIER:-memtier_benchmark}
+memtier_secs=${MEMTIER_SECS:-10}
+memtier_keys=${MEMTIER_KEYS:-100000}
+valkey=${VALKEY_BIN:-}
 
 . benches/common.sh
 bench_setup
 
-bench_once() { # port test pipeline -> ops/s
-  taskset -c "$client_core" redis-benchmark -p "$1" -t "$2" -P "$3" -c 50 -d 100 -r 1000000 -n "$requests" --csv -q 2>/dev/null \
-    | awk -F'","' 'NR==2 {gsub(/"/,"",$2); print $2}'
+# The servers of this run: names and ports, in the order of a forward round.
+names=(meridian redis); ports=("$mport" "$rport")
+[ -n "$valkey" ] && { names+=(valkey); ports+=("$vport"); }
+n=${#names[@]}
+
+start_all() { # meridian's data directory
+  start_meridian "$mport" "$1"; start_redis "$rport"
+  spids=("$mpid" "$rpid")
+  if [ -n "$valkey" ]; then start_server_like_redis "$valkey" "$vport"; spids+=("$rpid"); fi
+  return 0
+}
+stop_all() { kill "${spids[@]}" 2>/dev/null || true; wait "${spids[@]}" 2>/dev/null || true; }
+
+# The server indices of round i: forward in rounds 1, 4, 5, 8, ..., backward otherwise.
+round_order() {
+  if (( $1 % 4 == 1 || $1 % 4 == 0 )); then seq 0 $((n - 1)); else seq $((n - 1)) -1 0; fi
 }
 
-start_meridian "$mport" "$work/m"; start_redis "$rport"
-echo "Meridian $($bin --version 2>/dev/null | awk '{print $2}') vs $(redis-server --version | awk '{print $3}'); $rounds rounds, $requests requests, -c 50 -d 100 -r 1000000"
-printf '%-14s %14s %14s %8s\n' "test" "meridian ops/s" "redis ops/s" "ratio"
-tests="set get"; [ "${SKIP_THROUGHPUT:-0}" = 1 ] && tests=""
-for test in $tests; do
-  for pipe in 1 16; do
-    m=(); r=()
-    for i in $(seq 1 "$rounds"); do
-      if (( i % 4 == 1 || i % 4 == 0 )); then
-        m+=("$(bench_once "$mport" "$test" "$pipe")"); r+=("$(bench_once "$rport" "$test" "$pipe")")
-      else
-        r+=("$(bench_once "$rport" "$test" "$pipe")"); m+=("$(bench_once "$mport" "$test" "$pipe")")
-      fi
-    done
-    mm=$(printf '%s\n' "${m[@]}" | median); rm_=$(printf '%s\n' "${r[@]}" | median)
-    printf '%-14s %14s %14s %8s\n' "${test^^} -P $pipe" "$mm" "$rm_" "$(awk -v a="$mm" -v b="$rm_" 'BEGIN{printf "%.2f", a/b}')"
+# Prints, per server, the median of its rounds' ops/s and of their p99s.
+median_ms() { sort -g | awk '{a[NR]=$1} END {if (NR%2) printf "%.3f\n", a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+medians() { # dir
+  for s in "${names[@]}"; do
+    printf '%s %s ' "$(cut -d' ' -f1 "$1/$s" | median)" "$(cut -d' ' -f2 "$1/$s" | median_ms)"
   done
-done
+  echo
+}
+
+# One row: runs `$2 port` for every server in every round, then prints ops/s and p99 medians
+# and the ratios of Meridian's ops/s to each other server's.
+row() { # label command
+  local label=$1 cmd=$2 d
+  d=$(mktemp -d -p "$work")
+  for i in $(seq 1 "$rounds"); do
+    for j in $(round_order "$i"); do "$cmd" "${ports[$j]}" >> "$d/${names[$j]}"; done
+  done
+  read -r -a med < <(medians "$d")
+  printf '%-22s' "$label"
+  for j in $(seq 0 $((n - 1))); do printf ' %12s %8s' "${med[$((2 * j))]}" "${med[$((2 * j + 1))]}"; done
+  for j in $(seq 1 $((n - 1))); do
+    printf ' %7s' "$(awk -v a="${med[0]}" -v b="${med[$((2 * j))]}" 'BEGIN{printf "%.2f", a/b}')"
+  done
+  echo
+}
+
+header() {
+  printf '%-22s' "$1"
+  for s in "${names[@]}"; do printf ' %12s %8s' "$s ops/s" "p99 ms"; done
+  for s in "${names[@]:1}"; do printf ' %7s' "/$s"; done
+  echo
+}
+
+# redis-benchmark: "ops/s p99_ms" of one run.
+rb_test=set; rb_pipe=1
+rb_once() { # port
+  taskset -c "$client_core" redis-benchmark -p "$1" -t "$rb_test" -P "$rb_pipe" -c 50 -d 100 -r 1000000 -n "$requests" --csv -q 2>/dev/null \
+    | awk -F'","' 'NR==2 {gsub(/"/,"",$2); gsub(/"/,"",$7); print $2, $7}'
+}
+
+# memtier: "ops/s p99_ms" of one run of the profile in mt_args.
+mt_args=()
+mt_once() { # port
+  taskset -c "$client_core" "$memtier" -s 127.0.0.1 -p "$1" --protocol=redis -t 1 -c 50 \
+    --key-pattern=R:R --key-minimum=1 --key-maximum="$memtier_keys" --test-time="$memtier_secs" \
+    --hide-histogram "${mt_args[@]}" 2>/dev/null | awk '/^Totals/ {print $2, $7}'
+}
+mt_fill() { # port size
+  taskset -c "$client_core" "$memtier" -s 127.0.0.1 -p "$1" --protocol=redis -t 1 -c 50 \
+    --ratio=1:0 --key-pattern=P:P --key-minimum=1 --key-maximum="$memtier_keys" -d "$2" \
+    --requests=allkeys --hide-histogram >/dev/null 2>&1
+}
+
+start_all "$work/m"
+versions="Meridian $($bin --version 2>/dev/null | awk '{print $2}') vs $(redis-server --version | awk '{print $3}')"
+[ -n "$valkey" ] && versions="$versions and Valkey $("$valkey" --version | grep -o 'v=[0-9.]*' | cut -c3-)"
+echo "$versions; $rounds rounds; ratios are Meridian's ops/s over each other's"
+if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
+  header "redis-benchmark"
+  for rb_test in set get; do
+    for rb_pipe in 1 16; do row "${rb_test^^} -P $rb_pipe" rb_once; done
+  done
+  if command -v "$memtier" >/dev/null; then
+    echo
+    header "memtier ($memtier_secs s)"
+    for profile in "seed-001 1:1 9 100" "seed-000 3:7 4 256"; do
+      read -r label ratio pipe size <<< "$profile"
+      for p in "${ports[@]}"; do mt_fill "$p" "$size"; done
+      mt_args=(--ratio="$ratio" --pipeline="$pipe" -d "$size")
+      row "$label $ratio P$pipe ${size}B" mt_once
+    done
+  else
+    echo "(memtier rows skipped: no $memtier; MEMTIER=path)"
+  fi
+fi
 
 # Memory: RSS growth per key after loading the same keys with 100-byte values into each.
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
@@ -54,14 +139,22 @@ for i in range(n):
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$100\r\n%s\r\n" % (len(k), k, v))
 PY
 # Fresh processes: tables and allocator caches left by the throughput rows would hide growth.
-kill "$mpid" "$rpid"; wait "$mpid" "$rpid" 2>/dev/null || true
-start_meridian "$mport" "$work/m"; start_redis "$rport"
-m0=$(rss_kb "$mpid"); r0=$(rss_kb "$rpid")
-redis-cli -p "$mport" --pipe < "$work/load.resp" >/dev/null
-redis-cli -p "$rport" --pipe < "$work/load.resp" >/dev/null
+stop_all
+start_all "$work/m-mem"
+echo
+printf '%-22s' "RSS per key (B)"; for s in "${names[@]}"; do printf ' %12s' "$s"; done
+for s in "${names[@]:1}"; do printf ' %7s' "/$s"; done; echo
+before=(); for p in "${spids[@]}"; do before+=("$(rss_kb "$p")"); done
+for p in "${ports[@]}"; do redis-cli -p "$p" --pipe < "$work/load.resp" >/dev/null; done
 sleep 1
-m1=$(rss_kb "$mpid"); r1=$(rss_kb "$rpid")
-mk=$(redis-cli -p "$mport" dbsize); rk=$(redis-cli -p "$rport" dbsize)
-awk -v m0="$m0" -v m1="$m1" -v r0="$r0" -v r1="$r1" -v n="$keys_mem" -v mk="$mk" -v rk="$rk" 'BEGIN {
-  mb = (m1 - m0) * 1024 / n; rb = (r1 - r0) * 1024 / n;
-  printf "%-14s %14.1f %14.1f %8.2f   (bytes of RSS per key, %d / %d keys loaded)\n", "MEM per key", mb, rb, mb / rb, mk, rk }'
+printf '%-22s' "$keys_mem x 100 B"
+per=()
+for j in $(seq 0 $((n - 1))); do
+  after=$(rss_kb "${spids[$j]}")
+  keys=$(redis-cli -p "${ports[$j]}" dbsize)
+  [ "$keys" = "$keys_mem" ] || echo "warning: ${names[$j]} holds $keys keys, not $keys_mem" >&2
+  per+=("$(awk -v a="$after" -v b="${before[$j]}" -v k="$keys_mem" 'BEGIN{printf "%.1f", (a - b) * 1024 / k}')")
+  printf ' %12s' "${per[$j]}"
+done
+for j in $(seq 1 $((n - 1))); do printf ' %7s' "$(awk -v a="${per[0]}" -v b="${per[$j]}" 'BEGIN{printf "%.2f", a/b}')"; done
+echo
