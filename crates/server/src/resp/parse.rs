@@ -485,6 +485,60 @@ fn hex_value(byte: u8) -> Option<u8> {
     }
 }
 
+/// Arguments `peek_command` walks at most: a longer command is not looked at.
+pub const PEEK_ARGS_MAX: usize = 16;
+/// Digits of a `*N` or `$N` header `peek_command` reads at most.
+const PEEK_DIGITS_MAX: usize = 10;
+
+/// The first two arguments of the complete multibulk command at the start of `buf`, and its
+/// length in bytes, read without a `Parser`'s state: a look-ahead for hints only. None for
+/// anything the look-ahead does not need (an inline command, an incomplete or malformed one,
+/// one of fewer than two or more than `PEEK_ARGS_MAX` arguments); the parser proper judges
+/// those. Reads only the header lines: O(arguments), whatever the bulks' sizes.
+pub fn peek_command(buf: &[u8]) -> Option<(&[u8], &[u8], usize)> {
+    if buf.first() != Some(&b'*') {
+        return None;
+    }
+    let (argc, mut pos) = peek_len(buf, 1)?;
+    if !(2..=PEEK_ARGS_MAX).contains(&argc) {
+        return None;
+    }
+    let (mut name, mut key): (&[u8], &[u8]) = (&[], &[]);
+    for i in 0..argc {
+        if buf.get(pos) != Some(&b'$') {
+            return None;
+        }
+        let (len, start) = peek_len(buf, pos + 1)?;
+        let end = start.checked_add(len)?;
+        if buf.get(end..end.checked_add(2)?) != Some(b"\r\n".as_slice()) {
+            return None;
+        }
+        let arg = buf.get(start..end)?;
+        match i {
+            0 => name = arg,
+            1 => key = arg,
+            _ => {}
+        }
+        pos = end + 2;
+    }
+    Some((name, key, pos))
+}
+
+/// The decimal number at `buf[at..]` up to its `\r\n`, and where the bytes after it start.
+fn peek_len(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut n = 0usize;
+    for (i, &b) in buf.get(at..)?.iter().enumerate().take(PEEK_DIGITS_MAX + 1) {
+        match b {
+            b'0'..=b'9' if i < PEEK_DIGITS_MAX => n = n * 10 + usize::from(b - b'0'),
+            b'\r' if i > 0 => {
+                return (buf.get(at + i + 1) == Some(&b'\n')).then_some((n, at + i + 2));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// Redis `sdssplitargs` over a C string (a NUL byte ends the line, as the C string's
 /// terminator does): the arguments, or `None` for unbalanced quotes. Script shebang lines and
 /// ACL selectors use it.
@@ -588,6 +642,64 @@ fn split_args(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn peek_command_reads_the_name_the_key_and_the_length() {
+        let buf = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n*2\r\n$3\r\nGET";
+        let (name, key, len) = peek_command(buf).unwrap();
+        assert_eq!((name, key, len), (&b"SET"[..], &b"key"[..], 33));
+        // The next command is incomplete: the parser proper waits for it.
+        assert_eq!(peek_command(&buf[len..]), None);
+        assert_eq!(
+            peek_command(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"),
+            Some((&b"GET"[..], &b"k"[..], 20))
+        );
+        // Empty arguments are arguments.
+        assert_eq!(
+            peek_command(b"*2\r\n$0\r\n\r\n$0\r\n\r\n"),
+            Some((&b""[..], &b""[..], 16))
+        );
+    }
+
+    #[test]
+    fn peek_command_leaves_everything_else_to_the_parser() {
+        for buf in [
+            &b""[..],
+            b"GET key\r\n",
+            b"*1\r\n$4\r\nPING\r\n",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nkk\r\n",
+            b"*2\r\n$3\r\nGET\r\n$-1\r\n",
+            b"*2\r\n$3\r\nGET\r\n:1\r\n",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nk",
+            b"*-1\r\n",
+            b"*2\n$3\r\nGET\r\n$1\r\nk\r\n",
+            b"*\r\n",
+            b"*99999999999999999999\r\n",
+            b"*2\r\n$99999999999\r\nGET\r\n",
+            b"*2\r\n$18446744073709551615\r\n",
+        ] {
+            assert_eq!(
+                peek_command(buf),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(buf)
+            );
+        }
+        // At the limit of arguments and one past it.
+        let command = |argc: usize| {
+            let mut b = format!("*{argc}\r\n").into_bytes();
+            for _ in 0..argc {
+                b.extend_from_slice(b"$1\r\nx\r\n");
+            }
+            b
+        };
+        assert!(peek_command(&command(PEEK_ARGS_MAX)).is_some());
+        assert_eq!(peek_command(&command(PEEK_ARGS_MAX + 1)), None);
+        // Every prefix of a command is incomplete, never a panic.
+        let full = command(3);
+        for n in 0..full.len() {
+            assert_eq!(peek_command(&full[..n]), None);
+        }
+    }
     use proptest::prelude::*;
 
     #[derive(Debug, Clone, PartialEq, Eq)]
