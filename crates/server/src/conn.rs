@@ -748,7 +748,7 @@ impl Conn {
     }
 
     /// Before a pipeline runs, looks up the keys of its next commands for this thread's
-    /// shard (`Shard::warm_key`, the first `LOOKAHEAD_COMMANDS_MAX`), so that the memory
+    /// shard (`Shard::warm_keys`, the first `LOOKAHEAD_COMMANDS_MAX`), so that the memory
     /// misses of their table probes overlap, as Valkey 8 prefetches a batch's keys; each
     /// command then finds its entry in the cache. A hint only: a command it misreads (a
     /// SELECT in the pipeline, a key of another shard) costs one probe and changes nothing.
@@ -766,6 +766,7 @@ impl Conn {
         }
         let db = self.client.db;
         let shards = f.node.shards;
+        let mut hashed: SmallVec<[(u64, &[u8]); LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
         let mut pos = 0usize;
         for _ in 0..LOOKAHEAD_COMMANDS_MAX {
             let Some((name, key, len)) = buf.get(pos..).and_then(crate::resp::parse::peek_command)
@@ -782,8 +783,9 @@ impl Conn {
             if shards > 1 && f.node.slots.shard_of_key(key) != self.th.index {
                 continue;
             }
-            s.warm_key(db, key);
+            hashed.push((s.hash_key(key), key));
         }
+        s.warm_keys(db, &hashed);
     }
 
     /// Parses and dispatches commands of `buf` until it holds no complete command, a

@@ -162,9 +162,49 @@ impl Args {
         out
     }
 
+    /// Argument `i` of the item whose arguments `(first, count)` names, if it has one.
+    pub fn arg(&self, (first, n): (u32, u32), i: u32) -> Option<&[u8]> {
+        if i >= n {
+            return None;
+        }
+        let at = first.checked_add(i)? as usize;
+        let start = match at.checked_sub(1) {
+            Some(prev) => *self.ends.get(prev)?,
+            None => 0,
+        };
+        let end = *self.ends.get(at)?;
+        self.data.get(start as usize..end as usize)
+    }
+
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
+}
+
+/// The pipeline look-ahead of a batch (`conn::Conn::look_ahead` for the commands another
+/// thread sent): looks up the keys of its first `LOOKAHEAD_COMMANDS_MAX` commands in the
+/// first one's database before any runs, so that their probes' cache misses overlap.
+fn look_ahead(s: &Shard, items: &[Item], args: &Args) {
+    let Some(db) = items.first().map(|i| i.db) else {
+        return;
+    };
+    if items.len() < 2 {
+        return;
+    }
+    let mut hashed: SmallVec<[(u64, &[u8]); crate::conn::LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
+    for item in items.iter().take(crate::conn::LOOKAHEAD_COMMANDS_MAX) {
+        let spec = match item.op {
+            Op::Call(spec) | Op::Quiet(spec) => spec,
+            _ => continue,
+        };
+        if item.db != db || spec.is_container || spec.meta.first_key != 1 {
+            continue;
+        }
+        if let Some(key) = args.arg(item.args, 1) {
+            hashed.push((s.hash_key(key), key));
+        }
+    }
+    s.warm_keys(db, &hashed);
 }
 
 /// Commands of one connection for one shard.
@@ -622,6 +662,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     let mut ends = Vec::with_capacity(items.len());
     let mut notes = Vec::with_capacity(items.len());
     let mut cut = false;
+    look_ahead(s, &items, &args);
     for item in items {
         cut = cut || (output_bytes_max > 0 && out.len() as u64 >= output_bytes_max);
         if cut {
@@ -795,6 +836,13 @@ mod tests {
         assert_eq!(&a.get(x)[..], &[&b"set"[..], b"k", b""]);
         assert_eq!(&a.get(y)[..], &[&b"get"[..], b"key"]);
         assert!(a.get((9, 2)).is_empty());
+        assert_eq!(a.arg(x, 1), Some(&b"k"[..]));
+        assert_eq!(a.arg(x, 2), Some(&b""[..]));
+        assert_eq!(a.arg(y, 1), Some(&b"key"[..]));
+        // Past the item's count, or arguments the buffer does not hold.
+        assert_eq!(a.arg(x, 3), None);
+        assert_eq!(a.arg((9, 2), 0), None);
+        assert_eq!(a.arg((u32::MAX, 2), 1), None);
         let done = Done {
             out: b"+OK\r\n$1\r\nv\r\n".to_vec(),
             ends: vec![5, 12],

@@ -274,14 +274,20 @@ impl Shard {
         self.hasher.hash_one(key)
     }
 
-    /// Looks `key` up in `db` for nothing but the memory caches: a pipeline's look-ahead
+    /// Looks keys up in `db` for nothing but the memory caches: a pipeline's look-ahead
     /// (`conn::Conn::look_ahead`) runs it for the keys of the commands after the first, so
     /// that their table probes, each a few cache misses in a large table, overlap instead of
     /// each waiting on memory in turn. Changes nothing (no expiry, statistics or LRU clock).
-    pub fn warm_key(&self, db: usize, key: &[u8]) {
-        let hash = self.hash_key(key);
-        if let Some(e) = self.dbs.get(db).and_then(|d| d.get(hash, key)) {
-            std::hint::black_box(e.lru_s);
+    /// `hashed` holds each key with its `hash_key`: the hashes come first so that the probes
+    /// follow one another closely enough for the processor to run them side by side.
+    pub fn warm_keys(&self, db: usize, hashed: &[(u64, &[u8])]) {
+        let Some(d) = self.dbs.get(db) else {
+            return;
+        };
+        for &(hash, key) in hashed {
+            if let Some(e) = d.get(hash, key) {
+                std::hint::black_box(e.lru_s);
+            }
         }
     }
 
