@@ -7,7 +7,8 @@
 //!
 //! `Scan` walks records and tells a torn tail (a write cut short by a crash: the bad record
 //! runs to the end of the file, or only zeros follow) from corruption (valid records follow
-//! the bad one), which must stop recovery.
+//! the bad one), which must stop recovery. A whole record of a kind this version does not
+//! know was written by a newer version: it stops recovery too, wherever it stands.
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_vv};
 use meridian_crdt::{Context, Gap, Hlc, ReplicaId, VersionVector};
@@ -393,8 +394,27 @@ pub struct Found<'a> {
     pub payload: &'a [u8],
 }
 
-/// Why the record at some offset is not valid; None when it is (its kind, payload, end).
-fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
+/// Why a record is not valid.
+enum Bad {
+    /// Cut short or damaged (a torn write, or the disk).
+    Damaged(String),
+    /// Whole (length and checksum right) but of a kind this version does not know: a later
+    /// version wrote it.
+    UnknownKind(u8),
+}
+
+/// Why the record at some offset is not valid (`Bad`), or its kind, payload and end.
+fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), Bad> {
+    check_bytes(buf, at)
+        .map_err(Bad::Damaged)
+        .and_then(|(k, payload, end)| match Kind::from_u8(k) {
+            Some(kind) => Ok((kind, payload, end)),
+            None => Err(Bad::UnknownKind(k)),
+        })
+}
+
+/// `check_at` up to the kind byte: the record's kind byte, payload and end.
+fn check_bytes(buf: &[u8], at: usize) -> Result<(u8, &[u8], usize), String> {
     let Some(head) = buf.get(at..at + RECORD_HEADER_BYTES) else {
         return Err(format!(
             "{} bytes left, a record header needs {RECORD_HEADER_BYTES}",
@@ -418,8 +438,8 @@ fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
     if crc32fast::hash(body) != crc {
         return Err("record checksum mismatch".to_string());
     }
-    let Some(kind) = body.first().copied().and_then(Kind::from_u8) else {
-        return Err(format!("unknown record kind {:?}", body.first()));
+    let Some(kind) = body.first().copied() else {
+        return Err("record of length 0".to_string());
     };
     Ok((kind, body.get(1..).unwrap_or_default(), start + len))
 }
@@ -434,7 +454,8 @@ pub fn incomplete_at(buf: &[u8], at: usize) -> bool {
     at + RECORD_HEADER_BYTES > buf.len() || (len > 0 && at + RECORD_HEADER_BYTES + len > buf.len())
 }
 
-/// Whether a valid record starts anywhere after `at` (bounded work per candidate).
+/// Whether a whole record (of any kind, a later version's included) starts anywhere after
+/// `at` (bounded work per candidate).
 fn valid_record_after(buf: &[u8], at: usize) -> bool {
     let mut i = at + 1;
     while i + RECORD_HEADER_BYTES < buf.len() {
@@ -443,7 +464,7 @@ fn valid_record_after(buf: &[u8], at: usize) -> bool {
             if len > 0
                 && len <= RESYNC_RECORD_BYTES_MAX
                 && i + RECORD_HEADER_BYTES + len <= buf.len()
-                && check_at(buf, i).is_ok()
+                && check_bytes(buf, i).is_ok()
             {
                 return true;
             }
@@ -473,7 +494,16 @@ pub fn scan<E>(
                 n += 1;
                 at = end;
             }
-            Err(reason) => {
+            // A checksummed record of a kind added after this version (`Kind`) is no torn
+            // write: cutting it would drop what a newer version logged, so it is refused
+            // wherever it stands (a newer data directory is never opened by an older build).
+            Err(Bad::UnknownKind(k)) => {
+                let reason = format!(
+                    "record kind {k} unknown to this version (written by a newer version of Meridian)"
+                );
+                return Ok((ScanEnd::Corrupt { offset: at, reason }, n));
+            }
+            Err(Bad::Damaged(reason)) => {
                 let rest = buf.get(at..).unwrap_or_default();
                 let end = if rest.iter().all(|&b| b == 0) || !valid_record_after(buf, at) {
                     ScanEnd::Torn { offset: at, reason }
@@ -544,6 +574,34 @@ mod tests {
         longer.push(0);
         assert!(decode_evicted(&longer).is_err());
         assert_eq!(Kind::from_u8(9), Some(Kind::Evicted));
+    }
+
+    /// A whole record of a kind this version does not know (a newer version wrote it) is
+    /// refused as corrupt with a reason that says so, even as the last record: cutting it as
+    /// a torn tail would drop what the newer version logged.
+    #[test]
+    fn a_record_of_an_unknown_kind_is_refused_not_cut() {
+        let mut b = three();
+        let at = b.len();
+        let start = b.len();
+        b.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+        b.push(200);
+        b.extend_from_slice(b"payload of a later version");
+        finish(&mut b, start);
+        match walk(&b) {
+            (ScanEnd::Corrupt { offset, reason }, 3) => {
+                assert_eq!(offset, at);
+                assert!(reason.contains("record kind 200 unknown"), "{reason}");
+                assert!(reason.contains("newer version"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Damage before it is damage followed by a whole record: corrupt too.
+        let mut d = b.clone();
+        d[RECORD_HEADER_BYTES + 2] ^= 0x10;
+        assert!(matches!(walk(&d), (ScanEnd::Corrupt { offset: 0, .. }, 0)));
+        // A cut inside it is still a torn tail.
+        assert!(matches!(walk(&b[..b.len() - 1]), (ScanEnd::Torn { .. }, 3)));
     }
 
     /// Merge records keep both contexts, gaps included; State records of earlier versions
