@@ -49,6 +49,10 @@ pub enum Kind {
     /// A key this shard evicted under `maxmemory` (local only, no op): `db:u16 key:bytes`.
     /// Replay drops it again, so a snapshot or a restart does not bring it back.
     Evicted = 9,
+    /// Retired-life entries a full sync from a peer shard of fewer slots carried
+    /// (`Peer::retired_in`): `peer:bytes vv`, the peer's key (`Peer::key`) and that link's
+    /// whole vector after the sync (replay merges it, so a repeated record is harmless).
+    RetiredIn = 10,
 }
 
 impl Kind {
@@ -63,6 +67,7 @@ impl Kind {
             7 => Some(Kind::Library),
             8 => Some(Kind::Merge),
             9 => Some(Kind::Evicted),
+            10 => Some(Kind::RetiredIn),
             _ => None,
         }
     }
@@ -210,6 +215,24 @@ pub fn decode_delivered(payload: &[u8]) -> Result<VersionVector, DecodeError> {
     let vv = r.vv()?;
     end(&r)?;
     Ok(vv)
+}
+
+pub fn put_retired_in(out: &mut Vec<u8>, peer: &str, vv: &VersionVector) {
+    let start = begin(out, Kind::RetiredIn);
+    put_bytes(out, peer.as_bytes());
+    put_vv(out, vv);
+    finish(out, start);
+}
+
+/// A `Kind::RetiredIn` payload: the peer's key and the link's retired entries.
+pub fn decode_retired_in(payload: &[u8]) -> Result<(String, VersionVector), DecodeError> {
+    let mut r = Reader::new(payload);
+    let peer = std::str::from_utf8(r.bytes()?)
+        .map_err(|_| DecodeError::Invalid("retired entries: peer name not UTF-8"))?
+        .to_string();
+    let vv = r.vv()?;
+    end(&r)?;
+    Ok((peer, vv))
 }
 
 fn end(r: &Reader<'_>) -> Result<(), DecodeError> {
@@ -574,6 +597,50 @@ mod tests {
         longer.push(0);
         assert!(decode_evicted(&longer).is_err());
         assert_eq!(Kind::from_u8(9), Some(Kind::Evicted));
+    }
+
+    /// Retired-entry records round-trip; every cut of the payload, a trailing byte and a
+    /// peer name that is not UTF-8 are errors, never a panic.
+    #[test]
+    fn retired_in_records_round_trip_and_refuse_cuts() {
+        let mut vv = VersionVector::new();
+        for (r, h) in [(7u32, 1_000u64), (9, 2_000)] {
+            vv.observe(meridian_crdt::Stamp {
+                hlc: Hlc(h),
+                replica: ReplicaId(r),
+            });
+        }
+        let mut b = Vec::new();
+        put_retired_in(&mut b, "b#1", &vv);
+        put_retired_in(&mut b, "c", &VersionVector::new());
+        let mut payloads = Vec::new();
+        let (end, n) = scan::<()>(&b, |f| {
+            assert_eq!(f.kind, Kind::RetiredIn);
+            payloads.push(f.payload.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((end, n), (ScanEnd::Clean, 2));
+        assert_eq!(
+            decode_retired_in(&payloads[0]).unwrap(),
+            ("b#1".to_string(), vv)
+        );
+        assert_eq!(
+            decode_retired_in(&payloads[1]).unwrap(),
+            ("c".to_string(), VersionVector::new())
+        );
+        let p = &payloads[0];
+        for cut in 0..p.len() {
+            assert!(decode_retired_in(&p[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = p.clone();
+        longer.push(0);
+        assert!(decode_retired_in(&longer).is_err());
+        let mut bad_name = Vec::new();
+        put_bytes(&mut bad_name, &[0xff, 0xfe]);
+        put_vv(&mut bad_name, &VersionVector::new());
+        assert!(decode_retired_in(&bad_name).is_err());
+        assert_eq!(Kind::from_u8(10), Some(Kind::RetiredIn));
     }
 
     /// A whole record of a kind this version does not know (a newer version wrote it) is
