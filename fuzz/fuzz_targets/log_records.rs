@@ -49,6 +49,9 @@ fuzz_target!(|data: &[u8]| {
             Kind::Evicted => {
                 let _ = record::decode_evicted(f.payload);
             }
+            Kind::RetiredIn => {
+                let _ = record::decode_retired_in(f.payload);
+            }
         }
         Ok(())
     });

@@ -1698,6 +1698,83 @@ fn power_loss_tail_comes_back_from_a_peer_in_a_new_life() {
     );
 }
 
+/// A full sync from a peer shard owning fewer slots than the receiver leaves its retired-life
+/// entries with that link (`Peer::retired_in`), which the receiver's Hello and acks state
+/// (docs/replication.md §5, §9). They are kept on disk (a `RetiredIn` log record, and the
+/// snapshot header): a restart of the receiver costs no full sync from that peer again.
+///
+/// R (one shard, every slot) misses X's writes (its link from X is cut); S (two shards, half
+/// the slots each) has them. X is lost and removed at R and S, so its life is retired and
+/// each of S's shards full-syncs R for its slots. R is then killed and restarted twice (from
+/// its log, then from a snapshot): S's shards choose no full sync again.
+#[test]
+fn a_restarted_receiver_keeps_the_retired_entries_of_links_from_fewer_slots() {
+    const R: usize = 0;
+    const S: usize = 1;
+    const X: usize = 2;
+    let mut cluster = Cluster::start(
+        &["r", "s", "x"],
+        Opts::proxied().site_flags(S, &["--shards", "2"]),
+    );
+    cluster.wait_links_up(LINKS_UP);
+    // R's link from X carries X's ops to R: cut it; S still receives them.
+    cluster.proxy(R, X).partition();
+    let mut x = cluster.site(X).connect();
+    let keys: Vec<String> = (0..60).map(|i| format!("from-x:{i}")).collect();
+    for k in &keys {
+        x.ok(&["SET", k, "v"]);
+    }
+    let has_all = |cluster: &Cluster, site: usize| {
+        let at = cluster.site(site).keys();
+        keys.iter().all(|k| at.contains(k))
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || has_all(&cluster, S)),
+        "S never received X's writes"
+    );
+    assert!(cluster.site(R).keys().is_empty(), "R got X's writes");
+    cluster.site_mut(X).kill();
+    for site in [R, S] {
+        cluster.site(site).connect().ok(&["CRDT.REMOVEPEER", "x"]);
+    }
+    fn rs(cluster: &Cluster) -> Vec<&common::sites::Site> {
+        vec![cluster.site(R), cluster.site(S)]
+    }
+    // Each of S's shards is ahead of R on X's retired life: full syncs bring its slots' keys.
+    assert!(
+        eventually(Duration::from_secs(30), || has_all(&cluster, R)),
+        "R never received X's writes\n{}",
+        report(&rs(&cluster))
+    );
+    common::sites::wait_converged(&rs(&cluster), CONVERGE_TIMEOUT);
+    let full_out = |cluster: &Cluster| cluster.site(S).peer_u64("r", "full_syncs_out");
+    let before = full_out(&cluster);
+    assert!(before >= 2, "S's two shards full-synced R {before} times");
+    // In memory the entries hold already: the links stay up with no full sync past
+    // `RETIRED_RESYNC_AFTER_MS` (3 s).
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(full_out(&cluster), before, "{}", report(&rs(&cluster)));
+    let restart_costs_no_full_sync = |cluster: &mut Cluster, how: &str| {
+        cluster.site_mut(R).restart();
+        common::sites::wait_links_up(&rs(cluster), LINKS_UP);
+        // A handshake chooses at once; a link whose acks stay behind is reset after 3 s.
+        std::thread::sleep(Duration::from_secs(5));
+        common::sites::wait_converged(&rs(cluster), CONVERGE_TIMEOUT);
+        let r = cluster.site(R).peer_info("s");
+        assert_eq!(
+            (full_out(cluster), r["full_syncs_in"].as_str()),
+            (before, "0"),
+            "restart {how}: S full-synced R again: {r:?}\n{}",
+            report(&rs(cluster))
+        );
+        assert!(has_all(cluster, R), "restart {how}: R lost X's writes");
+    };
+    restart_costs_no_full_sync(&mut cluster, "from the log");
+    // From a snapshot taken after the records: its header carries the entries.
+    cluster.site(R).connect().ok(&["SAVE"]);
+    restart_costs_no_full_sync(&mut cluster, "from a snapshot");
+}
+
 /// Should a disk lose data it had acknowledged, A restarts without ops B holds: B sees A's
 /// new incarnation resume below what it applied, and A's next dial gets a full sync that
 /// returns them; A's new ops reuse the lost sequence numbers under a new incarnation and are

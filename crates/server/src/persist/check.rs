@@ -48,7 +48,8 @@ pub fn check_file(path: &Path, fix: bool) -> CheckReport {
     let body = bytes
         .get(record::SEGMENT_HEADER_BYTES..)
         .unwrap_or_default();
-    let mut kinds = [0u64; 8];
+    // Indexed by `Kind`'s number (the largest is `Kind::RetiredIn`).
+    let mut kinds = [0u64; record::Kind::RetiredIn as usize + 1];
     let (end, n) = match record::scan::<()>(body, |f| {
         if let Some(k) = kinds.get_mut(f.kind as usize) {
             *k += 1;
@@ -59,17 +60,20 @@ pub fn check_file(path: &Path, fix: bool) -> CheckReport {
         Err(()) => (ScanEnd::Clean, 0),
     };
     let mut text = format!(
-        "{}: log segment of replica {}, first position {}, {} bytes\n{n} valid records (ops {}, states {}, positions {}, incarnations {}, clock leases {}, delivered {})\n",
+        "{}: log segment of replica {}, first position {}, {} bytes\n{n} valid records (ops {}, states {}, positions {}, incarnations {}, clock leases {}, delivered {}, libraries {}, evicted {}, retired entries {})\n",
         path.display(),
         header.replica.0,
         header.first_pos,
         bytes.len(),
         kinds[1],
-        kinds[2] + kinds[7],
+        kinds[2] + kinds[8],
         kinds[3],
         kinds[4],
         kinds[5],
         kinds[6],
+        kinds[7],
+        kinds[9],
+        kinds[10],
     );
     let (offset, reason, what) = match end {
         ScanEnd::Clean => {

@@ -329,6 +329,15 @@ impl Persist {
         self.appended();
     }
 
+    /// Records the retired entries of the link from peer shard `peer` (`Peer::retired_in`).
+    pub fn append_retired_in(&mut self, peer: &str, vv: &VersionVector) {
+        if !self.logging() {
+            return;
+        }
+        record::put_retired_in(&mut self.pending, peer, vv);
+        self.appended();
+    }
+
     pub fn append_incarnation(&mut self, incarnation: u64, first_seq: u64) {
         if !self.logging() {
             return;
@@ -642,6 +651,22 @@ impl Shard {
         }
     }
 
+    /// Logs the retired entries kept with the link from peer `peer` (`Peer::retired_in`),
+    /// after the merged states of the full sync that carried them and before its position.
+    ///
+    /// Crash safety: recovery replays a prefix of the log, so this record is replayed only
+    /// with every `Merge` record before it (the states that hold those ops): a restored
+    /// `retired_in` never states an op this shard does not hold. A crash before it leaves the
+    /// link's older entries (or none): its Hello and acks then state less to that peer, which
+    /// only makes the peer choose a full sync again (`ahead_on_retired`) and send more keys,
+    /// never skip an op. The same holds for a snapshot, taken of a replay up to one position.
+    pub fn log_retired_in(&mut self, peer: usize) {
+        if let Some(p) = self.sync.peers.get(peer) {
+            let key = p.key();
+            self.persist.append_retired_in(&key, &p.retired_in);
+        }
+    }
+
     /// Logs a remote op record after it was applied.
     pub fn log_remote_op(&mut self, rec: &crate::oplog::OpRecord) {
         if !self.persist.logging() {
@@ -775,6 +800,60 @@ mod tests {
             d.open_persistence(),
             Err(super::PersistError::Locked { .. })
         ));
+    }
+
+    /// The retired entries kept with a link (`Peer::retired_in`) come back from the log and
+    /// from a snapshot's header, with the peer shard the configuration alone does not name.
+    #[test]
+    fn links_retired_entries_survive_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || {
+            let config = Config {
+                dir: dir.path().to_path_buf(),
+                peer: vec!["b=127.0.0.1:1".into()],
+                ..Config::default()
+            };
+            let mut s = Shard::new(0, config, crate::time::wall_ms());
+            s.open_persistence().unwrap();
+            s
+        };
+        let retired_in = |s: &Shard| {
+            s.sync
+                .peer_index("b", 1)
+                .and_then(|i| s.sync.peers.get(i))
+                .map(|p| p.retired_in.clone())
+        };
+        let mut vv = meridian_crdt::VersionVector::new();
+        vv.observe(meridian_crdt::Stamp {
+            hlc: meridian_crdt::Hlc(5_000),
+            replica: meridian_crdt::ReplicaId(77),
+        });
+        let mut a = open();
+        let now = a.now_ms();
+        let added = a.sync.discover("b", 2, now);
+        let i = *added.first().unwrap();
+        a.sync.peers[i].retired_in = vv.clone();
+        a.log_retired_in(i);
+        run(&mut a, &["SET", "k", "v"]);
+        a.persist.close();
+        drop(a);
+        // From the log.
+        let mut b = open();
+        assert_eq!(retired_in(&b), Some(vv.clone()));
+        assert_eq!(
+            b.sync
+                .peer_index("b", 0)
+                .and_then(|i| b.sync.peers.get(i))
+                .map(|p| p.retired_in.is_empty()),
+            Some(true)
+        );
+        // From a snapshot taken after the record.
+        b.save_now().unwrap();
+        b.persist.close();
+        drop(b);
+        let c = open();
+        assert_eq!(c.persist.stats.loaded_records, 0);
+        assert_eq!(retired_in(&c), Some(vv));
     }
 
     /// A background snapshot whose parts outgrow their budget starts again in twice the

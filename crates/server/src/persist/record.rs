@@ -7,7 +7,8 @@
 //!
 //! `Scan` walks records and tells a torn tail (a write cut short by a crash: the bad record
 //! runs to the end of the file, or only zeros follow) from corruption (valid records follow
-//! the bad one), which must stop recovery.
+//! the bad one), which must stop recovery. A whole record of a kind this version does not
+//! know was written by a newer version: it stops recovery too, wherever it stands.
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_vv};
 use meridian_crdt::{Context, Gap, Hlc, ReplicaId, VersionVector};
@@ -48,6 +49,10 @@ pub enum Kind {
     /// A key this shard evicted under `maxmemory` (local only, no op): `db:u16 key:bytes`.
     /// Replay drops it again, so a snapshot or a restart does not bring it back.
     Evicted = 9,
+    /// Retired-life entries a full sync from a peer shard of fewer slots carried
+    /// (`Peer::retired_in`): `peer:bytes vv`, the peer's key (`Peer::key`) and that link's
+    /// whole vector after the sync (replay merges it, so a repeated record is harmless).
+    RetiredIn = 10,
 }
 
 impl Kind {
@@ -62,6 +67,7 @@ impl Kind {
             7 => Some(Kind::Library),
             8 => Some(Kind::Merge),
             9 => Some(Kind::Evicted),
+            10 => Some(Kind::RetiredIn),
             _ => None,
         }
     }
@@ -209,6 +215,24 @@ pub fn decode_delivered(payload: &[u8]) -> Result<VersionVector, DecodeError> {
     let vv = r.vv()?;
     end(&r)?;
     Ok(vv)
+}
+
+pub fn put_retired_in(out: &mut Vec<u8>, peer: &str, vv: &VersionVector) {
+    let start = begin(out, Kind::RetiredIn);
+    put_bytes(out, peer.as_bytes());
+    put_vv(out, vv);
+    finish(out, start);
+}
+
+/// A `Kind::RetiredIn` payload: the peer's key and the link's retired entries.
+pub fn decode_retired_in(payload: &[u8]) -> Result<(String, VersionVector), DecodeError> {
+    let mut r = Reader::new(payload);
+    let peer = std::str::from_utf8(r.bytes()?)
+        .map_err(|_| DecodeError::Invalid("retired entries: peer name not UTF-8"))?
+        .to_string();
+    let vv = r.vv()?;
+    end(&r)?;
+    Ok((peer, vv))
 }
 
 fn end(r: &Reader<'_>) -> Result<(), DecodeError> {
@@ -393,8 +417,27 @@ pub struct Found<'a> {
     pub payload: &'a [u8],
 }
 
-/// Why the record at some offset is not valid; None when it is (its kind, payload, end).
-fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
+/// Why a record is not valid.
+enum Bad {
+    /// Cut short or damaged (a torn write, or the disk).
+    Damaged(String),
+    /// Whole (length and checksum right) but of a kind this version does not know: a later
+    /// version wrote it.
+    UnknownKind(u8),
+}
+
+/// Why the record at some offset is not valid (`Bad`), or its kind, payload and end.
+fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), Bad> {
+    check_bytes(buf, at)
+        .map_err(Bad::Damaged)
+        .and_then(|(k, payload, end)| match Kind::from_u8(k) {
+            Some(kind) => Ok((kind, payload, end)),
+            None => Err(Bad::UnknownKind(k)),
+        })
+}
+
+/// `check_at` up to the kind byte: the record's kind byte, payload and end.
+fn check_bytes(buf: &[u8], at: usize) -> Result<(u8, &[u8], usize), String> {
     let Some(head) = buf.get(at..at + RECORD_HEADER_BYTES) else {
         return Err(format!(
             "{} bytes left, a record header needs {RECORD_HEADER_BYTES}",
@@ -418,8 +461,8 @@ fn check_at(buf: &[u8], at: usize) -> Result<(Kind, &[u8], usize), String> {
     if crc32fast::hash(body) != crc {
         return Err("record checksum mismatch".to_string());
     }
-    let Some(kind) = body.first().copied().and_then(Kind::from_u8) else {
-        return Err(format!("unknown record kind {:?}", body.first()));
+    let Some(kind) = body.first().copied() else {
+        return Err("record of length 0".to_string());
     };
     Ok((kind, body.get(1..).unwrap_or_default(), start + len))
 }
@@ -434,7 +477,8 @@ pub fn incomplete_at(buf: &[u8], at: usize) -> bool {
     at + RECORD_HEADER_BYTES > buf.len() || (len > 0 && at + RECORD_HEADER_BYTES + len > buf.len())
 }
 
-/// Whether a valid record starts anywhere after `at` (bounded work per candidate).
+/// Whether a whole record (of any kind, a later version's included) starts anywhere after
+/// `at` (bounded work per candidate).
 fn valid_record_after(buf: &[u8], at: usize) -> bool {
     let mut i = at + 1;
     while i + RECORD_HEADER_BYTES < buf.len() {
@@ -443,7 +487,7 @@ fn valid_record_after(buf: &[u8], at: usize) -> bool {
             if len > 0
                 && len <= RESYNC_RECORD_BYTES_MAX
                 && i + RECORD_HEADER_BYTES + len <= buf.len()
-                && check_at(buf, i).is_ok()
+                && check_bytes(buf, i).is_ok()
             {
                 return true;
             }
@@ -473,7 +517,16 @@ pub fn scan<E>(
                 n += 1;
                 at = end;
             }
-            Err(reason) => {
+            // A checksummed record of a kind added after this version (`Kind`) is no torn
+            // write: cutting it would drop what a newer version logged, so it is refused
+            // wherever it stands (a newer data directory is never opened by an older build).
+            Err(Bad::UnknownKind(k)) => {
+                let reason = format!(
+                    "record kind {k} unknown to this version (written by a newer version of Meridian)"
+                );
+                return Ok((ScanEnd::Corrupt { offset: at, reason }, n));
+            }
+            Err(Bad::Damaged(reason)) => {
                 let rest = buf.get(at..).unwrap_or_default();
                 let end = if rest.iter().all(|&b| b == 0) || !valid_record_after(buf, at) {
                     ScanEnd::Torn { offset: at, reason }
@@ -544,6 +597,78 @@ mod tests {
         longer.push(0);
         assert!(decode_evicted(&longer).is_err());
         assert_eq!(Kind::from_u8(9), Some(Kind::Evicted));
+    }
+
+    /// Retired-entry records round-trip; every cut of the payload, a trailing byte and a
+    /// peer name that is not UTF-8 are errors, never a panic.
+    #[test]
+    fn retired_in_records_round_trip_and_refuse_cuts() {
+        let mut vv = VersionVector::new();
+        for (r, h) in [(7u32, 1_000u64), (9, 2_000)] {
+            vv.observe(meridian_crdt::Stamp {
+                hlc: Hlc(h),
+                replica: ReplicaId(r),
+            });
+        }
+        let mut b = Vec::new();
+        put_retired_in(&mut b, "b#1", &vv);
+        put_retired_in(&mut b, "c", &VersionVector::new());
+        let mut payloads = Vec::new();
+        let (end, n) = scan::<()>(&b, |f| {
+            assert_eq!(f.kind, Kind::RetiredIn);
+            payloads.push(f.payload.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((end, n), (ScanEnd::Clean, 2));
+        assert_eq!(
+            decode_retired_in(&payloads[0]).unwrap(),
+            ("b#1".to_string(), vv)
+        );
+        assert_eq!(
+            decode_retired_in(&payloads[1]).unwrap(),
+            ("c".to_string(), VersionVector::new())
+        );
+        let p = &payloads[0];
+        for cut in 0..p.len() {
+            assert!(decode_retired_in(&p[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = p.clone();
+        longer.push(0);
+        assert!(decode_retired_in(&longer).is_err());
+        let mut bad_name = Vec::new();
+        put_bytes(&mut bad_name, &[0xff, 0xfe]);
+        put_vv(&mut bad_name, &VersionVector::new());
+        assert!(decode_retired_in(&bad_name).is_err());
+        assert_eq!(Kind::from_u8(10), Some(Kind::RetiredIn));
+    }
+
+    /// A whole record of a kind this version does not know (a newer version wrote it) is
+    /// refused as corrupt with a reason that says so, even as the last record: cutting it as
+    /// a torn tail would drop what the newer version logged.
+    #[test]
+    fn a_record_of_an_unknown_kind_is_refused_not_cut() {
+        let mut b = three();
+        let at = b.len();
+        let start = b.len();
+        b.extend_from_slice(&[0u8; RECORD_HEADER_BYTES]);
+        b.push(200);
+        b.extend_from_slice(b"payload of a later version");
+        finish(&mut b, start);
+        match walk(&b) {
+            (ScanEnd::Corrupt { offset, reason }, 3) => {
+                assert_eq!(offset, at);
+                assert!(reason.contains("record kind 200 unknown"), "{reason}");
+                assert!(reason.contains("newer version"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Damage before it is damage followed by a whole record: corrupt too.
+        let mut d = b.clone();
+        d[RECORD_HEADER_BYTES + 2] ^= 0x10;
+        assert!(matches!(walk(&d), (ScanEnd::Corrupt { offset: 0, .. }, 0)));
+        // A cut inside it is still a torn tail.
+        assert!(matches!(walk(&b[..b.len() - 1]), (ScanEnd::Torn { .. }, 3)));
     }
 
     /// Merge records keep both contexts, gaps included; State records of earlier versions

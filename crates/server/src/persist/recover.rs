@@ -98,6 +98,7 @@ fn reset(shard: &mut Shard) {
     for p in &mut shard.sync.peers {
         p.in_incarnation = 0;
         p.in_applied_seq = 0;
+        p.retired_in = meridian_crdt::VersionVector::new();
     }
 }
 
@@ -116,21 +117,38 @@ fn apply_meta(shard: &mut Shard, m: &SnapshotMeta) {
     for (key, inc, seq) in &m.peers {
         set_position(shard, key, *inc, *seq);
     }
+    for (key, vv) in &m.retired_in {
+        merge_retired_in(shard, key, vv);
+    }
 }
 
 /// Sets the position of the peer shard `key` names (`Peer::key`), learning a shard of a
 /// peer site the log knows of and the configuration cannot tell.
 fn set_position(shard: &mut Shard, key: &str, inc: u64, seq: u64) {
+    if let Some(p) = logged_peer(shard, key) {
+        p.in_incarnation = inc;
+        p.in_applied_seq = seq;
+    }
+}
+
+/// The peer shard `key` names (`Peer::key`), learned as `set_position` does when the
+/// configuration cannot tell it.
+fn logged_peer<'a>(shard: &'a mut Shard, key: &str) -> Option<&'a mut crate::sync::Peer> {
     let (site, n) = crate::sync::parse_peer_key(key);
     if shard.sync.peer_index(site, n).is_none() {
         let now = shard.now_ms();
         shard.sync.discover(site, n.saturating_add(1), now);
     }
-    if let Some(i) = shard.sync.peer_index(site, n) {
-        if let Some(p) = shard.sync.peers.get_mut(i) {
-            p.in_incarnation = inc;
-            p.in_applied_seq = seq;
-        }
+    let i = shard.sync.peer_index(site, n)?;
+    shard.sync.peers.get_mut(i)
+}
+
+/// Restores the retired entries kept with the link from peer shard `key`
+/// (`Peer::retired_in`; docs/persistence.md §6): merged, as a record may repeat what the
+/// snapshot or an earlier record said.
+fn merge_retired_in(shard: &mut Shard, key: &str, vv: &meridian_crdt::VersionVector) {
+    if let Some(p) = logged_peer(shard, key) {
+        p.retired_in.merge(vv);
     }
 }
 
@@ -341,6 +359,11 @@ pub fn replay(
             let vv =
                 record::decode_delivered(payload).map_err(|e| format!("delivered record: {e}"))?;
             shard.take_context(&meridian_crdt::Context::from(vv));
+        }
+        Kind::RetiredIn => {
+            let (peer, vv) = record::decode_retired_in(payload)
+                .map_err(|e| format!("retired entries record: {e}"))?;
+            merge_retired_in(shard, &peer, &vv);
         }
         Kind::Library => {
             let (name, stamp, code) =

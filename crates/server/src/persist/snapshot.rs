@@ -5,7 +5,9 @@
 //! Every block is `len:u32 crc:u32 body` (CRC-32 of the body); the end block has `len` 0.
 //! Header body: `replica:u32 pos:u64 seq:u64 hlc:u64 own_last:u64 keys:u64
 //! incarnations:(varint n, n × (id:u64 first_seq:u64)) peers:(varint n, n × (site:bytes
-//! incarnation:u64 seq:u64)) delivered:vv`. Key block bodies: entries `db:u16 key:bytes
+//! incarnation:u64 seq:u64)) delivered:vv`, then optional sections `tag:u8 body`: tag
+//! `HEADER_RETIRED_IN` lists the links' retired entries (`Peer::retired_in`); an unknown tag
+//! refuses the snapshot as a newer version's. Key block bodies: entries `db:u16 key:bytes
 //! state:bytes` (`KeyState::encode_state`); FUNCTION libraries follow the keys as entries of
 //! database `LIBRARY_DB` whose key is the library name and whose state is `hlc:u64
 //! replica:u32 loaded:u8 [code:bytes]` (the library register, `script::replicate`; not counted
@@ -96,7 +98,17 @@ pub struct SnapshotMeta {
     pub peers: Vec<(String, u64, u64)>,
     /// What this shard delivered from other origins.
     pub delivered: VersionVector,
+    /// Per peer shard (`Peer::key`) whose link keeps retired entries (`Peer::retired_in`):
+    /// those entries. Empty ones are left out, and with none the header ends at `delivered`
+    /// as before this field (`HEADER_RETIRED_IN`).
+    pub retired_in: Vec<(String, VersionVector)>,
 }
+
+/// The tag of the header section after `delivered` that lists the links' retired entries:
+/// `1 · n:varint · n × (peer:bytes vv)`. A header may end at `delivered` (written before
+/// sections, or with nothing to list); a section of a tag this version does not know was
+/// written by a newer version and refuses the snapshot with that reason.
+pub const HEADER_RETIRED_IN: u8 = 1;
 
 impl SnapshotMeta {
     /// The header of `shard`'s current state at log position `pos`.
@@ -116,6 +128,13 @@ impl SnapshotMeta {
                 .map(|p| (p.key(), p.in_incarnation, p.in_applied_seq))
                 .collect(),
             delivered: shard.sync.delivered.clone(),
+            retired_in: shard
+                .sync
+                .peers
+                .iter()
+                .filter(|p| !p.retired_in.is_empty())
+                .map(|p| (p.key(), p.retired_in.clone()))
+                .collect(),
         }
     }
 
@@ -136,6 +155,14 @@ impl SnapshotMeta {
             out.extend_from_slice(&seq.to_le_bytes());
         }
         put_vv(out, &self.delivered);
+        if !self.retired_in.is_empty() {
+            out.push(HEADER_RETIRED_IN);
+            put_varint(out, self.retired_in.len() as u64);
+            for (peer, vv) in &self.retired_in {
+                put_bytes(out, peer.as_bytes());
+                put_vv(out, vv);
+            }
+        }
     }
 
     fn decode(body: &[u8]) -> Result<SnapshotMeta, String> {
@@ -165,8 +192,32 @@ impl SnapshotMeta {
             peers.push((site, r.u64().map_err(bad)?, r.u64().map_err(bad)?));
         }
         let delivered = r.vv().map_err(bad)?;
-        if !r.is_at_end() {
-            return Err("snapshot header: trailing bytes".to_string());
+        let mut retired_in = None;
+        while !r.is_at_end() {
+            match r.u8().map_err(bad)? {
+                HEADER_RETIRED_IN if retired_in.is_none() => {
+                    let n = r.varint().map_err(bad)? as usize;
+                    if n > HEADER_ITEMS_MAX {
+                        return Err(format!("snapshot header lists {n} links' retired entries"));
+                    }
+                    let mut v = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let peer = std::str::from_utf8(r.bytes().map_err(bad)?)
+                            .map_err(|_| "snapshot header: a peer name is not UTF-8".to_string())?
+                            .to_string();
+                        v.push((peer, r.vv().map_err(bad)?));
+                    }
+                    retired_in = Some(v);
+                }
+                HEADER_RETIRED_IN => {
+                    return Err("snapshot header: two sections of retired entries".to_string());
+                }
+                t => {
+                    return Err(format!(
+                        "snapshot header: section {t} unknown to this version (written by a newer version of Meridian)"
+                    ));
+                }
+            }
         }
         Ok(SnapshotMeta {
             replica,
@@ -178,6 +229,7 @@ impl SnapshotMeta {
             incarnations,
             peers,
             delivered,
+            retired_in: retired_in.unwrap_or_default(),
         })
     }
 }
@@ -560,7 +612,8 @@ mod tests {
             keys: 0,
             incarnations: vec![(11, 1), (12, 40)],
             peers: vec![("b".to_string(), 5, 6)],
-            delivered,
+            delivered: delivered.clone(),
+            retired_in: Vec::new(),
         };
         let mut out = Vec::new();
         m.encode(&mut out);
@@ -568,5 +621,45 @@ mod tests {
         for cut in 0..out.len() {
             assert!(SnapshotMeta::decode(&out[..cut]).is_err());
         }
+        // With links' retired entries: a section after `delivered`, which a header without
+        // them (as every earlier version wrote) lacks.
+        let with = SnapshotMeta {
+            retired_in: vec![
+                ("b#1".to_string(), delivered.clone()),
+                ("c".to_string(), delivered),
+            ],
+            ..m.clone()
+        };
+        let mut longer = Vec::new();
+        with.encode(&mut longer);
+        assert_eq!(longer.get(..out.len()), Some(&out[..]));
+        assert_eq!(SnapshotMeta::decode(&longer).unwrap(), with);
+        // Every cut inside the section is an error (a cut at its start is the older header,
+        // which the block's checksum stands for).
+        for cut in out.len() + 1..longer.len() {
+            assert!(
+                SnapshotMeta::decode(&longer[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // The section twice, or one of a tag this version does not know: clear errors.
+        let mut twice = longer.clone();
+        twice.extend_from_slice(&longer[out.len()..]);
+        let e = SnapshotMeta::decode(&twice).unwrap_err();
+        assert!(e.contains("two sections"), "{e}");
+        let mut newer = out.clone();
+        newer.extend_from_slice(&[7, 0]);
+        let e = SnapshotMeta::decode(&newer).unwrap_err();
+        assert!(
+            e.contains("section 7 unknown") && e.contains("newer version"),
+            "{e}"
+        );
+        // A peer name that is not UTF-8.
+        let mut bad = out.clone();
+        bad.push(HEADER_RETIRED_IN);
+        put_varint(&mut bad, 1);
+        put_bytes(&mut bad, &[0xff]);
+        put_vv(&mut bad, &VersionVector::new());
+        assert!(SnapshotMeta::decode(&bad).is_err());
     }
 }

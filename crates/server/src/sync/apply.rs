@@ -570,13 +570,19 @@ impl Shard {
             self.take_context(&sync.context);
             self.take_context(&meridian_crdt::Context::from(sync.retired.clone()));
         }
+        let mut retired_grew = false;
         if let Some(p) = self.sync.peers.get_mut(sync.peer) {
-            if !within {
+            if !within && !p.retired_in.dominates(&sync.retired) {
                 p.retired_in.merge(&sync.retired);
+                retired_grew = true;
             }
             p.in_applied_seq = sync.seq;
             p.inbound = super::LinkState::Up;
             p.rejoin_pull = false;
+        }
+        // Before the position: the log is replayed in order (`log_retired_in`).
+        if retired_grew {
+            self.log_retired_in(sync.peer);
         }
         self.log_peer_position(sync.peer);
         self.end_receiving(sync.peer);

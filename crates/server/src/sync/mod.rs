@@ -130,7 +130,9 @@ pub struct Peer {
     /// slots than this shard (`end_full_sync_in`): its word covers only its slots, so the
     /// delivered vector does not take them, but this link has them: the Hello and acks to
     /// this peer state them, or it would choose a full sync again on every handshake.
-    /// In memory only: after a restart such a link takes one full sync again.
+    /// Kept on disk (`Kind::RetiredIn` records, the snapshot header) and restored by
+    /// recovery before the first Hello: a restart costs such a link no full sync
+    /// (`Shard::log_retired_in` says why a crash can only leave it older, never ahead).
     pub retired_in: VersionVector,
     /// The latest acked vector that garbage collection may use: one whose ack came after
     /// this shard had applied every op the peer issued before acking (its own entry in the
