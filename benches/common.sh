@@ -30,6 +30,14 @@ bench_cleanup() {
   rm -rf "$work"
 }
 
+# Refuses a port something already answers on: the rows would measure that server instead.
+port_free() {
+  if redis-cli -p "$1" ping >/dev/null 2>&1; then
+    echo "port $1 is in use by another server: choose other ports (MERIDIAN_PORT, REDIS_PORT...)" >&2
+    exit 1
+  fi
+}
+
 wait_port() {
   for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "port $1 not up" >&2
@@ -43,6 +51,7 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 start_meridian() {
   local port=$1 dir=$2
   shift 2
+  port_free "$port"
   taskset -c "$server_core" "$bin" server --port "$port" --dir "$dir" --appendonly no --log-level warn "$@" &
   mpid=$!
   pids+=("$mpid")
@@ -57,6 +66,7 @@ start_redis() { start_server_like_redis redis-server "$@"; }
 start_server_like_redis() {
   local server=$1 port=$2
   shift 2
+  port_free "$port"
   taskset -c "$server_core" "$server" --port "$port" --save "" --appendonly no --dir "$work" \
     --daemonize no --loglevel warning "$@" &
   rpid=$!
