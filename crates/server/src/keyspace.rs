@@ -1029,3 +1029,44 @@ impl Shard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::shard::Shard;
+
+    /// The pipeline look-ahead changes nothing a client or the server's figures can see: no
+    /// hit or miss counted, no LRU clock moved, an expired key left for its command to find.
+    #[test]
+    fn warm_keys_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let mut s = Shard::new(0, config, crate::time::wall_ms());
+        crate::cmd::testing::run_on(&mut s, 0, &["SET", "k", "v"]);
+        crate::cmd::testing::run_on(&mut s, 0, &["SET", "gone", "v", "PX", "1"]);
+        let hk = s.hash_key(b"k");
+        s.dbs[0].get_mut(hk, b"k").unwrap().lru_s = 0;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (hits, misses, keys) = (
+            s.stats.keyspace_hits,
+            s.stats.keyspace_misses,
+            s.dbs[0].table.len(),
+        );
+        let hashed = [
+            (hk, &b"k"[..], true),
+            (s.hash_key(b"gone"), &b"gone"[..], true),
+            (s.hash_key(b"absent"), &b"absent"[..], false),
+        ];
+        s.warm_keys(0, &hashed);
+        // A database that does not exist is no error.
+        s.warm_keys(99, &hashed);
+        assert_eq!(s.dbs[0].get(hk, b"k").unwrap().lru_s, 0);
+        assert_eq!(s.stats.keyspace_hits, hits);
+        assert_eq!(s.stats.keyspace_misses, misses);
+        assert_eq!(s.dbs[0].table.len(), keys);
+        assert_eq!(keys, 2);
+    }
+}
