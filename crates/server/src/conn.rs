@@ -766,7 +766,7 @@ impl Conn {
         }
         let db = self.client.db;
         let shards = f.node.shards;
-        let mut hashed: SmallVec<[(u64, &[u8], bool); LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
+        let mut hashed: SmallVec<[(u64, &[u8]); LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
         let mut pos = 0usize;
         for _ in 0..LOOKAHEAD_COMMANDS_MAX {
             let Some((name, key, len)) = buf.get(pos..).and_then(crate::resp::parse::peek_command)
@@ -783,8 +783,7 @@ impl Conn {
             if shards > 1 && f.node.slots.shard_of_key(key) != self.th.index {
                 continue;
             }
-            let reads = spec.meta.flags.contains(cmd::table::Flags::READONLY);
-            hashed.push((s.hash_key(key), key, reads));
+            hashed.push((s.hash_key(key), key));
         }
         s.warm_keys(db, &hashed);
     }

@@ -191,8 +191,7 @@ fn look_ahead(s: &Shard, items: &[Item], args: &Args) {
     if items.len() < 2 {
         return;
     }
-    let mut hashed: SmallVec<[(u64, &[u8], bool); crate::conn::LOOKAHEAD_COMMANDS_MAX]> =
-        SmallVec::new();
+    let mut hashed: SmallVec<[(u64, &[u8]); crate::conn::LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
     for item in items.iter().take(crate::conn::LOOKAHEAD_COMMANDS_MAX) {
         let spec = match item.op {
             Op::Call(spec) | Op::Quiet(spec) => spec,
@@ -202,8 +201,7 @@ fn look_ahead(s: &Shard, items: &[Item], args: &Args) {
             continue;
         }
         if let Some(key) = args.arg(item.args, 1) {
-            let reads = spec.meta.flags.contains(cmd::table::Flags::READONLY);
-            hashed.push((s.hash_key(key), key, reads));
+            hashed.push((s.hash_key(key), key));
         }
     }
     s.warm_keys(db, &hashed);

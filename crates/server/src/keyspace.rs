@@ -278,24 +278,15 @@ impl Shard {
     /// (`conn::Conn::look_ahead`) runs it for the keys of the commands after the first, so
     /// that their table probes, each a few cache misses in a large table, overlap instead of
     /// each waiting on memory in turn. Changes nothing (no expiry, statistics or LRU clock).
-    /// `hashed` holds each key with its `hash_key` and whether its command reads the value
-    /// (then a string's bytes are read too, which the reply copies next): the hashes come
-    /// first so that the probes follow one another closely enough for the processor to run
-    /// them side by side.
-    pub fn warm_keys(&self, db: usize, hashed: &[(u64, &[u8], bool)]) {
+    /// `hashed` holds each key with its `hash_key`: the hashes come first so that the probes
+    /// follow one another closely enough for the processor to run them side by side.
+    pub fn warm_keys(&self, db: usize, hashed: &[(u64, &[u8])]) {
         let Some(d) = self.dbs.get(db) else {
             return;
         };
-        for &(hash, key, reads) in hashed {
-            let Some(e) = d.get(hash, key) else {
-                continue;
-            };
-            std::hint::black_box(e.lru_s);
-            if reads {
-                if let Some(meridian_crdt::Value::Str(s)) = e.state.value() {
-                    let bytes = s.bytes().unwrap_or_default();
-                    std::hint::black_box((bytes.first(), bytes.last()));
-                }
+        for &(hash, key) in hashed {
+            if let Some(e) = d.get(hash, key) {
+                std::hint::black_box(e.lru_s);
             }
         }
     }
