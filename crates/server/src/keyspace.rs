@@ -1047,9 +1047,9 @@ mod tests {
             s.dbs[0].table.len(),
         );
         let hashed = [
-            (hk, &b"k"[..], true),
-            (s.hash_key(b"gone"), &b"gone"[..], true),
-            (s.hash_key(b"absent"), &b"absent"[..], false),
+            (hk, &b"k"[..]),
+            (s.hash_key(b"gone"), &b"gone"[..]),
+            (s.hash_key(b"absent"), &b"absent"[..]),
         ];
         s.warm_keys(0, &hashed);
         // A database that does not exist is no error.
