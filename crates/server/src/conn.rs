@@ -1590,7 +1590,11 @@ impl Conn {
             return Ok((r.buf, note));
         }
         let mut batch = Batch::new(ClientView::of(&self.client));
-        batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        let idx = batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        if self.client.caching {
+            // CLIENT CACHING covers the transaction EXEC runs there.
+            batch.set_client_state(idx, true, false);
+        }
         let rx = hop::send(&self.th, shard, batch).await?;
         let mut done = rx.await.map_err(|_| hop::Unavailable { shard })?;
         if let Some(seq) = done.wrote {
@@ -2001,6 +2005,9 @@ impl Conn {
                 }
             }
         }
+        // CLIENT CACHING covered the transaction and ends with it (Redis's resetClient after
+        // EXEC): `dispatch` left it on, as EXEC runs after it, as a barrier.
+        self.client.caching = false;
     }
 
     /// EXEC running elsewhere than this thread: the transaction and the watched keys leave

@@ -59,14 +59,26 @@ enum Remote {
 #[derive(Debug, Default)]
 struct Readers {
     keys: HashMap<Vec<u8>, SmallVec<[u64; 2]>>,
+    /// Key → its tracked reads sent there and not answered yet. An invalidation of such a
+    /// key may come from a write that ran there before the read (it travels on another
+    /// link): its readers are told but kept, or a write after the read would find nobody
+    /// here. At most one entry per key of a read in flight.
+    reading: HashMap<Vec<u8>, u32>,
     /// A read could not be remembered (`keys_max`): the next invalidation from there is a
     /// flush for everyone.
     overflowed: bool,
 }
 
 impl Readers {
-    /// Client `client` read `key`; past `keys_max` keys it is not remembered.
+    /// Client `client` is about to read `key`; past `keys_max` keys it is not remembered.
+    /// `answered` must follow once the read's reply is in.
     fn remember(&mut self, key: &[u8], client: u64, keys_max: usize) {
+        match self.reading.get_mut(key) {
+            Some(n) => *n += 1,
+            None => {
+                self.reading.insert(key.to_vec(), 1);
+            }
+        }
         if let Some(ids) = self.keys.get_mut(key) {
             if !ids.contains(&client) {
                 ids.push(client);
@@ -82,23 +94,56 @@ impl Readers {
         self.keys.insert(key.to_vec(), ids);
     }
 
+    /// The read of `key` `remember` announced has its reply.
+    fn answered(&mut self, key: &[u8]) {
+        if let Some(n) = self.reading.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.reading.remove(key);
+            }
+        }
+    }
+
     /// Who gets what for an invalidation of `keys` (None: a flush): each (client, key), or
     /// (client, None) once per client for a flush, also after an overflow. Those keys are
-    /// forgotten (all of them for a flush).
-    fn invalidate(&mut self, keys: Option<Vec<Vec<u8>>>) -> Vec<(u64, Option<Vec<u8>>)> {
+    /// forgotten (all of them for a flush), but for readers of a key whose read is in flight
+    /// (`reading`) and for `spare`, a NOLOOP client whose own write this is: it is not told,
+    /// and stays a reader, as a write by someone else that crossed this one must still reach
+    /// it (an invalidation it is then sent twice at worst).
+    fn invalidate(
+        &mut self,
+        keys: Option<Vec<Vec<u8>>>,
+        spare: Option<u64>,
+    ) -> Vec<(u64, Option<Vec<u8>>)> {
         match keys {
             Some(keys) if !self.overflowed => {
                 let mut due = Vec::new();
                 for k in keys {
-                    if let Some(ids) = self.keys.remove(&k) {
-                        due.extend(ids.into_iter().map(|id| (id, Some(k.clone()))));
+                    let Some(ids) = self.keys.get_mut(&k) else {
+                        continue;
+                    };
+                    due.extend(
+                        ids.iter()
+                            .filter(|&&id| Some(id) != spare)
+                            .map(|&id| (id, Some(k.clone()))),
+                    );
+                    if self.reading.contains_key(&k) {
+                        continue;
+                    }
+                    match spare {
+                        Some(s) if ids.contains(&s) => ids.retain(|id| *id == s),
+                        _ => {
+                            self.keys.remove(&k);
+                        }
                     }
                 }
                 due
             }
             _ => {
                 self.overflowed = false;
-                let mut ids: Vec<u64> = self.keys.drain().flat_map(|(_, ids)| ids).collect();
+                let mut ids: Vec<u64> = self.keys.values().flatten().copied().collect();
+                let reading = &self.reading;
+                self.keys.retain(|k, _| reading.contains_key(k));
                 ids.sort_unstable();
                 ids.dedup();
                 ids.into_iter().map(|id| (id, None)).collect()
@@ -190,11 +235,42 @@ impl RemoteTracking {
         Some(id)
     }
 
-    /// Client `client` read `key` at `addr`, tracked there for this thread.
+    /// Client `client` is about to read `key` at `addr`, tracked there for this thread;
+    /// `answered` follows with the reply.
     pub fn remember(&self, addr: &str, key: &[u8], client: u64) {
         if let Some(Remote::Ready { readers, .. }) = self.remotes.borrow_mut().get_mut(addr) {
             readers.remember(key, client, REMOTE_TRACKED_KEYS_MAX);
         }
+    }
+
+    /// The reads of `keys` at `addr` that `remember` announced have their replies.
+    pub fn answered(&self, addr: &str, keys: &[Vec<u8>]) {
+        if let Some(Remote::Ready { readers, .. }) = self.remotes.borrow_mut().get_mut(addr) {
+            for k in keys {
+                readers.answered(k);
+            }
+        }
+    }
+
+    /// The client id of this thread's redirect link at `addr`, if it is open (nothing is
+    /// tracked there otherwise).
+    pub fn ready_id(&self, addr: &str) -> Option<u64> {
+        match self.remotes.borrow().get(addr) {
+            Some(Remote::Ready { id, .. }) => Some(*id),
+            _ => None,
+        }
+    }
+
+    /// NOLOOP client `writer` wrote `keys` at `addr` with this thread's link there in
+    /// NOLOOP (so that the write invalidated nothing read through it): the other readers
+    /// of those keys are told here, the writer is not and stays a reader (a write by
+    /// someone else that crossed its own must still reach it).
+    pub fn written(&self, addr: &str, keys: Vec<Vec<u8>>, writer: u64) {
+        let due = match self.remotes.borrow_mut().get_mut(addr) {
+            Some(Remote::Ready { readers, .. }) => readers.invalidate(Some(keys), Some(writer)),
+            _ => return,
+        };
+        self.deliver(due);
     }
 
     /// A flush for client `client`: a read of its could not be tracked.
@@ -205,7 +281,7 @@ impl RemoteTracking {
     /// An invalidation pushed by `addr`: `keys` changed there (None: everything, a flush).
     fn invalidated(&self, addr: &str, keys: Option<Vec<Vec<u8>>>) {
         let due = match self.remotes.borrow_mut().get_mut(addr) {
-            Some(Remote::Ready { readers, .. }) => readers.invalidate(keys),
+            Some(Remote::Ready { readers, .. }) => readers.invalidate(keys, None),
             _ => return,
         };
         self.deliver(due);
@@ -214,7 +290,7 @@ impl RemoteTracking {
     /// The redirect link to `addr` broke: a flush for everyone who read through it.
     fn lost(&self, addr: &str) {
         let due = match self.remotes.borrow_mut().remove(addr) {
-            Some(Remote::Ready { mut readers, .. }) => readers.invalidate(None),
+            Some(Remote::Ready { mut readers, .. }) => readers.invalidate(None, None),
             _ => Vec::new(),
         };
         self.deliver(due);
@@ -276,30 +352,66 @@ async fn invalidations(
 mod tests {
     use super::*;
 
+    /// A read whose reply is in (`remember` then `answered`).
+    fn read(r: &mut Readers, key: &[u8], client: u64, keys_max: usize) {
+        r.remember(key, client, keys_max);
+        r.answered(key);
+    }
+
     #[test]
     fn readers_are_told_once_and_flushed_past_their_limit() {
         let mut r = Readers::default();
-        r.remember(b"a", 1, 2);
-        r.remember(b"a", 2, 2);
-        r.remember(b"a", 1, 2);
-        r.remember(b"b", 1, 2);
+        read(&mut r, b"a", 1, 2);
+        read(&mut r, b"a", 2, 2);
+        read(&mut r, b"a", 1, 2);
+        read(&mut r, b"b", 1, 2);
         // At the limit: both keys remembered.
         assert_eq!(
-            r.invalidate(Some(vec![b"a".to_vec()])),
+            r.invalidate(Some(vec![b"a".to_vec()]), None),
             vec![(1, Some(b"a".to_vec())), (2, Some(b"a".to_vec()))]
         );
-        assert_eq!(r.invalidate(Some(vec![b"a".to_vec()])), vec![]);
-        r.remember(b"c", 3, 2);
+        assert_eq!(r.invalidate(Some(vec![b"a".to_vec()]), None), vec![]);
+        read(&mut r, b"c", 3, 2);
         // One past it: not remembered, so the next invalidation is a flush for everyone.
-        r.remember(b"d", 4, 2);
+        read(&mut r, b"d", 4, 2);
         assert!(r.overflowed);
         assert_eq!(
-            r.invalidate(Some(vec![b"zz".to_vec()])),
+            r.invalidate(Some(vec![b"zz".to_vec()]), None),
             vec![(1, None), (3, None)]
         );
-        assert!(!r.overflowed && r.keys.is_empty());
-        r.remember(b"e", 5, 2);
-        assert_eq!(r.invalidate(None), vec![(5, None)]);
+        assert!(!r.overflowed && r.keys.is_empty() && r.reading.is_empty());
+        read(&mut r, b"e", 5, 2);
+        assert_eq!(r.invalidate(None, None), vec![(5, None)]);
+    }
+
+    #[test]
+    fn readers_of_a_read_in_flight_and_a_noloop_writer_stay() {
+        let mut r = Readers::default();
+        let a = || Some(vec![b"a".to_vec()]);
+        // An invalidation while the read is in flight tells the reader and keeps it: the
+        // write may have run before the read there.
+        r.remember(b"a", 1, 8);
+        assert_eq!(r.invalidate(a(), None), vec![(1, Some(b"a".to_vec()))]);
+        r.answered(b"a");
+        assert_eq!(r.invalidate(a(), None), vec![(1, Some(b"a".to_vec()))]);
+        assert_eq!(r.invalidate(a(), None), vec![]);
+        // Also through a flush.
+        r.remember(b"a", 1, 8);
+        assert_eq!(r.invalidate(None, None), vec![(1, None)]);
+        r.answered(b"a");
+        assert_eq!(r.invalidate(None, None), vec![(1, None)]);
+        assert_eq!(r.invalidate(None, None), vec![]);
+        // A NOLOOP writer's own write: the others are told and forgotten, the writer is
+        // neither; a later invalidation (someone else's write) reaches it.
+        read(&mut r, b"a", 1, 8);
+        read(&mut r, b"a", 2, 8);
+        assert_eq!(r.invalidate(a(), Some(1)), vec![(2, Some(b"a".to_vec()))]);
+        assert_eq!(r.invalidate(a(), None), vec![(1, Some(b"a".to_vec()))]);
+        assert_eq!(r.invalidate(a(), None), vec![]);
+        // A NOLOOP writer that did not read the key: the readers go.
+        read(&mut r, b"a", 2, 8);
+        assert_eq!(r.invalidate(a(), Some(1)), vec![(2, Some(b"a".to_vec()))]);
+        assert!(r.keys.is_empty());
     }
 
     #[test]

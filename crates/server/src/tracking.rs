@@ -332,7 +332,10 @@ impl Shard {
         };
         t.items = t.items.saturating_sub(ids.len() as u64);
         t.shared.keys_n.fetch_sub(1, Ordering::Relaxed);
-        let (current, noloop) = (t.current, t.current_noloop);
+        // NOLOOP spares a client its own writes, not the expiry or eviction its command
+        // set off: another node's thread reads for several clients over one link, and
+        // a key one of them cached that expires on another's read must reach it.
+        let (current, noloop) = (t.current, t.current_noloop && !t.anonymous);
         for id in ids.into_vec() {
             if id == current {
                 if !noloop {
@@ -504,6 +507,11 @@ mod tests {
         s.tracking.set_current(7, true);
         s.tracking_key_changed(b"b");
         assert!(s.tracking.take_pending().is_empty());
+        assert!(log.borrow().is_empty());
+        // An expiry (or eviction) its command set off is not its own write: held for it.
+        s.tracking.remember(7, b"c");
+        s.tracking_anonymous(|s| s.tracking_key_changed(b"c"));
+        assert_eq!(s.tracking.take_pending(), vec![Pending::Key(b"c".to_vec())]);
         assert!(log.borrow().is_empty());
     }
 

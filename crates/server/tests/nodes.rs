@@ -458,6 +458,131 @@ fn tracking_covers_reads_on_the_other_node() {
     drop(n2);
 }
 
+/// The invalidation push of `key` alone, as a RESP3 client reads it.
+fn invalidate_push(key: &str) -> String {
+    format!(
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n",
+        key.len()
+    )
+}
+
+/// A RESP3 client of `node` with CLIENT TRACKING on and these options.
+fn tracking_client(node: &NodeProc, options: &[&str]) -> Raw {
+    let mut c = node.connect();
+    let r = c.call_text(&["HELLO", "3"]);
+    assert!(r.starts_with('%'), "{r}");
+    let mut argv = vec!["CLIENT", "TRACKING", "on"];
+    argv.extend_from_slice(options);
+    c.ok(&argv);
+    c
+}
+
+/// Reads `c`'s next reply and checks it is the invalidation of `key`.
+fn expect_push(c: &mut Raw, key: &str) {
+    let got = c
+        .try_read_reply(Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("an invalidation of {key}: {e}"));
+    assert_eq!(String::from_utf8_lossy(&got), invalidate_push(key));
+}
+
+/// Checks that nothing was sent to `c` for the writes `w` (a client of the other node) did
+/// so far: `w` writes `fence`, a key of that node `c`'s thread tracks for it (read through
+/// the same link), whose invalidation comes after any earlier one on the same stream.
+fn expect_no_push_before(c: &mut Raw, w: &mut Raw, fence: &str) {
+    w.ok(&["SET", fence, "f"]);
+    expect_push(c, fence);
+}
+
+/// NOLOOP across nodes: a client's write of another node's key (over its thread's pooled
+/// link there) does not come back to it, while the key's other readers are told; a later
+/// write by anyone else reaches it as usual.
+#[test]
+fn tracking_noloop_spares_its_own_writes_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut me = tracking_client(&n1, &["NOLOOP"]);
+    let mut other = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "nl");
+    let fence = key_on(2, "fence");
+    c2.ok(&["SET", &tk, "v"]);
+    let fenced = |me: &mut Raw, c2: &mut Raw| {
+        let r = me.call_text(&["GET", &fence]);
+        assert!(r.starts_with('$') || r == "_\r\n", "{r}");
+        expect_no_push_before(me, c2, &fence);
+    };
+    for c in [&mut me, &mut other] {
+        assert_eq!(c.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    }
+    me.ok(&["SET", &tk, "w"]);
+    expect_push(&mut other, &tk);
+    fenced(&mut me, &mut c2);
+    // It is told of another's write as usual.
+    assert_eq!(me.call_text(&["GET", &tk]), "$1\r\nw\r\n");
+    c2.ok(&["SET", &tk, "x"]);
+    expect_push(&mut me, &tk);
+    // The same through a transaction run whole there.
+    for c in [&mut me, &mut other] {
+        assert_eq!(c.call_text(&["GET", &tk]), "$1\r\nx\r\n");
+    }
+    me.ok(&["MULTI"]);
+    assert_eq!(me.call_text(&["SET", &tk, "t"]), "+QUEUED\r\n");
+    assert_eq!(me.call_text(&["EXEC"]), "*1\r\n+OK\r\n");
+    expect_push(&mut other, &tk);
+    fenced(&mut me, &mut c2);
+    // A writer without NOLOOP is told of its own write.
+    assert_eq!(other.call_text(&["GET", &tk]), "$1\r\nt\r\n");
+    other.ok(&["SET", &tk, "y"]);
+    expect_push(&mut other, &tk);
+    drop(n1);
+    drop(n2);
+}
+
+/// Reads inside a transaction or a script that run whole on the other node are tracked
+/// there for the client, as single reads are (CLIENT CACHING yes before MULTI covers the
+/// transaction for OPTIN, and ends with it).
+#[test]
+fn tracking_covers_transactions_and_scripts_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut c1 = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "tx");
+    let fence = key_on(2, "fence");
+    c2.ok(&["SET", &tk, "v"]);
+    let told = |c1: &mut Raw, c2: &mut Raw| {
+        c2.ok(&["SET", &tk, "v"]);
+        expect_push(c1, &tk);
+    };
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    told(&mut c1, &mut c2);
+    assert_eq!(
+        c1.call_text(&["EVAL", "return redis.call('GET', KEYS[1])", "1", &tk]),
+        "$1\r\nv\r\n"
+    );
+    told(&mut c1, &mut c2);
+    c1.ok(&["CLIENT", "TRACKING", "off"]);
+    c1.ok(&["CLIENT", "TRACKING", "on", "OPTIN"]);
+    c1.ok(&["CLIENT", "CACHING", "yes"]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    told(&mut c1, &mut c2);
+    // Without CLIENT CACHING yes the next transaction is not tracked.
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    c2.ok(&["SET", &tk, "v"]);
+    c1.ok(&["CLIENT", "CACHING", "yes"]);
+    let r = c1.call_text(&["GET", &fence]);
+    assert!(r.starts_with('$') || r == "_\r\n", "{r}");
+    expect_no_push_before(&mut c1, &mut c2, &fence);
+    drop(n1);
+    drop(n2);
+}
+
 #[test]
 fn a_node_down_fails_fast_and_comes_back() {
     let root = tempfile::tempdir().unwrap();

@@ -304,11 +304,7 @@ fn remembers(
     if t.bcast || spec.meta.flags.contains(super::table::Flags::PUBSUB) {
         return false;
     }
-    let script = matches!(
-        spec.meta.name,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
-    );
-    let reads = if script {
+    let reads = if is_script(spec) {
         script_read
     } else {
         spec.meta.flags.contains(super::table::Flags::READONLY)
@@ -316,14 +312,28 @@ fn remembers(
     reads && caches(t, client.caching)
 }
 
-/// Whether a plain command (no script) of a client tracking as `t` is remembered for it:
-/// a read, in default mode, and CLIENT CACHING (`caching`) as OPTIN/OPTOUT want
-/// (`remote_tracking`: its reads on another node).
+/// Whether a command of a client tracking as `t`, run on another node, has its reads
+/// tracked there (`remote_tracking`): a read, or a script (EVAL, FCALL and their variants:
+/// its declared keys), in default mode, and CLIENT CACHING (`caching`) as OPTIN/OPTOUT want.
 pub fn tracks_read(t: &Tracker, caching: bool, spec: &super::table::CommandSpec) -> bool {
     !t.bcast
         && !spec.meta.flags.contains(super::table::Flags::PUBSUB)
-        && spec.meta.flags.contains(super::table::Flags::READONLY)
+        && (spec.meta.flags.contains(super::table::Flags::READONLY) || is_script(spec))
         && caches(t, caching)
+}
+
+/// Whether a transaction (EXEC) of a client tracking as `t`, run whole on another node, has
+/// its reads tracked there (CLIENT CACHING covers a whole transaction, as in Redis).
+pub fn tracks_transaction(t: &Tracker, caching: bool) -> bool {
+    !t.bcast && caches(t, caching)
+}
+
+/// A script or function call: EVAL, EVALSHA, FCALL and their read-only variants.
+pub fn is_script(spec: &super::table::CommandSpec) -> bool {
+    matches!(
+        spec.meta.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
 }
 
 fn caches(t: &Tracker, caching: bool) -> bool {
