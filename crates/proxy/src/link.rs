@@ -201,6 +201,15 @@ impl Link {
         self.inner.dead.borrow().is_some()
     }
 
+    /// Closes the link's sending side: the endpoint sees the end of the connection and
+    /// closes it (forgetting what it held for it, such as its tracking), which ends the
+    /// reading here. Calls after it fail. Dropping a `Link` does not close it: its reader
+    /// holds it until the endpoint closes.
+    pub async fn close(&self) {
+        let mut w = self.inner.writer.lock().await;
+        let _ = w.shutdown().await;
+    }
+
     /// Sends `req` and returns its replies, in order, within `timeout`.
     pub async fn call(&self, req: &Request, timeout: Duration) -> Result<Vec<Vec<u8>>, ProxyError> {
         if let Some(e) = self.inner.dead.borrow().clone() {

@@ -38,6 +38,10 @@ pub const REMOTE_TRACKED_KEYS_MAX: usize = 1 << 20;
 /// the link's reading waits.
 pub const PUSHES_QUEUED_MAX: usize = 1024;
 
+/// Prefixes one process registers for its BCAST clients on another node; past it, it
+/// registers the empty prefix (every key) and keeps what its clients' prefixes match.
+pub const BCAST_REGISTERED_PREFIXES_MAX: usize = 256;
+
 /// How often a read waits for another read's opening of the redirect link to finish.
 const CONNECTING_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -296,6 +300,91 @@ impl RemoteTracking {
         self.deliver(due);
     }
 
+    /// The BCAST subscriptions of this node's own clients (not those of other nodes'
+    /// links: `Tracker::relay`), in prefix order.
+    fn bcast_subscriptions(&self) -> Vec<(Vec<u8>, Vec<u64>)> {
+        let mut subs = self.node.tracking.subscriptions();
+        let trackers = crate::node::lock(&self.node.trackers);
+        subs.retain_mut(|(_, ids)| {
+            ids.retain(|id| trackers.get(id).is_some_and(|t| !t.relay));
+            !ids.is_empty()
+        });
+        subs
+    }
+
+    /// A BCAST invalidation pushed by another node: `keys` changed there (None: a flush).
+    /// Each of this process's BCAST clients is told of those its prefixes match, one
+    /// message per prefix as for a local write; the writer is not known (0), so NOLOOP
+    /// spares nobody here.
+    fn bcast_invalidated(&self, keys: Option<Vec<Vec<u8>>>) {
+        let subs = self.bcast_subscriptions();
+        let Some(keys) = keys else {
+            let mut ids: Vec<u64> = subs.into_iter().flat_map(|(_, ids)| ids).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            self.deliver(ids.into_iter().map(|id| (id, None)).collect());
+            return;
+        };
+        let Ok(shard) = self.shard.try_borrow() else {
+            return;
+        };
+        let now = shard.now_ms();
+        for (prefix, ids) in subs {
+            let matched: Vec<(&[u8], u64)> = keys
+                .iter()
+                .filter(|k| k.starts_with(&prefix))
+                .map(|k| (k.as_slice(), 0))
+                .collect();
+            if matched.is_empty() {
+                continue;
+            }
+            for id in ids {
+                crate::cmd::tracking::deliver(
+                    &self.node,
+                    id,
+                    Invalid::Keys(&matched),
+                    &shard.config,
+                    now,
+                );
+            }
+        }
+    }
+
+    /// Closes a registration a new one replaced, once the invalidations it got before the
+    /// new one held are handed out: a PING's reply comes after them. Returns the prefixes
+    /// it covered, or None when that could not be told (its clients then need a flush).
+    async fn bcast_drain(
+        &self,
+        mut old: Registered,
+        limit: std::time::Duration,
+    ) -> Option<Vec<Vec<u8>>> {
+        let mut req = meridian_proxy::Request::new();
+        req.push(0, &[b"PING"]);
+        let answered = old.link.call(&req, limit).await.is_ok();
+        while let Ok(p) = old.pushes.try_recv() {
+            if let Some(keys) = parse_invalidation(&p) {
+                self.bcast_invalidated(keys);
+            }
+        }
+        old.link.close().await;
+        answered.then_some(old.prefixes)
+    }
+
+    /// A flush for the BCAST clients whose prefixes `registered` (what another node had
+    /// registered) does not cover: they may have cached keys of that node written before
+    /// its new registration.
+    fn bcast_flush_uncovered(&self, registered: &[Vec<u8>]) {
+        let mut ids: Vec<u64> = self
+            .bcast_subscriptions()
+            .into_iter()
+            .filter(|(p, _)| !registered.iter().any(|r| p.starts_with(r)))
+            .flat_map(|(_, ids)| ids)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        self.deliver(ids.into_iter().map(|id| (id, None)).collect());
+    }
+
     fn deliver(&self, due: Vec<(u64, Option<Vec<u8>>)>) {
         if due.is_empty() {
             return;
@@ -310,6 +399,144 @@ impl RemoteTracking {
                 None => Invalid::Flush,
             };
             crate::cmd::tracking::deliver(&self.node, id, what, &shard.config, now);
+        }
+    }
+}
+
+/// The prefixes to register on another node for this process's BCAST `prefixes` (in
+/// order, distinct): those no other one covers, as Redis refuses overlapping prefixes on
+/// one client (and the covered ones add nothing); past `max`, the empty prefix alone.
+fn covering(prefixes: impl Iterator<Item = Vec<u8>>, max: usize) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for p in prefixes {
+        // In order, a prefix comes right before the ones it covers.
+        if out.last().is_some_and(|l| p.starts_with(l)) {
+            continue;
+        }
+        out.push(p);
+    }
+    if out.len() > max {
+        return vec![Vec::new()];
+    }
+    out
+}
+
+/// Starts, on this thread, the registration of this process's BCAST prefixes on each of
+/// the site's other nodes (`nodes`: an endpoint of each; the subscriptions there are
+/// node-wide). One thread of the process runs it.
+pub fn start_bcast(rt: Rc<RemoteTracking>, pool: Rc<meridian_proxy::Pool>, nodes: Vec<String>) {
+    for addr in nodes {
+        tokio::task::spawn_local(bcast_link(rt.clone(), pool.clone(), addr));
+    }
+}
+
+/// A registration of BCAST prefixes on another node: its link, which gets that node's
+/// invalidations as pushes.
+struct Registered {
+    prefixes: Vec<Vec<u8>>,
+    link: meridian_proxy::Link,
+    pushes: tokio::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+/// Opens a link to `addr` that tracks `prefixes` in BCAST mode (the empty prefix: every
+/// key).
+async fn register(
+    pool: &meridian_proxy::Pool,
+    addr: &str,
+    prefixes: &[Vec<u8>],
+) -> Option<Registered> {
+    let (tx, pushes) = tokio::sync::mpsc::channel(PUSHES_QUEUED_MAX);
+    let link = pool.dedicated_with_pushes(addr, tx).await.ok()?;
+    let mut argv: Vec<&[u8]> = vec![b"CLIENT", b"TRACKING", b"on", b"BCAST"];
+    for p in prefixes.iter().filter(|p| !p.is_empty()) {
+        argv.push(b"PREFIX");
+        argv.push(p);
+    }
+    let mut req = meridian_proxy::Request::new();
+    req.push(0, &argv);
+    let ok = link
+        .call(&req, pool.limits().request)
+        .await
+        .ok()
+        .is_some_and(|r| r.first().is_some_and(|b| b.starts_with(b"+")));
+    if !ok {
+        link.close().await;
+        return None;
+    }
+    Some(Registered {
+        prefixes: prefixes.to_vec(),
+        link,
+        pushes,
+    })
+}
+
+/// Keeps this process's BCAST prefixes registered on the node at `addr` while there are
+/// any, and hands that node's invalidations to the clients. A new set is registered on a
+/// new link before the old one closes (no write there goes unreported meanwhile); then the
+/// clients the old one did not cover get a flush, as may a write there have come between
+/// their subscribing here and the registration there. A lost link is a flush for every
+/// BCAST client, and is opened again after the endpoint's back-off.
+async fn bcast_link(rt: Rc<RemoteTracking>, pool: Rc<meridian_proxy::Pool>, addr: String) {
+    enum Event {
+        Changed,
+        Push(Vec<u8>),
+        Lost,
+    }
+    let mut changes = rt.node.tracking.watch_prefixes();
+    let mut current: Option<Registered> = None;
+    loop {
+        changes.borrow_and_update();
+        let wanted = covering(
+            rt.bcast_subscriptions().into_iter().map(|(p, _)| p),
+            BCAST_REGISTERED_PREFIXES_MAX,
+        );
+        if wanted.is_empty() {
+            if let Some(old) = current.take() {
+                old.link.close().await;
+            }
+        } else if current.as_ref().map(|c| &c.prefixes) != Some(&wanted) {
+            match register(&pool, &addr, &wanted).await {
+                Some(new) => match current.replace(new) {
+                    Some(old) => {
+                        let drained = rt.bcast_drain(old, pool.limits().request).await;
+                        rt.bcast_flush_uncovered(drained.as_deref().unwrap_or_default());
+                    }
+                    None => rt.bcast_flush_uncovered(&[]),
+                },
+                None => {
+                    tokio::time::sleep(pool.limits().down_backoff).await;
+                    continue;
+                }
+            }
+        }
+        let event = match current.as_mut() {
+            None => match changes.changed().await {
+                Ok(()) => Event::Changed,
+                Err(_) => return,
+            },
+            Some(c) => tokio::select! {
+                r = changes.changed() => match r {
+                    Ok(()) => Event::Changed,
+                    Err(_) => return,
+                },
+                p = c.pushes.recv() => match p {
+                    Some(p) => Event::Push(p),
+                    None => Event::Lost,
+                },
+            },
+        };
+        match event {
+            Event::Changed => {}
+            Event::Push(p) => {
+                if let Some(keys) = parse_invalidation(&p) {
+                    rt.bcast_invalidated(keys);
+                }
+            }
+            Event::Lost => {
+                current = None;
+                rt.bcast_flush_uncovered(&[]);
+                tokio::time::sleep(pool.limits().down_backoff).await;
+            }
         }
     }
 }
@@ -412,6 +639,23 @@ mod tests {
         read(&mut r, b"a", 2, 8);
         assert_eq!(r.invalidate(a(), Some(1)), vec![(2, Some(b"a".to_vec()))]);
         assert!(r.keys.is_empty());
+    }
+
+    #[test]
+    fn covering_prefixes_do_not_overlap_and_are_bounded() {
+        let v = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        let c = |a: &[&str], max| covering(v(a).into_iter(), max);
+        assert_eq!(
+            c(&["a", "ab", "abc", "b", "ba", "c"], 8),
+            v(&["a", "b", "c"])
+        );
+        assert_eq!(c(&["", "a", "b"], 8), v(&[""]));
+        assert_eq!(c(&["ab", "ac"], 8), v(&["ab", "ac"]));
+        assert_eq!(c(&[], 8), v(&[]));
+        // At the limit, the prefixes; one past it, every key.
+        assert_eq!(c(&["a", "b", "c"], 3), v(&["a", "b", "c"]));
+        assert_eq!(c(&["a", "b", "c", "d"], 3), v(&[""]));
+        assert_eq!(c(&["a", "ab", "b", "c"], 3), v(&["a", "b", "c"]));
     }
 
     #[test]

@@ -583,6 +583,74 @@ fn tracking_covers_transactions_and_scripts_on_the_other_node() {
     drop(n2);
 }
 
+/// The prefixes BCAST clients track on `node` (INFO `tracking_total_prefixes`).
+fn tracked_prefixes(node: &NodeProc) -> String {
+    let mut c = node.connect();
+    let info = String::from_utf8_lossy(&c.call_strs(&["INFO", "stats"])).into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_total_prefixes:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
+}
+
+/// BCAST across nodes: a BCAST client is told of writes to keys its prefixes match on the
+/// other node too (its node registers its clients' prefixes there, without overlaps, and
+/// hands the other node's invalidations to the clients whose prefixes match). It gets a
+/// flush once the registration holds (a write there may have come before it), and the
+/// registration goes with the last client of the prefix.
+#[test]
+fn tracking_bcast_covers_writes_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let flush = ">2\r\n$10\r\ninvalidate\r\n_\r\n";
+    let mut b1 = tracking_client(&n1, &["BCAST", "PREFIX", "bc:"]);
+    assert!(
+        eventually(Duration::from_secs(10), || tracked_prefixes(&n2) == "1"),
+        "the prefix registered on n2: {}",
+        tracked_prefixes(&n2)
+    );
+    let got = b1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("the flush after the registration");
+    assert_eq!(String::from_utf8_lossy(&got), flush);
+    let mut c2 = n2.connect();
+    let mut w1 = n1.connect();
+    let k = key_on(2, "bc:");
+    let k2 = key_on(2, "bc:x");
+    let other = key_on(2, "zz:");
+    // A write there by a client of that node, then one forwarded from this node.
+    c2.ok(&["SET", &other, "1"]);
+    c2.ok(&["SET", &k, "1"]);
+    expect_push(&mut b1, &k);
+    w1.ok(&["SET", &k, "2"]);
+    expect_push(&mut b1, &k);
+    // A second client whose prefix the first one's covers: nothing new to register there,
+    // and both are told.
+    let mut b2 = tracking_client(&n1, &["BCAST", "PREFIX", "bc:x"]);
+    c2.ok(&["SET", &k2, "1"]);
+    expect_push(&mut b2, &k2);
+    expect_push(&mut b1, &k2);
+    assert_eq!(tracked_prefixes(&n2), "1");
+    // The first one's tracking off: the second one's prefix is what is registered now,
+    // and it is told only of its keys.
+    b1.ok(&["CLIENT", "TRACKING", "off"]);
+    c2.ok(&["SET", &k, "3"]);
+    c2.ok(&["SET", &k2, "3"]);
+    expect_push(&mut b2, &k2);
+    // Both off: the registration goes.
+    b2.ok(&["CLIENT", "TRACKING", "off"]);
+    assert!(
+        eventually(Duration::from_secs(10), || tracked_prefixes(&n2) == "0"),
+        "the prefix gone from n2: {}",
+        tracked_prefixes(&n2)
+    );
+    assert_eq!(b1.call_text(&["PING"]), "+PONG\r\n");
+    assert_eq!(b2.call_text(&["PING"]), "+PONG\r\n");
+    drop(n1);
+    drop(n2);
+}
+
 #[test]
 fn a_node_down_fails_fast_and_comes_back() {
     let root = tempfile::tempdir().unwrap();

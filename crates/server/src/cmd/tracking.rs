@@ -105,13 +105,13 @@ fn tracking(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         );
     }
     let mut all: Vec<Vec<u8>> = old.as_ref().map(|t| t.prefixes.clone()).unwrap_or_default();
+    // The prefixes new to this client: subscribed once its tracker is registered (the
+    // registration on other nodes reads both).
+    let known = all.len();
     if bcast {
         check_prefixes(&all, &prefixes)?;
-        let shared = &ctx.front.node.tracking;
-        let id = ctx.client.id();
         let add = |p: &[u8], all: &mut Vec<Vec<u8>>| {
             if !all.iter().any(|q| q == p) {
-                shared.subscribe(id, p);
                 all.push(p.to_vec());
             }
         };
@@ -131,9 +131,13 @@ fn tracking(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         optout,
         noloop,
         prefixes: all,
+        relay: ctx.client.site_link,
         broken: Default::default(),
     });
     lock(&ctx.front.node.trackers).insert(t.id, t.clone());
+    for p in t.prefixes.get(known..).unwrap_or_default() {
+        ctx.front.node.tracking.subscribe(t.id, p);
+    }
     *ctx.client.shared.tracking.borrow_mut() = Some(t);
     ctx.out.ok();
     Ok(())
