@@ -1,20 +1,46 @@
-//! Client-side caching (CLIENT TRACKING, default mode) of keys on another node of the site.
+//! Client-side caching (CLIENT TRACKING) of keys on another node of the site.
 //!
-//! A tracking client's read of another node's key travels over this thread's pooled link to
-//! that shard's endpoint (`hop::forward`), so the other node would track the link, not the
-//! client. Instead the read asks the other node to track it for this thread: the batch sends
-//! `CLIENT TRACKING on REDIRECT <id> OPTIN` and `CLIENT CACHING yes` before each such read
-//! (OPTIN: the link's other reads are not tracked), where `<id>` is this thread's own RESP3
-//! link to that endpoint (`Remote::link`), opened by the first such read. Its pushes are the
-//! other node's invalidations: each names keys, which this thread maps back to the clients
-//! that read them through it (`Remote::readers`) and invalidates as a local write would
-//! (`cmd::tracking::deliver`), once, as the other node forgets a key it invalidated. A null
+//! Default mode. A tracking client's read of another node's key travels over this thread's
+//! pooled link to that shard's endpoint (`hop::forward`), so the other node would track the
+//! link, not the client. Instead the read asks the other node to track it for this thread:
+//! the batch sends `CLIENT TRACKING on REDIRECT <id> OPTIN` and `CLIENT CACHING yes` before
+//! each such read (OPTIN: the link's other reads are not tracked), where `<id>` is this
+//! thread's own RESP3 link to that endpoint (`Remote::Ready`), opened by the first such read.
+//! A transaction or a script run whole there is tracked the same way (`CLIENT CACHING yes`
+//! before MULTI covers the transaction, as in Redis; a script's declared keys are
+//! remembered). Its pushes are the other node's invalidations: each names keys, which this
+//! thread maps back to the clients that read them through it (`Remote::readers`) and
+//! invalidates as a local write would (`cmd::tracking::deliver`), once, as the other node
+//! forgets a key it invalidated; readers of a key whose read is still in flight stay
+//! readers (the invalidation may come from a write that ran before the read there). A null
 //! invalidation (a flush there) or the loss of that link is a flush for every client that
 //! read through it: a write it could not report may have happened.
 //!
-//! Not covered: BCAST prefixes and NOLOOP see this node's writes only (a BCAST client is
-//! told of writes on its node's shards, a NOLOOP client of its own writes to another node's
-//! keys), and reads inside a transaction or a script forwarded whole are not tracked.
+//! NOLOOP. The other node sees this thread's link as the writer, not the client. A NOLOOP
+//! client's write whose keys the command table names (not a script) runs with the link's
+//! tracking switched to NOLOOP around it (`... OPTIN NOLOOP`, then `... OPTIN`), so that it
+//! invalidates nothing read through that link there; this thread then tells the key's
+//! other readers itself (`RemoteTracking::written`) and spares the writer, which stays a
+//! reader: another client's write that crossed its own still reaches it, so nothing is
+//! ever dropped that Redis would send (at worst an invalidation comes twice).
+//!
+//! BCAST. One thread of the process (`start_bcast`) registers the prefixes of the
+//! process's BCAST clients on each other node, on a link of its own (`CLIENT TRACKING on
+//! BCAST PREFIX ...`): the prefixes no other one covers (Redis refuses overlapping prefixes
+//! on one client; a covered one adds nothing), at most `BCAST_REGISTERED_PREFIXES_MAX`,
+//! past which it registers every key. Pushes on it go to the BCAST clients whose own
+//! prefixes match, one message per prefix as for a local write. A change of the set
+//! registers the new one on a new link first, then drains the old one (a PING's reply
+//! follows the pushes it got) and closes it, so no write there goes unreported; clients
+//! the old set did not cover get a flush, since a write there may have come between their
+//! subscribing here and the registration there. The loss of the link is a flush for every
+//! BCAST client. Other nodes' registration links are BCAST clients here too
+//! (`Tracker::relay`): they are told of this node's writes, but their prefixes are not
+//! registered elsewhere and other nodes' pushes are not relayed to them.
+//!
+//! Not covered: NOLOOP for a BCAST client's own writes on another node (the registration
+//! link cannot tell who wrote: the client is told of them) and for a NOLOOP client's
+//! scripts run there (told of their writes too).
 //!
 //! Each thread keeps its own (`Thread::remote_tracking`): no lock.
 
