@@ -10,7 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
@@ -188,7 +188,7 @@ impl Link {
             db: Cell::new(0),
             pushes,
         });
-        tokio::task::spawn_local(read_loop(inner.clone(), rd, buf));
+        tokio::task::spawn_local(read_loop(Rc::downgrade(&inner), rd, buf));
         Ok(Link { inner })
     }
 
@@ -201,10 +201,9 @@ impl Link {
         self.inner.dead.borrow().is_some()
     }
 
-    /// Closes the link's sending side: the endpoint sees the end of the connection and
+    /// Closes the link's sending side now: the endpoint sees the end of the connection and
     /// closes it (forgetting what it held for it, such as its tracking), which ends the
-    /// reading here. Calls after it fail. Dropping a `Link` does not close it: its reader
-    /// holds it until the endpoint closes.
+    /// reading here. Calls after it fail. Dropping the last `Link` of it does the same.
     pub async fn close(&self) {
         let mut w = self.inner.writer.lock().await;
         let _ = w.shutdown().await;
@@ -293,8 +292,14 @@ fn fail_all(inner: &Inner, e: ProxyError) {
     }
 }
 
-async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
+/// Reads the link's replies and pushes until it breaks, or until every `Link` of it is
+/// dropped: it holds the link weakly, so that the last drop closes the sending side (the
+/// endpoint then closes the connection, which ends the reading here).
+async fn read_loop(weak: Weak<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
     let err = loop {
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
         loop {
             match reply::frame(&buf) {
                 Ok(Some(n)) => {
@@ -321,12 +326,16 @@ async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
                 }
             }
         }
+        drop(inner);
         buf.reserve(READ_CHUNK_BYTES);
         match rd.read_buf(&mut buf).await {
             Ok(0) => break "closed by the node".to_string(),
             Ok(_) => {}
             Err(e) => break e.to_string(),
         }
+    };
+    let Some(inner) = weak.upgrade() else {
+        return;
     };
     fail_all(
         &inner,

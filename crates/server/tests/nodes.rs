@@ -540,7 +540,8 @@ fn tracking_noloop_spares_its_own_writes_on_the_other_node() {
 
 /// Reads inside a transaction or a script that run whole on the other node are tracked
 /// there for the client, as single reads are (CLIENT CACHING yes before MULTI covers the
-/// transaction for OPTIN, and ends with it).
+/// transaction for OPTIN, and ends with it); a watched one, which cannot be, is followed by
+/// a flush.
 #[test]
 fn tracking_covers_transactions_and_scripts_on_the_other_node() {
     let root = tempfile::tempdir().unwrap();
@@ -563,6 +564,19 @@ fn tracking_covers_transactions_and_scripts_on_the_other_node() {
         "$1\r\nv\r\n"
     );
     told(&mut c1, &mut c2);
+    // Under WATCH the transaction runs on the watch's own link, which does not track: the
+    // client gets a flush after it instead.
+    c1.ok(&["WATCH", &tk]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("a flush after the watched transaction");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+    );
     c1.ok(&["CLIENT", "TRACKING", "off"]);
     c1.ok(&["CLIENT", "TRACKING", "on", "OPTIN"]);
     c1.ok(&["CLIENT", "CACHING", "yes"]);
