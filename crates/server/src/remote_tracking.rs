@@ -40,7 +40,9 @@
 //!
 //! Not covered: NOLOOP for a BCAST client's own writes on another node (the registration
 //! link cannot tell who wrote: the client is told of them) and for a NOLOOP client's
-//! scripts run there (told of their writes too).
+//! scripts run there (told of their writes too). Reads that run there on a link of their
+//! own (a transaction under WATCH, XREAD BLOCK: `Conn::flush_tracking`) are not tracked;
+//! their client gets a flush after the reply, so it caches nothing it would not hear about.
 //!
 //! Each thread keeps its own (`Thread::remote_tracking`): no lock.
 
