@@ -345,30 +345,9 @@ async fn forward(
         _ => None,
     }
     .map(|id| id.to_string());
-    let optin_line = |id: &str, noloop: bool| -> SmallVec<[Vec<u8>; 7]> {
-        let mut l: SmallVec<[Vec<u8>; 7]> = [
-            &b"CLIENT"[..],
-            b"TRACKING",
-            b"on",
-            b"REDIRECT",
-            id.as_bytes(),
-            b"OPTIN",
-        ]
-        .iter()
-        .map(|a| a.to_vec())
-        .collect();
-        if noloop {
-            l.push(b"NOLOOP".to_vec());
-        }
-        l
-    };
-    let push_line = |req: &mut meridian_proxy::Request, db: usize, line: &[Vec<u8>]| {
-        let a: SmallVec<[&[u8]; 7]> = line.iter().map(Vec::as_slice).collect();
-        req.push_unanswered(db, &a);
-    };
     if let Some(id) = redirect {
         let db = items.first().map_or(0, |i| i.db);
-        push_line(&mut req, db, &optin_line(&id.to_string(), false));
+        push_optin(&mut req, db, &id.to_string(), false);
     }
     // The keys of the tracked reads.
     let mut remember: Vec<Vec<u8>> = Vec::new();
@@ -388,15 +367,19 @@ async fn forward(
                     req.push_unanswered(item.db, &[b"CLIENT", b"CACHING", b"yes"]);
                     keys_into(table, spec, &argv, &mut remember);
                 }
+                let mut keys = Vec::new();
                 let noloop = noloop_id.as_deref().filter(|_| {
-                    writes_known_keys(spec) && keys_into(table, spec, &argv, &mut written)
+                    writes_known_keys(spec)
+                        && keys_into(table, spec, &argv, &mut keys)
+                        && !keys.is_empty()
                 });
+                written.append(&mut keys);
                 if let Some(id) = noloop {
-                    push_line(&mut req, item.db, &optin_line(id, true));
+                    push_optin(&mut req, item.db, id, true);
                 }
                 req.push(item.db, &argv);
                 if let Some(id) = noloop {
-                    push_line(&mut req, item.db, &optin_line(id, false));
+                    push_optin(&mut req, item.db, id, false);
                 }
                 local.push(None);
             }
@@ -434,7 +417,7 @@ async fn forward(
                 }
                 let noloop = noloop_id.as_deref().filter(|_| tx_written.is_some());
                 if let Some(id) = noloop {
-                    push_line(&mut req, item.db, &optin_line(id, true));
+                    push_optin(&mut req, item.db, id, true);
                     written.extend(tx_written.unwrap_or_default());
                 }
                 if reads {
@@ -443,7 +426,7 @@ async fn forward(
                 }
                 let selected = push_exec(&mut req, item.db, multi);
                 if let Some(id) = noloop {
-                    push_line(&mut req, item.db, &optin_line(id, false));
+                    push_optin(&mut req, item.db, id, false);
                 }
                 if let (Some(db), Some(last)) = (selected, dbs.last_mut()) {
                     *last = db;
@@ -518,6 +501,21 @@ async fn forward(
         wrote: None,
         cut: false,
     });
+}
+
+/// Sets the link's tracking for this thread's reads there (`remote_tracking`): OPTIN,
+/// invalidations to its redirect link `id`, and NOLOOP or not.
+fn push_optin(req: &mut meridian_proxy::Request, db: usize, id: &str, noloop: bool) {
+    let line: [&[u8]; 7] = [
+        b"CLIENT",
+        b"TRACKING",
+        b"on",
+        b"REDIRECT",
+        id.as_bytes(),
+        b"OPTIN",
+        b"NOLOOP",
+    ];
+    req.push_unanswered(db, line.get(..if noloop { 7 } else { 6 }).unwrap_or(&line));
 }
 
 /// Whether `spec` is a write whose keys are all named where the command table says (not
