@@ -93,6 +93,15 @@ struct Inner {
     /// Where RESP3 pushes go (`Link::connect_with_pushes`); without it a push is a reply
     /// nobody asked for.
     pushes: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    /// Set once the link is dead (`Link::closed`).
+    closed: tokio::sync::watch::Sender<bool>,
+    /// Tells this thread's links apart (`Link::id`).
+    id: u64,
+}
+
+thread_local! {
+    /// The id of the next link this thread opens.
+    static NEXT_LINK_ID: Cell<u64> = const { Cell::new(1) };
 }
 
 /// A pipelined connection (cheap to clone: one connection).
@@ -187,6 +196,12 @@ impl Link {
             dead: RefCell::new(None),
             db: Cell::new(0),
             pushes,
+            closed: tokio::sync::watch::channel(false).0,
+            id: NEXT_LINK_ID.with(|n| {
+                let id = n.get();
+                n.set(id + 1);
+                id
+            }),
         });
         tokio::task::spawn_local(read_loop(Rc::downgrade(&inner), rd, buf));
         Ok(Link { inner })
@@ -194,6 +209,20 @@ impl Link {
 
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// An id of this connection, never another link's of this thread.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Completes once the link is dead (broken, closed, or every `Link` of it dropped);
+    /// waiting does not keep it open.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let mut rx = self.inner.closed.subscribe();
+        async move {
+            let _ = rx.wait_for(|dead| *dead).await;
+        }
     }
 
     /// Whether the link broke (a new one must be made).
@@ -287,6 +316,7 @@ async fn read_one(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Vec<u8>,
 
 fn fail_all(inner: &Inner, e: ProxyError) {
     *inner.dead.borrow_mut() = Some(e.clone());
+    inner.closed.send_replace(true);
     for p in inner.pending.borrow_mut().drain(..) {
         let _ = p.tx.send(Err(e.clone()));
     }

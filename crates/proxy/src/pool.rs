@@ -312,11 +312,19 @@ mod tests {
             drop(link);
             // A clone keeps it open.
             assert!(second.call(&r, Duration::from_secs(1)).await.is_ok());
+            let closed = second.closed();
+            let id = second.id();
             drop(second);
             tokio::time::timeout(Duration::from_secs(2), ended)
                 .await
                 .expect("the endpoint sees the link closed")
                 .unwrap();
+            tokio::time::timeout(Duration::from_secs(2), closed)
+                .await
+                .expect("closed() completes");
+            // A new link is another id.
+            let again = pool.dedicated(&addr, false).await;
+            assert!(again.is_err() || again.is_ok_and(|l| l.id() != id));
         });
     }
 

@@ -451,6 +451,10 @@ async fn forward(
         for k in &remember {
             rt.remember(&addr, k, client.id);
         }
+        // The pooled link the reads go over (the one `call` takes): its loss is a flush.
+        if let Ok(link) = pool.link(&addr, resp3).await {
+            rt.tracks_through(&addr, resp3, &link);
+        }
     }
     let result = pool.call(&addr, resp3, &req).await;
     if let Some(rt) = &rt {

@@ -13,8 +13,9 @@
 //! invalidates as a local write would (`cmd::tracking::deliver`), once, as the other node
 //! forgets a key it invalidated; readers of a key whose read is still in flight stay
 //! readers (the invalidation may come from a write that ran before the read there). A null
-//! invalidation (a flush there) or the loss of that link is a flush for every client that
-//! read through it: a write it could not report may have happened.
+//! invalidation (a flush there), the loss of that link or of the pooled link the reads went
+//! over (the other node forgets what it tracked for it: `tracks_through`) is a flush for
+//! every client that read through it: a write it could not report may have happened.
 //!
 //! NOLOOP. The other node sees this thread's link as the writer, not the client. A NOLOOP
 //! client's write whose keys the command table names (not a script) runs with the link's
@@ -83,6 +84,9 @@ enum Remote {
         /// Kept open: the endpoint forgets the link's redirections when it closes.
         _link: meridian_proxy::Link,
         readers: Readers,
+        /// The ids of the pooled links (RESP2, RESP3) whose tracked reads a task watches
+        /// (`tracks_through`; 0: none).
+        watched: [u64; 2],
     },
 }
 
@@ -260,6 +264,7 @@ impl RemoteTracking {
                 id,
                 _link: link,
                 readers: Readers::default(),
+                watched: [0; 2],
             },
         );
         drop(remotes);
@@ -273,6 +278,45 @@ impl RemoteTracking {
         if let Some(Remote::Ready { readers, .. }) = self.remotes.borrow_mut().get_mut(addr) {
             readers.remember(key, client, REMOTE_TRACKED_KEYS_MAX);
         }
+    }
+
+    /// Tracked reads go to `addr` over the pooled link `link` (RESP3: `resp3`). The other
+    /// node forgets what it tracked for a link that closes, so when this one breaks whoever
+    /// read through it gets a flush (a task waits for it, once per link).
+    pub fn tracks_through(self: &Rc<Self>, addr: &str, resp3: bool, link: &meridian_proxy::Link) {
+        let id = link.id();
+        {
+            let mut remotes = self.remotes.borrow_mut();
+            let Some(Remote::Ready { watched, .. }) = remotes.get_mut(addr) else {
+                return;
+            };
+            let Some(slot) = watched.get_mut(usize::from(resp3)) else {
+                return;
+            };
+            if *slot == id {
+                return;
+            }
+            *slot = id;
+        }
+        let closed = link.closed();
+        let (rt, addr) = (self.clone(), addr.to_string());
+        tokio::task::spawn_local(async move {
+            closed.await;
+            let due = match rt.remotes.borrow_mut().get_mut(&addr) {
+                Some(Remote::Ready {
+                    readers, watched, ..
+                }) => {
+                    if let Some(slot) = watched.get_mut(usize::from(resp3)) {
+                        if *slot == id {
+                            *slot = 0;
+                        }
+                    }
+                    readers.invalidate(None, None)
+                }
+                _ => Vec::new(),
+            };
+            rt.deliver(due);
+        });
     }
 
     /// The reads of `keys` at `addr` that `remember` announced have their replies.

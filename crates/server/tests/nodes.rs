@@ -597,6 +597,44 @@ fn tracking_covers_transactions_and_scripts_on_the_other_node() {
     drop(n2);
 }
 
+/// The other node forgets what it tracked for a link that closes: when the pooled link a
+/// client's tracked read went over is lost, the client gets a flush (a later write there
+/// would not be reported).
+#[test]
+fn tracking_flushes_the_readers_of_a_lost_link() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut c1 = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "lost");
+    c2.ok(&["SET", &tk, "v"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    // The link the read went over, at n2's endpoint of shard 2: its last command a GET.
+    let list = c2.call_text(&["CLIENT", "LIST"]);
+    let laddr = format!("laddr=127.0.0.1:{} ", n2.ports.endpoint);
+    let id = list
+        .lines()
+        .find(|l| l.contains(&laddr) && l.contains(" cmd=get "))
+        .and_then(|l| l.strip_prefix("id="))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("the link in {list}"))
+        .to_string();
+    assert_eq!(c2.call_text(&["CLIENT", "KILL", "ID", &id]), ":1\r\n");
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("a flush once the link is lost");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+    );
+    // Reads go on over a new link, tracked as before.
+    assert_eq!(c1.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    c2.ok(&["SET", &tk, "w"]);
+    expect_push(&mut c1, &tk);
+    drop(n1);
+    drop(n2);
+}
+
 /// The prefixes BCAST clients track on `node` (INFO `tracking_total_prefixes`).
 fn tracked_prefixes(node: &NodeProc) -> String {
     let mut c = node.connect();
