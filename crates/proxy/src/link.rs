@@ -10,7 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use bytes::{Buf as _, BytesMut};
@@ -93,6 +93,15 @@ struct Inner {
     /// Where RESP3 pushes go (`Link::connect_with_pushes`); without it a push is a reply
     /// nobody asked for.
     pushes: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    /// Set once the link is dead (`Link::closed`).
+    closed: tokio::sync::watch::Sender<bool>,
+    /// Tells this thread's links apart (`Link::id`).
+    id: u64,
+}
+
+thread_local! {
+    /// The id of the next link this thread opens.
+    static NEXT_LINK_ID: Cell<u64> = const { Cell::new(1) };
 }
 
 /// A pipelined connection (cheap to clone: one connection).
@@ -187,8 +196,14 @@ impl Link {
             dead: RefCell::new(None),
             db: Cell::new(0),
             pushes,
+            closed: tokio::sync::watch::channel(false).0,
+            id: NEXT_LINK_ID.with(|n| {
+                let id = n.get();
+                n.set(id + 1);
+                id
+            }),
         });
-        tokio::task::spawn_local(read_loop(inner.clone(), rd, buf));
+        tokio::task::spawn_local(read_loop(Rc::downgrade(&inner), rd, buf));
         Ok(Link { inner })
     }
 
@@ -196,9 +211,31 @@ impl Link {
         &self.inner.addr
     }
 
+    /// An id of this connection, never another link's of this thread.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Completes once the link is dead (broken, closed, or every `Link` of it dropped);
+    /// waiting does not keep it open.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let mut rx = self.inner.closed.subscribe();
+        async move {
+            let _ = rx.wait_for(|dead| *dead).await;
+        }
+    }
+
     /// Whether the link broke (a new one must be made).
     pub fn is_dead(&self) -> bool {
         self.inner.dead.borrow().is_some()
+    }
+
+    /// Closes the link's sending side now: the endpoint sees the end of the connection and
+    /// closes it (forgetting what it held for it, such as its tracking), which ends the
+    /// reading here. Calls after it fail. Dropping the last `Link` of it does the same.
+    pub async fn close(&self) {
+        let mut w = self.inner.writer.lock().await;
+        let _ = w.shutdown().await;
     }
 
     /// Sends `req` and returns its replies, in order, within `timeout`.
@@ -279,13 +316,20 @@ async fn read_one(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> Result<Vec<u8>,
 
 fn fail_all(inner: &Inner, e: ProxyError) {
     *inner.dead.borrow_mut() = Some(e.clone());
+    inner.closed.send_replace(true);
     for p in inner.pending.borrow_mut().drain(..) {
         let _ = p.tx.send(Err(e.clone()));
     }
 }
 
-async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
+/// Reads the link's replies and pushes until it breaks, or until every `Link` of it is
+/// dropped: it holds the link weakly, so that the last drop closes the sending side (the
+/// endpoint then closes the connection, which ends the reading here).
+async fn read_loop(weak: Weak<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
     let err = loop {
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
         loop {
             match reply::frame(&buf) {
                 Ok(Some(n)) => {
@@ -312,12 +356,16 @@ async fn read_loop(inner: Rc<Inner>, mut rd: OwnedReadHalf, mut buf: BytesMut) {
                 }
             }
         }
+        drop(inner);
         buf.reserve(READ_CHUNK_BYTES);
         match rd.read_buf(&mut buf).await {
             Ok(0) => break "closed by the node".to_string(),
             Ok(_) => {}
             Err(e) => break e.to_string(),
         }
+    };
+    let Some(inner) = weak.upgrade() else {
+        return;
     };
     fail_all(
         &inner,

@@ -283,6 +283,52 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_dedicated_link_is_closed() {
+        run(async {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            // Answers `+OK` to each read, and says when the connection ends.
+            let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
+            tokio::task::spawn_local(async move {
+                let (mut s, _) = l.accept().await.unwrap();
+                let mut chunk = [0u8; 1024];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 || s.write_all(b"+OK\r\n").await.is_err() {
+                        break;
+                    }
+                }
+                let _ = ended_tx.send(());
+            });
+            let pool = Pool::new(Limits::default(), Vec::new());
+            let link = pool.dedicated(&addr, false).await.unwrap();
+            let mut r = Request::new();
+            r.push(0, &[b"PING"]);
+            assert_eq!(
+                link.call(&r, Duration::from_secs(1)).await.unwrap(),
+                vec![b"+OK\r\n".to_vec()]
+            );
+            let second = link.clone();
+            drop(link);
+            // A clone keeps it open.
+            assert!(second.call(&r, Duration::from_secs(1)).await.is_ok());
+            let closed = second.closed();
+            let id = second.id();
+            drop(second);
+            tokio::time::timeout(Duration::from_secs(2), ended)
+                .await
+                .expect("the endpoint sees the link closed")
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(2), closed)
+                .await
+                .expect("closed() completes");
+            // A new link is another id.
+            let again = pool.dedicated(&addr, false).await;
+            assert!(again.is_err() || again.is_ok_and(|l| l.id() != id));
+        });
+    }
+
+    #[test]
     fn a_refused_handshake_is_reported() {
         run(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

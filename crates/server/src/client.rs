@@ -247,6 +247,10 @@ pub struct Tracker {
     pub noloop: bool,
     /// BCAST prefixes, in the order given.
     pub prefixes: Vec<Vec<u8>>,
+    /// A link of another node of the site (`Client::site_link`): its BCAST prefixes are
+    /// that node's clients', which it tells itself of invalidations from other nodes
+    /// (`remote_tracking`), so this node neither registers them elsewhere nor relays to it.
+    pub relay: bool,
     /// The redirect client was gone when an invalidation was due (flag `broken_redirect`).
     pub broken: AtomicBool,
 }

@@ -1636,7 +1636,11 @@ impl Conn {
             return Ok((r.buf, note));
         }
         let mut batch = Batch::new(ClientView::of(&self.client));
-        batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        let idx = batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        if self.client.caching {
+            // CLIENT CACHING covers the transaction EXEC runs there.
+            batch.set_client_state(idx, true, false);
+        }
         let rx = hop::send(&self.th, shard, batch).await?;
         let mut done = rx.await.map_err(|_| hop::Unavailable { shard })?;
         if let Some(seq) = done.wrote {
@@ -1685,6 +1689,17 @@ impl Conn {
                 self.client.shared.last_cmd.set(spec.meta.name);
                 let reply = self.remote_blocking(t, &argv).await;
                 self.out.raw(&reply);
+                // A read there (XREAD BLOCK) is not tracked on its link of its own.
+                let tracked = self
+                    .client
+                    .shared
+                    .tracking
+                    .borrow()
+                    .as_deref()
+                    .is_some_and(|tr| cmd::tracking::tracks_read(tr, self.client.caching, spec));
+                if tracked {
+                    self.flush_tracking();
+                }
             }
             BarrierKind::Blocking(t) => {
                 self.client.shared.last_cmd.set(spec.meta.name);
@@ -1955,6 +1970,14 @@ impl Conn {
             }
             Some(t) if watch_link.as_ref().is_some_and(|w| w.shard == t) => {
                 // Its WATCH lives on its own link to that shard: the transaction runs there.
+                // Its reads are not tracked on that link (it closes after EXEC).
+                let tracked = self
+                    .client
+                    .shared
+                    .tracking
+                    .borrow()
+                    .as_deref()
+                    .is_some_and(|tr| cmd::tracking::tracks_transaction(tr, self.client.caching));
                 let (multi, _) = self.take_transaction(spec);
                 let reply = match watch_link {
                     Some(w) if !multi.aborted => {
@@ -1985,6 +2008,9 @@ impl Conn {
                 };
                 self.out.raw(&reply);
                 self.client.dirty.set(false);
+                if tracked {
+                    self.flush_tracking();
+                }
             }
             Some(t)
                 if self.th.node.remote_endpoint(t).is_some() && !self.client.watched.is_empty() =>
@@ -2046,6 +2072,17 @@ impl Conn {
                     self.out.buf.splice(a..e, merged);
                 }
             }
+        }
+        // CLIENT CACHING covered the transaction and ends with it (Redis's resetClient after
+        // EXEC): `dispatch` left it on, as EXEC runs after it, as a barrier.
+        self.client.caching = false;
+    }
+
+    /// A flush for this client's cache after a read on another node that could not be
+    /// tracked there (on a link of its own): it caches nothing it would not hear about.
+    fn flush_tracking(&self) {
+        if let Some(rt) = &self.th.remote_tracking {
+            rt.flush_client(self.client.id());
         }
     }
 

@@ -364,31 +364,35 @@ async fn forward(
     let mut req = meridian_proxy::Request::new();
     // A tracking client's reads are tracked there for this thread (`remote_tracking`).
     let table = crate::cmd::table();
-    let tracked = |item: &Item| match (&item.op, client.tracking.as_deref()) {
+    let tracker = client.tracking.as_deref();
+    let tracked = |item: &Item| match (&item.op, tracker) {
         (Op::Call(spec), Some(t)) => cmd::tracking::tracks_read(t, item.caching, spec),
+        (Op::Exec { multi, .. }, Some(t)) => {
+            !multi.aborted && cmd::tracking::tracks_transaction(t, item.caching)
+        }
         _ => false,
     };
     let redirect = match &rt {
         Some(rt) if items.iter().any(&tracked) => rt.redirect_id(&pool, &addr).await,
         _ => None,
     };
+    // A NOLOOP client's writes there run with the link's tracking NOLOOP, so that they
+    // invalidate nothing this thread's clients read through it; the other readers are told
+    // here (`RemoteTracking::written`), the writer not. Only for writes whose keys are
+    // known (no scripts): an undeclared key a script wrote would be missed.
+    let noloop_id = match (&rt, tracker) {
+        (Some(rt), Some(t)) if t.noloop && !t.bcast => rt.ready_id(&addr).or(redirect),
+        _ => None,
+    }
+    .map(|id| id.to_string());
     if let Some(id) = redirect {
-        let id = id.to_string();
         let db = items.first().map_or(0, |i| i.db);
-        req.push_unanswered(
-            db,
-            &[
-                b"CLIENT",
-                b"TRACKING",
-                b"on",
-                b"REDIRECT",
-                id.as_bytes(),
-                b"OPTIN",
-            ],
-        );
+        push_optin(&mut req, db, &id.to_string(), false);
     }
     // The keys of the tracked reads.
     let mut remember: Vec<Vec<u8>> = Vec::new();
+    // The keys a NOLOOP client wrote with the link NOLOOP.
+    let mut written: Vec<Vec<u8>> = Vec::new();
     // Per item: its reply from the link (None) or one made here.
     let mut local: Vec<Option<Vec<u8>>> = Vec::with_capacity(items.len());
     // The client's database after each item (a SELECT inside a transaction changes it).
@@ -396,18 +400,27 @@ async fn forward(
     for item in &items {
         let argv = args.get(item.args);
         dbs.push(item.db);
+        let reads = redirect.is_some() && tracked(item);
         match &item.op {
-            Op::Call(spec) if redirect.is_some() && tracked(item) => {
-                req.push_unanswered(item.db, &[b"CLIENT", b"CACHING", b"yes"]);
-                req.push(item.db, &argv);
-                local.push(None);
-                let mut pos = SmallVec::<[usize; 8]>::new();
-                if cmd::command::key_positions(table, spec, &argv, &mut pos) {
-                    remember.extend(pos.iter().filter_map(|&p| argv.get(p).map(|k| k.to_vec())));
+            Op::Call(spec) | Op::Quiet(spec) => {
+                if reads {
+                    req.push_unanswered(item.db, &[b"CLIENT", b"CACHING", b"yes"]);
+                    keys_into(table, spec, &argv, &mut remember);
                 }
-            }
-            Op::Call(_) | Op::Quiet(_) => {
+                let mut keys = Vec::new();
+                let noloop = noloop_id.as_deref().filter(|_| {
+                    writes_known_keys(spec)
+                        && keys_into(table, spec, &argv, &mut keys)
+                        && !keys.is_empty()
+                });
+                written.append(&mut keys);
+                if let Some(id) = noloop {
+                    push_optin(&mut req, item.db, id, true);
+                }
                 req.push(item.db, &argv);
+                if let Some(id) = noloop {
+                    push_optin(&mut req, item.db, id, false);
+                }
                 local.push(None);
             }
             Op::Exec { multi, .. } => {
@@ -418,10 +431,45 @@ async fn forward(
                     ));
                     continue;
                 }
-                if let Some(db) = push_exec(&mut req, item.db, multi) {
-                    if let Some(last) = dbs.last_mut() {
-                        *last = db;
+                // The keys the transaction writes, for a NOLOOP client; None where one
+                // cannot be told (then it runs as any other client's).
+                let mut tx_written: Option<Vec<Vec<u8>>> = noloop_id.as_ref().map(|_| Vec::new());
+                for q in &multi.queued {
+                    let a: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+                    let Ok(spec) = cmd::resolve(table, &a) else {
+                        continue;
+                    };
+                    if let (true, Some(t)) = (reads, tracker) {
+                        if cmd::tracking::tracks_read(t, item.caching, spec) {
+                            keys_into(table, spec, &a, &mut remember);
+                        }
                     }
+                    if let Some(w) = tx_written.as_mut() {
+                        let known = if cmd::tracking::is_script(spec) {
+                            false
+                        } else {
+                            !writes_known_keys(spec) || keys_into(table, spec, &a, w)
+                        };
+                        if !known {
+                            tx_written = None;
+                        }
+                    }
+                }
+                let noloop = noloop_id.as_deref().filter(|_| tx_written.is_some());
+                if let Some(id) = noloop {
+                    push_optin(&mut req, item.db, id, true);
+                    written.extend(tx_written.unwrap_or_default());
+                }
+                if reads {
+                    // CLIENT CACHING before MULTI covers the whole transaction.
+                    req.push_unanswered(item.db, &[b"CLIENT", b"CACHING", b"yes"]);
+                }
+                let selected = push_exec(&mut req, item.db, multi);
+                if let Some(id) = noloop {
+                    push_optin(&mut req, item.db, id, false);
+                }
+                if let (Some(db), Some(last)) = (selected, dbs.last_mut()) {
+                    *last = db;
                 }
                 local.push(None);
             }
@@ -438,16 +486,26 @@ async fn forward(
         }
     }
     // Remembered before the reads go: an invalidation can overtake their replies (it comes
-    // on another connection); one before the read is harmless.
+    // on another connection); the readers of a key whose read is in flight stay readers.
     if let (Some(rt), Some(_)) = (&rt, redirect) {
         for k in &remember {
             rt.remember(&addr, k, client.id);
         }
+        // The pooled link the reads go over (the one `call` takes): its loss is a flush.
+        if let Ok(link) = pool.link(&addr, resp3).await {
+            rt.tracks_through(&addr, resp3, &link);
+        }
     }
     let result = pool.call(&addr, resp3, &req).await;
-    if let (Some(rt), None) = (&rt, redirect) {
-        if items.iter().any(&tracked) {
+    if let Some(rt) = &rt {
+        if redirect.is_some() {
+            rt.answered(&addr, &remember);
+        } else if items.iter().any(&tracked) {
             rt.flush_client(client.id);
+        }
+        // Whatever the outcome: a write that timed out may have run.
+        if !written.is_empty() {
+            rt.written(&addr, written, client.id);
         }
     }
     let mut out = Vec::new();
@@ -487,6 +545,42 @@ async fn forward(
         wrote: None,
         cut: false,
     });
+}
+
+/// Sets the link's tracking for this thread's reads there (`remote_tracking`): OPTIN,
+/// invalidations to its redirect link `id`, and NOLOOP or not.
+fn push_optin(req: &mut meridian_proxy::Request, db: usize, id: &str, noloop: bool) {
+    let line: [&[u8]; 7] = [
+        b"CLIENT",
+        b"TRACKING",
+        b"on",
+        b"REDIRECT",
+        id.as_bytes(),
+        b"OPTIN",
+        b"NOLOOP",
+    ];
+    req.push_unanswered(db, line.get(..if noloop { 7 } else { 6 }).unwrap_or(&line));
+}
+
+/// Whether `spec` is a write whose keys are all named where the command table says (not
+/// a script or function, whose keys may be undeclared).
+fn writes_known_keys(spec: &CommandSpec) -> bool {
+    spec.meta.flags.contains(cmd::table::Flags::WRITE) && !cmd::tracking::is_script(spec)
+}
+
+/// Appends the keys `argv` names (as `spec`) to `out`; false when they cannot be told.
+fn keys_into(
+    table: &'static cmd::table::Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    out: &mut Vec<Vec<u8>>,
+) -> bool {
+    let mut pos = SmallVec::<[usize; 8]>::new();
+    if !cmd::command::key_positions(table, spec, argv, &mut pos) {
+        return false;
+    }
+    out.extend(pos.iter().filter_map(|&p| argv.get(p).map(|k| k.to_vec())));
+    true
 }
 
 /// Puts a transaction on a link to another node's shard: MULTI, the queued commands and

@@ -1096,6 +1096,12 @@ fn run_thread(
                 shard.clone(),
             ))
         });
+        // One thread of the process registers its BCAST prefixes on the other nodes.
+        if let (Some(site), Some(pool), Some(rt)) = (&node.site, &proxy, &remote_tracking) {
+            if index == node.first {
+                crate::remote_tracking::start_bcast(rt.clone(), pool.clone(), site.other_nodes());
+            }
+        }
         let th = Rc::new(Thread {
             index,
             node: node.clone(),

@@ -67,7 +67,7 @@ impl std::fmt::Debug for InvalidateHook {
 
 /// What the shards of one process share: the BCAST subscriptions and the number of keys in
 /// every shard's table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Shared {
     /// Prefix → ids of the BCAST clients subscribed to it.
     prefixes: Mutex<BTreeMap<Vec<u8>, Vec<u64>>>,
@@ -75,6 +75,20 @@ pub struct Shared {
     prefixes_n: AtomicUsize,
     /// Keys in the tracking tables of every shard.
     keys_n: AtomicU64,
+    /// Bumped when a prefix gains its first client or loses its last: the registration of
+    /// the prefixes on the site's other nodes (`remote_tracking`) follows it.
+    prefixes_changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            prefixes: Mutex::default(),
+            prefixes_n: AtomicUsize::default(),
+            keys_n: AtomicU64::default(),
+            prefixes_changed: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 impl Shared {
@@ -85,16 +99,21 @@ impl Shared {
     /// Subscribes BCAST client `id` to `prefix`.
     pub fn subscribe(&self, id: u64, prefix: &[u8]) {
         let mut p = self.lock();
+        let before = p.len();
         let ids = p.entry(prefix.to_vec()).or_default();
         if !ids.contains(&id) {
             ids.push(id);
         }
         self.prefixes_n.store(p.len(), Ordering::Relaxed);
+        if p.len() != before {
+            self.prefixes_changed.send_modify(|n| *n += 1);
+        }
     }
 
     /// Removes client `id` from `prefixes`; a prefix left without clients goes.
     pub fn unsubscribe(&self, id: u64, prefixes: &[Vec<u8>]) {
         let mut p = self.lock();
+        let before = p.len();
         for prefix in prefixes {
             if let Some(ids) = p.get_mut(prefix) {
                 ids.retain(|&i| i != id);
@@ -104,6 +123,22 @@ impl Shared {
             }
         }
         self.prefixes_n.store(p.len(), Ordering::Relaxed);
+        if p.len() != before {
+            self.prefixes_changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Every prefix with the ids of its BCAST clients, in prefix order.
+    pub fn subscriptions(&self) -> Vec<(Vec<u8>, Vec<u64>)> {
+        self.lock()
+            .iter()
+            .map(|(p, ids)| (p.clone(), ids.clone()))
+            .collect()
+    }
+
+    /// Changes when the set of prefixes changes (`prefixes_changed`).
+    pub fn watch_prefixes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.prefixes_changed.subscribe()
     }
 
     /// Prefixes some BCAST client is subscribed to (INFO `tracking_total_prefixes`).
@@ -332,7 +367,10 @@ impl Shard {
         };
         t.items = t.items.saturating_sub(ids.len() as u64);
         t.shared.keys_n.fetch_sub(1, Ordering::Relaxed);
-        let (current, noloop) = (t.current, t.current_noloop);
+        // NOLOOP spares a client its own writes, not the expiry or eviction its command
+        // set off: another node's thread reads for several clients over one link, and
+        // a key one of them cached that expires on another's read must reach it.
+        let (current, noloop) = (t.current, t.current_noloop && !t.anonymous);
         for id in ids.into_vec() {
             if id == current {
                 if !noloop {
@@ -504,6 +542,11 @@ mod tests {
         s.tracking.set_current(7, true);
         s.tracking_key_changed(b"b");
         assert!(s.tracking.take_pending().is_empty());
+        assert!(log.borrow().is_empty());
+        // An expiry (or eviction) its command set off is not its own write: held for it.
+        s.tracking.remember(7, b"c");
+        s.tracking_anonymous(|s| s.tracking_key_changed(b"c"));
+        assert_eq!(s.tracking.take_pending(), vec![Pending::Key(b"c".to_vec())]);
         assert!(log.borrow().is_empty());
     }
 

@@ -458,6 +458,251 @@ fn tracking_covers_reads_on_the_other_node() {
     drop(n2);
 }
 
+/// The invalidation push of `key` alone, as a RESP3 client reads it.
+fn invalidate_push(key: &str) -> String {
+    format!(
+        ">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n",
+        key.len()
+    )
+}
+
+/// A RESP3 client of `node` with CLIENT TRACKING on and these options.
+fn tracking_client(node: &NodeProc, options: &[&str]) -> Raw {
+    let mut c = node.connect();
+    let r = c.call_text(&["HELLO", "3"]);
+    assert!(r.starts_with('%'), "{r}");
+    let mut argv = vec!["CLIENT", "TRACKING", "on"];
+    argv.extend_from_slice(options);
+    c.ok(&argv);
+    c
+}
+
+/// Reads `c`'s next reply and checks it is the invalidation of `key`.
+fn expect_push(c: &mut Raw, key: &str) {
+    let got = c
+        .try_read_reply(Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("an invalidation of {key}: {e}"));
+    assert_eq!(String::from_utf8_lossy(&got), invalidate_push(key));
+}
+
+/// Checks that nothing was sent to `c` for the writes `w` (a client of the other node) did
+/// so far: `w` writes `fence`, a key of that node `c`'s thread tracks for it (read through
+/// the same link), whose invalidation comes after any earlier one on the same stream.
+fn expect_no_push_before(c: &mut Raw, w: &mut Raw, fence: &str) {
+    w.ok(&["SET", fence, "f"]);
+    expect_push(c, fence);
+}
+
+/// NOLOOP across nodes: a client's write of another node's key (over its thread's pooled
+/// link there) does not come back to it, while the key's other readers are told; a later
+/// write by anyone else reaches it as usual.
+#[test]
+fn tracking_noloop_spares_its_own_writes_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut me = tracking_client(&n1, &["NOLOOP"]);
+    let mut other = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "nl");
+    let fence = key_on(2, "fence");
+    c2.ok(&["SET", &tk, "v"]);
+    let fenced = |me: &mut Raw, c2: &mut Raw| {
+        let r = me.call_text(&["GET", &fence]);
+        assert!(r.starts_with('$') || r == "_\r\n", "{r}");
+        expect_no_push_before(me, c2, &fence);
+    };
+    for c in [&mut me, &mut other] {
+        assert_eq!(c.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    }
+    me.ok(&["SET", &tk, "w"]);
+    expect_push(&mut other, &tk);
+    fenced(&mut me, &mut c2);
+    // It is told of another's write as usual.
+    assert_eq!(me.call_text(&["GET", &tk]), "$1\r\nw\r\n");
+    c2.ok(&["SET", &tk, "x"]);
+    expect_push(&mut me, &tk);
+    // The same through a transaction run whole there.
+    for c in [&mut me, &mut other] {
+        assert_eq!(c.call_text(&["GET", &tk]), "$1\r\nx\r\n");
+    }
+    me.ok(&["MULTI"]);
+    assert_eq!(me.call_text(&["SET", &tk, "t"]), "+QUEUED\r\n");
+    assert_eq!(me.call_text(&["EXEC"]), "*1\r\n+OK\r\n");
+    expect_push(&mut other, &tk);
+    fenced(&mut me, &mut c2);
+    // A writer without NOLOOP is told of its own write.
+    assert_eq!(other.call_text(&["GET", &tk]), "$1\r\nt\r\n");
+    other.ok(&["SET", &tk, "y"]);
+    expect_push(&mut other, &tk);
+    drop(n1);
+    drop(n2);
+}
+
+/// Reads inside a transaction or a script that run whole on the other node are tracked
+/// there for the client, as single reads are (CLIENT CACHING yes before MULTI covers the
+/// transaction for OPTIN, and ends with it); a watched one, which cannot be, is followed by
+/// a flush.
+#[test]
+fn tracking_covers_transactions_and_scripts_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut c1 = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "tx");
+    let fence = key_on(2, "fence");
+    c2.ok(&["SET", &tk, "v"]);
+    let told = |c1: &mut Raw, c2: &mut Raw| {
+        c2.ok(&["SET", &tk, "v"]);
+        expect_push(c1, &tk);
+    };
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    told(&mut c1, &mut c2);
+    assert_eq!(
+        c1.call_text(&["EVAL", "return redis.call('GET', KEYS[1])", "1", &tk]),
+        "$1\r\nv\r\n"
+    );
+    told(&mut c1, &mut c2);
+    // Under WATCH the transaction runs on the watch's own link, which does not track: the
+    // client gets a flush after it instead.
+    c1.ok(&["WATCH", &tk]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("a flush after the watched transaction");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+    );
+    c1.ok(&["CLIENT", "TRACKING", "off"]);
+    c1.ok(&["CLIENT", "TRACKING", "on", "OPTIN"]);
+    c1.ok(&["CLIENT", "CACHING", "yes"]);
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    told(&mut c1, &mut c2);
+    // Without CLIENT CACHING yes the next transaction is not tracked.
+    c1.ok(&["MULTI"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "+QUEUED\r\n");
+    assert_eq!(c1.call_text(&["EXEC"]), "*1\r\n$1\r\nv\r\n");
+    c2.ok(&["SET", &tk, "v"]);
+    c1.ok(&["CLIENT", "CACHING", "yes"]);
+    let r = c1.call_text(&["GET", &fence]);
+    assert!(r.starts_with('$') || r == "_\r\n", "{r}");
+    expect_no_push_before(&mut c1, &mut c2, &fence);
+    drop(n1);
+    drop(n2);
+}
+
+/// The other node forgets what it tracked for a link that closes: when the pooled link a
+/// client's tracked read went over is lost, the client gets a flush (a later write there
+/// would not be reported).
+#[test]
+fn tracking_flushes_the_readers_of_a_lost_link() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let mut c1 = tracking_client(&n1, &[]);
+    let mut c2 = n2.connect();
+    let tk = key_on(2, "lost");
+    c2.ok(&["SET", &tk, "v"]);
+    assert_eq!(c1.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    // The link the read went over, at n2's endpoint of shard 2: its last command a GET.
+    let list = c2.call_text(&["CLIENT", "LIST"]);
+    let laddr = format!("laddr=127.0.0.1:{} ", n2.ports.endpoint);
+    let id = list
+        .lines()
+        .find(|l| l.contains(&laddr) && l.contains(" cmd=get "))
+        .and_then(|l| l.strip_prefix("id="))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("the link in {list}"))
+        .to_string();
+    assert_eq!(c2.call_text(&["CLIENT", "KILL", "ID", &id]), ":1\r\n");
+    let got = c1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("a flush once the link is lost");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+    );
+    // Reads go on over a new link, tracked as before.
+    assert_eq!(c1.call_text(&["GET", &tk]), "$1\r\nv\r\n");
+    c2.ok(&["SET", &tk, "w"]);
+    expect_push(&mut c1, &tk);
+    drop(n1);
+    drop(n2);
+}
+
+/// The prefixes BCAST clients track on `node` (INFO `tracking_total_prefixes`).
+fn tracked_prefixes(node: &NodeProc) -> String {
+    let mut c = node.connect();
+    let info = String::from_utf8_lossy(&c.call_strs(&["INFO", "stats"])).into_owned();
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_total_prefixes:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
+}
+
+/// BCAST across nodes: a BCAST client is told of writes to keys its prefixes match on the
+/// other node too (its node registers its clients' prefixes there, without overlaps, and
+/// hands the other node's invalidations to the clients whose prefixes match). It gets a
+/// flush once the registration holds (a write there may have come before it), and the
+/// registration goes with the last client of the prefix.
+#[test]
+fn tracking_bcast_covers_writes_on_the_other_node() {
+    let root = tempfile::tempdir().unwrap();
+    let (n1, n2) = start_site(root.path(), "a", &[]);
+    let flush = ">2\r\n$10\r\ninvalidate\r\n_\r\n";
+    let mut b1 = tracking_client(&n1, &["BCAST", "PREFIX", "bc:"]);
+    assert!(
+        eventually(Duration::from_secs(10), || tracked_prefixes(&n2) == "1"),
+        "the prefix registered on n2: {}",
+        tracked_prefixes(&n2)
+    );
+    let got = b1
+        .try_read_reply(Duration::from_secs(5))
+        .expect("the flush after the registration");
+    assert_eq!(String::from_utf8_lossy(&got), flush);
+    let mut c2 = n2.connect();
+    let mut w1 = n1.connect();
+    let k = key_on(2, "bc:");
+    let k2 = key_on(2, "bc:x");
+    let other = key_on(2, "zz:");
+    // A write there by a client of that node, then one forwarded from this node.
+    c2.ok(&["SET", &other, "1"]);
+    c2.ok(&["SET", &k, "1"]);
+    expect_push(&mut b1, &k);
+    w1.ok(&["SET", &k, "2"]);
+    expect_push(&mut b1, &k);
+    // A second client whose prefix the first one's covers: nothing new to register there,
+    // and both are told.
+    let mut b2 = tracking_client(&n1, &["BCAST", "PREFIX", "bc:x"]);
+    c2.ok(&["SET", &k2, "1"]);
+    expect_push(&mut b2, &k2);
+    expect_push(&mut b1, &k2);
+    assert_eq!(tracked_prefixes(&n2), "1");
+    // The first one's tracking off: the second one's prefix is what is registered now,
+    // and it is told only of its keys.
+    b1.ok(&["CLIENT", "TRACKING", "off"]);
+    c2.ok(&["SET", &k, "3"]);
+    c2.ok(&["SET", &k2, "3"]);
+    expect_push(&mut b2, &k2);
+    // Both off: the registration goes.
+    b2.ok(&["CLIENT", "TRACKING", "off"]);
+    assert!(
+        eventually(Duration::from_secs(10), || tracked_prefixes(&n2) == "0"),
+        "the prefix gone from n2: {}",
+        tracked_prefixes(&n2)
+    );
+    assert_eq!(b1.call_text(&["PING"]), "+PONG\r\n");
+    assert_eq!(b2.call_text(&["PING"]), "+PONG\r\n");
+    drop(n1);
+    drop(n2);
+}
+
 #[test]
 fn a_node_down_fails_fast_and_comes_back() {
     let root = tempfile::tempdir().unwrap();

@@ -105,13 +105,13 @@ fn tracking(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         );
     }
     let mut all: Vec<Vec<u8>> = old.as_ref().map(|t| t.prefixes.clone()).unwrap_or_default();
+    // The prefixes new to this client: subscribed once its tracker is registered (the
+    // registration on other nodes reads both).
+    let known = all.len();
     if bcast {
         check_prefixes(&all, &prefixes)?;
-        let shared = &ctx.front.node.tracking;
-        let id = ctx.client.id();
         let add = |p: &[u8], all: &mut Vec<Vec<u8>>| {
             if !all.iter().any(|q| q == p) {
-                shared.subscribe(id, p);
                 all.push(p.to_vec());
             }
         };
@@ -131,9 +131,13 @@ fn tracking(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         optout,
         noloop,
         prefixes: all,
+        relay: ctx.client.site_link,
         broken: Default::default(),
     });
     lock(&ctx.front.node.trackers).insert(t.id, t.clone());
+    for p in t.prefixes.get(known..).unwrap_or_default() {
+        ctx.front.node.tracking.subscribe(t.id, p);
+    }
     *ctx.client.shared.tracking.borrow_mut() = Some(t);
     ctx.out.ok();
     Ok(())
@@ -304,11 +308,7 @@ fn remembers(
     if t.bcast || spec.meta.flags.contains(super::table::Flags::PUBSUB) {
         return false;
     }
-    let script = matches!(
-        spec.meta.name,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
-    );
-    let reads = if script {
+    let reads = if is_script(spec) {
         script_read
     } else {
         spec.meta.flags.contains(super::table::Flags::READONLY)
@@ -316,14 +316,28 @@ fn remembers(
     reads && caches(t, client.caching)
 }
 
-/// Whether a plain command (no script) of a client tracking as `t` is remembered for it:
-/// a read, in default mode, and CLIENT CACHING (`caching`) as OPTIN/OPTOUT want
-/// (`remote_tracking`: its reads on another node).
+/// Whether a command of a client tracking as `t`, run on another node, has its reads
+/// tracked there (`remote_tracking`): a read, or a script (EVAL, FCALL and their variants:
+/// its declared keys), in default mode, and CLIENT CACHING (`caching`) as OPTIN/OPTOUT want.
 pub fn tracks_read(t: &Tracker, caching: bool, spec: &super::table::CommandSpec) -> bool {
     !t.bcast
         && !spec.meta.flags.contains(super::table::Flags::PUBSUB)
-        && spec.meta.flags.contains(super::table::Flags::READONLY)
+        && (spec.meta.flags.contains(super::table::Flags::READONLY) || is_script(spec))
         && caches(t, caching)
+}
+
+/// Whether a transaction (EXEC) of a client tracking as `t`, run whole on another node, has
+/// its reads tracked there (CLIENT CACHING covers a whole transaction, as in Redis).
+pub fn tracks_transaction(t: &Tracker, caching: bool) -> bool {
+    !t.bcast && caches(t, caching)
+}
+
+/// A script or function call: EVAL, EVALSHA, FCALL and their read-only variants.
+pub fn is_script(spec: &super::table::CommandSpec) -> bool {
+    matches!(
+        spec.meta.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    )
 }
 
 fn caches(t: &Tracker, caching: bool) -> bool {
