@@ -453,6 +453,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
     let id = shared.id;
     let mut client = Client::new(shared.clone());
     client.endpoint = endpoint;
+    shared.mailbox.set_endpoint(endpoint);
     let mut conn = Conn {
         th: th.clone(),
         client,

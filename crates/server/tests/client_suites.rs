@@ -102,3 +102,58 @@ fn replicaof_is_refused_as_in_redis_cluster_when_the_cluster_api_is_on() {
     );
     assert_eq!(call(&mut c, &["MODULE", "LIST"]), "*0\r\n");
 }
+
+/// redis-py's `test_pubsub_numsub_merge_results`, `test_pubsub_channels_merge_results` and
+/// `test_cluster_pubsub_numsub` (test_cluster.py): a cluster client asks every node and adds
+/// the answers, so each cluster endpoint answers PUBSUB for the subscribers connected through
+/// it, as each Redis Cluster node does; the main port (no node) answers for all of them.
+#[test]
+fn pubsub_counts_on_a_cluster_endpoint_are_that_nodes_own() {
+    let s = Server::start_with(&["--shards", "3"]);
+    let endpoint = |k: u16| Raw::connect(s.port + 1 + k);
+    let mut a = endpoint(0);
+    let mut b = endpoint(1);
+    let mut p = endpoint(2);
+    let mut m = s.connect();
+    let subscribed = |n: usize| format!("*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:{n}\r\n");
+    assert_eq!(call(&mut a, &["SUBSCRIBE", "news"]), subscribed(1));
+    assert_eq!(call(&mut b, &["SUBSCRIBE", "news"]), subscribed(1));
+    assert_eq!(call(&mut m, &["SUBSCRIBE", "news"]), subscribed(1));
+    assert_eq!(
+        call(&mut p, &["PSUBSCRIBE", "n*"]),
+        "*3\r\n$10\r\npsubscribe\r\n$2\r\nn*\r\n:1\r\n"
+    );
+
+    let mut ask = [endpoint(0), endpoint(1), endpoint(2)];
+    let numsub = |n: i64| format!("*2\r\n$4\r\nnews\r\n:{n}\r\n");
+    for (k, (subs, channels, pats)) in [
+        (1, "*1\r\n$4\r\nnews\r\n", 0),
+        (1, "*1\r\n$4\r\nnews\r\n", 0),
+        (0, "*0\r\n", 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = &mut ask[k];
+        assert_eq!(
+            call(c, &["PUBSUB", "NUMSUB", "news"]),
+            numsub(subs),
+            "endpoint {k}"
+        );
+        assert_eq!(call(c, &["PUBSUB", "CHANNELS"]), channels, "endpoint {k}");
+        assert_eq!(
+            call(c, &["PUBSUB", "NUMPAT"]),
+            format!(":{pats}\r\n"),
+            "endpoint {k}"
+        );
+    }
+    let mut main = s.connect();
+    assert_eq!(call(&mut main, &["PUBSUB", "NUMSUB", "news"]), numsub(3));
+    assert_eq!(
+        call(&mut main, &["PUBSUB", "CHANNELS", "ne*"]),
+        "*1\r\n$4\r\nnews\r\n"
+    );
+    assert_eq!(call(&mut main, &["PUBSUB", "NUMPAT"]), ":1\r\n");
+    // A message still reaches every subscriber, whichever port it came in on.
+    assert_eq!(call(&mut ask[2], &["PUBLISH", "news", "hi"]), ":4\r\n");
+}
