@@ -168,7 +168,8 @@ def main():
         extra += ["--cluster-api", args.cluster_api]
     extra += args.meridian_arg
 
-    print(f"{'file':44} {'meridian':>8} {'failed':>6} {'skipped':>7}   "
+    w = max(len(f) for f in files) + 1
+    print(f"{'file':{w}} {'meridian':>8} {'failed':>6} {'skipped':>7}   "
           f"{'redis':>5} {'failed':>6} {'skipped':>7}", flush=True)
     totals = {"meridian": [0, 0, 0], "redis": [0, 0, 0]}
     for path in files:
@@ -203,7 +204,7 @@ def main():
             return tuple(str(n) for n in tally(row[kind][0]))
         m, r = cells("meridian"), cells("redis")
         notes = "  ".join(f"{k}:{v[1]}" for k, v in row.items() if v[1])
-        print(f"{path:44} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}  {notes}",
+        print(f"{path:{w}} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}  {notes}",
               flush=True)
         if args.diff and "redis" in row:
             ref, got = row["redis"][0], row["meridian"][0]
