@@ -245,8 +245,11 @@ def wait_port(port, proc, seconds=30):
 class Server:
     """A server started for one unit on loopback, stopped by its PID."""
 
-    def __init__(self, kind, binary, workdir):
+    def __init__(self, kind, binary, workdir, extra=()):
+        """`extra`: flags appended to the server's command line (tools/redis-py-suite.py's
+        `--shards 1`, say)."""
         self.kind, self.dir = kind, tempfile.mkdtemp(dir=workdir, prefix=kind + "-")
+        self.extra = list(extra)
         # A port taken between the check and the bind makes the server exit at once: try
         # another block.
         for attempt in range(3):
@@ -266,6 +269,7 @@ class Server:
         else:
             args = [binary, "server", "--port", str(self.port), "--bind", "127.0.0.1",
                     "--dir", os.path.join(self.dir, "data")]
+        args += self.extra
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         return wait_port(self.port, self.proc)
 

@@ -7,7 +7,7 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::keyspace::WatchFlag;
@@ -44,6 +44,10 @@ pub struct Mailbox {
     /// When the pending output last went from under to at or over its class's soft limit
     /// (wall-clock ms; 0: under it), for `output_over_limit`.
     obuf_soft_since_ms: AtomicU64,
+    /// The cluster endpoint (shard index) the connection came in on; `MAIN_PORT`: the main
+    /// port. PUBSUB asked on an endpoint counts only that node's subscribers, as each Redis
+    /// Cluster node does (`cmd::pubsub`).
+    endpoint: AtomicU32,
 }
 
 impl Mailbox {
@@ -59,7 +63,22 @@ impl Mailbox {
             proto: AtomicU8::new(0),
             subscribed: AtomicBool::new(false),
             obuf_soft_since_ms: AtomicU64::new(0),
+            endpoint: AtomicU32::new(Mailbox::MAIN_PORT),
         }
+    }
+
+    /// `endpoint`'s value for a connection on the main port.
+    pub const MAIN_PORT: u32 = u32::MAX;
+
+    /// Records the cluster endpoint the connection came in on (None: the main port).
+    pub fn set_endpoint(&self, endpoint: Option<u16>) {
+        let v = endpoint.map_or(Mailbox::MAIN_PORT, u32::from);
+        self.endpoint.store(v, Ordering::Relaxed);
+    }
+
+    /// The cluster endpoint the connection came in on (None: the main port).
+    pub fn endpoint(&self) -> Option<u16> {
+        u16::try_from(self.endpoint.load(Ordering::Relaxed)).ok()
     }
 
     /// Redis's `checkClientOutputBufferLimits`: whether `pending` bytes of output break

@@ -352,7 +352,7 @@ pub const MAXCLIENTS_REACHED: &[u8] = b"-ERR max number of clients reached\r\n";
 pub const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 
 /// Redis's `islocalClient`: exactly 127.0.0.1 or ::1 (an IPv4-mapped 127.0.0.1 too).
-fn is_local(ip: std::net::IpAddr) -> bool {
+pub(crate) fn is_local(ip: std::net::IpAddr) -> bool {
     match ip {
         std::net::IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
         std::net::IpAddr::V6(v6) => {
@@ -457,6 +457,7 @@ pub async fn serve_admitted(th: Rc<Thread>, a: Admitted) {
     let id = shared.id;
     let mut client = Client::new(shared.clone());
     client.endpoint = endpoint;
+    shared.mailbox.set_endpoint(endpoint);
     let mut conn = Conn {
         th: th.clone(),
         client,

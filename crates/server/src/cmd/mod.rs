@@ -56,6 +56,7 @@ pub mod list;
 pub mod lolwut;
 pub mod memory;
 pub mod meta;
+pub mod module;
 pub mod peers;
 pub mod pubsub;
 pub mod replicas;
@@ -146,6 +147,7 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v.extend_from_slice(peers::HANDLERS);
     v.extend_from_slice(acl::HANDLERS);
     v.extend_from_slice(replicas::HANDLERS);
+    v.extend_from_slice(module::HANDLERS);
     v.extend_from_slice(memory::HANDLERS);
     v.extend_from_slice(latency::HANDLERS);
     v.extend_from_slice(lolwut::HANDLERS);

@@ -591,14 +591,18 @@ fn list_channels(
         return Err(syntax_error(shown));
     }
     let pat = argv.get(2).copied();
+    let endpoint = ctx.client.endpoint;
     let ps = lock(&ctx.front.node.pubsub);
     let map = match kind {
         Kind::Global => &ps.channels,
         Kind::Shard => &ps.shard_channels,
     };
     let names: Vec<&Vec<u8>> = map
-        .keys()
-        .filter(|c| pat.is_none_or(|p| crate::glob::matches(p, c, false)))
+        .iter()
+        .filter(|(c, subs)| {
+            pat.is_none_or(|p| crate::glob::matches(p, c, false)) && seen_from(subs, endpoint) > 0
+        })
+        .map(|(c, _)| c)
         .collect();
     ctx.out.array(names.len());
     for n in names {
@@ -609,6 +613,7 @@ fn list_channels(
 
 fn num_subscribers(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: Kind) {
     let names = argv.get(2..).unwrap_or_default();
+    let endpoint = ctx.client.endpoint;
     let ps = lock(&ctx.front.node.pubsub);
     let map = match kind {
         Kind::Global => &ps.channels,
@@ -617,7 +622,8 @@ fn num_subscribers(ctx: &mut Ctx<'_>, argv: &[&[u8]], kind: Kind) {
     ctx.out.array(names.len() * 2);
     for n in names {
         ctx.out.bulk(n);
-        ctx.out.int(map.get(*n).map_or(0, |s| s.len() as i64));
+        ctx.out
+            .int(map.get(*n).map_or(0, |s| seen_from(s, endpoint) as i64));
     }
 }
 
@@ -645,9 +651,31 @@ fn pubsub_shardnumsub(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError>
 
 /// PUBSUB NUMPAT: distinct patterns subscribed to.
 fn pubsub_numpat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    let n = lock(&ctx.front.node.pubsub).pattern_count();
+    let endpoint = ctx.client.endpoint;
+    let ps = lock(&ctx.front.node.pubsub);
+    let n = match endpoint {
+        None => ps.pattern_count(),
+        Some(_) => ps
+            .patterns
+            .values()
+            .filter(|subs| seen_from(subs, endpoint) > 0)
+            .count(),
+    };
+    drop(ps);
     ctx.out.int(n as i64);
     Ok(())
+}
+
+/// The subscribers PUBSUB counts for a client on `endpoint`: on the main port all of the
+/// process's; on a cluster endpoint only those connected through that endpoint, as a Redis
+/// Cluster node knows only its own clients' subscriptions (a cluster client sums the nodes'
+/// answers; the process-wide count on every node would count each subscriber once per
+/// node).
+fn seen_from(subs: &Subscribers, endpoint: Option<u16>) -> usize {
+    match endpoint {
+        None => subs.len(),
+        Some(_) => subs.values().filter(|m| m.endpoint() == endpoint).count(),
+    }
 }
 
 const HELP: &[&str] = &[

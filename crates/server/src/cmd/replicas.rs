@@ -5,12 +5,20 @@
 //! and WAIT counts no replica: it answers 0 when asked for none, and otherwise waits its
 //! timeout (for ever with 0) and answers 0, as Redis does with no replica connected.
 //! CRDT.WAIT is the command that waits for other sites to acknowledge writes.
+//! REPLICAOF (and SLAVEOF) NO ONE answers OK, as Redis does on a primary; REPLICAOF host port
+//! is refused: a site never becomes a read-only copy of a Redis primary (sites link as peers,
+//! CRDT.ADDPEER).
 
 use super::{Ctx, Handler};
 use crate::blocking::parse_timeout_ms;
 use crate::error::CmdError;
 
-pub const HANDLERS: &[(&str, Handler)] = &[("wait", wait), ("role", role)];
+pub const HANDLERS: &[(&str, Handler)] = &[
+    ("wait", wait),
+    ("role", role),
+    ("replicaof", replicaof),
+    ("slaveof", replicaof),
+];
 
 /// WAIT numreplicas timeout (milliseconds).
 fn wait(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
@@ -38,4 +46,27 @@ fn role(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.out.int(0);
     ctx.out.array(0);
     Ok(())
+}
+
+/// REPLICAOF host port / REPLICAOF NO ONE (`replication.c` replicaofCommand's checks, in its
+/// order). With the cluster API on, Redis Cluster's refusal.
+fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    if ctx.front.node.cluster.is_some() {
+        return Err(CmdError::Err(
+            "REPLICAOF not allowed in cluster mode.".to_string(),
+        ));
+    }
+    let host = argv.get(1).copied().unwrap_or_default();
+    let port = argv.get(2).copied().unwrap_or_default();
+    if super::args::eq_ic(host, "no") && super::args::eq_ic(port, "one") {
+        // Already a primary: nothing to undo.
+        ctx.out.ok();
+        return Ok(());
+    }
+    match super::args::parse_i64(port) {
+        Some(p) if (0..=65535).contains(&p) => Err(CmdError::Err(
+            "REPLICAOF host port is not supported: Meridian sites replicate active-active as peers (CRDT.ADDPEER, docs/replication.md)".to_string(),
+        )),
+        _ => Err(CmdError::Err("Invalid master port".to_string())),
+    }
 }
