@@ -29,7 +29,10 @@ use smallvec::SmallVec;
 use crate::blocking;
 use crate::client::ClientShared;
 use crate::client::{Client, MultiState};
-use crate::cmd::{self, table::CommandSpec};
+use crate::cmd::{
+    self,
+    table::{CommandSpec, Table},
+};
 use crate::config::OutputLimit;
 use crate::error::CmdError;
 use crate::front::Front;
@@ -55,6 +58,38 @@ pub const ROUND_COMMANDS_MAX: usize = 1024;
 /// for the memory misses of that many probes to overlap, bounded so that a call of `plan`
 /// (again after each barrier) does bounded extra work.
 pub const LOOKAHEAD_COMMANDS_MAX: usize = 16;
+
+/// The keys `Conn::look_ahead` looks up in `buf`: the key of each of the first
+/// `LOOKAHEAD_COMMANDS_MAX` complete commands that `table` says take their key first and
+/// that `mine` keeps (the key is this thread's shard's). None when nothing follows the first
+/// command in `buf`: a lone command's own lookup comes next anyway.
+fn lookahead_keys<'a>(
+    buf: &'a [u8],
+    table: &Table,
+    mine: impl Fn(&[u8]) -> bool,
+) -> SmallVec<[&'a [u8]; LOOKAHEAD_COMMANDS_MAX]> {
+    let mut keys = SmallVec::new();
+    match crate::resp::parse::peek_command(buf) {
+        Some((_, _, first)) if first < buf.len() => {}
+        _ => return keys,
+    }
+    let mut pos = 0usize;
+    for _ in 0..LOOKAHEAD_COMMANDS_MAX {
+        let Some((name, key, len)) = buf.get(pos..).and_then(crate::resp::parse::peek_command)
+        else {
+            break;
+        };
+        pos += len;
+        let Some(spec) = table.lookup(name) else {
+            continue;
+        };
+        if spec.is_container || spec.meta.first_key != 1 || !mine(key) {
+            continue;
+        }
+        keys.push(key);
+    }
+    keys
+}
 
 /// What ended a blocked client's wait step.
 enum BlockedEvent {
@@ -759,33 +794,17 @@ impl Conn {
         if self.client.multi.is_some() {
             return;
         }
-        let Some((_, _, first)) = crate::resp::parse::peek_command(buf) else {
-            return;
-        };
-        if first >= buf.len() {
+        let (shards, index) = (f.node.shards, self.th.index);
+        let slots = &f.node.slots;
+        let keys = lookahead_keys(buf, f.table, |key| {
+            shards == 1 || slots.shard_of_key(key) == index
+        });
+        if keys.is_empty() {
             return;
         }
+        let hashed: SmallVec<[(u64, &[u8]); LOOKAHEAD_COMMANDS_MAX]> =
+            keys.iter().map(|&k| (s.hash_key(k), k)).collect();
         let db = self.client.db;
-        let shards = f.node.shards;
-        let mut hashed: SmallVec<[(u64, &[u8]); LOOKAHEAD_COMMANDS_MAX]> = SmallVec::new();
-        let mut pos = 0usize;
-        for _ in 0..LOOKAHEAD_COMMANDS_MAX {
-            let Some((name, key, len)) = buf.get(pos..).and_then(crate::resp::parse::peek_command)
-            else {
-                break;
-            };
-            pos += len;
-            let Some(spec) = f.table.lookup(name) else {
-                continue;
-            };
-            if spec.is_container || spec.meta.first_key != 1 {
-                continue;
-            }
-            if shards > 1 && f.node.slots.shard_of_key(key) != self.th.index {
-                continue;
-            }
-            hashed.push((s.hash_key(key), key));
-        }
         s.warm_keys(db, &hashed);
     }
 
@@ -2974,5 +2993,62 @@ fn gather(g: &Gather, parts: &[Vec<u8>], out: &mut Reply) {
 fn flag_transaction(client: &mut Client) {
     if let Some(m) = client.multi.as_mut() {
         m.aborted = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(args: &[&str]) -> Vec<u8> {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        b
+    }
+
+    /// The look-ahead takes the keys of the first `LOOKAHEAD_COMMANDS_MAX` commands and not
+    /// one more, skips commands whose first argument is no key and keys another shard owns,
+    /// and takes nothing from a lone command or from what is not a whole command.
+    #[test]
+    fn lookahead_keys_at_the_limit_and_one_past_it() {
+        let table = cmd::table();
+        let all = |_: &[u8]| true;
+        let pipeline = |n: usize| {
+            let mut b = Vec::new();
+            for i in 0..n {
+                b.extend(command(&["GET", &format!("k{i}")]));
+            }
+            b
+        };
+        let at = pipeline(LOOKAHEAD_COMMANDS_MAX);
+        let keys = lookahead_keys(&at, table, all);
+        assert_eq!(keys.len(), LOOKAHEAD_COMMANDS_MAX);
+        let past = pipeline(LOOKAHEAD_COMMANDS_MAX + 1);
+        let keys = lookahead_keys(&past, table, all);
+        assert_eq!(keys.len(), LOOKAHEAD_COMMANDS_MAX);
+        assert_eq!(keys.last().copied(), Some(&b"k15"[..]));
+        // A lone command and inline commands: nothing. Of a pipeline whose rest is still on
+        // its way, the whole commands.
+        assert!(lookahead_keys(&pipeline(1), table, all).is_empty());
+        assert!(lookahead_keys(b"GET a\r\nGET b\r\n", table, all).is_empty());
+        let mut cut = pipeline(2);
+        cut.pop();
+        assert_eq!(&lookahead_keys(&cut, table, all)[..], &[&b"k0"[..]]);
+        // Skipped: a container (CLIENT), a command whose first argument is no key (EVAL's
+        // script), an unknown command, and a key `mine` refuses.
+        let mut mixed = Vec::new();
+        for c in [
+            &["CLIENT", "ID"][..],
+            &["EVAL", "return 1", "0"],
+            &["NOSUCH", "x"],
+            &["SET", "theirs", "v"],
+            &["SET", "mine", "v"],
+        ] {
+            mixed.extend(command(c));
+        }
+        let keys = lookahead_keys(&mixed, table, |k: &[u8]| k != b"theirs");
+        assert_eq!(&keys[..], &[&b"mine"[..]]);
     }
 }
