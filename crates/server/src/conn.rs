@@ -1710,13 +1710,8 @@ impl Conn {
                 let reply = self.remote_blocking(t, &argv).await;
                 self.out.raw(&reply);
                 // A read there (XREAD BLOCK) is not tracked on its link of its own.
-                let tracked = self
-                    .client
-                    .shared
-                    .tracking
-                    .borrow()
-                    .as_deref()
-                    .is_some_and(|tr| cmd::tracking::tracks_read(tr, self.client.caching, spec));
+                let tracked =
+                    self.tracking_is(|tr, caching| cmd::tracking::tracks_read(tr, caching, spec));
                 if tracked {
                     self.flush_tracking();
                 }
@@ -1991,13 +1986,7 @@ impl Conn {
             Some(t) if watch_link.as_ref().is_some_and(|w| w.shard == t) => {
                 // Its WATCH lives on its own link to that shard: the transaction runs there.
                 // Its reads are not tracked on that link (it closes after EXEC).
-                let tracked = self
-                    .client
-                    .shared
-                    .tracking
-                    .borrow()
-                    .as_deref()
-                    .is_some_and(|tr| cmd::tracking::tracks_transaction(tr, self.client.caching));
+                let tracked = self.tracking_is(cmd::tracking::tracks_transaction);
                 let (multi, _) = self.take_transaction(spec);
                 let reply = match watch_link {
                     Some(w) if !multi.aborted => {
@@ -2096,6 +2085,14 @@ impl Conn {
         // CLIENT CACHING covered the transaction and ends with it (Redis's resetClient after
         // EXEC): `dispatch` left it on, as EXEC runs after it, as a barrier.
         self.client.caching = false;
+    }
+
+    /// Whether the client tracks and `says` of its tracker and its CLIENT CACHING state.
+    fn tracking_is(&self, says: impl Fn(&crate::client::Tracker, bool) -> bool) -> bool {
+        let tracking = self.client.shared.tracking.borrow();
+        tracking
+            .as_deref()
+            .is_some_and(|tr| says(tr, self.client.caching))
     }
 
     /// A flush for this client's cache after a read on another node that could not be
