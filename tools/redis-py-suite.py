@@ -187,13 +187,7 @@ def main():
             else:
                 port = args.port if kind == "meridian" else args.redis_port
             base = os.path.join(args.out, f"{path.replace('/', '_')}.{kind}")
-            try:
-                res, note = run_file(args, path, port, base)
-                if server is not None and not server.alive():
-                    note = (note + " server-died").strip()
-            finally:
-                if server is not None:
-                    server.stop()
+            res, note = redis_suite.run_checked(server, lambda: run_file(args, path, port, base))
             row[kind] = (res, note)
             for i, n in enumerate(tally(res)):
                 totals[kind][i] += n

@@ -287,6 +287,19 @@ class Server:
         shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
 
 
+def run_checked(server, run):
+    """Returns `run()`'s (results, note), the note saying so when `server` (one this script
+    started; None for a server already running) died under it; stops that server after."""
+    try:
+        res, note = run()
+        if server is not None and not server.alive():
+            note = (note + " server-died").strip()
+    finally:
+        if server is not None:
+            server.stop()
+    return res, note
+
+
 def parse_output(text):
     """Counts the runtest output: passed and failed test names, exceptions, skips."""
     res = {"ok": [], "err": [], "exception": [], "skip": [], "ignore": [], "why": {}}
@@ -453,17 +466,15 @@ def main():
             else:
                 host, port = args.host, args.port
             log = os.path.join(args.out, f"{unit.replace('/', '_')}.{kind}.log")
-            try:
+            def run():
+                nonlocal shimmed
                 suite = tree
                 if kind == "meridian" and lacks_function(host, port):
                     suite = shim_tree(tree)
                     shimmed = True
-                res, note = run_unit(suite, unit, host, port, args, log)
-                if server is not None and not server.alive():
-                    note = (note + " server-died").strip()
-            finally:
-                if server is not None:
-                    server.stop()
+                return run_unit(suite, unit, host, port, args, log)
+
+            res, note = run_checked(server, run)
             row[kind] = (res, note)
             with open(os.path.join(args.out, f"{unit.replace('/', '_')}.{kind}.results"), "w") as f:
                 for status in ("ok", "err", "exception", "skip", "ignore"):
