@@ -588,6 +588,22 @@ impl KeyState {
         Observed { stamps, incs }
     }
 
+    /// What freeing this state's values costs, as Redis's `lazyfreeGetFreeEffort` counts it:
+    /// one per string or HyperLogLog, one per element of a collection (hidden values
+    /// included). UNLINK frees a value elsewhere only when this exceeds a threshold.
+    pub fn free_effort(&self) -> usize {
+        self.values()
+            .map(|v| match v {
+                Value::Str(_) | Value::Hll(_) => 1,
+                Value::Set(s) => s.len(),
+                Value::Hash(h) => h.len(),
+                Value::ZSet(z) => z.len(),
+                Value::List(l) => l.len(),
+                Value::Stream(s) => usize::try_from(s.len()).unwrap_or(usize::MAX),
+            })
+            .fold(0, usize::saturating_add)
+    }
+
     /// Moves out the collection values (sets, hashes, sorted sets, lists, streams), for the
     /// caller to free elsewhere (FLUSHALL ASYNC), and returns them. Only for a replica with no
     /// peers, just before it applies a removal carrying this state's own `observed()`: that
@@ -1412,6 +1428,27 @@ mod tests {
         );
         assert!(s.take_collections().is_empty());
         assert!(!s.is_empty());
+    }
+
+    #[test]
+    fn free_effort_counts_elements_and_one_per_string() {
+        assert_eq!(KeyState::new().free_effort(), 0);
+        let mut s = KeyState::new();
+        s.apply(
+            st(1, 1),
+            &E::Assign {
+                value: b"v",
+                observed: Observed::default(),
+                keep_ttl: false,
+            },
+        );
+        assert_eq!(s.free_effort(), 1);
+        let mut k = KeyState::new();
+        for i in 0..100u64 {
+            let m = format!("member:{i}").into_bytes();
+            k.apply(st(i + 1, 1), &Effect::SetAdd { member: m });
+        }
+        assert_eq!(k.free_effort(), 100);
     }
 
     #[test]

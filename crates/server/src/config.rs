@@ -86,6 +86,11 @@ pub struct Config {
     /// Refuse clients from addresses other than 127.0.0.1 and ::1 while the default user
     /// has no password (Redis `protected-mode`).
     pub protected_mode: bool,
+    /// DEL frees as UNLINK does (Redis `lazyfree-lazy-user-del`).
+    pub lazyfree_lazy_user_del: bool,
+    /// FLUSHALL and FLUSHDB without ASYNC or SYNC run as ASYNC (Redis
+    /// `lazyfree-lazy-user-flush`).
+    pub lazyfree_lazy_user_flush: bool,
     /// ACL users file (Redis `aclfile`; empty: none), loaded at start and by ACL LOAD.
     pub aclfile: String,
     /// Entries the ACL log keeps (Redis `acllog-max-len`).
@@ -256,6 +261,8 @@ impl Default for Config {
             timeout: 0,
             requirepass: String::new(),
             protected_mode: true,
+            lazyfree_lazy_user_del: false,
+            lazyfree_lazy_user_flush: false,
             aclfile: String::new(),
             acllog_max_len: 128,
             acl_pubsub_default: "resetchannels".to_string(),

@@ -798,6 +798,32 @@ impl Shard {
         true
     }
 
+    /// Deletes `key` as UNLINK does: as `delete_key`, except that with no peers a value whose
+    /// freeing costs more than `LAZYFREE_EFFORT_MIN` (`KeyState::free_effort`) is moved into
+    /// `freed`, for the lazyfree thread to drop, as Redis's `dbAsyncDelete` does. Cheaper
+    /// values, and every value while peers exist (the removal must see them), are removed
+    /// here. Returns whether the key existed.
+    pub fn unlink_key(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now_ms: u64,
+        freed: &mut Vec<meridian_crdt::Value>,
+    ) -> bool {
+        let hash = self.hash_key(key);
+        let costly = self.peers == 0
+            && self.dbs.get(db).is_some_and(|d| {
+                d.get(hash, key).is_some_and(|e| {
+                    e.state.free_effort() > crate::lazyfree::LAZYFREE_EFFORT_MIN
+                })
+            });
+        if costly {
+            self.delete_key_taking(db, key, now_ms, freed)
+        } else {
+            self.delete_key(db, key, now_ms)
+        }
+    }
+
     /// `delete_key` that first moves the key's collection values into `out` (no peers only:
     /// `KeyState::take_collections`).
     fn delete_key_taking(

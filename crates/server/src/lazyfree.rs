@@ -1,4 +1,4 @@
-//! Freeing values off the shard thread (FLUSHALL ASYNC, FLUSHDB ASYNC), as Redis's lazyfree
+//! Freeing values off the shard thread (FLUSHALL ASYNC, FLUSHDB ASYNC, UNLINK), as Redis's lazyfree
 //! does: the shard writes each removal synchronously and hands the values it took out of the
 //! keys (`KeyState::take_collections`) to one background thread per shard, which drops them.
 //! The hand-off is a bounded queue of batches; when it is full the shard frees the batch
@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 
 use meridian_crdt::Value;
+
+/// Freeing cost (`KeyState::free_effort`: elements) above which UNLINK hands a value to the
+/// thread; freeing less costs less than the hand-off. Redis's `LAZYFREE_THRESHOLD`.
+pub const LAZYFREE_EFFORT_MIN: usize = 64;
 
 /// Batches of values queued for the background thread before the shard frees one itself.
 pub const LAZYFREE_BATCHES_MAX: usize = 16;
@@ -73,6 +77,12 @@ impl LazyFree {
 
     pub fn freed(&self) -> u64 {
         self.freed.load(Ordering::Relaxed)
+    }
+
+    /// CONFIG RESETSTAT: the count of freed values starts again (Redis's
+    /// `lazyfreeResetStats`); the pending count is the queue's, not a statistic.
+    pub fn reset_stats(&self) {
+        self.freed.store(0, Ordering::Relaxed);
     }
 }
 

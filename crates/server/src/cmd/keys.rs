@@ -23,7 +23,7 @@ use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("del", del),
-    ("unlink", del),
+    ("unlink", unlink),
     ("exists", exists),
     ("type", type_cmd),
     ("keys", keys),
@@ -135,15 +135,33 @@ fn is_live(e: &Entry, now_ms: u64) -> bool {
 // DEL UNLINK EXISTS TYPE TOUCH
 
 fn del(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let lazy = ctx.shard.config.lazyfree_lazy_user_del;
+    delete_keys(ctx, argv, lazy)
+}
+
+/// UNLINK: DEL, with large values freed on the shard's lazyfree thread
+/// (`Keyspace::unlink_key`).
+fn unlink(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    delete_keys(ctx, argv, true)
+}
+
+fn delete_keys(ctx: &mut Ctx<'_>, argv: &[&[u8]], lazy: bool) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
     let mut n = 0;
+    let mut freed = Vec::new();
     for key in argv.iter().skip(1) {
-        if ctx.shard.delete_key(db, key, now) {
+        let deleted = if lazy {
+            ctx.shard.unlink_key(db, key, now, &mut freed)
+        } else {
+            ctx.shard.delete_key(db, key, now)
+        };
+        if deleted {
             ctx.shard.notify(notify::GENERIC, "del", db, key);
             n += 1;
         }
     }
+    ctx.shard.lazyfree.free(freed);
     ctx.out.int(n);
     Ok(())
 }

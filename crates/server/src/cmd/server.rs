@@ -942,6 +942,7 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
 fn config_resetstat(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.front.stats.reset();
     ctx.shard.stats.reset();
+    ctx.shard.lazyfree.reset_stats();
     ctx.out.ok();
     Ok(())
 }
@@ -1008,11 +1009,11 @@ fn dbsize(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Redis's `getFlushCommandFlags`: nothing, ASYNC or SYNC; whether ASYNC (Redis's
-/// `lazyfree-lazy-user-flush` default, no, makes the bare form SYNC).
-fn flush_mode(argv: &[&[u8]]) -> Result<bool, CmdError> {
+/// Redis's `getFlushCommandFlags`: nothing, ASYNC or SYNC; whether ASYNC (the bare form
+/// follows `lazyfree-lazy-user-flush`).
+fn flush_mode(ctx: &Ctx<'_>, argv: &[&[u8]]) -> Result<bool, CmdError> {
     match argv.get(1) {
-        None => Ok(false),
+        None => Ok(ctx.shard.config.lazyfree_lazy_user_flush),
         Some(a) if argv.len() == 2 && eq_ic(a, "sync") => Ok(false),
         Some(a) if argv.len() == 2 && eq_ic(a, "async") => Ok(true),
         _ => Err(CmdError::Syntax),
@@ -1023,7 +1024,7 @@ fn flush_mode(argv: &[&[u8]]) -> Result<bool, CmdError> {
 /// and waking its WATCHers, as Redis touches only watched keys that existed). ASYNC with no
 /// peers frees the collections on the shard's lazyfree thread (`Keyspace::flush_db`).
 fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let lazy = flush_mode(argv)?;
+    let lazy = flush_mode(ctx, argv)?;
     let db = ctx.client.db;
     let now = ctx.now_ms;
     let mut freed = Vec::new();
@@ -1036,7 +1037,7 @@ fn flushdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let lazy = flush_mode(argv)?;
+    let lazy = flush_mode(ctx, argv)?;
     let now = ctx.now_ms;
     let mut freed = Vec::new();
     ctx.shard.tracking_flush(|s| {
@@ -1568,6 +1569,58 @@ mod tests {
         assert_eq!(h.run(&["FLUSHDB"]), "+OK\r\n");
         assert_eq!(h.shard.lazyfree.freed(), 3);
         assert_eq!(h.run(&["FLUSHALL", "LAZY"]), "-ERR syntax error\r\n");
+    }
+
+    /// Waits (bounded) until the lazyfree thread has freed `n` values in all.
+    fn wait_freed(h: &T, n: u64) -> u64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.shard.lazyfree.freed() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        h.shard.lazyfree.freed()
+    }
+
+    #[test]
+    fn unlink_frees_only_values_past_the_effort_threshold_off_the_shard() {
+        use crate::lazyfree::LAZYFREE_EFFORT_MIN;
+        let mut h = T::new();
+        let sadd = |h: &mut T, key: &str, n: usize| {
+            let mut args = vec!["SADD".to_string(), key.to_string()];
+            args.extend((0..n).map(|i| format!("m{i}")));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            assert_eq!(h.run(&args), format!(":{n}\r\n"));
+        };
+        sadd(&mut h, "at", LAZYFREE_EFFORT_MIN);
+        sadd(&mut h, "past", LAZYFREE_EFFORT_MIN + 1);
+        h.run(&["SET", "str", "v"]);
+        h.run(&["XADD", "s", "*", "a", "b"]);
+        // At the threshold, a string, a one-entry stream: freed here, as Redis does.
+        assert_eq!(h.run(&["UNLINK", "at", "str", "s", "missing"]), ":3\r\n");
+        assert_eq!(h.shard.lazyfree.freed(), 0);
+        assert_eq!(h.shard.lazyfree.pending(), 0);
+        // One past it: handed to the lazyfree thread.
+        assert_eq!(h.run(&["UNLINK", "past"]), ":1\r\n");
+        assert_eq!(wait_freed(&h, 1), 1);
+        assert_eq!(h.run(&["EXISTS", "at", "past", "str", "s"]), ":0\r\n");
+        // DEL frees here unless lazyfree-lazy-user-del says otherwise.
+        sadd(&mut h, "past", LAZYFREE_EFFORT_MIN + 1);
+        assert_eq!(h.run(&["DEL", "past"]), ":1\r\n");
+        assert_eq!(h.shard.lazyfree.freed(), 1);
+        h.run(&["CONFIG", "SET", "lazyfree-lazy-user-del", "yes"]);
+        sadd(&mut h, "past", LAZYFREE_EFFORT_MIN + 1);
+        assert_eq!(h.run(&["DEL", "past"]), ":1\r\n");
+        assert_eq!(wait_freed(&h, 2), 2);
+        // CONFIG RESETSTAT starts the count again (Redis's lazyfreeResetStats).
+        assert_eq!(h.run(&["CONFIG", "RESETSTAT"]), "+OK\r\n");
+        assert_eq!(h.shard.lazyfree.freed(), 0);
+        // The bare FLUSHALL follows lazyfree-lazy-user-flush.
+        sadd(&mut h, "past", 2);
+        assert_eq!(h.run(&["FLUSHALL"]), "+OK\r\n");
+        assert_eq!(h.shard.lazyfree.freed(), 0);
+        h.run(&["CONFIG", "SET", "lazyfree-lazy-user-flush", "yes"]);
+        sadd(&mut h, "past", 2);
+        assert_eq!(h.run(&["FLUSHALL"]), "+OK\r\n");
+        assert_eq!(wait_freed(&h, 1), 1);
     }
 
     #[test]

@@ -242,7 +242,7 @@ const DEFRAG: &str = "Meridian has no active defragmentation.";
 const EXPIRY: &str = "Active expiry runs `hz` cycles per second, each bounded in buckets.";
 const HLL_SPARSE: &str = "A sparse HyperLogLog becomes dense past 3000 bytes, Redis's default, on every site: the encoding is part of the replicated value.";
 const IO_THREADS: &str = "Each shard thread does its own network I/O.";
-const LAZYFREE: &str = "Meridian frees values on the shard thread.";
+const LAZYFREE: &str = "Evictions, expiries and server-side deletions free values on the shard thread.";
 const LIST_ENCODING: &str = "Lists are a CRDT of their own; Redis 7.0 reports every list as `quicklist` whatever these are. DUMP lays a list out in quicklist nodes by them, as Redis does.";
 const LOG_TAIL_CUT: &str =
     "A torn tail of the op log is always cut at start (docs/persistence.md).";
@@ -299,8 +299,8 @@ pub static PARAMS: &[Param] = &[
     stored("lazyfree-lazy-eviction", Kind::Bool, "no", LAZYFREE),
     stored("lazyfree-lazy-expire", Kind::Bool, "no", LAZYFREE),
     stored("lazyfree-lazy-server-del", Kind::Bool, "no", LAZYFREE),
-    stored("lazyfree-lazy-user-del", Kind::Bool, "no", LAZYFREE),
-    stored("lazyfree-lazy-user-flush", Kind::Bool, "no", LAZYFREE),
+    field("lazyfree-lazy-user-del", Kind::Bool, field!(lazyfree_lazy_user_del), "DEL frees a large value on the shard's lazyfree thread, as UNLINK does."),
+    field("lazyfree-lazy-user-flush", Kind::Bool, field!(lazyfree_lazy_user_flush), "FLUSHALL and FLUSHDB without ASYNC or SYNC run as ASYNC."),
     stored("repl-disable-tcp-nodelay", Kind::Bool, "no", NO_REPLICATION),
     stored("repl-diskless-sync", Kind::Bool, "yes", NO_REPLICATION),
     stored("aof-rewrite-incremental-fsync", Kind::Bool, "yes", NO_AOF),
