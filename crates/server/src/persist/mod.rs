@@ -407,6 +407,7 @@ impl Persist {
                 let urgent = self.fsync == Fsync::Always;
                 w.note_written(self.next_pos, own, log.bytes, urgent);
                 self.pending.clear();
+                keep_small(&mut self.pending);
                 self.pending_own = (0, 0);
                 if log.bytes >= self.segment_bytes_max {
                     if let Err(e) = self.rotate() {
@@ -692,6 +693,7 @@ impl Shard {
         }
         self.persist.scratch = buf;
         self.persist.append_scratch_op();
+        keep_small(&mut self.persist.scratch);
     }
 
     /// Logs a key state a full sync merged, with both sides' causal contexts.
@@ -711,7 +713,20 @@ impl Shard {
         state.encode_state(&mut buf);
         self.persist
             .append_merge(db as u16, key, mine, theirs, &buf);
+        keep_small(&mut buf);
         self.persist.scratch = buf;
+    }
+}
+
+/// Room an empty write or scratch buffer keeps between uses: one large record (a value of
+/// megabytes) would otherwise hold its size for the life of the process. Redis frees its
+/// AOF buffer after each write unless it is small, for the same reason.
+pub const BUF_BYTES_KEPT_MAX: usize = 64 * 1024;
+
+/// Gives back what an empty buffer holds past `BUF_BYTES_KEPT_MAX`.
+fn keep_small(buf: &mut Vec<u8>) {
+    if buf.is_empty() && buf.capacity() > BUF_BYTES_KEPT_MAX {
+        buf.shrink_to(BUF_BYTES_KEPT_MAX);
     }
 }
 
@@ -762,6 +777,31 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    #[test]
+    fn write_buffers_keep_at_most_their_limit_between_uses() {
+        use super::{BUF_BYTES_KEPT_MAX, keep_small};
+        let mut at = Vec::<u8>::with_capacity(BUF_BYTES_KEPT_MAX);
+        let kept = at.capacity();
+        keep_small(&mut at);
+        assert_eq!(at.capacity(), kept, "at the limit: kept");
+        let mut past = Vec::<u8>::with_capacity(BUF_BYTES_KEPT_MAX + 1);
+        keep_small(&mut past);
+        assert!(past.capacity() <= BUF_BYTES_KEPT_MAX, "one past: given back");
+        let mut holding = vec![0u8; 2 * BUF_BYTES_KEPT_MAX];
+        keep_small(&mut holding);
+        assert_eq!(holding.len(), 2 * BUF_BYTES_KEPT_MAX, "a buffer in use is left alone");
+
+        // The log's write buffer after a record of a megabyte.
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = shard(dir.path());
+        a.open_persistence().unwrap();
+        let big = "x".repeat(1 << 20);
+        assert_eq!(run(&mut a, &["SET", "big", &big]), "+OK\r\n");
+        assert!(a.persist.flush());
+        assert!(a.persist.pending.capacity() <= BUF_BYTES_KEPT_MAX);
+        a.persist.close();
     }
 
     #[test]
