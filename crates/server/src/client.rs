@@ -17,6 +17,15 @@ use tokio::sync::Notify;
 use crate::config::{OutputBufferLimits, OutputLimit};
 use crate::resp::reply::Proto;
 
+/// A read buffer wasting less than this is left as it is (Redis: 4 KiB).
+pub const QUERY_BUF_SPARE_BYTES_MIN: usize = 4 * 1024;
+/// Seconds without input after which a client's read buffer is given back whole (Redis:
+/// more than 2).
+pub const QUERY_BUF_IDLE_S: u64 = 2;
+/// A read buffer this large or smaller is never trimmed to its peak (Redis's
+/// `PROTO_RESIZE_THRESHOLD`).
+pub const QUERY_BUF_RESIZE_BYTES_MIN: usize = 32 * 1024;
+
 /// What any thread may hold of a client: the output other clients queue for it (MONITOR
 /// lines, Pub/Sub messages, already encoded in its protocol), its wake-up and its kill
 /// switch. Locks are taken only off the data path (a publish, a MONITOR line, a kill).
@@ -216,6 +225,15 @@ pub struct ClientShared {
     pub last_interaction_ms: Cell<u64>,
     /// Bytes of unparsed input and of pending output, updated once per read.
     pub qbuf_bytes: Cell<usize>,
+    /// Bytes the read buffer has allocated (CLIENT LIST `qbuf` + `qbuf-free`), updated when
+    /// its size changes.
+    pub qbuf_cap_bytes: Cell<usize>,
+    /// Most input the read buffer held, or a bulk it waited for, since the thread's cron
+    /// last looked (Redis's `querybuf_peak`).
+    pub qbuf_peak_bytes: Cell<usize>,
+    /// The capacity the cron asks the connection to resize its read buffer to
+    /// (`plan_query_buffer_resize`); the connection takes it when it next waits for input.
+    pub qbuf_resize: Cell<Option<usize>>,
     pub obuf_bytes: Cell<usize>,
     /// Whether the client is inside MULTI (flag 'x').
     pub in_multi: Cell<bool>,
@@ -343,6 +361,9 @@ impl ClientShared {
             last_cmd: Cell::new("NULL"),
             last_interaction_ms: Cell::new(now_ms),
             qbuf_bytes: Cell::new(0),
+            qbuf_cap_bytes: Cell::new(0),
+            qbuf_peak_bytes: Cell::new(0),
+            qbuf_resize: Cell::new(None),
             obuf_bytes: Cell::new(0),
             in_multi: Cell::new(false),
             busy_txn: Cell::new(BusyTxn::UNTOUCHED),
@@ -366,6 +387,37 @@ impl ClientShared {
     /// Whether the client has any Pub/Sub subscription (Redis's CLIENT_PUBSUB flag).
     pub fn is_subscribed(&self) -> bool {
         self.sub.get() + self.psub.get() + self.ssub.get() > 0
+    }
+
+    /// The thread's cron's look at this client's read buffer (Redis's
+    /// `clientsCronResizeQueryBuffer`): when it wastes more than `QUERY_BUF_SPARE_BYTES_MIN`,
+    /// a client idle for more than `QUERY_BUF_IDLE_S` seconds gives it all back, and one whose
+    /// buffer is over `QUERY_BUF_RESIZE_BYTES_MIN` and twice its recent peak keeps only that
+    /// peak (or what it holds, if more). Then the peak starts again from what the buffer
+    /// holds. Returns whether a resize was asked for (the caller wakes the connection).
+    pub fn plan_query_buffer_resize(&self, now_ms: u64) -> bool {
+        let (len, cap, peak) = (
+            self.qbuf_bytes.get(),
+            self.qbuf_cap_bytes.get(),
+            self.qbuf_peak_bytes.get(),
+        );
+        let idle_s = (now_ms / 1000).saturating_sub(self.last_interaction_ms.get() / 1000);
+        let mut asked = false;
+        if cap.saturating_sub(len) > QUERY_BUF_SPARE_BYTES_MIN {
+            let target = if idle_s > QUERY_BUF_IDLE_S {
+                Some(len)
+            } else if cap > QUERY_BUF_RESIZE_BYTES_MIN && cap / 2 > peak {
+                Some(len.max(peak))
+            } else {
+                None
+            };
+            if let Some(t) = target {
+                self.qbuf_resize.set(Some(t));
+                asked = true;
+            }
+        }
+        self.qbuf_peak_bytes.set(len);
+        asked
     }
 
     /// Refreshes the `sub`/`psub`/`ssub` counters from `subs`.
@@ -535,5 +587,53 @@ impl Client {
 impl crate::keyspace::Wake for Mailbox {
     fn wake(&self) {
         self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose read buffer holds `len` of `cap` bytes, with `peak`, last heard from
+    /// at `last_ms`.
+    fn client(len: usize, cap: usize, peak: usize, last_ms: u64) -> ClientShared {
+        let addr: SocketAddr = ([127, 0, 0, 1], 5000).into();
+        let c = ClientShared::new(1, addr, addr, last_ms);
+        c.qbuf_bytes.set(len);
+        c.qbuf_cap_bytes.set(cap);
+        c.qbuf_peak_bytes.set(peak);
+        c
+    }
+
+    #[test]
+    fn query_buffer_plan_at_each_limit_and_one_past() {
+        let idle = (QUERY_BUF_IDLE_S + 1) * 1000;
+        // Spare room at QUERY_BUF_SPARE_BYTES_MIN is left, one byte more is not.
+        let c = client(0, QUERY_BUF_SPARE_BYTES_MIN, 0, 0);
+        assert!(!c.plan_query_buffer_resize(idle));
+        let c = client(0, QUERY_BUF_SPARE_BYTES_MIN + 1, 0, 0);
+        assert!(c.plan_query_buffer_resize(idle));
+        assert_eq!(c.qbuf_resize.take(), Some(0), "idle: given back whole");
+        // Idle for QUERY_BUF_IDLE_S seconds is not idle yet; a second more is.
+        let c = client(0, 16 * 1024, 16 * 1024, 0);
+        assert!(!c.plan_query_buffer_resize(QUERY_BUF_IDLE_S * 1000));
+        assert_eq!(c.qbuf_peak_bytes.get(), 0, "the peak starts again");
+        assert!(c.plan_query_buffer_resize(idle));
+        // What an idle buffer holds stays.
+        let c = client(100, 16 * 1024, 0, 0);
+        assert!(c.plan_query_buffer_resize(idle));
+        assert_eq!(c.qbuf_resize.take(), Some(100));
+        // Busy: a buffer of QUERY_BUF_RESIZE_BYTES_MIN is never trimmed, one byte more is,
+        // when twice its peak.
+        let c = client(0, QUERY_BUF_RESIZE_BYTES_MIN, 0, 1000);
+        assert!(!c.plan_query_buffer_resize(1000));
+        let c = client(0, QUERY_BUF_RESIZE_BYTES_MIN + 1, 10, 1000);
+        assert!(c.plan_query_buffer_resize(1000));
+        assert_eq!(c.qbuf_resize.take(), Some(10), "trimmed to the peak");
+        // Half of it at the peak: kept; then the peak is what it holds, and it goes.
+        let c = client(0, 400_000, 200_000, 1000);
+        assert!(!c.plan_query_buffer_resize(1000));
+        assert!(c.plan_query_buffer_resize(1000));
+        assert_eq!(c.qbuf_resize.take(), Some(0));
     }
 }

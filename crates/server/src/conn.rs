@@ -322,8 +322,28 @@ pub const OUTPUT_CHECK_PERIOD: Duration = Duration::from_millis(250);
 
 /// Reads what the client sent (at least one byte, or 0 at the end of the stream).
 /// Cancel-safe: the stream is shared (by `Rc`) with the busy-script side path.
-async fn read_some(stream: &ClientStream, buf: &mut BytesMut) -> std::io::Result<usize> {
-    stream.read_some(buf).await
+async fn read_some(
+    stream: &ClientStream,
+    buf: &mut BytesMut,
+    want: usize,
+) -> std::io::Result<usize> {
+    stream.read_some(buf, want).await
+}
+
+/// Resizes a read buffer to `target` bytes of room (never below what it holds; 0: gives it
+/// all back), as the thread's cron asked (`ClientShared::plan_query_buffer_resize`).
+fn resize_read_buf(rbuf: &mut BytesMut, target: usize) {
+    let target = target.max(rbuf.len());
+    if target >= rbuf.capacity() {
+        return;
+    }
+    if target == 0 {
+        *rbuf = BytesMut::new();
+    } else {
+        let mut smaller = BytesMut::with_capacity(target);
+        smaller.extend_from_slice(rbuf);
+        *rbuf = smaller;
+    }
 }
 
 /// Serves one accepted connection until it closes, is killed, or the server stops.
@@ -566,6 +586,7 @@ impl Conn {
     async fn run(&mut self, stream: &ClientStream, mut parser: Parser, input: BytesMut) {
         let mut rbuf = input;
         rbuf.reserve(READ_BUF_BYTES_INITIAL);
+        self.client.shared.qbuf_cap_bytes.set(rbuf.capacity());
         // The read buffer may hold complete commands not run yet (a blocking command ended,
         // or the connection was handed over after loading).
         let mut buffered = !rbuf.is_empty();
@@ -587,11 +608,15 @@ impl Conn {
                     .unwrap_or(0)
                     .saturating_sub(rbuf.len())
                     .max(READ_CHUNK_BYTES_MIN);
-                rbuf.reserve(want);
                 let mailbox = self.client.shared.mailbox.clone();
                 let n = tokio::select! {
-                    r = read_some(stream, &mut rbuf) => r,
+                    r = read_some(stream, &mut rbuf, want) => r,
                     () = mailbox.wake.notified() => {
+                        let shared = &self.client.shared;
+                        if let Some(target) = shared.qbuf_resize.take() {
+                            resize_read_buf(&mut rbuf, target);
+                            shared.qbuf_cap_bytes.set(rbuf.capacity());
+                        }
                         // MONITOR lines and Pub/Sub messages from other connections.
                         let pending = mailbox.take();
                         let limit = self.output_limit();
@@ -609,12 +634,25 @@ impl Conn {
                     Ok(n) => n,
                 };
                 self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
+                let shared = &self.client.shared;
+                // A resize the cron planned before this input is stale.
+                shared.qbuf_resize.set(None);
+                let peak = rbuf.len().max(parser.bytes_hint().unwrap_or(0));
+                shared
+                    .qbuf_peak_bytes
+                    .set(shared.qbuf_peak_bytes.get().max(peak));
             }
             buffered = false;
             let query_limit = self.th.shard.borrow().config.client_query_buffer_limit as usize;
             if !self.process(stream, &mut rbuf, &mut parser).await {
                 return;
             }
+            if rbuf.is_empty() && rbuf.capacity() < READ_BUF_BYTES_INITIAL {
+                // The room behind the commands run is free again: no copy, as nothing is
+                // left to move.
+                rbuf.reserve(READ_BUF_BYTES_INITIAL);
+            }
+            self.client.shared.qbuf_cap_bytes.set(rbuf.capacity());
             if !self.flush(stream).await {
                 return;
             }
@@ -2521,10 +2559,9 @@ impl Conn {
                     None => std::future::pending::<()>().await,
                 }
             };
-            rbuf.reserve(READ_CHUNK_BYTES_MIN);
             tokio::select! {
                 biased;
-                r = read_some(stream, rbuf) => match r {
+                r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
                     Ok(0) | Err(_) => {
                         self.forget_wait(&targets).await;
                         return false;
@@ -2577,13 +2614,12 @@ impl Conn {
                 None => std::future::pending::<()>().await,
             }
         };
-        rbuf.reserve(READ_CHUNK_BYTES_MIN);
         let mailbox = self.client.shared.mailbox.clone();
         // Biased: a close seen at the same time as a wake wins, so a client that is gone
         // consumes nothing.
         let event = tokio::select! {
             biased;
-            r = read_some(stream, rbuf) => match r {
+            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
                 Ok(0) | Err(_) => return None,
                 Ok(n) => BlockedEvent::Input(n),
             },
@@ -2996,6 +3032,21 @@ fn flag_transaction(client: &mut Client) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_buffer_shrinks_to_its_target_but_keeps_what_it_holds() {
+        let mut b = BytesMut::with_capacity(400_000);
+        b.extend_from_slice(b"*1\r\n$4\r\nPI");
+        resize_read_buf(&mut b, 0);
+        assert_eq!(&b[..], b"*1\r\n$4\r\nPI");
+        assert!(b.capacity() < 400_000);
+        let mut b = BytesMut::with_capacity(400_000);
+        resize_read_buf(&mut b, 0);
+        assert_eq!(b.capacity(), 0);
+        let mut b = BytesMut::with_capacity(1000);
+        resize_read_buf(&mut b, 5000);
+        assert_eq!(b.capacity(), 1000, "never grown");
+    }
 
     fn command(args: &[&str]) -> Vec<u8> {
         let mut b = format!("*{}\r\n", args.len()).into_bytes();

@@ -813,9 +813,8 @@ impl Shard {
         let hash = self.hash_key(key);
         let costly = self.peers == 0
             && self.dbs.get(db).is_some_and(|d| {
-                d.get(hash, key).is_some_and(|e| {
-                    e.state.free_effort() > crate::lazyfree::LAZYFREE_EFFORT_MIN
-                })
+                d.get(hash, key)
+                    .is_some_and(|e| e.state.free_effort() > crate::lazyfree::LAZYFREE_EFFORT_MIN)
             });
         if costly {
             self.delete_key_taking(db, key, now_ms, freed)

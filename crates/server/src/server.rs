@@ -1250,6 +1250,11 @@ async fn periodic(th: Rc<Thread>) {
         let mut f = th.front.borrow_mut();
         let total = f.stats.total_commands_processed;
         f.stats.ops_sample.sample(now, total);
+        for c in f.clients.values() {
+            if c.plan_query_buffer_resize(now) {
+                c.mailbox.wake.notify_one();
+            }
+        }
         if timeout_s > 0 {
             for c in f.clients.values() {
                 let idle_ms = now.saturating_sub(c.last_interaction_ms.get());

@@ -245,11 +245,14 @@ impl ClientStream {
     }
 
     /// Reads what the client sent (at least one byte, or 0 at the end of the stream) into
-    /// `buf`. Cancel-safe.
-    pub async fn read_some(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+    /// `buf`, with room for at least `want` more bytes made once input is there: a client
+    /// that sends nothing holds no more buffer than it had (the cron may have taken it all
+    /// back). Cancel-safe.
+    pub async fn read_some(&self, buf: &mut BytesMut, want: usize) -> std::io::Result<usize> {
         let Some(tls) = &self.tls else {
             loop {
                 self.tcp.readable().await?;
+                buf.reserve(want);
                 let spare = buf.capacity() - buf.len();
                 match self.tcp.try_read_buf(buf) {
                     Ok(n) if n > 0 && n < spare => {
@@ -270,6 +273,7 @@ impl ClientStream {
         loop {
             let progressed = {
                 let mut s = tls.borrow_mut();
+                buf.reserve(want);
                 if !s.input.is_empty() {
                     let n = s.input.len();
                     buf.extend_from_slice(&s.input);

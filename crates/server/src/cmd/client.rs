@@ -170,13 +170,16 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     let idle = (now_ms / 1000).saturating_sub(c.last_interaction_ms.get() / 1000);
     let db = me.map_or(c.db.get(), |m| m.db);
     let qbuf = me.map_or(c.qbuf_bytes.get(), |m| m.qbuf);
+    // The buffer's allocation holds what is unparsed and the room after it.
+    let qbuf_cap = c.qbuf_cap_bytes.get().max(qbuf);
+    let qbuf_free = qbuf_cap - qbuf;
     let argv_mem = me.map_or(0, |m| m.argv_mem);
     let multi_mem = me.map_or(0, |m| m.multi_mem);
     let rbp = me.map_or(0, |m| m.rbp);
     let obl = c.obuf_bytes.get();
     let tot_mem = std::mem::size_of::<ClientShared>()
         + std::mem::size_of::<crate::client::Client>()
-        + crate::conn::READ_BUF_BYTES_INITIAL.max(qbuf)
+        + qbuf_cap
         + REPLY_BUF_BYTES
         + argv_mem
         + multi_mem
@@ -193,7 +196,7 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     out.extend_from_slice(name);
     let _ = write!(
         out,
-        " age={age} idle={idle} flags={flags} db={db} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free=0 \
+        " age={age} idle={idle} flags={flags} db={db} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} \
          argv-mem={argv_mem} multi-mem={multi_mem} rbs={REPLY_BUF_BYTES} rbp={rbp} obl={obl} oll=0 omem=0 \
          tot-mem={tot_mem} events=r cmd={cmd} user=",
         c.sub.get(),

@@ -147,10 +147,7 @@ fn overhead(shard: &mut Shard, front: &crate::front::Front) -> Overhead {
     let clients_normal: u64 = front
         .clients
         .values()
-        .map(|c| {
-            (crate::conn::READ_BUF_BYTES_INITIAL.max(c.qbuf_bytes.get()) + c.obuf_bytes.get())
-                as u64
-        })
+        .map(|c| (c.qbuf_cap_bytes.get().max(c.qbuf_bytes.get()) + c.obuf_bytes.get()) as u64)
         .sum();
     let dbs: Vec<(usize, u64)> = shard
         .dbs

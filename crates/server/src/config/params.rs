@@ -242,7 +242,8 @@ const DEFRAG: &str = "Meridian has no active defragmentation.";
 const EXPIRY: &str = "Active expiry runs `hz` cycles per second, each bounded in buckets.";
 const HLL_SPARSE: &str = "A sparse HyperLogLog becomes dense past 3000 bytes, Redis's default, on every site: the encoding is part of the replicated value.";
 const IO_THREADS: &str = "Each shard thread does its own network I/O.";
-const LAZYFREE: &str = "Evictions, expiries and server-side deletions free values on the shard thread.";
+const LAZYFREE: &str =
+    "Evictions, expiries and server-side deletions free values on the shard thread.";
 const LIST_ENCODING: &str = "Lists are a CRDT of their own; Redis 7.0 reports every list as `quicklist` whatever these are. DUMP lays a list out in quicklist nodes by them, as Redis does.";
 const LOG_TAIL_CUT: &str =
     "A torn tail of the op log is always cut at start (docs/persistence.md).";

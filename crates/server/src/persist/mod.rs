@@ -788,10 +788,17 @@ mod tests {
         assert_eq!(at.capacity(), kept, "at the limit: kept");
         let mut past = Vec::<u8>::with_capacity(BUF_BYTES_KEPT_MAX + 1);
         keep_small(&mut past);
-        assert!(past.capacity() <= BUF_BYTES_KEPT_MAX, "one past: given back");
+        assert!(
+            past.capacity() <= BUF_BYTES_KEPT_MAX,
+            "one past: given back"
+        );
         let mut holding = vec![0u8; 2 * BUF_BYTES_KEPT_MAX];
         keep_small(&mut holding);
-        assert_eq!(holding.len(), 2 * BUF_BYTES_KEPT_MAX, "a buffer in use is left alone");
+        assert_eq!(
+            holding.len(),
+            2 * BUF_BYTES_KEPT_MAX,
+            "a buffer in use is left alone"
+        );
 
         // The log's write buffer after a record of a megabyte.
         let dir = tempfile::tempdir().unwrap();
