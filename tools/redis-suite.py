@@ -268,7 +268,7 @@ class Server:
                     "--appendonly", "no", "--daemonize", "no"]
         else:
             args = [binary, "server", "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--dir", os.path.join(self.dir, "data")]
+                    "--dir", os.path.join(self.dir, "data"), "--enable-debug-command", "yes"]
         args += self.extra
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         return wait_port(self.port, self.proc)

@@ -783,6 +783,22 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Sets a Redis parameter kept in `stored` (a start flag): checked as `CONFIG SET`
+    /// checks it; an unknown name or one bound to a field is refused.
+    pub fn set_stored(&mut self, name: &str, text: &str) -> Result<(), String> {
+        let p = params::find(name.as_bytes()).ok_or_else(|| format!("unknown parameter {name}"))?;
+        if !matches!(p.binding, params::Binding::Stored) {
+            return Err(format!("{name} is not a stored parameter"));
+        }
+        let canonical = p.parse(text)?;
+        if canonical == p.default {
+            self.stored.remove(p.name);
+        } else {
+            self.stored.insert(p.name.to_string(), canonical);
+        }
+        Ok(())
+    }
+
     /// Checks every value; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, message: String| {

@@ -306,6 +306,14 @@ struct ServerFlags {
     /// Address the metrics port listens on. [default: 127.0.0.1]
     #[arg(long, value_name = "IP")]
     metrics_bind: Option<String>,
+    /// Who may run DEBUG: no, yes, or local (clients on loopback), Redis's
+    /// `enable-debug-command`. [default: no]
+    #[arg(long, value_name = "no|yes|local")]
+    enable_debug_command: Option<String>,
+    /// Who may run MODULE: no, yes, or local (clients on loopback), Redis's
+    /// `enable-module-command`. [default: no]
+    #[arg(long, value_name = "no|yes|local")]
+    enable_module_command: Option<String>,
     /// Test-only: write shard-N/fsynced after every fsync.
     #[arg(long, value_parser = parse_yes_no, hide = true)]
     debug_fsync_watermark: Option<bool>,
@@ -404,6 +412,15 @@ impl ServerFlags {
         }
         if self.cluster_api.is_some() {
             c.cluster_api = self.cluster_api;
+        }
+        for (name, flag) in [
+            ("enable-debug-command", &self.enable_debug_command),
+            ("enable-module-command", &self.enable_module_command),
+        ] {
+            if let Some(text) = flag {
+                c.set_stored(name, text)
+                    .map_err(|e| anyhow::anyhow!("--{name}: {e}"))?;
+            }
         }
         if let Some(text) = &self.client_output_buffer_limit {
             c.client_output_buffer_limit

@@ -480,7 +480,14 @@ fn systemd_hears_loading_ready_watchdog_and_stopping() {
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = Command::new(bin())
-        .args(["server", "--port", &port.to_string(), "--dir"])
+        .args([
+            "server",
+            "--enable-debug-command",
+            "yes",
+            "--port",
+            &port.to_string(),
+            "--dir",
+        ])
         .arg(tmp.path())
         .env("NOTIFY_SOCKET", &notify.path)
         // A half-period of 150 ms: the watchdog pings every 150 ms while shards answer.

@@ -487,3 +487,33 @@ fn config_set_port_moves_the_listener_or_changes_nothing() {
     let mut back = Raw::connect(old);
     assert_eq!(back.reply(&["PING"]), common::Reply::Simple("PONG".into()));
 }
+
+/// DEBUG and MODULE are refused unless `enable-debug-command` / `enable-module-command`
+/// allow them, as in Redis 7.0 (both default to no); `local` allows loopback clients.
+#[test]
+fn debug_needs_enable_debug_command() {
+    let refused = "-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.\r\n";
+    let s = Server::start_with(&["--enable-debug-command", "no"]);
+    let mut c = s.connect();
+    assert_eq!(c.call_text(&["DEBUG", "SLEEP", "0"]), refused);
+    assert_eq!(
+        c.call_text(&["CONFIG", "GET", "enable-debug-command"]),
+        "*2\r\n$20\r\nenable-debug-command\r\n$2\r\nno\r\n"
+    );
+    let s = Server::start_with(&["--enable-debug-command", "local"]);
+    let mut c = s.connect();
+    assert_eq!(c.call_text(&["DEBUG", "SLEEP", "0"]), "+OK\r\n");
+    let s = Server::start_with(&[
+        "--enable-debug-command",
+        "yes",
+        "--enable-module-command",
+        "local",
+    ]);
+    let mut c = s.connect();
+    assert_eq!(c.call_text(&["DEBUG", "SLEEP", "0"]), "+OK\r\n");
+    assert_eq!(c.call_text(&["MODULE", "LIST"]), "*0\r\n");
+    assert!(
+        c.call_text(&["MODULE", "LOAD", "/nonexistent.so"])
+            .starts_with("-ERR Error loading the extension"),
+    );
+}

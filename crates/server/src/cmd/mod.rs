@@ -156,6 +156,26 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
 }
 
 /// The process-wide command table, built on first use.
+/// Redis's `allowProtectedAction`: DEBUG and MODULE run only when their setting
+/// (`enable-debug-command`, `enable-module-command`, fixed at start) is `yes`, or `local`
+/// and the client is on loopback; otherwise Redis's refusal text.
+pub fn protected_allowed(ctx: &Ctx<'_>, param: &str, command: &str) -> Result<(), CmdError> {
+    let setting = crate::config::params::find(param.as_bytes())
+        .map(|p| p.get(&ctx.shard.config))
+        .unwrap_or_default();
+    let ok = match setting.as_str() {
+        "yes" => true,
+        "local" => crate::conn::is_local(ctx.client.shared.addr.ip()),
+        _ => false,
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(CmdError::Err(format!(
+        "{command} command not allowed. If the {param} option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server."
+    )))
+}
+
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| {

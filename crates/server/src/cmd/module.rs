@@ -39,29 +39,10 @@ fn list(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Redis's `allowProtectedAction` for `enable-module-command`, with its refusal text.
-fn allowed(ctx: &Ctx<'_>) -> Result<(), CmdError> {
-    let setting = crate::config::params::find(b"enable-module-command")
-        .map(|p| p.get(&ctx.shard.config))
-        .unwrap_or_default();
-    let ok = match setting.as_str() {
-        "yes" => true,
-        "local" => crate::conn::is_local(ctx.client.shared.addr.ip()),
-        _ => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(CmdError::Err(
-            "MODULE command not allowed. If the enable-module-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.".to_string(),
-        ))
-    }
-}
-
 /// MODULE LOAD path [arg ...] and MODULE LOADEX path [CONFIG name value ...] [ARGS arg ...]:
 /// the load fails as Redis's does for a library it cannot load.
 fn load(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    allowed(ctx)?;
+    super::protected_allowed(ctx, "enable-module-command", "MODULE")?;
     let path = String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default());
     tracing::warn!(
         path = %path,
@@ -74,7 +55,7 @@ fn load(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// MODULE UNLOAD name: no module has that name.
 fn unload(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
-    allowed(ctx)?;
+    super::protected_allowed(ctx, "enable-module-command", "MODULE")?;
     Err(CmdError::Err(
         "Error unloading module: no such module with that name".to_string(),
     ))

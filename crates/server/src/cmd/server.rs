@@ -1222,6 +1222,7 @@ fn latency_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 pub const DEBUG_SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    super::protected_allowed(ctx, "enable-debug-command", "DEBUG")?;
     let sub = argv.get(1).copied().unwrap_or_default();
     let argc = argv.len();
     if eq_ic(sub, "help") && argc == 2 {
@@ -1915,6 +1916,28 @@ mod tests {
         assert_eq!(t.run(&["flushall"]), "+OK\r\n");
         assert_eq!(t.run(&["flushdb", "async"]), "+OK\r\n");
         assert_eq!(t.run(&["flushdb", "foo"]), "-ERR syntax error\r\n");
+        // DEBUG is refused unless enable-debug-command allows it, as in Redis 7.0.
+        assert_eq!(
+            t.run(&["debug", "sleep", "0"]),
+            "-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.\r\n"
+        );
+        assert!(
+            t.run(&["config", "set", "enable-debug-command", "yes"])
+                .starts_with("-ERR CONFIG SET failed")
+        );
+        t.shard
+            .config
+            .set_stored("enable-debug-command", "local")
+            .unwrap();
+        assert_eq!(
+            t.run(&["debug", "sleep", "0"]),
+            "+OK\r\n",
+            "a loopback client"
+        );
+        t.shard
+            .config
+            .set_stored("enable-debug-command", "yes")
+            .unwrap();
         assert_eq!(t.run(&["debug", "sleep", "0"]), "+OK\r\n");
         assert_eq!(
             t.run(&["debug", "sleep"]),

@@ -237,7 +237,8 @@ impl FieldText for Vec<String> {
     }
 }
 
-const DEBUG_ENABLED: &str = "DEBUG is always enabled.";
+const DEBUG_ENABLED: &str =
+    "Who may run DEBUG: `yes`, `local` (clients on loopback) or nobody (`no`), as in Redis.";
 const DEFRAG: &str = "Meridian has no active defragmentation.";
 const EXPIRY: &str = "Active expiry runs `hz` cycles per second, each bounded in buckets.";
 const HLL_SPARSE: &str = "A sparse HyperLogLog becomes dense past 3000 bytes, Redis's default, on every site: the encoding is part of the replicated value.";

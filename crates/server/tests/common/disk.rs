@@ -137,6 +137,7 @@ impl Node {
             self.data.display().to_string(),
         ];
         args.extend(self.flags.iter().cloned());
+        super::enable_debug(&mut args);
         // Persistence tests look into `shard-0` unless they ask for more shards.
         if !self.flags.iter().any(|a| a == "--shards") {
             args.push("--shards".into());

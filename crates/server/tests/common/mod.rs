@@ -27,6 +27,15 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// port.
 pub const PORT_BLOCK: u16 = 8;
 
+/// Lets the tests' servers run DEBUG (Redis's `enable-debug-command`, off by default), unless
+/// a test gives the flag itself.
+pub fn enable_debug(args: &mut Vec<String>) {
+    if !args.iter().any(|a| a == "--enable-debug-command") {
+        args.push("--enable-debug-command".into());
+        args.push("yes".into());
+    }
+}
+
 /// A port that was free a moment ago (bind, release), with the `PORT_BLOCK - 1` ports above it
 /// free too, never one of a block this test process handed out before: tests run in parallel
 /// threads, and the kernel may give a port released by one thread to another before the
@@ -165,6 +174,7 @@ impl Server {
             dir.path().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        enable_debug(&mut args);
         if !extra.contains(&"--shards") {
             // Replication tests read one shard's INFO crdt unless they ask for more.
             let syncs = extra.contains(&"--sync-port") || extra.contains(&"--peer");

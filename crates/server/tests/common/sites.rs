@@ -67,6 +67,7 @@ impl Site {
             args.push(format!("{peer}={addr}"));
         }
         args.extend(extra.iter().cloned());
+        super::enable_debug(&mut args);
         // Replication tests read one shard's INFO crdt and positions unless they ask for more.
         if !extra.iter().any(|a| a == "--shards") {
             args.push("--shards".into());
