@@ -32,6 +32,7 @@ tests Redis passes that Meridian does not.
 Examples:
     tools/redis-suite.py type/incr type/string
     tools/redis-suite.py --all --diff
+    tools/redis-suite.py --all --extra          # and every other unit that runs externally
     tools/redis-suite.py --no-redis --port 6379 unit/keyspace
 """
 
@@ -77,6 +78,22 @@ DEFAULT_UNITS = [
     "unit/pause",
     "unit/violations",
     "integration/redis-cli",
+]
+
+# The suite's other units that run any test in external mode: other issues' (bitops, bitfield,
+# dump, tracking, streams, scripting) and limits' (querybuf, lazyfree). The rest of Redis's
+# list runs none there (`external:skip` or `needs:` tags on every block).
+EXTRA_UNITS = [
+    "unit/bitops",
+    "unit/bitfield",
+    "unit/dump",
+    "unit/tracking",
+    "unit/type/stream",
+    "unit/type/stream-cgroups",
+    "unit/scripting",
+    "unit/functions",
+    "unit/querybuf",
+    "unit/lazyfree",
 ]
 
 # Tests skipped on both servers: (unit, exact test name or /regexp, reason). Only tests that
@@ -399,6 +416,8 @@ def main():
                                 epilog="\n".join(__doc__.split("\n")[1:]))
     p.add_argument("units", nargs="*", help="units, e.g. type/incr or integration/redis-cli")
     p.add_argument("--all", action="store_true", help="every unit issue 18 measures")
+    p.add_argument("--extra", action="store_true",
+                   help="also (or, with no unit named, only) the other units that run externally")
     p.add_argument("--suite", default="/work/scratch/redis-7.0.15")
     p.add_argument("--export-to", default="/work/scratch/redis-7.0.15-export")
     p.add_argument("--host", default="127.0.0.1", help="Meridian's host with --port")
@@ -421,7 +440,15 @@ def main():
                    help="run nothing: count the logs a previous run left in --out")
     args = p.parse_args()
 
-    units = [unit_name(u) for u in (DEFAULT_UNITS if args.all or not args.units else args.units)]
+    named = [unit_name(u) for u in args.units]
+    if args.all:
+        units = DEFAULT_UNITS + named
+    elif named:
+        units = named
+    else:
+        units = [] if args.extra else DEFAULT_UNITS
+    if args.extra:
+        units += [u for u in EXTRA_UNITS if u not in units]
     tree = None if args.from_logs else prepare_suite(args.suite, args.export_to)
     os.makedirs(args.out, exist_ok=True)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
