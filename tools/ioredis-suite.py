@@ -56,8 +56,10 @@ _spec.loader.exec_module(redis_suite)
 redis_suite.PORT_FIRST, redis_suite.PORT_SPAN = 7400, 48
 
 PORT_ENV = "IOREDIS_TEST_PORT"
-# The literal default port, not 26379/16379 (mock sentinels and cluster buses).
-PORT_LITERAL = re.compile(r'(?<![\w.])("?)6379\1(?![\w.])')
+# The literal default port as a number or a string of its own, not 26379/16379 (mock
+# sentinels and cluster buses) nor inside a longer string ("127.0.0.1:6379": there the
+# rewrite would have to split the string, and ioredis 6.0.0 has none).
+PORT_LITERAL = re.compile(r'(?<![\w.:/])("?)6379\1(?![\w.])')
 PATCHED_DIRS = ("lib", "test/functional", "test/helpers")
 
 # Records each test's end as one JSON line, synchronously, so a killed run keeps what ended.
