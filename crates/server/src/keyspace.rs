@@ -917,6 +917,9 @@ impl Shard {
         }
         if let Some(d) = self.dbs.get_mut(db) {
             d.avg_ttl_ms = 0;
+            if d.table.release_if_empty() {
+                d.expire_cursor = 0;
+            }
         }
         n
     }

@@ -57,6 +57,8 @@ pub struct Node {
     pub latency: Mutex<LatencyMonitor>,
     /// The ACL log, every shard's `Acl::log`.
     pub acl_log: Arc<Mutex<crate::acl::AclLog>>,
+    /// The script bodies every shard's EVAL cache holds (`script::ScriptBodies`).
+    pub script_bodies: crate::script::ScriptBodies,
     next_client_id: AtomicU64,
     /// Connected clients over all threads (maxclients).
     clients_n: AtomicUsize,
@@ -137,6 +139,7 @@ impl Node {
             slowlog: Mutex::new(SlowLog::new(slowlog_len_max)),
             latency: Mutex::new(LatencyMonitor::default()),
             acl_log: Arc::default(),
+            script_bodies: Arc::default(),
             next_client_id: AtomicU64::new(1),
             clients_n: AtomicUsize::new(0),
             next_thread: AtomicUsize::new(0),

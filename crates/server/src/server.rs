@@ -1120,6 +1120,7 @@ fn run_thread(
             s.scripting.board = Some((node.busy.clone(), usize::from(index - node.first)));
             s.acl.log = node.acl_log.clone();
             s.scripting.slots = (node.shards > 1).then(|| (*node.slots).clone());
+            s.scripting.bodies = (node.local > 1).then(|| node.script_bodies.clone());
             s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
                 if let Some(th) = weak.upgrade() {
                     tokio::task::spawn_local(async move {

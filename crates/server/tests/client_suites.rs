@@ -157,3 +157,63 @@ fn pubsub_counts_on_a_cluster_endpoint_are_that_nodes_own() {
     // A message still reaches every subscriber, whichever port it came in on.
     assert_eq!(call(&mut ask[2], &["PUBLISH", "news", "hi"]), ":4\r\n");
 }
+
+/// ioredis's `should try to use EVALSHA and fallback to EVAL if fails` (scripting.ts) with
+/// several shards: a script EVAL cached (on the shard owning its key) is then run by EVALSHA
+/// on keys every other shard owns, and SCRIPT EXISTS finds it on any connection, as Redis's
+/// one script cache does; SCRIPT FLUSH empties it for every shard.
+#[test]
+fn a_script_eval_cached_runs_by_sha_on_every_shard() {
+    let s = Server::start_with(&["--shards", "3"]);
+    let mut c = s.connect();
+    let body = "return redis.call('get', KEYS[1])";
+    let sha = "4e6d8fc8bb01276962cce5371fa795a7763657ae";
+    let keys: Vec<String> = (0..24).map(|i| format!("key{i}")).collect();
+    assert_eq!(call(&mut c, &["SET", "key0", "v"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["EVAL", body, "1", "key0"]), "$1\r\nv\r\n");
+    // Connections are spread over the shard threads: each answers SCRIPT EXISTS.
+    for _ in 0..6 {
+        let mut other = s.connect();
+        assert_eq!(call(&mut other, &["SCRIPT", "EXISTS", sha]), "*1\r\n:1\r\n");
+    }
+    for k in &keys[1..] {
+        assert_eq!(call(&mut c, &["EVALSHA", sha, "1", k]), "$-1\r\n", "{k}");
+    }
+    assert_eq!(call(&mut c, &["EVALSHA", sha, "1", "key0"]), "$1\r\nv\r\n");
+    assert_eq!(call(&mut c, &["SCRIPT", "FLUSH"]), "+OK\r\n");
+    for k in &keys {
+        assert_eq!(
+            call(&mut c, &["EVALSHA", sha, "1", k]),
+            "-NOSCRIPT No matching script. Please use EVAL.\r\n",
+            "{k}"
+        );
+    }
+    for _ in 0..6 {
+        let mut other = s.connect();
+        assert_eq!(call(&mut other, &["SCRIPT", "EXISTS", sha]), "*1\r\n:0\r\n");
+    }
+    // A script another shard cached keeps its shebang flags: a no-writes script runs by
+    // EVALSHA_RO anywhere, and by EVALSHA during CLIENT PAUSE WRITE, as Redis reads the
+    // flags of a cached script before running it.
+    let ro = "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])";
+    let ro_sha = "8822dee64c14b51d475f4b45eb44843318ccc8e1";
+    assert_eq!(call(&mut c, &["EVAL", ro, "1", "key0"]), "$1\r\nv\r\n");
+    for k in &keys[1..] {
+        assert_eq!(
+            call(&mut c, &["EVALSHA_RO", ro_sha, "1", k]),
+            "$-1\r\n",
+            "{k}"
+        );
+    }
+    assert_eq!(call(&mut c, &["SCRIPT", "FLUSH"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["EVAL", ro, "1", "key0"]), "$1\r\nv\r\n");
+    let mut admin = s.connect();
+    assert_eq!(
+        call(&mut admin, &["CLIENT", "PAUSE", "20000", "WRITE"]),
+        "+OK\r\n"
+    );
+    for k in &keys[1..] {
+        assert_eq!(call(&mut c, &["EVALSHA", ro_sha, "1", k]), "$-1\r\n", "{k}");
+    }
+    assert_eq!(call(&mut admin, &["CLIENT", "UNPAUSE"]), "+OK\r\n");
+}

@@ -98,7 +98,20 @@ fn create_script(shard: &mut Shard, body: &[u8]) -> Result<[u8; 40], CmdError> {
             body_bytes: body.len(),
         },
     );
+    shard.scripting.share_body(sha, body);
     Ok(sha)
+}
+
+/// Whether script `sha` is in the cache, compiling it here first when another shard of the
+/// process cached it (Redis's cache is one for the whole server).
+fn has_script(shard: &mut Shard, sha: &[u8; 40]) -> bool {
+    if shard.scripting.scripts.contains_key(sha) {
+        return true;
+    }
+    match shard.scripting.shared_body(sha) {
+        Some(body) => create_script(shard, &body).is_ok(),
+        None => false,
+    }
 }
 
 /// The flags a script call declares, read before it runs as Redis's `evalGetCommandFlags` and
@@ -121,7 +134,14 @@ pub fn declared_flags(shard: &Shard, name: &str, argv: &[&[u8]]) -> Option<Scrip
             for (d, s) in sha.iter_mut().zip(target) {
                 *d = s.to_ascii_lowercase();
             }
-            shard.scripting.scripts.get(&sha)?.flags
+            match shard.scripting.scripts.get(&sha) {
+                Some(cached) => cached.flags,
+                None => {
+                    script::parse_shebang(&shard.scripting.shared_body(&sha)?)
+                        .ok()?
+                        .0
+                }
+            }
         }
         "fcall" | "fcall_ro" => shard.scripting.libraries.function(target)?.flags,
         _ => return None,
@@ -168,7 +188,7 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
         for (d, s) in sha.iter_mut().zip(body) {
             *d = s.to_ascii_lowercase();
         }
-        if !ctx.shard.scripting.scripts.contains_key(&sha) {
+        if !has_script(ctx.shard, &sha) {
             return Err(CmdError::Raw(NOSCRIPT.to_string()));
         }
         sha
@@ -395,6 +415,7 @@ fn script_exists(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 *d = c.to_ascii_lowercase();
             }
             ctx.shard.scripting.scripts.contains_key(&sha)
+                || ctx.shard.scripting.shared_body(&sha).is_some()
         };
         ctx.out.int(i64::from(found));
     }

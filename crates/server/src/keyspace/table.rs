@@ -445,6 +445,28 @@ impl KeyTable {
         }
     }
 
+    /// Frees the buckets of a table left with no entry (FLUSHDB, FLUSHALL), as Redis's
+    /// `emptyDb` frees its dict: the next key allocates the smallest table again, so that a
+    /// database emptied after holding many keys scans in one SCAN call, not one call per
+    /// `COUNT * 10` buckets of the old size, and gives the memory back. A table that still
+    /// holds an entry (removal metadata, kept while peers may not have seen the removal) is
+    /// left as it is. Returns whether the buckets were freed.
+    pub fn release_if_empty(&mut self) -> bool {
+        if !self.is_empty() || (self.main.capacity() == 0 && self.old.is_none()) {
+            return false;
+        }
+        self.main = HashTable::new();
+        self.main_marks = MarkBits::default();
+        self.old = None;
+        self.last_old_buckets = 0;
+        // A new layout (+2, and +1 more to keep the count even if a rehash was in progress):
+        // cursors of the old one restart, over a table with nothing left to miss.
+        self.generation =
+            self.generation
+                .wrapping_add(if self.generation % 2 == 1 { 3 } else { 2 });
+        true
+    }
+
     /// Moves up to `entries_max` entries of a rehash in progress (the periodic cycle calls
     /// this in batches until its time budget is spent). Returns whether the rehash is still
     /// in progress.
@@ -853,6 +875,46 @@ mod tests {
         assert!(!f.table.is_rehashing());
         let cursor_generation = started & 0xff;
         assert!(f.table.scan_resume(cursor_generation, 3, 0xff).is_err());
+    }
+
+    /// A table emptied after holding many keys (FLUSHDB) gives its buckets back only when no
+    /// entry is left, mid-rehash too; the next keys start again from the smallest table, and
+    /// a cursor of the old layout restarts.
+    #[test]
+    fn an_emptied_table_frees_its_buckets() {
+        let mut f = Fixture::new();
+        assert!(
+            !f.table.release_if_empty(),
+            "a new table has nothing to free"
+        );
+        let mut n = 0;
+        while n < 200 || !f.table.is_rehashing() {
+            f.insert(&key(n));
+            n += 1;
+        }
+        let big = f.table.num_buckets();
+        assert!(big >= 64, "{big} buckets");
+        let (generation, cursor) = (f.table.generation(), big / 2);
+        for i in 0..n - 1 {
+            assert!(f.remove(&key(i)), "key {i}");
+        }
+        assert!(!f.table.release_if_empty(), "one entry is left");
+        assert_eq!(f.table.num_buckets(), big);
+        assert!(f.remove(&key(n - 1)));
+        assert!(f.table.is_rehashing(), "emptied mid-rehash");
+        assert!(f.table.release_if_empty());
+        assert!(!f.table.is_rehashing());
+        assert_eq!(f.table.generation() % 2, 0, "no rehash in progress");
+        assert!(f.table.scan_resume(generation, cursor, u64::MAX).is_err());
+        f.insert(b"a");
+        f.insert(b"b");
+        assert!(
+            f.table.num_buckets() <= 4,
+            "{} buckets",
+            f.table.num_buckets()
+        );
+        assert!(f.lru(b"a").is_some() && f.lru(b"b").is_some());
+        assert!(!f.table.release_if_empty());
     }
 
     /// A scan by `scan_resume` over a table growing and shrinking under it returns every key

@@ -167,12 +167,24 @@ pub struct Loading {
     pub timed_out: bool,
 }
 
+/// The bodies of the scripts cached on any shard of the process, by sha. Redis has one
+/// script cache: a client that ran EVAL (cached on the shard owning its keys) may then run
+/// EVALSHA of the same script on keys another shard owns, or ask SCRIPT EXISTS on any
+/// connection. A shard that lacks a sha compiles it from here. The lock is taken when a
+/// shard caches a script new to it, on a shard's miss and by SCRIPT FLUSH, never on a hit.
+/// Holds no more than the union of the shards' caches (SCRIPT FLUSH, which reaches every
+/// shard, empties both), as unbounded as Redis 7.0's cache.
+pub type ScriptBodies = std::sync::Arc<std::sync::Mutex<HashMap<[u8; 40], std::sync::Arc<[u8]>>>>;
+
 /// What a shard keeps for scripting.
 pub struct Scripting {
     /// The two Lua states, created on first use (most shards never run a script).
     eval: Option<Engine>,
     functions: Option<Engine>,
     pub scripts: HashMap<[u8; 40], CachedScript>,
+    /// The process's script bodies when it runs several shards (`None` with one: `scripts`
+    /// is then the whole cache); set by `server`.
+    pub bodies: Option<ScriptBodies>,
     pub libraries: library::Libraries,
     pub run: Option<Run>,
     pub loading: Option<Loading>,
@@ -248,6 +260,7 @@ impl Scripting {
             eval: None,
             functions: None,
             scripts: HashMap::new(),
+            bodies: None,
             libraries: library::Libraries::default(),
             run: None,
             loading: None,
@@ -310,10 +323,30 @@ impl Scripting {
         (scripts, libs)
     }
 
-    /// SCRIPT FLUSH: a new EVAL state and an empty cache, as Redis's `scriptingReset`.
+    /// SCRIPT FLUSH: a new EVAL state and an empty cache, as Redis's `scriptingReset`
+    /// (the process's bodies too: every shard runs the flush).
     pub fn flush_scripts(&mut self) {
         self.scripts.clear();
         self.eval = None;
+        if let Some(bodies) = &self.bodies {
+            crate::node::lock(bodies).clear();
+        }
+    }
+
+    /// The body of script `sha` cached on another shard of the process (`None` with one
+    /// shard, or when no shard has it).
+    pub fn shared_body(&self, sha: &[u8; 40]) -> Option<std::sync::Arc<[u8]>> {
+        let bodies = self.bodies.as_ref()?;
+        crate::node::lock(bodies).get(sha).cloned()
+    }
+
+    /// Records a script this shard just cached, for the other shards (`shared_body`).
+    pub fn share_body(&self, sha: [u8; 40], body: &[u8]) {
+        if let Some(bodies) = &self.bodies {
+            crate::node::lock(bodies)
+                .entry(sha)
+                .or_insert_with(|| std::sync::Arc::from(body));
+        }
     }
 }
 
