@@ -994,14 +994,18 @@ impl Shard {
         }
     }
 
-    /// Moves entries of the databases' incremental rehashes (`KeyTable`) for up to `budget`
-    /// (the periodic cycle: a rehash finishes while the shard is idle, not only as new keys
-    /// arrive). Returns the number of databases still rehashing.
+    /// Starts shrinking the databases' tables left sparse (`KeyTable::shrink_if_sparse`), then
+    /// moves entries of their incremental rehashes for up to `budget` (the periodic cycle: a
+    /// rehash finishes while the shard is idle, not only as new keys arrive). Returns the
+    /// number of databases still rehashing.
     pub fn rehash_cycle(&mut self, budget: std::time::Duration) -> usize {
         let started = std::time::Instant::now();
         let hasher = &self.hasher;
         let hash_of = |k: &[u8]| hasher.hash_one(k);
         for d in self.dbs.iter_mut() {
+            // Cursors (SCAN, active expiry, GC) stay valid: the table being shrunk keeps its
+            // bucket indices, first in the combined space, as after a growth.
+            d.table.shrink_if_sparse();
             while d.table.rehash_for(REHASH_CYCLE_BATCH_ENTRIES, &hash_of) {
                 if started.elapsed() >= budget {
                     return self.dbs.iter().filter(|d| d.table.is_rehashing()).count();

@@ -702,3 +702,74 @@ fn keyspace_hits_and_misses() {
     assert_eq!(info_field(&mut c, "keyspace_hits"), Some(h0 + 3));
     assert_eq!(info_field(&mut c, "keyspace_misses"), Some(m0 + 2));
 }
+
+/// `overhead.hashtable.main` of database 0 in MEMORY STATS (the table's buckets).
+fn table_bytes(c: &mut Raw) -> i64 {
+    let stats = c.call_text(&["MEMORY", "STATS"]);
+    let after = stats
+        .split("overhead.hashtable.main\r\n:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no table in {stats}"));
+    after
+        .split("\r\n")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stats}"))
+}
+
+/// A database that held many more keys than it does now gets a smaller table from the
+/// periodic cycle (Redis's tryResizeHashTables, under 10% full), and SCAN still finds every
+/// key left while and after it shrinks.
+#[test]
+fn a_table_left_sparse_by_deletes_shrinks() {
+    let s = Server::start_single();
+    let mut c = s.connect();
+    let n = 20_000;
+    let kept = 100;
+    let mut sets = Vec::new();
+    for i in 0..n {
+        sets.extend(common::cmd(&[b"SET", format!("k:{i}").as_bytes(), b"v"]));
+    }
+    c.send(&sets);
+    for _ in 0..n {
+        assert_eq!(c.read_reply(), b"+OK\r\n");
+    }
+    let full = table_bytes(&mut c);
+    let mut dels = Vec::new();
+    for i in kept..n {
+        dels.extend(common::cmd(&[b"DEL", format!("k:{i}").as_bytes()]));
+    }
+    c.send(&dels);
+    for _ in kept..n {
+        assert_eq!(c.read_reply(), b":1\r\n");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while table_bytes(&mut c) * 16 > full {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {full}",
+            table_bytes(&mut c)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut seen = HashSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Reply::Array(parts) = c.reply(&["SCAN", &cursor, "COUNT", "10"]) else {
+            panic!("SCAN reply");
+        };
+        let [Reply::Bulk(next), Reply::Array(keys)] = &parts[..] else {
+            panic!("SCAN reply {parts:?}");
+        };
+        for k in keys {
+            if let Reply::Bulk(k) = k {
+                seen.insert(k.clone());
+            }
+        }
+        cursor = String::from_utf8_lossy(next).into_owned();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), kept);
+}

@@ -35,6 +35,11 @@ pub const REHASH_STEP_ENTRIES: usize = 2;
 pub const REHASH_STEP_BUCKETS_MAX: usize = 32;
 /// Capacity of the first table a database allocates.
 const CAPACITY_MIN: usize = 3;
+/// A table whose live entries fill less than this percentage of its buckets is rehashed into
+/// a smaller one by the periodic cycle (`shrink_if_sparse`; Redis's `HASHTABLE_MIN_FILL`).
+pub const SHRINK_FILL_PERCENT_MIN: usize = 10;
+/// Tables of this many buckets or fewer are never shrunk: too small to matter.
+pub const SHRINK_BUCKETS_MIN: usize = 64;
 
 /// What a bucket holds: the entry is boxed so that a bucket is one pointer (see `Entry`).
 type Slot = Box<Entry>;
@@ -475,6 +480,45 @@ impl KeyTable {
         self.is_rehashing()
     }
 
+    /// Starts a rehash into a table sized for twice the live entries when they fill less
+    /// than `SHRINK_FILL_PERCENT_MIN` percent of the buckets (a database that once held many
+    /// more keys), as Redis's `tryResizeHashTables` does; the periodic cycle and inserts move
+    /// the entries as for a growth, so SCAN and the marks work the same. A table of
+    /// `SHRINK_BUCKETS_MIN` buckets or fewer, or one already rehashing, is left alone.
+    /// Returns whether a rehash started.
+    pub fn shrink_if_sparse(&mut self) -> bool {
+        let buckets = self.main.num_buckets();
+        if self.old.is_some()
+            || buckets <= SHRINK_BUCKETS_MIN
+            || self.main.len().saturating_mul(100)
+                >= buckets.saturating_mul(SHRINK_FILL_PERCENT_MIN)
+        {
+            return false;
+        }
+        self.start_rehash(self.main.len());
+        true
+    }
+
+    /// Makes a table sized for twice `live` entries the main one, the current one becoming
+    /// the old table that rehash steps empty (none when it holds nothing).
+    fn start_rehash(&mut self, live: usize) {
+        let next = HashTable::with_capacity(live.saturating_mul(2).max(CAPACITY_MIN));
+        let next_marks = MarkBits::clear(next.num_buckets());
+        let old = std::mem::replace(&mut self.main, next);
+        let old_marks = std::mem::replace(&mut self.main_marks, next_marks);
+        if old.is_empty() {
+            // Nothing to move: no rehash, only a new layout.
+            self.generation = self.generation.wrapping_add(2);
+            return;
+        }
+        self.old = Some(Rehash {
+            table: old,
+            marks: old_marks,
+            next_bucket: 0,
+        });
+        self.generation = self.generation.wrapping_add(1);
+    }
+
     /// Ensures the main table has room for one more entry without hashbrown growing it:
     /// when it is full, starts a rehash into a table sized for twice the live entries (after
     /// moving what is left of a previous rehash at once, the fallback that should not occur).
@@ -488,25 +532,10 @@ impl KeyTable {
                 return;
             }
         }
-        let live = self.main.len();
         // A full table of 2^k buckets holds 7/8 * 2^k entries: twice that is exactly the
         // capacity of 2^(k+1) buckets. A table full mostly of deletion tombstones gets fewer
         // buckets than before (hashbrown would rehash it in place, all at once).
-        let grown = HashTable::with_capacity(live.saturating_mul(2).max(CAPACITY_MIN));
-        let grown_marks = MarkBits::clear(grown.num_buckets());
-        let old = std::mem::replace(&mut self.main, grown);
-        let old_marks = std::mem::replace(&mut self.main_marks, grown_marks);
-        if live == 0 {
-            // Nothing to move: no rehash, only a new layout.
-            self.generation = self.generation.wrapping_add(2);
-            return;
-        }
-        self.old = Some(Rehash {
-            table: old,
-            marks: old_marks,
-            next_bucket: 0,
-        });
-        self.generation = self.generation.wrapping_add(1);
+        self.start_rehash(self.main.len());
     }
 
     /// Moves up to `entries_max` entries from the old table, examining at most `buckets_max`
@@ -915,6 +944,116 @@ mod tests {
         );
         assert!(f.lru(b"a").is_some() && f.lru(b"b").is_some());
         assert!(!f.table.release_if_empty());
+    }
+
+    /// A table shrinks once its live entries fill less than `SHRINK_FILL_PERCENT_MIN` percent
+    /// of its buckets, not at that fill; never at `SHRINK_BUCKETS_MIN` buckets or fewer, nor
+    /// while rehashing. The entries left are all found during and after the shrink.
+    #[test]
+    fn a_sparse_table_shrinks_at_the_fill_limit_and_not_before() {
+        let mut f = Fixture::new();
+        let mut n = 0u64;
+        while f.table.num_buckets() < 1024 || f.table.is_rehashing() {
+            f.insert(&key(n));
+            n += 1;
+        }
+        let buckets = f.table.num_buckets();
+        // The fewest entries that fill SHRINK_FILL_PERCENT_MIN percent of the buckets.
+        let at = (buckets * SHRINK_FILL_PERCENT_MIN).div_ceil(100);
+        let mut i = n;
+        while f.table.len() > at {
+            i -= 1;
+            assert!(f.remove(&key(i)));
+        }
+        assert!(!f.table.shrink_if_sparse(), "at the limit: kept");
+        i -= 1;
+        assert!(f.remove(&key(i)));
+        let generation = f.table.generation();
+        assert!(f.table.shrink_if_sparse(), "one under: shrunk");
+        assert!(f.table.is_rehashing());
+        assert_eq!(f.table.generation(), generation + 1);
+        assert!(!f.table.shrink_if_sparse(), "not while rehashing");
+        for k in 0..i {
+            assert!(f.lru(&key(k)).is_some(), "key {k} mid-shrink");
+        }
+        let hasher = f.hasher.clone();
+        while f.table.rehash_for(64, &|k: &[u8]| hasher.hash_one(k)) {}
+        assert!(
+            f.table.num_buckets() <= buckets / 4,
+            "{} buckets",
+            f.table.num_buckets()
+        );
+        for k in 0..i {
+            assert!(f.lru(&key(k)).is_some(), "key {k} after the shrink");
+        }
+        // Small tables stay.
+        let mut g = Fixture::new();
+        for k in 0..40 {
+            g.insert(&key(k));
+        }
+        for k in 1..40 {
+            g.remove(&key(k));
+        }
+        let g_hasher = g.hasher.clone();
+        while g.table.rehash_for(64, &|k: &[u8]| g_hasher.hash_one(k)) {}
+        assert!(g.table.num_buckets() <= SHRINK_BUCKETS_MIN);
+        assert!(g.lru(&key(0)).is_some());
+        assert!(!g.table.shrink_if_sparse());
+    }
+
+    /// A scan over a table that shrinks under it (most keys removed between two calls)
+    /// returns every key present throughout.
+    #[test]
+    fn a_scan_across_a_shrink_misses_no_key_present_throughout() {
+        let mask = 0x1_ffff;
+        for seed in 1..=10u64 {
+            let mut f = Fixture::new();
+            let kept: Vec<u64> = (0..50).map(|k| k * 1000 + seed).collect();
+            for &k in &kept {
+                f.insert(&key(k));
+            }
+            for k in 0..3000 {
+                f.insert(&key(10_000_000 + k));
+            }
+            let hasher = f.hasher.clone();
+            while f.table.rehash_for(64, &|k: &[u8]| hasher.hash_one(k)) {}
+            let mut seen = std::collections::HashSet::new();
+            let (mut generation, mut idx) = (f.table.generation(), 0usize);
+            let mut step = 0u64;
+            let mut shrunk = false;
+            loop {
+                let mut at = f.table.scan_resume(generation, idx, mask).unwrap_or(0);
+                let n = f.table.num_buckets();
+                let end = at
+                    .saturating_add(50 + (seed * 7 + step) as usize % 100)
+                    .min(n);
+                while at < end {
+                    if let Some(e) = f.table.get_bucket(at) {
+                        seen.insert(e.key.to_vec());
+                    }
+                    at += 1;
+                }
+                if at >= n {
+                    break;
+                }
+                (generation, idx) = (f.table.generation() & mask, at);
+                step += 1;
+                if step == 3 {
+                    for k in 0..3000 {
+                        f.remove(&key(10_000_000 + k));
+                    }
+                    shrunk = f.table.shrink_if_sparse();
+                }
+                if step > 3 {
+                    f.table.rehash_for(16, &|k: &[u8]| hasher.hash_one(k));
+                }
+                assert!(step < 100_000, "seed {seed}: the scan does not end");
+            }
+            assert!(shrunk, "seed {seed}: no shrink during the scan");
+            for &k in &kept {
+                assert!(seen.contains(&key(k)), "seed {seed}: key {k} missed");
+            }
+        }
     }
 
     /// A scan by `scan_resume` over a table growing and shrinking under it returns every key
