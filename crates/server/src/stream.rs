@@ -105,11 +105,18 @@ impl Session {
 
     /// Decrypts the records the session holds; a protocol error sends its alert and fails.
     fn process(&mut self, io: TryIo<'_>) -> std::io::Result<()> {
-        if let Err(e) = self.conn.process_new_packets() {
-            let _ = self.flush(io);
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+        self.process_state(io).map(|_| ())
+    }
+
+    /// `process`, and what the session then holds for the reader.
+    fn process_state(&mut self, io: TryIo<'_>) -> std::io::Result<rustls::IoState> {
+        match self.conn.process_new_packets() {
+            Ok(state) => Ok(state),
+            Err(e) => {
+                let _ = self.flush(io);
+                Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            }
         }
-        Ok(())
     }
 
     /// Moves decrypted plaintext into `out` (at most one chunk). Ok(None): none now; Ok(Some(0)):
@@ -273,17 +280,21 @@ impl ClientStream {
         loop {
             let progressed = {
                 let mut s = tls.borrow_mut();
-                buf.reserve(want);
                 if !s.input.is_empty() {
+                    buf.reserve(want);
                     let n = s.input.len();
                     buf.extend_from_slice(&s.input);
                     s.input.clear();
                     return Ok(n);
                 }
-                // Records read with the handshake, or by an earlier pull, come first.
-                s.process(self.io())?;
-                if let Some(n) = s.take_plaintext(buf)? {
-                    return Ok(n);
+                // Records read with the handshake, or by an earlier pull, come first. Room is
+                // made only for plaintext or an end to report, as for plain TCP.
+                let state = s.process_state(self.io())?;
+                if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() || s.eof {
+                    buf.reserve(want);
+                    if let Some(n) = s.take_plaintext(buf)? {
+                        return Ok(n);
+                    }
                 }
                 s.pull(self.io())?
             };

@@ -276,22 +276,6 @@ fn output_hard_limit_holds_for_commands_run_on_other_shards() {
     assert!(s.log().contains("overcoming of output buffer limits"));
 }
 
-/// CLIENT LIST's `qbuf` + `qbuf-free` of the client named `name`.
-fn query_buffer_of(c: &mut Raw, name: &str) -> usize {
-    let list = c.call_text(&["CLIENT", "LIST"]);
-    let line = list
-        .lines()
-        .find(|l| l.contains(&format!(" name={name} ")))
-        .unwrap_or_else(|| panic!("{name} not in {list}"));
-    let field = |f: &str| -> usize {
-        line.split(' ')
-            .find_map(|kv| kv.strip_prefix(f))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{f} in {line}"))
-    };
-    field("qbuf=") + field("qbuf-free=")
-}
-
 /// Redis's `clientsCronResizeQueryBuffer`: a buffer grown by a large command shrinks once the
 /// client sends small ones, and an idle client's buffer is given back whole (Redis's
 /// querybuf unit asks the same).
@@ -301,24 +285,24 @@ fn query_buffers_shrink_after_a_peak_and_go_when_idle() {
     let mut r = s.connect();
     let mut c = s.connect();
     c.ok(&["CLIENT", "SETNAME", "big"]);
-    let first = query_buffer_of(&mut r, "big");
+    let first = r.query_buffer_of("big");
     assert!((16384..32768).contains(&first), "{first}");
     let value = "A".repeat(400_000);
     c.ok(&["SET", "x", &value]);
-    let grown = query_buffer_of(&mut r, "big");
+    let grown = r.query_buffer_of("big");
     assert!(grown > 32768, "{grown}");
     assert!(eventually(|| {
         c.ok(&["SET", "x", "small"]);
-        let now = query_buffer_of(&mut r, "big");
+        let now = r.query_buffer_of("big");
         now > 0 && now <= 32 * 1024
     }));
     // Below QUERY_BUF_RESIZE_BYTES_MIN only idleness (over 2 s) gives it back. (The trim
     // may have left a few bytes, too few to waste: the next read makes room again.)
     c.ok(&["SET", "x", "small"]);
     let last = Instant::now();
-    let now = query_buffer_of(&mut r, "big");
+    let now = r.query_buffer_of("big");
     assert!(now > 4096 && now <= 32 * 1024, "{now}");
-    assert!(eventually(|| query_buffer_of(&mut r, "big") == 0));
+    assert!(eventually(|| r.query_buffer_of("big") == 0));
     assert!(
         last.elapsed() >= Duration::from_secs(2),
         "{:?}",

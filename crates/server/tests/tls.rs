@@ -275,6 +275,20 @@ fn a_tls_client_speaks_resp_beside_the_plain_port() {
     let list = plain.call_lossy(&[b"CLIENT", b"LIST"]);
     let on_tls = format!("laddr=127.0.0.1:{tls_port} ");
     assert_eq!(list.matches(on_tls.as_str()).count(), 7, "{list}");
+    // An idle TLS client's read buffer is given back too (over 2 s idle), and it reads what
+    // comes next.
+    assert_eq!(c.call(&["CLIENT", "SETNAME", "tls"]).unwrap(), b"+OK\r\n");
+    assert!(plain.query_buffer_of("tls") > 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while plain.query_buffer_of("tls") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {}",
+            plain.query_buffer_of("tls")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(c.call(&["GET", "k7"]).unwrap(), b"$2\r\nv7\r\n");
 }
 
 #[test]

@@ -710,6 +710,23 @@ impl Raw {
     }
 
     /// Sends a command of text arguments and returns its reply rendered lossily as text.
+    /// CLIENT LIST's `qbuf` + `qbuf-free` (its read buffer's size) of the client named
+    /// `name`.
+    pub fn query_buffer_of(&mut self, name: &str) -> usize {
+        let list = self.call_lossy(&[b"CLIENT", b"LIST"]);
+        let line = list
+            .lines()
+            .find(|l| l.contains(&format!(" name={name} ")))
+            .unwrap_or_else(|| panic!("{name} not in {list}"));
+        let field = |f: &str| -> usize {
+            line.split(' ')
+                .find_map(|kv| kv.strip_prefix(f))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{f} in {line}"))
+        };
+        field("qbuf=") + field("qbuf-free=")
+    }
+
     pub fn call_text(&mut self, args: &[&str]) -> String {
         String::from_utf8_lossy(&self.call_strs(args)).into_owned()
     }
