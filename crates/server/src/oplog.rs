@@ -200,6 +200,24 @@ impl OpLog {
         }
     }
 
+    /// With no peers, drops the chunk being written once it is full (`CHUNK_BYTES` or more):
+    /// nobody reads it, and a large record would otherwise stay in memory until the next
+    /// write seals it. The periodic cycle calls this; the on-disk log is untouched.
+    pub fn release_idle(&mut self) {
+        if self.retain_for_peers {
+            return;
+        }
+        if self
+            .chunks
+            .back()
+            .is_some_and(|c| c.buf.len() >= CHUNK_BYTES)
+        {
+            if let Some(c) = self.chunks.pop_back() {
+                self.bytes -= c.buf.len();
+            }
+        }
+    }
+
     /// Encoded records with sequence numbers ≥ `from_seq`, as contiguous byte slices (the
     /// first may start mid-chunk). None when `from_seq` is older than what is retained.
     pub fn since(&self, from_seq: u64) -> Option<Vec<&[u8]>> {
@@ -1010,6 +1028,30 @@ mod tests {
             "no peers: only the current chunk"
         );
         assert_eq!(log.since(1000).map(|p| p.len()), Some(1));
+    }
+
+    #[test]
+    fn with_no_peers_a_full_current_chunk_is_released_when_idle() {
+        let mut log = OpLog::new(ReplicaId(1), (4 * CHUNK_BYTES) as u64);
+        log.set_retain_for_peers(false);
+        // One record short of a full chunk stays.
+        append_assign(&mut log, 1, &vec![b'x'; CHUNK_BYTES - 200]);
+        assert!(log.bytes() < CHUNK_BYTES);
+        log.release_idle();
+        assert_eq!(log.first_seq(), Some(1));
+        // At CHUNK_BYTES (here well past it: one large record) it goes.
+        append_assign(&mut log, 2, &vec![b'y'; 1 << 20]);
+        assert!(log.bytes() >= CHUNK_BYTES);
+        log.release_idle();
+        assert_eq!((log.bytes(), log.first_seq()), (0, None));
+        // The next record starts a chunk again.
+        append_assign(&mut log, 3, b"z");
+        assert_eq!(log.first_seq(), Some(3));
+        // Peers may read: kept.
+        log.set_retain_for_peers(true);
+        append_assign(&mut log, 4, &vec![b'w'; CHUNK_BYTES]);
+        log.release_idle();
+        assert_eq!(log.first_seq(), Some(3));
     }
 
     fn append_assign(log: &mut OpLog, seq: u64, value: &[u8]) {

@@ -1231,6 +1231,7 @@ async fn periodic(th: Rc<Thread>) {
             crate::node::lock(&th.node.latency).record("expire-cycle", now / 1000, ms, threshold);
         }
         s.rehash_cycle(REHASH_CYCLE_TIME_MAX);
+        s.oplog.release_idle();
         // Redis's eviction time proc: a command that ran out of tenacity left the process
         // over its limit; go on here. Only then: Redis evicts before commands, not between
         // them (a client tracking a key sees its invalidation before the reply of the
