@@ -1417,32 +1417,29 @@ mod tests {
         assert!(k.is_empty() && !k.has_metadata());
 
         // Strings stay: a removal frees one in one deallocation.
+        let mut s = string_state(b"v");
+        assert!(s.take_collections().is_empty());
+        assert!(!s.is_empty());
+    }
+
+    /// A key holding the string `value`, assigned at `st(1, 1)`.
+    fn string_state(value: &[u8]) -> KeyState {
         let mut s = KeyState::new();
         s.apply(
             st(1, 1),
             &E::Assign {
-                value: b"v",
+                value,
                 observed: Observed::default(),
                 keep_ttl: false,
             },
         );
-        assert!(s.take_collections().is_empty());
-        assert!(!s.is_empty());
+        s
     }
 
     #[test]
     fn free_effort_counts_elements_and_one_per_string() {
         assert_eq!(KeyState::new().free_effort(), 0);
-        let mut s = KeyState::new();
-        s.apply(
-            st(1, 1),
-            &E::Assign {
-                value: b"v",
-                observed: Observed::default(),
-                keep_ttl: false,
-            },
-        );
-        assert_eq!(s.free_effort(), 1);
+        assert_eq!(string_state(b"v").free_effort(), 1);
         let mut k = KeyState::new();
         for i in 0..100u64 {
             let m = format!("member:{i}").into_bytes();

@@ -644,6 +644,25 @@ mod tests {
             self.table.get(self.hash(key), key).map(|e| e.lru_s)
         }
 
+        /// One SCAN call's walk: the keys of `visits` buckets from `at` into `seen`. Returns
+        /// where the next call resumes, or None once the walk reached the end.
+        fn scan_step(
+            &self,
+            mut at: usize,
+            visits: usize,
+            seen: &mut std::collections::HashSet<Vec<u8>>,
+        ) -> Option<usize> {
+            let n = self.table.num_buckets();
+            let end = at.saturating_add(visits).min(n);
+            while at < end {
+                if let Some(e) = self.table.get_bucket(at) {
+                    seen.insert(e.key.to_vec());
+                }
+                at += 1;
+            }
+            (at < n).then_some(at)
+        }
+
         fn remove(&mut self, key: &[u8]) -> bool {
             let hash = self.hash(key);
             match self.table.find_index(hash, key) {
@@ -1022,20 +1041,11 @@ mod tests {
             let mut step = 0u64;
             let mut shrunk = false;
             loop {
-                let mut at = f.table.scan_resume(generation, idx, mask).unwrap_or(0);
-                let n = f.table.num_buckets();
-                let end = at
-                    .saturating_add(50 + (seed * 7 + step) as usize % 100)
-                    .min(n);
-                while at < end {
-                    if let Some(e) = f.table.get_bucket(at) {
-                        seen.insert(e.key.to_vec());
-                    }
-                    at += 1;
-                }
-                if at >= n {
+                let at = f.table.scan_resume(generation, idx, mask).unwrap_or(0);
+                let visits = 50 + (seed * 7 + step) as usize % 100;
+                let Some(at) = f.scan_step(at, visits, &mut seen) else {
                     break;
-                }
+                };
                 (generation, idx) = (f.table.generation() & mask, at);
                 step += 1;
                 if step == 3 {
@@ -1087,25 +1097,17 @@ mod tests {
             let mut rehash_seen = false;
             let mut restarts = 0;
             loop {
-                let mut at = match f.table.scan_resume(generation, idx, mask) {
+                let at = match f.table.scan_resume(generation, idx, mask) {
                     Ok(i) => i,
                     Err(_) => {
                         restarts += 1;
                         0
                     }
                 };
-                let n = f.table.num_buckets();
                 let visits = 1 + (next() % 40) as usize;
-                let end = at.saturating_add(visits).min(n);
-                while at < end {
-                    if let Some(e) = f.table.get_bucket(at) {
-                        seen.insert(e.key.to_vec());
-                    }
-                    at += 1;
-                }
-                if at >= n {
+                let Some(at) = f.scan_step(at, visits, &mut seen) else {
                     break;
-                }
+                };
                 (generation, idx) = (f.table.generation() & mask, at);
                 // Writes between calls: new keys (growth), removals of added keys, and
                 // sometimes an idle cycle's worth of rehash.
