@@ -1423,7 +1423,7 @@ mod tests {
     }
 
     /// A key holding the string `value`, assigned at `st(1, 1)`.
-    fn string_state(value: &[u8]) -> KeyState {
+    fn string_state(value: &'static [u8]) -> KeyState {
         let mut s = KeyState::new();
         s.apply(
             st(1, 1),
