@@ -214,15 +214,7 @@ def main():
     notes = {k: [] for k in kinds}
     for batch in batches:
         for kind in kinds:
-            server = None
-            if kind == "meridian" and args.port is None:
-                server = redis_suite.Server("meridian", meridian, args.out, extra)
-                port = server.port
-            elif kind == "redis" and args.redis_port is None:
-                server = redis_suite.Server("redis", args.redis_server, args.out)
-                port = server.port
-            else:
-                port = args.port if kind == "meridian" else args.redis_port
+            server, port = redis_suite.server_for(kind, args, meridian, extra)
             name = batch[0].replace("/", "_") if args.per_file else "all"
             base = os.path.join(args.out, f"{name}.{kind}")
             got, note = redis_suite.run_checked(

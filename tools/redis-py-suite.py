@@ -177,15 +177,7 @@ def main():
         for kind in ("meridian", "redis"):
             if kind == "redis" and args.no_redis:
                 continue
-            server = None
-            if kind == "meridian" and args.port is None:
-                server = redis_suite.Server("meridian", meridian, args.out, extra)
-                port = server.port
-            elif kind == "redis" and args.redis_port is None:
-                server = redis_suite.Server("redis", args.redis_server, args.out)
-                port = server.port
-            else:
-                port = args.port if kind == "meridian" else args.redis_port
+            server, port = redis_suite.server_for(kind, args, meridian, extra)
             base = os.path.join(args.out, f"{path.replace('/', '_')}.{kind}")
             res, note = redis_suite.run_checked(server, lambda: run_file(args, path, port, base))
             row[kind] = (res, note)

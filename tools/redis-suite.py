@@ -304,6 +304,20 @@ class Server:
         shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)
 
 
+def server_for(kind, args, meridian, extra=()):
+    """A fresh server of `kind` ("meridian" with `extra` flags, or "redis") for one run, unless
+    --port (Meridian) or --redis-port (Redis) names one already running. Returns (the Server,
+    or None for one already running, its port). For the client-suite tools, whose `args` have
+    port, redis_port, redis_server and out."""
+    if kind == "meridian" and args.port is None:
+        server = Server("meridian", meridian, args.out, list(extra))
+        return server, server.port
+    if kind == "redis" and args.redis_port is None:
+        server = Server("redis", args.redis_server, args.out)
+        return server, server.port
+    return None, (args.port if kind == "meridian" else args.redis_port)
+
+
 def run_checked(server, run):
     """Returns `run()`'s (results, note), the note saying so when `server` (one this script
     started; None for a server already running) died under it; stops that server after."""
