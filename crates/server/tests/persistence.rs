@@ -1728,7 +1728,9 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
 
 /// While a restarted server replays its log, clients that connect are answered -LOADING,
 /// and once it has loaded the same connections are served (`key-load-delay` slows loading
-/// down, as in Redis's own tests).
+/// down, as in Redis's own tests). HELLO, which Redis answers while loading, is answered
+/// once loaded, not -LOADING (redis-rs's RESP3 connections start with it and treat
+/// -LOADING as a failed connect), with what was pipelined after it.
 #[test]
 fn clients_are_answered_loading_while_the_log_replays() {
     let dir = tempfile::tempdir().unwrap();
@@ -1758,6 +1760,8 @@ fn clients_are_answered_loading_while_the_log_replays() {
         c.call(&[b"GET", b"k1"]),
         b"-LOADING Redis is loading the dataset in memory\r\n"
     );
+    let mut h = Raw::connect(node.port);
+    h.send(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$3\r\nGET\r\n$2\r\nk7\r\n");
     // A command sent in pieces across the end of loading is served whole.
     c.send(b"*2\r\n$3\r\nGET\r\n$4\r\nk");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1771,6 +1775,12 @@ fn clients_are_answered_loading_while_the_log_replays() {
     }
     c.send(b"299\r\n");
     assert_eq!(c.read_reply(), b"$1\r\nv\r\n");
+    let hello = String::from_utf8_lossy(&h.read_reply()).into_owned();
+    assert!(
+        hello.starts_with("%7\r\n") && hello.contains("$5\r\nproto\r\n:3\r\n"),
+        "{hello}"
+    );
+    assert_eq!(h.read_reply(), b"$1\r\nv\r\n");
     assert_eq!(c.call(&[b"DBSIZE"]), b":300\r\n");
     node.kill();
 }
