@@ -15,8 +15,11 @@ arguments into Meridian's and execs Meridian (`--shards 1` unless --shards says 
     ...
 
 then the totals. --diff lists, per binary, the tests Redis passes and Meridian does not
-(docs/compatibility.md keeps the table and explains each one left). A binary that runs past
---timeout is killed; its tests that never reported count as failed ("timeout").
+(docs/compatibility.md keeps the table and explains each one left). Each test runs in a
+process of its own, as cargo-nextest (redis-rs's runner) runs them: the tests set
+process-wide state (the async runtime preference). --test-threads of them run at once; one
+that runs past --test-timeout is killed with the servers it started and counts as failed
+("timeout"), as do the tests of a binary not started within --timeout.
 
 redis-rs is never copied into the repository: --redis-rs names an exported tree (default
 /work/scratch/redis-rs-1.6.0) and --target-dir its own cargo target directory. The test
@@ -151,7 +154,10 @@ def build(args):
 
 def write_wrapper(bindir, args):
     """A `redis-server` for the Meridian run, in `bindir`."""
-    extra = ["--shards", args.shards, "--appendonly", "no"] + args.meridian_arg
+    extra = ["--shards", args.shards, "--appendonly", "no"]
+    if args.cluster_api:
+        extra += ["--cluster-api", args.cluster_api]
+    extra += args.meridian_arg
     path = os.path.join(bindir, "redis-server")
     with open(path, "w") as f:
         f.write(WRAPPER.format(python=sys.executable, meridian=os.path.abspath(args.meridian),
@@ -187,7 +193,7 @@ def run_one(args, exe, name, env, log):
     return status
 
 
-def run_binary(args, exe, kind, bindir, log_path):
+def run_binary(args, exe, bindir, tmpdir, log_path):
     """{test name: "ok" | "FAILED" | "ignored" | "timeout"} for one binary against one server."""
     filt = [args.filter] if args.filter else []
     cwd = os.path.join(args.redis_rs, "redis")
@@ -203,6 +209,9 @@ def run_binary(args, exe, kind, bindir, log_path):
     env.pop("REDISRS_SERVER_BIN", None)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["REDISRS_SERVER_TYPE"] = "tcp"
+    # The harness's temporary directories (server logs, Meridian's data) go here, removed at
+    # the end even when a test was killed before its own clean-up.
+    env["TMPDIR"] = tmpdir
     env["PROTOCOL"] = args.protocol
     env.setdefault("RUST_BACKTRACE", "1")
     res = {n: "ignored" for n in names if n in ignored}
@@ -242,6 +251,9 @@ def main():
                    help="use the binaries already built (cargo still names them)")
     p.add_argument("--meridian", default=None, help="meridian binary (default target/debug/meridian)")
     p.add_argument("--shards", default="1", help="Meridian's --shards (default 1)")
+    p.add_argument("--cluster-api", choices=("yes", "no"),
+                   help="Meridian's --cluster-api (default: no with several shards; the "
+                        "endpoints' ports, port+1..., may be another test server's)")
     p.add_argument("--meridian-arg", action="append", default=[], help="extra Meridian flags")
     p.add_argument("--redis-server", default=redis_suite.DEBIAN["redis-server"])
     p.add_argument("--no-redis", action="store_true", help="skip Redis's column")
@@ -258,6 +270,10 @@ def main():
     args = p.parse_args()
 
     args.targets = args.targets or DEFAULT_TARGETS
+    if args.cluster_api is None and args.shards != "1":
+        # redis-rs asks the kernel for one free port per server; the cluster endpoints
+        # would listen on the next ones, which other tests' servers may have taken.
+        args.cluster_api = "no"
     args.redis_rs = os.path.abspath(args.redis_rs)
     repo = os.path.dirname(HERE)
     args.meridian = args.meridian or os.path.join(repo, "target", "debug", "meridian")
@@ -290,7 +306,9 @@ def main():
                 if kind == "redis" and args.no_redis:
                     continue
                 log = os.path.join(args.out, f"{target}.{kind}.log")
-                row[kind] = run_binary(args, exes[target], kind, bindirs[kind], log)
+                scratch = tempfile.mkdtemp(dir=tmp, prefix=f"{kind}-")
+                row[kind] = run_binary(args, exes[target], bindirs[kind], scratch, log)
+                shutil.rmtree(scratch, ignore_errors=True)
                 for i, n in enumerate(tally(row[kind][0])):
                     totals[kind][i] += n
 
