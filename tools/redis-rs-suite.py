@@ -79,9 +79,12 @@ SKIPPED = [
 ]
 
 # The features the binaries are built with: the async runtimes, connection manager, client
-# cache, pools, number types and JSON value conversions (no TLS, cluster or Sentinel).
+# cache, pools, number types, JSON value conversions and rustls (for --server-type tcp+tls;
+# its test support code needs the cluster client too); no Sentinel.
 DEFAULT_FEATURES = ("tokio-comp,smol-comp,connection-manager,cache-aio,r2d2,bb8,rust_decimal,"
-                    "bigdecimal,num-bigint,uuid,token-based-authentication,json")
+                    "bigdecimal,num-bigint,uuid,token-based-authentication,json,tls-rustls,"
+                    "tls-rustls-insecure,tokio-rustls-comp,smol-rustls-comp,cluster,"
+                    "cluster-async")
 
 # The `redis-server` the Meridian run finds first in PATH. It answers `-v` as redis-test's
 # get_major_version reads it (Meridian's INFO says redis_version 7.0.15), translates the
@@ -134,18 +137,21 @@ def build(args):
         cmd += ["--test", t]
     env = dict(os.environ, CARGO_TARGET_DIR=args.target_dir)
     proc = subprocess.run(cmd, cwd=args.redis_rs, env=env, stdout=subprocess.PIPE)
-    if proc.returncode != 0:
-        sys.exit("cargo test --no-run failed (its messages are above)")
     exes = {}
     for line in proc.stdout.decode(errors="replace").splitlines():
         try:
             msg = json.loads(line)
         except ValueError:
             continue
+        if proc.returncode != 0 and msg.get("reason") == "compiler-message" \
+                and (msg.get("message") or {}).get("level") == "error":
+            print(msg["message"].get("rendered", ""), file=sys.stderr)
         target = msg.get("target") or {}
         if msg.get("reason") == "compiler-artifact" and msg.get("executable") \
                 and "test" in target.get("kind", []):
             exes[target["name"]] = msg["executable"]
+    if proc.returncode != 0:
+        sys.exit("cargo test --no-run failed (its errors are above)")
     missing = [t for t in args.targets if t not in exes]
     if missing:
         sys.exit(f"no test executable for {', '.join(missing)} (check --features)")
@@ -208,7 +214,7 @@ def run_binary(args, exe, bindir, tmpdir, log_path):
     env = dict(os.environ)
     env.pop("REDISRS_SERVER_BIN", None)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    env["REDISRS_SERVER_TYPE"] = "tcp"
+    env["REDISRS_SERVER_TYPE"] = args.server_type
     # The harness's temporary directories (server logs, Meridian's data) go here, removed at
     # the end even when a test was killed before its own clean-up.
     env["TMPDIR"] = tmpdir
@@ -259,6 +265,9 @@ def main():
     p.add_argument("--no-redis", action="store_true", help="skip Redis's column")
     p.add_argument("--protocol", choices=("RESP2", "RESP3"), default="RESP2",
                    help="redis-rs's PROTOCOL (default RESP2)")
+    p.add_argument("--server-type", choices=("tcp", "tcp+tls"), default="tcp",
+                   help="redis-rs's REDISRS_SERVER_TYPE: tcp+tls has each server listen on a "
+                        "TLS port only, with certificates the harness makes by openssl")
     p.add_argument("--filter", help="only tests whose name contains this")
     p.add_argument("--skip", action="append", default=[], help="libtest --skip (repeatable)")
     p.add_argument("--test-threads", type=int, default=2, help="tests run at once")
