@@ -29,6 +29,7 @@ Examples:
     tools/redis-rs-suite.py --diff
     tools/redis-rs-suite.py --protocol RESP3 test_basic test_async
     tools/redis-rs-suite.py --shards 3 --no-redis test_basic
+    tools/redis-rs-suite.py --server-type tcp+tls test_basic
     tools/redis-rs-suite.py test_async --filter pubsub
 """
 
@@ -51,8 +52,8 @@ _spec = importlib.util.spec_from_file_location("redis_suite", os.path.join(HERE,
 redis_suite = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(redis_suite)
 
-# The test binaries docs/compatibility.md measures. Not run (neither server can be what they
-# need here): test_cluster and test_cluster_async spawn Redis Cluster nodes with
+# The test binaries docs/compatibility.md measures. Not run (they need what Meridian is not,
+# or what neither server has here): test_cluster and test_cluster_async spawn Redis Cluster nodes with
 # `--cluster-enabled yes` and join them by `redis-cli --cluster create`; test_sentinel spawns
 # Sentinels and replicas; test_module_json and test_module_bloom load RedisJSON/RedisBloom;
 # test_tls_cert_auth needs Redis 8.6's certificate-based user mapping over TLS;
