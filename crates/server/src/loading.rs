@@ -5,8 +5,14 @@
 //! command as Redis does while loading (`processCommand`): an unknown command or a wrong
 //! arity gets its usual error, QUIT closes, a command named POST or Host: closes the
 //! connection unanswered (the cross-protocol scripting guard, as `cmd::execute`), and
-//! anything else gets `-LOADING Redis is loading the dataset in memory`. (Redis also runs the few commands flagged `loading`, INFO, HELLO
-//! and AUTH among them; here they get `-LOADING`, and so does a client that has not
+//! anything else gets `-LOADING Redis is loading the dataset in memory`. HELLO and AUTH,
+//! which Redis runs while loading and which set up the connection's state the shard will
+//! hold (protocol, name, user, client id in HELLO's reply), are not answered here: the
+//! connection's input from that command on is held, unread further, and handed over with the
+//! connection, so the shard answers them as Redis does once loaded (a client that connects
+//! and says HELLO 3 gets its reply, not `-LOADING`, as from a Redis with little to load;
+//! commands pipelined after it wait with it). (Redis also runs the other commands flagged
+//! `loading`, INFO among them; here they get `-LOADING`, and so does a client that has not
 //! authenticated, where Redis would answer `-NOAUTH` first.) While the default user has a
 //! password, the parser applies Redis's unauthenticated limits, as the shard does after the
 //! handover. When loading ends, every such connection is handed to the shard with the bytes
@@ -126,6 +132,9 @@ async fn serve_conn(
     });
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut out: Vec<u8> = Vec::new();
+    // A command the shard must answer (`held_for_shard`) came: nothing more is read or
+    // answered here; the input from it on goes with the connection.
+    let mut held = false;
     loop {
         rbuf.reserve(parser.bytes_hint().unwrap_or(0).max(READ_CHUNK_BYTES));
         // Biased: once loaded, nothing more is answered here; bytes that arrive go with the
@@ -133,7 +142,7 @@ async fn serve_conn(
         let read = tokio::select! {
             biased;
             _ = loaded.wait_for(|l| *l) => None,
-            r = stream.read_buf(&mut rbuf) => Some(r),
+            r = stream.read_buf(&mut rbuf), if !held => Some(r),
         };
         let Some(n) = read else {
             if let Ok(stream) = stream.into_std() {
@@ -162,6 +171,10 @@ async fn serve_conn(
                         // answered.
                         security_warning();
                         return;
+                    }
+                    if held_for_shard(table, &argv) {
+                        held = true;
+                        break;
                     }
                     close = answer(table, &argv, &mut out);
                     pos += consumed;
@@ -207,6 +220,12 @@ fn security_warning() {
     {
         tracing::warn!("{}", crate::cmd::SECURITY_WARNING);
     }
+}
+
+/// Whether the shard answers this command once loaded (HELLO and AUTH, valid in name and
+/// arity: they set up state the connection keeps after the handover).
+fn held_for_shard(table: &'static crate::cmd::table::Table, argv: &[&[u8]]) -> bool {
+    crate::cmd::resolve(table, argv).is_ok_and(|spec| matches!(spec.meta.name, "hello" | "auth"))
 }
 
 /// The reply to one command while loading; returns whether the connection closes after it.
@@ -260,6 +279,67 @@ mod tests {
                 .starts_with("-ERR unknown command 'nosuch'")
         );
         assert_eq!(reply(&[b"quit"]), ("+OK\r\n".to_string(), true));
+    }
+
+    #[test]
+    fn hello_and_auth_are_left_to_the_shard() {
+        let table = crate::cmd::table();
+        assert!(held_for_shard(table, &[b"HELLO", b"3"]));
+        assert!(held_for_shard(table, &[b"hello"]));
+        assert!(held_for_shard(table, &[b"AUTH", b"pw"]));
+        // Errors of name or arity are answered here, as Redis does before running anything.
+        assert!(!held_for_shard(table, &[b"AUTH"]));
+        assert!(!held_for_shard(table, &[b"HELLOX"]));
+        assert!(!held_for_shard(table, &[b"INFO"]));
+        assert!(!held_for_shard(table, &[b"PING"]));
+    }
+
+    /// A HELLO sent while loading is not answered -LOADING: what was answered before it
+    /// stays answered, nothing from it on is, and the connection goes to the shard with
+    /// HELLO and the commands pipelined after it, for the shard to answer once loaded.
+    #[test]
+    fn hello_while_loading_is_handed_over_unanswered() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let limits = LoadingLimits {
+                clients_max: 8,
+                bulk_bytes_max: 512 * 1024 * 1024,
+                query_bytes_max: 1024 * 1024 * 1024,
+                authenticated: true,
+            };
+            let (loaded_tx, loaded_rx) = watch::channel(false);
+            let (handover_tx, mut handover_rx) = mpsc::channel(8);
+            let server = tokio::spawn(serve(listener, limits, loaded_rx, handover_tx));
+            let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
+            let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let held = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n";
+            let mut sent = b"*1\r\n$4\r\nPING\r\n".to_vec();
+            sent.extend_from_slice(held);
+            c.write_all(&sent).await.unwrap();
+            let mut got = vec![0u8; loading.len()];
+            c.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, loading);
+            // Nothing more is answered while loading, whatever else arrives.
+            c.write_all(b"*1\r\n$4\r\nPING\r\n").await.unwrap();
+            let mut more = [0u8; 1];
+            let wait = std::time::Duration::from_millis(300);
+            assert!(tokio::time::timeout(wait, c.read(&mut more)).await.is_err());
+            loaded_tx.send(true).unwrap();
+            let handed = handover_rx.recv().await.expect("handed over");
+            assert_eq!(&handed.input[..], held);
+            // What the gate did not read is still in the socket, for the shard.
+            let mut rest = [0u8; 14];
+            let mut stream = TcpStream::from_std(handed.stream).unwrap();
+            stream.read_exact(&mut rest).await.unwrap();
+            assert_eq!(&rest, b"*1\r\n$4\r\nPING\r\n");
+            server.await.unwrap();
+        });
     }
 
     /// Reads until the server closes the connection (bounded by a timeout).

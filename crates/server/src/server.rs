@@ -336,23 +336,29 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
             if let Some(r) = responder {
                 let _ = r.await;
             }
-            // The connections taken while loading go to the threads in turn, then the
-            // threads accept their own.
-            while let Ok(h) = handover_rx.try_recv() {
-                let h: crate::loading::Handover = h;
-                let id = node.client_id();
-                let to = node.next_conn_thread();
-                if let Some(inbox) = node.inbox(to) {
-                    let _ = inbox
-                        .send(Msg::Accept(
-                            h.stream,
-                            id,
-                            h.input,
-                            crate::stream::Transport::Tcp,
-                        ))
-                        .await;
+            // The connections taken while loading go to the threads in turn as each hands
+            // itself over, until the last has (the channel closes); meanwhile the threads
+            // accept their own. Each connection's task sends its handover when it sees the
+            // end of loading, which may be after the responder returned: a loop that took
+            // only those already sent left the others unserved, their clients waiting forever.
+            let forward = node.clone();
+            tokio::spawn(async move {
+                while let Some(h) = handover_rx.recv().await {
+                    let h: crate::loading::Handover = h;
+                    let id = forward.client_id();
+                    let to = forward.next_conn_thread();
+                    if let Some(inbox) = forward.inbox(to) {
+                        let _ = inbox
+                            .send(Msg::Accept(
+                                h.stream,
+                                id,
+                                h.input,
+                                crate::stream::Transport::Tcp,
+                            ))
+                            .await;
+                    }
                 }
-            }
+            });
             if let Err(e) =
                 start_listeners(&node, listener, tls_listener, sync_listener, endpoints).await
             {

@@ -1728,7 +1728,9 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
 
 /// While a restarted server replays its log, clients that connect are answered -LOADING,
 /// and once it has loaded the same connections are served (`key-load-delay` slows loading
-/// down, as in Redis's own tests).
+/// down, as in Redis's own tests). HELLO, which Redis answers while loading, is answered
+/// once loaded, not -LOADING (redis-rs's RESP3 connections start with it and treat
+/// -LOADING as a failed connect), with what was pipelined after it.
 #[test]
 fn clients_are_answered_loading_while_the_log_replays() {
     let dir = tempfile::tempdir().unwrap();
@@ -1758,6 +1760,8 @@ fn clients_are_answered_loading_while_the_log_replays() {
         c.call(&[b"GET", b"k1"]),
         b"-LOADING Redis is loading the dataset in memory\r\n"
     );
+    let mut h = Raw::connect(node.port);
+    h.send(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$3\r\nGET\r\n$2\r\nk7\r\n");
     // A command sent in pieces across the end of loading is served whole.
     c.send(b"*2\r\n$3\r\nGET\r\n$4\r\nk");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1771,7 +1775,99 @@ fn clients_are_answered_loading_while_the_log_replays() {
     }
     c.send(b"299\r\n");
     assert_eq!(c.read_reply(), b"$1\r\nv\r\n");
+    let hello = String::from_utf8_lossy(&h.read_reply()).into_owned();
+    assert!(
+        hello.starts_with("%7\r\n") && hello.contains("$5\r\nproto\r\n:3\r\n"),
+        "{hello}"
+    );
+    assert_eq!(h.read_reply(), b"$1\r\nv\r\n");
     assert_eq!(c.call(&[b"DBSIZE"]), b":300\r\n");
+    node.kill();
+}
+
+/// A connection whose replies were still being written when loading ended is served once
+/// its client reads them. Handovers used to be taken only as far as they had been sent when
+/// the loading responder returned; such a connection's task sent its own later, into a
+/// channel no one read, and the client waited forever (seen as a hung reconnect in
+/// redis-rs's suite).
+#[test]
+fn a_connection_still_writing_when_loading_ends_is_served() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("slow.toml");
+    std::fs::write(&conf, "key-load-delay = 5000\nsave = \"\"\n").unwrap();
+    let conf_flag = conf.display().to_string();
+    let mut node = Node::new(&["--config", &conf_flag]);
+    node.start();
+    let mut c = node.connect();
+    let cmds: Vec<Vec<String>> = (0..300)
+        .map(|i| vec!["SET".to_string(), format!("k{i}"), "v".to_string()])
+        .collect();
+    pipeline(&mut c, &cmds);
+    drop(c);
+    node.kill();
+    // 300 records at 5 ms each: the replay takes about 1.5 s.
+    node.spawn();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut c = loop {
+        if let Ok(c) = std::panic::catch_unwind(|| Raw::connect(node.port)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        c.call(&[b"PING"]),
+        b"-LOADING Redis is loading the dataset in memory\r\n"
+    );
+    // PINGs sent without reading the replies: -LOADING lines fill the socket's buffers
+    // until the server's write waits for this client to read.
+    const PINGS: usize = 200_000;
+    let mut writer = c.stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || {
+        let batch = b"*1\r\n$4\r\nPING\r\n".repeat(1000);
+        for _ in 0..PINGS / 1000 {
+            writer.write_all(&batch).unwrap();
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut probe = node.connect();
+        if probe.call(&[b"PING"]) == b"+PONG\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Loaded: every PING is answered, -LOADING by the loading port up to the handover and
+    // +PONG by the shard after it.
+    let mut lines = 0usize;
+    let mut pongs = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut tail: Vec<u8> = Vec::new();
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    while lines < PINGS {
+        let n = match c.stream.read(&mut buf) {
+            Ok(n) if n > 0 => n,
+            r => panic!("after {lines} of {PINGS} replies ({pongs} +PONG): {r:?}"),
+        };
+        tail.extend_from_slice(&buf[..n]);
+        let whole = tail.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        for line in tail[..whole].split_inclusive(|&b| b == b'\n') {
+            lines += 1;
+            if line == b"+PONG\r\n" {
+                pongs += 1;
+            } else {
+                assert_eq!(line, b"-LOADING Redis is loading the dataset in memory\r\n");
+            }
+        }
+        tail.drain(..whole);
+    }
+    sending.join().unwrap();
+    assert!(pongs > 0, "the shard answered none of them");
+    assert_eq!(c.call(&[b"GET", b"k299"]), b"$1\r\nv\r\n");
     node.kill();
 }
 
