@@ -100,7 +100,7 @@ import os, sys
 MERIDIAN = {meridian!r}
 EXTRA = {extra!r}
 RENAMED = {{"--logfile": "--log-file"}}
-DROPPED = {{"--enable-debug-command"}}  # Meridian's DEBUG is always enabled
+DROPPED = set()
 REFUSED = {{"--unixsocket": "Meridian has no Unix-socket listener",
            "--loadmodule": "Meridian loads no Redis modules",
            "--cluster-enabled": "Meridian's shards are not Redis Cluster nodes",
