@@ -275,12 +275,13 @@ fn a_tls_client_speaks_resp_beside_the_plain_port() {
     let list = plain.call_lossy(&[b"CLIENT", b"LIST"]);
     let on_tls = format!("laddr=127.0.0.1:{tls_port} ");
     assert_eq!(list.matches(on_tls.as_str()).count(), 7, "{list}");
-    // An idle TLS client's read buffer is given back too (over 2 s idle), and it reads what
-    // comes next.
+    // A TLS client's read buffer, grown by the large value above, is given back too (trimmed
+    // to its recent peak, or whole once idle over 2 s; a few bytes wasted are left, as Redis
+    // leaves them), and it reads what comes next.
     assert_eq!(c.call(&["CLIENT", "SETNAME", "tls"]).unwrap(), b"+OK\r\n");
     assert!(plain.query_buffer_of("tls") > 0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while plain.query_buffer_of("tls") > 0 {
+    while plain.query_buffer_of("tls") > 4096 {
         assert!(
             std::time::Instant::now() < deadline,
             "still {}",
