@@ -126,6 +126,7 @@ SKIPPED = [
     ("unit/scripting", "SPOP: We can call scripts rewriting client->argv from Lua", SYNC),
     ("unit/scripting", "MGET: mget shouldn't be propagated in Lua", SYNC),
     ("unit/scripting", "EXPIRE: We can call scripts rewriting client->argv from Lua", SYNC),
+    ("unit/scripting", "INCRBYFLOAT: We can call scripts expanding client->argv from Lua", SYNC),
     ("unit/scripting", "not enough good replicas", REPLICA),
     ("integration/redis-cli", "Connecting as a replica",
      "redis-cli --replica reads the replication stream by SYNC; Meridian sites replicate by their "
