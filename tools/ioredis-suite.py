@@ -39,17 +39,15 @@ Examples:
 
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 
+import redis_suite  # tools/redis-suite.py (tools/redis_suite.py loads it)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("redis_suite", os.path.join(HERE, "redis-suite.py"))
-redis_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(redis_suite)
 
 # This task's ports: blocks of redis_suite.PORT_BLOCK (a server with several shards also
 # listens on the next ports) inside 7400-7447.
@@ -224,30 +222,14 @@ def main():
             if note:
                 notes[kind].append(f"{name}: {note}")
 
-    w = max(len(f) for f in files) + 1
-    print(f"{'file':{w}} {'meridian':>8} {'failed':>6} {'pending':>7}   "
-          f"{'redis':>5} {'failed':>6} {'pending':>7}", flush=True)
-    totals = {k: [0, 0, 0] for k in kinds}
+    table = redis_suite.CountTable("file", "pending", files, kinds)
     for path in files:
-        cells = {}
-        for kind in kinds:
-            counts = tally(res[kind].get(path, {}))
-            cells[kind] = [str(n) for n in counts]
-            for i, n in enumerate(counts):
-                totals[kind][i] += n
-        m, r = cells["meridian"], cells.get("redis", ["-"] * 3)
-        print(f"{path:{w}} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}")
+        table.row(path, {kind: tally(res[kind].get(path, {})) for kind in kinds})
         if args.diff and "redis" in res:
-            ref, got = res["redis"].get(path, {}), res["meridian"].get(path, {})
-            why = res["meridian"].get("\0why", {})
-            for title in sorted(t for t, s in ref.items() if s == "passed"):
-                if got.get(title) != "passed":
-                    print(f"    not passed by meridian ({got.get(title, 'not run')}): {title}")
-                    if args.why and (path, title) in why:
-                        print(f"        {why[(path, title)]}")
-    for kind in kinds:
-        print("{}: {} passed, {} failed, {} pending".format(kind, *totals[kind]) +
-              (f"  ({'; '.join(notes[kind])})" if notes[kind] else ""))
+            why = res["meridian"].get("\0why", {}) if args.why else {}
+            table.missed(res["redis"].get(path, {}), res["meridian"].get(path, {}), "passed",
+                         lambda title: why.get((path, title)))
+    table.print_totals({kind: "; ".join(notes[kind]) for kind in kinds})
 
 
 if __name__ == "__main__":

@@ -32,16 +32,14 @@ Examples:
 """
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import redis_suite  # tools/redis-suite.py (tools/redis_suite.py loads it)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("redis_suite", os.path.join(HERE, "redis-suite.py"))
-redis_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(redis_suite)
 
 # The files docs/compatibility.md measures. Module tests (search, json, timeseries, bloom,
 # vsets), Sentinel, TLS, credential providers, Entra ID and the Redis Enterprise scenario
@@ -168,39 +166,20 @@ def main():
         extra += ["--cluster-api", args.cluster_api]
     extra += args.meridian_arg
 
-    w = max(len(f) for f in files) + 1
-    print(f"{'file':{w}} {'meridian':>8} {'failed':>6} {'skipped':>7}   "
-          f"{'redis':>5} {'failed':>6} {'skipped':>7}", flush=True)
-    totals = {"meridian": [0, 0, 0], "redis": [0, 0, 0]}
+    kinds = ["meridian"] + ([] if args.no_redis else ["redis"])
+    table = redis_suite.CountTable("file", "skipped", files, kinds)
     for path in files:
         row = {}
-        for kind in ("meridian", "redis"):
-            if kind == "redis" and args.no_redis:
-                continue
+        for kind in kinds:
             server, port = redis_suite.server_for(kind, args, meridian, extra)
             base = os.path.join(args.out, f"{path.replace('/', '_')}.{kind}")
             res, note = redis_suite.run_checked(server, lambda: run_file(args, path, port, base))
             row[kind] = (res, note)
-            for i, n in enumerate(tally(res)):
-                totals[kind][i] += n
-
-        def cells(kind):
-            if kind not in row:
-                return "-", "-", "-"
-            return tuple(str(n) for n in tally(row[kind][0]))
-        m, r = cells("meridian"), cells("redis")
         notes = "  ".join(f"{k}:{v[1]}" for k, v in row.items() if v[1])
-        print(f"{path:{w}} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}  {notes}",
-              flush=True)
+        table.row(path, {k: tally(v[0]) for k, v in row.items()}, notes)
         if args.diff and "redis" in row:
-            ref, got = row["redis"][0], row["meridian"][0]
-            for name in sorted(n for n, s in ref.items() if s == "passed"):
-                if got.get(name) != "passed":
-                    print(f"    not passed by meridian ({got.get(name, 'not run')}): {name}")
-    for kind in ("meridian", "redis"):
-        if kind == "redis" and args.no_redis:
-            continue
-        print("{}: {} passed, {} failed, {} skipped".format(kind, *totals[kind]))
+            table.missed(row["redis"][0], row["meridian"][0], "passed")
+    table.print_totals()
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ Examples:
 
 import argparse
 import concurrent.futures
-import importlib.util
 import json
 import os
 import re
@@ -47,10 +46,9 @@ import sys
 import tempfile
 import time
 
+import redis_suite  # tools/redis-suite.py (tools/redis_suite.py loads it)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("redis_suite", os.path.join(HERE, "redis-suite.py"))
-redis_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(redis_suite)
 
 # The test binaries docs/compatibility.md measures. Not run (they need what Meridian is not,
 # or what neither server has here): test_cluster and test_cluster_async spawn Redis Cluster nodes with
@@ -310,39 +308,20 @@ def main():
 
         for pattern, reason in SKIPPED:
             print(f"skipped on both: *{pattern}*: {reason}")
-        w = max(len(t) for t in args.targets) + 1
-        print(f"{'binary':{w}} {'meridian':>8} {'failed':>6} {'ignored':>7}   "
-              f"{'redis':>5} {'failed':>6} {'ignored':>7}", flush=True)
-        totals = {"meridian": [0, 0, 0], "redis": [0, 0, 0]}
+        kinds = ["meridian"] + ([] if args.no_redis else ["redis"])
+        table = redis_suite.CountTable("binary", "ignored", args.targets, kinds)
         for target in args.targets:
             row = {}
-            for kind in ("meridian", "redis"):
-                if kind == "redis" and args.no_redis:
-                    continue
+            for kind in kinds:
                 log = os.path.join(args.out, f"{target}.{kind}.log")
                 scratch = tempfile.mkdtemp(dir=tmp, prefix=f"{kind}-")
                 row[kind] = run_binary(args, exes[target], bindirs[kind], scratch, log)
                 shutil.rmtree(scratch, ignore_errors=True)
-                for i, n in enumerate(tally(row[kind][0])):
-                    totals[kind][i] += n
-
-            def cells(kind):
-                if kind not in row:
-                    return "-", "-", "-"
-                return tuple(str(n) for n in tally(row[kind][0]))
-            m, r = cells("meridian"), cells("redis")
             notes = "  ".join(f"{k}:{v[1]}" for k, v in row.items() if v[1])
-            print(f"{target:{w}} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}"
-                  f"  {notes}", flush=True)
+            table.row(target, {k: tally(v[0]) for k, v in row.items()}, notes)
             if args.diff and "redis" in row:
-                ref, got = row["redis"][0], row["meridian"][0]
-                for name in sorted(n for n, s in ref.items() if s == "ok"):
-                    if got.get(name) != "ok":
-                        print(f"    not passed by meridian ({got.get(name, 'not run')}): {name}")
-        for kind in ("meridian", "redis"):
-            if kind == "redis" and args.no_redis:
-                continue
-            print("{}: {} passed, {} failed, {} ignored".format(kind, *totals[kind]))
+                table.missed(row["redis"][0], row["meridian"][0], "ok")
+        table.print_totals()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

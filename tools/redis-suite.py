@@ -319,6 +319,46 @@ def server_for(kind, args, meridian, extra=()):
     return None, (args.port if kind == "meridian" else args.redis_port)
 
 
+class CountTable:
+    """What the client-suite tools print: a header, then per row (a test file or binary) the
+    tests each server passed, failed and left out (skipped, ignored or pending: `other`), the
+    tests Redis passed and Meridian did not (`missed`), and each server's totals."""
+
+    def __init__(self, first, other, labels, kinds):
+        self.other, self.kinds = other, list(kinds)
+        self.w = max([len(first)] + [len(x) for x in labels]) + 1
+        self.totals = {k: [0, 0, 0] for k in self.kinds}
+        print(f"{first:{self.w}} {'meridian':>8} {'failed':>6} {other:>7}   "
+              f"{'redis':>5} {'failed':>6} {other:>7}", flush=True)
+
+    def row(self, label, counts, notes=""):
+        """`counts`: {kind: (passed, failed, other)} for the servers that ran."""
+        for kind, c in counts.items():
+            for i, n in enumerate(c):
+                self.totals[kind][i] += n
+        m = [str(n) for n in counts.get("meridian", ("-",) * 3)]
+        r = [str(n) for n in counts.get("redis", ("-",) * 3)]
+        print(f"{label:{self.w}} {m[0]:>8} {m[1]:>6} {m[2]:>7}   {r[0]:>5} {r[1]:>6} {r[2]:>7}"
+              + (f"  {notes}" if notes else ""), flush=True)
+
+    @staticmethod
+    def missed(ref, got, passed, detail=None):
+        """Prints the tests `ref` (Redis's {name: state}) ran with state `passed` that `got`
+        (Meridian's) did not, each followed by `detail(name)` when that gives a line."""
+        for n in sorted(ref):
+            if ref[n] == passed and got.get(n) != passed:
+                print(f"    not passed by meridian ({got.get(n, 'not run')}): {n}")
+                line = detail(n) if detail else None
+                if line:
+                    print(f"        {line}")
+
+    def print_totals(self, notes=None):
+        for kind in self.kinds:
+            extra = (notes or {}).get(kind, "")
+            print("{}: {} passed, {} failed, {} {}".format(kind, *self.totals[kind], self.other)
+                  + (f"  ({extra})" if extra else ""))
+
+
 def run_checked(server, run):
     """Returns `run()`'s (results, note), the note saying so when `server` (one this script
     started; None for a server already running) died under it; stops that server after."""
