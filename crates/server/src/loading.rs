@@ -299,23 +299,8 @@ mod tests {
     /// HELLO and the commands pipelined after it, for the shard to answer once loaded.
     #[test]
     fn hello_while_loading_is_handed_over_unanswered() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.set_nonblocking(true).unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let limits = LoadingLimits {
-                clients_max: 8,
-                bulk_bytes_max: 512 * 1024 * 1024,
-                query_bytes_max: 1024 * 1024 * 1024,
-                authenticated: true,
-            };
-            let (loaded_tx, loaded_rx) = watch::channel(false);
-            let (handover_tx, mut handover_rx) = mpsc::channel(8);
-            let server = tokio::spawn(serve(listener, limits, loaded_rx, handover_tx));
+        runtime().block_on(async {
+            let (port, loaded_tx, mut handover_rx, server) = gate(true);
             let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
             let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
             let held = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*1\r\n$4\r\nPING\r\n";
@@ -342,6 +327,39 @@ mod tests {
         });
     }
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// The loading gate on a loopback port (`authenticated`: whether clients start
+    /// authenticated), within a runtime: its port, the loaded signal, the handovers it sends
+    /// and its task.
+    fn gate(
+        authenticated: bool,
+    ) -> (
+        u16,
+        watch::Sender<bool>,
+        mpsc::Receiver<Handover>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let limits = LoadingLimits {
+            clients_max: 8,
+            bulk_bytes_max: 512 * 1024 * 1024,
+            query_bytes_max: 1024 * 1024 * 1024,
+            authenticated,
+        };
+        let (loaded_tx, loaded_rx) = watch::channel(false);
+        let (handover_tx, handover_rx) = mpsc::channel(8);
+        let server = tokio::spawn(serve(listener, limits, loaded_rx, handover_tx));
+        (port, loaded_tx, handover_rx, server)
+    }
+
     /// Reads until the server closes the connection (bounded by a timeout).
     async fn read_to_close(c: &mut TcpStream) -> Vec<u8> {
         let mut got = Vec::new();
@@ -358,23 +376,8 @@ mod tests {
     /// it sent.
     #[test]
     fn unauthenticated_limits_apply_while_loading() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.set_nonblocking(true).unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let limits = LoadingLimits {
-                clients_max: 8,
-                bulk_bytes_max: 512 * 1024 * 1024,
-                query_bytes_max: 1024 * 1024 * 1024,
-                authenticated: false,
-            };
-            let (loaded_tx, loaded_rx) = watch::channel(false);
-            let (handover_tx, mut handover_rx) = mpsc::channel(8);
-            let server = tokio::spawn(serve(listener, limits, loaded_rx, handover_tx));
+        runtime().block_on(async {
+            let (port, loaded_tx, mut handover_rx, server) = gate(false);
             let loading = b"-LOADING Redis is loading the dataset in memory\r\n";
             let mut c = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
             let mut ten = b"*10\r\n$3\r\nDEL\r\n".to_vec();

@@ -1726,13 +1726,10 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
     assert!(disk::segments(&shard).is_empty());
 }
 
-/// While a restarted server replays its log, clients that connect are answered -LOADING,
-/// and once it has loaded the same connections are served (`key-load-delay` slows loading
-/// down, as in Redis's own tests). HELLO, which Redis answers while loading, is answered
-/// once loaded, not -LOADING (redis-rs's RESP3 connections start with it and treat
-/// -LOADING as a failed connect), with what was pipelined after it.
-#[test]
-fn clients_are_answered_loading_while_the_log_replays() {
+/// A node holding 300 keys, restarted with `key-load-delay` (5 ms a record: its replay takes
+/// about 1.5 s), and a connection made while it loads. The directory lives as long as the
+/// first value.
+fn restarted_slow_to_load() -> (tempfile::TempDir, Node, Raw) {
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("slow.toml");
     std::fs::write(&conf, "key-load-delay = 5000\nsave = \"\"\n").unwrap();
@@ -1746,24 +1743,20 @@ fn clients_are_answered_loading_while_the_log_replays() {
     pipeline(&mut c, &cmds);
     drop(c);
     node.kill();
-    // 300 records at 5 ms each: the replay takes about 1.5 s.
     node.spawn();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut c = loop {
+    let c = loop {
         if let Ok(c) = std::panic::catch_unwind(|| Raw::connect(node.port)) {
             break c;
         }
         assert!(Instant::now() < deadline, "never listened");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(
-        c.call(&[b"GET", b"k1"]),
-        b"-LOADING Redis is loading the dataset in memory\r\n"
-    );
-    let mut h = Raw::connect(node.port);
-    h.send(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$3\r\nGET\r\n$2\r\nk7\r\n");
-    // A command sent in pieces across the end of loading is served whole.
-    c.send(b"*2\r\n$3\r\nGET\r\n$4\r\nk");
+    (dir, node, c)
+}
+
+/// Waits (30 s at most) until a new connection gets +PONG: the node has loaded.
+fn wait_loaded(node: &Node) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut probe = node.connect();
@@ -1773,6 +1766,25 @@ fn clients_are_answered_loading_while_the_log_replays() {
         assert!(Instant::now() < deadline, "never loaded");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// While a restarted server replays its log, clients that connect are answered -LOADING,
+/// and once it has loaded the same connections are served (`key-load-delay` slows loading
+/// down, as in Redis's own tests). HELLO, which Redis answers while loading, is answered
+/// once loaded, not -LOADING (redis-rs's RESP3 connections start with it and treat
+/// -LOADING as a failed connect), with what was pipelined after it.
+#[test]
+fn clients_are_answered_loading_while_the_log_replays() {
+    let (_dir, mut node, mut c) = restarted_slow_to_load();
+    assert_eq!(
+        c.call(&[b"GET", b"k1"]),
+        b"-LOADING Redis is loading the dataset in memory\r\n"
+    );
+    let mut h = Raw::connect(node.port);
+    h.send(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$3\r\nGET\r\n$2\r\nk7\r\n");
+    // A command sent in pieces across the end of loading is served whole.
+    c.send(b"*2\r\n$3\r\nGET\r\n$4\r\nk");
+    wait_loaded(&node);
     c.send(b"299\r\n");
     assert_eq!(c.read_reply(), b"$1\r\nv\r\n");
     let hello = String::from_utf8_lossy(&h.read_reply()).into_owned();
@@ -1793,29 +1805,7 @@ fn clients_are_answered_loading_while_the_log_replays() {
 #[test]
 fn a_connection_still_writing_when_loading_ends_is_served() {
     use std::io::{Read as _, Write as _};
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("slow.toml");
-    std::fs::write(&conf, "key-load-delay = 5000\nsave = \"\"\n").unwrap();
-    let conf_flag = conf.display().to_string();
-    let mut node = Node::new(&["--config", &conf_flag]);
-    node.start();
-    let mut c = node.connect();
-    let cmds: Vec<Vec<String>> = (0..300)
-        .map(|i| vec!["SET".to_string(), format!("k{i}"), "v".to_string()])
-        .collect();
-    pipeline(&mut c, &cmds);
-    drop(c);
-    node.kill();
-    // 300 records at 5 ms each: the replay takes about 1.5 s.
-    node.spawn();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut c = loop {
-        if let Ok(c) = std::panic::catch_unwind(|| Raw::connect(node.port)) {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (_dir, mut node, mut c) = restarted_slow_to_load();
     assert_eq!(
         c.call(&[b"PING"]),
         b"-LOADING Redis is loading the dataset in memory\r\n"
@@ -1830,15 +1820,7 @@ fn a_connection_still_writing_when_loading_ends_is_served() {
             writer.write_all(&batch).unwrap();
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut probe = node.connect();
-        if probe.call(&[b"PING"]) == b"+PONG\r\n" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never loaded");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_loaded(&node);
     // Loaded: every PING is answered, -LOADING by the loading port up to the handover and
     // +PONG by the shard after it.
     let mut lines = 0usize;
