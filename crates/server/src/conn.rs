@@ -200,6 +200,9 @@ enum BarrierKind {
     Special(Special),
     /// A blocking command, on this shard.
     Blocking(u16),
+    /// A command reading keys of several shards (`crate::read_across`; its plan is made
+    /// again when it runs, from the same arguments).
+    ReadAcross,
     /// A script that declares no key, with several shards: it runs on this thread's shard,
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
@@ -1368,8 +1371,22 @@ impl Conn {
                 Step::Next
             }
             KeysAt::Many => {
-                self.reject(f, Some(spec), &CmdError::CrossSlot);
-                Step::Next
+                let own = self.th.index;
+                let node = &f.node;
+                let plan = crate::read_across::plan(&node.slots, f.table, spec, argv, own, |t| {
+                    node.is_local(t)
+                });
+                match plan {
+                    Some(_) => Step::Barrier(Barrier {
+                        spec,
+                        argv: owned(argv),
+                        kind: BarrierKind::ReadAcross,
+                    }),
+                    None => {
+                        self.reject(f, Some(spec), &CmdError::CrossSlot);
+                        Step::Next
+                    }
+                }
             }
         }
     }
@@ -1775,6 +1792,32 @@ impl Conn {
             }
             BarrierKind::Special(sp) => {
                 return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
+            }
+            BarrierKind::ReadAcross => {
+                let th = self.th.clone();
+                let plan = {
+                    let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                    let node = &th.node;
+                    crate::read_across::plan(
+                        &node.slots,
+                        th.front.borrow().table,
+                        spec,
+                        &refs,
+                        th.index,
+                        |t| node.is_local(t),
+                    )
+                };
+                let Some(plan) = plan else {
+                    self.out.error(&CmdError::CrossSlot);
+                    return true;
+                };
+                let Conn {
+                    client,
+                    out,
+                    afters,
+                    ..
+                } = self;
+                crate::read_across::run(&th, client, out, afters, spec, argv, plan).await;
             }
             BarrierKind::Script => {
                 self.client.shared.last_cmd.set(spec.meta.name);

@@ -254,6 +254,10 @@ pub enum Op {
     /// (`crate::sort_across`): its reply or STORE from what was gathered, counted as the
     /// command. Never sent to another node.
     SortFinish(&'static CommandSpec, Box<cmd::sort::Gathered>),
+    /// The last step of a command that reads keys of other shards (`crate::read_across`):
+    /// the command, with their copies lent to this shard's table while it runs. Never sent
+    /// to another node.
+    CallLent(&'static CommandSpec, Box<crate::read_across::Lent>),
 }
 
 /// What one item left besides its reply.
@@ -479,6 +483,10 @@ async fn forward(
                 local.push(Some(
                     b"-ERR SORT across nodes is not supported\r\n".to_vec(),
                 ));
+            }
+            Op::CallLent(..) => {
+                // `read_across::plan` leaves keys on other nodes to CROSSSLOT.
+                local.push(Some(format!("-{}\r\n", CmdError::CrossSlot).into_bytes()));
             }
             Op::Rerun(_) | Op::TimeOut(_) => {
                 local.push(Some(b"-ERR blocked on another node\r\n".to_vec()));
@@ -833,6 +841,13 @@ fn run_item(
             cmd::call_with(s, f, client, out, spec, argv, now, |ctx| {
                 cmd::sort::finish(ctx, argv, *gathered)
             });
+        }
+        Op::CallLent(spec, lent) => {
+            if refused(s, f, out, spec) {
+                return;
+            }
+            client.shared.last_cmd.set(spec.meta.name);
+            crate::read_across::call_lent(s, f, client, out, spec, argv, now, *lent);
         }
         Op::Call(spec) => {
             if refused(s, f, out, spec) {

@@ -753,6 +753,63 @@ impl Shard {
         true
     }
 
+    /// Lends this shard copies of keys of other shards for the time of one command that only
+    /// reads them (`crate::read_across`): each is inserted into `db` as it was read on its
+    /// shard, unlogged and unannounced, so that the command's own code finds it where it
+    /// finds its local keys. A copy whose TTL has passed at `now_ms` is left out (absent, as
+    /// its shard would expire it); none can expire while the command runs, which reads the
+    /// clock once. Returns the keys lent, for `take_back` after the command, or None (and
+    /// nothing lent) when this shard holds an entry of one of them: a key of another shard's
+    /// slots never is here.
+    pub fn lend(
+        &mut self,
+        db: usize,
+        copies: Vec<(Vec<u8>, KeyState)>,
+        now_ms: u64,
+    ) -> Option<Vec<Vec<u8>>> {
+        let mut lent = Vec::with_capacity(copies.len());
+        for (key, state) in copies {
+            if state.expire_at_ms().is_some_and(|at| at <= now_ms) {
+                continue;
+            }
+            if !self.insert_loaded(db, &key, state, now_ms) {
+                self.take_back(db, &lent);
+                return None;
+            }
+            lent.push(key);
+        }
+        Some(lent)
+    }
+
+    /// Removes the keys `lend` inserted, unlogged, with the counts `insert_loaded` raised.
+    pub fn take_back(&mut self, db: usize, keys: &[Vec<u8>]) {
+        for key in keys {
+            let hash = self.hash_key(key);
+            let Some(d) = self.dbs.get_mut(db) else {
+                return;
+            };
+            let Some(index) = d.table.find_index(hash, key) else {
+                continue;
+            };
+            let (empty, ttl, meta) = match d.table.get_bucket(index) {
+                Some(e) => {
+                    let empty = e.state.is_empty();
+                    (empty, !empty && e.state.expire_at_ms().is_some(), e.meta)
+                }
+                None => continue,
+            };
+            if d.table.remove_bucket(index) {
+                d.count_meta((meta, false));
+                if empty {
+                    d.empty = d.empty.saturating_sub(1);
+                }
+                if ttl {
+                    d.expires = d.expires.saturating_sub(1);
+                }
+            }
+        }
+    }
+
     /// Records that the string at `key` was modified in place (OBJECT ENCODING says "raw").
     pub fn mark_raw_encoding(&mut self, db: usize, key: &[u8]) {
         let hash = self.hash_key(key);

@@ -82,6 +82,7 @@ pub mod notify;
 pub mod numa;
 pub mod oplog;
 pub mod persist;
+pub mod read_across;
 pub mod remote_tracking;
 pub mod resp;
 pub mod route;

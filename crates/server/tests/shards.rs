@@ -128,7 +128,7 @@ fn run_script(c: &mut Raw, script: &[Vec<String>]) -> Vec<String> {
             let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
             let mut r = call(c, &args);
             // Sets answer in table order: compare them sorted.
-            if matches!(args[0], "SUNION" | "SMEMBERS") {
+            if matches!(args[0], "SUNION" | "SINTER" | "SDIFF" | "SMEMBERS") {
                 if let Reply::Array(mut items) = common::parse_reply(r.as_bytes()) {
                     items.sort_by_key(|i| format!("{i:?}"));
                     r = format!("{items:?}");
@@ -174,6 +174,236 @@ fn every_family_routes_to_its_shard_like_redis() {
         .collect();
     assert_eq!(per_shard.len(), 4, "{info}");
     assert!(per_shard.iter().all(|&n| n > 0), "{info}");
+}
+
+/// Commands that read keys of several shards and write one (the set and sorted-set algebra,
+/// ZRANGESTORE, BITOP, PFCOUNT, PFMERGE, COPY, LCS, GEOSEARCHSTORE, GEORADIUS STORE) on keys
+/// of four shards: each reply must be Redis's, from connections on every thread.
+fn reads_across_script() -> Vec<Vec<String>> {
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |v: &[&str]| script.push(v.iter().map(|x| x.to_string()).collect());
+    let s = key_per_shard("xs");
+    let (s0, s1, s2, s3) = (&s[0], &s[1], &s[2], &s[3]);
+    add(&["SADD", s0, "a", "b", "c", "d"]);
+    add(&["SADD", s1, "b", "c", "e"]);
+    add(&["SADD", s2, "c", "f"]);
+    for cmd in ["SUNION", "SINTER", "SDIFF"] {
+        add(&[cmd, s0, s1, s2]);
+        add(&[cmd, s1, s0, "xs-missing"]);
+    }
+    add(&["SINTERCARD", "2", s0, s1]);
+    add(&["SINTERCARD", "3", s0, s1, s2, "LIMIT", "1"]);
+    add(&["SUNIONSTORE", s3, s0, s1, s2]);
+    add(&["SMEMBERS", s3]);
+    add(&["SINTERSTORE", s3, s0, s1]);
+    add(&["SMEMBERS", s3]);
+    add(&["SDIFFSTORE", s3, s0, s1, s2]);
+    add(&["SMEMBERS", s3]);
+    // The destination is also a source, on another shard than the others.
+    add(&["SUNIONSTORE", s1, s1, s0]);
+    add(&["SMEMBERS", s1]);
+    add(&["SINTERSTORE", s3, s0, "xs-missing"]);
+    add(&["EXISTS", s3]);
+    let z = key_per_shard("xz");
+    let (z0, z1, z2, z3) = (&z[0], &z[1], &z[2], &z[3]);
+    add(&["ZADD", z0, "1", "a", "2", "b", "3", "c"]);
+    add(&["ZADD", z1, "10", "b", "20", "c", "30", "d"]);
+    add(&["ZADD", z2, "5", "c"]);
+    add(&["ZUNION", "3", z0, z1, z2, "WITHSCORES"]);
+    add(&["ZINTER", "2", z0, z1, "WEIGHTS", "2", "3", "WITHSCORES"]);
+    add(&["ZDIFF", "2", z0, z2, "WITHSCORES"]);
+    add(&["ZINTERCARD", "3", z0, z1, z2]);
+    add(&["ZUNIONSTORE", z3, "2", z0, z1, "AGGREGATE", "MAX"]);
+    add(&["ZRANGE", z3, "0", "-1", "WITHSCORES"]);
+    add(&["ZINTERSTORE", z3, "3", z0, z1, z2, "AGGREGATE", "MIN"]);
+    add(&["ZRANGE", z3, "0", "-1", "WITHSCORES"]);
+    add(&["ZDIFFSTORE", z3, "2", z1, z0]);
+    add(&["ZRANGE", z3, "0", "-1", "WITHSCORES"]);
+    add(&["ZRANGESTORE", z3, z0, "1", "-1"]);
+    add(&["ZRANGE", z3, "0", "-1", "WITHSCORES"]);
+    add(&[
+        "ZRANGESTORE",
+        z3,
+        z1,
+        "(10",
+        "+inf",
+        "BYSCORE",
+        "LIMIT",
+        "0",
+        "1",
+    ]);
+    add(&["ZRANGE", z3, "0", "-1", "WITHSCORES"]);
+    let b = key_per_shard("xb");
+    let (b0, b1, b2, b3) = (&b[0], &b[1], &b[2], &b[3]);
+    add(&["SET", b0, "foobar"]);
+    add(&["SET", b1, "abcdefgh"]);
+    add(&["SETBIT", b2, "3", "1"]);
+    for op in ["AND", "OR", "XOR"] {
+        add(&["BITOP", op, b3, b0, b1, b2]);
+        add(&["GET", b3]);
+    }
+    add(&["BITOP", "NOT", b3, b1]);
+    add(&["GET", b3]);
+    add(&["BITOP", "AND", b3, "xb-missing", b0]);
+    add(&["GET", b3]);
+    add(&["LCS", b0, b1]);
+    add(&["LCS", b0, b1, "LEN"]);
+    add(&["LCS", b0, b1, "IDX", "MINMATCHLEN", "1", "WITHMATCHLEN"]);
+    let h = key_per_shard("xh");
+    let (h0, h1, h2, h3) = (&h[0], &h[1], &h[2], &h[3]);
+    add(&["PFADD", h0, "a", "b", "c"]);
+    add(&["PFADD", h1, "c", "d"]);
+    add(&["PFADD", h2, "e"]);
+    add(&["PFCOUNT", h0, h1, h2, "xh-missing"]);
+    add(&["PFMERGE", h3, h0, h1]);
+    add(&["PFCOUNT", h3]);
+    add(&["PFMERGE", h0, h2]);
+    add(&["PFCOUNT", h0]);
+    let c = key_per_shard("xc");
+    let (c0, c1, c2) = (&c[0], &c[1], &c[2]);
+    add(&["SET", c0, "v", "EX", "1000"]);
+    add(&["COPY", c0, c1]);
+    add(&["GET", c1]);
+    add(&["TTL", c1]);
+    add(&["COPY", c0, c1]);
+    add(&["SET", c0, "w"]);
+    add(&["COPY", c0, c1, "REPLACE"]);
+    add(&["GET", c1]);
+    add(&["TTL", c1]);
+    add(&["COPY", s0, c2, "DB", "1"]);
+    add(&["SELECT", "1"]);
+    add(&["SMEMBERS", c2]);
+    add(&["SELECT", "0"]);
+    add(&["COPY", "xc-missing", c2]);
+    let g = key_per_shard("xg");
+    let (g0, g1) = (&g[0], &g[1]);
+    add(&[
+        "GEOADD",
+        g0,
+        "13.361389",
+        "38.115556",
+        "Palermo",
+        "15.087269",
+        "37.502669",
+        "Catania",
+    ]);
+    add(&[
+        "GEOSEARCHSTORE",
+        g1,
+        g0,
+        "FROMLONLAT",
+        "15",
+        "37",
+        "BYRADIUS",
+        "200",
+        "km",
+        "ASC",
+    ]);
+    add(&["ZRANGE", g1, "0", "-1"]);
+    add(&[
+        "GEOSEARCHSTORE",
+        g1,
+        g0,
+        "FROMMEMBER",
+        "Palermo",
+        "BYBOX",
+        "400",
+        "400",
+        "km",
+        "STOREDIST",
+    ]);
+    add(&["ZCARD", g1]);
+    add(&["GEORADIUS", g0, "15", "37", "200", "km", "STORE", g1]);
+    add(&["ZRANGE", g1, "0", "-1"]);
+    add(&[
+        "GEORADIUSBYMEMBER",
+        g0,
+        "Palermo",
+        "100",
+        "km",
+        "STOREDIST",
+        g1,
+    ]);
+    add(&["ZRANGE", g1, "0", "-1"]);
+    // A source of the wrong type, on another shard than the destination.
+    add(&["SUNIONSTORE", s3, s0, b0]);
+    add(&["ZUNIONSTORE", z3, "2", z0, b1]);
+    add(&["BITOP", "OR", b3, b0, s1]);
+    add(&["PFCOUNT", h0, b1]);
+    add(&["LCS", b0, s1]);
+    script
+}
+
+#[test]
+fn multi_key_reads_across_shards_like_redis() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    }
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let reference = RedisRef::start();
+    let script = reads_across_script();
+    // Connections on every thread: the target shard is this one for some, another for the
+    // others.
+    for _ in 0..4 {
+        let mut m = srv.connect();
+        let mut r = reference.connect();
+        call(&mut m, &["FLUSHALL"]);
+        call(&mut r, &["FLUSHALL"]);
+        let got = run_script(&mut m, &script);
+        let want = run_script(&mut r, &script);
+        for ((cmd, g), w) in script.iter().zip(&got).zip(&want) {
+            assert_eq!(g, w, "{cmd:?}");
+        }
+    }
+    // No copy stayed behind on the shard it was lent to: KEYS lists each key once, and as
+    // many as DBSIZE counts.
+    let mut m = srv.connect();
+    let dbsize: usize = call(&mut m, &["DBSIZE"])
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .expect("DBSIZE");
+    let listed: Vec<String> = call(&mut m, &["KEYS", "*"])
+        .lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .map(str::to_string)
+        .collect();
+    let distinct: BTreeSet<&String> = listed.iter().collect();
+    assert_eq!(distinct.len(), listed.len(), "{listed:?}");
+    assert_eq!(listed.len(), dbsize, "{listed:?}");
+    let info = call(&mut m, &["INFO", "commandstats"]);
+    assert!(info.contains("cmdstat_sunionstore:calls=12,"), "{info}");
+}
+
+/// A client tracking its reads is told of a change to a key SUNION read on another shard,
+/// and a key changed between two reads across shards is read anew.
+#[test]
+fn reads_across_shards_are_tracked_where_the_keys_are() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("tr");
+    let mut c = srv.connect();
+    assert!(call(&mut c, &["HELLO", "3"]).starts_with('%'));
+    assert_eq!(call(&mut c, &["CLIENT", "TRACKING", "on"]), "+OK\r\n");
+    let mut w = srv.connect();
+    for k in &keys {
+        call(&mut w, &["SADD", k, k]);
+    }
+    let mut args = vec!["SUNION"];
+    args.extend(keys.iter().map(String::as_str));
+    let all = call(&mut c, &args);
+    assert!(all.starts_with("~4\r\n"), "{all}");
+    // Every key read, whichever shard it is on, is invalidated by its change.
+    for k in &keys {
+        call(&mut w, &["SADD", k, "new"]);
+        let push = String::from_utf8_lossy(&c.read_reply()).into_owned();
+        assert!(
+            push.contains("invalidate") && push.contains(k.as_str()),
+            "{push}"
+        );
+    }
+    let all = call(&mut c, &args);
+    assert!(all.starts_with("~5\r\n"), "{all}");
 }
 
 #[test]
@@ -253,7 +483,7 @@ fn scatter_gather_and_crossslot() {
     assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
     // Commands whose keys must share a slot: Redis Cluster's exact text.
     let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-    assert_eq!(call(&mut c, &["SUNION", &keys[0], &keys[1]]), cross);
+    assert_eq!(call(&mut c, &["SMOVE", &keys[0], &keys[1], "m"]), cross);
     assert_eq!(call(&mut c, &["RENAME", &keys[0], &keys[1]]), cross);
     assert_eq!(
         call(&mut c, &["MSETNX", &keys[0], "1", &keys[1], "2"]),
@@ -277,7 +507,9 @@ fn scatter_gather_and_crossslot() {
         ":1\r\n"
     );
     assert_eq!(call(&mut c, &["RENAME", "{z}a", "{z}c"]), "+OK\r\n");
-    // A queued command over two shards flags the transaction; EXEC then aborts it.
+    // A queued command over two shards flags the transaction; EXEC then aborts it (SUNION
+    // reads across shards outside a transaction only: tests/shards.rs's
+    // `multi_key_reads_across_shards_like_redis`).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut c, &["SUNION", &keys[0], &keys[1]]), cross);
     assert_eq!(

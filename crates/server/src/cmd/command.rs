@@ -590,6 +590,16 @@ pub fn key_positions(
 /// A key found: its position in the command's argv and its flags.
 pub type KeyRef = (usize, Vec<&'static str>);
 
+/// The keys of `argv` with their key-spec flags ("RO", "RW", "OW"...), from the table's
+/// parsed specs (`keys_with_specs`); None when the arguments name no valid keys.
+pub fn key_refs(table: &'static Table, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Vec<KeyRef>> {
+    let specs = cached_specs(table)
+        .get(spec.idx)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    keys_with_specs(spec.meta, specs, argv)
+}
+
 /// Redis's `getKeysFromCommandWithSpecs`: key specs when they are complete and their flags
 /// fixed, else the command's own extractor. None when no keys could be found. ACL checks
 /// use it too (`crate::acl`), with the specs parsed once.
