@@ -44,6 +44,13 @@ wait_port() {
   exit 1
 }
 
+# CPU time a process has used so far, in ns: the sum over its threads of the first field of
+# /proc/PID/task/TID/schedstat (time on a CPU; nanosecond resolution, where /proc/PID/stat's
+# clock ticks are 10 ms). A thread that ended in between is not counted.
+cpu_ns() {
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'
+}
+
 # Median of the numbers on stdin, one per line.
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.0f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 

@@ -10,6 +10,10 @@
 #     server (MEMTIER=path, or memtier_benchmark on PATH; skipped with a message without it):
 #     seed 001 `--ratio 1:1 --pipeline 9 -d 100`, seed 000 `--ratio 3:7 --pipeline 4 -d 256`;
 #  3. RSS per key after loading 1,000,000 keys with 100-byte values into fresh processes.
+# Rows 1 and 2 also print each server's CPU use during its runs (its threads' CPU time over the
+# run's wall time; 100% = the one core it is pinned to: below it, the load generator is what
+# limits the run) and the ratio of Meridian's CPU time per request to each other server's
+# (below 1: Meridian spends less per request).
 # Every server runs without persistence (equal configurations).
 # Usage: benches/vs-redis.sh [rounds=4] [requests=200000]
 #   SKIP_THROUGHPUT=1: memory row only; MERIDIAN_BIN=path: no build; VALKEY_BIN=path: a third
@@ -52,36 +56,52 @@ round_order() {
   if (( $1 % 4 == 1 || $1 % 4 == 0 )); then seq 0 $((n - 1)); else seq $((n - 1)) -1 0; fi
 }
 
-# Prints, per server, the median of its rounds' ops/s and of their p99s.
+# Prints, per server, the median of its rounds' ops/s, p99s, CPU use and CPU ns per request.
 median_ms() { sort -g | awk '{a[NR]=$1} END {if (NR%2) printf "%.3f\n", a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
-medians() { # dir
+medians() { # dir: per server, ops/s p99 cpu% ns/request
   for s in "${names[@]}"; do
-    printf '%s %s ' "$(cut -d' ' -f1 "$1/$s" | median)" "$(cut -d' ' -f2 "$1/$s" | median_ms)"
+    printf '%s %s %s %s ' "$(cut -d' ' -f1 "$1/$s" | median)" "$(cut -d' ' -f2 "$1/$s" | median_ms)" \
+      "$(cut -d' ' -f3 "$1/$s" | median_ms | awk '{printf "%.1f", $1}')" "$(cut -d' ' -f4 "$1/$s" | median)"
   done
   echo
 }
 
-# One row: runs `$2 port` for every server in every round, then prints ops/s and p99 medians
-# and the ratios of Meridian's ops/s to each other server's.
+# One row: runs `$2 port` for every server in every round, then prints ops/s, p99 and CPU-use
+# medians, the ratios of Meridian's ops/s to each other server's, and of its CPU time per
+# request to theirs.
 row() { # label command
-  local label=$1 cmd=$2 d
+  local label=$1 cmd=$2 d c0 c1 t0 t1 out
   d=$(mktemp -d -p "$work")
   for i in $(seq 1 "$rounds"); do
-    for j in $(round_order "$i"); do "$cmd" "${ports[$j]}" >> "$d/${names[$j]}"; done
+    for j in $(round_order "$i"); do
+      c0=$(cpu_ns "${spids[$j]}"); t0=$(date +%s%N)
+      out=$("$cmd" "${ports[$j]}")
+      t1=$(date +%s%N); c1=$(cpu_ns "${spids[$j]}")
+      # ops/s p99 cpu% ns/request
+      echo "$out" | awk -v c=$((c1 - c0)) -v t=$((t1 - t0)) \
+        '{printf "%s %s %.1f %.0f\n", $1, $2, 100 * c / t, ($1 > 0 ? c / ($1 * t / 1e9) : 0)}' \
+        >> "$d/${names[$j]}"
+    done
   done
   read -r -a med < <(medians "$d")
   printf '%-22s' "$label"
-  for j in $(seq 0 $((n - 1))); do printf ' %12s %8s' "${med[$((2 * j))]}" "${med[$((2 * j + 1))]}"; done
+  for j in $(seq 0 $((n - 1))); do
+    printf ' %12s %8s %7s' "${med[$((4 * j))]}" "${med[$((4 * j + 1))]}" "${med[$((4 * j + 2))]}%"
+  done
   for j in $(seq 1 $((n - 1))); do
-    printf ' %7s' "$(awk -v a="${med[0]}" -v b="${med[$((2 * j))]}" 'BEGIN{printf "%.2f", a/b}')"
+    printf ' %7s' "$(awk -v a="${med[0]}" -v b="${med[$((4 * j))]}" 'BEGIN{printf "%.2f", a/b}')"
+  done
+  for j in $(seq 1 $((n - 1))); do
+    printf ' %9s' "$(awk -v a="${med[3]}" -v b="${med[$((4 * j + 3))]}" 'BEGIN{printf "%.2f", (b > 0 ? a/b : 0)}')"
   done
   echo
 }
 
 header() {
   printf '%-22s' "$1"
-  for s in "${names[@]}"; do printf ' %12s %8s' "$s ops/s" "p99 ms"; done
+  for s in "${names[@]}"; do printf ' %12s %8s %7s' "$s ops/s" "p99 ms" "cpu"; done
   for s in "${names[@]:1}"; do printf ' %7s' "/$s"; done
+  for s in "${names[@]:1}"; do printf ' %9s' "cpu/$s"; done
   echo
 }
 
