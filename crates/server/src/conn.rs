@@ -203,6 +203,9 @@ enum BarrierKind {
     /// A command reading keys of several shards (`crate::read_across`; its plan is made
     /// again when it runs, from the same arguments).
     ReadAcross,
+    /// LMPOP or ZMPOP over keys of several shards: the pop runs on each key's shard in turn,
+    /// until one pops (`Conn::pop_first_across`).
+    PopAcross,
     /// A script that declares no key, with several shards: it runs on this thread's shard,
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
@@ -1376,12 +1379,20 @@ impl Conn {
                 let plan = crate::read_across::plan(&node.slots, f.table, spec, argv, own, |t| {
                     node.is_local(t)
                 });
+                let pops = matches!(spec.meta.name, "lmpop" | "zmpop");
                 match plan {
                     Some(_) => Step::Barrier(Barrier {
                         spec,
                         argv: owned(argv),
                         kind: BarrierKind::ReadAcross,
                     }),
+                    None if pops && self.keys_on_this_node(f, spec, argv) => {
+                        Step::Barrier(Barrier {
+                            spec,
+                            argv: owned(argv),
+                            kind: BarrierKind::PopAcross,
+                        })
+                    }
                     None => {
                         self.reject(f, Some(spec), &CmdError::CrossSlot);
                         Step::Next
@@ -1389,6 +1400,56 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Whether every key of `argv` is on a shard of this process.
+    fn keys_on_this_node(&self, f: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> bool {
+        route::positions(f.table, spec, argv).is_some_and(|p| {
+            p.iter().all(|&i| {
+                argv.get(i)
+                    .is_some_and(|k| f.node.is_local(f.node.slots.shard_of_key(k)))
+            })
+        })
+    }
+
+    /// LMPOP/ZMPOP `numkeys key... rest` whose keys span shards: `LMPOP 1 key rest` (ZMPOP
+    /// alike) on each key's shard in the order given, until one pops or fails (WRONGTYPE, a
+    /// bad argument: the first key's shard answers those, as Redis checks them before any
+    /// key); nil when none popped. Each pop is one command on its shard; together they are
+    /// not atomic (a key before the one popped may be filled between the two tries).
+    async fn pop_first_across(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        let numkeys = argv
+            .get(1)
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        let keys: Vec<Vec<u8>> = argv.iter().skip(2).take(numkeys).cloned().collect();
+        let rest: Vec<Vec<u8>> = argv.iter().skip(2 + numkeys).cloned().collect();
+        let name = argv.first().cloned().unwrap_or_default();
+        self.client.shared.last_cmd.set(spec.meta.name);
+        let mut last = Vec::new();
+        for key in keys {
+            let shard = self.th.node.slots.shard_of_key(&key);
+            let mut one = Vec::with_capacity(3 + rest.len());
+            one.push(name.clone());
+            one.push(b"1".to_vec());
+            one.push(key);
+            one.extend(rest.iter().cloned());
+            match self.one(shard, Op::Call(spec), &one).await {
+                Ok((reply, _)) => {
+                    let nil = matches!(reply.as_slice(), b"*-1\r\n" | b"_\r\n");
+                    last = reply;
+                    if !nil {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.out.error(&hop::unavailable_error(e));
+                    return;
+                }
+            }
+        }
+        self.out.raw(&last);
     }
 
     /// Splits MGET, MSET, DEL, UNLINK, EXISTS, TOUCH by shard. Each part runs as that
@@ -1793,6 +1854,7 @@ impl Conn {
             BarrierKind::Special(sp) => {
                 return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
             }
+            BarrierKind::PopAcross => self.pop_first_across(spec, argv).await,
             BarrierKind::ReadAcross => {
                 let th = self.th.clone();
                 let plan = {

@@ -325,6 +325,24 @@ fn reads_across_script() -> Vec<Vec<String>> {
         g1,
     ]);
     add(&["ZRANGE", g1, "0", "-1"]);
+    // LMPOP and ZMPOP pop from the first non-empty key, whatever its shard.
+    let l = key_per_shard("xl");
+    add(&["RPUSH", &l[1], "a", "b", "c"]);
+    add(&["RPUSH", &l[3], "d"]);
+    add(&[
+        "LMPOP", "4", &l[0], &l[1], &l[2], &l[3], "LEFT", "COUNT", "2",
+    ]);
+    add(&[
+        "LMPOP", "4", &l[0], &l[1], &l[2], &l[3], "RIGHT", "COUNT", "5",
+    ]);
+    add(&["LMPOP", "3", &l[0], &l[2], &l[3], "LEFT"]);
+    add(&["LMPOP", "3", &l[0], &l[2], &l[3], "LEFT"]);
+    add(&["LMPOP", "2", &l[0], &l[2], "LEFT", "COUNT", "0"]);
+    add(&["LMPOP", "2", &l[0], &l[2], "MIDDLE"]);
+    add(&["LMPOP", "2", &l[0], b0, "LEFT"]);
+    add(&["ZMPOP", "3", &l[0], z2, z1, "MIN", "COUNT", "2"]);
+    add(&["ZMPOP", "3", &l[0], z2, z1, "MAX"]);
+    add(&["ZMPOP", "2", &l[0], b1, "MAX"]);
     // A source of the wrong type, on another shard than the destination.
     add(&["SUNIONSTORE", s3, s0, b0]);
     add(&["ZUNIONSTORE", z3, "2", z0, b1]);
