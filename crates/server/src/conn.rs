@@ -206,6 +206,8 @@ enum BarrierKind {
     /// LMPOP or ZMPOP over keys of several shards: the pop runs on each key's shard in turn,
     /// until one pops (`Conn::pop_first_across`).
     PopAcross,
+    /// RENAME or RENAMENX between two shards (`crate::move_across`).
+    MoveAcross,
     /// A script that declares no key, with several shards: it runs on this thread's shard,
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
@@ -1386,6 +1388,13 @@ impl Conn {
                         argv: owned(argv),
                         kind: BarrierKind::ReadAcross,
                     }),
+                    None if crate::move_across::shards(&self.th, spec, argv).is_some() => {
+                        Step::Barrier(Barrier {
+                            spec,
+                            argv: owned(argv),
+                            kind: BarrierKind::MoveAcross,
+                        })
+                    }
                     None if pops && self.keys_on_this_node(f, spec, argv) => {
                         Step::Barrier(Barrier {
                             spec,
@@ -1855,6 +1864,16 @@ impl Conn {
                 return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
             }
             BarrierKind::PopAcross => self.pop_first_across(spec, argv).await,
+            BarrierKind::MoveAcross => {
+                let th = self.th.clone();
+                let Conn {
+                    client,
+                    out,
+                    afters,
+                    ..
+                } = self;
+                crate::move_across::run(&th, client, out, afters, spec, argv).await;
+            }
             BarrierKind::ReadAcross => {
                 let th = self.th.clone();
                 let plan = {

@@ -258,6 +258,27 @@ pub enum Op {
     /// the command, with their copies lent to this shard's table while it runs. Never sent
     /// to another node.
     CallLent(&'static CommandSpec, Box<crate::read_across::Lent>),
+    /// A step of a command the connection's thread coordinates across shards
+    /// (`crate::move_across`): `run` in place of the command's handler, counted as the
+    /// command (`cmd::call_with`) when `counted`, else not (`cmd::call_quiet_with`). Never
+    /// sent to another node.
+    Finish {
+        spec: &'static CommandSpec,
+        counted: bool,
+        run: Finish,
+    },
+}
+
+/// A step's handler: what it does with the command's context.
+pub type FinishFn = dyn FnOnce(&mut cmd::Ctx<'_>) -> Result<(), CmdError> + Send;
+
+/// The handler a `Op::Finish` step runs on the shard it is sent to.
+pub struct Finish(pub Box<FinishFn>);
+
+impl std::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Finish(..)")
+    }
 }
 
 /// What one item left besides its reply.
@@ -484,7 +505,7 @@ async fn forward(
                     b"-ERR SORT across nodes is not supported\r\n".to_vec(),
                 ));
             }
-            Op::CallLent(..) => {
+            Op::CallLent(..) | Op::Finish { .. } => {
                 // `read_across::plan` leaves keys on other nodes to CROSSSLOT.
                 local.push(Some(format!("-{}\r\n", CmdError::CrossSlot).into_bytes()));
             }
@@ -841,6 +862,17 @@ fn run_item(
             cmd::call_with(s, f, client, out, spec, argv, now, |ctx| {
                 cmd::sort::finish(ctx, argv, *gathered)
             });
+        }
+        Op::Finish { spec, counted, run } => {
+            if refused(s, f, out, spec) {
+                return;
+            }
+            client.shared.last_cmd.set(spec.meta.name);
+            if counted {
+                cmd::call_with(s, f, client, out, spec, argv, now, run.0);
+            } else {
+                cmd::call_quiet_with(s, f, client, out, spec, argv, now, run.0);
+            }
         }
         Op::CallLent(spec, lent) => {
             if refused(s, f, out, spec) {

@@ -77,6 +77,7 @@ pub mod lazyfree;
 pub mod loading;
 pub mod logging;
 pub mod metrics;
+pub mod move_across;
 pub mod node;
 pub mod notify;
 pub mod numa;

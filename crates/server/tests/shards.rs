@@ -343,6 +343,26 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["ZMPOP", "3", &l[0], z2, z1, "MIN", "COUNT", "2"]);
     add(&["ZMPOP", "3", &l[0], z2, z1, "MAX"]);
     add(&["ZMPOP", "2", &l[0], b1, "MAX"]);
+    // RENAME and RENAMENX between two shards.
+    let r = key_per_shard("xr");
+    add(&["RPUSH", &r[0], "a", "b"]);
+    add(&["EXPIRE", &r[0], "1000"]);
+    add(&["RENAME", &r[0], &r[1]]);
+    add(&["EXISTS", &r[0]]);
+    add(&["LRANGE", &r[1], "0", "-1"]);
+    add(&["TTL", &r[1]]);
+    add(&["RENAME", &r[0], &r[2]]);
+    add(&["SET", &r[2], "x"]);
+    add(&["RENAMENX", &r[1], &r[2]]);
+    add(&["LRANGE", &r[1], "0", "-1"]);
+    add(&["RENAMENX", &r[1], &r[3]]);
+    add(&["EXISTS", &r[1]]);
+    add(&["LRANGE", &r[3], "0", "-1"]);
+    add(&["RENAME", &r[3], &r[2]]);
+    add(&["TYPE", &r[2]]);
+    add(&["APPEND", &r[0], "raw"]);
+    add(&["RENAME", &r[0], &r[1]]);
+    add(&["OBJECT", "ENCODING", &r[1]]);
     // A source of the wrong type, on another shard than the destination.
     add(&["SUNIONSTORE", s3, s0, b0]);
     add(&["ZUNIONSTORE", z3, "2", z0, b1]);
@@ -502,7 +522,10 @@ fn scatter_gather_and_crossslot() {
     // Commands whose keys must share a slot: Redis Cluster's exact text.
     let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
     assert_eq!(call(&mut c, &["SMOVE", &keys[0], &keys[1], "m"]), cross);
-    assert_eq!(call(&mut c, &["RENAME", &keys[0], &keys[1]]), cross);
+    assert_eq!(
+        call(&mut c, &["LMOVE", &keys[0], &keys[1], "LEFT", "RIGHT"]),
+        cross
+    );
     assert_eq!(
         call(&mut c, &["MSETNX", &keys[0], "1", &keys[1], "2"]),
         cross

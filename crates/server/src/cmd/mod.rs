@@ -839,6 +839,24 @@ pub fn call_quiet(
         out.error(&CmdError::WrongArity(spec.meta.name.to_string()));
         return;
     };
+    call_quiet_with(shard, front, client, out, spec, argv, now_ms, |ctx| {
+        handler(ctx, argv)
+    });
+}
+
+/// `call_quiet` with `run` in place of the command's handler (a step of a command another
+/// thread coordinates that is not the one counted, `crate::move_across`).
+#[allow(clippy::too_many_arguments)]
+pub fn call_quiet_with(
+    shard: &mut Shard,
+    front: &mut Front,
+    client: &mut Client,
+    out: &mut Reply,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+    run: impl FnOnce(&mut Ctx<'_>) -> Result<(), CmdError>,
+) {
     // A part of a command whose reply is merged: the client's own invalidations go to its
     // push output, not into the part.
     let top = client.call_depth == 0 && !client.is_script();
@@ -858,7 +876,7 @@ pub fn call_quiet(
             now_ms,
             spec,
         };
-        handler(&mut ctx, argv)
+        run(&mut ctx)
     };
     client.call_depth -= 1;
     if let Err(e) = &result {

@@ -1,0 +1,216 @@
+//! RENAME and RENAMENX whose two keys are on two shards of this process, on the main port
+//! (issue 17: the port behaves as one server). The connection's thread runs three steps,
+//! each on one shard:
+//!
+//! 1. the source is read on its shard (`lookup_quiet`: expired there first): its value as the
+//!    effects that rebuild it (`cmd::keys::snapshot`), its TTL, whether its string was
+//!    modified in place, and what its state has observed. A missing source answers
+//!    "ERR no such key", as on one shard;
+//! 2. the destination's shard writes the value there as RENAME on one shard does
+//!    (`cmd::keys::write_snapshot`), RENAMENX first checking that the destination is absent
+//!    (else 0, and nothing more); this step is the one counted as the command;
+//! 3. the source's shard removes the source: an observed-remove of what step 1 read, not of
+//!    what is there by then, so a write to the source between the steps (a client's, or
+//!    another site's) stays as the source: no acknowledged write is lost.
+//!
+//! The destination is written before the source is removed: a crash between the two leaves
+//! both keys, never neither. The reply goes when both writes may be acknowledged (the two
+//! logs' persistence conditions). Not atomic: a client may see both keys between steps 2 and
+//! 3, and the keyspace events come as `rename_to` then `rename_from`.
+
+use std::rc::Rc;
+
+use meridian_crdt::{Effect, Observed};
+
+use crate::client::Client;
+use crate::cmd;
+use crate::cmd::keys::Snapshot;
+use crate::cmd::table::CommandSpec;
+use crate::error::CmdError;
+use crate::hop::{self, Batch, ClientView, Finish, Op, Thread};
+use crate::persist::AfterBatch;
+use crate::resp::reply::Reply;
+
+/// The commands this module runs.
+pub const COMMANDS: &[&str] = &["rename", "renamenx"];
+
+/// What step 1 read of the source.
+struct Source {
+    value: Snapshot,
+    at_ms: Option<u64>,
+    raw: bool,
+    observed: Observed,
+}
+
+/// The two shards of `argv` (a RENAME or RENAMENX): `(source's, destination's)` when they
+/// differ and both are this process's.
+pub fn shards(th: &Thread, spec: &CommandSpec, argv: &[&[u8]]) -> Option<(u16, u16)> {
+    if !COMMANDS.contains(&spec.meta.name) {
+        return None;
+    }
+    let slots = &th.node.slots;
+    let from = slots.shard_of_key(argv.get(1)?);
+    let to = slots.shard_of_key(argv.get(2)?);
+    (from != to && th.node.is_local(from) && th.node.is_local(to)).then_some((from, to))
+}
+
+/// Runs the three steps of the module doc and puts the reply in `out`.
+pub async fn run(
+    th: &Rc<Thread>,
+    client: &mut Client,
+    out: &mut Reply,
+    afters: &mut Vec<AfterBatch>,
+    spec: &'static CommandSpec,
+    argv: Vec<Vec<u8>>,
+) {
+    client.shared.last_cmd.set(spec.meta.name);
+    out.proto = client.shared.proto.get();
+    let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+    let Some((from, to)) = shards(th, spec, &refs) else {
+        let mut fg = th.front.borrow_mut();
+        cmd::reply_error(&mut fg, out, &CmdError::CrossSlot);
+        return;
+    };
+    let nx = spec.meta.name == "renamenx";
+    let db = client.db;
+    let src = argv.get(1).cloned().unwrap_or_default();
+    let dst = argv.get(2).cloned().unwrap_or_default();
+    // Step 1.
+    let key = src.clone();
+    let read = hop::run_on(th, from, move |t| {
+        let mut s = t.shard.borrow_mut();
+        let now = s.now_ms();
+        s.lookup_quiet(db, &key, now).and_then(|e| {
+            Some(Source {
+                value: cmd::keys::snapshot(&e.state)?,
+                at_ms: e.state.expire_at_ms(),
+                raw: e.raw,
+                observed: e.state.observed(),
+            })
+        })
+    })
+    .await;
+    let source = match read {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &CmdError::NoSuchKey);
+            return;
+        }
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
+            return;
+        }
+    };
+    let Source {
+        value,
+        at_ms,
+        raw,
+        observed,
+    } = source;
+    // Step 2.
+    let to_key = dst.clone();
+    let write = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        let now = ctx.now_ms;
+        if nx && ctx.shard.lookup_quiet(db, &to_key, now).is_some() {
+            ctx.out.int(0);
+            return Ok(());
+        }
+        cmd::keys::write_snapshot(ctx, db, &to_key, &value, at_ms);
+        if raw {
+            ctx.shard.mark_raw_encoding(db, &to_key);
+        }
+        ctx.shard
+            .notify(crate::notify::GENERIC, "rename_to", db, &to_key);
+        if nx {
+            ctx.out.int(1);
+        } else {
+            ctx.out.ok();
+        }
+        Ok(())
+    }));
+    let written = match step(th, client, afters, to, spec, &refs, true, write).await {
+        Ok(r) => r,
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &e);
+            return;
+        }
+    };
+    if written.as_slice() != b":1\r\n" && written.as_slice() != b"+OK\r\n" {
+        // RENAMENX onto an existing key (0), or an error (MISCONF...): the source stays.
+        out.raw(&written);
+        return;
+    }
+    // Step 3.
+    let remove = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        let now = ctx.now_ms;
+        let exists = ctx.shard.lookup_quiet(db, &src, now).is_some();
+        if exists {
+            ctx.shard
+                .write_key(db, &src, now, |_| Effect::<&[u8]>::Remove { observed });
+            ctx.shard
+                .notify(crate::notify::GENERIC, "rename_from", db, &src);
+        }
+        Ok(())
+    }));
+    match step(th, client, afters, from, spec, &refs, false, remove).await {
+        Ok(_) => out.raw(&written),
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &e);
+        }
+    }
+}
+
+/// Runs `run` on `shard` as a step of `spec` (counted as the command when `counted`) and
+/// returns its reply; a write there is noted in the client (CRDT.WAIT) and its persistence
+/// condition pushed to `afters`.
+#[allow(clippy::too_many_arguments)]
+async fn step(
+    th: &Rc<Thread>,
+    client: &mut Client,
+    afters: &mut Vec<AfterBatch>,
+    shard: u16,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    counted: bool,
+    run: Finish,
+) -> Result<Vec<u8>, CmdError> {
+    if shard == th.index {
+        let mut sg = th.shard.borrow_mut();
+        let mut fg = th.front.borrow_mut();
+        let now = sg.now_ms();
+        let mut r = Reply::new();
+        r.proto = client.shared.proto.get();
+        let seq_before = sg.seq;
+        if counted {
+            cmd::call_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
+        } else {
+            cmd::call_quiet_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
+        }
+        if sg.seq != seq_before {
+            client.note_write(shard, sg.seq);
+        }
+        return Ok(r.buf);
+    }
+    let mut batch = Batch::new(ClientView::of(client));
+    batch.push(
+        Op::Finish { spec, counted, run },
+        client.db,
+        client.shared.proto.get(),
+        argv,
+    );
+    let rx = hop::send(th, shard, batch)
+        .await
+        .map_err(hop::unavailable_error)?;
+    let mut done = rx
+        .await
+        .map_err(|_| hop::unavailable_error(hop::Unavailable { shard }))?;
+    if let Some(seq) = done.wrote {
+        client.note_write(shard, seq);
+    }
+    afters.push(std::mem::replace(&mut done.after, AfterBatch::Reply));
+    Ok(done.reply(0).to_vec())
+}
