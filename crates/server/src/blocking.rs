@@ -187,6 +187,12 @@ pub fn unblock_parked(
     now_ms: u64,
 ) -> bool {
     let b = &shard.blocking;
+    if let Some(w) = front.cross_waits.get(&id) {
+        if b.contains(id) {
+            w.request(how);
+            return true;
+        }
+    }
     if !b.contains(id) || b.is_postponed(id) || b.is_ready(id) {
         return false;
     }
@@ -209,9 +215,49 @@ pub fn unblock_parked(
     true
 }
 
+/// A client blocked by a pop over keys of several shards (`Conn::pop_blocking_across`), as
+/// kept on the one shard where it counts in `blocked_clients`: CLIENT UNBLOCK run there asks
+/// its connection to end the wait (`request`), which answers as the unblock says unless its
+/// try popped first; the connection never gets two replies.
+#[derive(Debug)]
+pub struct CrossWait {
+    /// 0: no request; 1: CLIENT UNBLOCK (TIMEOUT); 2: CLIENT UNBLOCK ERROR.
+    unblock: std::sync::atomic::AtomicU8,
+    mailbox: std::sync::Arc<crate::client::Mailbox>,
+}
+
+impl CrossWait {
+    pub fn new(mailbox: std::sync::Arc<crate::client::Mailbox>) -> CrossWait {
+        CrossWait {
+            unblock: std::sync::atomic::AtomicU8::new(0),
+            mailbox,
+        }
+    }
+
+    /// CLIENT UNBLOCK: records `how` and wakes the connection.
+    pub fn request(&self, how: crate::client::Unblock) {
+        let v = match how {
+            crate::client::Unblock::Timeout => 1,
+            crate::client::Unblock::Error => 2,
+        };
+        self.unblock.store(v, std::sync::atomic::Ordering::Release);
+        crate::keyspace::Wake::wake(&*self.mailbox);
+    }
+
+    /// The CLIENT UNBLOCK asked for, if any.
+    pub fn requested(&self) -> Option<crate::client::Unblock> {
+        match self.unblock.load(std::sync::atomic::Ordering::Acquire) {
+            1 => Some(crate::client::Unblock::Timeout),
+            2 => Some(crate::client::Unblock::Error),
+            _ => None,
+        }
+    }
+}
+
 /// The client is gone (disconnect, CLIENT KILL): drops its wait on this shard.
 pub fn forget(shard: &mut Shard, front: &mut Front, id: u64) {
     front.parked.remove(&id);
+    front.cross_waits.remove(&id);
     shard.blocking.unregister(id);
 }
 

@@ -208,6 +208,8 @@ enum BarrierKind {
     PopAcross,
     /// RENAME or RENAMENX between two shards (`crate::move_across`).
     MoveAcross,
+    /// A blocking pop over keys of several shards (`Conn::pop_blocking_across`).
+    BlockAcross,
     /// A script that declares no key, with several shards: it runs on this thread's shard,
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
@@ -221,6 +223,9 @@ enum Step {
     /// Stop reading commands (the client blocked, or closes).
     Stop,
 }
+
+/// The blocking pops that may wait on keys of several shards (`Conn::pop_blocking_across`).
+const POPS_ACROSS: &[&str] = &["blpop", "brpop", "bzpopmin", "bzpopmax", "blmpop", "bzmpop"];
 
 /// One connection's state between reads.
 /// A queued command of a transaction that every shard runs: its place in the transaction,
@@ -1114,6 +1119,16 @@ impl Conn {
             .unwrap_or(Class::Local);
         if spec.meta.flags.contains(cmd::table::Flags::BLOCKING) {
             return match self.keys_at(f, spec, argv) {
+                KeysAt::Many
+                    if POPS_ACROSS.contains(&spec.meta.name)
+                        && self.keys_on_this_node(f, spec, argv) =>
+                {
+                    Step::Barrier(Barrier {
+                        spec,
+                        argv: owned(argv),
+                        kind: BarrierKind::BlockAcross,
+                    })
+                }
                 KeysAt::Many => {
                     self.reject(f, Some(spec), &CmdError::CrossSlot);
                     Step::Next
@@ -1459,6 +1474,243 @@ impl Conn {
             }
         }
         self.out.raw(&last);
+    }
+
+    /// A blocking pop of `POPS_ACROSS` whose keys span shards of this process. It tries each
+    /// key in the order given, as that command over that one key that may not block, on the
+    /// key's shard (the first pop, or error, is the reply, as Redis takes the first non-empty
+    /// key); when none pops it registers on every shard of its keys to be woken by any write
+    /// to them (`BlockRegistry::register_waking`: counted in `blocked_clients` on the first
+    /// key's shard only, where CLIENT UNBLOCK finds it, `blocking::CrossWait`), tries again,
+    /// and waits for a wake, its deadline (the null array), CLIENT UNBLOCK or the client's
+    /// end. Registered before each try, so no write between a try and the wait is missed.
+    /// Unlike a wait on one shard, it takes no turn among that shard's blocked clients: those
+    /// are served first, and between two such clients the one whose try runs first pops.
+    /// Returns false when the connection must close.
+    async fn pop_blocking_across(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: Vec<Vec<u8>>,
+        stream: &ClientStream,
+        rbuf: &mut BytesMut,
+    ) -> bool {
+        self.client.shared.last_cmd.set(spec.meta.name);
+        self.out.proto = self.client.shared.proto.get();
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let positions = route::positions(self.th.front.borrow().table, spec, &refs);
+        let Some(positions) = positions.filter(|p| !p.is_empty()) else {
+            self.out.error(&CmdError::CrossSlot);
+            return true;
+        };
+        let Some(handler) = spec.handler else {
+            self.out
+                .error(&CmdError::WrongArity(spec.meta.name.to_string()));
+            return true;
+        };
+        {
+            let mut f = self.th.front.borrow_mut();
+            f.stats.total_commands_processed += 1;
+            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                st.calls += 1;
+            }
+        }
+        // Per key, in order: its shard and the command over it alone. BLPOP, BRPOP,
+        // BZPOPMIN, BZPOPMAX: `name key timeout`; BLMPOP, BZMPOP: `name timeout 1 key rest`.
+        let first_key = positions.first().copied().unwrap_or(1);
+        let last_key = positions.last().copied().unwrap_or(1);
+        let mpop = first_key > 1;
+        let timeout_arg = if mpop {
+            argv.get(1).cloned().unwrap_or_default()
+        } else {
+            argv.last().cloned().unwrap_or_default()
+        };
+        let slots = self.th.node.slots.clone();
+        let mut tries: Vec<(u16, Vec<Vec<u8>>)> = Vec::with_capacity(positions.len());
+        for &p in &positions {
+            let key = argv.get(p).cloned().unwrap_or_default();
+            let mut one = vec![argv.first().cloned().unwrap_or_default()];
+            if mpop {
+                one.push(timeout_arg.clone());
+                one.push(b"1".to_vec());
+                one.push(key.clone());
+                one.extend(argv.iter().skip(last_key + 1).cloned());
+            } else {
+                one.push(key.clone());
+                one.push(timeout_arg.clone());
+            }
+            tries.push((slots.shard_of_key(&key), one));
+        }
+        // Each shard's keys, the shards in the order of their first key.
+        let mut shard_keys: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
+        for &p in &positions {
+            let key = argv.get(p).cloned().unwrap_or_default();
+            let t = slots.shard_of_key(&key);
+            match shard_keys.iter_mut().find(|(s, _)| *s == t) {
+                Some((_, keys)) => keys.push(key),
+                None => shard_keys.push((t, vec![key])),
+            }
+        }
+        let db = self.client.db;
+        let mailbox = self.client.shared.mailbox.clone();
+        let cross = std::sync::Arc::new(blocking::CrossWait::new(mailbox.clone()));
+        let mut deadline: Option<Option<u64>> = None;
+        let mut registered = false;
+        let done = loop {
+            if registered {
+                self.register_waking(&shard_keys, db, &cross).await;
+            }
+            // One try per key, in order.
+            let mut popped = None;
+            for (shard, one) in &tries {
+                let one_refs: Vec<&[u8]> = one.iter().map(Vec::as_slice).collect();
+                let one_owned = one.clone();
+                let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+                    // Two levels deep: the command may not block (`Ctx::can_block`) and
+                    // answers the null array when it finds nothing.
+                    ctx.client.call_depth += 1;
+                    let refs: Vec<&[u8]> = one_owned.iter().map(Vec::as_slice).collect();
+                    let r = handler(ctx, &refs);
+                    ctx.client.call_depth -= 1;
+                    r
+                }));
+                let th = self.th.clone();
+                let Conn { client, afters, .. } = self;
+                let reply =
+                    hop::finish_step(&th, client, afters, *shard, spec, &one_refs, false, run)
+                        .await;
+                match reply {
+                    Ok(r) if matches!(r.as_slice(), b"*-1\r\n" | b"_\r\n") => {}
+                    Ok(r) => {
+                        popped = Some(r);
+                        break;
+                    }
+                    Err(e) => {
+                        let mut fg = self.th.front.borrow_mut();
+                        let mut r = Reply::new();
+                        r.proto = self.client.shared.proto.get();
+                        cmd::reply_error(&mut fg, &mut r, &e);
+                        popped = Some(r.buf);
+                        break;
+                    }
+                }
+            }
+            if let Some(r) = popped {
+                break Some(r);
+            }
+            if let Some(how) = cross.requested() {
+                let mut fg = self.th.front.borrow_mut();
+                let mut r = Reply::new();
+                r.proto = self.client.shared.proto.get();
+                match how {
+                    crate::client::Unblock::Timeout => r.null_array(),
+                    crate::client::Unblock::Error => cmd::reply_error(
+                        &mut fg,
+                        &mut r,
+                        &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
+                    ),
+                }
+                break Some(r.buf);
+            }
+            let now = self.th.shard.borrow().now_ms();
+            let due = match deadline {
+                Some(d) => d,
+                None => {
+                    // The tries accepted the timeout: it parses.
+                    let d = blocking::parse_timeout(&timeout_arg, now).unwrap_or(None);
+                    deadline = Some(d);
+                    d
+                }
+            };
+            if due.is_some_and(|d| now >= d) {
+                let mut r = Reply::new();
+                r.proto = self.client.shared.proto.get();
+                r.null_array();
+                break Some(r.buf);
+            }
+            if !registered {
+                // Registered, then tried again at once: a write since the first try wakes it.
+                registered = true;
+                self.client.shared.blocked.set(true);
+                continue;
+            }
+            let sleep_for = due.map(|d| Duration::from_millis(d.saturating_sub(now)));
+            let timer = async {
+                match sleep_for {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => {
+                        self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
+                        self.client.shared.qbuf_bytes.set(rbuf.len());
+                    }
+                },
+                () = mailbox.wake.notified() => {
+                    if self.is_killed() {
+                        break None;
+                    }
+                    let pushed = mailbox.take();
+                    self.out.raw(&pushed);
+                }
+                () = timer => {}
+            }
+        };
+        if registered {
+            self.forget_waking(&shard_keys).await;
+            self.client.shared.blocked.set(false);
+        }
+        match done {
+            Some(reply) => {
+                self.out.raw(&reply);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers this client on each shard of `shard_keys` to be woken by a write to its keys
+    /// there (`pop_blocking_across`): counted on the first shard, which keeps `cross` for
+    /// CLIENT UNBLOCK.
+    async fn register_waking(
+        &mut self,
+        shard_keys: &[(u16, Vec<Vec<u8>>)],
+        db: usize,
+        cross: &std::sync::Arc<blocking::CrossWait>,
+    ) {
+        let id = self.client.id();
+        for (i, (shard, keys)) in shard_keys.iter().enumerate() {
+            let counted = i == 0;
+            let keys = keys.clone();
+            let mb = self.client.shared.mailbox.clone();
+            let cross = cross.clone();
+            let _ = hop::run_on(&self.th, *shard, move |t| {
+                let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                t.shard
+                    .borrow_mut()
+                    .blocking
+                    .register_waking(id, mb, db, &refs, counted);
+                if counted {
+                    t.front.borrow_mut().cross_waits.insert(id, cross);
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Drops what `register_waking` left on each shard of `shard_keys`.
+    async fn forget_waking(&mut self, shard_keys: &[(u16, Vec<Vec<u8>>)]) {
+        let id = self.client.id();
+        for (shard, _) in shard_keys {
+            let _ = hop::run_on(&self.th, *shard, move |t| {
+                t.shard.borrow_mut().blocking.unregister(id);
+                t.front.borrow_mut().cross_waits.remove(&id);
+            })
+            .await;
+        }
     }
 
     /// Splits MGET, MSET, DEL, UNLINK, EXISTS, TOUCH by shard. Each part runs as that
@@ -1864,6 +2116,9 @@ impl Conn {
                 return self.run_special(sp, spec, argv, stream, rbuf, pos).await;
             }
             BarrierKind::PopAcross => self.pop_first_across(spec, argv).await,
+            BarrierKind::BlockAcross => {
+                return self.pop_blocking_across(spec, argv, stream, rbuf).await;
+            }
             BarrierKind::MoveAcross => {
                 let th = self.th.clone();
                 let Conn {

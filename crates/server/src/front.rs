@@ -31,6 +31,9 @@ pub struct Front {
     /// Clients blocked on this thread's shard's keys (whatever thread their connection is
     /// on), with what serving them here needs (`blocking::serve_ready`), by client id.
     pub parked: std::collections::HashMap<u64, crate::blocking::Parked>,
+    /// Clients blocked by a pop over keys of several shards that count here (their
+    /// `blocked_clients` registration is this thread's shard's), by client id.
+    pub cross_waits: std::collections::HashMap<u64, std::sync::Arc<crate::blocking::CrossWait>>,
     /// MONITOR lines of the script running now, held until it ends (`cmd::scripting`): a run
     /// that stops to start again on its keys' shard (`Scripting::relocate`) shows nothing,
     /// so MONITOR shows the script once, as Redis does. None: lines go out at once.
@@ -47,6 +50,7 @@ impl Front {
             stats: Stats::new(table.len()),
             deferred_wakes: Vec::new(),
             parked: std::collections::HashMap::new(),
+            cross_waits: std::collections::HashMap::new(),
             monitor_held: None,
         }
     }

@@ -965,6 +965,58 @@ pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
     }
 }
 
+/// Runs `run` on `shard` as a step of `spec` (counted as the command when `counted`) and
+/// returns its reply; a write there is noted in the client (CRDT.WAIT) and its persistence
+/// condition pushed to `afters`.
+#[allow(clippy::too_many_arguments)]
+pub async fn finish_step(
+    th: &Rc<Thread>,
+    client: &mut crate::client::Client,
+    afters: &mut Vec<crate::persist::AfterBatch>,
+    shard: u16,
+    spec: &'static CommandSpec,
+    argv: &[&[u8]],
+    counted: bool,
+    run: Finish,
+) -> Result<Vec<u8>, CmdError> {
+    if shard == th.index {
+        let mut sg = th.shard.borrow_mut();
+        let mut fg = th.front.borrow_mut();
+        let now = sg.now_ms();
+        let mut r = crate::resp::reply::Reply::new();
+        r.proto = client.shared.proto.get();
+        let seq_before = sg.seq;
+        if counted {
+            cmd::call_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
+        } else {
+            cmd::call_quiet_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
+        }
+        if sg.seq != seq_before {
+            client.note_write(shard, sg.seq);
+        }
+        return Ok(r.buf);
+    }
+    let mut batch = Batch::new(ClientView::of(client));
+    batch.push(
+        Op::Finish { spec, counted, run },
+        client.db,
+        client.shared.proto.get(),
+        argv,
+    );
+    let rx = send(th, shard, batch).await.map_err(unavailable_error)?;
+    let mut done = rx
+        .await
+        .map_err(|_| unavailable_error(Unavailable { shard }))?;
+    if let Some(seq) = done.wrote {
+        client.note_write(shard, seq);
+    }
+    afters.push(std::mem::replace(
+        &mut done.after,
+        crate::persist::AfterBatch::Reply,
+    ));
+    Ok(done.reply(0).to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

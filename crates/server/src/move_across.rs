@@ -27,7 +27,7 @@ use crate::cmd;
 use crate::cmd::keys::Snapshot;
 use crate::cmd::table::CommandSpec;
 use crate::error::CmdError;
-use crate::hop::{self, Batch, ClientView, Finish, Op, Thread};
+use crate::hop::{self, Finish, Thread};
 use crate::persist::AfterBatch;
 use crate::resp::reply::Reply;
 
@@ -130,7 +130,7 @@ pub async fn run(
         }
         Ok(())
     }));
-    let written = match step(th, client, afters, to, spec, &refs, true, write).await {
+    let written = match hop::finish_step(th, client, afters, to, spec, &refs, true, write).await {
         Ok(r) => r,
         Err(e) => {
             let mut fg = th.front.borrow_mut();
@@ -155,62 +155,11 @@ pub async fn run(
         }
         Ok(())
     }));
-    match step(th, client, afters, from, spec, &refs, false, remove).await {
+    match hop::finish_step(th, client, afters, from, spec, &refs, false, remove).await {
         Ok(_) => out.raw(&written),
         Err(e) => {
             let mut fg = th.front.borrow_mut();
             cmd::reply_error(&mut fg, out, &e);
         }
     }
-}
-
-/// Runs `run` on `shard` as a step of `spec` (counted as the command when `counted`) and
-/// returns its reply; a write there is noted in the client (CRDT.WAIT) and its persistence
-/// condition pushed to `afters`.
-#[allow(clippy::too_many_arguments)]
-async fn step(
-    th: &Rc<Thread>,
-    client: &mut Client,
-    afters: &mut Vec<AfterBatch>,
-    shard: u16,
-    spec: &'static CommandSpec,
-    argv: &[&[u8]],
-    counted: bool,
-    run: Finish,
-) -> Result<Vec<u8>, CmdError> {
-    if shard == th.index {
-        let mut sg = th.shard.borrow_mut();
-        let mut fg = th.front.borrow_mut();
-        let now = sg.now_ms();
-        let mut r = Reply::new();
-        r.proto = client.shared.proto.get();
-        let seq_before = sg.seq;
-        if counted {
-            cmd::call_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
-        } else {
-            cmd::call_quiet_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
-        }
-        if sg.seq != seq_before {
-            client.note_write(shard, sg.seq);
-        }
-        return Ok(r.buf);
-    }
-    let mut batch = Batch::new(ClientView::of(client));
-    batch.push(
-        Op::Finish { spec, counted, run },
-        client.db,
-        client.shared.proto.get(),
-        argv,
-    );
-    let rx = hop::send(th, shard, batch)
-        .await
-        .map_err(hop::unavailable_error)?;
-    let mut done = rx
-        .await
-        .map_err(|_| hop::unavailable_error(hop::Unavailable { shard }))?;
-    if let Some(seq) = done.wrote {
-        client.note_write(shard, seq);
-    }
-    afters.push(std::mem::replace(&mut done.after, AfterBatch::Reply));
-    Ok(done.reply(0).to_vec())
 }

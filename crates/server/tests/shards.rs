@@ -363,6 +363,24 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["APPEND", &r[0], "raw"]);
     add(&["RENAME", &r[0], &r[1]]);
     add(&["OBJECT", "ENCODING", &r[1]]);
+    // Blocking pops over keys of several shards that find something at once (or time out
+    // soon): the first non-empty key in the order given, as Redis takes it.
+    let q = key_per_shard("xq");
+    add(&["RPUSH", &q[2], "a", "b", "c"]);
+    add(&["ZADD", &q[3], "1", "m", "2", "n", "3", "o"]);
+    add(&["BLPOP", &q[0], &q[1], &q[2], "1"]);
+    add(&["BRPOP", &q[1], &q[0], &q[2], "1"]);
+    add(&[
+        "BLMPOP", "1", "3", &q[0], &q[1], &q[2], "RIGHT", "COUNT", "5",
+    ]);
+    add(&["BZPOPMIN", &q[0], &q[1], &q[3], "1"]);
+    add(&["BZPOPMAX", &q[1], &q[3], "1"]);
+    add(&["BZMPOP", "1", "2", &q[0], &q[3], "MIN", "COUNT", "3"]);
+    add(&["BLPOP", &q[0], &q[1], "0.05"]);
+    add(&["BZMPOP", "0.05", "2", &q[0], &q[3], "MAX"]);
+    add(&["BLPOP", &q[0], b0, "1"]);
+    add(&["BZPOPMIN", &q[0], &q[1], "-1"]);
+    add(&["BLMPOP", "1", "2", &q[0], &q[1], "UP"]);
     // A source of the wrong type, on another shard than the destination.
     add(&["SUNIONSTORE", s3, s0, b0]);
     add(&["ZUNIONSTORE", z3, "2", z0, b1]);
@@ -442,6 +460,116 @@ fn reads_across_shards_are_tracked_where_the_keys_are() {
     }
     let all = call(&mut c, &args);
     assert!(all.starts_with("~5\r\n"), "{all}");
+}
+
+/// A blocking pop over keys of several shards waits for a push to any of them, counts once in
+/// `blocked_clients`, ends at its deadline, at CLIENT UNBLOCK (TIMEOUT or ERROR), and leaves
+/// nothing behind when its client goes.
+#[test]
+fn blocking_pops_wait_on_keys_of_several_shards() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("bx");
+    let mut admin = srv.connect();
+    let blocked = |admin: &mut Raw, n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let info = call(admin, &["INFO", "clients"]);
+            if info.contains(&format!("blocked_clients:{n}\r\n")) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{info}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // Woken by a push to each key in turn, from connections on every thread.
+    for (i, k) in keys.iter().enumerate() {
+        let mut w = srv.connect();
+        let mut args: Vec<&[u8]> = vec![b"BRPOP"];
+        args.extend(keys.iter().map(|k| k.as_bytes()));
+        args.push(b"5");
+        w.send(&common::cmd(&args));
+        blocked(&mut admin, 1);
+        let id_line = call(&mut admin, &["CLIENT", "LIST"]);
+        assert!(id_line.contains("flags=b"), "{id_line}");
+        let v = format!("v{i}");
+        assert_eq!(call(&mut admin, &["LPUSH", k, &v]), ":1\r\n");
+        assert_eq!(
+            s(&w.read_reply()),
+            format!("*2\r\n${}\r\n{k}\r\n${}\r\n{v}\r\n", k.len(), v.len())
+        );
+        assert_eq!(call(&mut w, &["PING"]), "+PONG\r\n");
+        blocked(&mut admin, 0);
+    }
+    // A sorted-set pop, woken by ZADD on the last key's shard.
+    let mut w = srv.connect();
+    w.send(&common::cmd(&[
+        b"BZMPOP",
+        b"5",
+        b"3",
+        keys[0].as_bytes(),
+        keys[1].as_bytes(),
+        keys[3].as_bytes(),
+        b"MAX",
+        b"COUNT",
+        b"2",
+    ]));
+    blocked(&mut admin, 1);
+    call(
+        &mut admin,
+        &["ZADD", &keys[3], "1", "a", "2", "b", "3", "c"],
+    );
+    assert_eq!(
+        s(&w.read_reply()),
+        format!(
+            "*2\r\n${}\r\n{}\r\n*2\r\n*2\r\n$1\r\nc\r\n$1\r\n3\r\n*2\r\n$1\r\nb\r\n$1\r\n2\r\n",
+            keys[3].len(),
+            keys[3]
+        )
+    );
+    assert_eq!(call(&mut admin, &["ZCARD", &keys[3]]), ":1\r\n");
+    // The deadline: the null array.
+    let started = Instant::now();
+    assert_eq!(
+        call(&mut w, &["BLPOP", &keys[0], &keys[1], "0.2"]),
+        "*-1\r\n"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(190));
+    blocked(&mut admin, 0);
+    // CLIENT UNBLOCK finds it, both ways.
+    let id = call(&mut w, &["CLIENT", "ID"]);
+    let id = id.trim_start_matches(':').trim().to_string();
+    for (how, reply) in [
+        ("TIMEOUT", "*-1\r\n".to_string()),
+        (
+            "ERROR",
+            "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n".to_string(),
+        ),
+    ] {
+        w.send(&common::cmd(&[
+            b"BLPOP",
+            keys[1].as_bytes(),
+            keys[2].as_bytes(),
+            b"0",
+        ]));
+        blocked(&mut admin, 1);
+        assert_eq!(call(&mut admin, &["CLIENT", "UNBLOCK", &id, how]), ":1\r\n");
+        assert_eq!(s(&w.read_reply()), reply);
+        blocked(&mut admin, 0);
+        assert_eq!(call(&mut admin, &["CLIENT", "UNBLOCK", &id, how]), ":0\r\n");
+    }
+    // A client that goes while it waits takes nothing, and its registrations go with it.
+    let mut gone = srv.connect();
+    gone.send(&common::cmd(&[
+        b"BLPOP",
+        keys[0].as_bytes(),
+        keys[2].as_bytes(),
+        b"0",
+    ]));
+    blocked(&mut admin, 1);
+    drop(gone);
+    blocked(&mut admin, 0);
+    assert_eq!(call(&mut admin, &["RPUSH", &keys[2], "kept"]), ":1\r\n");
+    assert_eq!(call(&mut admin, &["LLEN", &keys[2]]), ":1\r\n");
 }
 
 #[test]
@@ -531,9 +659,9 @@ fn scatter_gather_and_crossslot() {
         cross
     );
     assert_eq!(
-        call(&mut c, &["BLPOP", &keys[0], &keys[1], "0"]),
+        call(&mut c, &["BLMOVE", &keys[0], &keys[1], "LEFT", "LEFT", "0"]),
         cross,
-        "a blocking pop over two shards is refused at once"
+        "a blocking move between two shards is refused at once"
     );
     // SORT with patterns is coordinated across shards (tests/sort_shards.rs); its STORE
     // destination may be on another shard.

@@ -54,6 +54,9 @@ struct Waiter {
     wake_all: bool,
     /// Postponed by CLIENT PAUSE (it waits on no key).
     postponed: bool,
+    /// Not counted in `len` (INFO `blocked_clients`): the registrations of a client blocked
+    /// on keys of several shards but one, where it counts (`register_quiet`).
+    quiet: bool,
 }
 
 /// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -64,12 +67,15 @@ pub struct BlockRegistry {
     /// Clients woken by writes, in the order they were woken (per key, FIFO), not yet taken
     /// by whoever serves them on this shard (`pop_ready`). May name clients since gone.
     ready: VecDeque<u64>,
+    /// Registered clients with `quiet` set.
+    // Invariant: equals the number of `clients` whose `quiet` is set.
+    quiet: usize,
 }
 
 impl BlockRegistry {
     /// Number of blocked clients (INFO `blocked_clients`).
     pub fn len(&self) -> usize {
-        self.clients.len()
+        self.clients.len() - self.quiet
     }
 
     pub fn is_empty(&self) -> bool {
@@ -85,6 +91,28 @@ impl BlockRegistry {
     /// key's queue. A client already registered is registered again from scratch.
     pub fn register(&mut self, id: u64, wake: Arc<dyn Wake>, db: usize, keys: &[&[u8]]) {
         self.register_waiter(id, wake, db, keys, false);
+    }
+
+    /// Registers client `id` on `keys` of `db` to be woken by every write to them, not in a
+    /// turn, and served by no one here: its connection tries its keys itself when woken (a
+    /// pop over keys of several shards). Counted in `len` only when `counted` (on one shard
+    /// of the several).
+    pub fn register_waking(
+        &mut self,
+        id: u64,
+        wake: Arc<dyn Wake>,
+        db: usize,
+        keys: &[&[u8]],
+        counted: bool,
+    ) {
+        self.register_waiter(id, wake, db, keys, false);
+        if let Some(w) = self.clients.get_mut(&id) {
+            w.wake_all = true;
+            if !counted {
+                w.quiet = true;
+                self.quiet += 1;
+            }
+        }
     }
 
     /// Registers a client postponed by CLIENT PAUSE: it waits on no key and is woken by
@@ -118,6 +146,7 @@ impl BlockRegistry {
                 ready: false,
                 wake_all: false,
                 postponed,
+                quiet: false,
             },
         );
     }
@@ -135,6 +164,9 @@ impl BlockRegistry {
         let Some(w) = self.clients.remove(&id) else {
             return false;
         };
+        if w.quiet {
+            self.quiet = self.quiet.saturating_sub(1);
+        }
         if self.clients.is_empty() {
             self.ready.clear();
         }
@@ -276,6 +308,28 @@ mod tests {
         assert_eq!(r.waiters(0, b"k"), vec![1, 3]);
         assert_eq!(r.signal(0, b"k"), Some(3));
         assert_eq!(r.signal(0, b"k"), None);
+    }
+
+    #[test]
+    fn waking_registrations_wake_on_every_write_and_count_once() {
+        let mut r = BlockRegistry::default();
+        r.register(1, w(), 0, &[b"k"]);
+        r.register_waking(2, w(), 0, &[b"k", b"j"], false);
+        r.register_waking(3, w(), 0, &[b"k"], true);
+        assert_eq!(r.len(), 2, "the quiet registration is not counted");
+        // A write wakes the one waiter in turn and both waking registrations.
+        assert_eq!(r.signal(0, b"k"), Some(1));
+        assert!(r.is_ready(2) && r.is_ready(3));
+        assert_eq!(r.signal(0, b"j"), None, "2 is woken already");
+        // Registered again (after its try), 2 is woken by the next write.
+        r.register_waking(2, w(), 0, &[b"j"], false);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.signal(0, b"j"), Some(2));
+        assert!(r.unregister(2));
+        assert_eq!(r.len(), 2);
+        assert!(r.unregister(1) && r.unregister(3));
+        assert_eq!(r.len(), 0);
+        assert!(r.is_empty());
     }
 
     #[test]
