@@ -1647,6 +1647,13 @@ impl Conn {
                     Ok(n) => {
                         self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
                         self.client.shared.qbuf_bytes.set(rbuf.len());
+                        // As a client blocked on one shard: commands sent meanwhile wait,
+                        // up to the query buffer's limit.
+                        let limit = self.th.shard.borrow().config.client_query_buffer_limit;
+                        if rbuf.len() as u64 > limit {
+                            tracing::warn!(client = %self.client.shared.addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+                            break None;
+                        }
                     }
                 },
                 () = mailbox.wake.notified() => {

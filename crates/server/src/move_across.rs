@@ -1,6 +1,6 @@
-//! RENAME and RENAMENX whose two keys are on two shards of this process, on the main port
-//! (issue 17: the port behaves as one server). The connection's thread runs three steps,
-//! each on one shard:
+//! RENAME, RENAMENX and SMOVE whose two keys are on two shards of this process, on the main
+//! port (issue 17: the port behaves as one server). The connection's thread runs three steps,
+//! each on one shard (SMOVE's alike, with its member: `smove`):
 //!
 //! 1. the source is read on its shard (`lookup_quiet`: expired there first): its value as the
 //!    effects that rebuild it (`cmd::keys::snapshot`), its TTL, whether its string was
@@ -32,7 +32,7 @@ use crate::persist::AfterBatch;
 use crate::resp::reply::Reply;
 
 /// The commands this module runs.
-pub const COMMANDS: &[&str] = &["rename", "renamenx"];
+pub const COMMANDS: &[&str] = &["rename", "renamenx", "smove"];
 
 /// What step 1 read of the source.
 struct Source {
@@ -71,6 +71,10 @@ pub async fn run(
         cmd::reply_error(&mut fg, out, &CmdError::CrossSlot);
         return;
     };
+    if spec.meta.name == "smove" {
+        smove(th, client, out, afters, spec, &refs, (from, to)).await;
+        return;
+    }
     let nx = spec.meta.name == "renamenx";
     let db = client.db;
     let src = argv.get(1).cloned().unwrap_or_default();
@@ -157,6 +161,77 @@ pub async fn run(
     }));
     match hop::finish_step(th, client, afters, from, spec, &refs, false, remove).await {
         Ok(_) => out.raw(&written),
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &e);
+        }
+    }
+}
+
+/// SMOVE between two shards: the same three steps (`cmd::set::smove_source`, `smove_into`,
+/// `smove_out`): the member is added to the destination before it leaves the source, and
+/// leaves it only as far as step 1 had observed it (an SADD of it since then stays).
+async fn smove(
+    th: &Rc<Thread>,
+    client: &mut Client,
+    out: &mut Reply,
+    afters: &mut Vec<AfterBatch>,
+    spec: &'static CommandSpec,
+    refs: &[&[u8]],
+    (from, to): (u16, u16),
+) {
+    let db = client.db;
+    let src = refs.get(1).map(|a| a.to_vec()).unwrap_or_default();
+    let dst = refs.get(2).map(|a| a.to_vec()).unwrap_or_default();
+    let member = refs.get(3).map(|a| a.to_vec()).unwrap_or_default();
+    let (key, m) = (src.clone(), member.clone());
+    let read = hop::run_on(th, from, move |t| {
+        let mut s = t.shard.borrow_mut();
+        let now = s.now_ms();
+        cmd::set::smove_source(&mut s, db, &key, &m, now)
+    })
+    .await;
+    let observed = match read {
+        Ok(Ok(cmd::set::SmoveSource::Missing)) => {
+            out.int(0);
+            return;
+        }
+        Ok(Ok(cmd::set::SmoveSource::Without)) => None,
+        Ok(Ok(cmd::set::SmoveSource::With(o))) => Some(o),
+        Ok(Err(e)) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &e);
+            return;
+        }
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
+            return;
+        }
+    };
+    let present = observed.is_some();
+    let m = member.clone();
+    let add = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        cmd::set::smove_into(ctx, &dst, &m, present)
+    }));
+    let added = match hop::finish_step(th, client, afters, to, spec, refs, true, add).await {
+        Ok(r) => r,
+        Err(e) => {
+            let mut fg = th.front.borrow_mut();
+            cmd::reply_error(&mut fg, out, &e);
+            return;
+        }
+    };
+    let Some(observed) = observed.filter(|_| added.as_slice() == b":1\r\n") else {
+        out.raw(&added);
+        return;
+    };
+    let remove = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        cmd::set::smove_out(ctx, &src, &member, observed);
+        Ok(())
+    }));
+    match hop::finish_step(th, client, afters, from, spec, refs, false, remove).await {
+        Ok(_) => out.raw(&added),
         Err(e) => {
             let mut fg = th.front.borrow_mut();
             cmd::reply_error(&mut fg, out, &e);

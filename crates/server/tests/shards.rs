@@ -363,6 +363,23 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["APPEND", &r[0], "raw"]);
     add(&["RENAME", &r[0], &r[1]]);
     add(&["OBJECT", "ENCODING", &r[1]]);
+    // SMOVE between two shards.
+    let m = key_per_shard("xm");
+    add(&["SADD", &m[0], "a", "b"]);
+    add(&["SADD", &m[1], "b"]);
+    add(&["SMOVE", &m[0], &m[1], "a"]);
+    add(&["SMOVE", &m[0], &m[1], "b"]);
+    add(&["EXISTS", &m[0]]);
+    add(&["SMEMBERS", &m[1]]);
+    add(&["SMOVE", &m[0], &m[1], "a"]);
+    add(&["SMOVE", &m[1], &m[2], "zz"]);
+    add(&["SET", &m[3], "s"]);
+    add(&["SMOVE", &m[1], &m[3], "a"]);
+    add(&["SMOVE", &m[1], &m[3], "zz"]);
+    add(&["SMOVE", &m[3], &m[1], "a"]);
+    add(&["SMEMBERS", &m[1]]);
+    add(&["SMOVE", &m[1], &m[2], "a"]);
+    add(&["SMEMBERS", &m[2]]);
     // Blocking pops over keys of several shards that find something at once (or time out
     // soon): the first non-empty key in the order given, as Redis takes it.
     let q = key_per_shard("xq");
@@ -649,7 +666,7 @@ fn scatter_gather_and_crossslot() {
     assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
     // Commands whose keys must share a slot: Redis Cluster's exact text.
     let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-    assert_eq!(call(&mut c, &["SMOVE", &keys[0], &keys[1], "m"]), cross);
+    assert_eq!(call(&mut c, &["RPOPLPUSH", &keys[0], &keys[1]]), cross);
     assert_eq!(
         call(&mut c, &["LMOVE", &keys[0], &keys[1], "LEFT", "RIGHT"]),
         cross

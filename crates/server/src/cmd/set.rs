@@ -687,6 +687,89 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     Ok(())
 }
 
+/// What SMOVE between two shards (`crate::move_across`) found of its source in step 1.
+#[derive(Debug)]
+pub(crate) enum SmoveSource {
+    /// No source: SMOVE answers 0.
+    Missing,
+    /// A set without the member: 0, unless the destination is of another type.
+    Without,
+    /// A set with the member, and what its state had observed (step 3 removes that much).
+    With(meridian_crdt::Observed),
+}
+
+/// SMOVE between two shards, step 1 on the source's shard; WRONGTYPE for a source of
+/// another type.
+pub(crate) fn smove_source(
+    shard: &mut Shard,
+    db: usize,
+    src: &[u8],
+    member: &[u8],
+    now_ms: u64,
+) -> Result<SmoveSource, CmdError> {
+    let Some(e) = shard.lookup_quiet(db, src, now_ms) else {
+        return Ok(SmoveSource::Missing);
+    };
+    let Some(set) = e.state.set() else {
+        return Err(CmdError::WrongType);
+    };
+    Ok(if set.contains(member) {
+        SmoveSource::With(e.state.observed())
+    } else {
+        SmoveSource::Without
+    })
+}
+
+/// SMOVE between two shards, step 2 on the destination's shard: WRONGTYPE for a destination
+/// of another type; 0 when the source lacked the member (`present` false); else `member`
+/// added (a re-add when it is there already) and 1 answered.
+pub(crate) fn smove_into(
+    ctx: &mut Ctx<'_>,
+    dst: &[u8],
+    member: &[u8],
+    present: bool,
+) -> Result<(), CmdError> {
+    check_write(ctx, dst)?;
+    if !present {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    let db = ctx.db();
+    if contains(ctx.shard, db, dst, member) {
+        readd_member(ctx, dst, member);
+    } else {
+        add_member(ctx, dst, member);
+        ctx.notify(notify::SET, "sadd", dst);
+    }
+    ctx.out.int(1);
+    Ok(())
+}
+
+/// SMOVE between two shards, step 3 on the source's shard: `member` removed as far as step 1
+/// had observed (an add of it since then stays); the last member removes the key.
+pub(crate) fn smove_out(
+    ctx: &mut Ctx<'_>,
+    src: &[u8],
+    member: &[u8],
+    observed: meridian_crdt::Observed,
+) {
+    let db = ctx.db();
+    if !check_write(ctx, src).unwrap_or(false) || !contains(ctx.shard, db, src, member) {
+        return;
+    }
+    ctx.shard.write_key(db, src, ctx.now_ms, |state| {
+        if state.set().is_some_and(|s| s.len() <= 1) {
+            Effect::Remove { observed }
+        } else {
+            Effect::SetRem {
+                member,
+                observed: observed.stamps,
+            }
+        }
+    });
+    ctx.notify_then_del(notify::SET, "srem", src);
+}
+
 fn sinter(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     set_op(ctx, argv, SetOp::Inter)
 }
