@@ -1,6 +1,7 @@
-//! RENAME, RENAMENX and SMOVE whose two keys are on two shards of this process, on the main
-//! port (issue 17: the port behaves as one server). The connection's thread runs three steps,
-//! each on one shard (SMOVE's alike, with its member: `smove`):
+//! RENAME, RENAMENX and SMOVE whose two keys are on two shards of this process, and MSETNX
+//! over keys of several (`msetnx`), on the main port (issue 17: the port behaves as one
+//! server). For the first three, the connection's thread runs three steps, each on one shard
+//! (SMOVE's alike, with its member: `smove`):
 //!
 //! 1. the source is read on its shard (`lookup_quiet`: expired there first): its value as the
 //!    effects that rebuild it (`cmd::keys::snapshot`), its TTL, whether its string was
@@ -31,8 +32,8 @@ use crate::hop::{self, Finish, Thread};
 use crate::persist::AfterBatch;
 use crate::resp::reply::Reply;
 
-/// The commands this module runs.
-pub const COMMANDS: &[&str] = &["rename", "renamenx", "smove"];
+/// The commands this module runs (MSETNX: `msetnx`).
+pub const COMMANDS: &[&str] = &["rename", "renamenx", "smove", "msetnx"];
 
 /// What step 1 read of the source.
 struct Source {
@@ -49,6 +50,27 @@ pub fn shards(th: &Thread, spec: &CommandSpec, argv: &[&[u8]]) -> Option<(u16, u
         return None;
     }
     let slots = &th.node.slots;
+    if spec.meta.name == "msetnx" {
+        // Every key of this process; the first two shards stand for them all.
+        let mut shards = argv
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|k| slots.shard_of_key(k));
+        let first = shards.next()?;
+        let mut other = None;
+        for t in shards {
+            if !th.node.is_local(t) {
+                return None;
+            }
+            if t != first {
+                other.get_or_insert(t);
+            }
+        }
+        return other
+            .filter(|_| th.node.is_local(first))
+            .map(|o| (first, o));
+    }
     let from = slots.shard_of_key(argv.get(1)?);
     let to = slots.shard_of_key(argv.get(2)?);
     (from != to && th.node.is_local(from) && th.node.is_local(to)).then_some((from, to))
@@ -73,6 +95,10 @@ pub async fn run(
     };
     if spec.meta.name == "smove" {
         smove(th, client, out, afters, spec, &refs, (from, to)).await;
+        return;
+    }
+    if spec.meta.name == "msetnx" {
+        msetnx(th, client, out, afters, spec, &refs).await;
         return;
     }
     let nx = spec.meta.name == "renamenx";
@@ -237,4 +263,159 @@ async fn smove(
             cmd::reply_error(&mut fg, out, &e);
         }
     }
+}
+
+/// The keys one shard's part of MSETNX set, each with what its state then observed (its very
+/// write).
+type Written = Vec<(Vec<u8>, Observed)>;
+
+/// MSETNX over keys of several shards: 1 and every key set when none exists, else 0 and none
+/// set. Each shard's keys are checked first (jobs, read only): one that exists answers 0.
+/// Then each shard in turn runs MSETNX of its keys (one command there, counted once); if one
+/// finds a key that appeared since the check, the shards already done take back what they
+/// set (an observed-remove of those very writes, so a write made meanwhile by another client
+/// stays) and the answer is 0. At most one of two such commands over a common key sets it:
+/// that key's shard runs their parts one after the other. Not atomic: between the parts, a
+/// client may see some of the keys set.
+async fn msetnx(
+    th: &Rc<Thread>,
+    client: &mut Client,
+    out: &mut Reply,
+    afters: &mut Vec<AfterBatch>,
+    spec: &'static CommandSpec,
+    refs: &[&[u8]],
+) {
+    if refs.len() < 3 || refs.len() % 2 == 0 {
+        let mut fg = th.front.borrow_mut();
+        cmd::reply_error(&mut fg, out, &CmdError::WrongArity("msetnx".to_string()));
+        return;
+    }
+    let db = client.db;
+    let slots = th.node.slots.clone();
+    // Each shard's pairs, the shards in the order of their first key.
+    let mut parts: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
+    for kv in refs.get(1..).unwrap_or_default().chunks_exact(2) {
+        let [k, v] = kv else { continue };
+        let t = slots.shard_of_key(k);
+        let at = match parts.iter().position(|(s, _)| *s == t) {
+            Some(i) => i,
+            None => {
+                parts.push((
+                    t,
+                    vec![refs.first().map(|n| n.to_vec()).unwrap_or_default()],
+                ));
+                parts.len() - 1
+            }
+        };
+        if let Some((_, p)) = parts.get_mut(at) {
+            p.push(k.to_vec());
+            p.push(v.to_vec());
+        }
+    }
+    // The check.
+    let mut waits = Vec::with_capacity(parts.len());
+    for (shard, part) in &parts {
+        let keys: Vec<Vec<u8>> = part.iter().skip(1).step_by(2).cloned().collect();
+        let rx = hop::send_job(th, *shard, move |t| {
+            let mut s = t.shard.borrow_mut();
+            let now = s.now_ms();
+            keys.iter().any(|k| s.lookup_quiet(db, k, now).is_some())
+        })
+        .await;
+        match rx {
+            Ok(rx) => waits.push((*shard, rx)),
+            Err(e) => {
+                let mut fg = th.front.borrow_mut();
+                cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
+                return;
+            }
+        }
+    }
+    let mut any = false;
+    for (shard, rx) in waits {
+        match rx.await {
+            Ok(found) => any |= found,
+            Err(_) => {
+                let mut fg = th.front.borrow_mut();
+                cmd::reply_error(
+                    &mut fg,
+                    out,
+                    &hop::unavailable_error(hop::Unavailable { shard }),
+                );
+                return;
+            }
+        }
+    }
+    if any {
+        out.int(0);
+        return;
+    }
+    let Some(handler) = spec.handler else {
+        return;
+    };
+    // The parts, each taking note of what it set.
+    let mut done: Vec<(u16, Written)> = Vec::new();
+    let mut answer: Vec<u8> = b":1\r\n".to_vec();
+    for (i, (shard, part)) in parts.into_iter().enumerate() {
+        let set: std::sync::Arc<std::sync::Mutex<Written>> = std::sync::Arc::default();
+        let noted = set.clone();
+        let run = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            let argv: Vec<&[u8]> = part.iter().map(Vec::as_slice).collect();
+            let mark = ctx.out.buf.len();
+            handler(ctx, &argv)?;
+            if ctx.out.buf.get(mark..) == Some(b":1\r\n".as_slice()) {
+                let now = ctx.now_ms;
+                let mut written = Vec::with_capacity(part.len() / 2);
+                for k in part.iter().skip(1).step_by(2) {
+                    if let Some(e) = ctx.shard.lookup_quiet(db, k, now) {
+                        written.push((k.clone(), e.state.observed()));
+                    }
+                }
+                if let Ok(mut n) = noted.lock() {
+                    *n = written;
+                }
+            }
+            Ok(())
+        }));
+        match hop::finish_step(th, client, afters, shard, spec, refs, i == 0, run).await {
+            Ok(r) if r.as_slice() == b":1\r\n" => {
+                let written = set
+                    .lock()
+                    .map(|mut v| std::mem::take(&mut *v))
+                    .unwrap_or_default();
+                done.push((shard, written));
+            }
+            Ok(r) => {
+                answer = r;
+                break;
+            }
+            Err(e) => {
+                let mut r = Reply::new();
+                r.proto = out.proto;
+                r.error(&e);
+                answer = r.buf;
+                break;
+            }
+        }
+    }
+    if answer.as_slice() != b":1\r\n" {
+        for (shard, written) in done {
+            let undo = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+                let now = ctx.now_ms;
+                for (k, observed) in written {
+                    if ctx.shard.lookup_quiet(db, &k, now).is_none() {
+                        continue;
+                    }
+                    ctx.shard
+                        .write_key(db, &k, now, |_| Effect::<&[u8]>::Remove { observed });
+                    if ctx.shard.lookup_quiet(db, &k, now).is_none() {
+                        ctx.shard.notify(crate::notify::GENERIC, "del", db, &k);
+                    }
+                }
+                Ok(())
+            }));
+            let _ = hop::finish_step(th, client, afters, shard, spec, refs, false, undo).await;
+        }
+    }
+    out.raw(&answer);
 }

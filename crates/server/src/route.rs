@@ -10,7 +10,8 @@
 //! - `Keyed`: its keys must share a shard, else `-CROSSSLOT`, as Redis Cluster answers; a
 //!   command of `crate::read_across::COMMANDS` (it reads the keys of other shards and writes
 //!   one shard's) runs there with copies of the others; LMPOP, ZMPOP, the blocking pops
-//!   (`conn`), RENAME and RENAMENX (`crate::move_across`) run in steps, each on one shard.
+//!   (`conn`), RENAME, RENAMENX, SMOVE and MSETNX (`crate::move_across`) run in steps, each
+//!   on one shard.
 //! - `Scatter`: MGET, MSET, DEL, UNLINK, EXISTS, TOUCH split their keys by shard and merge the
 //!   replies; MSET is atomic per shard (each shard's part is one command there).
 //! - `All`: covers the whole keyspace or every thread (DBSIZE, KEYS, FLUSHALL, INFO, CONFIG

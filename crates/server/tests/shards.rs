@@ -363,6 +363,15 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["APPEND", &r[0], "raw"]);
     add(&["RENAME", &r[0], &r[1]]);
     add(&["OBJECT", "ENCODING", &r[1]]);
+    // MSETNX over keys of several shards: all or none.
+    let n = key_per_shard("xn");
+    add(&["MSETNX", &n[0], "1", &n[1], "2", &n[2], "3"]);
+    add(&["MGET", &n[0], &n[1], &n[2], &n[3]]);
+    add(&["MSETNX", &n[3], "4", &n[2], "x"]);
+    add(&["EXISTS", &n[3]]);
+    add(&["MSETNX", &n[3], "4", &n[0]]);
+    add(&["MSETNX", &n[3], "4", &n[3], "5"]);
+    add(&["GET", &n[3]]);
     // SMOVE between two shards.
     let m = key_per_shard("xm");
     add(&["SADD", &m[0], "a", "b"]);
@@ -589,6 +598,49 @@ fn blocking_pops_wait_on_keys_of_several_shards() {
     assert_eq!(call(&mut admin, &["LLEN", &keys[2]]), ":1\r\n");
 }
 
+/// MSETNX over two shards while another client sets one of its keys: all or none, every time
+/// (a key set between its check and its write takes back the other shard's part).
+#[test]
+fn msetnx_across_shards_sets_all_or_none_under_a_racing_writer() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    const ROUNDS: usize = 1000;
+    let pairs: Vec<(String, String)> = (0..ROUNDS)
+        .map(|i| {
+            let k = key_per_shard(&format!("race{i}-"));
+            (k[0].clone(), k[1].clone())
+        })
+        .collect();
+    let port = srv.port;
+    let racer_keys: Vec<String> = pairs.iter().map(|(_, b)| b.clone()).collect();
+    let racer = std::thread::spawn(move || {
+        let mut r = common::Raw::connect(port);
+        for k in &racer_keys {
+            call(&mut r, &["SET", k, "racer"]);
+        }
+    });
+    let mut c = srv.connect();
+    let (mut ones, mut zeros) = (0, 0);
+    for (a, b) in &pairs {
+        match call(&mut c, &["MSETNX", a, "mine", b, "mine"]).as_str() {
+            ":1\r\n" => {
+                ones += 1;
+                assert_eq!(call(&mut c, &["GET", a]), "$4\r\nmine\r\n");
+            }
+            ":0\r\n" => {
+                zeros += 1;
+                assert_eq!(
+                    call(&mut c, &["EXISTS", a]),
+                    ":0\r\n",
+                    "{a} set by a failed MSETNX"
+                );
+            }
+            other => panic!("{other}"),
+        }
+    }
+    racer.join().expect("racer");
+    assert_eq!(ones + zeros, ROUNDS);
+}
+
 #[test]
 fn mixed_slot_pipelines_keep_their_order() {
     let srv = Server::start_with(&["--shards", SHARDS]);
@@ -672,7 +724,7 @@ fn scatter_gather_and_crossslot() {
         cross
     );
     assert_eq!(
-        call(&mut c, &["MSETNX", &keys[0], "1", &keys[1], "2"]),
+        call(&mut c, &["LMOVE", &keys[0], &keys[1], "LEFT", "LEFT"]),
         cross
     );
     assert_eq!(
