@@ -1634,36 +1634,8 @@ impl Conn {
                 continue;
             }
             let sleep_for = due.map(|d| Duration::from_millis(d.saturating_sub(now)));
-            let timer = async {
-                match sleep_for {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
-                    Ok(0) | Err(_) => break None,
-                    Ok(n) => {
-                        self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
-                        self.client.shared.qbuf_bytes.set(rbuf.len());
-                        // As a client blocked on one shard: commands sent meanwhile wait,
-                        // up to the query buffer's limit.
-                        let limit = self.th.shard.borrow().config.client_query_buffer_limit;
-                        if rbuf.len() as u64 > limit {
-                            tracing::warn!(client = %self.client.shared.addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
-                            break None;
-                        }
-                    }
-                },
-                () = mailbox.wake.notified() => {
-                    if self.is_killed() {
-                        break None;
-                    }
-                    let pushed = mailbox.take();
-                    self.out.raw(&pushed);
-                }
-                () = timer => {}
+            if !self.wait_wake(stream, rbuf, sleep_for).await {
+                break None;
             }
         };
         if registered {
@@ -1677,6 +1649,50 @@ impl Conn {
             }
             None => false,
         }
+    }
+
+    /// One wait of a command that waits on other threads (a pop over several shards,
+    /// CRDT.WAIT): until its mailbox is woken, `sleep_for` passes (None: no timer) or input
+    /// comes (kept in `rbuf` for the commands after it, as a blocked client's, and counted).
+    /// Pushes queued meanwhile go to the output. Returns false when the connection must
+    /// close: the client went or was killed, or its input passed the query buffer's limit.
+    async fn wait_wake(
+        &mut self,
+        stream: &ClientStream,
+        rbuf: &mut BytesMut,
+        sleep_for: Option<Duration>,
+    ) -> bool {
+        let mailbox = self.client.shared.mailbox.clone();
+        let timer = async {
+            match sleep_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => {
+                    self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
+                    self.client.shared.qbuf_bytes.set(rbuf.len());
+                    let limit = self.th.shard.borrow().config.client_query_buffer_limit;
+                    if rbuf.len() as u64 > limit {
+                        tracing::warn!(client = %self.client.shared.addr, bytes = rbuf.len(), "closing client that reached max query buffer length");
+                        return false;
+                    }
+                }
+            },
+            () = mailbox.wake.notified() => {
+                if self.is_killed() {
+                    return false;
+                }
+                let pushed = mailbox.take();
+                self.out.raw(&pushed);
+            }
+            () = timer => {}
+        }
+        true
     }
 
     /// Registers this client on each shard of `shard_keys` to be woken by a write to its keys
@@ -2939,30 +2955,9 @@ impl Conn {
             }
             let sleep_for =
                 deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            let timer = async {
-                match sleep_for {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
-                    Ok(0) | Err(_) => {
-                        self.forget_wait(&targets).await;
-                        return false;
-                    }
-                    Ok(_) => {}
-                },
-                () = mailbox.wake.notified() => {
-                    if self.is_killed() {
-                        self.forget_wait(&targets).await;
-                        return false;
-                    }
-                    let pushed = mailbox.take();
-                    self.out.raw(&pushed);
-                }
-                () = timer => {}
+            if !self.wait_wake(stream, rbuf, sleep_for).await {
+                self.forget_wait(&targets).await;
+                return false;
             }
         };
         self.forget_wait(&targets).await;

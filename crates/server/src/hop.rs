@@ -996,13 +996,31 @@ pub async fn finish_step(
         }
         return Ok(r.buf);
     }
-    let mut batch = Batch::new(ClientView::of(client));
-    batch.push(
+    send_one(
+        th,
+        client,
+        afters,
+        shard,
         Op::Finish { spec, counted, run },
-        client.db,
-        client.shared.proto.get(),
         argv,
-    );
+    )
+    .await
+}
+
+/// Sends one item, `op` over `argv`, to another thread's `shard` for the connection's
+/// `client` (a step of a command it coordinates) and returns its reply: a write there is
+/// noted in the client (CRDT.WAIT), its persistence condition pushed to `afters`, and a
+/// request to close the connection (CLIENT KILL of itself) kept in the client.
+pub async fn send_one(
+    th: &Rc<Thread>,
+    client: &mut crate::client::Client,
+    afters: &mut Vec<crate::persist::AfterBatch>,
+    shard: u16,
+    op: Op,
+    argv: &[&[u8]],
+) -> Result<Vec<u8>, CmdError> {
+    let mut batch = Batch::new(ClientView::of(client));
+    batch.push(op, client.db, client.shared.proto.get(), argv);
     let rx = send(th, shard, batch).await.map_err(unavailable_error)?;
     let mut done = rx
         .await
@@ -1014,7 +1032,16 @@ pub async fn finish_step(
         &mut done.after,
         crate::persist::AfterBatch::Reply,
     ));
+    if done.notes.first().is_some_and(|n| n.close) {
+        client.close_after_reply = true;
+    }
     Ok(done.reply(0).to_vec())
+}
+
+/// Writes `e` to `out` as a command's error (counted in errorstats on this thread).
+pub fn reply_error(th: &Thread, out: &mut crate::resp::reply::Reply, e: &CmdError) {
+    let mut fg = th.front.borrow_mut();
+    cmd::reply_error(&mut fg, out, e);
 }
 
 #[cfg(test)]

@@ -89,9 +89,7 @@ pub async fn run(
     out.proto = client.shared.proto.get();
     let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
     let Some((from, to)) = shards(th, spec, &refs) else {
-        let mut fg = th.front.borrow_mut();
-        cmd::reply_error(&mut fg, out, &CmdError::CrossSlot);
-        return;
+        return hop::reply_error(th, out, &CmdError::CrossSlot);
     };
     if spec.meta.name == "smove" {
         smove(th, client, out, afters, spec, &refs, (from, to)).await;
@@ -122,16 +120,8 @@ pub async fn run(
     .await;
     let source = match read {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &CmdError::NoSuchKey);
-            return;
-        }
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
-            return;
-        }
+        Ok(None) => return hop::reply_error(th, out, &CmdError::NoSuchKey),
+        Err(e) => return hop::reply_error(th, out, &hop::unavailable_error(e)),
     };
     let Source {
         value,
@@ -162,11 +152,7 @@ pub async fn run(
     }));
     let written = match hop::finish_step(th, client, afters, to, spec, &refs, true, write).await {
         Ok(r) => r,
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-            return;
-        }
+        Err(e) => return hop::reply_error(th, out, &e),
     };
     if written.as_slice() != b":1\r\n" && written.as_slice() != b"+OK\r\n" {
         // RENAMENX onto an existing key (0), or an error (MISCONF...): the source stays.
@@ -187,10 +173,7 @@ pub async fn run(
     }));
     match hop::finish_step(th, client, afters, from, spec, &refs, false, remove).await {
         Ok(_) => out.raw(&written),
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-        }
+        Err(e) => hop::reply_error(th, out, &e),
     }
 }
 
@@ -224,16 +207,8 @@ async fn smove(
         }
         Ok(Ok(cmd::set::SmoveSource::Without)) => None,
         Ok(Ok(cmd::set::SmoveSource::With(o))) => Some(o),
-        Ok(Err(e)) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-            return;
-        }
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
-            return;
-        }
+        Ok(Err(e)) => return hop::reply_error(th, out, &e),
+        Err(e) => return hop::reply_error(th, out, &hop::unavailable_error(e)),
     };
     let present = observed.is_some();
     let m = member.clone();
@@ -242,11 +217,7 @@ async fn smove(
     }));
     let added = match hop::finish_step(th, client, afters, to, spec, refs, true, add).await {
         Ok(r) => r,
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-            return;
-        }
+        Err(e) => return hop::reply_error(th, out, &e),
     };
     let Some(observed) = observed.filter(|_| added.as_slice() == b":1\r\n") else {
         out.raw(&added);
@@ -258,10 +229,7 @@ async fn smove(
     }));
     match hop::finish_step(th, client, afters, from, spec, refs, false, remove).await {
         Ok(_) => out.raw(&added),
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-        }
+        Err(e) => hop::reply_error(th, out, &e),
     }
 }
 
@@ -286,9 +254,7 @@ async fn msetnx(
     refs: &[&[u8]],
 ) {
     if refs.len() < 3 || refs.len() % 2 == 0 {
-        let mut fg = th.front.borrow_mut();
-        cmd::reply_error(&mut fg, out, &CmdError::WrongArity("msetnx".to_string()));
-        return;
+        return hop::reply_error(th, out, &CmdError::WrongArity("msetnx".to_string()));
     }
     let db = client.db;
     let slots = th.node.slots.clone();
@@ -324,11 +290,7 @@ async fn msetnx(
         .await;
         match rx {
             Ok(rx) => waits.push((*shard, rx)),
-            Err(e) => {
-                let mut fg = th.front.borrow_mut();
-                cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
-                return;
-            }
+            Err(e) => return hop::reply_error(th, out, &hop::unavailable_error(e)),
         }
     }
     let mut any = false;

@@ -32,7 +32,7 @@ use crate::client::Client;
 use crate::cmd;
 use crate::cmd::table::{CommandSpec, Table};
 use crate::error::CmdError;
-use crate::hop::{self, Batch, ClientView, Op, Thread};
+use crate::hop::{self, Op, Thread};
 use crate::persist::AfterBatch;
 use crate::resp::reply::Reply;
 use crate::slot::SlotMap;
@@ -174,11 +174,7 @@ pub async fn run(
         .map(|t| t.id);
     let copies = match copy_keys(th, db, tracked, plan.reads).await {
         Ok(c) => c,
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &e);
-            return;
-        }
+        Err(e) => return hop::reply_error(th, out, &e),
     };
     let lent = Lent { db, copies };
     out.proto = client.shared.proto.get();
@@ -190,32 +186,10 @@ pub async fn run(
         call_lent(&mut sg, &mut fg, client, out, spec, &refs, now, lent);
         return;
     }
-    let mut batch = Batch::new(ClientView::of(client));
-    batch.push(
-        Op::CallLent(spec, Box::new(lent)),
-        client.db,
-        client.shared.proto.get(),
-        &refs,
-    );
-    let done = match hop::send(th, target, batch).await {
-        Ok(rx) => rx.await.map_err(|_| hop::Unavailable { shard: target }),
-        Err(e) => Err(e),
-    };
-    match done {
-        Ok(mut d) => {
-            if let Some(seq) = d.wrote {
-                client.note_write(target, seq);
-            }
-            afters.push(std::mem::replace(&mut d.after, AfterBatch::Reply));
-            if d.notes.first().is_some_and(|n| n.close) {
-                client.close_after_reply = true;
-            }
-            out.raw(d.reply(0));
-        }
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
-        }
+    let op = Op::CallLent(spec, Box::new(lent));
+    match hop::send_one(th, client, afters, target, op, &refs).await {
+        Ok(reply) => out.raw(&reply),
+        Err(e) => hop::reply_error(th, out, &e),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::cmd;
 use crate::cmd::sort::{self, Formed, Gathered};
 use crate::cmd::table::{CommandSpec, Table};
 use crate::error::CmdError;
-use crate::hop::{self, Batch, ClientView, Op, Thread};
+use crate::hop::{self, Op, Thread};
 use crate::persist::AfterBatch;
 use crate::resp::reply::Reply;
 use crate::route::{self, KeysAt};
@@ -85,32 +85,10 @@ pub async fn run(
         });
         return;
     }
-    let mut batch = Batch::new(ClientView::of(client));
-    batch.push(
-        Op::SortFinish(spec, Box::new(gathered)),
-        client.db,
-        client.shared.proto.get(),
-        &refs,
-    );
-    let done = match hop::send(th, target, batch).await {
-        Ok(rx) => rx.await.map_err(|_| hop::Unavailable { shard: target }),
-        Err(e) => Err(e),
-    };
-    match done {
-        Ok(mut d) => {
-            if let Some(seq) = d.wrote {
-                client.note_write(target, seq);
-            }
-            afters.push(std::mem::replace(&mut d.after, AfterBatch::Reply));
-            if d.notes.first().is_some_and(|n| n.close) {
-                client.close_after_reply = true;
-            }
-            out.raw(d.reply(0));
-        }
-        Err(e) => {
-            let mut fg = th.front.borrow_mut();
-            cmd::reply_error(&mut fg, out, &hop::unavailable_error(e));
-        }
+    let op = Op::SortFinish(spec, Box::new(gathered));
+    match hop::send_one(th, client, afters, target, op, &refs).await {
+        Ok(reply) => out.raw(&reply),
+        Err(e) => hop::reply_error(th, out, &e),
     }
 }
 

@@ -121,6 +121,23 @@ fn family_script() -> Vec<Vec<String>> {
     script
 }
 
+/// Runs `script` `rounds` times on a fresh connection to `srv` and to a `redis-server` after
+/// FLUSHALL each time: every reply must be Redis's.
+fn assert_like_redis(srv: &Server, script: &[Vec<String>], rounds: usize) {
+    let reference = RedisRef::start();
+    for _ in 0..rounds {
+        let mut m = srv.connect();
+        let mut r = reference.connect();
+        call(&mut m, &["FLUSHALL"]);
+        call(&mut r, &["FLUSHALL"]);
+        let got = run_script(&mut m, script);
+        let want = run_script(&mut r, script);
+        for ((cmd, g), w) in script.iter().zip(&got).zip(&want) {
+            assert_eq!(g, w, "{cmd:?}");
+        }
+    }
+}
+
 fn run_script(c: &mut Raw, script: &[Vec<String>]) -> Vec<String> {
     script
         .iter()
@@ -146,21 +163,9 @@ fn every_family_routes_to_its_shard_like_redis() {
         return;
     }
     let srv = Server::start_with(&["--shards", SHARDS]);
-    let reference = RedisRef::start();
-    let script = family_script();
     // Several connections: they live on different threads, so every key is local to some
     // and remote to others.
-    for _ in 0..3 {
-        let mut m = srv.connect();
-        let mut r = reference.connect();
-        call(&mut m, &["FLUSHALL"]);
-        call(&mut r, &["FLUSHALL"]);
-        let got = run_script(&mut m, &script);
-        let want = run_script(&mut r, &script);
-        for ((cmd, g), w) in script.iter().zip(&got).zip(&want) {
-            assert_eq!(g, w, "{cmd:?}");
-        }
-    }
+    assert_like_redis(&srv, &family_script(), 3);
     // The keys really are on several shards.
     let info = call(&mut srv.connect(), &["INFO", "crdt"]);
     let per_shard: Vec<u64> = info
@@ -423,21 +428,9 @@ fn multi_key_reads_across_shards_like_redis() {
         return;
     }
     let srv = Server::start_with(&["--shards", SHARDS]);
-    let reference = RedisRef::start();
-    let script = reads_across_script();
     // Connections on every thread: the target shard is this one for some, another for the
     // others.
-    for _ in 0..4 {
-        let mut m = srv.connect();
-        let mut r = reference.connect();
-        call(&mut m, &["FLUSHALL"]);
-        call(&mut r, &["FLUSHALL"]);
-        let got = run_script(&mut m, &script);
-        let want = run_script(&mut r, &script);
-        for ((cmd, g), w) in script.iter().zip(&got).zip(&want) {
-            assert_eq!(g, w, "{cmd:?}");
-        }
-    }
+    assert_like_redis(&srv, &reads_across_script(), 4);
     // No copy stayed behind on the shard it was lent to: KEYS lists each key once, and as
     // many as DBSIZE counts.
     let mut m = srv.connect();

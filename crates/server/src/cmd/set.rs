@@ -677,14 +677,20 @@ fn smove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let dst_had = contains(ctx.shard, db, dst, member);
     rem_member(ctx, src, member);
     ctx.notify_then_del(notify::SET, "srem", src);
+    move_in(ctx, dst, member, dst_had);
+    ctx.out.int(1);
+    Ok(())
+}
+
+/// SMOVE's arrival of `member` at `dst`: a re-add when `dst_had` it, else an add (and its
+/// event).
+fn move_in(ctx: &mut Ctx<'_>, dst: &[u8], member: &[u8], dst_had: bool) {
     if dst_had {
         readd_member(ctx, dst, member);
     } else {
         add_member(ctx, dst, member);
         ctx.notify(notify::SET, "sadd", dst);
     }
-    ctx.out.int(1);
-    Ok(())
 }
 
 /// What SMOVE between two shards (`crate::move_across`) found of its source in step 1.
@@ -735,12 +741,8 @@ pub(crate) fn smove_into(
         return Ok(());
     }
     let db = ctx.db();
-    if contains(ctx.shard, db, dst, member) {
-        readd_member(ctx, dst, member);
-    } else {
-        add_member(ctx, dst, member);
-        ctx.notify(notify::SET, "sadd", dst);
-    }
+    let dst_had = contains(ctx.shard, db, dst, member);
+    move_in(ctx, dst, member, dst_had);
     ctx.out.int(1);
     Ok(())
 }
