@@ -758,23 +758,27 @@ impl Shard {
     /// shard, unlogged and unannounced, so that the command's own code finds it where it
     /// finds its local keys. A copy whose TTL has passed at `now_ms` is left out (absent, as
     /// its shard would expire it); none can expire while the command runs, which reads the
-    /// clock once. Returns the keys lent, for `take_back` after the command, or None (and
+    /// clock once. A copy's `raw` says its string was modified in place (OBJECT ENCODING,
+    /// COPY). Returns the keys lent, for `take_back` after the command, or None (and
     /// nothing lent) when this shard holds an entry of one of them: a key of another shard's
     /// slots never is here.
     pub fn lend(
         &mut self,
         db: usize,
-        copies: Vec<(Vec<u8>, KeyState)>,
+        copies: Vec<(Vec<u8>, KeyState, bool)>,
         now_ms: u64,
     ) -> Option<Vec<Vec<u8>>> {
         let mut lent = Vec::with_capacity(copies.len());
-        for (key, state) in copies {
+        for (key, state, raw) in copies {
             if state.expire_at_ms().is_some_and(|at| at <= now_ms) {
                 continue;
             }
             if !self.insert_loaded(db, &key, state, now_ms) {
                 self.take_back(db, &lent);
                 return None;
+            }
+            if raw {
+                self.mark_raw_encoding(db, &key);
             }
             lent.push(key);
         }

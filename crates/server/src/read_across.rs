@@ -65,11 +65,12 @@ pub const COMMANDS: &[&str] = &[
     "georadiusbymember",
 ];
 
-/// The copies lent to the target shard: of database `db`, each key with its state.
+/// The copies lent to the target shard: of database `db`, each key with its state and
+/// whether its string was modified in place (`Entry::raw`).
 #[derive(Debug)]
 pub struct Lent {
     pub db: usize,
-    pub copies: Vec<(Vec<u8>, KeyState)>,
+    pub copies: Vec<(Vec<u8>, KeyState, bool)>,
 }
 
 /// Where a command of `COMMANDS` whose keys span shards runs, and what it reads elsewhere.
@@ -200,7 +201,7 @@ async fn copy_keys(
     db: usize,
     tracked: Option<u64>,
     reads: Vec<(u16, Vec<Vec<u8>>)>,
-) -> Result<Vec<(Vec<u8>, KeyState)>, CmdError> {
+) -> Result<Vec<(Vec<u8>, KeyState, bool)>, CmdError> {
     let mut waits = Vec::with_capacity(reads.len());
     for (shard, keys) in reads {
         let rx = hop::send_job(th, shard, move |t| {
@@ -211,9 +212,11 @@ async fn copy_keys(
                 if let Some(id) = tracked {
                     s.tracking.remember(id, &key);
                 }
-                let state = s.lookup_quiet(db, &key, now).map(|e| e.state.clone());
-                if let Some(state) = state {
-                    found.push((key, state));
+                let copy = s
+                    .lookup_quiet(db, &key, now)
+                    .map(|e| (e.state.clone(), e.raw));
+                if let Some((state, raw)) = copy {
+                    found.push((key, state, raw));
                 }
             }
             found

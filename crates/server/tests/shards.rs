@@ -280,6 +280,9 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["SMEMBERS", c2]);
     add(&["SELECT", "0"]);
     add(&["COPY", "xc-missing", c2]);
+    add(&["APPEND", c1, "+"]);
+    add(&["COPY", c1, c0, "REPLACE"]);
+    add(&["OBJECT", "ENCODING", c0]);
     let g = key_per_shard("xg");
     let (g0, g1) = (&g[0], &g[1]);
     add(&[
