@@ -227,6 +227,13 @@ enum Step {
 /// The blocking pops that may wait on keys of several shards (`Conn::pop_blocking_across`).
 const POPS_ACROSS: &[&str] = &["blpop", "brpop", "bzpopmin", "bzpopmax", "blmpop", "bzmpop"];
 
+/// A transaction across shards (`Conn::exec_across_plan`): the shards to hold, ascending, and
+/// its segments (a shard and the indices of its consecutive queued commands).
+struct ExecAcross {
+    holds: Vec<u16>,
+    segments: Vec<(u16, Vec<usize>)>,
+}
+
 /// One connection's state between reads.
 /// A queued command of a transaction that every shard runs: its place in the transaction,
 /// spec and arguments (`Conn::exec_plan`).
@@ -2383,6 +2390,16 @@ impl Conn {
         };
         let target = plan.as_ref().map(|&(t, _)| t);
         let mark = self.out.len();
+        if target.is_none() && self.watch_link.is_none() {
+            let across = {
+                let f = self.th.front.borrow();
+                self.exec_across_plan(&f)
+            };
+            if let Some(across) = across {
+                self.exec_across(spec, argv, across).await;
+                return;
+            }
+        }
         // EXEC ends every watch: one held on another node's link goes with its link.
         let watch_link = self.watch_link.take();
         match target {
@@ -2545,6 +2562,202 @@ impl Conn {
 
     /// EXEC running elsewhere than this thread: the transaction and the watched keys leave
     /// the connection's state, which EXEC ends.
+    /// A transaction whose keys span shards of this process, when `tx_across` can run it:
+    /// each queued command's keys on one shard (a keyless one joins the segment before it,
+    /// or the first), none acting on the connection or on every shard, the transaction not
+    /// flagged. Returns the shards to hold (ascending: those of its commands and of its
+    /// WATCHed keys) and the segments: runs of consecutive commands of one shard.
+    fn exec_across_plan(&self, f: &Front) -> Option<ExecAcross> {
+        let m = self.client.multi.as_ref()?;
+        if m.aborted {
+            return None;
+        }
+        let slots = &f.node.slots;
+        let mut holds: Vec<u16> = Vec::new();
+        for (_, key) in &self.client.watched {
+            holds.push(slots.shard_of_key(key));
+        }
+        let mut at: Vec<Option<u16>> = Vec::with_capacity(m.queued.len());
+        for q in &m.queued {
+            let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            let spec = cmd::resolve(f.table, &argv).ok()?;
+            let class = route::classes(f.table)
+                .get(spec.idx)
+                .copied()
+                .unwrap_or(Class::Local);
+            match class {
+                Class::Local if pins_to_connection(spec.meta.name) => return None,
+                Class::Local => at.push(None),
+                Class::All(_)
+                | Class::Special(
+                    Special::Scan
+                    | Special::RandomKey
+                    | Special::CrdtWait
+                    | Special::Shutdown
+                    | Special::Debug
+                    | Special::Digest
+                    | Special::Exec
+                    | Special::Watch
+                    | Special::Unwatch
+                    | Special::Cluster,
+                ) => return None,
+                _ => match self.keys_at(f, spec, &argv) {
+                    // A keyless command runs on the connection's thread outside a
+                    // transaction: one that acts on the connection (CLIENT SETNAME...) must
+                    // run there, which a held shard's segment is not.
+                    KeysAt::None if pins_to_connection(spec.meta.name) => return None,
+                    KeysAt::None => at.push(None),
+                    KeysAt::Shard(t) => {
+                        holds.push(t);
+                        at.push(Some(t));
+                    }
+                    KeysAt::Many => return None,
+                },
+            }
+        }
+        holds.sort_unstable();
+        holds.dedup();
+        if holds.len() < 2 || !holds.iter().all(|&t| f.node.is_local(t)) {
+            return None;
+        }
+        // Keyless commands run with the segment before them (the first: with the first
+        // keyed command's).
+        let first = at.iter().flatten().next().copied()?;
+        let mut segments: Vec<(u16, Vec<usize>)> = Vec::new();
+        let mut current = first;
+        for (i, t) in at.iter().enumerate() {
+            if let Some(t) = t {
+                current = *t;
+            }
+            match segments.last_mut() {
+                Some((s, v)) if *s == current => v.push(i),
+                _ => segments.push((current, vec![i])),
+            }
+        }
+        Some(ExecAcross { holds, segments })
+    }
+
+    /// EXEC of a transaction `exec_across_plan` planned: handed to `tx_across`'s coordinator,
+    /// which holds its shards, runs its segments and lets them go; the reply is theirs joined
+    /// (or nil when a WATCHed key changed, EXECABORT when a log refuses writes). Its watches
+    /// end on every shard.
+    async fn exec_across(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: Vec<Vec<u8>>,
+        plan: ExecAcross,
+    ) {
+        let watch_shards: Vec<u16> = {
+            let f = self.th.front.borrow();
+            self.watch_shards(&f)
+        };
+        let dirty = self.client.dirty.clone();
+        let (multi, watched) = self.take_transaction(spec);
+        self.out.proto = self.client.shared.proto.get();
+        let table = self.th.front.borrow().table;
+        let writes = multi.queued.iter().any(|q| {
+            let a: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
+            cmd::resolve(table, &a).is_ok_and(|sp| sp.meta.flags.contains(cmd::table::Flags::WRITE))
+        });
+        let slots = self.th.node.slots.clone();
+        let mut holds = Vec::with_capacity(plan.holds.len());
+        for &t in &plan.holds {
+            let Some(inbox) = self.th.node.inbox(t) else {
+                self.out
+                    .error(&hop::unavailable_error(hop::Unavailable { shard: t }));
+                return;
+            };
+            let mine: Vec<(usize, Vec<u8>)> = watched
+                .iter()
+                .filter(|(_, k)| slots.shard_of_key(k) == t)
+                .cloned()
+                .collect();
+            holds.push((t, inbox.clone(), mine));
+        }
+        let mut queued = multi.queued;
+        let mut steps = Vec::with_capacity(plan.segments.len());
+        for (t, idx) in &plan.segments {
+            let part = crate::client::MultiState {
+                queued: idx
+                    .iter()
+                    .map(|&i| crate::client::QueuedCommand {
+                        args: queued
+                            .get_mut(i)
+                            .map(|q| std::mem::take(&mut q.args))
+                            .unwrap_or_default(),
+                    })
+                    .collect(),
+                aborted: false,
+            };
+            let mut view = hop::ClientView::of(&self.client);
+            // The transaction's own writes must not fail its later segments: WATCH was
+            // checked once, with every shard held.
+            view.dirty = crate::keyspace::WatchFlag::default();
+            let mut batch = Batch::new(view);
+            let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            batch.push(
+                Op::Exec {
+                    multi: part,
+                    watched: Vec::new(),
+                },
+                self.client.db,
+                self.client.shared.proto.get(),
+                &refs,
+            );
+            steps.push((*t, batch));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::tx_across::submit(crate::tx_across::TxJob {
+            holds,
+            steps,
+            dirty,
+            writes,
+            outcome: tx,
+        });
+        let outcome = rx.await;
+        for t in watch_shards {
+            let _ = self.one(t, Op::Unwatch, &[]).await;
+        }
+        self.client.dirty.set(false);
+        match outcome {
+            Ok(crate::tx_across::Outcome::Ran(mut dones)) => {
+                let mut parts: Vec<Vec<u8>> = Vec::with_capacity(dones.len());
+                for ((t, _), d) in plan.segments.iter().zip(dones.iter_mut()) {
+                    if let Some(seq) = d.wrote {
+                        self.client.note_write(*t, seq);
+                    }
+                    self.afters
+                        .push(std::mem::replace(&mut d.after, AfterBatch::Reply));
+                    if let Some(n) = d.notes.first() {
+                        self.client.select(n.db);
+                        if n.close {
+                            self.client.close_after_reply = true;
+                        }
+                    }
+                    parts.push(d.reply(0).to_vec());
+                }
+                let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                match crate::tx_across::join_replies(&refs) {
+                    Some(r) => self.out.raw(&r),
+                    None => self.out.raw(parts.last().map_or(&b""[..], Vec::as_slice)),
+                }
+            }
+            Ok(crate::tx_across::Outcome::Watched) => self.out.null_array(),
+            Ok(crate::tx_across::Outcome::Refused(text)) => {
+                let e = CmdError::Raw(format!(
+                    "EXECABORT Transaction discarded because of: {text}"
+                ));
+                hop::reply_error(&self.th, &mut self.out, &e);
+            }
+            Ok(crate::tx_across::Outcome::Unavailable(t)) => self
+                .out
+                .error(&hop::unavailable_error(hop::Unavailable { shard: t })),
+            Err(_) => self.out.error(&CmdError::Err(
+                "transaction across shards not run".to_string(),
+            )),
+        }
+    }
+
     fn take_transaction(
         &mut self,
         spec: &'static CommandSpec,

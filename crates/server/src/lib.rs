@@ -102,3 +102,4 @@ pub mod time;
 pub mod tls;
 pub mod topology;
 pub mod tracking;
+pub mod tx_across;

@@ -415,6 +415,30 @@ fn reads_across_script() -> Vec<Vec<String>> {
     add(&["BLPOP", &q[0], b0, "1"]);
     add(&["BZPOPMIN", &q[0], &q[1], "-1"]);
     add(&["BLMPOP", "1", "2", &q[0], &q[1], "UP"]);
+    // A transaction over keys of several shards: its commands' replies in order, a SELECT in
+    // it holding for the commands after it, an error inside it not stopping the others.
+    let t = key_per_shard("xt");
+    add(&["MULTI"]);
+    add(&["SET", &t[0], "1"]);
+    add(&["INCR", &t[1]]);
+    add(&["PING"]);
+    add(&["LPUSH", &t[2], "a", "b"]);
+    add(&["INCR", &t[0]]);
+    add(&["HSET", &t[0], "f", "v"]);
+    add(&["SELECT", "1"]);
+    add(&["SET", &t[3], "in-db-1"]);
+    add(&["GET", &t[0]]);
+    add(&["SELECT", "0"]);
+    add(&["GET", &t[1]]);
+    add(&["EXEC"]);
+    add(&["SELECT", "1"]);
+    add(&["GET", &t[3]]);
+    add(&["SELECT", "0"]);
+    add(&["EXISTS", &t[3]]);
+    add(&["MULTI"]);
+    add(&["SET", &t[1], "2"]);
+    add(&["DISCARD"]);
+    add(&["GET", &t[1]]);
     // A source of the wrong type, on another shard than the destination.
     add(&["SUNIONSTORE", s3, s0, b0]);
     add(&["ZUNIONSTORE", z3, "2", z0, b1]);
@@ -637,6 +661,98 @@ fn msetnx_across_shards_sets_all_or_none_under_a_racing_writer() {
     assert_eq!(ones + zeros, ROUNDS);
 }
 
+/// Transactions over keys of two shards are atomic: while two clients run MULTI INCR a INCR b
+/// EXEC, a third one's MULTI GET a GET b EXEC never sees a and b differ. WATCH of keys of
+/// both shards fails EXEC when either changes, and only then.
+#[test]
+fn transactions_across_shards_are_atomic() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("atomic");
+    let (a, b) = (keys[0].clone(), keys[2].clone());
+    const ROUNDS: usize = 300;
+    let port = srv.port;
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (a, b) = (a.clone(), b.clone());
+            std::thread::spawn(move || {
+                let mut w = common::Raw::connect(port);
+                for _ in 0..ROUNDS {
+                    let mut pipe = Vec::new();
+                    pipe.extend(common::cmd(&[b"MULTI"]));
+                    pipe.extend(common::cmd(&[b"INCR", a.as_bytes()]));
+                    pipe.extend(common::cmd(&[b"INCR", b.as_bytes()]));
+                    pipe.extend(common::cmd(&[b"EXEC"]));
+                    w.send(&pipe);
+                    for _ in 0..3 {
+                        w.read_reply();
+                    }
+                    let exec = s(&w.read_reply());
+                    assert!(exec.starts_with("*2\r\n:"), "{exec}");
+                }
+            })
+        })
+        .collect();
+    let mut r = srv.connect();
+    let mut seen = 0;
+    for _ in 0..ROUNDS {
+        let mut pipe = Vec::new();
+        pipe.extend(common::cmd(&[b"MULTI"]));
+        pipe.extend(common::cmd(&[b"GET", a.as_bytes()]));
+        pipe.extend(common::cmd(&[b"GET", b.as_bytes()]));
+        pipe.extend(common::cmd(&[b"EXEC"]));
+        r.send(&pipe);
+        for _ in 0..3 {
+            r.read_reply();
+        }
+        let exec = s(&r.read_reply());
+        let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
+            panic!("{exec}")
+        };
+        assert_eq!(v.len(), 2, "{exec}");
+        assert_eq!(v[0], v[1], "a transaction saw half of another: {exec}");
+        if v[0] != Reply::Nil {
+            seen += 1;
+        }
+    }
+    for w in writers {
+        w.join().expect("writer");
+    }
+    assert!(seen > 0);
+    let total = (2 * ROUNDS).to_string();
+    assert_eq!(s(&call_raw(&mut r, &["GET", &a])), common::bulk(&total));
+    assert_eq!(s(&call_raw(&mut r, &["GET", &b])), common::bulk(&total));
+    // WATCH on both shards: a write to either fails EXEC; none lets it run.
+    let mut other = srv.connect();
+    for (changed, expect_nil) in [(Some(&a), true), (Some(&b), true), (None, false)] {
+        assert_eq!(call(&mut r, &["WATCH", &a]), "+OK\r\n");
+        assert_eq!(call(&mut r, &["WATCH", &b]), "+OK\r\n");
+        if let Some(k) = changed {
+            call(&mut other, &["INCR", k]);
+        }
+        assert_eq!(call(&mut r, &["MULTI"]), "+OK\r\n");
+        assert_eq!(call(&mut r, &["SET", &a, "w"]), "+QUEUED\r\n");
+        assert_eq!(call(&mut r, &["SET", &b, "w"]), "+QUEUED\r\n");
+        let exec = call(&mut r, &["EXEC"]);
+        if expect_nil {
+            assert_eq!(exec, "*-1\r\n");
+        } else {
+            assert_eq!(exec, "*2\r\n+OK\r\n+OK\r\n");
+        }
+    }
+    // The watches ended with EXEC: a later write does not fail the next transaction.
+    call(&mut other, &["INCR", &keys[1]]);
+    call(&mut other, &["SET", &a, "x"]);
+    assert_eq!(call(&mut r, &["MULTI"]), "+OK\r\n");
+    call(&mut r, &["GET", &a]);
+    call(&mut r, &["GET", &b]);
+    assert_eq!(call(&mut r, &["EXEC"]), "*2\r\n$1\r\nx\r\n$1\r\nw\r\n");
+}
+
+fn call_raw(c: &mut Raw, args: &[&str]) -> Vec<u8> {
+    let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.call(&v)
+}
+
 #[test]
 fn mixed_slot_pipelines_keep_their_order() {
     let srv = Server::start_with(&["--shards", SHARDS]);
@@ -750,11 +866,13 @@ fn scatter_gather_and_crossslot() {
         call(&mut c, &["EXEC"]),
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
-    // Commands that each name one shard, but different ones: EXEC refuses the
-    // transaction with CROSSSLOT and runs none of it.
+    // Commands that each name one shard, but different ones, with one that acts on the
+    // connection: EXEC refuses the transaction with CROSSSLOT and runs none of it (without
+    // it, the transaction runs across the shards: `transactions_across_shards_are_atomic`).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut c, &["SET", &keys[0], "1"]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["SET", &keys[1], "1"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["CLIENT", "SETNAME", "x"]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["EXEC"]), cross);
     assert_eq!(call(&mut c, &["EXISTS", &keys[0]]), ":0\r\n");
     assert_eq!(call(&mut c, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
