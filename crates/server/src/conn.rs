@@ -2390,6 +2390,32 @@ impl Conn {
         };
         let target = plan.as_ref().map(|&(t, _)| t);
         let mark = self.out.len();
+        if target.is_none() && self.client.multi.as_ref().is_some_and(|m| m.aborted) {
+            // A command failed to queue: EXECABORT, as one server answers, wherever the
+            // keys are.
+            let remote: Vec<u16> = {
+                let f = self.th.front.borrow();
+                self.watch_shards(&f)
+            };
+            self.take_transaction(spec);
+            let local = self.th.index;
+            for t in remote.into_iter().filter(|&t| t != local) {
+                let _ = self.one(t, Op::Unwatch, &[]).await;
+            }
+            {
+                let th = self.th.clone();
+                let mut sg = th.shard.borrow_mut();
+                sg.unwatch_all(&self.client.dirty);
+            }
+            self.watch_link = None;
+            self.client.dirty.set(false);
+            self.out.proto = self.client.shared.proto.get();
+            let e = CmdError::Raw(
+                "EXECABORT Transaction discarded because of previous errors.".to_string(),
+            );
+            hop::reply_error(&self.th, &mut self.out, &e);
+            return;
+        }
         if target.is_none() && self.watch_link.is_none() {
             let across = {
                 let f = self.th.front.borrow();
@@ -2615,14 +2641,21 @@ impl Conn {
                 },
             }
         }
+        // Keyless commands run with the segment before them (the first: with the first
+        // keyed command's; with none, on this thread's shard).
+        let first = match at.iter().flatten().next() {
+            Some(&t) => t,
+            None if at.is_empty() => self.th.index,
+            None => {
+                holds.push(self.th.index);
+                self.th.index
+            }
+        };
         holds.sort_unstable();
         holds.dedup();
         if holds.len() < 2 || !holds.iter().all(|&t| f.node.is_local(t)) {
             return None;
         }
-        // Keyless commands run with the segment before them (the first: with the first
-        // keyed command's).
-        let first = at.iter().flatten().next().copied()?;
         let mut segments: Vec<(u16, Vec<usize>)> = Vec::new();
         let mut current = first;
         for (i, t) in at.iter().enumerate() {
@@ -2858,6 +2891,54 @@ impl Conn {
         let t = match at {
             KeysAt::Shard(t) if !other_link(t) => t,
             KeysAt::None if !other_link(self.th.index) => self.th.index,
+            // Keys of several shards of this process: each shard watches its own, for a
+            // transaction that runs across them (`tx_across`).
+            KeysAt::Many if self.watch_link.is_none() && self.client.multi.is_none() => {
+                let slots = self.th.node.slots.clone();
+                let mut parts: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
+                for key in argv.iter().skip(1) {
+                    let t = slots.shard_of_key(key);
+                    match parts.iter_mut().find(|(s, _)| *s == t) {
+                        Some((_, p)) => p.push(key.clone()),
+                        None => parts.push((
+                            t,
+                            vec![argv.first().cloned().unwrap_or_default(), key.clone()],
+                        )),
+                    }
+                }
+                if parts.iter().all(|(t, _)| self.th.node.is_local(*t)) {
+                    self.client.shared.last_cmd.set(spec.meta.name);
+                    let mut reply = b"+OK\r\n".to_vec();
+                    for (t, part) in parts {
+                        match self.one(t, Op::Call(spec), &part).await {
+                            Ok((r, _)) if r == b"+OK\r\n" => {
+                                if t != self.th.index {
+                                    self.note_watched(&part);
+                                }
+                            }
+                            Ok((r, _)) => {
+                                reply = r;
+                                break;
+                            }
+                            Err(e) => {
+                                let mut r = Reply::new();
+                                r.error(&hop::unavailable_error(e));
+                                reply = r.buf;
+                                break;
+                            }
+                        }
+                    }
+                    self.out.raw(&reply);
+                    return;
+                }
+                let mut f = self.th.front.borrow_mut();
+                if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                    st.rejected_calls += 1;
+                }
+                self.out.proto = self.client.shared.proto.get();
+                cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
+                return;
+            }
             _ => {
                 let mut f = self.th.front.borrow_mut();
                 if let Some(st) = f.stats.commands.get_mut(spec.idx) {

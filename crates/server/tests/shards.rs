@@ -721,13 +721,23 @@ fn transactions_across_shards_are_atomic() {
     let total = (2 * ROUNDS).to_string();
     assert_eq!(s(&call_raw(&mut r, &["GET", &a])), common::bulk(&total));
     assert_eq!(s(&call_raw(&mut r, &["GET", &b])), common::bulk(&total));
-    // WATCH on both shards: a write to either fails EXEC; none lets it run.
+    // WATCH on both shards (two WATCHes, or one over both keys): a write to either fails
+    // EXEC; none lets it run.
     let mut other = srv.connect();
-    for (changed, expect_nil) in [(Some(&a), true), (Some(&b), true), (None, false)] {
-        assert_eq!(call(&mut r, &["WATCH", &a]), "+OK\r\n");
-        assert_eq!(call(&mut r, &["WATCH", &b]), "+OK\r\n");
+    for (i, (changed, expect_nil)) in [(Some(&a), true), (Some(&b), true), (None, false)]
+        .into_iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        if i < 3 {
+            assert_eq!(call(&mut r, &["WATCH", &a]), "+OK\r\n");
+            assert_eq!(call(&mut r, &["WATCH", &b]), "+OK\r\n");
+        } else {
+            assert_eq!(call(&mut r, &["WATCH", &a, &b]), "+OK\r\n");
+        }
         if let Some(k) = changed {
-            call(&mut other, &["INCR", k]);
+            assert_eq!(call(&mut other, &["SET", k, "changed"]), "+OK\r\n");
         }
         assert_eq!(call(&mut r, &["MULTI"]), "+OK\r\n");
         assert_eq!(call(&mut r, &["SET", &a, "w"]), "+QUEUED\r\n");
@@ -739,6 +749,27 @@ fn transactions_across_shards_are_atomic() {
             assert_eq!(exec, "*2\r\n+OK\r\n+OK\r\n");
         }
     }
+    // An empty transaction over WATCHed keys of two shards: nil when one changed, else an
+    // empty array.
+    for changed in [true, false] {
+        assert_eq!(call(&mut r, &["WATCH", &a, &b]), "+OK\r\n");
+        if changed {
+            call(&mut other, &["SET", &b, "w"]);
+        }
+        assert_eq!(call(&mut r, &["MULTI"]), "+OK\r\n");
+        let want = if changed { "*-1\r\n" } else { "*0\r\n" };
+        assert_eq!(call(&mut r, &["EXEC"]), want);
+    }
+    // A command that failed to queue: EXECABORT, and nothing runs.
+    assert_eq!(call(&mut r, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut r, &["SET", &a, "n"]), "+QUEUED\r\n");
+    assert!(call(&mut r, &["ZREM", &b]).starts_with("-ERR wrong number"));
+    assert_eq!(call(&mut r, &["SET", &b, "n"]), "+QUEUED\r\n");
+    assert_eq!(
+        call(&mut r, &["EXEC"]),
+        "-EXECABORT Transaction discarded because of previous errors.\r\n"
+    );
+    assert_eq!(call(&mut r, &["GET", &a]), "$1\r\nw\r\n");
     // The watches ended with EXEC: a later write does not fail the next transaction.
     call(&mut other, &["INCR", &keys[1]]);
     call(&mut other, &["SET", &a, "x"]);
@@ -911,11 +942,11 @@ fn transactions_and_watch_on_another_shard() {
         assert_eq!(call(&mut a, &["INCR", &k]), "+QUEUED\r\n");
         assert_eq!(call(&mut a, &["EXEC"]), "*1\r\n:4\r\n");
     }
+    // One WATCH over keys of two shards: each watches its own (`transactions_across_shards_
+    // are_atomic` runs the transaction).
     let keys = key_per_shard("w");
-    assert_eq!(
-        call(&mut a, &["WATCH", &keys[0], &keys[1]]),
-        "-CROSSSLOT Keys in request don't hash to the same slot\r\n"
-    );
+    assert_eq!(call(&mut a, &["WATCH", &keys[0], &keys[1]]), "+OK\r\n");
+    assert_eq!(call(&mut a, &["UNWATCH"]), "+OK\r\n");
 }
 
 /// A script that declares no key runs where the keys it reaches are, as on one Redis: on the
