@@ -707,8 +707,15 @@ impl HashCrdt {
                 by.observe(stamp);
                 inner.merge_removed(field, observed);
                 inner.merge_removed(field, &by);
+                // What the context now covers goes, the HDEL's own origin's earlier writes
+                // included: a dot its field's context covers is never kept (an earlier
+                // increment of that origin, which the HDEL saw, would otherwise stay where
+                // the write that had removed it at the HDEL's site has not arrived yet).
                 if inner.find(field).is_some() {
-                    inner.with_field(field, |st| st.remove_covered(observed));
+                    inner.with_field(field, |st| {
+                        st.remove_covered(observed);
+                        st.remove_covered(&by);
+                    });
                 }
                 true
             }
@@ -1569,6 +1576,37 @@ mod tests {
         h.apply(st(3, 1), &s);
         h.apply(st(3, 2), &inc(5));
         assert_eq!(h.get(b"c"), Some(StrView::Int(15)));
+    }
+
+    #[test]
+    fn hdel_removes_its_origins_earlier_increments() {
+        // Replica 1 incremented f (by 0), then its HSET-overwritten field was deleted there by
+        // an HDEL whose context names only replica 2's write (the HSET that had removed the
+        // increment at replica 1, not arrived here yet). The HDEL's own stamp covers the
+        // increment: it goes here too, and the state stays one a decoder accepts (found by
+        // `state_collection_laws`'s `hash_join_is_the_union_of_ops`).
+        let mut h = HashCrdt::new();
+        h.apply(
+            st(1, 1),
+            &HashOp::Incr {
+                field: b"f".to_vec(),
+                delta: Delta::Int(0),
+            },
+        );
+        let mut observed = VersionVector::new();
+        observed.observe(st(2, 2));
+        h.apply(
+            st(3, 1),
+            &HashOp::Del {
+                field: b"f".to_vec(),
+                observed,
+            },
+        );
+        assert!(show(&h).is_empty(), "{:?}", show(&h));
+        let mut buf = Vec::new();
+        h.encode_state(&mut buf);
+        let back = HashCrdt::decode_state(&mut Reader::new(&buf)).expect("decodes");
+        assert_eq!(back, h);
     }
 
     #[test]
