@@ -2748,7 +2748,10 @@ impl Conn {
             outcome: tx,
         });
         let outcome = rx.await;
-        for t in watch_shards {
+        // EXEC ends every watch: this thread's shard's here, the others' by an item each.
+        self.th.shard.borrow_mut().unwatch_all(&self.client.dirty);
+        let local = self.th.index;
+        for t in watch_shards.into_iter().filter(|&t| t != local) {
             let _ = self.one(t, Op::Unwatch, &[]).await;
         }
         self.client.dirty.set(false);

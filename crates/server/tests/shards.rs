@@ -777,6 +777,21 @@ fn transactions_across_shards_are_atomic() {
     call(&mut r, &["GET", &a]);
     call(&mut r, &["GET", &b]);
     assert_eq!(call(&mut r, &["EXEC"]), "*2\r\n$1\r\nx\r\n$1\r\nw\r\n");
+    // So from a connection on every thread (one of them owns a watched key itself).
+    for _ in 0..4 {
+        let mut c = srv.connect();
+        assert_eq!(call(&mut c, &["WATCH", &a, &b]), "+OK\r\n");
+        assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+        call(&mut c, &["SET", &a, "1"]);
+        call(&mut c, &["SET", &b, "1"]);
+        assert_eq!(call(&mut c, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
+        call(&mut other, &["SET", &a, "2"]);
+        call(&mut other, &["SET", &b, "2"]);
+        assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+        call(&mut c, &["SET", &a, "3"]);
+        call(&mut c, &["SET", &b, "3"]);
+        assert_eq!(call(&mut c, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
+    }
 }
 
 fn call_raw(c: &mut Raw, args: &[&str]) -> Vec<u8> {
