@@ -677,16 +677,10 @@ fn transactions_across_shards_are_atomic() {
             std::thread::spawn(move || {
                 let mut w = common::Raw::connect(port);
                 for _ in 0..ROUNDS {
-                    let mut pipe = Vec::new();
-                    pipe.extend(common::cmd(&[b"MULTI"]));
-                    pipe.extend(common::cmd(&[b"INCR", a.as_bytes()]));
-                    pipe.extend(common::cmd(&[b"INCR", b.as_bytes()]));
-                    pipe.extend(common::cmd(&[b"EXEC"]));
-                    w.send(&pipe);
-                    for _ in 0..3 {
-                        w.read_reply();
-                    }
-                    let exec = s(&w.read_reply());
+                    let exec = transaction(
+                        &mut w,
+                        &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]],
+                    );
                     assert!(exec.starts_with("*2\r\n:"), "{exec}");
                 }
             })
@@ -695,16 +689,7 @@ fn transactions_across_shards_are_atomic() {
     let mut r = srv.connect();
     let mut seen = 0;
     for _ in 0..ROUNDS {
-        let mut pipe = Vec::new();
-        pipe.extend(common::cmd(&[b"MULTI"]));
-        pipe.extend(common::cmd(&[b"GET", a.as_bytes()]));
-        pipe.extend(common::cmd(&[b"GET", b.as_bytes()]));
-        pipe.extend(common::cmd(&[b"EXEC"]));
-        r.send(&pipe);
-        for _ in 0..3 {
-            r.read_reply();
-        }
-        let exec = s(&r.read_reply());
+        let exec = transaction(&mut r, &[&[b"GET", a.as_bytes()], &[b"GET", b.as_bytes()]]);
         let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
             panic!("{exec}")
         };
@@ -792,6 +777,20 @@ fn transactions_across_shards_are_atomic() {
         call(&mut c, &["SET", &b, "3"]);
         assert_eq!(call(&mut c, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
     }
+}
+
+/// MULTI, `cmds` and EXEC in one write; EXEC's reply.
+fn transaction(c: &mut Raw, cmds: &[&[&[u8]]]) -> String {
+    let mut pipe = common::cmd(&[b"MULTI"]);
+    for args in cmds {
+        pipe.extend(common::cmd(args));
+    }
+    pipe.extend(common::cmd(&[b"EXEC"]));
+    c.send(&pipe);
+    for _ in 0..=cmds.len() {
+        c.read_reply();
+    }
+    s(&c.read_reply())
 }
 
 fn call_raw(c: &mut Raw, args: &[&str]) -> Vec<u8> {
