@@ -966,8 +966,7 @@ pub async fn inbox(th: Rc<Thread>, mut rx: tokio::sync::mpsc::Receiver<Msg>) {
 }
 
 /// Runs `run` on `shard` as a step of `spec` (counted as the command when `counted`) and
-/// returns its reply; a write there is noted in the client (CRDT.WAIT) and its persistence
-/// condition pushed to `afters`.
+/// returns its reply (`run_one`).
 #[allow(clippy::too_many_arguments)]
 pub async fn finish_step(
     th: &Rc<Thread>,
@@ -979,32 +978,37 @@ pub async fn finish_step(
     counted: bool,
     run: Finish,
 ) -> Result<Vec<u8>, CmdError> {
-    if shard == th.index {
-        let mut sg = th.shard.borrow_mut();
-        let mut fg = th.front.borrow_mut();
-        let now = sg.now_ms();
-        let mut r = crate::resp::reply::Reply::new();
-        r.proto = client.shared.proto.get();
-        let seq_before = sg.seq;
-        if counted {
-            cmd::call_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
-        } else {
-            cmd::call_quiet_with(&mut sg, &mut fg, client, &mut r, spec, argv, now, run.0);
-        }
-        if sg.seq != seq_before {
-            client.note_write(shard, sg.seq);
-        }
-        return Ok(r.buf);
+    let op = Op::Finish { spec, counted, run };
+    run_one(th, client, afters, shard, op, argv).await
+}
+
+/// Runs one item, `op` over `argv`, for the connection's `client` on `shard` (a step of a
+/// command it coordinates): on this thread's shard as a batch there would run it
+/// (`run_item`, with the client itself), else sent there (`send_one`). Returns its reply; a
+/// write there is noted in the client (CRDT.WAIT).
+pub async fn run_one(
+    th: &Rc<Thread>,
+    client: &mut crate::client::Client,
+    afters: &mut Vec<crate::persist::AfterBatch>,
+    shard: u16,
+    op: Op,
+    argv: &[&[u8]],
+) -> Result<Vec<u8>, CmdError> {
+    if shard != th.index {
+        return send_one(th, client, afters, shard, op, argv).await;
     }
-    send_one(
-        th,
-        client,
-        afters,
-        shard,
-        Op::Finish { spec, counted, run },
-        argv,
-    )
-    .await
+    let mut sg = th.shard.borrow_mut();
+    let mut fg = th.front.borrow_mut();
+    let now = sg.now_ms();
+    let mut r = crate::resp::reply::Reply::new();
+    r.proto = client.shared.proto.get();
+    let seq_before = sg.seq;
+    let mut note = Note::default();
+    run_item(&mut sg, &mut fg, client, &mut r, op, argv, now, &mut note);
+    if sg.seq != seq_before {
+        client.note_write(shard, sg.seq);
+    }
+    Ok(r.buf)
 }
 
 /// Sends one item, `op` over `argv`, to another thread's `shard` for the connection's

@@ -179,16 +179,8 @@ pub async fn run(
     };
     let lent = Lent { db, copies };
     out.proto = client.shared.proto.get();
-    let target = plan.target;
-    if target == th.index {
-        let mut sg = th.shard.borrow_mut();
-        let mut fg = th.front.borrow_mut();
-        let now = sg.now_ms();
-        call_lent(&mut sg, &mut fg, client, out, spec, &refs, now, lent);
-        return;
-    }
     let op = Op::CallLent(spec, Box::new(lent));
-    match hop::send_one(th, client, afters, target, op, &refs).await {
+    match hop::run_one(th, client, afters, plan.target, op, &refs).await {
         Ok(reply) => out.raw(&reply),
         Err(e) => hop::reply_error(th, out, &e),
     }

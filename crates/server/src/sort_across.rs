@@ -26,7 +26,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::client::Client;
-use crate::cmd;
 use crate::cmd::sort::{self, Formed, Gathered};
 use crate::cmd::table::{CommandSpec, Table};
 use crate::error::CmdError;
@@ -74,19 +73,14 @@ pub async fn run(
     let (gathered, target) = gather(th, client, spec, &refs).await;
     client.shared.last_cmd.set(spec.meta.name);
     out.proto = client.shared.proto.get();
-    if target == th.index || th.node.remote_endpoint(target).is_some() {
-        // A destination on another node was refused by `gather`: that error is answered
-        // here.
-        let mut sg = th.shard.borrow_mut();
-        let mut fg = th.front.borrow_mut();
-        let now = sg.now_ms();
-        cmd::call_with(&mut sg, &mut fg, client, out, spec, &refs, now, |ctx| {
-            sort::finish(ctx, &refs, gathered)
-        });
-        return;
-    }
+    // A destination on another node was refused by `gather`: that error is answered here.
+    let target = if th.node.remote_endpoint(target).is_some() {
+        th.index
+    } else {
+        target
+    };
     let op = Op::SortFinish(spec, Box::new(gathered));
-    match hop::send_one(th, client, afters, target, op, &refs).await {
+    match hop::run_one(th, client, afters, target, op, &refs).await {
         Ok(reply) => out.raw(&reply),
         Err(e) => hop::reply_error(th, out, &e),
     }
