@@ -62,10 +62,10 @@ pub enum Outcome {
     Unavailable(u16),
 }
 
-/// Hands `job` to the coordinator (started on first use).
+/// Hands `job` to the coordinator (started on first use). A job the coordinator cannot take
+/// drops its outcome sender: the connection sees the channel closed.
 pub fn submit(job: TxJob) {
-    static COORDINATOR: std::sync::OnceLock<std::sync::Mutex<mpsc::Sender<TxJob>>> =
-        std::sync::OnceLock::new();
+    static COORDINATOR: std::sync::OnceLock<mpsc::Sender<TxJob>> = std::sync::OnceLock::new();
     let sender = COORDINATOR.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<TxJob>();
         let spawned = std::thread::Builder::new()
@@ -78,13 +78,9 @@ pub fn submit(job: TxJob) {
         if let Err(e) = spawned {
             tracing::error!(error = %e, "could not start the tx-across coordinator");
         }
-        std::sync::Mutex::new(tx)
+        tx
     });
-    // A job the coordinator cannot take drops its outcome sender: the connection sees the
-    // channel closed.
-    if let Ok(s) = sender.lock() {
-        let _ = s.send(job);
-    }
+    let _ = sender.send(job);
 }
 
 /// Runs one transaction: holds, checks, segments, release (the module doc).
