@@ -214,6 +214,9 @@ enum BarrierKind {
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
     Script,
+    /// A script whose declared keys are on several shards of this process: it runs on its
+    /// first key's shard with every shard of its keys held (`crate::tx_across`).
+    ScriptAcross,
 }
 
 /// What dispatching one command led to.
@@ -1424,6 +1427,15 @@ impl Conn {
                             kind: BarrierKind::PopAcross,
                         })
                     }
+                    None if cmd::tracking::is_script(spec)
+                        && self.keys_on_this_node(f, spec, argv) =>
+                    {
+                        Step::Barrier(Barrier {
+                            spec,
+                            argv: owned(argv),
+                            kind: BarrierKind::ScriptAcross,
+                        })
+                    }
                     None => {
                         self.reject(f, Some(spec), &CmdError::CrossSlot);
                         Step::Next
@@ -2185,6 +2197,7 @@ impl Conn {
                 } = self;
                 crate::read_across::run(&th, client, out, afters, spec, argv, plan).await;
             }
+            BarrierKind::ScriptAcross => self.script_across(spec, &argv).await,
             BarrierKind::Script => {
                 self.client.shared.last_cmd.set(spec.meta.name);
                 let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
@@ -2208,6 +2221,89 @@ impl Conn {
             }
         }
         true
+    }
+
+    /// A script whose declared keys are on several shards of this process: handed to
+    /// `tx_across`'s coordinator, which holds every shard of its keys and runs it on its
+    /// first key's shard, from where its calls reach the others. Its reply waits for every
+    /// shard's log it wrote (`appendfsync always`).
+    async fn script_across(&mut self, spec: &'static CommandSpec, argv: &[Vec<u8>]) {
+        self.client.shared.last_cmd.set(spec.meta.name);
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let owners: Vec<u16> = {
+            let f = self.th.front.borrow();
+            let slots = &self.th.node.slots;
+            route::positions(f.table, spec, &refs)
+                .map(|p| {
+                    p.iter()
+                        .filter_map(|&i| refs.get(i))
+                        .map(|k| slots.shard_of_key(k))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let Some(&home) = owners.first() else {
+            self.out.error(&CmdError::CrossSlot);
+            return;
+        };
+        let mut shards = owners;
+        shards.sort_unstable();
+        shards.dedup();
+        let mut holds = Vec::with_capacity(shards.len());
+        for t in shards {
+            let Some(inbox) = self.th.node.inbox(t) else {
+                self.out
+                    .error(&hop::unavailable_error(hop::Unavailable { shard: t }));
+                return;
+            };
+            holds.push((t, inbox.clone(), Vec::new()));
+        }
+        let mut batch = Batch::new(ClientView::of(&self.client));
+        batch.push(
+            Op::Call(spec),
+            self.client.db,
+            self.client.shared.proto.get(),
+            &refs,
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::tx_across::submit(crate::tx_across::TxJob {
+            holds,
+            steps: vec![(home, batch)],
+            dirty: crate::keyspace::WatchFlag::default(),
+            writes: false,
+            reach: true,
+            outcome: tx,
+        });
+        match rx.await {
+            Ok(crate::tx_across::Outcome::Ran(mut dones, sides)) => {
+                for side in sides {
+                    if let Some(seq) = side.wrote {
+                        self.client.note_write(side.shard, seq);
+                    }
+                    self.afters.push(side.after);
+                }
+                let Some(done) = dones.first_mut() else {
+                    self.out
+                        .error(&CmdError::Err("script across shards not run".to_string()));
+                    return;
+                };
+                if let Some(seq) = done.wrote {
+                    self.client.note_write(home, seq);
+                }
+                self.afters
+                    .push(std::mem::replace(&mut done.after, AfterBatch::Reply));
+                if done.notes.first().is_some_and(|n| n.close) {
+                    self.client.close_after_reply = true;
+                }
+                self.out.raw(done.reply(0));
+            }
+            Ok(crate::tx_across::Outcome::Unavailable(t)) => self
+                .out
+                .error(&hop::unavailable_error(hop::Unavailable { shard: t })),
+            Ok(_) | Err(_) => self
+                .out
+                .error(&CmdError::Err("script across shards not run".to_string())),
+        }
     }
 
     /// A blocking command whose key is on another node's shard: it blocks there, on a link
@@ -2745,6 +2841,7 @@ impl Conn {
             steps,
             dirty,
             writes,
+            reach: false,
             outcome: tx,
         });
         let outcome = rx.await;
@@ -2756,7 +2853,7 @@ impl Conn {
         }
         self.client.dirty.set(false);
         match outcome {
-            Ok(crate::tx_across::Outcome::Ran(mut dones)) => {
+            Ok(crate::tx_across::Outcome::Ran(mut dones, _)) => {
                 let mut parts: Vec<Vec<u8>> = Vec::with_capacity(dones.len());
                 for ((t, _), d) in plan.segments.iter().zip(dones.iter_mut()) {
                     if let Some(seq) = d.wrote {

@@ -107,7 +107,13 @@ pub struct ClientView {
 
 impl ClientView {
     pub fn of(client: &Client) -> ClientView {
-        let s = &client.shared;
+        let mut view = ClientView::of_shared(&client.shared);
+        view.dirty = client.dirty.clone();
+        view
+    }
+
+    /// The view of a connection's shared state alone (no WATCH flag: a fresh one).
+    pub fn of_shared(s: &ClientShared) -> ClientView {
         ClientView {
             id: s.id,
             addr: s.addr,
@@ -115,7 +121,7 @@ impl ClientView {
             name: s.name.borrow().clone(),
             user: s.user.borrow().as_ref().map(|u| u.name()),
             mailbox: s.mailbox.clone(),
-            dirty: client.dirty.clone(),
+            dirty: WatchFlag::default(),
             tracking: s.tracking.borrow().clone(),
             output_bytes_max: 0,
         }
@@ -267,6 +273,11 @@ pub enum Op {
         counted: bool,
         run: Finish,
     },
+    /// A command that a script running on another shard of this process calls for keys of
+    /// this one, while `tx_across` holds both (`tx_across::call_held`): it runs as this
+    /// shard's script client, as the script's own shard runs its local calls. Never sent to
+    /// another node.
+    ScriptCall(&'static CommandSpec),
 }
 
 /// A step's handler: what it does with the command's context.
@@ -505,8 +516,9 @@ async fn forward(
                     b"-ERR SORT across nodes is not supported\r\n".to_vec(),
                 ));
             }
-            Op::CallLent(..) | Op::Finish { .. } => {
-                // `read_across::plan` leaves keys on other nodes to CROSSSLOT.
+            Op::CallLent(..) | Op::Finish { .. } | Op::ScriptCall(_) => {
+                // `read_across::plan` (and a script's plan) leave keys on other nodes to
+                // CROSSSLOT.
                 local.push(Some(format!("-{}\r\n", CmdError::CrossSlot).into_bytes()));
             }
             Op::Rerun(_) | Op::TimeOut(_) => {
@@ -893,6 +905,7 @@ fn run_item(
             note.blocked = client.blocked.take().map(Box::new);
         }
         Op::Quiet(spec) => cmd::call_quiet(s, f, client, out, spec, argv, now),
+        Op::ScriptCall(spec) => crate::script::call_for_held(s, f, client, out, spec, argv, now),
         Op::Exec { multi, watched } => {
             let writes = multi.queued.iter().any(|q| {
                 let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();

@@ -1,5 +1,5 @@
-//! MULTI/EXEC over keys of several shards of this process, on the main port, atomic (issue
-//! 17: a transaction behaves as on one server).
+//! MULTI/EXEC, and scripts, over keys of several shards of this process, on the main port,
+//! atomic (issue 17: a transaction or a script behaves as on one server).
 //!
 //! A transaction whose queued commands name keys of several shards (each command's own keys
 //! on one shard) runs in segments: consecutive commands of one shard, each run as an EXEC of
@@ -13,10 +13,21 @@
 //! op from another site, runs between two segments: other clients see all of the transaction
 //! or none of it.
 //!
-//! No deadlock: there is one coordinator; a held shard waits only for it; and the coordinator
+//! A script (EVAL, FCALL and their variants) whose declared keys are on several shards is one
+//! segment, on its first key's shard, with every shard of its keys held the same way. While
+//! it runs, that thread may reach the other held shards (`reaches`, `call_held`): a
+//! `redis.call` whose keys are all on one of them runs there as that shard's script client
+//! (`hop::Op::ScriptCall`), the script's thread waiting for the reply. The log records and
+//! the write positions those calls leave come back with the outcome (`Outcome::Ran`), so the
+//! reply waits for every shard's log under `appendfsync always`.
+//!
+//! No deadlock: there is one coordinator; a held shard waits only for it (or for the script
+//! running on another held shard, which waits only for held shards); and the coordinator
 //! waits only for shards to take their hold (each does once its inbox reaches the job) and
-//! for the batches they run, none of which waits on another thread. The connection that sent
-//! EXEC only awaits the outcome (its own thread may be one of those held).
+//! for the batches they run, none of which waits on a thread that is not held. The
+//! connection that sent EXEC only awaits the outcome (its own thread may be one of those
+//! held). A held thread's clients are answered BUSY from the side path while a script of
+//! the process runs past `busy-reply-threshold` (so SCRIPT KILL reaches it from any thread).
 //!
 //! Commands that act on the connection itself (CLIENT SETNAME, RESET, ...), commands over
 //! every shard (CONFIG SET, FLUSHALL, KEYS, ...), a command whose own keys span shards, and
@@ -28,32 +39,106 @@ use tokio::sync::oneshot;
 
 use crate::hop::{Batch, Done, Msg, Thread, run_batch};
 use crate::keyspace::WatchFlag;
+use crate::persist::AfterBatch;
 
-/// A held shard's instruction: a batch to run, and where its answer goes.
-type Instr = (Batch, oneshot::Sender<Done>);
+/// How long a held shard waits for its next instruction before it looks whether a script of
+/// the process runs past `busy-reply-threshold` (then it answers its own clients BUSY, or
+/// takes their SCRIPT KILL, from the side path).
+const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A held shard's instruction: a batch to run, where its answer goes, and the other held
+/// shards its commands may reach (a script's segment only).
+struct Instr {
+    batch: Batch,
+    /// A plain channel: a script's thread waits on it inside its runtime, where a tokio
+    /// oneshot's blocking receive panics.
+    done: mpsc::Sender<Done>,
+    reach: Option<Reach>,
+}
+
+/// What a script's segment may reach while it runs: the other held shards, and where the
+/// log positions and writes of the calls it makes there go.
+struct Reach {
+    peers: Vec<(u16, mpsc::Sender<Instr>)>,
+    side: mpsc::Sender<Side>,
+}
+
+/// What a call on another held shard left besides its reply: when the script's reply may
+/// go (that shard's log) and the sequence number of the last op it originated there.
+#[derive(Debug)]
+pub struct Side {
+    pub shard: u16,
+    pub after: AfterBatch,
+    pub wrote: Option<u64>,
+}
+
+thread_local! {
+    /// The held shards this thread's running segment may reach (`Instr::reach`), set for the
+    /// length of one instruction.
+    static REACH: std::cell::RefCell<Option<Reach>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the segment running on this thread may run commands on `shard` (it is held for
+/// the same script).
+pub fn reaches(shard: u16) -> bool {
+    REACH.with(|r| {
+        r.borrow()
+            .as_ref()
+            .is_some_and(|r| r.peers.iter().any(|(t, _)| *t == shard))
+    })
+}
+
+/// Runs `batch` on held shard `shard` for the segment running on this thread and waits for
+/// its replies (this thread runs nothing else meanwhile: it is held too). `None` when
+/// `shard` is not held for it, or its thread is gone.
+pub fn call_held(shard: u16, batch: Batch) -> Option<Done> {
+    let (peer, side) = REACH.with(|r| {
+        let r = r.borrow();
+        let r = r.as_ref()?;
+        let (_, peer) = r.peers.iter().find(|(t, _)| *t == shard)?;
+        Some((peer.clone(), r.side.clone()))
+    })?;
+    let (done, rx) = mpsc::channel();
+    peer.send(Instr {
+        batch,
+        done,
+        reach: None,
+    })
+    .ok()?;
+    let mut d = rx.recv().ok()?;
+    let _ = side.send(Side {
+        shard,
+        after: std::mem::replace(&mut d.after, AfterBatch::Reply),
+        wrote: d.wrote.take(),
+    });
+    Some(d)
+}
 
 /// A shard to hold: its index, its inbox, and the WATCHed keys (db, key) it owns (a watched
 /// key that expired counts as changed, as in Redis 7.0).
 pub type Hold = (u16, tokio::sync::mpsc::Sender<Msg>, Vec<(usize, Vec<u8>)>);
 
-/// One transaction for the coordinator.
+/// One transaction (or script) for the coordinator.
 pub struct TxJob {
     /// The shards to hold, ascending.
     pub holds: Vec<Hold>,
-    /// The segments, in order: each one EXEC batch for its shard.
+    /// The segments, in order: each one EXEC batch for its shard (a script: its one call).
     pub steps: Vec<(u16, Batch)>,
     /// The client's WATCH flag: set, the transaction does not run.
     pub dirty: WatchFlag,
     /// Whether the transaction writes: a shard whose log refuses writes (MISCONF) aborts it.
     pub writes: bool,
+    /// Whether a segment may run commands on the other held shards (a script's).
+    pub reach: bool,
     pub outcome: oneshot::Sender<Outcome>,
 }
 
 /// How a transaction across shards ended.
 #[derive(Debug)]
 pub enum Outcome {
-    /// Every segment ran: their answers, in order.
-    Ran(Vec<Done>),
+    /// Every segment ran: their answers, in order, and what a script's calls on other held
+    /// shards left.
+    Ran(Vec<Done>, Vec<Side>),
     /// A WATCHed key changed (or expired): nothing ran.
     Watched,
     /// A shard's log refuses writes: nothing ran; the refusal's text.
@@ -90,6 +175,7 @@ fn coordinate(job: TxJob) {
         steps,
         dirty,
         writes,
+        reach,
         outcome,
     } = job;
     // Dropping `held` lets every held shard go.
@@ -116,9 +202,7 @@ fn coordinate(job: TxJob) {
             if ack_tx.send(ack).is_err() {
                 return;
             }
-            while let Ok((batch, done)) = irx.recv() {
-                run_batch(t, batch, done);
-            }
+            hold_shard(t, &irx);
         });
         if inbox.blocking_send(Msg::Job(hold)).is_err() {
             let _ = outcome.send(Outcome::Unavailable(shard));
@@ -144,6 +228,7 @@ fn coordinate(job: TxJob) {
         let _ = outcome.send(Outcome::Watched);
         return;
     }
+    let (side_tx, side_rx) = mpsc::channel::<Side>();
     let mut dones: Vec<Done> = Vec::with_capacity(steps.len());
     let mut db: Option<usize> = None;
     for (shard, mut batch) in steps {
@@ -155,12 +240,25 @@ fn coordinate(job: TxJob) {
         if let (Some(db), Some(item)) = (db, batch.items.first_mut()) {
             item.db = db;
         }
-        let (dtx, drx) = oneshot::channel();
-        if itx.send((batch, dtx)).is_err() {
+        let reach = reach.then(|| Reach {
+            peers: held
+                .iter()
+                .filter(|(s, _)| *s != shard)
+                .map(|(s, tx)| (*s, tx.clone()))
+                .collect(),
+            side: side_tx.clone(),
+        });
+        let (dtx, drx) = mpsc::channel();
+        let instr = Instr {
+            batch,
+            done: dtx,
+            reach,
+        };
+        if itx.send(instr).is_err() {
             let _ = outcome.send(Outcome::Unavailable(shard));
             return;
         }
-        match drx.blocking_recv() {
+        match drx.recv() {
             Ok(done) => {
                 db = done.notes.first().map(|n| n.db);
                 dones.push(done);
@@ -172,7 +270,39 @@ fn coordinate(job: TxJob) {
         }
     }
     drop(held);
-    let _ = outcome.send(Outcome::Ran(dones));
+    drop(side_tx);
+    let sides: Vec<Side> = side_rx.try_iter().collect();
+    let _ = outcome.send(Outcome::Ran(dones, sides));
+}
+
+/// A held shard's thread: runs the coordinator's instructions (and a held script's calls)
+/// until the coordinator lets go; while it waits and a script of the process runs past
+/// `busy-reply-threshold`, it answers its own clients from the side path, as the script's
+/// thread does, so that SCRIPT KILL reaches the script from every thread.
+fn hold_shard(t: &std::rc::Rc<Thread>, irx: &mpsc::Receiver<Instr>) {
+    loop {
+        match irx.recv_timeout(HELD_POLL) {
+            Ok(Instr { batch, done, reach }) => {
+                REACH.with(|r| *r.borrow_mut() = reach);
+                // `run_batch` answers before it returns.
+                let (tx, mut rx) = oneshot::channel();
+                run_batch(t, batch, tx);
+                REACH.with(|r| r.borrow_mut().take());
+                if let Ok(d) = rx.try_recv() {
+                    let _ = done.send(d);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if t.node.busy.any() {
+                    crate::script::busy::serve_waiting_clients(&mut t.shard.borrow_mut());
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                crate::script::busy::hand_over_early_connections(&mut t.shard.borrow_mut());
+                return;
+            }
+        }
+    }
 }
 
 /// The replies of the segments (`*n` arrays) as one EXEC reply: their elements in order.

@@ -1007,6 +1007,171 @@ fn scripts_without_declared_keys_run_on_their_keys_shard() {
     }
 }
 
+/// A script whose declared keys are on several shards runs on the main port, atomically: its
+/// calls reach each key's shard, another client's script never sees half of one, a call
+/// whose keys span shards or reach an undeclared shard is refused inside the script, and a
+/// script that loops is answered BUSY on every thread and killed from any of them.
+#[test]
+fn scripts_across_shards_are_atomic() {
+    let srv = Server::start_with(&["--shards", SHARDS, "--busy-reply-threshold", "50"]);
+    let keys = key_per_shard("sx");
+    let (a, b) = (keys[0].clone(), keys[2].clone());
+    let mut c = srv.connect();
+    let both = "redis.call('set', KEYS[1], ARGV[1]) redis.call('set', KEYS[2], ARGV[1]) \
+                return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}";
+    assert_eq!(
+        call(&mut c, &["EVAL", both, "2", &a, &b, "v"]),
+        "*2\r\n$1\r\nv\r\n$1\r\nv\r\n"
+    );
+    assert_eq!(
+        call(&mut c, &["MGET", &a, &b]),
+        "*2\r\n$1\r\nv\r\n$1\r\nv\r\n"
+    );
+    // With a shebang (declared keys checked), by EVALSHA, read-only, and as a function.
+    let flagged = format!("#!lua\n{both}");
+    assert!(call(&mut c, &["EVAL", &flagged, "2", &b, &a, "w"]).starts_with("*2\r\n$1\r\nw"));
+    let sha = call(&mut c, &["SCRIPT", "LOAD", both]);
+    let sha = sha
+        .trim_end()
+        .rsplit('\n')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(
+        call(&mut c, &["EVALSHA", &sha, "2", &a, &b, "x"]),
+        "*2\r\n$1\r\nx\r\n$1\r\nx\r\n"
+    );
+    let read = "return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}";
+    assert_eq!(
+        call(&mut c, &["EVAL_RO", read, "2", &a, &b]),
+        "*2\r\n$1\r\nx\r\n$1\r\nx\r\n"
+    );
+    let lib = "#!lua name=across\nredis.register_function('swap', function(keys) \
+               local x = redis.call('get', keys[1]) redis.call('set', keys[1], redis.call('get', keys[2])) \
+               return redis.call('set', keys[2], x) end)";
+    assert_eq!(call(&mut c, &["FUNCTION", "LOAD", lib]), "$6\r\nacross\r\n");
+    assert_eq!(call(&mut c, &["SET", &a, "1"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["FCALL", "swap", "2", &a, &b]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["GET", &a]), "$1\r\nx\r\n");
+    assert_eq!(call(&mut c, &["GET", &b]), "$1\r\n1\r\n");
+    // Errors inside: a call over keys of two shards, a key of a shard the script did not
+    // declare, a wrong type; the calls before them stay done, as in Redis.
+    let non_local = "Script attempted to access a non local key in a cluster node";
+    let r = call(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('mget', KEYS[1], KEYS[2])",
+            "2",
+            &a,
+            &b,
+        ],
+    );
+    assert!(r.contains(non_local), "{r}");
+    let r = call(
+        &mut c,
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], 'y') return redis.call('get', ARGV[1])",
+            "2",
+            &a,
+            &b,
+            &keys[1],
+        ],
+    );
+    assert!(r.contains(non_local), "{r}");
+    assert_eq!(call(&mut c, &["GET", &a]), "$1\r\ny\r\n");
+    assert_eq!(call(&mut c, &["LPUSH", &keys[3], "l"]), ":1\r\n");
+    let r = call(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.call('get', KEYS[2])",
+            "2",
+            &a,
+            &keys[3],
+        ],
+    );
+    assert!(r.starts_with("-WRONGTYPE"), "{r}");
+    let r = call(
+        &mut c,
+        &[
+            "EVAL",
+            "return redis.pcall('get', KEYS[2])",
+            "2",
+            &a,
+            &keys[3],
+        ],
+    );
+    assert!(r.starts_with("-WRONGTYPE"), "{r}");
+    // Atomic: two clients' scripts INCR a and b, a third one's reads them together; it never
+    // sees them differ.
+    call(&mut c, &["DEL", &a, &b]);
+    const ROUNDS: usize = 300;
+    let port = srv.port;
+    let incr = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (a, b) = (a.clone(), b.clone());
+            std::thread::spawn(move || {
+                let mut w = Raw::connect(port);
+                for _ in 0..ROUNDS {
+                    let r = call(&mut w, &["EVAL", incr, "2", &a, &b]);
+                    assert!(r.starts_with(':'), "{r}");
+                }
+            })
+        })
+        .collect();
+    let mut seen = 0;
+    for _ in 0..ROUNDS {
+        let r = call(&mut c, &["EVAL", read, "2", &b, &a]);
+        let Reply::Array(v) = common::parse_reply(r.as_bytes()) else {
+            panic!("{r}")
+        };
+        assert_eq!(v.len(), 2, "{r}");
+        assert_eq!(v[0], v[1], "a script saw half of another: {r}");
+        if v[0] != Reply::Nil {
+            seen += 1;
+        }
+    }
+    for w in writers {
+        w.join().expect("writer");
+    }
+    assert!(seen > 0);
+    let total = common::bulk(&(2 * ROUNDS).to_string());
+    assert_eq!(s(&call_raw(&mut c, &["GET", &a])), total);
+    assert_eq!(s(&call_raw(&mut c, &["GET", &b])), total);
+    // A script across shards that loops: every thread's clients get BUSY (their threads are
+    // held), and SCRIPT KILL from any of them stops it.
+    // (Connected first: a connection accepted during the script is served by its thread.)
+    let mut others: Vec<Raw> = (0..4).map(|_| srv.connect()).collect();
+    let mut runner = srv.connect();
+    runner.send(&common::cmd(&[
+        b"EVAL",
+        b"while true do end",
+        b"4",
+        keys[0].as_bytes(),
+        keys[1].as_bytes(),
+        keys[2].as_bytes(),
+        keys[3].as_bytes(),
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !others[0].call_text(&["PING"]).starts_with("-BUSY") {
+        assert!(Instant::now() < deadline, "never busy");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for o in &mut others {
+        let r = o.call_text(&["GET", &keys[1]]);
+        assert!(r.starts_with("-BUSY"), "{r}");
+    }
+    assert_eq!(others[3].call_text(&["SCRIPT", "KILL"]), "+OK\r\n");
+    let r = String::from_utf8_lossy(&runner.read_reply()).to_string();
+    assert!(r.starts_with("-ERR Script killed by user"), "{r}");
+    for o in &mut others {
+        assert_eq!(o.call_text(&["PING"]), "+PONG\r\n");
+    }
+}
+
 /// CONFIG SET, CLIENT PAUSE and the other settings every shard holds run inside a
 /// transaction on its shard, then reach every other shard; one that fails in the
 /// transaction reaches none.

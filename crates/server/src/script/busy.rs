@@ -329,14 +329,26 @@ fn decide(
         return Action::Reply(error_reply(shard, &e));
     }
     let eq = |a: Option<&&[u8]>, s: &str| a.is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()));
-    let busy_text = if shard.scripting.run.as_ref().is_some_and(|r| r.eval) {
-        BUSY_EVAL
-    } else {
-        BUSY_FUNCTION
+    // A thread held for a script of another thread (`tx_across`) answers for that script,
+    // from the process's board, as a connection of another thread does (`conn`).
+    let board = match shard.scripting.run {
+        Some(_) => None,
+        None => shard.scripting.board.as_ref().map(|(b, _)| b.clone()),
+    };
+    let busy_text = match (&shard.scripting.run, &board) {
+        (Some(r), _) if r.eval => BUSY_EVAL,
+        (Some(_), _) => BUSY_FUNCTION,
+        (None, Some(b)) => b.busy_text().unwrap_or(BUSY_EVAL),
+        (None, None) => BUSY_EVAL,
     };
     let (first, second) = (argv.first(), argv.get(1));
     if (eq(first, "script") || eq(first, "function")) && eq(second, "kill") && argv.len() == 2 {
-        return Action::Reply(match kill(shard, eq(first, "script")) {
+        let eval = eq(first, "script");
+        let killed = match &board {
+            Some(b) => b.kill(eval),
+            None => kill(shard, eval),
+        };
+        return Action::Reply(match killed {
             Ok(()) => b"+OK\r\n".to_vec(),
             Err(e) => error_line(e),
         });
@@ -634,43 +646,65 @@ fn shutdown_now(shard: &mut Shard) -> ! {
 
 /// Whether the keys a script declared may run together: with several shards they must all
 /// live on one (Redis Cluster's CROSSSLOT otherwise). One shard: always.
+/// Keys on shards that `tx_across` holds for this run (a script across shards) are fine.
 pub fn declared_keys_error(shard: &Shard, keys: &[&[u8]]) -> Option<&'static str> {
     let map = shard.scripting.slots.as_ref()?;
     let mut owner = None;
     for k in keys {
         let o = map.shard_of_key(k);
         if owner.is_some_and(|p| p != o) {
-            return Some("CROSSSLOT Keys in request don't hash to the same slot");
+            let held = keys.iter().all(|k| {
+                let o = map.shard_of_key(k);
+                o == shard.index || crate::tx_across::reaches(o)
+            });
+            return (!held).then_some("CROSSSLOT Keys in request don't hash to the same slot");
         }
         owner = Some(o);
     }
     None
 }
 
-/// A key a script's command touches that another shard owns: that shard. One shard: never.
-/// (The script gets Redis Cluster's text for a script reaching a non-local key.)
-pub fn non_local_key(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<u16> {
+/// Where a script's command may run when its keys are not this shard's: the one other
+/// shard that owns them all, when `tx_across` holds it for this run (`call_held`). None:
+/// some key is local, or they span shards, or that shard is not held.
+pub fn held_owner(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<u16> {
     let map = shard.scripting.slots.as_ref()?;
-    let meta = spec.meta;
-    if meta.first_key <= 0 {
-        return None;
+    let mut owner = None;
+    for k in key_args(spec, argv) {
+        let o = map.shard_of_key(k);
+        if o == shard.index || owner.is_some_and(|p| p != o) {
+            return None;
+        }
+        owner = Some(o);
     }
+    owner.filter(|&o| crate::tx_across::reaches(o))
+}
+
+/// The key arguments of `argv` by the command's first key, last key and step.
+fn key_args<'a>(spec: &CommandSpec, argv: &'a [&'a [u8]]) -> impl Iterator<Item = &'a [u8]> {
+    let meta = spec.meta;
     let argc = argv.len() as i32;
     let last = if meta.last_key < 0 {
         argc + meta.last_key
     } else {
         meta.last_key.min(argc - 1)
     };
+    let first = if meta.first_key <= 0 {
+        argc
+    } else {
+        meta.first_key
+    };
     let step = meta.key_step.max(1);
-    let mut i = meta.first_key;
-    while i <= last {
-        if let Some(k) = argv.get(i as usize) {
-            let owner = map.shard_of_key(k);
-            if owner != shard.index {
-                return Some(owner);
-            }
-        }
-        i += step;
-    }
-    None
+    (first..=last)
+        .step_by(step as usize)
+        .filter_map(|i| argv.get(i as usize).copied())
+}
+
+/// A key a script's command touches that another shard owns: that shard. One shard: never.
+/// (The script gets Redis Cluster's text for a script reaching a non-local key.)
+pub fn non_local_key(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<u16> {
+    let map = shard.scripting.slots.as_ref()?;
+    key_args(spec, argv)
+        .map(|k| map.shard_of_key(k))
+        .find(|&owner| owner != shard.index)
 }

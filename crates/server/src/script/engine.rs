@@ -629,7 +629,10 @@ pub fn run_command(
             "-OOM command not allowed when used memory > 'maxmemory'.",
         );
     }
-    if let Some(owner) = super::busy::non_local_key(shard, spec, argv) {
+    // Keys all on another shard held for this run (a script across shards): the call runs
+    // there (`tx_across::call_held`).
+    let held = super::busy::held_owner(shard, spec, argv);
+    if let Some(owner) = super::busy::non_local_key(shard, spec, argv).filter(|_| held.is_none()) {
         if let Some(run) = shard.scripting.run.as_mut() {
             run.misplaced.get_or_insert(owner);
         }
@@ -661,10 +664,33 @@ pub fn run_command(
         crate::resp::reply::Proto::Resp2
     };
     client.shared.proto.set(reply.proto);
-    crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now);
+    match held {
+        Some(owner) => call_on_held(&caller, client.db, &mut reply, spec, argv, owner),
+        None => crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now),
+    }
     shard.scripting.reply = reply;
     shard.scripting.client = Some(client);
     Ok(())
+}
+
+/// Runs a script's command on held shard `owner` (`hop::Op::ScriptCall`) for `caller` in
+/// database `db`; its reply goes into `reply` as a local call's would.
+fn call_on_held(
+    caller: &crate::client::ClientShared,
+    db: usize,
+    reply: &mut crate::resp::reply::Reply,
+    spec: &'static crate::cmd::table::CommandSpec,
+    argv: &[&[u8]],
+    owner: u16,
+) {
+    let mut batch = crate::hop::Batch::new(crate::hop::ClientView::of_shared(caller));
+    batch.push(crate::hop::Op::ScriptCall(spec), db, reply.proto, argv);
+    match crate::tx_across::call_held(owner, batch) {
+        Some(done) => reply.buf.extend_from_slice(done.reply(0)),
+        None => reply.error(&crate::hop::unavailable_error(crate::hop::Unavailable {
+            shard: owner,
+        })),
+    }
 }
 
 fn redis_log(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Value)> {

@@ -400,6 +400,49 @@ pub fn parse_shebang(body: &[u8]) -> Result<(ScriptFlags, usize), String> {
     Ok((flags, end))
 }
 
+/// A command that a script running on another shard of this process calls for this shard's
+/// keys while `tx_across` holds both (`hop::Op::ScriptCall`): it runs as this shard's script
+/// client, under the caller's user and database (`caller`, built from the batch), as
+/// `engine::run_command` runs a local call once the script's shard made its checks. A write
+/// while this shard's log refuses writes gets the refusal's text. A tracking caller's reads
+/// are remembered here, where their keys are.
+pub fn call_for_held(
+    shard: &mut crate::shard::Shard,
+    front: &mut crate::front::Front,
+    caller: &mut Client,
+    out: &mut Reply,
+    spec: &'static crate::cmd::table::CommandSpec,
+    argv: &[&[u8]],
+    now_ms: u64,
+) {
+    if spec.meta.flags.contains(crate::cmd::table::Flags::WRITE) {
+        if let Some(text) = shard.persist.refusal() {
+            crate::cmd::reply_error(front, out, &crate::error::CmdError::Raw(text));
+            return;
+        }
+    }
+    let Some(mut client) = shard.scripting.client.take() else {
+        crate::cmd::reply_error(
+            front,
+            out,
+            &crate::error::CmdError::Err("script client busy".to_string()),
+        );
+        return;
+    };
+    *client.shared.user.borrow_mut() = caller.shared.user.borrow().clone();
+    client.select(caller.db);
+    client.shared.proto.set(out.proto);
+    // This shard runs no script: its flag for a script's reads stays as it was.
+    let script_read = shard.tracking.script_read;
+    crate::cmd::call(shard, front, &mut client, out, spec, argv, now_ms);
+    shard.tracking.script_read = script_read;
+    shard.scripting.client = Some(client);
+    let tracker = caller.shared.tracking.borrow().clone();
+    if let Some(t) = tracker {
+        crate::cmd::tracking::remember(shard, front.table, caller, &t, spec, argv);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
