@@ -217,6 +217,9 @@ enum BarrierKind {
     /// A script whose declared keys are on several shards of this process: it runs on its
     /// first key's shard with every shard of its keys held (`crate::tx_across`).
     ScriptAcross,
+    /// LMOVE or RPOPLPUSH between two shards of this process, both held
+    /// (`cmd::list::move_to_held_shard`).
+    ListMoveAcross,
 }
 
 /// What dispatching one command led to.
@@ -1436,6 +1439,15 @@ impl Conn {
                             kind: BarrierKind::ScriptAcross,
                         })
                     }
+                    None if matches!(spec.meta.name, "lmove" | "rpoplpush")
+                        && self.keys_on_this_node(f, spec, argv) =>
+                    {
+                        Step::Barrier(Barrier {
+                            spec,
+                            argv: owned(argv),
+                            kind: BarrierKind::ListMoveAcross,
+                        })
+                    }
                     None => {
                         self.reject(f, Some(spec), &CmdError::CrossSlot);
                         Step::Next
@@ -2198,6 +2210,7 @@ impl Conn {
                 crate::read_across::run(&th, client, out, afters, spec, argv, plan).await;
             }
             BarrierKind::ScriptAcross => self.script_across(spec, &argv).await,
+            BarrierKind::ListMoveAcross => self.list_move_across(spec, &argv).await,
             BarrierKind::Script => {
                 self.client.shared.last_cmd.set(spec.meta.name);
                 let mut tried: SmallVec<[u16; 4]> = SmallVec::new();
@@ -2246,7 +2259,55 @@ impl Conn {
             self.out.error(&CmdError::CrossSlot);
             return;
         };
-        let mut shards = owners;
+        let mut batch = Batch::new(ClientView::of(&self.client));
+        batch.push(
+            Op::Call(spec),
+            self.client.db,
+            self.client.shared.proto.get(),
+            &refs,
+        );
+        self.run_held(owners, home, batch).await;
+    }
+
+    /// LMOVE or RPOPLPUSH between two shards of this process: one step on the source's
+    /// shard, with both held (`cmd::list::move_to_held_shard`), counted as the command.
+    async fn list_move_across(&mut self, spec: &'static CommandSpec, argv: &[Vec<u8>]) {
+        self.client.shared.last_cmd.set(spec.meta.name);
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let sides = match cmd::list::move_sides(&refs) {
+            Ok(s) => s,
+            Err(e) => {
+                hop::reply_error(&self.th, &mut self.out, &e);
+                return;
+            }
+        };
+        let (Some(src), Some(dst)) = (argv.get(1).cloned(), argv.get(2).cloned()) else {
+            self.out.error(&CmdError::CrossSlot);
+            return;
+        };
+        let slots = &self.th.node.slots;
+        let (from, to) = (slots.shard_of_key(&src), slots.shard_of_key(&dst));
+        let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            cmd::list::move_to_held_shard(ctx, &src, &dst, sides, to)
+        }));
+        let mut batch = Batch::new(ClientView::of(&self.client));
+        batch.push(
+            Op::Finish {
+                spec,
+                counted: true,
+                run,
+            },
+            self.client.db,
+            self.client.shared.proto.get(),
+            &refs,
+        );
+        self.run_held(vec![from, to], from, batch).await;
+    }
+
+    /// Runs `batch` (one item) on shard `home` through `tx_across`'s coordinator with every
+    /// shard of `shards` held, its item able to reach the others (`tx_across::call_held`);
+    /// its reply goes out once every shard's log it wrote allows (`appendfsync always`).
+    async fn run_held(&mut self, mut shards: Vec<u16>, home: u16, batch: Batch) {
         shards.sort_unstable();
         shards.dedup();
         let mut holds = Vec::with_capacity(shards.len());
@@ -2258,13 +2319,6 @@ impl Conn {
             };
             holds.push((t, inbox.clone(), Vec::new()));
         }
-        let mut batch = Batch::new(ClientView::of(&self.client));
-        batch.push(
-            Op::Call(spec),
-            self.client.db,
-            self.client.shared.proto.get(),
-            &refs,
-        );
         let (tx, rx) = tokio::sync::oneshot::channel();
         crate::tx_across::submit(crate::tx_across::TxJob {
             holds,
@@ -2284,7 +2338,7 @@ impl Conn {
                 }
                 let Some(done) = dones.first_mut() else {
                     self.out
-                        .error(&CmdError::Err("script across shards not run".to_string()));
+                        .error(&CmdError::Err("not run across shards".to_string()));
                     return;
                 };
                 if let Some(seq) = done.wrote {
@@ -2302,7 +2356,7 @@ impl Conn {
                 .error(&hop::unavailable_error(hop::Unavailable { shard: t })),
             Ok(_) | Err(_) => self
                 .out
-                .error(&CmdError::Err("script across shards not run".to_string())),
+                .error(&CmdError::Err("not run across shards".to_string())),
         }
     }
 

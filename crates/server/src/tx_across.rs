@@ -298,7 +298,15 @@ fn hold_shard(t: &std::rc::Rc<Thread>, irx: &mpsc::Receiver<Instr>) {
                 }
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                crate::script::busy::hand_over_early_connections(&mut t.shard.borrow_mut());
+                let mut s = t.shard.borrow_mut();
+                crate::script::busy::hand_over_early_connections(&mut s);
+                // Clients a script's (or a list move's) writes here made ready are served
+                // now, as after a command of this shard's own (Redis serves them after the
+                // script).
+                if s.blocking.has_ready() {
+                    let now = s.now_ms();
+                    crate::blocking::serve_ready(&mut s, &mut t.front.borrow_mut(), now);
+                }
                 return;
             }
         }

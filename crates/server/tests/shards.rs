@@ -875,15 +875,7 @@ fn scatter_gather_and_crossslot() {
     assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
     // Commands whose keys must share a slot: Redis Cluster's exact text.
     let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-    assert_eq!(call(&mut c, &["RPOPLPUSH", &keys[0], &keys[1]]), cross);
-    assert_eq!(
-        call(&mut c, &["LMOVE", &keys[0], &keys[1], "LEFT", "RIGHT"]),
-        cross
-    );
-    assert_eq!(
-        call(&mut c, &["LMOVE", &keys[0], &keys[1], "LEFT", "LEFT"]),
-        cross
-    );
+    // (LMOVE and RPOPLPUSH between two shards run: `list_moves_across_shards_like_redis`.)
     assert_eq!(
         call(&mut c, &["BLMOVE", &keys[0], &keys[1], "LEFT", "LEFT", "0"]),
         cross,
@@ -1005,6 +997,86 @@ fn scripts_without_declared_keys_run_on_their_keys_shard() {
         assert_eq!(call(&mut a, &["FCALL", "touch", "0", k]), "+OK\r\n", "{k}");
         assert_eq!(call(&mut a, &["GET", k]), "$1\r\nf\r\n");
     }
+}
+
+/// LMOVE and RPOPLPUSH between two shards answer as Redis (nil for a missing source whatever
+/// the destination, WRONGTYPE for either side, the element moved, the source deleted when
+/// emptied), serve a client blocked on the destination, and move every element exactly once
+/// while other clients move them back.
+#[test]
+fn list_moves_across_shards_like_redis() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("lm");
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |v: &[&str]| script.push(v.iter().map(|x| x.to_string()).collect());
+    let (a, b, str_key) = (keys[0].as_str(), keys[1].as_str(), keys[2].as_str());
+    add(&["SET", str_key, "s"]);
+    add(&["LMOVE", a, b, "LEFT", "RIGHT"]);
+    add(&["LMOVE", a, str_key, "LEFT", "RIGHT"]);
+    add(&["RPUSH", a, "1", "2", "3", "4"]);
+    add(&["LMOVE", a, str_key, "LEFT", "RIGHT"]);
+    add(&["LMOVE", str_key, b, "LEFT", "RIGHT"]);
+    add(&["LMOVE", a, b, "UP", "RIGHT"]);
+    add(&["LMOVE", a, b, "LEFT", "RIGHT"]);
+    add(&["LMOVE", a, b, "RIGHT", "LEFT"]);
+    add(&["RPOPLPUSH", a, b]);
+    add(&["LRANGE", b, "0", "-1"]);
+    add(&["LMOVE", a, b, "LEFT", "LEFT"]);
+    add(&["EXISTS", a]);
+    add(&["LRANGE", b, "0", "-1"]);
+    add(&["RPOPLPUSH", b, a]);
+    add(&["LRANGE", a, "0", "-1"]);
+    assert_like_redis(&srv, &script, 1);
+    // A client blocked on the destination is served by the move.
+    let mut c = srv.connect();
+    call(&mut c, &["DEL", a, b]);
+    let mut waiter = srv.connect();
+    waiter.send(&common::cmd(&[b"BLPOP", b.as_bytes(), b"5"]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
+        assert!(Instant::now() < deadline, "never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    call(&mut c, &["RPUSH", a, "x"]);
+    assert_eq!(call(&mut c, &["RPOPLPUSH", a, b]), "$1\r\nx\r\n");
+    let got = s(&waiter.read_reply());
+    assert_eq!(got, format!("*2\r\n${}\r\n{b}\r\n$1\r\nx\r\n", b.len()));
+    // Elements moved back and forth by three clients: each is in exactly one list after.
+    const N: usize = 200;
+    let items: Vec<String> = (0..N).map(|i| i.to_string()).collect();
+    let mut push = vec!["RPUSH", a];
+    push.extend(items.iter().map(String::as_str));
+    call(&mut c, &push);
+    let port = srv.port;
+    let movers: Vec<_> = (0..3)
+        .map(|i| {
+            let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+            let (from, to) = (from.to_string(), to.to_string());
+            std::thread::spawn(move || {
+                let mut m = Raw::connect(port);
+                for _ in 0..N {
+                    call(&mut m, &["LMOVE", &from, &to, "LEFT", "RIGHT"]);
+                }
+            })
+        })
+        .collect();
+    for m in movers {
+        m.join().expect("mover");
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for k in [a, b] {
+        if let Reply::Array(v) =
+            common::parse_reply(call(&mut c, &["LRANGE", k, "0", "-1"]).as_bytes())
+        {
+            for r in v {
+                if let Reply::Bulk(x) = r {
+                    seen.push(String::from_utf8_lossy(&x).to_string());
+                }
+            }
+        }
+    }
+    seen.sort_by_key(|x| x.parse::<usize>().unwrap_or(usize::MAX));
+    assert_eq!(seen, items, "an element was lost or doubled");
 }
 
 /// A script whose declared keys are on several shards runs on the main port, atomically: its

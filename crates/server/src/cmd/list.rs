@@ -638,6 +638,71 @@ fn move_generic(
     Ok(())
 }
 
+/// LMOVE or RPOPLPUSH whose destination is on shard `dst_shard`, which `tx_across` holds for
+/// this step together with the source's (this one): nothing else runs on either meanwhile.
+/// The source's end element is pushed on the destination first (LPUSH or RPUSH there, which
+/// answers WRONGTYPE for a destination of another type, and then nothing is popped), then
+/// popped here: a crash between the two leaves the element in both lists, never in neither.
+/// A missing source answers nil whatever the destination is, as in Redis.
+pub fn move_to_held_shard(
+    ctx: &mut Ctx<'_>,
+    src: &[u8],
+    dst: &[u8],
+    (from_front, to_front): (bool, bool),
+    dst_shard: u16,
+) -> Result<(), CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    let end = match ctx.shard.lookup_quiet(db, src, now) {
+        None => None,
+        Some(e) => list_of(&e.state)?.and_then(|l| {
+            let i = if from_front {
+                Some(0)
+            } else {
+                l.len().checked_sub(1)
+            };
+            i.and_then(|i| l.get(i)).map(|e| e.value.to_vec())
+        }),
+    };
+    let Some(v) = end else {
+        ctx.out.null();
+        return Ok(());
+    };
+    let name: &[u8] = if to_front { b"lpush" } else { b"rpush" };
+    let Some(push) = super::table().lookup(name) else {
+        return Err(CmdError::Err("no push command".to_string()));
+    };
+    let mut batch = crate::hop::Batch::new(crate::hop::ClientView::of(ctx.client));
+    batch.push(
+        crate::hop::Op::Quiet(push),
+        db,
+        ctx.out.proto,
+        &[name, dst, v.as_slice()],
+    );
+    let Some(done) = crate::tx_across::call_held(dst_shard, batch) else {
+        return Err(crate::hop::unavailable_error(crate::hop::Unavailable {
+            shard: dst_shard,
+        }));
+    };
+    let pushed = done.reply(0);
+    if let Some(text) = pushed.strip_prefix(b"-") {
+        let text = String::from_utf8_lossy(text);
+        return Err(CmdError::Raw(text.trim_end().to_string()));
+    }
+    pop_values(ctx, src, from_front, 1)?;
+    notify_pop(ctx, src, from_front);
+    ctx.out.bulk(&v);
+    Ok(())
+}
+
+/// The sides of LMOVE (`wherefrom`, `whereto`: true for LEFT) or RPOPLPUSH (RIGHT, LEFT).
+pub fn move_sides(argv: &[&[u8]]) -> Result<(bool, bool), CmdError> {
+    if argv.len() == 3 {
+        return Ok((false, true));
+    }
+    Ok((parse_side(arg(argv, 3))?, parse_side(arg(argv, 4))?))
+}
+
 fn lmove(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let from = parse_side(arg(argv, 3))?;
     let to = parse_side(arg(argv, 4))?;
