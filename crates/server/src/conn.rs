@@ -233,6 +233,21 @@ enum Step {
 /// The blocking pops that may wait on keys of several shards (`Conn::pop_blocking_across`).
 const POPS_ACROSS: &[&str] = &["blpop", "brpop", "bzpopmin", "bzpopmax", "blmpop", "bzmpop"];
 
+/// The blocking list moves that may wait on a source of another shard than their
+/// destination's (`Conn::pop_blocking_across`).
+const MOVES_ACROSS: &[&str] = &["blmove", "brpoplpush"];
+
+/// What a command waiting on keys of several shards tries each time (`pop_blocking_across`).
+enum AcrossTry {
+    /// A blocking pop: the command over each key alone, on its shard, in order.
+    Pops {
+        tries: Vec<(u16, Vec<Vec<u8>>)>,
+        handler: cmd::Handler,
+    },
+    /// BLMOVE or BRPOPLPUSH: the move, with both shards held (`Conn::list_move_try`).
+    Move { sides: (bool, bool) },
+}
+
 /// A transaction across shards (`Conn::exec_across_plan`): the shards to hold, ascending, and
 /// its segments (a shard and the indices of its consecutive queued commands).
 struct ExecAcross {
@@ -1133,7 +1148,8 @@ impl Conn {
         if spec.meta.flags.contains(cmd::table::Flags::BLOCKING) {
             return match self.keys_at(f, spec, argv) {
                 KeysAt::Many
-                    if POPS_ACROSS.contains(&spec.meta.name)
+                    if (POPS_ACROSS.contains(&spec.meta.name)
+                        || MOVES_ACROSS.contains(&spec.meta.name))
                         && self.keys_on_this_node(f, spec, argv) =>
                 {
                     Step::Barrier(Barrier {
@@ -1507,17 +1523,20 @@ impl Conn {
         self.out.raw(&last);
     }
 
-    /// A blocking pop of `POPS_ACROSS` whose keys span shards of this process. It tries each
-    /// key in the order given, as that command over that one key that may not block, on the
-    /// key's shard (the first pop, or error, is the reply, as Redis takes the first non-empty
-    /// key); when none pops it registers on every shard of its keys to be woken by any write
-    /// to them (`BlockRegistry::register_waking`: counted in `blocked_clients` on the first
-    /// key's shard only, where CLIENT UNBLOCK finds it, `blocking::CrossWait`), tries again,
-    /// and waits for a wake, its deadline (the null array), CLIENT UNBLOCK or the client's
-    /// end. Registered before each try, so no write between a try and the wait is missed.
-    /// Unlike a wait on one shard, it takes no turn among that shard's blocked clients: those
-    /// are served first, and between two such clients the one whose try runs first pops.
-    /// Returns false when the connection must close.
+    /// A blocking pop of `POPS_ACROSS` whose keys span shards of this process, or BLMOVE or
+    /// BRPOPLPUSH between two of its shards. A pop tries each key in the order given, as that
+    /// command over that one key that may not block, on the key's shard (the first pop, or
+    /// error, is the reply, as Redis takes the first non-empty key); a move tries the move
+    /// with both shards held (`list_move_try`). When nothing came it registers on every
+    /// shard of its keys to be woken by any write to them (`BlockRegistry::register_waking`:
+    /// counted in `blocked_clients` on the first key's shard only, where CLIENT UNBLOCK finds
+    /// it, `blocking::CrossWait`), tries again, and waits for a wake, its deadline (the null
+    /// array, a move's too, as Redis answers a timed-out BLMOVE), CLIENT UNBLOCK or the
+    /// client's end. Registered
+    /// before each try, so no write between a try and the wait is missed. Unlike a wait on
+    /// one shard, it takes no turn among that shard's blocked clients: those are served
+    /// first, and between two such clients the one whose try runs first pops. Returns false
+    /// when the connection must close.
     async fn pop_blocking_across(
         &mut self,
         spec: &'static CommandSpec,
@@ -1545,8 +1564,11 @@ impl Conn {
                 st.calls += 1;
             }
         }
+        let slots = self.th.node.slots.clone();
+        let moves = MOVES_ACROSS.contains(&spec.meta.name);
         // Per key, in order: its shard and the command over it alone. BLPOP, BRPOP,
         // BZPOPMIN, BZPOPMAX: `name key timeout`; BLMPOP, BZMPOP: `name timeout 1 key rest`.
+        // BLMOVE, BRPOPLPUSH: the move, whose sides and timeout are checked first.
         let first_key = positions.first().copied().unwrap_or(1);
         let last_key = positions.last().copied().unwrap_or(1);
         let mpop = first_key > 1;
@@ -1555,25 +1577,42 @@ impl Conn {
         } else {
             argv.last().cloned().unwrap_or_default()
         };
-        let slots = self.th.node.slots.clone();
-        let mut tries: Vec<(u16, Vec<Vec<u8>>)> = Vec::with_capacity(positions.len());
-        for &p in &positions {
-            let key = argv.get(p).cloned().unwrap_or_default();
-            let mut one = vec![argv.first().cloned().unwrap_or_default()];
-            if mpop {
-                one.push(timeout_arg.clone());
-                one.push(b"1".to_vec());
-                one.push(key.clone());
-                one.extend(argv.iter().skip(last_key + 1).cloned());
-            } else {
-                one.push(key.clone());
-                one.push(timeout_arg.clone());
+        let how = if moves {
+            let now = self.th.shard.borrow().now_ms();
+            let checked = cmd::list::move_sides(&refs)
+                .and_then(|sides| blocking::parse_timeout(&timeout_arg, now).map(|_| sides));
+            match checked {
+                Ok(sides) => AcrossTry::Move { sides },
+                Err(e) => {
+                    hop::reply_error(&self.th, &mut self.out, &e);
+                    return true;
+                }
             }
-            tries.push((slots.shard_of_key(&key), one));
-        }
-        // Each shard's keys, the shards in the order of their first key.
+        } else {
+            let mut tries: Vec<(u16, Vec<Vec<u8>>)> = Vec::with_capacity(positions.len());
+            for &p in &positions {
+                let key = argv.get(p).cloned().unwrap_or_default();
+                let mut one = vec![argv.first().cloned().unwrap_or_default()];
+                if mpop {
+                    one.push(timeout_arg.clone());
+                    one.push(b"1".to_vec());
+                    one.push(key.clone());
+                    one.extend(argv.iter().skip(last_key + 1).cloned());
+                } else {
+                    one.push(key.clone());
+                    one.push(timeout_arg.clone());
+                }
+                tries.push((slots.shard_of_key(&key), one));
+            }
+            AcrossTry::Pops { tries, handler }
+        };
+        // Each shard's keys, the shards in the order of their first key (a move waits on its
+        // source).
         let mut shard_keys: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
-        for &p in &positions {
+        for &p in positions
+            .iter()
+            .take(if moves { 1 } else { positions.len() })
+        {
             let key = argv.get(p).cloned().unwrap_or_default();
             let t = slots.shard_of_key(&key);
             match shard_keys.iter_mut().find(|(s, _)| *s == t) {
@@ -1590,42 +1629,11 @@ impl Conn {
             if registered {
                 self.register_waking(&shard_keys, db, &cross).await;
             }
-            // One try per key, in order.
-            let mut popped = None;
-            for (shard, one) in &tries {
-                let one_refs: Vec<&[u8]> = one.iter().map(Vec::as_slice).collect();
-                let one_owned = one.clone();
-                let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-                    // Two levels deep: the command may not block (`Ctx::can_block`) and
-                    // answers the null array when it finds nothing.
-                    ctx.client.call_depth += 1;
-                    let refs: Vec<&[u8]> = one_owned.iter().map(Vec::as_slice).collect();
-                    let r = handler(ctx, &refs);
-                    ctx.client.call_depth -= 1;
-                    r
-                }));
-                let th = self.th.clone();
-                let Conn { client, afters, .. } = self;
-                let reply =
-                    hop::finish_step(&th, client, afters, *shard, spec, &one_refs, false, run)
-                        .await;
-                match reply {
-                    Ok(r) if matches!(r.as_slice(), b"*-1\r\n" | b"_\r\n") => {}
-                    Ok(r) => {
-                        popped = Some(r);
-                        break;
-                    }
-                    Err(e) => {
-                        let mut fg = self.th.front.borrow_mut();
-                        let mut r = Reply::new();
-                        r.proto = self.client.shared.proto.get();
-                        cmd::reply_error(&mut fg, &mut r, &e);
-                        popped = Some(r.buf);
-                        break;
-                    }
-                }
-            }
-            if let Some(r) = popped {
+            let got = match &how {
+                AcrossTry::Pops { tries, handler } => self.pops_try(spec, tries, *handler).await,
+                AcrossTry::Move { sides } => self.list_move_try(spec, &argv, *sides, false).await,
+            };
+            if let Some(r) = got {
                 break Some(r);
             }
             if let Some(how) = cross.requested() {
@@ -1680,6 +1688,46 @@ impl Conn {
             }
             None => false,
         }
+    }
+
+    /// One try of a blocking pop over several shards (`pop_blocking_across`): each key's pop
+    /// on its shard, in order; the first reply that is not the null array (a pop or an
+    /// error). None: nothing popped.
+    async fn pops_try(
+        &mut self,
+        spec: &'static CommandSpec,
+        tries: &[(u16, Vec<Vec<u8>>)],
+        handler: cmd::Handler,
+    ) -> Option<Vec<u8>> {
+        for (shard, one) in tries {
+            let one_refs: Vec<&[u8]> = one.iter().map(Vec::as_slice).collect();
+            let one_owned = one.clone();
+            let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+                // Two levels deep: the command may not block (`Ctx::can_block`) and
+                // answers the null array when it finds nothing.
+                ctx.client.call_depth += 1;
+                let refs: Vec<&[u8]> = one_owned.iter().map(Vec::as_slice).collect();
+                let r = handler(ctx, &refs);
+                ctx.client.call_depth -= 1;
+                r
+            }));
+            let th = self.th.clone();
+            let Conn { client, afters, .. } = self;
+            let reply =
+                hop::finish_step(&th, client, afters, *shard, spec, &one_refs, false, run).await;
+            match reply {
+                Ok(r) if matches!(r.as_slice(), b"*-1\r\n" | b"_\r\n") => {}
+                Ok(r) => return Some(r),
+                Err(e) => {
+                    let mut fg = self.th.front.borrow_mut();
+                    let mut r = Reply::new();
+                    r.proto = self.client.shared.proto.get();
+                    cmd::reply_error(&mut fg, &mut r, &e);
+                    return Some(r.buf);
+                }
+            }
+        }
+        None
     }
 
     /// One wait of a command that waits on other threads (a pop over several shards,
@@ -2281,41 +2329,66 @@ impl Conn {
                 return;
             }
         };
+        let reply = self.list_move_try(spec, argv, sides, true).await;
+        let mut null = Reply::new();
+        null.proto = self.client.shared.proto.get();
+        null.null();
+        self.out.raw(reply.as_deref().unwrap_or(&null.buf));
+    }
+
+    /// The move of LMOVE, RPOPLPUSH, BLMOVE or BRPOPLPUSH (`argv`: source, destination) from
+    /// the source's shard to the destination's, both held (`counted`: as the command). Its
+    /// reply; None when the source was empty (the null bulk).
+    async fn list_move_try(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: &[Vec<u8>],
+        sides: (bool, bool),
+        counted: bool,
+    ) -> Option<Vec<u8>> {
         let (Some(src), Some(dst)) = (argv.get(1).cloned(), argv.get(2).cloned()) else {
-            self.out.error(&CmdError::CrossSlot);
-            return;
+            let mut r = Reply::new();
+            r.error(&CmdError::CrossSlot);
+            return Some(r.buf);
         };
         let slots = &self.th.node.slots;
         let (from, to) = (slots.shard_of_key(&src), slots.shard_of_key(&dst));
         let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
             cmd::list::move_to_held_shard(ctx, &src, &dst, sides, to)
         }));
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let mut batch = Batch::new(ClientView::of(&self.client));
         batch.push(
-            Op::Finish {
-                spec,
-                counted: true,
-                run,
-            },
+            Op::Finish { spec, counted, run },
             self.client.db,
             self.client.shared.proto.get(),
             &refs,
         );
-        self.run_held(vec![from, to], from, batch).await;
+        let reply = self.held_reply(vec![from, to], from, batch).await;
+        (!matches!(reply.as_slice(), b"$-1\r\n" | b"_\r\n")).then_some(reply)
     }
 
     /// Runs `batch` (one item) on shard `home` through `tx_across`'s coordinator with every
     /// shard of `shards` held, its item able to reach the others (`tx_across::call_held`);
     /// its reply goes out once every shard's log it wrote allows (`appendfsync always`).
-    async fn run_held(&mut self, mut shards: Vec<u16>, home: u16, batch: Batch) {
+    async fn run_held(&mut self, shards: Vec<u16>, home: u16, batch: Batch) {
+        let reply = self.held_reply(shards, home, batch).await;
+        self.out.raw(&reply);
+    }
+
+    /// `run_held`'s run: the item's reply (or the error that kept it from running).
+    async fn held_reply(&mut self, mut shards: Vec<u16>, home: u16, batch: Batch) -> Vec<u8> {
+        let err = |e: CmdError| {
+            let mut r = Reply::new();
+            r.error(&e);
+            r.buf
+        };
         shards.sort_unstable();
         shards.dedup();
         let mut holds = Vec::with_capacity(shards.len());
         for t in shards {
             let Some(inbox) = self.th.node.inbox(t) else {
-                self.out
-                    .error(&hop::unavailable_error(hop::Unavailable { shard: t }));
-                return;
+                return err(hop::unavailable_error(hop::Unavailable { shard: t }));
             };
             holds.push((t, inbox.clone(), Vec::new()));
         }
@@ -2337,9 +2410,7 @@ impl Conn {
                     self.afters.push(side.after);
                 }
                 let Some(done) = dones.first_mut() else {
-                    self.out
-                        .error(&CmdError::Err("not run across shards".to_string()));
-                    return;
+                    return err(CmdError::Err("not run across shards".to_string()));
                 };
                 if let Some(seq) = done.wrote {
                     self.client.note_write(home, seq);
@@ -2349,14 +2420,12 @@ impl Conn {
                 if done.notes.first().is_some_and(|n| n.close) {
                     self.client.close_after_reply = true;
                 }
-                self.out.raw(done.reply(0));
+                done.reply(0).to_vec()
             }
-            Ok(crate::tx_across::Outcome::Unavailable(t)) => self
-                .out
-                .error(&hop::unavailable_error(hop::Unavailable { shard: t })),
-            Ok(_) | Err(_) => self
-                .out
-                .error(&CmdError::Err("not run across shards".to_string())),
+            Ok(crate::tx_across::Outcome::Unavailable(t)) => {
+                err(hop::unavailable_error(hop::Unavailable { shard: t }))
+            }
+            Ok(_) | Err(_) => err(CmdError::Err("not run across shards".to_string())),
         }
     }
 

@@ -875,12 +875,8 @@ fn scatter_gather_and_crossslot() {
     assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
     // Commands whose keys must share a slot: Redis Cluster's exact text.
     let cross = "-CROSSSLOT Keys in request don't hash to the same slot\r\n";
-    // (LMOVE and RPOPLPUSH between two shards run: `list_moves_across_shards_like_redis`.)
-    assert_eq!(
-        call(&mut c, &["BLMOVE", &keys[0], &keys[1], "LEFT", "LEFT", "0"]),
-        cross,
-        "a blocking move between two shards is refused at once"
-    );
+    // (LMOVE, RPOPLPUSH and their blocking forms between two shards run:
+    // `list_moves_across_shards_like_redis`.)
     // SORT with patterns is coordinated across shards (tests/sort_shards.rs); its STORE
     // destination may be on another shard.
     assert_eq!(call(&mut c, &["SORT", &keys[0], "BY", "w_*"]), "*0\r\n");
@@ -1026,6 +1022,17 @@ fn list_moves_across_shards_like_redis() {
     add(&["LRANGE", b, "0", "-1"]);
     add(&["RPOPLPUSH", b, a]);
     add(&["LRANGE", a, "0", "-1"]);
+    // The blocking forms: at once when the source has an element, nil at their timeout,
+    // their argument errors first.
+    add(&["BLMOVE", b, a, "RIGHT", "LEFT", "0"]);
+    add(&["BRPOPLPUSH", b, a, "0"]);
+    add(&["LRANGE", a, "0", "-1"]);
+    add(&["BLMOVE", b, a, "RIGHT", "LEFT", "0.05"]);
+    add(&["BRPOPLPUSH", b, a, "0.05"]);
+    add(&["BLMOVE", b, a, "RIGHT", "UP", "0"]);
+    add(&["BLMOVE", b, a, "RIGHT", "LEFT", "-1"]);
+    add(&["BRPOPLPUSH", b, a, "x"]);
+    add(&["BRPOPLPUSH", a, str_key, "0"]);
     assert_like_redis(&srv, &script, 1);
     // A client blocked on the destination is served by the move.
     let mut c = srv.connect();
@@ -1041,8 +1048,44 @@ fn list_moves_across_shards_like_redis() {
     assert_eq!(call(&mut c, &["RPOPLPUSH", a, b]), "$1\r\nx\r\n");
     let got = s(&waiter.read_reply());
     assert_eq!(got, format!("*2\r\n${}\r\n{b}\r\n$1\r\nx\r\n", b.len()));
+    // BLMOVE waits on its empty source until another client pushes there; CLIENT UNBLOCK
+    // ends the wait with nil; a client that goes leaves nothing behind.
+    call(&mut c, &["DEL", a, b]);
+    let mut mover = srv.connect();
+    let id = call(&mut mover, &["CLIENT", "ID"]);
+    let id = id.trim_start_matches(':').trim_end().to_string();
+    mover.send(&common::cmd(&[
+        b"BLMOVE",
+        a.as_bytes(),
+        b.as_bytes(),
+        b"LEFT",
+        b"RIGHT",
+        b"0",
+    ]));
+    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
+        assert!(Instant::now() < deadline, "never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(call(&mut c, &["RPUSH", a, "y"]), ":1\r\n");
+    assert_eq!(s(&mover.read_reply()), "$1\r\ny\r\n");
+    assert_eq!(call(&mut c, &["LRANGE", b, "0", "-1"]), "*1\r\n$1\r\ny\r\n");
+    assert_eq!(call(&mut c, &["EXISTS", a]), ":0\r\n");
+    mover.send(&common::cmd(&[
+        b"BRPOPLPUSH",
+        a.as_bytes(),
+        b.as_bytes(),
+        b"0",
+    ]));
+    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
+        assert!(Instant::now() < deadline, "never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(call(&mut c, &["CLIENT", "UNBLOCK", &id]), ":1\r\n");
+    assert_eq!(s(&mover.read_reply()), "*-1\r\n");
+    assert!(call(&mut c, &["INFO", "clients"]).contains("blocked_clients:0\r\n"));
     // Elements moved back and forth by three clients: each is in exactly one list after.
     const N: usize = 200;
+    call(&mut c, &["DEL", a, b]);
     let items: Vec<String> = (0..N).map(|i| i.to_string()).collect();
     let mut push = vec!["RPUSH", a];
     push.extend(items.iter().map(String::as_str));

@@ -695,9 +695,11 @@ pub fn move_to_held_shard(
     Ok(())
 }
 
-/// The sides of LMOVE (`wherefrom`, `whereto`: true for LEFT) or RPOPLPUSH (RIGHT, LEFT).
+/// The sides of LMOVE or BLMOVE (`wherefrom`, `whereto`: true for LEFT), or RPOPLPUSH or
+/// BRPOPLPUSH (RIGHT, LEFT).
 pub fn move_sides(argv: &[&[u8]]) -> Result<(bool, bool), CmdError> {
-    if argv.len() == 3 {
+    let name = arg(argv, 0);
+    if eq_ic(name, "rpoplpush") || eq_ic(name, "brpoplpush") {
         return Ok((false, true));
     }
     Ok((parse_side(arg(argv, 3))?, parse_side(arg(argv, 4))?))
