@@ -1121,10 +1121,12 @@ impl Conn {
         let table = f.table;
         if shards > 1 && self.client.multi.is_some() {
             // Redis Cluster checks each queued command on its own: one whose keys span
-            // shards is refused and the transaction is flagged.
+            // shards is refused and the transaction is flagged (but a script, which runs
+            // with its keys' shards held: `exec_across_plan`).
             if let Ok(spec) = cmd::resolve(table, argv) {
                 if !cmd::runs_inside_multi(spec.meta.name)
                     && self.keys_at(f, spec, argv) == KeysAt::Many
+                    && !(cmd::tracking::is_script(spec) && self.keys_on_this_node(f, spec, argv))
                 {
                     if let Some(m) = self.client.multi.as_mut() {
                         m.aborted = true;
@@ -2398,7 +2400,6 @@ impl Conn {
             steps: vec![(home, batch)],
             dirty: crate::keyspace::WatchFlag::default(),
             writes: false,
-            reach: true,
             outcome: tx,
         });
         match rx.await {
@@ -2856,6 +2857,17 @@ impl Conn {
                         holds.push(t);
                         at.push(Some(t));
                     }
+                    // A script over keys of several shards: on its first key's shard, with
+                    // every shard of its keys held, which its calls reach (`tx_across`).
+                    KeysAt::Many if cmd::tracking::is_script(spec) => {
+                        let owners: Vec<u16> = route::positions(f.table, spec, &argv)?
+                            .iter()
+                            .filter_map(|&i| argv.get(i))
+                            .map(|k| slots.shard_of_key(k))
+                            .collect();
+                        at.push(Some(*owners.first()?));
+                        holds.extend(owners);
+                    }
                     KeysAt::Many => return None,
                 },
             }
@@ -2964,7 +2976,6 @@ impl Conn {
             steps,
             dirty,
             writes,
-            reach: false,
             outcome: tx,
         });
         let outcome = rx.await;
@@ -2976,7 +2987,14 @@ impl Conn {
         }
         self.client.dirty.set(false);
         match outcome {
-            Ok(crate::tx_across::Outcome::Ran(mut dones, _)) => {
+            Ok(crate::tx_across::Outcome::Ran(mut dones, sides)) => {
+                // What its scripts' calls wrote on other held shards.
+                for side in sides {
+                    if let Some(seq) = side.wrote {
+                        self.client.note_write(side.shard, seq);
+                    }
+                    self.afters.push(side.after);
+                }
                 let mut parts: Vec<Vec<u8>> = Vec::with_capacity(dones.len());
                 for ((t, _), d) in plan.segments.iter().zip(dones.iter_mut()) {
                     if let Some(seq) = d.wrote {

@@ -29,9 +29,14 @@
 //! held). A held thread's clients are answered BUSY from the side path while a script of
 //! the process runs past `busy-reply-threshold` (so SCRIPT KILL reaches it from any thread).
 //!
+//! A transaction's scripts reach the held shards too, so a queued script whose keys span
+//! shards runs in the segment of its first key's shard, its keys' shards held with the
+//! transaction's.
+//!
 //! Commands that act on the connection itself (CLIENT SETNAME, RESET, ...), commands over
-//! every shard (CONFIG SET, FLUSHALL, KEYS, ...), a command whose own keys span shards, and
-//! keys on another node keep Redis Cluster's CROSSSLOT (`plan`).
+//! every shard (CONFIG SET, FLUSHALL, KEYS, ...), any other command whose own keys span
+//! shards, and keys on another node keep Redis Cluster's CROSSSLOT
+//! (`Conn::exec_across_plan`).
 
 use std::sync::mpsc;
 
@@ -47,7 +52,7 @@ use crate::persist::AfterBatch;
 const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A held shard's instruction: a batch to run, where its answer goes, and the other held
-/// shards its commands may reach (a script's segment only).
+/// shards its scripts may reach (a segment's; none for a script's call there).
 struct Instr {
     batch: Batch,
     /// A plain channel: a script's thread waits on it inside its runtime, where a tokio
@@ -128,8 +133,6 @@ pub struct TxJob {
     pub dirty: WatchFlag,
     /// Whether the transaction writes: a shard whose log refuses writes (MISCONF) aborts it.
     pub writes: bool,
-    /// Whether a segment may run commands on the other held shards (a script's).
-    pub reach: bool,
     pub outcome: oneshot::Sender<Outcome>,
 }
 
@@ -175,7 +178,6 @@ fn coordinate(job: TxJob) {
         steps,
         dirty,
         writes,
-        reach,
         outcome,
     } = job;
     // Dropping `held` lets every held shard go.
@@ -240,7 +242,8 @@ fn coordinate(job: TxJob) {
         if let (Some(db), Some(item)) = (db, batch.items.first_mut()) {
             item.db = db;
         }
-        let reach = reach.then(|| Reach {
+        // A script in the segment may run its calls on the other held shards.
+        let reach = Some(Reach {
             peers: held
                 .iter()
                 .filter(|(s, _)| *s != shard)

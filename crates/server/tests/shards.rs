@@ -1256,6 +1256,17 @@ fn scripts_across_shards_are_atomic() {
     let total = common::bulk(&(2 * ROUNDS).to_string());
     assert_eq!(s(&call_raw(&mut c, &["GET", &a])), total);
     assert_eq!(s(&call_raw(&mut c, &["GET", &b])), total);
+    // Inside MULTI too: queued, then run with the transaction's other commands, its shards
+    // held with theirs.
+    assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["EVAL", incr, "2", &a, &b]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["GET", &keys[1]]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["GET", &a]), "+QUEUED\r\n");
+    let next = 2 * ROUNDS + 1;
+    assert_eq!(
+        call(&mut c, &["EXEC"]),
+        format!("*3\r\n:{next}\r\n$-1\r\n$3\r\n{next}\r\n")
+    );
     // A script across shards that loops: every thread's clients get BUSY (their threads are
     // held), and SCRIPT KILL from any of them stops it.
     // (Connected first: a connection accepted during the script is served by its thread.)
