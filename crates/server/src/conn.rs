@@ -2756,8 +2756,9 @@ impl Conn {
             let Some((items, _)) = crate::resp::read::elements(&reply, 0) else {
                 return;
             };
-            // Counts (DBSIZE, CLIENT UNBLOCK) become the site's: the transaction's element
-            // is rewritten, the last first so that earlier offsets hold.
+            // What every shard answers for itself (DBSIZE, KEYS, INFO...) becomes the site's:
+            // the transaction's element is merged with the other shards' parts, as outside
+            // a transaction, and rewritten, the last first so that earlier offsets hold.
             let mut totals: Vec<((usize, usize), Vec<u8>)> = Vec::new();
             for (i, spec, args) in broadcasts {
                 let Some(&(a, e)) = items.get(i) else {
@@ -2769,14 +2770,16 @@ impl Conn {
                 }
                 let replies = self.on_shards_but(spec, &args, Some(t)).await;
                 let table = self.th.front.borrow().table;
-                if route::classes(table).get(spec.idx) != Some(&Class::All(Merge::Sum)) {
-                    continue;
-                }
+                let kind = match route::classes(table).get(spec.idx) {
+                    Some(Class::All(Merge::Same)) | None => continue,
+                    Some(Class::All(kind)) => *kind,
+                    Some(_) => continue,
+                };
                 let mut parts: Vec<&[u8]> = vec![reply.get(a..e).unwrap_or_default()];
                 parts.extend(replies.iter().map(Vec::as_slice));
                 let mut merged = Reply::new();
                 merged.proto = self.client.shared.proto.get();
-                route::merge(Merge::Sum, &parts, &mut merged);
+                route::merge(kind, &parts, &mut merged);
                 totals.push(((mark + a, mark + e), merged.buf));
             }
             for ((a, e), merged) in totals.into_iter().rev() {
@@ -3045,9 +3048,10 @@ impl Conn {
     }
 
     /// The shard a transaction runs on, with the queued commands every shard runs after it
-    /// (`Class::All` with `Merge::Same`: settings, pauses, flushes, script loads; with
-    /// `Merge::Sum`: DBSIZE, CLIENT UNBLOCK, their counts added to the transaction's) and their
-    /// places in it; None when its keys span shards. One pass resolves each queued command.
+    /// (`Class::All` with `Merge::Same`: settings, pauses, flushes, script loads; with any
+    /// other merge: DBSIZE, KEYS, INFO, CLIENT LIST..., the other shards' parts merged into
+    /// the transaction's) and their places in it; None when its keys span shards. One pass
+    /// resolves each queued command.
     fn exec_plan(&self, f: &Front) -> Option<(u16, Vec<Broadcast>)> {
         let slots = &f.node.slots;
         let local = self.th.index;
@@ -3085,15 +3089,13 @@ impl Conn {
                 }
                 // Settings and controls run in the transaction on its shard, then on the
                 // others.
-                // So do counts every shard answers for itself (DBSIZE, CLIENT UNBLOCK), added
-                // to the transaction's.
-                Class::All(Merge::Same | Merge::Sum) => {
+                // So do the commands every shard answers for itself (DBSIZE, KEYS, INFO,
+                // CLIENT LIST...): their other shards' parts are merged into the
+                // transaction's reply, as outside a transaction.
+                Class::All(_) => {
                     broadcasts.push((i, spec, q.args.clone()));
                 }
-                // Other commands that cover every shard cannot run inside one shard's
-                // transaction: their replies speak for every shard.
-                Class::All(_)
-                | Class::Special(
+                Class::Special(
                     Special::Scan | Special::RandomKey | Special::CrdtWait | Special::Shutdown,
                 ) => return None,
                 Class::Special(Special::Debug) => {

@@ -1379,6 +1379,33 @@ fn settings_inside_a_transaction_reach_every_shard() {
     assert_eq!(call(&mut a, &["CLIENT", "UNBLOCK", &id]), "+QUEUED\r\n");
     assert_eq!(call(&mut a, &["EXEC"]), "*4\r\n+OK\r\n:4\r\n:1\r\n:0\r\n");
     assert_eq!(String::from_utf8_lossy(&blocked.read_reply()), "*-1\r\n");
+    // So are the keyspace's and the server's views (KEYS, INFO, CONFIG GET): KEYS lists every
+    // shard's keys, INFO keyspace counts them all, as MULTI INFO CONFIG GET EXEC does in
+    // ioredis's own tests.
+    assert_eq!(call(&mut a, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut a, &["KEYS", "*"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["INFO", "keyspace"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut a, &["CONFIG", "GET", "maxmemory"]), "+QUEUED\r\n");
+    let exec = call(&mut a, &["EXEC"]);
+    let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
+        panic!("{exec}")
+    };
+    assert_eq!(v.len(), 3, "{exec}");
+    let Reply::Array(found) = &v[0] else {
+        panic!("{exec}")
+    };
+    assert_eq!(found.len(), 4, "{exec}");
+    let Reply::Bulk(info) = &v[1] else {
+        panic!("{exec}")
+    };
+    assert!(
+        String::from_utf8_lossy(info).contains("db0:keys=4,"),
+        "INFO keyspace inside MULTI counts one shard: {exec}"
+    );
+    assert_eq!(
+        v[2],
+        Reply::Array(vec![Reply::bulk("maxmemory"), Reply::bulk("0")])
+    );
 }
 
 #[test]
