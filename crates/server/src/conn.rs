@@ -2080,6 +2080,21 @@ impl Conn {
                 Slot::Gather(_) => Vec::new(),
             }
         };
+        // The replies go out in one buffer: sized once for them all, so that large replies
+        // (a pipeline of 1 MB GETs) are copied once, not again at every doubling.
+        let total: usize = round
+            .slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Local(a, b) => b.saturating_sub(*a),
+                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
+                    Some((_, Ok(d))) => d.reply(*idx).len(),
+                    _ => 0,
+                },
+                Slot::Gather(_) => 0,
+            })
+            .sum();
+        self.out.buf.reserve(total);
         for slot in &round.slots {
             match slot {
                 Slot::Gather(g) => {
