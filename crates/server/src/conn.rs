@@ -2151,11 +2151,10 @@ impl Conn {
             });
             return Ok((r.buf, note));
         }
-        let mut batch = Batch::new(ClientView::of(&self.client));
-        let idx = batch.push(op, self.client.db, self.client.shared.proto.get(), &argv);
+        let mut batch = self.batch_of(op, &argv);
         if self.client.caching {
             // CLIENT CACHING covers the transaction EXEC runs there.
-            batch.set_client_state(idx, true, false);
+            batch.set_client_state(0, true, false);
         }
         let rx = hop::send(&self.th, shard, batch).await?;
         let mut done = rx.await.map_err(|_| hop::Unavailable { shard })?;
@@ -2324,13 +2323,7 @@ impl Conn {
             self.out.error(&CmdError::CrossSlot);
             return;
         };
-        let mut batch = Batch::new(ClientView::of(&self.client));
-        batch.push(
-            Op::Call(spec),
-            self.client.db,
-            self.client.shared.proto.get(),
-            &refs,
-        );
+        let batch = self.batch_of(Op::Call(spec), &refs);
         self.run_held(owners, home, batch).await;
     }
 
@@ -2374,15 +2367,16 @@ impl Conn {
             cmd::list::move_to_held_shard(ctx, &src, &dst, sides, to)
         }));
         let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-        let mut batch = Batch::new(ClientView::of(&self.client));
-        batch.push(
-            Op::Finish { spec, counted, run },
-            self.client.db,
-            self.client.shared.proto.get(),
-            &refs,
-        );
+        let batch = self.batch_of(Op::Finish { spec, counted, run }, &refs);
         let reply = self.held_reply(vec![from, to], from, batch).await;
         (!matches!(reply.as_slice(), b"$-1\r\n" | b"_\r\n")).then_some(reply)
+    }
+
+    /// A batch of one item, `op` over `argv`, for this client in its database and protocol.
+    fn batch_of(&self, op: Op, argv: &[&[u8]]) -> Batch {
+        let mut batch = Batch::new(ClientView::of(&self.client));
+        batch.push(op, self.client.db, self.client.shared.proto.get(), argv);
+        batch
     }
 
     /// Runs `batch` (one item) on shard `home` through `tx_across`'s coordinator with every
@@ -2526,13 +2520,7 @@ impl Conn {
             if shard == self.th.index || Some(shard) == skip {
                 continue;
             }
-            let mut batch = Batch::new(ClientView::of(&self.client));
-            batch.push(
-                Op::Quiet(spec),
-                self.client.db,
-                self.client.shared.proto.get(),
-                &borrowed,
-            );
+            let batch = self.batch_of(Op::Quiet(spec), &borrowed);
             waits.push((shard, hop::send(&self.th, shard, batch).await));
         }
         let mine = match mine {

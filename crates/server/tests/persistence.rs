@@ -319,6 +319,76 @@ fn everysec_sigkill_under_load_loses_no_acknowledged_write() {
     sigkill_loses_nothing("everysec", 3);
 }
 
+/// Under `appendfsync always`, a script over keys of two shards and an LMOVE between them
+/// (`tx_across`) answer only once both shards' logs hold their writes: after a power loss
+/// that cuts each shard's log at its fsync watermark, every acknowledged INCR and move is
+/// there, on both shards.
+#[test]
+fn always_keeps_acknowledged_writes_across_shards_through_power_loss() {
+    let mut node = Node::start_new(&[
+        "--shards",
+        "2",
+        "--appendfsync",
+        "always",
+        "--debug-fsync-watermark",
+        "yes",
+    ]);
+    // Two shards own slots 0-8191 and 8192-16383.
+    let on = |shard: u16, prefix: &str| {
+        (0..10_000)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|k| common::key_slot(k) / 8192 == shard)
+            .expect("a key of the shard")
+    };
+    let (a, b) = (on(0, "a"), on(1, "b"));
+    let (src, dst) = (on(0, "src"), on(1, "dst"));
+    let mut c = node.connect();
+    // Once a reply is read, each shard's log is on disk up to its end (this client is the
+    // only writer): the fsync watermark names the last segment at its full length.
+    let synced = |node: &Node, what: &str| {
+        for shard in 0..2 {
+            let dir = node.shard_dir_of(shard);
+            let (segment, len) = disk::fsynced(&dir).expect("a watermark");
+            let last = disk::segments(&dir).pop().expect("a segment");
+            let written = std::fs::metadata(&last).map(|m| m.len()).unwrap_or(0);
+            assert!(
+                disk::file_name(&last) == segment && written == len,
+                "{what}: shard {shard} answered before its log was on disk \
+                 ({segment} synced to {len}, {} written to {written})",
+                disk::file_name(&last)
+            );
+        }
+    };
+    const ROUNDS: i64 = 200;
+    let incr = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
+    for i in 1..=ROUNDS {
+        let r = c.call_strs(&["EVAL", incr, "2", &a, &b]);
+        assert_eq!(String::from_utf8_lossy(&r), format!(":{i}\r\n"));
+        synced(&node, "EVAL");
+    }
+    let items: Vec<String> = (0..ROUNDS).map(|i| i.to_string()).collect();
+    let mut push = vec!["RPUSH", src.as_str()];
+    push.extend(items.iter().map(String::as_str));
+    assert_eq!(c.int(&push), ROUNDS);
+    const MOVES: i64 = 120;
+    for i in 0..MOVES {
+        let r = c.call_strs(&["LMOVE", &src, &dst, "LEFT", "RIGHT"]);
+        assert_eq!(String::from_utf8_lossy(&r), common::bulk(&i.to_string()));
+        synced(&node, "LMOVE");
+    }
+    node.kill();
+    for shard in 0..2 {
+        disk::power_loss(&node.shard_dir_of(shard), |synced, _| synced);
+    }
+    node.start();
+    let mut c = node.connect();
+    let n = ROUNDS.to_string();
+    assert_eq!(c.call_text(&["GET", &a]), common::bulk(&n));
+    assert_eq!(c.call_text(&["GET", &b]), common::bulk(&n));
+    assert_eq!(c.int(&["LLEN", &dst]), MOVES);
+    assert_eq!(c.int(&["LLEN", &src]), ROUNDS - MOVES);
+}
+
 #[test]
 fn always_power_loss_loses_no_acknowledged_write() {
     let mut node = Node::start_new(&["--appendfsync", "always", "--debug-fsync-watermark", "yes"]);

@@ -669,43 +669,18 @@ fn transactions_across_shards_are_atomic() {
     let srv = Server::start_with(&["--shards", SHARDS]);
     let keys = key_per_shard("atomic");
     let (a, b) = (keys[0].clone(), keys[2].clone());
-    const ROUNDS: usize = 300;
-    let port = srv.port;
-    let writers: Vec<_> = (0..2)
-        .map(|_| {
-            let (a, b) = (a.clone(), b.clone());
-            std::thread::spawn(move || {
-                let mut w = common::Raw::connect(port);
-                for _ in 0..ROUNDS {
-                    let exec = transaction(
-                        &mut w,
-                        &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]],
-                    );
-                    assert!(exec.starts_with("*2\r\n:"), "{exec}");
-                }
-            })
-        })
-        .collect();
+    assert_never_half_seen(
+        &srv,
+        &a,
+        &b,
+        "transaction",
+        |c, a, b| {
+            let exec = transaction(c, &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]]);
+            assert!(exec.starts_with("*2\r\n:"), "{exec}");
+        },
+        |c, a, b| transaction(c, &[&[b"GET", a.as_bytes()], &[b"GET", b.as_bytes()]]),
+    );
     let mut r = srv.connect();
-    let mut seen = 0;
-    for _ in 0..ROUNDS {
-        let exec = transaction(&mut r, &[&[b"GET", a.as_bytes()], &[b"GET", b.as_bytes()]]);
-        let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
-            panic!("{exec}")
-        };
-        assert_eq!(v.len(), 2, "{exec}");
-        assert_eq!(v[0], v[1], "a transaction saw half of another: {exec}");
-        if v[0] != Reply::Nil {
-            seen += 1;
-        }
-    }
-    for w in writers {
-        w.join().expect("writer");
-    }
-    assert!(seen > 0);
-    let total = (2 * ROUNDS).to_string();
-    assert_eq!(s(&call_raw(&mut r, &["GET", &a])), common::bulk(&total));
-    assert_eq!(s(&call_raw(&mut r, &["GET", &b])), common::bulk(&total));
     // WATCH on both shards (two WATCHes, or one over both keys): a write to either fails
     // EXEC; none lets it run.
     let mut other = srv.connect();
@@ -777,6 +752,55 @@ fn transactions_across_shards_are_atomic() {
         call(&mut c, &["SET", &b, "3"]);
         assert_eq!(call(&mut c, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
     }
+}
+
+/// Rounds of each client in `assert_never_half_seen`.
+const HALF_SEEN_ROUNDS: usize = 300;
+
+/// Two clients each run `write` (which increments `a` and `b` together) `HALF_SEEN_ROUNDS`
+/// times while a third runs `read` (which reads both together, answering an array of the
+/// two) as often: no read sees `a` and `b` differ (a `what` seen half done), and both end at
+/// twice the rounds.
+fn assert_never_half_seen(
+    srv: &Server,
+    a: &str,
+    b: &str,
+    what: &str,
+    write: fn(&mut Raw, &str, &str),
+    read: fn(&mut Raw, &str, &str) -> String,
+) {
+    let port = srv.port;
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (a, b) = (a.to_string(), b.to_string());
+            std::thread::spawn(move || {
+                let mut w = Raw::connect(port);
+                for _ in 0..HALF_SEEN_ROUNDS {
+                    write(&mut w, &a, &b);
+                }
+            })
+        })
+        .collect();
+    let mut r = srv.connect();
+    let mut seen = 0;
+    for _ in 0..HALF_SEEN_ROUNDS {
+        let got = read(&mut r, a, b);
+        let Reply::Array(v) = common::parse_reply(got.as_bytes()) else {
+            panic!("{got}")
+        };
+        assert_eq!(v.len(), 2, "{got}");
+        assert_eq!(v[0], v[1], "a {what} saw half of another: {got}");
+        if v[0] != Reply::Nil {
+            seen += 1;
+        }
+    }
+    for w in writers {
+        w.join().expect("writer");
+    }
+    assert!(seen > 0);
+    let total = common::bulk(&(2 * HALF_SEEN_ROUNDS).to_string());
+    assert_eq!(s(&call_raw(&mut r, &["GET", a])), total);
+    assert_eq!(s(&call_raw(&mut r, &["GET", b])), total);
 }
 
 /// MULTI, `cmds` and EXEC in one write; EXEC's reply.
@@ -1222,47 +1246,45 @@ fn scripts_across_shards_are_atomic() {
     // Atomic: two clients' scripts INCR a and b, a third one's reads them together; it never
     // sees them differ.
     call(&mut c, &["DEL", &a, &b]);
-    const ROUNDS: usize = 300;
-    let port = srv.port;
     let incr = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
-    let writers: Vec<_> = (0..2)
-        .map(|_| {
-            let (a, b) = (a.clone(), b.clone());
-            std::thread::spawn(move || {
-                let mut w = Raw::connect(port);
-                for _ in 0..ROUNDS {
-                    let r = call(&mut w, &["EVAL", incr, "2", &a, &b]);
-                    assert!(r.starts_with(':'), "{r}");
-                }
-            })
-        })
-        .collect();
-    let mut seen = 0;
-    for _ in 0..ROUNDS {
-        let r = call(&mut c, &["EVAL", read, "2", &b, &a]);
-        let Reply::Array(v) = common::parse_reply(r.as_bytes()) else {
-            panic!("{r}")
-        };
-        assert_eq!(v.len(), 2, "{r}");
-        assert_eq!(v[0], v[1], "a script saw half of another: {r}");
-        if v[0] != Reply::Nil {
-            seen += 1;
-        }
-    }
-    for w in writers {
-        w.join().expect("writer");
-    }
-    assert!(seen > 0);
-    let total = common::bulk(&(2 * ROUNDS).to_string());
-    assert_eq!(s(&call_raw(&mut c, &["GET", &a])), total);
-    assert_eq!(s(&call_raw(&mut c, &["GET", &b])), total);
+    assert_never_half_seen(
+        &srv,
+        &a,
+        &b,
+        "script",
+        |w, a, b| {
+            let r = call(
+                w,
+                &[
+                    "EVAL",
+                    "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])",
+                    "2",
+                    a,
+                    b,
+                ],
+            );
+            assert!(r.starts_with(':'), "{r}");
+        },
+        |r, a, b| {
+            call(
+                r,
+                &[
+                    "EVAL",
+                    "return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}",
+                    "2",
+                    b,
+                    a,
+                ],
+            )
+        },
+    );
     // Inside MULTI too: queued, then run with the transaction's other commands, its shards
     // held with theirs.
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut c, &["EVAL", incr, "2", &a, &b]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["GET", &keys[1]]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["GET", &a]), "+QUEUED\r\n");
-    let next = 2 * ROUNDS + 1;
+    let next = 2 * HALF_SEEN_ROUNDS + 1;
     assert_eq!(
         call(&mut c, &["EXEC"]),
         format!("*3\r\n:{next}\r\n$-1\r\n$3\r\n{next}\r\n")

@@ -95,7 +95,12 @@ impl Node {
 
     /// `DIR/shard-0`.
     pub fn shard_dir(&self) -> PathBuf {
-        self.data.join("shard-0")
+        self.shard_dir_of(0)
+    }
+
+    /// `DIR/shard-N`.
+    pub fn shard_dir_of(&self, shard: u16) -> PathBuf {
+        self.data.join(format!("shard-{shard}"))
     }
 
     pub fn log_path(&self) -> PathBuf {
