@@ -5,10 +5,11 @@
 //! which Redis leaves out too: `mem_not_counted_for_evict`). The limit is the process's, not a
 //! fixed share per shard: a fixed share would refuse writes on a shard holding more than its
 //! share of the data (uneven slots, hot keys) while others have room. Each shard reads the
-//! allocator's figure at most once per `ALLOCATED_AGE_MS_MAX` and adds, in between, what its
-//! own thread allocated and freed since (jemalloc's per-thread counters, no lock, no atomic);
-//! the other shards' op log sizes are published through `ProcessMemory` (one relaxed atomic
-//! per shard). No shard takes another's lock.
+//! allocator's figure at most once per `ALLOCATED_AGE_MS_MAX` and adds, in between, what every
+//! shard's thread allocated and freed since (jemalloc's per-thread counters, which each shard
+//! publishes through `ProcessMemory` at its own readings: one relaxed atomic store, and a
+//! relaxed load per shard); the other shards' op log sizes are published there too. No shard
+//! takes another's lock.
 //!
 //! **Eviction** drops keys of the shard that runs the command, until the process is under
 //! the limit as this shard sees it, or until this shard's thread has freed as much as the
@@ -45,7 +46,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use meridian_crdt::{
     Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
@@ -72,8 +73,12 @@ const SAMPLE_TTL_SPAN_BUCKETS: usize = 4096;
 const TIME_CHECK_KEYS: u32 = 16;
 /// Keys or records a snapshot's private shard loads between two reports of its memory.
 const JOB_REPORT_RECORDS: u64 = 4096;
-/// How old the allocator's figure may be, in milliseconds, before a shard reads it again.
-pub const ALLOCATED_AGE_MS_MAX: u64 = 1;
+/// How old the allocator's figure may be, in milliseconds, before a shard reads it again
+/// (reading it merges every arena's statistics: at 1 ms it took a sixth of a shard's time
+/// under a write load past the limit). In between, every shard thread's own allocations are
+/// counted from their published counters (`ProcessMemory::nets`); the reading brings in what
+/// other threads (lazyfree, log writers) allocated and freed.
+pub const ALLOCATED_AGE_MS_MAX: u64 = 100;
 /// How long (ms) a shard whose eviction pass found only keys some peer lacks answers
 /// -OOM without sampling again, while no peer's ack moves (`Eviction::held_back_at`).
 pub const HELD_BACK_RETRY_MS: u64 = 100;
@@ -157,6 +162,9 @@ pub fn time_limit_us(tenacity: u64) -> Option<u64> {
 pub struct ProcessMemory {
     /// Per shard: its op log.
     not_counted: Vec<AtomicU64>,
+    /// Per shard: its thread's bytes allocated less those freed (jemalloc's per-thread
+    /// counters), as of its last reading of used memory.
+    nets: Vec<AtomicI64>,
     /// Per shard: the private shard of its background snapshot, while one runs (Redis's
     /// fork costs no allocated memory; this replay does).
     jobs: Vec<AtomicU64>,
@@ -182,6 +190,7 @@ impl ProcessMemory {
     pub fn new(shards: usize) -> Arc<ProcessMemory> {
         Arc::new(ProcessMemory {
             not_counted: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            nets: (0..shards.max(1)).map(|_| AtomicI64::new(0)).collect(),
             jobs: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
             over: AtomicBool::new(false),
             room_futile_until_ms: AtomicU64::new(0),
@@ -233,6 +242,28 @@ impl ProcessMemory {
                 .iter()
                 .enumerate()
                 .any(|(i, a)| i != me && a.load(Ordering::Relaxed))
+    }
+
+    /// Shard `shard`'s thread net allocation now.
+    fn publish_net(&self, shard: usize, net: i64) {
+        if let Some(a) = self.nets.get(shard) {
+            a.store(net, Ordering::Relaxed);
+        }
+    }
+
+    /// Every shard's published net allocation, in shard order.
+    fn nets(&self, out: &mut Vec<i64>) {
+        out.clear();
+        out.extend(self.nets.iter().map(|a| a.load(Ordering::Relaxed)));
+    }
+
+    /// What the shards' threads allocated less freed since `at` (`nets` then).
+    fn nets_since(&self, at: &[i64]) -> i64 {
+        self.nets
+            .iter()
+            .zip(at)
+            .map(|(a, b)| a.load(Ordering::Relaxed).wrapping_sub(*b))
+            .fold(0i64, i64::wrapping_add)
     }
 
     fn publish(&self, shard: usize, bytes: u64) {
@@ -326,10 +357,11 @@ pub struct Eviction {
     pub process: Arc<ProcessMemory>,
     /// This shard's place in `process`.
     process_index: usize,
-    /// The allocator's figure at the last reading, this thread's net allocation then, and
-    /// when (ms); `Cell`s so that reads of used memory take `&Shard`.
+    /// The allocator's figure at the last reading, every shard thread's net allocation
+    /// then (`ProcessMemory::nets`), and when (ms); cells so that reads of used memory take
+    /// `&Shard`.
     allocated: Cell<u64>,
-    net_at_read: Cell<i64>,
+    nets_at_read: std::cell::RefCell<Vec<i64>>,
     read_ms: Cell<u64>,
     /// `ProcessMemory::passes_freed` at that reading.
     passes_freed_at_read: Cell<u64>,
@@ -371,7 +403,7 @@ impl Eviction {
             process,
             process_index: 0,
             allocated: Cell::new(0),
-            net_at_read: Cell::new(0),
+            nets_at_read: std::cell::RefCell::new(Vec::new()),
             read_ms: Cell::new(0),
             passes_freed_at_read: Cell::new(0),
             cycle_wanted: false,
@@ -525,17 +557,21 @@ impl Shard {
         let e = &self.evict;
         e.process
             .publish(e.process_index, self.oplog.bytes() as u64);
-        let net = thread_net();
+        // A background snapshot's private shard (another thread) publishes nothing here.
+        if !e.job {
+            e.process.publish_net(e.process_index, thread_net());
+        }
         if e.read_ms.get() == 0 || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX {
             let _ = tikv_jemalloc_ctl::epoch::advance();
             let allocated = crate::alloc::allocated_live();
             e.allocated.set(allocated);
-            e.net_at_read.set(net);
+            e.process.nets(&mut e.nets_at_read.borrow_mut());
             e.read_ms.set(now_ms.max(1));
             e.passes_freed_at_read
                 .set(e.process.passes_freed.load(Ordering::Relaxed));
         }
-        let used = (e.allocated.get() as i64).saturating_add(net - e.net_at_read.get());
+        let since = e.process.nets_since(&e.nets_at_read.borrow());
+        let used = (e.allocated.get() as i64).saturating_add(since);
         u64::try_from(used)
             .unwrap_or(0)
             .saturating_sub(e.process.not_counted())
@@ -647,6 +683,11 @@ impl Shard {
                 .process
                 .passes_freed
                 .fetch_add(1, Ordering::Relaxed);
+            // This shard's own frees are in its thread's counters already: only another
+            // shard's pass makes its reading stale.
+            let e = &self.evict;
+            e.passes_freed_at_read
+                .set(e.passes_freed_at_read.get().wrapping_add(1));
         }
         self.evict.over = outcome != Outcome::Ok;
         self.evict.failed = outcome == Outcome::Fail;
