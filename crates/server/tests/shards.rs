@@ -516,17 +516,6 @@ fn blocking_pops_wait_on_keys_of_several_shards() {
     let srv = Server::start_with(&["--shards", SHARDS]);
     let keys = key_per_shard("bx");
     let mut admin = srv.connect();
-    let blocked = |admin: &mut Raw, n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let info = call(admin, &["INFO", "clients"]);
-            if info.contains(&format!("blocked_clients:{n}\r\n")) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{info}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
     // Woken by a push to each key in turn, from connections on every thread.
     for (i, k) in keys.iter().enumerate() {
         let mut w = srv.connect();
@@ -751,6 +740,19 @@ fn transactions_across_shards_are_atomic() {
         call(&mut c, &["SET", &a, "3"]);
         call(&mut c, &["SET", &b, "3"]);
         assert_eq!(call(&mut c, &["EXEC"]), "*2\r\n+OK\r\n+OK\r\n");
+    }
+}
+
+/// Waits (at most 5 s) until INFO counts `n` blocked clients.
+fn blocked(c: &mut Raw, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = call(c, &["INFO", "clients"]);
+        if info.contains(&format!("blocked_clients:{n}\r\n")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{info}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -1063,11 +1065,7 @@ fn list_moves_across_shards_like_redis() {
     call(&mut c, &["DEL", a, b]);
     let mut waiter = srv.connect();
     waiter.send(&common::cmd(&[b"BLPOP", b.as_bytes(), b"5"]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
-        assert!(Instant::now() < deadline, "never blocked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    blocked(&mut c, 1);
     call(&mut c, &["RPUSH", a, "x"]);
     assert_eq!(call(&mut c, &["RPOPLPUSH", a, b]), "$1\r\nx\r\n");
     let got = s(&waiter.read_reply());
@@ -1086,10 +1084,7 @@ fn list_moves_across_shards_like_redis() {
         b"RIGHT",
         b"0",
     ]));
-    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
-        assert!(Instant::now() < deadline, "never blocked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    blocked(&mut c, 1);
     assert_eq!(call(&mut c, &["RPUSH", a, "y"]), ":1\r\n");
     assert_eq!(s(&mover.read_reply()), "$1\r\ny\r\n");
     assert_eq!(call(&mut c, &["LRANGE", b, "0", "-1"]), "*1\r\n$1\r\ny\r\n");
@@ -1100,10 +1095,7 @@ fn list_moves_across_shards_like_redis() {
         b.as_bytes(),
         b"0",
     ]));
-    while !call(&mut c, &["INFO", "clients"]).contains("blocked_clients:1\r\n") {
-        assert!(Instant::now() < deadline, "never blocked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    blocked(&mut c, 1);
     assert_eq!(call(&mut c, &["CLIENT", "UNBLOCK", &id]), ":1\r\n");
     assert_eq!(s(&mover.read_reply()), "*-1\r\n");
     assert!(call(&mut c, &["INFO", "clients"]).contains("blocked_clients:0\r\n"));
