@@ -3135,8 +3135,8 @@ impl Conn {
         // holds one shard's.
         let other_link = |t: u16| self.watch_link.as_ref().is_some_and(|w| w.shard != t);
         let t = match at {
-            KeysAt::Shard(t) if !other_link(t) => t,
-            KeysAt::None if !other_link(self.th.index) => self.th.index,
+            KeysAt::Shard(t) if !other_link(t) => Some(t),
+            KeysAt::None if !other_link(self.th.index) => Some(self.th.index),
             // Keys of several shards of this process: each shard watches its own, for a
             // transaction that runs across them (`tx_across`).
             KeysAt::Many if self.watch_link.is_none() && self.client.multi.is_none() => {
@@ -3177,23 +3177,18 @@ impl Conn {
                     self.out.raw(&reply);
                     return;
                 }
-                let mut f = self.th.front.borrow_mut();
-                if let Some(st) = f.stats.commands.get_mut(spec.idx) {
-                    st.rejected_calls += 1;
-                }
-                self.out.proto = self.client.shared.proto.get();
-                cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
-                return;
+                None
             }
-            _ => {
-                let mut f = self.th.front.borrow_mut();
-                if let Some(st) = f.stats.commands.get_mut(spec.idx) {
-                    st.rejected_calls += 1;
-                }
-                self.out.proto = self.client.shared.proto.get();
-                cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
-                return;
+            _ => None,
+        };
+        let Some(t) = t else {
+            let mut f = self.th.front.borrow_mut();
+            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                st.rejected_calls += 1;
             }
+            self.out.proto = self.client.shared.proto.get();
+            cmd::reply_error(&mut f, &mut self.out, &CmdError::CrossSlot);
+            return;
         };
         if self.th.node.remote_endpoint(t).is_some() {
             let reply = self.watch_remote(t, &argv).await;
