@@ -832,12 +832,20 @@ impl Conn {
         use crate::evict::Outcome;
         self.room = Room::Made;
         let mut progress = false;
-        for t in self.th.node.local_shards() {
-            let outcome = hop::run_on(&self.th, t, |th| {
+        let shards = self.th.node.local_shards();
+        let n = shards.len().max(1);
+        let first = self.th.shard.borrow().evict.process.next_room_round() % n;
+        for i in 0..n {
+            let t = shards.start + u16::try_from((first + i) % n).unwrap_or(0);
+            let fresh = i == 0;
+            let outcome = hop::run_on(&self.th, t, move |th| {
                 let mut s = th.shard.borrow_mut();
                 let now = s.now_ms();
-                // Another thread's growth (the write that went over) counts at once.
-                s.forget_used_memory_reading();
+                // Other threads' growth (lazy frees, log writers) counts at once: one new
+                // reading of the allocator, which every shard shares.
+                if fresh {
+                    s.forget_used_memory_reading();
+                }
                 let outcome = s.perform_evictions(now);
                 drop(s);
                 th.front.borrow_mut().wake_deferred();

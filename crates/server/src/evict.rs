@@ -4,12 +4,16 @@
 //! caches hold (`alloc::allocated_live`: what the process has allocated and not freed) less the bytes of every shard's op log (the replication backlog,
 //! which Redis leaves out too: `mem_not_counted_for_evict`). The limit is the process's, not a
 //! fixed share per shard: a fixed share would refuse writes on a shard holding more than its
-//! share of the data (uneven slots, hot keys) while others have room. Each shard reads the
-//! allocator's figure at most once per `ALLOCATED_AGE_MS_MAX` and adds, in between, what every
-//! shard's thread allocated and freed since (jemalloc's per-thread counters, which each shard
-//! publishes through `ProcessMemory` at its own readings: one relaxed atomic store, and a
-//! relaxed load per shard); the other shards' op log sizes are published there too. No shard
-//! takes another's lock.
+//! share of the data (uneven slots, hot keys) while others have room. The allocator's figure
+//! is read at most once per `ALLOCATED_AGE_MS_MAX`, by whichever shard needs it first, for
+//! every shard (`Reading`, a sequence lock: no shard waits on another); in between, each adds
+//! what every shard's thread allocated and freed since (jemalloc's per-thread counters, which
+//! each shard publishes through `ProcessMemory` when it reads used memory and when it hands
+//! another shard a batch: one relaxed atomic store, and a relaxed load per shard); the other
+//! shards' op log sizes are published there too. So every shard sees the same figure, give or
+//! take the commands running at that moment, and the shard a write lands on is the one that
+//! evicts for it: a shard whose own reading ran high would otherwise do the others' evicting
+//! and lose its recently used keys while they kept older ones. No shard takes another's lock.
 //!
 //! **Eviction** drops keys of the shard that runs the command, until the process is under
 //! the limit as this shard sees it, or until this shard's thread has freed as much as the
@@ -46,7 +50,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use meridian_crdt::{
     Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
@@ -163,8 +167,10 @@ pub struct ProcessMemory {
     /// Per shard: its op log.
     not_counted: Vec<AtomicU64>,
     /// Per shard: its thread's bytes allocated less those freed (jemalloc's per-thread
-    /// counters), as of its last reading of used memory.
-    nets: Vec<AtomicI64>,
+    /// counters), as of its last reading of used memory or its last batch handed to another
+    /// shard (`publish_thread_net`). A line each: a shard stores its own on every batch it
+    /// forwards, and another reads it only past a limit.
+    nets: Vec<PaddedNet>,
     /// Per shard: the private shard of its background snapshot, while one runs (Redis's
     /// fork costs no allocated memory; this replay does).
     jobs: Vec<AtomicU64>,
@@ -177,25 +183,63 @@ pub struct ProcessMemory {
     /// Until when (ms) asking every shard is not worth it: the last round left the process
     /// over (every shard out of candidates, or holding them back for peers).
     room_futile_until_ms: AtomicU64,
-    /// Eviction passes that freed keys, on any shard: another shard's cached reading of
-    /// the allocator no longer counts what they freed, and it reads again before it evicts.
-    passes_freed: AtomicU64,
     /// Per shard: at its last eviction pass it held keys the policy evicts and the pass did
     /// not fail (it found the process under, or evicted). While another shard's is set, a shard with nothing to evict runs a
     /// command that may use memory rather than refuse it (`Shard::oom_refuses`).
     evictable: Vec<AtomicBool>,
+    /// The last reading of the allocator (`Shard::used_memory_counted`).
+    reading: Reading,
+    /// Rounds of `conn::Conn::make_room` begun: each starts at the next shard, so that the
+    /// shard asked first (which frees the whole excess when it can) is not always the same
+    /// one, and every shard's oldest keys go before another's younger ones.
+    room_rounds: AtomicUsize,
 }
+
+/// The allocator's figure, read by one shard for every shard of the process, with every
+/// shard's published net allocation at that moment: a sequence lock (`seq` odd while a
+/// shard writes it; readers retry, a bounded number of times, and never wait on a lock).
+#[derive(Debug)]
+struct Reading {
+    seq: AtomicU64,
+    allocated: AtomicU64,
+    /// When (ms, the reading shard's clock; 0: never).
+    at_ms: AtomicU64,
+    nets: Vec<AtomicI64>,
+}
+
+/// How many times a shard reads `Reading` again when a write raced it, before taking what
+/// it read (a figure off by what one command allocated, for one decision).
+const READING_RETRIES_MAX: u32 = 64;
+
+/// A shard's net allocation before it first published one.
+const NET_UNPUBLISHED: i64 = i64::MIN;
+
+/// One shard's published net allocation, alone on its cache line: its shard stores it on
+/// every batch it forwards, which must not make the other shards' lines bounce.
+#[derive(Debug)]
+#[repr(align(128))]
+struct PaddedNet(AtomicI64);
 
 impl ProcessMemory {
     pub fn new(shards: usize) -> Arc<ProcessMemory> {
         Arc::new(ProcessMemory {
             not_counted: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
-            nets: (0..shards.max(1)).map(|_| AtomicI64::new(0)).collect(),
+            nets: (0..shards.max(1))
+                .map(|_| PaddedNet(AtomicI64::new(NET_UNPUBLISHED)))
+                .collect(),
             jobs: (0..shards.max(1)).map(|_| AtomicU64::new(0)).collect(),
             over: AtomicBool::new(false),
             room_futile_until_ms: AtomicU64::new(0),
-            passes_freed: AtomicU64::new(0),
             evictable: (0..shards.max(1)).map(|_| AtomicBool::new(true)).collect(),
+            room_rounds: AtomicUsize::new(0),
+            reading: Reading {
+                seq: AtomicU64::new(0),
+                allocated: AtomicU64::new(0),
+                at_ms: AtomicU64::new(0),
+                nets: (0..shards.max(1))
+                    .map(|_| AtomicI64::new(NET_UNPUBLISHED))
+                    .collect(),
+            },
         })
     }
 
@@ -225,6 +269,12 @@ impl ProcessMemory {
         self.not_counted.len()
     }
 
+    /// A number that grows by one per round of asking every shard to make room: the round
+    /// starts at the shard it names, modulo the shards.
+    pub fn next_room_round(&self) -> usize {
+        self.room_rounds.fetch_add(1, Ordering::Relaxed)
+    }
+
     fn note_evictable(&self, shard: usize, evictable: bool) {
         if let Some(a) = self.evictable.get(shard) {
             if a.load(Ordering::Relaxed) != evictable {
@@ -246,23 +296,101 @@ impl ProcessMemory {
 
     /// Shard `shard`'s thread net allocation now.
     fn publish_net(&self, shard: usize, net: i64) {
-        if let Some(a) = self.nets.get(shard) {
-            a.store(net, Ordering::Relaxed);
+        let Some(a) = self.nets.get(shard) else {
+            return;
+        };
+        // A first figure is the base the reading counts this shard's changes from (the
+        // reading took everything it held until then).
+        if a.0.load(Ordering::Relaxed) == NET_UNPUBLISHED {
+            if let Some(then) = self.reading.nets.get(shard) {
+                let _ = then.compare_exchange(
+                    NET_UNPUBLISHED,
+                    net,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
         }
+        a.0.store(net, Ordering::Relaxed);
     }
 
-    /// Every shard's published net allocation, in shard order.
-    fn nets(&self, out: &mut Vec<i64>) {
-        out.clear();
-        out.extend(self.nets.iter().map(|a| a.load(Ordering::Relaxed)));
+    /// Publishes the calling thread's net allocation as shard `shard`'s (its place in the
+    /// process), before it hands another shard a batch: the commands' arguments it
+    /// allocated become that shard's keys and values, and the other shards' figures must
+    /// count them from then on. Otherwise a shard whose connections forward most of their
+    /// commands shows the others less than it holds until its own next reading, they find
+    /// the process under its limit while it finds it over, and it alone evicts: its own
+    /// recently read keys went while the others kept older ones (allkeys-lru stops being
+    /// LRU across shards).
+    pub fn publish_thread_net(&self, shard: usize) {
+        self.publish_net(shard, thread_net());
     }
 
-    /// What the shards' threads allocated less freed since `at` (`nets` then).
-    fn nets_since(&self, at: &[i64]) -> i64 {
+    /// The process's allocated bytes now, as every shard sees them: the last reading of the
+    /// allocator, or a new one when it is `ALLOCATED_AGE_MS_MAX` old or `fresh` asks for
+    /// one, plus what every shard's thread allocated less freed since (published nets).
+    fn allocated_now(&self, now_ms: u64, fresh: bool) -> i64 {
+        let r = &self.reading;
+        for _ in 0..READING_RETRIES_MAX {
+            let seq = r.seq.load(Ordering::Acquire);
+            if seq % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let at = r.at_ms.load(Ordering::Relaxed);
+            let stale = fresh || at == 0 || now_ms.saturating_sub(at) >= ALLOCATED_AGE_MS_MAX;
+            if stale
+                && r.seq
+                    .compare_exchange(
+                        seq,
+                        seq.wrapping_add(1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                std::sync::atomic::fence(Ordering::Release);
+                let _ = tikv_jemalloc_ctl::epoch::advance();
+                let allocated = crate::alloc::allocated_live();
+                r.allocated.store(allocated, Ordering::Relaxed);
+                r.at_ms.store(now_ms.max(1), Ordering::Relaxed);
+                for (then, now) in r.nets.iter().zip(&self.nets) {
+                    then.store(now.0.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                r.seq.store(seq.wrapping_add(2), Ordering::Release);
+                return i64::try_from(allocated).unwrap_or(i64::MAX);
+            }
+            let allocated = r.allocated.load(Ordering::Relaxed);
+            let since = self.nets_since();
+            std::sync::atomic::fence(Ordering::Acquire);
+            if r.seq.load(Ordering::Relaxed) == seq {
+                return i64::try_from(allocated)
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(since);
+            }
+        }
+        // Written over and over meanwhile: the figure as it stands, torn or not.
+        i64::try_from(r.allocated.load(Ordering::Relaxed))
+            .unwrap_or(i64::MAX)
+            .saturating_add(self.nets_since())
+    }
+
+    /// What the shards' threads allocated less freed since the last reading. A shard that
+    /// had published nothing then counts from its first figure (`publish_net`): that figure
+    /// is all it holds since its thread started (everything it freed of memory other
+    /// threads allocated, too), which the reading counted already; taken as a change, it
+    /// made the others see the process under its limit by that much while that shard saw
+    /// it over.
+    fn nets_since(&self) -> i64 {
         self.nets
             .iter()
-            .zip(at)
-            .map(|(a, b)| a.load(Ordering::Relaxed).wrapping_sub(*b))
+            .zip(&self.reading.nets)
+            .map(
+                |(a, b)| match (a.0.load(Ordering::Relaxed), b.load(Ordering::Relaxed)) {
+                    (NET_UNPUBLISHED, _) | (_, NET_UNPUBLISHED) => 0,
+                    (now, then) => now.wrapping_sub(then),
+                },
+            )
             .fold(0i64, i64::wrapping_add)
     }
 
@@ -357,14 +485,9 @@ pub struct Eviction {
     pub process: Arc<ProcessMemory>,
     /// This shard's place in `process`.
     process_index: usize,
-    /// The allocator's figure at the last reading, every shard thread's net allocation
-    /// then (`ProcessMemory::nets`), and when (ms); cells so that reads of used memory take
-    /// `&Shard`.
-    allocated: Cell<u64>,
-    nets_at_read: std::cell::RefCell<Vec<i64>>,
-    read_ms: Cell<u64>,
-    /// `ProcessMemory::passes_freed` at that reading.
-    passes_freed_at_read: Cell<u64>,
+    /// The next reading of used memory asks the allocator (`forget_used_memory_reading`); a
+    /// cell so that reads of used memory take `&Shard`.
+    fresh_reading: Cell<bool>,
     /// The periodic cycle runs a pass next (`start_cycle`).
     cycle_wanted: bool,
     /// Candidates, ascending by score (the best last), at most `POOL_KEYS_MAX`.
@@ -402,10 +525,7 @@ impl Eviction {
         Eviction {
             process,
             process_index: 0,
-            allocated: Cell::new(0),
-            nets_at_read: std::cell::RefCell::new(Vec::new()),
-            read_ms: Cell::new(0),
-            passes_freed_at_read: Cell::new(0),
+            fresh_reading: Cell::new(false),
             cycle_wanted: false,
             pool: Vec::with_capacity(POOL_KEYS_MAX),
             rng: 0x2545_f491_4f6c_dd1d,
@@ -561,26 +681,19 @@ impl Shard {
         if !e.job {
             e.process.publish_net(e.process_index, thread_net());
         }
-        if e.read_ms.get() == 0 || now_ms.saturating_sub(e.read_ms.get()) >= ALLOCATED_AGE_MS_MAX {
-            let _ = tikv_jemalloc_ctl::epoch::advance();
-            let allocated = crate::alloc::allocated_live();
-            e.allocated.set(allocated);
-            e.process.nets(&mut e.nets_at_read.borrow_mut());
-            e.read_ms.set(now_ms.max(1));
-            e.passes_freed_at_read
-                .set(e.process.passes_freed.load(Ordering::Relaxed));
-        }
-        let since = e.process.nets_since(&e.nets_at_read.borrow());
-        let used = (e.allocated.get() as i64).saturating_add(since);
+        let used = e
+            .process
+            .allocated_now(now_ms, e.fresh_reading.replace(false));
         u64::try_from(used)
             .unwrap_or(0)
             .saturating_sub(e.process.not_counted())
     }
 
     /// Makes the next reading of used memory ask the allocator, so that it counts what
-    /// other threads allocated and freed since this shard last did.
+    /// threads other than the shards' (log writers, lazy frees) allocated and freed since
+    /// the last reading.
     pub fn forget_used_memory_reading(&self) {
-        self.evict.read_ms.set(0);
+        self.evict.fresh_reading.set(true);
     }
 
     /// Counts `n` peers' ops applied while over the limit (applied all the same: refusing
@@ -675,20 +788,8 @@ impl Shard {
         now_ms: u64,
         used: &mut dyn FnMut(&Shard) -> u64,
     ) -> Outcome {
-        let evicted_before = self.stats.evicted_keys;
         self.evict.cycle_wanted = false;
         let outcome = self.evict_until_under(now_ms, used);
-        if self.stats.evicted_keys != evicted_before {
-            self.evict
-                .process
-                .passes_freed
-                .fetch_add(1, Ordering::Relaxed);
-            // This shard's own frees are in its thread's counters already: only another
-            // shard's pass makes its reading stale.
-            let e = &self.evict;
-            e.passes_freed_at_read
-                .set(e.passes_freed_at_read.get().wrapping_add(1));
-        }
         self.evict.over = outcome != Outcome::Ok;
         self.evict.failed = outcome == Outcome::Fail;
         outcome
@@ -701,17 +802,8 @@ impl Shard {
         if max == 0 || self.pause_at(now_ms).is_some() || self.persist.recovering {
             return Outcome::Ok;
         }
-        let mut used_at_start = used(self);
-        // Over as this shard's reading says: if another shard evicted since that reading, it
-        // does not count what they freed; read again before evicting (only then, so that
-        // steady eviction elsewhere does not cost every command an allocator reading).
-        if used_at_start > max
-            && self.evict.process.passes_freed.load(Ordering::Relaxed)
-                != self.evict.passes_freed_at_read.get()
-        {
-            self.forget_used_memory_reading();
-            used_at_start = used(self);
-        }
+        // What other shards freed is in their published nets: no new reading needed here.
+        let used_at_start = used(self);
         if used_at_start <= max {
             return Outcome::Ok;
         }
@@ -1165,6 +1257,34 @@ mod tests {
             .perform_evictions_by(now, &mut |s: &Shard| s.key_count() as u64 * KEY_BYTES);
         h.shard.config.maxmemory = 0;
         outcome
+    }
+
+    /// Every shard adds the same published nets to the one shared reading; a shard's first
+    /// published figure (all it freed of other threads' memory since it started) is no
+    /// change, and its later ones count from it.
+    #[test]
+    fn shards_share_one_reading_and_a_first_figure_is_no_change() {
+        let p = ProcessMemory::new(2);
+        p.publish_net(0, 1000);
+        let base = p.allocated_now(1, true);
+        p.publish_net(1, -5000);
+        assert_eq!(p.allocated_now(2, false), base);
+        p.publish_net(1, -4000);
+        assert_eq!(p.allocated_now(3, false), base + 1000);
+        p.publish_net(0, 1500);
+        assert_eq!(p.allocated_now(4, false), base + 1500);
+        // Not yet `ALLOCATED_AGE_MS_MAX` old: the same reading, whoever asks.
+        assert_eq!(p.reading.at_ms.load(Ordering::Relaxed), 1);
+        assert_eq!(p.allocated_now(ALLOCATED_AGE_MS_MAX, false), base + 1500);
+        // As old as that: a new reading, from which the published nets count again.
+        let _ = p.allocated_now(ALLOCATED_AGE_MS_MAX + 1, false);
+        assert_eq!(
+            p.reading.at_ms.load(Ordering::Relaxed),
+            ALLOCATED_AGE_MS_MAX + 1
+        );
+        assert_eq!(p.nets_since(), 0);
+        p.publish_net(1, -3000);
+        assert_eq!(p.nets_since(), 1000);
     }
 
     fn exists(h: &mut Harness, key: &str) -> bool {

@@ -361,6 +361,9 @@ pub async fn send(
         return Ok(rx);
     }
     let inbox = th.node.inbox(shard).ok_or(Unavailable { shard })?;
+    th.node
+        .memory
+        .publish_thread_net(usize::from(th.index.saturating_sub(th.node.first)));
     let (tx, rx) = oneshot::channel();
     inbox
         .send(Msg::Batch(batch, tx))
