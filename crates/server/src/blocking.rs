@@ -87,6 +87,8 @@ fn stand_in(shard: &Shard, p: &Parked, now_ms: u64) -> (Client, Reply) {
     *shared.name.borrow_mut() = v.name.clone();
     *shared.user.borrow_mut() = v.user.as_ref().and_then(|n| shard.acl.user(n).cloned());
     *shared.tracking.borrow_mut() = v.tracking.clone();
+    // A command CLIENT PAUSE postponed blocks, if it does, in the place of its first run.
+    shared.read_ns.set(v.read_ns);
     let mut client = Client::new(shared);
     client.dirty = v.dirty.clone();
     client.last_write_seq = p.last_write_seq;
@@ -319,9 +321,13 @@ impl Ctx<'_> {
         }
         let db = self.client.db;
         let id = self.client.id();
-        self.shard
-            .blocking
-            .register(id, self.client.shared.mailbox.clone(), db, keys);
+        self.shard.blocking.register(
+            id,
+            self.client.shared.mailbox.clone(),
+            db,
+            keys,
+            self.client.shared.read_ns.get(),
+        );
         self.client.shared.blocked.set(true);
         self.client.blocked = Some(BlockedOn {
             db,

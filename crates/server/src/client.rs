@@ -225,6 +225,13 @@ pub struct ClientShared {
     pub last_interaction_ms: Cell<u64>,
     /// Bytes of unparsed input and of pending output, updated once per read.
     pub qbuf_bytes: Cell<usize>,
+    /// When (`time::mono_ns`) the connection read the input it is running, or resumed
+    /// running it after a blocked command was answered: the place of a command that blocks
+    /// in its keys' queues (`BlockRegistry::register`). Redis serves clients blocked on a key
+    /// in the order its one thread ran their commands, which is the order it read them;
+    /// here a command read on one thread may reach the keys' shard after one read later on
+    /// another (reads less than `waiters::READ_AT_ONCE_NS` apart count as at once).
+    pub read_ns: Cell<u64>,
     /// Bytes the read buffer has allocated (CLIENT LIST `qbuf` + `qbuf-free`), updated when
     /// its size changes.
     pub qbuf_cap_bytes: Cell<usize>,
@@ -362,6 +369,7 @@ impl ClientShared {
             last_interaction_ms: Cell::new(now_ms),
             qbuf_bytes: Cell::new(0),
             qbuf_cap_bytes: Cell::new(0),
+            read_ns: Cell::new(0),
             qbuf_peak_bytes: Cell::new(0),
             qbuf_resize: Cell::new(None),
             obuf_bytes: Cell::new(0),

@@ -367,8 +367,13 @@ async fn read_some(
     stream: &ClientStream,
     buf: &mut BytesMut,
     want: usize,
+    read_ns: &std::cell::Cell<u64>,
 ) -> std::io::Result<usize> {
-    stream.read_some(buf, want).await
+    let n = stream.read_some(buf, want).await?;
+    if n > 0 {
+        read_ns.set(crate::time::mono_ns());
+    }
+    Ok(n)
 }
 
 /// Resizes a read buffer to `target` bytes of room (never below what it holds; 0: gives it
@@ -651,7 +656,7 @@ impl Conn {
                     .max(READ_CHUNK_BYTES_MIN);
                 let mailbox = self.client.shared.mailbox.clone();
                 let n = tokio::select! {
-                    r = read_some(stream, &mut rbuf, want) => r,
+                    r = read_some(stream, &mut rbuf, want, &self.client.shared.read_ns) => r,
                     () = mailbox.wake.notified() => {
                         let shared = &self.client.shared;
                         if let Some(target) = shared.qbuf_resize.take() {
@@ -1760,7 +1765,7 @@ impl Conn {
         };
         tokio::select! {
             biased;
-            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
+            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN, &self.client.shared.read_ns) => match r {
                 Ok(0) | Err(_) => return false,
                 Ok(n) => {
                     self.th.front.borrow_mut().stats.net_input_bytes += n as u64;
@@ -3481,8 +3486,13 @@ impl Conn {
                 let got = hop::run_on(&self.th, shard, move |t| {
                     let mut s = t.shard.borrow_mut();
                     // Registered before looking: an ack after the look still wakes us.
-                    s.blocking
-                        .register(id, mb, crate::sync::WAIT_DB, &[crate::sync::WAIT_KEY]);
+                    s.blocking.register(
+                        id,
+                        mb,
+                        crate::sync::WAIT_DB,
+                        &[crate::sync::WAIT_KEY],
+                        crate::time::mono_ns(),
+                    );
                     s.sites_acked(target)
                 })
                 .await
@@ -3543,7 +3553,7 @@ impl Conn {
         // consumes nothing.
         let event = tokio::select! {
             biased;
-            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN) => match r {
+            r = read_some(stream, rbuf, READ_CHUNK_BYTES_MIN, &self.client.shared.read_ns) => match r {
                 Ok(0) | Err(_) => return None,
                 Ok(n) => BlockedEvent::Input(n),
             },
@@ -3613,6 +3623,9 @@ impl Conn {
     fn end_wait(&mut self) {
         self.client.blocked = None;
         self.client.shared.blocked.set(false);
+        // The commands pipelined behind it run now, as Redis runs them when it unblocks
+        // the client: a later one that blocks queues behind those that blocked meanwhile.
+        self.client.shared.read_ns.set(crate::time::mono_ns());
     }
 
     /// The shard `shard` served the blocked command: its write counts as this connection's

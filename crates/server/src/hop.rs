@@ -98,6 +98,8 @@ pub struct ClientView {
     pub dirty: WatchFlag,
     /// CLIENT TRACKING in force: the keys its reads run here are remembered here.
     pub tracking: Option<Arc<crate::client::Tracker>>,
+    /// `ClientShared::read_ns` when the batch was made.
+    pub read_ns: u64,
     /// Reply bytes the batch may produce before its client breaks its hard output limit
     /// (`client-output-buffer-limit`, less what the connection already holds; 0: no limit).
     /// The batch runs no command past it (`Done::cut`), as Redis runs nothing more for a
@@ -123,6 +125,7 @@ impl ClientView {
             mailbox: s.mailbox.clone(),
             dirty: WatchFlag::default(),
             tracking: s.tracking.borrow().clone(),
+            read_ns: s.read_ns.get(),
             output_bytes_max: 0,
         }
     }
@@ -791,6 +794,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     *shared.name.borrow_mut() = view.name;
     *shared.user.borrow_mut() = view.user.and_then(|n| s.acl.user(&n).cloned());
     *shared.tracking.borrow_mut() = view.tracking;
+    shared.read_ns.set(view.read_ns);
     let mut client = Client::new(shared);
     client.dirty = view.dirty;
     let mut out = Reply {

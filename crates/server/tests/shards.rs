@@ -756,6 +756,10 @@ fn blocked(c: &mut Raw, n: usize) {
     }
 }
 
+/// Rounds of two clients blocking on one key from different threads, in
+/// `pubsub_and_blocking_pops_across_threads`.
+const BLOCKED_ORDER_ROUNDS: usize = 50;
+
 /// Rounds of each client in `assert_never_half_seen`.
 const HALF_SEEN_ROUNDS: usize = 300;
 
@@ -1579,6 +1583,27 @@ fn pubsub_and_blocking_pops_across_threads() {
         );
         // Pipelined after the pop, served once it is answered.
         assert_eq!(call(w, &["PING"]), "+PONG\r\n");
+    }
+    // Clients blocked on one key from connections on different threads are served in the
+    // order they sent their commands, as Redis's one thread reads them (Redis's suite,
+    // "BRPOPLPUSH with multiple blocked clients"): the first one's destination holds a
+    // string, so it gets WRONGTYPE and the element goes to the second. The push follows at
+    // once, as there; the order of the two registrations must not follow which thread's
+    // hop arrived first.
+    for round in 0..BLOCKED_ORDER_ROUNDS {
+        let mut rd1 = srv.connect();
+        let mut rd2 = srv.connect();
+        call(&mut publ, &["DEL", "bl{t}", "t1{t}", "t2{t}"]);
+        call(&mut publ, &["SET", "t1{t}", "nolist"]);
+        rd1.send(&common::cmd(&[b"BRPOPLPUSH", b"bl{t}", b"t1{t}", b"0"]));
+        rd2.send(&common::cmd(&[b"BRPOPLPUSH", b"bl{t}", b"t2{t}", b"0"]));
+        blocked(&mut publ, 2);
+        assert_eq!(call(&mut publ, &["LPUSH", "bl{t}", "foo"]), ":1\r\n");
+        assert!(
+            s(&rd1.read_reply()).starts_with("-WRONGTYPE"),
+            "round {round}"
+        );
+        assert_eq!(s(&rd2.read_reply()), "$3\r\nfoo\r\n", "round {round}");
     }
     // A timeout on another thread's shard: the null array.
     let mut t = srv.connect();

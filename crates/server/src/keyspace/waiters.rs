@@ -57,6 +57,26 @@ struct Waiter {
     /// Not counted in `len` (INFO `blocked_clients`): the registrations of a client blocked
     /// on keys of several shards but one, where it counts (`register_quiet`).
     quiet: bool,
+    /// When its command was read (`register`).
+    read_ns: u64,
+}
+
+/// Commands read on different threads less than this apart (ns) count as read at once: a
+/// thread woken later may read first what reached the socket later (the wake-up of an idle
+/// thread varies by tens of microseconds, more on a loaded machine), so the read times of two
+/// clients' commands sent a few microseconds apart do not say which came first.
+pub const READ_AT_ONCE_NS: u64 = 1_000_000;
+
+/// Whether the command of client `a`, read at `a.0`, goes behind that of client `b` in a
+/// key's queue: read later, beyond `READ_AT_ONCE_NS`; within it, the younger connection
+/// goes behind (ids follow accept order), which is the order of a client that opens its
+/// connections, then sends on each in turn, as Redis's own tests do.
+fn read_after(a: (u64, u64), b: (u64, u64)) -> bool {
+    if a.0.abs_diff(b.0) < READ_AT_ONCE_NS {
+        a.1 > b.1
+    } else {
+        a.0 > b.0
+    }
 }
 
 /// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -87,10 +107,20 @@ impl BlockRegistry {
         self.clients.contains_key(&id)
     }
 
-    /// Registers client `id` on `keys` of `db` (duplicates count once), at the back of each
-    /// key's queue. A client already registered is registered again from scratch.
-    pub fn register(&mut self, id: u64, wake: Arc<dyn Wake>, db: usize, keys: &[&[u8]]) {
-        self.register_waiter(id, wake, db, keys, false);
+    /// Registers client `id` on `keys` of `db` (duplicates count once), in each key's queue
+    /// behind every client whose command was read no later than `read_ns` (its connection's
+    /// `ClientShared::read_ns`) and ahead of those read after it: a command read first on
+    /// one thread may arrive here after one read later on another. A client already
+    /// registered is registered again from scratch.
+    pub fn register(
+        &mut self,
+        id: u64,
+        wake: Arc<dyn Wake>,
+        db: usize,
+        keys: &[&[u8]],
+        read_ns: u64,
+    ) {
+        self.register_waiter(id, wake, db, keys, false, read_ns);
     }
 
     /// Registers client `id` on `keys` of `db` to be woken by every write to them, not in a
@@ -105,7 +135,7 @@ impl BlockRegistry {
         keys: &[&[u8]],
         counted: bool,
     ) {
-        self.register_waiter(id, wake, db, keys, false);
+        self.register_waiter(id, wake, db, keys, false, u64::MAX);
         if let Some(w) = self.clients.get_mut(&id) {
             w.wake_all = true;
             if !counted {
@@ -118,7 +148,7 @@ impl BlockRegistry {
     /// Registers a client postponed by CLIENT PAUSE: it waits on no key and is woken by
     /// `wake_postponed`.
     pub fn register_postponed(&mut self, id: u64, wake: Arc<dyn Wake>) {
-        self.register_waiter(id, wake, 0, &[], true);
+        self.register_waiter(id, wake, 0, &[], true, u64::MAX);
     }
 
     fn register_waiter(
@@ -128,6 +158,7 @@ impl BlockRegistry {
         db: usize,
         keys: &[&[u8]],
         postponed: bool,
+        read_ns: u64,
     ) {
         self.unregister(id);
         let mut mine: Vec<(usize, Vec<u8>)> = Vec::with_capacity(keys.len());
@@ -136,7 +167,17 @@ impl BlockRegistry {
                 continue;
             }
             mine.push((db, k.to_vec()));
-            self.keys.entry((db, k.to_vec())).or_default().push_back(id);
+            let q = self.keys.entry((db, k.to_vec())).or_default();
+            // Mostly at the back: only a registration that overtook this one goes behind it.
+            let mut at = q.len();
+            while at > 0
+                && q.get(at - 1)
+                    .and_then(|c| self.clients.get(c).map(|w| (*c, w.read_ns)))
+                    .is_some_and(|(other, other_ns)| read_after((other_ns, other), (read_ns, id)))
+            {
+                at -= 1;
+            }
+            q.insert(at, id);
         }
         self.clients.insert(
             id,
@@ -147,6 +188,7 @@ impl BlockRegistry {
                 wake_all: false,
                 postponed,
                 quiet: false,
+                read_ns,
             },
         );
     }
@@ -282,9 +324,9 @@ mod tests {
     #[test]
     fn fifo_wake_skips_woken_clients() {
         let mut r = BlockRegistry::default();
-        r.register(1, w(), 0, &[b"k", b"j"]);
-        r.register(2, w(), 0, &[b"k"]);
-        r.register(3, w(), 0, &[b"k", b"k"]);
+        r.register(1, w(), 0, &[b"k", b"j"], 10);
+        r.register(2, w(), 0, &[b"k"], 20);
+        r.register(3, w(), 0, &[b"k", b"k"], 30);
         assert_eq!(r.len(), 3);
         assert_eq!(r.waiters(0, b"k"), vec![1, 2, 3]);
         assert_eq!(r.waiters(0, b"j"), vec![1]);
@@ -310,10 +352,38 @@ mod tests {
         assert_eq!(r.signal(0, b"k"), None);
     }
 
+    /// A command read before others that blocked first (it came from another thread) takes
+    /// its place ahead of them, on each of its keys; one read at the same time goes behind.
+    #[test]
+    fn queues_follow_the_order_commands_were_read() {
+        let mut r = BlockRegistry::default();
+        const MS: u64 = 1_000_000;
+        r.register(20, w(), 0, &[b"k"], 20 * MS);
+        r.register(40, w(), 0, &[b"k", b"j"], 40 * MS);
+        r.register(10, w(), 0, &[b"j", b"k"], 10 * MS);
+        r.register(30, w(), 0, &[b"k"], 30 * MS);
+        assert_eq!(r.waiters(0, b"k"), vec![10, 20, 30, 40]);
+        assert_eq!(r.waiters(0, b"j"), vec![10, 40]);
+        // Read within READ_AT_ONCE_NS of another: the older connection goes first, whichever
+        // came here first.
+        r.register(29, w(), 0, &[b"k"], 30 * MS + READ_AT_ONCE_NS - 1);
+        r.register(31, w(), 0, &[b"k"], 30 * MS - 1);
+        assert_eq!(r.waiters(0, b"k"), vec![10, 20, 29, 30, 31, 40]);
+        // One read exactly READ_AT_ONCE_NS later is later.
+        r.register(5, w(), 0, &[b"j"], 40 * MS + READ_AT_ONCE_NS);
+        assert_eq!(r.waiters(0, b"j"), vec![10, 40, 5]);
+        assert_eq!(r.signal(0, b"k"), Some(10));
+        assert_eq!(r.signal(0, b"k"), Some(20));
+        // Waking registrations go at the back, whatever was read when.
+        r.register_waking(6, w(), 0, &[b"j"], true);
+        r.register(7, w(), 0, &[b"j"], 0);
+        assert_eq!(r.waiters(0, b"j"), vec![7, 10, 40, 5, 6]);
+    }
+
     #[test]
     fn waking_registrations_wake_on_every_write_and_count_once() {
         let mut r = BlockRegistry::default();
-        r.register(1, w(), 0, &[b"k"]);
+        r.register(1, w(), 0, &[b"k"], 10);
         r.register_waking(2, w(), 0, &[b"k", b"j"], false);
         r.register_waking(3, w(), 0, &[b"k"], true);
         assert_eq!(r.len(), 2, "the quiet registration is not counted");
@@ -335,7 +405,7 @@ mod tests {
     #[test]
     fn unregister_drops_empty_queues() {
         let mut r = BlockRegistry::default();
-        r.register(7, w(), 2, &[b"a", b"b"]);
+        r.register(7, w(), 2, &[b"a", b"b"], 10);
         assert!(r.contains(7));
         r.signal(2, b"a");
         assert!(r.has_ready());
