@@ -225,12 +225,13 @@ pub struct ClientShared {
     pub last_interaction_ms: Cell<u64>,
     /// Bytes of unparsed input and of pending output, updated once per read.
     pub qbuf_bytes: Cell<usize>,
-    /// When (`time::mono_ns`) the connection read the input it is running, or resumed
-    /// running it after a blocked command was answered: the place of a command that blocks
-    /// in its keys' queues (`BlockRegistry::register`). Redis serves clients blocked on a key
-    /// in the order its one thread ran their commands, which is the order it read them;
-    /// here a command read on one thread may reach the keys' shard after one read later on
-    /// another (reads less than `waiters::READ_AT_ONCE_NS` apart count as at once).
+    /// When the input the connection is running arrived (the kernel's receive time,
+    /// `ClientStream::read_ns`, wall-clock ns), or when it resumed running it after a
+    /// blocked command was answered: the place of a command that blocks in its keys' queues
+    /// (`BlockRegistry::register`). Redis serves clients blocked on a key in the order its
+    /// one thread ran their commands, which is the order their input arrived; here a command
+    /// read on one thread may reach the keys' shard after one that arrived later on
+    /// another, and a thread woken later may even read first what arrived later.
     pub read_ns: Cell<u64>,
     /// Bytes the read buffer has allocated (CLIENT LIST `qbuf` + `qbuf-free`), updated when
     /// its size changes.

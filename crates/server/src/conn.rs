@@ -371,7 +371,7 @@ async fn read_some(
 ) -> std::io::Result<usize> {
     let n = stream.read_some(buf, want).await?;
     if n > 0 {
-        read_ns.set(crate::time::mono_ns());
+        read_ns.set(stream.read_ns());
     }
     Ok(n)
 }
@@ -3491,7 +3491,7 @@ impl Conn {
                         mb,
                         crate::sync::WAIT_DB,
                         &[crate::sync::WAIT_KEY],
-                        crate::time::mono_ns(),
+                        crate::time::wall_ns(),
                     );
                     s.sites_acked(target)
                 })
@@ -3625,7 +3625,7 @@ impl Conn {
         self.client.shared.blocked.set(false);
         // The commands pipelined behind it run now, as Redis runs them when it unblocks
         // the client: a later one that blocks queues behind those that blocked meanwhile.
-        self.client.shared.read_ns.set(crate::time::mono_ns());
+        self.client.shared.read_ns.set(crate::time::wall_ns());
     }
 
     /// The shard `shard` served the blocked command: its write counts as this connection's

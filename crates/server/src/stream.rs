@@ -11,8 +11,9 @@
 //! `read_some` returns it first; ciphertext the socket did not take stays in the session and
 //! goes out before any new plaintext is accepted (`try_write`) or when `try_flush` is called.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::{Read as _, Write as _};
+use std::os::fd::AsRawFd as _;
 
 use bytes::{Buf as _, BytesMut};
 use tokio::io::AsyncWriteExt as _;
@@ -21,6 +22,56 @@ use tokio::net::TcpStream;
 /// Plaintext taken from a TLS session per read (rustls holds at most 16 KiB of received
 /// plaintext at once).
 const TLS_READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Input read with its receive time at once (`ClientStream::read_some`): a read asking room
+/// for more goes straight into the read buffer, untimed (a large argument's bytes).
+const STAMPED_READ_BYTES_MAX: usize = 64 * 1024;
+
+/// Room for one `SCM_TIMESTAMPNS` control message (a header and a `timespec`) and more: a
+/// control message that does not fit is dropped by the kernel, never a read's data.
+const CONTROL_BYTES: usize = 64;
+
+thread_local! {
+    /// Where a plain connection's timed reads land before its read buffer takes them (its
+    /// spare room is not initialised memory, which `recvmsg` needs without unsafe code).
+    static STAMPED_READ_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; STAMPED_READ_BYTES_MAX]);
+}
+
+/// Wall-clock nanoseconds now, for a read the kernel did not time.
+fn now_ns() -> u64 {
+    crate::time::wall_ns()
+}
+
+/// One `recvmsg` of what the socket holds into `buf`, with the kernel's receive time of the
+/// last segment it took (`SO_TIMESTAMPNS`: wall-clock nanoseconds), when it gave one.
+fn recv_stamped(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> std::io::Result<(usize, Option<u64>)> {
+    #[repr(align(8))]
+    struct Control([u8; CONTROL_BYTES]);
+    let mut control = Control([0; CONTROL_BYTES]);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = nix::sys::socket::recvmsg::<()>(fd, &mut iov, Some(&mut control.0), flags)?;
+    let mut at = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let nix::sys::socket::ControlMessageOwned::ScmTimestampns(ts) = c {
+                let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+                let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
+                at = Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos));
+            }
+        }
+    }
+    Ok((msg.bytes, at))
+}
+
+/// Asks the kernel to time each segment this socket receives (`SO_TIMESTAMPNS`), so that the
+/// order in which clients' commands arrived is known whichever thread reads them first.
+fn time_receipts(tcp: &TcpStream) {
+    let _ = nix::sys::socket::setsockopt(tcp, nix::sys::socket::sockopt::ReceiveTimestampns, &true);
+}
 
 /// Which listener a connection came in on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +87,8 @@ pub enum Transport {
 pub struct ClientStream {
     tcp: TcpStream,
     tls: Option<RefCell<Session>>,
+    /// When the input of the last read arrived (`read_ns`).
+    read_ns: Cell<u64>,
 }
 
 #[derive(Debug)]
@@ -51,6 +104,8 @@ struct Session {
 #[derive(Clone, Copy)]
 struct TryIo<'a> {
     tcp: &'a TcpStream,
+    /// Where a read records when its input arrived.
+    read_ns: &'a Cell<u64>,
     /// Plain system calls (the side path, while the thread's reactor does not run and its
     /// readiness flags are stale); otherwise tokio's `try_*`, whose WouldBlock clears the
     /// readiness the connection task then waits on.
@@ -59,12 +114,18 @@ struct TryIo<'a> {
 
 impl std::io::Read for TryIo<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.raw {
-            return rustix::net::recv(self.tcp, buf, rustix::net::RecvFlags::DONTWAIT)
-                .map(|(n, _)| n)
-                .map_err(std::io::Error::from);
+        let fd = self.tcp.as_raw_fd();
+        let (n, at) = if self.raw {
+            recv_stamped(fd, buf, nix::sys::socket::MsgFlags::MSG_DONTWAIT)?
+        } else {
+            self.tcp.try_io(tokio::io::Interest::READABLE, || {
+                recv_stamped(fd, buf, nix::sys::socket::MsgFlags::empty())
+            })?
+        };
+        if n > 0 {
+            self.read_ns.set(at.unwrap_or_else(now_ns));
         }
-        self.tcp.try_read(buf)
+        Ok(n)
     }
 }
 
@@ -173,6 +234,7 @@ impl ClientStream {
     fn io(&self) -> TryIo<'_> {
         TryIo {
             tcp: &self.tcp,
+            read_ns: &self.read_ns,
             raw: false,
         }
     }
@@ -181,20 +243,28 @@ impl ClientStream {
     fn raw_io(&self) -> TryIo<'_> {
         TryIo {
             tcp: &self.tcp,
+            read_ns: &self.read_ns,
             raw: true,
         }
     }
 
     /// A plain TCP connection.
     pub fn plain(tcp: TcpStream) -> ClientStream {
-        ClientStream { tcp, tls: None }
+        time_receipts(&tcp);
+        ClientStream {
+            tcp,
+            tls: None,
+            read_ns: Cell::new(0),
+        }
     }
 
     /// A TLS connection on `tcp`, its handshake not done yet: `handshake` completes it, and
     /// so do reads (the busy-script side path's included), as rustls answers the handshake's
     /// messages as they come.
     pub fn tls(tcp: TcpStream, conn: rustls::ServerConnection) -> ClientStream {
+        time_receipts(&tcp);
         ClientStream {
+            read_ns: Cell::new(0),
             tcp,
             tls: Some(RefCell::new(Session {
                 conn,
@@ -239,6 +309,12 @@ impl ClientStream {
         self.tls.is_some()
     }
 
+    /// When the input of the last read arrived: the kernel's receive time (wall-clock
+    /// nanoseconds), or the time of the read where the kernel gave none.
+    pub fn read_ns(&self) -> u64 {
+        self.read_ns.get()
+    }
+
     pub fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
         self.tcp.peer_addr()
     }
@@ -259,9 +335,32 @@ impl ClientStream {
         let Some(tls) = &self.tls else {
             loop {
                 self.tcp.readable().await?;
-                buf.reserve(want);
-                let spare = buf.capacity() - buf.len();
-                match self.tcp.try_read_buf(buf) {
+                let (read, spare) = if want <= STAMPED_READ_BYTES_MAX {
+                    // Timed: through the thread's initialised buffer (one copy of what came).
+                    let fd = self.tcp.as_raw_fd();
+                    let read = STAMPED_READ_BUF.with(|scratch| {
+                        let mut scratch = scratch.borrow_mut();
+                        let (n, at) = self.tcp.try_io(tokio::io::Interest::READABLE, || {
+                            recv_stamped(fd, &mut scratch, nix::sys::socket::MsgFlags::empty())
+                        })?;
+                        if n > 0 {
+                            buf.reserve(want.max(n));
+                            buf.extend_from_slice(scratch.get(..n).unwrap_or_default());
+                            self.read_ns.set(at.unwrap_or_else(now_ns));
+                        }
+                        Ok(n)
+                    });
+                    (read, STAMPED_READ_BYTES_MAX)
+                } else {
+                    buf.reserve(want);
+                    let spare = buf.capacity() - buf.len();
+                    let read = self.tcp.try_read_buf(buf);
+                    if matches!(read, Ok(n) if n > 0) {
+                        self.read_ns.set(now_ns());
+                    }
+                    (read, spare)
+                };
+                match read {
                     Ok(n) if n > 0 && n < spare => {
                         // A short read took all the socket held: mark it not readable now,
                         // rather than learn it from one more recv answering EAGAIN (tokio

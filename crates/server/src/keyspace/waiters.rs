@@ -61,22 +61,11 @@ struct Waiter {
     read_ns: u64,
 }
 
-/// Commands read on different threads less than this apart (ns) count as read at once: a
-/// thread woken later may read first what reached the socket later (the wake-up of an idle
-/// thread varies by tens of microseconds, more on a loaded machine), so the read times of two
-/// clients' commands sent a few microseconds apart do not say which came first.
-pub const READ_AT_ONCE_NS: u64 = 1_000_000;
-
-/// Whether the command of client `a`, read at `a.0`, goes behind that of client `b` in a
-/// key's queue: read later, beyond `READ_AT_ONCE_NS`; within it, the younger connection
-/// goes behind (ids follow accept order), which is the order of a client that opens its
-/// connections, then sends on each in turn, as Redis's own tests do.
+/// Whether the command of client `a`, whose input arrived at `a.0`, goes behind that of
+/// client `b` in a key's queue: it arrived later (ties: the younger connection, as ids follow
+/// accept order).
 fn read_after(a: (u64, u64), b: (u64, u64)) -> bool {
-    if a.0.abs_diff(b.0) < READ_AT_ONCE_NS {
-        a.1 > b.1
-    } else {
-        a.0 > b.0
-    }
+    a > b
 }
 
 /// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -108,10 +97,10 @@ impl BlockRegistry {
     }
 
     /// Registers client `id` on `keys` of `db` (duplicates count once), in each key's queue
-    /// behind every client whose command was read no later than `read_ns` (its connection's
-    /// `ClientShared::read_ns`) and ahead of those read after it: a command read first on
-    /// one thread may arrive here after one read later on another. A client already
-    /// registered is registered again from scratch.
+    /// behind every client whose command arrived no later than `read_ns` (its connection's
+    /// `ClientShared::read_ns`) and ahead of those that arrived after it: a command read on
+    /// one thread may reach this shard after one that arrived later on another. A client
+    /// already registered is registered again from scratch.
     pub fn register(
         &mut self,
         id: u64,
@@ -352,32 +341,26 @@ mod tests {
         assert_eq!(r.signal(0, b"k"), None);
     }
 
-    /// A command read before others that blocked first (it came from another thread) takes
-    /// its place ahead of them, on each of its keys; one read at the same time goes behind.
+    /// A command that arrived before others that blocked first (it came from another
+    /// thread) takes its place ahead of them, on each of its keys; one that arrived at the
+    /// same moment goes behind the older connection's.
     #[test]
-    fn queues_follow_the_order_commands_were_read() {
+    fn queues_follow_the_order_commands_arrived() {
         let mut r = BlockRegistry::default();
-        const MS: u64 = 1_000_000;
-        r.register(20, w(), 0, &[b"k"], 20 * MS);
-        r.register(40, w(), 0, &[b"k", b"j"], 40 * MS);
-        r.register(10, w(), 0, &[b"j", b"k"], 10 * MS);
-        r.register(30, w(), 0, &[b"k"], 30 * MS);
-        assert_eq!(r.waiters(0, b"k"), vec![10, 20, 30, 40]);
-        assert_eq!(r.waiters(0, b"j"), vec![10, 40]);
-        // Read within READ_AT_ONCE_NS of another: the older connection goes first, whichever
-        // came here first.
-        r.register(29, w(), 0, &[b"k"], 30 * MS + READ_AT_ONCE_NS - 1);
-        r.register(31, w(), 0, &[b"k"], 30 * MS - 1);
-        assert_eq!(r.waiters(0, b"k"), vec![10, 20, 29, 30, 31, 40]);
-        // One read exactly READ_AT_ONCE_NS later is later.
-        r.register(5, w(), 0, &[b"j"], 40 * MS + READ_AT_ONCE_NS);
-        assert_eq!(r.waiters(0, b"j"), vec![10, 40, 5]);
-        assert_eq!(r.signal(0, b"k"), Some(10));
-        assert_eq!(r.signal(0, b"k"), Some(20));
-        // Waking registrations go at the back, whatever was read when.
+        r.register(2, w(), 0, &[b"k"], 20);
+        r.register(4, w(), 0, &[b"k", b"j"], 40);
+        r.register(1, w(), 0, &[b"j", b"k"], 10);
+        r.register(3, w(), 0, &[b"k"], 30);
+        r.register(5, w(), 0, &[b"k"], 30);
+        r.register(0, w(), 0, &[b"k"], 30);
+        assert_eq!(r.waiters(0, b"k"), vec![1, 2, 0, 3, 5, 4]);
+        assert_eq!(r.waiters(0, b"j"), vec![1, 4]);
+        assert_eq!(r.signal(0, b"k"), Some(1));
+        assert_eq!(r.signal(0, b"k"), Some(2));
+        // Waking registrations go at the back, whatever arrived when.
         r.register_waking(6, w(), 0, &[b"j"], true);
         r.register(7, w(), 0, &[b"j"], 0);
-        assert_eq!(r.waiters(0, b"j"), vec![7, 10, 40, 5, 6]);
+        assert_eq!(r.waiters(0, b"j"), vec![7, 1, 4, 6]);
     }
 
     #[test]
