@@ -299,11 +299,11 @@ impl ProcessMemory {
         let Some(a) = self.nets.get(shard) else {
             return;
         };
-        // A first figure is the base the reading counts this shard's changes from (the
-        // reading took everything it held until then).
-        if a.0.load(Ordering::Relaxed) == NET_UNPUBLISHED {
-            if let Some(then) = self.reading.nets.get(shard) {
-                let _ = then.compare_exchange(
+        // The first figure since the last reading is the base the reading counts this
+        // shard's changes from (`nets_since`).
+        if let Some(base) = self.reading.nets.get(shard) {
+            if base.load(Ordering::Relaxed) == NET_UNPUBLISHED {
+                let _ = base.compare_exchange(
                     NET_UNPUBLISHED,
                     net,
                     Ordering::Relaxed,
@@ -329,7 +329,9 @@ impl ProcessMemory {
     /// The process's allocated bytes now, as every shard sees them: the last reading of the
     /// allocator, or a new one when it is `ALLOCATED_AGE_MS_MAX` old or `fresh` asks for
     /// one, plus what every shard's thread allocated less freed since (published nets).
-    fn allocated_now(&self, now_ms: u64, fresh: bool) -> i64 {
+    /// `own`: the asking shard's place and its thread's net allocation now, the base of its
+    /// changes if this call reads the allocator.
+    fn allocated_now(&self, now_ms: u64, fresh: bool, own: Option<(usize, i64)>) -> i64 {
         let r = &self.reading;
         for _ in 0..READING_RETRIES_MAX {
             let seq = r.seq.load(Ordering::Acquire);
@@ -354,8 +356,15 @@ impl ProcessMemory {
                 let allocated = crate::alloc::allocated_live();
                 r.allocated.store(allocated, Ordering::Relaxed);
                 r.at_ms.store(now_ms.max(1), Ordering::Relaxed);
-                for (then, now) in r.nets.iter().zip(&self.nets) {
-                    then.store(now.0.load(Ordering::Relaxed), Ordering::Relaxed);
+                // Every other shard's base is its next figure: the one it published last may
+                // be old (a shard publishes only while a limit is set, or when it forwards),
+                // and what it did since then is in this reading already.
+                for (i, base) in r.nets.iter().enumerate() {
+                    let v = match own {
+                        Some((me, net)) if me == i => net,
+                        _ => NET_UNPUBLISHED,
+                    };
+                    base.store(v, Ordering::Relaxed);
                 }
                 r.seq.store(seq.wrapping_add(2), Ordering::Release);
                 return i64::try_from(allocated).unwrap_or(i64::MAX);
@@ -375,12 +384,14 @@ impl ProcessMemory {
             .saturating_add(self.nets_since())
     }
 
-    /// What the shards' threads allocated less freed since the last reading. A shard that
-    /// had published nothing then counts from its first figure (`publish_net`): that figure
+    /// What the shards' threads allocated less freed since the last reading, each counted
+    /// from its first figure published after it (`publish_net`). The figure a shard
+    /// published before the reading may be old (it publishes only while a limit is set, or
+    /// when it forwards a batch): counted from it, what the shard allocated or freed in
+    /// between, which the reading holds already, counted twice. A shard's first figure ever
     /// is all it holds since its thread started (everything it freed of memory other
-    /// threads allocated, too), which the reading counted already; taken as a change, it
-    /// made the others see the process under its limit by that much while that shard saw
-    /// it over.
+    /// threads allocated, too): counted as a change, it made the others see the process
+    /// under its limit by that much while that shard saw it over.
     fn nets_since(&self) -> i64 {
         self.nets
             .iter()
@@ -678,12 +689,13 @@ impl Shard {
         e.process
             .publish(e.process_index, self.oplog.bytes() as u64);
         // A background snapshot's private shard (another thread) publishes nothing here.
-        if !e.job {
-            e.process.publish_net(e.process_index, thread_net());
+        let own = (!e.job).then(|| (e.process_index, thread_net()));
+        if let Some((me, net)) = own {
+            e.process.publish_net(me, net);
         }
         let used = e
             .process
-            .allocated_now(now_ms, e.fresh_reading.replace(false));
+            .allocated_now(now_ms, e.fresh_reading.replace(false), own);
         u64::try_from(used)
             .unwrap_or(0)
             .saturating_sub(e.process.not_counted())
@@ -1259,32 +1271,41 @@ mod tests {
         outcome
     }
 
-    /// Every shard adds the same published nets to the one shared reading; a shard's first
-    /// published figure (all it freed of other threads' memory since it started) is no
-    /// change, and its later ones count from it.
+    /// Every shard adds the same published nets to the one shared reading; each shard's
+    /// changes count from its first figure after that reading (its first figure ever is all
+    /// it freed of other threads' memory since it started; one published before the
+    /// reading may be old), never from an older one.
     #[test]
-    fn shards_share_one_reading_and_a_first_figure_is_no_change() {
+    fn shards_share_one_reading_counted_from_each_shards_next_figure() {
         let p = ProcessMemory::new(2);
         p.publish_net(0, 1000);
-        let base = p.allocated_now(1, true);
+        let base = p.allocated_now(1, true, Some((0, 1000)));
         p.publish_net(1, -5000);
-        assert_eq!(p.allocated_now(2, false), base);
+        assert_eq!(p.allocated_now(2, false, None), base);
         p.publish_net(1, -4000);
-        assert_eq!(p.allocated_now(3, false), base + 1000);
+        assert_eq!(p.allocated_now(3, false, None), base + 1000);
         p.publish_net(0, 1500);
-        assert_eq!(p.allocated_now(4, false), base + 1500);
+        assert_eq!(p.allocated_now(4, false, None), base + 1500);
         // Not yet `ALLOCATED_AGE_MS_MAX` old: the same reading, whoever asks.
         assert_eq!(p.reading.at_ms.load(Ordering::Relaxed), 1);
-        assert_eq!(p.allocated_now(ALLOCATED_AGE_MS_MAX, false), base + 1500);
-        // As old as that: a new reading, from which the published nets count again.
-        let _ = p.allocated_now(ALLOCATED_AGE_MS_MAX + 1, false);
+        assert_eq!(
+            p.allocated_now(ALLOCATED_AGE_MS_MAX, false, None),
+            base + 1500
+        );
+        // Shard 1 goes quiet; shard 0 reads the allocator again. Shard 1's last figure
+        // (-4000) is old by then: what it did since is in the new reading, so it counts
+        // from its next figure, not from that one.
+        let _ = p.allocated_now(ALLOCATED_AGE_MS_MAX + 1, false, Some((0, 1500)));
         assert_eq!(
             p.reading.at_ms.load(Ordering::Relaxed),
             ALLOCATED_AGE_MS_MAX + 1
         );
         assert_eq!(p.nets_since(), 0);
-        p.publish_net(1, -3000);
-        assert_eq!(p.nets_since(), 1000);
+        p.publish_net(1, -9_000_000);
+        assert_eq!(p.nets_since(), 0, "a stale base would count -8,996,000");
+        p.publish_net(1, -8_999_000);
+        p.publish_net(0, 2500);
+        assert_eq!(p.nets_since(), 2000);
     }
 
     fn exists(h: &mut Harness, key: &str) -> bool {
