@@ -570,3 +570,49 @@ impl ClientStream {
         sent
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How long the input waits in the socket before it is read: a read timed by the kernel
+    /// says it arrived at least this long before the read, one timed at the read does not.
+    const WAIT_MS: u64 = 50;
+
+    /// Reads `want` from a plain stream whose input was sent `WAIT_MS` before; returns the
+    /// bytes read, when the read began and the time the stream records for the input.
+    fn read_after_wait(want: usize) -> (usize, u64, u64) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            let stream = ClientStream::plain(tcp);
+            client.write_all(b"*1\r\n$4\r\nPING\r\n").await.unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(WAIT_MS));
+            let before = crate::time::wall_ns();
+            let mut buf = BytesMut::new();
+            let n = stream.read_some(&mut buf, want).await.unwrap();
+            (n, before, stream.read_ns())
+        })
+    }
+
+    /// Up to `STAMPED_READ_BYTES_MAX` of room asked, a read takes the kernel's receive time;
+    /// one byte more, the time of the read.
+    #[test]
+    fn reads_carry_the_kernels_receive_time_up_to_the_limit() {
+        let (n, before, at) = read_after_wait(STAMPED_READ_BYTES_MAX);
+        assert_eq!(n, 14);
+        assert!(
+            at + (WAIT_MS - 10) * 1_000_000 <= before,
+            "received at {at}, read from {before}"
+        );
+        let (n, before, at) = read_after_wait(STAMPED_READ_BYTES_MAX + 1);
+        assert_eq!(n, 14);
+        assert!(at >= before, "timed at {at}, read from {before}");
+    }
+}
