@@ -9,7 +9,8 @@
 //! every shard (`Reading`, a sequence lock: no shard waits on another); in between, each adds
 //! what every shard's thread allocated and freed since (jemalloc's per-thread counters, which
 //! each shard publishes through `ProcessMemory` when it reads used memory and when it hands
-//! another shard a batch: one relaxed atomic store, and a relaxed load per shard); the other
+//! another shard a batch: one relaxed atomic store, and a relaxed load per shard; each
+//! counted from its first figure after the reading, as an older one may be stale); the other
 //! shards' op log sizes are published there too. So every shard sees the same figure, give or
 //! take the commands running at that moment, and the shard a write lands on is the one that
 //! evicts for it: a shard whose own reading ran high would otherwise do the others' evicting
@@ -195,9 +196,10 @@ pub struct ProcessMemory {
     room_rounds: AtomicUsize,
 }
 
-/// The allocator's figure, read by one shard for every shard of the process, with every
-/// shard's published net allocation at that moment: a sequence lock (`seq` odd while a
-/// shard writes it; readers retry, a bounded number of times, and never wait on a lock).
+/// The allocator's figure, read by one shard for every shard of the process, and per shard
+/// the base its net allocation counts from since (`nets_since`): a sequence lock (`seq` odd
+/// while a shard writes it; readers retry, a bounded number of times, and never wait on a
+/// lock).
 #[derive(Debug)]
 struct Reading {
     seq: AtomicU64,
@@ -211,7 +213,8 @@ struct Reading {
 /// it read (a figure off by what one command allocated, for one decision).
 const READING_RETRIES_MAX: u32 = 64;
 
-/// A shard's net allocation before it first published one.
+/// A shard's net allocation before it first published one, and its base in `Reading` until
+/// its first figure after the reading.
 const NET_UNPUBLISHED: i64 = i64::MIN;
 
 /// One shard's published net allocation, alone on its cache line: its shard stores it on

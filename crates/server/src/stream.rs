@@ -37,11 +37,6 @@ thread_local! {
     static STAMPED_READ_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; STAMPED_READ_BYTES_MAX]);
 }
 
-/// Wall-clock nanoseconds now, for a read the kernel did not time.
-fn now_ns() -> u64 {
-    crate::time::wall_ns()
-}
-
 /// One `recvmsg` of what the socket holds into `buf`, with the kernel's receive time of the
 /// last segment it took (`SO_TIMESTAMPNS`: wall-clock nanoseconds), when it gave one.
 fn recv_stamped(
@@ -123,7 +118,7 @@ impl std::io::Read for TryIo<'_> {
             })?
         };
         if n > 0 {
-            self.read_ns.set(at.unwrap_or_else(now_ns));
+            self.read_ns.set(at.unwrap_or_else(crate::time::wall_ns));
         }
         Ok(n)
     }
@@ -346,7 +341,7 @@ impl ClientStream {
                         if n > 0 {
                             buf.reserve(want.max(n));
                             buf.extend_from_slice(scratch.get(..n).unwrap_or_default());
-                            self.read_ns.set(at.unwrap_or_else(now_ns));
+                            self.read_ns.set(at.unwrap_or_else(crate::time::wall_ns));
                         }
                         Ok(n)
                     });
@@ -356,7 +351,7 @@ impl ClientStream {
                     let spare = buf.capacity() - buf.len();
                     let read = self.tcp.try_read_buf(buf);
                     if matches!(read, Ok(n) if n > 0) {
-                        self.read_ns.set(now_ns());
+                        self.read_ns.set(crate::time::wall_ns());
                     }
                     (read, spare)
                 };

@@ -57,15 +57,8 @@ struct Waiter {
     /// Not counted in `len` (INFO `blocked_clients`): the registrations of a client blocked
     /// on keys of several shards but one, where it counts (`register_quiet`).
     quiet: bool,
-    /// When its command was read (`register`).
+    /// When its command's input arrived (`register`).
     read_ns: u64,
-}
-
-/// Whether the command of client `a`, whose input arrived at `a.0`, goes behind that of
-/// client `b` in a key's queue: it arrived later (ties: the younger connection, as ids follow
-/// accept order).
-fn read_after(a: (u64, u64), b: (u64, u64)) -> bool {
-    a > b
 }
 
 /// A shard's blocked clients: per (db, key) the waiting client ids in FIFO order.
@@ -157,12 +150,13 @@ impl BlockRegistry {
             }
             mine.push((db, k.to_vec()));
             let q = self.keys.entry((db, k.to_vec())).or_default();
-            // Mostly at the back: only a registration that overtook this one goes behind it.
+            // Mostly at the back: only a registration whose input arrived later (ties: the
+            // younger connection, as ids follow accept order) goes behind this one.
             let mut at = q.len();
             while at > 0
                 && q.get(at - 1)
-                    .and_then(|c| self.clients.get(c).map(|w| (*c, w.read_ns)))
-                    .is_some_and(|(other, other_ns)| read_after((other_ns, other), (read_ns, id)))
+                    .and_then(|c| self.clients.get(c).map(|w| (w.read_ns, *c)))
+                    .is_some_and(|other| other > (read_ns, id))
             {
                 at -= 1;
             }
