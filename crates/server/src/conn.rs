@@ -248,18 +248,24 @@ enum AcrossTry {
     Move { sides: (bool, bool) },
 }
 
-/// A transaction across shards (`Conn::exec_across_plan`): the shards to hold, ascending, and
-/// its segments (a shard and the indices of its consecutive queued commands).
+/// A transaction across shards (`Conn::exec_across_plan`): the shards to hold, ascending; its
+/// segments, each a shard and its consecutive parts (a queued command's index, and that
+/// command's arguments on this shard when it is split, None when it runs whole); and how
+/// each queued command's parts make its reply.
 struct ExecAcross {
     holds: Vec<u16>,
-    segments: Vec<(u16, Vec<usize>)>,
+    segments: Vec<(u16, Vec<TxPart>)>,
+    joins: Vec<crate::tx_across::Join>,
 }
 
-/// One connection's state between reads.
+/// A part of a queued command in a transaction across shards (`ExecAcross`).
+type TxPart = (usize, Option<Vec<Vec<u8>>>);
+
 /// A queued command of a transaction that every shard runs: its place in the transaction,
 /// spec and arguments (`Conn::exec_plan`).
 type Broadcast = (usize, &'static CommandSpec, Vec<Vec<u8>>);
 
+/// One connection's state between reads.
 struct Conn {
     th: Rc<Thread>,
     client: Client,
@@ -1134,12 +1140,14 @@ impl Conn {
         let table = f.table;
         if shards > 1 && self.client.multi.is_some() {
             // Redis Cluster checks each queued command on its own: one whose keys span
-            // shards is refused and the transaction is flagged (but a script, which runs
-            // with its keys' shards held: `exec_across_plan`).
+            // shards is refused and the transaction is flagged (but a script, or MGET, MSET,
+            // DEL..., which run with their keys' shards held: `exec_across_plan`).
             if let Ok(spec) = cmd::resolve(table, argv) {
+                let held_across = cmd::tracking::is_script(spec)
+                    || matches!(route::classes(table).get(spec.idx), Some(Class::Scatter(_)));
                 if !cmd::runs_inside_multi(spec.meta.name)
                     && self.keys_at(f, spec, argv) == KeysAt::Many
-                    && !(cmd::tracking::is_script(spec) && self.keys_on_this_node(f, spec, argv))
+                    && !(held_across && self.keys_on_this_node(f, spec, argv))
                 {
                     if let Some(m) = self.client.multi.as_mut() {
                         m.aborted = true;
@@ -1841,32 +1849,7 @@ impl Conn {
         argv: &[&[u8]],
         now: u64,
     ) {
-        let slots = f.node.slots.clone();
-        let step = if kind == Scatter::Mset { 2 } else { 1 };
-        let name = argv.first().copied().unwrap_or_default();
-        // Parts in the order their shards first appear: (shard, sub-argv).
-        let mut parts: Vec<(u16, Vec<&[u8]>)> = Vec::new();
-        let mut order = Vec::new();
-        let mut i = 1;
-        while let Some(key) = argv.get(i) {
-            let shard = slots.shard_of_key(key);
-            let p = match parts.iter().position(|(t, _)| *t == shard) {
-                Some(p) => p,
-                None => {
-                    parts.push((shard, vec![name]));
-                    parts.len() - 1
-                }
-            };
-            if let Some((_, sub)) = parts.get_mut(p) {
-                order.push((p, sub.len() - 1));
-                for j in 0..step {
-                    if let Some(a) = argv.get(i + j) {
-                        sub.push(a);
-                    }
-                }
-            }
-            i += step;
-        }
+        let (parts, order) = route::split_scatter(&f.node.slots, kind, argv);
         self.client.shared.last_cmd.set(spec.meta.name);
         self.round.active = true;
         let mut slots_out = Vec::with_capacity(parts.len());
@@ -2113,7 +2096,8 @@ impl Conn {
                 Slot::Gather(g) => {
                     let parts: Vec<Vec<u8>> =
                         g.parts.iter().map(|p| reply_of(p, &round.local)).collect();
-                    gather(g, &parts, &mut self.out);
+                    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                    route::gather(g.kind, &g.order, &parts, &mut self.out);
                 }
                 Slot::Local(a, b) => self
                     .out
@@ -2833,6 +2817,7 @@ impl Conn {
     /// flagged. Returns the shards to hold (ascending: those of its commands and of its
     /// WATCHed keys) and the segments: runs of consecutive commands of one shard.
     fn exec_across_plan(&self, f: &Front) -> Option<ExecAcross> {
+        use crate::tx_across::Join;
         let m = self.client.multi.as_ref()?;
         if m.aborted {
             return None;
@@ -2842,17 +2827,35 @@ impl Conn {
         for (_, key) in &self.client.watched {
             holds.push(slots.shard_of_key(key));
         }
-        let mut at: Vec<Option<u16>> = Vec::with_capacity(m.queued.len());
-        for q in &m.queued {
+        // Each queued command's parts: (its shard, None for a keyless one that runs with the
+        // segment before it; its arguments there when it is split).
+        type Part = (Option<u16>, Option<Vec<Vec<u8>>>);
+        let mut parts: Vec<(usize, Part)> = Vec::with_capacity(m.queued.len());
+        let mut joins: Vec<Join> = Vec::with_capacity(m.queued.len());
+        let every_shard_local = (0..f.node.shards).all(|t| f.node.is_local(t));
+        for (i, q) in m.queued.iter().enumerate() {
             let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
             let spec = cmd::resolve(f.table, &argv).ok()?;
             let class = route::classes(f.table)
                 .get(spec.idx)
                 .copied()
                 .unwrap_or(Class::Local);
+            let mut whole = |at: Option<u16>| {
+                parts.push((i, (at, None)));
+                joins.push(Join::One);
+            };
             match class {
                 Class::Local if pins_to_connection(spec.meta.name) => return None,
-                Class::Local => at.push(None),
+                Class::Local => whole(None),
+                // Every shard is held: each answers for itself, merged as outside a
+                // transaction (DBSIZE, KEYS, FLUSHALL, CONFIG SET...).
+                Class::All(merge) if every_shard_local => {
+                    for t in 0..f.node.shards {
+                        holds.push(t);
+                        parts.push((i, (Some(t), Some(q.args.clone()))));
+                    }
+                    joins.push(Join::Merge(merge));
+                }
                 Class::All(_)
                 | Class::Special(
                     Special::Scan
@@ -2871,10 +2874,10 @@ impl Conn {
                     // transaction: one that acts on the connection (CLIENT SETNAME...) must
                     // run there, which a held shard's segment is not.
                     KeysAt::None if pins_to_connection(spec.meta.name) => return None,
-                    KeysAt::None => at.push(None),
+                    KeysAt::None => whole(None),
                     KeysAt::Shard(t) => {
                         holds.push(t);
-                        at.push(Some(t));
+                        whole(Some(t));
                     }
                     // A script over keys of several shards: on its first key's shard, with
                     // every shard of its keys held, which its calls reach (`tx_across`).
@@ -2884,18 +2887,30 @@ impl Conn {
                             .filter_map(|&i| argv.get(i))
                             .map(|k| slots.shard_of_key(k))
                             .collect();
-                        at.push(Some(*owners.first()?));
+                        whole(Some(*owners.first()?));
                         holds.extend(owners);
                     }
-                    KeysAt::Many => return None,
+                    // MGET, MSET, DEL...: a part on each shard of its keys, every one held,
+                    // gathered as outside a transaction (so MSET is atomic here).
+                    KeysAt::Many => {
+                        let Class::Scatter(kind) = class else {
+                            return None;
+                        };
+                        let (split, order) = route::split_scatter(slots, kind, &argv);
+                        for (t, sub) in split {
+                            holds.push(t);
+                            parts.push((i, (Some(t), Some(owned(&sub)))));
+                        }
+                        joins.push(Join::Gather { kind, order });
+                    }
                 },
             }
         }
         // Keyless commands run with the segment before them (the first: with the first
         // keyed command's; with none, on this thread's shard).
-        let first = match at.iter().flatten().next() {
-            Some(&t) => t,
-            None if at.is_empty() => self.th.index,
+        let first = match parts.iter().find_map(|(_, (t, _))| *t) {
+            Some(t) => t,
+            None if parts.is_empty() => self.th.index,
             None => {
                 holds.push(self.th.index);
                 self.th.index
@@ -2906,18 +2921,22 @@ impl Conn {
         if holds.len() < 2 || !holds.iter().all(|&t| f.node.is_local(t)) {
             return None;
         }
-        let mut segments: Vec<(u16, Vec<usize>)> = Vec::new();
+        let mut segments: Vec<(u16, Vec<TxPart>)> = Vec::new();
         let mut current = first;
-        for (i, t) in at.iter().enumerate() {
+        for (i, (t, args)) in parts {
             if let Some(t) = t {
-                current = *t;
+                current = t;
             }
             match segments.last_mut() {
-                Some((s, v)) if *s == current => v.push(i),
-                _ => segments.push((current, vec![i])),
+                Some((s, v)) if *s == current => v.push((i, args)),
+                _ => segments.push((current, vec![(i, args)])),
             }
         }
-        Some(ExecAcross { holds, segments })
+        Some(ExecAcross {
+            holds,
+            segments,
+            joins,
+        })
     }
 
     /// EXEC of a transaction `exec_across_plan` planned: handed to `tx_across`'s coordinator,
@@ -2958,16 +2977,30 @@ impl Conn {
             holds.push((t, inbox.clone(), mine));
         }
         let mut queued = multi.queued;
-        let mut steps = Vec::with_capacity(plan.segments.len());
-        for (t, idx) in &plan.segments {
+        let ExecAcross {
+            holds: _,
+            segments,
+            joins,
+        } = plan;
+        let mut steps = Vec::with_capacity(segments.len());
+        // The queued command of each part, over every segment in order.
+        let mut owners: Vec<usize> = Vec::new();
+        let mut shards: Vec<u16> = Vec::with_capacity(segments.len());
+        for (t, seg) in segments {
+            shards.push(t);
             let part = crate::client::MultiState {
-                queued: idx
-                    .iter()
-                    .map(|&i| crate::client::QueuedCommand {
-                        args: queued
-                            .get_mut(i)
-                            .map(|q| std::mem::take(&mut q.args))
-                            .unwrap_or_default(),
+                queued: seg
+                    .into_iter()
+                    .map(|(i, args)| {
+                        owners.push(i);
+                        crate::client::QueuedCommand {
+                            args: args.unwrap_or_else(|| {
+                                queued
+                                    .get_mut(i)
+                                    .map(|q| std::mem::take(&mut q.args))
+                                    .unwrap_or_default()
+                            }),
+                        }
                     })
                     .collect(),
                 aborted: false,
@@ -2987,7 +3020,7 @@ impl Conn {
                 self.client.shared.proto.get(),
                 &refs,
             );
-            steps.push((*t, batch));
+            steps.push((t, batch));
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         crate::tx_across::submit(crate::tx_across::TxJob {
@@ -3015,7 +3048,7 @@ impl Conn {
                     self.afters.push(side.after);
                 }
                 let mut parts: Vec<Vec<u8>> = Vec::with_capacity(dones.len());
-                for ((t, _), d) in plan.segments.iter().zip(dones.iter_mut()) {
+                for (t, d) in shards.iter().zip(dones.iter_mut()) {
                     if let Some(seq) = d.wrote {
                         self.client.note_write(*t, seq);
                     }
@@ -3030,7 +3063,7 @@ impl Conn {
                     parts.push(d.reply(0).to_vec());
                 }
                 let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                match crate::tx_across::join_replies(&refs) {
+                match crate::tx_across::join_replies(&refs, &owners, &joins, self.out.proto) {
                     Some(r) => self.out.raw(&r),
                     None => self.out.raw(parts.last().map_or(&b""[..], Vec::as_slice)),
                 }
@@ -3925,38 +3958,6 @@ fn error_bytes(e: &CmdError) -> Vec<u8> {
     let mut r = Reply::new();
     r.error(e);
     r.buf
-}
-
-/// Merges the parts of a scattered command into `out`.
-fn gather(g: &Gather, parts: &[Vec<u8>], out: &mut Reply) {
-    if let Some(e) = parts.iter().find(|p| p.first() == Some(&b'-')) {
-        out.raw(e);
-        return;
-    }
-    match g.kind {
-        Scatter::Count => {
-            let n: i64 = parts.iter().filter_map(|p| read::int(p, 0)).sum();
-            out.int(n);
-        }
-        Scatter::Mset => out.ok(),
-        Scatter::Mget => {
-            let els: Vec<Vec<(usize, usize)>> = parts
-                .iter()
-                .map(|p| read::elements(p, 0).map(|e| e.0).unwrap_or_default())
-                .collect();
-            out.array(g.order.len());
-            for &(p, j) in &g.order {
-                let value = parts.get(p).and_then(|bytes| {
-                    let (a, b) = *els.get(p)?.get(j)?;
-                    bytes.get(a..b)
-                });
-                match value {
-                    Some(v) => out.raw(v),
-                    None => out.null(),
-                }
-            }
-        }
-    }
 }
 
 /// Redis's `flagTransaction`: a command refused inside MULTI makes its EXEC fail.

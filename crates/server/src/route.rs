@@ -13,7 +13,8 @@
 //!   (`conn`), RENAME, RENAMENX, SMOVE and MSETNX (`crate::move_across`) run in steps, each
 //!   on one shard.
 //! - `Scatter`: MGET, MSET, DEL, UNLINK, EXISTS, TOUCH split their keys by shard and merge the
-//!   replies; MSET is atomic per shard (each shard's part is one command there).
+//!   replies; MSET is atomic per shard (each shard's part is one command there), and
+//!   atomic across them inside MULTI (`crate::tx_across` holds every shard of its parts).
 //! - `All`: covers the whole keyspace or every thread (DBSIZE, KEYS, FLUSHALL, INFO, CONFIG
 //!   SET, CLIENT LIST...): runs on every shard, replies merged by a `Merge` rule.
 //! - `Special`: the dispatcher runs it itself (EXEC, WATCH, SCAN, RANDOMKEY, CRDT.WAIT...).
@@ -257,8 +258,79 @@ pub fn pattern_slot(pattern: &[u8]) -> Option<u16> {
     Some(slot(tag))
 }
 
+/// The arguments of a `Scatter` command split by shard: parts in the order their shards
+/// first appear (shard, the command's name and that shard's keys, with their values for
+/// MSET), and for each key in request order (its part, its place among that part's keys),
+/// which `gather` reads.
+#[allow(clippy::type_complexity)]
+pub fn split_scatter<'a>(
+    slots: &SlotMap,
+    kind: Scatter,
+    argv: &[&'a [u8]],
+) -> (Vec<(u16, Vec<&'a [u8]>)>, Vec<(usize, usize)>) {
+    let step = if kind == Scatter::Mset { 2 } else { 1 };
+    let name = argv.first().copied().unwrap_or_default();
+    let mut parts: Vec<(u16, Vec<&[u8]>)> = Vec::new();
+    let mut order = Vec::new();
+    let mut i = 1;
+    while let Some(key) = argv.get(i) {
+        let shard = slots.shard_of_key(key);
+        let p = match parts.iter().position(|(t, _)| *t == shard) {
+            Some(p) => p,
+            None => {
+                parts.push((shard, vec![name]));
+                parts.len() - 1
+            }
+        };
+        if let Some((_, sub)) = parts.get_mut(p) {
+            order.push((p, (sub.len() - 1) / step));
+            for j in 0..step {
+                if let Some(a) = argv.get(i + j) {
+                    sub.push(a);
+                }
+            }
+        }
+        i += step;
+    }
+    (parts, order)
+}
+
 // ---------------------------------------------------------------------------------------
 // Merging replies
+
+/// Merges the replies of a scattered command's parts (`split_scatter`'s, in its part order)
+/// into `out`: the first error, else the counts added (DEL, UNLINK, EXISTS, TOUCH), +OK
+/// (MSET), or the values in request order (MGET, by `order`).
+pub fn gather(kind: Scatter, order: &[(usize, usize)], parts: &[&[u8]], out: &mut Reply) {
+    if let Some(e) = parts.iter().find(|p| p.first() == Some(&b'-')) {
+        out.raw(e);
+        return;
+    }
+    match kind {
+        Scatter::Count => {
+            let n: i64 = parts.iter().filter_map(|p| read::int(p, 0)).sum();
+            out.int(n);
+        }
+        Scatter::Mset => out.ok(),
+        Scatter::Mget => {
+            let els: Vec<Vec<(usize, usize)>> = parts
+                .iter()
+                .map(|p| read::elements(p, 0).map(|e| e.0).unwrap_or_default())
+                .collect();
+            out.array(order.len());
+            for &(p, j) in order {
+                let value = parts.get(p).and_then(|bytes| {
+                    let (a, b) = *els.get(p)?.get(j)?;
+                    bytes.get(a..b)
+                });
+                match value {
+                    Some(v) => out.raw(v),
+                    None => out.null(),
+                }
+            }
+        }
+    }
+}
 
 /// The first error among `parts`, if any.
 fn first_error<'a>(parts: &[&'a [u8]]) -> Option<&'a [u8]> {

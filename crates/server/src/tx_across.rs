@@ -33,9 +33,13 @@
 //! shards runs in the segment of its first key's shard, its keys' shards held with the
 //! transaction's.
 //!
-//! Commands that act on the connection itself (CLIENT SETNAME, RESET, ...), commands over
-//! every shard (CONFIG SET, FLUSHALL, KEYS, ...), any other command whose own keys span
-//! shards, and keys on another node keep Redis Cluster's CROSSSLOT
+//! A queued MGET, MSET, DEL, UNLINK, EXISTS or TOUCH whose keys span shards is split into a
+//! part per shard (`route::split_scatter`), and a command every shard answers for itself
+//! (DBSIZE, KEYS, FLUSHALL, CONFIG SET, INFO...) into a part on every shard, each part in the
+//! segment of its shard with every one of those shards held; `join_replies` makes each
+//! command's one reply of its parts, as outside a transaction (`Join`). Commands that act on
+//! the connection itself (CLIENT SETNAME, RESET, ...), SCAN, RANDOMKEY, any other command
+//! whose own keys span shards, and keys on another node keep Redis Cluster's CROSSSLOT
 //! (`Conn::exec_across_plan`).
 
 use std::sync::mpsc;
@@ -45,6 +49,9 @@ use tokio::sync::oneshot;
 use crate::hop::{Batch, Done, Msg, Thread, run_batch};
 use crate::keyspace::WatchFlag;
 use crate::persist::AfterBatch;
+use crate::resp::read;
+use crate::resp::reply::{Proto, Reply};
+use crate::route::{self, Merge, Scatter};
 
 /// How long a held shard waits for its next instruction before it looks whether a script of
 /// the process runs past `busy-reply-threshold` (then it answers its own clients BUSY, or
@@ -316,21 +323,58 @@ fn hold_shard(t: &std::rc::Rc<Thread>, irx: &mpsc::Receiver<Instr>) {
     }
 }
 
-/// The replies of the segments (`*n` arrays) as one EXEC reply: their elements in order.
-/// None when one is not an array (a segment refused as a whole).
-pub fn join_replies(parts: &[&[u8]]) -> Option<Vec<u8>> {
-    let mut n = 0usize;
-    let mut body = Vec::new();
-    for p in parts {
-        let rest = p.strip_prefix(b"*")?;
-        let end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let count: usize = std::str::from_utf8(rest.get(..end)?).ok()?.parse().ok()?;
-        n += count;
-        body.extend_from_slice(rest.get(end + 2..)?);
+/// How the parts of one queued command of a transaction across shards make its reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Join {
+    /// It runs whole, on one shard: its one part's reply.
+    One,
+    /// MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over keys of several shards: a part per shard
+    /// (`route::split_scatter`), gathered by `route::gather`.
+    Gather {
+        kind: Scatter,
+        order: Vec<(usize, usize)>,
+    },
+    /// A command every shard answers for itself (DBSIZE, KEYS, FLUSHALL, CONFIG SET...): a
+    /// part on every shard, merged by `route::merge`.
+    Merge(Merge),
+}
+
+/// The EXEC reply of a transaction across shards from its segments' replies (`*n` arrays of
+/// their parts' replies, in order): `owners[k]` is the queued command of the k-th part over
+/// all segments, and each command's parts make its reply by `joins[command]`. None when a
+/// segment's reply is not an array or the parts do not add up (a segment refused as a
+/// whole).
+pub fn join_replies(
+    replies: &[&[u8]],
+    owners: &[usize],
+    joins: &[Join],
+    proto: Proto,
+) -> Option<Vec<u8>> {
+    let mut of_command: Vec<Vec<&[u8]>> = vec![Vec::new(); joins.len()];
+    let mut owner = owners.iter();
+    for r in replies {
+        if r.first() != Some(&b'*') {
+            return None;
+        }
+        let (els, _) = read::elements(r, 0)?;
+        for (a, b) in els {
+            of_command.get_mut(*owner.next()?)?.push(r.get(a..b)?);
+        }
     }
-    let mut out = format!("*{n}\r\n").into_bytes();
-    out.extend_from_slice(&body);
-    Some(out)
+    if owner.next().is_some() {
+        return None;
+    }
+    let mut out = Reply::new();
+    out.proto = proto;
+    out.array(joins.len());
+    for (join, parts) in joins.iter().zip(&of_command) {
+        match join {
+            Join::One => out.raw(parts.first()?),
+            Join::Gather { kind, order } => route::gather(*kind, order, parts, &mut out),
+            Join::Merge(m) => route::merge(*m, parts, &mut out),
+        }
+    }
+    Some(out.buf)
 }
 
 #[cfg(test)]
@@ -339,14 +383,58 @@ mod tests {
 
     #[test]
     fn segments_replies_join_into_one_array() {
+        let p = Proto::Resp2;
         let a: &[u8] = b"*2\r\n+OK\r\n:1\r\n";
         let b: &[u8] = b"*1\r\n$1\r\nx\r\n";
+        let ones = [Join::One, Join::One, Join::One];
         assert_eq!(
-            join_replies(&[a, b]).as_deref(),
+            join_replies(&[a, b], &[0, 1, 2], &ones, p).as_deref(),
             Some(&b"*3\r\n+OK\r\n:1\r\n$1\r\nx\r\n"[..])
         );
-        assert_eq!(join_replies(&[a, b"-ERR no\r\n"]), None);
-        assert_eq!(join_replies(&[b"*1\r\n", b"*x\r\n"]), None);
-        assert_eq!(join_replies(&[]).as_deref(), Some(&b"*0\r\n"[..]));
+        assert_eq!(
+            join_replies(&[a, b"-ERR no\r\n"], &[0, 1, 2], &ones, p),
+            None
+        );
+        assert_eq!(
+            join_replies(&[b"*1\r\n", b"*x\r\n"], &[0], &ones[..1], p),
+            None
+        );
+        assert_eq!(
+            join_replies(&[], &[], &[], p).as_deref(),
+            Some(&b"*0\r\n"[..])
+        );
+        // One part too many or too few for the commands: refused, never misattributed.
+        assert_eq!(join_replies(&[a, b], &[0, 1], &ones[..2], p), None);
+        assert_eq!(join_replies(&[a, b], &[0, 1, 2, 2], &ones, p), None);
+    }
+
+    /// A split command's parts, in different segments, come back as one reply in its place:
+    /// MGET's values in request order, DEL's counts added, DBSIZE's sizes added.
+    #[test]
+    fn split_commands_join_into_their_own_replies() {
+        let p = Proto::Resp2;
+        // MGET a b c with a and c on shard 0, b on shard 1: segment 0 runs SET x and the
+        // first part, segment 1 the second part and DEL's part there, segment 2 DEL's
+        // part on shard 0 and DBSIZE's, segment 3 DBSIZE's on shard 1.
+        let s0: &[u8] = b"*2\r\n+OK\r\n*2\r\n$1\r\nA\r\n$-1\r\n";
+        let s1: &[u8] = b"*2\r\n*1\r\n$1\r\nB\r\n:1\r\n";
+        let s2: &[u8] = b"*2\r\n:2\r\n:5\r\n";
+        let s3: &[u8] = b"*1\r\n:7\r\n";
+        let joins = [
+            Join::One,
+            Join::Gather {
+                kind: Scatter::Mget,
+                order: vec![(0, 0), (1, 0), (0, 1)],
+            },
+            Join::Gather {
+                kind: Scatter::Count,
+                order: Vec::new(),
+            },
+            Join::Merge(Merge::Sum),
+        ];
+        assert_eq!(
+            join_replies(&[s0, s1, s2, s3], &[0, 1, 1, 2, 2, 3, 3], &joins, p).as_deref(),
+            Some(&b"*4\r\n+OK\r\n*3\r\n$1\r\nA\r\n$1\r\nB\r\n$-1\r\n:3\r\n:12\r\n"[..])
+        );
     }
 }

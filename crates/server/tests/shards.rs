@@ -743,6 +743,103 @@ fn transactions_across_shards_are_atomic() {
     }
 }
 
+/// Inside a transaction, MGET, MSET, DEL, UNLINK, EXISTS and TOUCH over keys of several
+/// shards split by shard as outside one, and DBSIZE, KEYS, FLUSHDB... answer for every
+/// shard, with every shard they reach held: the replies are one server's, and a reader's
+/// MULTI MGET a b EXEC never sees half of a writer's transaction.
+#[test]
+fn transactions_split_commands_over_several_shards() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("split");
+    let (a, b) = (keys[0].clone(), keys[2].clone());
+    assert_never_half_seen(
+        &srv,
+        &a,
+        &b,
+        "transaction",
+        |c, a, b| {
+            let exec = transaction(c, &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]]);
+            assert!(exec.starts_with("*2\r\n:"), "{exec}");
+        },
+        |c, a, b| {
+            let exec = transaction(c, &[&[b"MGET", a.as_bytes(), b.as_bytes()]]);
+            exec.strip_prefix("*1\r\n")
+                .unwrap_or_else(|| panic!("{exec}"))
+                .to_string()
+        },
+    );
+    let mut c = srv.connect();
+    assert_eq!(call(&mut c, &["FLUSHALL"]), "+OK\r\n");
+    let k: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let exec = transaction(
+        &mut c,
+        &[
+            &[b"MSET", k[0], b"0", k[1], b"1", k[2], b"2", k[3], b"3"],
+            &[b"MGET", k[3], b"nope", k[0], k[2]],
+            &[b"EXISTS", k[0], k[1], b"nope", k[0]],
+            &[b"DBSIZE"],
+            &[b"KEYS", b"*"],
+            &[b"DEL", k[0], k[1], k[2]],
+            &[b"TOUCH", k[3], k[0]],
+            &[b"UNLINK", k[3], k[1]],
+            &[b"MSET", k[1], b"x"],
+            &[b"FLUSHDB"],
+            &[b"DBSIZE"],
+        ],
+    );
+    let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
+        panic!("{exec}")
+    };
+    let Reply::Array(mut listed) = v[4].clone() else {
+        panic!("{exec}")
+    };
+    listed.sort_by_key(|r| format!("{r:?}"));
+    let mut all: Vec<Reply> = keys.iter().map(|k| Reply::bulk(k)).collect();
+    all.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(listed, all, "{exec}");
+    let mut v = v;
+    v.remove(4);
+    assert_eq!(
+        v,
+        vec![
+            Reply::Simple("OK".into()),
+            Reply::Array(vec![
+                Reply::bulk("3"),
+                Reply::Nil,
+                Reply::bulk("0"),
+                Reply::bulk("2")
+            ]),
+            Reply::Int(3),
+            Reply::Int(4),
+            Reply::Int(3),
+            Reply::Int(1),
+            Reply::Int(1),
+            Reply::Simple("OK".into()),
+            Reply::Simple("OK".into()),
+            Reply::Int(0),
+        ],
+        "{exec}"
+    );
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
+    // A queued command that fails on one shard's part fails as a whole, and the rest of the
+    // transaction still runs (as Redis runs every command of EXEC).
+    assert_eq!(call(&mut c, &["SET", &keys[1], "v"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["LPUSH", &keys[2], "l"]), ":1\r\n");
+    let exec = transaction(
+        &mut c,
+        &[
+            &[b"MGET", k[1], k[2]],
+            &[b"SET", k[3], b"after"],
+            &[b"CONFIG", b"SET", b"maxmemory-samples", b"nine"],
+        ],
+    );
+    assert!(
+        exec.starts_with("*3\r\n*2\r\n$1\r\nv\r\n$-1\r\n+OK\r\n-ERR CONFIG SET failed"),
+        "{exec}"
+    );
+    assert_eq!(call(&mut c, &["GET", &keys[3]]), "$5\r\nafter\r\n");
+}
+
 /// Waits (at most 5 s) until INFO counts `n` blocked clients.
 fn blocked(c: &mut Raw, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
