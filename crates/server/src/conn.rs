@@ -210,6 +210,8 @@ enum BarrierKind {
     MoveAcross,
     /// A blocking pop over keys of several shards (`Conn::pop_blocking_across`).
     BlockAcross,
+    /// XREAD or XREADGROUP over streams of several shards (`Conn::streams_across`).
+    StreamsAcross,
     /// A script that declares no key, with several shards: it runs on this thread's shard,
     /// and again on the shard of the first key it reached there if it did nothing else
     /// (`Scripting::relocate`), as one Redis would run it wherever its keys are.
@@ -236,6 +238,9 @@ const POPS_ACROSS: &[&str] = &["blpop", "brpop", "bzpopmin", "bzpopmax", "blmpop
 /// The blocking list moves that may wait on a source of another shard than their
 /// destination's (`Conn::pop_blocking_across`).
 const MOVES_ACROSS: &[&str] = &["blmove", "brpoplpush"];
+
+/// XREAD and XREADGROUP, whose streams may be on several shards (`Conn::streams_across`).
+const STREAMS_ACROSS: &[&str] = &["xread", "xreadgroup"];
 
 /// What a command waiting on keys of several shards tries each time (`pop_blocking_across`).
 enum AcrossTry {
@@ -1181,6 +1186,16 @@ impl Conn {
                         kind: BarrierKind::BlockAcross,
                     })
                 }
+                KeysAt::Many
+                    if STREAMS_ACROSS.contains(&spec.meta.name)
+                        && self.keys_on_this_node(f, spec, argv) =>
+                {
+                    Step::Barrier(Barrier {
+                        spec,
+                        argv: owned(argv),
+                        kind: BarrierKind::StreamsAcross,
+                    })
+                }
                 KeysAt::Many => {
                     self.reject(f, Some(spec), &CmdError::CrossSlot);
                     Step::Next
@@ -1660,18 +1675,7 @@ impl Conn {
                 break Some(r);
             }
             if let Some(how) = cross.requested() {
-                let mut fg = self.th.front.borrow_mut();
-                let mut r = Reply::new();
-                r.proto = self.client.shared.proto.get();
-                match how {
-                    crate::client::Unblock::Timeout => r.null_array(),
-                    crate::client::Unblock::Error => cmd::reply_error(
-                        &mut fg,
-                        &mut r,
-                        &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
-                    ),
-                }
-                break Some(r.buf);
+                break Some(self.unblocked_reply(how));
             }
             let now = self.th.shard.borrow().now_ms();
             let due = match deadline {
@@ -1688,6 +1692,216 @@ impl Conn {
                 r.proto = self.client.shared.proto.get();
                 r.null_array();
                 break Some(r.buf);
+            }
+            if !registered {
+                // Registered, then tried again at once: a write since the first try wakes it.
+                registered = true;
+                self.client.shared.blocked.set(true);
+                continue;
+            }
+            let sleep_for = due.map(|d| Duration::from_millis(d.saturating_sub(now)));
+            if !self.wait_wake(stream, rbuf, sleep_for).await {
+                break None;
+            }
+        };
+        if registered {
+            self.forget_waking(&shard_keys).await;
+            self.client.shared.blocked.set(false);
+        }
+        match done {
+            Some(reply) => {
+                self.out.raw(&reply);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The reply of a command waiting across shards that CLIENT UNBLOCK ended: the null
+    /// array for TIMEOUT, Redis's UNBLOCKED error for ERROR.
+    fn unblocked_reply(&self, how: crate::client::Unblock) -> Vec<u8> {
+        let mut fg = self.th.front.borrow_mut();
+        let mut r = Reply::new();
+        r.proto = self.client.shared.proto.get();
+        match how {
+            crate::client::Unblock::Timeout => r.null_array(),
+            crate::client::Unblock::Error => cmd::reply_error(
+                &mut fg,
+                &mut r,
+                &CmdError::Raw("UNBLOCKED client unblocked via CLIENT UNBLOCK".to_string()),
+            ),
+        }
+        r.buf
+    }
+
+    /// XREAD or XREADGROUP over streams of several shards of this process: a part per shard
+    /// (the command over that shard's streams, its options but BLOCK), run without blocking,
+    /// the parts' replies merged in request order (`route::merge_streams`). With BLOCK and
+    /// nothing to give, it waits on the shards of its streams (`register_waking`: any write
+    /// to one wakes it) and tries again at each wake, until the timeout, as a blocking pop
+    /// across shards does. `$` means each stream's last ID when the command arrived (read on
+    /// its shard first). Counted once. Not atomic across shards: each part is one command on
+    /// its shard (a later part may see a write an earlier one did not).
+    async fn streams_across(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: Vec<Vec<u8>>,
+        stream: &ClientStream,
+        rbuf: &mut BytesMut,
+    ) -> bool {
+        self.client.shared.last_cmd.set(spec.meta.name);
+        self.out.proto = self.client.shared.proto.get();
+        let group_mode = spec.meta.name == "xreadgroup";
+        let now = self.th.shard.borrow().now_ms();
+        let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let read = match cmd::stream::parse_read(&refs, group_mode, false, now) {
+            Ok(r) => r,
+            Err(e) => {
+                hop::reply_error(&self.th, &mut self.out, &e);
+                return true;
+            }
+        };
+        {
+            let mut f = self.th.front.borrow_mut();
+            f.stats.total_commands_processed += 1;
+            if let Some(st) = f.stats.commands.get_mut(spec.idx) {
+                st.calls += 1;
+            }
+        }
+        let name = argv.first().cloned().unwrap_or_default();
+        let options: Vec<Vec<u8>> = read.options.iter().map(|o| o.to_vec()).collect();
+        let keys: Vec<Vec<u8>> = read.keys.iter().map(|k| k.to_vec()).collect();
+        let mut ids: Vec<Vec<u8>> = read.ids.iter().map(|i| i.to_vec()).collect();
+        let block = read.block;
+        drop(refs);
+        let slots = self.th.node.slots.clone();
+        let db = self.client.db;
+        // Parts in the order of their shard's first stream: (shard, its streams' indices).
+        let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let t = slots.shard_of_key(k);
+            match parts.iter_mut().find(|(s, _)| *s == t) {
+                Some((_, v)) => v.push(i),
+                None => parts.push((t, vec![i])),
+            }
+        }
+        // `$`: the last IDs now, on each stream's shard (XREADGROUP's parts refuse it).
+        if !group_mode {
+            for (t, idx) in &parts {
+                let wanted: Vec<usize> = idx
+                    .iter()
+                    .copied()
+                    .filter(|&i| ids.get(i).is_some_and(|x| x == b"$"))
+                    .collect();
+                if wanted.is_empty() {
+                    continue;
+                }
+                let ks: Vec<Vec<u8>> = wanted
+                    .iter()
+                    .filter_map(|&i| keys.get(i).cloned())
+                    .collect();
+                let last = hop::run_on(&self.th, *t, move |th| {
+                    cmd::stream::last_ids(&mut th.shard.borrow_mut(), db, &ks)
+                })
+                .await;
+                match last {
+                    Ok(last) => {
+                        for (i, id) in wanted.into_iter().zip(last) {
+                            if let Some(x) = ids.get_mut(i) {
+                                *x = id.into_bytes();
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.out.error(&hop::unavailable_error(e));
+                        return true;
+                    }
+                }
+            }
+        }
+        let part_args: Vec<(u16, Vec<Vec<u8>>)> = parts
+            .iter()
+            .map(|(t, idx)| {
+                let mut a = vec![name.clone()];
+                a.extend(options.iter().cloned());
+                a.push(b"STREAMS".to_vec());
+                a.extend(idx.iter().filter_map(|&i| keys.get(i).cloned()));
+                a.extend(idx.iter().filter_map(|&i| ids.get(i).cloned()));
+                (*t, a)
+            })
+            .collect();
+        // For each stream requested: its part and its key (`route::merge_streams`).
+        let mut order: Vec<(usize, Vec<u8>)> = vec![(0, Vec::new()); keys.len()];
+        for (p, (_, idx)) in parts.iter().enumerate() {
+            for &i in idx {
+                if let (Some(o), Some(k)) = (order.get_mut(i), keys.get(i)) {
+                    *o = (p, k.clone());
+                }
+            }
+        }
+        let order: Vec<(usize, &[u8])> = order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
+        let shard_keys: Vec<(u16, Vec<Vec<u8>>)> = parts
+            .iter()
+            .map(|(t, idx)| {
+                (
+                    *t,
+                    idx.iter().filter_map(|&i| keys.get(i).cloned()).collect(),
+                )
+            })
+            .collect();
+        let mailbox = self.client.shared.mailbox.clone();
+        let cross = std::sync::Arc::new(blocking::CrossWait::new(mailbox));
+        let mut registered = false;
+        let done = loop {
+            if registered {
+                self.register_waking(&shard_keys, db, &cross).await;
+            }
+            let mut replies: Vec<Vec<u8>> = Vec::with_capacity(part_args.len());
+            let mut lost = None;
+            for (t, a) in &part_args {
+                match self.one(*t, Op::Quiet(spec), a).await {
+                    Ok((r, _)) => replies.push(r),
+                    Err(e) => {
+                        lost = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = lost {
+                let mut r = Reply::new();
+                r.error(&hop::unavailable_error(e));
+                break Some(r.buf);
+            }
+            let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+            let mut merged = Reply::new();
+            merged.proto = self.client.shared.proto.get();
+            let given = route::merge_streams(&refs, &order, &mut merged);
+            if given > 0 {
+                break Some(merged.buf);
+            }
+            if merged.buf.first() == Some(&b'-') {
+                // Counted in the error statistics as the command's own error.
+                let text = String::from_utf8_lossy(&merged.buf);
+                let mut r = Reply::new();
+                r.proto = merged.proto;
+                hop::reply_error(
+                    &self.th,
+                    &mut r,
+                    &CmdError::Raw(text.trim_start_matches('-').trim_end().to_string()),
+                );
+                break Some(r.buf);
+            }
+            if let Some(how) = cross.requested() {
+                break Some(self.unblocked_reply(how));
+            }
+            let now = self.th.shard.borrow().now_ms();
+            let due = match block {
+                // No BLOCK: the null it answered.
+                None => break Some(merged.buf),
+                Some(due) => due,
+            };
+            if due.is_some_and(|d| now >= d) {
+                break Some(merged.buf);
             }
             if !registered {
                 // Registered, then tried again at once: a write since the first try wakes it.
@@ -2233,6 +2447,9 @@ impl Conn {
             BarrierKind::PopAcross => self.pop_first_across(spec, argv).await,
             BarrierKind::BlockAcross => {
                 return self.pop_blocking_across(spec, argv, stream, rbuf).await;
+            }
+            BarrierKind::StreamsAcross => {
+                return self.streams_across(spec, argv, stream, rbuf).await;
             }
             BarrierKind::MoveAcross => {
                 let th = self.th.clone();

@@ -332,6 +332,78 @@ pub fn gather(kind: Scatter, order: &[(usize, usize)], parts: &[&[u8]], out: &mu
     }
 }
 
+/// Merges the parts of an XREAD or XREADGROUP over streams of several shards (one reply per
+/// part, each over its shard's streams) into `out`: the streams that gave entries, in request
+/// order (`keys`: for each stream requested, its part and its key), as a map in RESP3 and an
+/// array of `[key, entries]` pairs in RESP2, or a null when none did; the first error of a
+/// part when one failed. Returns how many streams it gave (0 for an error too).
+pub fn merge_streams(parts: &[&[u8]], keys: &[(usize, &[u8])], out: &mut Reply) -> usize {
+    if let Some(e) = first_error(parts) {
+        out.raw(e);
+        return 0;
+    }
+    // Per part, its streams in its own order: (key, the bytes of the stream's element: the
+    // pair in RESP2, the key and its value in RESP3).
+    let given: Vec<Vec<(&[u8], &[u8])>> = parts
+        .iter()
+        .map(|p| {
+            let mut v = Vec::new();
+            match p.first() {
+                Some(b'%') => {
+                    if let Some((items, _)) = read::flat_items(p, 0) {
+                        for pair in items.chunks_exact(2) {
+                            let &[(ka, _), (_, ve)] = pair else { continue };
+                            if let (Some(k), Some(bytes)) = (read::bulk(p, ka), p.get(ka..ve)) {
+                                v.push((k, bytes));
+                            }
+                        }
+                    }
+                }
+                Some(b'*') => {
+                    if let Some((els, _)) = read::elements(p, 0) {
+                        for (a, b) in els {
+                            let key = read::elements(p, a).and_then(|(f, _)| {
+                                f.first().and_then(|&(ka, _)| read::bulk(p, ka))
+                            });
+                            if let (Some(k), Some(bytes)) = (key, p.get(a..b)) {
+                                v.push((k, bytes));
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            v
+        })
+        .collect();
+    let mut next = vec![0usize; given.len()];
+    let mut items: Vec<&[u8]> = Vec::new();
+    for &(part, key) in keys {
+        let (Some(streams), Some(at)) = (given.get(part), next.get_mut(part)) else {
+            continue;
+        };
+        if let Some(&(k, bytes)) = streams.get(*at) {
+            if k == key {
+                items.push(bytes);
+                *at += 1;
+            }
+        }
+    }
+    if items.is_empty() {
+        out.null_array();
+        return 0;
+    }
+    if out.is_resp3() {
+        out.map(items.len());
+    } else {
+        out.array(items.len());
+    }
+    for i in &items {
+        out.raw(i);
+    }
+    items.len()
+}
+
 /// The first error among `parts`, if any.
 fn first_error<'a>(parts: &[&'a [u8]]) -> Option<&'a [u8]> {
     parts
@@ -578,6 +650,46 @@ pub fn scan_join(shard: u16, inner: u64, shards: u16) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// XREAD's parts merge in request order, only the streams that gave entries, a stream
+    /// named twice given twice, RESP2 pairs or a RESP3 map; null when none gave any; the first
+    /// error otherwise.
+    #[test]
+    fn stream_reads_merge_in_request_order() {
+        let e = |k: &str, id: &str| {
+            format!(
+                "*2\r\n${}\r\n{k}\r\n*1\r\n*2\r\n${}\r\n{id}\r\n*0\r\n",
+                k.len(),
+                id.len()
+            )
+        };
+        // Shard 0 holds a and c (only c gave entries), shard 1 holds b (twice).
+        let p0 = format!("*1\r\n{}", e("c", "1-1"));
+        let p1 = format!("*2\r\n{}{}", e("b", "2-1"), e("b", "2-1"));
+        let keys: [(usize, &[u8]); 5] = [(0, b"a"), (1, b"b"), (0, b"c"), (1, b"b"), (0, b"z")];
+        let mut out = Reply::new();
+        assert_eq!(
+            merge_streams(&[p0.as_bytes(), p1.as_bytes()], &keys, &mut out),
+            3
+        );
+        let want = format!("*3\r\n{}{}{}", e("b", "2-1"), e("c", "1-1"), e("b", "2-1"));
+        assert_eq!(String::from_utf8_lossy(&out.buf), want);
+        // RESP3: a map, each stream's key then its entries.
+        let m0: &[u8] = b"%1\r\n$1\r\nc\r\n*0\r\n";
+        let m1: &[u8] = b"%1\r\n$1\r\nb\r\n*0\r\n";
+        let mut out = Reply::new();
+        out.proto = crate::resp::reply::Proto::Resp3;
+        assert_eq!(merge_streams(&[m0, m1], &keys[..3], &mut out), 2);
+        assert_eq!(out.buf, b"%2\r\n$1\r\nb\r\n*0\r\n$1\r\nc\r\n*0\r\n");
+        // Nothing anywhere: the null of the protocol.
+        let mut out = Reply::new();
+        assert_eq!(merge_streams(&[b"*-1\r\n", b"*-1\r\n"], &keys, &mut out), 0);
+        assert_eq!(out.buf, b"*-1\r\n");
+        // An error wins.
+        let mut out = Reply::new();
+        merge_streams(&[p0.as_bytes(), b"-WRONGTYPE x\r\n"], &keys, &mut out);
+        assert_eq!(out.buf, b"-WRONGTYPE x\r\n");
+    }
     use crate::cmd::table::Flags;
 
     #[test]

@@ -840,6 +840,150 @@ fn transactions_split_commands_over_several_shards() {
     assert_eq!(call(&mut c, &["GET", &keys[3]]), "$5\r\nafter\r\n");
 }
 
+/// XREAD and XREADGROUP over streams of several shards answer as one server: the streams
+/// with entries in request order, the null when none has any; BLOCK waits on all of them (a
+/// write to any wakes it, `$` is each stream's last ID when the command arrived), ends at
+/// its timeout or by CLIENT UNBLOCK; XREADGROUP's `>` delivers each entry once.
+#[test]
+fn stream_reads_across_shards() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("xs");
+    let mut c = srv.connect();
+    for (i, k) in keys.iter().enumerate() {
+        let id = format!("{}-1", i + 1);
+        assert_eq!(call(&mut c, &["XADD", k, &id, "f", "v"]), common::bulk(&id));
+    }
+    let stream_keys = |reply: &str| -> Vec<Reply> {
+        let Reply::Array(v) = common::parse_reply(reply.as_bytes()) else {
+            panic!("{reply}")
+        };
+        v.into_iter()
+            .map(|pair| match pair {
+                Reply::Array(p) => p[0].clone(),
+                other => panic!("{other:?} in {reply}"),
+            })
+            .collect()
+    };
+    let got = call(
+        &mut c,
+        &[
+            "XREAD", "COUNT", "1", "STREAMS", &keys[3], &keys[0], &keys[2], "nope", &keys[1], "0",
+            "0", "0", "0", "0",
+        ],
+    );
+    assert_eq!(
+        stream_keys(&got),
+        [3, 0, 2, 1].map(|i| Reply::bulk(&keys[i])).to_vec(),
+        "{got}"
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            &["XREAD", "STREAMS", &keys[0], &keys[1], "9-9", "9-9"]
+        ),
+        "*-1\r\n"
+    );
+    assert!(
+        call(&mut c, &["XREAD", "STREAMS", &keys[0], &keys[1], "0"]).starts_with("-ERR Unbalanced")
+    );
+    // BLOCK with `$`: an entry added to any of its streams ends the wait with that stream.
+    let mut r = srv.connect();
+    r.send_cmd(&[
+        b"XREAD",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        keys[0].as_bytes(),
+        keys[2].as_bytes(),
+        b"$",
+        b"$",
+    ]);
+    blocked(&mut c, 1);
+    call(&mut c, &["XADD", &keys[2], "100-1", "f", "w"]);
+    let got = s(&r.read_reply());
+    assert_eq!(stream_keys(&got), vec![Reply::bulk(&keys[2])], "{got}");
+    assert!(got.contains("100-1") && !got.contains("3-1"), "{got}");
+    // CLIENT UNBLOCK ends it with Redis's error; a timeout with the null.
+    let id = r.int(&["CLIENT", "ID"]).to_string();
+    r.send_cmd(&[
+        b"XREAD",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        keys[0].as_bytes(),
+        keys[1].as_bytes(),
+        b"$",
+        b"$",
+    ]);
+    blocked(&mut c, 1);
+    assert_eq!(call(&mut c, &["CLIENT", "UNBLOCK", &id, "ERROR"]), ":1\r\n");
+    assert_eq!(
+        s(&r.read_reply()),
+        "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+    );
+    assert_eq!(
+        call(
+            &mut r,
+            &[
+                "XREAD", "BLOCK", "50", "STREAMS", &keys[0], &keys[1], "$", "$"
+            ]
+        ),
+        "*-1\r\n"
+    );
+    // XREADGROUP: `>` delivers each stream's entries once, across every shard.
+    for k in &keys {
+        assert_eq!(call(&mut c, &["XGROUP", "CREATE", k, "g", "0"]), "+OK\r\n");
+    }
+    let mut group = vec!["XREADGROUP", "GROUP", "g", "c1", "STREAMS"];
+    group.extend(keys.iter().map(String::as_str));
+    group.extend([">"; 4]);
+    let got = call(&mut c, &group);
+    assert_eq!(
+        stream_keys(&got),
+        keys.iter().map(|k| Reply::bulk(k)).collect::<Vec<_>>(),
+        "{got}"
+    );
+    assert_eq!(call(&mut c, &group), "*-1\r\n");
+    // A group missing on one stream: Redis's NOGROUP for that stream.
+    assert!(
+        call(
+            &mut c,
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c1",
+                "STREAMS",
+                &keys[0],
+                "nope",
+                ">",
+                ">"
+            ]
+        )
+        .starts_with("-NOGROUP No such key 'nope'")
+    );
+    // Blocked on new entries of every stream: woken by one on the last shard.
+    let mut blocking: Vec<&[u8]> = vec![
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+        b"c2",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+    ];
+    blocking.extend(keys.iter().map(|k| k.as_bytes()));
+    blocking.extend([&b">"[..]; 4]);
+    r.send_cmd(&blocking);
+    blocked(&mut c, 1);
+    call(&mut c, &["XADD", &keys[3], "200-1", "f", "z"]);
+    let got = s(&r.read_reply());
+    assert_eq!(stream_keys(&got), vec![Reply::bulk(&keys[3])], "{got}");
+    assert!(got.contains("200-1"), "{got}");
+    let pending = call(&mut c, &["XPENDING", &keys[3], "g"]);
+    assert!(pending.starts_with("*4\r\n:2\r\n"), "{pending}");
+}
+
 /// Waits (at most 5 s) until INFO counts `n` blocked clients.
 fn blocked(c: &mut Raw, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);

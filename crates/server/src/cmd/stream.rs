@@ -27,6 +27,7 @@ use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::notify;
 use crate::resp::reply::Reply;
+use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("xadd", xadd),
@@ -671,19 +672,27 @@ fn parse_block_ms(a: &[u8], now_ms: u64) -> Result<Option<u64>, CmdError> {
     Ok(Some(now_ms.saturating_add(t as u64)))
 }
 
-struct ReadArgs<'a> {
-    block: Option<Option<u64>>,
-    count: usize,
-    noack: bool,
-    group: Option<(&'a [u8], &'a [u8])>,
-    keys: Vec<&'a [u8]>,
-    ids: Vec<&'a [u8]>,
+/// XREAD's and XREADGROUP's arguments (`parse_read`).
+pub struct ReadArgs<'a> {
+    /// BLOCK's deadline: None without BLOCK, `Some(None)` to wait for ever.
+    pub block: Option<Option<u64>>,
+    pub count: usize,
+    pub noack: bool,
+    pub group: Option<(&'a [u8], &'a [u8])>,
+    pub keys: Vec<&'a [u8]>,
+    pub ids: Vec<&'a [u8]>,
+    /// The options as given, but BLOCK and its timeout: what a part of the command over some
+    /// of its streams takes (`conn`'s XREAD across shards, which never blocks a part).
+    pub options: Vec<&'a [u8]>,
 }
 
-fn parse_read<'a>(
-    ctx: &Ctx<'_>,
+/// Parses XREAD (or XREADGROUP: `group_mode`) as Redis's `xreadCommand` does, with its error
+/// texts; BLOCK is refused to a script (`from_script`), and its timeout counts from `now_ms`.
+pub fn parse_read<'a>(
     argv: &[&'a [u8]],
     group_mode: bool,
+    from_script: bool,
+    now_ms: u64,
 ) -> Result<ReadArgs<'a>, CmdError> {
     let mut r = ReadArgs {
         block: None,
@@ -692,6 +701,7 @@ fn parse_read<'a>(
         group: None,
         keys: Vec::new(),
         ids: Vec::new(),
+        options: Vec::new(),
     };
     let mut streams_arg = 0;
     let mut i = 1;
@@ -699,18 +709,19 @@ fn parse_read<'a>(
         let moreargs = argv.len() - i - 1;
         let o = arg(argv, i);
         if eq_ic(o, "block") && moreargs > 0 {
-            if ctx.client.is_script() {
+            if from_script {
                 return Err(err(&format!(
                     "{} command is not allowed with BLOCK option from scripts",
                     String::from_utf8_lossy(arg(argv, 0))
                 )));
             }
             i += 1;
-            r.block = Some(parse_block_ms(arg(argv, i), ctx.now_ms)?);
+            r.block = Some(parse_block_ms(arg(argv, i), now_ms)?);
         } else if eq_ic(o, "count") && moreargs > 0 {
             i += 1;
             let c = ll(arg(argv, i), None)?;
             r.count = usize::try_from(c.max(0)).unwrap_or(usize::MAX);
+            r.options.extend([o, arg(argv, i)]);
         } else if eq_ic(o, "streams") && moreargs > 0 {
             streams_arg = i + 1;
             let n = argv.len() - streams_arg;
@@ -733,6 +744,7 @@ fn parse_read<'a>(
                 ));
             }
             r.group = Some((arg(argv, i + 1), arg(argv, i + 2)));
+            r.options.extend([o, arg(argv, i + 1), arg(argv, i + 2)]);
             i += 2;
         } else if eq_ic(o, "noack") {
             if !group_mode {
@@ -741,6 +753,7 @@ fn parse_read<'a>(
                 ));
             }
             r.noack = true;
+            r.options.push(o);
         } else {
             return Err(CmdError::Syntax);
         }
@@ -775,7 +788,7 @@ fn nogroup_read(key: &[u8], group: &[u8]) -> CmdError {
 /// block. A re-run after a wake serves only the first stream with something to give, as Redis
 /// serves a blocked client from the key that became ready.
 fn read_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], group_mode: bool) -> Result<(), CmdError> {
-    let r = parse_read(ctx, argv, group_mode)?;
+    let r = parse_read(argv, group_mode, ctx.client.is_script(), ctx.now_ms)?;
     let rerun = ctx.is_rerun();
     let kept: Option<Vec<StreamId>> = ctx.blocked_stream_ids().map(<[StreamId]>::to_vec);
     let mut after: Vec<After> = Vec::with_capacity(r.keys.len());
@@ -881,6 +894,22 @@ fn read_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], group_mode: bool) -> Result<(
         None => ctx.out.null_array(),
     }
     Ok(())
+}
+
+/// The last ID of each of `keys` in database `db` (`0-0` for a missing key or one of another
+/// type), as text: what `$` means in an XREAD now (`conn`'s XREAD across shards fixes it
+/// once, then reads after it each time it tries).
+pub fn last_ids(shard: &mut Shard, db: usize, keys: &[Vec<u8>]) -> Vec<String> {
+    let now = shard.now_ms();
+    keys.iter()
+        .map(|k| {
+            shard
+                .lookup_quiet(db, k, now)
+                .and_then(|e| e.state.stream())
+                .map_or(StreamId::default(), StreamCrdt::last_id)
+                .to_string()
+        })
+        .collect()
 }
 
 /// The key and its entries, as one element of XREAD's reply.
