@@ -1145,10 +1145,12 @@ impl Conn {
         let table = f.table;
         if shards > 1 && self.client.multi.is_some() {
             // Redis Cluster checks each queued command on its own: one whose keys span
-            // shards is refused and the transaction is flagged (but a script, or MGET, MSET,
-            // DEL..., which run with their keys' shards held: `exec_across_plan`).
+            // shards is refused and the transaction is flagged (but a script, MGET, MSET,
+            // DEL..., XREAD or XREADGROUP, which run with their keys' shards held:
+            // `exec_across_plan`).
             if let Ok(spec) = cmd::resolve(table, argv) {
                 let held_across = cmd::tracking::is_script(spec)
+                    || STREAMS_ACROSS.contains(&spec.meta.name)
                     || matches!(route::classes(table).get(spec.idx), Some(Class::Scatter(_)));
                 if !cmd::runs_inside_multi(spec.meta.name)
                     && self.keys_at(f, spec, argv) == KeysAt::Many
@@ -1768,37 +1770,31 @@ impl Conn {
                 st.calls += 1;
             }
         }
-        let name = argv.first().cloned().unwrap_or_default();
-        let options: Vec<Vec<u8>> = read.options.iter().map(|o| o.to_vec()).collect();
-        let keys: Vec<Vec<u8>> = read.keys.iter().map(|k| k.to_vec()).collect();
-        let mut ids: Vec<Vec<u8>> = read.ids.iter().map(|i| i.to_vec()).collect();
         let block = read.block;
-        drop(refs);
         let slots = self.th.node.slots.clone();
         let db = self.client.db;
-        // Parts in the order of their shard's first stream: (shard, its streams' indices).
-        let mut parts: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, k) in keys.iter().enumerate() {
-            let t = slots.shard_of_key(k);
-            match parts.iter_mut().find(|(s, _)| *s == t) {
-                Some((_, v)) => v.push(i),
-                None => parts.push((t, vec![i])),
-            }
-        }
+        let name = argv.first().map_or(&b""[..], Vec::as_slice);
+        let (mut part_args, order) =
+            route::split_streams(&slots, name, &read.options, &read.keys, &read.ids);
+        // Where each part's keys begin (after the name, the options and STREAMS); its IDs
+        // follow them.
+        let first = 2 + read.options.len();
+        drop(read);
+        drop(refs);
+        let keys_of = |a: &[Vec<u8>]| a.len().saturating_sub(first) / 2;
         // `$`: the last IDs now, on each stream's shard (XREADGROUP's parts refuse it).
         if !group_mode {
-            for (t, idx) in &parts {
-                let wanted: Vec<usize> = idx
-                    .iter()
-                    .copied()
-                    .filter(|&i| ids.get(i).is_some_and(|x| x == b"$"))
+            for (t, a) in part_args.iter_mut() {
+                let n = keys_of(a);
+                let wanted: Vec<usize> = (0..n)
+                    .filter(|&j| a.get(first + n + j).is_some_and(|x| x == b"$"))
                     .collect();
                 if wanted.is_empty() {
                     continue;
                 }
                 let ks: Vec<Vec<u8>> = wanted
                     .iter()
-                    .filter_map(|&i| keys.get(i).cloned())
+                    .filter_map(|&j| a.get(first + j).cloned())
                     .collect();
                 let last = hop::run_on(&self.th, *t, move |th| {
                     cmd::stream::last_ids(&mut th.shard.borrow_mut(), db, &ks)
@@ -1806,8 +1802,8 @@ impl Conn {
                 .await;
                 match last {
                     Ok(last) => {
-                        for (i, id) in wanted.into_iter().zip(last) {
-                            if let Some(x) = ids.get_mut(i) {
+                        for (j, id) in wanted.into_iter().zip(last) {
+                            if let Some(x) = a.get_mut(first + n + j) {
                                 *x = id.into_bytes();
                             }
                         }
@@ -1819,34 +1815,12 @@ impl Conn {
                 }
             }
         }
-        let part_args: Vec<(u16, Vec<Vec<u8>>)> = parts
-            .iter()
-            .map(|(t, idx)| {
-                let mut a = vec![name.clone()];
-                a.extend(options.iter().cloned());
-                a.push(b"STREAMS".to_vec());
-                a.extend(idx.iter().filter_map(|&i| keys.get(i).cloned()));
-                a.extend(idx.iter().filter_map(|&i| ids.get(i).cloned()));
-                (*t, a)
-            })
-            .collect();
-        // For each stream requested: its part and its key (`route::merge_streams`).
-        let mut order: Vec<(usize, Vec<u8>)> = vec![(0, Vec::new()); keys.len()];
-        for (p, (_, idx)) in parts.iter().enumerate() {
-            for &i in idx {
-                if let (Some(o), Some(k)) = (order.get_mut(i), keys.get(i)) {
-                    *o = (p, k.clone());
-                }
-            }
-        }
         let order: Vec<(usize, &[u8])> = order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
-        let shard_keys: Vec<(u16, Vec<Vec<u8>>)> = parts
+        let shard_keys: Vec<(u16, Vec<Vec<u8>>)> = part_args
             .iter()
-            .map(|(t, idx)| {
-                (
-                    *t,
-                    idx.iter().filter_map(|&i| keys.get(i).cloned()).collect(),
-                )
+            .map(|(t, a)| {
+                let n = keys_of(a);
+                (*t, a.get(first..first + n).unwrap_or_default().to_vec())
             })
             .collect();
         let mailbox = self.client.shared.mailbox.clone();
@@ -3073,6 +3047,47 @@ impl Conn {
                     }
                     joins.push(Join::Merge(merge));
                 }
+                // RANDOMKEY: every shard's size and a key of its, one picked by size.
+                Class::Special(Special::RandomKey) if every_shard_local => {
+                    for t in 0..f.node.shards {
+                        holds.push(t);
+                        parts.push((i, (Some(t), Some(vec![b"DBSIZE".to_vec()]))));
+                        parts.push((i, (Some(t), Some(q.args.clone()))));
+                    }
+                    joins.push(Join::RandomKey);
+                }
+                // SCAN: a step on the shard its cursor names and on each after it, joined as
+                // `Conn::scan` walks them (`Join::Scan`); a cursor that is not one runs where
+                // keyless commands do, whose handler refuses it.
+                Class::Special(Special::Scan) if every_shard_local => {
+                    match argv.get(1).and_then(|c| cmd::args::parse_cursor(c)) {
+                        Some(cursor) => {
+                            let (first, inner) = route::scan_split(cursor);
+                            let shards = f.node.shards;
+                            // A shard after the first starts afresh with the restarts the
+                            // walk has used (`route::scan_next`).
+                            let fresh =
+                                cmd::keys::start_with_restarts(cmd::keys::cursor_restarts(inner));
+                            let mut steps = Vec::new();
+                            for shard in first..shards {
+                                let inner = if shard == first { inner } else { fresh };
+                                let mut a = q.args.clone();
+                                if let Some(c) = a.get_mut(1) {
+                                    *c = inner.to_string().into_bytes();
+                                }
+                                holds.push(shard);
+                                parts.push((i, (Some(shard), Some(a))));
+                                steps.push((shard, inner));
+                            }
+                            joins.push(Join::Scan {
+                                steps,
+                                shards,
+                                count: scan_count(&q.args),
+                            });
+                        }
+                        None => whole(None),
+                    }
+                }
                 Class::All(_)
                 | Class::Special(
                     Special::Scan
@@ -3107,6 +3122,35 @@ impl Conn {
                         whole(Some(*owners.first()?));
                         holds.extend(owners);
                     }
+                    // XREAD, XREADGROUP: the command over each shard's streams (BLOCK is
+                    // ignored inside MULTI), every shard held; one whose arguments are
+                    // wrong runs whole on its first key's shard, which refuses it.
+                    KeysAt::Many if STREAMS_ACROSS.contains(&spec.meta.name) => {
+                        let group_mode = spec.meta.name == "xreadgroup";
+                        match cmd::stream::parse_read(&argv, group_mode, false, 0) {
+                            Ok(read) => {
+                                let (split, order) = route::split_streams(
+                                    slots,
+                                    argv.first().copied().unwrap_or_default(),
+                                    &read.options,
+                                    &read.keys,
+                                    &read.ids,
+                                );
+                                for (t, sub) in split {
+                                    holds.push(t);
+                                    parts.push((i, (Some(t), Some(sub))));
+                                }
+                                joins.push(Join::Streams { order });
+                            }
+                            Err(_) => {
+                                let positions = route::positions(f.table, spec, &argv)?;
+                                let key = positions.first().and_then(|&p| argv.get(p))?;
+                                let t = slots.shard_of_key(key);
+                                holds.push(t);
+                                whole(Some(t));
+                            }
+                        }
+                    }
                     // MGET, MSET, DEL...: a part on each shard of its keys, every one held,
                     // gathered as outside a transaction (so MSET is atomic here).
                     KeysAt::Many => {
@@ -3133,9 +3177,15 @@ impl Conn {
                 self.th.index
             }
         };
+        // A transaction of one shard comes here only when `exec_plan` could not run it there
+        // (SCAN, RANDOMKEY): held like any other. One whose commands have no part (a SCAN
+        // past the last shard) holds this thread's shard.
+        if holds.is_empty() {
+            holds.push(self.th.index);
+        }
         holds.sort_unstable();
         holds.dedup();
-        if holds.len() < 2 || !holds.iter().all(|&t| f.node.is_local(t)) {
+        if !holds.iter().all(|&t| f.node.is_local(t)) {
             return None;
         }
         let mut segments: Vec<(u16, Vec<TxPart>)> = Vec::new();
@@ -3565,34 +3615,17 @@ impl Conn {
                 Ok((r, _)) => r,
                 Err(e) => error_bytes(&hop::unavailable_error(e)),
             };
-            let parsed = read::elements(&reply, 0).and_then(|(els, _)| {
-                let (c0, _) = *els.first()?;
-                let (k0, _) = *els.get(1)?;
-                let next: u64 = std::str::from_utf8(read::bulk(&reply, c0)?)
-                    .ok()?
-                    .parse()
-                    .ok()?;
-                let (found, _) = read::elements(&reply, k0)?;
-                let found: Vec<Vec<u8>> = found
-                    .iter()
-                    .filter_map(|&(a, _)| read::bulk(&reply, a).map(<[u8]>::to_vec))
-                    .collect();
-                Some((next, found))
-            });
-            let Some((next, found)) = parsed else {
+            let Some((next, found)) = route::scan_reply(&reply) else {
                 // An error (COUNT 0, an unknown option...): as the shard answered it.
                 self.out.raw(&reply);
                 return;
             };
-            keys.extend(found);
-            // The restarts used so far carry over to the next shard's walk, so that the
-            // whole iteration has `SCAN_RESTARTS_MAX` of them, however many shards.
-            let restarts = cmd::keys::cursor_restarts(inner);
-            let joined = match route::scan_join(shard, next, shards) {
-                0 => 0,
-                j if next == 0 => j | cmd::keys::start_with_restarts(restarts),
-                j => j,
-            };
+            keys.extend(
+                found
+                    .iter()
+                    .filter_map(|&(a, _)| read::bulk(&reply, a).map(<[u8]>::to_vec)),
+            );
+            let joined = route::scan_next(shard, inner, next, shards);
             if next != 0 || joined == 0 || keys.len() as u64 >= count {
                 break joined;
             }

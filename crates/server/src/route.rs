@@ -295,6 +295,48 @@ pub fn split_scatter<'a>(
     (parts, order)
 }
 
+/// The streams of an XREAD or XREADGROUP split by shard: parts in the order of their shard's
+/// first stream (shard, the command over that shard's streams: its `name`, `options`,
+/// STREAMS, the keys, their IDs), and for each stream requested, its part and its key, which
+/// `merge_streams` reads.
+#[allow(clippy::type_complexity)]
+pub fn split_streams(
+    slots: &SlotMap,
+    name: &[u8],
+    options: &[&[u8]],
+    keys: &[&[u8]],
+    ids: &[&[u8]],
+) -> (Vec<(u16, Vec<Vec<u8>>)>, Vec<(usize, Vec<u8>)>) {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let t = slots.shard_of_key(k);
+        match groups.iter_mut().find(|(s, _)| *s == t) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((t, vec![i])),
+        }
+    }
+    let mut order = vec![(0usize, Vec::new()); keys.len()];
+    let parts = groups
+        .iter()
+        .enumerate()
+        .map(|(p, (t, idx))| {
+            let mut a: Vec<Vec<u8>> = Vec::with_capacity(2 + options.len() + 2 * idx.len());
+            a.push(name.to_vec());
+            a.extend(options.iter().map(|o| o.to_vec()));
+            a.push(b"STREAMS".to_vec());
+            for &i in idx {
+                if let (Some(o), Some(k)) = (order.get_mut(i), keys.get(i)) {
+                    *o = (p, k.to_vec());
+                    a.push(k.to_vec());
+                }
+            }
+            a.extend(idx.iter().filter_map(|&i| ids.get(i)).map(|x| x.to_vec()));
+            (*t, a)
+        })
+        .collect();
+    (parts, order)
+}
+
 // ---------------------------------------------------------------------------------------
 // Merging replies
 
@@ -644,6 +686,32 @@ pub fn scan_join(shard: u16, inner: u64, shards: u16) -> u64 {
         0
     } else {
         u64::from(next) << SCAN_SHARD_SHIFT
+    }
+}
+
+/// A shard's SCAN reply (`[cursor, [key...]]`): its next cursor and the spans of its keys'
+/// elements; None when it is not one (an error).
+pub fn scan_reply(reply: &[u8]) -> Option<(u64, Vec<(usize, usize)>)> {
+    let (els, _) = read::elements(reply, 0)?;
+    let (c0, _) = *els.first()?;
+    let (k0, _) = *els.get(1)?;
+    let next: u64 = std::str::from_utf8(read::bulk(reply, c0)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let (found, _) = read::elements(reply, k0)?;
+    Some((next, found))
+}
+
+/// The cursor a client gets back after shard `shard`, walked from its cursor `inner`,
+/// answered `next` (`scan_join`): a shard started afresh inherits the restarts the walk used
+/// so far, so that the whole iteration has `SCAN_RESTARTS_MAX` of them, however many shards.
+pub fn scan_next(shard: u16, inner: u64, next: u64, shards: u16) -> u64 {
+    let restarts = crate::cmd::keys::cursor_restarts(inner);
+    match scan_join(shard, next, shards) {
+        0 => 0,
+        j if next == 0 => j | crate::cmd::keys::start_with_restarts(restarts),
+        j => j,
     }
 }
 

@@ -34,12 +34,14 @@
 //! transaction's.
 //!
 //! A queued MGET, MSET, DEL, UNLINK, EXISTS or TOUCH whose keys span shards is split into a
-//! part per shard (`route::split_scatter`), and a command every shard answers for itself
-//! (DBSIZE, KEYS, FLUSHALL, CONFIG SET, INFO...) into a part on every shard, each part in the
+//! part per shard (`route::split_scatter`), so is an XREAD or XREADGROUP
+//! (`route::split_streams`), and a command every shard answers for itself
+//! (DBSIZE, KEYS, FLUSHALL, CONFIG SET, INFO...) into a part on every shard, as are RANDOMKEY
+//! (with each shard's DBSIZE) and SCAN (from the shard its cursor names on), each part in the
 //! segment of its shard with every one of those shards held; `join_replies` makes each
 //! command's one reply of its parts, as outside a transaction (`Join`). Commands that act on
-//! the connection itself (CLIENT SETNAME, RESET, ...), SCAN, RANDOMKEY, any other command
-//! whose own keys span shards, and keys on another node keep Redis Cluster's CROSSSLOT
+//! the connection itself (CLIENT SETNAME, RESET, ...), any other command whose own keys span
+//! shards, and keys on another node keep Redis Cluster's CROSSSLOT
 //! (`Conn::exec_across_plan`).
 
 use std::sync::mpsc;
@@ -337,6 +339,21 @@ pub enum Join {
     /// A command every shard answers for itself (DBSIZE, KEYS, FLUSHALL, CONFIG SET...): a
     /// part on every shard, merged by `route::merge`.
     Merge(Merge),
+    /// XREAD or XREADGROUP over streams of several shards: a part per shard
+    /// (`route::split_streams`, whose order this is), merged by `route::merge_streams`.
+    Streams { order: Vec<(usize, Vec<u8>)> },
+    /// RANDOMKEY: on every shard, DBSIZE then RANDOMKEY; a key of a shard chosen in
+    /// proportion to its keys (as outside a transaction).
+    RandomKey,
+    /// SCAN: a step on the shard its cursor names and on each shard after it (`steps`: the
+    /// shard and its own cursor; none past the last shard), joined as a SCAN outside a
+    /// transaction walks them: on to the next shard while fewer than `count` keys were
+    /// found, the cursor given back naming where to go on (`route::scan_next`).
+    Scan {
+        steps: Vec<(u16, u64)>,
+        shards: u16,
+        count: u64,
+    },
 }
 
 /// The EXEC reply of a transaction across shards from its segments' replies (`*n` arrays of
@@ -372,9 +389,84 @@ pub fn join_replies(
             Join::One => out.raw(parts.first()?),
             Join::Gather { kind, order } => route::gather(*kind, order, parts, &mut out),
             Join::Merge(m) => route::merge(*m, parts, &mut out),
+            Join::Streams { order } => {
+                let order: Vec<(usize, &[u8])> =
+                    order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
+                route::merge_streams(parts, &order, &mut out);
+            }
+            Join::RandomKey => random_key(parts, &mut out),
+            Join::Scan {
+                steps,
+                shards,
+                count,
+            } => scan(steps, *shards, *count, parts, &mut out)?,
         }
     }
     Some(out.buf)
+}
+
+/// SCAN's parts in a transaction (`Join::Scan`) into one reply, as `Conn::scan` walks the
+/// shards outside one: each step's keys, until a shard has more to give, the last is done,
+/// or `count` keys were found; the parts after that are not used. A step's error is the
+/// reply.
+fn scan(
+    steps: &[(u16, u64)],
+    shards: u16,
+    count: u64,
+    parts: &[&[u8]],
+    out: &mut Reply,
+) -> Option<()> {
+    let mut keys: Vec<&[u8]> = Vec::new();
+    let mut cursor = 0;
+    for (&(shard, inner), reply) in steps.iter().zip(parts) {
+        let Some((next, found)) = route::scan_reply(reply) else {
+            // An error (COUNT 0, an unknown option...): as the shard answered it.
+            out.raw(reply);
+            return Some(());
+        };
+        for (a, b) in found {
+            keys.push(reply.get(a..b)?);
+        }
+        cursor = route::scan_next(shard, inner, next, shards);
+        if next != 0 || cursor == 0 || keys.len() as u64 >= count {
+            break;
+        }
+    }
+    out.array(2);
+    out.bulk(cursor.to_string().as_bytes());
+    out.array(keys.len());
+    for k in keys {
+        out.raw(k);
+    }
+    Some(())
+}
+
+/// RANDOMKEY's parts in a transaction (per shard, its DBSIZE then its RANDOMKEY) into one
+/// reply: a key of a shard chosen in proportion to its keys, nil when there are none.
+fn random_key(parts: &[&[u8]], out: &mut Reply) {
+    use rand::RngExt as _;
+    let candidates: Vec<(u64, &[u8])> = parts
+        .chunks(2)
+        .filter_map(|pair| {
+            let (size, key) = (*pair.first()?, *pair.get(1)?);
+            let n = u64::try_from(read::int(size, 0)?).ok()?;
+            (n > 0 && read::bulk(key, 0).is_some()).then_some((n, key))
+        })
+        .collect();
+    let total: u64 = candidates.iter().map(|(n, _)| n).sum();
+    if total == 0 {
+        out.null();
+        return;
+    }
+    let mut pick = rand::rng().random_range(0..total);
+    for (n, key) in candidates {
+        if pick < n {
+            out.raw(key);
+            return;
+        }
+        pick -= n;
+    }
+    out.null();
 }
 
 #[cfg(test)]
@@ -406,6 +498,45 @@ mod tests {
         // One part too many or too few for the commands: refused, never misattributed.
         assert_eq!(join_replies(&[a, b], &[0, 1], &ones[..2], p), None);
         assert_eq!(join_replies(&[a, b], &[0, 1, 2, 2], &ones, p), None);
+    }
+
+    /// SCAN's steps join as the walk outside a transaction: on past a shard that is done
+    /// while fewer than COUNT keys were found, stopping at one with more to give (the parts
+    /// after it unused); RANDOMKEY's pick skips shards with no keys.
+    #[test]
+    fn scan_steps_and_random_keys_join_as_outside_a_transaction() {
+        let done: &[u8] = b"*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n";
+        let more: &[u8] = b"*2\r\n$2\r\n57\r\n*1\r\n$1\r\nc\r\n";
+        let unused: &[u8] = b"*2\r\n$1\r\n0\r\n*1\r\n$1\r\nz\r\n";
+        let steps = [(1, 5), (2, 0), (3, 0)];
+        let mut out = Reply::new();
+        scan(&steps, 4, 10, &[done, more, unused], &mut out);
+        let cursor = route::scan_next(2, 0, 57, 4).to_string();
+        let want = format!(
+            "*2\r\n${}\r\n{cursor}\r\n*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n",
+            cursor.len()
+        );
+        assert_eq!(String::from_utf8_lossy(&out.buf), want);
+        // COUNT reached on the first shard: its cursor, the next shard's start.
+        let mut out = Reply::new();
+        scan(&steps, 4, 2, &[done, more, unused], &mut out);
+        let cursor = route::scan_next(1, 5, 0, 4).to_string();
+        assert!(String::from_utf8_lossy(&out.buf).contains(&cursor));
+        // Every shard done: 0.
+        let mut out = Reply::new();
+        scan(&[(3, 0)], 4, 10, &[unused], &mut out);
+        assert_eq!(out.buf, b"*2\r\n$1\r\n0\r\n*1\r\n$1\r\nz\r\n");
+        for _ in 0..20 {
+            let mut out = Reply::new();
+            random_key(
+                &[b":0\r\n", b"$-1\r\n", b":3\r\n", b"$1\r\nk\r\n"],
+                &mut out,
+            );
+            assert_eq!(out.buf, b"$1\r\nk\r\n");
+        }
+        let mut out = Reply::new();
+        random_key(&[b":0\r\n", b"$-1\r\n"], &mut out);
+        assert_eq!(out.buf, b"$-1\r\n");
     }
 
     /// A split command's parts, in different segments, come back as one reply in its place:

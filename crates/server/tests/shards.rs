@@ -838,6 +838,107 @@ fn transactions_split_commands_over_several_shards() {
         "{exec}"
     );
     assert_eq!(call(&mut c, &["GET", &keys[3]]), "$5\r\nafter\r\n");
+    // XREAD and XREADGROUP over streams of several shards: a part per shard, merged in
+    // request order; BLOCK does not block inside MULTI (`$` then has nothing after it).
+    assert_eq!(call(&mut c, &["FLUSHALL"]), "+OK\r\n");
+    let exec = transaction(
+        &mut c,
+        &[
+            &[b"XADD", k[0], b"1-1", b"f", b"a"],
+            &[b"XADD", k[1], b"1-1", b"f", b"b"],
+            &[b"XREAD", b"STREAMS", k[1], k[2], k[0], b"0", b"0", b"0"],
+            &[b"XREAD", b"BLOCK", b"0", b"STREAMS", k[0], k[1], b"$", b"$"],
+            &[
+                b"XREADGROUP",
+                b"GROUP",
+                b"g",
+                b"c",
+                b"STREAMS",
+                k[0],
+                k[1],
+                b">",
+                b">",
+            ],
+            &[b"XREAD", b"STREAMS", k[0], k[1], b"0"],
+        ],
+    );
+    let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
+        panic!("{exec}")
+    };
+    assert_eq!(v.len(), 6, "{exec}");
+    let Reply::Array(read) = &v[2] else {
+        panic!("{exec}")
+    };
+    let streams: Vec<Reply> = read
+        .iter()
+        .map(|pair| match pair {
+            Reply::Array(p) => p[0].clone(),
+            other => panic!("{other:?} in {exec}"),
+        })
+        .collect();
+    assert_eq!(
+        streams,
+        vec![Reply::bulk(&keys[1]), Reply::bulk(&keys[0])],
+        "{exec}"
+    );
+    assert_eq!(v[3], Reply::Nil, "{exec}");
+    assert!(
+        matches!(&v[4], Reply::Err(e) if e.starts_with("NOGROUP No such key")),
+        "{exec}"
+    );
+    assert!(
+        matches!(&v[5], Reply::Err(e) if e.starts_with("ERR Unbalanced XREAD")),
+        "{exec}"
+    );
+    // SCAN and RANDOMKEY inside a transaction: a SCAN step walks the shard its cursor names
+    // and gives the cursor of the next; RANDOMKEY gives a key of any shard.
+    assert_eq!(call(&mut c, &["FLUSHALL"]), "+OK\r\n");
+    for key in &keys {
+        assert_eq!(call(&mut c, &["SET", key, "v"]), "+OK\r\n");
+    }
+    let all: Vec<Reply> = keys.iter().map(|k| Reply::bulk(k)).collect();
+    let mut cursor = "0".to_string();
+    let mut seen: Vec<Reply> = Vec::new();
+    for _ in 0..10 {
+        let exec = transaction(
+            &mut c,
+            &[
+                &[b"SCAN", cursor.as_bytes(), b"COUNT", b"100"],
+                &[b"RANDOMKEY"],
+            ],
+        );
+        let Reply::Array(v) = common::parse_reply(exec.as_bytes()) else {
+            panic!("{exec}")
+        };
+        let Reply::Array(step) = &v[0] else {
+            panic!("{exec}")
+        };
+        let (Reply::Bulk(next), Reply::Array(found)) = (&step[0], &step[1]) else {
+            panic!("{exec}")
+        };
+        assert!(all.contains(&v[1]), "{exec}");
+        seen.extend(found.iter().cloned());
+        cursor = String::from_utf8_lossy(next).into_owned();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0");
+    seen.sort_by_key(|r| format!("{r:?}"));
+    let mut want = all.clone();
+    want.sort_by_key(|r| format!("{r:?}"));
+    assert_eq!(seen, want);
+    // On an empty keyspace, and with a cursor that is not one.
+    assert_eq!(call(&mut c, &["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(transaction(&mut c, &[&[b"RANDOMKEY"]]), "*1\r\n$-1\r\n");
+    assert_eq!(
+        transaction(&mut c, &[&[b"SCAN", b"0"]]),
+        "*1\r\n*2\r\n$1\r\n0\r\n*0\r\n"
+    );
+    assert_eq!(
+        transaction(&mut c, &[&[b"SCAN", b"x"]]),
+        "*1\r\n-ERR invalid cursor\r\n"
+    );
 }
 
 /// XREAD and XREADGROUP over streams of several shards answer as one server: the streams
