@@ -64,6 +64,8 @@ fn recv_stamped(
 
 /// Asks the kernel to time each segment this socket receives (`SO_TIMESTAMPNS`), so that the
 /// order in which clients' commands arrived is known whichever thread reads them first.
+/// Input the kernel did not time is timed when it is read: the kernel turns timing on for the
+/// stack a moment after the first socket asks (deferred work), and off after the last closes.
 fn time_receipts(tcp: &TcpStream) {
     let _ = nix::sys::socket::setsockopt(tcp, nix::sys::socket::sockopt::ReceiveTimestampns, &true);
 }
@@ -587,6 +589,9 @@ mod tests {
             let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
             let (tcp, _) = listener.accept().await.unwrap();
             let stream = ClientStream::plain(tcp);
+            // The kernel turns receive timing on for the whole stack a moment after the first
+            // socket asks (deferred work): input that came before is not timed.
+            std::thread::sleep(std::time::Duration::from_millis(WAIT_MS));
             client.write_all(b"*1\r\n$4\r\nPING\r\n").await.unwrap();
             std::thread::sleep(std::time::Duration::from_millis(WAIT_MS));
             let before = crate::time::wall_ns();
