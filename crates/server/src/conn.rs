@@ -242,7 +242,7 @@ const MOVES_ACROSS: &[&str] = &["blmove", "brpoplpush"];
 /// XREAD and XREADGROUP, whose streams may be on several shards (`Conn::streams_across`).
 const STREAMS_ACROSS: &[&str] = &["xread", "xreadgroup"];
 
-/// What a command waiting on keys of several shards tries each time (`pop_blocking_across`).
+/// What a command waiting on keys of several shards tries each time (`Conn::wait_across`).
 enum AcrossTry {
     /// A blocking pop: the command over each key alone, on its shard, in order.
     Pops {
@@ -251,6 +251,12 @@ enum AcrossTry {
     },
     /// BLMOVE or BRPOPLPUSH: the move, with both shards held (`Conn::list_move_try`).
     Move { sides: (bool, bool) },
+    /// XREAD or XREADGROUP: the command over each shard's streams, without BLOCK, the
+    /// replies merged by `order` (`Conn::streams_try`).
+    Streams {
+        parts: Vec<(u16, Vec<Vec<u8>>)>,
+        order: Vec<(usize, Vec<u8>)>,
+    },
 }
 
 /// A transaction across shards (`Conn::exec_across_plan`): the shards to hold, ascending; its
@@ -1567,16 +1573,9 @@ impl Conn {
     /// BRPOPLPUSH between two of its shards. A pop tries each key in the order given, as that
     /// command over that one key that may not block, on the key's shard (the first pop, or
     /// error, is the reply, as Redis takes the first non-empty key); a move tries the move
-    /// with both shards held (`list_move_try`). When nothing came it registers on every
-    /// shard of its keys to be woken by any write to them (`BlockRegistry::register_waking`:
-    /// counted in `blocked_clients` on the first key's shard only, where CLIENT UNBLOCK finds
-    /// it, `blocking::CrossWait`), tries again, and waits for a wake, its deadline (the null
-    /// array, a move's too, as Redis answers a timed-out BLMOVE), CLIENT UNBLOCK or the
-    /// client's end. Registered
-    /// before each try, so no write between a try and the wait is missed. Unlike a wait on
-    /// one shard, it takes no turn among that shard's blocked clients: those are served
-    /// first, and between two such clients the one whose try runs first pops. Returns false
-    /// when the connection must close.
+    /// with both shards held (`list_move_try`). It waits on its keys' shards as
+    /// `wait_across` says (a move on its source's only). Returns false when the connection
+    /// must close.
     async fn pop_blocking_across(
         &mut self,
         spec: &'static CommandSpec,
@@ -1660,18 +1659,48 @@ impl Conn {
                 None => shard_keys.push((t, vec![key])),
             }
         }
+        // A bad timeout fails the first try (the command checks it), before any wait.
+        let now = self.th.shard.borrow().now_ms();
+        let deadline = blocking::parse_timeout(&timeout_arg, now).unwrap_or(None);
+        self.wait_across(spec, &argv, &how, &shard_keys, Some(deadline), stream, rbuf)
+            .await
+    }
+
+    /// The wait of a command over keys of several shards of this process
+    /// (`pop_blocking_across`, `streams_across`): it tries `how`; when nothing came and
+    /// `deadline` allows one (None: no wait; `Some(None)`: for ever), it registers on every
+    /// shard of `shard_keys` to be woken by any write to them
+    /// (`BlockRegistry::register_waking`: counted in `blocked_clients` on the first key's
+    /// shard only, where CLIENT UNBLOCK finds it, `blocking::CrossWait`), tries again, and
+    /// waits for a wake, its deadline (the null array, a move's too, as Redis answers a
+    /// timed-out BLMOVE), CLIENT UNBLOCK or the client's end. Registered before each try, so
+    /// no write between a try and the wait is missed. Unlike a wait on one shard, it takes no
+    /// turn among that shard's blocked clients: those are served first, and between two such
+    /// clients the one whose try runs first gets what came. Returns false when the
+    /// connection must close.
+    #[allow(clippy::too_many_arguments)]
+    async fn wait_across(
+        &mut self,
+        spec: &'static CommandSpec,
+        argv: &[Vec<u8>],
+        how: &AcrossTry,
+        shard_keys: &[(u16, Vec<Vec<u8>>)],
+        deadline: Option<Option<u64>>,
+        stream: &ClientStream,
+        rbuf: &mut BytesMut,
+    ) -> bool {
         let db = self.client.db;
         let mailbox = self.client.shared.mailbox.clone();
-        let cross = std::sync::Arc::new(blocking::CrossWait::new(mailbox.clone()));
-        let mut deadline: Option<Option<u64>> = None;
+        let cross = std::sync::Arc::new(blocking::CrossWait::new(mailbox));
         let mut registered = false;
         let done = loop {
             if registered {
-                self.register_waking(&shard_keys, db, &cross).await;
+                self.register_waking(shard_keys, db, &cross).await;
             }
-            let got = match &how {
+            let got = match how {
                 AcrossTry::Pops { tries, handler } => self.pops_try(spec, tries, *handler).await,
-                AcrossTry::Move { sides } => self.list_move_try(spec, &argv, *sides, false).await,
+                AcrossTry::Move { sides } => self.list_move_try(spec, argv, *sides, false).await,
+                AcrossTry::Streams { parts, order } => self.streams_try(spec, parts, order).await,
             };
             if let Some(r) = got {
                 break Some(r);
@@ -1680,20 +1709,17 @@ impl Conn {
                 break Some(self.unblocked_reply(how));
             }
             let now = self.th.shard.borrow().now_ms();
-            let due = match deadline {
-                Some(d) => d,
-                None => {
-                    // The tries accepted the timeout: it parses.
-                    let d = blocking::parse_timeout(&timeout_arg, now).unwrap_or(None);
-                    deadline = Some(d);
-                    d
-                }
-            };
-            if due.is_some_and(|d| now >= d) {
+            let nothing = || {
                 let mut r = Reply::new();
                 r.proto = self.client.shared.proto.get();
                 r.null_array();
-                break Some(r.buf);
+                r.buf
+            };
+            let Some(due) = deadline else {
+                break Some(nothing());
+            };
+            if due.is_some_and(|d| now >= d) {
+                break Some(nothing());
             }
             if !registered {
                 // Registered, then tried again at once: a write since the first try wakes it.
@@ -1707,7 +1733,7 @@ impl Conn {
             }
         };
         if registered {
-            self.forget_waking(&shard_keys).await;
+            self.forget_waking(shard_keys).await;
             self.client.shared.blocked.set(false);
         }
         match done {
@@ -1815,7 +1841,6 @@ impl Conn {
                 }
             }
         }
-        let order: Vec<(usize, &[u8])> = order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
         let shard_keys: Vec<(u16, Vec<Vec<u8>>)> = part_args
             .iter()
             .map(|(t, a)| {
@@ -1823,82 +1848,54 @@ impl Conn {
                 (*t, a.get(first..first + n).unwrap_or_default().to_vec())
             })
             .collect();
-        let mailbox = self.client.shared.mailbox.clone();
-        let cross = std::sync::Arc::new(blocking::CrossWait::new(mailbox));
-        let mut registered = false;
-        let done = loop {
-            if registered {
-                self.register_waking(&shard_keys, db, &cross).await;
-            }
-            let mut replies: Vec<Vec<u8>> = Vec::with_capacity(part_args.len());
-            let mut lost = None;
-            for (t, a) in &part_args {
-                match self.one(*t, Op::Quiet(spec), a).await {
-                    Ok((r, _)) => replies.push(r),
-                    Err(e) => {
-                        lost = Some(e);
-                        break;
-                    }
+        let how = AcrossTry::Streams {
+            parts: part_args,
+            order,
+        };
+        self.wait_across(spec, &argv, &how, &shard_keys, block, stream, rbuf)
+            .await
+    }
+
+    /// One try of XREAD or XREADGROUP over streams of several shards (`streams_across`):
+    /// every part on its shard, the replies merged in request order
+    /// (`route::merge_streams`); None when no stream gave entries. A part's error is the
+    /// reply, counted as the command's own.
+    async fn streams_try(
+        &mut self,
+        spec: &'static CommandSpec,
+        parts: &[(u16, Vec<Vec<u8>>)],
+        order: &[(usize, Vec<u8>)],
+    ) -> Option<Vec<u8>> {
+        let mut replies: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+        for (t, a) in parts {
+            match self.one(*t, Op::Quiet(spec), a).await {
+                Ok((r, _)) => replies.push(r),
+                Err(e) => {
+                    let mut r = Reply::new();
+                    r.error(&hop::unavailable_error(e));
+                    return Some(r.buf);
                 }
             }
-            if let Some(e) = lost {
-                let mut r = Reply::new();
-                r.error(&hop::unavailable_error(e));
-                break Some(r.buf);
-            }
-            let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
-            let mut merged = Reply::new();
-            merged.proto = self.client.shared.proto.get();
-            let given = route::merge_streams(&refs, &order, &mut merged);
-            if given > 0 {
-                break Some(merged.buf);
-            }
-            if merged.buf.first() == Some(&b'-') {
-                // Counted in the error statistics as the command's own error.
-                let text = String::from_utf8_lossy(&merged.buf);
-                let mut r = Reply::new();
-                r.proto = merged.proto;
-                hop::reply_error(
-                    &self.th,
-                    &mut r,
-                    &CmdError::Raw(text.trim_start_matches('-').trim_end().to_string()),
-                );
-                break Some(r.buf);
-            }
-            if let Some(how) = cross.requested() {
-                break Some(self.unblocked_reply(how));
-            }
-            let now = self.th.shard.borrow().now_ms();
-            let due = match block {
-                // No BLOCK: the null it answered.
-                None => break Some(merged.buf),
-                Some(due) => due,
-            };
-            if due.is_some_and(|d| now >= d) {
-                break Some(merged.buf);
-            }
-            if !registered {
-                // Registered, then tried again at once: a write since the first try wakes it.
-                registered = true;
-                self.client.shared.blocked.set(true);
-                continue;
-            }
-            let sleep_for = due.map(|d| Duration::from_millis(d.saturating_sub(now)));
-            if !self.wait_wake(stream, rbuf, sleep_for).await {
-                break None;
-            }
-        };
-        if registered {
-            self.forget_waking(&shard_keys).await;
-            self.client.shared.blocked.set(false);
         }
-        match done {
-            Some(reply) => {
-                self.out.raw(&reply);
-                true
-            }
-            None => false,
+        let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+        let order: Vec<(usize, &[u8])> = order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
+        let mut merged = Reply::new();
+        merged.proto = self.client.shared.proto.get();
+        if route::merge_streams(&refs, &order, &mut merged) > 0 {
+            return Some(merged.buf);
         }
+        if merged.buf.first() != Some(&b'-') {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&merged.buf);
+        let mut r = Reply::new();
+        r.proto = merged.proto;
+        hop::reply_error(
+            &self.th,
+            &mut r,
+            &CmdError::Raw(text.trim_start_matches('-').trim_end().to_string()),
+        );
+        Some(r.buf)
     }
 
     /// One try of a blocking pop over several shards (`pop_blocking_across`): each key's pop
