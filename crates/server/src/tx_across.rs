@@ -17,7 +17,9 @@
 //! segment, on its first key's shard, with every shard of its keys held the same way. While
 //! it runs, that thread may reach the other held shards (`reaches`, `call_held`): a
 //! `redis.call` whose keys are all on one of them runs there as that shard's script client
-//! (`hop::Op::ScriptCall`), the script's thread waiting for the reply. The log records and
+//! (`hop::Op::ScriptCall`), the script's thread waiting for the reply; an MGET, MSET, DEL,
+//! UNLINK, EXISTS or TOUCH over keys of several of them runs a part on each
+//! (`script::engine`'s `scattered`), merged by `route::gather`. The log records and
 //! the write positions those calls leave come back with the outcome (`Outcome::Ran`), so the
 //! reply waits for every shard's log under `appendfsync always`.
 //!

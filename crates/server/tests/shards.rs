@@ -1485,8 +1485,9 @@ fn list_moves_across_shards_like_redis() {
 }
 
 /// A script whose declared keys are on several shards runs on the main port, atomically: its
-/// calls reach each key's shard, another client's script never sees half of one, a call
-/// whose keys span shards or reach an undeclared shard is refused inside the script, and a
+/// calls reach each key's shard (MGET, MSET, DEL... over several of them included), another
+/// client's script never sees half of one, a call that reaches an undeclared shard is
+/// refused inside the script, and a
 /// script that loops is answered BUSY on every thread and killed from any of them.
 #[test]
 fn scripts_across_shards_are_atomic() {
@@ -1531,17 +1532,44 @@ fn scripts_across_shards_are_atomic() {
     assert_eq!(call(&mut c, &["FCALL", "swap", "2", &a, &b]), "+OK\r\n");
     assert_eq!(call(&mut c, &["GET", &a]), "$1\r\nx\r\n");
     assert_eq!(call(&mut c, &["GET", &b]), "$1\r\n1\r\n");
-    // Errors inside: a call over keys of two shards, a key of a shard the script did not
-    // declare, a wrong type; the calls before them stay done, as in Redis.
+    // MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over the declared keys of several shards run
+    // as on one server: a part on each held shard, the replies merged.
+    assert_eq!(
+        call(
+            &mut c,
+            &[
+                "EVAL",
+                "return redis.call('mget', KEYS[2], ARGV[1], KEYS[1])",
+                "2",
+                &a,
+                &b,
+                &b,
+            ],
+        ),
+        "*3\r\n$1\r\n1\r\n$1\r\n1\r\n$1\r\nx\r\n"
+    );
+    let multi_key = "redis.call('mset', KEYS[1], 'p', KEYS[2], 'q') \
+                     local n = redis.call('exists', KEYS[1], KEYS[2], KEYS[1]) \
+                     local t = redis.call('touch', KEYS[2], KEYS[1]) \
+                     local d = redis.call('del', KEYS[1], KEYS[2]) \
+                     return {n, t, d, redis.call('unlink', KEYS[1], KEYS[2])}";
+    assert_eq!(
+        call(&mut c, &["EVAL", multi_key, "2", &a, &b]),
+        "*4\r\n:3\r\n:2\r\n:2\r\n:0\r\n"
+    );
+    assert_eq!(call(&mut c, &["SET", &a, "x"]), "+OK\r\n");
+    // Errors inside: such a call reaching a shard the script did not declare, a key of such a
+    // shard, a wrong type; the calls before them stay done, as in Redis.
     let non_local = "Script attempted to access a non local key in a cluster node";
     let r = call(
         &mut c,
         &[
             "EVAL",
-            "return redis.call('mget', KEYS[1], KEYS[2])",
+            "return redis.call('mget', KEYS[1], KEYS[2], ARGV[1])",
             "2",
             &a,
             &b,
+            &keys[1],
         ],
     );
     assert!(r.contains(non_local), "{r}");

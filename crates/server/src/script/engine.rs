@@ -630,9 +630,16 @@ pub fn run_command(
         );
     }
     // Keys all on another shard held for this run (a script across shards): the call runs
-    // there (`tx_across::call_held`).
+    // there (`tx_across::call_held`). MGET, MSET, DEL... over keys of this shard and held
+    // ones: a part on each (`scattered`).
     let held = super::busy::held_owner(shard, spec, argv);
-    if let Some(owner) = super::busy::non_local_key(shard, spec, argv).filter(|_| held.is_none()) {
+    let scatter = match held {
+        Some(_) => None,
+        None => scattered(shard, front, spec, argv),
+    };
+    if let Some(owner) = super::busy::non_local_key(shard, spec, argv)
+        .filter(|_| held.is_none() && scatter.is_none())
+    {
         if let Some(run) = shard.scripting.run.as_mut() {
             run.misplaced.get_or_insert(owner);
         }
@@ -664,13 +671,57 @@ pub fn run_command(
         crate::resp::reply::Proto::Resp2
     };
     client.shared.proto.set(reply.proto);
-    match held {
-        Some(owner) => call_on_held(&caller, client.db, &mut reply, spec, argv, owner),
-        None => crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now),
+    match (held, scatter) {
+        (Some(owner), _) => call_on_held(&caller, client.db, &mut reply, spec, argv, owner),
+        (None, Some((kind, parts, order))) => {
+            // Each shard's part as that command there, merged as on the main port.
+            let mut replies: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+            for (t, sub) in &parts {
+                let mut r = crate::resp::reply::Reply::new();
+                r.proto = reply.proto;
+                if *t == shard.index {
+                    crate::cmd::call(shard, front, &mut client, &mut r, spec, sub, now);
+                } else {
+                    call_on_held(&caller, client.db, &mut r, spec, sub, *t);
+                }
+                replies.push(r.buf);
+            }
+            let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+            crate::route::gather(kind, &order, &refs, &mut reply);
+        }
+        (None, None) => crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now),
     }
     shard.scripting.reply = reply;
     shard.scripting.client = Some(client);
     Ok(())
+}
+
+/// A script's MGET, MSET, DEL, UNLINK, EXISTS or TOUCH over keys of this shard and of shards
+/// held for its run (a script across shards): its kind and its parts by shard
+/// (`route::split_scatter`). None when its keys are on one shard, or one is on a shard not
+/// held (Redis Cluster's error then).
+#[allow(clippy::type_complexity)]
+fn scattered<'a>(
+    shard: &Shard,
+    front: &crate::front::Front,
+    spec: &crate::cmd::table::CommandSpec,
+    argv: &[&'a [u8]],
+) -> Option<(
+    crate::route::Scatter,
+    Vec<(u16, Vec<&'a [u8]>)>,
+    Vec<(usize, usize)>,
+)> {
+    let Some(crate::route::Class::Scatter(kind)) =
+        crate::route::classes(front.table).get(spec.idx).copied()
+    else {
+        return None;
+    };
+    let map = shard.scripting.slots.as_ref()?;
+    let (parts, order) = crate::route::split_scatter(map, kind, argv);
+    let reachable = parts
+        .iter()
+        .all(|(t, _)| *t == shard.index || crate::tx_across::reaches(*t));
+    (parts.len() > 1 && reachable).then_some((kind, parts, order))
 }
 
 /// Runs a script's command on held shard `owner` (`hop::Op::ScriptCall`) for `caller` in
