@@ -2469,7 +2469,17 @@ impl Conn {
                     match self.one(t, Op::Call(spec), &argv).await {
                         Ok((reply, note)) => match note.and_then(|n| n.relocate) {
                             Some(next) if !tried.contains(&next) => t = next,
-                            _ => {
+                            // It reaches keys of shards it has run on already, and has done
+                            // nothing anywhere: it runs once more where it began, with every
+                            // shard of this process held, its calls reaching them all.
+                            Some(_) => {
+                                let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                                let batch = self.batch_of(Op::Call(spec), &refs);
+                                let shards: Vec<u16> = self.th.node.local_shards().collect();
+                                self.run_held(shards, self.th.index, batch).await;
+                                break;
+                            }
+                            None => {
                                 self.out.raw(&reply);
                                 break;
                             }

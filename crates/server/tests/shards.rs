@@ -1325,8 +1325,9 @@ fn transactions_and_watch_on_another_shard() {
 
 /// A script that declares no key runs where the keys it reaches are, as on one Redis: on the
 /// connection's shard first, then on the shard of the first key it reached there when it did
-/// nothing else. One that wrote or published first, or reaches keys of two shards, gets
-/// Redis Cluster's error.
+/// nothing else, and when it reaches keys of several shards before it does anything, once
+/// more with every shard held. One that wrote or published before it reached another
+/// shard's key gets Redis Cluster's error.
 #[test]
 fn scripts_without_declared_keys_run_on_their_keys_shard() {
     let srv = Server::start_with(&["--shards", SHARDS]);
@@ -1340,13 +1341,24 @@ fn scripts_without_declared_keys_run_on_their_keys_shard() {
         assert_eq!(call(&mut a, &["GET", &format!("{k}:n")]), "$1\r\n1\r\n");
     }
     let non_local = "Script attempted to access a non local key in a cluster node";
-    // Keys of two shards in one script: refused, whichever shard it runs on.
-    let script = format!(
-        "redis.call('get','{}') return redis.call('get','{}')",
-        keys[0], keys[1]
-    );
-    let r = call(&mut a, &["EVAL", &script, "0"]);
-    assert!(r.contains(non_local), "{r}");
+    // Keys of several shards in one script that reads them before it writes: it runs again
+    // with every shard held, as on one server, whichever shard it began on.
+    for _ in 0..4 {
+        let mut c = srv.connect();
+        let script = format!(
+            "redis.call('get','{}') return redis.call('get','{}')",
+            keys[0], keys[1]
+        );
+        assert_eq!(call(&mut c, &["EVAL", &script, "0"]), "$1\r\nv\r\n");
+        let script = format!(
+            "local v = redis.call('get','{}') .. redis.call('get','{}') \
+             redis.call('set','{}', v) return redis.call('get','{}')",
+            keys[0], keys[1], keys[3], keys[2]
+        );
+        assert_eq!(call(&mut c, &["EVAL", &script, "0"]), "$1\r\nv\r\n");
+        assert_eq!(call(&mut c, &["GET", &keys[3]]), "$2\r\nvv\r\n");
+        call(&mut c, &["SET", &keys[3], "v"]);
+    }
     // A script that wrote before it reached another shard's key is not run twice.
     for k in &keys {
         let script = format!(
