@@ -663,10 +663,7 @@ fn transactions_across_shards_are_atomic() {
         &a,
         &b,
         "transaction",
-        |c, a, b| {
-            let exec = transaction(c, &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]]);
-            assert!(exec.starts_with("*2\r\n:"), "{exec}");
-        },
+        incr_both_in_a_transaction,
         |c, a, b| transaction(c, &[&[b"GET", a.as_bytes()], &[b"GET", b.as_bytes()]]),
     );
     let mut r = srv.connect();
@@ -757,10 +754,7 @@ fn transactions_split_commands_over_several_shards() {
         &a,
         &b,
         "transaction",
-        |c, a, b| {
-            let exec = transaction(c, &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]]);
-            assert!(exec.starts_with("*2\r\n:"), "{exec}");
-        },
+        incr_both_in_a_transaction,
         |c, a, b| {
             let exec = transaction(c, &[&[b"MGET", a.as_bytes(), b.as_bytes()]]);
             exec.strip_prefix("*1\r\n")
@@ -1149,6 +1143,12 @@ fn assert_never_half_seen(
     let total = common::bulk(&(2 * HALF_SEEN_ROUNDS).to_string());
     assert_eq!(s(&call_raw(&mut r, &["GET", a])), total);
     assert_eq!(s(&call_raw(&mut r, &["GET", b])), total);
+}
+
+/// A writer for `assert_never_half_seen`: MULTI INCR a INCR b EXEC.
+fn incr_both_in_a_transaction(c: &mut Raw, a: &str, b: &str) {
+    let exec = transaction(c, &[&[b"INCR", a.as_bytes()], &[b"INCR", b.as_bytes()]]);
+    assert!(exec.starts_with("*2\r\n:"), "{exec}");
 }
 
 /// MULTI, `cmds` and EXEC in one write; EXEC's reply.
