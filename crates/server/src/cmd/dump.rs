@@ -469,6 +469,8 @@ enum IoFailure {
     Timeout,
     /// Any other error, a closed connection, or a line too long.
     Other,
+    /// The target's name did not resolve to an address.
+    Unresolved,
     /// The process is stopping.
     Stopping,
 }
@@ -484,25 +486,34 @@ struct Target {
 impl Target {
     /// Connects to `host:port` within `timeout` (the first address that answers).
     fn connect(host: &str, port: u16, timeout: Duration) -> Result<Target, IoFailure> {
-        let addrs = (host, port)
+        let addrs: Vec<_> = (host, port)
             .to_socket_addrs()
-            .map_err(|_| IoFailure::Other)?;
+            .map_err(|_| IoFailure::Unresolved)?
+            .collect();
+        if addrs.is_empty() {
+            return Err(IoFailure::Unresolved);
+        }
         let deadline = Instant::now() + timeout;
+        let mut failure = IoFailure::Other;
         for addr in addrs {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(IoFailure::Timeout);
             }
-            if let Ok(stream) = TcpStream::connect_timeout(&addr, left) {
-                let _ = stream.set_nodelay(true);
-                return Ok(Target {
-                    stream,
-                    timeout,
-                    pending: Vec::new(),
-                });
+            match TcpStream::connect_timeout(&addr, left) {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(Target {
+                        stream,
+                        timeout,
+                        pending: Vec::new(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => failure = IoFailure::Timeout,
+                Err(_) => failure = IoFailure::Other,
             }
         }
-        Err(IoFailure::Other)
+        Err(failure)
     }
 
     /// Sets the socket timeout for the next slice of an operation ending at `deadline`.
@@ -783,15 +794,23 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let timeout = Duration::from_millis(m.timeout_ms.unsigned_abs());
     let mut may_retry = true;
     loop {
-        let mut target = match Target::connect(&host, port, timeout) {
-            Ok(t) => t,
-            Err(_) => {
+        // Redis connects without blocking and fails at once only when the name does not
+        // resolve; a refused or timed-out connection fails at its first write, and is retried
+        // as one (but a timeout).
+        let connected = match Target::connect(&host, port, timeout) {
+            Ok(mut target) => exchange(ctx, &mut target, &m, &cmd, &sent),
+            Err(IoFailure::Unresolved) => {
                 return Err(CmdError::Raw(
                     "IOERR error or timeout connecting to the client".to_string(),
                 ));
             }
+            Err(why) => Exchange::Failed {
+                writing: true,
+                why,
+                replies: 0,
+            },
         };
-        match exchange(ctx, &mut target, &m, &cmd, &sent) {
+        match connected {
             Exchange::Done(None) => {
                 ctx.out.ok();
                 return Ok(());
