@@ -160,9 +160,23 @@ fn cluster_commands_describe_one_node_per_shard() {
     assert_eq!(call(&mut main, &["READONLY"]), "+OK\r\n");
     assert_eq!(call(&mut main, &["READWRITE"]), "+OK\r\n");
     assert_eq!(call(&mut main, &["ASKING"]), "+OK\r\n");
+    // Slot management does not exist here: an unknown subcommand, as for any other (and
+    // refused inside a script by its flags).
     assert_eq!(
         call(&mut main, &["CLUSTER", "ADDSLOTS", "1"]),
         "-ERR unknown subcommand 'ADDSLOTS'. Try CLUSTER HELP.\r\n"
+    );
+    assert_eq!(
+        call(&mut main, &["CLUSTER", "reset"]),
+        "-ERR unknown subcommand 'reset'. Try CLUSTER HELP.\r\n"
+    );
+    let r = call(
+        &mut main,
+        &["EVAL", "return redis.call('cluster', 'reset')", "0"],
+    );
+    assert!(
+        r.starts_with("-ERR This Redis command is not allowed from script"),
+        "{r}"
     );
     assert_eq!(
         call(&mut main, &["CLUSTER", "COUNTKEYSINSLOT", "16384"]),
@@ -264,9 +278,27 @@ fn with_the_api_off_cluster_commands_answer_as_redis_without_cluster() {
         &["READONLY"],
         &["READWRITE"],
         &["ASKING"],
+        // Subcommands with no counterpart here answer as Redis's with cluster support off.
+        &["CLUSTER", "RESET", "HARD"],
+        &["CLUSTER", "ADDSLOTS", "1"],
+        &["CLUSTER", "SETSLOT", "1", "STABLE"],
+        &["CLUSTER", "LINKS"],
     ] {
         assert_eq!(call(&mut c, cmd), off, "{cmd:?}");
     }
+    // Inside a script, CLUSTER RESET is refused by its flags first, as Redis refuses it.
+    let r = call(
+        &mut c,
+        &["EVAL", "return redis.call('cluster', 'reset', 'hard')", "0"],
+    );
+    assert!(
+        r.starts_with("-ERR This Redis command is not allowed from script"),
+        "{r}"
+    );
+    assert_eq!(
+        call(&mut c, &["CLUSTER", "NOPE"]),
+        "-ERR unknown subcommand 'NOPE'. Try CLUSTER HELP.\r\n"
+    );
     let info = call(&mut c, &["INFO", "cluster"]);
     assert!(info.contains("cluster_enabled:0"), "{info}");
     let hello = call(&mut c, &["HELLO", "3"]);

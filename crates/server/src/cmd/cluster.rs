@@ -5,8 +5,11 @@
 //! is a cluster node with its own endpoint (`topology::ClusterMap`); these commands describe
 //! them, on the endpoints and on the main port alike, with Redis 7.0's reply shapes. A
 //! connection to an endpoint is "myself" for that shard; the main port is no node's. With
-//! the API off they answer as Redis does with `cluster-enabled no`. Slot management
-//! (ADDSLOTS, SETSLOT, MEET...) does not exist here: the slot map is the site's.
+//! the API off they answer as Redis does with `cluster-enabled no`. Slot management and the
+//! cluster bus (ADDSLOTS, SETSLOT, MEET, RESET, FAILOVER, LINKS...) do not exist here: the
+//! slot map is the site's. Those subcommands are in the table so that they answer as Redis
+//! does with the API off (support disabled, and refused inside scripts by their flags), and
+//! with it on as an unknown subcommand (`absent`); CLUSTER HELP does not list them.
 
 use super::args::{eq_ic, parse_i64};
 use super::{Ctx, Handler};
@@ -23,6 +26,24 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("cluster|nodes", nodes),
     ("cluster|shards", shards),
     ("cluster|slots", slots),
+    ("cluster|addslots", absent),
+    ("cluster|addslotsrange", absent),
+    ("cluster|bumpepoch", absent),
+    ("cluster|count-failure-reports", absent),
+    ("cluster|delslots", absent),
+    ("cluster|delslotsrange", absent),
+    ("cluster|failover", absent),
+    ("cluster|flushslots", absent),
+    ("cluster|forget", absent),
+    ("cluster|links", absent),
+    ("cluster|meet", absent),
+    ("cluster|replicas", absent),
+    ("cluster|replicate", absent),
+    ("cluster|reset", absent),
+    ("cluster|saveconfig", absent),
+    ("cluster|set-config-epoch", absent),
+    ("cluster|setslot", absent),
+    ("cluster|slaves", absent),
     ("readonly", readonly),
     ("readwrite", readwrite),
     ("asking", asking),
@@ -30,6 +51,17 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 
 fn disabled() -> CmdError {
     CmdError::Err("This instance has cluster support disabled".to_string())
+}
+
+/// A Redis Cluster subcommand with no counterpart here (slot management, the cluster bus):
+/// with the API off, Redis's answer with `cluster-enabled no`; with it on, the answer to a
+/// subcommand that does not exist.
+fn absent(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    map(ctx)?;
+    Err(CmdError::UnknownSubcommand {
+        cmd: "CLUSTER".to_string(),
+        sub: String::from_utf8_lossy(argv.get(1).copied().unwrap_or_default()).into_owned(),
+    })
 }
 
 /// The cluster map, or the error Redis gives with cluster support disabled.
