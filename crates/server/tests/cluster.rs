@@ -170,14 +170,7 @@ fn cluster_commands_describe_one_node_per_shard() {
         call(&mut main, &["CLUSTER", "reset"]),
         "-ERR unknown subcommand 'reset'. Try CLUSTER HELP.\r\n"
     );
-    let r = call(
-        &mut main,
-        &["EVAL", "return redis.call('cluster', 'reset')", "0"],
-    );
-    assert!(
-        r.starts_with("-ERR This Redis command is not allowed from script"),
-        "{r}"
-    );
+    refused_in_a_script(&mut main, "return redis.call('cluster', 'reset')");
     assert_eq!(
         call(&mut main, &["CLUSTER", "COUNTKEYSINSLOT", "16384"]),
         "-ERR Invalid slot\r\n"
@@ -287,14 +280,7 @@ fn with_the_api_off_cluster_commands_answer_as_redis_without_cluster() {
         assert_eq!(call(&mut c, cmd), off, "{cmd:?}");
     }
     // Inside a script, CLUSTER RESET is refused by its flags first, as Redis refuses it.
-    let r = call(
-        &mut c,
-        &["EVAL", "return redis.call('cluster', 'reset', 'hard')", "0"],
-    );
-    assert!(
-        r.starts_with("-ERR This Redis command is not allowed from script"),
-        "{r}"
-    );
+    refused_in_a_script(&mut c, "return redis.call('cluster', 'reset', 'hard')");
     assert_eq!(
         call(&mut c, &["CLUSTER", "NOPE"]),
         "-ERR unknown subcommand 'NOPE'. Try CLUSTER HELP.\r\n"
@@ -303,6 +289,15 @@ fn with_the_api_off_cluster_commands_answer_as_redis_without_cluster() {
     assert!(info.contains("cluster_enabled:0"), "{info}");
     let hello = call(&mut c, &["HELLO", "3"]);
     assert!(hello.contains("standalone"), "{hello}");
+}
+
+/// EVAL of `script` (no keys) answers Redis's refusal of a `noscript` command.
+fn refused_in_a_script(c: &mut Raw, script: &str) {
+    let r = call(c, &["EVAL", script, "0"]);
+    assert!(
+        r.starts_with("-ERR This Redis command is not allowed from script"),
+        "{r}"
+    );
 }
 
 fn tool(name: &str, env: &str) -> Option<String> {
