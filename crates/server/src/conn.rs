@@ -1155,12 +1155,14 @@ impl Conn {
             // DEL..., XREAD or XREADGROUP, which run with their keys' shards held:
             // `exec_across_plan`).
             if let Ok(spec) = cmd::resolve(table, argv) {
-                let held_across = cmd::tracking::is_script(spec)
-                    || STREAMS_ACROSS.contains(&spec.meta.name)
-                    || matches!(route::classes(table).get(spec.idx), Some(Class::Scatter(_)));
+                let held_across = || {
+                    cmd::tracking::is_script(spec)
+                        || STREAMS_ACROSS.contains(&spec.meta.name)
+                        || matches!(route::classes(table).get(spec.idx), Some(Class::Scatter(_)))
+                };
                 if !cmd::runs_inside_multi(spec.meta.name)
                     && self.keys_at(f, spec, argv) == KeysAt::Many
-                    && !(held_across && self.keys_on_this_node(f, spec, argv))
+                    && !(held_across() && self.keys_on_this_node(f, spec, argv))
                 {
                     if let Some(m) = self.client.multi.as_mut() {
                         m.aborted = true;
@@ -1800,11 +1802,13 @@ impl Conn {
         let slots = self.th.node.slots.clone();
         let db = self.client.db;
         let name = argv.first().map_or(&b""[..], Vec::as_slice);
+        let options = read.part_options(&refs);
         let (mut part_args, order) =
-            route::split_streams(&slots, name, &read.options, &read.keys, &read.ids);
+            route::split_streams(&slots, name, &options, &read.keys, &read.ids);
         // Where each part's keys begin (after the name, the options and STREAMS); its IDs
         // follow them.
-        let first = 2 + read.options.len();
+        let first = 2 + options.len();
+        drop(options);
         drop(read);
         drop(refs);
         let keys_of = |a: &[Vec<u8>]| a.len().saturating_sub(first) / 2;
@@ -3139,7 +3143,7 @@ impl Conn {
                                 let (split, order) = route::split_streams(
                                     slots,
                                     argv.first().copied().unwrap_or_default(),
-                                    &read.options,
+                                    &read.part_options(&argv),
                                     &read.keys,
                                     &read.ids,
                                 );

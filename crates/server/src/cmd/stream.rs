@@ -681,9 +681,24 @@ pub struct ReadArgs<'a> {
     pub group: Option<(&'a [u8], &'a [u8])>,
     pub keys: Vec<&'a [u8]>,
     pub ids: Vec<&'a [u8]>,
-    /// The options as given, but BLOCK and its timeout: what a part of the command over some
-    /// of its streams takes (`conn`'s XREAD across shards, which never blocks a part).
-    pub options: Vec<&'a [u8]>,
+    /// Where STREAMS is in the arguments, and BLOCK when given (`part_options`).
+    streams_at: usize,
+    block_at: Option<usize>,
+}
+
+impl ReadArgs<'_> {
+    /// The options of `argv` (the arguments this was parsed from) but BLOCK and its timeout:
+    /// what a part of the command over some of its streams takes (`conn`'s XREAD across
+    /// shards, which never blocks a part). Built only there, not on every XREAD.
+    pub fn part_options<'b>(&self, argv: &[&'b [u8]]) -> Vec<&'b [u8]> {
+        argv.get(1..self.streams_at)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| self.block_at.is_none_or(|b| i + 1 != b && i + 1 != b + 1))
+            .map(|(_, a)| *a)
+            .collect()
+    }
 }
 
 /// Parses XREAD (or XREADGROUP: `group_mode`) as Redis's `xreadCommand` does, with its error
@@ -701,7 +716,8 @@ pub fn parse_read<'a>(
         group: None,
         keys: Vec::new(),
         ids: Vec::new(),
-        options: Vec::new(),
+        streams_at: 0,
+        block_at: None,
     };
     let mut streams_arg = 0;
     let mut i = 1;
@@ -715,14 +731,15 @@ pub fn parse_read<'a>(
                     String::from_utf8_lossy(arg(argv, 0))
                 )));
             }
+            r.block_at = Some(i);
             i += 1;
             r.block = Some(parse_block_ms(arg(argv, i), now_ms)?);
         } else if eq_ic(o, "count") && moreargs > 0 {
             i += 1;
             let c = ll(arg(argv, i), None)?;
             r.count = usize::try_from(c.max(0)).unwrap_or(usize::MAX);
-            r.options.extend([o, arg(argv, i)]);
         } else if eq_ic(o, "streams") && moreargs > 0 {
+            r.streams_at = i;
             streams_arg = i + 1;
             let n = argv.len() - streams_arg;
             if n % 2 != 0 {
@@ -744,7 +761,6 @@ pub fn parse_read<'a>(
                 ));
             }
             r.group = Some((arg(argv, i + 1), arg(argv, i + 2)));
-            r.options.extend([o, arg(argv, i + 1), arg(argv, i + 2)]);
             i += 2;
         } else if eq_ic(o, "noack") {
             if !group_mode {
@@ -753,7 +769,6 @@ pub fn parse_read<'a>(
                 ));
             }
             r.noack = true;
-            r.options.push(o);
         } else {
             return Err(CmdError::Syntax);
         }
@@ -2057,6 +2072,36 @@ fn xinfo_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A part's options are the command's but BLOCK and its timeout, wherever BLOCK stands,
+    /// and a group or consumer named "block" stays.
+    #[test]
+    fn a_parts_options_leave_block_out() {
+        let argv: Vec<&[u8]> = vec![
+            b"XREADGROUP",
+            b"GROUP",
+            b"block",
+            b"c",
+            b"BLOCK",
+            b"100",
+            b"COUNT",
+            b"2",
+            b"NOACK",
+            b"STREAMS",
+            b"a",
+            b">",
+        ];
+        let r = parse_read(&argv, true, false, 0).unwrap();
+        let want: Vec<&[u8]> = vec![b"GROUP", b"block", b"c", b"COUNT", b"2", b"NOACK"];
+        assert_eq!(r.part_options(&argv), want);
+        let argv: Vec<&[u8]> = vec![b"XREAD", b"STREAMS", b"a", b"0"];
+        assert!(
+            parse_read(&argv, false, false, 0)
+                .unwrap()
+                .part_options(&argv)
+                .is_empty()
+        );
+    }
 
     #[test]
     fn ids_parse_as_redis() {

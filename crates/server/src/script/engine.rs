@@ -633,13 +633,13 @@ pub fn run_command(
     // there (`tx_across::call_held`). MGET, MSET, DEL... over keys of this shard and held
     // ones: a part on each (`scattered`).
     let held = super::busy::held_owner(shard, spec, argv);
-    let scatter = match held {
-        Some(_) => None,
-        None => scattered(shard, front, spec, argv),
+    let non_local = super::busy::non_local_key(shard, spec, argv).filter(|_| held.is_none());
+    // Split only when some key is elsewhere: a call over this shard's keys runs as it is.
+    let scatter = match non_local {
+        Some(_) => scattered(shard, front, spec, argv),
+        None => None,
     };
-    if let Some(owner) = super::busy::non_local_key(shard, spec, argv)
-        .filter(|_| held.is_none() && scatter.is_none())
-    {
+    if let Some(owner) = non_local.filter(|_| scatter.is_none()) {
         if let Some(run) = shard.scripting.run.as_mut() {
             run.misplaced.get_or_insert(owner);
         }
