@@ -5,8 +5,10 @@
 # shard's own thread: zero hop). Same load, rounds in A B B A order, medians, the ratio
 # (target >= 0.8). Each node runs one shard; n2 is pinned to core $N2_CORE, n1 and the load
 # generator share the others (on a 2-core machine the forwarding node competes with the
-# client for its core: the ratio is a floor).
-# Needs memtier_benchmark (MEMTIER=path) and redis-cli.
+# client for its core: the ratio is a floor). Where cores are to spare, CLIENT_CORES gives the
+# load generator its own.
+# Needs memtier_benchmark (MEMTIER=path) and redis-cli; MERIDIAN_BIN a Meridian binary (else
+# a release build is made here).
 # Usage: benches/proxy.sh [rounds=4] [seconds=8]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ secs=${2:-8}
 memtier=${MEMTIER:-memtier_benchmark}
 n2_core=${N2_CORE:-1}
 other_cores=${OTHER_CORES:-0}
+client_cores=${CLIENT_CORES:-$other_cores}
 conns=${CONNS:-8}
 p1=7701; e1=7711; p2=7702; e2=7721
 
@@ -27,8 +30,11 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-cargo build --release -q -p meridian-server --bin meridian
-bin=target/release/meridian
+bin=${MERIDIAN_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release -q -p meridian-server --bin meridian
+  bin=target/release/meridian
+fi
 
 cat > "$work/site.toml" <<EOF
 epoch = 1
@@ -57,7 +63,7 @@ wait_port $p1; wait_port $p2
 [ "$(redis-cli -p $p1 cluster keyslot '{a}')" = 15495 ] || { echo "unexpected slot" >&2; exit 1; }
 
 run() { # port pipeline -> ops/s
-  taskset -c "$other_cores" "$memtier" -s 127.0.0.1 -p "$1" --protocol=redis -t 1 -c "$conns" \
+  taskset -c "$client_cores" "$memtier" -s 127.0.0.1 -p "$1" --protocol=redis -t 1 -c "$conns" \
     --ratio=1:1 -d 100 --key-prefix='{a}:' --key-pattern=R:R --key-maximum=100000 \
     --pipeline="$2" --test-time="$secs" --hide-histogram 2>/dev/null | awk '/^Totals/ {print $2}'
 }
@@ -76,4 +82,4 @@ for pipe in 1 16; do
   am=$(printf '%s\n' "${a[@]}" | median); bm=$(printf '%s\n' "${b[@]}" | median)
   printf '%-8s %14s %14s %8s\n' "-P$pipe" "$am" "$bm" "$(awk -v a="$am" -v b="$bm" 'BEGIN{printf "%.3f", a/b}')"
 done
-echo "(n2 on core $n2_core; n1 and memtier on cores $other_cores; $(nproc) CPUs)"
+echo "(n2 on core $n2_core; n1 on cores $other_cores; memtier on cores $client_cores; $(nproc) CPUs)"
