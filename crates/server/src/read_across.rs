@@ -98,6 +98,19 @@ pub fn plan(
     if !COMMANDS.contains(&spec.meta.name) {
         return None;
     }
+    plan_any(slots, table, spec, argv, own, local)
+}
+
+/// `plan` for any command whose key specs say which keys it only reads (a script's SORT
+/// with STORE, `script::across`, besides `COMMANDS`).
+pub fn plan_any(
+    slots: &SlotMap,
+    table: &'static Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    own: u16,
+    local: impl Fn(u16) -> bool,
+) -> Option<Plan> {
     let keys = cmd::command::key_refs(table, spec, argv)?;
     // PFCOUNT's key spec says RW (one key's count is cached in its bytes); over several
     // keys it only reads.

@@ -19,7 +19,9 @@
 //! `redis.call` whose keys are all on one of them runs there as that shard's script client
 //! (`hop::Op::ScriptCall`), the script's thread waiting for the reply; an MGET, MSET, DEL,
 //! UNLINK, EXISTS or TOUCH over keys of several of them runs a part on each
-//! (`script::engine`'s `scattered`), merged by `route::gather`. The log records and
+//! (`script::engine`'s `scattered`), merged by `route::gather`; LMOVE, RPOPLPUSH, the
+//! `read_across` commands and SORT ... STORE over keys of several of them run in steps
+//! (`script::across`). The log records and
 //! the write positions those calls leave come back with the outcome (`Outcome::Ran`), so the
 //! reply waits for every shard's log under `appendfsync always`.
 //!

@@ -1501,6 +1501,71 @@ fn list_moves_across_shards_like_redis() {
 /// client's script never sees half of one, a call that reaches an undeclared shard is
 /// refused inside the script, and a
 /// script that loops is answered BUSY on every thread and killed from any of them.
+/// Inside a script whose keys are on several shards (all held for it), the list moves and
+/// the commands that read keys of several shards and write one answer as on one Redis:
+/// source here or on a held shard, destination here, there or on a third one, WRONGTYPE
+/// destinations popping nothing, ZUNIONSTORE's `numkeys` keys (once read as if missing on the
+/// script's shard), SORT ... STORE, and a script without declared keys.
+#[test]
+fn script_calls_over_keys_of_several_shards_like_redis() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let k = key_per_shard("sk");
+    let l = key_per_shard("sl");
+    let h = key_per_shard("sh");
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |v: &[&str]| script.push(v.iter().map(|x| x.to_string()).collect());
+    let mv = "return redis.call('rpoplpush', KEYS[1], KEYS[2])";
+    let lmove = "return redis.call('lmove', KEYS[2], KEYS[3], ARGV[1], ARGV[2])";
+    add(&["RPUSH", &k[0], "1", "2", "3", "4", "5"]);
+    add(&["SADD", &k[1], "x", "y"]);
+    add(&["SADD", &k[2], "y", "z"]);
+    add(&["SET", &k[3], "str"]);
+    // The source on the script's shard, then on a held one with the destination here.
+    add(&["EVAL", mv, "2", &k[0], &l[1]]);
+    add(&["EVAL", mv, "2", &l[1], &k[0]]);
+    add(&["EVAL", lmove, "3", &k[3], &k[0], &l[2], "LEFT", "RIGHT"]);
+    add(&["EVAL", lmove, "3", &l[2], &k[0], &l[2], "RIGHT", "LEFT"]);
+    add(&["EVAL", lmove, "3", &l[3], &k[0], &l[2], "UP", "LEFT"]);
+    // Destinations of another type: nothing popped.
+    add(&["EVAL", mv, "2", &k[0], &k[1]]);
+    add(&["EVAL", lmove, "3", &k[2], &k[0], &k[3], "LEFT", "LEFT"]);
+    // Sources missing or of another type.
+    add(&["EVAL", mv, "2", &h[1], &k[0]]);
+    add(&["EVAL", mv, "2", &l[0], &k[3]]);
+    add(&["EVAL", mv, "2", &k[0], &k[3]]);
+    add(&["LRANGE", &k[0], "0", "-1"]);
+    add(&["LRANGE", &l[1], "0", "-1"]);
+    add(&["LRANGE", &l[2], "0", "-1"]);
+    // Sets and sorted sets of several shards combined into a key of another.
+    let store = "return redis.call('sunionstore', KEYS[1], KEYS[2], KEYS[3])";
+    add(&["EVAL", store, "3", &h[3], &k[1], &k[2]]);
+    add(&["SMEMBERS", &h[3]]);
+    let zstore = "return redis.call('zunionstore', KEYS[1], 2, KEYS[2], KEYS[3], 'WEIGHTS', 2, 3)";
+    add(&["EVAL", zstore, "3", &h[0], &k[1], &k[2]]);
+    add(&["ZRANGE", &h[0], "0", "-1", "WITHSCORES"]);
+    let zunion = "return redis.call('zunion', 2, KEYS[1], KEYS[2], 'WITHSCORES')";
+    add(&["EVAL", zunion, "2", &k[1], &k[2]]);
+    add(&["EVAL", zunion, "2", &k[2], &k[1]]);
+    let copy = "return redis.call('copy', KEYS[2], KEYS[1])";
+    add(&["EVAL", copy, "2", &l[3], &k[2]]);
+    add(&["SMEMBERS", &l[3]]);
+    let sort = "return redis.call('sort', KEYS[1], 'ALPHA', 'STORE', KEYS[2])";
+    add(&["EVAL", sort, "2", &k[1], &h[2]]);
+    add(&["LRANGE", &h[2], "0", "-1"]);
+    // No declared keys: rerun with every shard held.
+    let keyless = "return redis.call('rpoplpush', ARGV[1], ARGV[2])";
+    add(&["EVAL", keyless, "0", &k[0], &h[1]]);
+    add(&["LRANGE", &h[1], "0", "-1"]);
+    // A job queue's step: move a job, mark it in a hash of a third shard.
+    let take = "local j = redis.call('rpoplpush', KEYS[1], KEYS[2]) \
+                if j then redis.call('hset', KEYS[3], 'state', 'active') end return j";
+    add(&["EVAL", take, "3", &k[0], &l[1], &l[0]]);
+    add(&["EVAL", take, "3", &l[2], &l[1], &l[0]]);
+    add(&["HGETALL", &l[0]]);
+    add(&["LRANGE", &l[1], "0", "-1"]);
+    assert_like_redis(&srv, &script, 2);
+}
+
 #[test]
 fn scripts_across_shards_are_atomic() {
     let srv = Server::start_with(&["--shards", SHARDS, "--busy-reply-threshold", "50"]);

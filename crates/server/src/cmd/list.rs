@@ -651,31 +651,15 @@ pub fn move_to_held_shard(
     (from_front, to_front): (bool, bool),
     dst_shard: u16,
 ) -> Result<(), CmdError> {
-    let db = ctx.db();
-    let now = ctx.now_ms;
-    let end = match ctx.shard.lookup_quiet(db, src, now) {
-        None => None,
-        Some(e) => list_of(&e.state)?.and_then(|l| {
-            let i = if from_front {
-                Some(0)
-            } else {
-                l.len().checked_sub(1)
-            };
-            i.and_then(|i| l.get(i)).map(|e| e.value.to_vec())
-        }),
-    };
-    let Some(v) = end else {
+    let Some(v) = peek_end(ctx, src, from_front)? else {
         ctx.out.null();
         return Ok(());
     };
-    let name: &[u8] = if to_front { b"lpush" } else { b"rpush" };
-    let Some(push) = super::table().lookup(name) else {
-        return Err(CmdError::Err("no push command".to_string()));
-    };
     let mut batch = crate::hop::Batch::new(crate::hop::ClientView::of(ctx.client));
+    let (push, name) = push_for(to_front)?;
     batch.push(
         crate::hop::Op::Quiet(push),
-        db,
+        ctx.db(),
         ctx.out.proto,
         &[name, dst, v.as_slice()],
     );
@@ -689,10 +673,50 @@ pub fn move_to_held_shard(
         let text = String::from_utf8_lossy(text);
         return Err(CmdError::Raw(text.trim_end().to_string()));
     }
+    pop_end(ctx, src, from_front, &v)
+}
+
+/// The element at the head (`from_front`) or tail of the list at `src`, not removed: the
+/// first step of a list move whose destination is elsewhere. None when the key is missing;
+/// WRONGTYPE when it is not a list.
+pub fn peek_end(
+    ctx: &mut Ctx<'_>,
+    src: &[u8],
+    from_front: bool,
+) -> Result<Option<Vec<u8>>, CmdError> {
+    let db = ctx.db();
+    let now = ctx.now_ms;
+    match ctx.shard.lookup_quiet(db, src, now) {
+        None => Ok(None),
+        Some(e) => Ok(list_of(&e.state)?.and_then(|l| {
+            let i = if from_front {
+                Some(0)
+            } else {
+                l.len().checked_sub(1)
+            };
+            i.and_then(|i| l.get(i)).map(|e| e.value.to_vec())
+        })),
+    }
+}
+
+/// The last step of a list move whose element `v` (`peek_end`'s) was pushed elsewhere: pops
+/// it from `src`, notifies, and answers it.
+pub fn pop_end(ctx: &mut Ctx<'_>, src: &[u8], from_front: bool, v: &[u8]) -> Result<(), CmdError> {
     pop_values(ctx, src, from_front, 1)?;
     notify_pop(ctx, src, from_front);
-    ctx.out.bulk(&v);
+    ctx.out.bulk(v);
     Ok(())
+}
+
+/// LPUSH (`to_front`) or RPUSH: the command that puts a moved element on its destination.
+pub fn push_for(
+    to_front: bool,
+) -> Result<(&'static super::table::CommandSpec, &'static [u8]), CmdError> {
+    let name: &'static [u8] = if to_front { b"lpush" } else { b"rpush" };
+    match super::table().lookup(name) {
+        Some(push) => Ok((push, name)),
+        None => Err(CmdError::Err("no push command".to_string())),
+    }
 }
 
 /// The sides of LMOVE or BLMOVE (`wherefrom`, `whereto`: true for LEFT), or RPOPLPUSH or

@@ -680,24 +680,14 @@ pub fn held_owner(shard: &Shard, spec: &CommandSpec, argv: &[&[u8]]) -> Option<u
     owner.filter(|&o| crate::tx_across::reaches(o))
 }
 
-/// The key arguments of `argv` by the command's first key, last key and step.
+/// The key arguments of `argv`, by the command's key specs (or its own key extractor:
+/// ZUNION's `numkeys`, SORT's STORE, XREAD's STREAMS...), as routing finds them. A command
+/// whose keys cannot be found has none.
 fn key_args<'a>(spec: &CommandSpec, argv: &'a [&'a [u8]]) -> impl Iterator<Item = &'a [u8]> {
-    let meta = spec.meta;
-    let argc = argv.len() as i32;
-    let last = if meta.last_key < 0 {
-        argc + meta.last_key
-    } else {
-        meta.last_key.min(argc - 1)
-    };
-    let first = if meta.first_key <= 0 {
-        argc
-    } else {
-        meta.first_key
-    };
-    let step = meta.key_step.max(1);
-    (first..=last)
-        .step_by(step as usize)
-        .filter_map(|i| argv.get(i as usize).copied())
+    crate::route::positions(crate::cmd::table(), spec, argv)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(move |i| argv.get(i).copied())
 }
 
 /// A key a script's command touches that another shard owns: that shard. One shard: never.

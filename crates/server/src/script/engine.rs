@@ -639,7 +639,12 @@ pub fn run_command(
         Some(_) => scattered(shard, front, spec, argv),
         None => None,
     };
-    if let Some(owner) = non_local.filter(|_| scatter.is_none()) {
+    // Other commands over keys of this shard and held ones: in steps (`super::across`).
+    let across = match (non_local, &scatter) {
+        (Some(_), None) => super::across::plan(shard, front, spec, argv),
+        _ => None,
+    };
+    if let Some(owner) = non_local.filter(|_| scatter.is_none() && across.is_none()) {
         if let Some(run) = shard.scripting.run.as_mut() {
             run.misplaced.get_or_insert(owner);
         }
@@ -689,7 +694,20 @@ pub fn run_command(
             let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
             crate::route::gather(kind, &order, &refs, &mut reply);
         }
-        (None, None) => crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now),
+        (None, None) => match across {
+            Some(a) => super::across::run(
+                shard,
+                front,
+                &mut client,
+                &caller,
+                &mut reply,
+                spec,
+                argv,
+                now,
+                a,
+            ),
+            None => crate::cmd::call(shard, front, &mut client, &mut reply, spec, argv, now),
+        },
     }
     shard.scripting.reply = reply;
     shard.scripting.client = Some(client);
