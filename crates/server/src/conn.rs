@@ -1152,12 +1152,13 @@ impl Conn {
         if shards > 1 && self.client.multi.is_some() {
             // Redis Cluster checks each queued command on its own: one whose keys span
             // shards is refused and the transaction is flagged (but a script, MGET, MSET,
-            // DEL..., XREAD or XREADGROUP, which run with their keys' shards held:
-            // `exec_across_plan`).
+            // DEL..., XREAD or XREADGROUP, a list move or a command reading keys of several
+            // shards, which run with their keys' shards held: `exec_across_plan`).
             if let Ok(spec) = cmd::resolve(table, argv) {
                 let held_across = || {
                     cmd::tracking::is_script(spec)
                         || STREAMS_ACROSS.contains(&spec.meta.name)
+                        || crate::held_across::runs_across(spec.meta.name)
                         || matches!(route::classes(table).get(spec.idx), Some(Class::Scatter(_)))
                 };
                 if !cmd::runs_inside_multi(spec.meta.name)
@@ -3161,6 +3162,20 @@ impl Conn {
                                 whole(Some(t));
                             }
                         }
+                    }
+                    // LMOVE, RPOPLPUSH, SUNIONSTORE, COPY...: on its home shard, every
+                    // shard it reaches held (`held_across`, which EXEC runs there).
+                    KeysAt::Many if crate::held_across::runs_across(spec.meta.name) => {
+                        let (home, shards) = crate::held_across::home(
+                            slots,
+                            f.table,
+                            spec,
+                            &argv,
+                            self.th.index,
+                            |t| f.node.is_local(t),
+                        )?;
+                        holds.extend(shards);
+                        whole(Some(home));
                     }
                     // MGET, MSET, DEL...: a part on each shard of its keys, every one held,
                     // gathered as outside a transaction (so MSET is atomic here).

@@ -70,6 +70,7 @@ pub mod error;
 pub mod evict;
 pub mod front;
 pub mod glob;
+pub mod held_across;
 pub mod hop;
 pub mod info_merge;
 pub mod keyspace;

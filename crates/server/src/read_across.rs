@@ -21,8 +21,9 @@
 //! Not atomic, as MGET across shards is not: a write to a source key on its shard between
 //! the steps is not seen (the command reads each key as it was at step 1). A written key is
 //! never a copy: a key the command may write decides the target, so copies are read and
-//! dropped, never changed, logged or replicated. Keys on another node of the site, and
-//! commands inside MULTI/EXEC and scripts, keep Redis Cluster's CROSSSLOT.
+//! dropped, never changed, logged or replicated. Keys on another node of the site keep Redis
+//! Cluster's CROSSSLOT. Inside MULTI/EXEC and scripts the same steps run with every shard
+//! held (`held_across`), so there they are atomic.
 
 use std::rc::Rc;
 
@@ -101,8 +102,8 @@ pub fn plan(
     plan_any(slots, table, spec, argv, own, local)
 }
 
-/// `plan` for any command whose key specs say which keys it only reads (a script's SORT
-/// with STORE, `script::across`, besides `COMMANDS`).
+/// `plan` for any command whose key specs say which keys it only reads (SORT with STORE in
+/// a script or a transaction, `held_across`, besides `COMMANDS`).
 pub fn plan_any(
     slots: &SlotMap,
     table: &'static Table,

@@ -21,7 +21,7 @@
 //! UNLINK, EXISTS or TOUCH over keys of several of them runs a part on each
 //! (`script::engine`'s `scattered`), merged by `route::gather`; LMOVE, RPOPLPUSH, the
 //! `read_across` commands and SORT ... STORE over keys of several of them run in steps
-//! (`script::across`). The log records and
+//! (`held_across`), and so do they when queued in a transaction. The log records and
 //! the write positions those calls leave come back with the outcome (`Outcome::Ran`), so the
 //! reply waits for every shard's log under `appendfsync always`.
 //!

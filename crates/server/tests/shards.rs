@@ -1262,11 +1262,10 @@ fn scatter_gather_and_crossslot() {
         ":1\r\n"
     );
     assert_eq!(call(&mut c, &["RENAME", "{z}a", "{z}c"]), "+OK\r\n");
-    // A queued command over two shards flags the transaction; EXEC then aborts it (SUNION
-    // reads across shards outside a transaction only: tests/shards.rs's
-    // `multi_key_reads_across_shards_like_redis`).
+    // A queued command over two shards that runs across them only outside a transaction
+    // flags the transaction; EXEC then aborts it (RENAME: `move_across`).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
-    assert_eq!(call(&mut c, &["SUNION", &keys[0], &keys[1]]), cross);
+    assert_eq!(call(&mut c, &["RENAME", &keys[0], &keys[1]]), cross);
     assert_eq!(
         call(&mut c, &["EXEC"]),
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
@@ -1563,7 +1562,94 @@ fn script_calls_over_keys_of_several_shards_like_redis() {
     add(&["EVAL", take, "3", &l[2], &l[1], &l[0]]);
     add(&["HGETALL", &l[0]]);
     add(&["LRANGE", &l[1], "0", "-1"]);
+    // The same commands queued in a transaction over several shards.
+    let m = key_per_shard("sm");
+    let n = key_per_shard("sn");
+    add(&["SET", &m[3], "str"]);
+    add(&["SADD", &n[0], "x", "y"]);
+    add(&["SADD", &n[1], "y", "z"]);
+    add(&["MULTI"]);
+    add(&["RPUSH", &m[0], "a", "b", "c"]);
+    add(&["RPOPLPUSH", &m[0], &m[1]]);
+    add(&["LMOVE", &m[1], &m[2], "LEFT", "RIGHT"]);
+    add(&["LMOVE", &m[0], &m[3], "LEFT", "RIGHT"]);
+    add(&["RPOPLPUSH", &m[3], &m[0]]);
+    add(&["SUNIONSTORE", &n[2], &n[0], &n[1]]);
+    add(&["SCARD", &n[2]]);
+    add(&["ZUNIONSTORE", &n[3], "2", &n[0], &n[1], "WEIGHTS", "2", "3"]);
+    add(&["ZRANGE", &n[3], "0", "-1", "WITHSCORES"]);
+    add(&["SORT", &n[1], "ALPHA", "STORE", &m[1]]);
+    add(&["COPY", &n[0], &m[2]]);
+    add(&["EXEC"]);
+    for k in &m[..3] {
+        add(&["LRANGE", k, "0", "-1"]);
+    }
     assert_like_redis(&srv, &script, 2);
+}
+
+/// A list move queued in a transaction across shards is atomic with the transaction: a
+/// reader's `MULTI LLEN a LLEN b GET n EXEC` (three shards) never sees an element in both
+/// lists or in neither, nor the move without the counter the same transaction increments.
+#[test]
+fn list_moves_in_transactions_across_shards_are_atomic() {
+    const ELEMENTS: usize = 100;
+    const READS_MAX: usize = 20_000;
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let keys = key_per_shard("tm");
+    let (a, b, n) = (keys[0].clone(), keys[1].clone(), keys[2].clone());
+    let mut c = srv.connect();
+    let mut push = vec!["RPUSH", a.as_str()];
+    let elements: Vec<String> = (0..ELEMENTS).map(|i| i.to_string()).collect();
+    push.extend(elements.iter().map(String::as_str));
+    assert_eq!(call(&mut c, &push), format!(":{ELEMENTS}\r\n"));
+    let port = srv.port;
+    let (wa, wb, wn) = (a.clone(), b.clone(), n.clone());
+    let writer = std::thread::spawn(move || {
+        let mut w = Raw::connect(port);
+        for _ in 0..ELEMENTS {
+            let exec = transaction(
+                &mut w,
+                &[
+                    &[b"RPOPLPUSH", wa.as_bytes(), wb.as_bytes()],
+                    &[b"INCR", wn.as_bytes()],
+                ],
+            );
+            assert!(exec.starts_with("*2\r\n$"), "{exec}");
+        }
+    });
+    let count = |r: &Reply| match r {
+        Reply::Int(i) => *i,
+        Reply::Nil => 0,
+        Reply::Bulk(b) => String::from_utf8_lossy(b).parse().unwrap_or(-1),
+        other => panic!("{other:?}"),
+    };
+    // Reads until the writer is done (bounded in rounds).
+    for _ in 0..READS_MAX {
+        if writer.is_finished() {
+            break;
+        }
+        let got = transaction(
+            &mut c,
+            &[
+                &[b"LLEN", a.as_bytes()],
+                &[b"LLEN", b.as_bytes()],
+                &[b"GET", n.as_bytes()],
+            ],
+        );
+        let Reply::Array(v) = common::parse_reply(got.as_bytes()) else {
+            panic!("{got}")
+        };
+        let (la, lb, k) = (count(&v[0]), count(&v[1]), count(&v[2]));
+        assert_eq!(
+            la + lb,
+            ELEMENTS as i64,
+            "an element in both lists or neither: {got}"
+        );
+        assert_eq!(lb, k, "the move seen without its counter: {got}");
+    }
+    writer.join().expect("writer");
+    assert_eq!(call(&mut c, &["LLEN", &b]), format!(":{ELEMENTS}\r\n"));
+    assert_eq!(call(&mut c, &["LRANGE", &b, "0", "0"]), "*1\r\n$1\r\n0\r\n");
 }
 
 #[test]

@@ -86,9 +86,22 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
             Ok(spec) => {
                 // The rules may have changed since the command was queued.
                 match super::acl::exec_gate(ctx.shard, ctx.client, spec, &argv, ctx.now_ms) {
-                    None => super::call(
-                        ctx.shard, ctx.front, ctx.client, ctx.out, spec, &argv, ctx.now_ms,
-                    ),
+                    None => {
+                        // A list move or a command reading keys of several shards, its
+                        // other shards held with the transaction's (`held_across`).
+                        match crate::held_across::plan(ctx.shard, ctx.front, spec, &argv) {
+                            Some(across) => {
+                                let caller = ctx.client.shared.clone();
+                                crate::held_across::run(
+                                    ctx.shard, ctx.front, ctx.client, &caller, ctx.out, spec,
+                                    &argv, ctx.now_ms, across,
+                                );
+                            }
+                            None => super::call(
+                                ctx.shard, ctx.front, ctx.client, ctx.out, spec, &argv, ctx.now_ms,
+                            ),
+                        }
+                    }
                     Some(e) => super::reply_error(ctx.front, ctx.out, &e),
                 }
             }

@@ -639,9 +639,9 @@ pub fn run_command(
         Some(_) => scattered(shard, front, spec, argv),
         None => None,
     };
-    // Other commands over keys of this shard and held ones: in steps (`super::across`).
+    // Other commands over keys of this shard and held ones: in steps (`held_across`).
     let across = match (non_local, &scatter) {
-        (Some(_), None) => super::across::plan(shard, front, spec, argv),
+        (Some(_), None) => crate::held_across::plan(shard, front, spec, argv),
         _ => None,
     };
     if let Some(owner) = non_local.filter(|_| scatter.is_none() && across.is_none()) {
@@ -695,7 +695,7 @@ pub fn run_command(
             crate::route::gather(kind, &order, &refs, &mut reply);
         }
         (None, None) => match across {
-            Some(a) => super::across::run(
+            Some(a) => crate::held_across::run(
                 shard,
                 front,
                 &mut client,

@@ -20,7 +20,6 @@
 //! - `busy`: serving other clients while a script runs past the threshold.
 //! - `rand`: Redis's `math.random` generator (script names: `crate::sha1`).
 
-pub mod across;
 pub mod busy;
 pub mod convert;
 pub mod engine;

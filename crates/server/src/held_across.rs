@@ -1,10 +1,12 @@
-//! A script's call whose keys are on several shards of this process, all held for its run
-//! (`tx_across`: a script whose declared keys span shards, or one without declared keys
-//! rerun with every shard held), for the commands that read keys of several shards and
-//! write one (`read_across::COMMANDS`: SUNIONSTORE, ZUNIONSTORE, COPY, PFMERGE, BITOP...,
-//! and SORT with STORE) and the list moves (LMOVE, RPOPLPUSH). On one Redis these run whole; here they run in
+//! A command over keys of several shards of this process, all held by `tx_across` for the
+//! script or transaction it is part of (a script whose declared keys span shards, one without
+//! declared keys rerun with every shard held, or a MULTI/EXEC over several shards), when it is
+//! one of the commands that read keys of several shards and write one
+//! (`read_across::COMMANDS`: SUNIONSTORE, ZUNIONSTORE, COPY, PFMERGE, BITOP..., and SORT with
+//! STORE) or a list move (LMOVE, RPOPLPUSH). On one Redis these run whole; here they run in
 //! steps through the same code as on the main port, and since every shard they reach is
-//! held, nothing else runs between the steps: the call is as atomic as the script.
+//! held, nothing else runs between the steps: the command is as atomic as the script or the
+//! transaction.
 //!
 //! - `read_across::COMMANDS`: a copy of each key the command only reads is taken on its
 //!   shard (this one's directly, a held one's by a quiet step there), then the command runs
@@ -12,14 +14,16 @@
 //!   (`read_across::call_lent`, here or as `hop::Op::CallLent` on the held shard).
 //! - LMOVE and RPOPLPUSH: with the source here, `cmd::list::move_to_held_shard` (the push on
 //!   the destination's held shard, then the pop here). With the source on a held shard, which
-//!   cannot reach back into this one while the script runs here, this thread runs the same
-//!   three steps itself: the source's end element read there (`peek_end`), pushed on the
+//!   cannot reach back into this one while this one runs, this thread runs the same three
+//!   steps itself: the source's end element read there (`peek_end`), pushed on the
 //!   destination (here or there: WRONGTYPE there stops the move before anything is popped),
 //!   then popped there (`pop_end`), that step counted as the command.
 //!
-//! A key of the call on a shard not held keeps Redis Cluster's "non local key" error (and a
-//! script without declared keys is rerun with every shard held). Reads through copies are
-//! not remembered for the caller's CLIENT TRACKING on the copy's shard.
+//! `Conn::exec_across_plan` puts such a queued command in the segment of its `home` shard
+//! and holds the others; `cmd::tx`'s EXEC runs it here when its keys are not all local. In a
+//! script, a key of the call on a shard not held keeps Redis Cluster's "non local key" error
+//! (and a script without declared keys is rerun with every shard held). Reads through copies
+//! are not remembered for the caller's CLIENT TRACKING on the copy's shard.
 
 use std::sync::mpsc;
 
@@ -31,6 +35,7 @@ use crate::hop::{self, Op};
 use crate::read_across::{self, Lent};
 use crate::resp::reply::{Proto, Reply};
 use crate::shard::Shard;
+use crate::slot::SlotMap;
 
 /// How a call over keys of several held shards runs.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,30 +46,72 @@ pub enum Across {
     ListMove { from: u16, to: u16 },
 }
 
-/// How the running script's call `argv` (a command of `spec`) runs when its keys are on
-/// several shards, every one of them this one or held for the script: None when the command
-/// is not one of these, or a key is on a shard the script cannot reach.
-pub fn plan(shard: &Shard, front: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Across> {
-    let map = shard.scripting.slots.as_ref()?;
-    let reachable = |t: u16| t == shard.index || crate::tx_across::reaches(t);
+/// Whether `name` is a command this module runs over keys of several shards.
+pub fn runs_across(name: &str) -> bool {
+    read_across::COMMANDS.contains(&name)
+        || matches!(name, "lmove" | "rpoplpush" | "sort" | "sort_ro")
+}
+
+/// How the call `argv` (a command of `spec`) runs on shard `own` when its keys are on several
+/// shards, every one of them `own` or one `reachable` says may be reached: None when the
+/// command is not one of these, or a key is on a shard that may not be.
+pub fn plan_on(
+    map: &SlotMap,
+    table: &'static crate::cmd::table::Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    own: u16,
+    reachable: impl Fn(u16) -> bool,
+) -> Option<Across> {
+    if !runs_across(spec.meta.name) {
+        return None;
+    }
     if matches!(spec.meta.name, "lmove" | "rpoplpush") {
         let from = map.shard_of_key(argv.get(1)?);
         let to = map.shard_of_key(argv.get(2)?);
         return (from != to && reachable(from) && reachable(to))
             .then_some(Across::ListMove { from, to });
     }
-    // SORT and SORT_RO as well (the sorted key read, a STORE written): their BY and GET
-    // patterns are checked on the shard that runs them, as for any script's SORT.
-    if !read_across::COMMANDS.contains(&spec.meta.name)
-        && !matches!(spec.meta.name, "sort" | "sort_ro")
-    {
-        return None;
-    }
-    read_across::plan_any(map, front.table, spec, argv, shard.index, reachable).map(Across::Lent)
+    // SORT and SORT_RO read their sorted key and write a STORE: their BY and GET patterns
+    // are checked on the shard that runs them, as for any SORT in a script or transaction.
+    read_across::plan_any(map, table, spec, argv, own, reachable).map(Across::Lent)
 }
 
-/// Runs `across` for the script client `client` of the script `caller` runs; the reply goes
-/// into `reply` as a local call's would.
+/// Where a queued command of a transaction over several shards runs (`Conn::exec_across_plan`):
+/// its home shard (the list move's source, else the shard that runs the command) and every
+/// shard it reaches, `local` saying which are this process's. None as for `plan_on`.
+pub fn home(
+    map: &SlotMap,
+    table: &'static crate::cmd::table::Table,
+    spec: &CommandSpec,
+    argv: &[&[u8]],
+    own: u16,
+    local: impl Fn(u16) -> bool,
+) -> Option<(u16, Vec<u16>)> {
+    match plan_on(map, table, spec, argv, own, local)? {
+        Across::ListMove { from, to } => Some((from, vec![from, to])),
+        Across::Lent(p) => {
+            let mut shards: Vec<u16> = p.reads.iter().map(|(t, _)| *t).collect();
+            shards.push(p.target);
+            Some((p.target, shards))
+        }
+    }
+}
+
+/// How a call of a script or a queued command of a transaction running on `shard` runs when
+/// one of its keys is on another shard: `plan_on` with the shards held for it as reachable.
+pub fn plan(shard: &Shard, front: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Across> {
+    let map = shard.scripting.slots.as_ref()?;
+    crate::script::busy::non_local_key(shard, spec, argv)?;
+    let own = shard.index;
+    plan_on(map, front.table, spec, argv, own, |t| {
+        t == own || crate::tx_across::reaches(t)
+    })
+}
+
+/// Runs `across` for `client` (a script's client, `caller` being the script's caller; or the
+/// transaction's client, `caller` its own shared part); the reply goes into `reply` as a
+/// local call's would.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     shard: &mut Shard,
