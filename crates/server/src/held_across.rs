@@ -3,7 +3,7 @@
 //! declared keys rerun with every shard held, or a MULTI/EXEC over several shards), when it is
 //! one of the commands that read keys of several shards and write one
 //! (`read_across::COMMANDS`: SUNIONSTORE, ZUNIONSTORE, COPY, PFMERGE, BITOP..., and SORT with
-//! STORE) or a list move (LMOVE, RPOPLPUSH). On one Redis these run whole; here they run in
+//! STORE), a list move (LMOVE, RPOPLPUSH), RENAME, RENAMENX, SMOVE or MSETNX. On one Redis these run whole; here they run in
 //! steps through the same code as on the main port, and since every shard they reach is
 //! held, nothing else runs between the steps: the command is as atomic as the script or the
 //! transaction.
@@ -18,6 +18,10 @@
 //!   steps itself: the source's end element read there (`peek_end`), pushed on the
 //!   destination (here or there: WRONGTYPE there stops the move before anything is popped),
 //!   then popped there (`pop_end`), that step counted as the command.
+//! - RENAME, RENAMENX, SMOVE: `move_across`'s steps (the source read, the destination
+//!   written, counted as the command, then the source removed as far as the read observed);
+//!   MSETNX: every shard's keys checked, then each shard's part (the first counted). Held
+//!   throughout, so unlike `move_across`'s they need no undo and are atomic.
 //!
 //! `Conn::exec_across_plan` puts such a queued command in the segment of its `home` shard
 //! and holds the others; `cmd::tx`'s EXEC runs it here when its keys are not all local. In a
@@ -30,6 +34,7 @@ use std::sync::mpsc;
 use crate::client::{Client, ClientShared};
 use crate::cmd;
 use crate::cmd::table::CommandSpec;
+use crate::error::CmdError;
 use crate::front::Front;
 use crate::hop::{self, Op};
 use crate::read_across::{self, Lent};
@@ -44,12 +49,20 @@ pub enum Across {
     Lent(read_across::Plan),
     /// LMOVE or RPOPLPUSH from shard `from` to shard `to` (two different shards).
     ListMove { from: u16, to: u16 },
+    /// RENAME, RENAMENX or SMOVE from shard `from` to shard `to`: the source read, the
+    /// destination written, the source removed (`move_across`'s steps).
+    Move { from: u16, to: u16 },
+    /// MSETNX: each shard's part (`move_across::msetnx_parts`).
+    Msetnx(Vec<(u16, Vec<Vec<u8>>)>),
 }
 
 /// Whether `name` is a command this module runs over keys of several shards.
 pub fn runs_across(name: &str) -> bool {
     read_across::COMMANDS.contains(&name)
-        || matches!(name, "lmove" | "rpoplpush" | "sort" | "sort_ro")
+        || matches!(
+            name,
+            "lmove" | "rpoplpush" | "sort" | "sort_ro" | "rename" | "renamenx" | "smove" | "msetnx"
+        )
 }
 
 /// How the call `argv` (a command of `spec`) runs on shard `own` when its keys are on several
@@ -63,14 +76,29 @@ pub fn plan_on(
     own: u16,
     reachable: impl Fn(u16) -> bool,
 ) -> Option<Across> {
-    if !runs_across(spec.meta.name) {
+    let name = spec.meta.name;
+    if !runs_across(name) {
         return None;
     }
-    if matches!(spec.meta.name, "lmove" | "rpoplpush") {
+    if matches!(
+        name,
+        "lmove" | "rpoplpush" | "rename" | "renamenx" | "smove"
+    ) {
         let from = map.shard_of_key(argv.get(1)?);
         let to = map.shard_of_key(argv.get(2)?);
-        return (from != to && reachable(from) && reachable(to))
-            .then_some(Across::ListMove { from, to });
+        if from == to || !reachable(from) || !reachable(to) {
+            return None;
+        }
+        return Some(if matches!(name, "lmove" | "rpoplpush") {
+            Across::ListMove { from, to }
+        } else {
+            Across::Move { from, to }
+        });
+    }
+    if name == "msetnx" {
+        let parts = crate::move_across::msetnx_parts(map, argv);
+        let ok = parts.len() > 1 && parts.iter().all(|(t, _)| reachable(*t));
+        return ok.then_some(Across::Msetnx(parts));
     }
     // SORT and SORT_RO read their sorted key and write a STORE: their BY and GET patterns
     // are checked on the shard that runs them, as for any SORT in a script or transaction.
@@ -78,8 +106,9 @@ pub fn plan_on(
 }
 
 /// Where a queued command of a transaction over several shards runs (`Conn::exec_across_plan`):
-/// its home shard (the list move's source, else the shard that runs the command) and every
-/// shard it reaches, `local` saying which are this process's. None as for `plan_on`.
+/// its home shard (a move's source, MSETNX's first key's shard, else the shard that runs the
+/// command) and every shard it reaches, `local` saying which are this process's. None as
+/// for `plan_on`.
 pub fn home(
     map: &SlotMap,
     table: &'static crate::cmd::table::Table,
@@ -89,7 +118,11 @@ pub fn home(
     local: impl Fn(u16) -> bool,
 ) -> Option<(u16, Vec<u16>)> {
     match plan_on(map, table, spec, argv, own, local)? {
-        Across::ListMove { from, to } => Some((from, vec![from, to])),
+        Across::ListMove { from, to } | Across::Move { from, to } => Some((from, vec![from, to])),
+        Across::Msetnx(parts) => {
+            let shards: Vec<u16> = parts.iter().map(|(t, _)| *t).collect();
+            Some((*shards.first()?, shards))
+        }
         Across::Lent(p) => {
             let mut shards: Vec<u16> = p.reads.iter().map(|(t, _)| *t).collect();
             shards.push(p.target);
@@ -124,197 +157,299 @@ pub fn run(
     now: u64,
     across: Across,
 ) {
-    let step = Step {
-        caller,
+    let mut here = Here {
         db: client.db,
         proto: reply.proto,
+        shard,
+        front,
+        client,
+        caller,
+        spec,
+        argv,
+        now,
     };
     let result = match across {
-        Across::Lent(plan) => run_lent(shard, front, client, reply, &step, spec, argv, now, plan),
-        Across::ListMove { from, to } => list_move(
-            shard,
-            front,
-            client,
-            reply,
-            &step,
-            spec,
-            argv,
-            now,
-            (from, to),
-        ),
+        Across::Lent(plan) => here.lent(plan),
+        Across::ListMove { from, to } => here.list_move(from, to),
+        Across::Move { from, to } if spec.meta.name == "smove" => here.smove(from, to),
+        Across::Move { from, to } => here.rename(from, to),
+        Across::Msetnx(parts) => here.msetnx(parts),
     };
-    if let Err(text) = result {
-        reply.buf.extend_from_slice(&text);
+    match result {
+        Ok(r) | Err(r) => reply.buf.extend_from_slice(&r),
     }
 }
 
-/// Where a step on a held shard runs from: the script's caller, its database and protocol.
-struct Step<'a> {
+/// The command being run and where: this shard (the script's or the transaction segment's),
+/// its client, and the caller for whom steps run on the held shards.
+struct Here<'a> {
+    shard: &'a mut Shard,
+    front: &'a mut Front,
+    client: &'a mut Client,
     caller: &'a ClientShared,
+    spec: &'static CommandSpec,
+    argv: &'a [&'a [u8]],
+    now: u64,
     db: usize,
     proto: Proto,
 }
 
-impl Step<'_> {
-    /// Runs `op` over `argv` on held shard `t` and returns its reply; `Err` with the reply when
-    /// it is an error (or the shard is gone).
-    fn on(&self, t: u16, op: Op, argv: &[&[u8]]) -> Result<Vec<u8>, Vec<u8>> {
-        let mut batch = hop::Batch::new(hop::ClientView::of_shared(self.caller));
-        batch.push(op, self.db, self.proto, argv);
-        match crate::tx_across::call_held(t, batch) {
-            Some(done) => {
-                let r = done.reply(0).to_vec();
-                if r.starts_with(b"-") { Err(r) } else { Ok(r) }
+/// A step's reply; `Err` when it is an error (the command's reply then).
+type StepReply = Result<Vec<u8>, Vec<u8>>;
+
+impl Here<'_> {
+    /// Runs `run` as a step of the command on shard `t`, here or on the held shard, counted as
+    /// the command when `counted`; its reply.
+    fn finish_at(&mut self, t: u16, counted: bool, run: hop::Finish) -> StepReply {
+        self.op_at(
+            t,
+            Op::Finish {
+                spec: self.spec,
+                counted,
+                run,
+            },
+            None,
+        )
+    }
+
+    /// Runs `op` over `argv` (the command's own when None) on shard `t`: here through the
+    /// command layer, or on the held shard (`tx_across::call_held`).
+    fn op_at(&mut self, t: u16, op: Op, argv: Option<&[&[u8]]>) -> StepReply {
+        let argv = argv.unwrap_or(self.argv);
+        let r = if t == self.shard.index {
+            let mut r = Reply::new();
+            r.proto = self.proto;
+            let (s, f, c, now) = (
+                &mut *self.shard,
+                &mut *self.front,
+                &mut *self.client,
+                self.now,
+            );
+            match op {
+                Op::Finish {
+                    spec,
+                    counted: true,
+                    run,
+                } => cmd::call_with(s, f, c, &mut r, spec, argv, now, run.0),
+                Op::Finish {
+                    spec,
+                    counted: false,
+                    run,
+                } => cmd::call_quiet_with(s, f, c, &mut r, spec, argv, now, run.0),
+                Op::Quiet(spec) => cmd::call_quiet(s, f, c, &mut r, spec, argv, now),
+                Op::CallLent(spec, lent) => {
+                    read_across::call_lent(s, f, c, &mut r, spec, argv, now, *lent)
+                }
+                Op::Call(spec) => cmd::call(s, f, c, &mut r, spec, argv, now),
+                // The steps above are the only ones this module makes.
+                _ => r.error(&CmdError::Err("not a step across shards".to_string())),
             }
-            None => Err(self.gone(t)),
-        }
+            r.buf
+        } else {
+            let mut batch = hop::Batch::new(hop::ClientView::of_shared(self.caller));
+            batch.push(op, self.db, self.proto, argv);
+            match crate::tx_across::call_held(t, batch) {
+                Some(done) => done.reply(0).to_vec(),
+                None => return Err(self.gone(t)),
+            }
+        };
+        if r.starts_with(b"-") { Err(r) } else { Ok(r) }
+    }
+
+    /// What `read` finds on shard `t` (a quiet step there: not counted); `Err` with the error
+    /// it answered.
+    fn read_at<T: Send + 'static>(
+        &mut self,
+        t: u16,
+        read: impl FnOnce(&mut cmd::Ctx<'_>) -> Result<T, CmdError> + Send + 'static,
+    ) -> Result<T, Vec<u8>> {
+        let (tx, rx) = mpsc::channel();
+        let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            let found = read(ctx)?;
+            let _ = tx.send(found);
+            Ok(())
+        }));
+        self.finish_at(t, false, run)?;
+        rx.try_recv().map_err(|_| self.gone(t))
     }
 
     /// The error of a held shard whose thread is gone (the process is stopping).
     fn gone(&self, t: u16) -> Vec<u8> {
+        self.error(&hop::unavailable_error(hop::Unavailable { shard: t }))
+    }
+
+    /// `e` as the command's reply.
+    fn error(&self, e: &CmdError) -> Vec<u8> {
         let mut r = Reply::new();
         r.proto = self.proto;
-        r.error(&hop::unavailable_error(hop::Unavailable { shard: t }));
+        r.error(e);
         r.buf
     }
-}
 
-#[allow(clippy::too_many_arguments)]
-fn run_lent(
-    shard: &mut Shard,
-    front: &mut Front,
-    client: &mut Client,
-    reply: &mut Reply,
-    step: &Step<'_>,
-    spec: &'static CommandSpec,
-    argv: &[&[u8]],
-    now: u64,
-    plan: read_across::Plan,
-) -> Result<(), Vec<u8>> {
-    let db = step.db;
-    let mut copies = Vec::new();
-    for (t, keys) in plan.reads {
-        if t == shard.index {
-            for key in keys {
-                let copy = shard
-                    .lookup_quiet(db, &key, now)
-                    .map(|e| (e.state.clone(), e.raw));
-                if let Some((state, raw)) = copy {
-                    copies.push((key, state, raw));
+    fn lent(&mut self, plan: read_across::Plan) -> StepReply {
+        let db = self.db;
+        let mut copies = Vec::new();
+        for (t, keys) in plan.reads {
+            copies.extend(self.read_at(t, move |ctx| {
+                let now = ctx.now_ms;
+                let mut found = Vec::with_capacity(keys.len());
+                for key in keys {
+                    let copy = ctx
+                        .shard
+                        .lookup_quiet(db, &key, now)
+                        .map(|e| (e.state.clone(), e.raw));
+                    if let Some((state, raw)) = copy {
+                        found.push((key, state, raw));
+                    }
                 }
-            }
-            continue;
+                Ok(found)
+            })?);
         }
-        let (tx, rx) = mpsc::channel();
-        let read = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-            let (db, now) = (ctx.db(), ctx.now_ms);
-            let mut found = Vec::with_capacity(keys.len());
-            for key in keys {
-                let copy = ctx
-                    .shard
-                    .lookup_quiet(db, &key, now)
-                    .map(|e| (e.state.clone(), e.raw));
-                if let Some((state, raw)) = copy {
-                    found.push((key, state, raw));
-                }
+        let lent = Lent { db, copies };
+        self.op_at(plan.target, Op::CallLent(self.spec, Box::new(lent)), None)
+    }
+
+    fn list_move(&mut self, from: u16, to: u16) -> StepReply {
+        let sides = cmd::list::move_sides(self.argv).map_err(|e| self.error(&e))?;
+        let (Some(src), Some(dst)) = (self.argv.get(1).copied(), self.argv.get(2).copied()) else {
+            return Err(self.error(&CmdError::CrossSlot));
+        };
+        if from == self.shard.index {
+            let (s, d) = (src.to_vec(), dst.to_vec());
+            let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+                cmd::list::move_to_held_shard(ctx, &s, &d, sides, to)
+            }));
+            return self.finish_at(from, true, run);
+        }
+        // The source on a held shard, which cannot reach back here: its end element read
+        // there, pushed on the destination (its WRONGTYPE leaves the source as it was), then
+        // popped there, that step counted as the command.
+        let source = src.to_vec();
+        let end = self.read_at(from, move |ctx| cmd::list::peek_end(ctx, &source, sides.0))?;
+        let Some(v) = end else {
+            let mut r = Reply::new();
+            r.proto = self.proto;
+            r.null();
+            return Ok(r.buf);
+        };
+        let (push, name) = cmd::list::push_for(sides.1).map_err(|e| self.error(&e))?;
+        self.op_at(to, Op::Quiet(push), Some(&[name, dst, &v]))?;
+        let source = src.to_vec();
+        let pop = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            cmd::list::pop_end(ctx, &source, sides.0, &v)
+        }));
+        self.finish_at(from, true, pop)
+    }
+
+    /// RENAME, RENAMENX: `move_across`'s three steps, every shard held between them.
+    fn rename(&mut self, from: u16, to: u16) -> StepReply {
+        let db = self.db;
+        let (Some(src), Some(dst)) = (self.argv.get(1).copied(), self.argv.get(2).copied()) else {
+            return Err(self.error(&CmdError::CrossSlot));
+        };
+        let key = src.to_vec();
+        let source = self.read_at(from, move |ctx| {
+            Ok(crate::move_across::read_source(ctx.shard, db, &key))
+        })?;
+        let Some(source) = source else {
+            return Err(self.error(&CmdError::NoSuchKey));
+        };
+        let nx = self.spec.meta.name == "renamenx";
+        let write = crate::move_across::write_destination(
+            db,
+            dst.to_vec(),
+            (source.value, source.at_ms, source.raw),
+            nx,
+        );
+        let written = self.finish_at(to, true, write)?;
+        if !crate::move_across::wrote_destination(&written) {
+            return Ok(written);
+        }
+        self.finish_at(
+            from,
+            false,
+            crate::move_across::remove_source(db, src.to_vec(), source.observed),
+        )?;
+        Ok(written)
+    }
+
+    /// SMOVE: the member read on the source's shard, added on the destination's, then
+    /// removed from the source as far as the read observed it.
+    fn smove(&mut self, from: u16, to: u16) -> StepReply {
+        let db = self.db;
+        let (Some(src), Some(dst), Some(member)) = (
+            self.argv.get(1).copied(),
+            self.argv.get(2).copied(),
+            self.argv.get(3).copied(),
+        ) else {
+            return Err(self.error(&CmdError::WrongArity("smove".to_string())));
+        };
+        let (key, m) = (src.to_vec(), member.to_vec());
+        let found = self.read_at(from, move |ctx| {
+            let now = ctx.now_ms;
+            cmd::set::smove_source(ctx.shard, db, &key, &m, now)
+        })?;
+        let observed = match found {
+            cmd::set::SmoveSource::Missing => {
+                let mut r = Reply::new();
+                r.int(0);
+                return Ok(r.buf);
             }
-            let _ = tx.send(found);
+            cmd::set::SmoveSource::Without => None,
+            cmd::set::SmoveSource::With(o) => Some(o),
+        };
+        let (d, m) = (dst.to_vec(), member.to_vec());
+        let present = observed.is_some();
+        let add = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            cmd::set::smove_into(ctx, &d, &m, present)
+        }));
+        let added = self.finish_at(to, true, add)?;
+        let Some(observed) = observed.filter(|_| added.as_slice() == b":1\r\n") else {
+            return Ok(added);
+        };
+        let (s, m) = (src.to_vec(), member.to_vec());
+        let remove = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            cmd::set::smove_out(ctx, &s, &m, observed);
             Ok(())
         }));
-        let op = Op::Finish {
-            spec,
-            counted: false,
-            run: read,
-        };
-        step.on(t, op, argv)?;
-        copies.extend(rx.try_recv().map_err(|_| step.gone(t))?);
+        self.finish_at(from, false, remove)?;
+        Ok(added)
     }
-    let lent = Lent { db, copies };
-    if plan.target == shard.index {
-        read_across::call_lent(shard, front, client, reply, spec, argv, now, lent);
-    } else {
-        let r = step.on(plan.target, Op::CallLent(spec, Box::new(lent)), argv)?;
-        reply.buf.extend_from_slice(&r);
-    }
-    Ok(())
-}
 
-#[allow(clippy::too_many_arguments)]
-fn list_move(
-    shard: &mut Shard,
-    front: &mut Front,
-    client: &mut Client,
-    reply: &mut Reply,
-    step: &Step<'_>,
-    spec: &'static CommandSpec,
-    argv: &[&[u8]],
-    now: u64,
-    (from, to): (u16, u16),
-) -> Result<(), Vec<u8>> {
-    let sides = match cmd::list::move_sides(argv) {
-        Ok(s) => s,
-        Err(e) => {
-            cmd::reply_error(front, reply, &e);
-            return Ok(());
+    /// MSETNX: every shard's keys checked (nothing runs between the check and the sets: all
+    /// are held), then each shard's part, the first counted as the command.
+    fn msetnx(&mut self, parts: Vec<(u16, Vec<Vec<u8>>)>) -> StepReply {
+        if self.argv.len() < 3 || self.argv.len() % 2 == 0 {
+            return Err(self.error(&CmdError::WrongArity("msetnx".to_string())));
         }
-    };
-    let (Some(src), Some(dst)) = (argv.get(1).copied(), argv.get(2).copied()) else {
-        return Ok(());
-    };
-    if from == shard.index {
-        cmd::call_with(shard, front, client, reply, spec, argv, now, |ctx| {
-            cmd::list::move_to_held_shard(ctx, src, dst, sides, to)
-        });
-        return Ok(());
+        let db = self.db;
+        for (t, part) in &parts {
+            let keys: Vec<Vec<u8>> = part.iter().skip(1).step_by(2).cloned().collect();
+            let any = self.read_at(*t, move |ctx| {
+                let now = ctx.now_ms;
+                Ok(keys
+                    .iter()
+                    .any(|k| ctx.shard.lookup_quiet(db, k, now).is_some()))
+            })?;
+            if any {
+                let mut r = Reply::new();
+                r.int(0);
+                return Ok(r.buf);
+            }
+        }
+        let mut answer = Vec::new();
+        for (i, (t, part)) in parts.into_iter().enumerate() {
+            let argv: Vec<&[u8]> = part.iter().map(Vec::as_slice).collect();
+            let op = if i == 0 {
+                Op::Call(self.spec)
+            } else {
+                Op::Quiet(self.spec)
+            };
+            let r = self.op_at(t, op, Some(&argv))?;
+            if i == 0 {
+                answer = r;
+            }
+        }
+        Ok(answer)
     }
-    // The source's end element, read on its shard.
-    let (tx, rx) = mpsc::channel();
-    let source = src.to_vec();
-    let peek = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-        let end = cmd::list::peek_end(ctx, &source, sides.0)?;
-        let _ = tx.send(end);
-        Ok(())
-    }));
-    let op = Op::Finish {
-        spec,
-        counted: false,
-        run: peek,
-    };
-    step.on(from, op, argv)?;
-    let Some(v) = rx.try_recv().map_err(|_| step.gone(from))? else {
-        reply.null();
-        return Ok(());
-    };
-    // Pushed on the destination first: its WRONGTYPE leaves the source as it was.
-    let (push, name) = match cmd::list::push_for(sides.1) {
-        Ok(p) => p,
-        Err(e) => {
-            cmd::reply_error(front, reply, &e);
-            return Ok(());
-        }
-    };
-    let push_argv: [&[u8]; 3] = [name, dst, &v];
-    if to == shard.index {
-        let mut r = Reply::new();
-        r.proto = step.proto;
-        cmd::call_quiet(shard, front, client, &mut r, push, &push_argv, now);
-        if r.buf.starts_with(b"-") {
-            return Err(r.buf);
-        }
-    } else {
-        step.on(to, Op::Quiet(push), &push_argv)?;
-    }
-    // Then popped on the source's shard, the step counted as the command.
-    let source = src.to_vec();
-    let pop = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-        cmd::list::pop_end(ctx, &source, sides.0, &v)
-    }));
-    let op = Op::Finish {
-        spec,
-        counted: true,
-        run: pop,
-    };
-    let r = step.on(from, op, argv)?;
-    reply.buf.extend_from_slice(&r);
-    Ok(())
 }

@@ -17,7 +17,9 @@
 //! The destination is written before the source is removed: a crash between the two leaves
 //! both keys, never neither. The reply goes when both writes may be acknowledged (the two
 //! logs' persistence conditions). Not atomic: a client may see both keys between steps 2 and
-//! 3, and the keyspace events come as `rename_to` then `rename_from`.
+//! 3, and the keyspace events come as `rename_to` then `rename_from`. The steps are built by
+//! `read_source`, `write_destination`, `remove_source` and `msetnx_parts`, which
+//! `held_across` runs too, inside scripts and transactions, with every shard held.
 
 use std::rc::Rc;
 
@@ -36,11 +38,74 @@ use crate::resp::reply::Reply;
 pub const COMMANDS: &[&str] = &["rename", "renamenx", "smove", "msetnx"];
 
 /// What step 1 read of the source.
-struct Source {
-    value: Snapshot,
-    at_ms: Option<u64>,
-    raw: bool,
-    observed: Observed,
+pub(crate) struct Source {
+    pub value: Snapshot,
+    pub at_ms: Option<u64>,
+    pub raw: bool,
+    pub observed: Observed,
+}
+
+/// Step 1 of RENAME and RENAMENX, on the source's shard: the source as it is (expired there
+/// first). None when it is missing ("ERR no such key").
+pub(crate) fn read_source(s: &mut crate::shard::Shard, db: usize, key: &[u8]) -> Option<Source> {
+    let now = s.now_ms();
+    s.lookup_quiet(db, key, now).and_then(|e| {
+        Some(Source {
+            value: cmd::keys::snapshot(&e.state)?,
+            at_ms: e.state.expire_at_ms(),
+            raw: e.raw,
+            observed: e.state.observed(),
+        })
+    })
+}
+
+/// Step 2 of RENAME (`nx`: RENAMENX), on the destination's shard: the source's value written
+/// there (RENAMENX: only when the destination is absent, else 0), answered as the command.
+pub(crate) fn write_destination(
+    db: usize,
+    to_key: Vec<u8>,
+    (value, at_ms, raw): (Snapshot, Option<u64>, bool),
+    nx: bool,
+) -> Finish {
+    Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        let now = ctx.now_ms;
+        if nx && ctx.shard.lookup_quiet(db, &to_key, now).is_some() {
+            ctx.out.int(0);
+            return Ok(());
+        }
+        cmd::keys::write_snapshot(ctx, db, &to_key, &value, at_ms);
+        if raw {
+            ctx.shard.mark_raw_encoding(db, &to_key);
+        }
+        ctx.shard
+            .notify(crate::notify::GENERIC, "rename_to", db, &to_key);
+        if nx {
+            ctx.out.int(1);
+        } else {
+            ctx.out.ok();
+        }
+        Ok(())
+    }))
+}
+
+/// Whether step 2 wrote (RENAMENX onto an existing key, or an error such as MISCONF: no).
+pub fn wrote_destination(reply: &[u8]) -> bool {
+    reply == b":1\r\n" || reply == b"+OK\r\n"
+}
+
+/// Step 3 of RENAME, on the source's shard: an observed-remove of what step 1 read.
+pub fn remove_source(db: usize, src: Vec<u8>, observed: Observed) -> Finish {
+    Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+        let now = ctx.now_ms;
+        let exists = ctx.shard.lookup_quiet(db, &src, now).is_some();
+        if exists {
+            ctx.shard
+                .write_key(db, &src, now, |_| Effect::<&[u8]>::Remove { observed });
+            ctx.shard
+                .notify(crate::notify::GENERIC, "rename_from", db, &src);
+        }
+        Ok(())
+    }))
 }
 
 /// The two shards of `argv` (a RENAME or RENAMENX): `(source's, destination's)` when they
@@ -106,16 +171,7 @@ pub async fn run(
     // Step 1.
     let key = src.clone();
     let read = hop::run_on(th, from, move |t| {
-        let mut s = t.shard.borrow_mut();
-        let now = s.now_ms();
-        s.lookup_quiet(db, &key, now).and_then(|e| {
-            Some(Source {
-                value: cmd::keys::snapshot(&e.state)?,
-                at_ms: e.state.expire_at_ms(),
-                raw: e.raw,
-                observed: e.state.observed(),
-            })
-        })
+        read_source(&mut t.shard.borrow_mut(), db, &key)
     })
     .await;
     let source = match read {
@@ -130,47 +186,18 @@ pub async fn run(
         observed,
     } = source;
     // Step 2.
-    let to_key = dst.clone();
-    let write = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-        let now = ctx.now_ms;
-        if nx && ctx.shard.lookup_quiet(db, &to_key, now).is_some() {
-            ctx.out.int(0);
-            return Ok(());
-        }
-        cmd::keys::write_snapshot(ctx, db, &to_key, &value, at_ms);
-        if raw {
-            ctx.shard.mark_raw_encoding(db, &to_key);
-        }
-        ctx.shard
-            .notify(crate::notify::GENERIC, "rename_to", db, &to_key);
-        if nx {
-            ctx.out.int(1);
-        } else {
-            ctx.out.ok();
-        }
-        Ok(())
-    }));
+    let write = write_destination(db, dst, (value, at_ms, raw), nx);
     let written = match hop::finish_step(th, client, afters, to, spec, &refs, true, write).await {
         Ok(r) => r,
         Err(e) => return hop::reply_error(th, out, &e),
     };
-    if written.as_slice() != b":1\r\n" && written.as_slice() != b"+OK\r\n" {
+    if !wrote_destination(&written) {
         // RENAMENX onto an existing key (0), or an error (MISCONF...): the source stays.
         out.raw(&written);
         return;
     }
     // Step 3.
-    let remove = Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
-        let now = ctx.now_ms;
-        let exists = ctx.shard.lookup_quiet(db, &src, now).is_some();
-        if exists {
-            ctx.shard
-                .write_key(db, &src, now, |_| Effect::<&[u8]>::Remove { observed });
-            ctx.shard
-                .notify(crate::notify::GENERIC, "rename_from", db, &src);
-        }
-        Ok(())
-    }));
+    let remove = remove_source(db, src, observed);
     match hop::finish_step(th, client, afters, from, spec, &refs, false, remove).await {
         Ok(_) => out.raw(&written),
         Err(e) => hop::reply_error(th, out, &e),
@@ -233,6 +260,31 @@ async fn smove(
     }
 }
 
+/// MSETNX's arguments by shard: each shard's command (MSETNX and its pairs), the shards in
+/// the order of their first key.
+pub fn msetnx_parts(slots: &crate::slot::SlotMap, refs: &[&[u8]]) -> Vec<(u16, Vec<Vec<u8>>)> {
+    let mut parts: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
+    for kv in refs.get(1..).unwrap_or_default().chunks_exact(2) {
+        let [k, v] = kv else { continue };
+        let t = slots.shard_of_key(k);
+        let at = match parts.iter().position(|(s, _)| *s == t) {
+            Some(i) => i,
+            None => {
+                parts.push((
+                    t,
+                    vec![refs.first().map(|n| n.to_vec()).unwrap_or_default()],
+                ));
+                parts.len() - 1
+            }
+        };
+        if let Some((_, p)) = parts.get_mut(at) {
+            p.push(k.to_vec());
+            p.push(v.to_vec());
+        }
+    }
+    parts
+}
+
 /// The keys one shard's part of MSETNX set, each with what its state then observed (its very
 /// write).
 type Written = Vec<(Vec<u8>, Observed)>;
@@ -257,27 +309,7 @@ async fn msetnx(
         return hop::reply_error(th, out, &CmdError::WrongArity("msetnx".to_string()));
     }
     let db = client.db;
-    let slots = th.node.slots.clone();
-    // Each shard's pairs, the shards in the order of their first key.
-    let mut parts: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
-    for kv in refs.get(1..).unwrap_or_default().chunks_exact(2) {
-        let [k, v] = kv else { continue };
-        let t = slots.shard_of_key(k);
-        let at = match parts.iter().position(|(s, _)| *s == t) {
-            Some(i) => i,
-            None => {
-                parts.push((
-                    t,
-                    vec![refs.first().map(|n| n.to_vec()).unwrap_or_default()],
-                ));
-                parts.len() - 1
-            }
-        };
-        if let Some((_, p)) = parts.get_mut(at) {
-            p.push(k.to_vec());
-            p.push(v.to_vec());
-        }
-    }
+    let parts = msetnx_parts(&th.node.slots, refs);
     // The check.
     let mut waits = Vec::with_capacity(parts.len());
     for (shard, part) in &parts {

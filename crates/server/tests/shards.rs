@@ -1263,9 +1263,12 @@ fn scatter_gather_and_crossslot() {
     );
     assert_eq!(call(&mut c, &["RENAME", "{z}a", "{z}c"]), "+OK\r\n");
     // A queued command over two shards that runs across them only outside a transaction
-    // flags the transaction; EXEC then aborts it (RENAME: `move_across`).
+    // flags the transaction; EXEC then aborts it (LMPOP: one key's pop after another).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
-    assert_eq!(call(&mut c, &["RENAME", &keys[0], &keys[1]]), cross);
+    assert_eq!(
+        call(&mut c, &["LMPOP", "2", &keys[0], &keys[1], "LEFT"]),
+        cross
+    );
     assert_eq!(
         call(&mut c, &["EXEC"]),
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
@@ -1500,8 +1503,9 @@ fn list_moves_across_shards_like_redis() {
 /// client's script never sees half of one, a call that reaches an undeclared shard is
 /// refused inside the script, and a
 /// script that loops is answered BUSY on every thread and killed from any of them.
-/// Inside a script whose keys are on several shards (all held for it), the list moves and
-/// the commands that read keys of several shards and write one answer as on one Redis:
+/// Inside a script whose keys are on several shards (all held for it), and queued in a
+/// transaction over several shards, the list moves, RENAME, RENAMENX, SMOVE, MSETNX and the
+/// commands that read keys of several shards and write one answer as on one Redis:
 /// source here or on a held shard, destination here, there or on a third one, WRONGTYPE
 /// destinations popping nothing, ZUNIONSTORE's `numkeys` keys (once read as if missing on the
 /// script's shard), SORT ... STORE, and a script without declared keys.
@@ -1584,6 +1588,38 @@ fn script_calls_over_keys_of_several_shards_like_redis() {
     for k in &m[..3] {
         add(&["LRANGE", k, "0", "-1"]);
     }
+    // RENAME, RENAMENX, SMOVE and MSETNX between shards, in a script and in a transaction.
+    let r = key_per_shard("sr");
+    let two = "return redis.call(ARGV[1], KEYS[1], KEYS[2])";
+    let smove = "return redis.call('smove', KEYS[1], KEYS[2], ARGV[1])";
+    let msetnx =
+        "return redis.call('msetnx', KEYS[1], ARGV[1], KEYS[2], ARGV[1], KEYS[3], ARGV[1])";
+    add(&["SET", &r[0], "v"]);
+    add(&["PEXPIRE", &r[0], "100000"]);
+    add(&["SADD", &r[2], "x", "y"]);
+    add(&["EVAL", two, "2", &r[0], &r[1], "rename"]);
+    add(&["EVAL", two, "2", &r[0], &r[1], "rename"]);
+    add(&["EVAL", two, "2", &r[1], &r[2], "renamenx"]);
+    add(&["EVAL", two, "2", &r[1], &r[3], "renamenx"]);
+    add(&["GET", &r[3]]);
+    add(&["EXISTS", &r[1]]);
+    add(&["EVAL", smove, "2", &r[2], &r[0], "x"]);
+    add(&["EVAL", smove, "2", &r[2], &r[0], "nope"]);
+    add(&["EVAL", smove, "2", &r[2], &r[3], "y"]);
+    add(&["EVAL", smove, "2", &h[2], &r[0], "y"]);
+    add(&["SMEMBERS", &r[0]]);
+    add(&["EVAL", msetnx, "3", &h[0], &h[1], &h[2], "1"]);
+    add(&["EVAL", msetnx, "3", &k[1], &k[2], &r[1], "1"]);
+    add(&["EXISTS", &r[1]]);
+    add(&["MULTI"]);
+    add(&["RENAME", &r[3], &r[1]]);
+    add(&["SMOVE", &r[0], &r[2], "x"]);
+    add(&["MSETNX", &r[3], "a", &m[0], "b"]);
+    add(&["RENAMENX", &r[1], &r[0]]);
+    add(&["RENAME", &r[3], &r[0]]);
+    add(&["EXEC"]);
+    add(&["MGET", &r[1], &r[3], &m[0]]);
+    add(&["SMEMBERS", &r[2]]);
     assert_like_redis(&srv, &script, 2);
 }
 
