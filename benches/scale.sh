@@ -8,9 +8,11 @@
 # Printed per N: total ops/s of each, ops/s per shard, the server's CPU-seconds per million ops
 # (utime + stime of every thread from /proc/PID/stat; it shows whether the servers or the
 # load generator were the limit: a server below N busy CPUs was waiting for load), the ratio
-# Meridian / Redis Cluster, and each system's scaling: ops/s at N / (N x ops/s at 1).
+# Meridian / Redis Cluster, and each system's scaling: ops/s per shard at N over ops/s per shard
+# of the first row (N x ops/s at 1 with the default SHARD_COUNTS).
 # Then, at the largest N, Meridian's main port (a client without cluster support; (N-1)/N of
-# the commands hop to another shard's thread) against its endpoints.
+# the commands hop to another shard's thread) against its endpoints: ops/s, the server's CPU
+# per op, and the extra CPU per cross-shard command at saturation.
 # Needs redis-server, redis-cli, memtier_benchmark (MEMTIER=path) and taskset; MERIDIAN_BIN
 # a Meridian binary (else a release build is made here).
 # Usage: benches/scale.sh [rounds=4] [seconds=4]
@@ -132,25 +134,34 @@ for n in $shard_counts; do
   mcm=$(printf '%s\n' "${mc[@]}" | median); rcm=$(printf '%s\n' "${rc[@]}" | median)
   mpm=$(printf '%s\n' "${mp[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   rpm=$(printf '%s\n' "${rp[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  [ -z "${one[m]:-}" ] && one[m]=$mm && one[r]=$rm_
+  [ -z "${one[m]:-}" ] && one[m]=$mm && one[r]=$rm_ && one[n]=$n
   printf '%-6s %12s %12s %12.0f %12.0f %8.3f %10.2f %10.2f %10s %10s\n' "$n" "$mm" "$rm_" \
     "$(awk -v a="$mm" -v n="$n" 'BEGIN{print a / n}')" "$(awk -v a="$rm_" -v n="$n" 'BEGIN{print a / n}')" \
     "$(awk -v a="$mm" -v b="$rm_" 'BEGIN{print a / b}')" \
     "$(awk -v t="$mcm" -v hz="$hz" -v s="$secs" 'BEGIN{print t / hz / s}')" \
     "$(awk -v t="$rcm" -v hz="$hz" -v s="$secs" 'BEGIN{print t / hz / s}')" "$mpm" "$rpm"
-  echo "       scaling vs 1 shard: Meridian $(awk -v a="$mm" -v b="${one[m]}" -v n="$n" 'BEGIN{printf "%.3f", a / (n * b)}'), Redis Cluster $(awk -v a="$rm_" -v b="${one[r]}" -v n="$n" 'BEGIN{printf "%.3f", a / (n * b)}')"
+  # Per shard against per shard of the first row (1 shard, by default).
+  echo "       scaling vs ${one[n]} shard(s): Meridian $(awk -v a="$mm" -v b="${one[m]}" -v n="$n" -v f="${one[n]}" 'BEGIN{printf "%.3f", (a / n) / (b / f)}'), Redis Cluster $(awk -v a="$rm_" -v b="${one[r]}" -v n="$n" -v f="${one[n]}" 'BEGIN{printf "%.3f", (a / n) / (b / f)}')"
   last=$n
   if [ "$n" = "$(echo "$shard_counts" | awk '{print $NF}')" ] && (( n > 1 )); then
-    e=(); p=()
+    # CPU per op (us) of each run: the server's CPU ticks over the ops the run did.
+    e=(); p=(); ec=(); pc=()
+    per_op() { awk -v t="$2" -v hz="$hz" -v o="$1" -v s="$secs" 'BEGIN{printf "%.3f", t / hz / (o * s) * 1e6}'; }
     for i in $(seq 1 "$rounds"); do
-      if (( i % 4 == 1 || i % 4 == 0 )); then
-        read -r o _ _ < <(load $mport 0 "$mpid"); p+=("$o"); read -r o _ _ < <(load $eport 1 "$mpid"); e+=("$o")
-      else
-        read -r o _ _ < <(load $eport 1 "$mpid"); e+=("$o"); read -r o _ _ < <(load $mport 0 "$mpid"); p+=("$o")
-      fi
+      order=(p e); (( i % 4 == 2 || i % 4 == 3 )) && order=(e p)
+      for s in "${order[@]}"; do
+        if [ "$s" = p ]; then
+          read -r o t _ < <(load $mport 0 "$mpid"); p+=("$o"); pc+=("$(per_op "$o" "$t")")
+        else
+          read -r o t _ < <(load $eport 1 "$mpid"); e+=("$o"); ec+=("$(per_op "$o" "$t")")
+        fi
+      done
     done
     em=$(printf '%s\n' "${e[@]}" | median); pm=$(printf '%s\n' "${p[@]}" | median)
+    ecm=$(printf '%s\n' "${ec[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    pcm=$(printf '%s\n' "${pc[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
     echo "       $n shards, main port (hops) $pm ops/s vs cluster endpoints $em ops/s: $(awk -v a="$pm" -v b="$em" 'BEGIN{printf "%.3f", a / b}')"
+    echo "       CPU per op: main port $pcm us, endpoints $ecm us; extra per cross-shard command (($n-1)/$n of them): $(awk -v a="$pcm" -v b="$ecm" -v n="$n" 'BEGIN{printf "%.2f", (a - b) / ((n - 1) / n)}') us"
   fi
   stop_all
 done
