@@ -1471,9 +1471,10 @@ impl Conn {
             KeysAt::Many => {
                 let own = self.th.index;
                 let node = &f.node;
-                let plan = crate::read_across::plan(&node.slots, f.table, spec, argv, own, |t| {
-                    node.is_local(t)
-                });
+                let plan =
+                    crate::read_across::plan(&node.slots, f.table, spec, argv, (own, &[]), |t| {
+                        node.is_local(t)
+                    });
                 let pops = matches!(spec.meta.name, "lmpop" | "zmpop");
                 match plan {
                     Some(_) => Step::Barrier(Barrier {
@@ -2447,7 +2448,7 @@ impl Conn {
                         th.front.borrow().table,
                         spec,
                         &refs,
-                        th.index,
+                        (th.index, &[]),
                         |t| node.is_local(t),
                     )
                 };
@@ -3166,7 +3167,7 @@ impl Conn {
                     // LMOVE, RPOPLPUSH, SUNIONSTORE, COPY...: on its home shard, every
                     // shard it reaches held (`held_across`, which EXEC runs there).
                     KeysAt::Many if crate::held_across::runs_across(spec.meta.name) => {
-                        let (home, shards) = crate::held_across::home(
+                        let across = crate::held_across::plan_on(
                             slots,
                             f.table,
                             spec,
@@ -3174,6 +3175,7 @@ impl Conn {
                             self.th.index,
                             |t| f.node.is_local(t),
                         )?;
+                        let (home, shards) = crate::held_across::home(&across)?;
                         holds.extend(shards);
                         whole(Some(home));
                     }

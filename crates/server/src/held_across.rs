@@ -102,23 +102,18 @@ pub fn plan_on(
     }
     // SORT and SORT_RO read their sorted key and write a STORE: their BY and GET patterns
     // are checked on the shard that runs them, as for any SORT in a script or transaction.
-    read_across::plan_any(map, table, spec, argv, own, reachable).map(Across::Lent)
+    let also: &[&str] = &["sort", "sort_ro"];
+    read_across::plan(map, table, spec, argv, (own, also), reachable).map(Across::Lent)
 }
 
-/// Where a queued command of a transaction over several shards runs (`Conn::exec_across_plan`):
-/// its home shard (a move's source, MSETNX's first key's shard, else the shard that runs the
-/// command) and every shard it reaches, `local` saying which are this process's. None as
-/// for `plan_on`.
-pub fn home(
-    map: &SlotMap,
-    table: &'static crate::cmd::table::Table,
-    spec: &CommandSpec,
-    argv: &[&[u8]],
-    own: u16,
-    local: impl Fn(u16) -> bool,
-) -> Option<(u16, Vec<u16>)> {
-    match plan_on(map, table, spec, argv, own, local)? {
-        Across::ListMove { from, to } | Across::Move { from, to } => Some((from, vec![from, to])),
+/// Where a queued command of a transaction over several shards runs (`Conn::exec_across_plan`,
+/// from `plan_on`'s answer): its home shard (a move's source, MSETNX's first key's shard,
+/// else the shard that runs the command) and every shard it reaches.
+pub fn home(across: &Across) -> Option<(u16, Vec<u16>)> {
+    match across {
+        Across::ListMove { from, to } | Across::Move { from, to } => {
+            Some((*from, vec![*from, *to]))
+        }
         Across::Msetnx(parts) => {
             let shards: Vec<u16> = parts.iter().map(|(t, _)| *t).collect();
             Some((*shards.first()?, shards))

@@ -85,33 +85,22 @@ pub struct Plan {
 }
 
 /// The plan for `argv` (a command of `spec`) on this process's shards, `own` being the
-/// connection's: None when the command is not one of `COMMANDS`, its keys cannot be found,
-/// the keys it may write are on several shards, or a key is on another node (`local`
-/// says which shards are this process's): the caller answers CROSSSLOT then.
+/// connection's: None when the command is not one of `COMMANDS` nor of `also`, its keys
+/// cannot be found, the keys it may write are on several shards, or a key is on another node
+/// (`local` says which shards are this process's): the caller answers CROSSSLOT then. `also`
+/// names commands whose key specs say as well which keys they only read (SORT with STORE in
+/// a script or a transaction, `held_across`).
 pub fn plan(
     slots: &SlotMap,
     table: &'static Table,
     spec: &CommandSpec,
     argv: &[&[u8]],
-    own: u16,
+    (own, also): (u16, &[&str]),
     local: impl Fn(u16) -> bool,
 ) -> Option<Plan> {
-    if !COMMANDS.contains(&spec.meta.name) {
+    if !COMMANDS.contains(&spec.meta.name) && !also.contains(&spec.meta.name) {
         return None;
     }
-    plan_any(slots, table, spec, argv, own, local)
-}
-
-/// `plan` for any command whose key specs say which keys it only reads (SORT with STORE in
-/// a script or a transaction, `held_across`, besides `COMMANDS`).
-pub fn plan_any(
-    slots: &SlotMap,
-    table: &'static Table,
-    spec: &CommandSpec,
-    argv: &[&[u8]],
-    own: u16,
-    local: impl Fn(u16) -> bool,
-) -> Option<Plan> {
     let keys = cmd::command::key_refs(table, spec, argv)?;
     // PFCOUNT's key spec says RW (one key's count is cached in its bytes); over several
     // keys it only reads.
@@ -277,7 +266,7 @@ mod tests {
         let table = crate::cmd::table();
         let spec = crate::cmd::resolve(table, argv).ok()?;
         let slots = SlotMap::contiguous(shards);
-        plan(&slots, table, spec, argv, own, |_| true)
+        plan(&slots, table, spec, argv, (own, &[]), |_| true)
     }
 
     /// Keys of four shards: `key(i)` is on shard i of `SlotMap::contiguous(4)`.
@@ -337,6 +326,6 @@ mod tests {
         let argv: &[&[u8]] = &[b"SUNION", a, b];
         let spec = crate::cmd::resolve(table, argv).expect("spec");
         // A key on another node.
-        assert_eq!(plan(&slots, table, spec, argv, 1, |s| s != 2), None);
+        assert_eq!(plan(&slots, table, spec, argv, (1, &[]), |s| s != 2), None);
     }
 }
