@@ -1539,23 +1539,18 @@ impl Conn {
     /// key); nil when none popped. Each pop is one command on its shard; together they are
     /// not atomic (a key before the one popped may be filled between the two tries).
     async fn pop_first_across(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
-        let numkeys = argv
-            .get(1)
-            .and_then(|n| std::str::from_utf8(n).ok())
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or(0);
-        let keys: Vec<Vec<u8>> = argv.iter().skip(2).take(numkeys).cloned().collect();
-        let rest: Vec<Vec<u8>> = argv.iter().skip(2 + numkeys).cloned().collect();
-        let name = argv.first().cloned().unwrap_or_default();
+        let tries = {
+            let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            let positions = route::positions(self.th.front.borrow().table, spec, &refs);
+            route::pop_tries(&self.th.node.slots, &argv, &positions.unwrap_or_default())
+        };
+        if tries.is_empty() {
+            self.out.error(&CmdError::CrossSlot);
+            return;
+        }
         self.client.shared.last_cmd.set(spec.meta.name);
         let mut last = Vec::new();
-        for key in keys {
-            let shard = self.th.node.slots.shard_of_key(&key);
-            let mut one = Vec::with_capacity(3 + rest.len());
-            one.push(name.clone());
-            one.push(b"1".to_vec());
-            one.push(key);
-            one.extend(rest.iter().cloned());
+        for (shard, one) in tries {
             match self.one(shard, Op::Call(spec), &one).await {
                 Ok((reply, _)) => {
                     let nil = matches!(reply.as_slice(), b"*-1\r\n" | b"_\r\n");
@@ -1613,7 +1608,6 @@ impl Conn {
         // BZPOPMIN, BZPOPMAX: `name key timeout`; BLMPOP, BZMPOP: `name timeout 1 key rest`.
         // BLMOVE, BRPOPLPUSH: the move, whose sides and timeout are checked first.
         let first_key = positions.first().copied().unwrap_or(1);
-        let last_key = positions.last().copied().unwrap_or(1);
         let mpop = first_key > 1;
         let timeout_arg = if mpop {
             argv.get(1).cloned().unwrap_or_default()
@@ -1632,21 +1626,7 @@ impl Conn {
                 }
             }
         } else {
-            let mut tries: Vec<(u16, Vec<Vec<u8>>)> = Vec::with_capacity(positions.len());
-            for &p in &positions {
-                let key = argv.get(p).cloned().unwrap_or_default();
-                let mut one = vec![argv.first().cloned().unwrap_or_default()];
-                if mpop {
-                    one.push(timeout_arg.clone());
-                    one.push(b"1".to_vec());
-                    one.push(key.clone());
-                    one.extend(argv.iter().skip(last_key + 1).cloned());
-                } else {
-                    one.push(key.clone());
-                    one.push(timeout_arg.clone());
-                }
-                tries.push((slots.shard_of_key(&key), one));
-            }
+            let tries = route::pop_tries(&slots, &argv, &positions);
             AcrossTry::Pops { tries, handler }
         };
         // Each shard's keys, the shards in the order of their first key (a move waits on its

@@ -3,7 +3,9 @@
 //! declared keys rerun with every shard held, or a MULTI/EXEC over several shards), when it is
 //! one of the commands that read keys of several shards and write one
 //! (`read_across::COMMANDS`: SUNIONSTORE, ZUNIONSTORE, COPY, PFMERGE, BITOP..., and SORT with
-//! STORE), a list move (LMOVE, RPOPLPUSH), RENAME, RENAMENX, SMOVE or MSETNX. On one Redis these run whole; here they run in
+//! STORE), a list move (LMOVE, RPOPLPUSH, BLMOVE, BRPOPLPUSH), RENAME, RENAMENX, SMOVE,
+//! MSETNX or a pop over several keys (LMPOP, ZMPOP, BLPOP, BRPOP, BZPOPMIN, BZPOPMAX, BLMPOP,
+//! BZMPOP). On one Redis these run whole; here they run in
 //! steps through the same code as on the main port, and since every shard they reach is
 //! held, nothing else runs between the steps: the command is as atomic as the script or the
 //! transaction.
@@ -22,6 +24,9 @@
 //!   written, counted as the command, then the source removed as far as the read observed);
 //!   MSETNX: every shard's keys checked, then each shard's part (the first counted). Held
 //!   throughout, so unlike `move_across`'s they need no undo and are atomic.
+//! - LMPOP, ZMPOP and the blocking pops (BLPOP... BZMPOP, which do not block in a script or a
+//!   transaction): each key's pop on its shard in the order given, until one pops or fails.
+//!   BLMOVE and BRPOPLPUSH run as LMOVE and RPOPLPUSH, their timeout checked.
 //!
 //! `Conn::exec_across_plan` puts such a queued command in the segment of its `home` shard
 //! and holds the others; `cmd::tx`'s EXEC runs it here when its keys are not all local. In a
@@ -54,14 +59,27 @@ pub enum Across {
     Move { from: u16, to: u16 },
     /// MSETNX: each shard's part (`move_across::msetnx_parts`).
     Msetnx(Vec<(u16, Vec<Vec<u8>>)>),
+    /// LMPOP, ZMPOP and the blocking pops (which do not block in a script or a transaction):
+    /// the command over each key alone on its shard, in order (`route::pop_tries`).
+    Pops(Vec<(u16, Vec<Vec<u8>>)>),
 }
+
+/// The pops that run as one try per key.
+const POPS: &[&str] = &[
+    "lmpop", "zmpop", "blpop", "brpop", "bzpopmin", "bzpopmax", "blmpop", "bzmpop",
+];
+
+/// The list moves (BLMOVE and BRPOPLPUSH do not block in a script or a transaction).
+const LIST_MOVES: &[&str] = &["lmove", "rpoplpush", "blmove", "brpoplpush"];
 
 /// Whether `name` is a command this module runs over keys of several shards.
 pub fn runs_across(name: &str) -> bool {
     read_across::COMMANDS.contains(&name)
+        || POPS.contains(&name)
+        || LIST_MOVES.contains(&name)
         || matches!(
             name,
-            "lmove" | "rpoplpush" | "sort" | "sort_ro" | "rename" | "renamenx" | "smove" | "msetnx"
+            "sort" | "sort_ro" | "rename" | "renamenx" | "smove" | "msetnx"
         )
 }
 
@@ -80,16 +98,21 @@ pub fn plan_on(
     if !runs_across(name) {
         return None;
     }
-    if matches!(
-        name,
-        "lmove" | "rpoplpush" | "rename" | "renamenx" | "smove"
-    ) {
+    if POPS.contains(&name) {
+        let positions = crate::route::positions(table, spec, argv)?;
+        let tries = crate::route::pop_tries(map, argv, &positions);
+        let first = tries.first().map(|(t, _)| *t)?;
+        let spans = tries.iter().any(|(t, _)| *t != first);
+        let ok = spans && tries.iter().all(|(t, _)| reachable(*t));
+        return ok.then_some(Across::Pops(tries));
+    }
+    if LIST_MOVES.contains(&name) || matches!(name, "rename" | "renamenx" | "smove") {
         let from = map.shard_of_key(argv.get(1)?);
         let to = map.shard_of_key(argv.get(2)?);
         if from == to || !reachable(from) || !reachable(to) {
             return None;
         }
-        return Some(if matches!(name, "lmove" | "rpoplpush") {
+        return Some(if LIST_MOVES.contains(&name) {
             Across::ListMove { from, to }
         } else {
             Across::Move { from, to }
@@ -114,7 +137,7 @@ pub fn home(across: &Across) -> Option<(u16, Vec<u16>)> {
         Across::ListMove { from, to } | Across::Move { from, to } => {
             Some((*from, vec![*from, *to]))
         }
-        Across::Msetnx(parts) => {
+        Across::Msetnx(parts) | Across::Pops(parts) => {
             let shards: Vec<u16> = parts.iter().map(|(t, _)| *t).collect();
             Some((*shards.first()?, shards))
         }
@@ -169,6 +192,7 @@ pub fn run(
         Across::Move { from, to } if spec.meta.name == "smove" => here.smove(from, to),
         Across::Move { from, to } => here.rename(from, to),
         Across::Msetnx(parts) => here.msetnx(parts),
+        Across::Pops(tries) => here.pops(tries),
     };
     match result {
         Ok(r) | Err(r) => reply.buf.extend_from_slice(&r),
@@ -306,6 +330,11 @@ impl Here<'_> {
 
     fn list_move(&mut self, from: u16, to: u16) -> StepReply {
         let sides = cmd::list::move_sides(self.argv).map_err(|e| self.error(&e))?;
+        if matches!(self.spec.meta.name, "blmove" | "brpoplpush") {
+            // Checked as the command checks it, though it does not wait here.
+            let timeout = self.argv.last().copied().unwrap_or_default();
+            crate::blocking::parse_timeout(timeout, self.now).map_err(|e| self.error(&e))?;
+        }
         let (Some(src), Some(dst)) = (self.argv.get(1).copied(), self.argv.get(2).copied()) else {
             return Err(self.error(&CmdError::CrossSlot));
         };
@@ -409,6 +438,40 @@ impl Here<'_> {
         }));
         self.finish_at(from, false, remove)?;
         Ok(added)
+    }
+
+    /// LMPOP, ZMPOP, BLPOP...: each key's pop on its shard in the order given, as that
+    /// command over that key alone that may not block, until one pops or fails (Redis takes
+    /// the first non-empty key); the last try's null reply when none popped. The first try
+    /// counts as the command.
+    fn pops(&mut self, tries: Vec<(u16, Vec<Vec<u8>>)>) -> StepReply {
+        let Some(handler) = self.spec.handler else {
+            return Err(self.error(&CmdError::WrongArity(self.spec.meta.name.to_string())));
+        };
+        let mut last = Vec::new();
+        for (i, (t, one)) in tries.into_iter().enumerate() {
+            let argv: Vec<Vec<u8>> = one.clone();
+            let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+                // Two levels deep: the command may not block (`Ctx::can_block`) and answers
+                // the null array when it finds nothing.
+                ctx.client.call_depth += 1;
+                let refs: Vec<&[u8]> = one.iter().map(Vec::as_slice).collect();
+                let r = handler(ctx, &refs);
+                ctx.client.call_depth -= 1;
+                r
+            }));
+            let op = Op::Finish {
+                spec: self.spec,
+                counted: i == 0,
+                run,
+            };
+            let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            last = self.op_at(t, op, Some(&refs))?;
+            if !matches!(last.as_slice(), b"*-1\r\n" | b"_\r\n") {
+                break;
+            }
+        }
+        Ok(last)
     }
 
     /// MSETNX: every shard's keys checked (nothing runs between the check and the sets: all

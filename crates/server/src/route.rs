@@ -245,6 +245,47 @@ pub fn positions(
     crate::cmd::command::key_positions(table, spec, argv, &mut out).then_some(out)
 }
 
+/// A pop over keys of several shards as one command per key, in the order given: each key's
+/// shard and the command over that key alone (`positions`: the keys' places in `argv`).
+/// LMPOP, ZMPOP: `name 1 key rest`; BLMPOP, BZMPOP: `name timeout 1 key rest`; BLPOP, BRPOP,
+/// BZPOPMIN, BZPOPMAX: `name key timeout`.
+pub fn pop_tries<A: AsRef<[u8]>>(
+    slots: &SlotMap,
+    argv: &[A],
+    positions: &[usize],
+) -> Vec<(u16, Vec<Vec<u8>>)> {
+    let (Some(&first), Some(&last)) = (positions.first(), positions.last()) else {
+        return Vec::new();
+    };
+    let owned = |range: &[A]| {
+        range
+            .iter()
+            .map(|a| a.as_ref().to_vec())
+            .collect::<Vec<_>>()
+    };
+    // With a `numkeys` argument, the arguments before it; else those before the first key.
+    let numkeys = first >= 2;
+    let head = owned(
+        argv.get(..if numkeys { first - 1 } else { first })
+            .unwrap_or_default(),
+    );
+    let tail = owned(argv.get(last + 1..).unwrap_or_default());
+    positions
+        .iter()
+        .filter_map(|&p| argv.get(p))
+        .map(|key| {
+            let key = key.as_ref();
+            let mut one = head.clone();
+            if numkeys {
+                one.push(b"1".to_vec());
+            }
+            one.push(key.to_vec());
+            one.extend(tail.iter().cloned());
+            (slots.shard_of_key(key), one)
+        })
+        .collect()
+}
+
 /// Redis's `patternHashSlot`: the slot every key a SORT pattern forms hashes to, when its
 /// hash tag fixes it (a `{...}` holding no `*`); None when the keys may be anywhere.
 pub fn pattern_slot(pattern: &[u8]) -> Option<u16> {

@@ -1262,13 +1262,21 @@ fn scatter_gather_and_crossslot() {
         ":1\r\n"
     );
     assert_eq!(call(&mut c, &["RENAME", "{z}a", "{z}c"]), "+OK\r\n");
-    // A queued command over two shards that runs across them only outside a transaction
-    // flags the transaction; EXEC then aborts it (LMPOP: one key's pop after another).
+    // A queued command over two shards that no shard can run with the others held flags
+    // the transaction; EXEC then aborts it (MIGRATE of keys of two shards, to loopback).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
-    assert_eq!(
-        call(&mut c, &["LMPOP", "2", &keys[0], &keys[1], "LEFT"]),
-        cross
-    );
+    let migrate = [
+        "MIGRATE",
+        "127.0.0.1",
+        "1",
+        "",
+        "0",
+        "100",
+        "KEYS",
+        &keys[0],
+        &keys[1],
+    ];
+    assert_eq!(call(&mut c, &migrate), cross);
     assert_eq!(
         call(&mut c, &["EXEC"]),
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
@@ -1504,8 +1512,9 @@ fn list_moves_across_shards_like_redis() {
 /// refused inside the script, and a
 /// script that loops is answered BUSY on every thread and killed from any of them.
 /// Inside a script whose keys are on several shards (all held for it), and queued in a
-/// transaction over several shards, the list moves, RENAME, RENAMENX, SMOVE, MSETNX and the
-/// commands that read keys of several shards and write one answer as on one Redis:
+/// transaction over several shards, the list moves, RENAME, RENAMENX, SMOVE, MSETNX, the pops
+/// over several keys and the commands that read keys of several shards and write one answer
+/// as on one Redis:
 /// source here or on a held shard, destination here, there or on a third one, WRONGTYPE
 /// destinations popping nothing, ZUNIONSTORE's `numkeys` keys (once read as if missing on the
 /// script's shard), SORT ... STORE, and a script without declared keys.
@@ -1620,6 +1629,38 @@ fn script_calls_over_keys_of_several_shards_like_redis() {
     add(&["EXEC"]);
     add(&["MGET", &r[1], &r[3], &m[0]]);
     add(&["SMEMBERS", &r[2]]);
+    // Pops over keys of several shards, and the blocking ones, which do not block here.
+    let p = key_per_shard("sp");
+    add(&["RPUSH", &p[1], "1", "2"]);
+    add(&["ZADD", &p[2], "1", "x", "2", "y"]);
+    add(&["SET", &p[3], "str"]);
+    add(&["MULTI"]);
+    add(&["BLPOP", &p[0], &p[1], "0"]);
+    add(&["LMPOP", "2", &p[0], &p[1], "RIGHT", "COUNT", "5"]);
+    add(&["BLPOP", &p[0], &p[1], "0"]);
+    add(&["BZPOPMIN", &p[0], &p[2], "1"]);
+    add(&["ZMPOP", "2", &p[0], &p[2], "MAX"]);
+    add(&["RPUSH", &p[1], "3"]);
+    add(&["BLMOVE", &p[1], &p[0], "LEFT", "LEFT", "0"]);
+    add(&["BRPOPLPUSH", &p[0], &p[1], "0"]);
+    add(&["BRPOPLPUSH", &p[0], &p[1], "-1"]);
+    add(&["BLPOP", &p[0], &p[3], "0"]);
+    add(&["LMPOP", "2", &p[0], &p[1], "UP"]);
+    add(&["EXEC"]);
+    add(&[
+        "EVAL",
+        "return redis.call('lmpop', 2, KEYS[1], KEYS[2], 'LEFT')",
+        "2",
+        &p[0],
+        &p[1],
+    ]);
+    add(&[
+        "EVAL",
+        "return redis.call('lmpop', 2, KEYS[1], KEYS[2], 'LEFT')",
+        "2",
+        &p[0],
+        &p[3],
+    ]);
     assert_like_redis(&srv, &script, 2);
 }
 
