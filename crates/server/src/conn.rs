@@ -3032,51 +3032,21 @@ impl Conn {
                 Class::Local if pins_to_connection(spec.meta.name) => return None,
                 Class::Local => whole(None),
                 // Every shard is held: each answers for itself, merged as outside a
-                // transaction (DBSIZE, KEYS, FLUSHALL, CONFIG SET...).
-                Class::All(merge) if every_shard_local => {
-                    for t in 0..f.node.shards {
-                        holds.push(t);
-                        parts.push((i, (Some(t), Some(q.args.clone()))));
-                    }
-                    joins.push(Join::Merge(merge));
-                }
-                // RANDOMKEY: every shard's size and a key of its, one picked by size.
-                Class::Special(Special::RandomKey) if every_shard_local => {
-                    for t in 0..f.node.shards {
-                        holds.push(t);
-                        parts.push((i, (Some(t), Some(vec![b"DBSIZE".to_vec()]))));
-                        parts.push((i, (Some(t), Some(q.args.clone()))));
-                    }
-                    joins.push(Join::RandomKey);
-                }
-                // SCAN: a step on the shard its cursor names and on each after it, joined as
-                // `Conn::scan` walks them (`Join::Scan`); a cursor that is not one runs where
-                // keyless commands do, whose handler refuses it.
-                Class::Special(Special::Scan) if every_shard_local => {
-                    match argv.get(1).and_then(|c| cmd::args::parse_cursor(c)) {
-                        Some(cursor) => {
-                            let (first, inner) = route::scan_split(cursor);
-                            let shards = f.node.shards;
-                            // A shard after the first starts afresh with the restarts the
-                            // walk has used (`route::scan_next`).
-                            let fresh =
-                                cmd::keys::start_with_restarts(cmd::keys::cursor_restarts(inner));
-                            let mut steps = Vec::new();
-                            for shard in first..shards {
-                                let inner = if shard == first { inner } else { fresh };
-                                let mut a = q.args.clone();
-                                if let Some(c) = a.get_mut(1) {
-                                    *c = inner.to_string().into_bytes();
-                                }
-                                holds.push(shard);
-                                parts.push((i, (Some(shard), Some(a))));
-                                steps.push((shard, inner));
+                // transaction (DBSIZE, KEYS, FLUSHALL, CONFIG SET...); RANDOMKEY: every
+                // shard's size and a key of its, one picked by size; SCAN: a step on the
+                // shard its cursor names and on each after it, joined as `Conn::scan` walks
+                // them (`Join::Scan`); a cursor that is not one runs where keyless commands
+                // do, whose handler refuses it.
+                Class::All(_) | Class::Special(Special::RandomKey | Special::Scan)
+                    if every_shard_local =>
+                {
+                    match crate::tx_across::every_shard_parts(class, &q.args, f.node.shards) {
+                        Some((split, join)) => {
+                            for (t, args) in split {
+                                holds.push(t);
+                                parts.push((i, (Some(t), Some(args))));
                             }
-                            joins.push(Join::Scan {
-                                steps,
-                                shards,
-                                count: scan_count(&q.args),
-                            });
+                            joins.push(join);
                         }
                         None => whole(None),
                     }
@@ -3601,7 +3571,7 @@ impl Conn {
             self.out.raw(&r);
             return;
         };
-        let count = scan_count(&argv);
+        let count = crate::tx_across::scan_count(&argv);
         let (mut shard, mut inner) = route::scan_split(cursor);
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut first = true;
@@ -4191,21 +4161,6 @@ fn pins_to_connection(name: &str) -> bool {
             | "pubsub|shardnumsub"
             | "pubsub|help"
     )
-}
-
-/// SCAN's COUNT (10 when not given or not a number: the shard's handler refuses a bad one).
-fn scan_count(argv: &[Vec<u8>]) -> u64 {
-    let mut i = 2;
-    let mut count = 10;
-    while let (Some(opt), Some(v)) = (argv.get(i), argv.get(i + 1)) {
-        if opt.eq_ignore_ascii_case(b"count") {
-            if let Some(n) = cmd::args::parse_i64(v).filter(|n| *n > 0) {
-                count = n as u64;
-            }
-        }
-        i += 2;
-    }
-    count
 }
 
 fn owned(argv: &[&[u8]]) -> Vec<Vec<u8>> {

@@ -58,10 +58,10 @@ pub enum Across {
     /// destination written, the source removed (`move_across`'s steps).
     Move { from: u16, to: u16 },
     /// MSETNX: each shard's part (`move_across::msetnx_parts`).
-    Msetnx(Vec<(u16, Vec<Vec<u8>>)>),
+    Msetnx(crate::tx_across::Parts),
     /// LMPOP, ZMPOP and the blocking pops (which do not block in a script or a transaction):
     /// the command over each key alone on its shard, in order (`route::pop_tries`).
-    Pops(Vec<(u16, Vec<Vec<u8>>)>),
+    Pops(crate::tx_across::Parts),
 }
 
 /// The pops that run as one try per key.
@@ -444,7 +444,7 @@ impl Here<'_> {
     /// command over that key alone that may not block, until one pops or fails (Redis takes
     /// the first non-empty key); the last try's null reply when none popped. The first try
     /// counts as the command.
-    fn pops(&mut self, tries: Vec<(u16, Vec<Vec<u8>>)>) -> StepReply {
+    fn pops(&mut self, tries: crate::tx_across::Parts) -> StepReply {
         let Some(handler) = self.spec.handler else {
             return Err(self.error(&CmdError::WrongArity(self.spec.meta.name.to_string())));
         };
@@ -476,7 +476,7 @@ impl Here<'_> {
 
     /// MSETNX: every shard's keys checked (nothing runs between the check and the sets: all
     /// are held), then each shard's part, the first counted as the command.
-    fn msetnx(&mut self, parts: Vec<(u16, Vec<Vec<u8>>)>) -> StepReply {
+    fn msetnx(&mut self, parts: crate::tx_across::Parts) -> StepReply {
         if self.argv.len() < 3 || self.argv.len() % 2 == 0 {
             return Err(self.error(&CmdError::WrongArity("msetnx".to_string())));
         }

@@ -389,24 +389,106 @@ pub fn join_replies(
     out.proto = proto;
     out.array(joins.len());
     for (join, parts) in joins.iter().zip(&of_command) {
-        match join {
-            Join::One => out.raw(parts.first()?),
-            Join::Gather { kind, order } => route::gather(*kind, order, parts, &mut out),
-            Join::Merge(m) => route::merge(*m, parts, &mut out),
-            Join::Streams { order } => {
-                let order: Vec<(usize, &[u8])> =
-                    order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
-                route::merge_streams(parts, &order, &mut out);
-            }
-            Join::RandomKey => random_key(parts, &mut out),
-            Join::Scan {
-                steps,
-                shards,
-                count,
-            } => scan(steps, *shards, *count, parts, &mut out)?,
-        }
+        join_one(join, parts, &mut out)?;
     }
     Some(out.buf)
+}
+
+/// One command's reply from its parts' replies, by `join`. None when the parts do not fit it.
+pub fn join_one(join: &Join, parts: &[&[u8]], out: &mut Reply) -> Option<()> {
+    match join {
+        Join::One => out.raw(parts.first()?),
+        Join::Gather { kind, order } => route::gather(*kind, order, parts, out),
+        Join::Merge(m) => route::merge(*m, parts, out),
+        Join::Streams { order } => {
+            let order: Vec<(usize, &[u8])> =
+                order.iter().map(|(p, k)| (*p, k.as_slice())).collect();
+            route::merge_streams(parts, &order, out);
+        }
+        Join::RandomKey => random_key(parts, out),
+        Join::Scan {
+            steps,
+            shards,
+            count,
+        } => scan(steps, *shards, *count, parts, out)?,
+    }
+    Some(())
+}
+
+/// A command's parts over shards: each shard and the command's arguments there.
+pub type Parts = Vec<(u16, Vec<Vec<u8>>)>;
+
+/// A command that reads or acts on the whole keyspace, over the `shards` shards of this
+/// process, every one held: a command every shard answers for itself (`route::Class::All`:
+/// DBSIZE, KEYS, FLUSHALL, CONFIG SET...: a part on each, merged), RANDOMKEY (each shard's
+/// DBSIZE and RANDOMKEY) or SCAN (a step on the shard its cursor names and on each after it).
+/// Its parts (each shard and its arguments there) and their join; None for another command,
+/// or a SCAN whose cursor is not one (it runs on one shard, whose handler refuses it).
+pub fn every_shard_parts(
+    class: route::Class,
+    args: &[Vec<u8>],
+    shards: u16,
+) -> Option<(Parts, Join)> {
+    use crate::route::{Class, Special};
+    match class {
+        Class::All(merge) => Some((
+            (0..shards).map(|t| (t, args.to_vec())).collect(),
+            Join::Merge(merge),
+        )),
+        Class::Special(Special::RandomKey) => {
+            let mut parts = Vec::with_capacity(2 * usize::from(shards));
+            for t in 0..shards {
+                parts.push((t, vec![b"DBSIZE".to_vec()]));
+                parts.push((t, args.to_vec()));
+            }
+            Some((parts, Join::RandomKey))
+        }
+        Class::Special(Special::Scan) => {
+            let cursor = args
+                .get(1)
+                .and_then(|c| crate::cmd::args::parse_cursor(c))?;
+            let (first, inner) = route::scan_split(cursor);
+            // A shard after the first starts afresh with the restarts the walk has used
+            // (`route::scan_next`).
+            let fresh =
+                crate::cmd::keys::start_with_restarts(crate::cmd::keys::cursor_restarts(inner));
+            let mut parts = Vec::new();
+            let mut steps = Vec::new();
+            for shard in first..shards {
+                let inner = if shard == first { inner } else { fresh };
+                let mut a = args.to_vec();
+                if let Some(c) = a.get_mut(1) {
+                    *c = inner.to_string().into_bytes();
+                }
+                parts.push((shard, a));
+                steps.push((shard, inner));
+            }
+            Some((
+                parts,
+                Join::Scan {
+                    steps,
+                    shards,
+                    count: scan_count(args),
+                },
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// SCAN's COUNT (10 when not given or not a number: the shard's handler refuses a bad one).
+pub fn scan_count(argv: &[Vec<u8>]) -> u64 {
+    let mut i = 2;
+    let mut count = 10;
+    while let (Some(opt), Some(v)) = (argv.get(i), argv.get(i + 1)) {
+        if opt.eq_ignore_ascii_case(b"count") {
+            if let Some(n) = crate::cmd::args::parse_i64(v).filter(|n| *n > 0) {
+                count = n as u64;
+            }
+        }
+        i += 2;
+    }
+    count
 }
 
 /// SCAN's parts in a transaction (`Join::Scan`) into one reply, as `Conn::scan` walks the

@@ -1165,6 +1165,16 @@ fn transaction(c: &mut Raw, cmds: &[&[&[u8]]]) -> String {
     s(&c.read_reply())
 }
 
+/// One MSET setting each of `keys` to its own name.
+fn set_to_their_names(c: &mut Raw, keys: &[String]) {
+    let mut mset = vec!["MSET"];
+    for k in keys {
+        mset.push(k);
+        mset.push(k);
+    }
+    assert_eq!(call(c, &mset), "+OK\r\n");
+}
+
 fn call_raw(c: &mut Raw, args: &[&str]) -> Vec<u8> {
     let v: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     c.call(&v)
@@ -1215,12 +1225,7 @@ fn scatter_gather_and_crossslot() {
     let srv = Server::start_with(&["--shards", SHARDS]);
     let mut c = srv.connect();
     let keys = key_per_shard("sg");
-    let mut mset = vec!["MSET"];
-    for k in &keys {
-        mset.push(k);
-        mset.push(k);
-    }
-    assert_eq!(call(&mut c, &mset), "+OK\r\n");
+    set_to_their_names(&mut c, &keys);
     let mut mget = vec!["MGET"];
     mget.extend(keys.iter().map(String::as_str));
     mget.insert(2, "missing");
@@ -1727,6 +1732,42 @@ fn list_moves_in_transactions_across_shards_are_atomic() {
     writer.join().expect("writer");
     assert_eq!(call(&mut c, &["LLEN", &b]), format!(":{ELEMENTS}\r\n"));
     assert_eq!(call(&mut c, &["LRANGE", &b, "0", "0"]), "*1\r\n$1\r\n0\r\n");
+}
+
+/// DBSIZE, KEYS, RANDOMKEY, SCAN and FLUSHDB called by a script see every shard, as on one
+/// server, when every shard is held for it: a script that declares no key runs again with
+/// every shard held, one that declares keys of every shard holds them all; a script that
+/// declares keys of one shard gets that shard's answer, as a Redis Cluster node gives.
+#[test]
+fn scripts_see_the_whole_keyspace() {
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut c = srv.connect();
+    let k = key_per_shard("wk");
+    set_to_their_names(&mut c, &k);
+    let dbsize = "return redis.call('dbsize')";
+    assert_eq!(call(&mut c, &["EVAL", dbsize, "0"]), ":4\r\n");
+    assert_eq!(
+        call(&mut c, &["EVAL", dbsize, "4", &k[0], &k[1], &k[2], &k[3]]),
+        ":4\r\n"
+    );
+    assert_eq!(call(&mut c, &["EVAL", dbsize, "1", &k[2]]), ":1\r\n");
+    let keys = "local t = redis.call('keys', '*') table.sort(t) return t";
+    let mut sorted = k.clone();
+    sorted.sort();
+    let want: Vec<Reply> = sorted.iter().map(|x| Reply::bulk(x)).collect();
+    assert_eq!(c.reply(&["EVAL", keys, "0"]), Reply::Array(want));
+    let random = "return redis.call('exists', redis.call('randomkey'))";
+    for _ in 0..8 {
+        assert_eq!(call(&mut c, &["EVAL", random, "0"]), ":1\r\n");
+    }
+    let scan = "local cur, n = '0', 0 repeat local r = redis.call('scan', cur, 'count', 1) \
+                cur = r[1] n = n + #r[2] until cur == '0' return n";
+    assert_eq!(call(&mut c, &["EVAL", scan, "0"]), ":4\r\n");
+    assert_eq!(
+        call(&mut c, &["EVAL", "return redis.call('flushdb')", "0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(call(&mut c, &["DBSIZE"]), ":0\r\n");
 }
 
 #[test]

@@ -213,7 +213,7 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
         .eval_engine()
         .map_err(|e| CmdError::Err(e.to_string()))?;
     let name = sha_name(&sha);
-    let run = new_run(ctx, flags, ro, true, name, Vec::new());
+    let run = new_run(ctx, flags, ro, (true, nkeys == 0), name, Vec::new());
     run_and_reply(ctx, &engine, &function, RunArgs::Eval { keys, args }, run);
     Ok(())
 }
@@ -230,7 +230,7 @@ fn new_run(
     ctx: &Ctx<'_>,
     flags: ScriptFlags,
     ro: bool,
-    eval: bool,
+    (eval, keyless): (bool, bool),
     name: String,
     caller_argv: Vec<Vec<u8>>,
 ) -> Run {
@@ -243,6 +243,7 @@ fn new_run(
         allow_oom: !flags.compat && flags.allow_oom,
         oom: ctx.shard.config.maxmemory != 0 && ctx.shard.evict.failed,
         eval,
+        keyless,
         write_dirty: false,
         effects: false,
         misplaced: None,
@@ -385,7 +386,7 @@ fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError
         .function_engine()
         .map_err(|e| CmdError::Err(e.to_string()))?;
     let caller_argv = argv.iter().map(|a| a.to_vec()).collect();
-    let run = new_run(ctx, flags, ro, false, name, caller_argv);
+    let run = new_run(ctx, flags, ro, (false, nkeys == 0), name, caller_argv);
     run_and_reply(
         ctx,
         &engine,

@@ -629,6 +629,30 @@ pub fn run_command(
             "-OOM command not allowed when used memory > 'maxmemory'.",
         );
     }
+    // DBSIZE, KEYS, FLUSHDB, INFO..., RANDOMKEY, SCAN see the whole keyspace, as on one
+    // server: a part on every shard, all held for this run. A script that declares no key
+    // and has done nothing yet runs again with every shard held; one that declares keys of
+    // some shards only gets its own shard's answer, as a Redis Cluster node gives.
+    let every = match every_shard(shard, front, spec, argv) {
+        Ok(every) => every,
+        Err(()) => {
+            let rerun = shard
+                .scripting
+                .run
+                .as_mut()
+                .filter(|run| run.keyless && !run.effects);
+            match rerun {
+                Some(run) => {
+                    run.misplaced.get_or_insert(shard.index);
+                    return rejected(
+                        front,
+                        "Script attempted to access a non local key in a cluster node",
+                    );
+                }
+                None => None,
+            }
+        }
+    };
     // Keys all on another shard held for this run (a script across shards): the call runs
     // there (`tx_across::call_held`). MGET, MSET, DEL... over keys of this shard and held
     // ones: a part on each (`scattered`).
@@ -676,6 +700,30 @@ pub fn run_command(
         crate::resp::reply::Proto::Resp2
     };
     client.shared.proto.set(reply.proto);
+    if let Some((parts, join)) = every {
+        let mut replies: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+        for (t, args) in &parts {
+            let sub: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let part_spec = crate::cmd::resolve(front.table, &sub).unwrap_or(spec);
+            let mut r = crate::resp::reply::Reply::new();
+            r.proto = reply.proto;
+            if *t == shard.index {
+                crate::cmd::call(shard, front, &mut client, &mut r, part_spec, &sub, now);
+            } else {
+                call_on_held(&caller, client.db, &mut r, part_spec, &sub, *t);
+            }
+            replies.push(r.buf);
+        }
+        let refs: Vec<&[u8]> = replies.iter().map(Vec::as_slice).collect();
+        if crate::tx_across::join_one(&join, &refs, &mut reply).is_none() {
+            reply.error(&crate::error::CmdError::Err(
+                "the shards' replies did not join".to_string(),
+            ));
+        }
+        shard.scripting.reply = reply;
+        shard.scripting.client = Some(client);
+        return Ok(());
+    }
     match (held, scatter) {
         (Some(owner), _) => call_on_held(&caller, client.db, &mut reply, spec, argv, owner),
         (None, Some((kind, parts, order))) => {
@@ -712,6 +760,33 @@ pub fn run_command(
     shard.scripting.reply = reply;
     shard.scripting.client = Some(client);
     Ok(())
+}
+
+/// The parts of a script's command that reads or acts on the whole keyspace (DBSIZE, KEYS,
+/// FLUSHDB..., RANDOMKEY, SCAN: `tx_across::every_shard_parts`) when every shard of the
+/// process is this one or held for the run; `Ok(None)` for another command or with one
+/// shard; `Err` when some shard is not held.
+fn every_shard(
+    shard: &Shard,
+    front: &crate::front::Front,
+    spec: &crate::cmd::table::CommandSpec,
+    argv: &[&[u8]],
+) -> Result<Option<(crate::tx_across::Parts, crate::tx_across::Join)>, ()> {
+    use crate::route::{Class, Special};
+    let Some(map) = shard.scripting.slots.as_ref() else {
+        return Ok(None);
+    };
+    let class = crate::route::classes(front.table).get(spec.idx).copied();
+    let Some(class @ (Class::All(_) | Class::Special(Special::RandomKey | Special::Scan))) = class
+    else {
+        return Ok(None);
+    };
+    let shards = map.shards();
+    if !(0..shards).all(|t| t == shard.index || crate::tx_across::reaches(t)) {
+        return Err(());
+    }
+    let args: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+    Ok(crate::tx_across::every_shard_parts(class, &args, shards))
 }
 
 /// A script's MGET, MSET, DEL, UNLINK, EXISTS or TOUCH over keys of this shard and of shards

@@ -139,6 +139,9 @@ pub struct Run {
     pub oom: bool,
     /// EVAL/EVALSHA (true) or FCALL (false): decides SCRIPT KILL vs FUNCTION KILL.
     pub eval: bool,
+    /// The script declares no key (numkeys 0): where it runs is the dispatcher's choice, and
+    /// it may run again elsewhere while it has had no effect (`misplaced`).
+    pub keyless: bool,
     /// A write command ran: the script can no longer be killed.
     pub write_dirty: bool,
     /// A command that writes or may replicate (PUBLISH...) ran: running the script again
