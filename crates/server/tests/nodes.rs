@@ -749,6 +749,27 @@ fn a_stopped_node_answers_tryagain_within_the_request_limit() {
             .unwrap();
     };
     stop("-STOP");
+    // kill(2) returns once the signal is queued: wait until every thread of n2 is stopped, or
+    // a request sent now may still be served (seen once on a loaded machine).
+    let stopped = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|st| {
+                    st.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('T'))
+                })
+                .unwrap_or(false)
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), stopped),
+        "n2 did not stop"
+    );
     let t = Instant::now();
     let e = c1.err(&["GET", &far]);
     stop("-CONT");
