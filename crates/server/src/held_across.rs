@@ -31,8 +31,9 @@
 //! `Conn::exec_across_plan` puts such a queued command in the segment of its `home` shard
 //! and holds the others; `cmd::tx`'s EXEC runs it here when its keys are not all local. In a
 //! script, a key of the call on a shard not held keeps Redis Cluster's "non local key" error
-//! (and a script without declared keys is rerun with every shard held). Reads through copies
-//! are not remembered for the caller's CLIENT TRACKING on the copy's shard.
+//! (and a script without declared keys is rerun with every shard held). A tracked client's
+//! reads inside a transaction are remembered as its other reads are
+//! (`reads_across_shards_are_tracked_where_the_keys_are`).
 
 use std::sync::mpsc;
 

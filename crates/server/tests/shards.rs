@@ -506,6 +506,25 @@ fn reads_across_shards_are_tracked_where_the_keys_are() {
     }
     let all = call(&mut c, &args);
     assert!(all.starts_with("~5\r\n"), "{all}");
+    // The same read inside a transaction over several shards (`held_across`).
+    let mut read_twice = vec![common::cmd(&[b"MULTI"])];
+    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    read_twice.push(common::cmd(&refs));
+    read_twice.push(common::cmd(&[b"EXEC"]));
+    c.send(&read_twice.concat());
+    for _ in 0..2 {
+        c.read_reply();
+    }
+    let exec = String::from_utf8_lossy(&c.read_reply()).into_owned();
+    assert!(exec.starts_with("*1\r\n~5\r\n"), "{exec}");
+    for k in &keys {
+        call(&mut w, &["SADD", k, "newer"]);
+        let push = String::from_utf8_lossy(&c.read_reply()).into_owned();
+        assert!(
+            push.contains("invalidate") && push.contains(k.as_str()),
+            "{push}"
+        );
+    }
 }
 
 /// A blocking pop over keys of several shards waits for a push to any of them, counts once in
