@@ -506,7 +506,8 @@ fn reads_across_shards_are_tracked_where_the_keys_are() {
     }
     let all = call(&mut c, &args);
     assert!(all.starts_with("~5\r\n"), "{all}");
-    // The same read inside a transaction over several shards (`held_across`).
+    // The same read inside a transaction over several shards (`held_across`), then in a
+    // script that declares the four keys (each remembered on its own shard).
     let mut read_twice = vec![common::cmd(&[b"MULTI"])];
     let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     read_twice.push(common::cmd(&refs));
@@ -517,13 +518,21 @@ fn reads_across_shards_are_tracked_where_the_keys_are() {
     }
     let exec = String::from_utf8_lossy(&c.read_reply()).into_owned();
     assert!(exec.starts_with("*1\r\n~5\r\n"), "{exec}");
-    for k in &keys {
-        call(&mut w, &["SADD", k, "newer"]);
-        let push = String::from_utf8_lossy(&c.read_reply()).into_owned();
-        assert!(
-            push.contains("invalidate") && push.contains(k.as_str()),
-            "{push}"
-        );
+    let script = "return redis.call('sunion', KEYS[1], KEYS[2], KEYS[3], KEYS[4])";
+    let mut eval = vec!["EVAL", script, "4"];
+    eval.extend(keys.iter().map(String::as_str));
+    for round in ["newer", "newest"] {
+        for k in &keys {
+            call(&mut w, &["SADD", k, round]);
+            let push = String::from_utf8_lossy(&c.read_reply()).into_owned();
+            assert!(
+                push.contains("invalidate") && push.contains(k.as_str()),
+                "{round} {push}"
+            );
+        }
+        if round == "newer" {
+            assert!(call(&mut c, &eval).starts_with("*6\r\n"));
+        }
     }
 }
 

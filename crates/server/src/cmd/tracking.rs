@@ -360,10 +360,43 @@ pub fn remember(
     if !super::command::key_positions(table, spec, argv, &mut pos) {
         return;
     }
+    // A script whose declared keys span shards held for it (`tx_across`): each key is
+    // remembered on the shard that writes it, before the reply and while every one of them
+    // is still held, so that no write can come between.
+    let mut elsewhere: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
     for p in pos {
-        if let Some(k) = argv.get(p) {
-            shard.tracking.remember(t.id, k);
+        let Some(k) = argv.get(p) else { continue };
+        let owner = shard
+            .scripting
+            .slots
+            .as_ref()
+            .map(|m| m.shard_of_key(k))
+            .filter(|&o| o != shard.index && is_script(spec) && crate::tx_across::reaches(o));
+        match owner {
+            None => shard.tracking.remember(t.id, k),
+            Some(o) => match elsewhere.iter_mut().find(|(s, _)| *s == o) {
+                Some((_, keys)) => keys.push(k.to_vec()),
+                None => elsewhere.push((o, vec![k.to_vec()])),
+            },
         }
+    }
+    for (owner, keys) in elsewhere {
+        let id = t.id;
+        let run = crate::hop::Finish(Box::new(move |ctx: &mut Ctx<'_>| {
+            for k in &keys {
+                ctx.shard.tracking.remember(id, k);
+            }
+            Ok(())
+        }));
+        let mut batch = crate::hop::Batch::new(crate::hop::ClientView::of(client));
+        let op = crate::hop::Op::Finish {
+            spec,
+            counted: false,
+            run,
+        };
+        batch.push(op, client.db, client.shared.proto.get(), argv);
+        // None: the shard's thread is gone (the process is stopping); nothing to remember.
+        let _ = crate::tx_across::call_held(owner, batch);
     }
 }
 
