@@ -344,18 +344,27 @@ fn always_keeps_acknowledged_writes_across_shards_through_power_loss() {
     let (src, dst) = (on(0, "src"), on(1, "dst"));
     let mut c = node.connect();
     // Once a reply is read, each shard's log is on disk up to its end (this client is the
-    // only writer): the fsync watermark names the last segment at its full length.
+    // only writer): the fsync watermark names the last segment at its full length, but for
+    // the clock lease each shard renews on its own every second, which may be written and
+    // not yet synced when the test looks (seen once: 17 bytes past the watermark).
     let synced = |node: &Node, what: &str| {
         for shard in 0..2 {
             let dir = node.shard_dir_of(shard);
             let (segment, len) = disk::fsynced(&dir).expect("a watermark");
             let last = disk::segments(&dir).pop().expect("a segment");
-            let written = std::fs::metadata(&last).map(|m| m.len()).unwrap_or(0);
+            let bytes = std::fs::read(&last).unwrap_or_default();
+            let unsynced_leases_only = disk::record_extents(&bytes)
+                .iter()
+                .filter(|(_, end)| *end as u64 > len)
+                .all(|&(start, _)| {
+                    bytes.get(start + disk::RECORD_HEADER_BYTES) == Some(&disk::CLOCK_LEASE_KIND)
+                });
             assert!(
-                disk::file_name(&last) == segment && written == len,
+                disk::file_name(&last) == segment && unsynced_leases_only,
                 "{what}: shard {shard} answered before its log was on disk \
-                 ({segment} synced to {len}, {} written to {written})",
-                disk::file_name(&last)
+                 ({segment} synced to {len}, {} written to {})",
+                disk::file_name(&last),
+                bytes.len()
             );
         }
     };

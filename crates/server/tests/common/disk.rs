@@ -424,6 +424,10 @@ pub const SEGMENT_HEADER_BYTES: usize = 24;
 /// `len:u32 crc:u32` before each record's body.
 pub const RECORD_HEADER_BYTES: usize = 8;
 
+/// The kind byte of a clock lease record (`persist::record::Kind::ClockLease`), which each
+/// shard writes on its own as its clock advances.
+pub const CLOCK_LEASE_KIND: u8 = meridian_server::persist::record::Kind::ClockLease as u8;
+
 /// The extents `[start, end)` of the records of an undamaged segment, in file offsets, by
 /// their length fields alone (the test knows the file is whole).
 pub fn record_extents(segment: &[u8]) -> Vec<(usize, usize)> {
