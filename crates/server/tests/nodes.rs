@@ -175,6 +175,12 @@ fn two_nodes_serve_one_keyspace() {
     assert_eq!(c1.int(&["DBSIZE"]), 300);
     assert_eq!(c2.int(&["DBSIZE"]), 300);
     assert_eq!(c2.reply(&["KEYS", "*"]).strings().len(), 300);
+    // A script's DBSIZE answers for the shard it runs on: the other nodes' shards are never
+    // held for a script (with all shards in one process it would count them all).
+    for c in [&mut c1, &mut c2] {
+        let in_script = c.int(&["EVAL", "return redis.call('dbsize')", "0"]);
+        assert!(in_script > 0 && in_script < 300, "{in_script}");
+    }
 
     // Scatter-gather across nodes.
     let (a, b, c) = (key_on(0, "m"), key_on(1, "m"), key_on(2, "m"));

@@ -764,8 +764,8 @@ pub fn run_command(
 
 /// The parts of a script's command that reads or acts on the whole keyspace (DBSIZE, KEYS,
 /// FLUSHDB..., RANDOMKEY, SCAN: `tx_across::every_shard_parts`) when every shard of the
-/// process is this one or held for the run; `Ok(None)` for another command or with one
-/// shard; `Err` when some shard is not held.
+/// process is this one or held for the run; `Ok(None)` for another command, with one
+/// shard, or on a site across nodes; `Err` when some shard is not held.
 fn every_shard(
     shard: &Shard,
     front: &crate::front::Front,
@@ -782,6 +782,11 @@ fn every_shard(
         return Ok(None);
     };
     let shards = map.shards();
+    // A site across nodes: the other nodes' shards are never held for a script, which keeps
+    // its own shard's answer there.
+    if !(0..shards).all(|t| front.node.is_local(t)) {
+        return Ok(None);
+    }
     if !(0..shards).all(|t| t == shard.index || crate::tx_across::reaches(t)) {
         return Err(());
     }
