@@ -363,15 +363,14 @@ pub fn remember(
     // A script whose declared keys span shards held for it (`tx_across`): each key is
     // remembered on the shard that writes it, before the reply and while every one of them
     // is still held, so that no write can come between.
+    // Only a script's keys are looked up: any other command's are all this shard's.
+    let across = shard.scripting.slots.as_ref().filter(|_| is_script(spec));
     let mut elsewhere: Vec<(u16, Vec<Vec<u8>>)> = Vec::new();
     for p in pos {
         let Some(k) = argv.get(p) else { continue };
-        let owner = shard
-            .scripting
-            .slots
-            .as_ref()
+        let owner = across
             .map(|m| m.shard_of_key(k))
-            .filter(|&o| o != shard.index && is_script(spec) && crate::tx_across::reaches(o));
+            .filter(|&o| o != shard.index && crate::tx_across::reaches(o));
         match owner {
             None => shard.tracking.remember(t.id, k),
             Some(o) => match elsewhere.iter_mut().find(|(s, _)| *s == o) {
