@@ -219,6 +219,10 @@ enum BarrierKind {
     /// A script whose declared keys are on several shards of this process: it runs on its
     /// first key's shard with every shard of its keys held (`crate::tx_across`).
     ScriptAcross,
+    /// A script that stopped, having done nothing, because it reached what the shards held
+    /// for it do not own (`Scripting::relocate`): it runs on this shard (its first key's)
+    /// with every shard of this process held.
+    ScriptHeld(u16),
     /// LMOVE or RPOPLPUSH between two shards of this process, both held
     /// (`cmd::list::move_to_held_shard`).
     ListMoveAcross,
@@ -1053,7 +1057,25 @@ impl Conn {
         argv: &[&[u8]],
         now: u64,
     ) -> Step {
+        let marks = (
+            self.out.len(),
+            self.round.local.len(),
+            self.round.slots.len(),
+        );
         self.answer(|client, sink| cmd::call(s, f, client, sink, spec, argv, now));
+        if s.scripting.relocate.take().is_some() {
+            // A script that stopped, having done nothing, to run again with every shard
+            // held (`Scripting::relocate`): its reply is dropped, and it runs so next.
+            f.scripts_beyond.learn(argv);
+            self.out.truncate(marks.0);
+            self.round.local.truncate(marks.1);
+            self.round.slots.truncate(marks.2);
+            return Step::Barrier(Barrier {
+                spec,
+                argv: owned(argv),
+                kind: BarrierKind::ScriptHeld(self.th.index),
+            });
+        }
         if let Some(b) = self.client.blocked.as_mut() {
             // The command blocked: keep it to re-run; later commands wait.
             b.argv = argv.iter().map(|a| a.to_vec()).collect();
@@ -1462,6 +1484,20 @@ impl Conn {
     ) -> Step {
         match self.keys_at(f, spec, argv) {
             KeysAt::None => self.inline(s, f, spec, argv, now),
+            // A script this thread saw stop to run again with every shard held: run so at
+            // once (its first run would only stop again).
+            KeysAt::Shard(t)
+                if !f.scripts_beyond.is_empty()
+                    && f.node.local > 1
+                    && cmd::tracking::is_script(spec)
+                    && f.scripts_beyond.knows(argv) =>
+            {
+                Step::Barrier(Barrier {
+                    spec,
+                    argv: owned(argv),
+                    kind: BarrierKind::ScriptHeld(t),
+                })
+            }
             KeysAt::Shard(t) if t == self.th.index => self.inline(s, f, spec, argv, now),
             KeysAt::Shard(t) => {
                 self.client.shared.last_cmd.set(spec.meta.name);
@@ -2181,6 +2217,112 @@ impl Conn {
 
     /// Sends the round's batches, waits for their replies and writes every reply of the
     /// round in command order. Returns false when the connection must close.
+    /// What a batch's answer leaves besides its replies: the client closed when its output
+    /// limit cut the batch short or a command asked it, the shard's last write (CRDT.WAIT),
+    /// and when its replies may go (`afters`).
+    fn took(&mut self, shard: u16, d: &mut Done) {
+        if d.cut {
+            // Commands were left unrun: the client is over its hard output limit and
+            // closes without the replies, as Redis closes it.
+            tracing::warn!(client = %self.client.shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
+            self.client.shared.kill();
+        }
+        if let Some(seq) = d.wrote {
+            self.client.note_write(shard, seq);
+        }
+        for n in &d.notes {
+            if n.close {
+                self.client.close_after_reply = true;
+            }
+        }
+        self.afters
+            .push(std::mem::replace(&mut d.after, AfterBatch::Reply));
+    }
+
+    /// Runs what a batch for `shard` left unrun (`Done::unrun`, its first item at `first`):
+    /// the script that stopped, with every shard of this process held (`run_held`'s way),
+    /// then the rest of the batch there, again until none stops; each reply goes to `redone`
+    /// under its item's place in the original batch. The script is remembered
+    /// (`Front::scripts_beyond`). A script before item `safe_from` may not run again
+    /// (commands the client sent after it have run on other shards): it answers Redis
+    /// Cluster's "non local key" error, counted as the command's failure.
+    async fn run_unrun(
+        &mut self,
+        shard: u16,
+        mut first: usize,
+        (items, args): (Vec<hop::Item>, hop::Args),
+        safe_from: usize,
+        redone: &mut Vec<((u16, usize), Vec<u8>)>,
+    ) {
+        let (mut items, mut args) = (items, args);
+        while !items.is_empty() {
+            let rest = items.split_off(1);
+            let spec = match items.first().map(|i| (&i.op, args.get(i.args))) {
+                Some((Op::Call(spec), argv)) => {
+                    self.th.front.borrow_mut().scripts_beyond.learn(&argv);
+                    Some(*spec)
+                }
+                _ => None,
+            };
+            let reply = if first >= safe_from {
+                let script = Batch {
+                    client: hop::ClientView::of(&self.client),
+                    items,
+                    args: args.clone(),
+                };
+                let shards: Vec<u16> = self.th.node.local_shards().collect();
+                self.held_reply(shards, shard, script).await.0
+            } else {
+                let mut r = Reply::new();
+                r.proto = self.client.shared.proto.get();
+                let mut f = self.th.front.borrow_mut();
+                if let Some(st) = spec.and_then(|sp| f.stats.commands.get_mut(sp.idx)) {
+                    st.calls += 1;
+                    st.failed_calls += 1;
+                }
+                f.stats.total_commands_processed += 1;
+                cmd::reply_error(
+                    &mut f,
+                    &mut r,
+                    &CmdError::Err(
+                        "Script attempted to access a non local key in a cluster node".to_string(),
+                    ),
+                );
+                r.buf
+            };
+            redone.push(((shard, first), reply));
+            first += 1;
+            if rest.is_empty() {
+                return;
+            }
+            let n = rest.len();
+            let batch = Batch {
+                client: hop::ClientView::of(&self.client),
+                items: rest,
+                args,
+            };
+            let mut d = match hop::send(&self.th, shard, batch).await {
+                Ok(rx) => match rx.await {
+                    Ok(d) => d,
+                    Err(_) => return,
+                },
+                Err(_) => return,
+            };
+            self.took(shard, &mut d);
+            let ran = d
+                .notes
+                .iter()
+                .position(|n| n.relocate.is_some())
+                .filter(|_| d.unrun.is_some())
+                .unwrap_or(n);
+            for i in 0..ran {
+                redone.push(((shard, first + i), d.reply(i).to_vec()));
+            }
+            first += ran;
+            (items, args) = d.unrun.take().unwrap_or_default();
+        }
+    }
+
     async fn finish_round(&mut self) -> bool {
         let mut round = std::mem::take(&mut self.round);
         if round.batches.is_empty() {
@@ -2214,35 +2356,56 @@ impl Conn {
         }
         for (shard, d) in &mut done {
             if let Ok(d) = d {
-                if d.cut {
-                    // Commands were left unrun: the client is over its hard output limit and
-                    // closes without the replies, as Redis closes it.
-                    tracing::warn!(client = %self.client.shared.addr, "client scheduled to be closed ASAP for overcoming of output buffer limits");
-                    self.client.shared.kill();
-                }
-                if let Some(seq) = d.wrote {
-                    self.client.note_write(*shard, seq);
-                }
-                for n in &d.notes {
-                    if n.close {
-                        self.client.close_after_reply = true;
-                    }
-                }
-                self.afters
-                    .push(std::mem::replace(&mut d.after, AfterBatch::Reply));
+                self.took(*shard, d);
             }
+        }
+        // A script that stopped to run again with every shard held, and the items of its
+        // batch after it: run now, in order; their replies by (shard, item).
+        let mut redone: Vec<((u16, usize), Vec<u8>)> = Vec::new();
+        for (shard, d) in &mut done {
+            let Ok(d) = d else { continue };
+            let (Some(first), Some(unrun)) = (
+                d.notes.iter().position(|n| n.relocate.is_some()),
+                d.unrun.take(),
+            ) else {
+                continue;
+            };
+            // A script may run again only if nothing the client sent after it has run: the
+            // replies of the round after its own are all its batch's (which stopped with
+            // it). Those of the round's last run of this batch's replies may.
+            let safe_from = round
+                .slots
+                .iter()
+                .rev()
+                .map_while(|slot| match slot {
+                    Slot::Remote(t, i) if t == shard => Some(*i),
+                    _ => None,
+                })
+                .min()
+                .unwrap_or(usize::MAX);
+            self.run_unrun(*shard, first, unrun, safe_from, &mut redone)
+                .await;
         }
         let unavailable = |shard: u16| {
             let mut r = Reply::new();
             r.error(&hop::unavailable_error(hop::Unavailable { shard }));
             r.buf
         };
+        let remote = |shard: u16, idx: usize| -> Option<&[u8]> {
+            if let Some((_, r)) = redone.iter().find(|(at, _)| *at == (shard, idx)) {
+                return Some(r);
+            }
+            match done.iter().find(|(t, _)| *t == shard) {
+                Some((_, Ok(d))) => Some(d.reply(idx)),
+                _ => None,
+            }
+        };
         let reply_of = |slot: &Slot, local: &Reply| -> Vec<u8> {
             match slot {
                 Slot::Local(a, b) => local.buf.get(*a..*b).unwrap_or_default().to_vec(),
-                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
-                    Some((_, Ok(d))) => d.reply(*idx).to_vec(),
-                    _ => unavailable(*shard),
+                Slot::Remote(shard, idx) => match remote(*shard, *idx) {
+                    Some(r) => r.to_vec(),
+                    None => unavailable(*shard),
                 },
                 Slot::Gather(_) => Vec::new(),
             }
@@ -2254,10 +2417,7 @@ impl Conn {
             .iter()
             .map(|slot| match slot {
                 Slot::Local(a, b) => b.saturating_sub(*a),
-                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
-                    Some((_, Ok(d))) => d.reply(*idx).len(),
-                    _ => 0,
-                },
+                Slot::Remote(shard, idx) => remote(*shard, *idx).map_or(0, <[u8]>::len),
                 Slot::Gather(_) => 0,
             })
             .sum();
@@ -2273,9 +2433,9 @@ impl Conn {
                 Slot::Local(a, b) => self
                     .out
                     .raw(round.local.buf.get(*a..*b).unwrap_or_default()),
-                Slot::Remote(shard, idx) => match done.iter().find(|(t, _)| t == shard) {
-                    Some((_, Ok(d))) => self.out.raw(d.reply(*idx)),
-                    _ => self.out.raw(&unavailable(*shard)),
+                Slot::Remote(shard, idx) => match remote(*shard, *idx) {
+                    Some(r) => self.out.raw(r),
+                    None => self.out.raw(&unavailable(*shard)),
                 },
             }
         }
@@ -2445,6 +2605,13 @@ impl Conn {
                 crate::read_across::run(&th, client, out, afters, spec, argv, plan).await;
             }
             BarrierKind::ScriptAcross => self.script_across(spec, &argv).await,
+            BarrierKind::ScriptHeld(home) => {
+                self.client.shared.last_cmd.set(spec.meta.name);
+                let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                let batch = self.batch_of(Op::Call(spec), &refs);
+                let shards: Vec<u16> = self.th.node.local_shards().collect();
+                self.run_held(shards, home, batch).await;
+            }
             BarrierKind::ListMoveAcross => self.list_move_across(spec, &argv).await,
             BarrierKind::Script => {
                 self.client.shared.last_cmd.set(spec.meta.name);
@@ -2505,7 +2672,16 @@ impl Conn {
             return;
         };
         let batch = self.batch_of(Op::Call(spec), &refs);
-        self.run_held(owners, home, batch).await;
+        let (reply, relocate) = self.held_reply(owners, home, batch).await;
+        if relocate.is_none() {
+            self.out.raw(&reply);
+            return;
+        }
+        // It stopped, having done nothing, on what its keys' shards do not own: once more,
+        // with every shard of this process held.
+        let batch = self.batch_of(Op::Call(spec), &refs);
+        let shards: Vec<u16> = self.th.node.local_shards().collect();
+        self.run_held(shards, home, batch).await;
     }
 
     /// LMOVE or RPOPLPUSH between two shards of this process: one step on the source's
@@ -2549,7 +2725,7 @@ impl Conn {
         }));
         let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let batch = self.batch_of(Op::Finish { spec, counted, run }, &refs);
-        let reply = self.held_reply(vec![from, to], from, batch).await;
+        let (reply, _) = self.held_reply(vec![from, to], from, batch).await;
         (!matches!(reply.as_slice(), b"$-1\r\n" | b"_\r\n")).then_some(reply)
     }
 
@@ -2564,16 +2740,22 @@ impl Conn {
     /// shard of `shards` held, its item able to reach the others (`tx_across::call_held`);
     /// its reply goes out once every shard's log it wrote allows (`appendfsync always`).
     async fn run_held(&mut self, shards: Vec<u16>, home: u16, batch: Batch) {
-        let reply = self.held_reply(shards, home, batch).await;
+        let (reply, _) = self.held_reply(shards, home, batch).await;
         self.out.raw(&reply);
     }
 
-    /// `run_held`'s run: the item's reply (or the error that kept it from running).
-    async fn held_reply(&mut self, mut shards: Vec<u16>, home: u16, batch: Batch) -> Vec<u8> {
+    /// `run_held`'s run: the item's reply (or the error that kept it from running), and the
+    /// script's `Scripting::relocate` when it stopped to run again with more shards held.
+    async fn held_reply(
+        &mut self,
+        mut shards: Vec<u16>,
+        home: u16,
+        batch: Batch,
+    ) -> (Vec<u8>, Option<u16>) {
         let err = |e: CmdError| {
             let mut r = Reply::new();
             r.error(&e);
-            r.buf
+            (r.buf, None)
         };
         shards.sort_unstable();
         shards.dedup();
@@ -2611,7 +2793,8 @@ impl Conn {
                 if done.notes.first().is_some_and(|n| n.close) {
                     self.client.close_after_reply = true;
                 }
-                done.reply(0).to_vec()
+                let relocate = done.notes.first().and_then(|n| n.relocate);
+                (done.reply(0).to_vec(), relocate)
             }
             Ok(crate::tx_across::Outcome::Unavailable(t)) => {
                 err(hop::unavailable_error(hop::Unavailable { shard: t }))
@@ -3051,6 +3234,16 @@ impl Conn {
                         None => whole(None),
                     }
                 }
+                // SORT whose BY or GET patterns may form keys of any shard: on its key's
+                // shard, every shard held (`held_across::sort_plan`).
+                Class::Special(Special::Sort)
+                    if every_shard_local
+                        && crate::held_across::sort_patterns_span(slots, spec, &argv) =>
+                {
+                    let key = argv.get(1)?;
+                    holds.extend(f.node.local_shards());
+                    whole(Some(slots.shard_of_key(key)));
+                }
                 Class::All(_)
                 | Class::Special(
                     Special::Scan
@@ -3401,6 +3594,14 @@ impl Conn {
                     }
                 }
                 Class::Special(Special::Digest) if argv.len() != 3 => return None,
+                // Its patterns' keys may be any shard's: with every shard held
+                // (`exec_across_plan`).
+                Class::Special(Special::Sort)
+                    if (0..f.node.shards).all(|t| f.node.is_local(t))
+                        && crate::held_across::sort_patterns_span(slots, spec, &argv) =>
+                {
+                    return None;
+                }
                 _ => match self.keys_at(f, spec, &argv) {
                     KeysAt::None => {}
                     KeysAt::Shard(t) => {

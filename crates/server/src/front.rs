@@ -38,6 +38,59 @@ pub struct Front {
     /// that stops to start again on its keys' shard (`Scripting::relocate`) shows nothing,
     /// so MONITOR shows the script once, as Redis does. None: lines go out at once.
     pub monitor_held: Option<Vec<(u64, Vec<u8>)>>,
+    /// Scripts this thread's connections sent that stopped to run again with every shard
+    /// held (`Scripting::relocate`): sent so from then on (`Conn::keyed`).
+    pub scripts_beyond: ScriptsBeyond,
+}
+
+/// The scripts (by `ScriptsBeyond::key`: the command and its script or function name) that
+/// reach beyond their declared keys' shards, at most `SCRIPTS_BEYOND_MAX` (then forgotten
+/// all at once and learned again).
+#[derive(Debug, Default)]
+pub struct ScriptsBeyond(std::collections::HashSet<u64>);
+
+/// Most scripts a thread remembers as reaching beyond their declared keys' shards.
+pub const SCRIPTS_BEYOND_MAX: usize = 1024;
+
+impl ScriptsBeyond {
+    /// The key of a script command `argv` (EVAL and its body, EVALSHA and its sha, FCALL and
+    /// its function), None for another command.
+    pub fn key(argv: &[&[u8]]) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let (name, script) = (argv.first()?, argv.get(1)?);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let lower = |h: &mut std::collections::hash_map::DefaultHasher, b: &[u8]| {
+            for c in b {
+                h.write_u8(c.to_ascii_lowercase());
+            }
+            h.write_u8(0xff);
+        };
+        lower(&mut h, name);
+        if name.eq_ignore_ascii_case(b"eval") || name.eq_ignore_ascii_case(b"eval_ro") {
+            script.hash(&mut h);
+        } else {
+            lower(&mut h, script);
+        }
+        Some(h.finish())
+    }
+
+    pub fn learn(&mut self, argv: &[&[u8]]) {
+        if let Some(k) = Self::key(argv) {
+            if self.0.len() >= SCRIPTS_BEYOND_MAX {
+                self.0.clear();
+            }
+            self.0.insert(k);
+        }
+    }
+
+    /// Whether no script is known: the dispatcher's one check on its hot path.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn knows(&self, argv: &[&[u8]]) -> bool {
+        !self.0.is_empty() && Self::key(argv).is_some_and(|k| self.0.contains(&k))
+    }
 }
 
 impl Front {
@@ -52,6 +105,7 @@ impl Front {
             parked: std::collections::HashMap::new(),
             cross_waits: std::collections::HashMap::new(),
             monitor_held: None,
+            scripts_beyond: ScriptsBeyond::default(),
         }
     }
 
@@ -88,5 +142,37 @@ impl Front {
                 self.node.remove_monitor(id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod scripts_beyond_tests {
+    use super::*;
+
+    #[test]
+    fn scripts_are_known_by_command_and_script_up_to_the_limit() {
+        let mut b = ScriptsBeyond::default();
+        let eval: [&[u8]; 3] = [b"EVAL", b"return 1", b"0"];
+        assert!(!b.knows(&eval));
+        b.learn(&eval);
+        assert!(b.knows(&[b"eval", b"return 1", b"1", b"k"]));
+        assert!(
+            !b.knows(&[b"eval", b"RETURN 1", b"0"]),
+            "bodies are case-sensitive"
+        );
+        assert!(!b.knows(&[b"evalsha", b"return 1", b"0"]));
+        b.learn(&[b"EVALSHA", b"ABCDEF", b"0"]);
+        assert!(b.knows(&[b"evalsha", b"abcdef", b"0"]), "shas are not");
+        assert!(ScriptsBeyond::key(&[b"eval"]).is_none());
+        // At the limit, then one past it: forgotten all at once.
+        let mut b = ScriptsBeyond::default();
+        for i in 0..SCRIPTS_BEYOND_MAX {
+            b.learn(&[b"fcall", format!("f{i}").as_bytes(), b"0"]);
+        }
+        assert_eq!(b.0.len(), SCRIPTS_BEYOND_MAX);
+        assert!(b.knows(&[b"fcall", b"f0", b"0"]));
+        b.learn(&[b"fcall", b"one more", b"0"]);
+        assert_eq!(b.0.len(), 1);
+        assert!(!b.knows(&[b"fcall", b"f0", b"0"]));
     }
 }

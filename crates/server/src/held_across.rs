@@ -27,13 +27,18 @@
 //! - LMPOP, ZMPOP and the blocking pops (BLPOP... BZMPOP, which do not block in a script or a
 //!   transaction): each key's pop on its shard in the order given, until one pops or fails.
 //!   BLMOVE and BRPOPLPUSH run as LMOVE and RPOPLPUSH, their timeout checked.
+//! - SORT and SORT_RO whose BY or GET patterns may form keys of other shards, when every
+//!   shard of the process is held (`sort_plan`): `sort_across`'s steps (the sorted key read,
+//!   the BY values read on their shards, the GET values of the selected elements, then the
+//!   reply or STORE on the destination's shard, counted as the command).
 //!
 //! `Conn::exec_across_plan` puts such a queued command in the segment of its `home` shard
-//! and holds the others; `cmd::tx`'s EXEC runs it here when its keys are not all local. In a
-//! script, a key of the call on a shard not held keeps Redis Cluster's "non local key" error
-//! (and a script without declared keys is rerun with every shard held). A tracked client's
-//! reads inside a transaction are remembered as its other reads are
-//! (`reads_across_shards_are_tracked_where_the_keys_are`).
+//! and holds the others (every shard for a SORT with such patterns); `cmd::tx`'s EXEC runs it
+//! here when its keys are not all local. In a script, a call that reaches a shard not held
+//! (or a SORT whose patterns may) stops the script, when it has had no effect, to run again
+//! with every shard held (`script::engine`'s `may_rerun`); otherwise it keeps Redis
+//! Cluster's error. A tracked client's reads inside a transaction are remembered as its
+//! other reads are (`reads_across_shards_are_tracked_where_the_keys_are`).
 
 use std::sync::mpsc;
 
@@ -63,6 +68,62 @@ pub enum Across {
     /// LMPOP, ZMPOP and the blocking pops (which do not block in a script or a transaction):
     /// the command over each key alone on its shard, in order (`route::pop_tries`).
     Pops(crate::tx_across::Parts),
+    /// SORT or SORT_RO whose BY or GET patterns may form keys of other shards, every shard
+    /// of the process held: `sort_across`'s steps, each on the shard it reads.
+    Sort,
+}
+
+/// Where a SORT or SORT_RO called by a script (or queued in a transaction) finds the keys its
+/// BY and GET patterns form (`sort_plan`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum SortPlan {
+    /// On the shard that runs it (no pattern forms another shard's key, or it is not a
+    /// SORT): it runs as it is.
+    Here,
+    /// On any shard of the process, all held: it runs in steps (`Across::Sort`).
+    Held(Across),
+    /// On shards not held for it: SORT refuses the pattern with Redis Cluster's text, unless
+    /// the script runs again with every shard held.
+    Elsewhere,
+}
+
+/// Whether SORT or SORT_RO `argv` has a BY or GET pattern that may form keys of another shard
+/// than its sorted key's (arguments SORT refuses: no).
+pub fn sort_patterns_span(map: &SlotMap, spec: &CommandSpec, argv: &[&[u8]]) -> bool {
+    let name = spec.meta.name;
+    if !matches!(name, "sort" | "sort_ro") {
+        return false;
+    }
+    let Some(key) = argv.get(1) else {
+        return false;
+    };
+    cmd::sort::parse_args(argv, name == "sort_ro", true)
+        .is_ok_and(|a| cmd::sort::pattern_denial(map, key, &a).is_some())
+}
+
+/// `SortPlan` of the call `argv` on `shard`. A site across nodes keeps Redis Cluster's
+/// refusal (the other nodes' shards are never held), as do arguments SORT refuses itself.
+pub fn sort_plan(shard: &Shard, front: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> SortPlan {
+    let name = spec.meta.name;
+    if !matches!(name, "sort" | "sort_ro") {
+        return SortPlan::Here;
+    }
+    let Some(map) = shard.scripting.slots.as_ref() else {
+        return SortPlan::Here;
+    };
+    let node = &front.node;
+    if !sort_patterns_span(map, spec, argv) || !(0..map.shards()).all(|t| node.is_local(t)) {
+        return SortPlan::Here;
+    }
+    let own = shard.index;
+    if node
+        .local_shards()
+        .all(|t| t == own || crate::tx_across::reaches(t))
+    {
+        SortPlan::Held(Across::Sort)
+    } else {
+        SortPlan::Elsewhere
+    }
 }
 
 /// The pops that run as one try per key.
@@ -147,12 +208,17 @@ pub fn home(across: &Across) -> Option<(u16, Vec<u16>)> {
             shards.push(p.target);
             Some((p.target, shards))
         }
+        // `plan_on` never plans it: only `sort_plan` does, where every shard is held.
+        Across::Sort => None,
     }
 }
 
 /// How a call of a script or a queued command of a transaction running on `shard` runs when
 /// one of its keys is on another shard: `plan_on` with the shards held for it as reachable.
 pub fn plan(shard: &Shard, front: &Front, spec: &CommandSpec, argv: &[&[u8]]) -> Option<Across> {
+    if let SortPlan::Held(across) = sort_plan(shard, front, spec, argv) {
+        return Some(across);
+    }
     let map = shard.scripting.slots.as_ref()?;
     crate::script::busy::non_local_key(shard, spec, argv)?;
     let own = shard.index;
@@ -194,6 +260,7 @@ pub fn run(
         Across::Move { from, to } => here.rename(from, to),
         Across::Msetnx(parts) => here.msetnx(parts),
         Across::Pops(tries) => here.pops(tries),
+        Across::Sort => here.sort(),
     };
     match result {
         Ok(r) | Err(r) => reply.buf.extend_from_slice(&r),
@@ -477,6 +544,115 @@ impl Here<'_> {
 
     /// MSETNX: every shard's keys checked (nothing runs between the check and the sets: all
     /// are held), then each shard's part, the first counted as the command.
+    /// SORT with patterns over every shard, all held: `sort_across`'s steps (the sorted
+    /// key's elements read on its shard, the BY values and then the GET values of the
+    /// selected elements read on the shards of their keys), then the reply or the STORE on
+    /// the destination's shard, that step counted as the command (`sort::finish`).
+    fn sort(&mut self) -> StepReply {
+        use cmd::sort::{self, Formed, Gathered};
+        use std::collections::{HashMap, HashSet};
+        let argv = self.argv;
+        let readonly = self.spec.meta.name == "sort_ro";
+        let access = sort::full_key_access(self.shard, self.client, self.spec, argv);
+        let mut a = sort::parse_args(argv, readonly, access).map_err(|e| self.error(&e))?;
+        let key = argv.get(1).copied().unwrap_or_default().to_vec();
+        let Some((src, target)) = self.shard.scripting.slots.as_ref().map(|map| {
+            let target = a.store.map_or(self.shard.index, |d| map.shard_of_key(d));
+            (map.shard_of_key(&key), target)
+        }) else {
+            return Err(self.error(&CmdError::CrossSlot));
+        };
+        let db = self.db;
+        let (kind, elems) = self.read_at(src, move |ctx| {
+            sort::load_from(ctx.shard, db, &key, ctx.now_ms)
+        })?;
+        a.settle(kind, self.client.is_script());
+        let write = a.store.is_some();
+        let by = a.by_lookup();
+        let by_values = match by {
+            Some(p) => {
+                let wanted: HashSet<Formed> = elems
+                    .iter()
+                    .filter_map(|e| crate::sort_across::formed(p, e))
+                    .collect();
+                self.formed_values(wanted, write)?
+            }
+            None => HashMap::new(),
+        };
+        let selected = sort::select(&a, kind, elems, |e| {
+            by.and_then(|p| crate::sort_across::formed(p, e))
+                .and_then(|f| by_values.get(&f).cloned())
+        });
+        let gathered = match selected {
+            Ok(selected) => {
+                let wanted: HashSet<Formed> = selected
+                    .iter()
+                    .flat_map(|e| {
+                        a.gets
+                            .iter()
+                            .filter_map(move |p| crate::sort_across::formed(p, e))
+                    })
+                    .collect();
+                let values = self.formed_values(wanted, write)?;
+                Gathered {
+                    selected: Ok(selected),
+                    values,
+                }
+            }
+            Err(e) => Gathered {
+                selected: Err(e),
+                values: HashMap::new(),
+            },
+        };
+        let owned: Vec<Vec<u8>> = argv.iter().map(|x| x.to_vec()).collect();
+        let run = hop::Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            sort::finish(ctx, &refs, gathered)
+        }));
+        self.finish_at(target, true, run)
+    }
+
+    /// The values of the `wanted` keys (hash fields) formed by SORT's patterns, each read on
+    /// its shard (one quiet step per shard); missing ones are absent.
+    fn formed_values(
+        &mut self,
+        wanted: std::collections::HashSet<cmd::sort::Formed>,
+        write: bool,
+    ) -> Result<std::collections::HashMap<cmd::sort::Formed, Vec<u8>>, Vec<u8>> {
+        let mut by_shard: std::collections::BTreeMap<u16, Vec<cmd::sort::Formed>> =
+            std::collections::BTreeMap::new();
+        let own = self.shard.index;
+        for f in wanted {
+            let t = self
+                .shard
+                .scripting
+                .slots
+                .as_ref()
+                .map_or(own, |map| map.shard_of_key(&f.0));
+            by_shard.entry(t).or_default().push(f);
+        }
+        let db = self.db;
+        let mut values = std::collections::HashMap::new();
+        for (t, list) in by_shard {
+            let found = self.read_at(t, move |ctx| {
+                let mut found = Vec::with_capacity(list.len());
+                for (k, f) in list {
+                    if crate::stop::requested() {
+                        return Err(CmdError::ShuttingDown);
+                    }
+                    if let Some(v) =
+                        cmd::sort::read_formed(ctx.shard, db, &k, f.as_deref(), ctx.now_ms, write)
+                    {
+                        found.push(((k, f), v));
+                    }
+                }
+                Ok(found)
+            })?;
+            values.extend(found);
+        }
+        Ok(values)
+    }
+
     fn msetnx(&mut self, parts: crate::tx_across::Parts) -> StepReply {
         if self.argv.len() < 3 || self.argv.len() % 2 == 0 {
             return Err(self.error(&CmdError::WrongArity("msetnx".to_string())));

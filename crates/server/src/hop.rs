@@ -132,7 +132,7 @@ impl ClientView {
 }
 
 /// The arguments of every item of a batch, in one buffer.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Args {
     data: Vec<u8>,
     /// End offset of each argument in `data`.
@@ -304,7 +304,7 @@ pub struct Note {
     pub db: usize,
     /// The command asked to close the connection (CLIENT KILL of itself).
     pub close: bool,
-    /// A script reached a key of this other shard before any effect: it may run there
+    /// A script stopped at a key of this other shard, having had no effect: it runs again
     /// (`Scripting::relocate`).
     pub relocate: Option<u16>,
 }
@@ -323,6 +323,10 @@ pub struct Done {
     /// The replies reached `ClientView::output_bytes_max`: the items after that point did
     /// not run (their replies are empty), and the client must be closed.
     pub cut: bool,
+    /// A script stopped, having done nothing, to run again with every shard held (its note's
+    /// `relocate`): it and the items after it, which did not run, with the batch's
+    /// arguments; the connection runs them (`Conn::finish_round`).
+    pub unrun: Option<(Vec<Item>, Args)>,
 }
 
 impl Done {
@@ -591,6 +595,7 @@ async fn forward(
         after: AfterBatch::Reply,
         wrote: None,
         cut: false,
+        unrun: None,
     });
 }
 
@@ -804,8 +809,10 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
     let mut ends = Vec::with_capacity(items.len());
     let mut notes = Vec::with_capacity(items.len());
     let mut cut = false;
+    let mut unrun: Option<Vec<Item>> = None;
     look_ahead(s, &items, &args);
-    for item in items {
+    let mut items = items.into_iter();
+    while let Some(item) = items.next() {
         cut = cut || (output_bytes_max > 0 && out.len() as u64 >= output_bytes_max);
         if cut {
             ends.push(out.len() as u32);
@@ -824,6 +831,12 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         let argv = args.get(item.args);
         let mut note = Note::default();
         s.scripting.relocate = None;
+        let call = match &item.op {
+            Op::Call(spec) => Some(*spec),
+            _ => None,
+        };
+        let (db, proto, item_args, caching, muted) =
+            (item.db, item.proto, item.args, item.caching, item.muted);
         run_item(s, f, &mut client, &mut out, item.op, &argv, now, &mut note);
         note.relocate = s.scripting.relocate.take();
         note.db = client.db;
@@ -831,7 +844,22 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         client.multi = None;
         client.watched.clear();
         ends.push(out.len() as u32);
+        let stopped = note.relocate.is_some();
         notes.push(note);
+        if let (true, Some(spec)) = (stopped, call) {
+            // A script stopped to run again with every shard held: the connection runs it,
+            // then what came after it, in order (`Done::unrun`).
+            let again = Item {
+                op: Op::Call(spec),
+                db,
+                proto,
+                args: item_args,
+                caching,
+                muted,
+            };
+            unrun = Some(std::iter::once(again).chain(items.by_ref()).collect());
+            break;
+        }
     }
     f.wake_deferred();
     let wrote = (client.last_write_seq > 0).then_some(client.last_write_seq);
@@ -843,6 +871,7 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         after,
         wrote,
         cut,
+        unrun: unrun.map(|items| (items, args)),
     });
 }
 
@@ -1094,6 +1123,7 @@ mod tests {
             after: AfterBatch::Reply,
             wrote: None,
             cut: false,
+            unrun: None,
         };
         assert_eq!(done.reply(0), b"+OK\r\n");
         assert_eq!(done.reply(1), b"$1\r\nv\r\n");

@@ -18,9 +18,11 @@
 //!
 //! Each step reads one shard at one moment; the whole is not atomic: a write to the sorted
 //! key or to a pattern key between the steps may show partly (docs/compatibility.md). Inside
-//! MULTI/EXEC and scripts a SORT runs on one shard, which refuses the patterns it cannot
-//! resolve there (`sort::pattern_denial`), as Redis Cluster does. Keys on another node of
-//! the site are refused.
+//! MULTI/EXEC and scripts the same steps run with every shard held (`held_across`'s
+//! `Across::Sort`), so there they are atomic; where that cannot be (a cluster endpoint, a
+//! script that wrote already) the shard refuses the patterns it cannot resolve
+//! (`sort::pattern_denial`), as Redis Cluster does. Keys on another node of the site are
+//! refused.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
@@ -173,7 +175,7 @@ async fn gather(
 
 /// The key and field `pattern` forms for `elem`, owned; None for `#` and a pattern without
 /// `*` (no key).
-fn formed(pattern: &[u8], elem: &[u8]) -> Option<Formed> {
+pub(crate) fn formed(pattern: &[u8], elem: &[u8]) -> Option<Formed> {
     if pattern == b"#" {
         return None;
     }

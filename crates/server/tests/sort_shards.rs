@@ -310,16 +310,17 @@ fn counted_once_and_refused_where_one_shard_runs_it() {
         stats.contains("cmdstat_sort:calls=3,") && stats.contains("failed_calls=1"),
         "{stats}"
     );
-    // Inside a transaction the command runs on one shard: its patterns are refused there,
-    // as Redis Cluster refuses them, and the transaction runs the rest.
+    // Inside a transaction its patterns' keys are read with every shard held.
     let by = "-ERR BY option of SORT denied in Cluster mode.\r\n";
+    assert_eq!(s(&c.call_strs(&["SET", "w_1", "9"])), "+OK\r\n");
     assert_eq!(s(&c.call_strs(&["MULTI"])), "+OK\r\n");
     assert_eq!(s(&c.call_strs(&["SORT", "l", "BY", "w_*"])), "+QUEUED\r\n");
     assert_eq!(s(&c.call_strs(&["SORT", "l", "GET", "#"])), "+QUEUED\r\n");
     assert_eq!(
         s(&c.call_strs(&["EXEC"])),
-        format!("*2\r\n{by}*2\r\n$1\r\n1\r\n$1\r\n2\r\n")
+        "*2\r\n*2\r\n$1\r\n2\r\n$1\r\n1\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
     );
+    assert_eq!(s(&c.call_strs(&["DEL", "w_1"])), ":1\r\n");
     // A pattern pinned to the sorted key's slot by a hash tag runs there.
     assert_eq!(s(&c.call_strs(&["MULTI"])), "+OK\r\n");
     assert_eq!(
@@ -327,10 +328,19 @@ fn counted_once_and_refused_where_one_shard_runs_it() {
         "+QUEUED\r\n"
     );
     assert_eq!(s(&c.call_strs(&["EXEC"])), "*1\r\n*2\r\n$-1\r\n$-1\r\n");
-    // So in a script.
+    // So in a script, which runs again with every shard held; one that wrote before gets
+    // Redis Cluster's refusal.
+    assert_eq!(s(&c.call_strs(&["SET", "o_2", "two"])), "+OK\r\n");
     let script = s(&c.call_strs(&[
         "EVAL",
         "return redis.call('sort', KEYS[1], 'get', 'o_*')",
+        "1",
+        "l",
+    ]));
+    assert_eq!(script, "*2\r\n$-1\r\n$3\r\ntwo\r\n");
+    let script = s(&c.call_strs(&[
+        "EVAL",
+        "redis.call('rpush', KEYS[1], 3) return redis.call('sort', KEYS[1], 'get', 'o_*')",
         "1",
         "l",
     ]));
@@ -349,7 +359,7 @@ fn counted_once_and_refused_where_one_shard_runs_it() {
         assert_eq!(reply, by);
         assert_eq!(
             s(&e.call_strs(&["SORT", "l"])),
-            "*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
+            "*3\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n"
         );
         found = true;
     }

@@ -688,6 +688,10 @@ pub fn call_with(
         let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
         tracking::flush_pending(shard, &front.node, client, inline, now_ms);
     }
+    if top {
+        // Set by the script this call may run, when it is to run again (below).
+        shard.scripting.relocate = None;
+    }
     let started = std::time::Instant::now();
     let seq_before = shard.seq;
     client.call_depth += 1;
@@ -720,6 +724,14 @@ pub fn call_with(
             tracking::after_command(shard, &front.node, client, inline, now_ms);
         }
         shard.tracking.set_current(0, false);
+    }
+    // A script that stopped, having done nothing, to run again with more shards held
+    // (`Scripting::relocate`) leaves no trace: the run that counts is the next one.
+    if top && shard.scripting.relocate.is_some() {
+        if let Err(e) = &result {
+            out.error(e);
+        }
+        return;
     }
     let elapsed = started.elapsed();
     let usec = elapsed.as_micros() as u64;

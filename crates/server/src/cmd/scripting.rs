@@ -247,6 +247,7 @@ fn new_run(
         write_dirty: false,
         effects: false,
         misplaced: None,
+        rerun: ctx.client.endpoint.is_none() && ctx.client.call_depth == 1,
         killed: false,
         timed_out: false,
         name,
@@ -273,6 +274,13 @@ fn run_and_reply(
     engine::begin_run(ctx.shard, run);
     let result = engine.run(ctx.shard, ctx.front, function, args);
     let run = engine::end_run(ctx.shard, engine);
+    if ctx.shard.scripting.relocate.is_some() {
+        // It stopped, having done nothing, to run again with more shards held: this run's
+        // reply is dropped and counts nowhere (`cmd::call_with`).
+        ctx.out
+            .error(&CmdError::Err("script to run again".to_string()));
+        return;
+    }
     let name = run.as_ref().map_or("", |r| r.name.as_str());
     let script_resp3 = run.as_ref().is_some_and(|r| r.resp3);
     let mark = ctx.out.len();

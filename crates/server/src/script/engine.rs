@@ -526,6 +526,33 @@ fn host_call_in(
     }
 }
 
+/// Redis Cluster's refusal of a script's call that reaches a key of another node.
+const NON_LOCAL: &str = "Script attempted to access a non local key in a cluster node";
+
+/// Whether the running script may stop now and run again with every shard of this process
+/// held, so that its call reaching shard `owner` (this one's index: any shard) runs as on
+/// one server: it has had no effect, its connection can run it again (`Run::rerun`), `owner`
+/// is a shard of this process (a script without declared keys may instead run again on
+/// `owner`, wherever it is), and some shard of this process is not held for it yet.
+fn may_rerun(shard: &Shard, front: &crate::front::Front, owner: u16) -> bool {
+    let Some(run) = shard.scripting.run.as_ref() else {
+        return false;
+    };
+    if !run.rerun || run.effects {
+        return false;
+    }
+    let node = &front.node;
+    let all_held = node
+        .local_shards()
+        .all(|t| t == shard.index || crate::tx_across::reaches(t));
+    if !node.is_local(owner) {
+        // Another node's key: only a script without declared keys goes there, and not from
+        // its last run, with every shard of this process held.
+        return run.keyless && (node.local == 1 || !all_held);
+    }
+    !all_held
+}
+
 /// Looks a command up as a script does: unknown names and unknown subcommands are both
 /// "Unknown Redis command".
 fn lookup(
@@ -633,31 +660,48 @@ pub fn run_command(
     // server: a part on every shard, all held for this run. A script that declares no key
     // and has done nothing yet runs again with every shard held; one that declares keys of
     // some shards only gets its own shard's answer, as a Redis Cluster node gives.
+    // A script that has done nothing yet and reaches what this run cannot (a whole-keyspace
+    // command, a key of a shard not held, a SORT pattern's keys) stops, uncounted, and
+    // runs again with every shard of the process held (`may_rerun`); otherwise it gets Redis
+    // Cluster's answer.
+    let rerun = |shard: &mut Shard, front: &mut crate::front::Front, owner: u16| {
+        if !may_rerun(shard, front, owner) {
+            return None;
+        }
+        if let Some(run) = shard.scripting.run.as_mut() {
+            run.misplaced.get_or_insert(owner);
+        }
+        // Not counted: the run that counts is the next one.
+        Some(Err(NON_LOCAL.to_string()))
+    };
     let every = match every_shard(shard, front, spec, argv) {
         Ok(every) => every,
         Err(()) => {
-            let rerun = shard
-                .scripting
-                .run
-                .as_mut()
-                .filter(|run| run.keyless && !run.effects);
-            match rerun {
-                Some(run) => {
-                    run.misplaced.get_or_insert(shard.index);
-                    return rejected(
-                        front,
-                        "Script attempted to access a non local key in a cluster node",
-                    );
-                }
-                None => None,
+            if let Some(stop) = rerun(shard, front, shard.index) {
+                return stop;
             }
+            None
+        }
+    };
+    // SORT whose BY or GET patterns may form keys of other shards: in steps over every shard,
+    // when all are held (`held_across::sort_plan`).
+    let sorted = match crate::held_across::sort_plan(shard, front, spec, argv) {
+        crate::held_across::SortPlan::Here => None,
+        crate::held_across::SortPlan::Held(a) => Some(a),
+        crate::held_across::SortPlan::Elsewhere => {
+            if let Some(stop) = rerun(shard, front, shard.index) {
+                return stop;
+            }
+            // SORT refuses the patterns itself, with Redis Cluster's text.
+            None
         }
     };
     // Keys all on another shard held for this run (a script across shards): the call runs
     // there (`tx_across::call_held`). MGET, MSET, DEL... over keys of this shard and held
     // ones: a part on each (`scattered`).
-    let held = super::busy::held_owner(shard, spec, argv);
-    let non_local = super::busy::non_local_key(shard, spec, argv).filter(|_| held.is_none());
+    let held = super::busy::held_owner(shard, spec, argv).filter(|_| sorted.is_none());
+    let non_local = super::busy::non_local_key(shard, spec, argv)
+        .filter(|_| held.is_none() && sorted.is_none());
     // Split only when some key is elsewhere: a call over this shard's keys runs as it is.
     let scatter = match non_local {
         Some(_) => scattered(shard, front, spec, argv),
@@ -666,16 +710,13 @@ pub fn run_command(
     // Other commands over keys of this shard and held ones: in steps (`held_across`).
     let across = match (non_local, &scatter) {
         (Some(_), None) => crate::held_across::plan(shard, front, spec, argv),
-        _ => None,
+        _ => sorted,
     };
     if let Some(owner) = non_local.filter(|_| scatter.is_none() && across.is_none()) {
-        if let Some(run) = shard.scripting.run.as_mut() {
-            run.misplaced.get_or_insert(owner);
+        if let Some(stop) = rerun(shard, front, owner) {
+            return stop;
         }
-        return rejected(
-            front,
-            "Script attempted to access a non local key in a cluster node",
-        );
+        return rejected(front, NON_LOCAL);
     }
     let (resp3, now) = {
         let Some(run) = shard.scripting.run.as_mut() else {

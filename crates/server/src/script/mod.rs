@@ -147,8 +147,14 @@ pub struct Run {
     /// A command that writes or may replicate (PUBLISH...) ran: running the script again
     /// elsewhere would repeat it.
     pub effects: bool,
-    /// The shard owning the first key the script reached that this shard does not own.
+    /// The shard owning the first key the script reached that this shard does not own, when
+    /// the script may run again (`rerun`): it had no effect, and the shards it needs can be
+    /// held for it (`engine::may_rerun`).
     pub misplaced: Option<u16>,
+    /// The connection may run the script again with more shards held: it came from the
+    /// main port (a cluster endpoint keeps Redis Cluster's errors) and is not inside a
+    /// transaction (whose earlier commands ran already).
+    pub rerun: bool,
     pub killed: bool,
     /// Ran past busy-reply-threshold: other clients get BUSY.
     pub timed_out: bool,
@@ -224,8 +230,10 @@ pub struct Scripting {
     pub clients: std::collections::BTreeMap<u64, std::rc::Weak<crate::client::ClientShared>>,
     /// The process's board of busy scripts and this shard's place on it (set by `server`).
     pub board: Option<(std::sync::Arc<busy::BusyBoard>, usize)>,
-    /// The last script that ended here reached a key of shard N before any effect, and did
-    /// nothing else: it may run again there (`Run::misplaced`). Taken by the dispatcher.
+    /// The last script that ended here stopped, having had no effect, at a key of shard N
+    /// (`Run::misplaced`): it runs again, there (a script without declared keys) or with
+    /// every shard of the process held, and this run is not counted anywhere
+    /// (`cmd::call_with`). Taken by the dispatcher (`conn`, `hop::run_batch`).
     pub relocate: Option<u16>,
 }
 
