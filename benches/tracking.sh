@@ -6,8 +6,8 @@
 # The caching clients (tools/tracking-clients.py) use RESP3 and CLIENT TRACKING ON, read 200
 # random keys each of the 10,000 the load uses, and read every key again that the server
 # invalidates, so that the writes keep finding tracked keys. Each server is pinned to
-# SERVER_CORE; redis-benchmark and the caching clients share CLIENT_CORE; both servers run
-# without persistence. Every row runs in rounds whose order alternates (A B B A ...); the
+# SERVER_CORE; redis-benchmark runs on CLIENT_CORE and the caching clients on TRACKING_CORES
+# (default: CLIENT_CORE too, as a 2-CPU machine must); both servers run without persistence. Every row runs in rounds whose order alternates (A B B A ...); the
 # medians are compared.
 #
 # Usage: benches/tracking.sh [rounds=4] [requests=400000]   (MERIDIAN_BIN=path: no build)
@@ -20,6 +20,7 @@ mport=${MERIDIAN_PORT:-7395}
 rport=${REDIS_PORT:-7396}
 server_core=${SERVER_CORE:-0}
 client_core=${CLIENT_CORE:-1}
+tracking_cores=${TRACKING_CORES:-$client_core}
 keys=10000
 
 . benches/common.sh
@@ -34,7 +35,7 @@ bench_once() { # port test -> ops/s
 
 # One measurement with the caching clients connected for its whole length.
 tracked_once() { # port test -> ops/s
-  taskset -c "$client_core" python3 tools/tracking-clients.py "$1" --clients 50 --keys "$keys" \
+  taskset -c "$tracking_cores" python3 tools/tracking-clients.py "$1" --clients 50 --keys "$keys" \
     --keys-per-client 200 --seconds 600 >"$work/tc.$1.log" 2>&1 &
   local tc=$!
   sleep 2

@@ -2301,12 +2301,18 @@ impl Conn {
                 items: rest,
                 args,
             };
-            let mut d = match hop::send(&self.th, shard, batch).await {
-                Ok(rx) => match rx.await {
-                    Ok(d) => d,
-                    Err(_) => return,
-                },
-                Err(_) => return,
+            let answered = match hop::send(&self.th, shard, batch).await {
+                Ok(rx) => rx.await.ok(),
+                Err(_) => None,
+            };
+            let Some(mut d) = answered else {
+                // Its thread is gone (the process is stopping): each item answers so.
+                let mut r = Reply::new();
+                r.error(&hop::unavailable_error(hop::Unavailable { shard }));
+                for i in 0..n {
+                    redone.push(((shard, first + i), r.buf.clone()));
+                }
+                return;
             };
             self.took(shard, &mut d);
             let ran = d

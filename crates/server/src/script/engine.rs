@@ -656,14 +656,11 @@ pub fn run_command(
             "-OOM command not allowed when used memory > 'maxmemory'.",
         );
     }
-    // DBSIZE, KEYS, FLUSHDB, INFO..., RANDOMKEY, SCAN see the whole keyspace, as on one
-    // server: a part on every shard, all held for this run. A script that declares no key
-    // and has done nothing yet runs again with every shard held; one that declares keys of
-    // some shards only gets its own shard's answer, as a Redis Cluster node gives.
     // A script that has done nothing yet and reaches what this run cannot (a whole-keyspace
     // command, a key of a shard not held, a SORT pattern's keys) stops, uncounted, and
     // runs again with every shard of the process held (`may_rerun`); otherwise it gets Redis
-    // Cluster's answer.
+    // Cluster's answer (a whole-keyspace command: its own shard's, as a Redis Cluster node
+    // gives).
     let rerun = |shard: &mut Shard, front: &mut crate::front::Front, owner: u16| {
         if !may_rerun(shard, front, owner) {
             return None;
@@ -674,6 +671,8 @@ pub fn run_command(
         // Not counted: the run that counts is the next one.
         Some(Err(NON_LOCAL.to_string()))
     };
+    // DBSIZE, KEYS, FLUSHDB, INFO..., RANDOMKEY, SCAN see the whole keyspace, as on one
+    // server: a part on every shard, all held for this run.
     let every = match every_shard(shard, front, spec, argv) {
         Ok(every) => every,
         Err(()) => {
