@@ -1066,7 +1066,7 @@ impl Conn {
         if s.scripting.relocate.take().is_some() {
             // A script that stopped, having done nothing, to run again with every shard
             // held (`Scripting::relocate`): its reply is dropped, and it runs so next.
-            f.scripts_beyond.learn(argv);
+            f.learn_script_beyond(argv);
             self.out.truncate(marks.0);
             self.round.local.truncate(marks.1);
             self.round.slots.truncate(marks.2);
@@ -1484,20 +1484,6 @@ impl Conn {
     ) -> Step {
         match self.keys_at(f, spec, argv) {
             KeysAt::None => self.inline(s, f, spec, argv, now),
-            // A script this thread saw stop to run again with every shard held: run so at
-            // once (its first run would only stop again).
-            KeysAt::Shard(t)
-                if !f.scripts_beyond.is_empty()
-                    && f.node.local > 1
-                    && cmd::tracking::is_script(spec)
-                    && f.scripts_beyond.knows(argv) =>
-            {
-                Step::Barrier(Barrier {
-                    spec,
-                    argv: owned(argv),
-                    kind: BarrierKind::ScriptHeld(t),
-                })
-            }
             KeysAt::Shard(t) if t == self.th.index => self.inline(s, f, spec, argv, now),
             KeysAt::Shard(t) => {
                 self.client.shared.last_cmd.set(spec.meta.name);
@@ -2148,6 +2134,14 @@ impl Conn {
             Special::Script if self.keys_at(f, spec, argv) == KeysAt::None => {
                 barrier(BarrierKind::Script)
             }
+            // A script the process saw stop to run again with every shard held: so at once
+            // (its first run would only stop again).
+            Special::Script if f.node.local > 1 && f.script_reaches_beyond(argv) => {
+                match self.keys_at(f, spec, argv) {
+                    KeysAt::Shard(t) => barrier(BarrierKind::ScriptHeld(t)),
+                    _ => self.keyed(s, f, spec, argv, now),
+                }
+            }
             Special::Script => self.keyed(s, f, spec, argv, now),
             Special::Debug => {
                 let sub = argv.get(1).copied().unwrap_or_default();
@@ -2242,8 +2236,8 @@ impl Conn {
     /// Runs what a batch for `shard` left unrun (`Done::unrun`, its first item at `first`):
     /// the script that stopped, with every shard of this process held (`run_held`'s way),
     /// then the rest of the batch there, again until none stops; each reply goes to `redone`
-    /// under its item's place in the original batch. The script is remembered
-    /// (`Front::scripts_beyond`). A script before item `safe_from` may not run again
+    /// under its item's place in the original batch. The script is remembered for every
+    /// thread (`Front::learn_script_beyond`). A script before item `safe_from` may not run again
     /// (commands the client sent after it have run on other shards): it answers Redis
     /// Cluster's "non local key" error, counted as the command's failure.
     async fn run_unrun(
@@ -2259,7 +2253,7 @@ impl Conn {
             let rest = items.split_off(1);
             let spec = match items.first().map(|i| (&i.op, args.get(i.args))) {
                 Some((Op::Call(spec), argv)) => {
-                    self.th.front.borrow_mut().scripts_beyond.learn(&argv);
+                    self.th.front.borrow_mut().learn_script_beyond(&argv);
                     Some(*spec)
                 }
                 _ => None,

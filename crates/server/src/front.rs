@@ -38,16 +38,25 @@ pub struct Front {
     /// that stops to start again on its keys' shard (`Scripting::relocate`) shows nothing,
     /// so MONITOR shows the script once, as Redis does. None: lines go out at once.
     pub monitor_held: Option<Vec<(u64, Vec<u8>)>>,
-    /// Scripts this thread's connections sent that stopped to run again with every shard
-    /// held (`Scripting::relocate`): sent so from then on (`Conn::keyed`).
-    pub scripts_beyond: ScriptsBeyond,
+    /// This thread's copy of the process's scripts that stopped to run again with every
+    /// shard held (`Node::scripts_beyond`), as of generation `scripts_beyond_seen`.
+    scripts_beyond: ScriptsBeyond,
+    scripts_beyond_seen: u64,
 }
 
 /// The scripts (by `ScriptsBeyond::key`: the command and its script or function name) that
 /// reach beyond their declared keys' shards, at most `SCRIPTS_BEYOND_MAX` (then forgotten
 /// all at once and learned again).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ScriptsBeyond(std::collections::HashSet<u64>);
+
+/// The process's `ScriptsBeyond`, learned by any thread, and its generation (bumped by every
+/// change), which threads compare with their copy's before they look a script up.
+#[derive(Debug, Default)]
+pub struct SharedScriptsBeyond {
+    set: std::sync::Mutex<ScriptsBeyond>,
+    generation: std::sync::atomic::AtomicU64,
+}
 
 /// Most scripts a thread remembers as reaching beyond their declared keys' shards.
 pub const SCRIPTS_BEYOND_MAX: usize = 1024;
@@ -83,11 +92,6 @@ impl ScriptsBeyond {
         }
     }
 
-    /// Whether no script is known: the dispatcher's one check on its hot path.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn knows(&self, argv: &[&[u8]]) -> bool {
         !self.0.is_empty() && Self::key(argv).is_some_and(|k| self.0.contains(&k))
     }
@@ -106,7 +110,32 @@ impl Front {
             cross_waits: std::collections::HashMap::new(),
             monitor_held: None,
             scripts_beyond: ScriptsBeyond::default(),
+            scripts_beyond_seen: 0,
         }
+    }
+
+    /// Whether script command `argv` stopped before, on any thread, to run again with every
+    /// shard held (`Scripting::relocate`): the dispatcher then runs it so at once. One atomic
+    /// load per script command; the thread's copy is refreshed when the process's changed.
+    pub fn script_reaches_beyond(&mut self, argv: &[&[u8]]) -> bool {
+        use std::sync::atomic::Ordering;
+        let shared = &self.node.scripts_beyond;
+        let generation = shared.generation.load(Ordering::Acquire);
+        if generation != self.scripts_beyond_seen {
+            self.scripts_beyond = crate::node::lock(&shared.set).clone();
+            self.scripts_beyond_seen = generation;
+        }
+        self.scripts_beyond.knows(argv)
+    }
+
+    /// Records that script command `argv` stopped to run again with every shard held, for
+    /// every thread (`script_reaches_beyond`).
+    pub fn learn_script_beyond(&mut self, argv: &[&[u8]]) {
+        use std::sync::atomic::Ordering;
+        let shared = &self.node.scripts_beyond;
+        let mut set = crate::node::lock(&shared.set);
+        set.learn(argv);
+        shared.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Wakes the subscribers that this thread's PUBLISHes gave messages since the last call.

@@ -59,6 +59,8 @@ pub struct Node {
     pub acl_log: Arc<Mutex<crate::acl::AclLog>>,
     /// The script bodies every shard's EVAL cache holds (`script::ScriptBodies`).
     pub script_bodies: crate::script::ScriptBodies,
+    /// Scripts that stopped to run again with every shard held (`Front::script_reaches_beyond`).
+    pub scripts_beyond: crate::front::SharedScriptsBeyond,
     next_client_id: AtomicU64,
     /// Connected clients over all threads (maxclients).
     clients_n: AtomicUsize,
@@ -140,6 +142,7 @@ impl Node {
             latency: Mutex::new(LatencyMonitor::default()),
             acl_log: Arc::default(),
             script_bodies: Arc::default(),
+            scripts_beyond: Default::default(),
             next_client_id: AtomicU64::new(1),
             clients_n: AtomicUsize::new(0),
             next_thread: AtomicUsize::new(0),

@@ -1852,6 +1852,30 @@ fn scripts_reach_undeclared_keys_of_other_shards_like_redis() {
 
     // Three of the four threads send the script to another shard's thread.
     assert!(stopped_first >= 3, "{stopped_first}");
+    // Once one thread saw a script stop, every thread runs it with every shard held at once:
+    // its first call in a mixed pipeline on a thread that never sent it runs as Redis's.
+    let other = "-- another 0\nreturn redis.call('get', ARGV[1])";
+    let mixed = [
+        vec!["EVAL", other, "1", &k[2], &k[1]],
+        vec!["SET", &k[1], "changed"],
+        vec!["GET", &k[3]],
+    ];
+    let bytes: Vec<u8> = mixed
+        .iter()
+        .flat_map(|cmd| {
+            let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
+            common::cmd(&args)
+        })
+        .collect();
+    for _ in 0..4 {
+        let mut got = Vec::new();
+        for x in [&mut srv.connect(), &mut reference.connect()] {
+            call(x, &["SET", &k[1], "one"]);
+            x.send(&bytes);
+            got.push(mixed.iter().map(|_| s(&x.read_reply())).collect::<Vec<_>>());
+        }
+        assert_eq!(got[0], got[1]);
+    }
 
     // Counted once, as on one server.
     let mut c = srv.connect();
