@@ -2209,8 +2209,6 @@ impl Conn {
         v
     }
 
-    /// Sends the round's batches, waits for their replies and writes every reply of the
-    /// round in command order. Returns false when the connection must close.
     /// What a batch's answer leaves besides its replies: the client closed when its output
     /// limit cut the batch short or a command asked it, the shard's last write (CRDT.WAIT),
     /// and when its replies may go (`afters`).
@@ -2251,37 +2249,45 @@ impl Conn {
         let (mut items, mut args) = (items, args);
         while !items.is_empty() {
             let rest = items.split_off(1);
-            let spec = match items.first().map(|i| (&i.op, args.get(i.args))) {
-                Some((Op::Call(spec), argv)) => {
-                    self.th.front.borrow_mut().learn_script_beyond(&argv);
-                    Some(*spec)
+            // Only `hop::run_batch`'s `Op::Call` of a script stops a batch.
+            let script = items
+                .first()
+                .and_then(|i| match i.op {
+                    Op::Call(spec) => Some((spec, i)),
+                    _ => None,
+                })
+                .map(|(spec, i)| {
+                    let argv: Vec<Vec<u8>> = args.get(i.args).iter().map(|a| a.to_vec()).collect();
+                    (spec, argv, i.db, i.proto, (i.caching, i.muted))
+                });
+            let Some((spec, argv, db, proto, (caching, muted))) = script else {
+                // Not one `run_batch` makes: every item still answers, so that the
+                // replies stay in step with the commands.
+                let mut r = Reply::new();
+                r.error(&CmdError::Err("not run again".to_string()));
+                for i in 0..=rest.len() {
+                    redone.push(((shard, first + i), r.buf.clone()));
                 }
-                _ => None,
+                return;
             };
+            let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            self.th.front.borrow_mut().learn_script_beyond(&refs);
             let reply = if first >= safe_from {
-                let script = Batch {
-                    client: hop::ClientView::of(&self.client),
-                    items,
-                    args: args.clone(),
-                };
-                let shards: Vec<u16> = self.th.node.local_shards().collect();
-                self.held_reply(shards, shard, script).await.0
+                let mut batch = Batch::new(hop::ClientView::of(&self.client));
+                let idx = batch.push(Op::Call(spec), db, proto, &refs);
+                batch.set_client_state(idx, caching, muted);
+                self.held_everywhere_reply(shard, batch).await
             } else {
                 let mut r = Reply::new();
-                r.proto = self.client.shared.proto.get();
+                r.proto = proto;
                 let mut f = self.th.front.borrow_mut();
-                if let Some(st) = spec.and_then(|sp| f.stats.commands.get_mut(sp.idx)) {
+                if let Some(st) = f.stats.commands.get_mut(spec.idx) {
                     st.calls += 1;
                     st.failed_calls += 1;
                 }
                 f.stats.total_commands_processed += 1;
-                cmd::reply_error(
-                    &mut f,
-                    &mut r,
-                    &CmdError::Err(
-                        "Script attempted to access a non local key in a cluster node".to_string(),
-                    ),
-                );
+                let e = CmdError::Err(crate::script::engine::NON_LOCAL.to_string());
+                cmd::reply_error(&mut f, &mut r, &e);
                 r.buf
             };
             redone.push(((shard, first), reply));
@@ -2323,6 +2329,8 @@ impl Conn {
         }
     }
 
+    /// Sends the round's batches, waits for their replies and writes every reply of the
+    /// round in command order. Returns false when the connection must close.
     async fn finish_round(&mut self) -> bool {
         let mut round = std::mem::take(&mut self.round);
         if round.batches.is_empty() {
@@ -2370,9 +2378,9 @@ impl Conn {
             ) else {
                 continue;
             };
-            // A script may run again only if nothing the client sent after it has run: the
-            // replies of the round after its own are all its batch's (which stopped with
-            // it). Those of the round's last run of this batch's replies may.
+            // A script may run again only if nothing the client sent after it has run: every
+            // reply of the round after its own is its batch's (which stopped with it). So
+            // only the scripts among the round's trailing replies of this batch may.
             let safe_from = round
                 .slots
                 .iter()
@@ -2609,8 +2617,7 @@ impl Conn {
                 self.client.shared.last_cmd.set(spec.meta.name);
                 let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                 let batch = self.batch_of(Op::Call(spec), &refs);
-                let shards: Vec<u16> = self.th.node.local_shards().collect();
-                self.run_held(shards, home, batch).await;
+                self.run_held(home, batch).await;
             }
             BarrierKind::ListMoveAcross => self.list_move_across(spec, &argv).await,
             BarrierKind::Script => {
@@ -2628,8 +2635,7 @@ impl Conn {
                             Some(_) => {
                                 let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
                                 let batch = self.batch_of(Op::Call(spec), &refs);
-                                let shards: Vec<u16> = self.th.node.local_shards().collect();
-                                self.run_held(shards, self.th.index, batch).await;
+                                self.run_held(self.th.index, batch).await;
                                 break;
                             }
                             None => {
@@ -2680,8 +2686,7 @@ impl Conn {
         // It stopped, having done nothing, on what its keys' shards do not own: once more,
         // with every shard of this process held.
         let batch = self.batch_of(Op::Call(spec), &refs);
-        let shards: Vec<u16> = self.th.node.local_shards().collect();
-        self.run_held(shards, home, batch).await;
+        self.run_held(home, batch).await;
     }
 
     /// LMOVE or RPOPLPUSH between two shards of this process: one step on the source's
@@ -2736,16 +2741,25 @@ impl Conn {
         batch
     }
 
-    /// Runs `batch` (one item) on shard `home` through `tx_across`'s coordinator with every
-    /// shard of `shards` held, its item able to reach the others (`tx_across::call_held`);
-    /// its reply goes out once every shard's log it wrote allows (`appendfsync always`).
-    async fn run_held(&mut self, shards: Vec<u16>, home: u16, batch: Batch) {
-        let (reply, _) = self.held_reply(shards, home, batch).await;
+    /// Runs `batch` (one item: a script) on shard `home` through `tx_across`'s coordinator
+    /// with every shard of this process held, its item able to reach them all
+    /// (`tx_across::call_held`); its reply goes out once every shard's log it wrote allows
+    /// (`appendfsync always`).
+    async fn run_held(&mut self, home: u16, batch: Batch) {
+        let reply = self.held_everywhere_reply(home, batch).await;
         self.out.raw(&reply);
     }
 
-    /// `run_held`'s run: the item's reply (or the error that kept it from running), and the
-    /// script's `Scripting::relocate` when it stopped to run again with more shards held.
+    /// `run_held`'s reply.
+    async fn held_everywhere_reply(&mut self, home: u16, batch: Batch) -> Vec<u8> {
+        let shards: Vec<u16> = self.th.node.local_shards().collect();
+        self.held_reply(shards, home, batch).await.0
+    }
+
+    /// Runs `batch` (one item) on shard `home` through `tx_across`'s coordinator with every
+    /// shard of `shards` held, its item able to reach the others (`tx_across::call_held`): the
+    /// item's reply (or the error that kept it from running), and the script's
+    /// `Scripting::relocate` when it stopped to run again with more shards held.
     async fn held_reply(
         &mut self,
         mut shards: Vec<u16>,

@@ -58,7 +58,7 @@ pub struct SharedScriptsBeyond {
     generation: std::sync::atomic::AtomicU64,
 }
 
-/// Most scripts a thread remembers as reaching beyond their declared keys' shards.
+/// Most scripts the process remembers as reaching beyond their declared keys' shards.
 pub const SCRIPTS_BEYOND_MAX: usize = 1024;
 
 impl ScriptsBeyond {
@@ -83,6 +83,7 @@ impl ScriptsBeyond {
         Some(h.finish())
     }
 
+    /// Remembers script command `argv` (past the limit, after forgetting every other).
     pub fn learn(&mut self, argv: &[&[u8]]) {
         if let Some(k) = Self::key(argv) {
             if self.0.len() >= SCRIPTS_BEYOND_MAX {
@@ -92,6 +93,7 @@ impl ScriptsBeyond {
         }
     }
 
+    /// Whether script command `argv` is remembered.
     pub fn knows(&self, argv: &[&[u8]]) -> bool {
         !self.0.is_empty() && Self::key(argv).is_some_and(|k| self.0.contains(&k))
     }

@@ -527,7 +527,7 @@ fn host_call_in(
 }
 
 /// Redis Cluster's refusal of a script's call that reaches a key of another node.
-const NON_LOCAL: &str = "Script attempted to access a non local key in a cluster node";
+pub const NON_LOCAL: &str = "Script attempted to access a non local key in a cluster node";
 
 /// Whether the running script may stop now and run again with every shard of this process
 /// held, so that its call reaching shard `owner` (this one's index: any shard) runs as on
