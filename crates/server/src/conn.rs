@@ -2678,13 +2678,19 @@ impl Conn {
             return;
         };
         let batch = self.batch_of(Op::Call(spec), &refs);
+        // A script the process saw stop: with every shard held at once.
+        if self.th.front.borrow_mut().script_reaches_beyond(&refs) {
+            self.run_held(home, batch).await;
+            return;
+        }
         let (reply, relocate) = self.held_reply(owners, home, batch).await;
         if relocate.is_none() {
             self.out.raw(&reply);
             return;
         }
         // It stopped, having done nothing, on what its keys' shards do not own: once more,
-        // with every shard of this process held.
+        // with every shard of this process held, and so at once from now on.
+        self.th.front.borrow_mut().learn_script_beyond(&refs);
         let batch = self.batch_of(Op::Call(spec), &refs);
         self.run_held(home, batch).await;
     }
