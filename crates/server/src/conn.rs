@@ -3264,6 +3264,15 @@ impl Conn {
                     holds.extend(f.node.local_shards());
                     whole(Some(slots.shard_of_key(key)));
                 }
+                // A script may call keys it did not declare, of any shard, and whole-keyspace
+                // commands: on its first declared key's shard (a keyless one: with the
+                // segment before it), every shard held, which its calls reach (`tx_across`).
+                Class::Special(Special::Script) if every_shard_local => {
+                    holds.extend(f.node.local_shards());
+                    let first = route::positions(f.table, spec, &argv)
+                        .and_then(|p| p.first().and_then(|&i| argv.get(i)).copied());
+                    whole(first.map(|k| slots.shard_of_key(k)));
+                }
                 Class::All(_)
                 | Class::Special(
                     Special::Scan
@@ -3280,8 +3289,13 @@ impl Conn {
                 _ => match self.keys_at(f, spec, &argv) {
                     // A keyless command runs on the connection's thread outside a
                     // transaction: one that acts on the connection (CLIENT SETNAME...) must
-                    // run there, which a held shard's segment is not.
-                    KeysAt::None if pins_to_connection(spec.meta.name) => return None,
+                    // run there, which a held shard's segment is not. A command that takes
+                    // keys but names none here (a bad `numkeys`) only answers its error.
+                    KeysAt::None
+                        if pins_to_connection(spec.meta.name) && !takes_keys(spec.meta) =>
+                    {
+                        return None;
+                    }
                     KeysAt::None => whole(None),
                     KeysAt::Shard(t) => {
                         holds.push(t);
@@ -3614,6 +3628,13 @@ impl Conn {
                     }
                 }
                 Class::Special(Special::Digest) if argv.len() != 3 => return None,
+                // A script may reach keys it did not declare on any shard: with every
+                // shard held (`exec_across_plan`).
+                Class::Special(Special::Script)
+                    if f.node.shards > 1 && (0..f.node.shards).all(|t| f.node.is_local(t)) =>
+                {
+                    return None;
+                }
                 // Its patterns' keys may be any shard's: with every shard held
                 // (`exec_across_plan`).
                 Class::Special(Special::Sort)
@@ -4352,6 +4373,12 @@ fn not_owned<'a>(
         }
     }
     None
+}
+
+/// Whether the command's arguments name keys (fixed positions, or found in its arguments as
+/// EVAL's `numkeys` says): such a command never acts on the connection itself.
+fn takes_keys(meta: &cmd::table::CommandMeta) -> bool {
+    meta.first_key != 0 || meta.flags.contains(cmd::table::Flags::MOVABLE_KEYS)
 }
 
 /// Local commands that act on the connection itself: inside a transaction they pin it to

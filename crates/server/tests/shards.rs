@@ -1902,6 +1902,64 @@ fn scripts_reach_undeclared_keys_of_other_shards_like_redis() {
 /// A list move queued in a transaction across shards is atomic with the transaction: a
 /// reader's `MULTI LLEN a LLEN b GET n EXEC` (three shards) never sees an element in both
 /// lists or in neither, nor the move without the counter the same transaction increments.
+/// Scripts queued in a transaction reach keys they did not declare, of any shard, and the
+/// whole keyspace, as in one Redis; so do they in a transaction of one shard. A command whose
+/// `numkeys` is wrong answers its own error inside a transaction over several shards (it was
+/// CROSSSLOT for the whole EXEC).
+#[test]
+fn scripts_and_bad_numkeys_in_transactions_like_redis() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    }
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let k = key_per_shard("tx");
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |v: &[&str]| script.push(v.iter().map(|x| x.to_string()).collect());
+    let get = "return redis.call('get', ARGV[1])";
+    let set_get = "redis.call('set', ARGV[1], 'w') return redis.call('get', ARGV[1])";
+    add(&["SET", &k[0], "zero"]);
+    add(&["SET", &k[1], "one"]);
+    add(&["SET", &k[2], "two"]);
+    // Several shards: keyless scripts, undeclared keys, the whole keyspace, bad numkeys.
+    for cmd in [
+        vec!["MULTI"],
+        vec!["GET", &k[0]],
+        vec!["GET", &k[1]],
+        vec!["EVAL", "return 1", "0"],
+        vec!["EVAL", get, "0", &k[2]],
+        vec!["EVAL", get, "1", &k[0], &k[3]],
+        vec!["EVAL", set_get, "1", &k[1], &k[3]],
+        vec!["EVAL", "return redis.call('dbsize')", "0"],
+        vec!["EVAL", "return #redis.call('keys', '*')", "1", &k[2]],
+        vec!["LMPOP", "-1", &k[0], "LEFT"],
+        vec!["SINTERCARD", "0", &k[0]],
+        vec!["ZINTERCARD", "2", &k[0]],
+        vec!["EXEC"],
+        // One shard's keys, a script reaching another shard's.
+        vec!["MULTI"],
+        vec!["GET", &k[0]],
+        vec!["EVAL", get, "1", &k[0], &k[2]],
+        vec![
+            "EVAL",
+            "return redis.call('incr', ARGV[1])",
+            "1",
+            &k[0],
+            "counter",
+        ],
+        vec!["EXEC"],
+        // A keyless script alone.
+        vec!["MULTI"],
+        vec!["EVAL", get, "0", &k[1]],
+        vec!["EXEC"],
+        vec!["GET", &k[3]],
+        vec!["GET", "counter"],
+    ] {
+        add(&cmd);
+    }
+    assert_like_redis(&srv, &script, 2);
+}
+
 #[test]
 fn list_moves_in_transactions_across_shards_are_atomic() {
     const ELEMENTS: usize = 100;
