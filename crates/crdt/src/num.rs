@@ -7,7 +7,10 @@
 //! does, so results are the ones a user typing decimals expects.
 //!
 //! Where they differ: `long double` holds about 19 significant digits, `Dec` holds 34, so
-//! `1e20 + 0.1` is `100000000000000000000.1` here and `100000000000000000000` in Redis.
+//! `1e20 + 0.1` is `100000000000000000000.1` here and `100000000000000000000` in Redis. The
+//! server computes each command's reply in `long double` as Redis does and moves the counter
+//! by the difference (`meridian_server::cmd::ext80`); `Dec` keeps the sum of such increments
+//! the same at every site whatever their order.
 
 use std::cmp::Ordering;
 

@@ -240,8 +240,9 @@ impl<'a> HexFloat<'a> {
     }
 }
 
-/// A C hex float (`0x1.8p3`, `-0X10`): the value, `None` when `b` is not one, or when it is out
-/// of range or too precise for `f64` to hold it exactly (then it is refused, not rounded).
+/// A C hex float (`0x1.8p3`, `-0X10`): the value `strtold` reads (rounded to a `long
+/// double`'s 64-bit significand, `cmd::ext80`), as a decimal; `None` when `b` is not one, or
+/// when it is out of `long double`'s normal range (then it is refused).
 pub fn parse_hex_float(b: &[u8]) -> Option<Dec> {
     let HexFloat {
         negative,
@@ -249,18 +250,10 @@ pub fn parse_hex_float(b: &[u8]) -> Option<Dec> {
         frac_part,
         exp,
     } = HexFloat::split(b)?;
-    let mut coef: u64 = 0;
-    let mut scale: i64 = 0;
-    for (i, &c) in int_part.iter().chain(frac_part).enumerate() {
-        let d = (c as char).to_digit(16)?;
-        if coef >> 52 != 0 {
-            return None;
-        }
-        coef = coef * 16 + u64::from(d);
-        if i >= int_part.len() {
-            scale -= 4;
-        }
+    if !int_part.iter().chain(frac_part).all(u8::is_ascii_hexdigit) {
+        return None;
     }
+    let mut scale = -4 * i64::try_from(frac_part.len()).ok()?;
     if let Some(e) = exp {
         let (eneg, digits) = match e.split_first() {
             Some((b'-', r)) => (true, r),
@@ -273,12 +266,11 @@ pub fn parse_hex_float(b: &[u8]) -> Option<Dec> {
         let v: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
         scale += if eneg { -v } else { v };
     }
-    let m = coef as f64 * 2f64.powi(i32::try_from(scale).ok()?);
-    if !m.is_finite() || (coef != 0 && m == 0.0) {
-        return None;
-    }
-    let d = Dec::parse(format!("{m:e}").as_bytes())?;
-    Some(if negative { d.neg() } else { d })
+    let digits = int_part
+        .iter()
+        .chain(frac_part)
+        .filter_map(|&c| (c as char).to_digit(16));
+    super::ext80::Ext80::from_hex(negative, digits, scale)?.to_dec()
 }
 /// Redis parses SCAN cursors with `strtoul`: leading '+' or '-' (negation wraps), leading
 /// zeros, and the empty string (cursor 0) are accepted; leading space, trailing bytes, no

@@ -251,10 +251,10 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let LongDouble::Finite(cur) = current else {
         return Err(CmdError::NanOrInfinity);
     };
-    let sum = cur.add(by).ok_or(CmdError::NanOrInfinity)?;
-    let text = sum.format_redis();
-    if exact {
-        incr_field(ctx, key, field, Delta::Float(by));
+    // Redis's sum, in `long double`: the field moves by what brings it there.
+    let super::ext80::FloatIncrement { text, delta } = super::ext80::float_increment(cur, by)?;
+    if let (true, Some(delta)) = (exact, delta) {
+        incr_field(ctx, key, field, Delta::Float(delta));
         // Past the CRDT's 34 digits (`10.6 + 1e308 - 1e308`) the field's running totals may
         // round differently from this reply's sum: assign the reply then, so that HGET
         // shows what HINCRBYFLOAT answered.

@@ -47,6 +47,7 @@ pub mod crdt;
 pub mod db;
 pub mod debug;
 pub mod dump;
+pub mod ext80;
 pub mod geo;
 pub mod hash;
 pub mod hll;

@@ -817,12 +817,12 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (LongDouble::Finite(cur), LongDouble::Finite(by)) = (current, incr) else {
         return Err(CmdError::NanOrInfinity);
     };
-    let sum = cur.add(by).ok_or(CmdError::NanOrInfinity)?;
-    let text = sum.format_redis();
-    if exact {
+    // Redis's sum, in `long double`: the counter moves by what brings it there.
+    let super::ext80::FloatIncrement { text, delta } = super::ext80::float_increment(cur, by)?;
+    if let (true, Some(delta)) = (exact, delta) {
         ctx.shard
             .write_key(db, key, now, |_| Effect::<&[u8]>::Incr {
-                delta: Delta::Float(by),
+                delta: Delta::Float(delta),
             });
         // The CRDT adds the running totals of the increments to the base, in 34 digits: past
         // that precision (`10.6 + 1e308 - 1e308`) the sums may round differently from this
