@@ -123,12 +123,13 @@ fn setbit(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             false
         }
         Some((old, len)) => {
-            // Redis writes (and replicates) only when the string grows or the bit changes.
+            // Redis writes (and replicates) only when the string grows or the bit changes;
+            // it unshares the string either way ("raw" from then on).
             if old != on || (len as u64) < byte_len {
                 write_edit(ctx, key, edit);
-                ctx.shard.mark_raw_encoding(db, key);
                 ctx.notify(notify::STRING, "setbit", key);
             }
+            ctx.shard.mark_raw_encoding(db, key);
             old
         }
     };
@@ -704,9 +705,9 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), C
                 // Padding only: the last byte's bit written as it is (zero).
                 write_edit(ctx, key, bits_edit(highest, 1, 0));
             }
-            if grows || wrote {
-                ctx.shard.mark_raw_encoding(db, key);
-            }
+            // Redis unshares the string for any SET or INCRBY (`dbUnshareStringValue`),
+            // whether or not it changes: "raw" from then on.
+            ctx.shard.mark_raw_encoding(db, key);
             if wrote {
                 ctx.notify(notify::STRING, "setbit", key);
             }

@@ -185,10 +185,31 @@ fn decode_wgs84(hash: Bits) -> Option<Area> {
     decode(lo, la, hash)
 }
 
+/// C's `(uint64_t)score` as Redis's x86-64 build computes it, for scores that are no geohash
+/// (a member ZADD gave any score): a negative score or an infinite one has no defined
+/// conversion in C, and the compiled code gives these bits (Rust's `as` saturates instead).
+fn score_bits(score: f64) -> u64 {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    const INDEFINITE: u64 = 1 << 63;
+    // `cvttsd2si`: the integer part, or the "integer indefinite" value out of range.
+    let truncate = |x: f64| {
+        if x.is_nan() || !(-TWO_63..TWO_63).contains(&x) {
+            INDEFINITE
+        } else {
+            x as i64 as u64
+        }
+    };
+    if score >= TWO_63 {
+        truncate(score - TWO_63) ^ INDEFINITE
+    } else {
+        truncate(score)
+    }
+}
+
 /// `decodeGeohash`: a score to (longitude, latitude), clamped to the valid ranges.
 fn decode_score(score: f64) -> Option<[f64; 2]> {
     let area = decode_wgs84(Bits {
-        bits: score as u64,
+        bits: score_bits(score),
         step: GEO_STEP_MAX,
     })?;
     let x = ((area.longitude.min + area.longitude.max) / 2.0).clamp(GEO_LONG_MIN, GEO_LONG_MAX);
@@ -967,6 +988,20 @@ mod tests {
         let xy = decode_score(3_479_099_956_230_698.0).unwrap();
         assert_eq!(format!("{:.17}", xy[0]), "13.36138933897018433");
         assert_eq!(format!("{:.17}", xy[1]), "38.11555639549629859");
+    }
+
+    /// Scores no GEOADD gives (ZADD of anything) decode from the bits Redis's build reads.
+    #[test]
+    fn non_geohash_scores_convert_as_redis_does() {
+        assert_eq!(score_bits(3.9), 3);
+        assert_eq!(score_bits(-1.0), u64::MAX);
+        assert_eq!(score_bits(f64::NEG_INFINITY), 1 << 63);
+        assert_eq!(score_bits(f64::INFINITY), 0);
+        assert_eq!(score_bits(9_223_372_036_854_775_808.0), 1 << 63);
+        assert_eq!(score_bits(1e300), 0);
+        // GEOPOS of a member ZADDed with -inf: Redis 7.0.15 answers longitude 180.
+        let xy = decode_score(f64::NEG_INFINITY).unwrap();
+        assert_eq!(xy[0], 180.0);
     }
 
     #[test]

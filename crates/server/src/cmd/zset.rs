@@ -566,11 +566,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
         return Err(CmdError::Syntax);
     }
     let elements = elements / 2;
-    if has(ZADD_INCR) && elements > 1 {
-        return Err(CmdError::Err(
-            "INCR option supports a single increment-element pair".to_string(),
-        ));
-    }
+    // Redis's order of checks: the option conflicts, then INCR's single pair.
     if has(ZADD_NX) && has(ZADD_XX) {
         return Err(CmdError::Err(
             "XX and NX options at the same time are not compatible".to_string(),
@@ -582,6 +578,11 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
     {
         return Err(CmdError::Err(
             "GT, LT, and/or NX options at the same time are not compatible".to_string(),
+        ));
+    }
+    if has(ZADD_INCR) && elements > 1 {
+        return Err(CmdError::Err(
+            "INCR option supports a single increment-element pair".to_string(),
         ));
     }
     let mut pairs: Vec<(f64, &[u8])> = Vec::with_capacity(elements);
