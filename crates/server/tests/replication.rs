@@ -307,6 +307,44 @@ fn move_and_swapdb_replicate_and_merge_with_concurrent_writes() {
     assert_eq!(cluster.site(A).digest(), cluster.site(B).digest());
 }
 
+/// A HyperLogLog that MOVE or SWAPDB writes into a key whose removal this site applied
+/// (another site's FLUSHALL) carries what this site had seen there. It carried nothing: the
+/// moving site dropped its own raise, concurrent with the removal as it looked, while the
+/// other site, which had collected that removal, kept it, and the sites differed for good.
+#[test]
+fn moved_hyperloglog_survives_a_removal_the_destination_held() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    for (key, moving) in [("c", ["MOVE", "c", "1"]), ("e", ["SWAPDB", "0", "1"])] {
+        // The destination's key has a history: written, then removed by A's FLUSHALL.
+        assert_eq!(a.int(&["PFADD", key, "x"]), 1);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        a.ok(&["SWAPDB", "0", "1"]);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        a.ok(&["FLUSHALL"]);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        assert_eq!(a.int(&["PFADD", key, "y"]), 1);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        if moving[0] == "MOVE" {
+            assert_eq!(b.int(&moving), 1);
+        } else {
+            b.ok(&moving);
+        }
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        on_all(&cluster, &[A, B], |site, c| {
+            c.ok(&["SELECT", "1"]);
+            assert_eq!(c.int(&["PFCOUNT", key]), 1, "{key} in db 1 at {site}");
+            c.ok(&["SELECT", "0"]);
+            assert_eq!(c.int(&["EXISTS", key]), 0, "{key} in db 0 at {site}");
+        });
+        a.ok(&["FLUSHALL"]);
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+    }
+    assert_eq!(cluster.site(A).digest(), cluster.site(B).digest());
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. The seed paper's Tables 5–7 (and the counter table of docs/conflicts.md §2), end to end.
 // ---------------------------------------------------------------------------------------

@@ -99,9 +99,10 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
     }
     let delivered = delivered_context(ctx);
     ctx.shard.write_key(db, key, now, |state| {
-        let mut seen = state.observed().stamps;
-        seen.merge(&delivered);
-        Effect::Hll(HllOp::Load { hyll: value, seen })
+        Effect::Hll(HllOp::Load {
+            hyll: value,
+            seen: raise_context(state, &delivered),
+        })
     });
     if let (true, Some(at)) = (keep_ttl, ttl) {
         ctx.shard.write_key(db, key, now, |state| {
@@ -113,12 +114,25 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
 /// With peers, what this site has delivered from every origin: a raise carries it besides the
 /// key's own stamps, so that a DEL this site had delivered, whose context another site may
 /// already have collected, still counts as seen (per-origin FIFO makes it true).
-fn delivered_context(ctx: &Ctx<'_>) -> meridian_crdt::VersionVector {
+pub(crate) fn delivered_context(ctx: &Ctx<'_>) -> meridian_crdt::VersionVector {
     if ctx.shard.peers > 0 {
         ctx.shard.delivered_vv()
     } else {
         meridian_crdt::VersionVector::new()
     }
+}
+
+/// What a raise written here at `state` carries as seen: the key's stamps and what this site
+/// delivered. A raise concurrent with a removal is dropped (`HllOp::saw`); one written after
+/// this site applied the removal must say so, or a site that still holds the removal drops
+/// it and one that collected it does not.
+pub(crate) fn raise_context(
+    state: &KeyState,
+    delivered: &meridian_crdt::VersionVector,
+) -> meridian_crdt::VersionVector {
+    let mut seen = state.observed().stamps;
+    seen.merge(delivered);
+    seen
 }
 
 /// Writes a raise to the HyperLogLog at `key`, carrying what this site had seen there.
@@ -130,9 +144,7 @@ fn write_raise(
     let db = ctx.db();
     let delivered = delivered_context(ctx);
     ctx.shard.write_key(db, key, ctx.now_ms, |state| {
-        let mut seen = state.observed().stamps;
-        seen.merge(&delivered);
-        Effect::Hll(make(seen))
+        Effect::Hll(make(raise_context(state, &delivered)))
     });
     // Redis unshares the string it modifies: OBJECT ENCODING says "raw".
     ctx.shard.mark_raw_encoding(db, key);

@@ -11,7 +11,7 @@
 //! hit or miss without refreshing the LRU clock (`LOOKUP_NOTOUCH`); TOUCH and COPY's source
 //! refresh it; write paths (DEL, RENAME, EXPIRE, PERSIST) count nothing.
 
-use meridian_crdt::{Effect, Expire, KeyState, SmallBytes, StrView, TypeTag};
+use meridian_crdt::{Effect, Expire, HllOp, KeyState, SmallBytes, StrView, TypeTag};
 
 use super::args::{ScanOptions, eq_ic, int_arg, parse_cursor, parse_i64, scan_options};
 use super::{Ctx, Handler};
@@ -102,8 +102,18 @@ pub(crate) fn write_snapshot(
 ) {
     let now = ctx.now_ms;
     ctx.shard.delete_key(db, key, now);
+    let delivered = super::hll::delivered_context(ctx);
     for effect in &value.0 {
-        ctx.shard.write_key(db, key, now, |_| effect.clone());
+        ctx.shard.write_key(db, key, now, |state| match effect {
+            // A raise carries what this site had seen at the destination (its removal just
+            // above included), as PFADD's do: without it, a site holding a removal of the
+            // destination drops the raise and one that collected it keeps it.
+            Effect::Hll(HllOp::Load { hyll, .. }) => Effect::Hll(HllOp::Load {
+                hyll: hyll.clone(),
+                seen: super::hll::raise_context(state, &delivered),
+            }),
+            other => other.clone(),
+        });
     }
     if let Some(at) = at_ms {
         ctx.shard.write_key(db, key, now, |st| {
