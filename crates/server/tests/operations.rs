@@ -1027,6 +1027,68 @@ fn a_removed_sites_writes_that_reached_only_some_sites_reach_every_remaining_sit
     );
 }
 
+/// The `add-remove-site` drill's divergence of 2026-11-27 (a sorted-set member 1 at one site,
+/// 4 at the others): a removed site's last ZREM reaches a remaining site only by a full sync,
+/// and that site may have folded the increments the ZREM removes in the meantime.
+#[test]
+fn a_removed_sites_last_zrem_removes_what_it_saw_everywhere() {
+    use common::sites::{Cluster, Opts, wait_converged};
+    let mut cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());
+    cluster.wait_links_up(Duration::from_secs(30));
+    let mut b = cluster.site(1).connect();
+    let mut c = cluster.site(2).connect();
+    let score = |cluster: &Cluster, i: usize| cluster.site(i).cmd(&["ZSCORE", "z", "m"]);
+    b.call(&[b"ZADD", b"z", b"90", b"m"]);
+    cluster.wait_converged(Duration::from_secs(30));
+    c.call(&[b"ZINCRBY", b"z", b"3", b"m"]);
+    cluster.wait_converged(Duration::from_secs(30));
+    b.call(&[b"ZINCRBY", b"z", b"2", b"m"]);
+    cluster.wait_converged(Duration::from_secs(30));
+    // b's ops stop reaching c; its ZREM (which saw 90, +3, +2) reaches a only.
+    cluster.proxy(2, 1).partition();
+    b.call(&[b"ZREM", b"z", b"m"]);
+    assert!(common::disk::eventually(Duration::from_secs(10), || {
+        score(&cluster, 0) == common::Reply::Nil
+    }));
+    // c's +1, concurrent with the ZREM: it survives it alone (score 1).
+    c.call(&[b"ZINCRBY", b"z", b"1", b"m"]);
+    assert!(common::disk::eventually(Duration::from_secs(10), || {
+        score(&cluster, 0) == common::Reply::Bulk(b"1".to_vec())
+    }));
+    cluster.site_mut(1).kill();
+    for i in [0, 2] {
+        let mut s = cluster.site(i).connect();
+        assert_eq!(s.call(&[b"CRDT.REMOVEPEER", b"b"]), b"+OK\r\n");
+    }
+    let same = common::disk::eventually(Duration::from_secs(20), || {
+        score(&cluster, 0) == score(&cluster, 2)
+    });
+    assert!(
+        same,
+        "a: {:?}, c: {:?}",
+        score(&cluster, 0),
+        score(&cluster, 2)
+    );
+    assert_eq!(score(&cluster, 0), common::Reply::Bulk(b"1".to_vec()));
+    wait_converged(&[cluster.site(0), cluster.site(2)], Duration::from_secs(30));
+    // Collection waited for b's last ops at c, not for good: removals made now are
+    // collected at both sites.
+    let collected = |i: usize| cluster.site(i).info_u64("crdt_gc_collected_keys");
+    let before = [collected(0), collected(2)];
+    c.call(&[b"SADD", b"later", b"x", b"y"]);
+    c.call(&[b"SREM", b"later", b"x"]);
+    c.call(&[b"SET", b"gone", b"1"]);
+    c.call(&[b"DEL", b"gone"]);
+    for (k, i) in [0, 2].into_iter().enumerate() {
+        assert!(
+            common::disk::eventually(Duration::from_secs(20), || collected(i) >= before[k] + 2),
+            "site {i}: {} keys collected, {} before the new removals",
+            collected(i),
+            before[k]
+        );
+    }
+}
+
 /// Known defect (docs/drills.md §7, found by `add-remove-site`): the floor of a full-sync merge
 /// joins what *either* side collected, limited only to what the receiver delivered
 /// (`Shard::full_sync_floor`). A site that joins under load can send the site pulling a full
