@@ -64,33 +64,7 @@ impl Shard {
     /// other peers only. An origin no peer entry claims is a site's shard not learned yet,
     /// and every ack counts for it (conservative).
     pub fn stable_vv(&self) -> Option<VersionVector> {
-        if self.removed_ops_owed() {
-            return None;
-        }
         self.delivered_everywhere(|p| (!p.quarantined).then_some(p.acked_causal.as_ref()))
-    }
-
-    /// Whether a peer still in the deployment has acked ops of a removed site's lives that
-    /// this shard has not delivered. They come here by a full sync from such a peer
-    /// (docs/replication.md §9, "A removed site's lives are retired too"), and one of them (a
-    /// ZREM that saw part of a member's increments, say) must not meet metadata collected
-    /// meanwhile (those increments folded into one running sum), or the sites diverge for
-    /// good: collection waits for them, as `Peer::acked_causal` makes it wait for a live
-    /// peer's ops that its ack overtook.
-    fn removed_ops_owed(&self) -> bool {
-        let mine = &self.sync.delivered;
-        self.sync
-            .peers
-            .iter()
-            .filter(|p| p.removed)
-            .flat_map(|p| p.lives.iter())
-            .any(|&origin| {
-                self.sync.peers.iter().filter(|q| !q.removed).any(|q| {
-                    q.acked
-                        .as_ref()
-                        .is_some_and(|a| a.get(origin) > mine.get(origin))
-                })
-            })
     }
 
     /// What every peer still in the deployment (quarantined ones included) said it had
@@ -110,9 +84,6 @@ impl Shard {
     /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
     /// nothing. A peer shard's acks count for the origins it receives, as in `stable_vv`.
     pub fn everywhere_vv(&self) -> VersionVector {
-        if self.removed_ops_owed() {
-            return VersionVector::new();
-        }
         self.delivered_everywhere(|p| (!p.removed).then_some(p.acked_causal.as_ref()))
             .unwrap_or_default()
     }
@@ -429,52 +400,6 @@ pub(super) mod tests {
         assert_eq!(s.dbs[0].meta_keys, 0, "both contexts went");
         let k = s.hash_key(b"k");
         assert!(s.dbs[0].get(k, b"k").is_none());
-        assert_meta_counted(&s);
-    }
-
-    /// Until this shard has every op of a removed site's lives that a remaining peer acked
-    /// (they come by a full sync from that peer), it collects nothing: one of them may
-    /// remove part of what collection would fold (operations.rs
-    /// `a_removed_sites_last_zrem_removes_what_it_saw_everywhere`).
-    #[test]
-    fn a_removed_peers_ops_that_another_peer_holds_hold_back_collection() {
-        let config = crate::config::Config {
-            site: "a".to_string(),
-            peer: vec![
-                "b=127.0.0.1:7998".to_string(),
-                "c=127.0.0.1:7999".to_string(),
-            ],
-            appendonly: false,
-            ..crate::config::Config::default()
-        };
-        let mut s = Shard::new(0, config, 1_000);
-        run(&mut s, 0, &["SADD", "set", "x", "y"]);
-        run(&mut s, 0, &["SREM", "set", "x"]);
-        // C's life, as learned from its handshake; B delivered one op of it that A lacks.
-        let c_life = meridian_crdt::ReplicaId(0x00c0_ffee);
-        s.sync.peers[1].lives = vec![c_life];
-        let mut all = s.delivered_vv();
-        let mut b_has = all.clone();
-        b_has.observe(meridian_crdt::Stamp {
-            hlc: meridian_crdt::Hlc(5),
-            replica: c_life,
-        });
-        s.sync.peers[0].acked = Some(b_has.clone());
-        s.sync.peers[0].acked_causal = Some(b_has.clone());
-        assert!(s.remove_peer("c"));
-        assert!(s.stable_vv().is_none(), "C's op that B holds is owed here");
-        assert!(s.everywhere_vv().is_empty());
-        s.gc_step(1_100, GC_STEP_BUCKETS_MAX);
-        assert_eq!(s.dbs[0].meta_keys, 1, "nothing collected meanwhile");
-        // The op arrives (B's full sync): collection goes on.
-        all.observe(meridian_crdt::Stamp {
-            hlc: meridian_crdt::Hlc(5),
-            replica: c_life,
-        });
-        s.sync.delivered = all;
-        assert!(s.stable_vv().is_some());
-        s.gc_step(1_200, GC_STEP_BUCKETS_MAX);
-        assert_eq!(s.dbs[0].meta_keys, 0, "the SREM's context went");
         assert_meta_counted(&s);
     }
 
