@@ -160,6 +160,17 @@ impl Big {
         self.trim();
     }
 
+    /// `self >>= 1`.
+    fn shr1(&mut self) {
+        let mut carry = 0u32;
+        for l in self.0.iter_mut().rev() {
+            let next = *l << 31;
+            *l = (*l >> 1) | carry;
+            carry = next;
+        }
+        self.trim();
+    }
+
     /// Divides by `d`, returning the remainder.
     fn div_small(&mut self, d: u32) -> u32 {
         let mut rem = 0u64;
@@ -258,14 +269,16 @@ impl Ext80 {
         } else {
             den.shl(scale.unsigned_abs());
         }
+        // Long division, one quotient bit at a time from bit 67: `den` shifted once, then
+        // halved at each step.
         let mut q = 0u128;
+        den.shl(67);
         for bit in (0..68).rev() {
-            let mut shifted = den.clone();
-            shifted.shl(bit);
-            if n.cmp(&shifted) != Ordering::Less {
-                n.sub_assign(&shifted);
+            if n.cmp(&den) != Ordering::Less {
+                n.sub_assign(&den);
                 q |= 1 << bit;
             }
+            den.shr1();
         }
         let (sig, shift) = round_to_sig(q, !n.is_zero());
         Ext80::checked(neg, sig, shift - scale)
@@ -554,6 +567,16 @@ mod tests {
         assert_eq!(hex(false, "1", -20000), None);
         assert_eq!(hex(false, "1", 20000), None);
         assert_eq!(hex(false, "0", 20000).as_deref(), Some("0"));
+    }
+
+    #[test]
+    fn halving_carries_across_limbs() {
+        let mut b = Big::from_u128((1 << 64) | (1 << 32) | 1);
+        b.shr1();
+        assert_eq!(b, Big::from_u128((1 << 63) | (1 << 31)));
+        let mut one = Big::from_u128(1);
+        one.shr1();
+        assert!(one.is_zero());
     }
 
     #[test]
