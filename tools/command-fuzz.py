@@ -35,9 +35,11 @@ import asyncio
 import json
 import os
 import random
-import socket
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loopback_server  # noqa: E402  (the tools' shared RESP client)
 
 # A reply that does not come within this long fails the run (a hung server is a finding).
 REPLY_TIMEOUT_S = 10
@@ -49,57 +51,35 @@ PARTITION_TOGGLE_P = 0.02
 MULTI_P = 0.04
 
 
-class Conn:
+class Conn(loopback_server.Conn):
+    """loopback_server's connection, its replies read typed so that two servers' can be
+    compared exactly: a simple string is not a bulk one, an error is a value, and RESP3's
+    types are kept apart."""
+
     def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port))
-        self.s.settimeout(REPLY_TIMEOUT_S)
-        self.buf = b""
+        super().__init__(port, timeout=REPLY_TIMEOUT_S)
 
-    def send(self, args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a.encode("latin-1") if isinstance(a, str) else a
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.s.sendall(b"".join(out))
-
-    def fill(self, n):
-        while len(self.buf) < n:
-            chunk = self.s.recv(1 << 20)
-            if not chunk:
-                raise EOFError
-            self.buf += chunk
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.s.recv(1 << 20)
-            if not chunk:
-                raise EOFError
-            self.buf += chunk
-        i = self.buf.index(b"\r\n")
-        l, self.buf = self.buf[:i], self.buf[i + 2:]
-        return l
+    def _bulk(self, n):
+        while len(self.buf) < n + 2:
+            self._fill()
+        v, self.buf = self.buf[:n], self.buf[n + 2:]
+        return v
 
     def read(self):
-        l = self.line()
-        t, rest = l[:1], l[1:]
-        if t in (b"+",):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
             return ("s", rest)
         if t == b"-":
             return ("e", rest)
         if t == b":":
             return ("i", int(rest))
+        if t in (b"$", b"*") and int(rest) < 0:
+            return None
         if t == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            self.fill(n + 2)
-            v, self.buf = self.buf[:n], self.buf[n + 2:]
-            return v
+            return self._bulk(int(rest))
         if t == b"*":
-            n = int(rest)
-            if n < 0:
-                return None
-            return [self.read() for _ in range(n)]
+            return [self.read() for _ in range(int(rest))]
         if t == b"%":
             return ("map", [(self.read(), self.read()) for _ in range(int(rest))])
         if t == b"~":
@@ -113,14 +93,14 @@ class Conn:
         if t == b"(":
             return ("big", rest)
         if t == b"=":
-            n = int(rest)
-            self.fill(n + 2)
-            v, self.buf = self.buf[:n], self.buf[n + 2:]
-            return ("verbatim", v)
-        raise ValueError(l)
+            return ("verbatim", self._bulk(int(rest)))
+        raise ValueError(line)
 
     def call(self, args):
-        self.send(args)
+        """Sends one command (text arguments as Latin-1, so any byte can be one) and reads
+        its reply."""
+        self.sock.sendall(loopback_server.enc(*(a.encode("latin-1") if isinstance(a, str) else a
+                                                for a in args)))
         return self.read()
 
 
@@ -451,9 +431,9 @@ def snapshot(conn, dbs=("0",)):
             elif t == b"list":
                 v = conn.call(["LRANGE", k, "0", "-1"])
             elif t == b"hash":
-                v = sorted(conn.call(["HGETALL", k]), key=repr)
+                v = norm(["HGETALL", k], conn.call(["HGETALL", k]))
             elif t == b"set":
-                v = sorted(conn.call(["SMEMBERS", k]), key=repr)
+                v = norm(["SMEMBERS", k], conn.call(["SMEMBERS", k]))
             elif t == b"zset":
                 v = conn.call(["ZRANGE", k, "0", "-1", "WITHSCORES"])
             elif t == b"stream":
