@@ -1027,14 +1027,12 @@ fn a_removed_sites_writes_that_reached_only_some_sites_reach_every_remaining_sit
     );
 }
 
-/// Known defect (docs/drills.md §7, found by `add-remove-site` on 2026-11-27): a removed
-/// site's last ZREM reaches a remaining site only by a full sync, and that site, no longer held
-/// back by the removed one, may have folded the increments the ZREM removes into one running
-/// sum in the meantime; the join keeps its sum (4 where the others hold 1, for good). Holding
-/// collection back until the full sync arrived fixes this test but stalled collection for good
-/// in the drill (seed 1's GC probe): ignored until a hold-back that ends is found.
+/// docs/drills.md §7 (found by `add-remove-site` on 2026-11-27): a removed site's last ZREM
+/// reaches a remaining site only by a full sync, and that site, no longer held back by the
+/// removed one, must not have folded the increments the ZREM removes into one running sum in
+/// the meantime (the join kept its sum: 4 where the others held 1, for good). Collection
+/// waits until the full sync brought it (`Shard::retired_ops_owed`), and only until then.
 #[test]
-#[ignore = "known defect: docs/drills.md §7, a removed site's last ZREM against folded increments"]
 fn a_removed_sites_last_zrem_removes_what_it_saw_everywhere() {
     use common::sites::{Cluster, Opts, wait_converged};
     let mut cluster = Cluster::start(&["a", "b", "c"], Opts::proxied());

@@ -18,6 +18,33 @@ pub fn vv_min(a: &VersionVector, b: &VersionVector) -> VersionVector {
     out
 }
 
+/// Whether two sets of inclusive slot ranges share a slot.
+fn ranges_meet(a: &[(u16, u16)], b: &[(u16, u16)]) -> bool {
+    a.iter()
+        .any(|&(a0, a1)| b.iter().any(|&(b0, b1)| a0 <= b1 && b0 <= a1))
+}
+
+/// Why collection waits for a full sync (`Shard::retired_ops_owed`): peer shard `site`/`shard`
+/// acked ops of retired life `origin` up to `acked`; this shard holds them up to `here`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetiredOwed {
+    pub site: String,
+    pub shard: u16,
+    pub origin: meridian_crdt::ReplicaId,
+    pub acked: meridian_crdt::Hlc,
+    pub here: meridian_crdt::Hlc,
+}
+
+impl std::fmt::Display for RetiredOwed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} acked {:08x} up to {} (here {})",
+            self.site, self.shard, self.origin.0, self.acked.0, self.here.0
+        )
+    }
+}
+
 impl Shard {
     /// Promotes each peer's latest ack to `acked_causal` once every op the peer issued before
     /// it has been applied here.
@@ -64,7 +91,57 @@ impl Shard {
     /// other peers only. An origin no peer entry claims is a site's shard not learned yet,
     /// and every ack counts for it (conservative).
     pub fn stable_vv(&self) -> Option<VersionVector> {
+        if self.retired_ops_owed().is_some() {
+            return None;
+        }
         self.delivered_everywhere(|p| (!p.quarantined).then_some(p.acked_causal.as_ref()))
+    }
+
+    /// Whether a peer that still counts (neither removed nor quarantined) acked ops of a
+    /// retired life of another site (a rebooted site's lost tail, any life of a removed
+    /// site) that this shard has not: nobody streams them any more, so they come here only
+    /// by a full sync from that peer, and one of them (a ZREM that saw part of a member's
+    /// increments, say) must not meet metadata collected meanwhile (those increments folded
+    /// into one running sum), or the sites diverge for good. Collection waits for them, as
+    /// `Peer::acked_causal` makes it wait for a live peer's ops that its ack overtook.
+    ///
+    /// The comparison is the peer's own (`SyncState::ahead_on_retired`) seen from this side:
+    /// the peer's ack against what this shard acks to it (its delivered vector and the
+    /// link's `retired_in`), so whenever this holds the peer finds this shard behind and
+    /// resets the link for a full sync within `RETIRED_RESYNC_AFTER_MS`, and that full sync
+    /// ends it. Lives of this shard's own site are not compared: a sibling shard's ops are
+    /// of other slots and never come here.
+    ///
+    /// Only peers whose slots meet this shard's count (`Peer::slots`; unknown ones do): a
+    /// shard of other slots holds no op this shard needs, and the entries it acks for a
+    /// retired life of other slots may come from the context of a full sync by a site that
+    /// does not know that life as retired (one that joined after the removal) and so never
+    /// sends it here.
+    pub(crate) fn retired_ops_owed(&self) -> Option<RetiredOwed> {
+        let sync = &self.sync;
+        let delivered = self.delivered_vv();
+        let mine = self.slots.ranges_of(self.index);
+        sync.peers
+            .iter()
+            .filter(|q| !q.removed && !q.quarantined)
+            .filter(|q| q.slots.is_empty() || ranges_meet(&q.slots, &mine))
+            .find_map(|q| {
+                let acked = q.acked.as_ref()?;
+                acked.iter().find_map(|(r, hlc)| {
+                    let here = delivered.get(r).max(q.retired_in.get(r));
+                    (hlc > here
+                        && sync.is_retired(r)
+                        && sync.peers.iter().any(|p| p.lives.contains(&r))
+                        && !sync.lives.contains(&r))
+                    .then(|| RetiredOwed {
+                        site: q.site.clone(),
+                        shard: q.shard,
+                        origin: r,
+                        acked: hlc,
+                        here,
+                    })
+                })
+            })
     }
 
     /// What every peer still in the deployment (quarantined ones included) said it had
@@ -84,6 +161,9 @@ impl Shard {
     /// removed from the deployment (CRDT.REMOVEPEER) never syncs again, so it holds back
     /// nothing. A peer shard's acks count for the origins it receives, as in `stable_vv`.
     pub fn everywhere_vv(&self) -> VersionVector {
+        if self.retired_ops_owed().is_some() {
+            return VersionVector::new();
+        }
         self.delivered_everywhere(|p| (!p.removed).then_some(p.acked_causal.as_ref()))
             .unwrap_or_default()
     }
@@ -135,6 +215,17 @@ impl Shard {
         self.update_quarantine(now_ms);
         self.update_causal_acks();
         self.note_gc_pending();
+        let owed = self.retired_ops_owed();
+        if owed != self.sync.gc.held_by {
+            match &owed {
+                Some(o) => tracing::info!(
+                    shard = self.index,
+                    "garbage collection waits for a full sync: peer {o}"
+                ),
+                None => tracing::info!(shard = self.index, "garbage collection goes on"),
+            }
+            self.sync.gc.held_by = owed;
+        }
         let Some(stable) = self.stable_vv() else {
             return;
         };
@@ -400,6 +491,70 @@ pub(super) mod tests {
         assert_eq!(s.dbs[0].meta_keys, 0, "both contexts went");
         let k = s.hash_key(b"k");
         assert!(s.dbs[0].get(k, b"k").is_none());
+        assert_meta_counted(&s);
+    }
+
+    /// Until this shard has every op of a removed site's lives that a remaining peer acked
+    /// (they come by a full sync from that peer), it collects nothing: one of them may
+    /// remove part of what collection would fold (operations.rs
+    /// `a_removed_sites_last_zrem_removes_what_it_saw_everywhere`). What the link's full
+    /// syncs carried for other slots (`Peer::retired_in`) counts as for the peer's own check,
+    /// and a quarantined peer holds back nothing.
+    #[test]
+    fn a_removed_peers_ops_that_another_peer_holds_hold_back_collection_until_they_come() {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec![
+                "b=127.0.0.1:7998".to_string(),
+                "c=127.0.0.1:7999".to_string(),
+            ],
+            appendonly: false,
+            ..crate::config::Config::default()
+        };
+        let mut s = Shard::new(0, config, 1_000);
+        run(&mut s, 0, &["SADD", "set", "x", "y"]);
+        run(&mut s, 0, &["SREM", "set", "x"]);
+        // C's life, as learned from its handshake; B delivered ops of it that A lacks.
+        let c_life = meridian_crdt::ReplicaId(0x00c0_ffee);
+        s.sync.peers[1].lives = vec![c_life];
+        let c_op = |hlc: u64| meridian_crdt::Stamp {
+            hlc: meridian_crdt::Hlc(hlc),
+            replica: c_life,
+        };
+        let mut b_has = s.delivered_vv();
+        b_has.observe(c_op(5));
+        s.sync.peers[0].acked = Some(b_has.clone());
+        s.sync.peers[0].acked_causal = Some(b_has.clone());
+        assert!(
+            s.retired_ops_owed().is_none(),
+            "C is live: its ops stream to A"
+        );
+        assert!(s.remove_peer("c"));
+        assert!(s.stable_vv().is_none(), "C's op that B holds is owed here");
+        assert!(s.everywhere_vv().is_empty());
+        s.gc_step(1_100, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.dbs[0].meta_keys, 1, "nothing collected meanwhile");
+        // B's full sync brought it, from a shard of other slots: the link's entry counts.
+        s.sync.peers[0].retired_in.observe(c_op(5));
+        assert!(s.stable_vv().is_some());
+        // Another op of C's that B acks; B falls silent: it no longer holds anything back.
+        b_has.observe(c_op(6));
+        s.sync.peers[0].acked = Some(b_has);
+        assert!(s.stable_vv().is_none(), "C's op at 6 is owed");
+        s.sync.peers[0].quarantined = true;
+        assert!(s.stable_vv().is_some());
+        s.sync.peers[0].quarantined = false;
+        // As a shard of slots 0-8191 with B's of 8192-16383, B holds no op of C's it needs.
+        s.slots = std::sync::Arc::new(crate::slot::SlotMap::contiguous(2));
+        s.sync.peers[0].slots = vec![(8192, 16383)];
+        assert!(s.stable_vv().is_some(), "B's shard owns other slots");
+        s.sync.peers[0].slots = vec![(0, 9000)];
+        assert!(s.stable_vv().is_none(), "B's shard owns some of its slots");
+        // It arrives here (delivered, as from a shard of the same slots): collection goes on.
+        s.sync.delivered.observe(c_op(6));
+        assert!(s.stable_vv().is_some());
+        s.gc_step(1_200, GC_STEP_BUCKETS_MAX);
+        assert_eq!(s.dbs[0].meta_keys, 0, "the SREM's context went");
         assert_meta_counted(&s);
     }
 

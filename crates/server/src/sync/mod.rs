@@ -98,6 +98,10 @@ pub struct Peer {
     pub replica: ReplicaId,
     /// The peer's life as last learned from a handshake (0 until then).
     pub life: u32,
+    /// The slot ranges the peer's shard owns, as its last handshake stated them (empty until
+    /// one): garbage collection waits only for peers whose slots meet this shard's
+    /// (`Shard::retired_ops_owed`).
+    pub slots: Vec<(u16, u16)>,
     /// The peer's recognized lives, oldest first (`lives_of`); the last is `replica`. Its
     /// stream may carry ops of any of them; all but the last are retired.
     pub lives: Vec<ReplicaId>,
@@ -179,6 +183,7 @@ impl Peer {
             replica: ReplicaId::for_site_shard(site, r),
             life: 0,
             lives: lives_of(site, r, 0),
+            slots: Vec::new(),
             retired_behind_since_ms: None,
             inbound: LinkState::Down,
             in_incarnation: 0,
@@ -278,6 +283,8 @@ pub struct GcStats {
     pub dropped_keys: u64,
     /// Where the next GC step resumes its scan: (db, bucket).
     pub cursor: (usize, usize),
+    /// Why collection waits for a full sync, as of the last GC step (logged as it changes).
+    pub held_by: Option<gc::RetiredOwed>,
 }
 
 /// A shard's replication state. See the module doc.

@@ -73,6 +73,7 @@ impl Shard {
             if p.learn_life(hello.from_life) {
                 tracing::info!(peer = %hello.from_site, life = hello.from_life, "peer began a new life");
             }
+            p.slots.clone_from(&hello.slots);
         }
         let (mode, why) = choose_mode(self, peer, hello);
         // A dialer that asked for every key, or that this site quarantined, gets every key
@@ -138,6 +139,7 @@ impl Shard {
         if p.learn_life(welcome.life) {
             tracing::info!(peer = %p.site, life = welcome.life, "peer began a new life");
         }
+        p.slots.clone_from(&welcome.slots);
         let new_life = welcome.life != p.in_life;
         p.in_life = welcome.life;
         if welcome.incarnation != p.in_incarnation {
