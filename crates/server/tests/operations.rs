@@ -1091,14 +1091,15 @@ fn a_removed_sites_last_zrem_removes_what_it_saw_everywhere() {
     }
 }
 
-/// Known defect (docs/drills.md §7, found by `add-remove-site`): the floor of a full-sync merge
-/// joins what *either* side collected, limited only to what the receiver delivered
-/// (`Shard::full_sync_floor`). A site that joins under load can send the site pulling a full
-/// sync from it a state that lacks the puller's newest writes (they have not reached it yet);
-/// the puller's own collections cover them, so it takes them for removed by the joiner and
-/// drops them: acknowledged writes lost at the puller, and a permanent divergence with the
-/// sites that hold them. Here c's element `e2` is acked at c and reaches a; d joins holding c's
-/// list without `e2` and with an element of a's that c lacks; c adds d and pulls from it.
+/// docs/drills.md §7 (found by `add-remove-site`, fixed by the merge rule of
+/// docs/replication.md §5): the floor of a full-sync merge joined what *either* side collected,
+/// limited only to what the receiver delivered. A site that joins under load can send the site
+/// pulling a full sync from it a state that lacks the puller's newest writes (they have not
+/// reached it yet); the puller's own collections cover them, so it took them for removed by
+/// the joiner and dropped them: acknowledged writes lost at the puller, and a permanent
+/// divergence with the sites that hold them. Each side is now judged by its own causal
+/// context. Here c's element `e2` is acked at c and reaches a; d joins holding c's list
+/// without `e2` and with an element of a's that c lacks; c adds d and pulls from it.
 #[test]
 fn a_full_sync_from_a_joining_site_keeps_the_pullers_newest_writes() {
     use common::sites::{Cluster, Opts, wait_converged, wait_links_up};
