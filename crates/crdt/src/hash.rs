@@ -119,6 +119,22 @@ impl FieldState {
         w.max(i)
     }
 
+    /// Whether a fold may ever merge two of its increments: two of one origin and kind. One
+    /// increment per origin (a counter written at several sites, folded) is final: it
+    /// waits in no fold queue, and the key holds no metadata for it, until another
+    /// increment arrives.
+    fn may_fold(&self) -> bool {
+        self.incs.iter().enumerate().any(|(i, (s, d))| {
+            self.incs.iter().skip(i + 1).any(|(t, e)| {
+                t.replica == s.replica
+                    && matches!(
+                        (d, e),
+                        (Delta::Int(_), Delta::Int(_)) | (Delta::Float(_), Delta::Float(_))
+                    )
+            })
+        })
+    }
+
     /// Folds, per origin and kind, the increments `stable` covers (all when `None`) into one
     /// dot with the highest stamp. Returns whether anything was folded.
     fn fold(&mut self, stable: Option<&VersionVector>) -> bool {
@@ -464,7 +480,7 @@ impl Inner {
         if let (Some(p), Some((_, v))) = (packed, st.writes.first()) {
             put_plain(&mut out, field, p, v.as_slice());
         } else {
-            let fold = st.incs.len() > 1;
+            let fold = st.may_fold();
             let slot = self.alloc_slot(st);
             if fold {
                 self.meta_mut().to_fold.push(slot as u32);
@@ -870,7 +886,7 @@ impl HashCrdt {
             for slot in slots {
                 if let Some(Some(st)) = m.slab.get_mut(slot as usize) {
                     st.fold(everywhere);
-                    if everywhere.is_some() && st.incs.len() > 1 {
+                    if everywhere.is_some() && st.may_fold() {
                         m.to_fold.push(slot);
                     }
                 }
@@ -1576,6 +1592,37 @@ mod tests {
         h.apply(st(3, 1), &s);
         h.apply(st(3, 2), &inc(5));
         assert_eq!(h.get(b"c"), Some(StrView::Int(15)));
+    }
+
+    /// A counter field incremented at two sites keeps one increment per origin once folded:
+    /// nothing more can fold, so the hash holds no metadata (the GC no longer visits the key
+    /// on every pass, as it did for ever) until another increment arrives.
+    #[test]
+    fn one_folded_increment_per_origin_is_no_metadata() {
+        let inc = |d: i64| HashOp::Incr {
+            field: b"c".to_vec(),
+            delta: Delta::Int(d),
+        };
+        let mut h = HashCrdt::new();
+        h.apply(st(1, 1), &inc(1));
+        h.apply(st(1, 2), &inc(2));
+        h.apply(st(2, 1), &inc(3));
+        assert!(h.has_metadata(), "replica 1's two increments may fold");
+        let mut everywhere = VersionVector::new();
+        everywhere.observe(st(2, 1));
+        everywhere.observe(st(1, 2));
+        h.collect_with(Some(&everywhere), Some(&everywhere));
+        assert_eq!(h.get(b"c"), Some(StrView::Int(6)));
+        assert!(
+            !h.has_metadata(),
+            "one increment per origin: nothing left to fold"
+        );
+        h.apply(st(3, 2), &inc(4));
+        assert!(h.has_metadata());
+        everywhere.observe(st(3, 2));
+        h.collect_with(Some(&everywhere), Some(&everywhere));
+        assert_eq!(h.get(b"c"), Some(StrView::Int(10)));
+        assert!(!h.has_metadata());
     }
 
     #[test]
