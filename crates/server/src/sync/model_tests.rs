@@ -121,6 +121,21 @@ fn command(cmd: u8, key: u8, arg: u8) -> Vec<String> {
     let k = key % 3;
     let m = format!("m{}", arg % 4);
     let v = format!("v{arg}");
+    // The last sixteen values: writes that fold (sorted-set and float increments, string
+    // edits), added after the first seeds were saved (which keep their commands below 240).
+    if cmd >= 240 {
+        return match cmd % 4 {
+            0 => vec!["ZINCRBY".into(), format!("z{k}"), (arg % 3).to_string(), m],
+            1 => vec!["APPEND".into(), format!("k{k}"), v],
+            2 => vec![
+                "SETBIT".into(),
+                format!("k{k}"),
+                (arg % 24).to_string(),
+                (arg % 2).to_string(),
+            ],
+            _ => vec!["INCRBYFLOAT".into(), format!("n{k}"), "1.5".into()],
+        };
+    }
     let words: Vec<String> = match cmd % 16 {
         0 => vec!["SADD".into(), format!("s{k}"), m],
         1 => vec!["SREM".into(), format!("s{k}"), m],
