@@ -318,6 +318,21 @@ pub(super) mod tests {
     }
 
     /// Runs one command on `shard` in database `db` (reply discarded).
+    /// Site A with peers B and C, quarantined after 1 s of silence.
+    fn shard_with_peers_b_and_c() -> Shard {
+        let config = crate::config::Config {
+            site: "a".to_string(),
+            peer: vec![
+                "b=127.0.0.1:7998".to_string(),
+                "c=127.0.0.1:7999".to_string(),
+            ],
+            appendonly: false,
+            sync_quarantine_ms: 1_000,
+            ..crate::config::Config::default()
+        };
+        Shard::new(0, config, 1_000)
+    }
+
     pub(in crate::sync) fn run(shard: &mut Shard, db: usize, args: &[&str]) {
         crate::cmd::testing::run_on(shard, db, args);
     }
@@ -461,17 +476,7 @@ pub(super) mod tests {
     /// quarantined one, it holds back no key removal context either.
     #[test]
     fn a_removed_peer_holds_back_nothing() {
-        let config = crate::config::Config {
-            site: "a".to_string(),
-            peer: vec![
-                "b=127.0.0.1:7998".to_string(),
-                "c=127.0.0.1:7999".to_string(),
-            ],
-            appendonly: false,
-            sync_quarantine_ms: 1_000,
-            ..crate::config::Config::default()
-        };
-        let mut s = Shard::new(0, config, 1_000);
+        let mut s = shard_with_peers_b_and_c();
         run(&mut s, 0, &["SADD", "set", "x", "y"]);
         run(&mut s, 0, &["SET", "k", "1"]);
         let before = s.delivered_vv();
@@ -502,16 +507,7 @@ pub(super) mod tests {
     /// and a quarantined peer holds back nothing.
     #[test]
     fn a_removed_peers_ops_that_another_peer_holds_hold_back_collection_until_they_come() {
-        let config = crate::config::Config {
-            site: "a".to_string(),
-            peer: vec![
-                "b=127.0.0.1:7998".to_string(),
-                "c=127.0.0.1:7999".to_string(),
-            ],
-            appendonly: false,
-            ..crate::config::Config::default()
-        };
-        let mut s = Shard::new(0, config, 1_000);
+        let mut s = shard_with_peers_b_and_c();
         run(&mut s, 0, &["SADD", "set", "x", "y"]);
         run(&mut s, 0, &["SREM", "set", "x"]);
         // C's life, as learned from its handshake; B delivered ops of it that A lacks.
@@ -560,17 +556,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_quarantined_peer_holds_back_key_contexts_only() {
-        let config = crate::config::Config {
-            site: "a".to_string(),
-            peer: vec![
-                "b=127.0.0.1:7998".to_string(),
-                "c=127.0.0.1:7999".to_string(),
-            ],
-            appendonly: false,
-            sync_quarantine_ms: 1_000,
-            ..crate::config::Config::default()
-        };
-        let mut s = Shard::new(0, config, 1_000);
+        let mut s = shard_with_peers_b_and_c();
         run(&mut s, 0, &["SADD", "set", "x", "y"]);
         run(&mut s, 0, &["SET", "k", "1"]);
         let before = s.delivered_vv();
