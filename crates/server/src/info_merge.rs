@@ -80,6 +80,7 @@ fn rule(key: &str) -> Rule {
         | "crdt_oplog_ops"
         | "crdt_frames_refused"
         | "crdt_gc_pending_keys"
+        | "crdt_gc_waiting_full_sync"
         | "crdt_gc_collected_keys"
         | "crdt_gc_dropped_keys"
         | "crdt_type_conflicts"

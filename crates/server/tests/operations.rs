@@ -1088,6 +1088,7 @@ fn a_removed_sites_last_zrem_removes_what_it_saw_everywhere() {
             collected(i),
             before[k]
         );
+        assert_eq!(cluster.site(i).info_u64("crdt_gc_waiting_full_sync"), 0);
     }
 }
 

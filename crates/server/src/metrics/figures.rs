@@ -48,6 +48,8 @@ pub struct ShardFigures {
     pub log_disk_bytes: u64,
     pub fsync: Option<FsyncFigures>,
     pub gc_pending_keys: u64,
+    /// 1 while this shard's collection waits for a full sync (`Shard::retired_ops_owed`).
+    pub gc_waiting_full_sync: u64,
     pub gc_collected_keys: u64,
     pub gc_dropped_keys: u64,
     pub peers: Vec<PeerFigures>,
@@ -240,6 +242,7 @@ impl Shard {
             log_disk_bytes: self.persist.log_bytes(),
             fsync,
             gc_pending_keys: self.sync.gc.pending_keys,
+            gc_waiting_full_sync: u64::from(self.sync.gc.held_by.is_some()),
             gc_collected_keys: self.sync.gc.collected_keys,
             gc_dropped_keys: self.sync.gc.dropped_keys,
             peers,

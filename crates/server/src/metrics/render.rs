@@ -367,6 +367,12 @@ fn meridian_families(m: &mut Families, p: &ProcessFigures, s: &[ShardFigures]) {
         &[],
         sum(s, |f| f.gc_pending_keys),
     );
+    m.gauge(
+        "meridian_gc_waiting_full_sync_shards",
+        "Shards collecting no metadata until a full sync brings them a retired life's ops a peer holds.",
+        &[],
+        sum(s, |f| f.gc_waiting_full_sync),
+    );
     m.counter(
         "meridian_gc_collected_keys_total",
         "Keys whose removal metadata was collected.",

@@ -530,6 +530,15 @@ pub(super) mod tests {
         assert!(s.everywhere_vv().is_empty());
         s.gc_step(1_100, GC_STEP_BUCKETS_MAX);
         assert_eq!(s.dbs[0].meta_keys, 1, "nothing collected meanwhile");
+        assert!(
+            s.sync
+                .gc
+                .held_by
+                .as_ref()
+                .is_some_and(|o| o.site == "b" && o.origin == c_life),
+            "INFO's crdt_gc_waiting_full_sync says so: {:?}",
+            s.sync.gc.held_by
+        );
         // B's full sync brought it, from a shard of other slots: the link's entry counts.
         s.sync.peers[0].retired_in.observe(c_op(5));
         assert!(s.stable_vv().is_some());
@@ -551,6 +560,7 @@ pub(super) mod tests {
         assert!(s.stable_vv().is_some());
         s.gc_step(1_200, GC_STEP_BUCKETS_MAX);
         assert_eq!(s.dbs[0].meta_keys, 0, "the SREM's context went");
+        assert!(s.sync.gc.held_by.is_none());
         assert_meta_counted(&s);
     }
 

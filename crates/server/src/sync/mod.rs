@@ -867,6 +867,11 @@ impl crate::shard::Shard {
         }
         f("crdt_frames_refused", &self.sync.frames_refused);
         f("crdt_gc_pending_keys", &self.sync.gc.pending_keys);
+        // Shards whose collection waits for a full sync (`Shard::retired_ops_owed`).
+        f(
+            "crdt_gc_waiting_full_sync",
+            &u64::from(self.sync.gc.held_by.is_some()),
+        );
         f("crdt_gc_collected_keys", &self.sync.gc.collected_keys);
         f("crdt_gc_dropped_keys", &self.sync.gc.dropped_keys);
         f("crdt_type_conflicts", &self.stats.type_conflicts);
