@@ -383,7 +383,7 @@ struct Inner {
     /// per origin: a leaderboard incremented at several sites) is not here, so the key
     /// holds no metadata for it and `collect` does not visit it: before, every GC pass
     /// visited every such member for ever (a 200,000-member leaderboard incremented at two
-    /// sites took half a core at rest and delayed PING by up to 451 ms).
+    /// sites took half a core at rest; docs/replication.md §6 has the figures).
     to_collect: Vec<SmallBytes>,
 }
 
