@@ -15,11 +15,15 @@
 //! A write is a *raise*: PFADD sends the `(register, count)` pair of every element, PFMERGE
 //! the non-zero registers of its sources, a SET of a HyperLogLog value its bytes (`Load`).
 //! Applying a raise sets each register to the maximum, so raises commute and are idempotent
-//! as far as the registers go. The sparse layout and the cache bytes depend on the order in
-//! which a site applied them (as in Redis, where the same registers can have several sparse
-//! layouts), so equality of two values (`PartialEq`) is equality of registers, liveness and
-//! metadata: what every site agrees on. PFCOUNT's cache update is a `Cache` op, applied
-//! everywhere as "validate the cache from your registers".
+//! as far as the registers go. The sparse layout and the cache bytes depend on the order of
+//! the writes (as in Redis, where the same registers can have several sparse layouts), so
+//! every site applies a key's writes in stamp order: a write after every pending one applies
+//! in place; an earlier one (concurrent, from another site) rebuilds the bytes from those
+//! before the pending writes (`base`). PFCOUNT's cache update is a `Cache` op, applied
+//! everywhere as "validate the cache from your registers" at its place in that order, so
+//! the bytes GET shows, cache flag included, are the same at every site once the same writes
+//! arrived. Equality of two values (`PartialEq`) is equality of registers, liveness and
+//! metadata: a site that decoded an older state layout may still differ in the layout.
 //!
 //! # DEL wins (docs/conflicts.md, "HyperLogLog")
 //! Every raise carries `seen`: everything its site had observed at the key (stamps and removal
@@ -32,12 +36,14 @@
 //! - a raise arriving after removals: `KeyState::apply` drops it when `seen` does not
 //!   dominate the key's removal contexts (`HllOp::saw`), before it reaches this type.
 //!
-//! Raises are held individually (`pending`) until `collect` finds them stable, then folded:
-//! only their stamps and contexts are kept (`seen`). A removal arriving after a fold removes
+//! Writes are held individually (`pending`, in stamp order) until `collect` finds them
+//! stable, then folded: only their stamps and contexts are kept (`seen`), and `base`
+//! advances past them. A removal arriving after a fold removes
 //! the folded raises as a whole: with causal stability (every write concurrent with or seen by
 //! a stable write has been delivered everywhere) such a removal had seen them. With no peers
 //! every write is stable at once, so a single site holds just the bytes.
 
+use std::cell::OnceCell;
 use std::hash::{Hash, Hasher};
 
 use crate::codec::{self, DecodeError, Reader};
@@ -794,12 +800,26 @@ pub struct HllCrdt {
 
 #[derive(Clone, Debug, Default)]
 struct Inner {
-    /// Redis's bytes of the visible value; empty when there is none.
+    /// Redis's bytes of the visible value; empty when there is none. Its registers are
+    /// always exact; while `stale`, its sparse layout and cache flag may not be (what GET
+    /// shows is then `shown`).
     bytes: Vec<u8>,
     /// The highest stamp of the live raises.
     live: Option<Stamp>,
-    /// Raises not yet stable, in application order.
+    /// Writes not yet stable (raises and cache validations), in stamp order.
     pending: Vec<(Stamp, HllOp<Vec<u8>>)>,
+    /// Redis's bytes before the pending writes, kept while there are any (`None` then only
+    /// for a state decoded from the layout that did not record them): `bytes` is these
+    /// bytes with the pending writes applied in stamp order, so that every site shows the
+    /// same bytes, sparse layout and cache flag included, whatever order the writes came in.
+    base: Option<Vec<u8>>,
+    /// A write came before some pending one and was applied in place: the exact bytes are
+    /// `base` with the pending writes replayed, computed when first read (`shown`). Lazy, so
+    /// that a run of concurrent writes arriving after a partition costs one replay per
+    /// read, not one per write.
+    stale: bool,
+    /// The replayed bytes while `stale`, once read; taken as `bytes` by the next write.
+    shown: OnceCell<Vec<u8>>,
     /// Stamps and contexts of the raises folded by `collect` (live ones only).
     folded: VersionVector,
     /// Stamps of the folded raises alone (duplicate detection).
@@ -808,35 +828,137 @@ struct Inner {
 
 const _: () = assert!(std::mem::size_of::<HllCrdt>() <= 40);
 
+/// `encode_state` layouts (the byte after the bytes): no live value and nothing pending, in
+/// the older layout; a live stamp, in the older layout; the layout with the bytes before
+/// the pending writes and cache validations among them (what this version writes).
+const STATE_NONE: u8 = 0;
+const STATE_LIVE: u8 = 1;
+const STATE_ORDERED: u8 = 2;
+
+impl Inner {
+    /// The bytes before the pending writes: the bytes when nothing is pending; `None` when
+    /// unknown (a state decoded from the older layout).
+    fn before_pending(&self) -> Option<&[u8]> {
+        if self.pending.is_empty() {
+            Some(&self.bytes)
+        } else {
+            self.base.as_deref()
+        }
+    }
+
+    /// `base` with the pending writes applied in stamp order (`bytes` when `base` is
+    /// unknown).
+    fn replayed(&self) -> Vec<u8> {
+        let Some(base) = &self.base else {
+            return self.bytes.clone();
+        };
+        let mut bytes = base.clone();
+        for (_, op) in &self.pending {
+            let _ = apply_raise(&mut bytes, op);
+        }
+        bytes
+    }
+
+    /// Sets the bytes to their replay now.
+    fn replay(&mut self) {
+        self.bytes = self.replayed();
+        self.stale = false;
+        self.shown = OnceCell::new();
+    }
+
+    /// The bytes GET shows: `bytes`, or their replay while `stale`.
+    fn exact(&self) -> &[u8] {
+        if self.stale {
+            self.shown.get_or_init(|| self.replayed())
+        } else {
+            &self.bytes
+        }
+    }
+
+    /// Before a write: a replay already computed becomes the bytes.
+    fn take_shown(&mut self) {
+        if let Some(b) = self.shown.take() {
+            self.bytes = b;
+            self.stale = false;
+        }
+    }
+
+    /// Records a write as folded: its stamp and what it had seen.
+    fn fold(&mut self, stamp: Stamp, seen: Option<&VersionVector>) {
+        self.folded.observe(stamp);
+        self.folded_stamps.observe(stamp);
+        if let Some(seen) = seen {
+            self.folded.merge(seen);
+        }
+    }
+}
+
 impl HllCrdt {
     pub fn new() -> HllCrdt {
         HllCrdt::default()
     }
 
     /// Applies a local or remote write; false when it was a duplicate or already removed.
-    /// (Raises concurrent with a removal already applied are dropped by `KeyState::apply`,
-    /// through `HllOp::saw`, before they get here.)
+    /// (Raises concurrent with a removal already applied are
+    /// dropped by `KeyState::apply`, through `HllOp::saw`, before they get here.)
+    ///
+    /// A write that comes after every pending one (the usual case, and every local write)
+    /// applies to the bytes in place; one that comes before some (concurrent writes of
+    /// another site) rebuilds them from `base` in stamp order, so the bytes are a function
+    /// of the set of writes delivered, as the registers are.
     pub fn apply<B: AsRef<[u8]>>(&mut self, stamp: Stamp, op: &HllOp<B>) -> bool {
-        if let HllOp::Cache = op {
-            return match &mut self.inner {
-                Some(inner) if !inner.bytes.is_empty() => {
-                    apply_raise(&mut inner.bytes, op).unwrap_or(false)
-                }
-                _ => false,
-            };
-        }
+        // A validation is kept even where no value shows (removed by a concurrent DEL, or
+        // not arrived yet): a raise that comes later with a lower stamp goes before it.
+        let cache = matches!(op, HllOp::Cache);
         let inner = self.inner.get_or_insert_with(Box::default);
-        if inner.folded_stamps.covers(stamp) || inner.pending.iter().any(|(s, _)| *s == stamp) {
+        if inner.folded_stamps.covers(stamp) {
             return false;
         }
+        let Err(at) = inner.pending.binary_search_by(|(s, _)| s.cmp(&stamp)) else {
+            return false;
+        };
+        inner.take_shown();
+        if inner.pending.is_empty() {
+            inner.base = Some(inner.bytes.clone());
+        }
+        let last = at == inner.pending.len();
+        inner.pending.insert(at, (stamp, op.to_owned_op()));
         // Bytes that fail to decode were rejected by `decode_op`; a corrupt local value is
         // never an HllCrdt (only valid bytes become one).
         let _ = apply_raise(&mut inner.bytes, op);
-        inner.pending.push((stamp, op.to_owned_op()));
-        if inner.live.is_none_or(|l| l < stamp) {
+        if !last && inner.base.is_some() {
+            inner.stale = true;
+        }
+        if !cache && inner.live.is_none_or(|l| l < stamp) {
             inner.live = Some(stamp);
         }
         true
+    }
+
+    /// `apply` followed by `collect(None)`, for a site whose writes are stable at once (no
+    /// peers): the write folds in place, without the copy of the bytes `apply` keeps while a
+    /// write is pending. `None`, with nothing changed, when writes are pending here.
+    pub fn apply_folded<B: AsRef<[u8]>>(&mut self, stamp: Stamp, op: &HllOp<B>) -> Option<bool> {
+        if self.has_metadata() {
+            return None;
+        }
+        let cache = matches!(op, HllOp::Cache);
+        if cache && !self.is_live() {
+            return Some(false);
+        }
+        let inner = self.inner.get_or_insert_with(Box::default);
+        if inner.folded_stamps.covers(stamp) {
+            return Some(false);
+        }
+        let _ = apply_raise(&mut inner.bytes, op);
+        inner.fold(stamp, op.seen());
+        if !cache && inner.live.is_none_or(|l| l < stamp) {
+            inner.live = Some(stamp);
+        }
+        if inner.bytes.is_empty() {
+            self.inner = None;
+        }
+        Some(true)
     }
 
     /// Whether it shows anything (the key exists).
@@ -856,7 +978,7 @@ impl HllCrdt {
             .is_none_or(|i| i.bytes.is_empty() && i.pending.is_empty())
     }
 
-    /// Holds removal metadata that `collect` would drop: raises kept individually until stable.
+    /// Holds metadata that `collect` would drop: writes kept individually until stable.
     pub fn has_metadata(&self) -> bool {
         self.inner.as_ref().is_some_and(|i| !i.pending.is_empty())
     }
@@ -903,24 +1025,26 @@ impl HllCrdt {
     }
 
     /// Drops the folded raises and rebuilds the bytes and the live stamp from the pending
-    /// raises, in their application order.
+    /// writes, in stamp order. Pending validations stay while anything is pending: a raise
+    /// may still come that goes before them.
     fn rebuild(&mut self) {
         let Some(inner) = &mut self.inner else {
             return;
         };
-        inner.folded = VersionVector::new();
-        inner.folded_stamps = VersionVector::new();
-        inner.bytes = Vec::new();
-        inner.live = None;
-        for (s, op) in &inner.pending {
-            let _ = apply_raise(&mut inner.bytes, op);
-            if inner.live.is_none_or(|l| l < *s) {
-                inner.live = Some(*s);
-            }
-        }
         if inner.pending.is_empty() {
             self.inner = None;
+            return;
         }
+        inner.folded = VersionVector::new();
+        inner.folded_stamps = VersionVector::new();
+        inner.base = Some(Vec::new());
+        inner.live = inner
+            .pending
+            .iter()
+            .filter(|(_, op)| !matches!(op, HllOp::Cache))
+            .map(|(s, _)| *s)
+            .max();
+        inner.replay();
     }
 
     /// What the removals merged into `ctx` (a removal context of the other side of a state
@@ -981,36 +1105,52 @@ impl HllCrdt {
         }
     }
 
-    /// State join of the raises (removals are the caller's: `KeyState::merge` first applies
+    /// State join of the writes (removals are the caller's: `KeyState::merge` first applies
     /// each side's removal contexts to the other side's value with `remove_context`). The
-    /// registers take the maximum; the pending raises are the union (by stamp, `self`'s in
-    /// their order, then `other`'s), less those folded on either side, which fold here too;
-    /// the folded stamps and contexts and the live stamp take the maximum. The result has the
-    /// registers, liveness, live stamp and metadata of a replica that applied both sides'
-    /// raises; its Redis bytes may differ in layout (sparse runs, cache), as those of two
-    /// sites applying the same raises in different orders do. Commutative, associative and
-    /// idempotent up to that layout.
+    /// pending writes are the union (by stamp), less those folded on either side, which fold
+    /// here too; the folded stamps and contexts and the live stamp take the maximum. The
+    /// bytes are those before the pending writes on the side that folded more (the folds of
+    /// two sites are prefixes of the same stamp order, by causal stability), with the pending
+    /// writes applied in stamp order: the bytes of a site that applied both sides' writes.
+    /// Where neither side's folded stamps dominate the other's, or a side's bytes before its
+    /// pending writes are unknown (a state of the older layout), the registers take the
+    /// maximum and the sparse layout and cache may differ from such a site's. Commutative,
+    /// associative and idempotent.
     pub fn merge(&mut self, other: &HllCrdt) {
         let Some(theirs) = other.inner.as_ref() else {
             return;
         };
         let inner = self.inner.get_or_insert_with(Box::default);
-        if inner.bytes.is_empty() {
-            inner.bytes = theirs.bytes.clone();
-        } else if !theirs.bytes.is_empty() {
-            raise_to(&mut inner.bytes, &theirs.bytes);
-        }
-        let mut have: Vec<Stamp> = inner.pending.iter().map(|(s, _)| *s).collect();
-        have.sort_unstable();
-        for (s, op) in &theirs.pending {
-            if have.binary_search(s).is_err() {
-                inner.pending.push((*s, op.clone()));
-            }
+        inner.take_shown();
+        let base = if inner.folded_stamps.dominates(&theirs.folded_stamps) {
+            inner.before_pending().map(<[u8]>::to_vec)
+        } else if theirs.folded_stamps.dominates(&inner.folded_stamps) {
+            theirs.before_pending().map(<[u8]>::to_vec)
+        } else {
+            None
+        };
+        let mine = std::mem::take(&mut inner.pending);
+        let mut pending = Vec::with_capacity(mine.len() + theirs.pending.len());
+        let (mut a, mut b) = (
+            mine.into_iter().peekable(),
+            theirs.pending.iter().peekable(),
+        );
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some((x, _)), Some((y, _))) if x < y => a.next(),
+                (Some((x, _)), Some((y, _))) if x == y => {
+                    b.next();
+                    a.next()
+                }
+                (Some(_), Some(_)) | (None, Some(_)) => b.next().cloned(),
+                (Some(_), None) => a.next(),
+                (None, None) => break,
+            };
+            pending.extend(next);
         }
         inner.folded.merge(&theirs.folded);
         inner.folded_stamps.merge(&theirs.folded_stamps);
         let Inner {
-            pending,
             folded,
             folded_stamps,
             ..
@@ -1026,25 +1166,53 @@ impl HllCrdt {
                 true
             }
         });
+        inner.pending = pending;
         inner.live = inner.live.max(theirs.live);
-        if inner.bytes.is_empty() && inner.pending.is_empty() {
-            self.inner = None;
+        match base {
+            Some(base) => {
+                inner.base = Some(base);
+                inner.replay();
+            }
+            None => {
+                if inner.bytes.is_empty() {
+                    inner.bytes = theirs.exact().to_vec();
+                } else if !theirs.bytes.is_empty() {
+                    raise_to(&mut inner.bytes, &theirs.bytes);
+                }
+                inner.base = None;
+                inner.stale = false;
+            }
+        }
+        if inner.pending.is_empty() {
+            inner.base = None;
+            if inner.bytes.is_empty() {
+                self.inner = None;
+            }
         }
     }
 
-    /// Appends the complete state: the Redis bytes, the live stamp, the pending raises in
-    /// application order (stamp and `encode_op`), the folded contexts and stamps.
+    /// Appends the complete state: the Redis bytes, then (layout 2) the live stamp, the
+    /// bytes before the pending writes, the pending writes in stamp order (stamp and
+    /// `encode_op`), the folded contexts and stamps.
     pub fn encode_state(&self, out: &mut Vec<u8>) {
         let Some(i) = &self.inner else {
             codec::put_bytes(out, &[]);
-            codec::put_opt_stamp(out, None);
+            codec::put_u8(out, STATE_NONE);
             codec::put_varint(out, 0);
             codec::put_vv(out, &VersionVector::new());
             codec::put_vv(out, &VersionVector::new());
             return;
         };
-        codec::put_bytes(out, &i.bytes);
+        codec::put_bytes(out, i.exact());
+        codec::put_u8(out, STATE_ORDERED);
         codec::put_opt_stamp(out, i.live);
+        match &i.base {
+            Some(b) if !i.pending.is_empty() => {
+                codec::put_u8(out, 1);
+                codec::put_bytes(out, b);
+            }
+            _ => codec::put_u8(out, 0),
+        }
         codec::put_varint(out, i.pending.len() as u64);
         for (s, op) in &i.pending {
             codec::put_stamp(out, *s);
@@ -1054,84 +1222,145 @@ impl HllCrdt {
         codec::put_vv(out, &i.folded_stamps);
     }
 
-    /// Decodes what `encode_state` wrote. `Invalid`: bytes that are not a valid HyperLogLog,
-    /// a `Cache` op or a repeated stamp among the pending raises, raises or a live stamp
-    /// without bytes (or bytes without a live stamp), a live stamp below a pending raise,
-    /// folded stamps their folded contexts miss.
+    /// Decodes what `encode_state` wrote, and the older layout (tags `STATE_NONE` and
+    /// `STATE_LIVE`: raises in application order, no cache validations, the bytes before
+    /// them unknown). `Invalid`: bytes that are not a valid HyperLogLog, a repeated stamp
+    /// among the pending writes (or, in layout 2, stamps out of order), a `Cache` op in the
+    /// older layout, raises or a live stamp without bytes (or bytes without a live stamp), a
+    /// live stamp below a pending raise, folded stamps their folded contexts miss, bytes
+    /// before pending writes where none are pending.
     pub fn decode_state(r: &mut Reader<'_>) -> Result<HllCrdt, DecodeError> {
         let bytes = r.bytes()?;
         if !bytes.is_empty() && !is_valid(bytes) {
             return Err(DecodeError::Invalid("HyperLogLog bytes"));
         }
-        let live = r.opt_stamp()?;
-        // A raise takes at least its 12-byte stamp and a tag.
+        let layout = r.u8()?;
+        let (live, base) = match layout {
+            STATE_NONE => (None, None),
+            STATE_LIVE => (Some(r.stamp()?), None),
+            STATE_ORDERED => {
+                let live = r.opt_stamp()?;
+                let base = if r.bool()? {
+                    let b = r.bytes()?;
+                    if !b.is_empty() && !is_valid(b) {
+                        return Err(DecodeError::Invalid("HyperLogLog bytes before pending"));
+                    }
+                    Some(b.to_vec())
+                } else {
+                    None
+                };
+                (live, base)
+            }
+            _ => return Err(DecodeError::Invalid("HyperLogLog state layout")),
+        };
+        // A write takes at least its 12-byte stamp and a tag.
         let n = r.items(13)?;
         let mut pending: Vec<(Stamp, HllOp<Vec<u8>>)> = Vec::with_capacity(codec::prealloc(n));
         for _ in 0..n {
             let s = r.stamp()?;
             let op = decode_op(r)?;
-            if matches!(op, HllOp::Cache) {
+            if layout != STATE_ORDERED && matches!(op, HllOp::Cache) {
                 return Err(DecodeError::Invalid("HyperLogLog cache op held as a raise"));
             }
             pending.push((s, op));
         }
         let folded = r.vv_strict()?;
         let folded_stamps = r.vv_strict()?;
-        let mut stamps: Vec<Stamp> = pending.iter().map(|(s, _)| *s).collect();
-        stamps.sort_unstable();
-        if stamps.windows(2).any(|w| w.first() == w.get(1)) {
-            return Err(DecodeError::Invalid("HyperLogLog raise repeated"));
+        if layout == STATE_ORDERED {
+            if pending
+                .windows(2)
+                .any(|w| w.first().map(|x| x.0) >= w.get(1).map(|x| x.0))
+            {
+                return Err(DecodeError::Invalid(
+                    "HyperLogLog pending writes out of order",
+                ));
+            }
+            if base.is_some() && pending.is_empty() {
+                return Err(DecodeError::Invalid(
+                    "HyperLogLog bytes before no pending write",
+                ));
+            }
+        } else {
+            pending.sort_by_key(|(s, _)| *s);
+            if pending
+                .windows(2)
+                .any(|w| w.first().map(|x| x.0) == w.get(1).map(|x| x.0))
+            {
+                return Err(DecodeError::Invalid("HyperLogLog raise repeated"));
+            }
         }
         if !folded.dominates(&folded_stamps) {
             return Err(DecodeError::Invalid("HyperLogLog folded stamps"));
         }
+        let top_raise = pending
+            .iter()
+            .filter(|(_, op)| !matches!(op, HllOp::Cache))
+            .map(|(s, _)| *s)
+            .max();
         if bytes.is_empty() {
-            if live.is_some() || !pending.is_empty() || !folded.is_empty() {
+            if live.is_some() || top_raise.is_some() || !folded.is_empty() {
                 return Err(DecodeError::Invalid("HyperLogLog raises without bytes"));
             }
-            return Ok(HllCrdt::new());
-        }
-        let Some(l) = live else {
-            return Err(DecodeError::Invalid("HyperLogLog bytes without live stamp"));
-        };
-        if stamps.last().is_some_and(|s| *s > l) {
-            return Err(DecodeError::Invalid("HyperLogLog live stamp below a raise"));
+            if pending.is_empty() {
+                return Ok(HllCrdt::new());
+            }
+        } else {
+            let Some(l) = live else {
+                return Err(DecodeError::Invalid("HyperLogLog bytes without live stamp"));
+            };
+            if top_raise.is_some_and(|s| s > l) {
+                return Err(DecodeError::Invalid("HyperLogLog live stamp below a raise"));
+            }
         }
         Ok(HllCrdt {
             inner: Some(Box::new(Inner {
                 bytes: bytes.to_vec(),
                 live,
                 pending,
+                base,
+                stale: false,
+                shown: OnceCell::new(),
                 folded,
                 folded_stamps,
             })),
         })
     }
 
-    /// Folds the raises covered by `stable` (`None`: all of them): only their stamps and
-    /// contexts are kept.
+    /// Folds the pending writes covered by `stable` (`None`: all of them): only their stamps
+    /// and contexts are kept. Only a prefix in stamp order folds (with causal stability the
+    /// covered writes are one), so the bytes before the pending writes stay known.
     pub fn collect(&mut self, stable: Option<&VersionVector>) {
         let Some(inner) = &mut self.inner else {
             return;
         };
-        let Inner {
-            pending,
-            folded,
-            folded_stamps,
-            ..
-        } = &mut **inner;
-        pending.retain(|(s, op)| {
-            if stable.is_none_or(|st| st.covers(*s)) {
-                folded.observe(*s);
-                folded_stamps.observe(*s);
-                if let Some(seen) = op.seen() {
-                    folded.merge(seen);
-                }
-                false
-            } else {
-                true
+        let n = match stable {
+            None => inner.pending.len(),
+            Some(st) => inner
+                .pending
+                .iter()
+                .take_while(|(s, _)| st.covers(*s))
+                .count(),
+        };
+        if n > 0 {
+            let folding: Vec<_> = inner.pending.drain(..n).collect();
+            for (s, op) in &folding {
+                inner.fold(*s, op.seen());
             }
-        });
+            if let Some(base) = &mut inner.base {
+                for (_, op) in &folding {
+                    let _ = apply_raise(base, op);
+                }
+            }
+            if inner.pending.is_empty() {
+                // Everything folded: the replay is the advanced base.
+                if let (true, Some(base)) = (inner.stale, inner.base.take()) {
+                    inner.bytes = base;
+                }
+                inner.base = None;
+                inner.stale = false;
+                inner.shown = OnceCell::new();
+            }
+        }
         if inner.bytes.is_empty() && inner.pending.is_empty() {
             self.inner = None;
         }
@@ -1141,7 +1370,7 @@ impl HllCrdt {
     pub fn recreate_ops(&self) -> Vec<HllOp<Vec<u8>>> {
         match &self.inner {
             Some(i) if !i.bytes.is_empty() => vec![HllOp::Load {
-                hyll: i.bytes.clone(),
+                hyll: i.exact().to_vec(),
                 seen: VersionVector::new(),
             }],
             _ => Vec::new(),
@@ -1150,7 +1379,7 @@ impl HllCrdt {
 
     /// Redis's bytes of the value (what GET returns); empty when there is none.
     pub fn bytes(&self) -> &[u8] {
-        self.inner.as_ref().map_or(&[][..], |i| i.bytes.as_slice())
+        self.inner.as_ref().map_or(&[][..], |i| i.exact())
     }
 
     /// The registers shown (`None` when not live).
@@ -1158,7 +1387,8 @@ impl HllCrdt {
         if !self.is_live() {
             return None;
         }
-        registers(self.bytes()).ok()
+        // The registers are exact even while the layout waits for a replay.
+        self.inner.as_ref().and_then(|i| registers(&i.bytes).ok())
     }
 
     /// What sites agree on: registers, live stamp, pending raise stamps, folded stamps.
@@ -1446,6 +1676,142 @@ mod tests {
         for cut in 0..out.len() {
             assert!(HllCrdt::decode_state(&mut Reader::new(&out[..cut])).is_err());
         }
+    }
+
+    /// A cache validation and a concurrent raise give the same bytes, cache flag included,
+    /// in either order of arrival: the one with the higher stamp decides.
+    #[test]
+    fn validation_and_concurrent_raise_give_the_same_bytes_in_either_order() {
+        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
+            HllOp::Add {
+                pairs: pack_pairs([pat_len(e)]),
+                seen: VersionVector::new(),
+            }
+        };
+        for (cache_at, raise_at) in [(st(2, 1), st(3, 2)), (st(3, 1), st(2, 2))] {
+            let mut base = HllCrdt::new();
+            base.apply(st(1, 1), &add(b"x"));
+            let mut a = base.clone();
+            a.apply(cache_at, &HllOp::<Vec<u8>>::Cache);
+            a.apply(raise_at, &add(b"y"));
+            let mut b = base.clone();
+            b.apply(raise_at, &add(b"y"));
+            b.apply(cache_at, &HllOp::<Vec<u8>>::Cache);
+            assert_eq!(a.bytes(), b.bytes());
+            assert_eq!(cache_valid(a.bytes()), cache_at > raise_at);
+            // Folding keeps them equal, and a state merge of either gives the same bytes.
+            let mut ab = a.clone();
+            ab.merge(&b);
+            assert_eq!(ab.bytes(), a.bytes());
+            a.collect(None);
+            assert_eq!(a.bytes(), b.bytes());
+            assert!(!a.has_metadata());
+        }
+    }
+
+    /// A state written in the older layout (raises in application order, no bytes before
+    /// them, tag 1) decodes, and the key goes on: a later raise applies in place, a fold
+    /// makes it a state of the current layout.
+    #[test]
+    fn a_state_of_the_older_layout_decodes() {
+        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
+            HllOp::Add {
+                pairs: pack_pairs([pat_len(e)]),
+                seen: VersionVector::new(),
+            }
+        };
+        let mut bytes = Vec::new();
+        apply_raise(&mut bytes, &add(b"y")).unwrap();
+        apply_raise(&mut bytes, &add(b"x")).unwrap();
+        let old = |pending: &[(Stamp, HllOp<Vec<u8>>)]| {
+            let mut out = Vec::new();
+            codec::put_bytes(&mut out, &bytes);
+            codec::put_opt_stamp(&mut out, Some(st(3, 1)));
+            codec::put_varint(&mut out, pending.len() as u64);
+            for (s, op) in pending {
+                codec::put_stamp(&mut out, *s);
+                encode_op(op, &mut out);
+            }
+            codec::put_vv(&mut out, &VersionVector::new());
+            codec::put_vv(&mut out, &VersionVector::new());
+            out
+        };
+        let out = old(&[(st(3, 1), add(b"y")), (st(2, 2), add(b"x"))]);
+        let mut r = Reader::new(&out);
+        let mut h = HllCrdt::decode_state(&mut r).unwrap();
+        assert!(r.is_at_end());
+        assert_eq!(h.bytes(), bytes.as_slice());
+        assert_eq!(h.live_stamp(), Some(st(3, 1)));
+        assert!(h.apply(st(4, 1), &add(b"z")));
+        h.collect(None);
+        assert!(!h.has_metadata());
+        let mut all = Vec::new();
+        for e in [b"y", b"x", b"z"] {
+            apply_raise(&mut all, &add(e)).unwrap();
+        }
+        assert_eq!(h.bytes(), all.as_slice());
+        let mut again = Vec::new();
+        h.encode_state(&mut again);
+        assert_eq!(layout_of(&again), STATE_ORDERED);
+        assert_eq!(HllCrdt::decode_state(&mut Reader::new(&again)).unwrap(), h);
+        // A validation is not a raise of the older layout.
+        let bad = old(&[(st(3, 1), HllOp::Cache)]);
+        assert!(HllCrdt::decode_state(&mut Reader::new(&bad)).is_err());
+    }
+
+    /// The current layout refuses pending writes out of stamp order and bytes before
+    /// pending writes where none are pending.
+    #[test]
+    fn the_current_layout_refuses_disorder() {
+        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
+            HllOp::Add {
+                pairs: pack_pairs([pat_len(e)]),
+                seen: VersionVector::new(),
+            }
+        };
+        let mut h = HllCrdt::new();
+        h.apply(st(1, 1), &add(b"x"));
+        h.apply(st(3, 2), &add(b"y"));
+        h.apply(st(2, 1), &HllOp::<Vec<u8>>::Cache);
+        let mut out = Vec::new();
+        h.encode_state(&mut out);
+        let back = HllCrdt::decode_state(&mut Reader::new(&out)).unwrap();
+        assert_eq!(back.bytes(), h.bytes());
+        assert_eq!(back, h);
+        assert_eq!(layout_of(&out), STATE_ORDERED);
+        // Swap the first two pending writes: out of order.
+        let mut swapped = h.clone();
+        if let Some(i) = swapped.inner.as_mut() {
+            i.pending.swap(0, 1);
+        }
+        let mut bad = Vec::new();
+        swapped.encode_state(&mut bad);
+        assert!(HllCrdt::decode_state(&mut Reader::new(&bad)).is_err());
+        // Nothing pending, yet bytes before pending writes.
+        let mut out = Vec::new();
+        codec::put_bytes(&mut out, h.bytes());
+        codec::put_u8(&mut out, STATE_ORDERED);
+        codec::put_opt_stamp(&mut out, Some(st(3, 2)));
+        codec::put_u8(&mut out, 1);
+        codec::put_bytes(&mut out, &[]);
+        codec::put_varint(&mut out, 0);
+        codec::put_vv(&mut out, &VersionVector::new());
+        codec::put_vv(&mut out, &VersionVector::new());
+        assert!(HllCrdt::decode_state(&mut Reader::new(&out)).is_err());
+        // An unknown layout.
+        let mut unknown = out.clone();
+        let mut r = Reader::new(&out);
+        r.bytes().unwrap();
+        let at = r.pos();
+        unknown[at] = 3;
+        assert!(HllCrdt::decode_state(&mut Reader::new(&unknown)).is_err());
+    }
+
+    /// The layout byte of an encoded state (the byte after the bytes).
+    fn layout_of(out: &[u8]) -> u8 {
+        let mut r = Reader::new(out);
+        r.bytes().unwrap();
+        r.u8().unwrap()
     }
 
     #[test]

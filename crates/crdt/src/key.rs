@@ -779,26 +779,32 @@ impl KeyState {
     /// `apply` followed by `collect_all`, for a replica whose writes are stable at once (no
     /// peers), where that can skip the metadata `collect_all` would drop at once: a string
     /// edit on a plain key (no removal contexts, TTL or hidden values) whose string folds it
-    /// in place (`StrCrdt::edit_folded`). `None`, with nothing changed, otherwise: the caller
-    /// applies and collects.
+    /// in place (`StrCrdt::edit_folded`), or a HyperLogLog write on a plain key holding a
+    /// HyperLogLog with nothing pending (`HllCrdt::apply_folded`). `None`, with nothing
+    /// changed, otherwise: the caller applies and collects.
     pub fn apply_folded<B: AsRef<[u8]>>(
         &mut self,
         stamp: Stamp,
         effect: &Effect<B>,
     ) -> Option<Applied> {
-        let Effect::StrEdit(edit) = effect else {
-            return None;
-        };
         if self.extra.is_some() {
             return None;
         }
-        let Some(Value::Str(s)) = &mut self.value else {
-            return None;
-        };
-        s.edit_folded(stamp, edit).then_some(Applied {
-            type_conflict: false,
-            ignored: false,
-        })
+        match (effect, &mut self.value) {
+            (Effect::StrEdit(edit), Some(Value::Str(s))) => {
+                s.edit_folded(stamp, edit).then_some(Applied {
+                    type_conflict: false,
+                    ignored: false,
+                })
+            }
+            (Effect::Hll(op), Some(Value::Hll(h))) if h.is_live() => {
+                h.apply_folded(stamp, op).map(|fresh| Applied {
+                    type_conflict: false,
+                    ignored: !fresh,
+                })
+            }
+            _ => None,
+        }
     }
 
     /// The effect of SET/APPEND/SETRANGE... writing `value`. `keep_ttl` (SET KEEPTTL, APPEND,

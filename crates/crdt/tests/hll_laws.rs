@@ -1,6 +1,6 @@
 //! HyperLogLog laws: replicas issuing random PFADD/PFMERGE-style raises, SETs of HyperLogLog
 //! values and DELs, exchanging them in random per-origin-FIFO orders with duplicates, end in
-//! identical states; a DEL wins over every raise concurrent with it; the op codec round-trips
+//! identical states and identical Redis bytes; a DEL wins over every raise concurrent with it; the op codec round-trips
 //! and never panics on garbage.
 
 #[path = "common/one_key.rs"]
@@ -22,6 +22,8 @@ enum Op {
     /// SET of a HyperLogLog value (Remove, then Load).
     Set(Vec<u16>),
     Del,
+    /// PFCOUNT of the key: validates the cache when it is invalid.
+    Count,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -31,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(r, d)| Op::Merge(r, d)),
         1 => prop::collection::vec(0u16..400, 0..4).prop_map(Op::Set),
         2 => Just(Op::Del),
+        2 => Just(Op::Count),
     ]
 }
 
@@ -41,6 +44,21 @@ fn step() -> impl Strategy<Value = Step<Op>> {
             local: 5,
             tick: 0,
             collect: 0,
+            dup: 1,
+        },
+    )
+}
+
+/// Steps that also fold stable writes, at each site when its causally stable vector allows;
+/// no duplicates (`Mix::dup`).
+fn step_collecting() -> impl Strategy<Value = Step<Op>> {
+    one_key::step(
+        op(),
+        Mix {
+            local: 5,
+            tick: 0,
+            collect: 2,
+            dup: 0,
         },
     )
 }
@@ -56,9 +74,17 @@ fn add_op(elems: &[u16], seen: VersionVector) -> Eff {
     })
 }
 
+/// What a raise carries as seen, as the server builds it (`raise_context`): the key's
+/// stamps and every write delivered at the site, which covers a removal it already folded.
+fn raise_seen(r: &Replica) -> VersionVector {
+    let mut seen = r.key.observed().stamps;
+    seen.merge(&r.delivered_vv);
+    seen
+}
+
 /// Runs `op` at site `me` as the server issues it.
 fn issue(r: &mut Replica, me: usize, op: &Op) {
-    let seen = r.key.observed().stamps;
+    let seen = raise_seen(r);
     match op {
         Op::Add(elems) => r.write(me, add_op(elems, seen)),
         Op::Merge(regs, dense) => r.write(
@@ -76,13 +102,18 @@ fn issue(r: &mut Replica, me: usize, op: &Op) {
                 let e = r.key.remove_effect();
                 r.write(me, e);
             }
-            let seen = r.key.observed().stamps;
+            let seen = raise_seen(r);
             r.write(me, Effect::Hll(HllOp::Load { hyll: b, seen }));
         }
         Op::Del => {
             if !r.key.is_empty() {
                 let e = r.key.remove_effect();
                 r.write(me, e);
+            }
+        }
+        Op::Count => {
+            if r.key.hll().is_some_and(|h| !hll::cache_valid(h.bytes())) {
+                r.write(me, Effect::Hll(HllOp::Cache));
             }
         }
     }
@@ -123,6 +154,22 @@ proptest! {
             prop_assert_eq!(r.key.is_empty(), rs[0].key.is_empty());
             let count = |k: &KeyState| k.hll().map(|h| hll::count(h.bytes()));
             prop_assert_eq!(count(&r.key), count(&rs[0].key));
+            // What GET shows, sparse layout and cache flag included.
+            let bytes = |k: &KeyState| k.hll().map(|h| h.bytes().to_vec());
+            prop_assert_eq!(bytes(&r.key), bytes(&rs[0].key));
+        }
+    }
+
+    /// Sites that fold their stable writes at different times show the same bytes once every
+    /// write was delivered: a fold keeps the bytes before the writes still pending, so a
+    /// concurrent write that comes late still goes in stamp order.
+    #[test]
+    fn folding_sites_show_the_same_bytes(steps in prop::collection::vec(step_collecting(), 1..60)) {
+        let rs = run(&steps);
+        let bytes = |k: &KeyState| k.hll().map(|h| h.bytes().to_vec());
+        for r in &rs[1..] {
+            prop_assert_eq!(bytes(&r.key), bytes(&rs[0].key));
+            prop_assert_eq!(regs(&r.key), regs(&rs[0].key));
         }
     }
 
@@ -171,7 +218,7 @@ proptest! {
                 hll::apply_raise(&mut b, &add_op(&e, VersionVector::new()).into_hll()).unwrap();
                 HllOp::Load { hyll: b, seen }
             }
-            Op::Del => HllOp::Cache,
+            Op::Del | Op::Count => HllOp::Cache,
         };
         one_key::round_trips(&hop, encode_op, decode_op)?;
     }

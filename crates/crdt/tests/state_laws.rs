@@ -44,6 +44,8 @@ enum Op {
     SRem(u8),
     /// PFADD of `n` elements from `first` on.
     PfAdd(u8, u8),
+    /// PFCOUNT of the key: validates an invalid cache.
+    PfCount,
     HSet(u8, u8),
     HIncr(u8, i8),
     HDel(u8),
@@ -73,6 +75,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u8..4).prop_map(Op::SAdd),
         2 => (0u8..4).prop_map(Op::SRem),
         2 => (0u8..40, 1u8..4).prop_map(|(f, n)| Op::PfAdd(f, n)),
+        1 => Just(Op::PfCount),
         2 => (0u8..3, 0u8..4).prop_map(|(f, v)| Op::HSet(f, v)),
         1 => (0u8..3, any::<i8>()).prop_map(|(f, d)| Op::HIncr(f, d)),
         1 => (0u8..3).prop_map(Op::HDel),
@@ -161,6 +164,11 @@ fn run_op(r: &mut Replica, key: &[u8], op: &Op, delivered: &VersionVector) -> Re
             let mut seen = k.observed().stamps;
             seen.merge(delivered);
             Some(Effect::Hll(HllOp::Add { pairs, seen }))
+        }),
+        Op::PfCount => write(r, key, TypeTag::Hll, |k| {
+            k.hll()
+                .is_some_and(|h| !hll::cache_valid(h.bytes()))
+                .then_some(Effect::Hll(HllOp::Cache))
         }),
         Op::HSet(f, v) => write(r, key, TypeTag::Hash, |k| {
             let field = vec![b'f', *f];
@@ -499,7 +507,8 @@ fn view(k: &KeyState) -> String {
                     .map(|(i, v)| (i, *v))
                     .collect()
             });
-            format!("hll {regs:?}")
+            // GET shows the bytes: sparse layout and cache flag included.
+            format!("hll {regs:?} {:?}", h.bytes())
         }
         Some(Value::Hash(h)) => {
             let mut f: Vec<(Vec<u8>, Vec<u8>)> =
