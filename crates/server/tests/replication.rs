@@ -345,6 +345,59 @@ fn moved_hyperloglog_survives_a_removal_the_destination_held() {
     assert_eq!(cluster.site(A).digest(), cluster.site(B).digest());
 }
 
+/// Concurrent PFADDs and PFCOUNTs at two sites end with the same bytes at both, sparse layout
+/// and cache flag included (docs/conflicts.md §12). The cache flag differed: a site that
+/// validated its cache then applied the other site's raise ended invalid, the other valid.
+#[test]
+fn concurrent_hyperloglog_writes_show_the_same_bytes() {
+    let cluster = Cluster::start(&["a", "b"], Opts::proxied());
+    cluster.wait_links_up(LINKS_UP);
+    let mut a = cluster.site(A).connect();
+    let mut b = cluster.site(B).connect();
+    let elems = |site: &str, round: usize| -> Vec<String> {
+        (0..40).map(|i| format!("{site}{round}-{i}")).collect()
+    };
+    // Round 0: B's raise is the last write; round 1: A's validation is; round 2: both
+    // validate, B last.
+    for round in 0..3 {
+        let key = format!("h{round}");
+        cluster.isolate(B);
+        let pfadd = |c: &mut Raw, site: &str| {
+            let mut cmd = vec!["PFADD".to_string(), key.clone()];
+            cmd.extend(elems(site, round));
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            assert_eq!(c.int(&args), 1, "{key} at {site}");
+        };
+        // The sites' clocks are one wall clock: a pause between them orders their stamps.
+        let pause = || std::thread::sleep(Duration::from_millis(5));
+        if round == 1 {
+            pfadd(&mut b, "b");
+            pause();
+            pfadd(&mut a, "a");
+            assert!(a.int(&["PFCOUNT", &key]) > 0);
+        } else {
+            pfadd(&mut a, "a");
+            assert!(a.int(&["PFCOUNT", &key]) > 0);
+            pause();
+            pfadd(&mut b, "b");
+            if round == 2 {
+                assert!(b.int(&["PFCOUNT", &key]) > 0);
+            }
+        }
+        cluster.heal_all();
+        cluster.wait_converged(CONVERGE_TIMEOUT);
+        let at_a = a.reply(&["GET", &key]);
+        assert_eq!(b.reply(&["GET", &key]), at_a, "{key}: GET differs");
+        // The validation with the highest stamp decides the flag (bit 7 of byte 15).
+        let Reply::Bulk(bytes) = at_a else {
+            panic!("{key}: GET gave no bytes");
+        };
+        let valid = bytes.get(15).is_some_and(|b| b & 0x80 == 0);
+        assert_eq!(valid, round > 0, "{key}: cache flag");
+    }
+    assert_eq!(cluster.site(A).digest(), cluster.site(B).digest());
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. The seed paper's Tables 5–7 (and the counter table of docs/conflicts.md §2), end to end.
 // ---------------------------------------------------------------------------------------

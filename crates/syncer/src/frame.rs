@@ -15,10 +15,13 @@ use crate::error::SyncError;
 /// `OpsSparse`); 6: `FullSyncBegin` carries the sender's causal context (`context`, its
 /// gap) and `complete` instead of the collected vector; 7: a complete full sync names the
 /// keys its sender evicted (`FullSyncChunk` entries of database `0xFFFE`: `db:u16
-/// key:bytes`), which a version-6 receiver would take for an unknown database. A peer of
-/// another version is refused at the handshake, so sites of versions 6 and 7 do not sync:
-/// upgrade every site of a deployment before its links must carry traffic again.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// key:bytes`), which a version-6 receiver would take for an unknown database; 8: a
+/// HyperLogLog's state in a full sync carries the bytes before its pending writes and the
+/// cache validations among them (layout 2 of `HllCrdt::encode_state`), which a version-7
+/// receiver refuses. A peer of another version is refused at the handshake, so sites of
+/// different versions do not sync: upgrade every site of a deployment before its links must
+/// carry traffic again.
+pub const PROTOCOL_VERSION: u16 = 8;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.

@@ -103,9 +103,11 @@ pub fn key_digest(db: usize, key: &[u8], state: &KeyState, now_ms: u64) -> Optio
             }
         }
         Some(Value::Hll(_)) => {
+            // What GET shows, sparse layout and cache flag included: sites apply concurrent
+            // writes in stamp order, so these bytes converge as the registers do.
             h.field(b"hll");
-            if let Some(regs) = state.hll().and_then(|x| x.registers()) {
-                h.field(&regs[..]);
+            if let Some(x) = state.hll() {
+                h.field(x.bytes());
             }
         }
         Some(Value::Stream(_)) => {

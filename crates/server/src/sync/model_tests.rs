@@ -136,6 +136,11 @@ fn command(cmd: u8, key: u8, arg: u8) -> Vec<String> {
             _ => vec!["INCRBYFLOAT".into(), format!("n{k}"), "1.5".into()],
         };
     }
+    // The eight below them: PFCOUNT, which validates a HyperLogLog's cache at every site
+    // (the cache flag is part of what GET shows and the digest hashes).
+    if cmd >= 232 {
+        return vec!["PFCOUNT".into(), format!("p{k}")];
+    }
     let words: Vec<String> = match cmd % 16 {
         0 => vec!["SADD".into(), format!("s{k}"), m],
         1 => vec!["SREM".into(), format!("s{k}"), m],
