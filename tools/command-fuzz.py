@@ -418,12 +418,8 @@ def gen():
     return c
 
 
-def snapshot(conn, dbs=("0",), hll_by_count=False):
-    """Every key of the pool (`diff`) or every key (`converge`) with its type and contents.
-
-    `hll_by_count`: a HyperLogLog is compared by its PFCOUNT, not its bytes. Sites agree on
-    the registers, but the bytes GET shows after concurrent raises may differ in the sparse
-    layout and in whether the cached count is valid (docs/conflicts.md §12)."""
+def snapshot(conn, dbs=("0",)):
+    """Every key of the pool (`diff`) or every key (`converge`) with its type and contents."""
     out = {}
     for db in dbs:
         conn.call(["SELECT", db])
@@ -432,8 +428,6 @@ def snapshot(conn, dbs=("0",), hll_by_count=False):
             t = conn.call(["TYPE", k])[1]
             if t == b"string":
                 v = conn.call(["GET", k])
-                if hll_by_count and isinstance(v, bytes) and v.startswith(b"HYLL"):
-                    v = ("hll", conn.call(["PFCOUNT", k]))
             elif t == b"list":
                 v = conn.call(["LRANGE", k, "0", "-1"])
             elif t == b"hash":
@@ -551,7 +545,7 @@ def run_converge(args):
         deadline = time.time() + CONVERGE_WAIT_S
         while True:
             time.sleep(0.2)
-            sa, sb = snapshot(a, ("0", "1"), True), snapshot(b, ("0", "1"), True)
+            sa, sb = snapshot(a, ("0", "1")), snapshot(b, ("0", "1"))
             if sa == sb or time.time() > deadline:
                 break
         if sa != sb:
