@@ -116,11 +116,22 @@ pub fn put_vv(out: &mut Vec<u8>, vv: &VersionVector) {
 
 /// One origin's counter totals: `n` (u64), `int` (i128), `float` (`Dec`), as `put_observed`
 /// writes them.
+/// `n`, with its top bit set when the run is named (not the original run `Hlc::ZERO`) and
+/// the run's hlc after it, then the sums. Totals written before runs existed read as the
+/// original run.
 pub fn put_totals(out: &mut Vec<u8>, t: &IncTotals) {
-    put_u64(out, t.n);
+    if t.run == Hlc::ZERO {
+        put_u64(out, t.n);
+    } else {
+        put_u64(out, t.n | TOTALS_RUN_FLAG);
+        put_u64(out, t.run.0);
+    }
     out.extend_from_slice(&t.int.to_le_bytes());
     put_dec(out, &t.float);
 }
+
+/// The top bit of `n` in `put_totals`: a run's hlc follows.
+const TOTALS_RUN_FLAG: u64 = 1 << 63;
 
 /// `None` as 0; `Some(stamp)` as 1 and the stamp.
 pub fn put_opt_stamp(out: &mut Vec<u8>, s: Option<Stamp>) {
@@ -142,9 +153,7 @@ pub fn put_observed(out: &mut Vec<u8>, o: &Observed) {
     put_varint(out, o.incs.len() as u64);
     for (r, t) in &o.incs {
         put_u32(out, r.0);
-        put_u64(out, t.n);
-        out.extend_from_slice(&t.int.to_le_bytes());
-        put_dec(out, &t.float);
+        put_totals(out, t);
     }
 }
 
@@ -308,11 +317,22 @@ impl<'a> Reader<'a> {
     }
 
     /// Counter totals as `put_totals` writes them.
+    /// Totals as `put_totals` writes them. `Invalid`: a named run of hlc zero.
     pub fn totals(&mut self) -> Result<IncTotals, DecodeError> {
-        let n = self.u64()?;
+        let raw = self.u64()?;
+        let run = if raw & TOTALS_RUN_FLAG != 0 {
+            let run = Hlc(self.u64()?);
+            if run == Hlc::ZERO {
+                return Err(DecodeError::Invalid("counter run of hlc zero"));
+            }
+            run
+        } else {
+            Hlc::ZERO
+        };
+        let n = raw & !TOTALS_RUN_FLAG;
         let int = self.i128()?;
         let float = self.dec()?;
-        Ok(IncTotals { n, int, float })
+        Ok(IncTotals { run, n, int, float })
     }
 
     /// An optional stamp as `put_opt_stamp` writes it.
@@ -352,17 +372,7 @@ impl<'a> Reader<'a> {
         let mut incs = SmallVec::new();
         for _ in 0..n {
             let r = ReplicaId(self.u32()?);
-            let total_n = self.u64()?;
-            let int = i128::from_le_bytes(self.array()?);
-            let float = self.dec()?;
-            incs.push((
-                r,
-                IncTotals {
-                    n: total_n,
-                    int,
-                    float,
-                },
-            ));
+            incs.push((r, self.totals()?));
         }
         Ok(Observed { stamps, incs })
     }

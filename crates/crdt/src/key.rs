@@ -26,7 +26,7 @@
 use smallvec::SmallVec;
 
 use crate::codec::{self, DecodeError, Reader};
-use crate::counter::IncTotals;
+use crate::counter::{Counter, Delta, IncAt, IncTotals};
 use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::expire::{Expire, ExpireReg};
 use crate::hash::HashCrdt;
@@ -663,9 +663,9 @@ impl KeyState {
                     !fresh
                 }
             }
-            Effect::Incr { delta } => {
+            Effect::Incr { delta, at } => {
                 let mut s = self.take_str();
-                let fresh = s.incr(stamp, delta);
+                let fresh = s.incr(stamp, delta, at);
                 self.put(Value::Str(s));
                 !fresh
             }
@@ -1371,7 +1371,33 @@ impl KeyState {
                 }
             }
         }
+        // Every removal of the key delivered everywhere (no removal context held: none
+        // made, or all of them collected just now): a cleared counter entry whose increments
+        // are too goes (`Counter::drop_settled`).
+        if self
+            .extra
+            .as_ref()
+            .is_none_or(|x| x.removed.is_empty() && x.value_removed.is_empty())
+        {
+            for v in self.values_mut() {
+                if let Value::Str(s) = v {
+                    s.drop_settled_counter(everywhere);
+                }
+            }
+        }
         self.normalize();
+    }
+
+    /// The effect of INCR/INCRBY/DECRBY/INCRBYFLOAT of `delta` issued here by `origin`.
+    pub fn incr_effect<B: AsRef<[u8]>>(&self, origin: ReplicaId, delta: Delta) -> Effect<B> {
+        let at = self
+            .values()
+            .find_map(|v| match v {
+                Value::Str(s) => s.counter(),
+                _ => None,
+            })
+            .map_or(IncAt::Starts, |c: &Counter| c.next_at(origin, &delta));
+        Effect::Incr { delta, at }
     }
 }
 
@@ -1464,12 +1490,8 @@ mod tests {
         let mut k = KeyState::new();
         let e: E = k.assign_effect(b"10", false);
         k.apply(st(1, 1), &e);
-        k.apply(
-            st(2, 1),
-            &E::Incr {
-                delta: Delta::Int(1),
-            },
-        );
+        let e: E = k.incr_effect(ReplicaId(1), Delta::Int(1));
+        k.apply(st(2, 1), &e);
         assert_eq!(k.view_str(), Some(StrView::Int(11)));
         let mut bytes = k.view_str().unwrap().to_bytes();
         bytes.extend_from_slice(b"x");

@@ -54,7 +54,7 @@ pub mod string;
 pub mod zset;
 
 pub use crate::bytes::SmallBytes;
-pub use crate::counter::{Counter, Delta, IncTotals};
+pub use crate::counter::{Counter, Delta, IncAt, IncTotals};
 pub use crate::dot::{Context, Gap, ReplicaId, Stamp, VersionVector};
 pub use crate::expire::{Expire, ExpireReg};
 pub use crate::hash::{HashCrdt, HashOp};

@@ -7,7 +7,7 @@
 
 use smallvec::SmallVec;
 
-use crate::counter::{Delta, IncTotals};
+use crate::counter::{Delta, IncAt, IncTotals};
 use crate::dot::{ReplicaId, VersionVector};
 use crate::expire::Expire;
 use crate::hash::HashOp;
@@ -49,8 +49,9 @@ pub enum Effect<B: AsRef<[u8]>> {
         observed: Observed,
         keep_ttl: bool,
     },
-    /// INCR, INCRBY, DECRBY, INCRBYFLOAT.
-    Incr { delta: Delta },
+    /// INCR, INCRBY, DECRBY, INCRBYFLOAT: `delta`, and where the increment stands among
+    /// its origin's increments at the key (`Counter::next_at`).
+    Incr { delta: Delta, at: IncAt },
     /// APPEND, SETRANGE, SETBIT, BITFIELD SET/INCRBY on a string shown: only what changed,
     /// applied in stamp order among the string's writes (docs/conflicts.md §1.1).
     StrEdit(StrEdit<B>),

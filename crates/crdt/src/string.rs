@@ -30,7 +30,7 @@
 
 use crate::bytes::SmallBytes;
 use crate::codec::{self, DecodeError, Reader};
-use crate::counter::{Counter, Delta, IncTotals};
+use crate::counter::{Counter, Delta, IncAt, IncTotals};
 use crate::dot::{ReplicaId, Stamp, VersionVector};
 use crate::num::Dec;
 
@@ -756,8 +756,26 @@ impl StrCrdt {
     }
 
     /// Applies one increment; false for a duplicate.
-    pub fn incr(&mut self, stamp: Stamp, delta: &Delta) -> bool {
-        self.counter_mut().apply_inc(stamp, delta)
+    pub fn incr(&mut self, stamp: Stamp, delta: &Delta, at: &IncAt) -> bool {
+        self.counter_mut().apply_inc(stamp, delta, at)
+    }
+
+    /// Drops the counter's settled entries (`Counter::drop_settled`); the caller checks that
+    /// every removal of the key was delivered everywhere.
+    pub fn drop_settled_counter(&mut self, everywhere: &VersionVector) {
+        let dropped = self
+            .rare
+            .as_mut()
+            .and_then(|r| r.counter.as_mut())
+            .is_some_and(|c| c.drop_settled(everywhere));
+        if dropped {
+            if let Some(r) = &mut self.rare {
+                if r.counter.as_ref().is_some_and(Counter::is_empty) {
+                    r.counter = None;
+                }
+            }
+            self.tidy();
+        }
     }
 
     /// The assigned writes held: the shown one first, then concurrent ones.
@@ -1138,6 +1156,14 @@ impl StrCrdt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An increment issued by the string's own copy of `s.replica` and applied there.
+    fn inc(v: &mut StrCrdt, s: Stamp, d: Delta) -> bool {
+        let at = v
+            .counter()
+            .map_or(IncAt::Starts, |c| c.next_at(s.replica, &d));
+        v.incr(s, &d, &at)
+    }
     use crate::hlc::Hlc;
 
     fn st(h: u64, r: u32) -> Stamp {
@@ -1174,21 +1200,21 @@ mod tests {
         let mut s = StrCrdt::new();
         s.assign(st(1, 1), b"10");
         assert_eq!(s.view(), Some(StrView::Bytes(b"10")));
-        s.incr(st(2, 1), &Delta::Int(1));
+        inc(&mut s, st(2, 1), Delta::Int(1));
         assert_eq!(s.view(), Some(StrView::Int(11)));
     }
 
     #[test]
     fn float_increments_and_non_numeric_base() {
         let mut s = StrCrdt::new();
-        s.incr(st(1, 1), &Delta::Float(Dec::parse(b"10.5").unwrap()));
-        s.incr(st(2, 1), &Delta::Float(Dec::parse(b"0.1").unwrap()));
+        inc(&mut s, st(1, 1), Delta::Float(Dec::parse(b"10.5").unwrap()));
+        inc(&mut s, st(2, 1), Delta::Float(Dec::parse(b"0.1").unwrap()));
         assert_eq!(s.view().unwrap().to_bytes(), b"10.6");
         s.assign(st(3, 2), b"abc");
         assert_eq!(s.view(), Some(StrView::Bytes(b"abc")));
         let mut t = StrCrdt::new();
         t.assign(st(1, 1), b"1.5");
-        t.incr(st(2, 2), &Delta::Int(1));
+        inc(&mut t, st(2, 2), Delta::Int(1));
         assert_eq!(t.view().unwrap().to_bytes(), b"2.5");
     }
 
@@ -1216,11 +1242,11 @@ mod tests {
     fn merge_unions_writes_and_joins_counters() {
         let mut a = StrCrdt::new();
         a.assign(st(2, 1), b"b");
-        a.incr(st(3, 1), &Delta::Int(1));
+        inc(&mut a, st(3, 1), Delta::Int(1));
         let mut b = StrCrdt::new();
         b.assign(st(1, 3), b"a");
         b.assign(st(2, 1), b"b");
-        b.incr(st(4, 2), &Delta::Int(5));
+        inc(&mut b, st(4, 2), Delta::Int(5));
         let mut ab = a.clone();
         ab.merge(&b);
         let mut ba = b.clone();
@@ -1245,7 +1271,7 @@ mod tests {
     fn integer_overflow_saturates() {
         let mut s = StrCrdt::new();
         s.assign(st(1, 1), b"9223372036854775800");
-        s.incr(st(2, 2), &Delta::Int(100));
+        inc(&mut s, st(2, 2), Delta::Int(100));
         assert_eq!(s.view(), Some(StrView::Int(i64::MAX)));
     }
 

@@ -278,7 +278,9 @@ proptest! {
         let mut c = Counter::new();
         let mut prefixes = vec![IncTotals::default()];
         for (n, d) in deltas.iter().enumerate() {
-            c.apply_inc(Stamp { hlc: Hlc(n as u64 + 1), replica: ReplicaId(1) }, &Delta::Int(i64::from(*d)));
+            let d = Delta::Int(i64::from(*d));
+            let at = c.next_at(ReplicaId(1), &d);
+            c.apply_inc(Stamp { hlc: Hlc(n as u64 + 1), replica: ReplicaId(1) }, &d, &at);
             prefixes.push(c.totals().next().map(|t| *t.1).unwrap_or_default());
         }
         let p = |x: usize| prefixes[x % prefixes.len()];

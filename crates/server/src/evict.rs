@@ -54,7 +54,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use meridian_crdt::{
-    Delta, Effect, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp, VersionVector,
+    Delta, Effect, IncAt, IncTotals, KeyState, Observed, ReplicaId, SmallBytes, Stamp,
+    VersionVector,
 };
 use smallvec::SmallVec;
 
@@ -465,7 +466,7 @@ impl EvictedMark {
     fn covered_by(&self, o: &Observed) -> bool {
         let incs_covered = |incs: &[(ReplicaId, IncTotals)]| {
             incs.iter()
-                .all(|(r, t)| t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.n >= t.n))
+                .all(|(r, t)| t.n == 0 || o.incs.iter().any(|(r2, t2)| r2 == r && t2.covers(t)))
         };
         o.stamps.dominates(&self.live)
             && incs_covered(&self.seen.incs)
@@ -655,25 +656,26 @@ fn join_incs(a: &mut SmallVec<[(ReplicaId, IncTotals); 1]>, b: &[(ReplicaId, Inc
     }
 }
 
-/// Counts one increment of `origin` into `totals`, as `Counter::apply_inc` would.
+/// Counts the increment `stamp` into `totals` of its origin, as `Counter::apply_inc` would.
 fn count_increment(
     totals: &mut SmallVec<[(ReplicaId, IncTotals); 1]>,
-    origin: ReplicaId,
+    stamp: Stamp,
     delta: &Delta,
+    at: &IncAt,
 ) {
-    let at = match totals.iter().position(|(r, _)| *r == origin) {
+    let origin = stamp.replica;
+    let i = match totals.iter().position(|(r, _)| *r == origin) {
         Some(i) => i,
         None => {
             totals.push((origin, IncTotals::default()));
             totals.len() - 1
         }
     };
-    if let Some((_, t)) = totals.get_mut(at) {
-        t.n += 1;
-        match delta {
-            Delta::Int(v) => t.int = t.int.saturating_add(i128::from(*v)),
-            Delta::Float(d) => t.float = t.float.add(*d).unwrap_or(t.float),
-        }
+    if let Some((_, t)) = totals.get_mut(i) {
+        *t = match at.totals(stamp, delta) {
+            Some(after) => IncTotals::merge(*t, after),
+            None => t.plus(delta),
+        };
     }
 }
 
@@ -985,8 +987,8 @@ impl Shard {
             Effect::Remove { .. } => mark.seen.stamps.observe(stamp),
             _ => mark.live.observe(stamp),
         }
-        if let Effect::Incr { delta } = effect {
-            count_increment(&mut mark.received, stamp.replica, delta);
+        if let Effect::Incr { delta, at } = effect {
+            count_increment(&mut mark.received, stamp, delta, at);
         }
         self.stats.evicted_writes_not_applied += 1;
         Admit::Dropped
@@ -1481,6 +1483,7 @@ mod tests {
         // A peer's increment: not materialised, counted into the mark.
         let incr = Effect::Incr {
             delta: meridian_crdt::Delta::Int(1),
+            at: IncAt::Starts,
         };
         assert!(!remote(&mut h, "cnt", 1 << 40, incr));
         let mark = h.shard.evicted_mark(0, b"cnt").cloned().unwrap();
@@ -1507,6 +1510,12 @@ mod tests {
         // evicted the key.
         let incr = Effect::Incr {
             delta: meridian_crdt::Delta::Int(2),
+            at: IncAt::After(IncTotals {
+                run: meridian_crdt::Hlc(1 << 40),
+                n: 2,
+                int: 3,
+                float: meridian_crdt::Dec::ZERO,
+            }),
         };
         assert!(remote(&mut h, "cnt", 4 << 40, incr));
         assert_eq!(h.run(&["GET", "cnt"]), "$1\r\n9\r\n");

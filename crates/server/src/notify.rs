@@ -277,9 +277,11 @@ impl Shard {
             }
             Effect::Incr {
                 delta: Delta::Int(_),
+                ..
             } => Some((STRING, "incrby")),
             Effect::Incr {
                 delta: Delta::Float(_),
+                ..
             } => Some((STRING, "incrbyfloat")),
             Effect::Expire {
                 expire: Expire::Persist,

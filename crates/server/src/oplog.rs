@@ -17,7 +17,9 @@
 use std::collections::VecDeque;
 
 use meridian_crdt::codec::{DecodeError, Reader, put_bytes, put_dec, put_observed, put_u8, put_vv};
-use meridian_crdt::{Delta, Effect, Expire, Hlc, ReplicaId, Stamp, hash, hll, list, stream, zset};
+use meridian_crdt::{
+    Delta, Effect, Expire, Hlc, IncAt, ReplicaId, Stamp, hash, hll, list, stream, zset,
+};
 
 /// Size at which the current chunk is sealed and a new one started.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -314,6 +316,14 @@ const TAG_LIBRARY_SET: u8 = 13;
 const TAG_LIBRARY_DEL: u8 = 14;
 const TAG_STREAM: u8 = 15;
 const TAG_STR_EDIT: u8 = 16;
+
+/// The byte after `TAG_INCR`: where the increment stands (`IncAt`; records written before
+/// runs carry `INCR_AT_UNKNOWN`), and `INCR_FLOAT` for an INCRBYFLOAT delta. `INCR_AT_AFTER`
+/// is followed, after the delta, by the totals (`codec::put_totals`).
+const INCR_AT_UNKNOWN: u8 = 0;
+const INCR_AT_STARTS: u8 = 2;
+const INCR_AT_AFTER: u8 = 4;
+const INCR_FLOAT: u8 = 1;
 /// Bytes of a record body before `db`: `seq:u64 hlc:u64 origin:u32` (the wire form keeps hlc).
 const SEQ_HLC_ORIGIN_BYTES: usize = 20;
 
@@ -339,17 +349,25 @@ pub fn encode<B: AsRef<[u8]>>(
             put_observed(out, observed);
             put_bytes(out, value.as_ref());
         }
-        Effect::Incr { delta } => {
+        Effect::Incr { delta, at } => {
             put_u8(out, TAG_INCR);
+            let place = match at {
+                IncAt::Unknown => INCR_AT_UNKNOWN,
+                IncAt::Starts => INCR_AT_STARTS,
+                IncAt::After(_) => INCR_AT_AFTER,
+            };
             match delta {
                 Delta::Int(n) => {
-                    put_u8(out, 0);
+                    put_u8(out, place);
                     out.extend_from_slice(&n.to_le_bytes());
                 }
                 Delta::Float(d) => {
-                    put_u8(out, 1);
+                    put_u8(out, place | INCR_FLOAT);
                     put_dec(out, d);
                 }
+            }
+            if let IncAt::After(t) = at {
+                meridian_crdt::codec::put_totals(out, t);
             }
         }
         Effect::StrEdit(edit) => {
@@ -698,15 +716,20 @@ fn decode_tail(
                 keep_ttl,
             }
         }
-        TAG_INCR => match b.u8()? {
-            0 => Effect::Incr {
-                delta: Delta::Int(b.i64()?),
-            },
-            1 => Effect::Incr {
-                delta: Delta::Float(b.dec()?),
-            },
-            other => return Err(DecodeError::BadTag(other).into()),
-        },
+        TAG_INCR => {
+            let kind = b.u8()?;
+            let delta = match kind & INCR_FLOAT {
+                0 => Delta::Int(b.i64()?),
+                _ => Delta::Float(b.dec()?),
+            };
+            let at = match kind & !INCR_FLOAT {
+                INCR_AT_UNKNOWN => IncAt::Unknown,
+                INCR_AT_STARTS => IncAt::Starts,
+                INCR_AT_AFTER => IncAt::After(b.totals()?),
+                _ => return Err(DecodeError::BadTag(kind).into()),
+            };
+            Effect::Incr { delta, at }
+        }
         TAG_REMOVE => Effect::Remove {
             observed: b.observed()?,
         },
@@ -821,6 +844,7 @@ mod tests {
         incs.push((
             ReplicaId(9),
             IncTotals {
+                run: Hlc(77),
                 n: 3,
                 int: -7,
                 float: Dec::parse(b"1.25").unwrap(),
@@ -838,9 +862,29 @@ mod tests {
             },
             Effect::Incr {
                 delta: Delta::Int(-42),
+                at: IncAt::Unknown,
             },
             Effect::Incr {
                 delta: Delta::Float(Dec::parse(b"-0.1").unwrap()),
+                at: IncAt::Starts,
+            },
+            Effect::Incr {
+                delta: Delta::Int(5),
+                at: IncAt::After(IncTotals {
+                    run: Hlc(9),
+                    n: 4,
+                    int: 12,
+                    float: Dec::ZERO,
+                }),
+            },
+            Effect::Incr {
+                delta: Delta::Float(Dec::parse(b"2.5").unwrap()),
+                at: IncAt::After(IncTotals {
+                    run: Hlc::ZERO,
+                    n: 2,
+                    int: 0,
+                    float: Dec::parse(b"3").unwrap(),
+                }),
             },
             Effect::Remove { observed },
             Effect::Expire {

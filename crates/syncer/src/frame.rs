@@ -17,8 +17,9 @@ use crate::error::SyncError;
 /// keys its sender evicted (`FullSyncChunk` entries of database `0xFFFE`: `db:u16
 /// key:bytes`), which a version-6 receiver would take for an unknown database; 8: a
 /// HyperLogLog's state in a full sync carries the bytes before its pending writes and the
-/// cache validations among them (layout 2 of `HllCrdt::encode_state`), which a version-7
-/// receiver refuses. A peer of another version is refused at the handshake, so sites of
+/// cache validations among them (layout 2 of `HllCrdt::encode_state`), and an increment
+/// carries where it stands among its origin's increments (`IncAt`: counter runs), both of
+/// which a version-7 receiver refuses. A peer of another version is refused at the handshake, so sites of
 /// different versions do not sync: upgrade every site of a deployment before its links must
 /// carry traffic again.
 pub const PROTOCOL_VERSION: u16 = 8;

@@ -251,12 +251,8 @@ impl Replica {
         let Some(new) = cur.checked_add(by) else {
             return Reply::NotANumber;
         };
-        self.issue(
-            key,
-            Effect::Incr {
-                delta: Delta::Int(by),
-            },
-        );
+        let e = k.incr_effect(self.id, Delta::Int(by));
+        self.issue(key, e);
         Reply::Int(new)
     }
 
@@ -281,12 +277,8 @@ impl Replica {
         let Some(new) = cur.add(by) else {
             return Reply::NotANumber;
         };
-        self.issue(
-            key,
-            Effect::Incr {
-                delta: Delta::Float(by),
-            },
-        );
+        let e = k.incr_effect(self.id, Delta::Float(by));
+        self.issue(key, e);
         Reply::Bulk(new.format_redis().into_bytes())
     }
 

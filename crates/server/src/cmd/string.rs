@@ -766,10 +766,10 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Result<(), CmdError> {
         Some(e) => view_i64(str_view(&e.state)?).ok_or(CmdError::NotInteger)?,
     };
     let new = current.checked_add(by).ok_or(CmdError::Overflow)?;
-    ctx.shard
-        .write_key(db, key, now, |_| Effect::<&[u8]>::Incr {
-            delta: Delta::Int(by),
-        });
+    let me = ctx.shard.replica;
+    ctx.shard.write_key(db, key, now, |state| {
+        state.incr_effect::<&[u8]>(me, Delta::Int(by))
+    });
     ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
@@ -820,10 +820,10 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     // Redis's sum, in `long double`: the counter moves by what brings it there.
     let super::ext80::FloatIncrement { text, delta } = super::ext80::float_increment(cur, by)?;
     if let (true, Some(delta)) = (exact, delta) {
-        ctx.shard
-            .write_key(db, key, now, |_| Effect::<&[u8]>::Incr {
-                delta: Delta::Float(delta),
-            });
+        let me = ctx.shard.replica;
+        ctx.shard.write_key(db, key, now, |state| {
+            state.incr_effect::<&[u8]>(me, Delta::Float(delta))
+        });
         // The CRDT adds the running totals of the increments to the base, in 34 digits: past
         // that precision (`10.6 + 1e308 - 1e308`) the sums may round differently from this
         // reply's. Assign the reply then, so that GET shows what INCRBYFLOAT answered.
