@@ -133,6 +133,37 @@ pub fn put_totals(out: &mut Vec<u8>, t: &IncTotals) {
 /// The top bit of `n` in `put_totals`: a run's hlc follows.
 const TOTALS_RUN_FLAG: u64 = 1 << 63;
 
+/// Totals as an increment op carries them, compactly (most are a few bytes): a flags byte
+/// (`NEAR_FLOAT`: a float sum follows; `NEAR_INT_WIDE`: the integer sum takes 16 bytes, not
+/// a zigzag varint), the distance from `hlc` (the op's own, never below the run's) back to
+/// the run as a varint, `n` as a varint, the integer sum, then the float sum if any.
+/// `None` when the run is above `hlc` (no op names a run that starts after it).
+pub fn put_totals_near(out: &mut Vec<u8>, t: &IncTotals, hlc: Hlc) -> Option<()> {
+    let back = hlc.0.checked_sub(t.run.0)?;
+    let narrow = i64::try_from(t.int).ok();
+    let mut flags = 0u8;
+    if t.float != Dec::ZERO {
+        flags |= NEAR_FLOAT;
+    }
+    if narrow.is_none() {
+        flags |= NEAR_INT_WIDE;
+    }
+    put_u8(out, flags);
+    put_varint(out, back);
+    put_varint(out, t.n);
+    match narrow {
+        Some(v) => put_varint(out, ((v << 1) ^ (v >> 63)) as u64),
+        None => out.extend_from_slice(&t.int.to_le_bytes()),
+    }
+    if t.float != Dec::ZERO {
+        put_dec(out, &t.float);
+    }
+    Some(())
+}
+
+const NEAR_FLOAT: u8 = 1;
+const NEAR_INT_WIDE: u8 = 2;
+
 /// `None` as 0; `Some(stamp)` as 1 and the stamp.
 pub fn put_opt_stamp(out: &mut Vec<u8>, s: Option<Stamp>) {
     match s {
@@ -335,6 +366,33 @@ impl<'a> Reader<'a> {
         Ok(IncTotals { run, n, int, float })
     }
 
+    /// Totals as `put_totals_near` wrote them for an op of `hlc`. `Invalid`: unknown flags,
+    /// a run above `hlc`.
+    pub fn totals_near(&mut self, hlc: Hlc) -> Result<IncTotals, DecodeError> {
+        let flags = self.u8()?;
+        if flags & !(NEAR_FLOAT | NEAR_INT_WIDE) != 0 {
+            return Err(DecodeError::Invalid("increment totals flags"));
+        }
+        let back = self.varint()?;
+        let run = Hlc(hlc
+            .0
+            .checked_sub(back)
+            .ok_or(DecodeError::Invalid("increment run after its op"))?);
+        let n = self.varint()?;
+        let int = if flags & NEAR_INT_WIDE != 0 {
+            self.i128()?
+        } else {
+            let z = self.varint()?;
+            i128::from(((z >> 1) as i64) ^ -((z & 1) as i64))
+        };
+        let float = if flags & NEAR_FLOAT != 0 {
+            self.dec()?
+        } else {
+            Dec::ZERO
+        };
+        Ok(IncTotals { run, n, int, float })
+    }
+
     /// An optional stamp as `put_opt_stamp` writes it.
     pub fn opt_stamp(&mut self) -> Result<Option<Stamp>, DecodeError> {
         Ok(if self.bool()? {
@@ -381,6 +439,59 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Totals round-trip both ways (state and op forms), with named and original runs,
+    /// narrow and wide integer sums, float sums; the op form is a few bytes for a small
+    /// counter, refuses a run after its op, and every truncation is an error.
+    #[test]
+    fn totals_round_trip_in_both_forms() {
+        let hlc = Hlc(117_689_760_389_988_352);
+        let cases = [
+            IncTotals {
+                run: Hlc(hlc.0 - 5_000 * 65_536),
+                n: 3,
+                int: -7,
+                float: Dec::ZERO,
+            },
+            IncTotals {
+                run: Hlc::ZERO,
+                n: 1 << 40,
+                int: i128::from(i64::MAX) * 4,
+                float: Dec::parse(b"-0.125").unwrap(),
+            },
+            IncTotals {
+                run: hlc,
+                n: 1,
+                int: i128::from(i64::MIN),
+                float: Dec::ZERO,
+            },
+        ];
+        for t in cases {
+            let mut out = Vec::new();
+            put_totals(&mut out, &t);
+            let mut r = Reader::new(&out);
+            assert_eq!(r.totals().unwrap(), t);
+            assert!(r.is_at_end());
+            let mut near = Vec::new();
+            put_totals_near(&mut near, &t, hlc).unwrap();
+            let mut r = Reader::new(&near);
+            assert_eq!(r.totals_near(hlc).unwrap(), t);
+            assert!(r.is_at_end());
+            for cut in 0..near.len() {
+                assert!(Reader::new(&near[..cut]).totals_near(hlc).is_err());
+            }
+        }
+        let mut small = Vec::new();
+        put_totals_near(&mut small, &cases[0], hlc).unwrap();
+        assert!(small.len() <= 8, "{} bytes", small.len());
+        // A run after the op's hlc: refused both ways.
+        assert!(put_totals_near(&mut Vec::new(), &cases[2], Hlc(hlc.0 - 1)).is_none());
+        assert!(Reader::new(&small).totals_near(Hlc(1)).is_err());
+        // Unknown flags.
+        let mut bad = small.clone();
+        bad[0] = 0x80;
+        assert!(Reader::new(&bad).totals_near(hlc).is_err());
+    }
 
     #[test]
     fn building_blocks_round_trip_and_truncation_is_an_error() {

@@ -319,7 +319,8 @@ const TAG_STR_EDIT: u8 = 16;
 
 /// The byte after `TAG_INCR`: where the increment stands (`IncAt`; records written before
 /// runs carry `INCR_AT_UNKNOWN`), and `INCR_FLOAT` for an INCRBYFLOAT delta. `INCR_AT_AFTER`
-/// is followed, after the delta, by the totals (`codec::put_totals`).
+/// is followed, after the delta, by the totals (`codec::put_totals_near`, relative to the
+/// record's hlc).
 const INCR_AT_UNKNOWN: u8 = 0;
 const INCR_AT_STARTS: u8 = 2;
 const INCR_AT_AFTER: u8 = 4;
@@ -367,7 +368,13 @@ pub fn encode<B: AsRef<[u8]>>(
                 }
             }
             if let IncAt::After(t) = at {
-                meridian_crdt::codec::put_totals(out, t);
+                // A run never starts after an increment of it (`IncAt::After` is built from
+                // the totals of earlier increments); were it to, the run is clamped to the
+                // op's hlc rather than writing a record no site could read.
+                if meridian_crdt::codec::put_totals_near(out, t, hlc).is_none() {
+                    let clamped = meridian_crdt::IncTotals { run: hlc, ..*t };
+                    let _ = meridian_crdt::codec::put_totals_near(out, &clamped, hlc);
+                }
             }
         }
         Effect::StrEdit(edit) => {
@@ -725,7 +732,7 @@ fn decode_tail(
             let at = match kind & !INCR_FLOAT {
                 INCR_AT_UNKNOWN => IncAt::Unknown,
                 INCR_AT_STARTS => IncAt::Starts,
-                INCR_AT_AFTER => IncAt::After(b.totals()?),
+                INCR_AT_AFTER => IncAt::After(b.totals_near(hlc)?),
                 _ => return Err(DecodeError::BadTag(kind).into()),
             };
             Effect::Incr { delta, at }
@@ -971,23 +978,25 @@ mod tests {
     #[test]
     fn wire_form_drops_seq_and_origin_and_round_trips() {
         let mut log = OpLog::new(ReplicaId(7), 1 << 20);
+        let n = effects().len() as u64;
         for (i, e) in effects().into_iter().enumerate() {
             log.append(i as u64 + 1, Hlc(100 + i as u64), 2, b"key", &e);
         }
-        log.append_publish(9, Hlc(200), b"chan", b"hello", false);
+        let publish = n + 1;
+        log.append_publish(publish, Hlc(200), b"chan", b"hello", false);
         let parts = log.since(2).unwrap();
         let mut wire = Vec::new();
         let b = copy_to_wire(&parts, &mut wire, usize::MAX);
         assert_eq!(
             (b.count, b.first_seq, b.last_seq, b.first_hlc),
-            (8, 2, 9, Hlc(101))
+            (n as u32, 2, publish, Hlc(101))
         );
         let mut pos = 0;
         let mut seq = 2;
         while pos < wire.len() {
             let (rec, used) = decode_wire(&wire[pos..], ReplicaId(7), seq).unwrap();
             assert_eq!((rec.seq, rec.origin), (seq, ReplicaId(7)));
-            if seq == 9 {
+            if seq == publish {
                 assert_eq!(
                     rec.body,
                     OpBody::Publish {
@@ -1002,7 +1011,7 @@ mod tests {
             pos += used;
             seq += 1;
         }
-        assert_eq!(seq, 10);
+        assert_eq!(seq, publish + 1);
         // A byte budget stops at a record boundary (after the first record past it).
         let mut small = Vec::new();
         let b = copy_to_wire(&parts, &mut small, 1);
