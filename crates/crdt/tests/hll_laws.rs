@@ -44,13 +44,11 @@ fn step() -> impl Strategy<Value = Step<Op>> {
             local: 5,
             tick: 0,
             collect: 0,
-            dup: 1,
         },
     )
 }
 
-/// Steps that also fold stable writes, at each site when its causally stable vector allows;
-/// no duplicates (`Mix::dup`).
+/// Steps that also fold stable writes, at each site when its causally stable vector allows.
 fn step_collecting() -> impl Strategy<Value = Step<Op>> {
     one_key::step(
         op(),
@@ -58,7 +56,6 @@ fn step_collecting() -> impl Strategy<Value = Step<Op>> {
             local: 5,
             tick: 0,
             collect: 2,
-            dup: 0,
         },
     )
 }
