@@ -426,6 +426,16 @@ mod tests {
     use super::*;
     use crate::dot::{VersionVector, st};
 
+    /// Totals of integer increments only.
+    fn int_totals(run: u64, n: u64, int: i128) -> IncTotals {
+        IncTotals {
+            run: Hlc(run),
+            n,
+            int,
+            float: Dec::ZERO,
+        }
+    }
+
     /// An increment issued by the counter's own copy of `s.replica` (where it stands
     /// computed there, as the server does) and applied there.
     fn inc(c: &mut Counter, s: Stamp, d: Delta) -> bool {
@@ -438,12 +448,7 @@ mod tests {
         let mut c = Counter::new();
         assert!(inc(&mut c, st(1, 1), Delta::Int(7)));
         assert!(inc(&mut c, st(1, 2), Delta::Int(3)));
-        let again = IncAt::After(IncTotals {
-            run: Hlc(1),
-            n: 1,
-            int: 7,
-            float: Dec::ZERO,
-        });
+        let again = IncAt::After(int_totals(1, 1, 7));
         assert!(!c.apply_inc(st(1, 1), &Delta::Int(7), &again));
         assert!(!c.apply_inc(st(1, 1), &Delta::Int(7), &IncAt::Starts));
         assert_eq!(c.unobserved(), (10, Dec::ZERO, false));
@@ -548,15 +553,7 @@ mod tests {
         assert!(other.is_empty());
         // The origin kept its entry: the same run goes on.
         let at = origin.next_at(ReplicaId(1), &Delta::Int(3));
-        assert_eq!(
-            at,
-            IncAt::After(IncTotals {
-                run: Hlc(1),
-                n: 2,
-                int: 8,
-                float: Dec::ZERO
-            })
-        );
+        assert_eq!(at, IncAt::After(int_totals(1, 2, 8)));
         for c in [&mut origin, &mut other] {
             assert!(c.apply_inc(st(2, 1), &Delta::Int(3), &at));
             assert_eq!(c.unobserved().0, 3);
@@ -576,12 +573,7 @@ mod tests {
             assert_eq!(c.unobserved().0, 4);
             assert_eq!(c.live_stamp(), Some(st(3, 1)));
             // A late increment of the old run changes nothing.
-            let old = IncAt::After(IncTotals {
-                run: Hlc(1),
-                n: 3,
-                int: 9,
-                float: Dec::ZERO,
-            });
+            let old = IncAt::After(int_totals(1, 3, 9));
             assert!(!c.apply_inc(st(2, 1), &Delta::Int(1), &old));
         }
         // The kept entry's old baseline stays below the new run's start.
@@ -600,15 +592,7 @@ mod tests {
     #[test]
     fn baseline_before_increments_arrive() {
         let mut c = Counter::new();
-        c.reset(&[(
-            ReplicaId(1),
-            IncTotals {
-                run: Hlc(1),
-                n: 2,
-                int: 5,
-                float: Dec::ZERO,
-            },
-        )]);
+        c.reset(&[(ReplicaId(1), int_totals(1, 2, 5))]);
         inc(&mut c, st(1, 1), Delta::Int(2));
         inc(&mut c, st(2, 1), Delta::Int(3));
         assert!(c.is_clear());

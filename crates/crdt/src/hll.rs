@@ -1510,6 +1510,14 @@ mod tests {
     use super::*;
     use crate::dot::st;
 
+    /// A PFADD raise of one element that had seen nothing.
+    fn add(e: &[u8]) -> HllOp<Vec<u8>> {
+        HllOp::Add {
+            pairs: pack_pairs([pat_len(e)]),
+            seen: VersionVector::new(),
+        }
+    }
+
     fn add_elems(b: &mut Vec<u8>, elems: &[&[u8]]) -> bool {
         let op: HllOp<Vec<u8>> = HllOp::Add {
             pairs: pack_pairs(elems.iter().map(|e| pat_len(e))),
@@ -1626,12 +1634,6 @@ mod tests {
 
     #[test]
     fn merge_takes_register_maxima_and_state_round_trips() {
-        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
-            HllOp::Add {
-                pairs: pack_pairs([pat_len(e)]),
-                seen: VersionVector::new(),
-            }
-        };
         let mut a = HllCrdt::new();
         a.apply(st(1, 1), &add(b"x"));
         let mut b = a.clone();
@@ -1682,12 +1684,6 @@ mod tests {
     /// in either order of arrival: the one with the higher stamp decides.
     #[test]
     fn validation_and_concurrent_raise_give_the_same_bytes_in_either_order() {
-        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
-            HllOp::Add {
-                pairs: pack_pairs([pat_len(e)]),
-                seen: VersionVector::new(),
-            }
-        };
         for (cache_at, raise_at) in [(st(2, 1), st(3, 2)), (st(3, 1), st(2, 2))] {
             let mut base = HllCrdt::new();
             base.apply(st(1, 1), &add(b"x"));
@@ -1714,12 +1710,6 @@ mod tests {
     /// makes it a state of the current layout.
     #[test]
     fn a_state_of_the_older_layout_decodes() {
-        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
-            HllOp::Add {
-                pairs: pack_pairs([pat_len(e)]),
-                seen: VersionVector::new(),
-            }
-        };
         let mut bytes = Vec::new();
         apply_raise(&mut bytes, &add(b"y")).unwrap();
         apply_raise(&mut bytes, &add(b"x")).unwrap();
@@ -1763,12 +1753,6 @@ mod tests {
     /// pending writes where none are pending.
     #[test]
     fn the_current_layout_refuses_disorder() {
-        let add = |e: &[u8]| -> HllOp<Vec<u8>> {
-            HllOp::Add {
-                pairs: pack_pairs([pat_len(e)]),
-                seen: VersionVector::new(),
-            }
-        };
         let mut h = HllCrdt::new();
         h.apply(st(1, 1), &add(b"x"));
         h.apply(st(3, 2), &add(b"y"));

@@ -718,17 +718,29 @@ proptest! {
         }
         prop_assume!(w.settle() < SETTLE_ROUNDS_MAX);
         // Past `RETIRED_RESYNC_AFTER_MS`: a site behind on a retired life gets its full sync.
-        for _ in 0..(super::RETIRED_RESYNC_AFTER_MS / 100 + 5) {
-            w.settle();
-            w.tick(100);
-        }
-        let pending: Vec<usize> = w.sites.iter().map(pending_keys).collect();
+        w.settle_ticks(super::RETIRED_RESYNC_AFTER_MS / 100 + 5);
+        let pending = w.pending();
         prop_assert!(
             pending.iter().all(|&p| p == 0),
             "keys holding metadata: {:?}\n{}",
             pending,
             w.dump_metadata()
         );
+    }
+}
+
+impl World {
+    /// `n` rounds of settling, 100 ms apart (GC steps run at each tick).
+    fn settle_ticks(&mut self, n: u64) {
+        for _ in 0..n {
+            self.settle();
+            self.tick(100);
+        }
+    }
+
+    /// Per site, the keys holding metadata (`pending_keys`).
+    fn pending(&self) -> Vec<usize> {
+        self.sites.iter().map(pending_keys).collect()
     }
 }
 
@@ -786,11 +798,8 @@ fn a_cleared_counter_is_collected_and_counts_again() {
     }
     assert!(w.settle() < SETTLE_ROUNDS_MAX);
     w.step(&del(1));
-    for _ in 0..5 {
-        w.settle();
-        w.tick(100);
-    }
-    let pending: Vec<usize> = w.sites.iter().map(pending_keys).collect();
+    w.settle_ticks(5);
+    let pending = w.pending();
     assert!(
         pending.iter().all(|&p| p == 0),
         "{pending:?}\n{}",
