@@ -756,10 +756,10 @@ impl Cluster {
             for ((k, t), r) in which.into_iter().zip(replies) {
                 let v = match (t.as_str(), &r) {
                     (_, Reply::Bulk(None)) => continue,
-                    // A HyperLogLog: sites agree on its registers, not on its bytes (sparse
-                    // layout and cache depend on the order of concurrent raises).
+                    // A HyperLogLog: its registers as text, then its bytes (sites agree on
+                    // both, sparse layout and cache flag included: docs/conflicts.md §12).
                     ("string", Reply::Bulk(Some(b))) if b.starts_with(b"HYLL") => {
-                        Value::Str(hll_registers(b))
+                        Value::Str(format!("{} bytes={}", hll_registers(b), hex(b)))
                     }
                     ("string", _) => Value::Str(r.bulk_str().unwrap_or_default()),
                     ("set", _) => Value::Set(r.strings().into_iter().collect()),
@@ -857,6 +857,11 @@ impl Cluster {
         }
         out
     }
+}
+
+/// Bytes as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A HyperLogLog's non-zero registers as text (`hll index=count ...`), or its bytes when they
