@@ -29,10 +29,11 @@ pub struct Replica {
     pub delivered: [usize; REPLICAS],
     /// The stamps of the writes delivered here (the server's delivered vector).
     pub delivered_vv: VersionVector,
-    /// The stable vectors this site collected with, joined: `KeyState::collect`'s contract
-    /// is that no duplicate of a write they cover reaches the key again (the server drops
-    /// one by the link's delivered vector), so `Dup` delivers none.
-    pub collected_vv: VersionVector,
+    /// Per origin, how many of its writes were delivered here at this site's last collect:
+    /// `Dup` redelivers none of them. The server never hands a key a write it delivered
+    /// (the link's delivered vector drops it); a duplicate that crossed a collect could
+    /// bring back a write a removal dropped and the collect forgot (`KeyState::collect`).
+    pub collected_upto: [usize; REPLICAS],
 }
 
 impl Replica {
@@ -47,7 +48,7 @@ impl Replica {
             issued_with: Vec::new(),
             delivered: [0; REPLICAS],
             delivered_vv: VersionVector::new(),
-            collected_vv: VersionVector::new(),
+            collected_upto: [0; REPLICAS],
         }
     }
 
@@ -203,18 +204,16 @@ pub fn run<C>(steps: &[Step<C>], mut issue: impl FnMut(&mut Replica, usize, &C))
             Step::Deliver { from, to, n } => deliver(&mut reps, *from, *to, *n),
             Step::Dup { from, to, pick } => {
                 let k = reps[*to].delivered[*from];
-                if k > 0 && from != to {
+                if k > 0 && from != to && pick % k >= reps[*to].collected_upto[*from] {
                     let (s, e) = reps[*from].outbox[pick % k].clone();
-                    if !reps[*to].collected_vv.covers(s) {
-                        reps[*to].receive(s, &e);
-                    }
+                    reps[*to].receive(s, &e);
                 }
             }
             Step::Tick { r, ms } => reps[*r].now_ms += ms,
             Step::Collect { r } => {
                 let st = stable(&reps, *r);
                 reps[*r].key.collect(&st);
-                reps[*r].collected_vv.merge(&st);
+                reps[*r].collected_upto = reps[*r].delivered;
             }
         }
     }
