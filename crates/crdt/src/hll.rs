@@ -792,6 +792,15 @@ pub fn apply_raise<B: AsRef<[u8]>>(bytes: &mut Vec<u8>, op: &HllOp<B>) -> Result
     }
 }
 
+/// Applies `ops` to `bytes` in their order. Each validation counts anew: the count it stores
+/// stays in the bytes, invalid, once a later raise changes a register, so it cannot be left
+/// to the end.
+fn apply_in_order<'a>(bytes: &mut Vec<u8>, ops: impl Iterator<Item = &'a HllOp<Vec<u8>>>) {
+    for op in ops {
+        let _ = apply_raise(bytes, op);
+    }
+}
+
 /// The value. 8 bytes: everything is boxed (a key holds at most one).
 #[derive(Clone, Debug, Default)]
 pub struct HllCrdt {
@@ -853,9 +862,7 @@ impl Inner {
             return self.bytes.clone();
         };
         let mut bytes = base.clone();
-        for (_, op) in &self.pending {
-            let _ = apply_raise(&mut bytes, op);
-        }
+        apply_in_order(&mut bytes, self.pending.iter().map(|(_, op)| op));
         bytes
     }
 
@@ -1346,9 +1353,11 @@ impl HllCrdt {
             for (s, op) in &folding {
                 inner.fold(*s, op.seen());
             }
-            if let Some(base) = &mut inner.base {
-                for (_, op) in &folding {
-                    let _ = apply_raise(base, op);
+            // The bytes before the pending writes move past the folded ones; not needed when
+            // nothing stays pending and the bytes are exact.
+            if !inner.pending.is_empty() || inner.stale {
+                if let Some(base) = &mut inner.base {
+                    apply_in_order(base, folding.iter().map(|(_, op)| op));
                 }
             }
             if inner.pending.is_empty() {
