@@ -792,12 +792,30 @@ pub fn apply_raise<B: AsRef<[u8]>>(bytes: &mut Vec<u8>, op: &HllOp<B>) -> Result
     }
 }
 
-/// Applies `ops` to `bytes` in their order. Each validation counts anew: the count it stores
-/// stays in the bytes, invalid, once a later raise changes a register, so it cannot be left
-/// to the end.
-fn apply_in_order<'a>(bytes: &mut Vec<u8>, ops: impl Iterator<Item = &'a HllOp<Vec<u8>>>) {
-    for op in ops {
-        let _ = apply_raise(bytes, op);
+/// Applies `ops` to `bytes` in their order, as `apply_raise` one by one does, except that a
+/// validation whose count `counts` holds (taken when it applied in place, on the same
+/// registers) sets that count rather than counting again. The count a validation stores
+/// stays in the bytes, invalid, once a later raise changes a register, so it is stored at
+/// its place, never left to the end.
+fn apply_in_order(bytes: &mut Vec<u8>, ops: &[(Stamp, HllOp<Vec<u8>>)], counts: &[(Stamp, u64)]) {
+    for (s, op) in ops {
+        match op {
+            HllOp::Cache if !bytes.is_empty() && !cache_valid(bytes) => {
+                match counts.binary_search_by(|(c, _)| c.cmp(s)) {
+                    Ok(i) => {
+                        if let Some((_, c)) = counts.get(i) {
+                            set_cache(bytes, *c);
+                        }
+                    }
+                    Err(_) => {
+                        let _ = count_and_cache(bytes);
+                    }
+                }
+            }
+            _ => {
+                let _ = apply_raise(bytes, op);
+            }
+        }
     }
 }
 
@@ -829,6 +847,11 @@ struct Inner {
     stale: bool,
     /// The replayed bytes while `stale`, once read; taken as `bytes` by the next write.
     shown: OnceCell<Vec<u8>>,
+    /// The count each pending validation found when it applied in place as the last
+    /// pending write (by stamp): replaying or folding it sets that count instead of
+    /// counting again, as long as no earlier write came late (which drops the counts after
+    /// it). Not kept in the encoded state.
+    counts: Vec<(Stamp, u64)>,
     /// Stamps and contexts of the raises folded by `collect` (live ones only).
     folded: VersionVector,
     /// Stamps of the folded raises alone (duplicate detection).
@@ -862,7 +885,7 @@ impl Inner {
             return self.bytes.clone();
         };
         let mut bytes = base.clone();
-        apply_in_order(&mut bytes, self.pending.iter().map(|(_, op)| op));
+        apply_in_order(&mut bytes, &self.pending, &self.counts);
         bytes
     }
 
@@ -871,6 +894,12 @@ impl Inner {
         self.bytes = self.replayed();
         self.stale = false;
         self.shown = OnceCell::new();
+    }
+
+    /// A write of `stamp` came before some pending one: the counts of the validations after
+    /// it no longer hold.
+    fn forget_counts_after(&mut self, stamp: Stamp) {
+        self.counts.retain(|(s, _)| *s < stamp);
     }
 
     /// The bytes GET shows: `bytes`, or their replay while `stale`.
@@ -930,9 +959,23 @@ impl HllCrdt {
         }
         let last = at == inner.pending.len();
         inner.pending.insert(at, (stamp, op.to_owned_op()));
+        if !last {
+            inner.forget_counts_after(stamp);
+        }
         // Bytes that fail to decode were rejected by `decode_op`; a corrupt local value is
         // never an HllCrdt (only valid bytes become one).
-        let _ = apply_raise(&mut inner.bytes, op);
+        if cache && !inner.bytes.is_empty() {
+            // The registers are exact even while stale: a count taken as the last pending
+            // write is what replaying up to it counts.
+            if let (true, Ok((c, _))) = (last, count_and_cache(&mut inner.bytes)) {
+                inner.counts.push((stamp, c));
+            }
+            if !last {
+                let _ = count_and_cache(&mut inner.bytes);
+            }
+        } else {
+            let _ = apply_raise(&mut inner.bytes, op);
+        }
         if !last && inner.base.is_some() {
             inner.stale = true;
         }
@@ -1045,6 +1088,7 @@ impl HllCrdt {
         inner.folded = VersionVector::new();
         inner.folded_stamps = VersionVector::new();
         inner.base = Some(Vec::new());
+        inner.counts.clear();
         inner.live = inner
             .pending
             .iter()
@@ -1129,6 +1173,7 @@ impl HllCrdt {
         };
         let inner = self.inner.get_or_insert_with(Box::default);
         inner.take_shown();
+        inner.counts.clear();
         let base = if inner.folded_stamps.dominates(&theirs.folded_stamps) {
             inner.before_pending().map(<[u8]>::to_vec)
         } else if theirs.folded_stamps.dominates(&inner.folded_stamps) {
@@ -1327,6 +1372,7 @@ impl HllCrdt {
                 base,
                 stale: false,
                 shown: OnceCell::new(),
+                counts: Vec::new(),
                 folded,
                 folded_stamps,
             })),
@@ -1357,9 +1403,11 @@ impl HllCrdt {
             // nothing stays pending and the bytes are exact.
             if !inner.pending.is_empty() || inner.stale {
                 if let Some(base) = &mut inner.base {
-                    apply_in_order(base, folding.iter().map(|(_, op)| op));
+                    apply_in_order(base, &folding, &inner.counts);
                 }
             }
+            let first = inner.pending.first().map(|(s, _)| *s);
+            inner.counts.retain(|(s, _)| first.is_some_and(|f| *s >= f));
             if inner.pending.is_empty() {
                 // Everything folded: the replay is the advanced base.
                 if let (true, Some(base)) = (inner.stale, inner.base.take()) {
