@@ -967,11 +967,10 @@ impl HllCrdt {
         if cache && !inner.bytes.is_empty() {
             // The registers are exact even while stale: a count taken as the last pending
             // write is what replaying up to it counts.
-            if let (true, Ok((c, _))) = (last, count_and_cache(&mut inner.bytes)) {
-                inner.counts.push((stamp, c));
-            }
-            if !last {
-                let _ = count_and_cache(&mut inner.bytes);
+            if let Ok((c, _)) = count_and_cache(&mut inner.bytes) {
+                if last {
+                    inner.counts.push((stamp, c));
+                }
             }
         } else {
             let _ = apply_raise(&mut inner.bytes, op);
