@@ -711,6 +711,16 @@ impl KeyState {
                         .write(stamp, *expire, &VersionVector::new())
                 }
             }
+            // Like an EXPIRE's removals, without a write of its own.
+            Effect::ExpireRetire { observed } => {
+                if !observed.is_empty() {
+                    let x = self.extra_mut();
+                    x.removers.observe(stamp);
+                    x.expire_removed.merge(observed);
+                    x.expire.remove(observed);
+                }
+                false
+            }
             Effect::SetAdd { member } => {
                 if self.value_covered(stamp) {
                     true
@@ -854,6 +864,42 @@ impl KeyState {
             expire,
             observed: self.observed().stamps,
         }
+    }
+
+    /// The write that retires this key's TTL writes once they time nothing and never can
+    /// again: `Effect::ExpireRetire` of them, when the key holds expire writes that time no
+    /// value (an empty key's, left by EXPIRE ∥ DEL) or only PERSISTs (which beat EXPIREs
+    /// concurrent with them, and `everywhere` says none can still arrive), and `everywhere`
+    /// covers them (for an empty key, everything the key holds: no write concurrent with its
+    /// removal can arrive either). `None` otherwise.
+    ///
+    /// Why a replicated write and not a local drop, as for removal contexts: a site that
+    /// dropped them would then write the key (SET, EXPIRE) with a context that does not name
+    /// them, and a site that had not dropped them yet would keep them against that write (a
+    /// TTL on the new key, or a PERSIST beating the new EXPIRE). The retiring write reaches
+    /// every site before any later write of its site.
+    pub fn retire_expire_effect<B: AsRef<[u8]>>(
+        &self,
+        everywhere: &VersionVector,
+    ) -> Option<Effect<B>> {
+        let x = self.extra.as_ref()?;
+        if x.expire.is_empty() {
+            return None;
+        }
+        let empty = self.is_empty();
+        if !empty && !x.expire.is_inert() {
+            return None;
+        }
+        let mut writes = VersionVector::new();
+        for (s, _) in x.expire.0.iter() {
+            writes.observe(*s);
+        }
+        let settled = if empty {
+            everywhere.dominates(&self.observed().stamps)
+        } else {
+            everywhere.dominates(&writes)
+        };
+        settled.then_some(Effect::ExpireRetire { observed: writes })
     }
 
     /// The effect of SREM of `member`.
@@ -1666,5 +1712,50 @@ mod tests {
         };
         k.apply(st(3, 3), &p);
         assert_eq!(k.expire_at_ms(), None);
+    }
+
+    fn vv_upto(h: u64) -> VersionVector {
+        let mut v = VersionVector::new();
+        for r in 1..=3 {
+            v.observe(st(h, r));
+        }
+        v
+    }
+
+    /// TTL writes are retired only when they time nothing (a PERSIST alone, or a key with no
+    /// value) and `everywhere` covers them (for an empty key, all it holds); the retiring
+    /// write removes them and adds none.
+    #[test]
+    fn ttl_writes_that_time_nothing_are_retired_once_settled() {
+        let mut k = KeyState::new();
+        let set: E = k.assign_effect(b"v", false);
+        k.apply(st(1, 1), &set);
+        let e: E = k.expire_effect(Expire::AtMs(50));
+        k.apply(st(2, 1), &e);
+        // A deadline in force: never retired.
+        assert!(k.retire_expire_effect::<&[u8]>(&vv_upto(9)).is_none());
+        let p: E = k.expire_effect(Expire::Persist);
+        k.apply(st(3, 2), &p);
+        assert!(k.has_metadata());
+        // The PERSIST alone, not yet delivered everywhere: kept.
+        assert!(k.retire_expire_effect::<&[u8]>(&vv_upto(2)).is_none());
+        let r: E = k.retire_expire_effect(&vv_upto(3)).unwrap();
+        k.apply(st(4, 1), &r);
+        assert!(k.expire_reg().is_none_or(|x| x.is_empty()));
+        assert_eq!(k.view_str().map(|v| v.to_bytes()), Some(b"v".to_vec()));
+        k.collect(&vv_upto(4));
+        assert!(!k.has_metadata());
+        // EXPIRE ∥ DEL: the TTL write of an empty key goes once all the key holds is settled.
+        let e: E = k.expire_effect(Expire::AtMs(70));
+        let d: E = k.remove_effect();
+        k.apply(st(5, 1), &e);
+        k.apply(st(6, 2), &d);
+        assert!(k.is_empty() && k.has_orphan_expire());
+        assert!(k.retire_expire_effect::<&[u8]>(&vv_upto(5)).is_none());
+        let r: E = k.retire_expire_effect(&vv_upto(6)).unwrap();
+        k.apply(st(7, 3), &r);
+        assert!(!k.has_orphan_expire());
+        k.collect(&vv_upto(7));
+        assert!(!k.has_metadata());
     }
 }

@@ -62,6 +62,11 @@ pub enum Effect<B: AsRef<[u8]>> {
         expire: Expire,
         observed: VersionVector,
     },
+    /// Garbage collection of TTL writes that time nothing (`KeyState::retire_expire_effect`):
+    /// removes the expire writes `observed` covers and adds none. Issued by a shard's
+    /// collection, never by a command; replicated like any write, so that a write its site
+    /// makes afterwards finds them gone at every site too (docs/replication.md §6).
+    ExpireRetire { observed: VersionVector },
     /// SADD of one member.
     SetAdd { member: B },
     /// SREM of one member: removes the dots of it that `observed` covers.

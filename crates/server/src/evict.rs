@@ -984,7 +984,7 @@ impl Shard {
         // A removal that does not cover the mark removes nothing this shard holds: a later
         // local removal carries it. Any other write is one the key holds at the other sites.
         match effect {
-            Effect::Remove { .. } => mark.seen.stamps.observe(stamp),
+            Effect::Remove { .. } | Effect::ExpireRetire { .. } => mark.seen.stamps.observe(stamp),
             _ => mark.live.observe(stamp),
         }
         if let Effect::Incr { delta, at } = effect {

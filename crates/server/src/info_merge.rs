@@ -83,6 +83,7 @@ fn rule(key: &str) -> Rule {
         | "crdt_gc_waiting_full_sync"
         | "crdt_gc_collected_keys"
         | "crdt_gc_dropped_keys"
+        | "crdt_gc_retired_ttls"
         | "crdt_type_conflicts"
         | "crdt_ops_applied_over_maxmemory"
         | "crdt_evicted_keys_marked"

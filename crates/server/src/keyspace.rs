@@ -405,6 +405,31 @@ impl Shard {
         Written { applied, existed }
     }
 
+    /// Applies, logs and replicates the write that retires `key`'s TTL writes once they time
+    /// nothing and no write concurrent with them can still arrive
+    /// (`KeyState::retire_expire_effect`; `everywhere`: what every replica has delivered).
+    /// Returns whether it wrote. Housekeeping of the garbage collection: no keyspace event,
+    /// no client woken.
+    pub fn retire_expire(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now_ms: u64,
+        everywhere: &meridian_crdt::VersionVector,
+    ) -> bool {
+        let hash = self.hash_key(key);
+        let effect = self
+            .dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .and_then(|e| e.state.retire_expire_effect::<&[u8]>(everywhere));
+        let Some(mut effect) = effect else {
+            return false;
+        };
+        self.apply_effect(db, hash, key, now_ms, &mut effect);
+        true
+    }
+
     /// `write_key` for a write that changes nothing a client can read: the re-add of a member
     /// a set already holds, replicated so that it wins over a remove at another site that
     /// did not see it (docs/conflicts.md §3). It neither fails a WATCH nor wakes a blocked
@@ -501,7 +526,9 @@ impl Shard {
     ) {
         let ctx: &mut meridian_crdt::VersionVector = match effect {
             Effect::Assign { observed, .. } | Effect::Remove { observed } => &mut observed.stamps,
-            Effect::Expire { observed, .. } | Effect::SetRem { observed, .. } => observed,
+            Effect::Expire { observed, .. }
+            | Effect::ExpireRetire { observed }
+            | Effect::SetRem { observed, .. } => observed,
             Effect::Incr { .. }
             | Effect::StrEdit(_)
             | Effect::SetAdd { .. }

@@ -305,7 +305,8 @@ impl Shard {
             }
             Effect::List(ListOp::Remove { .. }) => Some((LIST, "lrem")),
             Effect::List(ListOp::Replace { .. }) => Some((LIST, "lset")),
-            Effect::Hll(HllOp::Cache) => None,
+            // Housekeeping, not a command's: a TTL that timed nothing goes.
+            Effect::Hll(HllOp::Cache) | Effect::ExpireRetire { .. } => None,
             Effect::Hll(HllOp::Load { .. }) => Some((STRING, "set")),
             Effect::Hll(_) => Some((STRING, "pfadd")),
             Effect::Stream(op) => stream_event(op, before.group_existed).map(|e| (STREAM, e)),

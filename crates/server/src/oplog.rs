@@ -316,6 +316,9 @@ const TAG_LIBRARY_SET: u8 = 13;
 const TAG_LIBRARY_DEL: u8 = 14;
 const TAG_STREAM: u8 = 15;
 const TAG_STR_EDIT: u8 = 16;
+/// After `TAG_EXPIRE`, in place of the expire kind (0 PERSIST, 1 a deadline): an
+/// `Effect::ExpireRetire`.
+const EXPIRE_RETIRE: u8 = 2;
 
 /// The byte after `TAG_INCR`: where the increment stands (`IncAt`; records written before
 /// runs carry `INCR_AT_UNKNOWN`), and `INCR_FLOAT` for an INCRBYFLOAT delta. `INCR_AT_AFTER`
@@ -394,6 +397,11 @@ pub fn encode<B: AsRef<[u8]>>(
                     out.extend_from_slice(&at.to_le_bytes());
                 }
             }
+            put_vv(out, observed);
+        }
+        Effect::ExpireRetire { observed } => {
+            put_u8(out, TAG_EXPIRE);
+            put_u8(out, EXPIRE_RETIRE);
             put_vv(out, observed);
         }
         Effect::SetAdd { member } => {
@@ -745,13 +753,15 @@ fn decode_tail(
         }
         TAG_EXPIRE => {
             let expire = match b.u8()? {
-                0 => Expire::Persist,
-                1 => Expire::AtMs(b.u64()?),
+                0 => Some(Expire::Persist),
+                1 => Some(Expire::AtMs(b.u64()?)),
+                EXPIRE_RETIRE => None,
                 other => return Err(DecodeError::BadTag(other).into()),
             };
-            Effect::Expire {
-                expire,
-                observed: b.vv()?,
+            let observed = b.vv()?;
+            match expire {
+                Some(expire) => Effect::Expire { expire, observed },
+                None => Effect::ExpireRetire { observed },
             }
         }
         TAG_SET_ADD => Effect::SetAdd {
@@ -901,6 +911,9 @@ mod tests {
             Effect::Expire {
                 expire: Expire::Persist,
                 observed: VersionVector::new(),
+            },
+            Effect::ExpireRetire {
+                observed: vv(&[(2, 9)]),
             },
             Effect::SetAdd {
                 member: b"m".to_vec(),

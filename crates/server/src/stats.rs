@@ -234,7 +234,7 @@ pub fn effect_kind<B: AsRef<[u8]>>(effect: &meridian_crdt::Effect<B>) -> usize {
     match effect {
         Effect::Assign { .. } | Effect::Incr { .. } | Effect::StrEdit(_) => 0,
         Effect::Remove { .. } => 1,
-        Effect::Expire { .. } => 2,
+        Effect::Expire { .. } | Effect::ExpireRetire { .. } => 2,
         Effect::SetAdd { .. } | Effect::SetRem { .. } => 3,
         Effect::Hash(_) => 4,
         Effect::ZSet(_) => 5,

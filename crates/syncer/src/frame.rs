@@ -19,10 +19,11 @@ use crate::error::SyncError;
 /// HyperLogLog's state in a full sync carries the bytes before its pending writes and the
 /// cache validations among them (layout 2 of `HllCrdt::encode_state`), and an increment
 /// carries where it stands among its origin's increments (`IncAt`: counter runs), both of
-/// which a version-7 receiver refuses. A peer of another version is refused at the handshake, so sites of
+/// which a version-7 receiver refuses; 9: the write that retires TTL writes timing nothing
+/// (`Effect::ExpireRetire`, kind 2 of an expire op), which a version-8 receiver refuses. A peer of another version is refused at the handshake, so sites of
 /// different versions do not sync: upgrade every site of a deployment before its links must
 /// carry traffic again.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 /// First four bytes of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MRDN";
 /// Bytes before the body: the length, the kind and the codec.

@@ -52,6 +52,7 @@ pub struct ShardFigures {
     pub gc_waiting_full_sync: u64,
     pub gc_collected_keys: u64,
     pub gc_dropped_keys: u64,
+    pub gc_retired_ttls: u64,
     pub peers: Vec<PeerFigures>,
 }
 
@@ -245,6 +246,7 @@ impl Shard {
             gc_waiting_full_sync: u64::from(self.sync.gc.held_by.is_some()),
             gc_collected_keys: self.sync.gc.collected_keys,
             gc_dropped_keys: self.sync.gc.dropped_keys,
+            gc_retired_ttls: self.sync.gc.retired_ttls,
             peers,
         }
     }

@@ -386,6 +386,12 @@ fn meridian_families(m: &mut Families, p: &ProcessFigures, s: &[ShardFigures]) {
         sum(s, |f| f.gc_dropped_keys),
     );
     m.counter(
+        "meridian_gc_retired_ttls_total",
+        "Writes issued to retire TTL writes that timed nothing (EXPIRE left by a concurrent DEL, PERSIST once no concurrent EXPIRE can arrive).",
+        &[],
+        sum(s, |f| f.gc_retired_ttls),
+    );
+    m.counter(
         "meridian_crdt_type_conflicts_total",
         "Concurrent writes of different types to one key.",
         &[],

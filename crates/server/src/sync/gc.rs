@@ -248,6 +248,10 @@ impl Shard {
             bucket = 0;
         }
         let (mut collected, mut dropped) = (0u64, 0u64);
+        // Keys whose TTL writes time nothing any more: retired after the scan (a write each,
+        // `Shard::retire_expire`). At most one per bucket examined.
+        let mut retire: Vec<Vec<u8>> = Vec::new();
+        let scan_db = db;
         if let Some(d) = self.dbs.get_mut(db) {
             let n = d.table.num_buckets();
             let end = bucket.saturating_add(buckets_max).min(n);
@@ -266,7 +270,13 @@ impl Shard {
                         collected += 1;
                         d.table.unmark(b, Mark::Metadata);
                     }
-                    Some(true) => {}
+                    Some(true) => {
+                        if let Some(e) = d.table.get_bucket(b).filter(|e| {
+                            e.state.retire_expire_effect::<&[u8]>(&everywhere).is_some()
+                        }) {
+                            retire.push(e.key.as_slice().to_vec());
+                        }
+                    }
                     None => d.table.unmark(b, Mark::Metadata),
                 }
                 dropped += (before - d.table.len().min(before)) as u64;
@@ -278,6 +288,11 @@ impl Shard {
                 bucket = end;
             }
         }
+        let mut retired = 0u64;
+        for key in &retire {
+            retired += u64::from(self.retire_expire(scan_db, key, now_ms, &everywhere));
+        }
+        self.sync.gc.retired_ttls += retired;
         self.sync.gc.cursor = (db, bucket);
         self.sync.gc.collected_keys += collected;
         self.sync.gc.dropped_keys += dropped;

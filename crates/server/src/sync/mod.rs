@@ -281,6 +281,9 @@ pub struct GcStats {
     pub collected_keys: u64,
     /// Keys removed from the table once their last metadata was collected.
     pub dropped_keys: u64,
+    /// Writes this shard issued to retire TTL writes that timed nothing
+    /// (`Effect::ExpireRetire`), in total.
+    pub retired_ttls: u64,
     /// Where the next GC step resumes its scan: (db, bucket).
     pub cursor: (usize, usize),
     /// Why collection waits for a full sync, as of the last GC step (logged as it changes).
@@ -874,6 +877,7 @@ impl crate::shard::Shard {
         );
         f("crdt_gc_collected_keys", &self.sync.gc.collected_keys);
         f("crdt_gc_dropped_keys", &self.sync.gc.dropped_keys);
+        f("crdt_gc_retired_ttls", &self.sync.gc.retired_ttls);
         f("crdt_type_conflicts", &self.stats.type_conflicts);
     }
 }

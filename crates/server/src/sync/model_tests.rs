@@ -141,6 +141,11 @@ fn command(cmd: u8, key: u8, arg: u8) -> Vec<String> {
     if cmd >= 232 {
         return vec!["PFCOUNT".into(), format!("p{k}")];
     }
+    // The four below them: PERSIST, whose write beats concurrent EXPIREs and is retired
+    // once none can arrive (`KeyState::retire_expire_effect`).
+    if cmd >= 228 {
+        return vec!["PERSIST".into(), format!("k{k}")];
+    }
     let words: Vec<String> = match cmd % 16 {
         0 => vec!["SADD".into(), format!("s{k}"), m],
         1 => vec!["SREM".into(), format!("s{k}"), m],
@@ -703,13 +708,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Whatever happened before, once the sites are quiet every key's metadata is collected
-    /// everywhere (`crdt_gc_pending_keys` falls to 0), except one kind kept for ever by
-    /// design today (docs/replication.md §6, "What is never collected"): an EXPIRE left
-    /// alone by a concurrent DEL of the value it timed. Before, a hash field incremented at
+    /// everywhere (`crdt_gc_pending_keys` falls to 0). Before, a hash field incremented at
     /// two sites and a sorted-set member incremented or added at two sites (a leaderboard)
     /// held their keys as pending for ever, and every GC pass visited them; so did a counter
     /// whose increments a removal cleared (INCR then DEL or expiry) until increments came in
-    /// runs (`Counter::drop_settled`).
+    /// runs (`Counter::drop_settled`), and, until TTL writes that time nothing were retired
+    /// (`KeyState::retire_expire_effect`), an EXPIRE left alone by a concurrent DEL of the
+    /// value it timed and any PERSIST at a site with peers.
     #[test]
     fn metadata_is_collected_once_quiet(steps in prop::collection::vec(step(), 1..160)) {
         let mut w = World::new();
@@ -744,16 +749,12 @@ impl World {
     }
 }
 
-/// Keys of `s` holding metadata, less the kinds kept for ever (see
-/// `metadata_is_collected_once_quiet`).
+/// Keys of `s` holding metadata.
 fn pending_keys(s: &Shard) -> usize {
     s.dbs
         .iter()
         .flat_map(|d| d.table.iter())
-        .filter(|e| {
-            let kept = e.state.is_empty() && e.state.has_orphan_expire();
-            e.meta && !kept
-        })
+        .filter(|e| e.meta)
         .count()
 }
 
@@ -819,4 +820,78 @@ fn a_cleared_counter_is_collected_and_counts_again() {
             .and_then(|e| e.state.view_str().map(|v| v.to_bytes()));
         assert_eq!(v.as_deref(), Some(&b"9"[..]));
     }
+}
+
+/// The TTL of key `k0` at every site (`None`: no TTL), and whether each holds `k0` at all.
+fn ttls_of_k0(w: &World) -> Vec<(bool, Option<u64>)> {
+    w.sites
+        .iter()
+        .map(|site| {
+            let e = site
+                .dbs
+                .first()
+                .and_then(|d| d.get(site.hash_key(b"k0"), b"k0"));
+            (
+                e.is_some_and(|e| !e.state.is_empty()),
+                e.and_then(|e| e.state.expire_at_ms()),
+            )
+        })
+        .collect()
+}
+
+/// TTL writes that time nothing are retired by a replicated write once no write concurrent
+/// with them can arrive, and a later write then acts alike at every site: a PERSIST (which
+/// had stayed as metadata at every site for ever), and an EXPIRE whose value a concurrent
+/// DEL removed. Both kept their keys pending before (`pending` not 0).
+#[test]
+fn ttl_writes_that_time_nothing_are_retired() {
+    let write = |site, cmd| Step::Write {
+        site,
+        cmd,
+        key: 0,
+        arg: 1,
+    };
+    let (set, del, expire, persist) = (2, 3, 14, 228);
+    let mut w = World::new();
+    // PERSIST, then a later EXPIRE at another site: it times the key everywhere.
+    for s in [write(0, set), write(0, expire)] {
+        w.step(&s);
+    }
+    assert!(w.settle() < SETTLE_ROUNDS_MAX);
+    w.step(&write(1, persist));
+    w.settle_ticks(5);
+    let pending = w.pending();
+    assert!(
+        pending.iter().all(|&p| p == 0),
+        "{pending:?}\n{}",
+        w.dump_metadata()
+    );
+    assert!(ttls_of_k0(&w).iter().all(|t| *t == (true, None)));
+    w.step(&write(2, expire));
+    assert!(w.settle() < SETTLE_ROUNDS_MAX);
+    assert!(
+        ttls_of_k0(&w)
+            .iter()
+            .all(|t| t.0 && t.1.is_some_and(|at| at > 0)),
+        "{:?}",
+        ttls_of_k0(&w)
+    );
+    // EXPIRE ∥ DEL (nothing is delivered between them): the TTL write outlives the value.
+    w.step(&write(0, expire));
+    w.step(&write(1, del));
+    w.settle_ticks(5);
+    let pending = w.pending();
+    assert!(
+        pending.iter().all(|&p| p == 0),
+        "{pending:?}\n{}",
+        w.dump_metadata()
+    );
+    // A key created again at a site that retired the TTL has no TTL anywhere.
+    w.step(&write(2, set));
+    assert!(w.settle() < SETTLE_ROUNDS_MAX);
+    assert!(
+        ttls_of_k0(&w).iter().all(|t| *t == (true, None)),
+        "{:?}",
+        ttls_of_k0(&w)
+    );
 }
