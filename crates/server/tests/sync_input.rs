@@ -142,7 +142,10 @@ fn wrong_deployment_site_or_version_is_refused_with_a_reason() {
         (
             {
                 let mut h = hello("meridian", "b", "a");
-                h[10] = 9; // version 9
+                // The version after this build's.
+                let next = (meridian_syncer::PROTOCOL_VERSION + 1).to_le_bytes();
+                h[10] = next[0];
+                h[11] = next[1];
                 h
             },
             "protocol version",
