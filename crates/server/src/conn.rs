@@ -3200,8 +3200,8 @@ impl Conn {
     /// the connection's state, which EXEC ends.
     /// A transaction whose keys span shards of this process, when `tx_across` can run it:
     /// each queued command's keys on one shard (a keyless one joins the segment before it,
-    /// or the first), none acting on the connection or on every shard, the transaction not
-    /// flagged. Returns the shards to hold (ascending: those of its commands and of its
+    /// or the first), none acting on the connection (but those that run after the segments,
+    /// `tx_across::runs_after_segments`) or on every shard, the transaction not flagged. Returns the shards to hold (ascending: those of its commands and of its
     /// WATCHed keys) and the segments: runs of consecutive commands of one shard.
     fn exec_across_plan(&self, f: &Front) -> Option<ExecAcross> {
         use crate::tx_across::Join;
@@ -3232,6 +3232,10 @@ impl Conn {
                 joins.push(Join::One);
             };
             match class {
+                // CLIENT SETNAME...: on the connection, after the segments.
+                Class::Local if crate::tx_across::runs_after_segments(spec.meta.name) => {
+                    joins.push(Join::Connection);
+                }
                 Class::Local if pins_to_connection(spec.meta.name) => return None,
                 Class::Local => whole(None),
                 // Every shard is held: each answers for itself, merged as outside a
@@ -3288,9 +3292,13 @@ impl Conn {
                 ) => return None,
                 _ => match self.keys_at(f, spec, &argv) {
                     // A keyless command runs on the connection's thread outside a
-                    // transaction: one that acts on the connection (CLIENT SETNAME...) must
-                    // run there, which a held shard's segment is not. A command that takes
-                    // keys but names none here (a bad `numkeys`) only answers its error.
+                    // transaction: one that acts on the connection must run there, which a
+                    // held shard's segment is not (CLIENT SETNAME...: there, after the
+                    // segments). A command that takes keys but names none here (a bad
+                    // `numkeys`) only answers its error.
+                    KeysAt::None if crate::tx_across::runs_after_segments(spec.meta.name) => {
+                        joins.push(Join::Connection);
+                    }
                     KeysAt::None
                         if pins_to_connection(spec.meta.name) && !takes_keys(spec.meta) =>
                     {
@@ -3512,6 +3520,29 @@ impl Conn {
         self.client.dirty.set(false);
         match outcome {
             Ok(crate::tx_across::Outcome::Ran(mut dones, sides)) => {
+                // The commands that act on the connection alone, here, now that the
+                // others ran (`tx_across::runs_after_segments`).
+                let mut apart: Vec<(usize, Vec<u8>)> = Vec::new();
+                for (i, join) in joins.iter().enumerate() {
+                    if !matches!(join, crate::tx_across::Join::Connection) {
+                        continue;
+                    }
+                    let args = queued.get(i).map(|q| q.args.as_slice()).unwrap_or_default();
+                    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                    let th = self.th.clone();
+                    let mut sg = th.shard.borrow_mut();
+                    let mut fg = th.front.borrow_mut();
+                    let mut r = Reply::new();
+                    r.proto = self.out.proto;
+                    match cmd::resolve(fg.table, &argv) {
+                        Ok(sp) => {
+                            let now = sg.now_ms();
+                            cmd::call(&mut sg, &mut fg, &mut self.client, &mut r, sp, &argv, now);
+                        }
+                        Err(e) => cmd::reply_error(&mut fg, &mut r, &e),
+                    }
+                    apart.push((i, r.buf));
+                }
                 // What its scripts' calls wrote on other held shards.
                 for side in sides {
                     if let Some(seq) = side.wrote {
@@ -3535,7 +3566,8 @@ impl Conn {
                     parts.push(d.reply(0).to_vec());
                 }
                 let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-                match crate::tx_across::join_replies(&refs, &owners, &joins, self.out.proto) {
+                match crate::tx_across::join_replies(&refs, &owners, &joins, &apart, self.out.proto)
+                {
                     Some(r) => self.out.raw(&r),
                     None => self.out.raw(parts.last().map_or(&b""[..], Vec::as_slice)),
                 }

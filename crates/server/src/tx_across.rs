@@ -44,7 +44,9 @@
 //! (with each shard's DBSIZE) and SCAN (from the shard its cursor names on), each part in the
 //! segment of its shard with every one of those shards held; `join_replies` makes each
 //! command's one reply of its parts, as outside a transaction (`Join`). Commands that act on
-//! the connection itself (CLIENT SETNAME, RESET, ...), any other command whose own keys span
+//! the connection itself (CLIENT TRACKING, RESET, ...; but those that only read or set the
+//! connection's own state, `runs_after_segments`, run on the connection after the
+//! segments), any other command whose own keys span
 //! shards, and keys on another node keep Redis Cluster's CROSSSLOT
 //! (`Conn::exec_across_plan`).
 
@@ -334,6 +336,9 @@ fn hold_shard(t: &std::rc::Rc<Thread>, irx: &mpsc::Receiver<Instr>) {
 pub enum Join {
     /// It runs whole, on one shard: its one part's reply.
     One,
+    /// It acts on the connection alone (CLIENT SETNAME...): it runs on the connection's
+    /// thread once the segments ran (`runs_after_segments`); its reply is given apart.
+    Connection,
     /// MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over keys of several shards: a part per shard
     /// (`route::split_scatter`), gathered by `route::gather`.
     Gather {
@@ -362,16 +367,21 @@ pub enum Join {
 
 /// The EXEC reply of a transaction across shards from its segments' replies (`*n` arrays of
 /// their parts' replies, in order): `owners[k]` is the queued command of the k-th part over
-/// all segments, and each command's parts make its reply by `joins[command]`. None when a
-/// segment's reply is not an array or the parts do not add up (a segment refused as a
-/// whole).
+/// all segments, and each command's parts make its reply by `joins[command]`; `apart`: the
+/// replies of the commands that ran on the connection (`Join::Connection`), by command.
+/// None when a segment's reply is not an array or the parts do not add up (a segment
+/// refused as a whole).
 pub fn join_replies(
     replies: &[&[u8]],
     owners: &[usize],
     joins: &[Join],
+    apart: &[(usize, Vec<u8>)],
     proto: Proto,
 ) -> Option<Vec<u8>> {
     let mut of_command: Vec<Vec<&[u8]>> = vec![Vec::new(); joins.len()];
+    for (i, r) in apart {
+        of_command.get_mut(*i)?.push(r);
+    }
     let mut owner = owners.iter();
     for r in replies {
         if r.first() != Some(&b'*') {
@@ -397,7 +407,7 @@ pub fn join_replies(
 /// One command's reply from its parts' replies, by `join`. None when the parts do not fit it.
 pub fn join_one(join: &Join, parts: &[&[u8]], out: &mut Reply) -> Option<()> {
     match join {
-        Join::One => out.raw(parts.first()?),
+        Join::One | Join::Connection => out.raw(parts.first()?),
         Join::Gather { kind, order } => route::gather(*kind, order, parts, out),
         Join::Merge(m) => route::merge(*m, parts, out),
         Join::Streams { order } => {
@@ -413,6 +423,25 @@ pub fn join_one(join: &Join, parts: &[&[u8]], out: &mut Reply) -> Option<()> {
         } => scan(steps, *shards, *count, parts, out)?,
     }
     Some(())
+}
+
+/// Commands that act on the connection alone and that a transaction across shards runs on
+/// the connection's thread after its segments (`Join::Connection`): they read or set only
+/// the connection's own state, which no queued command reads or changes, so running them
+/// after the others answers what running them in place would. Other commands that act on
+/// the connection (CLIENT TRACKING, CLIENT REPLY, HELLO, AUTH, RESET...) change how the
+/// commands after them run or reply: such a transaction keeps Redis Cluster's CROSSSLOT.
+pub fn runs_after_segments(name: &str) -> bool {
+    matches!(
+        name,
+        "client|setname"
+            | "client|getname"
+            | "client|id"
+            | "client|info"
+            | "client|getredir"
+            | "client|trackinginfo"
+            | "client|help"
+    )
 }
 
 /// A command's parts over shards: each shard and the command's arguments there.
@@ -566,24 +595,24 @@ mod tests {
         let b: &[u8] = b"*1\r\n$1\r\nx\r\n";
         let ones = [Join::One, Join::One, Join::One];
         assert_eq!(
-            join_replies(&[a, b], &[0, 1, 2], &ones, p).as_deref(),
+            join_replies(&[a, b], &[0, 1, 2], &ones, &[], p).as_deref(),
             Some(&b"*3\r\n+OK\r\n:1\r\n$1\r\nx\r\n"[..])
         );
         assert_eq!(
-            join_replies(&[a, b"-ERR no\r\n"], &[0, 1, 2], &ones, p),
+            join_replies(&[a, b"-ERR no\r\n"], &[0, 1, 2], &ones, &[], p),
             None
         );
         assert_eq!(
-            join_replies(&[b"*1\r\n", b"*x\r\n"], &[0], &ones[..1], p),
+            join_replies(&[b"*1\r\n", b"*x\r\n"], &[0], &ones[..1], &[], p),
             None
         );
         assert_eq!(
-            join_replies(&[], &[], &[], p).as_deref(),
+            join_replies(&[], &[], &[], &[], p).as_deref(),
             Some(&b"*0\r\n"[..])
         );
         // One part too many or too few for the commands: refused, never misattributed.
-        assert_eq!(join_replies(&[a, b], &[0, 1], &ones[..2], p), None);
-        assert_eq!(join_replies(&[a, b], &[0, 1, 2, 2], &ones, p), None);
+        assert_eq!(join_replies(&[a, b], &[0, 1], &ones[..2], &[], p), None);
+        assert_eq!(join_replies(&[a, b], &[0, 1, 2, 2], &ones, &[], p), None);
     }
 
     /// SCAN's steps join as the walk outside a transaction: on past a shard that is done
@@ -650,7 +679,7 @@ mod tests {
             Join::Merge(Merge::Sum),
         ];
         assert_eq!(
-            join_replies(&[s0, s1, s2, s3], &[0, 1, 1, 2, 2, 3, 3], &joins, p).as_deref(),
+            join_replies(&[s0, s1, s2, s3], &[0, 1, 1, 2, 2, 3, 3], &joins, &[], p).as_deref(),
             Some(&b"*4\r\n+OK\r\n*3\r\n$1\r\nA\r\n$1\r\nB\r\n$-1\r\n:3\r\n:12\r\n"[..])
         );
     }

@@ -1315,17 +1315,35 @@ fn scatter_gather_and_crossslot() {
         "-EXECABORT Transaction discarded because of previous errors.\r\n"
     );
     // Commands that each name one shard, but different ones, with one that acts on the
-    // connection: EXEC refuses the transaction with CROSSSLOT and runs none of it (without
-    // it, the transaction runs across the shards: `transactions_across_shards_are_atomic`).
+    // connection and changes how the commands after it run: EXEC refuses the transaction
+    // with CROSSSLOT and runs none of it (without it, the transaction runs across the
+    // shards: `transactions_across_shards_are_atomic`).
     assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
     assert_eq!(call(&mut c, &["SET", &keys[0], "1"]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["SET", &keys[1], "1"]), "+QUEUED\r\n");
-    assert_eq!(call(&mut c, &["CLIENT", "SETNAME", "x"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["CLIENT", "TRACKING", "ON"]), "+QUEUED\r\n");
     assert_eq!(call(&mut c, &["EXEC"]), cross);
     assert_eq!(call(&mut c, &["EXISTS", &keys[0]]), ":0\r\n");
     assert_eq!(call(&mut c, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
     let info = call(&mut c, &["INFO", "errorstats"]);
     assert!(info.contains("errorstat_CROSSSLOT:count="), "{info}");
+    // One that reads or sets only the connection's own state (CLIENT SETNAME, GETNAME,
+    // ID...) runs on the connection after the others, its reply in its place.
+    assert_eq!(call(&mut c, &["MULTI"]), "+OK\r\n");
+    assert_eq!(call(&mut c, &["SET", &keys[0], "1"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["CLIENT", "SETNAME", "x"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["SET", &keys[1], "2"]), "+QUEUED\r\n");
+    assert_eq!(call(&mut c, &["CLIENT", "GETNAME"]), "+QUEUED\r\n");
+    assert_eq!(
+        call(&mut c, &["CLIENT", "SETNAME", "bad name"]),
+        "+QUEUED\r\n"
+    );
+    assert_eq!(
+        call(&mut c, &["EXEC"]),
+        "*5\r\n+OK\r\n+OK\r\n+OK\r\n$1\r\nx\r\n-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    );
+    assert_eq!(call(&mut c, &["CLIENT", "GETNAME"]), "$1\r\nx\r\n");
+    assert_eq!(call(&mut c, &["GET", &keys[1]]), "$1\r\n2\r\n");
 }
 
 #[test]
