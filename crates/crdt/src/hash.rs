@@ -66,6 +66,18 @@ struct FieldState {
     incs: SmallVec<[(Stamp, Delta); 1]>,
 }
 
+/// Characters of `i` in decimal (its sign included), without formatting it.
+fn decimal_len(i: i64) -> usize {
+    let sign = usize::from(i < 0);
+    let mut n = i.unsigned_abs();
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    sign + digits
+}
+
 impl FieldState {
     fn is_empty(&self) -> bool {
         self.writes.is_empty() && self.incs.is_empty()
@@ -500,11 +512,22 @@ impl Inner {
 
     /// Writes `st` for `field` back: at `off` when it was there, else appended.
     fn put_state(&mut self, field: &[u8], off: Option<usize>, st: FieldState) {
+        // An incremented field is as wide as the number it shows (Redis stores HINCRBY's and
+        // HINCRBYFLOAT's result as a string).
+        let shown = if st.incs.is_empty() {
+            0
+        } else {
+            match st.view() {
+                StrView::Bytes(b) => b.len(),
+                StrView::Int(i) => decimal_len(i),
+                v => v.to_bytes().len(),
+            }
+        };
         let wide = st
             .writes
             .iter()
             .map(|w| w.1.len())
-            .chain(std::iter::once(field.len()))
+            .chain([field.len(), shown])
             .max()
             .unwrap_or(0);
         self.widest = self.widest.max(u32::try_from(wide).unwrap_or(u32::MAX));

@@ -68,6 +68,11 @@ struct Inner {
     /// Every dot added and every removal context applied (see the module doc).
     seen: VersionVector,
     meta: Option<Box<Meta>>,
+    /// The most members this set held since it was created (or loaded), and whether it held
+    /// one that is not an integer: Redis converts an intset to a hashtable when either
+    /// passes its limit and never back (`fits_intset`). A local hint, not replicated.
+    most: u32,
+    non_int: bool,
 }
 
 /// See the module doc. One pointer: an empty set allocates nothing, and a key's value stays
@@ -164,6 +169,11 @@ impl OrSet {
         }
         let h = hash_member(member);
         let Some(e) = inner.elems.find_mut(h, |e| e.member.as_slice() == member) else {
+            // A set with no member is a new key for clients: its history starts again.
+            if inner.elems.is_empty() {
+                inner.most = 0;
+                inner.non_int = false;
+            }
             inner.elems.insert_unique(
                 h,
                 Elem {
@@ -172,6 +182,12 @@ impl OrSet {
                 },
                 elem_hash,
             );
+            inner.most = inner
+                .most
+                .max(u32::try_from(inner.elems.len()).unwrap_or(u32::MAX));
+            if !inner.non_int && crate::string::parse_i64_redis(member).is_none() {
+                inner.non_int = true;
+            }
             return true;
         };
         if e.dot.replica == stamp.replica {
@@ -408,6 +424,15 @@ impl OrSet {
         self.inner_mut().seen.merge(&theirs.seen);
     }
 
+    /// Whether Redis 7.0 would hold this set as an intset (OBJECT ENCODING): it never held a
+    /// member that is not an integer (Redis's `string2ll`) nor more than `entries_max`
+    /// members (`set-max-intset-entries`; Redis converts one way only).
+    pub fn fits_intset(&self, entries_max: u64) -> bool {
+        self.inner
+            .as_deref()
+            .is_none_or(|i| !i.non_int && u64::from(i.most) <= entries_max)
+    }
+
     /// Appends the complete state: the members present in byte order, each with its dots in
     /// stamp order; the member removal contexts in byte order; `seen`. Sorted, so that equal
     /// sets encode to equal bytes whatever their hash order.
@@ -490,10 +515,16 @@ impl OrSet {
         if members.is_empty() && removed.is_empty() && seen.is_empty() {
             return Ok(OrSet::new());
         }
+        // A loaded set starts its encoding history from what it holds, as Redis re-encodes
+        // what it loads.
         let mut inner = Inner {
             elems: HashTable::with_capacity(codec::prealloc(members.len())),
             seen,
             meta: None,
+            most: u32::try_from(members.len()).unwrap_or(u32::MAX),
+            non_int: members
+                .iter()
+                .any(|(m, _)| crate::string::parse_i64_redis(m.as_slice()).is_none()),
         };
         if removed.values().any(|ctx| !inner.seen.dominates(ctx)) {
             return Err(DecodeError::Invalid("set seen misses a removal context"));

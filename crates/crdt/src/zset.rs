@@ -385,6 +385,11 @@ struct Inner {
     /// visited every such member for ever (a 200,000-member leaderboard incremented at two
     /// sites took half a core at rest; docs/replication.md §6 has the figures).
     to_collect: Vec<SmallBytes>,
+    /// The most members and the longest member this sorted set held since it was created
+    /// (or loaded): Redis converts a listpack to a skiplist when either passes its limit and
+    /// never back (`fits_listpack`). A local hint, not replicated.
+    most: u32,
+    widest: u32,
 }
 
 /// Names `Inner::to_collect` holds past twice the side table before it drops duplicates.
@@ -482,6 +487,12 @@ impl Inner {
                 },
                 |e| hash_member(e.member.as_slice()),
             );
+            self.most = self
+                .most
+                .max(u32::try_from(self.elems.len()).unwrap_or(u32::MAX));
+            self.widest = self
+                .widest
+                .max(u32::try_from(member.len()).unwrap_or(u32::MAX));
         }
         if needs_meta {
             let base = winner.map_or(0.0, |w| w.1);
@@ -545,6 +556,11 @@ impl ZSetCrdt {
         let inner = self.inner_mut();
         if inner.delivered.covers(stamp) {
             return false;
+        }
+        // A sorted set with no member is a new key for clients: its history starts again.
+        if inner.elems.is_empty() {
+            inner.most = 0;
+            inner.widest = 0;
         }
         inner.delivered.observe(stamp);
         inner.seen.observe(stamp);
@@ -617,6 +633,15 @@ impl ZSetCrdt {
     }
 
     /// Number of members.
+    /// Whether Redis 7.0 would hold this sorted set as a listpack (OBJECT ENCODING): it never
+    /// held more than `entries_max` members nor one longer than `value_max` bytes
+    /// (`zset-max-listpack-entries`, `zset-max-listpack-value`; Redis converts one way only).
+    pub fn fits_listpack(&self, entries_max: u64, value_max: u64) -> bool {
+        self.inner
+            .as_deref()
+            .is_none_or(|i| u64::from(i.most) <= entries_max && u64::from(i.widest) <= value_max)
+    }
+
     pub fn len(&self) -> usize {
         self.inner.as_ref().map_or(0, |i| i.elems.len())
     }
@@ -1533,6 +1558,8 @@ impl ZSetCrdt {
         let mut out = Inner {
             delivered: x.delivered.clone(),
             seen: x.seen.clone(),
+            most: x.most.max(y.most),
+            widest: x.widest.max(y.widest),
             ..Inner::default()
         };
         out.delivered.merge(&y.delivered);

@@ -111,8 +111,16 @@ pub fn dump_payload(state: &KeyState, opts: &DumpOptions) -> Option<Vec<u8>> {
         },
         TypeTag::Hll => enc.string(state.hll()?.bytes()),
         TypeTag::Set => {
-            let members: Vec<&[u8]> = state.set()?.members().collect();
-            enc.set(&members, opts.intset_max)
+            let s = state.set()?;
+            let members: Vec<&[u8]> = s.members().collect();
+            // A set Redis holds as a hashtable (`OrSet::fits_intset`) dumps as one: no
+            // member fits an intset of 0 entries.
+            let intset_max = if s.fits_intset(opts.intset_max) {
+                opts.intset_max
+            } else {
+                0
+            };
+            enc.set(&members, intset_max)
         }
         TypeTag::Hash => {
             let h = state.hash()?;

@@ -782,13 +782,12 @@ fn str_encoding(v: &StrView<'_>) -> (&'static str, Option<i64>) {
     }
 }
 
-/// Redis 7.0's set encodings: "intset" when every member is an integer and there are at most
-/// `set-max-intset-entries`, else "hashtable" (7.0 has no listpack sets).
+/// Redis 7.0's set encodings: "intset" while every member the set held was an integer and it
+/// held at most `set-max-intset-entries`, else "hashtable" (7.0 has no listpack sets; Redis
+/// converts one way only: `OrSet::fits_intset`).
 fn set_encoding(state: &KeyState, intset_max: u64) -> &'static str {
     match state.set() {
-        Some(s) if s.len() as u64 <= intset_max && s.members().all(|m| parse_i64(m).is_some()) => {
-            "intset"
-        }
+        Some(s) if s.fits_intset(intset_max) => "intset",
         _ => "hashtable",
     }
 }
@@ -817,9 +816,10 @@ impl EncodingLimits {
 
 /// The encoding Redis 7.0 would give a value of the same contents under the current
 /// thresholds (`hash-max-listpack-*`, `zset-max-listpack-*`, `set-max-intset-entries`).
-/// Redis converts a value only one way: a hash keeps the larger encoding once it held more
-/// fields or longer ones (`HashCrdt::fits_listpack`); sets and sorted sets are judged on their
-/// contents now (docs/compatibility.md).
+/// Redis converts a value only one way: a hash, a set or a sorted set keeps the larger
+/// encoding once it held more fields or members or longer ones, or (a set) a member that is
+/// not an integer (`HashCrdt::fits_listpack`, `OrSet::fits_intset`,
+/// `ZSetCrdt::fits_listpack`; docs/compatibility.md).
 pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
     match e.state.type_tag() {
         Some(TypeTag::Set) => set_encoding(&e.state, limits.intset_max),

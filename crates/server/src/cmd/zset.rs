@@ -69,9 +69,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[
 /// replies a listpack whole): "listpack" with at most `zset-max-listpack-entries` members of
 /// at most `zset-max-listpack-value` bytes each, else "skiplist".
 pub fn encoding(z: &ZSetCrdt, limits: ListpackLimits) -> &'static str {
-    if z.len() as u64 <= limits.entries_max
-        && z.iter().all(|(m, _)| m.len() as u64 <= limits.value_max)
-    {
+    if z.fits_listpack(limits.entries_max, limits.value_max) {
         "listpack"
     } else {
         "skiplist"
