@@ -647,6 +647,36 @@ thread_local! {
 
 /// Joins `b` into `a`: per origin, the totals counting more increments (an origin's totals
 /// on one key are prefixes of one sequence of increments).
+/// Reads the entries a sample's walk gathered (`Shard::sample`) into `out`: each that exists
+/// for clients (and, `volatile`, has a TTL), with its access field, expiry time (0: none) and
+/// name. A first pass touches every entry, with no work between the reads, so that their
+/// cache misses overlap; the second then finds them in cache.
+fn take_sampled(
+    found: &mut Vec<&crate::keyspace::Entry>,
+    volatile: bool,
+    out: &mut Vec<(u32, u64, SmallBytes)>,
+) {
+    let mut live: u64 = 0;
+    for (i, e) in found.iter().enumerate().take(64) {
+        live |= u64::from(!e.state.is_empty()) << i;
+    }
+    for (i, e) in found.drain(..).enumerate() {
+        let shown = if i < 64 {
+            live & (1 << i) != 0
+        } else {
+            !e.state.is_empty()
+        };
+        if !shown {
+            continue;
+        }
+        let ttl = e.state.expire_at_ms();
+        if volatile && ttl.is_none() {
+            continue;
+        }
+        out.push((e.lru_s, ttl.unwrap_or(0), e.key.clone()));
+    }
+}
+
 fn join_incs(a: &mut SmallVec<[(ReplicaId, IncTotals); 1]>, b: &[(ReplicaId, IncTotals)]) {
     for &(r, t) in b {
         match a.iter_mut().find(|(r2, _)| *r2 == r) {
@@ -1150,6 +1180,12 @@ impl Shard {
     /// access field (`lru_s`) and expiry time (0: none). Bounded:
     /// `count * SAMPLE_BUCKETS_PER_KEY_MAX * SAMPLE_STARTS_MAX + SAMPLE_SPARSE_WALK_BUCKETS`
     /// buckets or TTL spans.
+    ///
+    /// The buckets hold pointers to the entries, each of which is a cache miss to read: the
+    /// walk gathers the entries it needs first and reads them afterwards (`take_sampled`),
+    /// so that their misses overlap instead of following one another (under a write load
+    /// past `maxmemory` this function was the top item of the shard's profile, nearly all of
+    /// it the first read of each sampled entry).
     fn sample(
         &self,
         db: usize,
@@ -1177,11 +1213,14 @@ impl Shard {
             .saturating_add(SAMPLE_SPARSE_WALK_BUCKETS);
         let mut steps = 0;
         let mut in_window = 0;
+        // Entries found and not read yet: at most `count` (emptied into `out` when the walk
+        // has as many as it needs).
+        let mut found: Vec<&crate::keyspace::Entry> = Vec::with_capacity(count.min(64));
         while out.len() < count && steps < steps_max {
             steps += 1;
             in_window += 1;
             let windows_left = steps <= window.saturating_mul(SAMPLE_STARTS_MAX);
-            if windows_left && in_window > window && out.is_empty() {
+            if windows_left && in_window > window && out.is_empty() && found.is_empty() {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
@@ -1207,15 +1246,12 @@ impl Shard {
             let Some(e) = bucket.and_then(|b| d.table.get_bucket(b)) else {
                 continue;
             };
-            if e.state.is_empty() {
-                continue;
+            found.push(e);
+            if out.len() + found.len() >= count {
+                take_sampled(&mut found, volatile, out);
             }
-            let ttl = e.state.expire_at_ms();
-            if volatile && ttl.is_none() {
-                continue;
-            }
-            out.push((e.lru_s, ttl.unwrap_or(0), e.key.clone()));
         }
+        take_sampled(&mut found, volatile, out);
     }
 
     /// Redis's pool score (`evictionPoolPopulate`): higher evicts first.
