@@ -747,6 +747,17 @@ impl World {
     fn pending(&self) -> Vec<usize> {
         self.sites.iter().map(pending_keys).collect()
     }
+
+    /// `n` rounds of settling, after which no site holds a key with metadata.
+    fn assert_collected_after(&mut self, n: u64) {
+        self.settle_ticks(n);
+        let pending = self.pending();
+        assert!(
+            pending.iter().all(|&p| p == 0),
+            "{pending:?}\n{}",
+            self.dump_metadata()
+        );
+    }
 }
 
 /// Keys of `s` holding metadata.
@@ -799,13 +810,7 @@ fn a_cleared_counter_is_collected_and_counts_again() {
     }
     assert!(w.settle() < SETTLE_ROUNDS_MAX);
     w.step(&del(1));
-    w.settle_ticks(5);
-    let pending = w.pending();
-    assert!(
-        pending.iter().all(|&p| p == 0),
-        "{pending:?}\n{}",
-        w.dump_metadata()
-    );
+    w.assert_collected_after(5);
     for s in [incr(0), incr(2), incr(1)] {
         w.step(&s);
     }
@@ -859,13 +864,7 @@ fn ttl_writes_that_time_nothing_are_retired() {
     }
     assert!(w.settle() < SETTLE_ROUNDS_MAX);
     w.step(&write(1, persist));
-    w.settle_ticks(5);
-    let pending = w.pending();
-    assert!(
-        pending.iter().all(|&p| p == 0),
-        "{pending:?}\n{}",
-        w.dump_metadata()
-    );
+    w.assert_collected_after(5);
     assert!(ttls_of_k0(&w).iter().all(|t| *t == (true, None)));
     w.step(&write(2, expire));
     assert!(w.settle() < SETTLE_ROUNDS_MAX);
@@ -879,13 +878,7 @@ fn ttl_writes_that_time_nothing_are_retired() {
     // EXPIRE ∥ DEL (nothing is delivered between them): the TTL write outlives the value.
     w.step(&write(0, expire));
     w.step(&write(1, del));
-    w.settle_ticks(5);
-    let pending = w.pending();
-    assert!(
-        pending.iter().all(|&p| p == 0),
-        "{pending:?}\n{}",
-        w.dump_metadata()
-    );
+    w.assert_collected_after(5);
     // A key created again at a site that retired the TTL has no TTL anywhere.
     w.step(&write(2, set));
     assert!(w.settle() < SETTLE_ROUNDS_MAX);
