@@ -3201,8 +3201,9 @@ impl Conn {
     /// A transaction whose keys span shards of this process, when `tx_across` can run it:
     /// each queued command's keys on one shard (a keyless one joins the segment before it,
     /// or the first), none acting on the connection (but those that run after the segments,
-    /// `tx_across::runs_after_segments`) or on every shard, the transaction not flagged. Returns the shards to hold (ascending: those of its commands and of its
-    /// WATCHed keys) and the segments: runs of consecutive commands of one shard.
+    /// `tx_across::runs_after_segments`) or on every shard, the transaction not flagged.
+    /// Returns the shards to hold (ascending: those of its commands and of its WATCHed keys)
+    /// and the segments: runs of consecutive commands of one shard.
     fn exec_across_plan(&self, f: &Front) -> Option<ExecAcross> {
         use crate::tx_across::Join;
         let m = self.client.multi.as_ref()?;
@@ -3520,29 +3521,6 @@ impl Conn {
         self.client.dirty.set(false);
         match outcome {
             Ok(crate::tx_across::Outcome::Ran(mut dones, sides)) => {
-                // The commands that act on the connection alone, here, now that the
-                // others ran (`tx_across::runs_after_segments`).
-                let mut apart: Vec<(usize, Vec<u8>)> = Vec::new();
-                for (i, join) in joins.iter().enumerate() {
-                    if !matches!(join, crate::tx_across::Join::Connection) {
-                        continue;
-                    }
-                    let args = queued.get(i).map(|q| q.args.as_slice()).unwrap_or_default();
-                    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-                    let th = self.th.clone();
-                    let mut sg = th.shard.borrow_mut();
-                    let mut fg = th.front.borrow_mut();
-                    let mut r = Reply::new();
-                    r.proto = self.out.proto;
-                    match cmd::resolve(fg.table, &argv) {
-                        Ok(sp) => {
-                            let now = sg.now_ms();
-                            cmd::call(&mut sg, &mut fg, &mut self.client, &mut r, sp, &argv, now);
-                        }
-                        Err(e) => cmd::reply_error(&mut fg, &mut r, &e),
-                    }
-                    apart.push((i, r.buf));
-                }
                 // What its scripts' calls wrote on other held shards.
                 for side in sides {
                     if let Some(seq) = side.wrote {
@@ -3564,6 +3542,30 @@ impl Conn {
                         }
                     }
                     parts.push(d.reply(0).to_vec());
+                }
+                // The commands that act on the connection alone, here, now that the
+                // others ran and a SELECT among them took effect
+                // (`tx_across::runs_after_segments`).
+                let mut apart: Vec<(usize, Vec<u8>)> = Vec::new();
+                for (i, join) in joins.iter().enumerate() {
+                    if !matches!(join, crate::tx_across::Join::Connection) {
+                        continue;
+                    }
+                    let args = queued.get(i).map(|q| q.args.as_slice()).unwrap_or_default();
+                    let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+                    let th = self.th.clone();
+                    let mut sg = th.shard.borrow_mut();
+                    let mut fg = th.front.borrow_mut();
+                    let mut r = Reply::new();
+                    r.proto = self.out.proto;
+                    match cmd::resolve(fg.table, &argv) {
+                        Ok(sp) => {
+                            let now = sg.now_ms();
+                            cmd::call(&mut sg, &mut fg, &mut self.client, &mut r, sp, &argv, now);
+                        }
+                        Err(e) => cmd::reply_error(&mut fg, &mut r, &e),
+                    }
+                    apart.push((i, r.buf));
                 }
                 let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
                 match crate::tx_across::join_replies(&refs, &owners, &joins, &apart, self.out.proto)
