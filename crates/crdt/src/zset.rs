@@ -632,7 +632,6 @@ impl ZSetCrdt {
         self.inner.as_ref().is_some_and(|i| !i.elems.is_empty())
     }
 
-    /// Number of members.
     /// Whether Redis 7.0 would hold this sorted set as a listpack (OBJECT ENCODING): it never
     /// held more than `entries_max` members nor one longer than `value_max` bytes
     /// (`zset-max-listpack-entries`, `zset-max-listpack-value`; Redis converts one way only).
@@ -642,6 +641,7 @@ impl ZSetCrdt {
             .is_none_or(|i| u64::from(i.most) <= entries_max && u64::from(i.widest) <= value_max)
     }
 
+    /// Number of members.
     pub fn len(&self) -> usize {
         self.inner.as_ref().map_or(0, |i| i.elems.len())
     }

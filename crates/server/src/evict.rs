@@ -645,8 +645,6 @@ thread_local! {
         .zip(tikv_jemalloc_ctl::thread::deallocatedp::read().ok());
 }
 
-/// Joins `b` into `a`: per origin, the totals counting more increments (an origin's totals
-/// on one key are prefixes of one sequence of increments).
 /// Reads the entries a sample's walk gathered (`Shard::sample`) into `out`: each that exists
 /// for clients (and, `volatile`, has a TTL), with its access field, expiry time (0: none) and
 /// name. A first pass touches every entry, with no work between the reads, so that their
@@ -677,6 +675,8 @@ fn take_sampled(
     }
 }
 
+/// Joins `b` into `a`: per origin, the totals counting more increments (an origin's totals
+/// on one key are prefixes of one sequence of increments).
 fn join_incs(a: &mut SmallVec<[(ReplicaId, IncTotals); 1]>, b: &[(ReplicaId, IncTotals)]) {
     for &(r, t) in b {
         match a.iter_mut().find(|(r2, _)| *r2 == r) {
