@@ -316,8 +316,10 @@ const TAG_LIBRARY_SET: u8 = 13;
 const TAG_LIBRARY_DEL: u8 = 14;
 const TAG_STREAM: u8 = 15;
 const TAG_STR_EDIT: u8 = 16;
-/// After `TAG_EXPIRE`, in place of the expire kind (0 PERSIST, 1 a deadline): an
+/// The byte after `TAG_EXPIRE`: a PERSIST, a deadline (its ms follow), or an
 /// `Effect::ExpireRetire`.
+const EXPIRE_PERSIST: u8 = 0;
+const EXPIRE_AT: u8 = 1;
 const EXPIRE_RETIRE: u8 = 2;
 
 /// The byte after `TAG_INCR`: where the increment stands (`IncAt`; records written before
@@ -391,9 +393,9 @@ pub fn encode<B: AsRef<[u8]>>(
         Effect::Expire { expire, observed } => {
             put_u8(out, TAG_EXPIRE);
             match expire {
-                Expire::Persist => put_u8(out, 0),
+                Expire::Persist => put_u8(out, EXPIRE_PERSIST),
                 Expire::AtMs(at) => {
-                    put_u8(out, 1);
+                    put_u8(out, EXPIRE_AT);
                     out.extend_from_slice(&at.to_le_bytes());
                 }
             }
@@ -753,8 +755,8 @@ fn decode_tail(
         }
         TAG_EXPIRE => {
             let expire = match b.u8()? {
-                0 => Some(Expire::Persist),
-                1 => Some(Expire::AtMs(b.u64()?)),
+                EXPIRE_PERSIST => Some(Expire::Persist),
+                EXPIRE_AT => Some(Expire::AtMs(b.u64()?)),
                 EXPIRE_RETIRE => None,
                 other => return Err(DecodeError::BadTag(other).into()),
             };
