@@ -18,7 +18,7 @@
 //! handover. When loading ends, every such connection is handed to the shard with the bytes
 //! of a command not yet complete, so clients keep their connections.
 
-use bytes::{Buf as _, BytesMut};
+use bytes::BytesMut;
 use smallvec::SmallVec;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -193,7 +193,7 @@ async fn serve_conn(
                 }
             }
         }
-        rbuf.advance(pos);
+        crate::conn::consume_read(&mut rbuf, pos);
         if !out.is_empty() {
             if stream.write_all(&out).await.is_err() {
                 return;

@@ -259,13 +259,7 @@ fn output_hard_limit_holds_for_commands_run_on_other_shards() {
     for k in &keys {
         admin.ok(&["SET", k, &value]);
     }
-    let used = |c: &mut Raw| -> u64 {
-        let info = c.call_text(&["INFO", "memory"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let used = used_memory;
     let before = used(&mut admin);
     // 1,024 GETs over every shard's keys: 256 MiB of replies if the round ran whole.
     let mut pipeline = Vec::new();
@@ -287,6 +281,53 @@ fn output_hard_limit_holds_for_commands_run_on_other_shards() {
     );
     assert_eq!(admin.call_text(&["PING"]), "+PONG\r\n");
     assert!(s.log().contains("overcoming of output buffer limits"));
+}
+
+/// The used memory of `c`'s server (INFO's `used_memory`).
+fn used_memory(c: &mut Raw) -> u64 {
+    let info = c.call_text(&["INFO", "memory"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A command of many small arguments (Redis's lazyfree unit: SADD of 100,000 members) grows
+/// the read buffer past its size; once it ran, the buffer is given back while the connection
+/// goes on with small commands, as Redis's cron resizes it. The room the command used
+/// stayed allocated, unseen by the resize, for as long as the connection sent small
+/// commands (1.5 MB in that unit, which then saw used memory stay up). The request is sized
+/// to leave 16 to 32 KiB past it in a 1 MiB buffer (grown from 16 KiB by doubling): room
+/// the resize leaves alone (`QUERY_BUF_RESIZE_BYTES_MIN`) and the next reads do not fill.
+#[test]
+fn a_buffer_grown_by_many_arguments_is_given_back() {
+    let s = Server::start_with(&[]);
+    let mut c = s.connect();
+    let mut poll = s.connect();
+    let before = used_memory(&mut poll);
+    // 17 bytes per member (`$10\r\n` and ten digits): about 1 MiB - 24 KiB in all.
+    let members: Vec<String> = (0..60_230).map(|i| format!("{i:010}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"SADD", b"{q}set"];
+    args.extend(members.iter().map(|m| m.as_bytes()));
+    let request = common::cmd(&args);
+    assert!((1024 * 1024 - 32 * 1024..1024 * 1024 - 16 * 1024).contains(&request.len()));
+    c.send(&request);
+    assert_eq!(c.read_reply(), b":60230\r\n");
+    assert_eq!(c.call_text(&["DEL", "{q}set"]), ":1\r\n");
+    // The connection stays busy (a client idle for 2 s gives its buffer back whole).
+    let mut now = 0;
+    let mut last_ping = Instant::now();
+    assert!(
+        eventually(|| {
+            if last_ping.elapsed() >= Duration::from_millis(200) {
+                assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
+                last_ping = Instant::now();
+            }
+            now = used_memory(&mut poll);
+            now < before + 512 * 1024
+        }),
+        "used_memory {before} before, {now} after"
+    );
 }
 
 /// Redis's `clientsCronResizeQueryBuffer`: a buffer grown by a large command shrinks once the
