@@ -505,3 +505,115 @@ fn function_stats_shows_a_busy_function_from_every_thread() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Each Lua value mlua holds takes one of the state's 8,000 reference slots, and running out
+/// panicked the shard, which then answered CLUSTERDOWN for good: a script returning 8,000
+/// strings did it (a reply was gathered whole before it was written), and so did the
+/// 7,990th cached script or registered function. Wide replies, combs deeper than
+/// `REPLY_CONTAINERS_HELD_MAX` and caches of 9,000 scripts and functions now leave the
+/// shard serving.
+#[test]
+fn wide_replies_and_many_scripts_leave_the_shard_serving() {
+    let cluster = one_site(&[]);
+    let site = cluster.site(A);
+    let mut c = site.connect();
+    let strings = c.reply(&[
+        "EVAL",
+        "local t = {} for i = 1, 20000 do t[i] = tostring(i) end return t",
+        "0",
+    ]);
+    let strings = strings.strings();
+    assert_eq!(strings.len(), 20_000);
+    assert_eq!(strings.last().map(String::as_str), Some("20000"));
+    let Reply::Array(pairs) = c.reply(&[
+        "EVAL",
+        "local t = {} for i = 1, 10000 do t[i] = {tostring(i), i} end return t",
+        "0",
+    ]) else {
+        panic!("not an array")
+    };
+    assert_eq!(pairs.len(), 10_000);
+    assert_eq!(
+        pairs.last(),
+        Some(&Reply::Array(vec![
+            Reply::bulk("10000"),
+            Reply::Int(10_000)
+        ]))
+    );
+    // RESP3 maps and sets of 20,000 entries, each entry once.
+    c.call_strs(&["HELLO", "3"]);
+    let map = c.call_strs(&[
+        "EVAL",
+        "local m = {} for i = 1, 20000 do m['k' .. i] = i end return {map = m}",
+        "0",
+    ]);
+    assert!(map.starts_with(b"%20000\r\n"));
+    for key in [&b"$2\r\nk1\r\n:1\r\n"[..], b"$6\r\nk20000\r\n:20000\r\n"] {
+        assert_eq!(map.windows(key.len()).filter(|w| *w == key).count(), 1);
+    }
+    let set = c.call_strs(&[
+        "EVAL",
+        "local s = {} for i = 1, 20000 do s['m' .. i] = true end return {set = s}",
+        "0",
+    ]);
+    assert!(set.starts_with(b"~20000\r\n"));
+    c.call_strs(&["HELLO", "2"]);
+    // A comb (every level a table and a string) deeper than the containers a reply may
+    // hold: the deepest part is an error element, and the reply stays well formed. Its
+    // parse recurses once per level: on a thread with room for that.
+    let mut deep = site.connect();
+    let comb = std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let raw = deep.call_strs(&[
+                "EVAL",
+                "local root = {} local cur = root \
+                 for i = 1, 9000 do local n = {} cur[1] = n cur[2] = 'x' cur = n end \
+                 return root",
+                "0",
+            ]);
+            let text = String::from_utf8_lossy(&raw).into_owned();
+            (
+                common::reply_len(&raw),
+                raw.len(),
+                text.matches("-ERR reached lua stack limit").count(),
+            )
+        })
+        .expect("a thread")
+        .join()
+        .expect("the comb's thread");
+    assert_eq!(comb.0, Ok(Some(comb.1)), "one well-formed reply");
+    assert_eq!(comb.2, 1, "one element past the limit");
+    // 9,000 cached scripts and 9,000 functions.
+    let mut pipeline = Vec::new();
+    for i in 0..9_000 {
+        pipeline.extend(common::cmd(&[
+            b"SCRIPT",
+            b"LOAD",
+            format!("return {i}").as_bytes(),
+        ]));
+    }
+    c.send(&pipeline);
+    let mut shas = Vec::new();
+    for _ in 0..9_000 {
+        match common::parse_reply(&c.read_reply()) {
+            Reply::Bulk(sha) => shas.push(String::from_utf8(sha).expect("hex")),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(c.reply(&["EVALSHA", &shas[0], "0"]), Reply::Int(0));
+    assert_eq!(c.reply(&["EVALSHA", &shas[8_999], "0"]), Reply::Int(8_999));
+    assert_eq!(
+        c.reply(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=many\n\
+             for i = 1, 9000 do redis.register_function('f' .. i, function() return i end) end",
+        ]),
+        Reply::bulk("many")
+    );
+    assert_eq!(c.reply(&["FCALL", "f1", "0"]), Reply::Int(1));
+    assert_eq!(c.reply(&["FCALL", "f9000", "0"]), Reply::Int(9_000));
+    assert_eq!(c.reply(&["PING"]), Reply::Simple("PONG".to_string()));
+    assert!(!site.log().contains("panicked"), "{}", site.log());
+}

@@ -90,6 +90,10 @@ fn create_script(shard: &mut Shard, body: &[u8]) -> Result<[u8; 40], CmdError> {
             library::compile_message(&e)
         ))
     })?;
+    let function = engine
+        .lua()
+        .create_registry_value(function)
+        .map_err(|e| CmdError::Err(e.to_string()))?;
     shard.scripting.scripts.insert(
         sha,
         CachedScript {
@@ -195,10 +199,19 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
     } else {
         create_script(ctx.shard, body)?
     };
+    let engine = ctx
+        .shard
+        .scripting
+        .eval_engine()
+        .map_err(|e| CmdError::Err(e.to_string()))?;
     let Some(cached) = ctx.shard.scripting.scripts.get(&sha) else {
         return Err(CmdError::Raw(NOSCRIPT.to_string()));
     };
-    let (function, flags) = (cached.function.clone(), cached.flags);
+    let function: mlua::Function = engine
+        .lua()
+        .registry_value(&cached.function)
+        .map_err(|e| CmdError::Err(e.to_string()))?;
+    let flags = cached.flags;
     check_flags(ctx.shard, flags, ro)?;
     let keys = argv.get(3..3 + nkeys).unwrap_or_default();
     let args = argv.get(3 + nkeys..).unwrap_or_default();
@@ -207,11 +220,6 @@ fn eval_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], evalsha: bool, ro: bool) -> Resul
             return Err(CmdError::Raw(e.to_string()));
         }
     }
-    let engine = ctx
-        .shard
-        .scripting
-        .eval_engine()
-        .map_err(|e| CmdError::Err(e.to_string()))?;
     let name = sha_name(&sha);
     let run = new_run(ctx, flags, ro, (true, nkeys == 0), name, Vec::new());
     run_and_reply(ctx, &engine, &function, RunArgs::Eval { keys, args }, run);
@@ -289,7 +297,7 @@ fn run_and_reply(
     // error whose errorstats its `redis.call` already counted).
     let failed = match result {
         Ok((true, value)) => {
-            let errors = convert::lua_to_reply(value, ctx.out, script_resp3);
+            let errors = convert::lua_to_reply(engine.lua(), value, ctx.out, script_resp3);
             let failed = !errors.is_empty() || ctx.out.buf.get(mark) == Some(&b'-');
             for code in errors {
                 ctx.front.stats.count_error(&code);
@@ -375,7 +383,7 @@ fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError
     let Some(f) = ctx.shard.scripting.libraries.function(fname) else {
         return Err(CmdError::Err("Function not found".to_string()));
     };
-    let (callback, flags, name) = (f.callback.clone(), f.flags, f.name.clone());
+    let (key, flags, name) = (f.callback.clone(), f.flags, f.name.clone());
     let nkeys = numkeys(
         argv,
         CmdError::Err("Bad number of keys provided".to_string()),
@@ -392,6 +400,10 @@ fn fcall_run(ctx: &mut Ctx<'_>, argv: &[&[u8]], ro: bool) -> Result<(), CmdError
         .shard
         .scripting
         .function_engine()
+        .map_err(|e| CmdError::Err(e.to_string()))?;
+    let callback: mlua::Function = engine
+        .lua()
+        .registry_value(&key)
         .map_err(|e| CmdError::Err(e.to_string()))?;
     let caller_argv = argv.iter().map(|a| a.to_vec()).collect();
     let run = new_run(ctx, flags, ro, (false, nkeys == 0), name, caller_argv);

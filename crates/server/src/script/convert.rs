@@ -89,19 +89,61 @@ pub fn error_code(msg: &[u8]) -> String {
     String::from_utf8_lossy(msg.get(..end).unwrap_or_default()).into_owned()
 }
 
-/// One value still to be written: a Lua value, or the remaining elements of a container.
+/// Containers being written (`Pending::Items` on the stack) past which a table met is
+/// answered as too deep: each holds its table in one of the reference slots mlua keeps on
+/// a LuaJIT stack (`LUAI_MAXCSTACK`, 8,000, of which the engine and the run hold a few:
+/// cached scripts and functions live in the registry instead); running out panics. A chain
+/// of one-element tables holds none (a container whose last element was taken is dropped),
+/// so Redis's own limit, `REPLY_DEPTH_MAX`, decides there; only a table nested this deep
+/// with elements left at every level meets this one (Redis's limit there is its C stack's,
+/// about 7,990).
+pub const REPLY_CONTAINERS_HELD_MAX: usize = 7_900;
+
+/// One value still to be written: a Lua value at its depth, or the elements `next..=len`
+/// of a container at `depth` (an array, or a map's or set's entries laid out in a table of
+/// their own), taken one at a time. Taking a container's elements all at once held each in
+/// a reference slot: a script returning 8,000 strings panicked the shard.
 enum Pending {
     Value(Value, usize),
+    Items {
+        t: Table,
+        next: i64,
+        len: i64,
+        depth: usize,
+    },
 }
 
 /// Writes a script's return value to the caller (`luaReplyToRedisReply`). `script_resp3` is
 /// the protocol the script chose with `redis.setresp` (it decides how booleans convert).
 /// Returns the error codes of error replies written (for errorstats), unless marked ignored.
-pub fn lua_to_reply(value: Value, out: &mut Reply, script_resp3: bool) -> Vec<String> {
+/// Holds at most one Lua value per container being written, whatever their width.
+pub fn lua_to_reply(lua: &Lua, value: Value, out: &mut Reply, script_resp3: bool) -> Vec<String> {
     let mut errors = Vec::new();
     let mut stack = vec![Pending::Value(value, 0)];
-    while let Some(Pending::Value(v, depth)) = stack.pop() {
-        if depth >= REPLY_DEPTH_MAX {
+    while let Some(p) = stack.pop() {
+        let (v, depth) = match p {
+            Pending::Value(v, depth) => (v, depth),
+            Pending::Items {
+                t,
+                next,
+                len,
+                depth,
+            } => {
+                let v = t.raw_get::<Value>(next).unwrap_or(Value::Nil);
+                if next < len {
+                    stack.push(Pending::Items {
+                        t,
+                        next: next + 1,
+                        len,
+                        depth,
+                    });
+                }
+                (v, depth + 1)
+            }
+        };
+        if depth >= REPLY_DEPTH_MAX
+            || (matches!(v, Value::Table(_)) && stack.len() >= REPLY_CONTAINERS_HELD_MAX)
+        {
             out.raw(b"-ERR reached lua stack limit\r\n");
             continue;
         }
@@ -118,14 +160,34 @@ pub fn lua_to_reply(value: Value, out: &mut Reply, script_resp3: bool) -> Vec<St
             }
             Value::Integer(i) => out.int(i),
             Value::Number(d) => out.int(number_to_i64(d)),
-            Value::Table(t) => table_to_reply(t, depth, out, &mut stack, &mut errors),
+            Value::Table(t) => table_to_reply(lua, t, depth, out, &mut stack, &mut errors),
             _ => out.null(),
         }
     }
     errors
 }
 
+/// The entries of a RESP3 map (keys and values in turn) or set (keys) in a new array
+/// table, in `next` order, and how many entries there were.
+fn entries(lua: &Lua, m: &Table, values: bool) -> mlua::Result<(Table, i64)> {
+    let flat = lua.create_table()?;
+    let mut n = 0i64;
+    let mut at = 0i64;
+    for pair in m.pairs::<Value, Value>() {
+        let (k, v) = pair?;
+        at += 1;
+        flat.raw_set(at, k)?;
+        if values {
+            at += 1;
+            flat.raw_set(at, v)?;
+        }
+        n += 1;
+    }
+    Ok((flat, n))
+}
+
 fn table_to_reply(
+    lua: &Lua,
     t: Table,
     depth: usize,
     out: &mut Reply,
@@ -198,38 +260,43 @@ fn table_to_reply(
             return;
         }
     }
-    if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
-        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
-        out.map(pairs.len());
-        for (k, v) in pairs.into_iter().rev() {
-            stack.push(Pending::Value(v, depth + 1));
-            stack.push(Pending::Value(k, depth + 1));
+    for (field, is_map) in [("map", true), ("set", false)] {
+        if let Ok(Value::Table(m)) = t.raw_get::<Value>(field) {
+            let Ok((flat, n)) = entries(lua, &m, is_map) else {
+                // Past the scripts' memory limit while laying the entries out (Lua's text).
+                out.raw(b"-ERR not enough memory\r\n");
+                return;
+            };
+            let len = if is_map {
+                out.map(n as usize);
+                2 * n
+            } else {
+                out.set(n as usize);
+                n
+            };
+            if len > 0 {
+                stack.push(Pending::Items {
+                    t: flat,
+                    next: 1,
+                    len,
+                    depth,
+                });
+            }
+            return;
         }
-        return;
     }
-    if let Ok(Value::Table(s)) = t.raw_get::<Value>("set") {
-        let keys: Vec<Value> = s
-            .pairs::<Value, Value>()
-            .filter_map(Result::ok)
-            .map(|(k, _)| k)
-            .collect();
-        out.set(keys.len());
-        for k in keys.into_iter().rev() {
-            stack.push(Pending::Value(k, depth + 1));
-        }
-        return;
+    // An array ends at its first nil, as `lua_rawgeti` finds it (Redis's count).
+    let mut len = 0i64;
+    while !matches!(t.raw_get::<Value>(len + 1), Ok(Value::Nil) | Err(_)) {
+        len += 1;
     }
-    let mut items = Vec::new();
-    let mut j = 1i64;
-    loop {
-        match t.raw_get::<Value>(j) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(v),
-        }
-        j += 1;
-    }
-    out.array(items.len());
-    for v in items.into_iter().rev() {
-        stack.push(Pending::Value(v, depth + 1));
+    out.array(len as usize);
+    if len > 0 {
+        stack.push(Pending::Items {
+            t,
+            next: 1,
+            len,
+            depth,
+        });
     }
 }

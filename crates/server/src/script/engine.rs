@@ -1163,6 +1163,8 @@ pub fn end_run(shard: &mut Shard, engine: &Engine) -> Option<Run> {
     if shard.scripting.gc_countdown == 0 {
         shard.scripting.gc_countdown = super::GC_CYCLE_PERIOD;
         let _ = engine.lua().gc_step_kbytes(super::GC_CYCLE_PERIOD as i32);
+        // Functions of scripts and libraries dropped since (their registry keys) go too.
+        engine.lua().expire_registry_values();
     }
     run
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use hashbrown::HashMap;
-use mlua::{Function, Lua, MultiValue, Value};
+use mlua::{Lua, MultiValue, Value};
 
 use super::engine::Engine;
 use super::{Loading, ScriptFlags};
@@ -28,7 +28,9 @@ pub struct FunctionInfo {
     pub name: String,
     pub description: Option<Vec<u8>>,
     pub flags: ScriptFlags,
-    pub callback: Function,
+    /// In the Lua registry (as `CachedScript::function`, for the same reason); shared by the
+    /// copies a FUNCTION RESTORE or LOAD makes of the libraries before it commits.
+    pub callback: std::rc::Rc<mlua::RegistryKey>,
 }
 
 /// One library: its full code (shebang included) and its functions.
@@ -299,6 +301,10 @@ pub fn register_function(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, Va
     if build.functions.iter().any(|f| f.name == name) {
         return fail(lua, "Function already exists in the library");
     }
+    let callback = match lua.create_registry_value(callback) {
+        Ok(key) => std::rc::Rc::new(key),
+        Err(e) => return fail(lua, &e.to_string()),
+    };
     build.functions.push(FunctionInfo {
         name,
         description,

@@ -47,10 +47,12 @@ pub const HOOK_INSTRUCTIONS: u32 = 100_000;
 pub const LOAD_TIMEOUT_MS: u64 = 500;
 
 /// Scripts cached by EVAL/SCRIPT LOAD. Redis has no limit either; each entry is a compiled
-/// function and its flags, and SCRIPT FLUSH drops them all.
+/// function and its flags, and SCRIPT FLUSH drops them all. The function is kept in the Lua
+/// registry, not as an `mlua::Function`: each of those holds one of the 8,000 reference
+/// slots of the state (`LUAI_MAXCSTACK`), and the 7,990th cached script panicked the shard.
 #[derive(Debug)]
 pub struct CachedScript {
-    pub function: mlua::Function,
+    pub function: mlua::RegistryKey,
     pub flags: ScriptFlags,
     /// Bytes of the script's body (INFO memory's used_memory_scripts_eval).
     pub body_bytes: usize,
