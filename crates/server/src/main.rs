@@ -450,6 +450,7 @@ fn parse_yes_no(s: &str) -> Result<bool, String> {
 }
 
 fn main() -> ExitCode {
+    exit_on_panic();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -464,6 +465,41 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Makes a panic on any thread end the process, as an assertion ends Redis's: the panic's
+/// message and backtrace go to standard error (the journal), one line to the log, then the
+/// process aborts, so that the service manager restarts it (`Restart=on-failure`) and the
+/// op log replays. A panic is a defect; left to itself it ended only the task it happened in
+/// (tokio keeps the runtime going), and a shard whose inbox task had ended answered every
+/// message from the other threads `CLUSTERDOWN` while it still served its own connections.
+fn exit_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        let thread = std::thread::current();
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            at,
+            "panicked: {}; exiting (a defect: please report it with the lines above)",
+            panic_message(info)
+        );
+        std::process::abort();
+    }));
+}
+
+/// A panic's message: `panic!`'s text (a `&str` or a `String` payload), else nothing.
+fn panic_message<'a>(info: &'a std::panic::PanicHookInfo<'_>) -> &'a str {
+    let payload = info.payload();
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("")
 }
 
 /// An error and its causes on one line, joined by ": ", leaving out a cause whose text the

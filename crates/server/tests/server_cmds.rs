@@ -517,3 +517,21 @@ fn debug_needs_enable_debug_command() {
             .starts_with("-ERR Error loading the extension"),
     );
 }
+
+/// DEBUG PANIC ends the process, as Redis's serverPanic does: any panic does (the service
+/// manager then restarts it and the op log replays), where before it ended only the task it
+/// happened in and left the server half working. The log says where and why.
+#[test]
+fn debug_panic_ends_the_process_with_a_report() {
+    let mut s = Server::start_with(&["--enable-debug-command", "yes"]);
+    let mut c = s.connect();
+    c.send_cmd(&[b"DEBUG", b"PANIC"]);
+    assert!(
+        c.is_closed(Duration::from_secs(10)),
+        "no reply, the connection ends"
+    );
+    assert!(common::eventually(Duration::from_secs(10), || !s.is_running()));
+    let log = s.log();
+    assert!(log.contains("DEBUG PANIC called at Unix time"), "{log}");
+    assert!(log.contains("exiting (a defect"), "{log}");
+}

@@ -1241,6 +1241,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Write <message> to the server log.",
                 "OBJECT <key>",
                 "    Show low level info about `key` and associated value.",
+                "PANIC",
+                "    Crash the server simulating a panic.",
                 "PROTOCOL <type>",
                 "    Reply with a test value of the specified type. <type> can be: string,",
                 "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
@@ -1254,6 +1256,10 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ],
         );
         return Ok(());
+    }
+    if eq_ic(sub, "panic") && argc == 2 {
+        // Redis's serverPanic: the process ends (`exit_on_panic` in main), with a report.
+        panic!("DEBUG PANIC called at Unix time {}", ctx.now_ms / 1000);
     }
     if eq_ic(sub, "object") && argc == 3 {
         return super::debug::object(ctx, argv.get(2).copied().unwrap_or_default());
