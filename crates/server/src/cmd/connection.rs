@@ -1,6 +1,6 @@
 //! Connection commands: PING ECHO HELLO QUIT RESET SELECT, and CLIENT.
 
-use super::args::{eq_ic, int_arg, parse_i64};
+use super::args::{eq_ic, int_arg};
 use super::{Ctx, Handler};
 use crate::error::CmdError;
 use crate::resp::reply::Proto;
@@ -48,16 +48,7 @@ fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 /// SELECT index.
 fn select(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let arg = argv.get(1).copied().unwrap_or_default();
-    let Some(n) = parse_i64(arg) else {
-        return Err(CmdError::NotInteger);
-    };
-    if i32::try_from(n).is_err() {
-        return Err(CmdError::Err(format!(
-            "value is out of range, value must between {} and {}",
-            i32::MIN,
-            i32::MAX
-        )));
-    }
+    let n = super::db::db_index(arg, None)?;
     if n < 0 || n as u64 >= ctx.shard.dbs.len() as u64 {
         return Err(CmdError::DbIndexOutOfRange);
     }

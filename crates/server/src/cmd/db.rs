@@ -17,7 +17,7 @@ pub const HANDLERS: &[(&str, Handler)] = &[("move", move_cmd), ("swapdb", swapdb
 
 /// Redis's `getIntFromObjectOrReply`: an integer in C `int` range. Errors: `msg` when given,
 /// else Redis's texts for what is not an integer and for what is out of range.
-fn db_index(arg: &[u8], msg: Option<&str>) -> Result<i64, CmdError> {
+pub(crate) fn db_index(arg: &[u8], msg: Option<&str>) -> Result<i64, CmdError> {
     let custom = || msg.map(|m| CmdError::Err(m.to_string()));
     let n = super::args::parse_i64(arg).ok_or_else(|| custom().unwrap_or(CmdError::NotInteger))?;
     if i32::try_from(n).is_err() {

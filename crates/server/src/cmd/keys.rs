@@ -514,9 +514,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             replace = true;
         } else if eq_ic(opt, "db") && j + 1 < argv.len() {
             let v = argv.get(j + 1).copied().unwrap_or_default();
-            let id = parse_i64(v)
-                .and_then(|n| i32::try_from(n).ok())
-                .ok_or(CmdError::NotInteger)?;
+            let id = super::db::db_index(v, None)?;
             match usize::try_from(id) {
                 Ok(id) if ctx.shard.db_ok(id) => dst_db = id,
                 _ => return Err(CmdError::DbIndexOutOfRange),
