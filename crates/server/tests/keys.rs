@@ -396,7 +396,7 @@ fn copy() {
     );
     assert_eq!(
         c.err(&["COPY", "k", "z", "DB", "4294967296"]),
-        "ERR value is not an integer or out of range"
+        "ERR value is out of range, value must between -2147483648 and 2147483647"
     );
     assert_eq!(c.err(&["COPY", "k", "z", "FOO"]), "ERR syntax error");
     assert_eq!(c.err(&["COPY", "k", "z", "DB"]), "ERR syntax error");
