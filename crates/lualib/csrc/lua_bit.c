@@ -132,6 +132,9 @@ static int bit_tohex(lua_State *L)
   const char *hexdigits = "0123456789abcdef";
   char buf[8];
   int i;
+  /* INT32_MIN cannot be negated: it stayed negative and wrote before buf (CVE-2024-31449,
+  ** fixed in Redis 7.2.6 and 7.4.1 after 7.0.15; a one-line script crashed the server). */
+  if (n == INT32_MIN) n = INT32_MIN+1;
   if (n < 0) { n = -n; hexdigits = "0123456789ABCDEF"; }
   if (n > 8) n = 8;
   for (i = (int)n; --i >= 0; ) { buf[i] = hexdigits[b & 15]; b >>= 4; }

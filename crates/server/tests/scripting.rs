@@ -617,3 +617,96 @@ fn wide_replies_and_many_scripts_leave_the_shard_serving() {
     assert_eq!(c.reply(&["PING"]), Reply::Simple("PONG".to_string()));
     assert!(!site.log().contains("panicked"), "{}", site.log());
 }
+
+/// Flaws of Lua 5.1.5 that Redis fixed in its copy, fixed in ours (`vendor/lua-src`); each
+/// case answers as Debian's redis-server 7.0.15 does. `unpack` over the widest range and
+/// `bit.tohex` with the lowest width crashed the server (CVE-2025-46817, CVE-2024-31449);
+/// long brackets are read with Lua 5.4's levels (CVE-2025-46819); a vararg function with
+/// many fixed parameters gets its stack (CVE-2014-5461); a precompiled chunk is parsed as
+/// text. The parser's use after free (CVE-2025-49844) has no deterministic trigger here.
+#[test]
+fn lua_flaws_redis_fixed_are_fixed_here() {
+    let cluster = one_site(&[]);
+    let site = cluster.site(A);
+    let mut c = site.connect();
+    let cases: &[(&str, Reply)] = &[
+        (
+            "local ok, e = pcall(unpack, {}, -2147483648, 2147483647) return e",
+            Reply::bulk("too many results to unpack"),
+        ),
+        (
+            "local ok, e = pcall(unpack, {}, 0, 2147483647) return e",
+            Reply::bulk("too many results to unpack"),
+        ),
+        (
+            "return select('#', unpack({1, 2, 3}, 2147483647, -2147483648))",
+            Reply::Int(0),
+        ),
+        (
+            "return {unpack({1, 2, 3}, 2, 3)}",
+            Reply::Array(vec![Reply::Int(2), Reply::Int(3)]),
+        ),
+        (
+            "return bit.tohex(65535, -2147483648)",
+            Reply::bulk("0000FFFF"),
+        ),
+        (
+            "return loadstring('return [==[a]]b]==]')()",
+            Reply::bulk("a]]b"),
+        ),
+        (
+            "return select(2, loadstring('return [='))",
+            Reply::bulk("[string \"return [=\"]:1: invalid long string delimiter near '[='"),
+        ),
+        (
+            "return select(2, loadstring('return [==x'))",
+            Reply::bulk("[string \"return [==x\"]:1: invalid long string delimiter near '[=='"),
+        ),
+        ("return loadstring('--[=\\nreturn 1')()", Reply::Int(1)),
+        (
+            "return loadstring('--[==[ c ]] ]==] return 2')()",
+            Reply::Int(2),
+        ),
+        (
+            "return select(2, loadstring('return [==[abc'))",
+            Reply::bulk("[string \"return [==[abc\"]:1: unfinished long string near '<eof>'"),
+        ),
+        (
+            "return select(2, loadstring('x = 1 --[==[abc'))",
+            Reply::bulk("[string \"x = 1 --[==[abc\"]:1: unfinished long comment near '<eof>'"),
+        ),
+        (
+            "local p = {} for i = 1, 180 do p[i] = 'a' .. i end \
+             return loadstring('local function f(' .. table.concat(p, ', ') .. \
+             ', ...) return a1 end return f()')()",
+            Reply::Nil,
+        ),
+        (
+            "return select(2, loadstring(string.dump(function() return 1 end)))",
+            Reply::bulk("[string \"\u{1b}LuaQ\"]:1: unexpected symbol near 'char(27)'"),
+        ),
+    ];
+    for (script, want) in cases {
+        assert_eq!(&c.reply(&["EVAL", script, "0"]), want, "{script}");
+    }
+    // The string metatable is shared by every script of every user: read-only
+    // (CVE-2025-46818), and later scripts find string methods where they were.
+    for script in [
+        "local mt = getmetatable('') mt.__index = function(s, k) return 'x' end return 1",
+        "getmetatable('').__index.upper = function() return 'x' end return 1",
+        "rawget(getmetatable(''), '__index').upper = function() return 'x' end return 1",
+        "rawset(getmetatable(''), '__index', {}) return 1",
+        "setmetatable(getmetatable(''), nil) return 1",
+    ] {
+        let e = c.err(&["EVAL", script, "0"]);
+        assert!(
+            e.contains("Attempt to modify a readonly table"),
+            "{script}: {e}"
+        );
+    }
+    assert_eq!(
+        c.reply(&["EVAL", "return ('abc'):upper()", "0"]),
+        Reply::bulk("ABC")
+    );
+    assert_eq!(c.reply(&["PING"]), Reply::Simple("PONG".to_string()));
+}

@@ -340,18 +340,22 @@ static int luaB_assert (lua_State *L) {
 
 
 static int luaB_unpack (lua_State *L) {
-  int i, e, n;
+  int i, e;
+  unsigned int n, k;
   luaL_checktype(L, 1, LUA_TTABLE);
   i = luaL_optint(L, 2, 1);
   e = luaL_opt(L, luaL_checkint, 3, luaL_getn(L, 1));
   if (i > e) return 0;  /* empty range */
-  n = e - i + 1;  /* number of elements */
-  if (n <= 0 || !lua_checkstack(L, n))  /* n <= 0 means arith. overflow */
+  /* Meridian (CVE-2025-46817, Redis's "Lua script may lead to integer overflow"): `e - i + 1'
+  ** overflowed an int for wide ranges, undefined behaviour the compiler may assume away, so
+  ** the test for it did not hold and `unpack({}, -2^31, 2^31-1)' crashed. Counted unsigned,
+  ** e - i (with e >= i) always fits; so does every index pushed, i + k <= e. */
+  n = (unsigned int)e - (unsigned int)i;  /* number of elements less one */
+  if (n >= (unsigned int)INT_MAX || !lua_checkstack(L, (int)(n + 1)))
     return luaL_error(L, "too many results to unpack");
-  lua_rawgeti(L, 1, i);  /* push arg[i] (avoiding overflow problems) */
-  while (i++ < e)  /* push arg[i + 1...e] */
-    lua_rawgeti(L, 1, i);
-  return n;
+  for (k = 0; k <= n; k++)
+    lua_rawgeti(L, 1, (int)((unsigned int)i + k));
+  return (int)(n + 1);
 }
 
 

@@ -207,8 +207,16 @@ static void read_numeral (LexState *ls, SemInfo *seminfo) {
 }
 
 
-static int skip_sep (LexState *ls) {
-  int count = 0;
+/*
+** Meridian (CVE-2025-46819, Redis's "LUA out-of-bound read"): reads a sequence '[=*[' or
+** ']=*]', leaving the last bracket, and returns its level: the count of '='s plus 2 when
+** the sequence is well formed, 1 for a lone bracket, 0 for a malformed one ('[=' and no
+** second '['). Lua 5.1 returned the count, or a negative number, and callers that took a
+** negative result for a level read outside the buffer; this is Lua 5.4's contract, and the
+** callers below test for a level of at least 2.
+*/
+static size_t skip_sep (LexState *ls) {
+  size_t count = 0;
   int s = ls->current;
   lua_assert(s == '[' || s == ']');
   save_and_next(ls);
@@ -216,11 +224,12 @@ static int skip_sep (LexState *ls) {
     save_and_next(ls);
     count++;
   }
-  return (ls->current == s) ? count : (-count) - 1;
+  if (ls->current == s) return count + 2;
+  return (count == 0) ? 1 : 0;
 }
 
 
-static void read_long_string (LexState *ls, SemInfo *seminfo, int sep) {
+static void read_long_string (LexState *ls, SemInfo *seminfo, size_t sep) {
   int cont = 0;
   (void)(cont);  /* avoid warnings when `cont' is not used */
   save_and_next(ls);  /* skip 2nd `[' */
@@ -238,7 +247,7 @@ static void read_long_string (LexState *ls, SemInfo *seminfo, int sep) {
           save_and_next(ls);  /* skip 2nd `[' */
           cont++;
 #if LUA_COMPAT_LSTR == 1
-          if (sep == 0)
+          if (sep == 2)  /* '[[' inside '[[...]]' */
             luaX_lexerror(ls, "nesting of [[...]] is deprecated", '[');
 #endif
         }
@@ -250,7 +259,7 @@ static void read_long_string (LexState *ls, SemInfo *seminfo, int sep) {
           save_and_next(ls);  /* skip 2nd `]' */
 #if defined(LUA_COMPAT_LSTR) && LUA_COMPAT_LSTR == 2
           cont--;
-          if (sep == 0 && cont >= 0) break;
+          if (sep == 2 && cont >= 0) break;
 #endif
           goto endloop;
         }
@@ -270,8 +279,8 @@ static void read_long_string (LexState *ls, SemInfo *seminfo, int sep) {
     }
   } endloop:
   if (seminfo)
-    seminfo->ts = luaX_newstring(ls, luaZ_buffer(ls->buff) + (2 + sep),
-                                     luaZ_bufflen(ls->buff) - 2*(2 + sep));
+    seminfo->ts = luaX_newstring(ls, luaZ_buffer(ls->buff) + sep,
+                                     luaZ_bufflen(ls->buff) - 2*sep);
 }
 
 
@@ -346,9 +355,9 @@ static int llex (LexState *ls, SemInfo *seminfo) {
         /* else is a comment */
         next(ls);
         if (ls->current == '[') {
-          int sep = skip_sep(ls);
+          size_t sep = skip_sep(ls);
           luaZ_resetbuffer(ls->buff);  /* `skip_sep' may dirty the buffer */
-          if (sep >= 0) {
+          if (sep >= 2) {
             read_long_string(ls, NULL, sep);  /* long comment */
             luaZ_resetbuffer(ls->buff);
             continue;
@@ -360,12 +369,12 @@ static int llex (LexState *ls, SemInfo *seminfo) {
         continue;
       }
       case '[': {
-        int sep = skip_sep(ls);
-        if (sep >= 0) {
+        size_t sep = skip_sep(ls);
+        if (sep >= 2) {
           read_long_string(ls, seminfo, sep);
           return TK_STRING;
         }
-        else if (sep == -1) return '[';
+        else if (sep == 1) return '[';
         else luaX_lexerror(ls, "invalid long string delimiter", TK_STRING);
       }
       case '=': {

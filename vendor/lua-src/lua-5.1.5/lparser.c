@@ -383,14 +383,23 @@ static void close_func (LexState *ls) {
 Proto *luaY_parser (lua_State *L, ZIO *z, Mbuffer *buff, const char *name) {
   struct LexState lexstate;
   struct FuncState funcstate;
+  /* Meridian (CVE-2025-49844, Redis's "Lua script may lead to remote code execution"):
+  ** the chunk name is kept on the stack, where the collector sees it, until the function
+  ** being parsed holds it. Interned here, it may be referenced by nothing else (a name
+  ** that is a prefix of a source with a NUL byte), and a collection during parsing freed
+  ** it while the lexer still used it. */
+  TString *source = luaS_new(L, name);
+  setsvalue2s(L, L->top, source);
+  incr_top(L);
   lexstate.buff = buff;
-  luaX_setinput(L, &lexstate, z, luaS_new(L, name));
+  luaX_setinput(L, &lexstate, z, source);
   open_func(&lexstate, &funcstate);
   funcstate.f->is_vararg = VARARG_ISVARARG;  /* main func. is always vararg */
   luaX_next(&lexstate);  /* read first token */
   chunk(&lexstate);
   check(&lexstate, TK_EOS);
   close_func(&lexstate);
+  L->top--;  /* the chunk name: the function holds it now */
   lua_assert(funcstate.prev == NULL);
   lua_assert(funcstate.f->nups == 0);
   lua_assert(lexstate.fs == NULL);

@@ -75,7 +75,9 @@ static TString *newlstr (lua_State *L, const char *str, size_t l,
 TString *luaS_newlstr (lua_State *L, const char *str, size_t l) {
   GCObject *o;
   unsigned int h = cast(unsigned int, l);  /* seed */
-  size_t step = (l>>5)+1;  /* if string is too long, don't hash all its chars */
+  /* Meridian (as Redis 7.0): every byte is hashed. Lua 5.1 sampled at most 32 of a long
+  ** string's bytes, so strings differing only elsewhere all collided in the string table. */
+  size_t step = 1;
   size_t l1;
   for (l1=l; l1>=step; l1-=step)  /* compute hash */
     h = h ^ ((h<<5)+(h>>2)+cast(unsigned char, str[l1-1]));

@@ -19,8 +19,7 @@ local type, error, tostring, select = type, error, tostring, select
 local rawequal = rawequal
 local o_rawset, o_rawget, o_next = rawset, rawget, next
 local o_setmetatable, o_getmetatable = setmetatable, getmetatable
-local o_pcall, o_loadstring, o_load = pcall, loadstring, load
-local string_byte = string.byte
+local o_pcall = pcall
 local string_lib = string
 
 local READONLY = "Attempt to modify a readonly table"
@@ -123,7 +122,14 @@ do
         if real_of[t] then
             return shown_mt[t]
         end
-        return getmetatable(t)
+        local mt = getmetatable(t)
+        if type(t) ~= "table" and type(mt) == "table" then
+            -- A basic type's metatable (strings': {__index = string}) is shared by every
+            -- script of every user: read-only, as Redis's (CVE-2025-46818: a script that
+            -- set the string metatable's __index ran its code inside later scripts).
+            return protect(mt)
+        end
+        return mt
     end
 end
 
@@ -153,31 +159,6 @@ do
             error(READONLY, 0)
         end
         return setn(tt, ...)
-    end
-end
-
--- Redis parses every chunk as text: a precompiled chunk fails to load.
-do
-    local loadstring, load = o_loadstring, o_load
-    local function binary(s)
-        return type(s) == "string" and string_byte(s, 1) == 27
-    end
-    G.loadstring = function(s, name)
-        if binary(s) then
-            return nil, "[string \"?\"]:1: unexpected symbol near '<\\27>'"
-        end
-        return loadstring(s, name)
-    end
-    G.load = function(f, name)
-        local first = true
-        return load(function()
-            local piece = f()
-            if first and binary(piece) then
-                error("[string \"?\"]:1: unexpected symbol near '<\\27>'", 0)
-            end
-            first = false
-            return piece
-        end, name)
     end
 end
 
