@@ -484,6 +484,18 @@ pub struct MultiState {
     pub aborted: bool,
 }
 
+impl MultiState {
+    /// CLIENT LIST's `multi-mem`, as Redis counts it (`argv_len_sums`): the bytes of the
+    /// queued commands' arguments and a pointer per argument.
+    pub fn args_bytes(&self) -> usize {
+        self.queued
+            .iter()
+            .flat_map(|q| q.args.iter())
+            .map(|a| a.len() + std::mem::size_of::<usize>())
+            .sum()
+    }
+}
+
 /// The changes the side path of a long script (`script::busy`) made to a client's
 /// transaction, as Redis makes them while a script is busy (MULTI and DISCARD run, EXEC and
 /// every other command are refused and flag the transaction). Applied in field order by the
@@ -546,6 +558,10 @@ pub struct Client {
     /// CLIENT CACHING YES (OPTIN) or NO (OPTOUT) applies to the next command (or the next
     /// transaction).
     pub caching: bool,
+    /// While EXEC runs the queued commands: how many, and the bytes of their arguments.
+    /// CLIENT INFO and CLIENT LIST then show the transaction as Redis does (flag `x`,
+    /// `multi=n`, `cmd=exec`, EXEC's own request in `qbuf` and `argv-mem`).
+    pub exec_running: Option<(usize, usize)>,
 }
 
 impl Client {
@@ -567,6 +583,7 @@ impl Client {
             site_link: false,
             reply_mode: ReplyMode::On,
             caching: false,
+            exec_running: None,
         }
     }
 

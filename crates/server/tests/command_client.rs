@@ -275,6 +275,28 @@ fn client_setname_getname_list_kill() {
     assert_eq!(field(info.trim_end(), "id"), a_id.to_string());
     assert_eq!(field(info.trim_end(), "resp"), "3");
     assert_eq!(field(info.trim_end(), "cmd"), "client|info");
+    assert_eq!(field(info.trim_end(), "multi"), "-1");
+    // Inside EXEC, as Redis 7.0 shows it: the transaction (flag x, its count and bytes) and
+    // EXEC's own request; then back to the plain view.
+    a.call_strs(&["HELLO", "2"]);
+    a.ok(&["MULTI"]);
+    assert_eq!(a.call_text(&["CLIENT", "INFO"]), "+QUEUED\r\n");
+    let exec = a.call_text(&["EXEC"]);
+    let line = exec.lines().nth(2).unwrap_or_default().to_string();
+    for (name, want) in [
+        ("flags", "x"),
+        ("multi", "1"),
+        ("multi-mem", "26"),
+        ("cmd", "exec"),
+        ("qbuf", "14"),
+        ("argv-mem", "4"),
+    ] {
+        assert_eq!(field(&line, name), want, "{name} in {line}");
+    }
+    let after = a.call_text(&["CLIENT", "INFO"]);
+    let after = text(&after);
+    assert_eq!(field(after.trim_end(), "flags"), "N");
+    assert_eq!(field(after.trim_end(), "multi"), "-1");
 
     // KILL errors.
     assert_eq!(

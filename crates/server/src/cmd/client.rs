@@ -223,22 +223,27 @@ pub fn info_line(c: &ClientShared, now_ms: u64) -> String {
 
 /// The current connection's view of itself while `argv` runs.
 fn self_view(ctx: &Ctx<'_>, argv: &[&[u8]]) -> SelfView {
-    let multi = ctx.client.multi.as_ref();
+    let queued = ctx
+        .client
+        .multi
+        .as_ref()
+        .map(|m| (m.queued.len(), m.args_bytes()));
+    // Inside EXEC, Redis shows the transaction and EXEC's own request.
+    let exec = ctx.client.exec_running;
+    let request: &[&[u8]] = if exec.is_some() { &[b"exec"] } else { argv };
     SelfView {
         id: ctx.client.id(),
         db: ctx.client.db,
-        cmd: ctx.spec.meta.name,
-        multi: multi.map(|m| m.queued.len()),
-        multi_mem: multi.map_or(0, |m| {
-            m.queued
-                .iter()
-                .flat_map(|q| q.args.iter())
-                .map(Vec::len)
-                .sum()
-        }),
+        cmd: if exec.is_some() {
+            "exec"
+        } else {
+            ctx.spec.meta.name
+        },
+        multi: queued.or(exec).map(|(n, _)| n),
+        multi_mem: queued.or(exec).map_or(0, |(_, bytes)| bytes),
         dirty_cas: ctx.client.dirty.get(),
-        argv_mem: argv.iter().map(|a| a.len()).sum(),
-        qbuf: request_len(argv),
+        argv_mem: request.iter().map(|a| a.len()).sum(),
+        qbuf: request_len(request),
         proto: ctx.out.proto,
         rbp: ctx.out.len(),
     }

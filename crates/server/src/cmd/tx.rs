@@ -79,6 +79,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     clear_watches(ctx.shard, ctx.client);
     ctx.out.array(state.queued.len());
+    ctx.client.exec_running = Some((state.queued.len(), state.args_bytes()));
     let table = ctx.front.table;
     for q in &state.queued {
         let argv: Vec<&[u8]> = q.args.iter().map(Vec::as_slice).collect();
@@ -108,6 +109,7 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
             Err(e) => super::reply_error(ctx.front, ctx.out, &e),
         }
     }
+    ctx.client.exec_running = None;
     Ok(())
 }
 
