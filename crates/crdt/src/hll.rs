@@ -470,7 +470,9 @@ pub fn set_register(b: &mut Vec<u8>, index: usize, count: u8) -> Result<bool, Co
     }
 }
 
-/// `hllMerge`: `max[i] = max(max[i], register i)`.
+/// `hllMerge`: `max[i] = max(max[i], register i)`. A sparse value whose runs go past the
+/// last register is corrupt, as Redis 7.0.15 with the fix for CVE-2025-32023 (Debian's)
+/// finds it: 7.0.15 as tagged stopped at such a run and merged what came before.
 pub fn merge_max(max: &mut [u8; REGISTERS], b: &[u8]) -> Result<(), Corrupt> {
     if at(b, 4) == ENC_DENSE {
         let regs = b.get(HDR_SIZE..).unwrap_or_default();
@@ -486,7 +488,7 @@ pub fn merge_max(max: &mut [u8; REGISTERS], b: &[u8]) -> Result<(), Corrupt> {
     for (start, len, val) in sparse_runs(b) {
         if val > 0 {
             if len + start > REGISTERS {
-                break;
+                return Err(Corrupt);
             }
             for m in max.iter_mut().skip(start).take(len) {
                 if val > *m {
@@ -1599,13 +1601,15 @@ mod tests {
     #[test]
     fn runs_past_the_last_register_are_not_a_valid_hyperloglog() {
         // XZERO of 16382, VAL 2×2 (16384 registers), then VAL 1×1 past the end (proptest
-        // found it): hllMerge's walk accepts it, hllSparseSum's does not.
+        // found it): neither walk accepts it (hllMerge's did before the fix for
+        // CVE-2025-32023, which Debian's redis-server 7.0.15 carries).
         let mut b = b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00".to_vec();
         b.extend_from_slice(&[0x7f, 0xfd, 0x85]);
         assert!(is_valid(&b));
         assert!(count(&b).is_ok());
-        b.push(0x80);
         assert!(merge_max(&mut [0u8; REGISTERS], &b).is_ok());
+        b.push(0x80);
+        assert!(merge_max(&mut [0u8; REGISTERS], &b).is_err());
         assert!(count(&b).is_err());
         assert!(!is_valid(&b));
     }

@@ -100,6 +100,18 @@ fn error_texts() {
     assert_eq!(c.call_line("PFCOUNT bad"), CORRUPT);
     assert_eq!(c.call_line("PFCOUNT bad s"), CORRUPT);
     assert_eq!(c.call_line("PFMERGE d bad"), CORRUPT);
+    // Runs past the last register (VAL opcodes after 16384 registers, or 20,000 VALs of 4):
+    // corrupt, as Debian's redis-server 7.0.15 (with the fix for CVE-2025-32023) finds
+    // them; the cached count still answers a single-key PFCOUNT, as there.
+    let header = b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00".to_vec();
+    let past_end = [header.clone(), vec![0x7f, 0xfd, 0x85, 0x80]].concat();
+    let too_many = [header, vec![0x80 | (31 << 2) | 3; 20_000]].concat();
+    for value in [past_end, too_many] {
+        assert_eq!(c.call(&[b"SET", b"over", &value]), OK.as_bytes());
+        assert_eq!(c.call_line("PFMERGE d2 over"), CORRUPT);
+        assert_eq!(c.call_line("PFCOUNT over nokey"), CORRUPT);
+        assert_eq!(c.call_line("PFCOUNT over"), int(0));
+    }
     assert_eq!(
         c.call_line("PFCOUNT"),
         "-ERR wrong number of arguments for 'pfcount' command\r\n"
