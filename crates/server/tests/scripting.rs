@@ -710,3 +710,31 @@ fn lua_flaws_redis_fixed_are_fixed_here() {
     );
     assert_eq!(c.reply(&["PING"]), Reply::Simple("PONG".to_string()));
 }
+
+/// A script's value is read after its run ended, where nothing bounds time: a metatable's
+/// `__index` that loops forever, on a returned error table or on a raised one, wedged the
+/// shard for good (not even SCRIPT KILL or PING got an answer). The fields are read raw.
+#[test]
+fn a_finished_scripts_metatables_run_no_code() {
+    let cluster = one_site(&[]);
+    let site = cluster.site(A);
+    let mut c = site.connect();
+    let spin = "{__index = function() local i = 0 while true do i = i + 1 end end}";
+    let returned = format!("return setmetatable({{err = 'E returned'}}, {spin})");
+    assert_eq!(
+        c.reply(&["EVAL", &returned, "0"]),
+        Reply::Err("E returned".to_string())
+    );
+    let raised = format!("error(setmetatable({{err = 'E raised'}}, {spin}))");
+    match c.reply(&["EVAL", &raised, "0"]) {
+        Reply::Err(e) => assert!(e.starts_with("E raised"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    let map = format!("redis.setresp(3) return {{map = setmetatable({{a = 1}}, {spin})}}");
+    c.call_strs(&["HELLO", "3"]);
+    assert_eq!(
+        c.call_strs(&["EVAL", &map, "0"]),
+        b"%1\r\n$1\r\na\r\n:1\r\n"
+    );
+    assert_eq!(c.reply(&["PING"]), Reply::Simple("PONG".to_string()));
+}

@@ -305,8 +305,11 @@ fn run_and_reply(
             failed
         }
         Ok((false, mlua::Value::Table(t))) => {
+            // Raw reads, as everywhere a finished script's value is read: a field a metatable
+            // supplied would run the script's code after its run ended, where nothing
+            // bounds its time (an __index that loops wedged the shard for good).
             let msg: Vec<u8> = t
-                .get::<Option<mlua::String>>("err")
+                .raw_get::<Option<mlua::String>>("err")
                 .ok()
                 .flatten()
                 .map(|s| s.as_bytes().to_vec())
@@ -316,8 +319,8 @@ fn run_and_reply(
                 None => msg,
             };
             let mut text = msg.clone();
-            let source: Option<String> = t.get("source").ok().flatten();
-            let line: Option<mlua::Value> = t.get("line").ok();
+            let source: Option<String> = t.raw_get("source").ok().flatten();
+            let line: Option<mlua::Value> = t.raw_get("line").ok();
             let line = match line {
                 Some(mlua::Value::Integer(i)) => Some(i.to_string()),
                 Some(mlua::Value::Number(d)) => Some(engine::lua_number_string(d)),
@@ -331,7 +334,7 @@ fn run_and_reply(
             }
             convert::write_error(ctx.out, &text);
             let ignored = matches!(
-                t.get::<mlua::Value>("ignore_error_stats_update"),
+                t.raw_get::<mlua::Value>("ignore_error_stats_update"),
                 Ok(mlua::Value::Boolean(true))
             );
             if !ignored {

@@ -113,7 +113,11 @@ enum Pending {
     },
 }
 
-/// Writes a script's return value to the caller (`luaReplyToRedisReply`). `script_resp3` is
+/// Writes a script's return value to the caller (`luaReplyToRedisReply`). Every read is raw
+/// (no metamethod runs): the script's run has ended, and code it left in a metatable would
+/// run unbounded on the shard (Redis reads the error table's `ignore_error_stats_update`
+/// through `__index`; an `__index` that loops kept Redis busy there, and Meridian answered
+/// nothing, not even SCRIPT KILL). `script_resp3` is
 /// the protocol the script chose with `redis.setresp` (it decides how booleans convert).
 /// Returns the error codes of error replies written (for errorstats), unless marked ignored.
 /// Holds at most one Lua value per container being written, whatever their width.
@@ -198,7 +202,7 @@ fn table_to_reply(
         let msg = c_string(&e.as_bytes()).to_vec();
         write_error(out, &msg);
         let ignored = matches!(
-            t.get::<Value>("ignore_error_stats_update"),
+            t.raw_get::<Value>("ignore_error_stats_update"),
             Ok(Value::Boolean(true))
         );
         if !ignored {
