@@ -91,7 +91,7 @@ pub fn error_code(msg: &[u8]) -> String {
 
 /// Containers being written (`Pending::Items` on the stack) past which a table met is
 /// answered as too deep: each holds its table in one of the reference slots mlua keeps on
-/// a LuaJIT stack (`LUAI_MAXCSTACK`, 8,000, of which the engine and the run hold a few:
+/// a Lua thread's stack (`LUAI_MAXCSTACK`, 8,000, of which the engine and the run hold a few:
 /// cached scripts and functions live in the registry instead); running out panics. A chain
 /// of one-element tables holds none (a container whose last element was taken is dropped),
 /// so Redis's own limit, `REPLY_DEPTH_MAX`, decides there; only a table nested this deep
@@ -113,14 +113,15 @@ enum Pending {
     },
 }
 
-/// Writes a script's return value to the caller (`luaReplyToRedisReply`). Every read is raw
-/// (no metamethod runs): the script's run has ended, and code it left in a metatable would
-/// run unbounded on the shard (Redis reads the error table's `ignore_error_stats_update`
-/// through `__index`; an `__index` that loops kept Redis busy there, and Meridian answered
-/// nothing, not even SCRIPT KILL). `script_resp3` is
+/// Writes a script's return value to the caller (`luaReplyToRedisReply`). `script_resp3` is
 /// the protocol the script chose with `redis.setresp` (it decides how booleans convert).
 /// Returns the error codes of error replies written (for errorstats), unless marked ignored.
 /// Holds at most one Lua value per container being written, whatever their width.
+///
+/// Every read is raw (no metamethod runs): the script's run has ended, and code it left in a
+/// metatable would run unbounded on the shard (Redis reads the error table's
+/// `ignore_error_stats_update` through `__index`; an `__index` that loops kept Redis busy
+/// there, and Meridian answered nothing, not even SCRIPT KILL).
 pub fn lua_to_reply(lua: &Lua, value: Value, out: &mut Reply, script_resp3: bool) -> Vec<String> {
     let mut errors = Vec::new();
     let mut stack = vec![Pending::Value(value, 0)];
