@@ -214,6 +214,8 @@ pub struct ClientShared {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
+    /// The connection's socket descriptor (CLIENT LIST's `fd`); -1 until a socket is known.
+    pub fd: Cell<i32>,
     pub created_ms: u64,
     pub name: RefCell<Option<Vec<u8>>>,
     pub lib_name: RefCell<Option<Vec<u8>>>,
@@ -360,6 +362,7 @@ impl ClientShared {
             id,
             addr,
             laddr,
+            fd: Cell::new(-1),
             created_ms: now_ms,
             name: RefCell::new(None),
             lib_name: RefCell::new(None),

@@ -320,6 +320,12 @@ impl ClientStream {
         self.tcp.local_addr()
     }
 
+    /// The socket's file descriptor (CLIENT LIST's `fd`).
+    pub fn raw_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd as _;
+        self.tcp.as_raw_fd()
+    }
+
     pub fn set_nodelay(&self, on: bool) -> std::io::Result<()> {
         self.tcp.set_nodelay(on)
     }

@@ -237,7 +237,11 @@ fn client_setname_getname_list_kill() {
             assert!(field(l, k).parse::<u64>().is_ok(), "{k} in {l}");
         }
         assert_eq!(field(l, "user"), "default");
+        // The socket's descriptor, as Redis gives it (-1 is its mark of a client without one).
+        let fd: i64 = field(l, "fd").parse().unwrap_or(-1);
+        assert!(fd > 2, "fd in {l}");
     }
+    assert_ne!(field(lines[0], "fd"), field(lines[1], "fd"));
     let b_addr = field(lines[1], "addr");
 
     // Filters.

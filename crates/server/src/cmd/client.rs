@@ -190,8 +190,11 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
     let resp = if proto == Proto::Resp3 { 3 } else { 2 };
     let _ = write!(
         out,
-        "id={} addr={} laddr={} fd=-1 name=",
-        c.id, c.addr, c.laddr
+        "id={} addr={} laddr={} fd={} name=",
+        c.id,
+        c.addr,
+        c.laddr,
+        c.fd.get()
     );
     out.extend_from_slice(name);
     let _ = write!(

@@ -46,6 +46,10 @@ const BACKOFF_MIN_MS: u64 = 100;
 const BACKOFF_MAX_MS: u64 = 1_000;
 /// How often a full sync retries writing the log when a write failed.
 const WRITE_RETRY: Duration = Duration::from_millis(100);
+/// A peer that stays unreachable is logged at the first failed dial, then at most once per
+/// this interval with the failures since (or at once when the reason changes): dialing every
+/// second for a day would otherwise log some 86,000 identical lines per shard and peer.
+pub const DOWN_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Starts this shard's dialers: one per known shard of every peer site (more start as
 /// handshakes tell of more shards: `spawn_discovered`).
@@ -872,9 +876,44 @@ async fn read_acks<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
+/// Which failed dials of one peer are logged (`DOWN_LOG_INTERVAL`).
+#[derive(Debug, Default)]
+struct DownLog {
+    /// Failed dials in a row.
+    failures: u64,
+    /// Failures not logged since the last line.
+    unlogged: u64,
+    /// When the last line was logged and the error it gave.
+    last: Option<(std::time::Instant, String)>,
+}
+
+impl DownLog {
+    /// Counts a failed dial; `Some((failures in a row, failures not logged before this one))`
+    /// when it is to be logged: the first, one whose error differs from the last line's, one
+    /// that ends a link that was up (`was_up`), and one `DOWN_LOG_INTERVAL` after the last line.
+    fn failed(&mut self, error: &str, now: std::time::Instant, was_up: bool) -> Option<(u64, u64)> {
+        if was_up {
+            *self = DownLog::default();
+        }
+        self.failures += 1;
+        let log = match &self.last {
+            None => true,
+            Some((at, e)) => e != error || now.duration_since(*at) >= DOWN_LOG_INTERVAL,
+        };
+        if !log {
+            self.unlogged += 1;
+            return None;
+        }
+        let unlogged = std::mem::take(&mut self.unlogged);
+        self.last = Some((now, error.to_string()));
+        Some((self.failures, unlogged))
+    }
+}
+
 /// Dials peer `peer` for ever (until shutdown), with exponential backoff and jitter.
 async fn dial_loop(shard: ShardRc, peer: usize) {
     let mut backoff_ms = BACKOFF_MIN_MS;
+    let mut down_log = DownLog::default();
     loop {
         {
             let s = shard.borrow();
@@ -895,11 +934,21 @@ async fn dial_loop(shard: ShardRc, peer: usize) {
             }
             p.site.clone()
         };
-        if let Err(e) = &result {
-            tracing::warn!(peer = %site, error = %e, "sync link to peer down");
-        }
-        if started.elapsed() > Duration::from_secs(10) {
+        let was_up = started.elapsed() > Duration::from_secs(10);
+        if was_up {
             backoff_ms = BACKOFF_MIN_MS;
+        }
+        if let Err(e) = &result {
+            let now = std::time::Instant::now();
+            if let Some((failures, unlogged)) = down_log.failed(&e.to_string(), now, was_up) {
+                if failures == 1 {
+                    tracing::warn!(peer = %site, error = %e, "sync link to peer down");
+                } else {
+                    tracing::warn!(peer = %site, error = %e, failures, unlogged, "sync link to peer still down");
+                }
+            }
+        } else {
+            down_log = DownLog::default();
         }
         let jitter = rand::random::<u64>() % (backoff_ms / 2 + 1);
         tokio::time::sleep(Duration::from_millis(backoff_ms / 2 + jitter)).await;
@@ -1187,6 +1236,48 @@ mod tests {
     use super::*;
     use crate::sync::gc::tests::run;
     use std::collections::HashSet;
+
+    /// A peer down for long is logged once per interval with the failures since; a new
+    /// reason, or the end of a link that was up, is logged at once.
+    #[test]
+    fn a_peer_that_stays_down_is_logged_once_per_interval() {
+        let t0 = std::time::Instant::now();
+        let mut log = DownLog::default();
+        let refused = "i/o: Connection refused";
+        assert_eq!(log.failed(refused, t0, false), Some((1, 0)));
+        let mut logged = 0;
+        // One dial a second for ten minutes: the first line, then one a minute.
+        for s in 1..600u64 {
+            if log
+                .failed(refused, t0 + Duration::from_secs(s), false)
+                .is_some()
+            {
+                logged += 1;
+            }
+        }
+        assert_eq!(logged, 9);
+        // Just before the interval: nothing; at it: the failures since the last line.
+        let at = t0 + Duration::from_secs(540);
+        assert_eq!(
+            log.failed(
+                refused,
+                at + DOWN_LOG_INTERVAL - Duration::from_millis(1),
+                false
+            ),
+            None
+        );
+        assert_eq!(
+            log.failed(refused, at + DOWN_LOG_INTERVAL, false),
+            Some((602, 60))
+        );
+        // Another reason is logged at once.
+        let timeout = "i/o: connect timed out";
+        let later = at + DOWN_LOG_INTERVAL + Duration::from_secs(1);
+        assert_eq!(log.failed(timeout, later, false), Some((603, 0)));
+        assert_eq!(log.failed(timeout, later, false), None);
+        // A link that was up and ended starts again from the first failure.
+        assert_eq!(log.failed(timeout, later, true), Some((1, 0)));
+    }
 
     /// The full-sync walk visits every key present from its start to its end, in two
     /// databases, while writes between chunks grow the tables through several rehashes and
