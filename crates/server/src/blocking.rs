@@ -84,7 +84,6 @@ fn stand_in(shard: &Shard, p: &Parked, now_ms: u64) -> (Client, Reply) {
         now_ms,
         v.mailbox.clone(),
     ));
-    shared.fd.set(v.fd);
     *shared.name.borrow_mut() = v.name.clone();
     *shared.user.borrow_mut() = v.user.as_ref().and_then(|n| shard.acl.user(n).cloned());
     *shared.tracking.borrow_mut() = v.tracking.clone();

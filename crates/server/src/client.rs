@@ -7,7 +7,7 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::keyspace::WatchFlag;
@@ -57,6 +57,10 @@ pub struct Mailbox {
     /// port. PUBSUB asked on an endpoint counts only that node's subscribers, as each Redis
     /// Cluster node does (`cmd::pubsub`).
     endpoint: AtomicU32,
+    /// The connection's socket descriptor (CLIENT LIST's `fd`); -1 until its socket is
+    /// known. In the mailbox so that a command run for the connection on another thread
+    /// (ACL LOG's `client-info`, CLIENT INFO in a script) gives it too.
+    fd: AtomicI32,
 }
 
 impl Mailbox {
@@ -73,6 +77,7 @@ impl Mailbox {
             subscribed: AtomicBool::new(false),
             obuf_soft_since_ms: AtomicU64::new(0),
             endpoint: AtomicU32::new(Mailbox::MAIN_PORT),
+            fd: AtomicI32::new(-1),
         }
     }
 
@@ -83,6 +88,15 @@ impl Mailbox {
     pub fn set_endpoint(&self, endpoint: Option<u16>) {
         let v = endpoint.map_or(Mailbox::MAIN_PORT, u32::from);
         self.endpoint.store(v, Ordering::Relaxed);
+    }
+
+    /// The connection's socket descriptor (-1: none known).
+    pub fn fd(&self) -> i32 {
+        self.fd.load(Ordering::Relaxed)
+    }
+
+    pub fn set_fd(&self, fd: i32) {
+        self.fd.store(fd, Ordering::Relaxed);
     }
 
     /// The cluster endpoint the connection came in on (None: the main port).
@@ -214,8 +228,6 @@ pub struct ClientShared {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
-    /// The connection's socket descriptor (CLIENT LIST's `fd`); -1 until a socket is known.
-    pub fd: Cell<i32>,
     pub created_ms: u64,
     pub name: RefCell<Option<Vec<u8>>>,
     pub lib_name: RefCell<Option<Vec<u8>>>,
@@ -362,7 +374,6 @@ impl ClientShared {
             id,
             addr,
             laddr,
-            fd: Cell::new(-1),
             created_ms: now_ms,
             name: RefCell::new(None),
             lib_name: RefCell::new(None),

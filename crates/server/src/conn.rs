@@ -560,7 +560,7 @@ pub fn admit(
         f.stats.rejected_connections += 1;
     }
     let shared = f.register_client(id, addr, laddr, now);
-    shared.fd.set(stream.raw_fd());
+    shared.mailbox.set_fd(stream.raw_fd());
     shared.authenticated.set(open);
     let stream = Rc::new(stream);
     // Shared (weakly) with the busy-script side path; a refused connection is never served

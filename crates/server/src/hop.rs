@@ -89,7 +89,6 @@ pub struct ClientView {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
-    pub fd: i32,
     pub name: Option<Vec<u8>>,
     /// The ACL user it runs as, by name (None: the default user). Users are `Rc`s of each
     /// thread's shard, which holds the same users as every other (ACL SETUSER runs on all).
@@ -121,7 +120,6 @@ impl ClientView {
             id: s.id,
             addr: s.addr,
             laddr: s.laddr,
-            fd: s.fd.get(),
             name: s.name.borrow().clone(),
             user: s.user.borrow().as_ref().map(|u| u.name()),
             mailbox: s.mailbox.clone(),
@@ -798,7 +796,6 @@ pub fn run_batch(th: &Thread, batch: Batch, done: oneshot::Sender<Done>) {
         now,
         view.mailbox,
     ));
-    shared.fd.set(view.fd);
     *shared.name.borrow_mut() = view.name;
     *shared.user.borrow_mut() = view.user.and_then(|n| s.acl.user(&n).cloned());
     *shared.tracking.borrow_mut() = view.tracking;

@@ -386,9 +386,10 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
                 _ = ended_rx.recv() => left -= 1,
             }
         }
-        // Long commands poll this and end; each shard then closes its clients and writes
-        // and fsyncs its log. systemd's stop timeout is extended meanwhile; the wait itself
-        // is bounded by SHUTDOWN_WAIT_MAX and a second signal.
+        // Long commands poll this and end; each shard then closes its clients, writes its
+        // final snapshot (by the `save` policy) and writes and fsyncs its log. systemd's stop
+        // timeout is extended meanwhile; the wait itself is bounded by SHUTDOWN_WAIT_MAX (not
+        // while a final snapshot is being written) and a second signal.
         crate::stop::request();
         let _ = stop_tx.send(true);
         let deadline = tokio::time::sleep(SHUTDOWN_WAIT_MAX);
@@ -402,12 +403,22 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
                     Some(_) => left -= 1,
                     None => break,
                 },
-                () = &mut deadline => return false,
+                () = &mut deadline => {
+                    if crate::stop::final_saves() == 0 {
+                        return false;
+                    }
+                    // Shards still writing their final snapshot are waited for.
+                    deadline.as_mut().reset(tokio::time::Instant::now() + SHUTDOWN_WAIT_MAX);
+                }
                 () = &mut second => {
                     tracing::warn!("second shutdown signal: exiting now");
                     return false;
                 }
-                _ = tick.tick() => crate::service::extend("Stopping: writing the op log to disk"),
+                _ = tick.tick() => crate::service::extend(if crate::stop::final_saves() > 0 {
+                    "Stopping: writing the final snapshot"
+                } else {
+                    "Stopping: writing the op log to disk"
+                }),
             }
         }
         true
@@ -870,7 +881,8 @@ async fn accept_loop(th: Rc<Thread>, listener: std::net::TcpListener, transport:
 }
 
 /// How long the process waits after SIGINT/SIGTERM for its shards to stop (they end long
-/// commands at their next poll of `crate::stop`, then close the log) before it exits anyway.
+/// commands at their next poll of `crate::stop`, then close the log) before it exits anyway;
+/// renewed while a shard writes its final snapshot (`crate::stop::FinalSave`).
 pub const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Waits for SIGINT or SIGTERM; on SIGHUP reopens the log file and re-reads the sync TLS
@@ -892,8 +904,14 @@ async fn wait_for_signal(
     };
     loop {
         tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
+            _ = term.recv() => {
+                crate::stop::set_signal(crate::stop::Signal::Term);
+                return;
+            }
+            _ = int.recv() => {
+                crate::stop::set_signal(crate::stop::Signal::Int);
+                return;
+            }
             _ = hup.recv() => {
                 match crate::logging::reopen() {
                     Some(Ok(path)) => tracing::info!(path = %path.display(), "SIGHUP: log file reopened"),
@@ -1150,9 +1168,39 @@ fn run_thread(
         for c in front.borrow().clients.values() {
             c.kill();
         }
+        // A signal stops the process as SHUTDOWN does (Redis's SIGTERM): the final snapshot
+        // first, by the `save` policy or as `shutdown-on-sigterm`/`-sigint` say; a failed one
+        // is logged and the stop goes on (the log, when there is one, still holds every
+        // write).
+        let save = crate::stop::signal().and_then(|sig| signal_save(&s.config, sig));
+        if let Err(e) = s.final_snapshot(save) {
+            tracing::error!(error = %e, "Error trying to save the DB before exiting");
+        }
         s.persist.close();
         Ok(())
     })
+}
+
+/// What `shutdown-on-sigterm` or `shutdown-on-sigint` say of the final snapshot, as Redis
+/// reads them: `save` writes one, `nosave` none, and `default` (also with `now` or `force`,
+/// which change nothing here: Meridian waits for no replica, and a signal's stop goes on
+/// after a failed snapshot) leaves it to the `save` policy (None).
+fn signal_save(config: &Config, signal: crate::stop::Signal) -> Option<bool> {
+    let value = crate::config::params::find(signal.param().as_bytes())
+        .map(|p| p.get(config))
+        .unwrap_or_default();
+    let has = |flag: &str| {
+        value
+            .split_whitespace()
+            .any(|w| w.eq_ignore_ascii_case(flag))
+    };
+    if has("nosave") {
+        Some(false)
+    } else if has("save") {
+        Some(true)
+    } else {
+        None
+    }
 }
 
 /// Loads `aclfile` at start (after `requirepass`, as Redis does): any error stops the start.
@@ -1308,3 +1356,29 @@ async fn flush_loop(shard: Rc<RefCell<Shard>>) {
 
 /// The Redis version Meridian reports (HELLO, INFO): the one whose behaviour it follows.
 pub const REDIS_VERSION: &str = "7.0.15";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stop::Signal;
+
+    #[test]
+    fn signal_parameters_decide_the_final_snapshot() {
+        let mut config = Config::default();
+        assert_eq!(signal_save(&config, Signal::Term), None);
+        for (value, want) in [
+            ("save", Some(true)),
+            ("nosave", Some(false)),
+            ("now nosave", Some(false)),
+            ("force save", Some(true)),
+            ("default", None),
+            ("now", None),
+        ] {
+            let p = crate::config::params::find(b"shutdown-on-sigint").unwrap();
+            let canonical = p.parse(value).unwrap();
+            config.stored.insert("shutdown-on-sigint".into(), canonical);
+            assert_eq!(signal_save(&config, Signal::Int), want, "{value}");
+            assert_eq!(signal_save(&config, Signal::Term), None, "{value}");
+        }
+    }
+}

@@ -7,9 +7,69 @@
 //! the shard then sees the stop at its next await, closes its clients and its log. The flag
 //! is a process-wide static because a signal is process-wide.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+/// The signal that stopped the process (`Signal as u8`; 0: none, or SHUTDOWN).
+static SIGNAL: AtomicU8 = AtomicU8::new(0);
+/// Shards writing their final snapshot now (`FinalSave`).
+static FINAL_SAVES: AtomicUsize = AtomicUsize::new(0);
+
+/// A shard writing the snapshot a stop asked for, counted while it lives: the process waits
+/// for it past `SHUTDOWN_WAIT_MAX` (that bound is for long commands, which end at the stop;
+/// a snapshot cut short would lose what `appendonly no` keeps in no log).
+#[derive(Debug)]
+pub struct FinalSave(());
+
+impl FinalSave {
+    pub fn begin() -> FinalSave {
+        FINAL_SAVES.fetch_add(1, Ordering::Relaxed);
+        FinalSave(())
+    }
+}
+
+impl Drop for FinalSave {
+    fn drop(&mut self) {
+        FINAL_SAVES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many shards are writing their final snapshot.
+pub fn final_saves() -> usize {
+    FINAL_SAVES.load(Ordering::Relaxed)
+}
+
+/// A signal that stops the process; each has its parameter (`shutdown-on-sigterm`,
+/// `shutdown-on-sigint`), as in Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    Term = 1,
+    Int = 2,
+}
+
+impl Signal {
+    /// The parameter that says how this signal stops the process.
+    pub fn param(self) -> &'static str {
+        match self {
+            Signal::Term => "shutdown-on-sigterm",
+            Signal::Int => "shutdown-on-sigint",
+        }
+    }
+}
+
+/// Records the signal that stops the process (before `request`).
+pub fn set_signal(signal: Signal) {
+    SIGNAL.store(signal as u8, Ordering::Relaxed);
+}
+
+/// The signal that stopped the process, if one did.
+pub fn signal() -> Option<Signal> {
+    match SIGNAL.load(Ordering::Relaxed) {
+        1 => Some(Signal::Term),
+        2 => Some(Signal::Int),
+        _ => None,
+    }
+}
 
 /// Asks every shard to stop. Safe from any thread; idempotent.
 pub fn request() {

@@ -103,3 +103,60 @@ fn sigterm_during_a_long_union() {
     signal(&node, "TERM");
     check_stopped_cleanly(&mut node, &keys);
 }
+
+/// SIGTERM and SIGINT write the `save` policy's final snapshot, as Redis's do: with
+/// `appendonly no` (no log) a restart by systemd keeps the data. Without a `save` policy
+/// nothing is written, as in Redis, and the data is gone; `shutdown-on-sigterm` and
+/// `shutdown-on-sigint` override the policy (`save`, `nosave`).
+#[test]
+fn a_signal_writes_the_final_snapshot_by_the_save_policy() {
+    let cases = [
+        ("TERM", "3600 1", None, true),
+        ("INT", "3600 1", None, true),
+        ("TERM", "", None, false),
+        ("TERM", "", Some(("shutdown-on-sigterm", "save")), true),
+        (
+            "INT",
+            "3600 1",
+            Some(("shutdown-on-sigint", "now nosave")),
+            false,
+        ),
+        // The other signal's parameter changes nothing.
+        (
+            "TERM",
+            "3600 1",
+            Some(("shutdown-on-sigint", "nosave")),
+            true,
+        ),
+    ];
+    for (signal_name, save, param, kept) in cases {
+        let mut node = Node::start_new(&["--appendonly", "no", "--save", save]);
+        let mut c = node.connect();
+        if let Some((name, value)) = param {
+            c.ok(&["CONFIG", "SET", name, value]);
+        }
+        let keys = write_keys(&mut c, 100);
+        assert_eq!(c.call(&[b"SADD", b"set", b"a", b"b"]), b":2\r\n");
+        signal(&node, signal_name);
+        let status = node.wait_exit().expect("the server ran");
+        assert!(status.success(), "exit: {status}; log:\n{}", node.log());
+        let log = node.log();
+        assert_eq!(
+            log.contains("Saving the final snapshot before exiting."),
+            kept,
+            "{log}"
+        );
+        node.start();
+        let mut c = node.connect();
+        for k in &keys {
+            let want = if kept { Reply::bulk(k) } else { Reply::Nil };
+            assert_eq!(
+                c.reply(&["GET", k]),
+                want,
+                "SIG{signal_name}, save {save:?}, {param:?}"
+            );
+        }
+        let members = if kept { 2 } else { 0 };
+        assert_eq!(c.reply(&["SCARD", "set"]), Reply::Int(members));
+    }
+}

@@ -194,7 +194,7 @@ fn cat_client_info(out: &mut Vec<u8>, c: &ClientShared, me: Option<&SelfView>, n
         c.id,
         c.addr,
         c.laddr,
-        c.fd.get()
+        c.mailbox.fd()
     );
     out.extend_from_slice(name);
     let _ = write!(

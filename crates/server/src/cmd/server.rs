@@ -1398,17 +1398,12 @@ pub fn shutdown_plan(argv: &[&[u8]]) -> Result<ShutdownPlan, CmdError> {
 /// One shard's part of a shutdown: the snapshot the plan asks for, then every logged record
 /// to disk and no more writes. Fails (with FORCE not given) when the snapshot fails.
 pub fn shutdown_prepare(shard: &mut Shard, plan: ShutdownPlan) -> Result<(), CmdError> {
-    let snapshot = plan
-        .save
-        .unwrap_or_else(|| !shard.config.save.trim().is_empty());
-    if snapshot && !shard.persist.dir.as_os_str().is_empty() {
-        if let Err(e) = shard.save_now() {
-            tracing::error!(error = %e, "Error trying to save the DB, can't exit.");
-            if !plan.force {
-                return Err(CmdError::Err(
-                    "Errors trying to SHUTDOWN. Check logs.".to_string(),
-                ));
-            }
+    if let Err(e) = shard.final_snapshot(plan.save) {
+        tracing::error!(error = %e, "Error trying to save the DB, can't exit.");
+        if !plan.force {
+            return Err(CmdError::Err(
+                "Errors trying to SHUTDOWN. Check logs.".to_string(),
+            ));
         }
     }
     // Everything logged reaches the disk before the process ends.

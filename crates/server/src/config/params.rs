@@ -274,8 +274,7 @@ const PROCESS: &str = "Process management and logging are the service manager's 
 const PROTECTED_CONFIGS: &str = "Protected parameters (dir, dbfilename) cannot be set at run time.";
 const RDB_TEST_HOOKS: &str = "Redis test hooks for RDB saving and loading.";
 const REHASH: &str = "Tables always grow by incremental rehash, bounded per step.";
-const SIGNALS: &str =
-    "SIGINT and SIGTERM stop Meridian cleanly; its log already holds every write.";
+const SIGNALS: &str = "How the signal stops Meridian, as in Redis: `save` writes a final snapshot, `nosave` none, `default` one when `save` is set; `now` and `force` change nothing (no replica is waited for; a failed snapshot is logged and the stop goes on).";
 const SOCKETS: &str = "Meridian uses the operating system's socket defaults.";
 const TCP_ONLY: &str = "Meridian listens on TCP only.";
 

@@ -275,6 +275,23 @@ impl Shard {
         }
     }
 
+    /// The snapshot a stop writes, as Redis's `prepareForShutdown` does: when asked
+    /// (`Some(true)`: SHUTDOWN SAVE) or, unless refused (`Some(false)`: NOSAVE), when the
+    /// `save` policy is set, whatever stopped the process (SHUTDOWN, SIGTERM, SIGINT). With
+    /// `appendonly no` it is what keeps the data across the restart. `Ok(false)`: none was
+    /// due (or there is no data directory).
+    pub fn final_snapshot(&mut self, save: Option<bool>) -> Result<bool, String> {
+        let due = save.unwrap_or_else(|| !self.config.save.trim().is_empty());
+        if !due || self.persist.dir.as_os_str().is_empty() {
+            return Ok(false);
+        }
+        let _saving = crate::stop::FinalSave::begin();
+        tracing::info!("Saving the final snapshot before exiting.");
+        self.save_now()?;
+        tracing::info!("DB saved on disk");
+        Ok(true)
+    }
+
     /// BGSAVE / BGREWRITEAOF / the automatic policy: starts a background snapshot.
     pub fn start_background_snapshot(&mut self, kind: JobKind) -> Result<(), String> {
         if self.persist.job.is_some() {
