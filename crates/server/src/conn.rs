@@ -3953,8 +3953,10 @@ impl Conn {
         self.out.null();
     }
 
-    /// SHUTDOWN with several shards: every other shard saves (when asked) and closes its
-    /// log first; then this thread's handler does the same and ends the process.
+    /// SHUTDOWN with several shards, in two steps so that a snapshot that fails leaves every
+    /// shard serving as before (Redis's "Errors trying to SHUTDOWN"): every shard writes its
+    /// snapshot (when asked), this thread's too; once all did, the other shards close their
+    /// logs, and this thread's handler closes its own and ends the process.
     async fn shutdown(&mut self, spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         let plan = match cmd::server::shutdown_plan(&borrowed) {
@@ -3971,11 +3973,7 @@ impl Conn {
         };
         let me = self.th.index;
         let results = hop::run_on_all(&self.th, move |t| {
-            if t.index == me {
-                // This thread's shard is prepared by the handler below.
-                return Ok(());
-            }
-            cmd::server::shutdown_prepare(&mut t.shard.borrow_mut(), plan)
+            cmd::server::shutdown_save(&mut t.shard.borrow_mut(), plan)
         })
         .await;
         let failed = results.iter().any(|r| !matches!(r, Ok(Ok(()))));
@@ -3986,6 +3984,15 @@ impl Conn {
             ));
             return;
         }
+        let _ = hop::run_on_all(&self.th, move |t| {
+            if t.index != me {
+                cmd::server::shutdown_close(&mut t.shard.borrow_mut());
+            }
+            Ok::<(), CmdError>(())
+        })
+        .await;
+        // Every snapshot is written: the handler only closes this shard's log and exits.
+        let argv = vec![b"SHUTDOWN".to_vec(), b"NOSAVE".to_vec()];
         let (r, _) = self
             .one(self.th.index, Op::Call(spec), &argv)
             .await

@@ -160,3 +160,47 @@ fn a_signal_writes_the_final_snapshot_by_the_save_policy() {
         assert_eq!(c.reply(&["SCARD", "set"]), Reply::Int(members));
     }
 }
+
+/// SHUTDOWN over several shards, one of whose snapshots fails, answers Redis's error and
+/// leaves every shard serving as before, whichever thread the connection is on. Before, the
+/// other shards closed their logs and stopped their periodic work (active expiry, the
+/// watchdog's heartbeat) when the connection's own shard was the one that failed.
+#[test]
+fn a_failed_shutdown_leaves_every_shard_serving() {
+    let mut node = Node::start_new(&["--shards", "2", "--appendonly", "no", "--save", "3600 1"]);
+    // Shard 1's snapshot cannot be written: a directory squats its temporary file (the
+    // position is 0 without a log).
+    let squat = node
+        .shard_dir_of(1)
+        .join("snap-00000000000000000000.snap.tmp");
+    std::fs::create_dir_all(&squat).expect("squat the snapshot's temporary file");
+    // Connections go round the threads: some are on each shard's.
+    let mut conns: Vec<Raw> = (0..4).map(|_| node.connect()).collect();
+    for c in &mut conns {
+        assert_eq!(
+            c.err(&["SHUTDOWN"]),
+            "ERR Errors trying to SHUTDOWN. Check logs."
+        );
+    }
+    let c = &mut conns[0];
+    let keys: Vec<String> = (0..32).map(|i| format!("k{i}")).collect();
+    assert!(keys.iter().any(|k| common::key_slot(k) < 8192));
+    assert!(keys.iter().any(|k| common::key_slot(k) >= 8192));
+    for k in &keys {
+        c.ok(&["SET", k, "v", "PX", "50"]);
+    }
+    // Active expiry still runs on both shards.
+    assert!(
+        common::eventually(Duration::from_secs(10), || c.int(&["DBSIZE"]) == 0),
+        "keys left: {}",
+        c.int(&["DBSIZE"])
+    );
+    c.ok(&["SET", "kept", "v"]);
+    std::fs::remove_dir(&squat).expect("remove the squatter");
+    c.send_cmd(&[b"SHUTDOWN"]);
+    assert!(c.is_closed(Duration::from_secs(10)));
+    let status = node.wait_exit().expect("the server ran");
+    assert!(status.success(), "exit: {status}; log:\n{}", node.log());
+    node.start();
+    assert_eq!(node.connect().reply(&["GET", "kept"]), Reply::bulk("v"));
+}

@@ -1398,6 +1398,14 @@ pub fn shutdown_plan(argv: &[&[u8]]) -> Result<ShutdownPlan, CmdError> {
 /// One shard's part of a shutdown: the snapshot the plan asks for, then every logged record
 /// to disk and no more writes. Fails (with FORCE not given) when the snapshot fails.
 pub fn shutdown_prepare(shard: &mut Shard, plan: ShutdownPlan) -> Result<(), CmdError> {
+    shutdown_save(shard, plan)?;
+    shutdown_close(shard);
+    Ok(())
+}
+
+/// The snapshot a shutdown's plan asks for, on one shard; the shard goes on serving. Fails
+/// (with FORCE not given) when the snapshot fails.
+pub fn shutdown_save(shard: &mut Shard, plan: ShutdownPlan) -> Result<(), CmdError> {
     if let Err(e) = shard.final_snapshot(plan.save) {
         tracing::error!(error = %e, "Error trying to save the DB, can't exit.");
         if !plan.force {
@@ -1406,10 +1414,13 @@ pub fn shutdown_prepare(shard: &mut Shard, plan: ShutdownPlan) -> Result<(), Cmd
             ));
         }
     }
-    // Everything logged reaches the disk before the process ends.
+    Ok(())
+}
+
+/// The end of a shard's part of a shutdown: every logged record to disk, and no more writes.
+pub fn shutdown_close(shard: &mut Shard) {
     shard.persist.close();
     shard.shutting_down = true;
-    Ok(())
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]: a snapshot when asked (or by the `save`
