@@ -184,6 +184,14 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         Some(t) => bind_site(&config, t)?,
         None => bind_cluster(&config, shards)?,
     };
+    if !config.appendonly && !config.save.trim().is_empty() {
+        // Redis users turn the AOF off and count on the `save` policy's RDB files; here
+        // background snapshots are built from the log (docs/persistence.md §4).
+        tracing::warn!(
+            save = %config.save,
+            "appendonly no: snapshots are written by SAVE and at shutdown only (the save policy's background snapshots need the op log); a crash loses every write since the last one"
+        );
+    }
     let tls = match config.sync_tls_files() {
         Some(files) => Some(Arc::new(
             meridian_syncer::TlsContext::load(files)
