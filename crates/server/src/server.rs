@@ -405,6 +405,7 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
         let second = wait_for_signal(None, None);
         tokio::pin!(second);
         let mut tick = tokio::time::interval(crate::service::EXTEND_EVERY);
+        let stop_began = tokio::time::Instant::now();
         while left > 0 {
             tokio::select! {
                 r = ended_rx.recv() => match r {
@@ -422,11 +423,15 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
                     tracing::warn!("second shutdown signal: exiting now");
                     return false;
                 }
-                _ = tick.tick() => crate::service::extend(if crate::stop::final_saves() > 0 {
-                    "Stopping: writing the final snapshot"
-                } else {
-                    "Stopping: writing the op log to disk"
-                }),
+                // Past STOP_EXTEND_MAX systemd's own stop timeout applies again (a snapshot
+                // that has not ended by then is stuck, on a disk that does not answer).
+                _ = tick.tick(), if stop_began.elapsed() < crate::service::STOP_EXTEND_MAX => {
+                    crate::service::extend(if crate::stop::final_saves() > 0 {
+                        "Stopping: writing the final snapshot"
+                    } else {
+                        "Stopping: writing the op log to disk"
+                    });
+                }
             }
         }
         true
