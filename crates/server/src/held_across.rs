@@ -384,9 +384,9 @@ impl Here<'_> {
                     let copy = ctx
                         .shard
                         .lookup_quiet(db, &key, now)
-                        .map(|e| (e.state.clone(), e.raw));
-                    if let Some((state, raw)) = copy {
-                        found.push((key, state, raw));
+                        .map(|e| (e.state.clone(), e.str_enc));
+                    if let Some((state, str_enc)) = copy {
+                        found.push((key, state, str_enc));
                     }
                 }
                 Ok(found)
@@ -450,7 +450,7 @@ impl Here<'_> {
         let write = crate::move_across::write_destination(
             db,
             dst.to_vec(),
-            (source.value, source.at_ms, source.raw),
+            (source.value, source.at_ms, source.str_enc),
             nx,
         );
         let written = self.finish_at(to, true, write)?;

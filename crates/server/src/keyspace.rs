@@ -26,9 +26,9 @@ pub struct Entry {
     pub state: KeyState,
     /// Last access, in seconds of the shard's LRU clock (OBJECT IDLETIME).
     pub lru_s: u32,
-    /// The string was modified in place (APPEND, SETRANGE): Redis reports its encoding as
-    /// "raw" whatever its content. A local hint only; every assign or increment clears it.
-    pub raw: bool,
+    /// The encoding Redis would report for the string the last local write left, where the
+    /// writing command decides it rather than the contents (`StrEnc`). A local hint only.
+    pub str_enc: StrEnc,
     /// The state holds removal metadata (`KeyState::has_metadata`); see `Db::meta_keys`.
     pub meta: bool,
 }
@@ -40,10 +40,28 @@ impl Entry {
             key: SmallBytes::copy_from(key),
             state,
             lru_s,
-            raw: false,
+            str_enc: StrEnc::Contents,
             meta: false,
         })
     }
+}
+
+/// How Redis would encode a string value, when the command that wrote it decides rather than
+/// its contents (OBJECT ENCODING, OBJECT REFCOUNT). Every local assign or increment sets it
+/// back to `Contents` first; remote writes leave it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StrEnc {
+    /// By its contents, as `tryObjectEncoding` leaves a SET value: int, embstr or raw.
+    #[default]
+    Contents,
+    /// Modified in place (APPEND, SETRANGE, SETBIT, PFADD...): "raw" whatever its contents.
+    Raw,
+    /// An integer result (INCR, DECR, INCRBY, DECRBY): "int" (Redis's
+    /// `createStringObjectFromLongLongForValue`), while the value reads as one.
+    Int,
+    /// INCRBYFLOAT's text (`createStringObjectFromLongDouble`): "embstr" up to 44 bytes,
+    /// else "raw", never "int" even when it reads as an integer.
+    Text,
 }
 
 // 96 is a jemalloc size class: the boxed entry takes exactly one.
@@ -500,7 +518,7 @@ impl Shard {
         let applied = self.apply_stamped(db, hash, key, now_ms, stamp, effect);
         if matches!(effect, Effect::Assign { .. } | Effect::Incr { .. }) {
             if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
-                e.raw = false;
+                e.str_enc = StrEnc::Contents;
             }
         }
         let record = self.oplog.append(seq, hlc, db, key, effect);
@@ -785,18 +803,17 @@ impl Shard {
     /// shard, unlogged and unannounced, so that the command's own code finds it where it
     /// finds its local keys. A copy whose TTL has passed at `now_ms` is left out (absent, as
     /// its shard would expire it); none can expire while the command runs, which reads the
-    /// clock once. A copy's `raw` says its string was modified in place (OBJECT ENCODING,
-    /// COPY). Returns the keys lent, for `take_back` after the command, or None (and
+    /// clock once. A copy's `StrEnc` is its entry's (OBJECT ENCODING, COPY). Returns the keys lent, for `take_back` after the command, or None (and
     /// nothing lent) when this shard holds an entry of one of them: a key of another shard's
     /// slots never is here.
     pub fn lend(
         &mut self,
         db: usize,
-        copies: Vec<(Vec<u8>, KeyState, bool)>,
+        copies: Vec<(Vec<u8>, KeyState, StrEnc)>,
         now_ms: u64,
     ) -> Option<Vec<Vec<u8>>> {
         let mut lent = Vec::with_capacity(copies.len());
-        for (key, state, raw) in copies {
+        for (key, state, str_enc) in copies {
             if state.expire_at_ms().is_some_and(|at| at <= now_ms) {
                 continue;
             }
@@ -804,9 +821,7 @@ impl Shard {
                 self.take_back(db, &lent);
                 return None;
             }
-            if raw {
-                self.mark_raw_encoding(db, &key);
-            }
+            self.set_str_encoding(db, &key, str_enc);
             lent.push(key);
         }
         Some(lent)
@@ -843,9 +858,14 @@ impl Shard {
 
     /// Records that the string at `key` was modified in place (OBJECT ENCODING says "raw").
     pub fn mark_raw_encoding(&mut self, db: usize, key: &[u8]) {
+        self.set_str_encoding(db, key, StrEnc::Raw);
+    }
+
+    /// Records how the command that wrote the string at `key` left it encoded (`StrEnc`).
+    pub fn set_str_encoding(&mut self, db: usize, key: &[u8], str_enc: StrEnc) {
         let hash = self.hash_key(key);
         if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
-            e.raw = true;
+            e.str_enc = str_enc;
         }
     }
 

@@ -41,7 +41,7 @@ pub const COMMANDS: &[&str] = &["rename", "renamenx", "smove", "msetnx"];
 pub(crate) struct Source {
     pub value: Snapshot,
     pub at_ms: Option<u64>,
-    pub raw: bool,
+    pub str_enc: crate::keyspace::StrEnc,
     pub observed: Observed,
 }
 
@@ -53,7 +53,7 @@ pub(crate) fn read_source(s: &mut crate::shard::Shard, db: usize, key: &[u8]) ->
         Some(Source {
             value: cmd::keys::snapshot(&e.state)?,
             at_ms: e.state.expire_at_ms(),
-            raw: e.raw,
+            str_enc: e.str_enc,
             observed: e.state.observed(),
         })
     })
@@ -64,7 +64,7 @@ pub(crate) fn read_source(s: &mut crate::shard::Shard, db: usize, key: &[u8]) ->
 pub(crate) fn write_destination(
     db: usize,
     to_key: Vec<u8>,
-    (value, at_ms, raw): (Snapshot, Option<u64>, bool),
+    (value, at_ms, str_enc): (Snapshot, Option<u64>, crate::keyspace::StrEnc),
     nx: bool,
 ) -> Finish {
     Finish(Box::new(move |ctx: &mut cmd::Ctx<'_>| {
@@ -74,9 +74,7 @@ pub(crate) fn write_destination(
             return Ok(());
         }
         cmd::keys::write_snapshot(ctx, db, &to_key, &value, at_ms);
-        if raw {
-            ctx.shard.mark_raw_encoding(db, &to_key);
-        }
+        ctx.shard.set_str_encoding(db, &to_key, str_enc);
         ctx.shard
             .notify(crate::notify::GENERIC, "rename_to", db, &to_key);
         if nx {
@@ -182,11 +180,11 @@ pub async fn run(
     let Source {
         value,
         at_ms,
-        raw,
+        str_enc,
         observed,
     } = source;
     // Step 2.
-    let write = write_destination(db, dst, (value, at_ms, raw), nx);
+    let write = write_destination(db, dst, (value, at_ms, str_enc), nx);
     let written = match hop::finish_step(th, client, afters, to, spec, &refs, true, write).await {
         Ok(r) => r,
         Err(e) => return hop::reply_error(th, out, &e),

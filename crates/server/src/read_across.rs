@@ -67,11 +67,11 @@ pub const COMMANDS: &[&str] = &[
 ];
 
 /// The copies lent to the target shard: of database `db`, each key with its state and
-/// whether its string was modified in place (`Entry::raw`).
+/// how its string is encoded (`Entry::str_enc`).
 #[derive(Debug)]
 pub struct Lent {
     pub db: usize,
-    pub copies: Vec<(Vec<u8>, KeyState, bool)>,
+    pub copies: Vec<(Vec<u8>, KeyState, crate::keyspace::StrEnc)>,
 }
 
 /// Where a command of `COMMANDS` whose keys span shards runs, and what it reads elsewhere.
@@ -196,7 +196,7 @@ async fn copy_keys(
     db: usize,
     tracked: Option<u64>,
     reads: Vec<(u16, Vec<Vec<u8>>)>,
-) -> Result<Vec<(Vec<u8>, KeyState, bool)>, CmdError> {
+) -> Result<Vec<(Vec<u8>, KeyState, crate::keyspace::StrEnc)>, CmdError> {
     let mut waits = Vec::with_capacity(reads.len());
     for (shard, keys) in reads {
         let rx = hop::send_job(th, shard, move |t| {
@@ -209,9 +209,9 @@ async fn copy_keys(
                 }
                 let copy = s
                     .lookup_quiet(db, &key, now)
-                    .map(|e| (e.state.clone(), e.raw));
-                if let Some((state, raw)) = copy {
-                    found.push((key, state, raw));
+                    .map(|e| (e.state.clone(), e.str_enc));
+                if let Some((state, str_enc)) = copy {
+                    found.push((key, state, str_enc));
                 }
             }
             found

@@ -773,3 +773,45 @@ fn a_table_left_sparse_by_deletes_shrinks() {
     }
     assert_eq!(seen.len(), kept);
 }
+
+/// A string's encoding follows the command that wrote it where Redis's does: INCRBYFLOAT
+/// stores text ("embstr" even for "0" or "7"), INCR an integer object ("int", shared below
+/// 10,000) whatever wrote the value before, and RENAME, COPY and MOVE keep the encoding
+/// (checked against redis-server 7.0.15).
+#[test]
+fn string_encodings_follow_the_writing_command() {
+    let s = Server::start();
+    let mut c = s.connect();
+    c.ok(&["SET", "f", "5"]);
+    c.call_strs(&["INCRBYFLOAT", "f", "1.5"]);
+    c.call_strs(&["INCRBYFLOAT", "f", "0.5"]);
+    assert_eq!(c.reply(&["GET", "f"]), Reply::bulk("7"));
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "f"]), Reply::bulk("embstr"));
+    assert_eq!(c.int(&["OBJECT", "REFCOUNT", "f"]), 1);
+    assert_eq!(c.int(&["INCR", "f"]), 8);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "f"]), Reply::bulk("int"));
+    assert_eq!(c.int(&["OBJECT", "REFCOUNT", "f"]), 2147483647);
+    assert_eq!(c.reply(&["INCRBYFLOAT", "z", "00"]), Reply::bulk("0"));
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "z"]), Reply::bulk("embstr"));
+    c.ok(&["SET", "n", "5"]);
+    assert_eq!(c.reply(&["INCRBYFLOAT", "n", "1"]), Reply::bulk("6"));
+    c.ok(&["RENAME", "z", "z2"]);
+    assert_eq!(c.int(&["COPY", "z2", "z3"]), 1);
+    assert_eq!(c.int(&["COPY", "n", "n2"]), 1);
+    assert_eq!(c.int(&["MOVE", "n", "1"]), 1);
+    for k in ["z2", "z3", "n2"] {
+        assert_eq!(
+            c.reply(&["OBJECT", "ENCODING", k]),
+            Reply::bulk("embstr"),
+            "{k}"
+        );
+    }
+    c.ok(&["SELECT", "1"]);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "n"]), Reply::bulk("embstr"));
+    c.ok(&["SELECT", "0"]);
+    // An assignment goes by contents again.
+    c.ok(&["SET", "z3", "7"]);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "z3"]), Reply::bulk("int"));
+    assert_eq!(c.int(&["COPY", "f", "f2"]), 1);
+    assert_eq!(c.reply(&["OBJECT", "ENCODING", "f2"]), Reply::bulk("int"));
+}

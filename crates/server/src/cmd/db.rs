@@ -47,10 +47,10 @@ fn move_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ));
     }
     let now = ctx.now_ms;
-    let Some((value, at_ms, raw)) = ctx
+    let Some((value, at_ms, str_enc)) = ctx
         .shard
         .lookup_quiet(src, key, now)
-        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.raw)))
+        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.str_enc)))
     else {
         ctx.out.int(0);
         return Ok(());
@@ -61,9 +61,7 @@ fn move_cmd(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     ctx.shard.delete_key(src, key, now);
     write_snapshot(ctx, dst, key, &value, at_ms);
-    if raw {
-        ctx.shard.mark_raw_encoding(dst, key);
-    }
+    ctx.shard.set_str_encoding(dst, key, str_enc);
     ctx.shard.notify(notify::GENERIC, "move_from", src, key);
     ctx.shard.notify(notify::GENERIC, "move_to", dst, key);
     ctx.out.int(1);
@@ -99,11 +97,15 @@ fn swapdb(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 }
 
 /// The value of `key` in `db` (with its deadline and in-place flag), expiring it first.
-fn take(ctx: &mut Ctx<'_>, db: usize, key: &[u8]) -> Option<(Snapshot, Option<u64>, bool)> {
+fn take(
+    ctx: &mut Ctx<'_>,
+    db: usize,
+    key: &[u8],
+) -> Option<(Snapshot, Option<u64>, crate::keyspace::StrEnc)> {
     let now = ctx.now_ms;
     ctx.shard
         .lookup_quiet(db, key, now)
-        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.raw)))
+        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.str_enc)))
 }
 
 /// Moves every key of `a` to `b` and of `b` to `a`, one key name at a time (only the names
@@ -128,11 +130,9 @@ fn swap_databases(ctx: &mut Ctx<'_>, a: usize, b: usize) {
         let in_b = take(ctx, b, key);
         for (value, dst) in [(in_a, b), (in_b, a)] {
             match value {
-                Some((v, at_ms, raw)) => {
+                Some((v, at_ms, str_enc)) => {
                     write_snapshot(ctx, dst, key, &v, at_ms);
-                    if raw {
-                        ctx.shard.mark_raw_encoding(dst, key);
-                    }
+                    ctx.shard.set_str_encoding(dst, key, str_enc);
                 }
                 None => {
                     ctx.shard.delete_key(dst, key, now);

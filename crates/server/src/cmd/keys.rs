@@ -18,7 +18,7 @@ use super::{Ctx, Handler};
 use crate::error::CmdError;
 #[cfg(test)]
 use crate::keyspace::Mark;
-use crate::keyspace::{Entry, KeyTable, lru_clock};
+use crate::keyspace::{Entry, KeyTable, StrEnc, lru_clock};
 use crate::notify;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
@@ -466,10 +466,10 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     let dst = argv.get(2).copied().unwrap_or_default();
     let db = ctx.db();
     let now = ctx.now_ms;
-    let Some((value, at_ms, raw)) = ctx
+    let Some((value, at_ms, str_enc)) = ctx
         .shard
         .lookup_quiet(db, src, now)
-        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.raw)))
+        .and_then(|e| Some((snapshot(&e.state)?, e.state.expire_at_ms(), e.str_enc)))
     else {
         return Err(CmdError::NoSuchKey);
     };
@@ -487,10 +487,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], nx: bool) -> Result<(), Cmd
     }
     ctx.shard.delete_key(db, src, now);
     write_snapshot(ctx, db, dst, &value, at_ms);
-    // Redis moves the object itself: a string modified in place stays "raw".
-    if raw {
-        ctx.shard.mark_raw_encoding(db, dst);
-    }
+    // Redis moves the object itself, encoding and all.
+    ctx.shard.set_str_encoding(db, dst, str_enc);
     ctx.shard.notify(notify::GENERIC, "rename_from", db, src);
     ctx.shard.notify(notify::GENERIC, "rename_to", db, dst);
     if nx {
@@ -539,19 +537,17 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.int(0);
         return Ok(());
     };
-    let raw = ctx
+    let str_enc = ctx
         .shard
         .lookup_quiet(src_db, src, now)
-        .is_some_and(|e| e.raw);
+        .map_or(crate::keyspace::StrEnc::Contents, |e| e.str_enc);
     if !replace && ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
         ctx.out.int(0);
         return Ok(());
     }
     write_snapshot(ctx, dst_db, dst, &value, at_ms);
-    // Redis's `dupStringObject` keeps a "raw" string raw.
-    if raw {
-        ctx.shard.mark_raw_encoding(dst_db, dst);
-    }
+    // Redis's `dupStringObject` keeps the encoding (raw, embstr or int).
+    ctx.shard.set_str_encoding(dst_db, dst, str_enc);
     ctx.shard.notify(notify::GENERIC, "copy_to", dst_db, dst);
     ctx.out.int(1);
     Ok(())
@@ -834,14 +830,54 @@ pub(crate) fn encoding_name(e: &Entry, limits: EncodingLimits) -> &'static str {
             }
             _ => "hashtable",
         },
-        _ if e.raw => "raw",
+        _ if e.str_enc == StrEnc::Raw => "raw",
         // HyperLogLog: "raw" once PFADD/PFMERGE/PFCOUNT unshared it (cmd/hll.rs marks it);
         // a value stored by SET keeps SET's encoding (embstr up to 44 bytes).
         Some(TypeTag::Hll) => e
             .state
             .hll()
             .map_or("raw", |h| str_encoding(&StrView::Bytes(h.bytes())).0),
-        _ => e.state.view_str().map_or("raw", |v| str_encoding(&v).0),
+        _ => entry_str_encoding(e).map_or("raw", |(enc, _)| enc),
+    }
+}
+
+/// A string entry's encoding and, for "int", its value: by the command that wrote it where
+/// that decides (`StrEnc`: APPEND's "raw", INCR's "int", INCRBYFLOAT's text), else by its
+/// contents. None: not a string.
+fn entry_str_encoding(e: &Entry) -> Option<(&'static str, Option<i64>)> {
+    let view = e.state.view_str()?;
+    Some(match e.str_enc {
+        StrEnc::Raw => ("raw", None),
+        StrEnc::Contents => str_encoding(&view),
+        // A remote write may have left something else since: then by contents.
+        StrEnc::Int => match view_integer(&view) {
+            Some(n) => ("int", Some(n)),
+            None => str_encoding(&view),
+        },
+        StrEnc::Text => {
+            let len = match &view {
+                StrView::Bytes(b) => b.len(),
+                StrView::Int(n) => n.to_string().len(),
+                StrView::Float(d) => d.format_redis().len(),
+            };
+            (
+                if len <= EMBSTR_SIZE_LIMIT {
+                    "embstr"
+                } else {
+                    "raw"
+                },
+                None,
+            )
+        }
+    })
+}
+
+/// The integer a string shows, when it reads as one (Redis's `string2ll` of its text).
+fn view_integer(view: &StrView<'_>) -> Option<i64> {
+    match view {
+        StrView::Int(n) => Some(*n),
+        StrView::Bytes(b) => parse_i64(b),
+        StrView::Float(d) => parse_i64(d.format_redis().as_bytes()),
     }
 }
 
@@ -859,14 +895,9 @@ fn object_encoding(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 fn object_refcount(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let rc = peek_unnotified(ctx, db, object_key(argv), |e| {
-        if e.raw {
-            return 1;
-        }
-        match e.state.view_str().map(|v| str_encoding(&v)) {
-            Some(("int", Some(n))) if (0..SHARED_INTEGERS).contains(&n) => i64::from(i32::MAX),
-            _ => 1,
-        }
+    let rc = peek_unnotified(ctx, db, object_key(argv), |e| match entry_str_encoding(e) {
+        Some(("int", Some(n))) if (0..SHARED_INTEGERS).contains(&n) => i64::from(i32::MAX),
+        _ => 1,
     });
     match rc {
         Some(rc) => ctx.out.int(rc),

@@ -770,6 +770,9 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Result<(), CmdError> {
     ctx.shard.write_key(db, key, now, |state| {
         state.incr_effect::<&[u8]>(me, Delta::Int(by))
     });
+    // Redis stores the result as an integer object, whatever wrote the value before.
+    ctx.shard
+        .set_str_encoding(db, key, crate::keyspace::StrEnc::Int);
     ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
@@ -838,6 +841,9 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         assign(ctx, key, text.as_bytes(), true);
     }
+    // Redis stores the result as text (embstr or raw by length), never as an integer.
+    ctx.shard
+        .set_str_encoding(db, key, crate::keyspace::StrEnc::Text);
     ctx.notify(notify::STRING, "incrbyfloat", key);
     ctx.out.bulk(text.as_bytes());
     Ok(())
