@@ -6,7 +6,7 @@
 //! `Shard::lookup_read`, which expires keys lazily first. Both are the only paths to the data.
 
 use meridian_crdt::key::Applied;
-use meridian_crdt::{Effect, KeyState, SmallBytes, Stamp};
+use meridian_crdt::{Delta, Effect, KeyState, SmallBytes, Stamp};
 
 use crate::shard::Shard;
 
@@ -47,8 +47,8 @@ impl Entry {
 }
 
 /// How Redis would encode a string value, when the command that wrote it decides rather than
-/// its contents (OBJECT ENCODING, OBJECT REFCOUNT). Every local assign or increment sets it
-/// back to `Contents` first; remote writes leave it as it is.
+/// its contents (OBJECT ENCODING, OBJECT REFCOUNT). Each local assignment or increment sets it
+/// (`Contents`, `Int`, `Text`), in-place edits mark `Raw`; remote writes leave it as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StrEnc {
     /// By its contents, as `tryObjectEncoding` leaves a SET value: int, embstr or raw.
@@ -516,9 +516,23 @@ impl Shard {
         self.seq += 1;
         let seq = self.seq;
         let applied = self.apply_stamped(db, hash, key, now_ms, stamp, effect);
-        if matches!(effect, Effect::Assign { .. } | Effect::Incr { .. }) {
+        // A string's encoding by the command that wrote it (`StrEnc`): an assignment goes by
+        // its contents, INCR and its kin leave an integer, INCRBYFLOAT text.
+        let str_enc = match effect {
+            Effect::Assign { .. } => Some(StrEnc::Contents),
+            Effect::Incr {
+                delta: Delta::Int(_),
+                ..
+            } => Some(StrEnc::Int),
+            Effect::Incr {
+                delta: Delta::Float(_),
+                ..
+            } => Some(StrEnc::Text),
+            _ => None,
+        };
+        if let Some(str_enc) = str_enc {
             if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
-                e.str_enc = StrEnc::Contents;
+                e.str_enc = str_enc;
             }
         }
         let record = self.oplog.append(seq, hlc, db, key, effect);
@@ -803,9 +817,9 @@ impl Shard {
     /// shard, unlogged and unannounced, so that the command's own code finds it where it
     /// finds its local keys. A copy whose TTL has passed at `now_ms` is left out (absent, as
     /// its shard would expire it); none can expire while the command runs, which reads the
-    /// clock once. A copy's `StrEnc` is its entry's (OBJECT ENCODING, COPY). Returns the keys lent, for `take_back` after the command, or None (and
-    /// nothing lent) when this shard holds an entry of one of them: a key of another shard's
-    /// slots never is here.
+    /// clock once. A copy's `StrEnc` is its entry's (OBJECT ENCODING, COPY). Returns the keys
+    /// lent, for `take_back` after the command, or None (and nothing lent) when this shard
+    /// holds an entry of one of them: a key of another shard's slots never is here.
     pub fn lend(
         &mut self,
         db: usize,

@@ -540,7 +540,7 @@ fn copy(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let str_enc = ctx
         .shard
         .lookup_quiet(src_db, src, now)
-        .map_or(crate::keyspace::StrEnc::Contents, |e| e.str_enc);
+        .map_or(StrEnc::Contents, |e| e.str_enc);
     if !replace && ctx.shard.lookup_quiet(dst_db, dst, now).is_some() {
         ctx.out.int(0);
         return Ok(());
@@ -850,35 +850,13 @@ fn entry_str_encoding(e: &Entry) -> Option<(&'static str, Option<i64>)> {
         StrEnc::Raw => ("raw", None),
         StrEnc::Contents => str_encoding(&view),
         // A remote write may have left something else since: then by contents.
-        StrEnc::Int => match view_integer(&view) {
+        StrEnc::Int => match super::string::view_i64(view) {
             Some(n) => ("int", Some(n)),
             None => str_encoding(&view),
         },
-        StrEnc::Text => {
-            let len = match &view {
-                StrView::Bytes(b) => b.len(),
-                StrView::Int(n) => n.to_string().len(),
-                StrView::Float(d) => d.format_redis().len(),
-            };
-            (
-                if len <= EMBSTR_SIZE_LIMIT {
-                    "embstr"
-                } else {
-                    "raw"
-                },
-                None,
-            )
-        }
+        StrEnc::Text if super::string::view_len(view) <= EMBSTR_SIZE_LIMIT => ("embstr", None),
+        StrEnc::Text => ("raw", None),
     })
-}
-
-/// The integer a string shows, when it reads as one (Redis's `string2ll` of its text).
-fn view_integer(view: &StrView<'_>) -> Option<i64> {
-    match view {
-        StrView::Int(n) => Some(*n),
-        StrView::Bytes(b) => parse_i64(b),
-        StrView::Float(d) => parse_i64(d.format_redis().as_bytes()),
-    }
 }
 
 /// OBJECT ENCODING key (`encoding_name`).

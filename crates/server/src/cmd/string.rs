@@ -82,7 +82,7 @@ pub(super) fn with_bytes<R>(view: StrView<'_>, f: impl FnOnce(&[u8]) -> R) -> R 
 }
 
 /// Length of the bytes of `view`.
-fn view_len(view: StrView<'_>) -> usize {
+pub(super) fn view_len(view: StrView<'_>) -> usize {
     match view {
         StrView::Bytes(b) => b.len(),
         other => with_bytes(other, <[u8]>::len),
@@ -748,7 +748,7 @@ fn setrange(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 // ---------------------------------------------------------------------------------------------
 
 /// The integer a string shows, as Redis's `getLongLongFromObject` reads it.
-fn view_i64(view: StrView<'_>) -> Option<i64> {
+pub(super) fn view_i64(view: StrView<'_>) -> Option<i64> {
     match view {
         StrView::Bytes(b) => parse_i64(b),
         StrView::Int(n) => Some(n),
@@ -770,9 +770,6 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Result<(), CmdError> {
     ctx.shard.write_key(db, key, now, |state| {
         state.incr_effect::<&[u8]>(me, Delta::Int(by))
     });
-    // Redis stores the result as an integer object, whatever wrote the value before.
-    ctx.shard
-        .set_str_encoding(db, key, crate::keyspace::StrEnc::Int);
     ctx.notify(notify::STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
@@ -841,7 +838,8 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     } else {
         assign(ctx, key, text.as_bytes(), true);
     }
-    // Redis stores the result as text (embstr or raw by length), never as an integer.
+    // Redis stores the result as text (embstr or raw by length), never as an integer: the
+    // increment's effect says so (`keyspace::StrEnc`), and so must an assignment of it.
     ctx.shard
         .set_str_encoding(db, key, crate::keyspace::StrEnc::Text);
     ctx.notify(notify::STRING, "incrbyfloat", key);
