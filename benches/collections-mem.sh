@@ -38,7 +38,7 @@ rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 start_meridian() {
   rm -rf "$work/m"
-  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
+  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --save "" --log-level warn &
   mpid=$!; pids+=("$mpid"); wait_port "$mport"
 }
 start_redis() {

@@ -23,7 +23,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 wait_port() { for _ in $(seq 1 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
 
-taskset -c 0 "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn & pids+=("$!"); wait_port "$mport"
+taskset -c 0 "$bin" server --port "$mport" --dir "$work/m" --appendonly no --save "" --log-level warn & pids+=("$!"); wait_port "$mport"
 taskset -c 0 redis-server --port "$rport" --save "" --appendonly no --dir "$work" --daemonize no --loglevel warning \
   >"$work/redis.log" 2>&1 & pids+=("$!"); wait_port "$rport"
 

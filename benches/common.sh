@@ -59,7 +59,7 @@ start_meridian() {
   local port=$1 dir=$2
   shift 2
   port_free "$port"
-  taskset -c "$server_core" "$bin" server --port "$port" --dir "$dir" --appendonly no --log-level warn "$@" &
+  taskset -c "$server_core" "$bin" server --port "$port" --dir "$dir" --appendonly no --save "" --log-level warn "$@" &
   mpid=$!
   pids+=("$mpid")
   wait_port "$port"

@@ -3,7 +3,7 @@
 # the same run.
 #
 # Both servers are pinned to core SERVER_CORE, both without persistence (Meridian
-# `--appendonly no`; its RSS still includes its in-memory op log, bounded by
+# `--appendonly no --save ""`; its RSS still includes its in-memory op log, bounded by
 # backlog_bytes_max, as in production); redis-cli/redis-benchmark run on
 # CLIENT_CORE. Every figure is taken in ROUNDS rounds whose order alternates (A B B A ...), and
 # the medians are compared (ratio Meridian / Redis).
@@ -50,7 +50,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 
 start_meridian() {
   rm -rf "$work/m"
-  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --log-level warn &
+  taskset -c "$server_core" "$bin" server --port "$mport" --dir "$work/m" --appendonly no --save "" --log-level warn &
   mpid=$!; pids+=("$mpid"); wait_port "$mport"
 }
 start_redis() {

@@ -948,8 +948,10 @@ fn away_past_backlog(ctx: &Ctx, seed: u64, dir: &Path, o: &mut Outcome) -> anyho
     if ctx.persistence.is_ok() {
         // The log on disk extends the backlog (docs/persistence.md §6): without it, the
         // in-memory backlog is all a peer can resume from.
-        opts.flags.extend(["--appendonly", "no"].map(String::from));
-        o.note("appendonly no: the backlog is the 128 KiB in memory only".to_string());
+        // `save ""` too: a save policy keeps the log for its snapshots.
+        opts.flags
+            .extend(["--appendonly", "no", "--save", ""].map(String::from));
+        o.note("appendonly no, save \"\": the backlog is the 128 KiB in memory only".to_string());
     }
     let mut cl = start(ctx, &opts, dir, o)?;
     let away = cl.n() - 1;

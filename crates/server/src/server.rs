@@ -187,9 +187,9 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
     if !config.appendonly && !config.save.trim().is_empty() {
         // Redis users turn the AOF off and count on the `save` policy's RDB files; here
         // background snapshots are built from the log (docs/persistence.md §4).
-        tracing::warn!(
+        tracing::info!(
             save = %config.save,
-            "appendonly no: snapshots are written by SAVE and at shutdown only (the save policy's background snapshots need the op log); a crash loses every write since the last one"
+            "appendonly no with a save policy: the op log is written without fsync for the policy's background snapshots, and removed as they cover it"
         );
     }
     let tls = match config.sync_tls_files() {

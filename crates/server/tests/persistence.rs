@@ -1805,6 +1805,89 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
     assert!(disk::segments(&shard).is_empty());
 }
 
+/// `appendonly no` with a `save` policy (Redis's default configuration): the policy's
+/// snapshots are taken in the background while the server runs, BGSAVE works, and a SIGKILL
+/// loses nothing written before the last `FLUSH_PERIOD_MS`: the log they are built from (never
+/// fsynced, whatever `appendfsync` says, as it is not an AOF; written every 2 ms, not before
+/// each reply) is replayed at start. INFO still says
+/// `aof_enabled:0`, and the restart keeps the shard's life (a killed process loses no write).
+#[test]
+fn appendonly_no_with_a_save_policy_snapshots_in_the_background() {
+    let mut node = Node::start_new(&["--appendonly", "no", "--save", "1 1"]);
+    let mut c = node.connect();
+    let cmds: Vec<Vec<String>> = (0..500)
+        .map(|i| vec!["SET".into(), format!("k{i}"), format!("v{i}")])
+        .collect();
+    pipeline(&mut c, &cmds);
+    assert_eq!(c.int(&["SADD", "s", "x", "y"]), 2);
+    let info = disk::info(&mut c, "persistence");
+    assert_eq!(info["aof_enabled"], "0");
+    assert_eq!(info["aof_fsync"], "no");
+    ok(&mut c, &["CONFIG", "SET", "appendfsync", "always"]);
+    assert_eq!(disk::info(&mut c, "persistence")["aof_fsync"], "no");
+    // The policy's snapshot (a change, a second), in the background.
+    assert!(
+        common::eventually(Duration::from_secs(10), || persistence_u64(
+            &mut c,
+            "rdb_saves"
+        ) >= 1),
+        "no snapshot by the policy; log:\n{}",
+        node.log()
+    );
+    assert_eq!(persistence_u64(&mut c, "rdb_changes_since_last_save"), 0);
+    let shard = node.shard_dir();
+    assert!(!disk::snapshots(&shard).is_empty());
+    assert!(!node.log().contains("in the foreground"), "{}", node.log());
+    ok(&mut c, &["CONFIG", "SET", "save", ""]);
+    assert_eq!(
+        c.reply(&["BGSAVE"]),
+        Reply::Simple("Background saving started".into())
+    );
+    assert!(common::eventually(Duration::from_secs(10), || {
+        persistence_u64(&mut c, "rdb_bgsave_in_progress") == 0
+            && persistence_u64(&mut c, "rdb_saves") >= 2
+    }));
+    // Written after the last snapshot: the log keeps it across a SIGKILL once the flush loop
+    // wrote it (within 2 ms).
+    ok(&mut c, &["SET", "later", "1"]);
+    let life = disk::info(&mut c, "crdt")["crdt_life"].clone();
+    std::thread::sleep(Duration::from_millis(100));
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["GET", "later"]), Reply::bulk("1"));
+    assert_eq!(c.reply(&["GET", "k499"]), Reply::bulk("v499"));
+    assert_eq!(c.int(&["SCARD", "s"]), 2);
+    assert_eq!(c.int(&["DBSIZE"]), 502);
+    assert_eq!(disk::info(&mut c, "crdt")["crdt_life"], life);
+}
+
+/// A `save` policy set by CONFIG SET on a server started without the log (`appendonly no`,
+/// `save ""`) still writes snapshots, in the foreground (as SAVE), and says so in the log;
+/// the restart after a SIGKILL has what the snapshot held. The next start keeps no log either,
+/// so it begins a new life (the run before it may have lost writes).
+#[test]
+fn a_save_policy_set_without_the_log_snapshots_in_the_foreground() {
+    let mut node = Node::start_new(&["--appendonly", "no", "--save", ""]);
+    let mut c = node.connect();
+    ok(&mut c, &["SET", "a", "1"]);
+    ok(&mut c, &["CONFIG", "SET", "save", "1 1"]);
+    assert!(
+        common::eventually(Duration::from_secs(10), || persistence_u64(
+            &mut c,
+            "rdb_saves"
+        ) >= 1),
+        "no snapshot by the policy; log:\n{}",
+        node.log()
+    );
+    assert!(node.log().contains("in the foreground"), "{}", node.log());
+    assert!(disk::segments(&node.shard_dir()).is_empty());
+    let life = disk::info(&mut c, "crdt")["crdt_life"].clone();
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["GET", "a"]), Reply::bulk("1"));
+    assert_ne!(disk::info(&mut c, "crdt")["crdt_life"], life);
+}
+
 /// A node holding 300 keys, restarted with `key-load-delay` (5 ms a record: its replay takes
 /// about 1.5 s), and a connection made while it loads. The directory lives as long as the
 /// first value.

@@ -816,7 +816,15 @@ fn killed_site_rejoins(log: bool) {
     let appendonly = if log { "yes" } else { "no" };
     let mut cluster = Cluster::start(
         &["a", "b"],
-        Opts::default().flags(&["--sync-compression", "none", "--appendonly", appendonly]),
+        Opts::default().flags(&[
+            "--sync-compression",
+            "none",
+            "--appendonly",
+            appendonly,
+            // Without the log: a save policy would keep one for its snapshots.
+            "--save",
+            if log { "3600 1" } else { "" },
+        ]),
     );
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(A).connect();
@@ -899,7 +907,17 @@ fn backlog_overflow_forces_one_full_sync() {
         Opts::proxied()
             .flags(&["--sync-compression", "lz4"])
             // Memory backlog only: the on-disk log would extend it.
-            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"]),
+            .site_flags(
+                A,
+                &[
+                    "--backlog-bytes-max",
+                    "65536",
+                    "--appendonly",
+                    "no",
+                    "--save",
+                    "",
+                ],
+            ),
     );
     cluster.wait_links_up(LINKS_UP);
     // The link that carries A's ops to B is the one B dials.
@@ -935,7 +953,17 @@ fn backlog_overflow_full_sync_carries_removals() {
         &["a", "b"],
         Opts::default()
             .flags(&["--sync-compression", "lz4"])
-            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"])
+            .site_flags(
+                A,
+                &[
+                    "--backlog-bytes-max",
+                    "65536",
+                    "--appendonly",
+                    "no",
+                    "--save",
+                    "",
+                ],
+            )
             .site_flags(B, &["--appendonly", "yes"]),
     );
     cluster.wait_links_up(LINKS_UP);
@@ -992,7 +1020,17 @@ fn full_sync_merges_concurrent_writes() {
         &["a", "b"],
         Opts::proxied()
             .flags(&["--sync-compression", "zstd"])
-            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"]),
+            .site_flags(
+                A,
+                &[
+                    "--backlog-bytes-max",
+                    "65536",
+                    "--appendonly",
+                    "no",
+                    "--save",
+                    "",
+                ],
+            ),
     );
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(A).connect();

@@ -426,8 +426,18 @@ fn a_site_joining_by_full_sync_gets_the_libraries() {
     let mut cluster = Cluster::start(
         &["a", "b"],
         Opts::default()
-            .site_flags(A, &["--backlog-bytes-max", "65536", "--appendonly", "no"])
-            .site_flags(B, &["--appendonly", "no"]),
+            .site_flags(
+                A,
+                &[
+                    "--backlog-bytes-max",
+                    "65536",
+                    "--appendonly",
+                    "no",
+                    "--save",
+                    "",
+                ],
+            )
+            .site_flags(B, &["--appendonly", "no", "--save", ""]),
     );
     cluster.wait_links_up(LINKS_UP);
     cluster.site_mut(B).kill();

@@ -560,7 +560,7 @@ fn info_persistence(shard: &Shard, out: &mut String) {
     field(out, "rdb_last_cow_size", 0);
     field(out, "rdb_last_load_keys_expired", 0);
     field(out, "rdb_last_load_keys_loaded", st.loaded_keys);
-    field(out, "aof_enabled", u8::from(p.writer.is_some()));
+    field(out, "aof_enabled", u8::from(p.appendonly));
     field(out, "aof_rewrite_in_progress", u8::from(rewrite));
     field(out, "aof_rewrite_scheduled", u8::from(p.scheduled));
     field(out, "aof_last_rewrite_time_sec", st.last_rewrite_secs);
@@ -908,10 +908,21 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             log.len_max = shard.config.slowlog_max_len;
             log.trim();
         }
-        "appendfsync" => {
+        // Only the AOF's: a log kept for the `save` policy alone is never fsynced.
+        "appendfsync" if shard.config.appendonly => {
             if let Some(f) = crate::persist::Fsync::parse(&shard.config.appendfsync) {
                 shard.persist.set_fsync(f);
             }
+        }
+        "save"
+            if shard.persist.writer.is_none()
+                && !shard.config.save.trim().is_empty()
+                && !shard.persist.dir.as_os_str().is_empty() =>
+        {
+            tracing::warn!(
+                save = %shard.config.save,
+                "CONFIG SET save on a server started without the op log (appendonly no, save \"\"): the policy's snapshots are written in the foreground, blocking the shard as SAVE does, until a restart with the policy starts the log"
+            );
         }
         "backlog-bytes-max" => shard.oplog.set_bytes_max(shard.config.backlog_bytes_max),
         // Redis's `updateRequirePass`: the default user's passwords become this one (none:
@@ -1465,7 +1476,7 @@ fn bgsave(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     };
     if ctx.shard.persist.writer.is_none() {
         return Err(CmdError::Err(
-            "BGSAVE needs appendonly yes: Meridian builds background snapshots from its op log (SAVE works without it)".to_string(),
+            "BGSAVE needs the op log, which this server started without (appendonly no and save \"\"): Meridian builds background snapshots from it. SAVE works without it".to_string(),
         ));
     }
     match ctx.shard.persist.job.as_ref().map(|j| j.kind) {
@@ -1495,7 +1506,7 @@ fn bgsave(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn bgrewriteaof(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     if ctx.shard.persist.writer.is_none() {
         return Err(CmdError::Err(
-            "BGREWRITEAOF needs appendonly yes: this server writes no op log".to_string(),
+            "BGREWRITEAOF needs the op log, which this server started without (appendonly no and save \"\")".to_string(),
         ));
     }
     match ctx.shard.persist.job.as_ref().map(|j| j.kind) {

@@ -11,6 +11,12 @@
 //! up to `SNAPSHOT_PARTS_MAX`. So the second copy of the data a fork's copy-on-write costs
 //! Redis at worst is bounded here, for a replay of the log per part. SAVE writes the live
 //! state directly and blocks the shard, as Redis's SAVE blocks the server.
+//!
+//! The log is written when the process starts with `appendonly yes`, and also with
+//! `appendonly no` and a `save` policy (`log_kept`): then it is there for the policy's
+//! snapshots and BGSAVE, without fsync, as Redis's forked RDB saves need nothing of the kind.
+//! A policy set at run time on a server started without the log writes its snapshots as
+//! SAVE does (`persistence_cycle`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +37,25 @@ pub const SNAPSHOT_PARTS_MAX: u64 = 1024;
 /// about 2 MiB): a smaller `snapshot-memory-bytes-max` or `maxmemory` would only multiply
 /// the parts.
 pub const SNAPSHOT_PART_BYTES_MIN: u64 = 8 * 1024 * 1024;
+/// Seconds before the `save` policy tries again after its snapshot failed (Redis's
+/// `CONFIG_BGSAVE_RETRY_DELAY`).
+pub const POLICY_RETRY_S: u64 = 5;
+
+/// Whether a shard started with `config` writes the op log: `appendonly yes`, or a `save`
+/// policy (the log its background snapshots are built from; module docs).
+pub fn log_kept(config: &crate::config::Config) -> bool {
+    config.appendonly || !config.save.trim().is_empty()
+}
+
+/// The fsync policy of the log: `appendfsync` with `appendonly yes`; `no` when the log is
+/// kept only for the `save` policy's snapshots (Redis's `appendfsync` concerns the AOF alone).
+pub fn log_fsync(config: &crate::config::Config) -> Fsync {
+    if config.appendonly {
+        Fsync::parse(&config.appendfsync).unwrap_or(Fsync::EverySec)
+    } else {
+        Fsync::No
+    }
+}
 
 /// The keys one pass of a background snapshot's replay keeps: those whose keyed hash is
 /// `index` modulo `count` (every pass of one snapshot shares the hasher, so each key falls
@@ -103,7 +128,8 @@ fn unix_s() -> u64 {
 
 impl Shard {
     /// Opens the data directory at start: locks it, recovers, starts the writer on a new
-    /// segment and a new incarnation. With `appendonly no`, only a snapshot is loaded.
+    /// segment and a new incarnation. Without the log (`log_kept`), only what the directory
+    /// holds is loaded and nothing is written until SAVE or a stop.
     pub fn open_persistence(&mut self) -> Result<(), PersistError> {
         let started = Instant::now();
         let dir = shard_dir(&self.config.dir, self.index);
@@ -128,7 +154,8 @@ impl Shard {
         let mut p = Persist::disabled();
         p.dir = dir.clone();
         p.lock = Some(lock);
-        p.fsync = Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec);
+        p.fsync = log_fsync(&self.config);
+        p.appendonly = self.config.appendonly;
         p.recovering = true;
         p.stats.last_save_s = unix_s();
         self.persist = p;
@@ -142,7 +169,8 @@ impl Shard {
         self.persist.recovering = false;
         // Recovery only fills the library register; load the libraries once, now.
         self.settle_libraries();
-        let new_life = life::needs_new_life(prev_life.as_ref(), &boot_id, self.config.appendonly);
+        let keep_log = log_kept(&self.config);
+        let new_life = life::needs_new_life(prev_life.as_ref(), &boot_id, keep_log);
         if new_life {
             let from = self.sync.life;
             let to = self.begin_life();
@@ -156,6 +184,7 @@ impl Shard {
         let now_life = life::LifeRecord {
             life: self.sync.life,
             boot_id,
+            logged: keep_log,
         };
         if prev_life.as_ref() != Some(&now_life) {
             life::write(&dir, &now_life)?;
@@ -186,7 +215,7 @@ impl Shard {
             stats.snapshot_bytes = *bytes;
         }
         self.persist.next_pos = rec.next_pos;
-        if self.config.appendonly {
+        if keep_log {
             // A fresh segment for this life (reuse an empty one left at the same position).
             let mut segments = rec.segments;
             if segments.last().is_some_and(|s| s.first_pos == rec.next_pos) {
@@ -298,7 +327,7 @@ impl Shard {
             return Err("in progress".to_string());
         }
         if self.persist.writer.is_none() {
-            return Err("appendonly is off".to_string());
+            return Err("no op log (appendonly no and no save policy at start)".to_string());
         }
         // The snapshot covers the closed segments: everything before `upto`.
         self.persist.rotate().map_err(|e| e.to_string())?;
@@ -367,7 +396,11 @@ impl Shard {
                 }
             }
         }
-        if self.persist.job.is_some() || self.persist.writer.is_none() {
+        if self.persist.job.is_some() {
+            return;
+        }
+        if self.persist.writer.is_none() {
+            self.foreground_policy_snapshot(now_ms);
             return;
         }
         if self.persist.scheduled {
@@ -375,17 +408,7 @@ impl Shard {
             let _ = self.start_background_snapshot(JobKind::Rewrite);
             return;
         }
-        let since_s = (now_ms / 1000).saturating_sub(self.persist.stats.last_save_s);
-        let changes = self
-            .stats
-            .dirty
-            .saturating_sub(self.persist.stats.dirty_at_save);
-        let rules = crate::config::parse_save(&self.config.save).unwrap_or_default();
-        if changes > 0
-            && rules
-                .iter()
-                .any(|&(secs, n)| changes >= n && since_s >= secs)
-        {
+        if let Some((changes, since_s)) = self.save_policy_due(now_ms) {
             tracing::info!(changes, seconds = since_s, "snapshot by the save policy");
             let _ = self.start_background_snapshot(JobKind::Bgsave);
             return;
@@ -408,6 +431,51 @@ impl Shard {
                 let _ = self.start_background_snapshot(JobKind::Rewrite);
             }
         }
+    }
+
+    /// `(changes, seconds since the last snapshot)` when the `save` policy asks for one: not
+    /// within `POLICY_RETRY_S` of a policy snapshot that failed (Redis's
+    /// `CONFIG_BGSAVE_RETRY_DELAY`), which would otherwise be tried again at every tick.
+    fn save_policy_due(&mut self, now_ms: u64) -> Option<(u64, u64)> {
+        let now_s = now_ms / 1000;
+        if !self.persist.stats.last_save_ok
+            && now_s < self.persist.stats.last_try_s.saturating_add(POLICY_RETRY_S)
+        {
+            return None;
+        }
+        let since_s = (now_ms / 1000).saturating_sub(self.persist.stats.last_save_s);
+        let changes = self
+            .stats
+            .dirty
+            .saturating_sub(self.persist.stats.dirty_at_save);
+        let rules = crate::config::parse_save(&self.config.save).unwrap_or_default();
+        let due = changes > 0
+            && rules
+                .iter()
+                .any(|&(secs, n)| changes >= n && since_s >= secs);
+        if due {
+            self.persist.stats.last_try_s = now_s;
+        }
+        due.then_some((changes, since_s))
+    }
+
+    /// The `save` policy on a shard without the log (one set by CONFIG SET on a server
+    /// started with `appendonly no` and `save ""`): the snapshot is written as SAVE writes it,
+    /// blocking the shard meanwhile, rather than not at all. A restart with the policy in the
+    /// configuration starts the log, and the policy's snapshots are built in the background.
+    fn foreground_policy_snapshot(&mut self, now_ms: u64) {
+        if self.persist.dir.as_os_str().is_empty() {
+            return;
+        }
+        let Some((changes, since_s)) = self.save_policy_due(now_ms) else {
+            return;
+        };
+        tracing::warn!(
+            changes,
+            seconds = since_s,
+            "snapshot by the save policy, in the foreground: this server started without the op log (appendonly no, save \"\"), which background snapshots are built from"
+        );
+        let _ = self.save_now();
     }
 
     fn snapshot_done(&mut self, pos: u64, bytes: u64, dirty: u64, started: Instant, kind: JobKind) {

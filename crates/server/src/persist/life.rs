@@ -8,7 +8,10 @@
 //! in the shard's directory holds `life N` and `boot ID`, the kernel boot id of the last start.
 //!
 //! A new life begins when the boot id differs from the recorded one (a reboot), and at every
-//! start with `appendonly no` (nothing was kept), except the first start in a directory.
+//! start after or without a run that kept no log (`appendonly no` without a `save` policy:
+//! what it wrote since its last snapshot may be gone), except the first start in a directory.
+//! The file's `log yes|no` line says whether the start that wrote it keeps the log (a file
+//! without it, from before the line existed, counts as `yes`, the old rule).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -28,6 +31,8 @@ pub struct LifeRecord {
     pub life: u32,
     /// The kernel boot id of the start that wrote the file (empty: unknown).
     pub boot_id: String,
+    /// Whether the start that wrote the file keeps the op log (`job::log_kept`).
+    pub logged: bool,
 }
 
 /// The current boot id: `debug_boot_id` when set (drills simulate reboots with it), else the
@@ -68,6 +73,7 @@ pub fn read(dir: &Path) -> Result<Option<LifeRecord>, PersistError> {
 pub fn parse(text: &str) -> Result<LifeRecord, String> {
     let mut life = None;
     let mut boot_id = None;
+    let mut logged = true;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match line.split_once(' ') {
             Some(("life", n)) => {
@@ -78,13 +84,25 @@ pub fn parse(text: &str) -> Result<LifeRecord, String> {
                 );
             }
             Some(("boot", id)) => boot_id = Some(id.trim().to_string()),
+            Some(("log", "yes")) => logged = true,
+            Some(("log", "no")) => logged = false,
             _ => return Err(format!("unexpected line {line:?}")),
         }
     }
     match (life, boot_id) {
-        (Some(life), Some(boot_id)) => Ok(LifeRecord { life, boot_id }),
+        (Some(life), Some(boot_id)) => Ok(LifeRecord {
+            life,
+            boot_id,
+            logged,
+        }),
         _ => Err("a line is missing".to_string()),
     }
+}
+
+/// The text of a life file (`parse` reads it back).
+pub fn format(rec: &LifeRecord) -> String {
+    let log = if rec.logged { "yes" } else { "no" };
+    format!("life {}\nboot {}\nlog {log}\n", rec.life, rec.boot_id)
 }
 
 /// Writes the life file of `dir` durably (temporary file, fsync, rename, directory fsync):
@@ -92,7 +110,7 @@ pub fn parse(text: &str) -> Result<LifeRecord, String> {
 pub fn write(dir: &Path, rec: &LifeRecord) -> Result<(), PersistError> {
     let tmp = dir.join(format!("{LIFE_FILE}.tmp"));
     let path = dir.join(LIFE_FILE);
-    let text = format!("life {}\nboot {}\n", rec.life, rec.boot_id);
+    let text = format(rec);
     let io = |e| PersistError::io(&tmp, e);
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
     f.write_all(text.as_bytes()).map_err(io)?;
@@ -104,12 +122,15 @@ pub fn write(dir: &Path, rec: &LifeRecord) -> Result<(), PersistError> {
         .map_err(|e| PersistError::io(dir, e))
 }
 
-/// Whether a start on boot `boot_id` after `prev` must begin a new life.
-pub fn needs_new_life(prev: Option<&LifeRecord>, boot_id: &str, appendonly: bool) -> bool {
+/// Whether a start on boot `boot_id` after `prev` must begin a new life: `log_kept`, whether
+/// this start keeps the log.
+pub fn needs_new_life(prev: Option<&LifeRecord>, boot_id: &str, log_kept: bool) -> bool {
     match prev {
         // The first start in this directory: no op was ever issued from it.
         None => false,
-        Some(_) if !appendonly => true,
+        // Without the log now, this run's writes may be lost at its end; after a run
+        // without it, they may have been.
+        Some(p) if !log_kept || !p.logged => true,
         Some(p) => boot_id.is_empty() || p.boot_id != boot_id,
     }
 }
@@ -122,18 +143,29 @@ mod tests {
     fn round_trips_and_refuses_garbage() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read(dir.path()).unwrap(), None);
-        let rec = LifeRecord {
-            life: 7,
-            boot_id: "0b5e-11".into(),
-        };
-        write(dir.path(), &rec).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), Some(rec));
+        for logged in [true, false] {
+            let rec = LifeRecord {
+                life: 7,
+                boot_id: "0b5e-11".into(),
+                logged,
+            };
+            write(dir.path(), &rec).unwrap();
+            assert_eq!(read(dir.path()).unwrap(), Some(rec));
+        }
+        // A file from before the `log` line: the start that wrote it counts as logged.
+        std::fs::write(dir.path().join(LIFE_FILE), "life 3\nboot b\n").unwrap();
+        assert!(
+            read(dir.path())
+                .unwrap()
+                .is_some_and(|r| r.logged && r.life == 3)
+        );
         assert!(!dir.path().join("life.tmp").exists());
         for bad in [
             "life x\nboot y\n",
             "life 1\n",
             "boot y\n",
             "life 1\nboot y\nz\n",
+            "life 1\nboot y\nlog maybe\n",
         ] {
             std::fs::write(dir.path().join(LIFE_FILE), bad).unwrap();
             let e = read(dir.path()).unwrap_err().to_string();
@@ -148,6 +180,7 @@ mod tests {
         let prev = LifeRecord {
             life: 0,
             boot_id: "b1".into(),
+            logged: true,
         };
         assert!(!needs_new_life(None, "b1", true));
         assert!(!needs_new_life(None, "b1", false));
@@ -155,6 +188,13 @@ mod tests {
         assert!(needs_new_life(Some(&prev), "b2", true));
         assert!(needs_new_life(Some(&prev), "", true));
         assert!(needs_new_life(Some(&prev), "b1", false));
+        // After a run without the log, even a start that keeps one.
+        let unlogged = LifeRecord {
+            logged: false,
+            ..prev.clone()
+        };
+        assert!(needs_new_life(Some(&unlogged), "b1", true));
+        assert!(needs_new_life(Some(&unlogged), "b1", false));
     }
 
     #[test]

@@ -132,6 +132,9 @@ pub struct SaveStats {
     pub loaded_keys: u64,
     pub loaded_records: u64,
     pub load_ms: u64,
+    /// Unix seconds when the `save` policy last started a snapshot (a retry waits after a
+    /// failure, `job::POLICY_RETRY_S`).
+    pub last_try_s: u64,
 }
 
 /// The segment the shard writes to.
@@ -157,8 +160,10 @@ pub enum AfterBatch {
 /// The shard's side of persistence.
 #[derive(Debug)]
 pub struct Persist {
-    /// Whether the op log is written (`appendonly`).
-    pub enabled: bool,
+    /// `appendonly`: the log is the durability the operator asked for (INFO's `aof_enabled`,
+    /// its `appendfsync`, its MISCONF text). The log may be written without it, for the
+    /// `save` policy's snapshots (`job::log_kept`).
+    pub appendonly: bool,
     pub fsync: Fsync,
     /// The shard's directory (`dir/shard-N`).
     pub dir: PathBuf,
@@ -213,7 +218,7 @@ impl Persist {
     /// Persistence off (tests of the keyspace alone, and background snapshots' replay).
     pub fn disabled() -> Persist {
         Persist {
-            enabled: false,
+            appendonly: false,
             fsync: Fsync::EverySec,
             dir: PathBuf::new(),
             replica: meridian_crdt::ReplicaId(0),
@@ -464,11 +469,17 @@ impl Persist {
     }
 
     /// After a batch of commands (`pos_before`: `next_pos` when it began): writes what it
-    /// logged, and under `always` says how long its replies must wait.
+    /// logged, and under `always` says how long its replies must wait. A log kept only for
+    /// the `save` policy's snapshots (`appendonly no`) is written by the flush loop within
+    /// `FLUSH_PERIOD_MS` instead (or at `PENDING_BYTES_MAX`, or when the syncer streams the
+    /// ops): one `write(2)` per period rather than per batch, since no reply waits on it.
     pub fn after_batch(&mut self, pos_before: u64) -> AfterBatch {
         let Some(w) = self.writer.clone() else {
             return AfterBatch::Reply;
         };
+        if !self.appendonly {
+            return AfterBatch::Reply;
+        }
         let wrote = self.next_pos > pos_before;
         let written = self.flush();
         if self.fsync != Fsync::Always {
@@ -512,7 +523,13 @@ impl Persist {
             .last_error
             .clone()
             .unwrap_or_else(|| "unknown error".to_string());
-        Some(format!("MISCONF Errors writing to the AOF file: {why}"))
+        Some(if self.appendonly {
+            format!("MISCONF Errors writing to the AOF file: {why}")
+        } else {
+            format!(
+                "MISCONF Meridian is configured to save snapshots, but it's currently unable to write the op log they are built from: {why}. Commands that may modify the data set are disabled. Please check the Meridian logs for details."
+            )
+        })
     }
 
     /// Records durable (fsynced).
