@@ -584,10 +584,13 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
         ));
     }
     let mut pairs: Vec<(f64, &[u8])> = Vec::with_capacity(elements);
+    // The increment as given: the reply of INCR on a new member (Redis replies `-0` there).
+    let mut given = 0.0;
     for i in 0..elements {
+        let parsed = parse_score(arg(argv, idx + 2 * i)).ok_or(CmdError::NotFloat)?;
+        given = parsed;
         // -0 is stored as 0, as Redis's listpack stores it.
-        let score = parse_score(arg(argv, idx + 2 * i)).ok_or(CmdError::NotFloat)? + 0.0;
-        pairs.push((score, arg(argv, idx + 2 * i + 1)));
+        pairs.push((parsed + 0.0, arg(argv, idx + 2 * i + 1)));
     }
     let exists = read_quiet(ctx.shard, ctx.client.db, ctx.now_ms, key)?.is_some();
     let incr = has(ZADD_INCR);
@@ -632,7 +635,8 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
                     }
                     added += 1;
                     processed += 1;
-                    last_score = score;
+                    // INCR takes a single pair: `given` is its increment.
+                    last_score = if incr { given } else { score };
                 }
             }
         }
@@ -1432,6 +1436,19 @@ fn zintercard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Redis's replies to `-0`: the increment of a new member as given, a stored score
+    /// without its sign (a listpack keeps -0 as 0), and 0 + -0 = 0 for an existing one.
+    #[test]
+    fn negative_zero_scores_reply_as_redis_does() {
+        let mut t = crate::cmd::testing::Harness::new();
+        assert_eq!(t.run(&["ZINCRBY", "z", "-0", "b"]), "$2\r\n-0\r\n");
+        assert_eq!(t.run(&["ZSCORE", "z", "b"]), "$1\r\n0\r\n");
+        assert_eq!(t.run(&["ZADD", "z", "INCR", "-0", "c"]), "$2\r\n-0\r\n");
+        assert_eq!(t.run(&["ZADD", "z", "-0", "a"]), ":1\r\n");
+        assert_eq!(t.run(&["ZSCORE", "z", "a"]), "$1\r\n0\r\n");
+        assert_eq!(t.run(&["ZINCRBY", "z", "-0", "a"]), "$1\r\n0\r\n");
+    }
 
     #[test]
     fn score_bounds_parse_like_zslparserange() {
