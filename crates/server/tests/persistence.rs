@@ -1888,6 +1888,68 @@ fn a_save_policy_set_without_the_log_snapshots_in_the_foreground() {
     assert_ne!(disk::info(&mut c, "crdt")["crdt_life"], life);
 }
 
+/// CONFIG SET appendonly at run time, as Redis's: `yes` on a node started without any log
+/// starts one, from a snapshot of the live state, so a SIGKILL after it loses nothing; `no`
+/// without a save policy stops it (the life file says so first, and the next start begins a
+/// new life), and what is written after it is lost at a SIGKILL, as in Redis; `no` with a
+/// policy keeps the log for the policy's snapshots.
+#[test]
+fn config_set_appendonly_starts_and_stops_the_log() {
+    let mut node = Node::start_new(&["--appendonly", "no", "--save", ""]);
+    let mut c = node.connect();
+    ok(&mut c, &["SET", "before", "1"]);
+    let shard = node.shard_dir();
+    assert!(disk::segments(&shard).is_empty());
+    ok(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    let info = disk::info(&mut c, "persistence");
+    assert_eq!(info["aof_enabled"], "1");
+    assert_eq!(info["aof_fsync"], "everysec");
+    assert!(!disk::segments(&shard).is_empty());
+    assert_eq!(disk::snapshots(&shard).len(), 1);
+    assert!(
+        std::fs::read_to_string(shard.join("life"))
+            .unwrap()
+            .contains("log yes")
+    );
+    ok(&mut c, &["SET", "after", "2"]);
+    let life = disk::info(&mut c, "crdt")["crdt_life"].clone();
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["GET", "before"]), Reply::bulk("1"));
+    assert_eq!(c.reply(&["GET", "after"]), Reply::bulk("2"));
+    // This start (flags `appendonly no`, `save ""`) keeps no log: a new life, as any such.
+    assert_ne!(disk::info(&mut c, "crdt")["crdt_life"], life);
+    // `no` with a policy in the same command: the log stays, unfsynced.
+    ok(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "appendonly", "no", "save", "3600 1"],
+    );
+    let info = disk::info(&mut c, "persistence");
+    assert_eq!(
+        (info["aof_enabled"].as_str(), info["aof_fsync"].as_str()),
+        ("0", "no")
+    );
+    ok(&mut c, &["SET", "kept", "3"]);
+    // `no` without one: the log stops.
+    ok(&mut c, &["CONFIG", "SET", "save", ""]);
+    ok(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    ok(&mut c, &["CONFIG", "SET", "appendonly", "no"]);
+    assert!(!disk::info(&mut c, "persistence").contains_key("aof_fsync"));
+    assert!(
+        std::fs::read_to_string(shard.join("life"))
+            .unwrap()
+            .contains("log no")
+    );
+    ok(&mut c, &["SET", "lost", "4"]);
+    std::thread::sleep(Duration::from_millis(100));
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["GET", "kept"]), Reply::bulk("3"));
+    assert_eq!(c.reply(&["GET", "lost"]), Reply::Nil);
+    assert_eq!(c.reply(&["GET", "after"]), Reply::bulk("2"));
+}
+
 /// A node holding 300 keys, restarted with `key-load-delay` (5 ms a record: its replay takes
 /// about 1.5 s), and a connection made while it loads. The directory lives as long as the
 /// first value.

@@ -891,6 +891,28 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             ));
         }
     }
+    // A changed `appendonly` starts, turns or stops the log now (Redis's `updateAppendonly`);
+    // when it cannot, nothing is applied. `save` set in the same command decides whether an
+    // `appendonly no` log stays for the policy's snapshots.
+    if let Some((p, v)) = parsed.iter().find(|(p, _)| p.name == "appendonly") {
+        let on = v == "yes";
+        if on != ctx.shard.config.appendonly {
+            let save = parsed
+                .iter()
+                .find(|(q, _)| q.name == "save")
+                .map_or(ctx.shard.config.save.as_str(), |(_, v)| v.as_str());
+            let policy = !save.trim().is_empty();
+            if let Err(e) = ctx.shard.set_appendonly(on, policy) {
+                tracing::warn!(error = %e, appendonly = on, "CONFIG SET appendonly: the log did not change");
+                let why = if on {
+                    "Unable to turn on AOF. Check server logs."
+                } else {
+                    "Unable to turn off AOF. Check server logs."
+                };
+                return Err(failed(p.name.as_bytes(), why));
+            }
+        }
+    }
     for (p, v) in &parsed {
         p.set(&mut ctx.shard.config, v);
         config_applied(ctx.shard, ctx.front, p.name);
@@ -1773,9 +1795,10 @@ mod tests {
             "+OK\r\n"
         );
         assert_eq!(t.shard.config.save, "");
+        // No data directory here: the log cannot start or stop.
         assert!(
             t.run(&["config", "set", "appendonly", "no"])
-                .contains("immutable")
+                .contains("Unable to turn off AOF")
         );
         assert!(
             t.run(&["config", "set", "save", "10"])

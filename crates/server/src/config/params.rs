@@ -331,8 +331,7 @@ pub static PARAMS: &[Param] = &[
             set: |c, v| c.cluster_api = Some(v == "yes"),
         }, "Whether the Redis Cluster API is on (`cluster-api`, resolved at start).")
         .immutable(),
-    field("appendonly", Kind::Bool, field!(appendonly), "Write every op to the on-disk log as the AOF: fsynced by `appendfsync` (set at start). With `no`, a `save` policy at start still keeps the log, never fsynced, for its background snapshots (docs/persistence.md §4).")
-        .fixed(),
+    field("appendonly", Kind::Bool, field!(appendonly), "Write every op to the on-disk log as the AOF, fsynced by `appendfsync`. With `no`, a `save` policy still keeps the log, never fsynced, for its background snapshots; CONFIG SET starts a log with a snapshot of the live state (docs/persistence.md §4)."),
     stored("cluster-allow-reads-when-down", Kind::Bool, "no", NO_CLUSTER),
     stored("cluster-allow-pubsubshard-when-down", Kind::Bool, "yes", NO_CLUSTER),
     stored("crash-log-enabled", Kind::Bool, "yes", PROCESS),

@@ -223,41 +223,7 @@ impl Shard {
                     let _ = std::fs::remove_file(&s.path);
                 }
             }
-            let (file, path) = writer::create_segment(&dir, self.replica, rec.next_pos)
-                .map_err(|e| PersistError::io(&dir, e))?;
-            let bytes = super::record::SEGMENT_HEADER_BYTES as u64;
-            segments.push(writer::SegmentInfo {
-                first_pos: rec.next_pos,
-                end_pos: rec.next_pos,
-                path: path.clone(),
-                bytes,
-                own_first_seq: 0,
-                own_last_seq: 0,
-            });
-            self.persist.stats.log_bytes_at_snapshot = segments.iter().map(|s| s.bytes).sum();
-            let shared = Arc::new(WriterShared::default());
-            shared.written_pos.store(rec.next_pos, Ordering::Release);
-            shared.durable_pos.store(rec.next_pos, Ordering::Release);
-            shared.durable_own_seq.store(self.seq, Ordering::Release);
-            shared.state().segments = segments;
-            let file = Arc::new(file);
-            let setup = WriterSetup {
-                dir: dir.clone(),
-                watermark: self.config.debug_fsync_watermark,
-                fsync: self.persist.fsync,
-                period: if self.sync.peers.is_empty() {
-                    writer::FSYNC_PERIOD
-                } else {
-                    writer::FSYNC_PERIOD_WITH_PEERS
-                },
-                file: file.clone(),
-                path: path.clone(),
-                bytes,
-            };
-            self.persist.replica = self.replica;
-            self.persist.segment_bytes_max = self.config.log_segment_bytes_max;
-            self.persist
-                .start_writer(shared, setup, super::LogFile { file, path, bytes });
+            self.start_writer_at(&dir, rec.next_pos, segments)?;
             let (inc, first) = (self.sync.incarnation, first_seq);
             self.persist.append_incarnation(inc, first);
             let now = self.now_ms();
@@ -319,6 +285,158 @@ impl Shard {
         self.save_now()?;
         tracing::info!("DB saved on disk");
         Ok(true)
+    }
+
+    /// Starts the writer on a new segment at `pos`, after `segments` (the log's older
+    /// segments, kept for recovery and peers until snapshots cover them).
+    fn start_writer_at(
+        &mut self,
+        dir: &Path,
+        pos: u64,
+        mut segments: Vec<writer::SegmentInfo>,
+    ) -> Result<(), PersistError> {
+        let (file, path) =
+            writer::create_segment(dir, self.replica, pos).map_err(|e| PersistError::io(dir, e))?;
+        let bytes = super::record::SEGMENT_HEADER_BYTES as u64;
+        segments.push(writer::SegmentInfo {
+            first_pos: pos,
+            end_pos: pos,
+            path: path.clone(),
+            bytes,
+            own_first_seq: 0,
+            own_last_seq: 0,
+        });
+        self.persist.stats.log_bytes_at_snapshot = segments.iter().map(|s| s.bytes).sum();
+        let shared = Arc::new(WriterShared::default());
+        shared.written_pos.store(pos, Ordering::Release);
+        shared.durable_pos.store(pos, Ordering::Release);
+        shared.durable_own_seq.store(self.seq, Ordering::Release);
+        shared.state().segments = segments;
+        let file = Arc::new(file);
+        let setup = WriterSetup {
+            dir: dir.to_path_buf(),
+            watermark: self.config.debug_fsync_watermark,
+            fsync: self.persist.fsync,
+            period: if self.sync.peers.is_empty() {
+                writer::FSYNC_PERIOD
+            } else {
+                writer::FSYNC_PERIOD_WITH_PEERS
+            },
+            file: file.clone(),
+            path: path.clone(),
+            bytes,
+        };
+        self.persist.replica = self.replica;
+        self.persist.segment_bytes_max = self.config.log_segment_bytes_max;
+        self.persist
+            .start_writer(shared, setup, super::LogFile { file, path, bytes });
+        Ok(())
+    }
+
+    /// CONFIG SET appendonly (Redis's `startAppendOnly` / `stopAppendOnly`), on this shard:
+    /// `on` makes the log the AOF (fsynced by `appendfsync`); off, it stays for the `save`
+    /// policy's snapshots when `policy` (the `save` the command leaves) is set, and stops
+    /// otherwise. Starting a log this shard runs without writes the snapshot it continues
+    /// from first, blocking the shard as SAVE does (Redis forks its AOF rewrite instead).
+    pub fn set_appendonly(&mut self, on: bool, policy: bool) -> Result<(), String> {
+        if self.persist.dir.as_os_str().is_empty() {
+            return Err("no data directory".to_string());
+        }
+        if self.persist.writer.is_none() {
+            if on || policy {
+                self.start_log_now()?;
+            }
+        } else if !on && !policy {
+            self.stop_log_now()?;
+        }
+        self.persist.appendonly = on;
+        let fsync = if on {
+            Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec)
+        } else {
+            Fsync::No
+        };
+        self.persist.set_fsync(fsync);
+        self.persist.flush();
+        let log = if self.persist.writer.is_some() {
+            "kept"
+        } else {
+            "stopped"
+        };
+        tracing::info!(appendonly = on, log, "appendonly changed");
+        Ok(())
+    }
+
+    /// Starts the log while the shard runs: a new segment at the next position, the snapshot
+    /// of the live state at that position (recovery replays the segment from it; the own ops
+    /// before it are in it, so none waits to be written), and the life file's `log yes`.
+    /// Segments older runs left stay, for the snapshot kept before it.
+    fn start_log_now(&mut self) -> Result<(), String> {
+        let dir = self.persist.dir.clone();
+        let pos = self.persist.next_pos;
+        let listing = recover::list(&dir).map_err(|e| e.to_string())?;
+        let (mut old, at_pos): (Vec<_>, Vec<_>) =
+            listing.segments.into_iter().partition(|(p, _)| *p < pos);
+        // A segment an earlier run began at this position holds no record (recovery ended
+        // here): the new one takes its name.
+        for (_, path) in at_pos.into_iter().filter(|(p, _)| *p == pos) {
+            let _ = std::fs::remove_file(path);
+        }
+        old.sort();
+        let ends: Vec<u64> = old.iter().skip(1).map(|(p, _)| *p).chain([pos]).collect();
+        let segments = old
+            .into_iter()
+            .zip(ends)
+            .map(|((first_pos, path), end_pos)| writer::SegmentInfo {
+                first_pos,
+                end_pos,
+                bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
+                path,
+                own_first_seq: 0,
+                own_last_seq: 0,
+            })
+            .collect();
+        self.persist.own_written_seq = self.seq;
+        self.start_writer_at(&dir, pos, segments)
+            .map_err(|e| e.to_string())?;
+        let saved = self.save_now().and_then(|()| {
+            life::write(
+                &dir,
+                &life::LifeRecord {
+                    life: self.sync.life,
+                    boot_id: life::boot_id(&self.config.debug_boot_id),
+                    logged: true,
+                },
+            )
+            .map_err(|e| e.to_string())
+        });
+        if let Err(e) = saved {
+            let path = self.persist.log.as_ref().map(|l| l.path.clone());
+            self.persist.close();
+            if let Some(path) = path {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Stops the log while the shard runs: the life file says `log no` first (a restart
+    /// after this run may have lost own ops that peers hold: it begins a new life), then the
+    /// log is written, fsynced and closed. Its segments stay; recovery replays them up to
+    /// here.
+    fn stop_log_now(&mut self) -> Result<(), String> {
+        let dir = self.persist.dir.clone();
+        life::write(
+            &dir,
+            &life::LifeRecord {
+                life: self.sync.life,
+                boot_id: life::boot_id(&self.config.debug_boot_id),
+                logged: false,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        self.persist.close();
+        Ok(())
     }
 
     /// BGSAVE / BGREWRITEAOF / the automatic policy: starts a background snapshot.
