@@ -979,6 +979,16 @@ impl KeyState {
         }
     }
 
+    /// The visible sorted set's encoding hint becomes Redis's skiplist
+    /// (`ZSetCrdt::convert_to_skiplist`); nothing when the key holds no sorted set.
+    pub fn convert_zset_to_skiplist(&mut self) {
+        if let Some(Value::ZSet(z)) = &mut self.value {
+            if z.is_live() {
+                z.convert_to_skiplist();
+            }
+        }
+    }
+
     /// The visible list, if the key holds one.
     pub fn list(&self) -> Option<&ListCrdt> {
         match &self.value {

@@ -632,6 +632,15 @@ impl ZSetCrdt {
         self.inner.as_ref().is_some_and(|i| !i.elems.is_empty())
     }
 
+    /// Holds it as Redis's skiplist from now on (`fits_listpack` false) while it has members:
+    /// SORT and SORT_RO convert the sorted set they read in Redis 7.0 (`zsetConvert` in
+    /// `sortCommandGeneric`). A local hint, like the rest of it.
+    pub fn convert_to_skiplist(&mut self) {
+        if let Some(i) = self.inner.as_deref_mut() {
+            i.most = u32::MAX;
+        }
+    }
+
     /// Whether Redis 7.0 would hold this sorted set as a listpack (OBJECT ENCODING): it never
     /// held more than `entries_max` members nor one longer than `value_max` bytes
     /// (`zset-max-listpack-entries`, `zset-max-listpack-value`; Redis converts one way only).

@@ -875,6 +875,15 @@ impl Shard {
         self.set_str_encoding(db, key, StrEnc::Raw);
     }
 
+    /// SORT's conversion of the sorted set at `key` to Redis's skiplist encoding (a local
+    /// hint: OBJECT ENCODING).
+    pub fn convert_zset_to_skiplist(&mut self, db: usize, key: &[u8]) {
+        let hash = self.hash_key(key);
+        if let Some(e) = self.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
+            e.state.convert_zset_to_skiplist();
+        }
+    }
+
     /// Records how the command that wrote the string at `key` left it encoded (`StrEnc`).
     pub fn set_str_encoding(&mut self, db: usize, key: &[u8], str_enc: StrEnc) {
         let hash = self.hash_key(key);

@@ -206,13 +206,15 @@ pub(crate) fn load_from(
             super::set::redis_order(&mut members);
             Ok((Kind::Set, members))
         }
-        Some(TypeTag::ZSet) => Ok((
-            Kind::ZSet,
-            state
+        Some(TypeTag::ZSet) => {
+            let members = state
                 .zset()
                 .map(|z| z.iter().map(|(m, _)| m.to_vec()).collect())
-                .unwrap_or_default(),
-        )),
+                .unwrap_or_default();
+            // Redis's SORT and SORT_RO convert the sorted set they read, for good.
+            shard.convert_zset_to_skiplist(db, key);
+            Ok((Kind::ZSet, members))
+        }
         Some(_) => Err(CmdError::WrongType),
     }
 }

@@ -1437,6 +1437,26 @@ fn zintercard(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 mod tests {
     use super::*;
 
+    /// SORT and SORT_RO leave the sorted set they read a skiplist, as Redis 7.0's convert it;
+    /// a set emptied and written again starts as a listpack.
+    #[test]
+    fn sort_converts_a_sorted_set_to_a_skiplist() {
+        let mut t = crate::cmd::testing::Harness::new();
+        t.run(&["ZADD", "z", "1", "a", "2", "b"]);
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "z"]), "$8\r\nlistpack\r\n");
+        assert_eq!(
+            t.run(&["SORT_RO", "z", "ALPHA"]),
+            "*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+        );
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "z"]), "$8\r\nskiplist\r\n");
+        t.run(&["ZADD", "y", "1", "a"]);
+        t.run(&["SORT", "y", "BY", "nosort"]);
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "y"]), "$8\r\nskiplist\r\n");
+        t.run(&["ZREM", "y", "a"]);
+        t.run(&["ZADD", "y", "1", "a"]);
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "y"]), "$8\r\nlistpack\r\n");
+    }
+
     /// Redis's replies to `-0`: the increment of a new member as given, a stored score
     /// without its sign (a listpack keeps -0 as 0), and 0 + -0 = 0 for an existing one.
     #[test]
