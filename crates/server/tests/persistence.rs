@@ -1950,6 +1950,28 @@ fn config_set_appendonly_starts_and_stops_the_log() {
     assert_eq!(c.reply(&["GET", "after"]), Reply::bulk("2"));
 }
 
+/// FLUSHALL with a `save` policy saves the emptied data set at once, as Redis's
+/// `flushAllDataAndResetRDB`: no older snapshot brings the keys back at a restart (here a node
+/// without the log, whose policy was set at run time), and the changes since the last save
+/// are 0; without a policy they count.
+#[test]
+fn flushall_with_a_save_policy_saves_the_empty_data_set() {
+    let mut node = Node::start_new(&["--appendonly", "no", "--save", ""]);
+    let mut c = node.connect();
+    ok(&mut c, &["SET", "k", "v"]);
+    ok(&mut c, &["FLUSHALL"]);
+    assert!(persistence_u64(&mut c, "rdb_changes_since_last_save") > 0);
+    ok(&mut c, &["SET", "k", "v"]);
+    ok(&mut c, &["CONFIG", "SET", "save", "3600 1"]);
+    ok(&mut c, &["SAVE"]);
+    ok(&mut c, &["FLUSHALL", "ASYNC"]);
+    assert_eq!(persistence_u64(&mut c, "rdb_changes_since_last_save"), 0);
+    node.restart();
+    let mut c = node.connect();
+    assert_eq!(c.reply(&["GET", "k"]), Reply::Nil);
+    assert_eq!(c.int(&["DBSIZE"]), 0);
+}
+
 /// A node holding 300 keys, restarted with `key-load-delay` (5 ms a record: its replay takes
 /// about 1.5 s), and a connection made while it loads. The directory lives as long as the
 /// first value.

@@ -1079,6 +1079,12 @@ fn flushall(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     });
     ctx.shard.lazyfree.free(freed);
+    // Redis's `flushAllDataAndResetRDB`: with a `save` policy the emptied data set is saved
+    // at once, so no older snapshot brings the flushed keys back at a restart (this shard may
+    // run without the log), and the changes since the last save are 0.
+    if !ctx.shard.config.save.trim().is_empty() && ctx.shard.persist.job.is_none() {
+        let _ = ctx.shard.save_now();
+    }
     tracking_flushed(ctx);
     ctx.out.ok();
     Ok(())
