@@ -1,4 +1,4 @@
-//! Redis's serialization of one value, as DUMP writes and RESTORE reads it.
+//! Redis's serialization of one value, as DUMP writes and RESTORE reads it, and of a whole RDB file.
 //!
 //! A payload is one value in RDB version 10's encoding (a type byte, then the value), the
 //! 2-byte RDB version and a CRC-64 of everything before it (Redis 7.0.15's
@@ -16,6 +16,7 @@
 //! - `listpack`, `ziplist`, `intset`, `zipmap`: the packed containers, built and validated.
 //! - `decode`: `decode_payload`, the RESTORE side (every type Redis 7.0 still loads).
 //! - `encode`: `encode_*`, the DUMP side (the encoding Redis 7.0 chooses).
+//! - `file`: a whole RDB file of such values (what `redis-cli --rdb` saves).
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
@@ -23,6 +24,7 @@
 
 pub mod decode;
 pub mod encode;
+pub mod file;
 pub mod intset;
 pub mod listpack;
 pub mod lzf;

@@ -576,6 +576,21 @@ pub struct Client {
     /// CLIENT INFO and CLIENT LIST then show the transaction as Redis does (flag `x`,
     /// `multi=n`, `cmd=exec`, EXEC's own request in `qbuf` and `argv-mem`).
     pub exec_running: Option<(usize, usize)>,
+    /// What REPLCONF asked for (`cmd::replicas`): SYNC and PSYNC serve only `rdb-only`.
+    pub repl: ReplRequest,
+}
+
+/// A client's REPLCONF settings (Redis's `CLIENT_REPL_RDBONLY`, `slave_req`, `slave_capa`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReplRequest {
+    /// `rdb-only 1`: it wants the RDB file and no replication stream (`redis-cli --rdb`).
+    pub rdb_only: bool,
+    /// `rdb-filter-only functions` (or `""`): the file holds the libraries and no keys.
+    pub functions_only: bool,
+    /// `rdb-filter-only` was given: a filtered file, which needs `capa eof`.
+    pub filtered: bool,
+    /// `capa eof`.
+    pub capa_eof: bool,
 }
 
 impl Client {
@@ -598,6 +613,7 @@ impl Client {
             reply_mode: ReplyMode::On,
             caching: false,
             exec_running: None,
+            repl: ReplRequest::default(),
         }
     }
 

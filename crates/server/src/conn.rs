@@ -2206,7 +2206,8 @@ impl Conn {
             | Special::Scan
             | Special::RandomKey
             | Special::CrdtWait
-            | Special::Shutdown => barrier(BarrierKind::Special(sp)),
+            | Special::Shutdown
+            | Special::Sync => barrier(BarrierKind::Special(sp)),
         }
     }
 
@@ -2977,6 +2978,7 @@ impl Conn {
             Special::RandomKey => self.randomkey(spec, argv).await,
             Special::CrdtWait => return self.crdt_wait(spec, argv, stream, rbuf, pos).await,
             Special::Shutdown => self.shutdown(spec, argv).await,
+            Special::Sync => self.sync_rdb(spec, argv).await,
             Special::Sort => {
                 let th = self.th.clone();
                 let Conn {
@@ -3951,6 +3953,73 @@ impl Conn {
             pick -= n;
         }
         self.out.null();
+    }
+
+    /// SYNC / PSYNC on the main port (`Special::Sync`, `cmd::replicas`): for a `REPLCONF
+    /// rdb-only 1` client, the RDB file of every shard's part of this process, as Redis's full
+    /// resync sends it (`cmd::replicas::sync_head`), and the connection closes once it is
+    /// written, as Redis closes an rdb-only replica.
+    async fn sync_rdb(&mut self, _spec: &'static CommandSpec, argv: Vec<Vec<u8>>) {
+        let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let req = self.client.repl;
+        self.out.proto = self.client.shared.proto.get();
+        // Redis's check: the file must follow the replies already sent, not share a write
+        // with them.
+        if !self.out.buf.is_empty() {
+            self.out.error(&CmdError::Err(
+                "SYNC and PSYNC are invalid with pending output".to_string(),
+            ));
+            return;
+        }
+        if let Err(e) = cmd::replicas::sync_allowed(&borrowed, req) {
+            self.out.error(&e);
+            return;
+        }
+        let psync = borrowed
+            .first()
+            .is_some_and(|c| c.eq_ignore_ascii_case(b"psync"));
+        let now = crate::time::wall_ms();
+        let functions_only = req.functions_only;
+        let results = hop::run_on_all(&self.th, move |t| {
+            cmd::replicas::rdb_part(&mut t.shard.borrow_mut(), functions_only, now)
+        })
+        .await;
+        let mut parts = Vec::with_capacity(results.len());
+        for r in results {
+            match r {
+                Ok(Ok(part)) => parts.push(part),
+                Ok(Err(why)) => {
+                    tracing::warn!(error = %why, "SYNC: no RDB file");
+                    self.out
+                        .error(&CmdError::Err(format!("SYNC failed: {why}")));
+                    return;
+                }
+                Err(e) => {
+                    self.out.error(&hop::unavailable_error(e));
+                    return;
+                }
+            }
+        }
+        let config = self.th.shard.borrow().config.clone();
+        let m = cmd::server::memory_use();
+        let used = if m.allocated > 0 { m.allocated } else { m.rss };
+        let file = match cmd::replicas::rdb_file(&parts, &config, used, now) {
+            Ok(f) => f,
+            Err(why) => {
+                tracing::warn!(error = %why, "SYNC: no RDB file");
+                self.out
+                    .error(&CmdError::Err(format!("SYNC failed: {why}")));
+                return;
+            }
+        };
+        drop(parts);
+        tracing::info!(
+            bytes = file.len(),
+            "SYNC: sending the RDB file to an rdb-only client"
+        );
+        self.out.raw(&cmd::replicas::sync_head(psync, file.len()));
+        self.out.raw(&file);
+        self.client.close_after_reply = true;
     }
 
     /// SHUTDOWN with several shards, in two steps so that a snapshot that fails leaves every

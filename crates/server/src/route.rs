@@ -93,6 +93,8 @@ pub enum Special {
     CrdtWait,
     /// DEBUG: by subcommand.
     Debug,
+    /// SYNC and PSYNC for a `REPLCONF rdb-only 1` client: an RDB file of every shard.
+    Sync,
     /// CRDT.DIGEST: by argument (all, SLOTS, SLOT n).
     Digest,
     /// SHUTDOWN: every shard closes its log before the process exits.
@@ -184,6 +186,7 @@ pub fn class_of(name: &str) -> Class {
         "crdt.digest" => Special(self::Special::Digest),
         "debug" => Special(self::Special::Debug),
         "shutdown" => Special(self::Special::Shutdown),
+        "sync" | "psync" => Special(self::Special::Sync),
         "sort" | "sort_ro" => Special(self::Special::Sort),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
             Special(self::Special::Script)

@@ -4,7 +4,8 @@
 //! there, RESTOREs the payload into Meridian, compares what both servers show, DUMPs it from
 //! Meridian, RESTOREs that payload into Redis and compares again; where Redis's encoding
 //! depends only on the contents, Meridian's payload must equal Redis's byte for byte. Then
-//! RESTORE's options and errors, damaged payloads, and MIGRATE between the two servers.
+//! RESTORE's options and errors, damaged payloads, MIGRATE between the two servers, and the
+//! RDB file SYNC sends an rdb-only client (`redis-cli --rdb`), loaded by `redis-server`.
 
 mod common;
 
@@ -943,4 +944,127 @@ fn restore_limits_hold_at_the_limit_and_one_past() {
         bad
     );
     assert_eq!(c.int(&["EXISTS", "s2", "set2"]), 0);
+}
+
+/// Reads the RDB file SYNC sends after `REPLCONF rdb-only 1`, as `redis-cli --rdb` does:
+/// `$<length>`, the file, then the server closes the connection.
+fn sync_rdb(port: u16) -> Vec<u8> {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut line = String::new();
+    w.write_all(&common::cmd(&[b"REPLCONF", b"rdb-only", b"1"]))
+        .unwrap();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "+OK\r\n");
+    w.write_all(b"SYNC\r\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    let len: usize = line
+        .strip_prefix('$')
+        .and_then(|l| l.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("SYNC: {line:?}"));
+    let mut file = vec![0u8; len];
+    r.read_exact(&mut file).unwrap();
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "after the file: {rest:?}");
+    file
+}
+
+/// `redis-cli --rdb`'s exchange against Meridian: the file holds every shard's keys of every
+/// database, their expire times and the function libraries, and `redis-server` loads it to
+/// the same contents. SYNC without `REPLCONF rdb-only 1` is refused (a Redis replica would
+/// wait for a stream that never comes).
+#[test]
+fn sync_sends_an_rdb_file_redis_loads() {
+    let m = Server::start_with(&["--shards", "2", "--cluster-api", "yes"]);
+    let mut c = m.connect();
+    let lines = [
+        "SET s hello",
+        "SET n 12345",
+        "SET long aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "RPUSH l a b c 1 2",
+        "RPUSH biglist item{300}",
+        "SADD si 1 2 3",
+        "SADD ss x y z",
+        "HSET h f1 v1 f2 v2",
+        "HSET bighash field{200}",
+        "ZADD z 1 a 2.5 b",
+        "XADD x 1-1 f v",
+        "XGROUP CREATE x g 0",
+        "PFADD hll a b c",
+        "SET ttl v PX 600000",
+    ];
+    for l in lines {
+        run(&mut c, l);
+    }
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        ok(&mut c, &[b"SET", k.as_bytes(), b"v"]);
+    }
+    ok(&mut c, &[b"SELECT", b"3"]);
+    ok(&mut c, &[b"SET", b"in3", b"x"]);
+    ok(&mut c, &[b"SELECT", b"0"]);
+    let lib = b"#!lua name=mylib\nredis.register_function('f1', function() return 1 end)";
+    assert_eq!(
+        c.reply_b(&[b"FUNCTION", b"LOAD", lib]),
+        Reply::bulk("mylib")
+    );
+    assert!(
+        c.err(&["SYNC"]).contains("REPLCONF rdb-only 1"),
+        "a plain SYNC is refused"
+    );
+    let file = sync_rdb(m.port);
+    assert!(file.starts_with(b"REDIS0010"));
+    let r = RedisRef::load(&file);
+    let mut rc = r.connect();
+    let mut names: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap_or_default())
+        .collect();
+    names.extend(keys.iter().map(String::as_str));
+    names.dedup();
+    for k in &names {
+        assert_eq!(
+            contents(&mut c, k.as_bytes()),
+            contents(&mut rc, k.as_bytes()),
+            "{k}; redis log:\n{}",
+            r.log()
+        );
+    }
+    assert_eq!(c.int(&["DBSIZE"]), rc.int(&["DBSIZE"]));
+    let ttl = rc.int(&["PTTL", "ttl"]);
+    assert!(ttl > 500_000 && ttl <= 600_000, "{ttl}");
+    ok(&mut rc, &[b"SELECT", b"3"]);
+    assert_eq!(rc.reply(&["GET", "in3"]), Reply::bulk("x"));
+    assert_eq!(rc.reply(&["FCALL", "f1", "0"]), Reply::Int(1));
+    // A shard's cluster endpoint sends that shard's keys, as a Redis Cluster node its own.
+    let ports: Vec<u16> = match c.reply(&["CLUSTER", "SLOTS"]) {
+        Reply::Array(ranges) => ranges
+            .into_iter()
+            .filter_map(|r| match r {
+                Reply::Array(f) => match f.get(2) {
+                    Some(Reply::Array(node)) => match node.get(1) {
+                        Some(Reply::Int(p)) => u16::try_from(*p).ok(),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect(),
+        other => panic!("CLUSTER SLOTS: {other:?}"),
+    };
+    assert_eq!(ports.len(), 2, "{ports:?}");
+    let mut total = 0;
+    for p in ports {
+        let r = RedisRef::load(&sync_rdb(p));
+        let n = r.connect().int(&["DBSIZE"]);
+        assert!(n > 0 && n < c.int(&["DBSIZE"]), "{n}");
+        total += n;
+    }
+    assert_eq!(total, c.int(&["DBSIZE"]));
 }

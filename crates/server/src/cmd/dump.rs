@@ -77,6 +77,11 @@ pub struct DumpOptions {
 }
 
 impl DumpOptions {
+    /// The string encoder (`rdbcompression`).
+    pub fn encoder(&self) -> Encoder {
+        self.enc
+    }
+
     pub fn from_config(config: &Config) -> DumpOptions {
         DumpOptions {
             enc: Encoder {

@@ -244,7 +244,17 @@ impl RedisRef {
     }
 
     pub fn start() -> RedisRef {
+        Self::start_in(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A `redis-server` that loads `rdb` as its `dump.rdb` at start.
+    pub fn load(rdb: &[u8]) -> RedisRef {
         let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("dump.rdb"), rdb).expect("write dump.rdb");
+        Self::start_in(dir)
+    }
+
+    fn start_in(dir: tempfile::TempDir) -> RedisRef {
         let port = free_port();
         let args: Vec<String> = [
             "--port",
