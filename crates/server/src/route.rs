@@ -194,6 +194,8 @@ pub fn class_of(name: &str) -> Class {
         "cluster|countkeysinslot" | "cluster|getkeysinslot" => Special(self::Special::Cluster),
         // Shard channels are not keys here: subscriptions are process-wide.
         "spublish" | "ssubscribe" | "sunsubscribe" => Local,
+        // The connection's own settings for SYNC (`cmd::replicas`).
+        "replconf" => Local,
         _ => Keyed,
     }
 }
