@@ -1805,6 +1805,16 @@ fn appendonly_no_writes_no_log_and_save_still_works() {
     assert!(disk::segments(&shard).is_empty());
 }
 
+/// Waits up to 10 s for the first snapshot of a `save 1 1` policy (INFO's `rdb_saves`).
+fn wait_for_policy_snapshot(node: &Node, c: &mut Raw) {
+    assert!(
+        common::eventually(Duration::from_secs(10), || persistence_u64(c, "rdb_saves")
+            >= 1),
+        "no snapshot by the policy; log:\n{}",
+        node.log()
+    );
+}
+
 /// `appendonly no` with a `save` policy (Redis's default configuration): the policy's
 /// snapshots are taken in the background while the server runs, BGSAVE works, and a SIGKILL
 /// loses nothing written before the last `FLUSH_PERIOD_MS`: the log they are built from (never
@@ -1826,14 +1836,7 @@ fn appendonly_no_with_a_save_policy_snapshots_in_the_background() {
     ok(&mut c, &["CONFIG", "SET", "appendfsync", "always"]);
     assert_eq!(disk::info(&mut c, "persistence")["aof_fsync"], "no");
     // The policy's snapshot (a change, a second), in the background.
-    assert!(
-        common::eventually(Duration::from_secs(10), || persistence_u64(
-            &mut c,
-            "rdb_saves"
-        ) >= 1),
-        "no snapshot by the policy; log:\n{}",
-        node.log()
-    );
+    wait_for_policy_snapshot(&node, &mut c);
     assert_eq!(persistence_u64(&mut c, "rdb_changes_since_last_save"), 0);
     let shard = node.shard_dir();
     assert!(!disk::snapshots(&shard).is_empty());
@@ -1871,14 +1874,7 @@ fn a_save_policy_set_without_the_log_snapshots_in_the_foreground() {
     let mut c = node.connect();
     ok(&mut c, &["SET", "a", "1"]);
     ok(&mut c, &["CONFIG", "SET", "save", "1 1"]);
-    assert!(
-        common::eventually(Duration::from_secs(10), || persistence_u64(
-            &mut c,
-            "rdb_saves"
-        ) >= 1),
-        "no snapshot by the policy; log:\n{}",
-        node.log()
-    );
+    wait_for_policy_snapshot(&node, &mut c);
     assert!(node.log().contains("in the foreground"), "{}", node.log());
     assert!(disk::segments(&node.shard_dir()).is_empty());
     let life = disk::info(&mut c, "crdt")["crdt_life"].clone();

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::Raw;
 use common::Reply;
-use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts, eventually, report};
+use common::sites::{CONVERGE_TIMEOUT, Cluster, MEMORY_BACKLOG_ONLY, Opts, eventually, report};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -907,17 +907,7 @@ fn backlog_overflow_forces_one_full_sync() {
         Opts::proxied()
             .flags(&["--sync-compression", "lz4"])
             // Memory backlog only: the on-disk log would extend it.
-            .site_flags(
-                A,
-                &[
-                    "--backlog-bytes-max",
-                    "65536",
-                    "--appendonly",
-                    "no",
-                    "--save",
-                    "",
-                ],
-            ),
+            .site_flags(A, MEMORY_BACKLOG_ONLY),
     );
     cluster.wait_links_up(LINKS_UP);
     // The link that carries A's ops to B is the one B dials.
@@ -953,17 +943,7 @@ fn backlog_overflow_full_sync_carries_removals() {
         &["a", "b"],
         Opts::default()
             .flags(&["--sync-compression", "lz4"])
-            .site_flags(
-                A,
-                &[
-                    "--backlog-bytes-max",
-                    "65536",
-                    "--appendonly",
-                    "no",
-                    "--save",
-                    "",
-                ],
-            )
+            .site_flags(A, MEMORY_BACKLOG_ONLY)
             .site_flags(B, &["--appendonly", "yes"]),
     );
     cluster.wait_links_up(LINKS_UP);
@@ -1020,17 +1000,7 @@ fn full_sync_merges_concurrent_writes() {
         &["a", "b"],
         Opts::proxied()
             .flags(&["--sync-compression", "zstd"])
-            .site_flags(
-                A,
-                &[
-                    "--backlog-bytes-max",
-                    "65536",
-                    "--appendonly",
-                    "no",
-                    "--save",
-                    "",
-                ],
-            ),
+            .site_flags(A, MEMORY_BACKLOG_ONLY),
     );
     cluster.wait_links_up(LINKS_UP);
     let mut a = cluster.site(A).connect();

@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Reply;
-use common::sites::{CONVERGE_TIMEOUT, Cluster, Opts, eventually};
+use common::sites::{CONVERGE_TIMEOUT, Cluster, MEMORY_BACKLOG_ONLY, Opts, eventually};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -426,17 +426,7 @@ fn a_site_joining_by_full_sync_gets_the_libraries() {
     let mut cluster = Cluster::start(
         &["a", "b"],
         Opts::default()
-            .site_flags(
-                A,
-                &[
-                    "--backlog-bytes-max",
-                    "65536",
-                    "--appendonly",
-                    "no",
-                    "--save",
-                    "",
-                ],
-            )
+            .site_flags(A, MEMORY_BACKLOG_ONLY)
             .site_flags(B, &["--appendonly", "no", "--save", ""]),
     );
     cluster.wait_links_up(LINKS_UP);

@@ -24,6 +24,16 @@ use super::{Raw, Reply, START_TIMEOUT, free_port, parse_reply};
 
 /// Default bound of [`Cluster::wait_converged`].
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// A site whose peers can resume only from its 64 KiB in-memory backlog (`backlog-bytes-max`): no
+/// log on disk extends it (`appendonly no`, and `save ""`: a policy would keep one).
+pub const MEMORY_BACKLOG_ONLY: &[&str] = &[
+    "--backlog-bytes-max",
+    "65536",
+    "--appendonly",
+    "no",
+    "--save",
+    "",
+];
 /// Poll period of the waits here.
 const POLL: Duration = Duration::from_millis(50);
 
