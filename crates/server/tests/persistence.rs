@@ -1915,11 +1915,33 @@ fn config_set_appendonly_starts_and_stops_the_log() {
     assert_eq!(c.reply(&["GET", "after"]), Reply::bulk("2"));
     // This start (flags `appendonly no`, `save ""`) keeps no log: a new life, as any such.
     assert_ne!(disk::info(&mut c, "crdt")["crdt_life"], life);
-    // `no` with a policy in the same command: the log stays, unfsynced.
-    ok(&mut c, &["CONFIG", "SET", "appendonly", "yes"]);
+    // `appendfsync` in the same command applies to the AOF it starts, in either order.
     ok(
         &mut c,
-        &["CONFIG", "SET", "appendonly", "no", "save", "3600 1"],
+        &[
+            "CONFIG",
+            "SET",
+            "appendfsync",
+            "always",
+            "appendonly",
+            "yes",
+        ],
+    );
+    assert_eq!(disk::info(&mut c, "persistence")["aof_fsync"], "always");
+    // `no` with a policy in the same command: the log stays, unfsynced, whatever
+    // `appendfsync` the command sets before it.
+    ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "appendfsync",
+            "everysec",
+            "appendonly",
+            "no",
+            "save",
+            "3600 1",
+        ],
     );
     let info = disk::info(&mut c, "persistence");
     assert_eq!(

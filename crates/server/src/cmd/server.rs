@@ -352,6 +352,18 @@ pub struct MemoryUse {
 /// Reads jemalloc's statistics (after advancing its epoch) and the process RSS. Where jemalloc
 /// is not the allocator (unit tests), its counters are near zero and `used_memory` falls back
 /// to the RSS.
+impl MemoryUse {
+    /// INFO's `used_memory`: what the program holds, or the RSS where jemalloc is not the
+    /// allocator.
+    pub fn used(&self) -> u64 {
+        if self.allocated > 0 {
+            self.allocated
+        } else {
+            self.rss
+        }
+    }
+}
+
 pub fn memory_use() -> MemoryUse {
     let _ = tikv_jemalloc_ctl::epoch::advance();
     let read = |r: Result<usize, tikv_jemalloc_ctl::Error>| r.map(|v| v as u64).unwrap_or(0);
@@ -409,7 +421,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 fn info_memory(shard: &mut Shard, out: &mut String) {
     let m = memory_use();
-    let used = if m.allocated > 0 { m.allocated } else { m.rss };
+    let used = m.used();
     shard.stats.note_memory(used);
     let peak = shard.stats.used_memory_peak.max(used);
     let total = total_system_memory();
@@ -892,17 +904,22 @@ fn config_set(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     }
     // A changed `appendonly` starts, turns or stops the log now (Redis's `updateAppendonly`);
-    // when it cannot, nothing is applied. `save` set in the same command decides whether an
-    // `appendonly no` log stays for the policy's snapshots.
+    // when it cannot, nothing is applied. `save` and `appendfsync` set in the same command, in
+    // any order, decide whether an `appendonly no` log stays for the policy's snapshots and
+    // how the AOF is fsynced.
     if let Some((p, v)) = parsed.iter().find(|(p, _)| p.name == "appendonly") {
         let on = v == "yes";
         if on != ctx.shard.config.appendonly {
-            let save = parsed
-                .iter()
-                .find(|(q, _)| q.name == "save")
-                .map_or(ctx.shard.config.save.as_str(), |(_, v)| v.as_str());
-            let policy = !save.trim().is_empty();
-            if let Err(e) = ctx.shard.set_appendonly(on, policy) {
+            // The value `name` has once the command applied.
+            let after = |name: &str, now: &str| -> String {
+                parsed
+                    .iter()
+                    .find(|(q, _)| q.name == name)
+                    .map_or_else(|| now.to_string(), |(_, v)| v.clone())
+            };
+            let policy = !after("save", &ctx.shard.config.save).trim().is_empty();
+            let appendfsync = after("appendfsync", &ctx.shard.config.appendfsync);
+            if let Err(e) = ctx.shard.set_appendonly(on, &appendfsync, policy) {
                 tracing::warn!(error = %e, appendonly = on, "CONFIG SET appendonly: the log did not change");
                 let why = if on {
                     "Unable to turn on AOF. Check server logs."
@@ -930,8 +947,9 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             log.len_max = shard.config.slowlog_max_len;
             log.trim();
         }
-        // Only the AOF's: a log kept for the `save` policy alone is never fsynced.
-        "appendfsync" if shard.config.appendonly => {
+        // Only the AOF's: a log kept for the `save` policy alone is never fsynced. The log's
+        // role (`Persist::appendonly`) is the one this command leaves: it changed first.
+        "appendfsync" if shard.persist.appendonly => {
             if let Some(f) = crate::persist::Fsync::parse(&shard.config.appendfsync) {
                 shard.persist.set_fsync(f);
             }

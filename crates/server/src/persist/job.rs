@@ -49,9 +49,9 @@ pub fn log_kept(config: &crate::config::Config) -> bool {
 
 /// The fsync policy of the log: `appendfsync` with `appendonly yes`; `no` when the log is
 /// kept only for the `save` policy's snapshots (Redis's `appendfsync` concerns the AOF alone).
-pub fn log_fsync(config: &crate::config::Config) -> Fsync {
-    if config.appendonly {
-        Fsync::parse(&config.appendfsync).unwrap_or(Fsync::EverySec)
+pub fn log_fsync(appendonly: bool, appendfsync: &str) -> Fsync {
+    if appendonly {
+        Fsync::parse(appendfsync).unwrap_or(Fsync::EverySec)
     } else {
         Fsync::No
     }
@@ -154,7 +154,7 @@ impl Shard {
         let mut p = Persist::disabled();
         p.dir = dir.clone();
         p.lock = Some(lock);
-        p.fsync = log_fsync(&self.config);
+        p.fsync = log_fsync(self.config.appendonly, &self.config.appendfsync);
         p.appendonly = self.config.appendonly;
         p.recovering = true;
         p.stats.last_save_s = unix_s();
@@ -181,11 +181,7 @@ impl Shard {
                 "a new life: this start may have lost ops peers hold (reboot, or no log), so new ops carry a new replica id"
             );
         }
-        let now_life = life::LifeRecord {
-            life: self.sync.life,
-            boot_id,
-            logged: keep_log,
-        };
+        let now_life = self.life_record(keep_log);
         if prev_life.as_ref() != Some(&now_life) {
             life::write(&dir, &now_life)?;
         }
@@ -334,11 +330,17 @@ impl Shard {
     }
 
     /// CONFIG SET appendonly (Redis's `startAppendOnly` / `stopAppendOnly`), on this shard:
-    /// `on` makes the log the AOF (fsynced by `appendfsync`); off, it stays for the `save`
-    /// policy's snapshots when `policy` (the `save` the command leaves) is set, and stops
-    /// otherwise. Starting a log this shard runs without writes the snapshot it continues
-    /// from first, blocking the shard as SAVE does (Redis forks its AOF rewrite instead).
-    pub fn set_appendonly(&mut self, on: bool, policy: bool) -> Result<(), String> {
+    /// `on` makes the log the AOF (fsynced by `appendfsync`, the value the command leaves);
+    /// off, it stays for the `save` policy's snapshots when `policy` (the `save` the command
+    /// leaves) is set, and stops otherwise. Starting a log this shard runs without writes the
+    /// snapshot it continues from first, blocking the shard as SAVE does (Redis forks its AOF
+    /// rewrite instead).
+    pub fn set_appendonly(
+        &mut self,
+        on: bool,
+        appendfsync: &str,
+        policy: bool,
+    ) -> Result<(), String> {
         if self.persist.dir.as_os_str().is_empty() {
             return Err("no data directory".to_string());
         }
@@ -350,12 +352,7 @@ impl Shard {
             self.stop_log_now()?;
         }
         self.persist.appendonly = on;
-        let fsync = if on {
-            Fsync::parse(&self.config.appendfsync).unwrap_or(Fsync::EverySec)
-        } else {
-            Fsync::No
-        };
-        self.persist.set_fsync(fsync);
+        self.persist.set_fsync(log_fsync(on, appendfsync));
         self.persist.flush();
         let log = if self.persist.writer.is_some() {
             "kept"
@@ -398,17 +395,9 @@ impl Shard {
         self.persist.own_written_seq = self.seq;
         self.start_writer_at(&dir, pos, segments)
             .map_err(|e| e.to_string())?;
-        let saved = self.save_now().and_then(|()| {
-            life::write(
-                &dir,
-                &life::LifeRecord {
-                    life: self.sync.life,
-                    boot_id: life::boot_id(&self.config.debug_boot_id),
-                    logged: true,
-                },
-            )
-            .map_err(|e| e.to_string())
-        });
+        let saved = self
+            .save_now()
+            .and_then(|()| life::write(&dir, &self.life_record(true)).map_err(|e| e.to_string()));
         if let Err(e) = saved {
             let path = self.persist.log.as_ref().map(|l| l.path.clone());
             self.persist.close();
@@ -425,18 +414,18 @@ impl Shard {
     /// log is written, fsynced and closed. Its segments stay; recovery replays them up to
     /// here.
     fn stop_log_now(&mut self) -> Result<(), String> {
-        let dir = self.persist.dir.clone();
-        life::write(
-            &dir,
-            &life::LifeRecord {
-                life: self.sync.life,
-                boot_id: life::boot_id(&self.config.debug_boot_id),
-                logged: false,
-            },
-        )
-        .map_err(|e| e.to_string())?;
+        life::write(&self.persist.dir, &self.life_record(false)).map_err(|e| e.to_string())?;
         self.persist.close();
         Ok(())
+    }
+
+    /// The life file this shard's current life and boot give, with `logged`.
+    fn life_record(&self, logged: bool) -> life::LifeRecord {
+        life::LifeRecord {
+            life: self.sync.life,
+            boot_id: life::boot_id(&self.config.debug_boot_id),
+            logged,
+        }
     }
 
     /// BGSAVE / BGREWRITEAOF / the automatic policy: starts a background snapshot.
@@ -561,7 +550,7 @@ impl Shard {
         {
             return None;
         }
-        let since_s = (now_ms / 1000).saturating_sub(self.persist.stats.last_save_s);
+        let since_s = now_s.saturating_sub(self.persist.stats.last_save_s);
         let changes = self
             .stats
             .dirty

@@ -474,12 +474,12 @@ impl Persist {
     /// `FLUSH_PERIOD_MS` instead (or at `PENDING_BYTES_MAX`, or when the syncer streams the
     /// ops): one `write(2)` per period rather than per batch, since no reply waits on it.
     pub fn after_batch(&mut self, pos_before: u64) -> AfterBatch {
-        let Some(w) = self.writer.clone() else {
-            return AfterBatch::Reply;
-        };
         if !self.appendonly {
             return AfterBatch::Reply;
         }
+        let Some(w) = self.writer.clone() else {
+            return AfterBatch::Reply;
+        };
         let wrote = self.next_pos > pos_before;
         let written = self.flush();
         if self.fsync != Fsync::Always {
