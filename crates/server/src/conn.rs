@@ -3975,9 +3975,6 @@ impl Conn {
             self.out.error(&e);
             return;
         }
-        let psync = borrowed
-            .first()
-            .is_some_and(|c| c.eq_ignore_ascii_case(b"psync"));
         let now = crate::time::wall_ms();
         let functions_only = req.functions_only;
         let results = hop::run_on_all(&self.th, move |t| {
@@ -3989,9 +3986,7 @@ impl Conn {
             match r {
                 Ok(Ok(part)) => parts.push(part),
                 Ok(Err(why)) => {
-                    tracing::warn!(error = %why, "SYNC: no RDB file");
-                    self.out
-                        .error(&CmdError::Err(format!("SYNC failed: {why}")));
+                    self.out.error(&cmd::replicas::sync_failed(why));
                     return;
                 }
                 Err(e) => {
@@ -4001,25 +3996,10 @@ impl Conn {
             }
         }
         let config = self.th.shard.borrow().config.clone();
-        let m = cmd::server::memory_use();
-        let used = if m.allocated > 0 { m.allocated } else { m.rss };
-        let file = match cmd::replicas::rdb_file(&parts, &config, used, now) {
-            Ok(f) => f,
-            Err(why) => {
-                tracing::warn!(error = %why, "SYNC: no RDB file");
-                self.out
-                    .error(&CmdError::Err(format!("SYNC failed: {why}")));
-                return;
-            }
-        };
-        drop(parts);
-        tracing::info!(
-            bytes = file.len(),
-            "SYNC: sending the RDB file to an rdb-only client"
-        );
-        self.out.raw(&cmd::replicas::sync_head(psync, file.len()));
-        self.out.raw(&file);
-        self.client.close_after_reply = true;
+        match cmd::replicas::write_sync_reply(&mut self.out, parts, &config, &borrowed, now) {
+            Ok(()) => self.client.close_after_reply = true,
+            Err(e) => self.out.error(&e),
+        }
     }
 
     /// SHUTDOWN with several shards, in two steps so that a snapshot that fails leaves every

@@ -135,11 +135,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 fn overhead(shard: &mut Shard, front: &crate::front::Front) -> Overhead {
     let mem = memory_use();
-    let total = if mem.allocated > 0 {
-        mem.allocated
-    } else {
-        mem.rss
-    };
+    let total = mem.used();
     shard.stats.note_memory(total);
     let peak = shard.stats.used_memory_peak.max(total);
     let startup = shard.stats.used_memory_startup;

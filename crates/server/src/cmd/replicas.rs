@@ -33,8 +33,9 @@ pub const HANDLERS: &[(&str, Handler)] = &[
     ("psync", sync),
 ];
 
-/// Largest RDB file SYNC builds (it is held in memory until written): a larger data set is
-/// refused with an error rather than doubled in memory.
+/// Largest RDB file SYNC builds (it is held in memory until written), each shard's part at
+/// most its share of it (`rdb_part`): a larger data set is refused with an error rather than
+/// doubled in memory.
 pub const SYNC_RDB_BYTES_MAX: u64 = 4 << 30;
 
 /// REPLCONF option value ... (`replconfCommand`'s options, in its order and texts). ACK and
@@ -113,21 +114,42 @@ fn sync(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     let req = ctx.client.repl;
     sync_allowed(argv, req)?;
-    let failed = |why: String| CmdError::Err(format!("SYNC failed: {why}"));
-    let part = rdb_part(ctx.shard, req.functions_only, ctx.now_ms).map_err(failed)?;
-    let m = super::server::memory_use();
-    let used = if m.allocated > 0 { m.allocated } else { m.rss };
-    let file = rdb_file(&[part], &ctx.shard.config, used, ctx.now_ms).map_err(failed)?;
-    let psync = argv.first().is_some_and(|c| eq_ic(c, "psync"));
-    ctx.out.raw(&sync_head(psync, file.len()));
-    ctx.out.raw(&file);
+    let part = rdb_part(ctx.shard, req.functions_only, ctx.now_ms).map_err(sync_failed)?;
+    write_sync_reply(ctx.out, vec![part], &ctx.shard.config, argv, ctx.now_ms)?;
     ctx.client.close_after_reply = true;
+    Ok(())
+}
+
+/// The error of a SYNC whose file could not be built.
+pub fn sync_failed(why: String) -> CmdError {
+    tracing::warn!(error = %why, "SYNC: no RDB file");
+    CmdError::Err(format!("SYNC failed: {why}"))
+}
+
+/// Writes SYNC's or PSYNC's (`argv`) whole reply from the shards' parts into `out`:
+/// `sync_head`, then the RDB file (`rdb_file`).
+pub fn write_sync_reply(
+    out: &mut crate::resp::reply::Reply,
+    parts: Vec<RdbPart>,
+    config: &crate::config::Config,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> Result<(), CmdError> {
+    let used = super::server::memory_use().used();
+    let file = rdb_file(parts, config, used, now_ms).map_err(sync_failed)?;
+    tracing::info!(
+        bytes = file.len(),
+        "SYNC: sending the RDB file to an rdb-only client"
+    );
+    let psync = argv.first().is_some_and(|c| eq_ic(c, "psync"));
+    out.raw(&sync_head(psync, file.len()));
+    out.raw(&file);
     Ok(())
 }
 
 /// What precedes the file: PSYNC's `+FULLRESYNC` line (a replication id nobody continues:
 /// such a client resyncs in full each time), then `$<length>` (no CRLF follows the file).
-pub fn sync_head(psync: bool, len: usize) -> Vec<u8> {
+fn sync_head(psync: bool, len: usize) -> Vec<u8> {
     let mut out = Vec::new();
     if psync {
         out.extend_from_slice(format!("+FULLRESYNC {} 0\r\n", "0".repeat(40)).as_bytes());
@@ -166,9 +188,22 @@ pub struct RdbPart {
     pub dbs: Vec<(usize, u64, u64, Vec<u8>)>,
 }
 
-/// Builds this shard's part (`functions_only`: the libraries alone); an error when its records
-/// pass `SYNC_RDB_BYTES_MAX`.
+/// Builds this shard's part (`functions_only`: the libraries alone), O(its data) in one go
+/// (docs/limits.md); an error when its records pass `SYNC_RDB_BYTES_MAX` or the process is
+/// stopping (the walk polls the stop request).
 pub fn rdb_part(shard: &mut Shard, functions_only: bool, now_ms: u64) -> Result<RdbPart, String> {
+    // Every shard's part is held at once on the connection's thread: each gets its share.
+    let bytes_max = SYNC_RDB_BYTES_MAX / u64::from(shard.slots.shards().max(1));
+    rdb_part_within(shard, functions_only, now_ms, bytes_max)
+}
+
+/// `rdb_part` with its records' bound, `bytes_max`.
+fn rdb_part_within(
+    shard: &mut Shard,
+    functions_only: bool,
+    now_ms: u64,
+    bytes_max: u64,
+) -> Result<RdbPart, String> {
     let libraries = shard
         .scripting
         .libraries
@@ -185,9 +220,13 @@ pub fn rdb_part(shard: &mut Shard, functions_only: bool, now_ms: u64) -> Result<
     let opts = super::dump::DumpOptions::from_config(&shard.config);
     let enc = opts.encoder();
     let mut total = 0u64;
+    let mut poll = crate::stop::Poll::new();
     for (db, d) in shard.dbs.iter().enumerate() {
         let (mut keys, mut expires, mut records) = (0u64, 0u64, Vec::new());
         for e in d.table.iter() {
+            if poll.stop() {
+                return Err("the server is shutting down".to_string());
+            }
             let expire = e.state.expire_at_ms();
             if expire.is_some_and(|at| at <= now_ms) {
                 continue;
@@ -199,9 +238,9 @@ pub fn rdb_part(shard: &mut Shard, functions_only: bool, now_ms: u64) -> Result<
                 .map_err(|err| err.to_string())?;
             keys += 1;
             expires += u64::from(expire.is_some());
-            if total + records.len() as u64 > SYNC_RDB_BYTES_MAX {
+            if total + records.len() as u64 > bytes_max {
                 return Err(format!(
-                    "the RDB file would pass {SYNC_RDB_BYTES_MAX} bytes (SYNC_RDB_BYTES_MAX)"
+                    "this shard's part of the RDB file would pass {bytes_max} bytes (SYNC_RDB_BYTES_MAX {SYNC_RDB_BYTES_MAX} over the shards)"
                 ));
             }
         }
@@ -216,7 +255,7 @@ pub fn rdb_part(shard: &mut Shard, functions_only: bool, now_ms: u64) -> Result<
 /// The RDB file of every shard's part, as Redis 7.0 writes it (`rdbSaveRio`: aux fields,
 /// libraries, then each database's keys).
 pub fn rdb_file(
-    parts: &[RdbPart],
+    mut parts: Vec<RdbPart>,
     config: &crate::config::Config,
     used_mem: u64,
     now_ms: u64,
@@ -237,16 +276,6 @@ pub fn rdb_file(
             f.function(code);
         }
     }
-    let total: u64 = parts
-        .iter()
-        .flat_map(|p| p.dbs.iter())
-        .map(|(_, _, _, r)| r.len() as u64)
-        .sum();
-    if total > SYNC_RDB_BYTES_MAX {
-        return Err(format!(
-            "the RDB file would pass {SYNC_RDB_BYTES_MAX} bytes (SYNC_RDB_BYTES_MAX)"
-        ));
-    }
     let dbs = config.databases as usize;
     for db in 0..dbs {
         let of_db = || {
@@ -261,8 +290,12 @@ pub fn rdb_file(
         }
         let expires: u64 = of_db().map(|d| d.2).sum();
         f.database(db as u64, keys, expires);
-        for d in of_db() {
-            f.records(&d.3);
+        // Each part's records are dropped once copied: the file and at most one database's
+        // records of the parts are held at once, not two copies of everything.
+        for d in parts.iter_mut().flat_map(|p| p.dbs.iter_mut()) {
+            if d.0 == db {
+                f.records(&std::mem::take(&mut d.3));
+            }
         }
     }
     Ok(f.finish())
@@ -321,6 +354,7 @@ fn replicaof(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::cmd::testing::Harness;
 
     /// REPLCONF's replies and texts, as Redis 7.0.15's `replconfCommand` gives them (checked
@@ -372,5 +406,21 @@ mod tests {
             t.run(&["PSYNC", "?", "x"]),
             "-ERR value is not an integer or out of range\r\n"
         );
+    }
+
+    /// A shard's part of the RDB file is built up to its bound and refused one byte past it.
+    #[test]
+    fn a_part_is_built_at_its_bound_and_refused_past_it() {
+        let mut t = Harness::new();
+        for i in 0..50 {
+            t.run(&["SET", &format!("k{i}"), "v"]);
+        }
+        let now = crate::time::wall_ms();
+        let whole = rdb_part_within(&mut t.shard, false, now, u64::MAX).unwrap();
+        let bytes: u64 = whole.dbs.iter().map(|d| d.3.len() as u64).sum();
+        assert_eq!(whole.dbs.first().map(|d| d.1), Some(50));
+        assert!(rdb_part_within(&mut t.shard, false, now, bytes).is_ok());
+        let e = rdb_part_within(&mut t.shard, false, now, bytes - 1).unwrap_err();
+        assert!(e.contains("would pass"), "{e}");
     }
 }

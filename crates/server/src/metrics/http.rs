@@ -132,11 +132,7 @@ fn process_figures(ep: &Endpoint, loading: bool, answered: usize) -> ProcessFigu
         shards: ep.shards.len() as u64,
         shards_answered: answered as u64,
         loading,
-        memory_used_bytes: if mem.allocated > 0 {
-            mem.allocated
-        } else {
-            mem.rss
-        },
+        memory_used_bytes: mem.used(),
         memory_rss_bytes: mem.rss,
         memory_max_bytes: 0,
         cpu_user_seconds: cpu[0] as f64 / hz,
