@@ -116,6 +116,7 @@ impl Shard {
     /// Shard `index` of a site whose slots `slots` spreads over its shards.
     pub fn in_site(index: u16, slots: Arc<SlotMap>, config: Config, now_ms: u64) -> Shard {
         let replica = ReplicaId::for_site_shard(&config.site, replica_shard(index));
+        let appendonly = config.appendonly;
         let dbs = (0..config.databases).map(|_| Db::new()).collect();
         let mut oplog = OpLog::new(replica, config.backlog_bytes_max);
         let sync = crate::sync::SyncState::new(&config, index, now_ms, None);
@@ -131,7 +132,8 @@ impl Shard {
             clock: HlcClock::new(),
             seq: 0,
             oplog,
-            persist: crate::persist::Persist::disabled(),
+            // The log's role follows the configuration until `open_persistence` opens it.
+            persist: crate::persist::Persist::unopened(appendonly),
             peers,
             lazyfree: crate::lazyfree::LazyFree::default(),
             sync,

@@ -251,6 +251,16 @@ impl Persist {
         }
     }
 
+    /// A shard's persistence before `open_persistence` (or without a data directory): nothing
+    /// is written, and the log's role is the configuration's `appendonly`, as CONFIG SET
+    /// reads it.
+    pub fn unopened(appendonly: bool) -> Persist {
+        Persist {
+            appendonly,
+            ..Persist::disabled()
+        }
+    }
+
     /// Whether records are being written now.
     fn logging(&self) -> bool {
         self.writer.is_some() && !self.recovering
