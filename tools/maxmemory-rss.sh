@@ -5,7 +5,7 @@
 # (sampled every 200 ms from /proc), the RSS and used_memory at the end, evicted_keys, keys
 # left, and the highest RSS over the limit. Server on CPU 0, load generator on CPU 1.
 #
-# Both without persistence (Redis: no RDB, no AOF; Meridian: appendonly no); APPENDONLY=yes
+# Both without persistence (Redis: no RDB, no AOF; Meridian: appendonly no, save ""); APPENDONLY=yes
 # runs Meridian with its log and background snapshots (whose private replay is not counted as
 # used memory, as Redis's fork is not). SHARDS: Meridian's shard threads (default 1).
 #
@@ -18,11 +18,16 @@ PORT=${PORT:-7460}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
+# Without the log: `appendonly no` alone keeps one for the default save policy.
+NOLOG=(--save "")
+[ "${APPENDONLY:-no}" = yes ] && NOLOG=()
+
 run() {  # kind
     local kind=$1 pid
     if [ "$kind" = meridian ]; then
         taskset -c 0 "$BIN" server --port $PORT --dir "$WORK/m" --shards "${SHARDS:-1}" \
             --maxmemory $LIMIT --maxmemory-policy allkeys-lru --appendonly "${APPENDONLY:-no}" \
+            "${NOLOG[@]}" \
             >"$WORK/log" 2>&1 &
     else
         taskset -c 0 redis-server --port $PORT --save '' --appendonly no \
