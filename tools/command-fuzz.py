@@ -6,9 +6,9 @@
             differs is printed with the seed and command, and that seed stops there.
             Replies that differ by design are normalized first: member order of sets and
             hashes, random picks (only the count is compared), relative TTLs, DUMP payloads.
-  converge  Random writes to two sites of one deployment at once, optionally cutting their
-            links now and then (through `proxy`); once quiet, every key of databases 0 and
-            1 must be the same at both sites.
+  converge  Random writes to two sites or more of one deployment at once, optionally cutting
+            their links now and then (through `proxy`); once quiet, every key of databases 0
+            and 1 must be the same at every site.
   proxy     A TCP proxy for a sync link that cuts every connection and refuses new ones
             while a flag file exists (the partitions of `converge`).
 
@@ -35,6 +35,7 @@ import asyncio
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -47,6 +48,8 @@ REPLY_TIMEOUT_S = 10
 CONVERGE_WAIT_S = 20
 # Chance per command that `converge` toggles the partition (with --partition-flag).
 PARTITION_TOGGLE_P = 0.02
+# Chance per command that `converge` kills and restarts a site (with --restart-cmd).
+RESTART_P = 0.004
 # Chance per command that `diff` opens a MULTI block of 1 to 4 commands.
 MULTI_P = 0.04
 
@@ -513,7 +516,11 @@ def run_diff(args):
 
 def run_converge(args):
     ports = [int(p) for p in args.site_ports.split(",")]
-    a, b = Conn(ports[0]), Conn(ports[1])
+    if len(ports) < 2:
+        print("converge needs two sites or more")
+        return 2
+    sites = [Conn(p) for p in ports]
+    names = [chr(ord("a") + i) for i in range(len(sites))]
     flag = args.partition_flag
     diverged = 0
 
@@ -524,17 +531,26 @@ def run_converge(args):
     for seed in seeds(args.seeds):
         random.seed(seed)
         heal()
-        a.call(["SELECT", "0"])
-        a.call(["FLUSHALL"])
+        sites[0].call(["SELECT", "0"])
+        sites[0].call(["FLUSHALL"])
         time.sleep(0.3)
         hist = []
         for i in range(args.commands):
-            site = a if random.random() < 0.5 else b
+            at = random.randrange(len(sites))
             cmd = gen()
             if cmd[0] == "SELECT":
                 continue
-            hist.append(("a" if site is a else "b", cmd))
-            site.call(cmd)
+            hist.append((names[at], cmd))
+            sites[at].call(cmd)
+            if args.restart_cmd and random.random() < RESTART_P:
+                # Every write acknowledged before the kill must be kept (by the log, or by
+                # the peers that hold it) and the sites must still converge.
+                victim = random.randrange(len(sites))
+                hist.append(("restart", [names[victim]]))
+                sites[victim].close()
+                subprocess.run(args.restart_cmd.replace("{site}", names[victim]), shell=True,
+                               check=True, timeout=60)
+                sites[victim] = Conn(ports[victim])
             if flag and random.random() < PARTITION_TOGGLE_P:
                 hist.append(("partition", ["toggle"]))
                 if os.path.exists(flag):
@@ -545,15 +561,15 @@ def run_converge(args):
         deadline = time.time() + CONVERGE_WAIT_S
         while True:
             time.sleep(0.2)
-            sa, sb = snapshot(a, ("0", "1")), snapshot(b, ("0", "1"))
-            if sa == sb or time.time() > deadline:
+            snaps = [snapshot(c, ("0", "1")) for c in sites]
+            if all(x == snaps[0] for x in snaps) or time.time() > deadline:
                 break
-        if sa != sb:
+        if any(x != snaps[0] for x in snaps):
             diverged += 1
             print(f"seed {seed}: the sites differ")
-            for k in sorted(set(sa) | set(sb)):
-                if sa.get(k) != sb.get(k):
-                    print("   ", k, "first:", str(sa.get(k))[:300], "second:", str(sb.get(k))[:300])
+            for k in sorted(set().union(*snaps)):
+                if any(x.get(k) != snaps[0].get(k) for x in snaps):
+                    print("   ", k, " ".join(f"{n}: {str(x.get(k))[:300]}" for n, x in zip(names, snaps)))
             if args.history:
                 path = os.path.join(args.history, f"converge-{seed}.json")
                 with open(path, "w") as f:
@@ -619,11 +635,13 @@ def main():
     d.add_argument("--commands", type=int, default=300, help="commands per seed")
     d.add_argument("--resp3", action="store_true", help="HELLO 3 on both first")
     c = sub.add_parser("converge")
-    c.add_argument("--site-ports", required=True, help="PORT_A,PORT_B")
+    c.add_argument("--site-ports", required=True, help="PORT_A,PORT_B[,...]: one per site")
     c.add_argument("--seeds", default="1:50", help="FIRST:COUNT")
     c.add_argument("--commands", type=int, default=300, help="commands per seed")
     c.add_argument("--partition-flag", help="the flag file the `proxy` processes watch")
     c.add_argument("--history", help="a directory for the commands of each seed that diverged")
+    c.add_argument("--restart-cmd", help="a shell command that kills (SIGKILL) and restarts site "
+                   "{site} (a, b, ...) and returns once it answers PING; run now and then")
     x = sub.add_parser("proxy")
     x.add_argument("listen", type=int)
     x.add_argument("target", type=int)

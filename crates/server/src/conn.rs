@@ -2161,6 +2161,8 @@ impl Conn {
                 let sub = argv.get(1).copied().unwrap_or_default();
                 if sub.eq_ignore_ascii_case(b"set-active-expire") {
                     barrier(BarrierKind::All(Merge::Same))
+                } else if f.node.local > 1 && cmd::debug::spans_shards(argv) {
+                    barrier(BarrierKind::Special(sp))
                 } else {
                     self.inline(s, f, spec, argv, now)
                 }
@@ -2979,6 +2981,7 @@ impl Conn {
             Special::CrdtWait => return self.crdt_wait(spec, argv, stream, rbuf, pos).await,
             Special::Shutdown => self.shutdown(spec, argv).await,
             Special::Sync => self.sync_rdb(spec, argv).await,
+            Special::Debug => self.debug_across(argv).await,
             Special::Sort => {
                 let th = self.th.clone();
                 let Conn {
@@ -2989,11 +2992,7 @@ impl Conn {
                 } = self;
                 crate::sort_across::run(&th, client, out, afters, spec, argv).await;
             }
-            Special::Unwatch
-            | Special::Debug
-            | Special::Digest
-            | Special::Cluster
-            | Special::Script => {
+            Special::Unwatch | Special::Digest | Special::Cluster | Special::Script => {
                 // Dispatched without a barrier.
                 self.out
                     .error(&CmdError::Err("internal routing error".to_string()));
@@ -3673,6 +3672,7 @@ impl Conn {
                     if argv
                         .get(1)
                         .is_some_and(|a| a.eq_ignore_ascii_case(b"set-active-expire"))
+                        || (f.node.local > 1 && cmd::debug::spans_shards(&argv))
                     {
                         return None;
                     }
@@ -3999,6 +3999,83 @@ impl Conn {
         match cmd::replicas::write_sync_reply(&mut self.out, parts, &config, &borrowed, now) {
             Ok(()) => self.client.close_after_reply = true,
             Err(e) => self.out.error(&e),
+        }
+    }
+
+    /// DEBUG DIGEST and DEBUG POPULATE on the main port of a process of several shards
+    /// (`cmd::debug::spans_shards`): every shard's part, as one server holding all the keys
+    /// answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`); POPULATE creates
+    /// on each shard the keys of its slots.
+    async fn debug_across(&mut self, argv: Vec<Vec<u8>>) {
+        let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        self.out.proto = self.client.shared.proto.get();
+        let populate = {
+            let s = self.th.shard.borrow();
+            let ip = self.client.shared.addr.ip();
+            if let Err(e) =
+                cmd::protected_allowed_for(&s.config, ip, "enable-debug-command", "DEBUG")
+            {
+                self.out.error(&e);
+                return;
+            }
+            if cmd::debug::is_digest(&borrowed) {
+                None
+            } else {
+                match cmd::debug::populate_args(&borrowed, s.config.proto_max_bulk_len) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        self.out.error(&e);
+                        return;
+                    }
+                }
+            }
+        };
+        let Some(p) = populate else {
+            let results =
+                hop::run_on_all(&self.th, |t| cmd::debug::digest_parts(&t.shard.borrow())).await;
+            let mut parts = Vec::new();
+            for r in results {
+                match r {
+                    Ok(part) => parts.extend(part),
+                    Err(e) => {
+                        self.out.error(&hop::unavailable_error(e));
+                        return;
+                    }
+                }
+            }
+            let digest = cmd::debug::digest_join(parts);
+            self.out.simple(&cmd::debug::digest_hex(&digest));
+            return;
+        };
+        let db = self.client.db;
+        let now = crate::time::wall_ms();
+        let p = std::sync::Arc::new(p);
+        let results = hop::run_on_all(&self.th, move |t| {
+            let mut shard = t.shard.borrow_mut();
+            let pos_before = shard.persist.next_pos;
+            let done = cmd::debug::populate(&mut shard, db, &p, now);
+            // Written to the log as a batch's writes are; under `appendfsync always` the
+            // reply waits for them (`afters`).
+            (done, shard.persist.after_batch(pos_before))
+        })
+        .await;
+        let mut failed = None;
+        for r in results {
+            match r {
+                Ok((done, after)) => {
+                    self.afters.push(after);
+                    if let Err(e) = done {
+                        failed.get_or_insert(e);
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(hop::unavailable_error(e));
+                }
+            }
+        }
+        match failed {
+            Some(e) => self.out.error(&e),
+            None => self.out.ok(),
         }
     }
 

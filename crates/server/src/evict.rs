@@ -620,7 +620,12 @@ impl Eviction {
     /// and comparing each with the whole pool's keys was 5.5% of the shard's profile.
     fn offer(&mut self, c: Candidate) {
         let full = self.pool.len() >= POOL_KEYS_MAX;
-        if full && self.pool.first().is_some_and(|worst| worst.score >= c.score) {
+        if full
+            && self
+                .pool
+                .first()
+                .is_some_and(|worst| worst.score >= c.score)
+        {
             return;
         }
         if self.pool.iter().any(|p| p.db == c.db && p.key == c.key) {

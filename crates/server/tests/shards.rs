@@ -138,6 +138,21 @@ fn assert_like_redis(srv: &Server, script: &[Vec<String>], rounds: usize) {
     }
 }
 
+/// INFO crdt, and the keys each shard holds by it.
+fn keys_per_shard(srv: &Server) -> (String, Vec<u64>) {
+    let info = call(&mut srv.connect(), &["INFO", "crdt"]);
+    let per_shard = info
+        .lines()
+        .filter(|l| l.starts_with("crdt_shard_"))
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("keys="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect();
+    (info, per_shard)
+}
+
 fn run_script(c: &mut Raw, script: &[Vec<String>]) -> Vec<String> {
     script
         .iter()
@@ -167,18 +182,60 @@ fn every_family_routes_to_its_shard_like_redis() {
     // and remote to others.
     assert_like_redis(&srv, &family_script(), 3);
     // The keys really are on several shards.
-    let info = call(&mut srv.connect(), &["INFO", "crdt"]);
-    let per_shard: Vec<u64> = info
-        .lines()
-        .filter(|l| l.starts_with("crdt_shard_"))
-        .filter_map(|l| {
-            l.split(',')
-                .find_map(|f| f.strip_prefix("keys="))
-                .and_then(|v| v.parse().ok())
-        })
-        .collect();
+    let (info, per_shard) = keys_per_shard(&srv);
     assert_eq!(per_shard.len(), 4, "{info}");
     assert!(per_shard.iter().all(|&n| n > 0), "{info}");
+}
+
+/// DEBUG DIGEST and DEBUG POPULATE on the main port answer for every shard: the digest of
+/// data spread over four shards is Redis's for the same data (it was this thread's shard's
+/// alone), and POPULATE creates every key, each on its shard, with Redis's values and
+/// argument errors.
+#[test]
+fn debug_digest_and_populate_cover_every_shard_like_redis() {
+    if !RedisRef::available() {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    }
+    let srv = Server::start_with(&["--shards", SHARDS]);
+    let mut script: Vec<Vec<String>> = Vec::new();
+    let mut add = |c: &[&str]| script.push(c.iter().map(|a| a.to_string()).collect());
+    add(&["DEBUG", "DIGEST"]);
+    add(&["DEBUG", "POPULATE", "1000"]);
+    add(&["DEBUG", "DIGEST"]);
+    add(&["DEBUG", "POPULATE", "50", "foo", "3"]);
+    add(&["DEBUG", "POPULATE", "20", "bar", "12"]);
+    add(&["DEBUG", "POPULATE", "2000", "key", "5"]);
+    add(&["GET", "foo:7"]);
+    add(&["GET", "bar:3"]);
+    add(&["GET", "key:999"]);
+    add(&["GET", "key:1500"]);
+    add(&["DBSIZE"]);
+    for (i, k) in key_per_shard("d").iter().enumerate() {
+        let n = i.to_string();
+        add(&["SADD", &format!("{k}s"), "a", "b", &n]);
+        add(&["HSET", &format!("{k}h"), "f", &n, "g", "2.5"]);
+        add(&["ZADD", &format!("{k}z"), "1", "m", "2.5", &n]);
+        add(&["RPUSH", &format!("{k}l"), "x", &n]);
+        add(&["PEXPIRE", &format!("{k}l"), "100000"]);
+    }
+    add(&["DEBUG", "DIGEST"]);
+    add(&["SELECT", "3"]);
+    add(&["DEBUG", "POPULATE", "30", "three"]);
+    add(&["DEBUG", "DIGEST"]);
+    add(&["SELECT", "0"]);
+    add(&["DEL", "key:5"]);
+    add(&["DEBUG", "DIGEST"]);
+    add(&["DEBUG", "POPULATE", "-1"]);
+    add(&["DEBUG", "POPULATE", "abc"]);
+    add(&["DEBUG", "POPULATE", "10", "p", "-5"]);
+    add(&["DEBUG", "POPULATE", "1", "a", "2", "3"]);
+    add(&["DEBUG", "POPULATE"]);
+    add(&["DBSIZE"]);
+    assert_like_redis(&srv, &script, 2);
+    let (info, per_shard) = keys_per_shard(&srv);
+    assert_eq!(per_shard.len(), 4, "{info}");
+    assert!(per_shard.iter().all(|&n| n > 400), "{info}");
 }
 
 /// Commands that read keys of several shards and write one (the set and sorted-set algebra,

@@ -1,9 +1,11 @@
-//! DEBUG OBJECT, PROTOCOL, DIGEST and DIGEST-VALUE (Redis 7.0 `debug.c`); DEBUG itself and
-//! its other subcommands are in `server`.
+//! DEBUG OBJECT, PROTOCOL, DIGEST, DIGEST-VALUE and POPULATE (Redis 7.0 `debug.c`); DEBUG
+//! itself and its other subcommands are in `server`.
 //!
 //! DIGEST and DIGEST-VALUE compute Redis's own dataset digest (SHA1 mixed and xored per key,
 //! element and expiry exactly as `xorObjectDigest`), so the same data gives the same digest on
 //! Meridian and on Redis. CRDT.DIGEST is Meridian's digest for comparing sites.
+
+use std::io::Write as _;
 
 use meridian_crdt::{KeyState, StrView, StreamId, TypeTag};
 
@@ -113,22 +115,164 @@ pub fn protocol(ctx: &mut Ctx<'_>, name: &[u8]) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// DEBUG DIGEST: Redis's digest of the whole dataset (40 hex digits; zeros when empty).
+/// DEBUG DIGEST: Redis's digest of the whole dataset (40 hex digits; zeros when empty). On
+/// the main port of a process of several shards the connection joins every shard's part
+/// (`digest_parts`, `conn`'s `debug_across`); here, this shard's keys.
 pub fn digest(ctx: &mut Ctx<'_>) -> Result<(), CmdError> {
-    let mut total = [0u8; 20];
-    for (i, d) in ctx.shard.dbs.iter().enumerate() {
-        if d.is_empty() {
-            continue;
-        }
-        mix_digest(&mut total, &(i as u32).to_be_bytes());
+    ctx.out
+        .simple(&digest_hex(&digest_join(digest_parts(ctx.shard))));
+    Ok(())
+}
+
+/// What one shard adds to DEBUG DIGEST: for each database where it holds a key, the XOR of
+/// its keys' digests. Redis's `computeDatasetDigest` XORs the keys of a database into the
+/// total (order-free) and mixes only the database ids in, in order, so the parts of shards
+/// holding disjoint keys join into exactly the digest of one server holding them all
+/// (`digest_join`).
+pub type DigestParts = Vec<(u32, [u8; 20])>;
+
+/// This shard's `DigestParts`.
+pub fn digest_parts(shard: &crate::shard::Shard) -> DigestParts {
+    let mut parts = DigestParts::new();
+    for (i, d) in shard.dbs.iter().enumerate() {
+        let mut xor = [0u8; 20];
+        let mut any = false;
         for e in d.table.iter().filter(|e| !e.state.is_empty()) {
             let mut one = [0u8; 20];
             mix_digest(&mut one, &e.key);
             xor_object_digest(&mut one, &e.state);
-            xor_digest(&mut total, &one);
+            // `xorDigest(final, digest, 20)`: the SHA1 of the key's digest.
+            xor_digest(&mut xor, &one);
+            any = true;
+        }
+        if any {
+            parts.push((u32::try_from(i).unwrap_or(u32::MAX), xor));
         }
     }
-    ctx.out.simple(&hex(&total));
+    parts
+}
+
+/// DEBUG DIGEST of the data whose shards' parts are `parts`: each database holding a key
+/// (ascending) mixed in by its id, then its keys' XOR.
+pub fn digest_join(parts: impl IntoIterator<Item = (u32, [u8; 20])>) -> [u8; 20] {
+    let mut by_db: std::collections::BTreeMap<u32, [u8; 20]> = Default::default();
+    for (db, xor) in parts {
+        xor_into(by_db.entry(db).or_insert([0u8; 20]), &xor);
+    }
+    let mut total = [0u8; 20];
+    for (db, xor) in by_db {
+        mix_digest(&mut total, &db.to_be_bytes());
+        xor_into(&mut total, &xor);
+    }
+    total
+}
+
+/// A digest as DEBUG DIGEST writes it: 40 lowercase hex digits.
+pub fn digest_hex(d: &[u8; 20]) -> String {
+    hex(d)
+}
+
+/// Whether `argv` is a DEBUG subcommand that covers every shard of the process (DIGEST,
+/// POPULATE with its arity), which the main port's connection runs across them.
+pub fn spans_shards(argv: &[&[u8]]) -> bool {
+    is_digest(argv)
+        || (argv.get(1).is_some_and(|s| eq_ic(s, "populate")) && (3..=5).contains(&argv.len()))
+}
+
+/// Whether `argv` is DEBUG DIGEST (the whole dataset's, no key).
+pub fn is_digest(argv: &[&[u8]]) -> bool {
+    argv.len() == 2 && argv.get(1).is_some_and(|s| eq_ic(s, "digest"))
+}
+
+/// Bytes of a DEBUG POPULATE key name at most: Redis formats it into a 128-byte buffer
+/// (`snprintf`), which cuts a longer prefix there.
+const POPULATE_KEY_BYTES_MAX: usize = 127;
+
+/// DEBUG POPULATE count [prefix [size]], parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Populate {
+    /// Keys `prefix:0` to `prefix:count-1`.
+    pub count: u64,
+    pub prefix: Vec<u8>,
+    /// Each value's length (its first bytes `value:N`, then zeros); None: `value:N`.
+    pub size: Option<usize>,
+}
+
+/// Redis's `getPositiveLongFromObjectOrReply`: one text for a negative number and for
+/// anything that is not a number.
+fn positive_long(arg: &[u8]) -> Result<u64, CmdError> {
+    super::args::parse_i64(arg)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| CmdError::Err("value is out of range, must be positive".into()))
+}
+
+/// DEBUG POPULATE's arguments (`argv` from DEBUG on), checked as Redis checks them; the
+/// value size is also bounded by `proto-max-bulk-len` (`bulk_max`), the longest value a
+/// client could write (Redis has no bound and allocates whatever is asked).
+pub fn populate_args(argv: &[&[u8]], bulk_max: u64) -> Result<Populate, CmdError> {
+    let count = positive_long(argv.get(2).copied().unwrap_or_default())?;
+    let prefix = argv.get(3).map_or_else(|| b"key".to_vec(), |p| p.to_vec());
+    let size = match argv.get(4) {
+        None => None,
+        Some(a) => match positive_long(a)? {
+            0 => None,
+            n if n > bulk_max => {
+                return Err(CmdError::Err(format!(
+                    "value size {n} is above proto-max-bulk-len ({bulk_max})"
+                )));
+            }
+            n => Some(
+                usize::try_from(n)
+                    .map_err(|_| CmdError::Err("value is out of range, must be positive".into()))?,
+            ),
+        },
+    };
+    Ok(Populate {
+        count,
+        prefix,
+        size,
+    })
+}
+
+/// Redis's DEBUG POPULATE on this shard: creates, in `db`, each key `prefix:N` (N below
+/// `count`) that hashes to a slot this shard owns and does not exist, holding `value:N`
+/// (or that cut or padded with zeros to `size` bytes). Each key is a local write like SET's:
+/// logged and sent to the other sites (Redis does not propagate DEBUG to its replicas; a
+/// site that kept the keys to itself would diverge from its peers). O(count) on the shard,
+/// as in Redis; a stop request ends it (the keys made until then stay).
+pub fn populate(
+    shard: &mut crate::shard::Shard,
+    db: usize,
+    p: &Populate,
+    now_ms: u64,
+) -> Result<(), CmdError> {
+    let mut poll = crate::stop::Poll::new();
+    let mut key = Vec::with_capacity(POPULATE_KEY_BYTES_MAX);
+    let mut value = Vec::new();
+    for j in 0..p.count {
+        if poll.stop() {
+            return Err(CmdError::ShuttingDown);
+        }
+        key.clear();
+        key.extend_from_slice(&p.prefix);
+        key.push(b':');
+        let _ = write!(key, "{j}");
+        key.truncate(POPULATE_KEY_BYTES_MAX);
+        if !shard.owns_slot(crate::slot::slot(&key))
+            || shard.lookup_quiet(db, &key, now_ms).is_some()
+        {
+            continue;
+        }
+        value.clear();
+        value.extend_from_slice(b"value:");
+        let _ = write!(value, "{j}");
+        if let Some(size) = p.size {
+            value.resize(size, 0);
+        }
+        shard.write_key(db, &key, now_ms, |state| {
+            state.assign_effect(&value[..], false)
+        });
+    }
     Ok(())
 }
 
@@ -266,5 +410,67 @@ fn xor_object_digest(d: &mut [u8; 20], state: &KeyState) {
     }
     if state.expire_at_ms().is_some() {
         xor_digest(d, b"!!expire!!");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parts of disjoint keys join into the digest of all of them, whatever shards they
+    /// were on and in whatever order the parts come.
+    #[test]
+    fn digest_parts_join_as_one_dataset() {
+        let key = |k: &[u8]| {
+            let mut one = [0u8; 20];
+            mix_digest(&mut one, k);
+            let mut x = [0u8; 20];
+            xor_digest(&mut x, &one);
+            x
+        };
+        let xor = |a: [u8; 20], b: [u8; 20]| {
+            let mut d = a;
+            xor_into(&mut d, &b);
+            d
+        };
+        let whole = digest_join([(0, xor(key(b"a"), key(b"b"))), (2, key(b"c"))]);
+        let split = digest_join([(2, key(b"c")), (0, key(b"b")), (0, key(b"a"))]);
+        assert_eq!(whole, split);
+        assert_ne!(whole, digest_join([(0, xor(key(b"a"), key(b"b")))]));
+        // The database ids are mixed in: the same keys in another database differ.
+        assert_ne!(
+            whole,
+            digest_join([(1, xor(key(b"a"), key(b"b"))), (2, key(b"c"))])
+        );
+        assert_eq!(digest_hex(&digest_join([])), "0".repeat(40));
+    }
+
+    #[test]
+    fn populate_arguments_as_redis_checks_them() {
+        let p = |args: &[&str]| {
+            let mut argv: Vec<&[u8]> = vec![b"DEBUG", b"POPULATE"];
+            argv.extend(args.iter().map(|a| a.as_bytes()));
+            populate_args(&argv, 1024)
+        };
+        assert_eq!(
+            p(&["3"]),
+            Ok(Populate {
+                count: 3,
+                prefix: b"key".to_vec(),
+                size: None
+            })
+        );
+        assert_eq!(p(&["3", "x", "0"]).map(|p| p.size), Ok(None));
+        assert_eq!(p(&["3", "x", "1024"]).map(|p| p.size), Ok(Some(1024)));
+        assert!(matches!(p(&["3", "x", "1025"]), Err(CmdError::Err(t)) if t.contains("1025")));
+        for bad in [&["-1"][..], &["x"], &["3", "x", "-2"], &["3", "x", "y"]] {
+            assert_eq!(
+                p(bad),
+                Err(CmdError::Err(
+                    "value is out of range, must be positive".into()
+                )),
+                "{bad:?}"
+            );
+        }
     }
 }

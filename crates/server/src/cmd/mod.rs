@@ -156,17 +156,32 @@ pub fn all_handlers() -> Vec<(&'static str, Handler)> {
     v
 }
 
-/// The process-wide command table, built on first use.
 /// Redis's `allowProtectedAction`: DEBUG and MODULE run only when their setting
 /// (`enable-debug-command`, `enable-module-command`, fixed at start) is `yes`, or `local`
 /// and the client is on loopback; otherwise Redis's refusal text.
 pub fn protected_allowed(ctx: &Ctx<'_>, param: &str, command: &str) -> Result<(), CmdError> {
+    protected_allowed_for(
+        &ctx.shard.config,
+        ctx.client.shared.addr.ip(),
+        param,
+        command,
+    )
+}
+
+/// `protected_allowed` for a client at `ip` under `config` (a command the connection runs
+/// across shards checks it before any shard runs a part).
+pub fn protected_allowed_for(
+    config: &crate::config::Config,
+    ip: std::net::IpAddr,
+    param: &str,
+    command: &str,
+) -> Result<(), CmdError> {
     let setting = crate::config::params::find(param.as_bytes())
-        .map(|p| p.get(&ctx.shard.config))
+        .map(|p| p.get(config))
         .unwrap_or_default();
     let ok = match setting.as_str() {
         "yes" => true,
-        "local" => crate::conn::is_local(ctx.client.shared.addr.ip()),
+        "local" => crate::conn::is_local(ip),
         _ => false,
     };
     if ok {
@@ -177,6 +192,7 @@ pub fn protected_allowed(ctx: &Ctx<'_>, param: &str, command: &str) -> Result<()
     )))
 }
 
+/// The process-wide command table, built on first use.
 pub fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| {

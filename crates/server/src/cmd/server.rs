@@ -1300,6 +1300,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Show low level info about `key` and associated value.",
                 "PANIC",
                 "    Crash the server simulating a panic.",
+                "POPULATE <count> [<prefix>] [<size>]",
+                "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+                "    it is used instead of the 'key' prefix. They are written as SET writes are,",
+                "    for the other sites too. On a shard's cluster endpoint, only the keys of",
+                "    that shard's slots are created.",
                 "PROTOCOL <type>",
                 "    Reply with a test value of the specified type. <type> can be: string,",
                 "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
@@ -1326,6 +1331,13 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     if eq_ic(sub, "digest") && argc == 2 {
         return super::debug::digest(ctx);
+    }
+    if eq_ic(sub, "populate") && (3..=5).contains(&argc) {
+        let p = super::debug::populate_args(argv, ctx.shard.config.proto_max_bulk_len)?;
+        let db = ctx.db();
+        super::debug::populate(ctx.shard, db, &p, ctx.now_ms)?;
+        ctx.out.ok();
+        return Ok(());
     }
     if eq_ic(sub, "digest-value") {
         return super::debug::digest_value(ctx, argv.get(2..).unwrap_or_default());
