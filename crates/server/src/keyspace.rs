@@ -13,7 +13,7 @@ use crate::shard::Shard;
 mod table;
 mod waiters;
 pub use table::{KeyTable, Mark};
-pub use waiters::{BlockRegistry, Wake, WatchFlag};
+pub use waiters::{BlockRegistry, Wake, WatchFlag, Watcher};
 
 /// One key: its name and CRDT state, in one allocation the table points to.
 ///
@@ -1146,16 +1146,62 @@ impl Shard {
         0
     }
 
-    /// Marks clients watching `key` dirty (their EXEC will fail).
+    /// Marks clients watching `key` dirty (their EXEC will fail), as Redis's
+    /// `touchWatchedKey`: a watcher that found the key already expired is not, when the key
+    /// is now gone (its deletion is no logical change; the mark goes), and is otherwise.
     pub fn touch_watched(&mut self, db: usize, key: &[u8]) {
         if self.watched.is_empty() {
             return;
         }
-        if let Some(flags) = self.watched.get(&waiters::KeyRef(db, key)) {
-            for f in flags {
-                f.set(true);
+        let Some(watchers) = self.watched.get(&waiters::KeyRef(db, key)) else {
+            return;
+        };
+        let gone = watchers.iter().any(|w| w.expired) && !self.key_present(db, key);
+        if let Some(watchers) = self.watched.get_mut(&waiters::KeyRef(db, key)) {
+            for w in watchers.iter_mut() {
+                if w.expired && gone {
+                    w.expired = false;
+                    continue;
+                }
+                w.flag.set(true);
             }
         }
+    }
+
+    /// Whether `key` of `db` has a value here (expired or not).
+    fn key_present(&self, db: usize, key: &[u8]) -> bool {
+        let hash = self.hash_key(key);
+        self.dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .is_some_and(|e| !e.state.is_empty())
+    }
+
+    /// Whether `key` of `db` has a value whose TTL has passed at `now_ms` (logically
+    /// expired, not yet deleted).
+    pub fn key_stale(&self, db: usize, key: &[u8], now_ms: u64) -> bool {
+        let hash = self.hash_key(key);
+        self.dbs
+            .get(db)
+            .and_then(|d| d.get(hash, key))
+            .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= now_ms))
+    }
+
+    /// Redis's `isWatchedKeyExpired` for one key: whether `key` of `db`, WATCHed by the
+    /// client whose flag is `dirty`, is expired now and was not already when watched (EXEC
+    /// then fails as if the key had changed).
+    pub fn watched_key_expired(
+        &self,
+        db: usize,
+        key: &[u8],
+        dirty: &WatchFlag,
+        now_ms: u64,
+    ) -> bool {
+        self.key_stale(db, key, now_ms)
+            && !self
+                .watched
+                .get(&waiters::KeyRef(db, key))
+                .is_some_and(|ws| ws.iter().any(|w| w.expired && w.flag.same(dirty)))
     }
 
     /// Called by the write path for every keyspace write: wakes a client blocked on the key.
@@ -1170,17 +1216,6 @@ impl Shard {
     /// Number of clients blocked on this shard's keys (INFO clients `blocked_clients`).
     pub fn blocked_count(&self) -> usize {
         self.blocking.len()
-    }
-
-    /// Marks every client watching any key of `db` dirty (FLUSHDB/FLUSHALL/SWAPDB).
-    pub fn touch_watched_db(&mut self, db: usize) {
-        for ((d, _), flags) in self.watched.iter() {
-            if *d == db {
-                for f in flags {
-                    f.set(true);
-                }
-            }
-        }
     }
 }
 

@@ -14,7 +14,7 @@ use hashbrown::HashMap;
 use meridian_crdt::{HlcClock, ReplicaId};
 
 use crate::config::Config;
-use crate::keyspace::{BlockRegistry, Db, WatchFlag};
+use crate::keyspace::{BlockRegistry, Db, WatchFlag, Watcher};
 use crate::oplog::OpLog;
 use crate::slot::SlotMap;
 use crate::stats::Stats;
@@ -64,8 +64,8 @@ pub struct Shard {
     /// Keyspace counters (hits, misses, expiries, writes); command counters are the
     /// connection threads'.
     pub stats: Stats,
-    /// Keys watched by some client: (db, key) → the watchers' flags.
-    pub watched: HashMap<WatchedKey, Vec<WatchFlag>>,
+    /// Keys watched by some client: (db, key) → its watchers.
+    pub watched: HashMap<WatchedKey, Vec<Watcher>>,
     /// Clients blocked in BLPOP and the like, by key.
     pub blocking: BlockRegistry,
     /// Messages other sites published (`sync::apply`).
@@ -203,9 +203,9 @@ impl Shard {
         if self.watched.is_empty() {
             return;
         }
-        self.watched.retain(|_, flags| {
-            flags.retain(|f| !f.same(dirty));
-            !flags.is_empty()
+        self.watched.retain(|_, watchers| {
+            watchers.retain(|w| !w.flag.same(dirty));
+            !watchers.is_empty()
         });
     }
 

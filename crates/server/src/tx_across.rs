@@ -202,18 +202,15 @@ fn coordinate(job: TxJob) {
     for (shard, inbox, watched) in holds {
         let (itx, irx) = mpsc::channel::<Instr>();
         let (ack_tx, ack_rx) = mpsc::channel::<(Option<String>, bool)>();
+        let watcher = dirty.clone();
         let hold: crate::hop::Job = Box::new(move |t: &std::rc::Rc<Thread>| {
             let ack = {
                 let s = t.shard.borrow();
                 let now = s.now_ms();
                 let refusal = if writes { s.persist.refusal() } else { None };
-                let expired = watched.iter().any(|(db, key)| {
-                    let hash = s.hash_key(key);
-                    s.dbs
-                        .get(*db)
-                        .and_then(|d| d.get(hash, key))
-                        .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= now))
-                });
+                let expired = watched
+                    .iter()
+                    .any(|(db, key)| s.watched_key_expired(*db, key, &watcher, now));
                 (refusal, expired)
             };
             if ack_tx.send(ack).is_err() {

@@ -815,3 +815,97 @@ fn string_encodings_follow_the_writing_command() {
     assert_eq!(c.int(&["COPY", "f", "f2"]), 1);
     assert_eq!(c.reply(&["OBJECT", "ENCODING", "f2"]), Reply::bulk("int"));
 }
+
+/// WATCH of a key already expired and not yet deleted (active expiry off), as Redis 7.0
+/// keeps `watchedKey.expired`: that key's expiry is no change, nor is its deletion (lazily,
+/// by DEL, FLUSHDB or SWAPDB), while a write to it, an expiry after WATCH or a key that
+/// appears still fail EXEC. Each case runs on a watching connection (`w`) and another (`o`),
+/// on Meridian and on `redis-server`, and every reply must be Redis's. Before, Meridian failed
+/// EXEC for every key expired at EXEC time, watched stale or not.
+#[test]
+fn watch_of_stale_keys_like_redis() {
+    if !common::RedisRef::available() {
+        eprintln!("redis-server not installed: skipped");
+        return;
+    }
+    // (connection, command); `sleep N` waits N ms.
+    let stale = |c: char| vec![(c, "set x foo px 1"), (c, "sleep 10")];
+    let tx = vec![('w', "multi"), ('w', "ping"), ('w', "exec")];
+    let case = |before: Vec<(char, &'static str)>, between: Vec<(char, &'static str)>| {
+        let mut v = vec![('o', "flushall"), ('o', "debug set-active-expire 0")];
+        v.extend(before);
+        v.push(('w', "watch x"));
+        v.extend(between);
+        v.extend(tx.clone());
+        v.push(('o', "debug set-active-expire 1"));
+        v
+    };
+    let cases: Vec<Vec<(char, &str)>> = vec![
+        case(stale('o'), vec![]),
+        case(stale('o'), vec![('w', "exists x")]),
+        case(stale('o'), vec![('w', "flushdb")]),
+        case(stale('o'), vec![('o', "set x new")]),
+        case(vec![('o', "set x v px 50")], vec![('o', "sleep 100")]),
+        case(
+            stale('o'),
+            vec![('o', "set x again px 1"), ('o', "sleep 10")],
+        ),
+        case(stale('o'), vec![('o', "del x")]),
+        case(stale('o'), vec![('o', "expire x 100")]),
+        case(vec![], stale('o')),
+        // SWAPDB: the watcher in db 1.
+        case(
+            vec![('w', "select 1"), ('o', "select 1")]
+                .into_iter()
+                .chain(stale('o'))
+                .collect(),
+            vec![('o', "swapdb 0 1")],
+        ),
+        case(
+            vec![('w', "select 1"), ('o', "select 0")]
+                .into_iter()
+                .chain(stale('o'))
+                .collect(),
+            vec![('o', "swapdb 0 1")],
+        ),
+        case(
+            vec![
+                ('w', "select 1"),
+                ('o', "select 1"),
+                ('o', "set x foo px 1"),
+                ('o', "select 0"),
+                ('o', "set x bar px 1"),
+                ('o', "sleep 10"),
+            ],
+            vec![('o', "swapdb 0 1")],
+        ),
+        case(
+            vec![('w', "select 1"), ('o', "select 1")]
+                .into_iter()
+                .chain(stale('o'))
+                .collect(),
+            vec![('o', "select 0"), ('o', "set x live"), ('o', "swapdb 0 1")],
+        ),
+    ];
+    let run = |w: &mut Raw, o: &mut Raw, steps: &[(char, &str)]| -> Vec<String> {
+        let mut out = Vec::new();
+        for &(c, line) in steps {
+            if let Some(ms) = line.strip_prefix("sleep ") {
+                std::thread::sleep(Duration::from_millis(ms.parse().unwrap()));
+                continue;
+            }
+            let conn = if c == 'w' { &mut *w } else { &mut *o };
+            out.push(format!("{c}: {line} -> {}", conn.call_line(line)));
+        }
+        out
+    };
+    let redis = common::RedisRef::start();
+    let ours = Server::start();
+    for steps in &cases {
+        let (mut rw, mut ro) = (redis.connect(), redis.connect());
+        let (mut mw, mut mo) = (ours.connect(), ours.connect());
+        let want = run(&mut rw, &mut ro, steps);
+        let got = run(&mut mw, &mut mo, steps);
+        assert_eq!(got, want);
+    }
+}

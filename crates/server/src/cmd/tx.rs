@@ -65,12 +65,8 @@ fn exec(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     // A watched key that expired since WATCH counts as modified, as in Redis 7.0.
     let expired = ctx.client.watched.iter().any(|(db, key)| {
-        let hash = ctx.shard.hash_key(key);
         ctx.shard
-            .dbs
-            .get(*db)
-            .and_then(|d| d.get(hash, key))
-            .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= ctx.now_ms))
+            .watched_key_expired(*db, key, &ctx.client.dirty, ctx.now_ms)
     });
     if ctx.client.dirty.get() || expired {
         clear_watches(ctx.shard, ctx.client);
@@ -130,11 +126,15 @@ fn watch(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
             continue;
         }
         ctx.client.watched.push((db, key.to_vec()));
+        let expired = ctx.shard.key_stale(db, key, ctx.now_ms);
         ctx.shard
             .watched
             .entry((db, key.to_vec()))
             .or_default()
-            .push(ctx.client.dirty.clone());
+            .push(crate::keyspace::Watcher {
+                flag: ctx.client.dirty.clone(),
+                expired,
+            });
     }
     ctx.client.shared.watched.set(ctx.client.watched.len());
     ctx.out.ok();

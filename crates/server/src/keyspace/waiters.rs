@@ -29,6 +29,16 @@ impl WatchFlag {
     }
 }
 
+/// One client's WATCH of one key on the shard that owns it: the client's flag, and whether
+/// the key was already logically expired (not yet deleted) when it was watched, Redis 7.0's
+/// `watchedKey.expired`: such a key expiring changes nothing, and its deletion clears the
+/// mark (a deleted key is no longer an expired one).
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    pub flag: WatchFlag,
+    pub expired: bool,
+}
+
 /// Something a write can wake: a blocked client's connection, on whatever thread it lives.
 pub trait Wake: Send + Sync + std::fmt::Debug {
     fn wake(&self);
