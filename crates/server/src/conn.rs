@@ -2161,10 +2161,17 @@ impl Conn {
                 let sub = argv.get(1).copied().unwrap_or_default();
                 if sub.eq_ignore_ascii_case(b"set-active-expire") {
                     barrier(BarrierKind::All(Merge::Same))
-                } else if f.node.local > 1 && cmd::debug::spans_shards(argv) {
-                    barrier(BarrierKind::Special(sp))
                 } else {
-                    self.inline(s, f, spec, argv, now)
+                    match cmd::debug::place(argv, &f.node.slots) {
+                        cmd::debug::Place::Every if f.node.local > 1 => {
+                            barrier(BarrierKind::Special(sp))
+                        }
+                        cmd::debug::Place::Shard(t) if t != self.th.index => {
+                            self.remote(t, Op::Call(spec), argv, true);
+                            Step::Next
+                        }
+                        _ => self.inline(s, f, spec, argv, now),
+                    }
                 }
             }
             Special::Digest => match argv.len() {
@@ -3672,7 +3679,8 @@ impl Conn {
                     if argv
                         .get(1)
                         .is_some_and(|a| a.eq_ignore_ascii_case(b"set-active-expire"))
-                        || (f.node.local > 1 && cmd::debug::spans_shards(&argv))
+                        || (f.node.local > 1
+                            && cmd::debug::place(&argv, slots) == cmd::debug::Place::Every)
                     {
                         return None;
                     }
@@ -4002,10 +4010,11 @@ impl Conn {
         }
     }
 
-    /// DEBUG DIGEST and DEBUG POPULATE on the main port of a process of several shards
-    /// (`cmd::debug::spans_shards`): every shard's part, as one server holding all the keys
-    /// answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`); POPULATE creates
-    /// on each shard the keys of its slots.
+    /// DEBUG DIGEST, DIGEST-VALUE and POPULATE on the main port of a process of several
+    /// shards (`cmd::debug::Place::Every`): every shard's part, as one server holding all
+    /// the keys answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`);
+    /// DIGEST-VALUE takes each key's from its shard; POPULATE creates on each shard the keys
+    /// of its slots.
     async fn debug_across(&mut self, argv: Vec<Vec<u8>>) {
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         self.out.proto = self.client.shared.proto.get();
@@ -4018,7 +4027,7 @@ impl Conn {
                 self.out.error(&e);
                 return;
             }
-            if cmd::debug::is_digest(&borrowed) {
+            if cmd::debug::is_digest(&borrowed) || cmd::debug::is_digest_value(&borrowed) {
                 None
             } else {
                 match cmd::debug::populate_args(&borrowed, s.config.proto_max_bulk_len) {
@@ -4030,6 +4039,41 @@ impl Conn {
                 }
             }
         };
+        if cmd::debug::is_digest_value(&borrowed) {
+            let keys: Vec<Vec<u8>> = argv.get(2..).unwrap_or_default().to_vec();
+            let db = self.client.db;
+            let results = hop::run_on_all(&self.th, move |t| {
+                let s = t.shard.borrow();
+                let owned: Vec<bool> = keys
+                    .iter()
+                    .map(|k| s.owns_slot(crate::slot::slot(k)))
+                    .collect();
+                (owned, cmd::debug::value_digests(&s, db, &keys))
+            })
+            .await;
+            let n = borrowed.len().saturating_sub(2);
+            let mut digests = vec![[0u8; 20]; n];
+            for r in results {
+                match r {
+                    Ok((owned, values)) => {
+                        for ((d, own), v) in digests.iter_mut().zip(owned).zip(values) {
+                            if own {
+                                *d = v;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.out.error(&hop::unavailable_error(e));
+                        return;
+                    }
+                }
+            }
+            self.out.array(digests.len());
+            for d in &digests {
+                self.out.simple(&cmd::debug::digest_hex(d));
+            }
+            return;
+        }
         let Some(p) = populate else {
             let results =
                 hop::run_on_all(&self.th, |t| cmd::debug::digest_parts(&t.shard.borrow())).await;

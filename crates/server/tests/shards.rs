@@ -220,6 +220,14 @@ fn debug_digest_and_populate_cover_every_shard_like_redis() {
         add(&["PEXPIRE", &format!("{k}l"), "100000"]);
     }
     add(&["DEBUG", "DIGEST"]);
+    let spread = key_per_shard("d");
+    let sets: Vec<String> = spread.iter().map(|k| format!("{k}s")).collect();
+    let mut digest_value = vec!["DEBUG", "DIGEST-VALUE", "nosuchkey"];
+    digest_value.extend(sets.iter().map(String::as_str));
+    add(&digest_value);
+    for k in &sets {
+        add(&["DEBUG", "DIGEST-VALUE", k]);
+    }
     add(&["SELECT", "3"]);
     add(&["DEBUG", "POPULATE", "30", "three"]);
     add(&["DEBUG", "DIGEST"]);
@@ -236,6 +244,14 @@ fn debug_digest_and_populate_cover_every_shard_like_redis() {
     let (info, per_shard) = keys_per_shard(&srv);
     assert_eq!(per_shard.len(), 4, "{info}");
     assert!(per_shard.iter().all(|&n| n > 400), "{info}");
+    // DEBUG OBJECT finds a key of any shard (its address is Meridian's own).
+    for _ in 0..4 {
+        let mut c = srv.connect();
+        for k in &sets {
+            let line = call(&mut c, &["DEBUG", "OBJECT", k]);
+            assert!(line.contains("encoding:hashtable"), "{k}: {line}");
+        }
+    }
 }
 
 /// Commands that read keys of several shards and write one (the set and sorted-set algebra,

@@ -172,11 +172,43 @@ pub fn digest_hex(d: &[u8; 20]) -> String {
     hex(d)
 }
 
-/// Whether `argv` is a DEBUG subcommand that covers every shard of the process (DIGEST,
-/// POPULATE with its arity), which the main port's connection runs across them.
-pub fn spans_shards(argv: &[&[u8]]) -> bool {
-    is_digest(argv)
-        || (argv.get(1).is_some_and(|s| eq_ic(s, "populate")) && (3..=5).contains(&argv.len()))
+/// Where the main port of a process of several shards runs a DEBUG subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// On the connection's thread (no key, or keys of its shard).
+    Here,
+    /// On the shard owning the keys it names (OBJECT, DIGEST-VALUE of one shard's keys).
+    Shard(u16),
+    /// Across every shard, joined by the connection: DIGEST, POPULATE, DIGEST-VALUE of keys
+    /// of several shards.
+    Every,
+}
+
+/// Where DEBUG `argv` runs, its keys owned as `slots` says.
+pub fn place(argv: &[&[u8]], slots: &crate::slot::SlotMap) -> Place {
+    let sub = argv.get(1).copied().unwrap_or_default();
+    if is_digest(argv) || (eq_ic(sub, "populate") && (3..=5).contains(&argv.len())) {
+        return Place::Every;
+    }
+    let keys = if (eq_ic(sub, "object") && argv.len() == 3) || eq_ic(sub, "digest-value") {
+        argv.get(2..)
+    } else {
+        None
+    };
+    let mut owners = keys
+        .unwrap_or_default()
+        .iter()
+        .map(|k| slots.shard_of_key(k));
+    match owners.next() {
+        None => Place::Here,
+        Some(first) if owners.all(|t| t == first) => Place::Shard(first),
+        Some(_) => Place::Every,
+    }
+}
+
+/// Whether `argv` is DEBUG DIGEST-VALUE (with keys or none).
+pub fn is_digest_value(argv: &[&[u8]]) -> bool {
+    argv.get(1).is_some_and(|s| eq_ic(s, "digest-value"))
 }
 
 /// Whether `argv` is DEBUG DIGEST (the whole dataset's, no key).
@@ -280,13 +312,27 @@ pub fn populate(
 /// logically expired keys included, as in Redis.
 pub fn digest_value(ctx: &mut Ctx<'_>, keys: &[&[u8]]) -> Result<(), CmdError> {
     let db = ctx.db();
-    let hashes: Vec<[u8; 20]> = keys
-        .iter()
+    let hashes = value_digests(ctx.shard, db, keys);
+    ctx.out.array(hashes.len());
+    for d in &hashes {
+        ctx.out.simple(&digest_hex(d));
+    }
+    Ok(())
+}
+
+/// The digest of each of `keys`' values in `db` on this shard (zeros for a key it does not
+/// hold).
+pub fn value_digests<K: AsRef<[u8]>>(
+    shard: &crate::shard::Shard,
+    db: usize,
+    keys: &[K],
+) -> Vec<[u8; 20]> {
+    keys.iter()
         .map(|k| {
+            let k = k.as_ref();
             let mut d = [0u8; 20];
-            let hash = ctx.shard.hash_key(k);
-            if let Some(e) = ctx
-                .shard
+            let hash = shard.hash_key(k);
+            if let Some(e) = shard
                 .dbs
                 .get(db)
                 .and_then(|t| t.get(hash, k))
@@ -296,12 +342,7 @@ pub fn digest_value(ctx: &mut Ctx<'_>, keys: &[&[u8]]) -> Result<(), CmdError> {
             }
             d
         })
-        .collect();
-    ctx.out.array(hashes.len());
-    for d in &hashes {
-        ctx.out.simple(&hex(d));
-    }
-    Ok(())
+        .collect()
 }
 
 fn hex(d: &[u8; 20]) -> String {
