@@ -4010,96 +4010,107 @@ impl Conn {
         }
     }
 
-    /// DEBUG DIGEST, DIGEST-VALUE and POPULATE on the main port of a process of several
-    /// shards (`cmd::debug::Place::Every`): every shard's part, as one server holding all
-    /// the keys answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`);
+    /// DEBUG DIGEST, DIGEST-VALUE, POPULATE and RELOAD on the main port of a process of
+    /// several shards (`cmd::debug::Place::Every`): every shard's part, as one server holding
+    /// all the keys answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`);
     /// DIGEST-VALUE takes each key's from its shard; POPULATE creates on each shard the keys
-    /// of its slots.
+    /// of its slots; RELOAD saves and reloads every shard.
     async fn debug_across(&mut self, argv: Vec<Vec<u8>>) {
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         self.out.proto = self.client.shared.proto.get();
-        let populate = {
+        let sub = borrowed.get(1).copied().unwrap_or_default();
+        let job = {
             let s = self.th.shard.borrow();
             let ip = self.client.shared.addr.ip();
-            if let Err(e) =
-                cmd::protected_allowed_for(&s.config, ip, "enable-debug-command", "DEBUG")
-            {
-                self.out.error(&e);
-                return;
-            }
-            if cmd::debug::is_digest(&borrowed) || cmd::debug::is_digest_value(&borrowed) {
-                None
-            } else {
-                match cmd::debug::populate_args(&borrowed, s.config.proto_max_bulk_len) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        self.out.error(&e);
-                        return;
+            cmd::protected_allowed_for(&s.config, ip, "enable-debug-command", "DEBUG").and_then(
+                |()| {
+                    if sub.eq_ignore_ascii_case(b"populate") {
+                        cmd::debug::populate_args(&borrowed, s.config.proto_max_bulk_len)
+                            .map(|p| Some(DebugWrite::Populate(std::sync::Arc::new(p))))
+                    } else if sub.eq_ignore_ascii_case(b"reload") {
+                        cmd::debug::reload_args(&borrowed).map(|r| Some(DebugWrite::Reload(r)))
+                    } else {
+                        Ok(None)
                     }
-                }
-            }
+                },
+            )
         };
-        if cmd::debug::is_digest_value(&borrowed) {
-            let keys: Vec<Vec<u8>> = argv.get(2..).unwrap_or_default().to_vec();
-            let db = self.client.db;
-            let results = hop::run_on_all(&self.th, move |t| {
-                let s = t.shard.borrow();
-                let owned: Vec<bool> = keys
-                    .iter()
-                    .map(|k| s.owns_slot(crate::slot::slot(k)))
-                    .collect();
-                (owned, cmd::debug::value_digests(&s, db, &keys))
-            })
-            .await;
-            let n = borrowed.len().saturating_sub(2);
-            let mut digests = vec![[0u8; 20]; n];
-            for r in results {
-                match r {
-                    Ok((owned, values)) => {
-                        for ((d, own), v) in digests.iter_mut().zip(owned).zip(values) {
-                            if own {
-                                *d = v;
-                            }
+        match job {
+            Err(e) => self.out.error(&e),
+            Ok(Some(write)) => self.debug_writes_across(write).await,
+            Ok(None) if cmd::debug::is_digest_value(&borrowed) => {
+                self.debug_value_digests_across(argv.get(2..).unwrap_or_default().to_vec())
+                    .await
+            }
+            Ok(None) => {
+                let results =
+                    hop::run_on_all(&self.th, |t| cmd::debug::digest_parts(&t.shard.borrow()))
+                        .await;
+                let mut parts = Vec::new();
+                for r in results {
+                    match r {
+                        Ok(part) => parts.extend(part),
+                        Err(e) => {
+                            self.out.error(&hop::unavailable_error(e));
+                            return;
                         }
                     }
-                    Err(e) => {
-                        self.out.error(&hop::unavailable_error(e));
-                        return;
-                    }
                 }
+                let digest = cmd::debug::digest_join(parts);
+                self.out.simple(&cmd::debug::digest_hex(&digest));
             }
-            self.out.array(digests.len());
-            for d in &digests {
-                self.out.simple(&cmd::debug::digest_hex(d));
-            }
-            return;
         }
-        let Some(p) = populate else {
-            let results =
-                hop::run_on_all(&self.th, |t| cmd::debug::digest_parts(&t.shard.borrow())).await;
-            let mut parts = Vec::new();
-            for r in results {
-                match r {
-                    Ok(part) => parts.extend(part),
-                    Err(e) => {
-                        self.out.error(&hop::unavailable_error(e));
-                        return;
+    }
+
+    /// DEBUG DIGEST-VALUE of keys of several shards: each key's digest from the shard owning
+    /// it (zeros for a key no shard holds).
+    async fn debug_value_digests_across(&mut self, keys: Vec<Vec<u8>>) {
+        let n = keys.len();
+        let db = self.client.db;
+        let results = hop::run_on_all(&self.th, move |t| {
+            let s = t.shard.borrow();
+            let owned: Vec<bool> = keys
+                .iter()
+                .map(|k| s.owns_slot(crate::slot::slot(k)))
+                .collect();
+            (owned, cmd::debug::value_digests(&s, db, &keys))
+        })
+        .await;
+        let mut digests = vec![[0u8; 20]; n];
+        for r in results {
+            match r {
+                Ok((owned, values)) => {
+                    for ((d, own), v) in digests.iter_mut().zip(owned).zip(values) {
+                        if own {
+                            *d = v;
+                        }
                     }
                 }
+                Err(e) => {
+                    self.out.error(&hop::unavailable_error(e));
+                    return;
+                }
             }
-            let digest = cmd::debug::digest_join(parts);
-            self.out.simple(&cmd::debug::digest_hex(&digest));
-            return;
-        };
+        }
+        self.out.array(digests.len());
+        for d in &digests {
+            self.out.simple(&cmd::debug::digest_hex(d));
+        }
+    }
+
+    /// DEBUG POPULATE or RELOAD on every shard, each writing its log as a batch does (under
+    /// `appendfsync always` the reply waits for them: `afters`): OK once all did, else the
+    /// first error.
+    async fn debug_writes_across(&mut self, write: DebugWrite) {
         let db = self.client.db;
         let now = crate::time::wall_ms();
-        let p = std::sync::Arc::new(p);
         let results = hop::run_on_all(&self.th, move |t| {
             let mut shard = t.shard.borrow_mut();
             let pos_before = shard.persist.next_pos;
-            let done = cmd::debug::populate(&mut shard, db, &p, now);
-            // Written to the log as a batch's writes are; under `appendfsync always` the
-            // reply waits for them (`afters`).
+            let done = match &write {
+                DebugWrite::Populate(p) => cmd::debug::populate(&mut shard, db, p, now),
+                DebugWrite::Reload(how) => cmd::debug::reload(&mut shard, *how, now),
+            };
             (done, shard.persist.after_batch(pos_before))
         })
         .await;
@@ -4608,6 +4619,13 @@ fn takes_keys(meta: &cmd::table::CommandMeta) -> bool {
 
 /// Local commands that act on the connection itself: inside a transaction they pin it to
 /// the connection's shard.
+/// A DEBUG subcommand that writes on every shard (`Conn::debug_writes_across`).
+#[derive(Clone)]
+enum DebugWrite {
+    Populate(std::sync::Arc<cmd::debug::Populate>),
+    Reload(cmd::debug::Reload),
+}
+
 fn pins_to_connection(name: &str) -> bool {
     !matches!(
         name,

@@ -1169,7 +1169,7 @@ impl Shard {
     }
 
     /// Whether `key` of `db` has a value here (expired or not).
-    fn key_present(&self, db: usize, key: &[u8]) -> bool {
+    pub fn key_present(&self, db: usize, key: &[u8]) -> bool {
         let hash = self.hash_key(key);
         self.dbs
             .get(db)

@@ -187,10 +187,10 @@ fn every_family_routes_to_its_shard_like_redis() {
     assert!(per_shard.iter().all(|&n| n > 0), "{info}");
 }
 
-/// DEBUG DIGEST and DEBUG POPULATE on the main port answer for every shard: the digest of
-/// data spread over four shards is Redis's for the same data (it was this thread's shard's
-/// alone), and POPULATE creates every key, each on its shard, with Redis's values and
-/// argument errors.
+/// DEBUG DIGEST, DIGEST-VALUE, POPULATE and RELOAD on the main port answer for every
+/// shard: the digest of data spread over four shards is Redis's for the same data (it was
+/// this thread's shard's alone), POPULATE creates every key, each on its shard, with Redis's
+/// values and argument errors, and RELOAD leaves the data as Redis's leaves its own.
 #[test]
 fn debug_digest_and_populate_cover_every_shard_like_redis() {
     if !RedisRef::available() {
@@ -228,6 +228,16 @@ fn debug_digest_and_populate_cover_every_shard_like_redis() {
     for k in &sets {
         add(&["DEBUG", "DIGEST-VALUE", k]);
     }
+    add(&["DEBUG", "RELOAD"]);
+    add(&["DEBUG", "DIGEST"]);
+    add(&["DEBUG", "RELOAD", "MERGE", "NOFLUSH"]);
+    add(&["DEBUG", "DIGEST"]);
+    add(&["DEBUG", "RELOAD", "FOO"]);
+    add(&["SMEMBERS", &sets[0]]);
+    add(&["PTTL", "nosuchkey"]);
+    for size in ["1b", "5b", "0", "4gb", "4095mb", "abc", "-1"] {
+        add(&["DEBUG", "QUICKLIST-PACKED-THRESHOLD", size]);
+    }
     add(&["SELECT", "3"]);
     add(&["DEBUG", "POPULATE", "30", "three"]);
     add(&["DEBUG", "DIGEST"]);
@@ -252,6 +262,19 @@ fn debug_digest_and_populate_cover_every_shard_like_redis() {
             assert!(line.contains("encoding:hashtable"), "{k}: {line}");
         }
     }
+    // NOFLUSH without MERGE loads the snapshot over the data it holds: Redis's load error
+    // (Redis itself aborts on a duplicate key); NOSAVE is refused.
+    let mut c = srv.connect();
+    assert_eq!(
+        call(&mut c, &["DEBUG", "RELOAD", "NOFLUSH"]).trim_end(),
+        "-ERR Error trying to load the RDB dump"
+    );
+    assert!(call(&mut c, &["DEBUG", "RELOAD", "NOSAVE"]).starts_with("-ERR DEBUG RELOAD NOSAVE"));
+    call(&mut c, &["FLUSHALL"]);
+    assert_eq!(
+        call(&mut c, &["DEBUG", "RELOAD", "NOFLUSH"]).trim_end(),
+        "+OK"
+    );
 }
 
 /// Commands that read keys of several shards and write one (the set and sorted-set algebra,

@@ -179,15 +179,18 @@ pub enum Place {
     Here,
     /// On the shard owning the keys it names (OBJECT, DIGEST-VALUE of one shard's keys).
     Shard(u16),
-    /// Across every shard, joined by the connection: DIGEST, POPULATE, DIGEST-VALUE of keys
-    /// of several shards.
+    /// Across every shard, joined by the connection: DIGEST, POPULATE, RELOAD, DIGEST-VALUE
+    /// of keys of several shards.
     Every,
 }
 
 /// Where DEBUG `argv` runs, its keys owned as `slots` says.
 pub fn place(argv: &[&[u8]], slots: &crate::slot::SlotMap) -> Place {
     let sub = argv.get(1).copied().unwrap_or_default();
-    if is_digest(argv) || (eq_ic(sub, "populate") && (3..=5).contains(&argv.len())) {
+    if is_digest(argv)
+        || (eq_ic(sub, "populate") && (3..=5).contains(&argv.len()))
+        || eq_ic(sub, "reload")
+    {
         return Place::Every;
     }
     let keys = if (eq_ic(sub, "object") && argv.len() == 3) || eq_ic(sub, "digest-value") {
@@ -214,6 +217,112 @@ pub fn is_digest_value(argv: &[&[u8]]) -> bool {
 /// Whether `argv` is DEBUG DIGEST (the whole dataset's, no key).
 pub fn is_digest(argv: &[&[u8]]) -> bool {
     argv.len() == 2 && argv.get(1).is_some_and(|s| eq_ic(s, "digest"))
+}
+
+/// DEBUG RELOAD's options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reload {
+    /// NOFLUSH without MERGE: the snapshot is loaded on top of the data it was written from,
+    /// so any key or function library it holds is a duplicate, Redis's load error.
+    pub noflush_only: bool,
+}
+
+/// DEBUG RELOAD's options, checked as Redis checks them. With MERGE the snapshot just
+/// written, which holds exactly the data in memory, loads over it to the same data, flushed
+/// first or not. NOSAVE (load an older snapshot) is refused: a shard that replicates cannot
+/// take its data back to an older state without its peers.
+pub fn reload_args(argv: &[&[u8]]) -> Result<Reload, CmdError> {
+    let (mut merge, mut noflush) = (false, false);
+    for opt in argv.get(2..).unwrap_or_default() {
+        if eq_ic(opt, "merge") {
+            merge = true;
+            continue;
+        }
+        if eq_ic(opt, "noflush") {
+            noflush = true;
+            continue;
+        }
+        if eq_ic(opt, "nosave") {
+            return Err(CmdError::Err(
+                "DEBUG RELOAD NOSAVE is not supported: Meridian reloads the snapshot it writes (a shard that replicates cannot go back to an older one)".to_string(),
+            ));
+        }
+        return Err(CmdError::Err(
+            "DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.".to_string(),
+        ));
+    }
+    Ok(Reload {
+        noflush_only: noflush && !merge,
+    })
+}
+
+/// Redis's DEBUG RELOAD on this shard: writes its snapshot (as SAVE), then makes each key
+/// what loading that snapshot at a start makes of it: its state decoded from its snapshot
+/// encoding (`KeyState::decode_state`, as recovery does), the writing command's string
+/// encoding forgotten and the access time that of a loaded key. The shard's replication
+/// and log positions are left as they are (the snapshot was just written from them). A key
+/// whose encoding does not decode back to the same encoding is a snapshot defect: Redis's
+/// load error, logged with the key. Clients WATCHing a key that exists are marked dirty, as
+/// Redis's emptying of the data set does. O(keys), as in Redis; a stop request ends it.
+pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Result<(), CmdError> {
+    if shard.persist.job.is_some() {
+        return Err(CmdError::Err(
+            "Background save already in progress".to_string(),
+        ));
+    }
+    shard
+        .save_now()
+        .map_err(|_| CmdError::Raw("ERR".to_string()))?;
+    let load_error = || CmdError::Err("Error trying to load the RDB dump".to_string());
+    if how.noflush_only
+        && (!shard.scripting.libraries.is_empty() || shard.dbs.iter().any(|d| !d.is_empty()))
+    {
+        return Err(load_error());
+    }
+    let loaded_access = shard
+        .access_clock(now_ms)
+        .touched(crate::keyspace::NEW_ENTRY);
+    let mut poll = crate::stop::Poll::new();
+    let (mut first, mut again) = (Vec::new(), Vec::new());
+    for (db, d) in shard.dbs.iter_mut().enumerate() {
+        for i in 0..d.table.num_buckets() {
+            if poll.stop() {
+                return Err(CmdError::ShuttingDown);
+            }
+            let Some(e) = d.table.get_bucket_mut(i) else {
+                continue;
+            };
+            first.clear();
+            e.state.encode_state(&mut first);
+            let mut r = meridian_crdt::codec::Reader::new(&first);
+            let decoded = KeyState::decode_state(&mut r);
+            again.clear();
+            if let Ok(s) = &decoded {
+                s.encode_state(&mut again);
+            }
+            let (Ok(state), true) = (decoded, again == first && r.is_at_end()) else {
+                tracing::error!(
+                    "DEBUG RELOAD: key {:?} of database {db} does not load back as it was saved",
+                    String::from_utf8_lossy(&e.key)
+                );
+                return Err(load_error());
+            };
+            e.state = state;
+            e.str_enc = crate::keyspace::StrEnc::Contents;
+            e.lru_s = loaded_access;
+        }
+    }
+    let present: Vec<(usize, Vec<u8>)> = shard
+        .watched
+        .keys()
+        .filter(|(db, key)| shard.key_present(*db, key))
+        .cloned()
+        .collect();
+    for (db, key) in present {
+        shard.touch_watched(db, &key);
+    }
+    tracing::warn!("DB reloaded by DEBUG RELOAD");
+    Ok(())
 }
 
 /// Bytes of a DEBUG POPULATE key name at most: Redis formats it into a 128-byte buffer

@@ -1278,6 +1278,10 @@ fn latency_help(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 /// DEBUG SLEEP looks at the stop flag at least this often.
 pub const DEBUG_SLEEP_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// The largest DEBUG QUICKLIST-PACKED-THRESHOLD Redis accepts: 1 MiB below 4 GiB
+/// (`quicklistisSetPackedThreshold`).
+const QUICKLIST_PACKED_THRESHOLD_MAX: u64 = (1 << 32) - (1 << 20);
+
 fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     super::protected_allowed(ctx, "enable-debug-command", "DEBUG")?;
     let sub = argv.get(1).copied().unwrap_or_default();
@@ -1309,6 +1313,13 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Reply with a test value of the specified type. <type> can be: string,",
                 "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
                 "    true, false.",
+                "QUICKLIST-PACKED-THRESHOLD <size>",
+                "    Accepted as Redis checks it (a memory value below 4gb); Meridian's lists",
+                "    have no packed or plain nodes, so it changes nothing.",
+                "RELOAD [option ...]",
+                "    Save the snapshot on disk and reload every key from it. Valid <option>",
+                "    values: MERGE and NOFLUSH (the same result: the snapshot holds the data in",
+                "    memory). NOSAVE (load an older snapshot) is refused.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1331,6 +1342,27 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     if eq_ic(sub, "digest") && argc == 2 {
         return super::debug::digest(ctx);
+    }
+    if eq_ic(sub, "quicklist-packed-threshold") && argc == 3 {
+        // Redis stores lists as quicklists whose elements past this size get a node of their
+        // own ("plain"); Meridian's lists have no such nodes, so the threshold changes no
+        // layout. The argument is checked as Redis checks it (docs/compatibility.md).
+        let size = crate::config::params::parse_memory(argv.get(2).copied().unwrap_or_default());
+        return match size {
+            Some(sz) if sz <= QUICKLIST_PACKED_THRESHOLD_MAX => {
+                ctx.out.ok();
+                Ok(())
+            }
+            _ => Err(CmdError::Err(
+                "argument must be a memory value bigger than 1 and smaller than 4gb".to_string(),
+            )),
+        };
+    }
+    if eq_ic(sub, "reload") {
+        let how = super::debug::reload_args(argv)?;
+        super::debug::reload(ctx.shard, how, ctx.now_ms)?;
+        ctx.out.ok();
+        return Ok(());
     }
     if eq_ic(sub, "populate") && (3..=5).contains(&argc) {
         let p = super::debug::populate_args(argv, ctx.shard.config.proto_max_bulk_len)?;
