@@ -2159,7 +2159,7 @@ impl Conn {
             Special::Script => self.keyed(s, f, spec, argv, now),
             Special::Debug => {
                 let sub = argv.get(1).copied().unwrap_or_default();
-                if sub.eq_ignore_ascii_case(b"set-active-expire") {
+                if cmd::debug::on_every_shard(sub) {
                     barrier(BarrierKind::All(Merge::Same))
                 } else {
                     match cmd::debug::place(argv, &f.node.slots) {
@@ -3676,9 +3676,7 @@ impl Conn {
                     Special::Scan | Special::RandomKey | Special::CrdtWait | Special::Shutdown,
                 ) => return None,
                 Class::Special(Special::Debug) => {
-                    if argv
-                        .get(1)
-                        .is_some_and(|a| a.eq_ignore_ascii_case(b"set-active-expire"))
+                    if argv.get(1).is_some_and(|a| cmd::debug::on_every_shard(a))
                         || (f.node.local > 1
                             && cmd::debug::place(&argv, slots) == cmd::debug::Place::Every)
                     {

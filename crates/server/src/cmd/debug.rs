@@ -172,6 +172,12 @@ pub fn digest_hex(d: &[u8; 20]) -> String {
     hex(d)
 }
 
+/// Whether DEBUG `sub` sets a flag every shard keeps (SET-ACTIVE-EXPIRE,
+/// SET-DISABLE-DENY-SCRIPTS): run on every shard, as one server's setting.
+pub fn on_every_shard(sub: &[u8]) -> bool {
+    eq_ic(sub, "set-active-expire") || eq_ic(sub, "set-disable-deny-scripts")
+}
+
 /// Where the main port of a process of several shards runs a DEBUG subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {

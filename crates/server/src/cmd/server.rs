@@ -1320,6 +1320,9 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Save the snapshot on disk and reload every key from it. Valid <option>",
                 "    values: MERGE and NOFLUSH (the same result: the snapshot holds the data in",
                 "    memory). NOSAVE (load an older snapshot) is refused.",
+                "SET-DISABLE-DENY-SCRIPTS <0|1>",
+                "    Enable or disable the ability to call commands flagged 'noscript' (such as",
+                "    DEBUG) from a script.",
                 "SET-ACTIVE-EXPIRE <0|1>",
                 "    Setting it to 0 disables expiring keys in background when they are not",
                 "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -1399,6 +1402,12 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if eq_ic(sub, "set-active-expire") && argc == 3 {
         let v = c_atoi(argv.get(2).copied().unwrap_or_default());
         ctx.shard.stats.active_expire_disabled = v == 0;
+        ctx.out.ok();
+        return Ok(());
+    }
+    if eq_ic(sub, "set-disable-deny-scripts") && argc == 3 {
+        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
+        ctx.shard.scripting.noscript_allowed = v != 0;
         ctx.out.ok();
         return Ok(());
     }

@@ -603,7 +603,25 @@ pub fn run_command(
     }
     let flags = spec.meta.flags;
     if flags.contains(Flags::NOSCRIPT) {
-        return rejected(front, "This Redis command is not allowed from script");
+        if !shard.scripting.noscript_allowed {
+            return rejected(front, "This Redis command is not allowed from script");
+        }
+        // Even with DEBUG SET-DISABLE-DENY-SCRIPTS, a script's client expects one reply per
+        // command: Redis's DENY BLOCKING refusals (a subscription or a MONITOR would outlive
+        // the script on its client).
+        match spec.meta.name {
+            "subscribe" | "psubscribe" | "ssubscribe" => {
+                let text = format!(
+                    "{} isn't allowed for a DENY BLOCKING client",
+                    spec.meta.name.to_ascii_uppercase()
+                );
+                return rejected(front, &text);
+            }
+            "monitor" => {
+                return rejected(front, "MONITOR isn't allowed for DENY BLOCKING client");
+            }
+            _ => {}
+        }
     }
     let Some((caller, now)) = shard
         .scripting

@@ -200,6 +200,9 @@ pub struct Scripting {
     pub run: Option<Run>,
     pub loading: Option<Loading>,
     pub rng: rand::Lrand48,
+    /// DEBUG SET-DISABLE-DENY-SCRIPTS 1: commands flagged `noscript` may run from scripts
+    /// (Redis's `script_disable_deny_script`, which its tests use to call DEBUG from Lua).
+    pub noscript_allowed: bool,
     /// The client scripts run commands as, and the buffer their replies go to; taken out
     /// while a command runs (the shard is borrowed at the same time).
     pub client: Option<Box<Client>>,
@@ -278,6 +281,7 @@ impl Scripting {
             run: None,
             loading: None,
             rng: rand::Lrand48::default(),
+            noscript_allowed: false,
             client: Some(Box::new(client)),
             reply: Reply::new(),
             argv: Vec::new(),
