@@ -908,4 +908,15 @@ fn watch_of_stale_keys_like_redis() {
         let got = run(&mut mw, &mut mo, steps);
         assert_eq!(got, want);
     }
+    // DEBUG OBJECT finds a stale key (Redis's `dictFind`), without expiring it.
+    let mut c = ours.connect();
+    for line in ["flushall", "debug set-active-expire 0", "set x foo px 1"] {
+        c.call_line(line);
+    }
+    std::thread::sleep(Duration::from_millis(10));
+    assert!(c.call_line("debug object x").starts_with("+Value at:"));
+    assert!(c.call_line("debug object x").starts_with("+Value at:"));
+    assert_eq!(c.call_line("exists x"), ":0\r\n");
+    assert_eq!(c.call_line("debug object x"), "-ERR no such key\r\n");
+    c.call_line("debug set-active-expire 1");
 }

@@ -15,7 +15,7 @@ use crate::keyspace::Entry;
 use crate::resp::reply::{Proto, format_double};
 use crate::sha1::sha1;
 
-/// DEBUG OBJECT key: Redis's status line. `serializedlength` is the length of the key's
+/// DEBUG OBJECT key: Redis's status line, for a key whose TTL passed too. `serializedlength` is the length of the key's
 /// state in Meridian's snapshot encoding (Meridian writes no RDB); a list shows no quicklist
 /// fields (Meridian's lists are no quicklist).
 pub fn object(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<(), CmdError> {
@@ -23,7 +23,16 @@ pub fn object(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<(), CmdError> {
     let now = ctx.now_ms;
     let lfu = ctx.shard.lfu;
     let limits = super::keys::EncodingLimits::of(&ctx.shard.config);
-    let Some(e) = ctx.shard.lookup_quiet(db, key, now) else {
+    // Redis's `dictFind`: a key whose TTL passed and that is not deleted yet is still found
+    // (its tests check that a stale key is there this way), and nothing is expired.
+    let hash = ctx.shard.hash_key(key);
+    let Some(e) = ctx
+        .shard
+        .dbs
+        .get(db)
+        .and_then(|d| d.get(hash, key))
+        .filter(|e| !e.state.is_empty())
+    else {
         return Err(CmdError::NoSuchKey);
     };
     let mut encoded = Vec::new();
