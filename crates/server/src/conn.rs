@@ -4027,6 +4027,8 @@ impl Conn {
                             .map(|p| Some(DebugWrite::Populate(std::sync::Arc::new(p))))
                     } else if sub.eq_ignore_ascii_case(b"reload") {
                         cmd::debug::reload_args(&borrowed).map(|r| Some(DebugWrite::Reload(r)))
+                    } else if sub.eq_ignore_ascii_case(b"loadaof") {
+                        Ok(Some(DebugWrite::LoadAof))
                     } else {
                         Ok(None)
                     }
@@ -4096,7 +4098,7 @@ impl Conn {
         }
     }
 
-    /// DEBUG POPULATE or RELOAD on every shard, each writing its log as a batch does (under
+    /// DEBUG POPULATE, RELOAD or LOADAOF on every shard, each writing its log as a batch does (under
     /// `appendfsync always` the reply waits for them: `afters`): OK once all did, else the
     /// first error.
     async fn debug_writes_across(&mut self, write: DebugWrite) {
@@ -4108,6 +4110,7 @@ impl Conn {
             let done = match &write {
                 DebugWrite::Populate(p) => cmd::debug::populate(&mut shard, db, p, now),
                 DebugWrite::Reload(how) => cmd::debug::reload(&mut shard, *how, now),
+                DebugWrite::LoadAof => cmd::debug::loadaof(&mut shard),
             };
             (done, shard.persist.after_batch(pos_before))
         })
@@ -4622,6 +4625,7 @@ fn takes_keys(meta: &cmd::table::CommandMeta) -> bool {
 enum DebugWrite {
     Populate(std::sync::Arc<cmd::debug::Populate>),
     Reload(cmd::debug::Reload),
+    LoadAof,
 }
 
 fn pins_to_connection(name: &str) -> bool {

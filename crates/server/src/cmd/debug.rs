@@ -194,8 +194,8 @@ pub enum Place {
     Here,
     /// On the shard owning the keys it names (OBJECT, DIGEST-VALUE of one shard's keys).
     Shard(u16),
-    /// Across every shard, joined by the connection: DIGEST, POPULATE, RELOAD, DIGEST-VALUE
-    /// of keys of several shards.
+    /// Across every shard, joined by the connection: DIGEST, POPULATE, RELOAD, LOADAOF,
+    /// DIGEST-VALUE of keys of several shards.
     Every,
 }
 
@@ -205,6 +205,7 @@ pub fn place(argv: &[&[u8]], slots: &crate::slot::SlotMap) -> Place {
     if is_digest(argv)
         || (eq_ic(sub, "populate") && (3..=5).contains(&argv.len()))
         || eq_ic(sub, "reload")
+        || (eq_ic(sub, "loadaof") && argv.len() == 2)
     {
         return Place::Every;
     }
@@ -337,6 +338,31 @@ pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Resu
         shard.touch_watched(db, &key);
     }
     tracing::warn!("DB reloaded by DEBUG RELOAD");
+    Ok(())
+}
+
+/// Redis's DEBUG LOADAOF on this shard: its log (with the snapshot it starts from) replayed
+/// as a start replays it, into a private shard (`Shard::with_replayed`), must give the data
+/// in memory, compared by Redis's dataset digest. Redis empties its data and loads the AOF
+/// in its place; here the data stays as it is, and a log that replays to anything else is
+/// an error (logged) rather than a data set replaced by it.
+pub fn loadaof(shard: &mut crate::shard::Shard) -> Result<(), CmdError> {
+    let replayed = shard
+        .with_replayed(digest_parts)
+        .map_err(|e| CmdError::Err(format!("DEBUG LOADAOF: {e}")))?;
+    let (theirs, ours) = (digest_join(replayed), digest_join(digest_parts(shard)));
+    if theirs != ours {
+        tracing::error!(
+            replayed = %digest_hex(&theirs),
+            in_memory = %digest_hex(&ours),
+            "DEBUG LOADAOF: the log does not replay to the data in memory"
+        );
+        return Err(CmdError::Err(
+            "DEBUG LOADAOF: the log does not replay to the data in memory (see the server log)"
+                .to_string(),
+        ));
+    }
+    tracing::warn!("Append Only File loaded by DEBUG LOADAOF");
     Ok(())
 }
 

@@ -1298,6 +1298,9 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "ERROR <string>",
                 "    Return a Redis protocol error with <string> as message. Useful for clients",
                 "    unit tests to simulate Redis errors.",
+                "LOADAOF",
+                "    Replay the op log (from the snapshot it starts with) as a start does, and",
+                "    check that it gives the data in memory (which stays as it is).",
                 "LOG <message>",
                 "    Write <message> to the server log.",
                 "OBJECT <key>",
@@ -1360,6 +1363,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "argument must be a memory value bigger than 1 and smaller than 4gb".to_string(),
             )),
         };
+    }
+    if eq_ic(sub, "loadaof") && argc == 2 {
+        super::debug::loadaof(ctx.shard)?;
+        ctx.out.ok();
+        return Ok(());
     }
     if eq_ic(sub, "reload") {
         let how = super::debug::reload_args(argv)?;

@@ -429,6 +429,55 @@ impl Shard {
     }
 
     /// BGSAVE / BGREWRITEAOF / the automatic policy: starts a background snapshot.
+    /// Replays this shard's snapshot and log up to now, as a start does, into a private
+    /// shard on a thread of its own, and returns what `look` makes of it (DEBUG LOADAOF
+    /// compares it with the data in memory). The shard waits for it, as for SAVE. Err: no
+    /// log, a background snapshot running, or the replay failed.
+    pub fn with_replayed<T: Send>(
+        &mut self,
+        look: impl FnOnce(&Shard) -> T + Send,
+    ) -> Result<T, String> {
+        if self.persist.job.is_some() {
+            return Err("Background save already in progress".to_string());
+        }
+        if self.persist.writer.is_none() {
+            return Err(
+                "no op log (start with appendonly yes or a save policy, or CONFIG SET appendonly yes)"
+                    .to_string(),
+            );
+        }
+        // Everything logged so far in closed segments, as a background snapshot reads them.
+        self.persist.rotate().map_err(|e| e.to_string())?;
+        let upto = self.persist.next_pos;
+        let dir = self.persist.dir.clone();
+        let config = self.config.clone();
+        let (index, life) = (self.index, self.sync.life);
+        let slots = self.slots.clone();
+        let memory = self.evict.job_share();
+        std::thread::scope(|scope| {
+            let replay = scope.spawn(move || {
+                let part = Part {
+                    count: 1,
+                    index: 0,
+                    hasher: std::hash::RandomState::new(),
+                    bytes_max: u64::MAX,
+                    buffer_bytes: 0,
+                    over: false,
+                };
+                let source = (dir.as_path(), &config, index, &slots, life);
+                let private = replay_part(source, upto, &memory, part)?
+                    .ok_or_else(|| "the replay outgrew its budget".to_string())?;
+                let out = look(&private);
+                drop(private);
+                memory.0.publish_job(memory.1, 0);
+                Ok(out)
+            });
+            replay
+                .join()
+                .unwrap_or_else(|_| Err("the replay's thread panicked".to_string()))
+        })
+    }
+
     pub fn start_background_snapshot(&mut self, kind: JobKind) -> Result<(), String> {
         if self.persist.job.is_some() {
             return Err("in progress".to_string());
