@@ -1286,6 +1286,9 @@ async fn periodic(th: Rc<Thread>) {
         if s.shutting_down {
             return;
         }
+        if s.stats.cron_paused {
+            continue;
+        }
         let now = s.now_ms();
         if !s.stats.active_expire_disabled {
             let started = std::time::Instant::now();

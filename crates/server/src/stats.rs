@@ -168,6 +168,10 @@ pub struct Stats {
     pub used_memory_startup: u64,
     /// DEBUG SET-ACTIVE-EXPIRE 0 turns the active expiry cycle off (tests); kept by `reset`.
     pub active_expire_disabled: bool,
+    /// DEBUG PAUSE-CRON 1 skips the shard's periodic cycle (Redis's `pause_cron`: expiry,
+    /// eviction, tracking limits, GC, the save policy, client timeouts; the log and the
+    /// replication links go on); kept by `reset`.
+    pub cron_paused: bool,
     /// When the cross-protocol warning was last logged (unix seconds), so it is logged at most
     /// once a minute.
     pub security_warning_s: u64,
@@ -201,10 +205,12 @@ impl Stats {
         let n = self.commands.len();
         let dirty = self.dirty;
         let active_expire_disabled = self.active_expire_disabled;
+        let cron_paused = self.cron_paused;
         let startup = self.used_memory_startup;
         *self = Stats::new(n);
         self.dirty = dirty;
         self.active_expire_disabled = active_expire_disabled;
+        self.cron_paused = cron_paused;
         self.used_memory_startup = startup;
     }
 

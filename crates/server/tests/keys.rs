@@ -920,3 +920,26 @@ fn watch_of_stale_keys_like_redis() {
     assert_eq!(c.call_line("debug object x"), "-ERR no such key\r\n");
     c.call_line("debug set-active-expire 1");
 }
+
+/// DEBUG PAUSE-CRON 1 stops every shard's periodic cycle (active expiry among it): a key
+/// whose TTL passed stays until the cycle runs again or a command reaches it.
+#[test]
+fn debug_pause_cron_stops_the_periodic_cycle() {
+    let srv = Server::start();
+    let mut c = srv.connect();
+    assert_eq!(c.call_line("debug pause-cron 1"), "+OK\r\n");
+    for i in 0..20 {
+        c.call_line(&format!("set k{i} v px 20"));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(c.call_line("dbsize"), ":20\r\n");
+    assert_eq!(c.call_line("debug pause-cron 0"), "+OK\r\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while c.call_line("dbsize") != ":0\r\n" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cycle never ran again"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

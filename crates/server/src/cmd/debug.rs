@@ -182,9 +182,11 @@ pub fn digest_hex(d: &[u8; 20]) -> String {
 }
 
 /// Whether DEBUG `sub` sets a flag every shard keeps (SET-ACTIVE-EXPIRE,
-/// SET-DISABLE-DENY-SCRIPTS): run on every shard, as one server's setting.
+/// SET-DISABLE-DENY-SCRIPTS, PAUSE-CRON): run on every shard, as one server's setting.
 pub fn on_every_shard(sub: &[u8]) -> bool {
-    eq_ic(sub, "set-active-expire") || eq_ic(sub, "set-disable-deny-scripts")
+    eq_ic(sub, "set-active-expire")
+        || eq_ic(sub, "set-disable-deny-scripts")
+        || eq_ic(sub, "pause-cron")
 }
 
 /// Where the main port of a process of several shards runs a DEBUG subcommand.

@@ -1305,6 +1305,9 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Write <message> to the server log.",
                 "OBJECT <key>",
                 "    Show low level info about `key` and associated value.",
+                "PAUSE-CRON <0|1>",
+                "    Stop periodic cron job processing (active expiry, eviction, tracking limits,",
+                "    garbage collection, the save policy, client timeouts).",
                 "PANIC",
                 "    Crash the server simulating a panic.",
                 "POPULATE <count> [<prefix>] [<size>]",
@@ -1410,6 +1413,12 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if eq_ic(sub, "set-active-expire") && argc == 3 {
         let v = c_atoi(argv.get(2).copied().unwrap_or_default());
         ctx.shard.stats.active_expire_disabled = v == 0;
+        ctx.out.ok();
+        return Ok(());
+    }
+    if eq_ic(sub, "pause-cron") && argc == 3 {
+        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
+        ctx.shard.stats.cron_paused = v != 0;
         ctx.out.ok();
         return Ok(());
     }
