@@ -34,7 +34,9 @@ mod stream_tests;
 pub mod ziplist;
 pub mod zipmap;
 
-pub use crate::decode::{Decoded, Limits, decode_payload, verify_footer};
+pub use crate::decode::{
+    Crc, Decoded, Limits, decode_payload, decode_payload_with, verify_footer, verify_footer_with,
+};
 pub use crate::encode::StreamNodes;
 pub use crate::encode::{Encoder, ListOptions};
 

@@ -172,6 +172,9 @@ pub struct Stats {
     /// eviction, tracking limits, GC, the save policy, client timeouts; the log and the
     /// replication links go on); kept by `reset`.
     pub cron_paused: bool,
+    /// DEBUG SET-SKIP-CHECKSUM-VALIDATION 1: RESTORE does not check a payload's CRC-64
+    /// (Redis's `skip_checksum_validation`); kept by `reset`.
+    pub skip_checksum_validation: bool,
     /// When the cross-protocol warning was last logged (unix seconds), so it is logged at most
     /// once a minute.
     pub security_warning_s: u64,
@@ -206,11 +209,13 @@ impl Stats {
         let dirty = self.dirty;
         let active_expire_disabled = self.active_expire_disabled;
         let cron_paused = self.cron_paused;
+        let skip_checksum_validation = self.skip_checksum_validation;
         let startup = self.used_memory_startup;
         *self = Stats::new(n);
         self.dirty = dirty;
         self.active_expire_disabled = active_expire_disabled;
         self.cron_paused = cron_paused;
+        self.skip_checksum_validation = skip_checksum_validation;
         self.used_memory_startup = startup;
     }
 

@@ -586,6 +586,35 @@ fn damaged_payloads_answer_redis_errors_and_the_server_lives() {
     // The lengths of the footer itself.
     assert_eq!(c.call(&[b"RESTORE", b"x", b"0", b"short"]), footer_err);
     assert_eq!(c.call(&[b"RESTORE", b"x", b"0", b""]), footer_err);
+    // DEBUG SET-SKIP-CHECKSUM-VALIDATION 1 (on every shard): a wrong CRC-64 is let through,
+    // the value is still checked; a good payload with a wrong CRC restores.
+    assert_eq!(
+        c.call_text(&["DEBUG", "SET-SKIP-CHECKSUM-VALIDATION", "1"]),
+        "+OK\r\n"
+    );
+    let mut wrong_crc = list.clone();
+    if let Some(last) = wrong_crc.last_mut() {
+        *last ^= 0xff;
+    }
+    let mut lying = seal(&body[..body.len() / 2]);
+    if let Some(last) = lying.last_mut() {
+        *last ^= 0xff;
+    }
+    for key in ["x", "y", "z", "w"] {
+        let key = key.as_bytes();
+        assert_eq!(
+            c.call(&[b"RESTORE", key, b"0", &lying]),
+            b"-ERR Bad data format\r\n"
+        );
+        assert_eq!(c.call(&[b"RESTORE", key, b"0", &wrong_crc]), b"+OK\r\n");
+        assert_eq!(c.int(&["LLEN", std::str::from_utf8(key).unwrap()]), 3);
+    }
+    assert_eq!(c.call(&[b"RESTORE", b"s", b"0", b"short"]), footer_err);
+    assert_eq!(
+        c.call_text(&["DEBUG", "SET-SKIP-CHECKSUM-VALIDATION", "0"]),
+        "+OK\r\n"
+    );
+    assert_eq!(c.call(&[b"RESTORE", b"v", b"0", &wrong_crc]), footer_err);
     assert_eq!(c.call_text(&["PING"]), "+PONG\r\n");
 }
 

@@ -182,10 +182,12 @@ pub fn digest_hex(d: &[u8; 20]) -> String {
 }
 
 /// Whether DEBUG `sub` sets a flag every shard keeps (SET-ACTIVE-EXPIRE,
-/// SET-DISABLE-DENY-SCRIPTS, PAUSE-CRON): run on every shard, as one server's setting.
+/// SET-DISABLE-DENY-SCRIPTS, SET-SKIP-CHECKSUM-VALIDATION, PAUSE-CRON): run on every shard,
+/// as one server's setting.
 pub fn on_every_shard(sub: &[u8]) -> bool {
     eq_ic(sub, "set-active-expire")
         || eq_ic(sub, "set-disable-deny-scripts")
+        || eq_ic(sub, "set-skip-checksum-validation")
         || eq_ic(sub, "pause-cron")
 }
 

@@ -378,7 +378,12 @@ pub fn decode_restore_payload(ctx: &mut Ctx<'_>, payload: &[u8]) -> Result<Value
         string_bytes_max: bulk,
         value_bytes_max: bulk.saturating_mul(RESTORE_VALUE_BULKS),
     };
-    match meridian_rdb::decode_payload(payload, limits) {
+    let crc = if ctx.shard.stats.skip_checksum_validation {
+        meridian_rdb::Crc::Skip
+    } else {
+        meridian_rdb::Crc::Verify
+    };
+    match meridian_rdb::decode_payload_with(payload, limits, crc) {
         Ok(d) => {
             ctx.shard.stats.dump_payload_sanitizations += d.sanitized;
             Ok(d.value)

@@ -1326,6 +1326,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Save the snapshot on disk and reload every key from it. Valid <option>",
                 "    values: MERGE and NOFLUSH (the same result: the snapshot holds the data in",
                 "    memory). NOSAVE (load an older snapshot) is refused.",
+                "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
+                "    Enables or disables the checksum check of RESTORE's payload.",
                 "SET-DISABLE-DENY-SCRIPTS <0|1>",
                 "    Enable or disable the ability to call commands flagged 'noscript' (such as",
                 "    DEBUG) from a script.",
@@ -1413,6 +1415,12 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if eq_ic(sub, "set-active-expire") && argc == 3 {
         let v = c_atoi(argv.get(2).copied().unwrap_or_default());
         ctx.shard.stats.active_expire_disabled = v == 0;
+        ctx.out.ok();
+        return Ok(());
+    }
+    if eq_ic(sub, "set-skip-checksum-validation") && argc == 3 {
+        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
+        ctx.shard.stats.skip_checksum_validation = v != 0;
         ctx.out.ok();
         return Ok(());
     }
