@@ -473,10 +473,22 @@ impl Shard {
                 continue;
             };
             self.tracking.items = self.tracking.items.saturating_sub(ids.len() as u64);
+            // The client whose command is about to run gets its own before that command's
+            // reply (Redis sends these before the command runs): held, for the caller to
+            // write ahead of the reply (`cmd::tracking::flush_pending`).
+            let current = self.tracking.current;
+            let mut own = false;
             if let Some(hook) = &self.tracking.hook {
                 for id in ids.into_vec() {
-                    (hook.0)(id, Invalid::Key(&key), &self.config, now_ms);
+                    if id != 0 && id == current {
+                        own = true;
+                    } else {
+                        (hook.0)(id, Invalid::Key(&key), &self.config, now_ms);
+                    }
                 }
+            }
+            if own {
+                self.tracking.hold(Pending::Key(key));
             }
         }
         if self.tracking.shared.keys() > max {
@@ -548,6 +560,33 @@ mod tests {
         s.tracking_anonymous(|s| s.tracking_key_changed(b"c"));
         assert_eq!(s.tracking.take_pending(), vec![Pending::Key(b"c".to_vec())]);
         assert!(log.borrow().is_empty());
+    }
+
+    /// The table's limit frees keys before the current client's command runs: that
+    /// client's own invalidations are held for the caller to write ahead of the reply
+    /// (Redis sends them before the command), the others go at once.
+    #[test]
+    fn the_limit_holds_the_current_clients_invalidations() {
+        let (mut s, log) = shard_with_log();
+        s.config.tracking_table_max_keys = 1;
+        s.tracking.remember(7, b"a");
+        s.tracking.remember(8, b"a");
+        s.tracking.remember(7, b"b");
+        s.tracking.set_current(7, false);
+        s.tracking_limit();
+        assert_eq!(s.tracking.shared.keys(), 1);
+        let pending = s.tracking.take_pending();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        let freed = match pending.first() {
+            Some(Pending::Key(k)) => k.clone(),
+            other => panic!("{other:?}"),
+        };
+        let others: Vec<(u64, String)> = log.borrow().clone();
+        if freed == b"a" {
+            assert_eq!(others, vec![(8, "a".to_string())]);
+        } else {
+            assert!(others.is_empty(), "{others:?}");
+        }
     }
 
     #[test]

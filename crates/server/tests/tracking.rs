@@ -382,3 +382,30 @@ fn a_write_from_another_site_invalidates() {
     let push = b.try_read_reply(WAIT).expect("invalidation of the delete");
     assert!(String::from_utf8_lossy(&push).contains("shared"));
 }
+
+/// Redis's "Regression test for #11715": invalidations the table's limit frees for a client
+/// reach it before the reply of its next command, a command queued in MULTI included (one
+/// shard, where the client's keys are its thread's: Redis sends them before the command
+/// runs).
+#[test]
+fn the_tracking_limit_invalidates_before_the_next_reply() {
+    let srv = Server::start_single();
+    let mut r = srv.connect();
+    let mut rd = srv.connect();
+    r.ok(&["CONFIG", "SET", "tracking-table-max-keys", "2"]);
+    r.ok(&["DEBUG", "PAUSE-CRON", "1"]);
+    rd.call_text(&["HELLO", "3"]);
+    rd.ok(&["CLIENT", "TRACKING", "on"]);
+    rd.call_text(&["MGET", "1{tag}", "2{tag}"]);
+    rd.ok(&["MULTI"]);
+    r.ok(&["CONFIG", "SET", "tracking-table-max-keys", "1"]);
+    // The first reply is the invalidation push, then QUEUED.
+    let push = rd.call_text(&["PING"]);
+    assert!(
+        push.starts_with(">2\r\n$10\r\ninvalidate\r\n*1\r\n") && push.contains("{tag}"),
+        "{push:?}"
+    );
+    assert_eq!(rd.read_reply(), b"+QUEUED\r\n");
+    assert_eq!(rd.call_text(&["EXEC"]), "*1\r\n+PONG\r\n");
+    r.ok(&["DEBUG", "PAUSE-CRON", "0"]);
+}
