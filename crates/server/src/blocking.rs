@@ -552,13 +552,9 @@ pub fn reprocess(
                 ran = Some(spec);
                 // Invalidations its own writes cause follow its reply (Redis's order), as
                 // `cmd::call` holds them for the client it runs; NOLOOP drops them.
-                let noloop = client
-                    .shared
+                shard
                     .tracking
-                    .borrow()
-                    .as_ref()
-                    .is_some_and(|t| t.noloop);
-                shard.tracking.set_current(client.id(), noloop);
+                    .set_current(client.id(), client.shared.tracking_noloop());
                 client.call_depth += 1;
                 let result = {
                     let mut ctx = Ctx {

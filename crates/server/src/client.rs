@@ -357,6 +357,11 @@ impl Subscriptions {
 }
 
 impl ClientShared {
+    /// Whether the client tracks keys with NOLOOP (its own writes invalidate nothing for it).
+    pub fn tracking_noloop(&self) -> bool {
+        self.tracking.borrow().as_ref().is_some_and(|t| t.noloop)
+    }
+
     pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, now_ms: u64) -> ClientShared {
         ClientShared::with_mailbox(id, addr, laddr, now_ms, Arc::new(Mailbox::new(id, addr)))
     }

@@ -4008,11 +4008,11 @@ impl Conn {
         }
     }
 
-    /// DEBUG DIGEST, DIGEST-VALUE, POPULATE and RELOAD on the main port of a process of
-    /// several shards (`cmd::debug::Place::Every`): every shard's part, as one server holding
-    /// all the keys answers. DIGEST joins the shards' parts (`cmd::debug::digest_join`);
-    /// DIGEST-VALUE takes each key's from its shard; POPULATE creates on each shard the keys
-    /// of its slots; RELOAD saves and reloads every shard.
+    /// DEBUG DIGEST, DIGEST-VALUE, POPULATE, RELOAD and LOADAOF on the main port of a
+    /// process of several shards (`cmd::debug::Place::Every`): every shard's part, as one
+    /// server holding all the keys answers. DIGEST joins the shards' parts
+    /// (`cmd::debug::digest_join`); DIGEST-VALUE takes each key's from its shard; POPULATE
+    /// creates on each shard the keys of its slots; RELOAD and LOADAOF run on every shard.
     async fn debug_across(&mut self, argv: Vec<Vec<u8>>) {
         let borrowed: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
         self.out.proto = self.client.shared.proto.get();
@@ -4098,9 +4098,9 @@ impl Conn {
         }
     }
 
-    /// DEBUG POPULATE, RELOAD or LOADAOF on every shard, each writing its log as a batch does (under
-    /// `appendfsync always` the reply waits for them: `afters`): OK once all did, else the
-    /// first error.
+    /// DEBUG POPULATE, RELOAD or LOADAOF on every shard, each writing its log as a batch
+    /// does (under `appendfsync always` the reply waits for them: `afters`): OK once all
+    /// did, else the first error.
     async fn debug_writes_across(&mut self, write: DebugWrite) {
         let db = self.client.db;
         let now = crate::time::wall_ms();
@@ -4618,8 +4618,6 @@ fn takes_keys(meta: &cmd::table::CommandMeta) -> bool {
     meta.first_key != 0 || meta.flags.contains(cmd::table::Flags::MOVABLE_KEYS)
 }
 
-/// Local commands that act on the connection itself: inside a transaction they pin it to
-/// the connection's shard.
 /// A DEBUG subcommand that writes on every shard (`Conn::debug_writes_across`).
 #[derive(Clone)]
 enum DebugWrite {
@@ -4628,6 +4626,8 @@ enum DebugWrite {
     LoadAof,
 }
 
+/// Local commands that act on the connection itself: inside a transaction they pin it to
+/// the connection's shard.
 fn pins_to_connection(name: &str) -> bool {
     !matches!(
         name,

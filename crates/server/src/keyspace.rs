@@ -1156,7 +1156,7 @@ impl Shard {
         let Some(watchers) = self.watched.get(&waiters::KeyRef(db, key)) else {
             return;
         };
-        let gone = watchers.iter().any(|w| w.expired) && !self.key_present(db, key);
+        let gone = watchers.iter().any(|w| w.expired) && !self.key_exists_quiet(db, key);
         if let Some(watchers) = self.watched.get_mut(&waiters::KeyRef(db, key)) {
             for w in watchers.iter_mut() {
                 if w.expired && gone {
@@ -1168,22 +1168,20 @@ impl Shard {
         }
     }
 
-    /// Whether `key` of `db` has a value here (expired or not).
-    pub fn key_present(&self, db: usize, key: &[u8]) -> bool {
+    /// The entry of `key` in `db` when it holds a value, its TTL passed or not, touching
+    /// nothing (no expiry, statistics or LRU clock).
+    pub fn peek(&self, db: usize, key: &[u8]) -> Option<&Entry> {
         let hash = self.hash_key(key);
         self.dbs
-            .get(db)
-            .and_then(|d| d.get(hash, key))
-            .is_some_and(|e| !e.state.is_empty())
+            .get(db)?
+            .get(hash, key)
+            .filter(|e| !e.state.is_empty())
     }
 
     /// Whether `key` of `db` has a value whose TTL has passed at `now_ms` (logically
     /// expired, not yet deleted).
     pub fn key_stale(&self, db: usize, key: &[u8], now_ms: u64) -> bool {
-        let hash = self.hash_key(key);
-        self.dbs
-            .get(db)
-            .and_then(|d| d.get(hash, key))
+        self.peek(db, key)
             .is_some_and(|e| e.state.expire_at_ms().is_some_and(|at| at <= now_ms))
     }
 

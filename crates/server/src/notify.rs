@@ -170,11 +170,7 @@ impl Shard {
 
     /// Whether `key` holds a value now (no expiry, statistics or LRU touched).
     pub fn key_exists_quiet(&self, db: usize, key: &[u8]) -> bool {
-        let hash = self.hash_key(key);
-        self.dbs
-            .get(db)
-            .and_then(|d| d.get(hash, key))
-            .is_some_and(|e| !e.state.is_empty())
+        self.peek(db, key).is_some()
     }
 
     #[cold]

@@ -4,7 +4,11 @@
 
 /// The lowercase hex SHA-1 of `data`.
 pub fn sha1_hex(data: &[u8]) -> [u8; 40] {
-    let digest = sha1(data);
+    hex(sha1(data))
+}
+
+/// A 20-byte digest in 40 lowercase hex digits (DEBUG DIGEST writes its own so).
+pub fn hex(digest: [u8; 20]) -> [u8; 40] {
     let mut out = [0u8; 40];
     let hex = |n: u8| if n < 10 { b'0' + n } else { b'a' + n - 10 };
     for (pair, byte) in out.chunks_exact_mut(2).zip(digest) {

@@ -1,5 +1,6 @@
-//! DEBUG OBJECT, PROTOCOL, DIGEST, DIGEST-VALUE and POPULATE (Redis 7.0 `debug.c`); DEBUG
-//! itself and its other subcommands are in `server`.
+//! DEBUG OBJECT, PROTOCOL, DIGEST, DIGEST-VALUE, POPULATE, RELOAD and LOADAOF, the flags
+//! DEBUG sets on every shard, and where each runs on the main port of several shards
+//! (Redis 7.0 `debug.c`); DEBUG itself and its other subcommands are in `server`.
 //!
 //! DIGEST and DIGEST-VALUE compute Redis's own dataset digest (SHA1 mixed and xored per key,
 //! element and expiry exactly as `xorObjectDigest`), so the same data gives the same digest on
@@ -15,9 +16,9 @@ use crate::keyspace::Entry;
 use crate::resp::reply::{Proto, format_double};
 use crate::sha1::sha1;
 
-/// DEBUG OBJECT key: Redis's status line, for a key whose TTL passed too. `serializedlength` is the length of the key's
-/// state in Meridian's snapshot encoding (Meridian writes no RDB); a list shows no quicklist
-/// fields (Meridian's lists are no quicklist).
+/// DEBUG OBJECT key: Redis's status line, for a key whose TTL passed too.
+/// `serializedlength` is the length of the key's state in Meridian's snapshot encoding; a
+/// list shows no quicklist fields (Meridian's lists are no quicklist).
 pub fn object(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<(), CmdError> {
     let db = ctx.db();
     let now = ctx.now_ms;
@@ -25,14 +26,7 @@ pub fn object(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<(), CmdError> {
     let limits = super::keys::EncodingLimits::of(&ctx.shard.config);
     // Redis's `dictFind`: a key whose TTL passed and that is not deleted yet is still found
     // (its tests check that a stale key is there this way), and nothing is expired.
-    let hash = ctx.shard.hash_key(key);
-    let Some(e) = ctx
-        .shard
-        .dbs
-        .get(db)
-        .and_then(|d| d.get(hash, key))
-        .filter(|e| !e.state.is_empty())
-    else {
+    let Some(e) = ctx.shard.peek(db, key) else {
         return Err(CmdError::NoSuchKey);
     };
     let mut encoded = Vec::new();
@@ -178,17 +172,45 @@ pub fn digest_join(parts: impl IntoIterator<Item = (u32, [u8; 20])>) -> [u8; 20]
 
 /// A digest as DEBUG DIGEST writes it: 40 lowercase hex digits.
 pub fn digest_hex(d: &[u8; 20]) -> String {
-    hex(d)
+    String::from_utf8_lossy(&crate::sha1::hex(*d)).into_owned()
 }
 
-/// Whether DEBUG `sub` sets a flag every shard keeps (SET-ACTIVE-EXPIRE,
-/// SET-DISABLE-DENY-SCRIPTS, SET-SKIP-CHECKSUM-VALIDATION, PAUSE-CRON): run on every shard,
-/// as one server's setting.
+/// A shard's flag a DEBUG subcommand `<0|1>` sets.
+type FlagOf = fn(&mut crate::shard::Shard) -> &mut bool;
+
+/// The DEBUG subcommands `<0|1>` that set a flag every shard keeps: each one's flag, and
+/// whether `1` sets it (SET-ACTIVE-EXPIRE 0 is what disables active expiry). They run on
+/// every shard, as one server's setting (`on_every_shard`).
+const FLAG_SUBCOMMANDS: [(&str, FlagOf, bool); 4] = [
+    (
+        "set-active-expire",
+        |s| &mut s.stats.active_expire_disabled,
+        false,
+    ),
+    (
+        "set-disable-deny-scripts",
+        |s| &mut s.scripting.noscript_allowed,
+        true,
+    ),
+    (
+        "set-skip-checksum-validation",
+        |s| &mut s.stats.skip_checksum_validation,
+        true,
+    ),
+    ("pause-cron", |s| &mut s.stats.cron_paused, true),
+];
+
+/// Whether DEBUG `sub` sets a flag every shard keeps (`FLAG_SUBCOMMANDS`).
 pub fn on_every_shard(sub: &[u8]) -> bool {
-    eq_ic(sub, "set-active-expire")
-        || eq_ic(sub, "set-disable-deny-scripts")
-        || eq_ic(sub, "set-skip-checksum-validation")
-        || eq_ic(sub, "pause-cron")
+    FLAG_SUBCOMMANDS.iter().any(|(name, _, _)| eq_ic(sub, name))
+}
+
+/// The shard's flag DEBUG `sub` sets, and whether `1` sets it (`FLAG_SUBCOMMANDS`).
+pub fn flag<'a>(shard: &'a mut crate::shard::Shard, sub: &[u8]) -> Option<(&'a mut bool, bool)> {
+    let (_, of, set_by_one) = FLAG_SUBCOMMANDS
+        .iter()
+        .find(|(name, _, _)| eq_ic(sub, name))?;
+    Some((of(shard), *set_by_one))
 }
 
 /// Where the main port of a process of several shards runs a DEBUG subcommand.
@@ -335,7 +357,7 @@ pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Resu
     let present: Vec<(usize, Vec<u8>)> = shard
         .watched
         .keys()
-        .filter(|(db, key)| shard.key_present(*db, key))
+        .filter(|(db, key)| shard.key_exists_quiet(*db, key))
         .cloned()
         .collect();
     for (db, key) in present {
@@ -483,24 +505,13 @@ pub fn value_digests<K: AsRef<[u8]>>(
 ) -> Vec<[u8; 20]> {
     keys.iter()
         .map(|k| {
-            let k = k.as_ref();
             let mut d = [0u8; 20];
-            let hash = shard.hash_key(k);
-            if let Some(e) = shard
-                .dbs
-                .get(db)
-                .and_then(|t| t.get(hash, k))
-                .filter(|e| !e.state.is_empty())
-            {
+            if let Some(e) = shard.peek(db, k.as_ref()) {
                 xor_object_digest(&mut d, &e.state);
             }
             d
         })
         .collect()
-}
-
-fn hex(d: &[u8; 20]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn xor_into(d: &mut [u8; 20], h: &[u8; 20]) {

@@ -525,18 +525,10 @@ pub fn admit(
             // Redis's processCommand keeps the tracking table within its limit before it
             // queues: the invalidations that frees reach the client before its QUEUED.
             if shard.tracking.active() && client.call_depth == 0 && !client.is_script() {
-                let noloop = client
-                    .shared
+                shard
                     .tracking
-                    .borrow()
-                    .as_ref()
-                    .is_some_and(|t| t.noloop);
-                shard.tracking.set_current(client.id(), noloop);
-                shard.tracking_limit();
-                if shard.tracking.has_pending() {
-                    let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
-                    tracking::flush_pending(shard, &front.node, client, inline, now_ms);
-                }
+                    .set_current(client.id(), client.shared.tracking_noloop());
+                tracking::limit_before_command(shard, front, client, spec, out, now_ms);
                 shard.tracking.set_current(0, false);
             }
             out.simple("QUEUED");
@@ -694,15 +686,7 @@ pub fn call_with(
         shard
             .tracking
             .set_current(client.id(), tracker.as_ref().is_some_and(|t| t.noloop));
-        if shard.tracking.active() {
-            shard.tracking_limit();
-            // Invalidations the limit freed for this client go before the reply, as Redis
-            // sends them before the command runs.
-            if shard.tracking.has_pending() {
-                let inline = (!tracking::merged(front, client, spec)).then_some(&mut *out);
-                tracking::flush_pending(shard, &front.node, client, inline, now_ms);
-            }
-        }
+        tracking::limit_before_command(shard, front, client, spec, out, now_ms);
     }
     // Past maxmemory, the shard that owns the keys evicts its own before a command a client
     // sent (not one inside EXEC or a script), then refuses one that may use memory.

@@ -1412,29 +1412,14 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         ctx.out.ok();
         return Ok(());
     }
-    if eq_ic(sub, "set-active-expire") && argc == 3 {
-        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
-        ctx.shard.stats.active_expire_disabled = v == 0;
-        ctx.out.ok();
-        return Ok(());
-    }
-    if eq_ic(sub, "set-skip-checksum-validation") && argc == 3 {
-        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
-        ctx.shard.stats.skip_checksum_validation = v != 0;
-        ctx.out.ok();
-        return Ok(());
-    }
-    if eq_ic(sub, "pause-cron") && argc == 3 {
-        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
-        ctx.shard.stats.cron_paused = v != 0;
-        ctx.out.ok();
-        return Ok(());
-    }
-    if eq_ic(sub, "set-disable-deny-scripts") && argc == 3 {
-        let v = c_atoi(argv.get(2).copied().unwrap_or_default());
-        ctx.shard.scripting.noscript_allowed = v != 0;
-        ctx.out.ok();
-        return Ok(());
+    if argc == 3 {
+        if let Some((flag, set_by_one)) = super::debug::flag(ctx.shard, sub) {
+            // Redis reads the `<0|1>` with atoi.
+            let one = c_atoi(argv.get(2).copied().unwrap_or_default()) != 0;
+            *flag = one == set_by_one;
+            ctx.out.ok();
+            return Ok(());
+        }
     }
     if eq_ic(sub, "error") && argc == 3 {
         let text = String::from_utf8_lossy(argv.get(2).copied().unwrap_or_default()).into_owned();

@@ -434,6 +434,28 @@ pub fn merged(
         )
 }
 
+/// Redis's `trackingLimitUsedSlots` in `processCommand`, before a command runs or is
+/// queued in MULTI (`client` is the shard's current client): trims the table to
+/// `tracking-table-max-keys`, and what that frees for this client goes into its reply
+/// stream ahead of the reply, as Redis sends it before the command runs.
+pub fn limit_before_command(
+    shard: &mut Shard,
+    front: &crate::front::Front,
+    client: &Client,
+    spec: &super::table::CommandSpec,
+    out: &mut Reply,
+    now_ms: u64,
+) {
+    if !shard.tracking.active() {
+        return;
+    }
+    shard.tracking_limit();
+    if shard.tracking.has_pending() {
+        let inline = (!merged(front, client, spec)).then_some(out);
+        flush_pending(shard, &front.node, client, inline, now_ms);
+    }
+}
+
 /// Sends the invalidations held for `client`: into its reply stream `out` right after the
 /// reply (Redis's order), or, when the reply is merged with other shards' (`None`), to its
 /// push output, which its connection writes after the replies of the round.
