@@ -110,6 +110,76 @@ pub fn decode_payload_with(
     })
 }
 
+/// Reads the RDB records of a whole file (`file::FileReader`) with a payload's checks: each
+/// call starts at `pos` of `buf` with a fresh budget of `limits`.
+pub(crate) struct FileCursor<'a> {
+    r: Reader<'a>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for FileCursor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileCursor")
+            .field("pos", &self.pos())
+            .finish()
+    }
+}
+
+impl<'a> FileCursor<'a> {
+    pub(crate) fn new(buf: &'a [u8], pos: usize, limits: Limits) -> FileCursor<'a> {
+        FileCursor {
+            r: Reader {
+                buf,
+                pos,
+                budget: limits.value_bytes_max,
+                value_max: limits.value_bytes_max,
+                string_max: limits.string_bytes_max,
+                sanitized: 0,
+            },
+            limits,
+        }
+    }
+
+    pub(crate) fn pos(&self) -> usize {
+        self.r.pos
+    }
+
+    /// Starts a new record: the budget is the limits' again.
+    fn fresh(&mut self) {
+        self.r.budget = self.limits.value_bytes_max;
+    }
+
+    pub(crate) fn byte(&mut self) -> Result<u8, RdbError> {
+        self.r.byte()
+    }
+
+    pub(crate) fn take(&mut self, n: u64) -> Result<&'a [u8], RdbError> {
+        self.r.take(n)
+    }
+
+    /// A plain length (`rdbLoadLen`).
+    pub(crate) fn count(&mut self) -> Result<u64, RdbError> {
+        self.r.count()
+    }
+
+    /// A string in any of its encodings (`rdbGenericLoadStringObject`), within the limits.
+    pub(crate) fn string(&mut self) -> Result<Vec<u8>, RdbError> {
+        self.fresh();
+        self.r.string()
+    }
+
+    /// A value of type `ty` (`rdbLoadObject`), within the limits.
+    pub(crate) fn value(&mut self, ty: u8) -> Result<Decoded, RdbError> {
+        self.fresh();
+        self.r.sanitized = 0;
+        let value = decode_value(ty, &mut self.r)?;
+        Ok(Decoded {
+            value,
+            sanitized: self.r.sanitized,
+        })
+    }
+}
+
 /// A cursor over a payload that charges what it decodes to a byte budget.
 struct Reader<'a> {
     buf: &'a [u8],

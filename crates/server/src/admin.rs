@@ -1,5 +1,6 @@
 //! `meridian admin`: one command sent to every site of a deployment over RESP, each reply
-//! printed under its site (CRDT.PEERS, CRDT.ADDPEER, CRDT.REMOVEPEER).
+//! printed under its site (CRDT.PEERS, CRDT.ADDPEER, CRDT.REMOVEPEER); and the plain RESP
+//! client it uses (`Client`), which `meridian import-rdb` pipelines its RESTOREs through.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
@@ -59,42 +60,89 @@ impl Reply {
 
 /// Sends `args` to `addr` (`host:port`) and returns its reply.
 pub fn call(addr: &str, args: &[&str]) -> Result<Reply, AdminError> {
-    let io = |source| AdminError::Io {
-        addr: addr.to_string(),
-        source,
-    };
-    let target = addr
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| AdminError::Resolve {
+    let mut c = Client::connect(addr)?;
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    c.send(&[&args])?;
+    c.reply()
+}
+
+/// A RESP connection to one server: commands written in batches, replies read in order,
+/// every wait bounded by `ADMIN_TIMEOUT` and every reply by `REPLY_BYTES_MAX`.
+#[derive(Debug)]
+pub struct Client {
+    addr: String,
+    stream: TcpStream,
+    /// Bytes read past the replies returned.
+    buf: Vec<u8>,
+}
+
+impl Client {
+    /// Connects to `addr` (`host:port`, its first address).
+    pub fn connect(addr: &str) -> Result<Client, AdminError> {
+        let io = |source| AdminError::Io {
             addr: addr.to_string(),
-        })?;
-    let mut s = TcpStream::connect_timeout(&target, ADMIN_TIMEOUT).map_err(io)?;
-    s.set_read_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
-    let mut req = format!("*{}\r\n", args.len());
-    for a in args {
-        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            source,
+        };
+        let target = addr
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| AdminError::Resolve {
+                addr: addr.to_string(),
+            })?;
+        let stream = TcpStream::connect_timeout(&target, ADMIN_TIMEOUT).map_err(io)?;
+        stream.set_read_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+        stream.set_write_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+        Ok(Client {
+            addr: addr.to_string(),
+            stream,
+            buf: Vec::new(),
+        })
     }
-    s.write_all(req.as_bytes()).map_err(io)?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if let Some((reply, _)) = parse(&buf, 0) {
-            return Ok(reply);
+
+    fn io(&self, source: std::io::Error) -> AdminError {
+        AdminError::Io {
+            addr: self.addr.clone(),
+            source,
         }
-        if buf.len() > REPLY_BYTES_MAX {
-            return Err(AdminError::Reply {
-                addr: addr.to_string(),
-            });
+    }
+
+    /// Writes `commands` (each its arguments) in one write.
+    pub fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), AdminError> {
+        let mut req = Vec::new();
+        for args in commands {
+            req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in *args {
+                req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                req.extend_from_slice(a);
+                req.extend_from_slice(b"\r\n");
+            }
         }
-        let n = s.read(&mut chunk).map_err(io)?;
-        if n == 0 {
-            return Err(AdminError::Reply {
-                addr: addr.to_string(),
-            });
+        self.stream.write_all(&req).map_err(|e| self.io(e))
+    }
+
+    /// The next reply.
+    pub fn reply(&mut self) -> Result<Reply, AdminError> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some((reply, used)) = parse(&self.buf, 0) {
+                self.buf.drain(..used);
+                return Ok(reply);
+            }
+            if self.buf.len() > REPLY_BYTES_MAX {
+                return Err(AdminError::Reply {
+                    addr: self.addr.clone(),
+                });
+            }
+            let n = self.stream.read(&mut chunk).map_err(|e| self.io(e))?;
+            if n == 0 {
+                return Err(AdminError::Reply {
+                    addr: self.addr.clone(),
+                });
+            }
+            self.buf
+                .extend_from_slice(chunk.get(..n).unwrap_or_default());
         }
-        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
     }
 }
 

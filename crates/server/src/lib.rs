@@ -10,7 +10,9 @@
 //! # Layout
 //! - `alloc`: the allocator's controls (MEMORY PURGE).
 //! - `config`: defaults, TOML file and flags.
-//! - `admin`: `meridian admin`, a command sent to every site of a deployment.
+//! - `admin`: `meridian admin`, a command sent to every site of a deployment; a plain RESP
+//!   client.
+//! - `rdb_import`: `meridian import-rdb`, an RDB file's data RESTOREd into a running server.
 //! - `certs`: `meridian certs init`, the CA and site certificates for the syncer's TLS.
 //! - `server`: start-up, the slot map, the shard threads, the periodic cycle, shutdown.
 //! - `numa`: allowed CPUs and NUMA nodes; where shard threads are pinned.
@@ -84,6 +86,7 @@ pub mod notify;
 pub mod numa;
 pub mod oplog;
 pub mod persist;
+pub mod rdb_import;
 pub mod read_across;
 pub mod remote_tracking;
 pub mod resp;

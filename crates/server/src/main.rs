@@ -49,6 +49,25 @@ enum Command {
         #[command(subcommand)]
         command: AdminCommand,
     },
+    /// Load an RDB file (a Redis dump.rdb, or what `redis-cli --rdb` saved) into a running
+    /// server: FUNCTION RESTORE, then SELECT and RESTORE ... ABSTTL per key, pipelined.
+    /// The whole file is checked before anything is sent.
+    ImportRdb {
+        file: PathBuf,
+        /// The server's client address, host:port (a site's main port).
+        #[arg(long, value_name = "HOST:PORT")]
+        to: String,
+        /// AUTH with this user (with --password).
+        #[arg(long)]
+        user: Option<String>,
+        /// AUTH with this password (default: $MERIDIAN_IMPORT_PASSWORD, if set).
+        #[arg(long, env = "MERIDIAN_IMPORT_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+        /// The file's keys and libraries replace those of the same name (else such a key
+        /// is refused with BUSYKEY and counted, and such a library stops the import).
+        #[arg(long)]
+        replace: bool,
+    },
     /// Certificates for mutual TLS between sites.
     Certs {
         #[command(subcommand)]
@@ -594,6 +613,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::ImportRdb {
+            file,
+            to,
+            user,
+            password,
+            replace,
+        } => {
+            let opts = meridian_server::rdb_import::ImportOptions {
+                to,
+                user,
+                password,
+                replace,
+            };
+            let r = meridian_server::rdb_import::import_file(&file, &opts)?;
+            for e in &r.errors {
+                println!("refused: {e}");
+            }
+            println!(
+                "{} keys restored, {} refused, {} expired (left out), {} empty (left out), {} function libraries",
+                r.keys, r.failed, r.expired, r.empty, r.libraries
+            );
+            Ok(if r.failed > 0 {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS

@@ -1097,3 +1097,227 @@ fn sync_sends_an_rdb_file_redis_loads() {
     }
     assert_eq!(total, c.int(&["DBSIZE"]));
 }
+
+/// Redis's DEBUG DIGEST of the data set `c` serves.
+fn digest(c: &mut Raw) -> Reply {
+    c.reply(&["DEBUG", "DIGEST"])
+}
+
+/// A Redis holding every type in each of its encodings, TTLs, three databases and a
+/// function library, with the dump.rdb it saved and its DEBUG DIGEST.
+fn redis_with_every_type() -> (RedisRef, Vec<u8>, Reply) {
+    let r = redis();
+    let mut rc = r.connect();
+    let lines = [
+        "DEBUG POPULATE 3000 key 20",
+        "SET s hello",
+        "SET n 12345",
+        "SET long x*300",
+        "RPUSH l a b c 1 2",
+        "RPUSH biglist item{300}",
+        "SADD si 1 2 3",
+        "SADD bigsi n{600}",
+        "SADD ss x y z",
+        "HSET h f1 v1 f2 v2",
+        "HSET bighash field{200}",
+        "ZADD z 1 a 2.5 b",
+        "ZADD bigz %score{200}",
+        "XADD x 1-1 f v",
+        "XGROUP CREATE x g 0",
+        "XREADGROUP GROUP g c1 COUNT 1 STREAMS x >",
+        "PFADD hll a b c",
+        "SET ttl v PX 600000",
+        "SELECT 3",
+        "SET in3 x",
+        "EXPIRE in3 1000",
+        "SELECT 15",
+        "RPUSH in15 a",
+        "SELECT 0",
+    ];
+    for l in lines {
+        run(&mut rc, l);
+    }
+    let lib = b"#!lua name=lib1\nredis.register_function('f1', function() return 1 end)";
+    assert_eq!(
+        rc.reply_b(&[b"FUNCTION", b"LOAD", lib]),
+        Reply::bulk("lib1")
+    );
+    ok(&mut rc, &[b"SAVE"]);
+    let file = std::fs::read(r.dir.path().join("dump.rdb")).expect("Redis saved dump.rdb");
+    let want = digest(&mut rc);
+    (r, file, want)
+}
+
+#[test]
+fn debug_reload_nosave_loads_the_rdb_file_redis_saved() {
+    let (r, file, want) = redis_with_every_type();
+    let mut rc = r.connect();
+
+    let m = Server::start();
+    let mut c = m.connect();
+    ok(&mut c, &[b"SET", b"should-not-exist", b"1"]);
+    let other = b"#!lua name=other\nredis.register_function('g', function() return 2 end)";
+    assert_eq!(
+        c.reply_b(&[b"FUNCTION", b"LOAD", other]),
+        Reply::bulk("other")
+    );
+    let rdb = m.dir.path().join("dump.rdb");
+    // No file: an error, and the data stays.
+    assert!(
+        c.err(&["DEBUG", "RELOAD", "NOSAVE"])
+            .contains("Error trying to load")
+    );
+    assert_eq!(c.reply(&["GET", "should-not-exist"]), Reply::bulk("1"));
+    // A damaged file (its last byte, the checksum's): the same, where Redis would have
+    // emptied its data first.
+    let mut bad = file.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&rdb, &bad).unwrap();
+    assert!(
+        c.err(&["DEBUG", "RELOAD", "NOSAVE"])
+            .contains("Error trying to load")
+    );
+    assert_eq!(c.reply(&["GET", "should-not-exist"]), Reply::bulk("1"));
+
+    // The file Redis saved: the same data as Redis's, by Redis's own digest, the library in
+    // place of the one here, TTLs kept, and the key that was here gone.
+    std::fs::write(&rdb, &file).unwrap();
+    ok(&mut c, &[b"DEBUG", b"RELOAD", b"NOSAVE"]);
+    assert_eq!(digest(&mut c), want);
+    assert_eq!(c.reply(&["GET", "should-not-exist"]), Reply::Nil);
+    assert_eq!(c.int(&["DBSIZE"]), rc.int(&["DBSIZE"]));
+    assert_eq!(c.reply(&["FCALL", "f1", "0"]), Reply::Int(1));
+    assert!(c.err(&["FCALL", "g", "0"]).contains("Function not found"));
+    let ttl = c.int(&["PTTL", "ttl"]);
+    assert!(ttl > 500_000 && ttl <= 600_000, "{ttl}");
+    for k in [
+        "s", "n", "long", "l", "bigsi", "bighash", "bigz", "x", "hll",
+    ] {
+        assert_eq!(
+            contents(&mut c, k.as_bytes()),
+            contents(&mut rc, k.as_bytes()),
+            "{k}"
+        );
+    }
+    assert_eq!(
+        c.reply(&["XPENDING", "x", "g"]),
+        rc.reply(&["XPENDING", "x", "g"])
+    );
+
+    // NOFLUSH without MERGE: every key of the file is already here, Redis's load error;
+    // nothing changes.
+    ok(&mut c, &[b"SET", b"extra", b"1"]);
+    let before = digest(&mut c);
+    assert!(
+        c.err(&["DEBUG", "RELOAD", "NOSAVE", "NOFLUSH"])
+            .contains("Error trying to load")
+    );
+    assert_eq!(digest(&mut c), before);
+    // NOFLUSH MERGE: the file's keys replace those of the same name; the others stay.
+    ok(&mut c, &[b"SET", b"s", b"changed"]);
+    ok(
+        &mut c,
+        &[b"DEBUG", b"RELOAD", b"NOSAVE", b"NOFLUSH", b"MERGE"],
+    );
+    assert_eq!(c.reply(&["GET", "s"]), Reply::bulk("hello"));
+    assert_eq!(c.reply(&["GET", "extra"]), Reply::bulk("1"));
+    assert_eq!(c.int(&["DBSIZE"]), rc.int(&["DBSIZE"]) + 1);
+    // Meridian's own DEBUG RELOAD does not touch dump.rdb.
+    ok(&mut c, &[b"DEBUG", b"RELOAD"]);
+    assert_eq!(std::fs::read(&rdb).unwrap(), file);
+    assert_eq!(c.reply(&["GET", "extra"]), Reply::bulk("1"));
+}
+
+#[test]
+fn an_rdb_file_meridian_sends_loads_back_into_meridian() {
+    // What `redis-cli --rdb` saves from a site (SYNC), loaded by DEBUG RELOAD NOSAVE into a
+    // site of another shard count, is the same data.
+    let a = Server::start_with(&["--shards", "2"]);
+    let mut ca = a.connect();
+    for l in [
+        "DEBUG POPULATE 500 k 10",
+        "RPUSH l a b c",
+        "HSET h f v",
+        "ZADD z 1 a",
+        "SADD s a b",
+        "SET t v EX 1000",
+    ] {
+        run(&mut ca, l);
+    }
+    let file = sync_rdb(a.port);
+    let b = Server::start_with(&["--shards", "3"]);
+    std::fs::write(b.dir.path().join("dump.rdb"), &file).unwrap();
+    let mut cb = b.connect();
+    ok(&mut cb, &[b"DEBUG", b"RELOAD", b"NOSAVE"]);
+    assert_eq!(digest(&mut cb), digest(&mut ca));
+    assert!(cb.int(&["TTL", "t"]) > 990);
+}
+
+/// Runs `meridian import-rdb` with `args`: whether it succeeded, and what it printed.
+fn import_rdb(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .arg("import-rdb")
+        .args(args)
+        .output()
+        .expect("run meridian import-rdb");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn import_rdb_moves_a_redis_file_into_a_site_and_into_redis() {
+    let (r, file, want) = redis_with_every_type();
+    let path = r.dir.path().join("dump.rdb");
+    let path = path.to_str().unwrap();
+    let m = Server::start_with(&["--requirepass", "pw"]);
+    let to = format!("127.0.0.1:{}", m.port);
+    // Without the password: the server refuses the first command (NOAUTH).
+    let (done, text) = import_rdb(&[path, "--to", &to]);
+    assert!(!done && text.contains("NOAUTH"), "{text}");
+    let (done, text) = import_rdb(&[path, "--to", &to, "--password", "pw"]);
+    assert!(done, "{text}");
+    assert!(text.contains("3017 keys restored, 0 refused"), "{text}");
+    let mut c = m.connect();
+    c.ok(&["AUTH", "pw"]);
+    assert_eq!(digest(&mut c), want);
+    assert_eq!(c.reply(&["FCALL", "f1", "0"]), Reply::Int(1));
+    let ttl = c.int(&["PTTL", "ttl"]);
+    assert!(ttl > 500_000 && ttl <= 600_000, "{ttl}");
+    // Again: the library is there already, which stops the import before any key...
+    let (done, text) = import_rdb(&[path, "--to", &to, "--password", "pw"]);
+    assert!(
+        !done && text.contains("Library lib1 already exists"),
+        "{text}"
+    );
+    // ...and with REPLACE every key and the library are replaced: the same data.
+    ok(&mut c, &[b"SET", b"s", b"changed"]);
+    let (done, text) = import_rdb(&[path, "--to", &to, "--password", "pw", "--replace"]);
+    assert!(done, "{text}");
+    assert_eq!(digest(&mut c), want);
+
+    // The same file into Redis gives Redis's data: the tool is a plain client.
+    let other = redis();
+    let (done, text) = import_rdb(&[path, "--to", &format!("127.0.0.1:{}", other.port)]);
+    assert!(done, "{text}");
+    assert_eq!(digest(&mut other.connect()), want);
+
+    // A damaged file sends nothing.
+    let fresh = Server::start();
+    let mut bad = file.clone();
+    let i = bad.len() / 2;
+    bad[i] ^= 0x55;
+    let bad_path = m.dir.path().join("bad.rdb");
+    std::fs::write(&bad_path, &bad).unwrap();
+    let (done, text) = import_rdb(&[
+        bad_path.to_str().unwrap(),
+        "--to",
+        &format!("127.0.0.1:{}", fresh.port),
+    ]);
+    assert!(!done && text.contains("not a loadable RDB file"), "{text}");
+    assert_eq!(fresh.connect().int(&["DBSIZE"]), 0);
+}

@@ -267,35 +267,230 @@ pub struct Reload {
     /// NOFLUSH without MERGE: the snapshot is loaded on top of the data it was written from,
     /// so any key or function library it holds is a duplicate, Redis's load error.
     pub noflush_only: bool,
+    /// NOSAVE: load the RDB file `dir/dbfilename` rather than the snapshot just written
+    /// (`reload_rdb`).
+    pub nosave: bool,
+    pub merge: bool,
+    pub noflush: bool,
 }
 
-/// DEBUG RELOAD's options, checked as Redis checks them. With MERGE the snapshot just
+/// DEBUG RELOAD's options, checked as Redis checks them. Without NOSAVE the snapshot just
 /// written, which holds exactly the data in memory, loads over it to the same data, flushed
-/// first or not. NOSAVE (load an older snapshot) is refused: a shard that replicates cannot
-/// take its data back to an older state without its peers.
+/// first or not (`reload`); with NOSAVE the RDB file `dir/dbfilename` is loaded
+/// (`reload_rdb`).
 pub fn reload_args(argv: &[&[u8]]) -> Result<Reload, CmdError> {
-    let (mut merge, mut noflush) = (false, false);
+    let mut how = Reload::default();
     for opt in argv.get(2..).unwrap_or_default() {
         if eq_ic(opt, "merge") {
-            merge = true;
-            continue;
-        }
-        if eq_ic(opt, "noflush") {
-            noflush = true;
-            continue;
-        }
-        if eq_ic(opt, "nosave") {
+            how.merge = true;
+        } else if eq_ic(opt, "noflush") {
+            how.noflush = true;
+        } else if eq_ic(opt, "nosave") {
+            how.nosave = true;
+        } else {
             return Err(CmdError::Err(
-                "DEBUG RELOAD NOSAVE is not supported: Meridian reloads the snapshot it writes (a shard that replicates cannot go back to an older one)".to_string(),
+                "DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.".to_string(),
             ));
         }
-        return Err(CmdError::Err(
-            "DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.".to_string(),
-        ));
     }
-    Ok(Reload {
-        noflush_only: noflush && !merge,
-    })
+    how.noflush_only = how.noflush && !how.merge;
+    Ok(how)
+}
+
+/// The RDB file DEBUG RELOAD NOSAVE loads: `dbfilename` in `dir`, as Redis's
+/// `server.rdb_filename` (relative to the working directory `dir` is).
+pub fn rdb_path(config: &crate::config::Config) -> std::path::PathBuf {
+    let name = crate::config::params::find(b"dbfilename")
+        .map(|p| p.get(config))
+        .unwrap_or_else(|| "dump.rdb".to_string());
+    config.dir.join(name)
+}
+
+/// A key's value of an RDB file this shard loads, with what the opcodes before it said.
+#[derive(Debug)]
+struct LoadedValue {
+    value: meridian_rdb::Value,
+    expire_ms: Option<u64>,
+    idle_s: Option<i64>,
+    freq: Option<i64>,
+}
+
+/// What an RDB file holds for one shard: every function library, and the keys of the slots
+/// `owns` accepts by (database, name), but those whose expire time passed (left out, as a
+/// primary's `rdbLoad` leaves them out).
+#[derive(Debug, Default)]
+struct RdbImage {
+    functions: Vec<Vec<u8>>,
+    keys: std::collections::HashMap<(usize, Vec<u8>), LoadedValue>,
+    expired: u64,
+    empty: u64,
+}
+
+/// Reads a whole RDB file (`meridian_rdb::file::FileReader`) into what this shard loads,
+/// every record validated and the checksum checked before anything is returned. A key twice
+/// in a database is Redis's "duplicated key" error unless `allow_dup` (MERGE: the later one
+/// wins); a database past `databases` is refused as Redis refuses it.
+fn read_rdb(
+    file: &[u8],
+    limits: meridian_rdb::Limits,
+    crc: meridian_rdb::Crc,
+    databases: usize,
+    owns: impl Fn(u16) -> bool,
+    now_ms: u64,
+    allow_dup: bool,
+) -> Result<RdbImage, String> {
+    use meridian_rdb::file::{FileReader, Record};
+    let mut reader = FileReader::new(file, limits, crc).map_err(|e| e.to_string())?;
+    let mut image = RdbImage::default();
+    let mut poll = crate::stop::Poll::new();
+    while let Some(rec) = reader.next_record().map_err(|e| e.to_string())? {
+        if poll.stop() {
+            return Err("the server is stopping".to_string());
+        }
+        let k = match rec {
+            Record::Function(code) => {
+                image.functions.push(code);
+                continue;
+            }
+            Record::Database(db) if db >= databases as u64 => {
+                return Err(format!(
+                    "Data file was created with a Redis server configured to handle more than {databases} databases"
+                ));
+            }
+            Record::EmptyKey { db, name } => {
+                image.empty += 1;
+                tracing::warn!(db, key = %String::from_utf8_lossy(&name), "RDB load skipping an empty key");
+                continue;
+            }
+            Record::Key(k) => k,
+            Record::Aux { .. } | Record::Database(_) => continue,
+        };
+        if !owns(crate::slot::slot(&k.name)) {
+            continue;
+        }
+        let db = usize::try_from(k.db).unwrap_or(usize::MAX);
+        // A key whose time passed is left out before it is added: it neither replaces a key
+        // nor counts as a duplicate (`rdbLoadRioWithLoadingCtx`).
+        if k.expire_ms.is_some_and(|at| at < now_ms as i64) {
+            image.expired += 1;
+            continue;
+        }
+        let loaded = LoadedValue {
+            value: k.value,
+            expire_ms: k.expire_ms.and_then(|at| u64::try_from(at).ok()),
+            idle_s: k.idle_s.and_then(|v| i64::try_from(v).ok()),
+            freq: k.freq.map(i64::from),
+        };
+        let name = k.name;
+        if image.keys.contains_key(&(db, name.clone())) && !allow_dup {
+            return Err(format!(
+                "RDB has duplicated key '{}' in DB {db}",
+                String::from_utf8_lossy(&name)
+            ));
+        }
+        image.keys.insert((db, name), loaded);
+    }
+    Ok(image)
+}
+
+/// Redis's DEBUG RELOAD NOSAVE [NOFLUSH] [MERGE] on this shard: loads the RDB file
+/// `dir/dbfilename` (one Redis or `redis-cli --rdb` wrote: Meridian's own snapshots are not
+/// RDB files) in place of the data set, or over it with NOFLUSH (MERGE: its keys and
+/// libraries replace those of the same name; without MERGE, one already here is an error).
+/// The shard loads every function library and the keys of its slots, each a local write as
+/// RESTORE's (logged and sent to the other sites); the flush before is FLUSHALL's, functions
+/// included (Redis's `emptyData`). Unlike Redis, which empties its data before it reads the
+/// file, the whole file is read and checked first: a file that does not load changes nothing.
+/// O(keys of the file); a stop request ends it.
+pub fn reload_rdb(
+    shard: &mut crate::shard::Shard,
+    how: Reload,
+    now_ms: u64,
+) -> Result<(), CmdError> {
+    let load_error = || CmdError::Err("Error trying to load the RDB dump".to_string());
+    let path = rdb_path(&shard.config);
+    let file = std::fs::read(&path).map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, "DEBUG RELOAD NOSAVE: cannot read the RDB file");
+        load_error()
+    })?;
+    let (limits, mut crc) = super::dump::restore_limits(shard);
+    if crate::config::params::find(b"rdbchecksum").is_some_and(|p| p.get(&shard.config) == "no") {
+        crc = meridian_rdb::Crc::Skip;
+    }
+    let image = read_rdb(
+        &file,
+        limits,
+        crc,
+        shard.dbs.len(),
+        |slot| shard.owns_slot(slot),
+        now_ms,
+        how.merge,
+    )
+    .map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, "DEBUG RELOAD NOSAVE: the RDB file does not load");
+        load_error()
+    })?;
+    // Every library is built, and checked against those that stay, before anything changes.
+    use crate::script::library::{self, RestorePolicy};
+    let policy = match (how.noflush, how.merge) {
+        (false, _) => RestorePolicy::Flush,
+        (true, true) => RestorePolicy::Replace,
+        (true, false) => RestorePolicy::Append,
+    };
+    let mut libraries = shard.scripting.libraries.clone();
+    if !image.functions.is_empty() || policy == RestorePolicy::Flush {
+        let engine = shard
+            .scripting
+            .function_engine()
+            .map_err(|e| CmdError::Err(e.to_string()))?;
+        library::restore_codes(&engine, &mut libraries, &image.functions, policy).map_err(|e| {
+            tracing::error!(error = %e, "DEBUG RELOAD NOSAVE: failed loading library");
+            load_error()
+        })?;
+    }
+    if how.noflush_only {
+        if let Some((db, name)) = image
+            .keys
+            .keys()
+            .find(|(db, name)| shard.lookup_quiet(*db, name, now_ms).is_some())
+        {
+            tracing::error!(key = %String::from_utf8_lossy(name), db, "DEBUG RELOAD NOSAVE NOFLUSH: RDB has duplicated key");
+            return Err(load_error());
+        }
+    }
+    let mut poll = crate::stop::Poll::new();
+    if !how.noflush {
+        for db in 0..shard.dbs.len() {
+            shard.flush_db(db, now_ms, None);
+        }
+    }
+    shard.scripting.libraries = libraries;
+    super::scripting::log_restored(shard, policy, now_ms);
+    let loaded = image.keys.len();
+    for ((db, name), v) in image.keys {
+        if poll.stop() {
+            return Err(CmdError::ShuttingDown);
+        }
+        // MERGE: the file's copy replaces the key.
+        if how.noflush {
+            shard.delete_key(db, &name, now_ms);
+        }
+        super::dump::write_value_on(shard, db, &name, v.value, now_ms);
+        if let Some(at) = v.expire_ms {
+            shard.write_key(db, &name, now_ms, |st| {
+                st.expire_effect::<&[u8]>(meridian_crdt::Expire::AtMs(at))
+            });
+        }
+        super::dump::set_access_on(shard, db, &name, v.idle_s, v.freq, now_ms);
+    }
+    tracing::warn!(
+        path = %path.display(),
+        loaded,
+        expired = image.expired,
+        empty_skipped = image.empty,
+        "DB reloaded by DEBUG RELOAD NOSAVE"
+    );
+    Ok(())
 }
 
 /// Redis's DEBUG RELOAD on this shard: writes its snapshot (as SAVE), then makes each key
@@ -307,6 +502,9 @@ pub fn reload_args(argv: &[&[u8]]) -> Result<Reload, CmdError> {
 /// load error, logged with the key. Clients WATCHing a key that exists are marked dirty, as
 /// Redis's emptying of the data set does. O(keys), as in Redis; a stop request ends it.
 pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Result<(), CmdError> {
+    if how.nosave {
+        return reload_rdb(shard, how, now_ms);
+    }
     if shard.persist.job.is_some() {
         return Err(CmdError::Err(
             "Background save already in progress".to_string(),

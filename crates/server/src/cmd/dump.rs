@@ -310,13 +310,23 @@ fn value_effects(value: Value) -> Vec<Effect<Vec<u8>>> {
 /// valid HyperLogLog becomes one, as in Redis), collections as the writes that build them.
 fn write_value(ctx: &mut Ctx<'_>, key: &[u8], value: Value) {
     let db = ctx.db();
-    let now = ctx.now_ms;
+    write_value_on(ctx.shard, db, key, value, ctx.now_ms);
+}
+
+/// `write_value` on `shard`'s database `db` (DEBUG RELOAD NOSAVE's keys).
+pub fn write_value_on(
+    shard: &mut crate::shard::Shard,
+    db: usize,
+    key: &[u8],
+    value: Value,
+    now: u64,
+) {
     if let Value::Str(bytes) = &value {
-        super::hll::store_string(ctx, key, bytes, false);
+        super::hll::store_string_on(shard, db, key, bytes, false, now);
         return;
     }
     for effect in value_effects(value) {
-        ctx.shard.write_key(db, key, now, |_| effect);
+        shard.write_key(db, key, now, |_| effect);
     }
 }
 
@@ -371,18 +381,25 @@ fn parse_restore_options(argv: &[&[u8]]) -> Result<RestoreArgs, CmdError> {
     Ok(a)
 }
 
-/// Decodes a RESTORE payload with the server's limits, counting sanitizations.
-pub fn decode_restore_payload(ctx: &mut Ctx<'_>, payload: &[u8]) -> Result<Value, CmdError> {
-    let bulk = ctx.shard.config.proto_max_bulk_len;
+/// What one value may decode to (`RESTORE_VALUE_BULKS`), and whether checksums are checked
+/// (DEBUG SET-SKIP-CHECKSUM-VALIDATION), for RESTORE payloads and RDB files alike.
+pub fn restore_limits(shard: &crate::shard::Shard) -> (Limits, meridian_rdb::Crc) {
+    let bulk = shard.config.proto_max_bulk_len;
     let limits = Limits {
         string_bytes_max: bulk,
         value_bytes_max: bulk.saturating_mul(RESTORE_VALUE_BULKS),
     };
-    let crc = if ctx.shard.stats.skip_checksum_validation {
+    let crc = if shard.stats.skip_checksum_validation {
         meridian_rdb::Crc::Skip
     } else {
         meridian_rdb::Crc::Verify
     };
+    (limits, crc)
+}
+
+/// Decodes a RESTORE payload with the server's limits, counting sanitizations.
+pub fn decode_restore_payload(ctx: &mut Ctx<'_>, payload: &[u8]) -> Result<Value, CmdError> {
+    let (limits, crc) = restore_limits(ctx.shard);
     match meridian_rdb::decode_payload_with(payload, limits, crc) {
         Ok(d) => {
             ctx.shard.stats.dump_payload_sanitizations += d.sanitized;
@@ -450,9 +467,21 @@ fn restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 /// the 24-bit LRU clock `IDLETIME` seconds back.
 fn set_access(ctx: &mut Ctx<'_>, key: &[u8], a: &RestoreArgs) {
     let db = ctx.db();
-    let now_ms = ctx.now_ms;
-    let lfu = ctx.shard.config.maxmemory_policy.ends_with("-lfu");
-    let field = match (lfu, a.freq, a.idle_s) {
+    set_access_on(ctx.shard, db, key, a.idle_s, a.freq, ctx.now_ms);
+}
+
+/// `set_access` on `shard`'s database `db`: `idle_s` and `freq` as IDLETIME and FREQ give them
+/// (DEBUG RELOAD NOSAVE: a file's IDLE and FREQ opcodes, as `rdbLoad`'s `objectSetLRUOrLFU`).
+pub fn set_access_on(
+    shard: &mut crate::shard::Shard,
+    db: usize,
+    key: &[u8],
+    idle_s: Option<i64>,
+    freq: Option<i64>,
+    now_ms: u64,
+) {
+    let lfu = shard.config.maxmemory_policy.ends_with("-lfu");
+    let field = match (lfu, freq, idle_s) {
         (true, Some(freq), _) => {
             let minutes = ((now_ms / 60_000) & 0xffff) as u32;
             (minutes << 8) | u32::try_from(freq).unwrap_or(0)
@@ -468,8 +497,8 @@ fn set_access(ctx: &mut Ctx<'_>, key: &[u8], a: &RestoreArgs) {
         }
         _ => return,
     };
-    let hash = ctx.shard.hash_key(key);
-    if let Some(e) = ctx.shard.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
+    let hash = shard.hash_key(key);
+    if let Some(e) = shard.dbs.get_mut(db).and_then(|d| d.get_mut(hash, key)) {
         e.lru_s = field;
     }
 }

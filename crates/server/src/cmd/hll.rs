@@ -83,29 +83,39 @@ fn hll_bytes(state: Option<&KeyState>) -> &[u8] {
 /// else the string register. SET, MSET, GETSET... come here for valid HyperLogLog values.
 pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool) {
     let db = ctx.db();
-    let now = ctx.now_ms;
+    store_string_on(ctx.shard, db, key, value, keep_ttl, ctx.now_ms);
+}
+
+/// `store_string` on `shard`'s database `db`, for writes that run outside a command's context
+/// (DEBUG RELOAD NOSAVE's keys).
+pub fn store_string_on(
+    shard: &mut crate::shard::Shard,
+    db: usize,
+    key: &[u8],
+    value: &[u8],
+    keep_ttl: bool,
+    now: u64,
+) {
     if !hll::is_valid(value) {
-        ctx.shard
-            .write_key(db, key, now, |state| state.assign_effect(value, keep_ttl));
+        shard.write_key(db, key, now, |state| state.assign_effect(value, keep_ttl));
         return;
     }
-    let (exists, ttl) = match ctx.shard.lookup_quiet(db, key, now) {
+    let (exists, ttl) = match shard.lookup_quiet(db, key, now) {
         Some(e) => (true, e.state.expire_at_ms()),
         None => (false, None),
     };
     if exists {
-        ctx.shard
-            .write_key(db, key, now, |state| state.remove_effect::<&[u8]>());
+        shard.write_key(db, key, now, |state| state.remove_effect::<&[u8]>());
     }
-    let delivered = delivered_context(ctx);
-    ctx.shard.write_key(db, key, now, |state| {
+    let delivered = delivered_context_of(shard);
+    shard.write_key(db, key, now, |state| {
         Effect::Hll(HllOp::Load {
             hyll: value,
             seen: raise_context(state, &delivered),
         })
     });
     if let (true, Some(at)) = (keep_ttl, ttl) {
-        ctx.shard.write_key(db, key, now, |state| {
+        shard.write_key(db, key, now, |state| {
             state.expire_effect::<&[u8]>(Expire::AtMs(at))
         });
     }
@@ -115,8 +125,13 @@ pub fn store_string(ctx: &mut Ctx<'_>, key: &[u8], value: &[u8], keep_ttl: bool)
 /// key's own stamps, so that a DEL this site had delivered, whose context another site may
 /// already have collected, still counts as seen (per-origin FIFO makes it true).
 pub(crate) fn delivered_context(ctx: &Ctx<'_>) -> meridian_crdt::VersionVector {
-    if ctx.shard.peers > 0 {
-        ctx.shard.delivered_vv()
+    delivered_context_of(ctx.shard)
+}
+
+/// `delivered_context` of `shard`.
+fn delivered_context_of(shard: &crate::shard::Shard) -> meridian_crdt::VersionVector {
+    if shard.peers > 0 {
+        shard.delivered_vv()
     } else {
         meridian_crdt::VersionVector::new()
     }

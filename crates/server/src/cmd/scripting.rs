@@ -671,34 +671,37 @@ fn function_restore(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         policy,
     )
     .map_err(CmdError::Err)?;
-    // Log what changed: every restored library, and with FLUSH every other one as deleted.
-    let loaded: Vec<(Vec<u8>, Vec<u8>)> = ctx
-        .shard
+    log_restored(ctx.shard, policy, ctx.now_ms);
+    ctx.out.ok();
+    Ok(())
+}
+
+/// After the shard's libraries were restored by `policy`: logs what changed, every library
+/// the register does not hold with its code, and with FLUSH every other one as deleted.
+pub fn log_restored(shard: &mut crate::shard::Shard, policy: library::RestorePolicy, now_ms: u64) {
+    let loaded: Vec<(Vec<u8>, Vec<u8>)> = shard
         .scripting
         .libraries
         .iter()
         .map(|l| (l.name.as_bytes().to_vec(), l.code.clone()))
         .collect();
     if policy == library::RestorePolicy::Flush {
-        for name in ctx.shard.scripting.register.live_names() {
+        for name in shard.scripting.register.live_names() {
             if !loaded.iter().any(|(n, _)| *n == name) {
-                ctx.shard.log_library(&name, None, ctx.now_ms);
+                shard.log_library(&name, None, now_ms);
             }
         }
     }
     for (name, code) in loaded {
-        let same = ctx
-            .shard
+        let same = shard
             .scripting
             .register
             .iter()
             .any(|(n, e)| *n == name && e.code.as_deref() == Some(code.as_slice()));
         if !same {
-            ctx.shard.log_library(&name, Some(&code), ctx.now_ms);
+            shard.log_library(&name, Some(&code), now_ms);
         }
     }
-    ctx.out.ok();
-    Ok(())
 }
 
 fn function_stats(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {

@@ -263,6 +263,7 @@ const DUMP_SANITIZE: &str =
 const NO_CLIENT_EVICTION: &str = "Meridian evicts no client.";
 const NO_MODULES: &str = "Meridian loads no modules.";
 const DUMP_COMPRESSION: &str = "Meridian writes no RDB file (docs/persistence.md); DUMP compresses strings with LZF as Redis does when yes.";
+const DBFILENAME: &str = "The RDB file in `dir` that DEBUG RELOAD NOSAVE loads (one Redis or `redis-cli --rdb` wrote); Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
 const NO_RDB: &str =
     "Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
 const NO_REPLICAS: &str =
@@ -362,7 +363,7 @@ pub static PARAMS: &[Param] = &[
     stored("cluster-announce-hostname", Kind::Text, "", NO_CLUSTER),
     stored("syslog-ident", Kind::Text, "redis", PROCESS)
         .immutable(),
-    stored("dbfilename", Kind::Text, "dump.rdb", NO_RDB)
+    stored("dbfilename", Kind::Text, "dump.rdb", DBFILENAME)
         .protected(),
     stored("appendfilename", Kind::Text, "appendonly.aof", NO_AOF)
         .immutable(),

@@ -654,8 +654,19 @@ pub fn restore(
     policy: RestorePolicy,
 ) -> Result<(), String> {
     let codes = decode_payload(data).map_err(|e| e.to_string())?;
+    restore_codes(engine, libs, &codes, policy)
+}
+
+/// FUNCTION RESTORE of libraries given by their code (an RDB file's `FUNCTION2` records):
+/// builds every one, then links them into `libs` by `policy`; on an error `libs` is as it was.
+pub fn restore_codes(
+    engine: &Engine,
+    libs: &mut Libraries,
+    codes: &[Vec<u8>],
+    policy: RestorePolicy,
+) -> Result<(), String> {
     let mut incoming = Libraries::default();
-    for code in &codes {
+    for code in codes {
         load(engine, &mut incoming, code, false, 0)?;
     }
     if policy == RestorePolicy::Flush {
