@@ -321,7 +321,7 @@ struct LoadedValue {
 #[derive(Debug, Default)]
 struct RdbImage {
     functions: Vec<Vec<u8>>,
-    keys: std::collections::HashMap<(usize, Vec<u8>), LoadedValue>,
+    keys: std::collections::HashMap<(usize, Vec<u8>), LoadedValue, ahash::RandomState>,
     expired: u64,
     empty: u64,
 }
