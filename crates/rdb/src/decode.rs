@@ -1061,8 +1061,16 @@ mod tests {
             string_bytes_max,
             value_bytes_max,
         };
-        let raw = crate::Encoder { compress: false }.string(&[b'a'; 100]);
-        let lzf = crate::Encoder { compress: true }.string(&[b'x'; 1000]);
+        let raw = crate::Encoder {
+            compress: false,
+            footer: true,
+        }
+        .string(&[b'a'; 100]);
+        let lzf = crate::Encoder {
+            compress: true,
+            footer: true,
+        }
+        .string(&[b'x'; 1000]);
         assert_eq!(lzf.first(), Some(&t::STRING));
         assert_eq!(lzf.get(1), Some(&0xC3), "LZF-encoded");
         for (payload, n) in [(&raw, 100u64), (&lzf, 1000)] {

@@ -50,15 +50,21 @@ impl Default for ListOptions {
 }
 
 /// Writes payloads. `compress` is `rdbcompression`: LZF for strings longer than 20 bytes
-/// when it saves at least 4 bytes.
+/// when it saves at least 4 bytes. `footer`: a DUMP payload ends with the RDB version and
+/// the CRC-64 (true, the default); a file's record holds the type byte and the value alone
+/// (`Encoder::for_file`, `file::put_value`), the file's one checksum covering them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Encoder {
     pub compress: bool,
+    pub footer: bool,
 }
 
 impl Default for Encoder {
     fn default() -> Self {
-        Encoder { compress: true }
+        Encoder {
+            compress: true,
+            footer: true,
+        }
     }
 }
 
@@ -95,6 +101,19 @@ fn seal(mut out: Vec<u8>) -> Vec<u8> {
 }
 
 impl Encoder {
+    /// The same encodings, for a file's records: no footer after a value.
+    pub fn for_file(self) -> Encoder {
+        Encoder {
+            footer: false,
+            ..self
+        }
+    }
+
+    /// A value's bytes made a payload: sealed when `footer`.
+    fn finish(&self, out: Vec<u8>) -> Vec<u8> {
+        if self.footer { seal(out) } else { out }
+    }
+
     /// `rdbSaveRawString`: an integer encoding for integers of up to 32 bits written in at
     /// most 11 bytes, LZF above 20 bytes when it saves 4 bytes or more, else the bytes.
     pub fn put_string(&self, out: &mut Vec<u8>, s: &[u8]) {
@@ -132,7 +151,7 @@ impl Encoder {
         let mut out = Vec::with_capacity(s.len() + 16);
         out.push(t::STRING);
         self.put_string(&mut out, s);
-        seal(out)
+        self.finish(out)
     }
 
     /// The payload of a list (a quicklist of listpacks, `RDB_TYPE_LIST_QUICKLIST_2`): nodes
@@ -178,7 +197,7 @@ impl Encoder {
                 }
             }
         }
-        seal(out)
+        self.finish(out)
     }
 
     /// A node's bytes: LZF as compressed in memory when `inner` and worth it, else as a string.
@@ -221,7 +240,7 @@ impl Encoder {
                 self.put_string(&mut out, m);
             }
         }
-        seal(out)
+        self.finish(out)
     }
 
     /// The payload of a hash: a listpack of field, value, ... in the given order when
@@ -249,7 +268,7 @@ impl Encoder {
                 self.put_string(&mut out, v);
             }
         }
-        seal(out)
+        self.finish(out)
     }
 
     /// The payload of a stream (`RDB_TYPE_STREAM_LISTPACKS_2`): the entries in nodes as
@@ -330,7 +349,7 @@ impl Encoder {
                 }
             }
         }
-        seal(out)
+        self.finish(out)
     }
 
     /// The payload of a sorted set, given in ascending (score, member) order: a listpack of
@@ -362,7 +381,7 @@ impl Encoder {
                 out.extend_from_slice(&s.to_le_bytes());
             }
         }
-        seal(out)
+        self.finish(out)
     }
 }
 
@@ -572,8 +591,11 @@ mod tests {
     fn list_nodes_fill_like_quicklist() {
         // 8 KB nodes: 500 elements of 20 bytes are 3 nodes in Redis (about 8 KB each).
         let items: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i:020}").into_bytes()).collect();
-        let p = Encoder { compress: false }
-            .list(items.iter().map(Vec::as_slice), ListOptions::default());
+        let p = Encoder {
+            compress: false,
+            footer: true,
+        }
+        .list(items.iter().map(Vec::as_slice), ListOptions::default());
         assert_eq!(p[1], 3, "node count");
     }
 }

@@ -108,6 +108,18 @@ pub fn put_key(
     let value = payload
         .get(..payload.len().saturating_sub(FOOTER_BYTES))
         .ok_or(RdbError::Footer)?;
+    put_value(out, enc, key, expire_ms, value)
+}
+
+/// `put_key` of a value without a footer (`Encoder::for_file`'s): its type byte, then the
+/// value.
+pub fn put_value(
+    out: &mut Vec<u8>,
+    enc: Encoder,
+    key: &[u8],
+    expire_ms: Option<u64>,
+    value: &[u8],
+) -> Result<(), RdbError> {
     let (&kind, body) = value.split_first().ok_or(RdbError::Empty)?;
     if let Some(ms) = expire_ms {
         out.push(OPCODE_EXPIRETIME_MS);
@@ -356,6 +368,18 @@ mod tests {
             "{:?}",
             &body[body.len() - want.len()..]
         );
+        // A value without a footer makes the same record as its payload.
+        let (mut sealed, mut bare) = (Vec::new(), Vec::new());
+        put_key(&mut sealed, enc, b"k", Some(7), &enc.string(&[b'x'; 100])).unwrap();
+        put_value(
+            &mut bare,
+            enc,
+            b"k",
+            Some(7),
+            &enc.for_file().string(&[b'x'; 100]),
+        )
+        .unwrap();
+        assert_eq!(sealed, bare);
         // A payload whose footer is damaged is refused.
         let mut bad = enc.string(b"v");
         let last = bad.len() - 1;

@@ -4104,22 +4104,33 @@ impl Conn {
     async fn debug_writes_across(&mut self, write: DebugWrite) {
         let db = self.client.db;
         let now = crate::time::wall_ms();
+        // DEBUG RELOAD (not NOSAVE) also writes the RDB file, from every shard's part.
+        let rdb = matches!(write, DebugWrite::Reload(how) if !how.nosave);
         let results = hop::run_on_all(&self.th, move |t| {
             let mut shard = t.shard.borrow_mut();
             let pos_before = shard.persist.next_pos;
-            let done = match &write {
+            let mut done = match &write {
                 DebugWrite::Populate(p) => cmd::debug::populate(&mut shard, db, p, now),
                 DebugWrite::Reload(how) => cmd::debug::reload(&mut shard, *how, now),
                 DebugWrite::LoadAof => cmd::debug::loadaof(&mut shard),
             };
-            (done, shard.persist.after_batch(pos_before))
+            let mut part = None;
+            if rdb && done.is_ok() {
+                match cmd::replicas::rdb_part(&mut shard, false, now) {
+                    Ok(p) => part = Some(p),
+                    Err(e) => done = Err(CmdError::Err(e)),
+                }
+            }
+            (done, part, shard.persist.after_batch(pos_before))
         })
         .await;
         let mut failed = None;
+        let mut parts = Vec::new();
         for r in results {
             match r {
-                Ok((done, after)) => {
+                Ok((done, part, after)) => {
                     self.afters.push(after);
+                    parts.extend(part);
                     if let Err(e) = done {
                         failed.get_or_insert(e);
                     }
@@ -4127,6 +4138,12 @@ impl Conn {
                 Err(e) => {
                     failed.get_or_insert(hop::unavailable_error(e));
                 }
+            }
+        }
+        if failed.is_none() && rdb {
+            let config = self.th.shard.borrow().config.clone();
+            if let Err(e) = cmd::debug::write_rdb_file(parts, &config, now) {
+                failed = Some(e);
             }
         }
         match failed {

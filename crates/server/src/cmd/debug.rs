@@ -306,6 +306,31 @@ pub fn rdb_path(config: &crate::config::Config) -> std::path::PathBuf {
     config.dir.join(name)
 }
 
+/// DEBUG RELOAD's RDB file: the shards' parts (`replicas::rdb_part`, taken after the reload)
+/// joined into one file, as `redis-cli --rdb` would fetch it, written to `dir/dbfilename`
+/// (a temporary file fsynced, then renamed over it, as Redis's `rdbSave`), so that a later
+/// DEBUG RELOAD NOSAVE loads what this one saved, as in Redis. Meridian's own snapshot was
+/// written by the reload's SAVE; this file is a copy in Redis's format.
+pub fn write_rdb_file(
+    parts: Vec<super::replicas::RdbPart>,
+    config: &crate::config::Config,
+    now_ms: u64,
+) -> Result<(), CmdError> {
+    use std::io::Write as _;
+    let used = super::server::memory_use().used();
+    let file = super::replicas::rdb_file(parts, config, used, now_ms).map_err(CmdError::Err)?;
+    let path = rdb_path(config);
+    let tmp = config.dir.join(format!("temp-{}.rdb", std::process::id()));
+    let written = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(&file).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::error!(path = %path.display(), error = %e, "DEBUG RELOAD: cannot write the RDB file");
+        CmdError::Raw("ERR".to_string())
+    })
+}
+
 /// A key's value of an RDB file this shard loads, with what the opcodes before it said.
 #[derive(Debug)]
 struct LoadedValue {
@@ -493,7 +518,8 @@ pub fn reload_rdb(
     Ok(())
 }
 
-/// Redis's DEBUG RELOAD on this shard: writes its snapshot (as SAVE), then makes each key
+/// Redis's DEBUG RELOAD on this shard (the caller then writes the RDB file,
+/// `write_rdb_file`): writes its snapshot (as SAVE), then makes each key
 /// what loading that snapshot at a start makes of it: its state decoded from its snapshot
 /// encoding (`KeyState::decode_state`, as recovery does), the writing command's string
 /// encoding forgotten and the access time that of a loaded key. The shard's replication

@@ -82,6 +82,12 @@ impl DumpOptions {
         self.enc
     }
 
+    /// The same options for an RDB file's records: values without a DUMP footer.
+    pub fn for_file(mut self) -> DumpOptions {
+        self.enc = self.enc.for_file();
+        self
+    }
+
     pub fn from_config(config: &Config) -> DumpOptions {
         DumpOptions {
             enc: Encoder {
@@ -89,6 +95,7 @@ impl DumpOptions {
                     .stored
                     .get("rdbcompression")
                     .is_none_or(|v| v == "yes"),
+                footer: true,
             },
             intset_max: config.set_max_intset_entries,
             hash: config.hash_listpack(),

@@ -217,7 +217,8 @@ fn rdb_part_within(
     if functions_only {
         return Ok(part);
     }
-    let opts = super::dump::DumpOptions::from_config(&shard.config);
+    // The values without a DUMP footer: the file's checksum covers them (no CRC-64 per key).
+    let opts = super::dump::DumpOptions::from_config(&shard.config).for_file();
     let enc = opts.encoder();
     let mut total = 0u64;
     let mut poll = crate::stop::Poll::new();
@@ -231,10 +232,10 @@ fn rdb_part_within(
             if expire.is_some_and(|at| at <= now_ms) {
                 continue;
             }
-            let Some(payload) = super::dump::dump_payload(&e.state, &opts) else {
+            let Some(value) = super::dump::dump_payload(&e.state, &opts) else {
                 continue;
             };
-            meridian_rdb::file::put_key(&mut records, enc, e.key.as_slice(), expire, &payload)
+            meridian_rdb::file::put_value(&mut records, enc, e.key.as_slice(), expire, &value)
                 .map_err(|err| err.to_string())?;
             keys += 1;
             expires += u64::from(expire.is_some());

@@ -1323,8 +1323,8 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    Accepted as Redis checks it (a memory value below 4gb); Meridian's lists",
                 "    have no packed or plain nodes, so it changes nothing.",
                 "RELOAD [option ...]",
-                "    Save the snapshot on disk and reload every key from it. Valid <option>",
-                "    values:",
+                "    Save the snapshot and the RDB file <dir>/<dbfilename> on disk and reload",
+                "    every key. Valid <option> values:",
                 "    * MERGE: conflicting keys will be loaded from the file.",
                 "    * NOFLUSH: the existing database will not be removed before load, but",
                 "      conflicting keys are an error (nothing is loaded).",
@@ -1388,6 +1388,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     if eq_ic(sub, "reload") {
         let how = super::debug::reload_args(argv)?;
         super::debug::reload(ctx.shard, how, ctx.now_ms)?;
+        if !how.nosave {
+            let part =
+                super::replicas::rdb_part(ctx.shard, false, ctx.now_ms).map_err(CmdError::Err)?;
+            super::debug::write_rdb_file(vec![part], &ctx.shard.config, ctx.now_ms)?;
+        }
         ctx.out.ok();
         return Ok(());
     }

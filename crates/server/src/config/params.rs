@@ -263,7 +263,7 @@ const DUMP_SANITIZE: &str =
 const NO_CLIENT_EVICTION: &str = "Meridian evicts no client.";
 const NO_MODULES: &str = "Meridian loads no modules.";
 const DUMP_COMPRESSION: &str = "Meridian writes no RDB file (docs/persistence.md); DUMP compresses strings with LZF as Redis does when yes.";
-const DBFILENAME: &str = "The RDB file in `dir` that DEBUG RELOAD NOSAVE loads (one Redis or `redis-cli --rdb` wrote); Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
+const DBFILENAME: &str = "The RDB file in `dir` that DEBUG RELOAD writes and DEBUG RELOAD NOSAVE loads (or one Redis or `redis-cli --rdb` wrote); SAVE and BGSAVE write Meridian's own snapshots, not RDB files (docs/persistence.md).";
 const NO_RDB: &str =
     "Meridian writes no RDB file: snapshots are its own format (docs/persistence.md).";
 const NO_REPLICAS: &str =
