@@ -1334,3 +1334,47 @@ fn import_rdb_moves_a_redis_file_into_a_site_and_into_redis() {
     assert!(!done && text.contains("not a loadable RDB file"), "{text}");
     assert_eq!(fresh.connect().int(&["DBSIZE"]), 0);
 }
+
+#[test]
+fn an_rdb_file_with_a_key_twice_changes_no_shard() {
+    // Keys of every shard, and one of them twice: Redis's duplicated-key error on every
+    // shard, not only on the owner's, so no shard loads its part while another refuses.
+    use meridian_rdb::Encoder;
+    use meridian_rdb::file::FileBuilder;
+    let enc = Encoder::default();
+    let mut f = FileBuilder::new(enc, &[]);
+    f.database(0, 41, 0);
+    for i in 0..40 {
+        let k = format!("k{i}");
+        f.key(k.as_bytes(), None, &enc.string(b"file")).unwrap();
+    }
+    f.key(b"k7", None, &enc.string(b"again")).unwrap();
+    let file = f.finish();
+    let m = Server::start();
+    let mut c = m.connect();
+    for i in 0..40 {
+        ok(&mut c, &[b"SET", format!("k{i}").as_bytes(), b"mine"]);
+    }
+    ok(&mut c, &[b"SET", b"other", b"x"]);
+    std::fs::write(m.dir.path().join("dump.rdb"), &file).unwrap();
+    assert!(
+        c.err(&["DEBUG", "RELOAD", "NOSAVE"])
+            .contains("Error trying to load")
+    );
+    assert_eq!(c.int(&["DBSIZE"]), 41);
+    for i in 0..40 {
+        assert_eq!(
+            c.reply(&["GET", &format!("k{i}")]),
+            Reply::bulk("mine"),
+            "k{i}"
+        );
+    }
+    // MERGE takes the later copy.
+    ok(
+        &mut c,
+        &[b"DEBUG", b"RELOAD", b"NOSAVE", b"NOFLUSH", b"MERGE"],
+    );
+    assert_eq!(c.reply(&["GET", "k7"]), Reply::bulk("again"));
+    assert_eq!(c.reply(&["GET", "k8"]), Reply::bulk("file"));
+    assert_eq!(c.int(&["DBSIZE"]), 41);
+}

@@ -331,6 +331,9 @@ pub fn write_rdb_file(
     })
 }
 
+/// Empty keys of an RDB file logged one by one at a load (Redis's 10); the rest are counted.
+const EMPTY_KEYS_LOGGED_MAX: u64 = 10;
+
 /// A key's value of an RDB file this shard loads, with what the opcodes before it said.
 #[derive(Debug)]
 struct LoadedValue {
@@ -367,6 +370,8 @@ fn read_rdb(
     use meridian_rdb::file::{FileReader, Record};
     let mut reader = FileReader::new(file, limits, crc).map_err(|e| e.to_string())?;
     let mut image = RdbImage::default();
+    let mut foreign: std::collections::HashSet<(usize, u64), ahash::RandomState> =
+        Default::default();
     let mut poll = crate::stop::Poll::new();
     while let Some(rec) = reader.next_record().map_err(|e| e.to_string())? {
         if poll.stop() {
@@ -383,21 +388,34 @@ fn read_rdb(
                 ));
             }
             Record::EmptyKey { db, name } => {
+                // Logged for the first few only, as Redis logs them.
                 image.empty += 1;
-                tracing::warn!(db, key = %String::from_utf8_lossy(&name), "RDB load skipping an empty key");
+                if image.empty <= EMPTY_KEYS_LOGGED_MAX {
+                    tracing::warn!(db, key = %String::from_utf8_lossy(&name), "RDB load skipping an empty key");
+                }
                 continue;
             }
             Record::Key(k) => k,
             Record::Aux { .. } | Record::Database(_) => continue,
         };
-        if !owns(crate::slot::slot(&k.name)) {
-            continue;
-        }
         let db = usize::try_from(k.db).unwrap_or(usize::MAX);
         // A key whose time passed is left out before it is added: it neither replaces a key
         // nor counts as a duplicate (`rdbLoadRioWithLoadingCtx`).
         if k.expire_ms.is_some_and(|at| at < now_ms as i64) {
             image.expired += 1;
+            continue;
+        }
+        if !owns(crate::slot::slot(&k.name)) {
+            // Another shard's key: its duplicates count here too, so that every shard refuses
+            // such a file, not only the owner (each shard loads its part on its own). By a
+            // 64-bit hash: a collision refuses a good file, one chance in about 10^13 at a
+            // million keys.
+            if !allow_dup && !foreign.insert((db, foreign.hasher().hash_one(&k.name))) {
+                return Err(format!(
+                    "RDB has duplicated key '{}' in DB {db} (or two keys of equal hashes)",
+                    String::from_utf8_lossy(&k.name)
+                ));
+            }
             continue;
         }
         let loaded = LoadedValue {
