@@ -4,6 +4,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Longest wait for a connection or a reply.
@@ -21,6 +22,8 @@ pub enum AdminError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("{addr}: TLS: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("{addr}: cannot resolve")]
     Resolve { addr: String },
     #[error("{addr}: malformed or oversized reply")]
@@ -66,19 +69,127 @@ pub fn call(addr: &str, args: &[&str]) -> Result<Reply, AdminError> {
     c.reply()
 }
 
+/// TLS to a server's `tls-port`, as `redis-cli --tls` takes it: the CA that signed the
+/// server's certificate, this client's certificate and key when the server asks for one
+/// (`tls-auth-clients`), and the name the server's certificate must carry (default: the host
+/// of the address).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub server_name: Option<String>,
+}
+
+/// A connection's bytes: plain TCP or TLS over it (the handshake runs on the first write).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stream::Plain(_) => "Stream::Plain",
+            Stream::Tls(_) => "Stream::Tls",
+        })
+    }
+}
+
+impl std::io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The rustls client side of `tls` for the server at `addr`.
+fn tls_session(addr: &str, tls: &TlsOptions) -> Result<rustls::ClientConnection, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    let cas =
+        CertificateDer::pem_file_iter(&tls.ca).map_err(|e| format!("{}: {e}", tls.ca.display()))?;
+    for ca in cas {
+        let ca = ca.map_err(|e| format!("{}: {e}", tls.ca.display()))?;
+        roots
+            .add(ca)
+            .map_err(|e| format!("{}: {e}", tls.ca.display()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("{}: {e}", cert.display()))?;
+            let key =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("{}: {e}", cert.display()))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err("a client certificate needs its key, and a key its certificate".to_string());
+        }
+    };
+    let host = match &tls.server_name {
+        Some(name) => name.clone(),
+        None => host_of(addr).to_string(),
+    };
+    let name =
+        ServerName::try_from(host.clone()).map_err(|e| format!("server name {host:?}: {e}"))?;
+    rustls::ClientConnection::new(std::sync::Arc::new(config), name).map_err(|e| e.to_string())
+}
+
+/// The host part of `host:port` (`[v6]:port` too).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
 /// A RESP connection to one server: commands written in batches, replies read in order,
 /// every wait bounded by `ADMIN_TIMEOUT` and every reply by `REPLY_BYTES_MAX`.
 #[derive(Debug)]
 pub struct Client {
     addr: String,
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read past the replies returned.
     buf: Vec<u8>,
 }
 
 impl Client {
-    /// Connects to `addr` (`host:port`, its first address).
+    /// Connects to `addr` (`host:port`, its first address) over plain TCP.
     pub fn connect(addr: &str) -> Result<Client, AdminError> {
+        Client::connect_with(addr, None)
+    }
+
+    /// Connects to `addr`, over TLS when `tls` says how.
+    pub fn connect_with(addr: &str, tls: Option<&TlsOptions>) -> Result<Client, AdminError> {
         let io = |source| AdminError::Io {
             addr: addr.to_string(),
             source,
@@ -90,9 +201,19 @@ impl Client {
             .ok_or_else(|| AdminError::Resolve {
                 addr: addr.to_string(),
             })?;
-        let stream = TcpStream::connect_timeout(&target, ADMIN_TIMEOUT).map_err(io)?;
-        stream.set_read_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
-        stream.set_write_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+        let tcp = TcpStream::connect_timeout(&target, ADMIN_TIMEOUT).map_err(io)?;
+        tcp.set_read_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+        tcp.set_write_timeout(Some(ADMIN_TIMEOUT)).map_err(io)?;
+        let stream = match tls {
+            None => Stream::Plain(tcp),
+            Some(t) => {
+                let session = tls_session(addr, t).map_err(|reason| AdminError::Tls {
+                    addr: addr.to_string(),
+                    reason,
+                })?;
+                Stream::Tls(Box::new(rustls::StreamOwned::new(session, tcp)))
+            }
+        };
         Ok(Client {
             addr: addr.to_string(),
             stream,
@@ -118,7 +239,10 @@ impl Client {
                 req.extend_from_slice(b"\r\n");
             }
         }
-        self.stream.write_all(&req).map_err(|e| self.io(e))
+        self.stream
+            .write_all(&req)
+            .and_then(|()| self.stream.flush())
+            .map_err(|e| self.io(e))
     }
 
     /// The next reply.

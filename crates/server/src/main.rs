@@ -67,6 +67,21 @@ enum Command {
         /// is refused with BUSYKEY and counted, and such a library stops the import).
         #[arg(long)]
         replace: bool,
+        /// Connect over TLS (the server's tls-port), trusting --cacert.
+        #[arg(long, requires = "cacert")]
+        tls: bool,
+        /// The CA certificate (PEM) that signed the server's certificate.
+        #[arg(long, value_name = "FILE", requires = "tls")]
+        cacert: Option<PathBuf>,
+        /// This client's certificate (PEM), when the server asks for one (tls-auth-clients).
+        #[arg(long, value_name = "FILE", requires_all = ["tls", "key"])]
+        cert: Option<PathBuf>,
+        /// The key (PEM) of --cert.
+        #[arg(long, value_name = "FILE", requires_all = ["tls", "cert"])]
+        key: Option<PathBuf>,
+        /// The name the server's certificate must carry (default: the host of --to).
+        #[arg(long, value_name = "NAME", requires = "tls")]
+        sni: Option<String>,
     },
     /// Certificates for mutual TLS between sites.
     Certs {
@@ -624,11 +639,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             user,
             password,
             replace,
+            tls,
+            cacert,
+            cert,
+            key,
+            sni,
         } => {
+            let tls = match (tls, cacert) {
+                (true, Some(ca)) => Some(meridian_server::admin::TlsOptions {
+                    ca,
+                    cert,
+                    key,
+                    server_name: sni,
+                }),
+                _ => None,
+            };
             let opts = meridian_server::rdb_import::ImportOptions {
                 to,
                 user,
                 password,
+                tls,
                 replace,
             };
             let r = meridian_server::rdb_import::import_file(&file, &opts)?;

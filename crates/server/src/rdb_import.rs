@@ -1,4 +1,4 @@
-//! `meridian import-rdb FILE --to HOST:PORT`: moves the data of an RDB file (a `dump.rdb`
+//! `meridian import-rdb FILE --to HOST:PORT [--tls ...]`: moves the data of an RDB file (a `dump.rdb`
 //! Redis saved, or what `redis-cli --rdb` fetched from a running Redis) into a running server
 //! over RESP, the way a client would: FUNCTION RESTORE for its libraries, then per database
 //! SELECT and one `RESTORE key ttl payload ABSTTL [REPLACE] [IDLETIME s | FREQ f]` per key,
@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use meridian_rdb::file::{FileError, FileReader, Record};
 use meridian_rdb::{Crc, Limits};
 
-use crate::admin::{AdminError, Client, Reply};
+use crate::admin::{AdminError, Client, Reply, TlsOptions};
 
 /// Commands sent before their replies are read.
 pub const IMPORT_PIPELINE_MAX: usize = 1024;
@@ -39,6 +39,8 @@ pub struct ImportOptions {
     /// AUTH: a password, with a user name or not.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// TLS to the server's `tls-port` (`redis-cli --tls`'s options).
+    pub tls: Option<TlsOptions>,
     /// RESTORE ... REPLACE and FUNCTION RESTORE ... REPLACE: the file's keys and libraries
     /// replace those of the same name (without it, such a key is a BUSYKEY error, counted,
     /// and a library already there stops the import before any key is sent).
@@ -97,7 +99,7 @@ pub fn import_file(
             functions.push(code);
         }
     }
-    let mut c = Client::connect(&opts.to)?;
+    let mut c = Client::connect_with(&opts.to, opts.tls.as_ref())?;
     if let Some(pass) = &opts.password {
         let mut args: Vec<&[u8]> = vec![b"AUTH"];
         if let Some(user) = &opts.user {

@@ -800,3 +800,55 @@ print("redis-py ok")
     assert!(out.status.success(), "{text}");
     assert!(text.contains("redis-py ok"), "{text}");
 }
+
+#[test]
+fn import_rdb_over_tls() {
+    let pki = Pki::new();
+    pki.issue("server");
+    let (cert, key) = pki.issue("client");
+    let tls_port = free_port();
+    let srv = start(&tls_flags(&pki, tls_port, "server", "yes"));
+    let enc = meridian_rdb::Encoder::default();
+    let mut f = meridian_rdb::file::FileBuilder::new(enc, &[]);
+    f.database(0, 50, 0);
+    for i in 0..50 {
+        let (k, v) = (format!("k{i}"), format!("v{i}"));
+        f.key(k.as_bytes(), None, &enc.string(v.as_bytes()))
+            .unwrap();
+    }
+    let rdb = pki.path("dump.rdb");
+    std::fs::write(&rdb, f.finish()).unwrap();
+    let to = format!("127.0.0.1:{tls_port}");
+    let run = |extra: &[&str]| -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_meridian"))
+            .arg("import-rdb")
+            .arg(&rdb)
+            .args(["--to", &to, "--tls", "--cacert", &s(&pki.ca())])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let mut plain = Raw::connect(srv.port);
+    // The server asks for a client certificate: without one nothing gets through.
+    let (done, text) = run(&[]);
+    assert!(!done && text.contains("CertificateRequired"), "{text}");
+    assert_eq!(plain.int(&["DBSIZE"]), 0);
+    // A certificate for another name than the server's is refused by the tool.
+    let identity = ["--cert", &s(&cert), "--key", &s(&key)];
+    let mut other = identity.to_vec();
+    other.extend(["--sni", "elsewhere.example"]);
+    let (done, text) = run(&other);
+    assert!(!done && text.contains("not valid for name"), "{text}");
+    assert_eq!(plain.int(&["DBSIZE"]), 0);
+    // With the client's certificate: every key, over TLS.
+    let (done, text) = run(&identity);
+    assert!(
+        done && text.contains("50 keys restored, 0 refused"),
+        "{text}"
+    );
+    assert_eq!(plain.int(&["DBSIZE"]), 50);
+    assert_eq!(plain.call_text(&["GET", "k7"]), "$2\r\nv7\r\n");
+}
