@@ -320,6 +320,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_host_of_an_address_names_the_server() {
+        assert_eq!(host_of("127.0.0.1:6379"), "127.0.0.1");
+        assert_eq!(host_of("db.example:6380"), "db.example");
+        assert_eq!(host_of("[::1]:6379"), "::1");
+        assert_eq!(host_of("nohost"), "nohost");
+    }
+
+    #[test]
     fn parses_replies_and_waits_for_the_rest() {
         assert_eq!(parse(b"+OK\r\n", 0), Some((Reply::Simple("OK".into()), 5)));
         assert_eq!(parse(b"+OK\r", 0), None);
