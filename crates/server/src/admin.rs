@@ -61,9 +61,9 @@ impl Reply {
     }
 }
 
-/// Sends `args` to `addr` (`host:port`) and returns its reply.
-pub fn call(addr: &str, args: &[&str]) -> Result<Reply, AdminError> {
-    let mut c = Client::connect(addr)?;
+/// Sends `args` to `addr` (`host:port`), over TLS when `tls` says how, and returns its reply.
+pub fn call_with(addr: &str, args: &[&str], tls: Option<&TlsOptions>) -> Result<Reply, AdminError> {
+    let mut c = Client::connect_with(addr, tls)?;
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     c.send(&[&args])?;
     c.reply()
@@ -152,7 +152,9 @@ fn tls_session(addr: &str, tls: &TlsOptions) -> Result<rustls::ClientConnection,
         }
         (None, None) => builder.with_no_client_auth(),
         _ => {
-            return Err("a client certificate needs its key, and a key its certificate".to_string());
+            return Err(
+                "a client certificate needs its key, and a key its certificate".to_string(),
+            );
         }
     };
     let host = match &tls.server_name {

@@ -46,6 +46,8 @@ enum Command {
         /// A site's client address, host:port (repeat for each site).
         #[arg(long = "site", required = true, value_name = "HOST:PORT")]
         sites: Vec<String>,
+        #[command(flatten)]
+        tls: TlsFlags,
         #[command(subcommand)]
         command: AdminCommand,
     },
@@ -67,27 +69,49 @@ enum Command {
         /// is refused with BUSYKEY and counted, and such a library stops the import).
         #[arg(long)]
         replace: bool,
-        /// Connect over TLS (the server's tls-port), trusting --cacert.
-        #[arg(long, requires = "cacert")]
-        tls: bool,
-        /// The CA certificate (PEM) that signed the server's certificate.
-        #[arg(long, value_name = "FILE", requires = "tls")]
-        cacert: Option<PathBuf>,
-        /// This client's certificate (PEM), when the server asks for one (tls-auth-clients).
-        #[arg(long, value_name = "FILE", requires_all = ["tls", "key"])]
-        cert: Option<PathBuf>,
-        /// The key (PEM) of --cert.
-        #[arg(long, value_name = "FILE", requires_all = ["tls", "cert"])]
-        key: Option<PathBuf>,
-        /// The name the server's certificate must carry (default: the host of --to).
-        #[arg(long, value_name = "NAME", requires = "tls")]
-        sni: Option<String>,
+        #[command(flatten)]
+        tls: TlsFlags,
     },
     /// Certificates for mutual TLS between sites.
     Certs {
         #[command(subcommand)]
         command: CertsCommand,
     },
+}
+
+/// TLS to a server's tls-port, as `redis-cli --tls` takes it (`meridian admin`,
+/// `meridian import-rdb`).
+#[derive(Args, Debug)]
+struct TlsFlags {
+    /// Connect over TLS (the server's tls-port), trusting --cacert.
+    #[arg(long, requires = "cacert")]
+    tls: bool,
+    /// The CA certificate (PEM) that signed the server's certificate.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    cacert: Option<PathBuf>,
+    /// This client's certificate (PEM), when the server asks for one (tls-auth-clients).
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "key"])]
+    cert: Option<PathBuf>,
+    /// The key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "cert"])]
+    key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the host of the address).
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    sni: Option<String>,
+}
+
+impl TlsFlags {
+    fn options(self) -> Option<meridian_server::admin::TlsOptions> {
+        match (self.tls, self.cacert) {
+            (true, Some(ca)) => Some(meridian_server::admin::TlsOptions {
+                ca,
+                cert: self.cert,
+                key: self.key,
+                server_name: self.sni,
+            }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -608,7 +632,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Admin { sites, command } => {
+        Command::Admin {
+            sites,
+            tls,
+            command,
+        } => {
+            let tls = tls.options();
             let args: Vec<&str> = match &command {
                 AdminCommand::Peers => vec!["CRDT.PEERS"],
                 AdminCommand::AddPeer { site, addr } => vec!["CRDT.ADDPEER", site, addr],
@@ -616,7 +645,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let mut failed = false;
             for s in &sites {
-                match meridian_server::admin::call(s, &args) {
+                match meridian_server::admin::call_with(s, &args, tls.as_ref()) {
                     Ok(r) => {
                         failed |= r.is_error();
                         println!("{s}: {}", r.to_line());
@@ -640,25 +669,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             password,
             replace,
             tls,
-            cacert,
-            cert,
-            key,
-            sni,
         } => {
-            let tls = match (tls, cacert) {
-                (true, Some(ca)) => Some(meridian_server::admin::TlsOptions {
-                    ca,
-                    cert,
-                    key,
-                    server_name: sni,
-                }),
-                _ => None,
-            };
             let opts = meridian_server::rdb_import::ImportOptions {
                 to,
                 user,
                 password,
-                tls,
+                tls: tls.options(),
                 replace,
             };
             let r = meridian_server::rdb_import::import_file(&file, &opts)?;

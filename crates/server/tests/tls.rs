@@ -851,4 +851,16 @@ fn import_rdb_over_tls() {
     );
     assert_eq!(plain.int(&["DBSIZE"]), 50);
     assert_eq!(plain.call_text(&["GET", "k7"]), "$2\r\nv7\r\n");
+    // `meridian admin` takes the same flags.
+    let out = Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(["admin", "--site", &to, "--tls", "--cacert", &s(&pki.ca())])
+        .args(identity)
+        .arg("peers")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.starts_with(&format!("{to}: ")),
+        "{text}"
+    );
 }
