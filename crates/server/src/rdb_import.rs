@@ -114,7 +114,7 @@ pub fn import_file(
         ..ImportReport::default()
     };
     if !functions.is_empty() {
-        let payload = function_payload(&functions);
+        let payload = crate::script::library::payload(functions.iter().map(Vec::as_slice));
         let policy: &[u8] = if opts.replace { b"REPLACE" } else { b"APPEND" };
         c.send(&[&[b"FUNCTION", b"RESTORE", &payload, policy]])?;
         expect_ok(c.reply()?, "FUNCTION RESTORE")?;
@@ -180,22 +180,6 @@ fn expect_ok(reply: Reply, what: &str) -> Result<(), ImportError> {
             reply: other.to_line(),
         }),
     }
-}
-
-/// The libraries as FUNCTION DUMP writes them: each `RDB_OPCODE_FUNCTION2` and its code as a
-/// raw string, then the RDB version and the CRC-64.
-fn function_payload(codes: &[Vec<u8>]) -> Vec<u8> {
-    const OPCODE_FUNCTION2: u8 = 245;
-    let mut out = Vec::new();
-    for code in codes {
-        out.push(OPCODE_FUNCTION2);
-        meridian_rdb::encode::put_len(&mut out, code.len() as u64);
-        out.extend_from_slice(code);
-    }
-    out.extend_from_slice(&meridian_rdb::RDB_VERSION.to_le_bytes());
-    let crc = meridian_rdb::CRC64.checksum(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 /// A command's arguments, and the key it restores (None: a SELECT).
@@ -264,13 +248,6 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_libraries_payload_is_what_function_restore_reads() {
-        let codes = vec![b"#!lua name=a\n".to_vec(), vec![b'x'; 300]];
-        let p = function_payload(&codes);
-        assert_eq!(crate::script::library::decode_payload(&p).unwrap(), codes);
-    }
 
     #[test]
     fn a_batch_is_full_at_its_limits_and_not_before() {

@@ -418,29 +418,20 @@ pub fn load(
 /// Redis's CRC-64 (Jones polynomial, reflected), as in DUMP payloads.
 const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
 
-fn write_len(out: &mut Vec<u8>, len: usize) {
-    if len < 1 << 6 {
-        out.push(len as u8);
-    } else if len < 1 << 14 {
-        out.push(0x40 | (len >> 8) as u8);
-        out.push((len & 0xff) as u8);
-    } else if len <= u32::MAX as usize {
-        out.push(0x80);
-        out.extend_from_slice(&(len as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&(len as u64).to_be_bytes());
-    }
-}
-
 /// FUNCTION DUMP: every library as RDB_OPCODE_FUNCTION2 and its code (raw strings: a valid
 /// payload Redis reads too), then the RDB version and the CRC-64.
 pub fn dump(libs: &Libraries) -> Vec<u8> {
+    payload(libs.iter().map(|l| l.code.as_slice()))
+}
+
+/// The FUNCTION DUMP payload of libraries given by their code (also what `meridian
+/// import-rdb` sends FUNCTION RESTORE for an RDB file's libraries).
+pub fn payload<'a>(codes: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::new();
-    for lib in libs.iter() {
+    for code in codes {
         out.push(OPCODE_FUNCTION2);
-        write_len(&mut out, lib.code.len());
-        out.extend_from_slice(&lib.code);
+        meridian_rdb::encode::put_len(&mut out, code.len() as u64);
+        out.extend_from_slice(code);
     }
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = CRC64.checksum(&out);
@@ -697,6 +688,13 @@ pub fn restore_codes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_of_codes_is_what_function_restore_reads() {
+        let codes = vec![b"#!lua name=a\n".to_vec(), vec![b'x'; 300]];
+        let p = payload(codes.iter().map(Vec::as_slice));
+        assert_eq!(decode_payload(&p).unwrap(), codes);
+    }
 
     #[test]
     fn metadata() {
