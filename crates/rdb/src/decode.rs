@@ -169,14 +169,9 @@ impl<'a> FileCursor<'a> {
     }
 
     /// A value of type `ty` (`rdbLoadObject`), within the limits.
-    pub(crate) fn value(&mut self, ty: u8) -> Result<Decoded, RdbError> {
+    pub(crate) fn value(&mut self, ty: u8) -> Result<Value, RdbError> {
         self.fresh();
-        self.r.sanitized = 0;
-        let value = decode_value(ty, &mut self.r)?;
-        Ok(Decoded {
-            value,
-            sanitized: self.r.sanitized,
-        })
+        decode_value(ty, &mut self.r)
     }
 }
 

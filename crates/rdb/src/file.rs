@@ -176,8 +176,6 @@ pub struct Key<'a> {
     /// Its LFU counter (`RDB_OPCODE_FREQ`).
     pub freq: Option<u8>,
     pub value: Value,
-    /// Packed containers validated entry by entry (`Decoded::sanitized`).
-    pub sanitized: u64,
     /// The value's RDB type byte.
     pub kind: u8,
     /// The value as the file encodes it (after the key's name): with `kind` before it, a DUMP
@@ -293,8 +291,8 @@ impl<'a> FileReader<'a> {
                     }
                     let name = self.cur.string().map_err(rec)?;
                     let value_at = self.cur.pos();
-                    let decoded = match self.cur.value(ty) {
-                        Ok(d) => d,
+                    let value = match self.cur.value(ty) {
+                        Ok(v) => v,
                         Err(RdbError::Empty) => {
                             return Ok(Some(Record::EmptyKey { db: self.db, name }));
                         }
@@ -307,8 +305,7 @@ impl<'a> FileReader<'a> {
                         expire_ms,
                         idle_s,
                         freq,
-                        value: decoded.value,
-                        sanitized: decoded.sanitized,
+                        value,
                         kind: ty,
                         body,
                     })));

@@ -1179,6 +1179,17 @@ fn debug_reload_nosave_loads_the_rdb_file_redis_saved() {
             .contains("Error trying to load")
     );
     assert_eq!(c.reply(&["GET", "should-not-exist"]), Reply::bulk("1"));
+    // Unless checksums are skipped, as Redis's DEBUG SET-SKIP-CHECKSUM-VALIDATION 1 does (the
+    // values are still checked): the damaged checksum alone then loads.
+    ok(&mut c, &[b"DEBUG", b"SET-SKIP-CHECKSUM-VALIDATION", b"1"]);
+    ok(&mut c, &[b"DEBUG", b"RELOAD", b"NOSAVE"]);
+    assert_eq!(digest(&mut c), want);
+    ok(&mut c, &[b"DEBUG", b"SET-SKIP-CHECKSUM-VALIDATION", b"0"]);
+    ok(&mut c, &[b"SET", b"should-not-exist", b"1"]);
+    assert_eq!(
+        c.reply_b(&[b"FUNCTION", b"LOAD", b"REPLACE", other]),
+        Reply::bulk("other")
+    );
 
     // The file Redis saved: the same data as Redis's, by Redis's own digest, the library in
     // place of the one here, TTLs kept, and the key that was here gone.

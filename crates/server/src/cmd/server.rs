@@ -1338,7 +1338,7 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 "    * DEBUG RELOAD NOSAVE NOFLUSH MERGE: add the contents of an existing RDB",
                 "      file to the database.",
                 "SET-SKIP-CHECKSUM-VALIDATION <0|1>",
-                "    Enables or disables the checksum check of RESTORE's payload.",
+                "    Enables or disables checksum checks for RDB files and RESTORE's payload.",
                 "SET-DISABLE-DENY-SCRIPTS <0|1>",
                 "    Enable or disable the ability to call commands flagged 'noscript' (such as",
                 "    DEBUG) from a script.",
