@@ -4026,7 +4026,14 @@ impl Conn {
                         cmd::debug::populate_args(&borrowed, s.config.proto_max_bulk_len)
                             .map(|p| Some(DebugWrite::Populate(std::sync::Arc::new(p))))
                     } else if sub.eq_ignore_ascii_case(b"reload") {
-                        cmd::debug::reload_args(&borrowed).map(|r| Some(DebugWrite::Reload(r)))
+                        cmd::debug::reload_args(&borrowed).and_then(|how| {
+                            // NOSAVE: the file is read once here, for every shard.
+                            let file = how
+                                .nosave
+                                .then(|| cmd::debug::read_rdb_file(&s.config))
+                                .transpose()?;
+                            Ok(Some(DebugWrite::Reload(how, file)))
+                        })
                     } else if sub.eq_ignore_ascii_case(b"loadaof") {
                         Ok(Some(DebugWrite::LoadAof))
                     } else {
@@ -4105,22 +4112,20 @@ impl Conn {
         let db = self.client.db;
         let now = crate::time::wall_ms();
         // DEBUG RELOAD (not NOSAVE) also writes the RDB file, from every shard's part.
-        let rdb = matches!(write, DebugWrite::Reload(how) if !how.nosave);
+        let rdb = matches!(&write, DebugWrite::Reload(how, _) if !how.nosave);
         let results = hop::run_on_all(&self.th, move |t| {
             let mut shard = t.shard.borrow_mut();
             let pos_before = shard.persist.next_pos;
-            let mut done = match &write {
-                DebugWrite::Populate(p) => cmd::debug::populate(&mut shard, db, p, now),
-                DebugWrite::Reload(how) => cmd::debug::reload(&mut shard, *how, now),
-                DebugWrite::LoadAof => cmd::debug::loadaof(&mut shard),
-            };
-            let mut part = None;
-            if rdb && done.is_ok() {
-                match cmd::replicas::rdb_part(&mut shard, false, now) {
-                    Ok(p) => part = Some(p),
-                    Err(e) => done = Err(CmdError::Err(e)),
+            let (done, part) = match &write {
+                DebugWrite::Populate(p) => (cmd::debug::populate(&mut shard, db, p, now), None),
+                DebugWrite::Reload(how, file) => {
+                    match cmd::debug::reload(&mut shard, *how, file.as_deref(), now) {
+                        Ok(part) => (Ok(()), part),
+                        Err(e) => (Err(e), None),
+                    }
                 }
-            }
+                DebugWrite::LoadAof => (cmd::debug::loadaof(&mut shard), None),
+            };
             (done, part, shard.persist.after_batch(pos_before))
         })
         .await;
@@ -4639,7 +4644,8 @@ fn takes_keys(meta: &cmd::table::CommandMeta) -> bool {
 #[derive(Clone)]
 enum DebugWrite {
     Populate(std::sync::Arc<cmd::debug::Populate>),
-    Reload(cmd::debug::Reload),
+    /// With NOSAVE, the RDB file (read once for every shard).
+    Reload(cmd::debug::Reload, Option<std::sync::Arc<[u8]>>),
     LoadAof,
 }
 

@@ -436,7 +436,20 @@ fn read_rdb(
     Ok(image)
 }
 
-/// Redis's DEBUG RELOAD NOSAVE [NOFLUSH] [MERGE] on this shard: loads the RDB file
+/// Redis's load error, for DEBUG RELOAD whatever went wrong (the log says what).
+const LOAD_ERROR: &str = "Error trying to load the RDB dump";
+
+/// The RDB file DEBUG RELOAD NOSAVE loads (`rdb_path`), read once for every shard of the
+/// process (each reads its part of it).
+pub fn read_rdb_file(config: &crate::config::Config) -> Result<std::sync::Arc<[u8]>, CmdError> {
+    let path = rdb_path(config);
+    std::fs::read(&path).map(Into::into).map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, "DEBUG RELOAD NOSAVE: cannot read the RDB file");
+        CmdError::Err(LOAD_ERROR.to_string())
+    })
+}
+
+/// Redis's DEBUG RELOAD NOSAVE [NOFLUSH] [MERGE] on this shard: loads `file`, the RDB file
 /// `dir/dbfilename` (one Redis or `redis-cli --rdb` wrote: Meridian's own snapshots are not
 /// RDB files) in place of the data set, or over it with NOFLUSH (MERGE: its keys and
 /// libraries replace those of the same name; without MERGE, one already here is an error).
@@ -445,23 +458,20 @@ fn read_rdb(
 /// included (Redis's `emptyData`). Unlike Redis, which empties its data before it reads the
 /// file, the whole file is read and checked first: a file that does not load changes nothing.
 /// O(keys of the file); a stop request ends it.
-pub fn reload_rdb(
+fn reload_rdb(
     shard: &mut crate::shard::Shard,
     how: Reload,
+    file: &[u8],
     now_ms: u64,
 ) -> Result<(), CmdError> {
-    let load_error = || CmdError::Err("Error trying to load the RDB dump".to_string());
+    let load_error = || CmdError::Err(LOAD_ERROR.to_string());
     let path = rdb_path(&shard.config);
-    let file = std::fs::read(&path).map_err(|e| {
-        tracing::error!(path = %path.display(), error = %e, "DEBUG RELOAD NOSAVE: cannot read the RDB file");
-        load_error()
-    })?;
     let (limits, mut crc) = super::dump::restore_limits(shard);
     if crate::config::params::find(b"rdbchecksum").is_some_and(|p| p.get(&shard.config) == "no") {
         crc = meridian_rdb::Crc::Skip;
     }
     let image = read_rdb(
-        &file,
+        file,
         limits,
         crc,
         shard.dbs.len(),
@@ -536,18 +546,26 @@ pub fn reload_rdb(
     Ok(())
 }
 
-/// Redis's DEBUG RELOAD on this shard (the caller then writes the RDB file,
-/// `write_rdb_file`): writes its snapshot (as SAVE), then makes each key
+/// Redis's DEBUG RELOAD on this shard. With NOSAVE it loads `file` (`read_rdb_file`;
+/// `reload_rdb`) and returns None. Otherwise it writes its snapshot (as SAVE), then makes each key
 /// what loading that snapshot at a start makes of it: its state decoded from its snapshot
 /// encoding (`KeyState::decode_state`, as recovery does), the writing command's string
 /// encoding forgotten and the access time that of a loaded key. The shard's replication
 /// and log positions are left as they are (the snapshot was just written from them). A key
 /// whose encoding does not decode back to the same encoding is a snapshot defect: Redis's
 /// load error, logged with the key. Clients WATCHing a key that exists are marked dirty, as
-/// Redis's emptying of the data set does. O(keys), as in Redis; a stop request ends it.
-pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Result<(), CmdError> {
+/// Redis's emptying of the data set does, and returns the shard's part of the RDB file
+/// (`replicas::rdb_part`) for the caller to write (`write_rdb_file`), as Redis's DEBUG RELOAD
+/// saves one. O(keys), as in Redis; a stop request ends it.
+pub fn reload(
+    shard: &mut crate::shard::Shard,
+    how: Reload,
+    file: Option<&[u8]>,
+    now_ms: u64,
+) -> Result<Option<super::replicas::RdbPart>, CmdError> {
     if how.nosave {
-        return reload_rdb(shard, how, now_ms);
+        let file = file.ok_or_else(|| CmdError::Err(LOAD_ERROR.to_string()))?;
+        return reload_rdb(shard, how, file, now_ms).map(|()| None);
     }
     if shard.persist.job.is_some() {
         return Err(CmdError::Err(
@@ -557,7 +575,7 @@ pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Resu
     shard
         .save_now()
         .map_err(|_| CmdError::Raw("ERR".to_string()))?;
-    let load_error = || CmdError::Err("Error trying to load the RDB dump".to_string());
+    let load_error = || CmdError::Err(LOAD_ERROR.to_string());
     if how.noflush_only
         && (!shard.scripting.libraries.is_empty() || shard.dbs.iter().any(|d| !d.is_empty()))
     {
@@ -606,7 +624,9 @@ pub fn reload(shard: &mut crate::shard::Shard, how: Reload, now_ms: u64) -> Resu
         shard.touch_watched(db, &key);
     }
     tracing::warn!("DB reloaded by DEBUG RELOAD");
-    Ok(())
+    super::replicas::rdb_part(shard, false, now_ms)
+        .map(Some)
+        .map_err(CmdError::Err)
 }
 
 /// Redis's DEBUG LOADAOF on this shard: its log (with the snapshot it starts from) replayed

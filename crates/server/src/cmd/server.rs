@@ -1387,10 +1387,11 @@ fn debug(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     }
     if eq_ic(sub, "reload") {
         let how = super::debug::reload_args(argv)?;
-        super::debug::reload(ctx.shard, how, ctx.now_ms)?;
-        if !how.nosave {
-            let part =
-                super::replicas::rdb_part(ctx.shard, false, ctx.now_ms).map_err(CmdError::Err)?;
+        let file = how
+            .nosave
+            .then(|| super::debug::read_rdb_file(&ctx.shard.config))
+            .transpose()?;
+        if let Some(part) = super::debug::reload(ctx.shard, how, file.as_deref(), ctx.now_ms)? {
             super::debug::write_rdb_file(vec![part], &ctx.shard.config, ctx.now_ms)?;
         }
         ctx.out.ok();
