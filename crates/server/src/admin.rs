@@ -234,12 +234,7 @@ impl Client {
     pub fn send(&mut self, commands: &[&[&[u8]]]) -> Result<(), AdminError> {
         let mut req = Vec::new();
         for args in commands {
-            req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-            for a in *args {
-                req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-                req.extend_from_slice(a);
-                req.extend_from_slice(b"\r\n");
-            }
+            crate::resp::put_command(&mut req, args);
         }
         self.stream
             .write_all(&req)

@@ -644,16 +644,6 @@ fn is_retry(e: &std::io::Error) -> bool {
     )
 }
 
-/// Appends one RESP command.
-fn put_command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
 /// C's `atoi` of a port: leading digits, else 0.
 fn atoi_port(b: &[u8]) -> u16 {
     let digits: Vec<u8> = b.iter().copied().take_while(u8::is_ascii_digit).collect();
@@ -812,11 +802,11 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let mut cmd: Vec<u8> = Vec::new();
     if let Some(pw) = m.password {
         match m.username {
-            Some(user) => put_command(&mut cmd, &[b"AUTH", user, pw]),
-            None => put_command(&mut cmd, &[b"AUTH", pw]),
+            Some(user) => crate::resp::put_command(&mut cmd, &[b"AUTH", user, pw]),
+            None => crate::resp::put_command(&mut cmd, &[b"AUTH", pw]),
         }
     }
-    put_command(&mut cmd, &[b"SELECT", m.db.to_string().as_bytes()]);
+    crate::resp::put_command(&mut cmd, &[b"SELECT", m.db.to_string().as_bytes()]);
     let mut sent: Vec<&[u8]> = Vec::new();
     for &key in &m.keys {
         let Some(state) = ctx.shard.lookup_read(db, key, now) else {
@@ -836,7 +826,7 @@ fn migrate(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         if m.replace {
             args.push(b"REPLACE");
         }
-        put_command(&mut cmd, &args);
+        crate::resp::put_command(&mut cmd, &args);
         sent.push(key);
     }
     if sent.is_empty() {
