@@ -236,8 +236,13 @@ impl Client {
         for args in commands {
             crate::resp::put_command(&mut req, args);
         }
+        self.send_encoded(&req)
+    }
+
+    /// Writes commands already encoded (`resp::put_command`) in one write.
+    pub fn send_encoded(&mut self, req: &[u8]) -> Result<(), AdminError> {
         self.stream
-            .write_all(&req)
+            .write_all(req)
             .and_then(|()| self.stream.flush())
             .map_err(|e| self.io(e))
     }

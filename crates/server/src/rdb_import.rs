@@ -141,29 +141,26 @@ pub fn import_file(
         }
         if db != Some(k.db) {
             batch.push(
-                vec![b"SELECT".to_vec(), k.db.to_string().into_bytes()],
-                None,
+                &[b"SELECT", k.db.to_string().as_bytes()],
+                Sent::Select(k.db),
             );
             db = Some(k.db);
         }
-        let mut args = vec![
-            b"RESTORE".to_vec(),
-            k.name.clone(),
-            k.expire_ms.unwrap_or(0).to_string().into_bytes(),
-            reader.payload(&k),
-            b"ABSTTL".to_vec(),
-        ];
+        let (ttl, payload) = (k.expire_ms.unwrap_or(0).to_string(), reader.payload(&k));
+        let mut args: Vec<&[u8]> = vec![b"RESTORE", &k.name, ttl.as_bytes(), &payload, b"ABSTTL"];
         if opts.replace {
-            args.push(b"REPLACE".to_vec());
+            args.push(b"REPLACE");
         }
-        if let Some(idle) = k.idle_s {
-            args.push(b"IDLETIME".to_vec());
-            args.push(idle.to_string().into_bytes());
-        } else if let Some(freq) = k.freq {
-            args.push(b"FREQ".to_vec());
-            args.push(freq.to_string().into_bytes());
+        let access = match (k.idle_s, k.freq) {
+            (Some(idle), _) => Some((&b"IDLETIME"[..], idle.to_string())),
+            (None, Some(freq)) => Some((&b"FREQ"[..], freq.to_string())),
+            (None, None) => None,
+        };
+        if let Some((opt, n)) = &access {
+            args.push(opt);
+            args.push(n.as_bytes());
         }
-        batch.push(args, Some(k.name));
+        batch.push(&args, Sent::Restore(k.name.clone()));
         if batch.full() {
             batch.flush(&mut c, &mut report)?;
         }
@@ -182,50 +179,44 @@ fn expect_ok(reply: Reply, what: &str) -> Result<(), ImportError> {
     }
 }
 
-/// A command's arguments, and the key it restores (None: a SELECT).
-type Pending = (Vec<Vec<u8>>, Option<Vec<u8>>);
+/// What a command of a batch was, for its reply.
+#[derive(Debug)]
+enum Sent {
+    Select(u64),
+    /// A RESTORE of this key.
+    Restore(Vec<u8>),
+}
 
-/// Commands waiting to be sent.
+/// Commands waiting to be sent, encoded as they are pushed.
 #[derive(Debug, Default)]
 struct Batch {
-    commands: Vec<Pending>,
-    bytes: usize,
+    req: Vec<u8>,
+    sent: Vec<Sent>,
 }
 
 impl Batch {
-    fn push(&mut self, args: Vec<Vec<u8>>, key: Option<Vec<u8>>) {
-        self.bytes += args.iter().map(|a| a.len() + 16).sum::<usize>();
-        self.commands.push((args, key));
+    fn push(&mut self, args: &[&[u8]], what: Sent) {
+        crate::resp::put_command(&mut self.req, args);
+        self.sent.push(what);
     }
 
     fn full(&self) -> bool {
-        self.commands.len() >= IMPORT_PIPELINE_MAX || self.bytes >= IMPORT_PIPELINE_BYTES_MAX
+        self.sent.len() >= IMPORT_PIPELINE_MAX || self.req.len() >= IMPORT_PIPELINE_BYTES_MAX
     }
 
     /// Sends the batch and reads its replies: a refused SELECT stops the import (every key
     /// after it would go to the wrong database); a refused RESTORE is counted.
     fn flush(&mut self, c: &mut Client, report: &mut ImportReport) -> Result<(), ImportError> {
-        if self.commands.is_empty() {
+        if self.sent.is_empty() {
             return Ok(());
         }
-        let args: Vec<Vec<&[u8]>> = self
-            .commands
-            .iter()
-            .map(|(a, _)| a.iter().map(Vec::as_slice).collect())
-            .collect();
-        let refs: Vec<&[&[u8]]> = args.iter().map(Vec::as_slice).collect();
-        c.send(&refs)?;
-        for (args, key) in self.commands.drain(..) {
+        c.send_encoded(&self.req)?;
+        self.req.clear();
+        for what in self.sent.drain(..) {
             let reply = c.reply()?;
-            match key {
-                None => expect_ok(
-                    reply,
-                    &format!(
-                        "SELECT {}",
-                        String::from_utf8_lossy(args.get(1).map_or(&[][..], Vec::as_slice))
-                    ),
-                )?,
-                Some(key) => match reply {
+            match what {
+                Sent::Select(db) => expect_ok(reply, &format!("SELECT {db}"))?,
+                Sent::Restore(key) => match reply {
                     Reply::Simple(s) if s == "OK" => report.keys += 1,
                     other => {
                         report.failed += 1;
@@ -240,7 +231,6 @@ impl Batch {
                 },
             }
         }
-        self.bytes = 0;
         Ok(())
     }
 }
@@ -253,15 +243,18 @@ mod tests {
     fn a_batch_is_full_at_its_limits_and_not_before() {
         let mut b = Batch::default();
         for _ in 0..IMPORT_PIPELINE_MAX - 1 {
-            b.push(vec![b"PING".to_vec()], None);
+            b.push(&[b"PING"], Sent::Select(0));
         }
         assert!(!b.full());
-        b.push(vec![b"PING".to_vec()], None);
+        b.push(&[b"PING"], Sent::Select(0));
         assert!(b.full());
+        // One argument of n bytes is `*1\r\n$<n>\r\n` (4 + 1 + 7 + 2 bytes at this size),
+        // the bytes and `\r\n`: 16 bytes besides them.
         let mut b = Batch::default();
-        b.push(vec![vec![0; IMPORT_PIPELINE_BYTES_MAX - 17]], None);
+        b.push(&[&vec![0; IMPORT_PIPELINE_BYTES_MAX - 17]], Sent::Select(0));
+        assert_eq!(b.req.len(), IMPORT_PIPELINE_BYTES_MAX - 1);
         assert!(!b.full());
-        b.push(vec![vec![0]], None);
+        b.push(&[b"x"], Sent::Select(0));
         assert!(b.full());
     }
 }
