@@ -368,6 +368,7 @@ fn read_rdb(
     allow_dup: bool,
 ) -> Result<RdbImage, String> {
     use meridian_rdb::file::{FileReader, Record};
+    use std::collections::hash_map::Entry;
     let mut reader = FileReader::new(file, limits, crc).map_err(|e| e.to_string())?;
     let mut image = RdbImage::default();
     let mut foreign: std::collections::HashSet<(usize, u64), ahash::RandomState> =
@@ -424,14 +425,20 @@ fn read_rdb(
             idle_s: k.idle_s.and_then(|v| i64::try_from(v).ok()),
             freq: k.freq.map(i64::from),
         };
-        let name = k.name;
-        if image.keys.contains_key(&(db, name.clone())) && !allow_dup {
-            return Err(format!(
-                "RDB has duplicated key '{}' in DB {db}",
-                String::from_utf8_lossy(&name)
-            ));
+        match image.keys.entry((db, k.name)) {
+            Entry::Occupied(e) if !allow_dup => {
+                return Err(format!(
+                    "RDB has duplicated key '{}' in DB {db}",
+                    String::from_utf8_lossy(&e.key().1)
+                ));
+            }
+            Entry::Occupied(mut e) => {
+                e.insert(loaded);
+            }
+            Entry::Vacant(e) => {
+                e.insert(loaded);
+            }
         }
-        image.keys.insert((db, name), loaded);
     }
     Ok(image)
 }
