@@ -264,14 +264,19 @@ pub fn is_digest(argv: &[&[u8]]) -> bool {
 /// DEBUG RELOAD's options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reload {
-    /// NOFLUSH without MERGE: the snapshot is loaded on top of the data it was written from,
-    /// so any key or function library it holds is a duplicate, Redis's load error.
-    pub noflush_only: bool,
     /// NOSAVE: load the RDB file `dir/dbfilename` rather than the snapshot just written
     /// (`reload_rdb`).
     pub nosave: bool,
     pub merge: bool,
     pub noflush: bool,
+}
+
+impl Reload {
+    /// NOFLUSH without MERGE: what is loaded goes on top of the data, so any key or function
+    /// library it holds that is already there is a duplicate, Redis's load error.
+    fn noflush_only(&self) -> bool {
+        self.noflush && !self.merge
+    }
 }
 
 /// DEBUG RELOAD's options, checked as Redis checks them. Without NOSAVE the snapshot just
@@ -293,7 +298,6 @@ pub fn reload_args(argv: &[&[u8]]) -> Result<Reload, CmdError> {
             ));
         }
     }
-    how.noflush_only = how.noflush && !how.merge;
     Ok(how)
 }
 
@@ -508,7 +512,7 @@ fn reload_rdb(
             load_error()
         })?;
     }
-    if how.noflush_only {
+    if how.noflush_only() {
         if let Some((db, name)) = image
             .keys
             .keys()
@@ -583,7 +587,7 @@ pub fn reload(
         .save_now()
         .map_err(|_| CmdError::Raw("ERR".to_string()))?;
     let load_error = || CmdError::Err(LOAD_ERROR.to_string());
-    if how.noflush_only
+    if how.noflush_only()
         && (!shard.scripting.libraries.is_empty() || shard.dbs.iter().any(|d| !d.is_empty()))
     {
         return Err(load_error());
