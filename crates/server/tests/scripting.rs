@@ -175,6 +175,74 @@ fn a_script_looping_inside_pcall_is_killed_too() {
     }
 }
 
+/// Loops that run inside Lua's C library, sized by the script: a backtracking pattern
+/// (`a*` forty times against forty `a`, through find, gsub and gmatch), a plain find of a
+/// long needle, `%b()` over an unbalanced string, `string.rep` of the empty string,
+/// `table.insert` at a huge negative position, concatenations of a long string and a sort
+/// of three million strings. Lua 5.1 runs its hook between instructions only, so each of
+/// these ran with no hook at all: no BUSY reply, no SCRIPT KILL, the shard's thread held
+/// for good by the first one. They charge their steps to the hook now
+/// (vendor/lua-src/README.md), inside a pcall loop too (where the killed script's hook
+/// fires by lines), and in a function (FUNCTION KILL).
+#[test]
+fn loops_inside_lua_library_functions_reach_the_hook() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    let backtrack = "string.rep('a', 40), string.rep('a*', 40) .. 'b'";
+    let scripts = [
+        format!("return string.find({backtrack})"),
+        format!("return string.gsub({backtrack}, 'x')"),
+        format!("for m in string.gmatch({backtrack}) do end return 1"),
+        format!("while true do pcall(string.find, {backtrack}) end"),
+        "local s = string.rep('a', 2000000) \
+         return string.find(s, string.rep('a', 1000000) .. 'b', 1, true)"
+            .to_string(),
+        "return string.find(string.rep('(', 3000000), '%b()')".to_string(),
+        "return #string.rep('', 2147483647)".to_string(),
+        "local t = {} table.insert(t, -2147483647, 1) return 1".to_string(),
+        "local s = string.rep('x', 50000000) local n = 0 \
+         for i = 1, 100000 do n = n + #(s .. 'y') end return n"
+            .to_string(),
+        "local t = {} for i = 1, 3000000 do t[i] = tostring(i % 1000) end \
+         table.sort(t) table.sort(t) return 1"
+            .to_string(),
+    ];
+    for script in &scripts {
+        runner.send_cmd(&[b"EVAL", script.as_bytes(), b"0"]);
+        wait_busy(&mut other);
+        assert_eq!(
+            other.reply(&["SCRIPT", "KILL"]),
+            Reply::Simple("OK".into()),
+            "{script}"
+        );
+        match common::parse_reply(&runner.read_reply()) {
+            Reply::Err(e) => assert!(e.contains("killed by user"), "{script}: {e}"),
+            reply => panic!("{script}: {reply:?}"),
+        }
+        assert_eq!(other.reply(&["PING"]), Reply::Simple("PONG".into()));
+    }
+    let library = format!(
+        "#!lua name=slow\nredis.register_function('slow', function() return string.find({backtrack}) end)"
+    );
+    assert_eq!(
+        other.reply(&["FUNCTION", "LOAD", &library]),
+        Reply::Bulk(b"slow".to_vec())
+    );
+    runner.send_cmd(&[b"FCALL", b"slow", b"0"]);
+    wait_busy(&mut other);
+    assert_eq!(
+        other.reply(&["FUNCTION", "KILL"]),
+        Reply::Simple("OK".into())
+    );
+    match common::parse_reply(&runner.read_reply()) {
+        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
+        reply => panic!("FCALL: {reply:?}"),
+    }
+    assert_eq!(runner.reply(&["PING"]), Reply::Simple("PONG".into()));
+}
+
 #[test]
 fn function_kill_and_stats_while_a_function_runs() {
     let cluster = one_site(&["--busy-reply-threshold", "50"]);

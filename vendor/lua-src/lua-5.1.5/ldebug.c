@@ -5,6 +5,7 @@
 */
 
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
@@ -78,6 +79,41 @@ LUA_API int lua_gethookmask (lua_State *L) {
 
 LUA_API int lua_gethookcount (lua_State *L) {
   return L->basehookcount;
+}
+
+
+/*
+** Meridian: Lua 5.1 runs its hooks between VM instructions only, so a C function whose
+** loop a script sizes (the pattern matcher backtracking over `a*a*a*...b`, a plain find,
+** string.rep, table.insert's shifts, a concatenation of long strings) ran for as long as it
+** liked with no hook: no busy reply, no SCRIPT KILL, no memory or load limit, the server's
+** thread held for good. Those loops call this with the work they did, counted like
+** instructions (`n` units of roughly one instruction's cost): the count hook runs when
+** they add up to its count, as if they were instructions. Under a line hook (a killed
+** script, which Redis makes fire at every line) it runs every LINE_HOOK_STEPS. The hook may
+** raise an error: callers call this only where their state allows one (as an allocation
+** failure could be raised there).
+*/
+#define LINE_HOOK_STEPS 100000
+
+LUA_API void lua_chargesteps (lua_State *L, size_t n) {
+  long long left;
+  if (L->hook == NULL || !L->allowhook ||
+      !(L->hookmask & (LUA_MASKCOUNT | LUA_MASKLINE)))
+    return;
+  left = (long long)L->hookcount - (long long)(n > (size_t)INT_MAX ? INT_MAX : n);
+  if (left > 0) {
+    L->hookcount = (int)left;
+    return;
+  }
+  if (L->hookmask & LUA_MASKCOUNT) {
+    resethookcount(L);
+    luaD_callhook(L, LUA_HOOKCOUNT, -1);
+  }
+  else {
+    L->hookcount = LINE_HOOK_STEPS;
+    luaD_callhook(L, LUA_HOOKLINE, -1);
+  }
 }
 
 

@@ -96,8 +96,10 @@ static int str_rep (lua_State *L) {
   const char *s = luaL_checklstring(L, 1, &l);
   int n = luaL_checkint(L, 2);
   luaL_buffinit(L, &b);
-  while (n-- > 0)
+  while (n-- > 0) {
     luaL_addlstring(&b, s, l);
+    lua_chargesteps(L, 1 + (l >> 4));  /* Meridian: see lua_chargesteps */
+  }
   luaL_pushresult(&b);
   return 1;
 }
@@ -284,15 +286,20 @@ static const char *matchbalance (MatchState *ms, const char *s,
     luaL_error(ms->L, "unbalanced pattern");
   if (*s != *p) return NULL;
   else {
+    const char *from = s;  /* Meridian: the scan is charged (lua_chargesteps) */
     int b = *p;
     int e = *(p+1);
     int cont = 1;
     while (++s < ms->src_end) {
       if (*s == e) {
-        if (--cont == 0) return s+1;
+        if (--cont == 0) {
+          lua_chargesteps(ms->L, (size_t)(s - from) >> 4);
+          return s+1;
+        }
       }
       else if (*s == b) cont++;
     }
+    lua_chargesteps(ms->L, (size_t)(s - from) >> 4);
   }
   return NULL;  /* string ends out of balance */
 }
@@ -303,6 +310,7 @@ static const char *max_expand (MatchState *ms, const char *s,
   ptrdiff_t i = 0;  /* counts maximum expand for item */
   while ((s+i)<ms->src_end && singlematch(uchar(*(s+i)), p, ep))
     i++;
+  lua_chargesteps(ms->L, (size_t)i >> 4);  /* Meridian: see lua_chargesteps */
   /* keeps trying to match with the maximum repetitions */
   while (i>=0) {
     const char *res = match(ms, (s+i), ep+1);
@@ -364,6 +372,9 @@ static const char *match_capture (MatchState *ms, const char *s, int l) {
 
 static const char *match (MatchState *ms, const char *s, const char *p) {
   init: /* using goto's to optimize tail recursion */
+  /* Meridian: backtracking is exponential in the pattern; each step is charged to the
+     count hook (lua_chargesteps) so that it can stop the script. */
+  lua_chargesteps(ms->L, 1);
   switch (*p) {
     case '(': {  /* start capture */
       if (*(p+1) == ')')  /* position capture? */
@@ -441,7 +452,7 @@ static const char *match (MatchState *ms, const char *s, const char *p) {
 
 
 
-static const char *lmemfind (const char *s1, size_t l1,
+static const char *lmemfind (lua_State *L, const char *s1, size_t l1,
                                const char *s2, size_t l2) {
   if (l2 == 0) return s1;  /* empty strings are everywhere */
   else if (l2 > l1) return NULL;  /* avoids a negative `l1' */
@@ -451,6 +462,8 @@ static const char *lmemfind (const char *s1, size_t l1,
     l1 = l1-l2;  /* `s2' cannot be found after that */
     while (l1 > 0 && (init = (const char *)memchr(s1, *s2, l1)) != NULL) {
       init++;   /* 1st char is already checked */
+      /* Meridian: O(l1 * l2) at worst; each comparison is charged (lua_chargesteps) */
+      lua_chargesteps(L, 1 + (l2 >> 4));
       if (memcmp(init, s2+1, l2) == 0)
         return init-1;
       else {  /* correct `l1' and `s1' to try again */
@@ -502,7 +515,7 @@ static int str_find_aux (lua_State *L, int find) {
   if (find && (lua_toboolean(L, 4) ||  /* explicit request? */
       strpbrk(p, SPECIALS) == NULL)) {  /* or no special characters? */
     /* do a plain search */
-    const char *s2 = lmemfind(s+init, l1-init, p, l2);
+    const char *s2 = lmemfind(L, s+init, l1-init, p, l2);
     if (s2) {
       lua_pushinteger(L, s2-s+1);
       lua_pushinteger(L, s2-s+l2);

@@ -102,6 +102,7 @@ static int tinsert (lua_State *L) {
       for (i = e; i > pos; i--) {  /* move up elements */
         lua_rawgeti(L, 1, i-1);
         lua_rawseti(L, 1, i);  /* t[i] = t[i-1] */
+        lua_chargesteps(L, 1);  /* Meridian: see lua_chargesteps */
       }
       break;
     }
@@ -125,6 +126,7 @@ static int tremove (lua_State *L) {
   for ( ;pos<e; pos++) {
     lua_rawgeti(L, 1, pos+1);
     lua_rawseti(L, 1, pos);  /* t[pos] = t[pos+1] */
+    lua_chargesteps(L, 1);  /* Meridian: see lua_chargesteps */
   }
   lua_pushnil(L);
   lua_rawseti(L, 1, e);  /* t[e] = nil */
@@ -153,6 +155,7 @@ static int tconcat (lua_State *L) {
   for (; i < last; i++) {
     addfield(L, &b, i);
     luaL_addlstring(&b, sep, lsep);
+    lua_chargesteps(L, 1 + (lsep >> 4));  /* Meridian: see lua_chargesteps */
   }
   if (i == last)  /* add last value (if interval was not empty) */
     addfield(L, &b, i);
@@ -176,6 +179,7 @@ static void set2 (lua_State *L, int i, int j) {
 }
 
 static int sort_comp (lua_State *L, int a, int b) {
+  lua_chargesteps(L, 1);  /* Meridian: a worst case is quadratic; see lua_chargesteps */
   if (!lua_isnil(L, 2)) {  /* function? */
     int res;
     lua_pushvalue(L, 2);

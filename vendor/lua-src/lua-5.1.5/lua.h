@@ -341,6 +341,8 @@ LUA_API int lua_sethook (lua_State *L, lua_Hook func, int mask, int count);
 LUA_API lua_Hook lua_gethook (lua_State *L);
 LUA_API int lua_gethookmask (lua_State *L);
 LUA_API int lua_gethookcount (lua_State *L);
+/* Meridian: a C loop's steps charged to the count hook (ldebug.c) */
+LUA_API void lua_chargesteps (lua_State *L, size_t n);
 
 
 struct lua_Debug {

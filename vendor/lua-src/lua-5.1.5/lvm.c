@@ -307,6 +307,9 @@ void luaV_concat (lua_State *L, int total, int last) {
         tl += l;
       }
       setsvalue2s(L, top-n, luaS_newlstr(L, buffer, tl));
+      /* Meridian: one instruction copies `tl' bytes; charged (lua_chargesteps) once the
+         stack holds the result (the hook may move the stack: `top' is recomputed) */
+      lua_chargesteps(L, tl >> 4);
     }
     total -= n-1;  /* got `n' strings to create 1 new */
     last -= n-1;
