@@ -434,6 +434,23 @@ pub async fn serve(th: Rc<Thread>, stream: ClientStream, id: u64, endpoint: Opti
 
 /// `serve` for a connection that already sent `input` (accepted while the shards loaded,
 /// `crate::loading`): those bytes are parsed first.
+/// A connection the busy script's side path accepted and served (`script::busy::EarlyConn`):
+/// its task starts with the id the side path gave it and what AUTH and HELLO set there.
+pub async fn serve_early(th: Rc<Thread>, early: crate::script::busy::EarlyConn) {
+    let crate::script::busy::EarlyConn { stream, who, .. } = early;
+    let Some(mut a) = admit(&th, stream, who.id, None, BytesMut::new()) else {
+        return;
+    };
+    a.shared.set_proto(who.proto.get());
+    a.shared.name.replace(who.name.take());
+    a.shared.user.replace(who.user.take());
+    if who.authenticated.get() {
+        a.shared.authenticated.set(true);
+        a.limits.authenticated = true;
+    }
+    serve_admitted(th, a).await;
+}
+
 pub async fn serve_with_input(
     th: Rc<Thread>,
     stream: ClientStream,

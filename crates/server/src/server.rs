@@ -1158,17 +1158,20 @@ fn run_thread(
             s.acl.log = node.acl_log.clone();
             s.scripting.slots = (node.shards > 1).then(|| (*node.slots).clone());
             s.scripting.bodies = (node.local > 1).then(|| node.script_bodies.clone());
-            s.scripting.spawn_conn = Some(Rc::new(move |stream, unsent: Vec<u8>| {
+            s.scripting.spawn_conn = Some(Rc::new(move |early: crate::script::busy::EarlyConn| {
                 if let Some(th) = weak.upgrade() {
                     tokio::task::spawn_local(async move {
-                        if !unsent.is_empty() && stream.write_all(&unsent).await.is_err() {
+                        let unsent = &early.unsent;
+                        if !unsent.is_empty() && early.stream.write_all(unsent).await.is_err() {
                             return;
                         }
-                        let id = th.node.client_id();
-                        crate::conn::serve(th, stream, id, None).await;
+                        crate::conn::serve_early(th, early).await;
                     });
                 }
             }));
+            let ids = node.clone();
+            s.scripting.client_id = Some(Rc::new(move || ids.client_id()));
+            s.scripting.cluster_api = node.cluster.is_some();
         }
         tokio::task::spawn_local(periodic(th.clone()));
         tokio::task::spawn_local(flush_loop(shard.clone()));

@@ -243,6 +243,80 @@ fn loops_inside_lua_library_functions_reach_the_hook() {
     assert_eq!(runner.reply(&["PING"]), Reply::Simple("PONG".into()));
 }
 
+/// Redis runs AUTH and HELLO during a busy script (they are `allow-busy`): a client that
+/// opens its connection with them (go-redis, Lettuce and redis-py 8 send HELLO 3, with AUTH
+/// when a password is set) gets their answers and then BUSY, where it waited for the
+/// script's end before. A connection accepted during the script keeps what they set, and
+/// the id HELLO reported, once its task starts; a connection of before keeps it too.
+#[test]
+fn auth_and_hello_answer_during_a_busy_script() {
+    let cluster = one_site(&["--busy-reply-threshold", "50"]);
+    let site = cluster.site(A);
+    let mut runner = site.connect();
+    let mut other = site.connect();
+    assert_eq!(
+        other.reply(&["CONFIG", "SET", "requirepass", "pw"]),
+        Reply::Simple("OK".into())
+    );
+    runner.send_cmd(&[b"EVAL", b"local i = 0 while true do i = i + 1 end", b"0"]);
+    wait_busy(&mut other);
+
+    // A connection accepted during the script: NOAUTH first, as in Redis, then its handshake.
+    let mut late = site.connect();
+    assert!(late.err(&["PING"]).starts_with("NOAUTH"));
+    assert!(late.err(&["AUTH", "nope"]).starts_with("WRONGPASS"));
+    assert!(
+        late.err(&["HELLO", "3", "AUTH", "default", "nope"])
+            .starts_with("WRONGPASS")
+    );
+    assert_eq!(late.reply(&["AUTH", "pw"]), Reply::Simple("OK".into()));
+    assert!(late.err(&["PING"]).starts_with("BUSY"));
+    late.send_cmd(&[b"HELLO", b"3", b"SETNAME", b"late"]);
+    let hello = String::from_utf8_lossy(&late.read_reply()).into_owned();
+    assert!(hello.starts_with("%7\r\n"), "{hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+    let id: String = hello
+        .split("$2\r\nid\r\n:")
+        .nth(1)
+        .and_then(|rest| rest.split("\r\n").next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(id.parse::<u64>().is_ok_and(|n| n > 0), "{hello}");
+    // RESP3 from here on: BUSY is a simple error in both protocols.
+    assert!(late.err(&["PING"]).starts_with("BUSY"));
+
+    // A connection of before the script.
+    other.send_cmd(&[b"HELLO", b"3", b"SETNAME", b"other"]);
+    let hello = String::from_utf8_lossy(&other.read_reply()).into_owned();
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+
+    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
+    match common::parse_reply(&runner.read_reply()) {
+        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
+        reply => panic!("the script's reply: {reply:?}"),
+    }
+    // The late connection's task starts from what the side path set.
+    assert_eq!(
+        late.reply(&["CLIENT", "ID"]),
+        Reply::Int(id.parse().unwrap_or(0))
+    );
+    assert_eq!(
+        late.reply(&["CLIENT", "GETNAME"]),
+        Reply::Bulk(b"late".to_vec())
+    );
+    assert_eq!(late.reply(&["HSET", "h", "f", "v"]), Reply::Int(1));
+    late.send_cmd(&[b"HGETALL", b"h"]);
+    assert_eq!(late.read_reply(), b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n".to_vec());
+    other.send_cmd(&[b"HGETALL", b"h"]);
+    assert_eq!(other.read_reply(), b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n".to_vec());
+    assert_eq!(
+        other.reply(&["CLIENT", "GETNAME"]),
+        Reply::Bulk(b"other".to_vec())
+    );
+    // A connection of after the script still needs its password.
+    assert!(site.connect().err(&["PING"]).starts_with("NOAUTH"));
+}
+
 #[test]
 fn function_kill_and_stats_while_a_function_runs() {
     let cluster = one_site(&["--busy-reply-threshold", "50"]);

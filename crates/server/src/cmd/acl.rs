@@ -298,27 +298,50 @@ pub fn redacted<'a>(name: &str, argv: &[&'a [u8]]) -> Option<Vec<&'a [u8]>> {
 /// Redis's `ACLAuthenticateUser`: on success the connection runs as the user; on failure
 /// the ACL log gets an `auth` entry whose object is the command's name as sent.
 pub fn authenticate(ctx: &mut Ctx<'_>, name: &[u8], password: &[u8], cmd_name: &[u8]) -> bool {
-    match ctx.shard.acl.authenticate(name, password) {
+    let in_multi = ctx.client.multi.is_some();
+    authenticate_shared(
+        ctx.shard,
+        &ctx.client.shared,
+        in_multi,
+        name,
+        password,
+        cmd_name,
+        ctx.now_ms,
+    )
+}
+
+/// `authenticate` for a connection known by its shared state only (the busy script's side
+/// path, `script::busy`).
+pub fn authenticate_shared(
+    shard: &mut Shard,
+    shared: &ClientShared,
+    in_multi: bool,
+    name: &[u8],
+    password: &[u8],
+    cmd_name: &[u8],
+    now_ms: u64,
+) -> bool {
+    match shard.acl.authenticate(name, password) {
         Some(slot) => {
-            let is_default = std::rc::Rc::ptr_eq(&slot, ctx.shard.acl.default_user());
-            *ctx.client.shared.user.borrow_mut() = (!is_default).then_some(slot);
-            ctx.client.shared.authenticated.set(true);
+            let is_default = std::rc::Rc::ptr_eq(&slot, shard.acl.default_user());
+            *shared.user.borrow_mut() = (!is_default).then_some(slot);
+            shared.authenticated.set(true);
             true
         }
         None => {
-            let context = if ctx.client.multi.is_some() {
+            let context = if in_multi {
                 Context::Multi
             } else {
                 Context::Toplevel
             };
             add_log(
-                ctx.shard,
-                &ctx.client.shared,
+                shard,
+                shared,
                 Reason::Auth,
                 context,
                 cmd_name.to_vec(),
                 name.to_vec(),
-                ctx.now_ms,
+                now_ms,
             );
             false
         }
@@ -327,9 +350,24 @@ pub fn authenticate(ctx: &mut Ctx<'_>, name: &[u8], password: &[u8], cmd_name: &
 
 /// AUTH [username] password.
 fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
+    let in_multi = ctx.client.multi.is_some();
+    auth_shared(ctx.shard, &ctx.client.shared, in_multi, argv, ctx.now_ms)?;
+    ctx.out.ok();
+    Ok(())
+}
+
+/// AUTH for a connection known by its shared state only: the busy script's side path runs
+/// it as Redis does (AUTH may run during a busy script), and `auth` for every other call.
+pub fn auth_shared(
+    shard: &mut Shard,
+    shared: &ClientShared,
+    in_multi: bool,
+    argv: &[&[u8]],
+    now_ms: u64,
+) -> Result<(), CmdError> {
     let (name, password): (&[u8], &[u8]) = match argv {
         [_, pass] => {
-            if ctx.shard.acl.default_user().get().nopass() {
+            if shard.acl.default_user().get().nopass() {
                 return Err(CmdError::Err(
                     "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".to_string(),
                 ));
@@ -340,8 +378,7 @@ fn auth(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         _ => return Err(CmdError::Syntax),
     };
     let cmd_name = argv.first().copied().unwrap_or_default();
-    if authenticate(ctx, name, password, cmd_name) {
-        ctx.out.ok();
+    if authenticate_shared(shard, shared, in_multi, name, password, cmd_name, now_ms) {
         Ok(())
     } else {
         Err(CmdError::Raw(WRONGPASS.to_string()))

@@ -2,8 +2,10 @@
 
 use super::args::{eq_ic, int_arg};
 use super::{Ctx, Handler};
+use crate::client::ClientShared;
 use crate::error::CmdError;
-use crate::resp::reply::Proto;
+use crate::resp::reply::{Proto, Reply};
+use crate::shard::Shard;
 
 pub const HANDLERS: &[(&str, Handler)] = &[
     ("ping", ping),
@@ -82,7 +84,34 @@ fn reset(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
 
 /// HELLO [protover [AUTH username password] [SETNAME clientname]].
 fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
-    let mut proto = ctx.out.proto;
+    let conn = Hello {
+        in_multi: ctx.client.multi.is_some(),
+        cluster: ctx.front.node.cluster.is_some(),
+        now_ms: ctx.now_ms,
+    };
+    hello_shared(ctx.shard, &ctx.client.shared, conn, argv, ctx.out)
+}
+
+/// What HELLO needs to know of the connection and the node beyond its shared state.
+#[derive(Debug, Clone, Copy)]
+pub struct Hello {
+    pub in_multi: bool,
+    /// The node runs the cluster API (`mode:cluster`).
+    pub cluster: bool,
+    pub now_ms: u64,
+}
+
+/// HELLO for a connection known by its shared state only: the busy script's side path runs
+/// it as Redis does (HELLO may run during a busy script), and `hello` for every other call.
+/// The reply goes to `out` in the protocol HELLO selects (`out.proto` is set to it).
+pub fn hello_shared(
+    shard: &mut Shard,
+    shared: &ClientShared,
+    conn: Hello,
+    argv: &[&[u8]],
+    out: &mut Reply,
+) -> Result<(), CmdError> {
+    let mut proto = shared.proto.get();
     let mut i = 1;
     if let Some(v) = argv.get(1) {
         let Ok(ver) = int_arg(v) else {
@@ -111,7 +140,15 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
                 argv.get(i + 2).copied().unwrap_or_default(),
             );
             let name = argv.first().copied().unwrap_or_default();
-            if !super::acl::authenticate(ctx, user, pass, name) {
+            if !super::acl::authenticate_shared(
+                shard,
+                shared,
+                conn.in_multi,
+                user,
+                pass,
+                name,
+                conn.now_ms,
+            ) {
                 return Err(super::acl::wrongpass());
             }
             i += 3;
@@ -133,24 +170,23 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         }
     }
     if let Some(name) = setname {
-        *ctx.client.shared.name.borrow_mut() = if name.is_empty() {
+        *shared.name.borrow_mut() = if name.is_empty() {
             None
         } else {
             Some(name.to_vec())
         };
     }
     // Redis tests the connection's flag itself here, not whether a password is needed.
-    if !ctx.client.shared.authenticated.get() {
+    if !shared.authenticated.get() {
         return Err(CmdError::Raw(super::acl::HELLO_NOAUTH.to_string()));
     }
-    ctx.out.proto = proto;
-    ctx.client.shared.set_proto(proto);
-    let mode: &[u8] = if ctx.front.node.cluster.is_some() {
+    out.proto = proto;
+    shared.set_proto(proto);
+    let mode: &[u8] = if conn.cluster {
         b"cluster"
     } else {
         b"standalone"
     };
-    let out = &mut *ctx.out;
     out.map(7);
     out.bulk(b"server");
     out.bulk(b"redis");
@@ -159,7 +195,7 @@ fn hello(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     out.bulk(b"proto");
     out.int(if proto == Proto::Resp3 { 3 } else { 2 });
     out.bulk(b"id");
-    out.int(ctx.client.id() as i64);
+    out.int(shared.id as i64);
     out.bulk(b"mode");
     out.bulk(mode);
     out.bulk(b"role");

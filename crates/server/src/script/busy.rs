@@ -10,11 +10,15 @@
 //! not run): SCRIPT KILL and FUNCTION KILL set the kill flag, FUNCTION STATS reports the run,
 //! SHUTDOWN NOSAVE ends the process, MULTI and DISCARD run and EXEC answers EXECABORT (the
 //! change reaches the connection's transaction through `ClientShared::busy_txn`), and
-//! everything else gets Redis's BUSY error, flagging an open transaction. Only the bytes of
-//! commands it answered are read off the socket; the other commands Redis would run during a
-//! busy script but that need the connection's own state (WATCH, AUTH, HELLO...) stay in the
-//! socket and run once the script returns, as do the bytes of a connection whose task holds
-//! a partial command or unwritten output.
+//! everything else gets Redis's BUSY error, flagging an open transaction. AUTH and HELLO run
+//! here too, as in Redis (clients such as go-redis, Lettuce and redis-py 8 open every
+//! connection with HELLO, and password clients with AUTH): they change only the connection's
+//! shared state (`ClientShared`: user, protocol, name), which its task reads; a connection
+//! accepted during the script keeps that state, and the id HELLO reported, in its `EarlyConn`
+//! until its task starts. Only the bytes of commands it answered are read off the socket; the
+//! other commands Redis would run during a busy script but that need the connection's task
+//! (WATCH, UNWATCH, QUIT, RESET...) stay in the socket and run once the script returns, as
+//! do the bytes of a connection whose task holds a partial command or unwritten output.
 //!
 //! Sockets are reached through the weak handle each connection leaves in its
 //! `ClientShared`; reads and writes are plain non-blocking system calls, so the runtime's
@@ -342,6 +346,36 @@ fn decide(
         (None, None) => BUSY_EVAL,
     };
     let (first, second) = (argv.first(), argv.get(1));
+    // The connection's handshake, as Redis runs it during a busy script (ALLOW_BUSY); in a
+    // transaction Redis queues them, which only the connection's task can do.
+    match spec.meta.name {
+        "auth" | "hello" if who.in_multi.get() => return Action::Defer,
+        "auth" => {
+            let in_multi = who.in_multi.get();
+            return Action::Reply(
+                match crate::cmd::acl::auth_shared(shard, who, in_multi, argv, now_ms) {
+                    Ok(()) => b"+OK\r\n".to_vec(),
+                    Err(e) => error_reply(shard, &e),
+                },
+            );
+        }
+        "hello" => {
+            let conn = crate::cmd::connection::Hello {
+                in_multi: who.in_multi.get(),
+                cluster: shard.scripting.cluster_api,
+                now_ms,
+            };
+            let mut out = Reply::new();
+            out.proto = proto;
+            return Action::Reply(
+                match crate::cmd::connection::hello_shared(shard, who, conn, argv, &mut out) {
+                    Ok(()) => out.buf,
+                    Err(e) => error_reply(shard, &e),
+                },
+            );
+        }
+        _ => {}
+    }
     if (eq(first, "script") || eq(first, "function")) && eq(second, "kill") && argv.len() == 2 {
         let eval = eq(first, "script");
         let killed = match &board {
@@ -452,10 +486,16 @@ fn accept_early(shard: &mut Shard) {
             }
         }
         match tokio::net::TcpStream::from_std(stream) {
-            Ok(s) => shard
-                .scripting
-                .early
-                .push((crate::stream::ClientStream::plain(s), Vec::new())),
+            Ok(s) => {
+                let stream = crate::stream::ClientStream::plain(s);
+                let id = shard.scripting.client_id.as_ref().map_or(0, |f| f());
+                let who = early_client(shard, &stream, id, crate::time::wall_ms());
+                shard.scripting.early.push(EarlyConn {
+                    stream,
+                    unsent: Vec::new(),
+                    who,
+                });
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register a connection accepted while a script runs")
             }
@@ -470,8 +510,8 @@ pub fn hand_over_early_connections(shard: &mut Shard) {
     }
     let early = std::mem::take(&mut shard.scripting.early);
     if let Some(spawn) = shard.scripting.spawn_conn.clone() {
-        for (s, unsent) in early {
-            spawn(s, unsent);
+        for e in early {
+            spawn(e);
         }
     }
 }
@@ -488,11 +528,16 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
         .collect();
     let mut peek = vec![0u8; PEEK_BYTES_MAX];
     let mut early = std::mem::take(&mut shard.scripting.early);
-    for (s, unsent) in &mut early {
+    for EarlyConn {
+        stream,
+        unsent,
+        who,
+    } in &mut early
+    {
         // Replies it did not take yet go first; while some wait, its commands wait too.
-        send_some(s, unsent);
+        send_some(stream, unsent);
         if unsent.is_empty() {
-            serve_socket(shard, s, Out::Early(unsent), &mut peek);
+            serve_socket(shard, stream, Out::Early(unsent, who), &mut peek);
         }
     }
     shard.scripting.early = early;
@@ -521,8 +566,19 @@ pub fn serve_waiting_clients(shard: &mut Shard) {
 enum Out<'a> {
     /// Behind the connection's pending output (its task writes it later).
     Client(&'a crate::client::ClientShared),
-    /// A connection accepted during the script: its own buffer, written first.
-    Early(&'a mut Vec<u8>),
+    /// A connection accepted during the script: its own buffer, written first, and its
+    /// state.
+    Early(&'a mut Vec<u8>, &'a ClientShared),
+}
+
+/// A connection accepted while a script runs long: its socket, the replies the socket did
+/// not take yet, and its state as the side path left it (the id it was given, and what AUTH
+/// and HELLO set), which its connection task starts from when the script ends
+/// (`conn::serve_early`).
+pub struct EarlyConn {
+    pub stream: ClientStream,
+    pub unsent: Vec<u8>,
+    pub who: ClientShared,
 }
 
 /// Writes what it can of `unsent` now and keeps the rest.
@@ -531,8 +587,7 @@ fn send_some(stream: &ClientStream, unsent: &mut Vec<u8>) {
     unsent.drain(..sent);
 }
 
-/// Answers the complete commands at the head of one socket (a connection accepted during the
-/// script speaks RESP2 until HELLO, which waits for the script's end).
+/// Answers the complete commands at the head of one socket.
 fn serve_socket(shard: &mut Shard, stream: &ClientStream, dest: Out<'_>, peek: &mut [u8]) {
     {
         let n = stream.peek_now(&mut peek[..]);
@@ -541,15 +596,9 @@ fn serve_socket(shard: &mut Shard, stream: &ClientStream, dest: Out<'_>, peek: &
         }
         let buf = peek.get(..n).unwrap_or_default();
         let now_ms = crate::time::wall_ms();
-        // A connection accepted during the script is not registered yet: it runs as the
-        // default user, authenticated only when that user needs no password.
-        let early_who;
         let who: &ClientShared = match &dest {
             Out::Client(c) => c,
-            Out::Early(_) => {
-                early_who = early_client(shard, stream, now_ms);
-                &early_who
-            }
+            Out::Early(_, who) => who,
         };
         let mut parser = Parser::new(ParseLimits {
             bulk_bytes_max: shard.config.proto_max_bulk_len as i64,
@@ -564,10 +613,7 @@ fn serve_socket(shard: &mut Shard, stream: &ClientStream, dest: Out<'_>, peek: &
                 Parsed::Command { consumed } => {
                     let mut argv: SmallVec<[&[u8]; 8]> = SmallVec::new();
                     parser.args(rest, &mut argv);
-                    let proto = match &dest {
-                        Out::Client(c) => c.proto.get(),
-                        Out::Early(_) => Proto::Resp2,
-                    };
+                    let proto = who.proto.get();
                     match decide(shard, who, &argv, proto, now_ms) {
                         Action::Reply(bytes) => {
                             out.extend_from_slice(&bytes);
@@ -596,12 +642,12 @@ fn serve_socket(shard: &mut Shard, stream: &ClientStream, dest: Out<'_>, peek: &
     }
 }
 
-/// What the side path knows of a connection accepted during the script, for the checks of
-/// `decide` and the ACL log (id 0: it gets its id when its task starts).
-fn early_client(shard: &Shard, stream: &ClientStream, now_ms: u64) -> ClientShared {
+/// A connection accepted during the script, as the side path knows it: the default user,
+/// authenticated only when that user needs no password, RESP2, until AUTH or HELLO.
+fn early_client(shard: &Shard, stream: &ClientStream, id: u64, now_ms: u64) -> ClientShared {
     let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
     let who = ClientShared::new(
-        0,
+        id,
         stream.peer_addr().unwrap_or(unspecified),
         stream.local_addr().unwrap_or(unspecified),
         now_ms,
@@ -616,7 +662,7 @@ fn write_now(dest: Out<'_>, stream: &ClientStream, bytes: &[u8]) {
     let mut sent = 0;
     let nothing_queued = match &dest {
         Out::Client(c) => c.mailbox.is_empty(),
-        Out::Early(unsent) => unsent.is_empty(),
+        Out::Early(unsent, _) => unsent.is_empty(),
     };
     if nothing_queued {
         sent = stream.send_now(bytes);
@@ -630,7 +676,7 @@ fn write_now(dest: Out<'_>, stream: &ClientStream, bytes: &[u8]) {
             c.mailbox.push(rest);
             c.mailbox.wake.notify_one();
         }
-        Out::Early(unsent) => unsent.extend_from_slice(rest),
+        Out::Early(unsent, _) => unsent.extend_from_slice(rest),
     }
 }
 

@@ -59,7 +59,7 @@ pub struct CachedScript {
 }
 
 /// Starts a connection task for a socket and the replies it has not taken yet.
-pub type SpawnConn = std::rc::Rc<dyn Fn(crate::stream::ClientStream, Vec<u8>)>;
+pub type SpawnConn = std::rc::Rc<dyn Fn(busy::EarlyConn)>;
 
 /// Shebang flags (`#!lua flags=...`) of a script or a function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -226,7 +226,12 @@ pub struct Scripting {
     /// Connections accepted while a script runs long, with replies not written yet: served by
     /// the side path, handed to connection tasks when the script ends. At most
     /// `busy::EARLY_CONNECTIONS_MAX`.
-    pub early: Vec<(crate::stream::ClientStream, Vec<u8>)>,
+    pub early: Vec<busy::EarlyConn>,
+    /// A new client id of the process, for a connection the side path accepts (HELLO tells
+    /// it); set by `server`.
+    pub client_id: Option<std::rc::Rc<dyn Fn() -> u64>>,
+    /// The node runs the cluster API (HELLO's `mode`); set by `server`.
+    pub cluster_api: bool,
     /// Turns true when the process is asked to stop (SIGTERM/SIGINT): a script running long
     /// then ends the process from the side path, as SHUTDOWN NOSAVE does; set by `server`.
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
@@ -291,6 +296,8 @@ impl Scripting {
             listener: None,
             spawn_conn: None,
             early: Vec::new(),
+            client_id: None,
+            cluster_api: false,
             stop: None,
             clients: std::collections::BTreeMap::new(),
             board: None,
