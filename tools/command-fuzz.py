@@ -224,7 +224,7 @@ GEN = [
     lambda: ["LPOS", key(), val()] + opt(0.4, "RANK", small()) + opt(0.4, "COUNT", small()) + opt(0.3, "MAXLEN", small()),
     lambda: ["LMOVE", key(), key(), r(["LEFT", "RIGHT"]), r(["LEFT", "RIGHT", "UP"])],
     lambda: ["RPOPLPUSH", key(), key()],
-    lambda: ["LMPOP", r(["1", "2", "0", "-1"])] + keys(1, 2) + [r(["LEFT", "RIGHT"])] + opt(0.4, "COUNT", small()),
+    lambda: ["LMPOP", r(["1", "2", "0", "-1", ival()])] + keys(1, 2) + [r(["LEFT", "RIGHT"])] + opt(0.4, "COUNT", small()),
     # hashes
     lambda: ["HSET", key()] + sum([[r(["f1", "f2", "f3"]), val()] for _ in range(random.randint(1, 3))], []),
     lambda: ["HSETNX", key(), r(["f1", "f2"]), val()],
@@ -269,7 +269,7 @@ GEN = [
     lambda: ["ZREMRANGEBYSCORE", key(), r(SCORES), r(SCORES)],
     lambda: ["ZREMRANGEBYLEX", key(), r(LEX), r(LEX)],
     lambda: [r(["ZPOPMIN", "ZPOPMAX"]), key()] + opt(0.4, small()),
-    lambda: [r(["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"]), key(), r(["1", "2", "0"])] + keys(1, 2)
+    lambda: [r(["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"]), key(), r(["1", "2", "0", ival()])] + keys(1, 2)
     + opt(0.3, "WEIGHTS", r(SCORES), r(SCORES)) + opt(0.3, "AGGREGATE", r(["SUM", "MIN", "MAX", "X"])),
     lambda: [r(["ZUNION", "ZINTER", "ZDIFF"]), r(["1", "2"])] + keys(1, 2) + opt(0.4, "WITHSCORES"),
     lambda: ["ZMPOP", r(["1", "2"])] + keys(1, 2) + [r(["MIN", "MAX"])] + opt(0.4, "COUNT", small()),
@@ -339,6 +339,8 @@ GEN += [
     lambda: ["GEOSEARCHSTORE", key(), key(), "FROMLONLAT", "15", "37", "BYBOX", "400", "400", "km"] + opt(0.3, "STOREDIST"),
     lambda: ["GEORADIUS", key(), "15", "37", "200", "km"] + opt(0.4, "WITHCOORD") + opt(0.4, "ASC"),
     lambda: ["EVAL", "return redis.call(unpack(ARGV))", "0"] + r(GEN0)(),
+    # numkeys from the integer corpus: i64::MAX overflowed the key range (a debug panic).
+    lambda: [r(["EVAL", "EVAL_RO", "FCALL"]), "return #KEYS", ival()] + keys(0, 2),
     lambda: ["EVAL", "return redis.pcall(unpack(ARGV))", "0"] + r(GEN0)(),
     lambda: ["EVAL", "return {redis.call(ARGV[1], KEYS[1]), redis.call('TYPE', KEYS[1])}", "1", key(), r(["GET", "LLEN", "ZCARD", "HLEN", "SCARD", "TTL", "INCR"])],
 ]

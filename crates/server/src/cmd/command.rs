@@ -664,12 +664,14 @@ fn keys_using_specs(arity: i32, specs: &[KeySpec], argv: &[&[u8]]) -> Option<Vec
                 keystep,
                 limit,
             } => {
+                // Checked: a spec's fields are the table's, but `first` may come from a
+                // keyword found anywhere in the arguments.
                 let last = if lastkey >= 0 {
-                    first + lastkey
+                    first.checked_add(lastkey)?
                 } else if limit == 0 {
-                    argc + lastkey
+                    argc.checked_add(lastkey)?
                 } else {
-                    first + ((argc - first) / limit + lastkey)
+                    first.checked_add((argc - first) / limit + lastkey)?
                 };
                 (last, keystep)
             }
@@ -687,8 +689,9 @@ fn keys_using_specs(arity: i32, specs: &[KeySpec], argv: &[&[u8]]) -> Option<Vec
                 if numkeys < 0 {
                     return None;
                 }
-                first += firstkey;
-                (first + numkeys - 1, keystep)
+                // `numkeys` is the client's (EVAL script 9223372036854775807 overflowed).
+                first = first.checked_add(firstkey)?;
+                (first.checked_add(numkeys)?.checked_sub(1)?, keystep)
             }
             FindKeys::Unknown => return None,
         };
@@ -856,6 +859,22 @@ mod tests {
                 .filter(|w| w == b"begin_search")
                 .count();
             assert_eq!(key_specs(m.info_head_resp2).len(), n, "{}", m.name);
+        }
+    }
+
+    /// A client's `numkeys` near i64::MAX overflowed the key range's end (a panic in debug
+    /// builds: `EVAL script 9223372036854775807` ended the process); it is no key range.
+    #[test]
+    fn a_huge_numkeys_is_no_key_range() {
+        let max = i64::MAX.to_string();
+        for n in [max.as_str(), "9223372036854775806", "-1"] {
+            assert_eq!(keys("eval", &["eval", "return 1", n]), None, "{n}");
+            assert_eq!(
+                keys("zunionstore", &["zunionstore", "d", n, "a"]),
+                None,
+                "{n}"
+            );
+            assert_eq!(keys("lmpop", &["lmpop", n, "a", "LEFT"]), None, "{n}");
         }
     }
 
