@@ -432,8 +432,6 @@ pub async fn serve(th: Rc<Thread>, stream: ClientStream, id: u64, endpoint: Opti
     serve_with_input(th, stream, id, endpoint, BytesMut::new()).await;
 }
 
-/// `serve` for a connection that already sent `input` (accepted while the shards loaded,
-/// `crate::loading`): those bytes are parsed first.
 /// A connection the busy script's side path accepted and served (`script::busy::EarlyConn`):
 /// its task starts with the id the side path gave it and what AUTH and HELLO set there.
 pub async fn serve_early(th: Rc<Thread>, early: crate::script::busy::EarlyConn) {
@@ -451,6 +449,8 @@ pub async fn serve_early(th: Rc<Thread>, early: crate::script::busy::EarlyConn) 
     serve_admitted(th, a).await;
 }
 
+/// `serve` for a connection that already sent `input` (accepted while the shards loaded,
+/// `crate::loading`): those bytes are parsed first.
 pub async fn serve_with_input(
     th: Rc<Thread>,
     stream: ClientStream,

@@ -615,10 +615,14 @@ fn zadd_generic(ctx: &mut Ctx<'_>, argv: &[&[u8]], mut flags: u8) -> Result<(), 
                     processed += 1;
                     last_score = new;
                     if new != cur {
-                        if incr {
+                        if incr && ctx.shard.peers > 0 {
+                            // A counter's increment (docs/conflicts.md §10): concurrent ones
+                            // at other sites add up, summed the same way everywhere.
                             incr_member(ctx, key, member, score);
                             last_score = score_of(ctx, key, member).unwrap_or(new);
                         } else {
+                            // With no peers nothing is concurrent: the sum Redis computes,
+                            // rounded as its double is (1 + 1e17 is 1e17), as an add.
                             add_member(ctx, key, member, new);
                         }
                         updated += 1;
