@@ -44,6 +44,12 @@ fn echo(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 fn quit(ctx: &mut Ctx<'_>, _argv: &[&[u8]]) -> Result<(), CmdError> {
     ctx.out.ok();
     ctx.client.close_after_reply = true;
+    // Out of the process's directory before the OK leaves, as Redis frees a QUIT client
+    // before it reads from another: a tracking client that redirected its invalidations
+    // here finds the redirection gone (tracking-redir-broken) for any write sent after
+    // this OK arrived, whatever thread runs that write (Redis's tracking.tcl "tracking redir
+    // broken" waited for ever when a write on another thread came first).
+    crate::node::lock(&ctx.front.node.directory).remove(&ctx.client.id());
     Ok(())
 }
 
