@@ -36,6 +36,21 @@ fn wait_busy(c: &mut common::Raw) -> String {
     }
 }
 
+/// Stops the script or function running long on `runner`'s thread with `kill` (SCRIPT or
+/// FUNCTION) sent on `other`, and checks the runner's reply is the killed error. `what`
+/// names the case in a failure.
+fn kill_busy(other: &mut common::Raw, runner: &mut common::Raw, kill: &str, what: &str) {
+    assert_eq!(
+        other.reply(&[kill, "KILL"]),
+        Reply::Simple("OK".into()),
+        "{what}"
+    );
+    match common::parse_reply(&runner.read_reply()) {
+        Reply::Err(e) => assert!(e.contains("killed by user"), "{what}: {e}"),
+        reply => panic!("{what}: {reply:?}"),
+    }
+}
+
 fn one_site(flags: &[&str]) -> Cluster {
     Cluster::start(&["a"], Opts::default().flags(flags))
 }
@@ -168,11 +183,7 @@ fn a_script_looping_inside_pcall_is_killed_too() {
         b"0",
     ]);
     wait_busy(&mut other);
-    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
-    match common::parse_reply(&runner.read_reply()) {
-        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
-        other => panic!("the script's reply: {other:?}"),
-    }
+    kill_busy(&mut other, &mut runner, "SCRIPT", "the pcall loop");
 }
 
 /// Loops that run inside Lua's C library, sized by the script: a backtracking pattern
@@ -212,15 +223,7 @@ fn loops_inside_lua_library_functions_reach_the_hook() {
     for script in &scripts {
         runner.send_cmd(&[b"EVAL", script.as_bytes(), b"0"]);
         wait_busy(&mut other);
-        assert_eq!(
-            other.reply(&["SCRIPT", "KILL"]),
-            Reply::Simple("OK".into()),
-            "{script}"
-        );
-        match common::parse_reply(&runner.read_reply()) {
-            Reply::Err(e) => assert!(e.contains("killed by user"), "{script}: {e}"),
-            reply => panic!("{script}: {reply:?}"),
-        }
+        kill_busy(&mut other, &mut runner, "SCRIPT", script);
         assert_eq!(other.reply(&["PING"]), Reply::Simple("PONG".into()));
     }
     let library = format!(
@@ -232,14 +235,7 @@ fn loops_inside_lua_library_functions_reach_the_hook() {
     );
     runner.send_cmd(&[b"FCALL", b"slow", b"0"]);
     wait_busy(&mut other);
-    assert_eq!(
-        other.reply(&["FUNCTION", "KILL"]),
-        Reply::Simple("OK".into())
-    );
-    match common::parse_reply(&runner.read_reply()) {
-        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
-        reply => panic!("FCALL: {reply:?}"),
-    }
+    kill_busy(&mut other, &mut runner, "FUNCTION", "FCALL slow");
     assert_eq!(runner.reply(&["PING"]), Reply::Simple("PONG".into()));
 }
 
@@ -290,11 +286,7 @@ fn auth_and_hello_answer_during_a_busy_script() {
     let hello = String::from_utf8_lossy(&other.read_reply()).into_owned();
     assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
 
-    assert_eq!(other.reply(&["SCRIPT", "KILL"]), Reply::Simple("OK".into()));
-    match common::parse_reply(&runner.read_reply()) {
-        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
-        reply => panic!("the script's reply: {reply:?}"),
-    }
+    kill_busy(&mut other, &mut runner, "SCRIPT", "the loop");
     // The late connection's task starts from what the side path set.
     assert_eq!(
         late.reply(&["CLIENT", "ID"]),
@@ -341,14 +333,7 @@ fn function_kill_and_stats_while_a_function_runs() {
             .err(&["SCRIPT", "KILL"])
             .starts_with("BUSY Redis is busy running a script. You can only call FUNCTION KILL")
     );
-    assert_eq!(
-        other.reply(&["FUNCTION", "KILL"]),
-        Reply::Simple("OK".into())
-    );
-    match common::parse_reply(&runner.read_reply()) {
-        Reply::Err(e) => assert!(e.contains("killed by user"), "{e}"),
-        other => panic!("the function's reply: {other:?}"),
-    }
+    kill_busy(&mut other, &mut runner, "FUNCTION", "the function");
     assert_eq!(other.reply(&["PING"]), Reply::Simple("PONG".into()));
 }
 
