@@ -350,10 +350,10 @@ fn decide(
     // transaction Redis queues them, which only the connection's task can do.
     match spec.meta.name {
         "auth" | "hello" if who.in_multi.get() => return Action::Defer,
+        // Outside a transaction from here (the ACL log's context too).
         "auth" => {
-            let in_multi = who.in_multi.get();
             return Action::Reply(
-                match crate::cmd::acl::auth_shared(shard, who, in_multi, argv, now_ms) {
+                match crate::cmd::acl::auth_shared(shard, who, false, argv, now_ms) {
                     Ok(()) => b"+OK\r\n".to_vec(),
                     Err(e) => error_reply(shard, &e),
                 },
@@ -361,7 +361,7 @@ fn decide(
         }
         "hello" => {
             let conn = crate::cmd::connection::Hello {
-                in_multi: who.in_multi.get(),
+                in_multi: false,
                 cluster: shard.scripting.cluster_api,
                 now_ms,
             };
