@@ -409,3 +409,43 @@ fn the_tracking_limit_invalidates_before_the_next_reply() {
     assert_eq!(rd.call_text(&["EXEC"]), "*1\r\n+PONG\r\n");
     r.ok(&["DEBUG", "PAUSE-CRON", "0"]);
 }
+
+/// The same across shards: keys tracked on every shard, whichever thread the client's
+/// connection lives on, are invalidated down to a lowered limit before the next reply (the
+/// client's own thread's shard alone would free only its share).
+#[test]
+fn a_lowered_limit_invalidates_on_every_shard_before_the_next_reply() {
+    let srv = Server::start();
+    let mut r = srv.connect();
+    let mut rd = srv.connect();
+    r.ok(&["DEBUG", "PAUSE-CRON", "1"]);
+    rd.call_text(&["HELLO", "3"]);
+    rd.ok(&["CLIENT", "TRACKING", "on"]);
+    let keys: Vec<String> = (0..32).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        rd.call_text(&["GET", k]);
+    }
+    rd.ok(&["MULTI"]);
+    r.ok(&["CONFIG", "SET", "tracking-table-max-keys", "1"]);
+    rd.send(b"PING\r\n");
+    let mut invalidated = 0;
+    loop {
+        let reply = String::from_utf8_lossy(&rd.read_reply()).into_owned();
+        if reply == "+QUEUED\r\n" {
+            break;
+        }
+        assert!(
+            reply.starts_with(">2\r\n$10\r\ninvalidate\r\n"),
+            "{reply:?}"
+        );
+        invalidated += keys
+            .iter()
+            .filter(|k| reply.contains(&format!("\r\n{k}\r\n")))
+            .count();
+    }
+    assert_eq!(invalidated, keys.len() - 1);
+    assert_eq!(rd.call_text(&["EXEC"]), "*1\r\n+PONG\r\n");
+    let stats = String::from_utf8_lossy(&r.call_strs(&["INFO", "stats"])).into_owned();
+    assert!(stats.contains("tracking_total_keys:1\r\n"), "{stats}");
+    r.ok(&["DEBUG", "PAUSE-CRON", "0"]);
+}

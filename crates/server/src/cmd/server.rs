@@ -985,6 +985,11 @@ fn config_applied(shard: &mut Shard, front: &Front, name: &str) {
             shard.evict.start_cycle();
         }
         "notify-keyspace-events" => shard.set_notify_flags(),
+        // Redis trims the tracking table before the next command of any client. Here a
+        // connection's command trims only its own thread's shard, so a lowered limit is
+        // applied on every shard now: a client tracking keys of another shard gets its
+        // invalidations even while the periodic cycle is paused (DEBUG PAUSE-CRON).
+        "tracking-table-max-keys" if shard.tracking.active() => shard.tracking_limit(),
         _ => {}
     }
 }
