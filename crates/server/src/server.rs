@@ -420,8 +420,10 @@ pub fn run(mut config: Config) -> Result<(), ServerError> {
                     deadline.as_mut().reset(tokio::time::Instant::now() + SHUTDOWN_WAIT_MAX);
                 }
                 () = &mut second => {
-                    tracing::warn!("second shutdown signal: exiting now");
-                    return false;
+                    tracing::error!(
+                        "second shutdown signal: exiting now, without closing the shards' logs"
+                    );
+                    std::process::exit(1);
                 }
                 // Past STOP_EXTEND_MAX systemd's own stop timeout applies again (a snapshot
                 // that has not ended by then is stuck, on a disk that does not answer).
