@@ -22,7 +22,7 @@
 //! `[0][field len][field][replica index][hlc delta][value len][value]` (the stamp packed
 //! against a per-hash replica table and base hlc); any other field is
 //! `[1][field len][field][slot]` with its state in a slab aside. Lookups scan the arena
-//! while the hash is small; above `INDEX_MIN` fields a `hashbrown::HashTable` of arena
+//! while the hash is small; above `INDEX_MIN` fields a `SteppedTable` (grown a few buckets per write) of arena
 //! offsets (hashed with the process's secret key, `crate::hashing`, since clients choose
 //! fields) finds them,
 //! entries rewritten with another size are marked dead (`[2]...`) and appended, and the
@@ -33,7 +33,6 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
 
-use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
@@ -44,6 +43,7 @@ use crate::hlc::Hlc;
 use crate::num::Dec;
 use crate::op::Observed;
 use crate::string::{StrView, parse_i64_redis};
+use crate::table::{ScanSpace, SteppedTable};
 
 /// Fields above which lookups use a hash index instead of a scan of the arena.
 pub const INDEX_MIN: usize = 128;
@@ -245,7 +245,7 @@ struct Meta {
 struct Inner {
     arena: Vec<u8>,
     /// Offsets of live entries, when the hash is large.
-    index: Option<HashTable<u32>>,
+    index: Option<SteppedTable<u32>>,
     /// Live fields.
     n: u32,
     /// Bytes of dead entries in the arena.
@@ -540,9 +540,7 @@ impl Inner {
                     self.n = self.n.saturating_sub(1);
                     if let Some(t) = &mut self.index {
                         let h = hash_field(field);
-                        if let Ok(e) = t.find_entry(h, |&o| o as usize == off) {
-                            e.remove();
-                        }
+                        t.remove(h, |&o| o as usize == off, |o| hash_of_entry(&self.arena, o));
                         self.mark_dead(off, end);
                     } else {
                         self.arena.drain(off..end);
@@ -605,7 +603,11 @@ impl Inner {
     }
 
     fn rebuild_index(&mut self) {
-        let mut t: HashTable<u32> = HashTable::with_capacity(self.n as usize);
+        // A rebuilt index is a new scan space: it follows the old one's generation.
+        let mut t = match &self.index {
+            Some(old) => old.successor(self.n as usize),
+            None => SteppedTable::with_capacity(self.n as usize),
+        };
         for (off, e) in entries(&self.arena) {
             t.insert_unique(hash_field(e.field), off as u32, |o| {
                 hash_of_entry(&self.arena, o)
@@ -945,13 +947,23 @@ impl HashCrdt {
 
     /// Buckets of a large hash's index (0 while the hash is small, at most `INDEX_MIN`
     /// fields ever, and has no index): with `bucket`, a way to pick random fields and to scan
-    /// with a cursor. A field keeps its bucket until the index grows (writes, removals and
-    /// arena compactions never move it); a state join (`merge_with_contexts`) builds a new one.
+    /// with a cursor. A field keeps its bucket until the index's growth ends (writes, removals
+    /// and arena compactions never move it; `table::SteppedTable`); a state join
+    /// (`merge_with_contexts`) builds a new one (`scan_space`).
     pub fn bucket_count(&self) -> usize {
         self.inner
             .as_ref()
             .and_then(|i| i.index.as_ref())
             .map_or(0, |t| t.num_buckets())
+    }
+
+    /// Where bucket `i` is in the index's scan space (`table::SteppedTable`): at position
+    /// `base + i`, in a space replaced when the index is rebuilt (a new generation).
+    pub fn scan_space(&self) -> ScanSpace {
+        self.inner
+            .as_ref()
+            .and_then(|i| i.index.as_ref())
+            .map_or(ScanSpace::default(), |t| t.scan_space())
     }
 
     /// The field in bucket `index` of the index and its value, if that bucket is occupied.

@@ -28,6 +28,7 @@
 //! - `stream`: entries in ID order (packed blocks) and consumer groups.
 //! - `op`: `Effect`, what one write replicates.
 //! - `hashing`: the keyed hash of collection tables (the host supplies the key).
+//! - `table`: `SteppedTable`, the collections' hash table, grown a few buckets per write.
 //! - `codec`: binary encoding of effects' and states' building blocks, bounds-checked decoding.
 #![cfg_attr(
     not(test),
@@ -51,6 +52,7 @@ pub mod op;
 pub mod orset;
 pub mod stream;
 pub mod string;
+pub mod table;
 pub mod zset;
 
 pub use crate::bytes::SmallBytes;

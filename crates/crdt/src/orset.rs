@@ -5,7 +5,8 @@
 //! set (DEL, SET) are the caller's: `remove_observed` drops the dots, and the caller keeps
 //! that context.
 //!
-//! Layout. The members present live in a `hashbrown::HashTable` of 40-byte elements
+//! Layout. The members present live in a `SteppedTable` (grown a few buckets per write) of
+//! 40-byte elements
 //! `{member, dot}` (the member inline up to 22 bytes): only members present are in the table,
 //! so there is no per-member tombstone there. The rare parts are boxed in `Meta`:
 //! - `extra`: dots beyond the first of members added concurrently by several replicas;
@@ -27,12 +28,12 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
 use crate::codec::{self, DecodeError, Reader};
 use crate::dot::{Stamp, VersionVector};
+use crate::table::{ScanSpace, SteppedTable};
 
 /// One member present and its first dot.
 #[derive(Clone, Debug)]
@@ -64,7 +65,7 @@ impl Meta {
 #[derive(Clone, Debug, Default)]
 struct Inner {
     // Invariant: exactly the members present, each once.
-    elems: HashTable<Elem>,
+    elems: SteppedTable<Elem>,
     /// Every dot added and every removal context applied (see the module doc).
     seen: VersionVector,
     meta: Option<Box<Meta>>,
@@ -90,7 +91,7 @@ fn elem_hash(e: &Elem) -> u64 {
     hash_member(e.member.as_slice())
 }
 
-static EMPTY: std::sync::LazyLock<HashTable<Elem>> = std::sync::LazyLock::new(HashTable::new);
+static EMPTY: std::sync::LazyLock<SteppedTable<Elem>> = std::sync::LazyLock::new(SteppedTable::new);
 
 impl Inner {
     fn meta_mut(&mut self) -> &mut Meta {
@@ -112,7 +113,8 @@ impl Inner {
     /// when none is left.
     fn drop_dots(&mut self, member: &[u8], covered: impl Fn(Stamp) -> bool) {
         let h = hash_member(member);
-        let Ok(entry) = self.elems.find_entry(h, |e| e.member.as_slice() == member) else {
+        let eq = |e: &Elem| e.member.as_slice() == member;
+        let Some(dot) = self.elems.find(h, eq).map(|e| e.dot) else {
             return;
         };
         let mut extra: SmallVec<[Stamp; 2]> = self
@@ -121,14 +123,15 @@ impl Inner {
             .and_then(|m| m.extra.remove(member))
             .unwrap_or_default();
         extra.retain(|d| !covered(*d));
-        if covered(entry.get().dot) {
+        if covered(dot) {
             match extra.pop() {
                 Some(d) => {
-                    let mut entry = entry;
-                    entry.get_mut().dot = d;
+                    if let Some(e) = self.elems.find_mut(h, eq) {
+                        e.dot = d;
+                    }
                 }
                 None => {
-                    entry.remove();
+                    self.elems.remove(h, eq, elem_hash);
                 }
             }
         }
@@ -151,7 +154,7 @@ impl OrSet {
         OrSet::default()
     }
 
-    fn elems(&self) -> &HashTable<Elem> {
+    fn elems(&self) -> &SteppedTable<Elem> {
         self.inner.as_ref().map_or(&EMPTY, |i| &i.elems)
     }
 
@@ -318,9 +321,15 @@ impl OrSet {
     }
 
     /// Buckets of the table: with `bucket`, a way to pick random members and to scan with a
-    /// cursor. Stable while the set does not grow.
+    /// cursor (`scan_space`).
     pub fn bucket_count(&self) -> usize {
         self.elems().num_buckets()
+    }
+
+    /// Where bucket `i` is in the table's scan space (`table::SteppedTable`): at position
+    /// `base + i`.
+    pub fn scan_space(&self) -> ScanSpace {
+        self.elems().scan_space()
     }
 
     /// The member in bucket `index`, if that bucket is occupied.
@@ -518,7 +527,7 @@ impl OrSet {
         // A loaded set starts its encoding history from what it holds, as Redis re-encodes
         // what it loads.
         let mut inner = Inner {
-            elems: HashTable::with_capacity(codec::prealloc(members.len())),
+            elems: SteppedTable::with_capacity(codec::prealloc(members.len())),
             seen,
             meta: None,
             most: u32::try_from(members.len()).unwrap_or(u32::MAX),

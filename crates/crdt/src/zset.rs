@@ -21,7 +21,7 @@
 //! each origin's stable increments into one running sum (a prefix: the sum's bits do not
 //! change). `collect(None)` (no peers) folds every member into a single add.
 //!
-//! Layout. `ZSetCrdt` is one pointer. Members live in a `hashbrown::HashTable` of 48-byte
+//! Layout. `ZSetCrdt` is one pointer. Members live in a `SteppedTable` (grown a few buckets per write) of 48-byte
 //! `{member, score, stamp}` (member inline up to 22 bytes; keyed random hashing, since clients
 //! choose members), and in `Ordered`, sorted blocks of `(score, member)` for ordered access
 //! (rank in O(n / 1024 + log n), score and lex ranges, ranges by rank). The rare parts (concurrent adds, increments, removal contexts) are in a side
@@ -30,7 +30,6 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 
-use hashbrown::HashTable;
 use smallvec::SmallVec;
 
 use crate::bytes::SmallBytes;
@@ -38,6 +37,7 @@ use crate::codec::{self, DecodeError, Reader};
 use crate::dot::{Context, ReplicaId, Stamp, VersionVector};
 use crate::hlc::Hlc;
 use crate::op::Observed;
+use crate::table::{ScanSpace, SteppedTable};
 
 /// What one write of this type replicates.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -367,10 +367,10 @@ impl MemberState {
 struct Inner {
     /// Invariant: exactly the members present, each once; `index` holds `(score, member)` of
     /// each.
-    elems: HashTable<Elem>,
+    elems: SteppedTable<Elem>,
     index: Ordered,
     /// Members with rare parts (also members not present that hold removal contexts).
-    meta: HashTable<(SmallBytes, Meta)>,
+    meta: SteppedTable<(SmallBytes, Meta)>,
     /// Per origin, the highest stamp of an op applied here (duplicate filter; with per-origin
     /// FIFO delivery, every earlier write of that origin to this key was delivered), joined
     /// with the stable vectors given to `collect` (every write they cover was delivered).
@@ -434,12 +434,18 @@ impl Inner {
             None
         } else {
             self.meta
-                .find_entry(h, |e| e.0.as_slice() == member)
-                .ok()
-                .map(|e| e.remove().0.1)
+                .remove(
+                    h,
+                    |e| e.0.as_slice() == member,
+                    |e| hash_member(e.0.as_slice()),
+                )
+                .map(|e| e.1)
         };
-        if let Ok(e) = self.elems.find_entry(h, |e| e.member.as_slice() == member) {
-            let (elem, _) = e.remove();
+        if let Some(elem) = self.elems.remove(
+            h,
+            |e| e.member.as_slice() == member,
+            |e| hash_member(e.member.as_slice()),
+        ) {
             self.index.remove(&Key {
                 score: elem.score,
                 member: elem.member,
@@ -885,9 +891,17 @@ impl ZSetCrdt {
             .map(|e| (e.member.as_slice(), e.score))
     }
 
-    /// Buckets of the member table (ZRANDMEMBER probes, ZSCAN cursors).
+    /// Buckets of the member table (ZRANDMEMBER probes, ZSCAN cursors: `scan_space`).
     pub fn bucket_count(&self) -> usize {
         self.inner.as_ref().map_or(0, |i| i.elems.num_buckets())
+    }
+
+    /// Where bucket `i` is in the member table's scan space (`table::SteppedTable`): at
+    /// position `base + i`.
+    pub fn scan_space(&self) -> ScanSpace {
+        self.inner
+            .as_ref()
+            .map_or(ScanSpace::default(), |i| i.elems.scan_space())
     }
 
     /// The member in bucket `i`, if any.

@@ -202,3 +202,64 @@ fn blocking_pops_wake_on_zadd() {
     // Timeout: the null array.
     assert_eq!(a.call_line("BZPOPMAX q3 0.05"), "*-1\r\n");
 }
+
+/// SSCAN, HSCAN and ZSCAN while the collection grows under them (a new member between the
+/// calls, starting just below the table's capacity, so its table grows mid-walk, a few
+/// buckets per write): every member present from the first call to the last is returned.
+/// ZSCAN's cursor was a bare bucket index, which a growth re-laid out under it.
+#[test]
+fn scans_under_growth_miss_no_member_present_throughout() {
+    let s = Server::start();
+    let mut c = s.connect();
+    // 3,584 fill 4,096 buckets (7/8).
+    const FIRST: usize = 3500;
+    const ADDED_PER_CALL: usize = 1;
+    for (write, scan) in [("SADD", "SSCAN"), ("HSET", "HSCAN"), ("ZADD", "ZSCAN")] {
+        let key = format!("grow:{}", write.to_lowercase());
+        let add = |c: &mut common::Raw, from: usize, n: usize| {
+            let mut args: Vec<String> = vec![write.into(), key.clone()];
+            for i in from..from + n {
+                if write != "SADD" {
+                    args.push(if write == "ZADD" {
+                        i.to_string()
+                    } else {
+                        format!("f{i}")
+                    });
+                }
+                args.push(format!("m{i}"));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let n = c.call_text(&args);
+            assert!(n.starts_with(':'), "{n}");
+        };
+        add(&mut c, 0, FIRST);
+        let mut next = FIRST;
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = "0".to_string();
+        let mut calls = 0;
+        loop {
+            let reply = c.call_text(&[scan, &key, &cursor, "COUNT", "10"]);
+            let items = bulks(&reply);
+            let (new_cursor, elems) = items.split_first().expect("cursor");
+            // HSCAN and ZSCAN alternate member (or field) and value: keep the members.
+            for e in elems {
+                if e.starts_with('m') {
+                    seen.insert(e.clone());
+                }
+            }
+            cursor = new_cursor.clone();
+            calls += 1;
+            if cursor == "0" {
+                break;
+            }
+            assert!(calls < 5000, "{scan} did not end");
+            add(&mut c, next, ADDED_PER_CALL);
+            next += ADDED_PER_CALL;
+        }
+        assert!(next > 3584 + 200, "{scan}: the table grew during the walk");
+        let missed: Vec<usize> = (0..FIRST)
+            .filter(|i| !seen.contains(&format!("m{i}")))
+            .collect();
+        assert!(missed.is_empty(), "{scan} missed {} members", missed.len());
+    }
+}

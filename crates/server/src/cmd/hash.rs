@@ -525,7 +525,9 @@ fn hscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         if h.fits_listpack(limits.entries_max, limits.value_max) || h.bucket_count() == 0 {
             (0, h.iter().collect())
         } else {
-            scan_buckets(cursor, count, h.bucket_count(), |i| h.bucket(i))
+            scan_buckets(cursor, count, h.bucket_count(), h.scan_space(), |i| {
+                h.bucket(i)
+            })
         };
     let out: Vec<Field<'_>> = fields.into_iter().filter(|(f, _)| matches(f)).collect();
     ctx.out.array(2);
@@ -581,7 +583,8 @@ mod tests {
         let (mut cursor, mut calls, mut seen) = (0u64, 0u64, std::collections::HashSet::new());
         loop {
             let before = visits.get();
-            let (next, fields) = scan_buckets(cursor, 10, h.bucket_count(), bucket);
+            let (next, fields) =
+                scan_buckets(cursor, 10, h.bucket_count(), Default::default(), bucket);
             assert!(
                 visits.get() - before <= 100,
                 "one call visits at most COUNT × 10"

@@ -19,6 +19,7 @@
 //! encodings), and larger sets by bucket cursor.
 
 use hashbrown::HashSet;
+use meridian_crdt::table::ScanSpace;
 use meridian_crdt::{Effect, OrSet, TypeTag};
 use rand::RngExt as _;
 
@@ -74,24 +75,30 @@ const RANDOM_PROBES_MAX: usize = 64;
 /// dictionary scan step: a sparse table returns fewer elements rather than walk further.
 const SCAN_VISITS_PER_COUNT: u64 = 10;
 
-/// One step of a scan by bucket (SSCAN, HSCAN) of a table of `buckets` buckets, `bucket`
-/// giving the element a bucket holds. The cursor is `bucket index << CURSOR_TAG_BITS |
-/// log2(buckets)`; cursor 0, or one issued for a table of another size, starts at bucket 0.
-/// Visits at most `count × SCAN_VISITS_PER_COUNT` buckets and stops after `count` elements:
-/// O(count) per call, O(buckets) for a whole iteration. Returns the next cursor (0 at the
-/// end) and the elements found, MATCH not applied.
+/// One step of a scan by bucket (SSCAN, HSCAN, ZSCAN) of a table of `buckets` live buckets,
+/// `bucket` giving the element a live bucket holds, in the scan space `space`
+/// (`meridian_crdt::table::SteppedTable`: live bucket `i` is at position `space.base + i`,
+/// and positions walked upward miss no element present throughout, across growths). The
+/// cursor is `position << CURSOR_TAG_BITS | generation` (its low bits); cursor 0, or one
+/// issued in another generation, starts at the first live bucket. Visits at most `count ×
+/// SCAN_VISITS_PER_COUNT` buckets and stops after `count` elements: O(count) per call,
+/// O(buckets) for a whole iteration. Returns the next cursor (0 at the end) and the elements
+/// found, MATCH not applied.
 pub(super) fn scan_buckets<T>(
     cursor: u64,
     count: u64,
     buckets: usize,
+    space: ScanSpace,
     bucket: impl Fn(usize) -> Option<T>,
 ) -> (u64, Vec<T>) {
-    let tag = u64::from(buckets.trailing_zeros());
-    let mut idx = if cursor == 0 || cursor & ((1 << CURSOR_TAG_BITS) - 1) != tag {
+    let tag = u64::from(space.generation) & ((1 << CURSOR_TAG_BITS) - 1);
+    let position = if cursor == 0 || cursor & ((1 << CURSOR_TAG_BITS) - 1) != tag {
         0
     } else {
         usize::try_from(cursor >> CURSOR_TAG_BITS).unwrap_or(usize::MAX)
     };
+    // Positions below the base are the buckets of tables that drained since: empty.
+    let mut idx = position.saturating_sub(space.base);
     let mut found = Vec::new();
     let mut visits_left = count.saturating_mul(SCAN_VISITS_PER_COUNT);
     while idx < buckets && visits_left > 0 && (found.len() as u64) < count {
@@ -104,15 +111,16 @@ pub(super) fn scan_buckets<T>(
     let next = if idx >= buckets {
         0
     } else {
-        ((idx as u64) << CURSOR_TAG_BITS) | tag
+        (((space.base + idx) as u64) << CURSOR_TAG_BITS) | tag
     };
     (next, found)
 }
 
-/// SSCAN and HSCAN cursor layout: the bucket index shifted left by this, the log2 of the
-/// table's bucket count in the low bits (a cursor of a resized table restarts at 0, so
-/// nothing is missed).
-const CURSOR_TAG_BITS: u32 = 6;
+/// SSCAN, HSCAN and ZSCAN cursor layout: the scan position shifted left by this (below
+/// `SCAN_BASE_MAX`, 2^40), the table's scan generation in the low bits (a cursor of a
+/// replaced scan space starts over, so nothing is missed; 2^16 generations pass before a
+/// stale cursor could look current).
+const CURSOR_TAG_BITS: u32 = 16;
 
 /// A hash table whose elements can be picked by bucket (`BucketSampler`).
 pub(super) trait Buckets {
@@ -883,7 +891,9 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
         found.extend(s.members().filter(|m| keep(m)));
         0
     } else {
-        let (next, members) = scan_buckets(cursor, count, s.bucket_count(), |i| s.bucket(i));
+        let (next, members) = scan_buckets(cursor, count, s.bucket_count(), s.scan_space(), |i| {
+            s.bucket(i)
+        });
         found.extend(members.into_iter().filter(|m| keep(m)));
         next
     };

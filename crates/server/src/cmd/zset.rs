@@ -1107,7 +1107,6 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let cursor = super::args::parse_cursor(arg(argv, 2))
         .ok_or_else(|| CmdError::Err("invalid cursor".to_string()))?;
     let ScanOptions { count, pattern, .. } = scan_options(argv, 3, false)?;
-    let count = usize::try_from(count).unwrap_or(usize::MAX);
     let limits = ctx.shard.config.zset_listpack();
     let Some(z) = read(ctx.shard, ctx.client.db, ctx.now_ms, key)? else {
         ctx.out.array(2);
@@ -1118,18 +1117,9 @@ fn zscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
     let (next, items): (u64, Vec<(&[u8], f64)>) = if encoding(z, limits) == "listpack" {
         (0, z.iter().collect())
     } else {
-        let n = z.bucket_count();
-        let mut idx = usize::try_from(cursor).unwrap_or(usize::MAX);
-        let mut v = Vec::new();
-        let mut visits = count.saturating_mul(10);
-        while idx < n && visits > 0 && v.len() < count {
-            if let Some(x) = z.bucket(idx) {
-                v.push(x);
-            }
-            idx += 1;
-            visits -= 1;
-        }
-        (if idx >= n { 0 } else { idx as u64 }, v)
+        super::set::scan_buckets(cursor, count, z.bucket_count(), z.scan_space(), |i| {
+            z.bucket(i)
+        })
     };
     let items: Vec<(&[u8], f64)> = items
         .into_iter()
