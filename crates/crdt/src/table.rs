@@ -2,23 +2,25 @@
 //!
 //! `hashbrown::HashTable` grows inside the insert that finds it full: that one insert rehashes
 //! every element, O(N) (a 4,000,000-field hash stalled its shard for 842 ms, docs/limits.md).
-//! Here growth allocates the larger table and moves the old one's elements into it
-//! `STEP_BUCKETS` buckets per later insert or removal, as Redis's `dict` does, so no write
-//! costs more than a bounded number of moves.
+//! Here, once a table holds `STEPPED_ITEMS_MIN` elements, growth allocates the larger table and
+//! moves the old one's elements into it `STEP_BUCKETS` buckets per later insert or removal, as
+//! Redis's `dict` does, so no write costs more than a bounded number of moves. A smaller table
+//! grows as hashbrown grows it, all at once (microseconds).
 //!
-//! Scans by bucket position (SSCAN, HSCAN, ZSCAN) walk a scan space of positions that only
-//! grows: `base` empty positions (the tables that drained before), then the draining table's
-//! buckets, then the current table's. A growth's start puts the full table at the front of
-//! the live part where it was; its end adds the drained table's buckets to `base`, so the
-//! current table keeps its positions too. Elements only ever move toward higher positions
-//! (from the draining table into the current one, which lies after it), so a walk by
-//! increasing position misses no element present throughout, across any number of growths,
-//! and never has to start over for them. `generation` changes only when the space is replaced
-//! wholesale (`clear` of a growing table, `successor`, or `base` reaching `SCAN_BASE_MAX`): a
-//! cursor of another generation starts over (elements may come twice, none is skipped).
+//! Scans by bucket position (SSCAN, HSCAN, ZSCAN) walk a scan space of positions. A large
+//! table's only grows: `base` empty positions (the tables that drained before), then the
+//! draining table's buckets, then the current table's. A growth's start puts the full table at
+//! the front of the live part where it was; its end adds the drained table's buckets to
+//! `base`, so the current table keeps its positions too. Elements only ever move toward higher
+//! positions (from the draining table into the current one, which lies after it), so a walk
+//! by increasing position misses no element present throughout, across any number of growths,
+//! and never has to start over for them. The space's generation changes when it is replaced
+//! wholesale (`clear` of a growing table, `successor`, `base` reaching `SCAN_BASE_MAX`, a small
+//! table's growth, a table becoming large): a cursor of another generation starts over
+//! (elements may come twice, none is skipped).
 //!
-//! The inner tables never grow by themselves and so never rehash in place (which moves
-//! elements within a table, under a scan): every insert first makes room (`make_room`).
+//! A large table's inner tables never grow by themselves and so never rehash in place (which
+//! moves elements within a table, under a scan): every insert first makes room (`make_room`).
 
 use hashbrown::HashTable;
 
@@ -40,12 +42,20 @@ pub struct ScanSpace {
     pub base: usize,
 }
 
-/// See the module doc.
+/// See the module doc. One pointer more than a `HashTable`: a collection's `Inner` keeps
+/// its allocator size class.
 #[derive(Clone, Debug)]
 pub struct SteppedTable<T> {
     cur: HashTable<T>,
-    /// The table being emptied into `cur`, with its next bucket to move.
-    old: Option<Box<Draining<T>>>,
+    /// Present once the table has grown past `STEPPED_ITEMS_MIN` elements.
+    large: Option<Box<Large<T>>>,
+}
+
+/// A large table's growth and scan space.
+#[derive(Clone, Debug)]
+struct Large<T> {
+    /// The table being emptied into `cur`.
+    old: Option<Draining<T>>,
     /// Positions before the live tables' buckets (see the module doc).
     base: usize,
     /// Changes when the scan space is replaced (see the module doc).
@@ -55,8 +65,15 @@ pub struct SteppedTable<T> {
 #[derive(Clone, Debug)]
 struct Draining<T> {
     table: HashTable<T>,
+    /// Its next bucket to move.
     next: usize,
 }
+
+/// Scan generations of small tables are the log2 of their bucket count (below this); a
+/// large table's start here.
+const LARGE_GENERATIONS_FIRST: u32 = 64;
+/// Scan generations a cursor tells apart (its 16 low bits).
+const SCAN_GENERATIONS: u32 = 1 << 16;
 
 impl<T> Default for SteppedTable<T> {
     fn default() -> SteppedTable<T> {
@@ -68,34 +85,38 @@ impl<T> SteppedTable<T> {
     pub fn new() -> SteppedTable<T> {
         SteppedTable {
             cur: HashTable::new(),
-            old: None,
-            base: 0,
-            generation: 0,
+            large: None,
         }
     }
 
     pub fn with_capacity(n: usize) -> SteppedTable<T> {
         SteppedTable {
             cur: HashTable::with_capacity(n),
-            old: None,
-            base: 0,
-            generation: 0,
+            large: None,
         }
     }
 
-    /// An empty table for `n` elements that replaces this one: a new scan space, so its
-    /// generation follows this one's (a cursor into this one starts over there).
+    /// An empty table for `n` elements that replaces this one: a new scan space, so a large
+    /// one's generation follows this one's (a cursor into this one starts over there).
     pub fn successor(&self, n: usize) -> SteppedTable<T> {
         SteppedTable {
             cur: HashTable::with_capacity(n),
-            old: None,
-            base: 0,
-            generation: self.generation.wrapping_add(1),
+            large: self.large.as_ref().map(|l| {
+                Box::new(Large {
+                    old: None,
+                    base: 0,
+                    generation: l.generation.wrapping_add(1),
+                })
+            }),
         }
     }
 
+    fn old(&self) -> Option<&Draining<T>> {
+        self.large.as_ref().and_then(|l| l.old.as_ref())
+    }
+
     pub fn len(&self) -> usize {
-        self.cur.len() + self.old.as_ref().map_or(0, |d| d.table.len())
+        self.cur.len() + self.old().map_or(0, |d| d.table.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -104,26 +125,29 @@ impl<T> SteppedTable<T> {
 
     /// Elements the tables hold without allocating (both, during a growth).
     pub fn capacity(&self) -> usize {
-        self.cur.capacity() + self.old.as_ref().map_or(0, |d| d.table.capacity())
+        self.cur.capacity() + self.old().map_or(0, |d| d.table.capacity())
     }
 
     /// Whether a growth is still moving elements.
     pub fn is_growing(&self) -> bool {
-        self.old.is_some()
+        self.old().is_some()
     }
 
     pub fn find(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<&T> {
         if let Some(v) = self.cur.find(hash, &mut eq) {
             return Some(v);
         }
-        self.old.as_ref().and_then(|d| d.table.find(hash, eq))
+        self.old().and_then(|d| d.table.find(hash, eq))
     }
 
     pub fn find_mut(&mut self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<&mut T> {
         if let Some(v) = self.cur.find_mut(hash, &mut eq) {
             return Some(v);
         }
-        self.old.as_mut().and_then(|d| d.table.find_mut(hash, eq))
+        self.large
+            .as_mut()
+            .and_then(|l| l.old.as_mut())
+            .and_then(|d| d.table.find_mut(hash, eq))
     }
 
     /// Removes and returns the element `eq` picks, then moves a step of a growth.
@@ -136,8 +160,9 @@ impl<T> SteppedTable<T> {
         let found = match self.cur.find_entry(hash, &mut eq) {
             Ok(e) => Some(e.remove().0),
             Err(_) => self
-                .old
+                .large
                 .as_mut()
+                .and_then(|l| l.old.as_mut())
                 .and_then(|d| d.table.find_entry(hash, eq).ok())
                 .map(|e| e.remove().0),
         };
@@ -156,7 +181,7 @@ impl<T> SteppedTable<T> {
     /// Keeps the elements `f` keeps (it may change them, not their hash).
     pub fn retain(&mut self, mut f: impl FnMut(&mut T) -> bool) {
         self.cur.retain(&mut f);
-        if let Some(d) = &mut self.old {
+        if let Some(d) = self.large.as_mut().and_then(|l| l.old.as_mut()) {
             d.table.retain(f);
         }
     }
@@ -164,22 +189,26 @@ impl<T> SteppedTable<T> {
     /// Empties the table (keeping the current table's buckets).
     pub fn clear(&mut self) {
         self.cur.clear();
-        if self.old.take().is_some() {
-            self.base = 0;
-            self.generation = self.generation.wrapping_add(1);
+        if let Some(l) = &mut self.large {
+            if l.old.take().is_some() {
+                l.base = 0;
+                l.generation = l.generation.wrapping_add(1);
+            }
         }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.old
-            .iter()
+        self.old()
+            .into_iter()
             .flat_map(|d| d.table.iter())
             .chain(self.cur.iter())
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.old
-            .iter_mut()
+        self.large
+            .as_mut()
+            .and_then(|l| l.old.as_mut())
+            .into_iter()
             .flat_map(|d| d.table.iter_mut())
             .chain(self.cur.iter_mut())
     }
@@ -191,29 +220,41 @@ impl<T> SteppedTable<T> {
     }
 
     fn old_buckets(&self) -> usize {
-        self.old.as_ref().map_or(0, |d| d.table.num_buckets())
+        self.old().map_or(0, |d| d.table.num_buckets())
     }
 
     /// The element at live bucket `index`, if that bucket is occupied.
     pub fn get_bucket(&self, index: usize) -> Option<&T> {
         let old = self.old_buckets();
         if index < old {
-            return self.old.as_ref().and_then(|d| d.table.get_bucket(index));
+            return self.old().and_then(|d| d.table.get_bucket(index));
         }
         self.cur.get_bucket(index - old)
     }
 
-    /// The scan space: live bucket `i` is at scan position `base + i`.
+    /// The scan space: live bucket `i` is at scan position `base + i`. A small table's
+    /// generation is the log2 of its buckets, as it grows all at once (a cursor starts over
+    /// after it grew); a large one's counts from `LARGE_GENERATIONS_FIRST`.
     pub fn scan_space(&self) -> ScanSpace {
-        ScanSpace {
-            generation: self.generation,
-            base: self.base,
+        match &self.large {
+            None => ScanSpace {
+                generation: self.cur.num_buckets().trailing_zeros(),
+                base: 0,
+            },
+            Some(l) => ScanSpace {
+                generation: LARGE_GENERATIONS_FIRST
+                    + l.generation % (SCAN_GENERATIONS - LARGE_GENERATIONS_FIRST),
+                base: l.base,
+            },
         }
     }
 
     /// Moves up to `STEP_BUCKETS` buckets of a growth; the last one ends it.
     fn step(&mut self, hasher: &impl Fn(&T) -> u64) {
-        let Some(d) = &mut self.old else {
+        let Some(l) = &mut self.large else {
+            return;
+        };
+        let Some(d) = &mut l.old else {
             return;
         };
         let end = (d.next + STEP_BUCKETS).min(d.table.num_buckets());
@@ -227,38 +268,41 @@ impl<T> SteppedTable<T> {
         d.next = end;
         if d.table.is_empty() || d.next >= d.table.num_buckets() {
             // The current table keeps its positions: the drained one's become empty ones.
-            self.base += d.table.num_buckets();
-            self.old = None;
-            if self.base >= SCAN_BASE_MAX {
-                self.base = 0;
-                self.generation = self.generation.wrapping_add(1);
+            l.base += d.table.num_buckets();
+            l.old = None;
+            if l.base >= SCAN_BASE_MAX {
+                l.base = 0;
+                l.generation = l.generation.wrapping_add(1);
             }
         }
     }
 
-    /// Makes room for one more element in `cur` without letting it grow by itself: when it
-    /// is full, a growth still moving ends at once, then a table twice the elements' count
-    /// takes its place and the full one starts draining into it.
+    /// Makes room for one more element in `cur` without letting a large table grow by
+    /// itself: when it is full, a growth still moving ends at once, then a table twice the
+    /// elements' count takes its place and the full one starts draining into it. A small
+    /// table (under `STEPPED_ITEMS_MIN` elements) grows as hashbrown grows it, at once.
     fn make_room(&mut self, hasher: &impl Fn(&T) -> u64) {
-        if self.cur.len() < self.cur.capacity() {
+        let n = self.cur.len();
+        if n < self.cur.capacity() || (self.large.is_none() && n < STEPPED_ITEMS_MIN) {
             return;
         }
-        while self.old.is_some() {
+        while self.is_growing() {
             self.step(hasher);
         }
-        let n = self.cur.len();
         let next = HashTable::with_capacity((n * 2).max(4));
         let full = std::mem::replace(&mut self.cur, next);
         // The full table keeps its positions, at the front of the live part.
-        self.old = Some(Box::new(Draining {
+        let l = self.large.get_or_insert_with(|| {
+            Box::new(Large {
+                old: None,
+                base: 0,
+                generation: 0,
+            })
+        });
+        l.old = Some(Draining {
             table: full,
             next: 0,
-        }));
-        if n < STEPPED_ITEMS_MIN {
-            while self.old.is_some() {
-                self.step(hasher);
-            }
-        }
+        });
     }
 }
 
@@ -294,7 +338,7 @@ mod tests {
         let space = t.scan_space();
         let mut inserts = 0;
         while t.is_growing() {
-            let old_before = t.old.as_ref().map_or(0, |d| d.table.len());
+            let old_before = t.old().map_or(0, |d| d.table.len());
             let cur_before = t.cur.len();
             insert(&mut t, v);
             v += 1;
@@ -344,8 +388,8 @@ mod tests {
     }
 
     /// A walk by increasing scan position, with inserts between its steps (so that the
-    /// table grows several times under it, each growth starting and ending mid-walk),
-    /// returns every element present throughout, without starting over. (Each insert adds
+    /// table grows under it, each growth starting and ending mid-walk), returns every
+    /// element present throughout, without starting over once the table is large. (Each insert adds
     /// about 3.4 positions to the space's end in the long run, so a walk ends when it moves
     /// faster than that; Redis's SCAN also ends only while a collection stays bounded.)
     #[test]
@@ -359,8 +403,14 @@ mod tests {
             let mut next_new = 1_000_000u64;
             let mut seen = std::collections::HashSet::new();
             let mut pos = space.base;
-            let mut growths = 0;
+            let (mut growths, mut restarts, mut generation) = (0, 0, space.generation);
             while pos < t.scan_space().base + t.num_buckets() {
+                // A small table grows all at once: its walk starts over.
+                if t.scan_space().generation != generation {
+                    generation = t.scan_space().generation;
+                    pos = 0;
+                    restarts += 1;
+                }
                 pos = pos.max(t.scan_space().base);
                 for _ in 0..per_step {
                     if let Some(x) = at(&t, pos) {
@@ -375,11 +425,12 @@ mod tests {
                     growths += usize::from(!was && t.is_growing());
                 }
             }
-            assert_eq!(t.scan_space().generation, space.generation);
-            assert!(
-                growths >= 1 || start < STEPPED_ITEMS_MIN,
-                "({start}) grew {growths}"
-            );
+            if start >= STEPPED_ITEMS_MIN {
+                assert_eq!(restarts, 0, "a large table's walk never starts over");
+                assert!(growths >= 1, "({start}) grew {growths}");
+            } else {
+                assert!(restarts >= 1, "the small table grew under the walk");
+            }
             for v in 0..start as u64 {
                 assert!(seen.contains(&v), "{v} missed (start {start})");
             }
