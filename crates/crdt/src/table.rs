@@ -5,7 +5,8 @@
 //! Here, once a table holds `STEPPED_ITEMS_MIN` elements, growth allocates the larger table and
 //! moves the old one's elements into it `STEP_BUCKETS` buckets per later insert or removal, as
 //! Redis's `dict` does, so no write costs more than a bounded number of moves. A smaller table
-//! grows as hashbrown grows it, all at once (microseconds).
+//! grows all at once (microseconds): from `LARGE_ITEMS_MIN` elements through the same scan
+//! space, below it as hashbrown grows it.
 //!
 //! Scans by bucket position (SSCAN, HSCAN, ZSCAN) walk a scan space of positions. A large
 //! table's only grows: `base` empty positions (the tables that drained before), then the
@@ -20,7 +21,8 @@
 //! (elements may come twice, none is skipped).
 //!
 //! A large table's inner tables never grow by themselves and so never rehash in place (which
-//! moves elements within a table, under a scan): every insert first makes room (`make_room`).
+//! moves elements within a table, under a scan: hashbrown does it when removals left the table
+//! full of deleted slots): every insert first makes room (`make_room`).
 
 use hashbrown::HashTable;
 
@@ -29,6 +31,11 @@ pub const STEP_BUCKETS: usize = 32;
 
 /// Below this many elements a growth moves everything at once (a few microseconds).
 pub const STEPPED_ITEMS_MIN: usize = 1024;
+
+/// From this many elements a table has a scan space of its own (`Large`: base and
+/// generation) and grows only through `make_room`, never inside hashbrown: SSCAN and HSCAN
+/// walk sets and hashes past 128 elements by bucket (`SSCAN_ALL_MAX`, `INDEX_MIN`).
+pub const LARGE_ITEMS_MIN: usize = 128;
 
 /// Where `base` starts over (with a new generation): scan positions stay far below the 48
 /// bits a cursor keeps for them.
@@ -47,7 +54,7 @@ pub struct ScanSpace {
 #[derive(Clone, Debug)]
 pub struct SteppedTable<T> {
     cur: HashTable<T>,
-    /// Present once the table has grown past `STEPPED_ITEMS_MIN` elements.
+    /// Present once the table has grown past `LARGE_ITEMS_MIN` elements.
     large: Option<Box<Large<T>>>,
 }
 
@@ -279,11 +286,12 @@ impl<T> SteppedTable<T> {
 
     /// Makes room for one more element in `cur` without letting a large table grow by
     /// itself: when it is full, a growth still moving ends at once, then a table twice the
-    /// elements' count takes its place and the full one starts draining into it. A small
-    /// table (under `STEPPED_ITEMS_MIN` elements) grows as hashbrown grows it, at once.
+    /// elements' count takes its place and the full one drains into it, by steps from
+    /// `STEPPED_ITEMS_MIN` elements, at once below. A small table (under `LARGE_ITEMS_MIN`
+    /// elements) grows as hashbrown grows it.
     fn make_room(&mut self, hasher: &impl Fn(&T) -> u64) {
         let n = self.cur.len();
-        if n < self.cur.capacity() || (self.large.is_none() && n < STEPPED_ITEMS_MIN) {
+        if n < self.cur.capacity() || (self.large.is_none() && n < LARGE_ITEMS_MIN) {
             return;
         }
         while self.is_growing() {
@@ -303,6 +311,11 @@ impl<T> SteppedTable<T> {
             table: full,
             next: 0,
         });
+        if n < STEPPED_ITEMS_MIN {
+            while self.is_growing() {
+                self.step(hasher);
+            }
+        }
     }
 }
 
@@ -470,8 +483,14 @@ mod tests {
     /// one through a growth, not a rehash in place under a scan; the scan space survives it.
     #[test]
     fn churn_never_rehashes_in_place() {
+        for size in [300u64, 2000] {
+            churn_at(size);
+        }
+    }
+
+    fn churn_at(size: u64) {
         let mut t = SteppedTable::new();
-        for v in 0..2000u64 {
+        for v in 0..size {
             insert(&mut t, v);
         }
         while t.is_growing() || t.len() + 1 < t.capacity() {
@@ -480,26 +499,21 @@ mod tests {
         }
         let space = t.scan_space();
         let buckets = t.cur.num_buckets();
-        let mut regrowths = 0;
-        let mut growing = false;
         for round in 0..50_000u64 {
             let x = 10_000_000 + round;
             insert(&mut t, x);
             assert_eq!(t.remove(h(&x), |&y| y == x, h), Some(x));
-            if t.is_growing() && !growing {
-                regrowths += 1;
-            }
-            growing = t.is_growing();
-            if regrowths == 0 {
+            // Until a growth starts, the current table keeps its buckets.
+            if !t.is_growing() && t.scan_space().base == space.base {
                 assert_eq!(t.cur.num_buckets(), buckets);
             }
         }
         assert!(
-            regrowths > 0,
-            "the churn filled the table with removed slots"
+            t.scan_space().base > space.base,
+            "({size}) the churn filled the table with removed slots, and a growth replaced it"
         );
         assert_eq!(t.scan_space().generation, space.generation);
-        for v in 0..2000u64 {
+        for v in 0..size {
             assert!(t.find(h(&v), |&y| y == v).is_some());
         }
     }
