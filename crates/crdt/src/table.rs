@@ -331,6 +331,18 @@ mod tests {
         t.insert_unique(h(&v), v, h);
     }
 
+    /// A table filled with 0, 1, ... until the insert that started a stepped growth: the
+    /// table and the next value.
+    fn growing() -> (SteppedTable<u64>, u64) {
+        let mut t = SteppedTable::new();
+        let mut v = 0u64;
+        while !t.is_growing() {
+            insert(&mut t, v);
+            v += 1;
+        }
+        (t, v)
+    }
+
     /// The element at scan position `pos`, if any.
     fn at(t: &SteppedTable<u64>, pos: usize) -> Option<u64> {
         let base = t.scan_space().base;
@@ -341,12 +353,7 @@ mod tests {
     /// findable during a growth; the growth ends by itself.
     #[test]
     fn a_growth_moves_a_step_per_write_and_ends() {
-        let mut t = SteppedTable::new();
-        let mut v = 0u64;
-        while !t.is_growing() {
-            insert(&mut t, v);
-            v += 1;
-        }
+        let (mut t, mut v) = growing();
         assert!(t.len() >= STEPPED_ITEMS_MIN);
         let space = t.scan_space();
         let mut inserts = 0;
@@ -378,12 +385,7 @@ mod tests {
     /// Removals during a growth find elements in either table, and move it on too.
     #[test]
     fn removals_reach_both_tables_and_step_the_growth() {
-        let mut t = SteppedTable::new();
-        let mut v = 0u64;
-        while !t.is_growing() {
-            insert(&mut t, v);
-            v += 1;
-        }
+        let (mut t, v) = growing();
         let n = v;
         let mut removed = 0;
         for x in 0..n {
@@ -454,12 +456,7 @@ mod tests {
     /// returns every element: those still to be walked move only toward the walk's end.
     #[test]
     fn a_walk_within_one_growth_misses_nothing() {
-        let mut t = SteppedTable::new();
-        let mut v = 0u64;
-        while !t.is_growing() {
-            insert(&mut t, v);
-            v += 1;
-        }
+        let (mut t, mut v) = growing();
         let present = v;
         let mut seen = std::collections::HashSet::new();
         let mut pos = t.scan_space().base;
@@ -521,12 +518,7 @@ mod tests {
     /// `successor` and `clear` of a growing table start a new generation.
     #[test]
     fn a_replaced_space_is_a_new_generation() {
-        let mut t = SteppedTable::new();
-        let mut v = 0u64;
-        while !t.is_growing() {
-            insert(&mut t, v);
-            v += 1;
-        }
+        let (mut t, _) = growing();
         let g = t.scan_space().generation;
         assert_ne!(t.successor(10).scan_space().generation, g);
         t.clear();
