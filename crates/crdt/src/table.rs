@@ -37,9 +37,11 @@ pub const STEPPED_ITEMS_MIN: usize = 1024;
 /// walk sets and hashes past 128 elements by bucket (`SSCAN_ALL_MAX`, `INDEX_MIN`).
 pub const LARGE_ITEMS_MIN: usize = 128;
 
-/// Where `base` starts over (with a new generation): scan positions stay far below the 48
-/// bits a cursor keeps for them.
-pub const SCAN_BASE_MAX: usize = 1 << 40;
+/// Where `base` starts over (with a new generation). With the live buckets after it (under
+/// 2^35 for any table memory can hold), a scan position stays under 2^37, so a cursor
+/// (`position << 16 | generation`) stays under 2^53: clients that read cursors as doubles
+/// (JavaScript's) keep them exact.
+pub const SCAN_BASE_MAX: usize = 1 << 36;
 
 /// A table's scan space: positions below `base` are empty; a cursor of another `generation`
 /// starts over.
@@ -76,9 +78,9 @@ struct Draining<T> {
     next: usize,
 }
 
-/// Scan generations of small tables are the log2 of their bucket count (below this); a
-/// large table's start here.
-const LARGE_GENERATIONS_FIRST: u32 = 64;
+/// Scan generations of small tables are the log2 of their bucket count (64 for an empty
+/// table: `0usize.trailing_zeros()`), all below this; a large table's start here.
+const LARGE_GENERATIONS_FIRST: u32 = 65;
 /// Scan generations a cursor tells apart (its 16 low bits).
 const SCAN_GENERATIONS: u32 = 1 << 16;
 

@@ -117,7 +117,7 @@ pub(super) fn scan_buckets<T>(
 }
 
 /// SSCAN, HSCAN and ZSCAN cursor layout: the scan position shifted left by this (below
-/// `SCAN_BASE_MAX`, 2^40), the table's scan generation in the low bits (a cursor of a
+/// 2^37: `SCAN_BASE_MAX`), the table's scan generation in the low bits (a cursor of a
 /// replaced scan space starts over, so nothing is missed; 2^16 generations pass before a
 /// stale cursor could look current).
 const CURSOR_TAG_BITS: u32 = 16;
@@ -910,6 +910,31 @@ fn sscan(ctx: &mut Ctx<'_>, argv: &[&[u8]]) -> Result<(), CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The largest cursor a scan can hand out (a table of 2^35 live buckets after a base just
+    /// under `SCAN_BASE_MAX`) is below 2^53: exact as a double, for clients that read cursors
+    /// as JavaScript numbers.
+    #[test]
+    fn scan_cursors_stay_exact_as_doubles() {
+        let tag = 70;
+        let space = ScanSpace {
+            generation: tag,
+            base: meridian_crdt::table::SCAN_BASE_MAX - 1,
+        };
+        let buckets = 1usize << 35;
+        let from = space.base + buckets - 12;
+        let cursor = ((from as u64) << CURSOR_TAG_BITS) | u64::from(tag);
+        let (next, found) = scan_buckets::<()>(cursor, 1, buckets, space, |_| None);
+        assert!(found.is_empty());
+        assert_eq!(
+            next >> CURSOR_TAG_BITS,
+            (from + 10) as u64,
+            "ten buckets visited"
+        );
+        assert!(next != 0 && next < 1 << 53, "{next}");
+        // One more call reaches the end.
+        assert_eq!(scan_buckets::<()>(next, 1, buckets, space, |_| None).0, 0);
+    }
 
     #[test]
     fn cursor_like_strtoul() {
