@@ -22,9 +22,9 @@
 //! `[0][field len][field][replica index][hlc delta][value len][value]` (the stamp packed
 //! against a per-hash replica table and base hlc); any other field is
 //! `[1][field len][field][slot]` with its state in a slab aside. Lookups scan the arena
-//! while the hash is small; above `INDEX_MIN` fields a `SteppedTable` (grown a few buckets per write) of arena
-//! offsets (hashed with the process's secret key, `crate::hashing`, since clients choose
-//! fields) finds them,
+//! while the hash is small; above `INDEX_MIN` fields a `SteppedTable` (grown a few buckets
+//! per write) of arena offsets (hashed with the process's secret key, `crate::hashing`, since
+//! clients choose fields) finds them,
 //! entries rewritten with another size are marked dead (`[2]...`) and appended, and the
 //! arena is compacted when half of it is dead.
 

@@ -6,9 +6,8 @@
 //! that context.
 //!
 //! Layout. The members present live in a `SteppedTable` (grown a few buckets per write) of
-//! 40-byte elements
-//! `{member, dot}` (the member inline up to 22 bytes): only members present are in the table,
-//! so there is no per-member tombstone there. The rare parts are boxed in `Meta`:
+//! 40-byte elements `{member, dot}` (the member inline up to 22 bytes): only members present
+//! are in the table, so there is no per-member tombstone there. The rare parts are boxed in `Meta`:
 //! - `extra`: dots beyond the first of members added concurrently by several replicas;
 //! - `removed`: per member, the merged contexts of SREMs of it, needed only while an add they
 //!   cover may still arrive (until causally stable); with no peers `collect(None)` empties it
@@ -114,7 +113,7 @@ impl Inner {
     fn drop_dots(&mut self, member: &[u8], covered: impl Fn(Stamp) -> bool) {
         let h = hash_member(member);
         let eq = |e: &Elem| e.member.as_slice() == member;
-        let Some(dot) = self.elems.find(h, eq).map(|e| e.dot) else {
+        let Some(e) = self.elems.find_mut(h, eq) else {
             return;
         };
         let mut extra: SmallVec<[Stamp; 2]> = self
@@ -123,17 +122,18 @@ impl Inner {
             .and_then(|m| m.extra.remove(member))
             .unwrap_or_default();
         extra.retain(|d| !covered(*d));
-        if covered(dot) {
-            match extra.pop() {
+        // A surviving extra dot takes the removed one's place in the same lookup; only a
+        // member left with none is looked up again, to be removed.
+        let gone = covered(e.dot)
+            && match extra.pop() {
                 Some(d) => {
-                    if let Some(e) = self.elems.find_mut(h, eq) {
-                        e.dot = d;
-                    }
+                    e.dot = d;
+                    false
                 }
-                None => {
-                    self.elems.remove(h, eq, elem_hash);
-                }
-            }
+                None => true,
+            };
+        if gone {
+            self.elems.remove(h, eq, elem_hash);
         }
         if !extra.is_empty() {
             self.meta_mut()

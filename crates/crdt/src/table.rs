@@ -32,9 +32,10 @@ pub const STEP_BUCKETS: usize = 32;
 /// Below this many elements a growth moves everything at once (a few microseconds).
 pub const STEPPED_ITEMS_MIN: usize = 1024;
 
-/// From this many elements a table has a scan space of its own (`Large`: base and
-/// generation) and grows only through `make_room`, never inside hashbrown: SSCAN and HSCAN
-/// walk sets and hashes past 128 elements by bucket (`SSCAN_ALL_MAX`, `INDEX_MIN`).
+/// A table that fills up holding this many elements or more gets a scan space of its own
+/// (`Large`: base and generation) and from then on grows only through `make_room`, never
+/// inside hashbrown: SSCAN and HSCAN walk sets and hashes past 128 elements by bucket
+/// (`SSCAN_ALL_MAX`, `INDEX_MIN`).
 pub const LARGE_ITEMS_MIN: usize = 128;
 
 /// Where `base` starts over (with a new generation). With the live buckets after it (under
@@ -56,7 +57,7 @@ pub struct ScanSpace {
 #[derive(Clone, Debug)]
 pub struct SteppedTable<T> {
     cur: HashTable<T>,
-    /// Present once the table has grown past `LARGE_ITEMS_MIN` elements.
+    /// Present once the table filled up holding `LARGE_ITEMS_MIN` elements or more.
     large: Option<Box<Large<T>>>,
 }
 

@@ -21,9 +21,9 @@
 //! each origin's stable increments into one running sum (a prefix: the sum's bits do not
 //! change). `collect(None)` (no peers) folds every member into a single add.
 //!
-//! Layout. `ZSetCrdt` is one pointer. Members live in a `SteppedTable` (grown a few buckets per write) of 48-byte
-//! `{member, score, stamp}` (member inline up to 22 bytes; keyed random hashing, since clients
-//! choose members), and in `Ordered`, sorted blocks of `(score, member)` for ordered access
+//! Layout. `ZSetCrdt` is one pointer. Members live in a `SteppedTable` (grown a few buckets
+//! per write) of 48-byte `{member, score, stamp}` (member inline up to 22 bytes; keyed random
+//! hashing, since clients choose members), and in `Ordered`, sorted blocks of `(score, member)` for ordered access
 //! (rank in O(n / 1024 + log n), score and lex ranges, ranges by rank). The rare parts (concurrent adds, increments, removal contexts) are in a side
 //! table that is empty for a single site after every write.
 
