@@ -419,7 +419,7 @@ fn a_lowered_limit_invalidates_on_every_shard_before_the_next_reply() {
     let mut r = srv.connect();
     let mut rd = srv.connect();
     r.ok(&["DEBUG", "PAUSE-CRON", "1"]);
-    rd.call_text(&["HELLO", "3"]);
+    hello3(&mut rd);
     rd.ok(&["CLIENT", "TRACKING", "on"]);
     let keys: Vec<String> = (0..32).map(|i| format!("key:{i}")).collect();
     for k in &keys {
